@@ -1,0 +1,68 @@
+#include "app/cli/arguments.h"
+
+#include <cstdlib>
+
+#include "core/util/error.h"
+
+namespace cwb::cli {
+
+Arguments::Arguments(const std::vector<std::string>& args, const std::set<std::string>& valueOptions,
+                     const std::set<std::string>& flagOptions) {
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
+            std::string name = a.substr(2), value;
+            const auto eq = name.find('=');
+            const bool inlineValue = eq != std::string::npos;
+            if (inlineValue) {
+                value = name.substr(eq + 1);
+                name = name.substr(0, eq);
+            }
+            if (flagOptions.count(name)) {
+                if (inlineValue) throw Error("option --" + name + " takes no value");
+                mFlags.insert(name);
+            } else if (valueOptions.count(name)) {
+                if (!inlineValue) {
+                    if (i + 1 >= args.size()) throw Error("option --" + name + " needs a value");
+                    value = args[++i];
+                }
+                mValues[name] = value;
+            } else {
+                throw Error("unknown option --" + name);
+            }
+        } else {
+            mPositional.push_back(a);
+        }
+    }
+}
+
+std::string Arguments::value(const std::string& name, const std::string& fallback) const {
+    auto it = mValues.find(name);
+    return it == mValues.end() ? fallback : it->second;
+}
+
+int64_t Arguments::integer(const std::string& name, int64_t fallback) const {
+    auto it = mValues.find(name);
+    if (it == mValues.end()) return fallback;
+    char* end = nullptr;
+    long long v = std::strtoll(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end != '\0') throw Error("option --" + name + " expects an integer, got '" + it->second + "'");
+    return v;
+}
+
+double Arguments::number(const std::string& name, double fallback) const {
+    auto it = mValues.find(name);
+    if (it == mValues.end()) return fallback;
+    char* end = nullptr;
+    double v = std::strtod(it->second.c_str(), &end);
+    if (it->second.empty() || *end != '\0') throw Error("option --" + name + " expects a number, got '" + it->second + "'");
+    return v;
+}
+
+std::string Arguments::requirePositional(const char* what) const {
+    if (mPositional.size() != 1)
+        throw Error(std::string("expected one ") + what + ", got " + std::to_string(mPositional.size()) + " arguments");
+    return mPositional[0];
+}
+
+} // namespace cwb::cli

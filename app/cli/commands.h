@@ -1,0 +1,24 @@
+#pragma once
+// Subcommands of `cwb`. Each is a thin tool: it fills a params struct from the arguments and calls the core.
+#include <string>
+#include <vector>
+
+namespace cwb::cli {
+
+struct Command {
+    const char* name;
+    const char* usage;
+    const char* summary;
+    int (*run)(const std::vector<std::string>& args);   // returns the process exit code
+};
+
+const std::vector<Command>& commands();
+
+int runInfo(const std::vector<std::string>& args);
+int runGenerate(const std::vector<std::string>& args);
+int runEval(const std::vector<std::string>& args);
+
+// Applies --threads N (0 or absent: LibTorch's default).
+void applyThreads(int64_t threads);
+
+} // namespace cwb::cli

@@ -1,0 +1,58 @@
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli/arguments.h"
+#include "app/cli/commands.h"
+#include "core/eval/perplexity.h"
+#include "core/io/model_format.h"
+#include "core/runtime/transformer.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+
+namespace cwb::cli {
+
+int runEval(const std::vector<std::string>& args) {
+    Arguments a(args, {"text", "ctx", "chunks", "threads", "tokenizer"}, {"json", "quiet"});
+    applyThreads(a.integer("threads", 0));
+    LoadOptions options;
+    options.tokenizerPath = a.value("tokenizer");
+    const std::string path = a.requirePositional("MODEL");
+    if (!a.has("text")) throw Error("eval needs --text FILE");
+    auto model = loadModel(path, options);
+    if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
+    const std::string textPath = a.value("text");
+    std::vector<TokenId> tokens = model->tokenizer->encode(readTextFile(textPath), /*addBos=*/true);
+    PerplexityParams p;
+    p.ctx = a.integer("ctx", std::min<int64_t>(512, model->spec.context));
+    p.maxChunks = a.integer("chunks", -1);
+
+    CallbackFeedback feedback;
+    const bool quiet = a.flag("quiet") || a.flag("json");
+    int lastPercent = -1;
+    feedback.progressCallback = [&](double f) {
+        int percent = static_cast<int>(f * 100);
+        if (!quiet && percent / 10 != lastPercent / 10) {
+            std::fprintf(stderr, "eval: %d%%\n", percent);
+            lastPercent = percent;
+        }
+    };
+    Transformer runtime(*model);
+    PerplexityResult r = evaluatePerplexity(runtime, tokens, model->tokenizer->bos(), p, &feedback);
+    if (a.flag("json")) {
+        nlohmann::json j = {{"model", path},          {"text", textPath},         {"ctx", r.ctx},
+                            {"chunks", r.chunks},     {"tokens_scored", r.tokensScored},
+                            {"perplexity", r.perplexity}, {"error", r.error},      {"mean_nll", r.meanNll},
+                            {"seconds", r.seconds},   {"tokens_per_second", r.tokensPerSecond},
+                            {"text_tokens", tokens.size()}};
+        std::cout << j.dump(2) << "\n";
+    } else {
+        std::printf("PPL = %.4f +/- %.4f  (%lld tokens scored in %lld chunks of %lld, %.0f tokens/s)\n", r.perplexity,
+                    r.error, static_cast<long long>(r.tokensScored), static_cast<long long>(r.chunks),
+                    static_cast<long long>(r.ctx), r.tokensPerSecond);
+    }
+    return 0;
+}
+
+} // namespace cwb::cli

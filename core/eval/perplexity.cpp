@@ -1,0 +1,69 @@
+#include "core/eval/perplexity.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "core/eval/chunks.h"
+#include "core/runtime/transformer.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+
+namespace cwb {
+
+std::string readTextFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path, "cannot open text file");
+    std::ostringstream s;
+    s << in.rdbuf();
+    if (in.bad()) throw Error(path, "read failed");
+    return s.str();
+}
+
+double NllAccumulator::perplexity() const { return std::exp(mean()); }
+
+double NllAccumulator::perplexityError() const {
+    if (mCount < 2) return 0.0;
+    // llama.cpp: sqrt(population variance / (n - 1)) * ppl
+    const double variance = mM2 / double(mCount);
+    return std::sqrt(variance / double(mCount - 1)) * perplexity();
+}
+
+int64_t chunkCount(int64_t tokenCount, const PerplexityParams& params) {
+    int64_t n = params.ctx > 0 ? tokenCount / params.ctx : 0;
+    if (params.maxChunks >= 0) n = std::min(n, params.maxChunks);
+    return n;
+}
+
+PerplexityResult evaluatePerplexity(Transformer& model, const std::vector<TokenId>& tokens, TokenId bos,
+                                    const PerplexityParams& params, Feedback* feedback) {
+    ChunkPlan plan = planChunks(model, tokens, params);
+    auto t0 = std::chrono::steady_clock::now();
+    NllAccumulator acc;
+    for (int64_t c = 0; c < plan.chunks; ++c) {
+        if (feedback) {
+            feedback->throwIfCancelled();
+            feedback->setProgress(double(c) / double(plan.chunks));
+        }
+        at::Tensor logits = model.forward(chunkTokens(tokens, plan, c, bos))[0];   // [ctx, vocab]
+        at::Tensor logProbs = at::log_softmax(logits.narrow(0, plan.first, plan.scored).to(at::kDouble), -1);
+        at::Tensor targets = chunkTargets(tokens, plan, c);
+        at::Tensor nll = -logProbs.gather(1, targets.unsqueeze(1)).squeeze(1);
+        auto n = nll.accessor<double, 1>();
+        for (int64_t i = 0; i < n.size(0); ++i) acc.add(n[i]);
+    }
+    PerplexityResult r;
+    r.perplexity = acc.perplexity();
+    r.error = acc.perplexityError();
+    r.meanNll = acc.mean();
+    r.tokensScored = acc.count();
+    r.chunks = plan.chunks;
+    r.ctx = params.ctx;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.tokensPerSecond = r.seconds > 0 ? double(plan.chunks * params.ctx) / r.seconds : 0;
+    if (feedback) feedback->setProgress(1.0);
+    return r;
+}
+
+} // namespace cwb

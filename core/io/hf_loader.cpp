@@ -1,0 +1,196 @@
+// Reads Hugging Face model folders: config.json plus model.safetensors or index-described shards.
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/io/model_format.h"
+#include "core/io/safetensors.h"
+#include "core/util/error.h"
+#include "core/util/mapped_file.h"
+
+namespace cwb {
+
+namespace {
+
+bool isFile(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+bool isDir(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+nlohmann::json readJson(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw Error(path, "cannot open");
+    try {
+        return nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+        throw Error(path, std::string("is not valid JSON: ") + e.what());
+    }
+}
+
+int64_t intField(const nlohmann::json& j, const std::string& key, const std::string& file) {
+    if (!j.contains(key) || !j[key].is_number_integer()) throw Error(file, "'" + key + "' is missing or not an integer");
+    return j[key].get<int64_t>();
+}
+int64_t intFieldOr(const nlohmann::json& j, const std::string& key, int64_t fallback) {
+    return j.contains(key) && j[key].is_number_integer() ? j[key].get<int64_t>() : fallback;
+}
+double numFieldOr(const nlohmann::json& j, const std::string& key, double fallback) {
+    return j.contains(key) && j[key].is_number() ? j[key].get<double>() : fallback;
+}
+
+ArchSpec readConfig(const nlohmann::json& c, const std::string& file) {
+    ArchSpec s;
+    if (!c.contains("model_type") || !c["model_type"].is_string()) throw Error(file, "'model_type' is missing");
+    s.modelType = c["model_type"].get<std::string>();
+    if (s.modelType == "llama" || s.modelType == "mistral" || s.modelType == "qwen2") {
+        s.family = Family::Llama;
+        s.ropeStyle = RopeStyle::Halves;
+        s.hidden = intField(c, "hidden_size", file);
+        s.ffn = intField(c, "intermediate_size", file);
+        s.layers = intField(c, "num_hidden_layers", file);
+        s.heads = intField(c, "num_attention_heads", file);
+        s.kvHeads = intFieldOr(c, "num_key_value_heads", s.heads);
+        if (s.heads <= 0) throw Error(file, "num_attention_heads must be positive");
+        s.headDim = c.contains("head_dim") && c["head_dim"].is_number_integer() ? c["head_dim"].get<int64_t>()
+                                                                                 : s.hidden / s.heads;
+        s.vocab = intField(c, "vocab_size", file);
+        s.context = intFieldOr(c, "max_position_embeddings", 2048);
+        s.normEps = numFieldOr(c, "rms_norm_eps", 1e-6);
+        s.ropeTheta = numFieldOr(c, "rope_theta", 10000.0);
+        s.tiedEmbeddings = c.value("tie_word_embeddings", false);
+        s.attentionBias = s.modelType == "qwen2" || c.value("attention_bias", false);
+        if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) {
+            const auto& r = c["rope_scaling"];
+            std::string type = r.contains("rope_type") ? r["rope_type"].get<std::string>() : r.value("type", "none");
+            if (type == "llama3") {
+                s.ropeScaling.type = "llama3";
+                s.ropeScaling.factor = numFieldOr(r, "factor", 8.0);
+                s.ropeScaling.lowFreqFactor = numFieldOr(r, "low_freq_factor", 1.0);
+                s.ropeScaling.highFreqFactor = numFieldOr(r, "high_freq_factor", 4.0);
+                s.ropeScaling.originalContext = intFieldOr(r, "original_max_position_embeddings", 8192);
+            } else if (type == "linear") {
+                s.ropeScaling.type = "linear";
+                s.ropeScaling.factor = numFieldOr(r, "factor", 1.0);
+            } else if (type != "default" && type != "none") {
+                throw Error(file, "rope_scaling type '" + type + "' is not supported (supported: llama3, linear)");
+            }
+        }
+    } else if (s.modelType == "gpt2") {
+        s.family = Family::Gpt2;
+        s.hidden = intField(c, "n_embd", file);
+        s.layers = intField(c, "n_layer", file);
+        s.heads = intField(c, "n_head", file);
+        if (s.heads <= 0) throw Error(file, "n_head must be positive");
+        s.kvHeads = s.heads;
+        s.headDim = s.hidden / s.heads;
+        s.ffn = intFieldOr(c, "n_inner", 4 * s.hidden);
+        s.vocab = intField(c, "vocab_size", file);
+        s.context = intFieldOr(c, "n_positions", 1024);
+        s.normEps = numFieldOr(c, "layer_norm_epsilon", 1e-5);
+        s.tiedEmbeddings = c.value("tie_word_embeddings", true);
+    } else {
+        throw Error(file, "model_type '" + s.modelType + "' is not supported (supported: llama, mistral, qwen2, gpt2)");
+    }
+    return s;
+}
+
+// GPT-2 checkpoints name tensors with or without the "transformer." prefix and store Conv1D weights [in, out].
+std::string gpt2Canonical(const std::string& name, bool* conv1d, bool* skip) {
+    *conv1d = false;
+    *skip = false;
+    std::string n = name;
+    if (n.rfind("transformer.", 0) != 0 && n != "lm_head.weight") n = "transformer." + n;
+    auto endsWith = [&](const char* s) {
+        const size_t len = std::strlen(s);
+        return n.size() >= len && n.compare(n.size() - len, len, s) == 0;
+    };
+    if (endsWith(".attn.bias") || endsWith(".attn.masked_bias")) *skip = true;   // causal-mask buffers
+    *conv1d = endsWith("attn.c_attn.weight") || endsWith("attn.c_proj.weight") || endsWith("mlp.c_fc.weight") ||
+              endsWith("mlp.c_proj.weight");
+    return n;
+}
+
+class HfFormat : public ModelFormat {
+public:
+    std::string id() const override { return "hf"; }
+    std::string displayName() const override { return "Hugging Face folder (safetensors)"; }
+
+    bool canRead(const std::string& path) const override {
+        return isDir(path) && isFile(path + "/config.json");
+    }
+
+    std::unique_ptr<Model> read(const std::string& folder, const LoadOptions&) const override {
+        const std::string configPath = folder + "/config.json";
+        auto model = std::make_unique<Model>();
+        model->path = folder;
+        model->spec = readConfig(readJson(configPath), configPath);
+
+        std::vector<std::string> shards;
+        const std::string single = folder + "/model.safetensors", index = folder + "/model.safetensors.index.json";
+        if (isFile(index)) {
+            nlohmann::json j = readJson(index);
+            if (!j.contains("weight_map") || !j["weight_map"].is_object())
+                throw Error(index, "'weight_map' is missing or not an object");
+            std::set<std::string> files;
+            for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+                if (!it.value().is_string()) throw Error(index, "weight_map entry '" + it.key() + "' is not a file name");
+                std::string shard = it.value().get<std::string>();
+                if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos)
+                    throw Error(index, "shard name '" + shard + "' must be a plain file name in the folder");
+                files.insert(shard);
+            }
+            for (const auto& f : files) {
+                if (!isFile(folder + "/" + f)) throw Error(index, "names shard '" + f + "', which is missing from the folder");
+                shards.push_back(folder + "/" + f);
+            }
+        } else if (isFile(single)) {
+            shards.push_back(single);
+        } else {
+            throw Error(folder, "has config.json but neither model.safetensors nor model.safetensors.index.json "
+                                "(PyTorch .bin checkpoints are not supported: convert them to safetensors)");
+        }
+
+        const bool gpt2 = model->spec.family == Family::Gpt2;
+        for (const auto& shardPath : shards) {
+            SafetensorsFile st = SafetensorsFile::open(shardPath);
+            for (auto& e : st.entries) {
+                TensorRecord r;
+                bool skip = false;
+                r.name = gpt2 ? gpt2Canonical(e.name, &r.storedTransposed, &skip) : e.name;
+                if (skip) continue;
+                if (r.name.find("rotary_emb.inv_freq") != std::string::npos) continue;   // recomputed
+                r.shape = e.shape;
+                if (r.storedTransposed) {
+                    if (r.shape.size() != 2) throw Error(shardPath, "Conv1D tensor '" + e.name + "' is not 2-D");
+                    std::swap(r.shape[0], r.shape[1]);
+                }
+                r.type = e.type;
+                if (r.type != ggml::Type::F32 && r.type != ggml::Type::F16 && r.type != ggml::Type::BF16)
+                    throw Error(shardPath, "tensor '" + e.name + "' has dtype " + e.dtype +
+                                               "; model weights must be F32, F16 or BF16");
+                r.data = e.data;
+                r.bytes = e.bytes;
+                r.file = shardPath;
+                model->addTensor(std::move(r));
+            }
+            model->keepAlive(st.file);
+        }
+        if (!model->has("lm_head.weight")) model->spec.tiedEmbeddings = true;
+        if (isFile(folder + "/tokenizer.json")) model->tokenizer = loadHfTokenizer(folder + "/tokenizer.json");
+        model->metadata["shards"] = std::to_string(shards.size());
+        return model;
+    }
+};
+
+} // namespace
+
+std::unique_ptr<ModelFormat> makeHfFormat() { return std::make_unique<HfFormat>(); }
+
+} // namespace cwb

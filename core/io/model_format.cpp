@@ -1,0 +1,63 @@
+#include "core/io/model_format.h"
+
+#include <sys/stat.h>
+
+#include "core/util/error.h"
+
+namespace cwb {
+
+ModelFormatRegistry::ModelFormatRegistry() {
+    add(makeGgufFormat());
+    add(makeHfFormat());
+    add(makeLlama2cFormat());
+}
+
+ModelFormatRegistry& ModelFormatRegistry::instance() {
+    static ModelFormatRegistry registry;
+    return registry;
+}
+
+void ModelFormatRegistry::add(std::unique_ptr<ModelFormat> format) { mFormats.push_back(std::move(format)); }
+
+const ModelFormat* ModelFormatRegistry::formatFor(const std::string& path) const {
+    for (const auto& f : mFormats)
+        if (f->canRead(path)) return f.get();
+    return nullptr;
+}
+
+const ModelFormat* ModelFormatRegistry::byId(const std::string& id) const {
+    for (const auto& f : mFormats)
+        if (f->id() == id) return f.get();
+    return nullptr;
+}
+
+std::vector<const ModelFormat*> ModelFormatRegistry::formats() const {
+    std::vector<const ModelFormat*> out;
+    for (const auto& f : mFormats) out.push_back(f.get());
+    return out;
+}
+
+std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& options) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) throw Error(path, "no such file or folder");
+    const ModelFormat* format = ModelFormatRegistry::instance().formatFor(path);
+    if (!format)
+        throw Error(path, "not a model cwb can read (expected a GGUF file, a Hugging Face folder with config.json "
+                          "and safetensors, or a llama2.c checkpoint)");
+    std::unique_ptr<Model> model;
+    try {
+        model = format->read(path, options);
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception& e) {
+        // A metadata value of an unexpected JSON type and the like: still name the file.
+        throw Error(path, std::string("cannot read the model: ") + e.what());
+    }
+    model->path = path;
+    model->format = format->id();
+    model->spec.validate(path);
+    model->validateTensors();
+    return model;
+}
+
+} // namespace cwb

@@ -1,0 +1,48 @@
+#pragma once
+// Model file formats are interfaces in a registry (after Tiled's MapFormat): the CLI, batch runner and GUI
+// ask the registry which format reads a path instead of choosing with an if/else chain.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model/model.h"
+
+namespace cwb {
+
+struct LoadOptions {
+    std::string tokenizerPath;   // llama2.c: tokenizer.bin (default: tokenizer.bin or tok<vocab>.bin beside the model)
+};
+
+class ModelFormat {
+public:
+    virtual ~ModelFormat() = default;
+    virtual std::string id() const = 0;            // stable: "gguf", "hf", "llama2c"
+    virtual std::string displayName() const = 0;
+    // Cheap sniff of the path (magic bytes, folder contents); never throws.
+    virtual bool canRead(const std::string& path) const = 0;
+    // Throws cwb::Error naming the file and the problem.
+    virtual std::unique_ptr<Model> read(const std::string& path, const LoadOptions& options) const = 0;
+};
+
+class ModelFormatRegistry {
+public:
+    static ModelFormatRegistry& instance();
+    void add(std::unique_ptr<ModelFormat> format);
+    const ModelFormat* formatFor(const std::string& path) const;   // nullptr when none reads it
+    const ModelFormat* byId(const std::string& id) const;
+    std::vector<const ModelFormat*> formats() const;
+
+private:
+    ModelFormatRegistry();
+    std::vector<std::unique_ptr<ModelFormat>> mFormats;
+};
+
+// Finds the format and reads the model, then validates tensor shapes against the architecture.
+std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& options = {});
+
+// Factories of the built-in formats (each defined beside its reader).
+std::unique_ptr<ModelFormat> makeGgufFormat();
+std::unique_ptr<ModelFormat> makeHfFormat();
+std::unique_ptr<ModelFormat> makeLlama2cFormat();
+
+} // namespace cwb

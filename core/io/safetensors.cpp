@@ -1,0 +1,150 @@
+#include "core/io/safetensors.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/util/error.h"
+#include "core/util/mapped_file.h"
+
+namespace cwb {
+
+namespace {
+constexpr uint64_t kMaxHeaderBytes = 100u << 20;   // the format's own limit
+struct DtypeName {
+    const char* name;
+    ggml::Type type;
+};
+const DtypeName kDtypes[] = {{"F32", ggml::Type::F32}, {"F16", ggml::Type::F16}, {"BF16", ggml::Type::BF16},
+                             {"I8", ggml::Type::I8},   {"I16", ggml::Type::I16}, {"I32", ggml::Type::I32},
+                             {"I64", ggml::Type::I64}, {"F64", ggml::Type::F64}};
+} // namespace
+
+bool safetensorsDtype(const std::string& dtype, ggml::Type* type) {
+    for (const auto& d : kDtypes)
+        if (dtype == d.name) {
+            *type = d.type;
+            return true;
+        }
+    return false;
+}
+
+const char* safetensorsDtypeName(ggml::Type type) {
+    for (const auto& d : kDtypes)
+        if (d.type == type) return d.name;
+    return nullptr;
+}
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+    SafetensorsFile st;
+    st.file = MappedFile::open(path);
+    const size_t size = st.file->size();
+    if (size < 8) throw Error(path, "truncated: a safetensors file needs at least 8 bytes, it has " + std::to_string(size));
+    uint64_t headerBytes;
+    std::memcpy(&headerBytes, st.file->data(), 8);
+    if (headerBytes > size - 8)
+        throw Error(path, "header length " + std::to_string(headerBytes) + " runs past the end of the file (" +
+                              std::to_string(size) + " bytes)");
+    if (headerBytes > kMaxHeaderBytes) throw Error(path, "header length " + std::to_string(headerBytes) + " exceeds 100 MB");
+    nlohmann::json header;
+    try {
+        header = nlohmann::json::parse(st.file->data() + 8, st.file->data() + 8 + headerBytes);
+    } catch (const std::exception& e) {
+        throw Error(path, std::string("header is not valid JSON: ") + e.what());
+    }
+    if (!header.is_object()) throw Error(path, "header is not a JSON object");
+    const uint8_t* dataStart = st.file->data() + 8 + headerBytes;
+    const uint64_t dataSize = size - 8 - headerBytes;
+
+    for (auto it = header.begin(); it != header.end(); ++it) {
+        const std::string& name = it.key();
+        const auto& v = it.value();
+        if (name == "__metadata__") {
+            if (v.is_object())
+                for (auto m = v.begin(); m != v.end(); ++m)
+                    if (m.value().is_string()) st.metadata[m.key()] = m.value().get<std::string>();
+            continue;
+        }
+        if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
+            !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
+            v["data_offsets"].size() != 2)
+            throw Error(path, "tensor '" + name + "' has a malformed header entry");
+        SafetensorsEntry e;
+        e.name = name;
+        e.dtype = v["dtype"].get<std::string>();
+        if (!safetensorsDtype(e.dtype, &e.type))
+            throw Error(path, "tensor '" + name + "' has unsupported dtype '" + e.dtype + "'");
+        if (v["shape"].size() > 8) throw Error(path, "tensor '" + name + "' has " + std::to_string(v["shape"].size()) + " dimensions");
+        uint64_t elements = 1;
+        for (const auto& d : v["shape"]) {
+            if (!d.is_number_unsigned()) throw Error(path, "tensor '" + name + "' has a non-integer or negative dimension");
+            uint64_t n = d.get<uint64_t>();
+            if (n > (uint64_t(1) << 40) || (n && elements > (uint64_t(1) << 42) / n))
+                throw Error(path, "tensor '" + name + "' has an absurd dimension " + std::to_string(n));
+            elements *= n;
+            e.shape.push_back(static_cast<int64_t>(n));
+        }
+        const auto& offs = v["data_offsets"];
+        if (!offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
+            throw Error(path, "tensor '" + name + "' has invalid data_offsets");
+        uint64_t begin = offs[0].get<uint64_t>(), end = offs[1].get<uint64_t>();
+        if (begin > end || end > dataSize)
+            throw Error(path, "tensor '" + name + "' data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                  ") lie outside the " + std::to_string(dataSize) + "-byte data section (truncated file?)");
+        const ggml::TypeTraits* traits = ggml::traits(static_cast<uint32_t>(e.type));
+        if (elements * traits->typeSize != end - begin)
+            throw Error(path, "tensor '" + name + "' has " + std::to_string(elements) + " " + e.dtype + " elements (" +
+                                  std::to_string(elements * traits->typeSize) + " bytes) but its byte range holds " +
+                                  std::to_string(end - begin));
+        e.data = dataStart + begin;
+        e.bytes = static_cast<size_t>(end - begin);
+        st.entries.push_back(std::move(e));
+    }
+    std::vector<const SafetensorsEntry*> sorted;
+    for (const auto& e : st.entries) sorted.push_back(&e);
+    std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->data < b->data; });
+    for (size_t i = 0; i + 1 < sorted.size(); ++i)
+        if (sorted[i]->data + sorted[i]->bytes > sorted[i + 1]->data)
+            throw Error(path, "tensors '" + sorted[i]->name + "' and '" + sorted[i + 1]->name + "' overlap");
+    return st;
+}
+
+void SafetensorsWriter::add(const std::string& name, ggml::Type type, std::vector<int64_t> shape,
+                            std::vector<uint8_t> data) {
+    mTensors.push_back({name, type, std::move(shape), std::move(data)});
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+    nlohmann::json header = nlohmann::json::object();
+    if (!mMetadata.empty()) header["__metadata__"] = mMetadata;
+    uint64_t offset = 0;
+    for (const auto& t : mTensors) {
+        const char* dtype = safetensorsDtypeName(t.type);
+        if (!dtype) throw Error(path, "safetensors cannot hold tensor '" + t.name + "' of this type");
+        header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
+        offset += t.data.size();
+    }
+    std::string text = header.dump();
+    while ((8 + text.size()) % 8) text.push_back(' ');   // keep tensor data 8-byte aligned
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out) throw Error(tmp, "cannot create file");
+        uint64_t n = text.size();
+        out.write(reinterpret_cast<const char*>(&n), 8);
+        out.write(text.data(), static_cast<std::streamsize>(text.size()));
+        // The JSON object orders keys alphabetically, but offsets follow insertion order: write in that order.
+        for (const auto& t : mTensors) out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
+        out.flush();
+        if (!out) throw Error(tmp, "write failed (disk full?)");
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw Error(path, "cannot rename the temporary file into place");
+    }
+}
+
+} // namespace cwb

@@ -1,0 +1,50 @@
+#pragma once
+// The architecture of a loaded model in one plain struct: everything the runtime needs to run it,
+// whatever file format it came from.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace cwb {
+
+enum class Family { Llama, Gpt2 };
+
+// How RoPE pairs the dimensions of a head. Meta/GGUF-llama/llama2.c rotate adjacent pairs (0,1),(2,3)...;
+// Hugging Face Llama checkpoints and Qwen2 rotate the two halves (i, i + d/2) ("neox" style).
+enum class RopeStyle { AdjacentPairs, Halves };
+
+struct RopeScaling {
+    std::string type = "none";        // "none", "linear", "llama3"
+    double factor = 1.0;
+    double lowFreqFactor = 1.0;       // llama3
+    double highFreqFactor = 4.0;      // llama3
+    int64_t originalContext = 8192;   // llama3 original_max_position_embeddings
+};
+
+struct ArchSpec {
+    Family family = Family::Llama;
+    std::string modelType;            // as the source named it: llama, mistral, qwen2, gpt2
+    int64_t layers = 0;
+    int64_t hidden = 0;
+    int64_t heads = 0;
+    int64_t kvHeads = 0;
+    int64_t headDim = 0;
+    int64_t ffn = 0;
+    int64_t vocab = 0;
+    int64_t context = 2048;
+    double ropeTheta = 10000.0;
+    RopeStyle ropeStyle = RopeStyle::Halves;
+    RopeScaling ropeScaling;
+    double normEps = 1e-5;
+    bool tiedEmbeddings = false;
+    bool attentionBias = false;       // Qwen2 has q/k/v biases
+
+    // Throws cwb::Error(source, ...) when a dimension is missing, non-positive, absurd or inconsistent.
+    void validate(const std::string& source) const;
+};
+
+const char* familyName(Family family);
+void to_json(nlohmann::json& j, const ArchSpec& spec);
+
+} // namespace cwb

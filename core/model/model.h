@@ -1,0 +1,72 @@
+#pragma once
+// One canonical in-memory model: architecture, named tensors in their storage type (memory-mapped where
+// the format allows), and the tokenizer. Tensor names follow the Hugging Face checkpoints of the family
+// (model.layers.N.self_attn.q_proj.weight for Llama, transformer.h.N.attn.c_attn.weight for GPT-2), and every
+// matrix has the logical shape [out, in] of a linear layer whatever its layout on disk.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "core/io/ggml_types.h"
+#include "core/model/arch_spec.h"
+#include "core/tokenizer/tokenizer.h"
+
+namespace cwb {
+
+class MappedFile;
+
+struct TensorRecord {
+    std::string name;
+    std::vector<int64_t> shape;      // logical shape, outermost first
+    ggml::Type type = ggml::Type::F32;
+    const uint8_t* data = nullptr;   // storage bytes (mapped file or a buffer the model owns)
+    size_t bytes = 0;
+    std::string file;                // where the bytes came from, for messages and info
+    bool storedTransposed = false;   // 2-D data holds the transpose of `shape` (GPT-2 Conv1D)
+
+    int64_t elementCount() const;
+};
+
+class Model {
+public:
+    ArchSpec spec;
+    std::string path;                // file or folder it was loaded from
+    std::string format;              // "gguf", "hf", "llama2c"
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::map<std::string, std::string> metadata;   // free-form facts shown by `cwb info`
+
+    bool has(const std::string& name) const;
+    const TensorRecord& tensor(const std::string& name) const;   // throws cwb::Error when absent
+    const std::vector<std::string>& tensorNames() const { return mOrder; }
+
+    // The tensor in fp32 on the CPU, always a fresh contiguous tensor the caller may modify.
+    at::Tensor floatTensor(const std::string& name) const;
+
+    // Adds a tensor record after checking that shape × type matches its byte count; throws cwb::Error.
+    void addTensor(TensorRecord record);
+    // Keeps what record data points into alive for the model's lifetime.
+    void keepAlive(std::shared_ptr<const void> owner) { mOwners.push_back(std::move(owner)); }
+
+    int64_t parameterCount() const;
+    size_t storageBytes() const;
+
+    // Checks that every tensor the runtime needs is present with the expected shape; throws cwb::Error.
+    void validateTensors() const;
+
+private:
+    std::map<std::string, TensorRecord> mTensors;
+    std::vector<std::string> mOrder;
+    std::vector<std::shared_ptr<const void>> mOwners;
+};
+
+// Canonical tensor names.
+namespace names {
+std::string llamaLayer(int64_t layer, const std::string& suffix);   // "model.layers.L." + suffix
+std::string gpt2Layer(int64_t layer, const std::string& suffix);    // "transformer.h.L." + suffix
+} // namespace names
+
+} // namespace cwb

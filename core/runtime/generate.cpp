@@ -1,0 +1,77 @@
+#include "core/runtime/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "core/runtime/transformer.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+
+namespace cwb {
+
+namespace {
+
+// Sampling on the CPU with our own RNG so a seed gives the same text on every LibTorch version.
+TokenId pick(const at::Tensor& logitsRow, const GenerateParams& p, std::mt19937_64& rng) {
+    at::Tensor logits = logitsRow.to(at::kCPU, at::kDouble).contiguous();
+    if (p.temperature <= 0) return static_cast<TokenId>(logits.argmax().item<int64_t>());
+    const double* l = logits.data_ptr<double>();
+    const int64_t n = logits.numel();
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    int64_t keep = p.topK > 0 ? std::min(p.topK, n) : n;
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int64_t a, int64_t b) { return l[a] > l[b]; });
+    const double top = l[order[0]];
+    std::vector<double> weights(static_cast<size_t>(keep));
+    for (int64_t i = 0; i < keep; ++i) weights[static_cast<size_t>(i)] = std::exp((l[order[static_cast<size_t>(i)]] - top) / p.temperature);
+    std::discrete_distribution<int64_t> dist(weights.begin(), weights.end());
+    return static_cast<TokenId>(order[static_cast<size_t>(dist(rng))]);
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+} // namespace
+
+GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const GenerateParams& params, Feedback* feedback) {
+    GenerateResult result;
+    result.promptIds = tokenizer.encode(params.prompt, /*addBos=*/true);
+    if (result.promptIds.empty()) {
+        if (tokenizer.bos() < 0) throw Error("generate: empty prompt and the tokenizer has no BOS token");
+        result.promptIds.push_back(tokenizer.bos());
+    }
+    const int64_t context = model.spec().context;
+    const int64_t promptLength = static_cast<int64_t>(result.promptIds.size());
+    if (promptLength >= context)
+        throw Error("generate: the prompt has " + std::to_string(promptLength) + " tokens; the model's context is " +
+                    std::to_string(context));
+    const int64_t budget = std::min<int64_t>(params.tokens, context - promptLength);
+    auto cache = model.makeCache(1, promptLength + budget);
+    std::mt19937_64 rng(params.seed);
+
+    std::vector<int64_t> prompt(result.promptIds.begin(), result.promptIds.end());
+    auto t0 = std::chrono::steady_clock::now();
+    at::Tensor logits = model.forward(at::tensor(prompt, at::kLong).unsqueeze(0), cache.get());
+    result.prefillSeconds = secondsSince(t0);
+    auto t1 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < budget; ++i) {
+        if (feedback) {
+            feedback->throwIfCancelled();
+            feedback->setProgress(double(i) / double(budget));
+        }
+        TokenId next = pick(logits[0][logits.size(1) - 1], params, rng);
+        result.generatedIds.push_back(next);
+        if (params.stopAtEos && next == tokenizer.eos()) break;
+        if (i + 1 == budget) break;
+        logits = model.forward(at::full({1, 1}, static_cast<int64_t>(next), at::kLong), cache.get());
+    }
+    if (!result.generatedIds.empty()) result.decodeSecondsPerToken = secondsSince(t1) / double(result.generatedIds.size());
+    result.text = tokenizer.decode(result.generatedIds);
+    if (feedback) feedback->setProgress(1.0);
+    return result;
+}
+
+} // namespace cwb

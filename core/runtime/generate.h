@@ -1,0 +1,35 @@
+#pragma once
+// Text generation: prefill the prompt, then decode one token at a time through the KV cache.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tokenizer/tokenizer.h"
+
+namespace cwb {
+
+class Transformer;
+class Feedback;
+
+struct GenerateParams {
+    std::string prompt;          // empty: start from BOS alone
+    int64_t tokens = 64;         // tokens to generate
+    double temperature = 0.0;    // 0: greedy
+    int64_t topK = 0;            // 0: whole vocabulary
+    uint64_t seed = 0;
+    bool stopAtEos = true;
+};
+
+struct GenerateResult {
+    std::vector<TokenId> promptIds;
+    std::vector<TokenId> generatedIds;
+    std::string text;            // decoded generated tokens
+    double prefillSeconds = 0;
+    double decodeSecondsPerToken = 0;
+};
+
+// Throws cwb::Error (no tokenizer, prompt longer than the context) or cwb::Cancelled.
+GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const GenerateParams& params,
+                        Feedback* feedback = nullptr);
+
+} // namespace cwb

@@ -1,0 +1,279 @@
+#include "core/runtime/transformer.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "core/util/error.h"
+
+namespace cwb {
+
+struct Transformer::Block {
+    std::map<std::string, at::Tensor> tensors;   // suffix ("self_attn.q_proj.weight") -> tensor on device
+    const at::Tensor& operator[](const std::string& suffix) const { return tensors.at(suffix); }
+    bool has(const std::string& suffix) const { return tensors.count(suffix) != 0; }
+};
+
+struct Transformer::Globals {
+    at::Tensor embedding, positions, finalNormWeight, finalNormBias, head;
+};
+
+namespace {
+
+const std::vector<std::string>& llamaSuffixes(bool bias) {
+    static const std::vector<std::string> plain = {
+        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+        "mlp.down_proj.weight"};
+    static const std::vector<std::string> withBias = [] {
+        auto v = plain;
+        v.insert(v.end(), {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"});
+        return v;
+    }();
+    return bias ? withBias : plain;
+}
+
+const std::vector<std::string>& gpt2Suffixes() {
+    static const std::vector<std::string> s = {
+        "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+        "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    return s;
+}
+
+std::string layerPrefix(const ArchSpec& spec, int64_t layer) {
+    return spec.family == Family::Llama ? names::llamaLayer(layer, "") : names::gpt2Layer(layer, "");
+}
+
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+    at::Tensor xf = x.to(at::kFloat);
+    at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
+    return (normed * weight.to(at::kFloat)).to(x.scalar_type());
+}
+
+at::Tensor layerNorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
+    at::Tensor xf = x.to(at::kFloat);
+    return at::layer_norm(xf, {xf.size(-1)}, weight.to(at::kFloat), bias.to(at::kFloat), eps).to(x.scalar_type());
+}
+
+// Inverse frequencies of RoPE with the model's scaling applied (Llama 3 rule as in Hugging Face).
+at::Tensor ropeInverseFrequencies(const ArchSpec& s, const Model& model) {
+    const int64_t half = s.headDim / 2;
+    at::Tensor inv = at::empty({half}, at::kDouble);
+    auto* p = inv.data_ptr<double>();
+    for (int64_t i = 0; i < half; ++i) p[i] = 1.0 / std::pow(s.ropeTheta, double(2 * i) / double(s.headDim));
+    const RopeScaling& r = s.ropeScaling;
+    if (r.type == "linear") {
+        for (int64_t i = 0; i < half; ++i) p[i] /= r.factor;
+    } else if (r.type == "llama3") {
+        const double lowWavelen = r.originalContext / r.lowFreqFactor;
+        const double highWavelen = r.originalContext / r.highFreqFactor;
+        for (int64_t i = 0; i < half; ++i) {
+            const double wavelen = 2 * M_PI / p[i];
+            if (wavelen < highWavelen) continue;
+            if (wavelen > lowWavelen) {
+                p[i] /= r.factor;
+            } else {
+                const double smooth = (r.originalContext / wavelen - r.lowFreqFactor) / (r.highFreqFactor - r.lowFreqFactor);
+                p[i] = (1 - smooth) * p[i] / r.factor + smooth * p[i];
+            }
+        }
+    }
+    if (model.has("rope_freqs.weight")) {   // GGUF stores Llama 3 scaling as per-frequency divisors
+        at::Tensor factors = model.floatTensor("rope_freqs.weight").to(at::kDouble);
+        if (factors.numel() != half) throw Error(model.path, "rope_freqs.weight has the wrong length");
+        inv = inv / factors;
+    }
+    return inv.to(at::kFloat);
+}
+
+} // namespace
+
+KvCache::KvCache(const ArchSpec& spec, int64_t batch, int64_t capacity, const RuntimeOptions& options)
+    : mCapacity(capacity) {
+    auto opts = at::TensorOptions().dtype(options.dtype).device(options.device);
+    for (int64_t l = 0; l < spec.layers; ++l) {
+        mKeys.push_back(at::zeros({batch, spec.kvHeads, capacity, spec.headDim}, opts));
+        mValues.push_back(at::zeros({batch, spec.kvHeads, capacity, spec.headDim}, opts));
+    }
+}
+
+Transformer::Transformer(const Model& model, RuntimeOptions options)
+    : mModel(model), mOptions(options), mGlobals(std::make_unique<Globals>()) {
+    const ArchSpec& s = model.spec;
+    auto load = [&](const std::string& name) { return weight(name); };
+    if (s.family == Family::Llama) {
+        mGlobals->embedding = load("model.embed_tokens.weight");
+        mGlobals->finalNormWeight = load("model.norm.weight");
+        mGlobals->head = model.has("lm_head.weight") ? load("lm_head.weight") : mGlobals->embedding;
+        mInvFreq = ropeInverseFrequencies(s, model).to(options.device);
+    } else {
+        mGlobals->embedding = load("transformer.wte.weight");
+        mGlobals->positions = load("transformer.wpe.weight");
+        mGlobals->finalNormWeight = load("transformer.ln_f.weight");
+        mGlobals->finalNormBias = load("transformer.ln_f.bias");
+        mGlobals->head = model.has("lm_head.weight") ? load("lm_head.weight") : mGlobals->embedding;
+    }
+    mBlocks.resize(static_cast<size_t>(s.layers));
+}
+
+Transformer::~Transformer() = default;
+
+std::unique_ptr<KvCache> Transformer::makeCache(int64_t batch, int64_t capacity) const {
+    return std::make_unique<KvCache>(mModel.spec, batch, capacity, mOptions);
+}
+
+at::Tensor Transformer::weight(const std::string& name) const {
+    at::Tensor t = mModel.floatTensor(name);
+    // Vectors (norms, biases) stay fp32; matrices take the compute type.
+    at::ScalarType type = t.dim() >= 2 ? mOptions.dtype : at::kFloat;
+    return t.to(mOptions.device, type);
+}
+
+const Transformer::Block& Transformer::block(int64_t layer) {
+    auto& cached = mBlocks[static_cast<size_t>(layer)];
+    if (cached) return *cached;
+    auto b = std::make_unique<Block>();
+    const ArchSpec& s = mModel.spec;
+    const auto& suffixes = s.family == Family::Llama ? llamaSuffixes(s.attentionBias) : gpt2Suffixes();
+    const std::string prefix = layerPrefix(s, layer);
+    for (const auto& suffix : suffixes) b->tensors[suffix] = weight(prefix + suffix);
+    if (mOptions.cacheWeights) {
+        cached = std::move(b);
+        return *cached;
+    }
+    mScratch = std::move(b);
+    return *mScratch;
+}
+
+at::Tensor Transformer::applyRope(const at::Tensor& x, int64_t start) const {
+    // x: [batch, heads, tokens, headDim]
+    const int64_t tokens = x.size(2), half = mModel.spec.headDim / 2;
+    at::Tensor positions = at::arange(start, start + tokens, at::TensorOptions().dtype(at::kFloat).device(x.device()));
+    at::Tensor angles = at::outer(positions, mInvFreq);   // [tokens, half]
+    at::Tensor cos = angles.cos(), sin = angles.sin();
+    at::Tensor xf = x.to(at::kFloat);
+    at::Tensor out;
+    if (mModel.spec.ropeStyle == RopeStyle::AdjacentPairs) {
+        at::Tensor pairs = xf.reshape({x.size(0), x.size(1), tokens, half, 2});
+        at::Tensor a = pairs.select(-1, 0), b = pairs.select(-1, 1);
+        out = at::stack({a * cos - b * sin, a * sin + b * cos}, -1).reshape(x.sizes());
+    } else {
+        at::Tensor a = xf.narrow(-1, 0, half), b = xf.narrow(-1, half, half);
+        out = at::cat({a * cos - b * sin, b * cos + a * sin}, -1);
+    }
+    return out.to(x.scalar_type());
+}
+
+at::Tensor Transformer::attention(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  KvCache* cache, int64_t start, ActivationObserver* observer) const {
+    // q: [B, H, T, hd]; k, v: [B, Hkv, T, hd]
+    const ArchSpec& s = mModel.spec;
+    const int64_t tokens = q.size(2);
+    at::Tensor keys = k, values = v;
+    if (cache) {
+        auto& ck = cache->mKeys[static_cast<size_t>(layer)];
+        auto& cv = cache->mValues[static_cast<size_t>(layer)];
+        ck.narrow(2, start, tokens).copy_(k);
+        cv.narrow(2, start, tokens).copy_(v);
+        keys = ck.narrow(2, 0, start + tokens);
+        values = cv.narrow(2, 0, start + tokens);
+    }
+    const int64_t groups = s.heads / s.kvHeads;
+    if (groups > 1) {
+        keys = keys.repeat_interleave(groups, 1);
+        values = values.repeat_interleave(groups, 1);
+    }
+    const int64_t total = keys.size(2);
+    at::Tensor scores = at::matmul(q.to(at::kFloat), keys.to(at::kFloat).transpose(-2, -1)) / std::sqrt(double(s.headDim));
+    // Query i (absolute position start + i) sees keys 0 .. start + i.
+    at::Tensor mask = at::ones({tokens, total}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(start + 1);
+    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    at::Tensor probs = at::softmax(scores, -1);
+    at::Tensor out = at::matmul(probs, values.to(at::kFloat)).to(q.scalar_type());   // [B, H, T, hd]
+    if (observer && observer->wantsHeads()) observer->onAttentionHeads(layer, out.transpose(1, 2));
+    return out.transpose(1, 2).reshape({q.size(0), tokens, s.heads * s.headDim});
+}
+
+at::Tensor Transformer::llamaBlock(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start,
+                                   ActivationObserver* observer) {
+    const ArchSpec& s = mModel.spec;
+    const Block& b = block(layer);
+    const std::string prefix = layerPrefix(s, layer);
+    auto lin = [&](const std::string& suffix, const at::Tensor& input) {
+        at::Tensor w = b[suffix + ".weight"];
+        at::Tensor bias = b.has(suffix + ".bias") ? b[suffix + ".bias"].to(input.scalar_type()) : at::Tensor();
+        at::Tensor y = at::linear(input, w, bias);
+        if (observer && observer->wantsLinear(prefix + suffix)) observer->onLinear(prefix + suffix, input, y);
+        return y;
+    };
+    const int64_t B = x.size(0), T = x.size(1);
+    at::Tensor h = rmsNorm(x, b["input_layernorm.weight"], s.normEps);
+    at::Tensor q = lin("self_attn.q_proj", h).view({B, T, s.heads, s.headDim}).transpose(1, 2);
+    at::Tensor k = lin("self_attn.k_proj", h).view({B, T, s.kvHeads, s.headDim}).transpose(1, 2);
+    at::Tensor v = lin("self_attn.v_proj", h).view({B, T, s.kvHeads, s.headDim}).transpose(1, 2);
+    q = applyRope(q, start);
+    k = applyRope(k, start);
+    at::Tensor attn = attention(layer, q, k, v, cache, start, observer);
+    at::Tensor out = x + lin("self_attn.o_proj", attn);
+    h = rmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
+    at::Tensor gate = lin("mlp.gate_proj", h), up = lin("mlp.up_proj", h);
+    return out + lin("mlp.down_proj", at::silu(gate) * up);
+}
+
+at::Tensor Transformer::gpt2Block(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start,
+                                  ActivationObserver* observer) {
+    const ArchSpec& s = mModel.spec;
+    const Block& b = block(layer);
+    const std::string prefix = layerPrefix(s, layer);
+    auto lin = [&](const std::string& suffix, const at::Tensor& input) {
+        at::Tensor y = at::linear(input, b[suffix + ".weight"], b[suffix + ".bias"].to(input.scalar_type()));
+        if (observer && observer->wantsLinear(prefix + suffix)) observer->onLinear(prefix + suffix, input, y);
+        return y;
+    };
+    const int64_t B = x.size(0), T = x.size(1);
+    at::Tensor h = layerNorm(x, b["ln_1.weight"], b["ln_1.bias"], s.normEps);
+    at::Tensor qkv = lin("attn.c_attn", h);
+    auto parts = qkv.split(s.hidden, -1);
+    auto heads = [&](const at::Tensor& t) { return t.reshape({B, T, s.heads, s.headDim}).transpose(1, 2); };
+    at::Tensor attn = attention(layer, heads(parts[0]), heads(parts[1]), heads(parts[2]), cache, start, observer);
+    at::Tensor out = x + lin("attn.c_proj", attn);
+    h = layerNorm(out, b["ln_2.weight"], b["ln_2.bias"], s.normEps);
+    return out + lin("mlp.c_proj", at::gelu(lin("mlp.c_fc", h), "tanh"));
+}
+
+at::Tensor Transformer::forward(const at::Tensor& tokens, KvCache* cache, ActivationObserver* observer) {
+    const ArchSpec& s = mModel.spec;
+    if (tokens.dim() != 2) throw Error("forward: tokens must be [batch, count], got " + std::to_string(tokens.dim()) + " dimensions");
+    const int64_t B = tokens.size(0), T = tokens.size(1);
+    if (B == 0 || T == 0) throw Error("forward: no tokens");
+    at::Tensor ids = tokens.to(at::kLong);
+    const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+    if (lo < 0 || hi >= s.vocab)
+        throw Error("forward: token id " + std::to_string(lo < 0 ? lo : hi) + " is outside the vocabulary of " +
+                    std::to_string(s.vocab));
+    const int64_t start = cache ? cache->length() : 0;
+    if (cache && (start + T > cache->capacity() || cache->mKeys.at(0).size(0) != B))
+        throw Error("forward: KV cache holds " + std::to_string(cache->capacity()) + " tokens of batch " +
+                    std::to_string(cache->mKeys.at(0).size(0)) + "; cannot add " + std::to_string(T) + " at position " +
+                    std::to_string(start));
+    ids = ids.to(mOptions.device);
+
+    at::Tensor x = at::embedding(mGlobals->embedding, ids);   // [B, T, hidden]
+    if (s.family == Family::Gpt2) {
+        if (start + T > s.context)
+            throw Error("forward: GPT-2 has " + std::to_string(s.context) + " learned positions; position " +
+                        std::to_string(start + T - 1) + " is past them");
+        at::Tensor pos = at::arange(start, start + T, at::TensorOptions().dtype(at::kLong).device(mOptions.device));
+        x = x + at::embedding(mGlobals->positions, pos).unsqueeze(0);
+    }
+    for (int64_t l = 0; l < s.layers; ++l)
+        x = s.family == Family::Llama ? llamaBlock(l, x, cache, start, observer) : gpt2Block(l, x, cache, start, observer);
+    mScratch.reset();
+    x = s.family == Family::Llama ? rmsNorm(x, mGlobals->finalNormWeight, s.normEps)
+                                  : layerNorm(x, mGlobals->finalNormWeight, mGlobals->finalNormBias, s.normEps);
+    at::Tensor logits = at::linear(x, mGlobals->head).to(at::kFloat);
+    if (cache) cache->mLength = start + T;
+    return logits;
+}
+
+} // namespace cwb

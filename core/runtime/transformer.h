@@ -1,0 +1,83 @@
+#pragma once
+// The forward pass of the supported families (Llama: RMSNorm, RoPE, GQA, SwiGLU; GPT-2: LayerNorm,
+// learned positions, GELU) on LibTorch tensors, with an optional KV cache and activation observers.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "core/model/model.h"
+
+namespace cwb {
+
+struct RuntimeOptions {
+    at::Device device = at::kCPU;
+    at::ScalarType dtype = at::kFloat;   // compute type of the matrices; norms and softmax run in fp32
+    // Keep converted weights between calls. Off: each forward converts one block at a time from the
+    // storage type, so a model larger than RAM in fp32 still runs.
+    bool cacheWeights = true;
+};
+
+// Receives activations during a forward pass; the calibration of compression methods builds on it.
+class ActivationObserver {
+public:
+    virtual ~ActivationObserver() = default;
+    // layerName is the canonical weight name without ".weight", e.g. "model.layers.0.mlp.down_proj".
+    virtual bool wantsLinear(const std::string& /*layerName*/) const { return false; }
+    virtual void onLinear(const std::string& /*layerName*/, const at::Tensor& /*input*/, const at::Tensor& /*output*/) {}
+    virtual bool wantsHeads() const { return false; }
+    // Per-head attention output before the output projection: [batch, tokens, heads, headDim].
+    virtual void onAttentionHeads(int64_t /*layer*/, const at::Tensor& /*headOutputs*/) {}
+};
+
+// Keys and values of earlier positions, preallocated for `capacity` tokens.
+class KvCache {
+public:
+    KvCache(const ArchSpec& spec, int64_t batch, int64_t capacity, const RuntimeOptions& options);
+    int64_t length() const { return mLength; }
+    int64_t capacity() const { return mCapacity; }
+    void reset() { mLength = 0; }
+
+private:
+    friend class Transformer;
+    std::vector<at::Tensor> mKeys;     // per layer [batch, kvHeads, capacity, headDim]
+    std::vector<at::Tensor> mValues;
+    int64_t mLength = 0;
+    int64_t mCapacity = 0;
+};
+
+class Transformer {
+public:
+    explicit Transformer(const Model& model, RuntimeOptions options = {});
+    ~Transformer();
+
+    // tokens: [batch, count] int64. With a cache, positions continue after cache->length() and the cache
+    // grows by count. Returns fp32 logits [batch, count, vocab]. Throws cwb::Error on bad input.
+    at::Tensor forward(const at::Tensor& tokens, KvCache* cache = nullptr, ActivationObserver* observer = nullptr);
+
+    const ArchSpec& spec() const { return mModel.spec; }
+    const Model& model() const { return mModel; }
+    const RuntimeOptions& options() const { return mOptions; }
+    std::unique_ptr<KvCache> makeCache(int64_t batch, int64_t capacity) const;
+
+private:
+    struct Block;
+    struct Globals;
+    const Block& block(int64_t layer);
+    at::Tensor weight(const std::string& name) const;
+    at::Tensor attention(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         KvCache* cache, int64_t start, ActivationObserver* observer) const;
+    at::Tensor applyRope(const at::Tensor& x, int64_t start) const;
+    at::Tensor llamaBlock(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start, ActivationObserver* observer);
+    at::Tensor gpt2Block(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start, ActivationObserver* observer);
+
+    const Model& mModel;
+    RuntimeOptions mOptions;
+    std::unique_ptr<Globals> mGlobals;
+    std::vector<std::unique_ptr<Block>> mBlocks;
+    std::unique_ptr<Block> mScratch;   // the block loaded when weights are not cached
+    at::Tensor mInvFreq;               // [headDim / 2], fp32
+};
+
+} // namespace cwb

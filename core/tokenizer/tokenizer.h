@@ -1,0 +1,70 @@
+#pragma once
+// Tokenizers turn text into token ids and back. Every model format brings its own vocabulary; the
+// factories below build one of the three algorithms we support from the format's data.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cwb {
+
+using TokenId = int32_t;
+
+class Tokenizer {
+public:
+    virtual ~Tokenizer() = default;
+
+    // Text to ids. addBos puts the BOS id first (when the vocabulary has one).
+    virtual std::vector<TokenId> encode(const std::string& text, bool addBos) const = 0;
+    // Ids to text; special tokens (BOS/EOS/control) are dropped, byte tokens are reassembled.
+    virtual std::string decode(const std::vector<TokenId>& ids) const = 0;
+    // The stored string of one token, as the vocabulary holds it (for display).
+    virtual std::string tokenText(TokenId id) const = 0;
+    virtual int32_t vocabSize() const = 0;
+    // Short name of the algorithm: "spm-bpe", "byte-bpe", "llama2c".
+    virtual std::string kind() const = 0;
+
+    TokenId bos() const { return mBos; }
+    TokenId eos() const { return mEos; }
+    // Whether the vocabulary's own settings ask for BOS at the start of a text (TokenizerData::addBos,
+    // tokenizer_config.json's add_bos_token, llama2.c: always). Callers pass it as encode's addBos.
+    bool addBosByDefault() const { return mAddBos; }
+
+protected:
+    TokenId mBos = -1;
+    TokenId mEos = -1;
+    bool mAddBos = false;
+};
+
+// GGUF/SentencePiece token types (tokenizer.ggml.token_type).
+enum class TokenType : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+
+// Everything a tokenizer can be built from, as GGUF stores it (tokenizer.ggml.*); other formats fill the same.
+struct TokenizerData {
+    std::string model;               // "llama" (SentencePiece BPE with scores) or "gpt2" (byte-level BPE with merges)
+    std::string pre;                 // gpt2 pre-tokenizer: "gpt2" (default), "llama-bpe" (Llama 3), "qwen2"
+    std::vector<std::string> tokens;
+    std::vector<float> scores;       // llama: merge priority scores; may be empty for gpt2
+    std::vector<int32_t> types;      // TokenType per token; may be empty (then derived, see makeTokenizer)
+    std::vector<std::string> merges; // gpt2: "left right" per line, in rank order. llama: normally empty; when
+                                     // given (HF tokenizer.json) the merge ranks replace the scores
+    TokenId bos = -1;
+    TokenId eos = -1;
+    TokenId unk = -1;
+    bool addBos = true;              // llama default true, gpt2 default false
+    bool addSpacePrefix = true;      // SentencePiece "add_dummy_prefix"
+};
+
+// Throws cwb::Error when the data is inconsistent (e.g. a merge naming a missing token, ids out of range).
+// Empty types are derived: bos/eos Control, unk Unknown, "<0xXX>" Byte (llama only), the rest Normal.
+// An unknown gpt2 `pre` name falls back to the GPT-2 regex.
+std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerData& data);
+
+// Hugging Face tokenizer.json (BPE model: byte-level as in GPT-2/Llama 3/Qwen2, or SentencePiece-style as in
+// Llama 2). Throws cwb::Error naming the file on anything it cannot read.
+std::unique_ptr<Tokenizer> loadHfTokenizer(const std::string& tokenizerJsonPath);
+
+// llama2.c tokenizer.bin: uint32 max_token_length, then vocabSize × (f32 score, int32 len, bytes).
+std::unique_ptr<Tokenizer> loadLlama2cTokenizer(const std::string& path, int32_t vocabSize);
+
+} // namespace cwb

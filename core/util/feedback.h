@@ -1,0 +1,75 @@
+#pragma once
+// Long core operations take a Feedback (after QGIS's QgsFeedback): progress in [0, 1], a cancel flag
+// polled by the worker, and log lines. The GUI adapts it to a progress bar, batch mode to stderr lines.
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "core/util/error.h"
+
+namespace cwb {
+
+class Feedback {
+public:
+    virtual ~Feedback() = default;
+
+    void setProgress(double fraction) {
+        mProgress.store(fraction);
+        onProgress(fraction);
+    }
+    double progress() const { return mProgress.load(); }
+
+    void cancel() { mCancelled.store(true); }
+    virtual bool isCancelled() const { return mCancelled.load(); }
+    // Throws Cancelled when cancel() was called; long loops call this once per unit of work.
+    void throwIfCancelled() const {
+        if (isCancelled()) throw Cancelled();
+    }
+
+    void log(const std::string& line) { onLog(line); }
+
+protected:
+    virtual void onProgress(double) {}
+    virtual void onLog(const std::string&) {}
+
+private:
+    std::atomic<double> mProgress{0.0};
+    std::atomic<bool> mCancelled{false};
+};
+
+// Feedback that forwards to callbacks; handy for the CLI and tests.
+class CallbackFeedback : public Feedback {
+public:
+    std::function<void(double)> progressCallback;
+    std::function<void(const std::string&)> logCallback;
+
+protected:
+    void onProgress(double fraction) override {
+        if (progressCallback) progressCallback(fraction);
+    }
+    void onLog(const std::string& line) override {
+        if (logCallback) logCallback(line);
+    }
+};
+
+// Progress of a step inside a larger operation: maps [0, 1] of the step onto [begin, end] of the parent.
+class SubFeedback : public Feedback {
+public:
+    SubFeedback(Feedback* parent, double begin, double end) : mParent(parent), mBegin(begin), mEnd(end) {}
+    bool isCancelled() const override { return Feedback::isCancelled() || (mParent && mParent->isCancelled()); }
+
+protected:
+    void onProgress(double fraction) override {
+        if (mParent) mParent->setProgress(mBegin + (mEnd - mBegin) * fraction);
+    }
+    void onLog(const std::string& line) override {
+        if (mParent) mParent->log(line);
+    }
+
+private:
+    Feedback* mParent;
+    double mBegin;
+    double mEnd;
+};
+
+} // namespace cwb

@@ -1,0 +1,113 @@
+// The cwb command line, run as a user would: exit codes, JSON output, and errors that name the file.
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QtTest/QtTest>
+
+#include "tests/support/test_paths.h"
+
+class TestCli : public QObject {
+    Q_OBJECT
+private:
+    struct Result {
+        int exitCode;
+        QString out, err;
+    };
+    Result run(const QStringList& args) {
+        QProcess p;
+        p.start(cwb::test::cwbBinary(), args);
+        if (!p.waitForFinished(120000)) return {-1, {}, "timed out"};
+        return {p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+    }
+
+private slots:
+    void initTestCase() {
+        if (cwb::test::cwbBinary().isEmpty()) QSKIP("CWB_BINARY is not set; run through ctest");
+    }
+    void versionAndHelp();
+    void infoJson();
+    void generateJsonIds();
+    void evalPrintsPerplexity();
+    void errorsNameTheFile();
+};
+
+void TestCli::versionAndHelp() {
+    Result v = run({"--version"});
+    QCOMPARE(v.exitCode, 0);
+    QVERIFY(v.out.startsWith("cwb "));
+    Result h = run({"--help"});
+    QCOMPARE(h.exitCode, 0);
+    QVERIFY(h.out.contains("cwb eval MODEL --text FILE"));
+}
+
+void TestCli::infoJson() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    Result r = run({"info", model, "--json"});
+    QCOMPARE(r.exitCode, 0);
+    QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(j["format"].toString(), QStringLiteral("gguf"));
+    QCOMPARE(j["architecture"].toObject()["layers"].toInt(), 5);
+    QCOMPARE(j["tensors"].toArray().size(), 48);
+    qint64 sum = 0;
+    for (const auto& t : j["tensors"].toArray()) {
+        qint64 n = 1;
+        for (const auto& d : t.toObject()["shape"].toArray()) n *= d.toInteger();
+        sum += n;
+    }
+    QCOMPARE(j["parameters"].toInteger(), sum);
+    Result text = run({"info", model});
+    QVERIFY(text.out.contains("model.layers.4.mlp.down_proj.weight"));
+}
+
+void TestCli::generateJsonIds() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    Result r = run({"generate", model, "--tokens", "12", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    QJsonArray ids = QJsonDocument::fromJson(r.out.toUtf8()).object()["ids"].toArray();
+    QCOMPARE(ids.size(), 12);
+    QCOMPARE(ids[0].toInt(), 403);
+    QCOMPARE(ids[11].toInt(), 421);
+    // Sampling with a seed is reproducible.
+    Result s1 = run({"generate", model, "--tokens", "20", "--temperature", "0.8", "--seed", "5", "--json"});
+    Result s2 = run({"generate", model, "--tokens", "20", "--temperature", "0.8", "--seed", "5", "--json"});
+    QCOMPARE(s1.exitCode, 0);
+    auto idsOf = [](const Result& r) { return QJsonDocument::fromJson(r.out.toUtf8()).object()["ids"].toArray(); };
+    QCOMPARE(idsOf(s1), idsOf(s2));
+    QVERIFY(idsOf(s1) != ids);   // sampling, not greedy
+}
+
+void TestCli::evalPrintsPerplexity() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    Result r = run({"eval", model, "--text", text, "--ctx", "256"});
+    QCOMPARE(r.exitCode, 0);
+    QRegularExpression line(R"(PPL = (\d+\.\d+) \+/- (\d+\.\d+))");
+    auto m = line.match(r.out);
+    QVERIFY2(m.hasMatch(), qPrintable(r.out));
+    QVERIFY(m.captured(1).toDouble() > 1.0);
+    QVERIFY(m.captured(2).toDouble() > 0.0);
+    Result j = run({"eval", model, "--text", text, "--ctx", "128", "--chunks", "3", "--json"});
+    QCOMPARE(j.exitCode, 0);
+    QJsonObject o = QJsonDocument::fromJson(j.out.toUtf8()).object();
+    QCOMPARE(o["chunks"].toInt(), 3);
+    QCOMPARE(o["tokens_scored"].toInt(), 3 * 63);
+}
+
+void TestCli::errorsNameTheFile() {
+    Result missing = run({"info", "/nonexistent/model.gguf"});
+    QCOMPARE(missing.exitCode, 2);
+    QVERIFY(missing.err.contains("/nonexistent/model.gguf"));
+    Result option = run({"info", "x", "--bogus"});
+    QCOMPARE(option.exitCode, 2);
+    QVERIFY(option.err.contains("unknown option --bogus"));
+    Result command = run({"frobnicate"});
+    QCOMPARE(command.exitCode, 2);
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    Result text = run({"eval", model, "--text", "/nonexistent/text.txt"});
+    QCOMPARE(text.exitCode, 2);
+    QVERIFY(text.err.contains("/nonexistent/text.txt"));
+}
+
+QTEST_APPLESS_MAIN(TestCli)
+#include "test_cli.moc"

@@ -1,0 +1,150 @@
+// Perplexity and divergence: llama.cpp's chunking and error formula checked by hand; a model with a zero
+// output head (uniform predictions) has perplexity exactly equal to the vocabulary size.
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include <cmath>
+
+#include "core/eval/divergence.h"
+#include "core/eval/perplexity.h"
+#include "core/io/model_format.h"
+#include "core/runtime/transformer.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+#include "tests/support/synthetic_models.h"
+
+using namespace cwb;
+using namespace cwb::test;
+
+namespace {
+
+std::unique_ptr<Model> writeAndLoad(const QTemporaryDir& dir, const QString& name, const WeightMap& w) {
+    QDir().mkdir(dir.filePath(name));
+    writeHfFolder(dir.filePath(name).toStdString(), tinyLlamaSpec(), w, ggml::Type::F32);
+    return loadModel(dir.filePath(name).toStdString());
+}
+
+std::vector<TokenId> someTokens(int n) {
+    std::vector<TokenId> t;
+    for (int i = 0; i < n; ++i) t.push_back((i * 7 + 3) % 64);
+    return t;
+}
+
+} // namespace
+
+class TestEvaluation : public QObject {
+    Q_OBJECT
+private slots:
+    void accumulatorByHand();
+    void chunkCounts();
+    void uniformModelHasPerplexityOfVocabulary();
+    void tooShortTextIsRefused();
+    void identicalModelsHaveZeroDivergence();
+    void divergenceMatchesDirectComputation();
+    void cancelStopsEvaluation();
+};
+
+void TestEvaluation::accumulatorByHand() {
+    NllAccumulator acc;
+    for (double v : {1.0, 2.0, 3.0}) acc.add(v);
+    QCOMPARE(acc.count(), int64_t(3));
+    QCOMPARE(acc.mean(), 2.0);
+    QVERIFY(std::abs(acc.perplexity() - std::exp(2.0)) < 1e-12);
+    // variance of {1,2,3} = 2/3; llama.cpp: sqrt(var / (n - 1)) * ppl
+    QVERIFY(std::abs(acc.perplexityError() - std::sqrt(1.0 / 3.0) * std::exp(2.0)) < 1e-12);
+}
+
+void TestEvaluation::chunkCounts() {
+    PerplexityParams p;
+    p.ctx = 32;
+    QCOMPARE(chunkCount(100, p), int64_t(3));
+    QCOMPARE(chunkCount(31, p), int64_t(0));
+    p.maxChunks = 2;
+    QCOMPARE(chunkCount(100, p), int64_t(2));
+}
+
+void TestEvaluation::uniformModelHasPerplexityOfVocabulary() {
+    QTemporaryDir dir;
+    WeightMap w = randomWeights(tinyLlamaSpec(), 9);
+    w["model.norm.weight"] = at::zeros({32});   // every logit 0: each token has probability 1/64
+    auto model = writeAndLoad(dir, "uniform", w);
+    Transformer rt(*model);
+    PerplexityParams p;
+    p.ctx = 16;
+    PerplexityResult r = evaluatePerplexity(rt, someTokens(50), 1, p);
+    QCOMPARE(r.chunks, int64_t(3));
+    QCOMPARE(r.tokensScored, int64_t(3 * (16 - 1 - 8)));   // positions ctx/2 .. ctx-2 of each chunk
+    QVERIFY(std::abs(r.perplexity - 64.0) < 1e-9);
+    QVERIFY(r.error < 1e-6);
+}
+
+void TestEvaluation::tooShortTextIsRefused() {
+    QTemporaryDir dir;
+    auto model = writeAndLoad(dir, "m", randomWeights(tinyLlamaSpec(), 1));
+    Transformer rt(*model);
+    PerplexityParams p;
+    p.ctx = 64;
+    try {
+        evaluatePerplexity(rt, someTokens(40), 1, p);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY(QString(e.what()).contains("less than one chunk"));
+    }
+    p.ctx = 1000;   // the synthetic model's context is 128
+    QVERIFY_THROWS_EXCEPTION(Error, evaluatePerplexity(rt, someTokens(2000), 1, p));
+}
+
+void TestEvaluation::identicalModelsHaveZeroDivergence() {
+    QTemporaryDir dir;
+    auto model = writeAndLoad(dir, "m", randomWeights(tinyLlamaSpec(), 2));
+    Transformer a(*model), b(*model);
+    PerplexityParams p;
+    p.ctx = 32;
+    DivergenceResult r = compareModels(a, b, someTokens(100), 1, p);
+    QCOMPARE(r.klMean, 0.0);
+    QCOMPARE(r.top1Agreement, 1.0);
+    QCOMPARE(r.positions, int64_t(3 * 15));
+    QCOMPARE(r.base.perplexity, r.variant.perplexity);
+    QCOMPARE(r.base.perplexity, evaluatePerplexity(a, someTokens(100), 1, p).perplexity);
+}
+
+void TestEvaluation::divergenceMatchesDirectComputation() {
+    QTemporaryDir dir;
+    WeightMap w = randomWeights(tinyLlamaSpec(), 2);
+    auto base = writeAndLoad(dir, "base", w);
+    w["model.layers.0.mlp.down_proj.weight"] = w["model.layers.0.mlp.down_proj.weight"] * 0.5;
+    auto variant = writeAndLoad(dir, "variant", w);
+    Transformer a(*base), b(*variant);
+    PerplexityParams p;
+    p.ctx = 32;
+    p.maxChunks = 1;
+    std::vector<TokenId> tokens = someTokens(40);
+    DivergenceResult r = compareModels(a, b, tokens, 1, p);
+
+    // Directly: one chunk, BOS first, positions 16..30 scored.
+    std::vector<int64_t> chunk(tokens.begin(), tokens.begin() + 32);
+    chunk[0] = 1;
+    at::Tensor in = at::tensor(chunk, at::kLong).unsqueeze(0);
+    at::Tensor pa = at::softmax(a.forward(in)[0].to(at::kDouble), -1).narrow(0, 16, 15);
+    at::Tensor pb = at::softmax(b.forward(in)[0].to(at::kDouble), -1).narrow(0, 16, 15);
+    at::Tensor kl = (pa * (pa.log() - pb.log())).sum(-1);
+    QVERIFY(r.klMean > 0);
+    QVERIFY(std::abs(r.klMean - kl.mean().item<double>()) < 1e-9);
+    QVERIFY(std::abs(r.klMax - kl.max().item<double>()) < 1e-9);
+    const double agree = (pa.argmax(-1) == pb.argmax(-1)).to(at::kDouble).mean().item<double>();
+    QCOMPARE(r.top1Agreement, agree);
+}
+
+void TestEvaluation::cancelStopsEvaluation() {
+    QTemporaryDir dir;
+    auto model = writeAndLoad(dir, "m", randomWeights(tinyLlamaSpec(), 1));
+    Transformer rt(*model);
+    Feedback feedback;
+    feedback.cancel();
+    PerplexityParams p;
+    p.ctx = 16;
+    QVERIFY_THROWS_EXCEPTION(Cancelled, evaluatePerplexity(rt, someTokens(100), 1, p, &feedback));
+}
+
+QTEST_APPLESS_MAIN(TestEvaluation)
+#include "test_evaluation.moc"

@@ -1,0 +1,173 @@
+// Loaders: synthetic Llama and GPT-2 models written as HF folders (single file and sharded; f32/f16/bf16)
+// and GGUF (f32/f16) load into the canonical model and give the reference forward's logits; the two
+// formats of stories260K give the same logits.
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include "core/io/model_format.h"
+#include "core/runtime/transformer.h"
+#include "tests/support/reference_forward.h"
+#include "tests/support/synthetic_models.h"
+#include "tests/support/test_paths.h"
+
+using namespace cwb;
+using namespace cwb::test;
+
+Q_DECLARE_METATYPE(cwb::ggml::Type)
+
+namespace {
+
+ArchSpec specByName(const QString& name) {
+    if (name == "gpt2") return tinyGpt2Spec();
+    ArchSpec s = tinyLlamaSpec();
+    if (name == "llama-tied") s.tiedEmbeddings = true;
+    if (name == "qwen2") {
+        s.modelType = "qwen2";
+        s.attentionBias = true;
+    }
+    if (name == "llama3-rope") {
+        s.ropeScaling.type = "llama3";
+        s.ropeScaling.factor = 8.0;
+        s.ropeScaling.originalContext = 100;   // with head dim 8: one frequency kept, one blended, two divided
+    }
+    return s;
+}
+
+const std::vector<int64_t> kTokens = {1, 5, 9, 63, 0, 17, 17, 42, 8, 30, 2, 11};
+
+// Largest absolute difference between our runtime and the double-precision reference, scaled by the logits' range.
+double compareWithReference(const Model& model, const ArchSpec& written, const WeightMap& weights) {
+    Transformer runtime(model);
+    at::Tensor ours = runtime.forward(at::tensor(kTokens, at::kLong).unsqueeze(0))[0].to(at::kDouble);
+    at::Tensor ref = referenceLogits(written, weights, kTokens);
+    return (ours - ref).abs().max().item<double>() / ref.abs().max().item<double>();
+}
+
+} // namespace
+
+class TestModelLoaders : public QObject {
+    Q_OBJECT
+private slots:
+    void hfFolderMatchesReference_data();
+    void hfFolderMatchesReference();
+    void ggufMatchesReference_data();
+    void ggufMatchesReference();
+    void stories260kFormatsAgree();
+    void randomLlamaGgufLoads();
+    void registryPicksFormats();
+};
+
+void TestModelLoaders::hfFolderMatchesReference_data() {
+    QTest::addColumn<QString>("arch");
+    QTest::addColumn<cwb::ggml::Type>("storage");
+    QTest::addColumn<int>("shards");
+    QTest::newRow("llama f32 single") << "llama" << ggml::Type::F32 << 1;
+    QTest::newRow("llama f16 sharded") << "llama" << ggml::Type::F16 << 3;
+    QTest::newRow("llama bf16 single") << "llama" << ggml::Type::BF16 << 1;
+    QTest::newRow("llama tied bf16 sharded") << "llama-tied" << ggml::Type::BF16 << 2;
+    QTest::newRow("qwen2 biases f32") << "qwen2" << ggml::Type::F32 << 1;
+    QTest::newRow("llama3 rope scaling") << "llama3-rope" << ggml::Type::F32 << 1;
+    QTest::newRow("gpt2 f32 single") << "gpt2" << ggml::Type::F32 << 1;
+    QTest::newRow("gpt2 f16 sharded") << "gpt2" << ggml::Type::F16 << 2;
+    QTest::newRow("gpt2 bf16 single") << "gpt2" << ggml::Type::BF16 << 1;
+}
+
+void TestModelLoaders::hfFolderMatchesReference() {
+    QFETCH(QString, arch);
+    QFETCH(cwb::ggml::Type, storage);
+    QFETCH(int, shards);
+    QTemporaryDir dir;
+    const ArchSpec spec = specByName(arch);
+    const WeightMap weights = randomWeights(spec, 7, storage);
+    writeHfFolder(dir.path().toStdString(), spec, weights, storage, shards);
+    auto model = loadModel(dir.path().toStdString());
+    QCOMPARE(QString::fromStdString(model->format), QStringLiteral("hf"));
+    QCOMPARE(model->spec.layers, spec.layers);
+    QCOMPARE(model->spec.kvHeads, spec.kvHeads);
+    QCOMPARE(model->spec.tiedEmbeddings, spec.tiedEmbeddings || spec.family == Family::Gpt2);
+    QCOMPARE(model->tensor(spec.family == Family::Llama ? "model.layers.1.mlp.down_proj.weight"
+                                                         : "transformer.h.1.mlp.c_proj.weight").type, storage);
+    if (spec.ropeScaling.type == "llama3") {
+        QCOMPARE(QString::fromStdString(model->spec.ropeScaling.type), QStringLiteral("llama3"));
+        // Without the scaling the logits must differ, or this row would not test it.
+        ArchSpec unscaled = spec;
+        unscaled.ropeScaling = RopeScaling{};
+        QVERIFY(compareWithReference(*model, unscaled, weights) > 1e-3);
+    }
+    const double error = compareWithReference(*model, spec, weights);
+    QVERIFY2(error < 1e-5, qPrintable(QString("relative logit error %1").arg(error)));
+}
+
+void TestModelLoaders::ggufMatchesReference_data() {
+    QTest::addColumn<QString>("arch");
+    QTest::addColumn<cwb::ggml::Type>("storage");
+    QTest::newRow("llama f32") << "llama" << ggml::Type::F32;
+    QTest::newRow("llama f16") << "llama" << ggml::Type::F16;
+    QTest::newRow("llama tied f32") << "llama-tied" << ggml::Type::F32;
+    QTest::newRow("qwen2 f32") << "qwen2" << ggml::Type::F32;
+    QTest::newRow("gpt2 f32") << "gpt2" << ggml::Type::F32;
+    QTest::newRow("gpt2 f16") << "gpt2" << ggml::Type::F16;
+}
+
+void TestModelLoaders::ggufMatchesReference() {
+    QFETCH(QString, arch);
+    QFETCH(cwb::ggml::Type, storage);
+    QTemporaryDir dir;
+    const ArchSpec spec = specByName(arch);
+    const WeightMap weights = randomWeights(spec, 11, storage);
+    const std::string path = dir.filePath("m.gguf").toStdString();
+    writeGguf(path, spec, weights, storage);
+    auto model = loadModel(path);
+    QCOMPARE(QString::fromStdString(model->format), QStringLiteral("gguf"));
+    if (arch == "llama" || arch == "llama-tied")   // GGUF llama rotates adjacent pairs on permuted Q/K rows
+        QCOMPARE(model->spec.ropeStyle, RopeStyle::AdjacentPairs);
+    const double error = compareWithReference(*model, spec, weights);
+    QVERIFY2(error < 1e-5, qPrintable(QString("relative logit error %1").arg(error)));
+}
+
+void TestModelLoaders::stories260kFormatsAgree() {
+    CWB_REQUIRE_FIXTURE(gguf, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(bin, "models/stories260K.bin");
+    auto a = loadModel(gguf.toStdString());
+    auto b = loadModel(bin.toStdString());
+    QCOMPARE(a->spec.layers, int64_t(5));
+    QCOMPARE(b->spec.kvHeads, int64_t(4));
+    QVERIFY(b->spec.tiedEmbeddings);
+    QVERIFY(b->tokenizer);   // tok512.bin found beside the checkpoint
+    Transformer ra(*a), rb(*b);
+    const std::vector<int64_t> ids = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315};
+    at::Tensor tokens = at::tensor(ids, at::kLong).unsqueeze(0);
+    const double diff = (ra.forward(tokens) - rb.forward(tokens)).abs().max().item<double>();
+    QVERIFY2(diff < 1e-5, qPrintable(QString("max abs logit difference %1").arg(diff)));
+}
+
+void TestModelLoaders::randomLlamaGgufLoads() {
+    CWB_REQUIRE_FIXTURE(path, "models/llama-2-tiny-random.gguf");
+    auto model = loadModel(path.toStdString());
+    QCOMPARE(model->spec.hidden, int64_t(8));
+    QCOMPARE(model->spec.vocab, int64_t(32000));
+    QCOMPARE(model->tensor("model.layers.0.self_attn.q_proj.weight").type, ggml::Type::F16);
+    QCOMPARE(model->tensor("model.norm.weight").type, ggml::Type::F32);
+    QVERIFY(!model->spec.tiedEmbeddings);
+    Transformer runtime(*model);
+    at::Tensor logits = runtime.forward(at::tensor(std::vector<int64_t>{1, 450, 4996}, at::kLong).unsqueeze(0));
+    QCOMPARE(logits.size(2), int64_t(32000));
+    QVERIFY(at::isfinite(logits).all().item<bool>());
+}
+
+void TestModelLoaders::registryPicksFormats() {
+    QTemporaryDir dir;
+    const ArchSpec spec = tinyLlamaSpec();
+    const WeightMap w = randomWeights(spec, 3);
+    writeGguf(dir.filePath("x.gguf").toStdString(), spec, w, ggml::Type::F32);
+    QDir().mkdir(dir.filePath("hf"));
+    writeHfFolder(dir.filePath("hf").toStdString(), spec, w, ggml::Type::F32);
+    auto& registry = ModelFormatRegistry::instance();
+    QCOMPARE(QString::fromStdString(registry.formatFor(dir.filePath("x.gguf").toStdString())->id()), QStringLiteral("gguf"));
+    QCOMPARE(QString::fromStdString(registry.formatFor(dir.filePath("hf").toStdString())->id()), QStringLiteral("hf"));
+    QVERIFY(registry.formatFor(dir.path().toStdString()) == nullptr);   // a folder without config.json
+    QCOMPARE(registry.formats().size(), size_t(3));
+}
+
+QTEST_APPLESS_MAIN(TestModelLoaders)
+#include "test_model_loaders.moc"

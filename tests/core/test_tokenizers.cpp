@@ -1,0 +1,581 @@
+// Tokenizers: llama2.c tokenizer.bin against SentencePiece's ids, hand-checkable SentencePiece and byte-level
+// BPE vocabularies, the three pre-tokenizer regexes, Hugging Face tokenizer.json against the `tokenizers`
+// package's ids, and bad input that must end in cwb::Error naming the file.
+#include <QFile>
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include "core/tokenizer/byte_bpe_tokenizer.h"
+#include "core/tokenizer/pre_tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/util/error.h"
+#include "tests/support/test_paths.h"
+
+#include <cstring>
+#include <fstream>
+
+using namespace cwb;
+
+namespace {
+
+QString idsText(const std::vector<TokenId>& ids) {
+    QStringList parts;
+    for (TokenId id : ids) parts << QString::number(id);
+    return parts.join(' ');
+}
+
+QByteArray readAll(const QString& path) {
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+void writeFile(const QString& path, const QByteArray& bytes) {
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    QCOMPARE(f.write(bytes), qint64(bytes.size()));
+}
+
+// Runs fn, which must throw cwb::Error whose message names `fileName`.
+template <typename Fn>
+QString errorOf(Fn fn) {
+    try {
+        fn();
+    } catch (const Error& e) {
+        return QString::fromStdString(e.what());
+    }
+    return QString();
+}
+
+// ~10-token SentencePiece vocabulary whose merge order can be worked out by hand (see spmHandBuilt).
+TokenizerData tinySpm() {
+    TokenizerData d;
+    d.model = "llama";
+    const std::string sp = "\xE2\x96\x81"; // ▁
+    d.tokens = {"<unk>", "<s>", "</s>", "<0xC3>", "<0xA9>", sp, "a", "b", "c",
+                "ab", "bc", sp + "a", "abc", sp + "abc", "aa", sp + "c", "<sep>"};
+    d.scores = {0, 0, 0, 0, 0, -10, -10, -10, -10, -1.0f, -0.5f, -2.0f, -3.0f, -4.0f, -1.0f, -2.5f, 0};
+    d.types.assign(d.tokens.size(), int32_t(TokenType::Normal));
+    d.types[0] = int32_t(TokenType::Unknown);
+    d.types[1] = d.types[2] = int32_t(TokenType::Control);
+    d.types[3] = d.types[4] = int32_t(TokenType::Byte);
+    d.types[16] = int32_t(TokenType::UserDefined);
+    d.bos = 1;
+    d.eos = 2;
+    d.unk = 0;
+    return d;
+}
+
+// Byte-level vocabulary: the 256 byte characters as ids 0..255, then a few merges' results and specials.
+TokenizerData tinyByteBpe() {
+    TokenizerData d;
+    d.model = "gpt2";
+    for (int b = 0; b < 256; ++b) d.tokens.push_back(ByteBpeTokenizer::byteToUnicode()[b]);
+    for (const char* t : {"he", "ll", "hell", "hello", "\xC4\xA0w", "or", "\xC4\xA0wor", "<|endoftext|>", "<|user|>"}) {
+        d.tokens.push_back(t); // 256..264; "\xC4\xA0" is Ġ, GPT-2's character for the space byte
+    }
+    d.merges = {"h e", "l l", "he ll", "hell o", "\xC4\xA0 w", "o r", "\xC4\xA0w or"};
+    d.types.assign(d.tokens.size(), int32_t(TokenType::Normal));
+    d.types[263] = int32_t(TokenType::Control);
+    d.types[264] = int32_t(TokenType::UserDefined);
+    d.eos = 263;
+    d.addBos = false;
+    return d;
+}
+
+// Byte-level tokenizer.json; PRE_TOKENIZER is replaced by one of the two pre-tokenizers below.
+const char* const kByteLevelJson = R"({
+  "version": "1.0",
+  "added_tokens": [
+    {"id": 24, "content": "<|endoftext|>", "single_word": false, "lstrip": false, "rstrip": false,
+     "normalized": false, "special": true}
+  ],
+  "normalizer": null,
+  "pre_tokenizer": PRE_TOKENIZER,
+  "post_processor": null,
+  "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+  "model": {
+    "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+    "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+    "vocab": {"H": 0, "d": 1, "e": 2, "h": 3, "l": 4, "o": 5, "r": 6, "w": 7, "Ġ": 8, "!": 9, "'": 10,
+              "s": 11, "1": 12, "2": 13, "3": 14, "4": 15, "5": 16, "Ċ": 17, "he": 18, "ll": 19,
+              "hell": 20, "hello": 21, "Ġw": 22, "or": 23, "<|endoftext|>": 24, "Ġwor": 25, "12": 26,
+              "123": 27, "'s": 28, "34": 29, "ĊĊ": 30, "S": 31, "'S": 32},
+    "merges": ["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "1 2", "3 4", "12 3", "' s", "Ċ Ċ", "' S"]
+  }
+})";
+const char* const kGpt2PreTokenizer =
+    R"({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true})";
+const char* const kLlama3PreTokenizer = R"({"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+     "behavior": "Isolated", "invert": false},
+    {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]})";
+
+// Llama-2-style (SentencePiece converted) tokenizer.json: Prepend/Replace "▁", byte_fallback, merges as arrays.
+const char* const kSpmJson = R"({
+  "version": "1.0",
+  "added_tokens": [
+    {"id": 0, "content": "<unk>", "single_word": false, "lstrip": false, "rstrip": false,
+     "normalized": false, "special": true},
+    {"id": 1, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false,
+     "normalized": false, "special": true},
+    {"id": 2, "content": "</s>", "single_word": false, "lstrip": false, "rstrip": false,
+     "normalized": false, "special": true}
+  ],
+  "normalizer": {"type": "Sequence", "normalizers": [
+    {"type": "Prepend", "prepend": "▁"},
+    {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+  "pre_tokenizer": null,
+  "post_processor": {"type": "TemplateProcessing",
+    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+    "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+             {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+    "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+  "decoder": {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+    {"type": "ByteFallback"}, {"type": "Fuse"},
+    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+  "model": {
+    "type": "BPE", "dropout": null, "unk_token": "<unk>", "continuing_subword_prefix": null,
+    "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true,
+    "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2, "<0xC3>": 3, "<0xA9>": 4, "▁": 5, "a": 6, "b": 7, "c": 8,
+              "ab": 9, "bc": 10, "▁a": 11, "abc": 12, "▁abc": 13, "aa": 14, "▁c": 15},
+    "merges": [["b", "c"], ["a", "b"], ["▁", "a"], ["a", "bc"], ["▁a", "bc"], ["a", "a"], ["▁", "c"]]
+  }
+})";
+
+QByteArray byteLevelJson(const QString& flavour) {
+    QByteArray json(kByteLevelJson);
+    return json.replace("PRE_TOKENIZER", flavour == "llama3" ? kLlama3PreTokenizer : kGpt2PreTokenizer);
+}
+
+} // namespace
+
+class TestTokenizers : public QObject {
+    Q_OBJECT
+private slots:
+    void llama2cMatchesSentencePiece_data();
+    void llama2cMatchesSentencePiece();
+    void llama2cRoundTrip_data();
+    void llama2cRoundTrip();
+    void llama2cVocabulary();
+    void llama2cBadInput_data();
+    void llama2cBadInput();
+
+    void spmHandBuilt_data();
+    void spmHandBuilt();
+    void spmFallsBackToUnkWithoutByteTokens();
+    void spmDecode();
+
+    void byteBpeHandBuilt_data();
+    void byteBpeHandBuilt();
+    void byteBpeDecode();
+    void preTokenizer_data();
+    void preTokenizer();
+
+    void hfByteLevel_data();
+    void hfByteLevel();
+    void hfSentencePiece_data();
+    void hfSentencePiece();
+    void hfTokenizerConfig();
+    void hfBadInput_data();
+    void hfBadInput();
+
+    void makeTokenizerValidates();
+};
+
+// ---- llama2.c tokenizer.bin -------------------------------------------------------------------------------
+
+void TestTokenizers::llama2cMatchesSentencePiece_data() {
+    QTest::addColumn<QByteArray>("text");
+    QTest::addColumn<QString>("expected");
+    // Expected ids from SentencePiece 0.2.3 (Python) on tok512.model, sp.encode(text), no BOS.
+    QTest::newRow("hello") << QByteArray("Hello world") << "346 306 414 263 304 341";
+    QTest::newRow("story") << QByteArray("Once upon a time, there was a little girl named Lily.")
+                           << "403 407 261 378 432 383 286 261 376 298 315 421 395 317 426";
+    QTest::newRow("quotes") << QByteArray("Lily's mom said, \"Let's go!\"")
+                            << "317 439 419 357 336 432 313 438 316 439 419 298 414 443 436";
+    // héllo wörld 日本
+    QTest::newRow("non-ascii") << QByteArray("h\xC3\xA9llo w\xC3\xB6rld \xE6\x97\xA5\xE6\x9C\xAC")
+                               << "270 485 306 414 263 198 185 420 341 410 233 154 168 233 159 175";
+    QTest::newRow("digits") << QByteArray("123 + 456 = 579")
+                            << "410 475 479 472 410 496 410 484 480 490 410 64 410 480 491 483";
+    QTest::newRow("newline") << QByteArray("a\nb") << "261 13 430";
+}
+
+void TestTokenizers::llama2cMatchesSentencePiece() {
+    QFETCH(QByteArray, text);
+    QFETCH(QString, expected);
+    CWB_REQUIRE_FIXTURE(path, "models/tok512.bin");
+    const auto tok = loadLlama2cTokenizer(path.toStdString(), 512);
+    QCOMPARE(idsText(tok->encode(text.toStdString(), false)), expected);
+    QCOMPARE(idsText(tok->encode(text.toStdString(), true)), "1 " + expected);
+}
+
+void TestTokenizers::llama2cRoundTrip_data() {
+    QTest::addColumn<QByteArray>("text");
+    QTest::newRow("plain") << QByteArray("Once upon a time, there was a little girl named Lily.");
+    QTest::newRow("leading space") << QByteArray(" two  spaces and a tab\there");
+    QTest::newRow("accents") << QByteArray("Cr\xC3\xA8me br\xC3\xBBl\xC3\xA9" "e, na\xC3\xAFve caf\xC3\xA9");
+    QTest::newRow("cjk") << QByteArray("\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xA7\xE3\x81\x99");
+    QTest::newRow("emoji") << QByteArray("smile \xF0\x9F\x98\x80!\n");
+    QTest::newRow("lines") << QByteArray("One.\nTwo.\n\nThree?");
+}
+
+void TestTokenizers::llama2cRoundTrip() {
+    QFETCH(QByteArray, text);
+    CWB_REQUIRE_FIXTURE(path, "models/tok512.bin");
+    const auto tok = loadLlama2cTokenizer(path.toStdString(), 512);
+    const std::vector<TokenId> ids = tok->encode(text.toStdString(), true);
+    QCOMPARE(QByteArray::fromStdString(tok->decode(ids)), text);
+}
+
+void TestTokenizers::llama2cVocabulary() {
+    CWB_REQUIRE_FIXTURE(path, "models/tok512.bin");
+    const auto tok = loadLlama2cTokenizer(path.toStdString(), 512);
+    QCOMPARE(tok->vocabSize(), 512);
+    QCOMPARE(QString::fromStdString(tok->kind()), QString("llama2c"));
+    QCOMPARE(tok->bos(), 1);
+    QCOMPARE(tok->eos(), 2);
+    QVERIFY(tok->addBosByDefault());
+    QCOMPARE(tok->tokenText(1), std::string("\n<s>\n"));
+    QCOMPARE(tok->tokenText(3 + 'A'), std::string("<0x41>"));
+    QCOMPARE(tok->encode("", true), std::vector<TokenId>{1});
+    QCOMPARE(tok->decode({1, 2}), std::string());
+    QVERIFY_THROWS_EXCEPTION(Error, tok->decode({512}));
+    QVERIFY_THROWS_EXCEPTION(Error, tok->decode({-1}));
+}
+
+void TestTokenizers::llama2cBadInput_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<int>("vocabSize");
+    QTest::addColumn<QString>("messagePart");
+    QTest::newRow("truncated") << "truncated" << 512 << "truncated";
+    QTest::newRow("header only") << "header" << 512 << "too small";
+    QTest::newRow("negative length") << "negative" << 512 << "invalid length -5";
+    QTest::newRow("huge length") << "huge" << 512 << "invalid length";
+    QTest::newRow("vocab too large") << "intact" << 100000 << "too small";
+    QTest::newRow("vocab zero") << "intact" << 0 << "must be positive";
+    QTest::newRow("missing file") << "missing" << 512 << "cannot open";
+}
+
+void TestTokenizers::llama2cBadInput() {
+    QFETCH(QString, kind);
+    QFETCH(int, vocabSize);
+    QFETCH(QString, messagePart);
+    CWB_REQUIRE_FIXTURE(path, "models/tok512.bin");
+    QByteArray bytes = readAll(path);
+    QVERIFY(bytes.size() > 1000);
+    // Token 0 starts at byte 4: f32 score, then int32 length.
+    auto setLength0 = [&](int32_t len) { std::memcpy(bytes.data() + 8, &len, 4); };
+    if (kind == "truncated") bytes.truncate(bytes.size() - 100);
+    if (kind == "header") bytes.truncate(6);
+    if (kind == "negative") setLength0(-5);
+    if (kind == "huge") setLength0(0x7FFFFFF0);
+
+    QTemporaryDir dir;
+    const QString bad = dir.filePath("bad_tokenizer.bin");
+    if (kind != "missing") writeFile(bad, bytes);
+    const QString message = errorOf([&] { loadLlama2cTokenizer(bad.toStdString(), vocabSize); });
+    QVERIFY2(message.contains("bad_tokenizer.bin"), qPrintable("no file name in: " + message));
+    QVERIFY2(message.contains(messagePart), qPrintable("unexpected message: " + message));
+}
+
+// ---- SentencePiece BPE with scores --------------------------------------------------------------------------
+
+void TestTokenizers::spmHandBuilt_data() {
+    QTest::addColumn<QByteArray>("text");
+    QTest::addColumn<bool>("prefix");
+    QTest::addColumn<QString>("expected");
+    // "▁abc": pairs ▁a -2, ab -1, bc -0.5 → bc; then ▁a -2 beats a+bc=abc -3 → ▁a; then ▁a+bc = ▁abc.
+    QTest::newRow("abc") << QByteArray("abc") << true << "13";
+    // No dummy prefix: ab -1 vs bc -0.5 → bc, then a+bc = abc.
+    QTest::newRow("abc no prefix") << QByteArray("abc") << false << "12";
+    // "▁cab": ab first, then ▁c (-2.5); ▁cab is not a token.
+    QTest::newRow("cab") << QByteArray("cab") << true << "15 9";
+    // Equal scores (aa -1 twice): the leftmost pair merges first; ▁a (-2) loses to aa.
+    QTest::newRow("aaa") << QByteArray("aaa") << true << "5 14 6";
+    QTest::newRow("aaaa") << QByteArray("aaaa") << true << "5 14 14";
+    QTest::newRow("spaces") << QByteArray("abc abc") << true << "13 13";
+    QTest::newRow("no merge") << QByteArray("ba") << true << "5 7 6";
+    // é is not a token: byte fallback to <0xC3> <0xA9>.
+    QTest::newRow("byte fallback") << QByteArray("ab\xC3\xA9") << true << "5 9 3 4";
+    // A user-defined token is matched whole; the text after it gets no dummy prefix.
+    QTest::newRow("user-defined") << QByteArray("ab<sep>c") << true << "5 9 16 8";
+}
+
+void TestTokenizers::spmHandBuilt() {
+    QFETCH(QByteArray, text);
+    QFETCH(bool, prefix);
+    QFETCH(QString, expected);
+    TokenizerData data = tinySpm();
+    data.addSpacePrefix = prefix;
+    const auto tok = makeTokenizer(data);
+    QCOMPARE(QString::fromStdString(tok->kind()), QString("spm-bpe"));
+    QCOMPARE(idsText(tok->encode(text.toStdString(), false)), expected);
+    QCOMPARE(idsText(tok->encode(text.toStdString(), true)), "1 " + expected);
+    QCOMPARE(QByteArray::fromStdString(tok->decode(tok->encode(text.toStdString(), true))), text);
+}
+
+void TestTokenizers::spmFallsBackToUnkWithoutByteTokens() {
+    TokenizerData data = tinySpm();
+    data.tokens[3] = "x";
+    data.tokens[4] = "y";
+    data.types[3] = data.types[4] = int32_t(TokenType::Normal);
+    const auto tok = makeTokenizer(data);
+    QCOMPARE(idsText(tok->encode("ab\xC3\xA9", false)), QString("5 9 0"));
+
+    // Without types, "<0xXX>" tokens are recognised by name and bos/eos/unk typed from their ids.
+    TokenizerData untyped = tinySpm();
+    untyped.types.clear();
+    untyped.tokens[16] = "sep";
+    const auto tok2 = makeTokenizer(untyped);
+    QCOMPARE(idsText(tok2->encode("ab\xC3\xA9", true)), QString("1 5 9 3 4"));
+    QCOMPARE(tok2->decode({1, 5, 9, 3, 4, 2}), std::string("ab\xC3\xA9"));
+}
+
+void TestTokenizers::spmDecode() {
+    const auto tok = makeTokenizer(tinySpm());
+    QCOMPARE(tok->decode({1, 13, 13, 2}), std::string("abc abc"));
+    QCOMPARE(tok->decode({13, 5, 15}), std::string("abc  c"));
+    QCOMPARE(tok->decode({6, 13}), std::string("a abc"));
+    QCOMPARE(tok->decode({16, 8}), std::string("<sep>c"));
+    QCOMPARE(tok->tokenText(11), std::string("\xE2\x96\x81" "a"));
+    QVERIFY_THROWS_EXCEPTION(Error, tok->decode({17}));
+}
+
+// ---- Byte-level BPE ------------------------------------------------------------------------------------------
+
+void TestTokenizers::byteBpeHandBuilt_data() {
+    QTest::addColumn<QByteArray>("text");
+    QTest::addColumn<QString>("expected");
+    // "hello": he (rank 0), ll (1), he+ll (2), hell+o (3). " world": Ġw (4), or (5), Ġw+or (6), then l d.
+    QTest::newRow("hello world") << QByteArray("hello world") << "259 262 108 100";
+    // Specials are cut out whole before pre-tokenization; the rest still splits by the regex.
+    QTest::newRow("specials") << QByteArray("hello<|endoftext|> world<|user|>") << "259 263 262 108 100 264";
+    QTest::newRow("bytes") << QByteArray("\xC3\xA9\n") << "195 169 10";
+    // gpt2 regex: "hello" "!!" " hello"; the last is Ġ (byte 32) + hello, as "Ġ h" is no merge.
+    QTest::newRow("punctuation") << QByteArray("hello!! hello") << "259 33 33 32 259";
+}
+
+void TestTokenizers::byteBpeHandBuilt() {
+    QFETCH(QByteArray, text);
+    QFETCH(QString, expected);
+    const auto tok = makeTokenizer(tinyByteBpe());
+    QCOMPARE(QString::fromStdString(tok->kind()), QString("byte-bpe"));
+    QCOMPARE(idsText(tok->encode(text.toStdString(), false)), expected);
+}
+
+void TestTokenizers::byteBpeDecode() {
+    const auto tok = makeTokenizer(tinyByteBpe());
+    QCOMPARE(tok->decode({259, 263, 262, 108, 100, 264}), std::string("hello world<|user|>"));
+    QCOMPARE(tok->decode({195, 169, 10}), std::string("\xC3\xA9\n"));
+    const std::string text = "Mixed: caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC 42\t\r\n end  ";
+    QCOMPARE(tok->decode(tok->encode(text, false)), text);
+    QVERIFY_THROWS_EXCEPTION(Error, tok->decode({265}));
+}
+
+void TestTokenizers::preTokenizer_data() {
+    QTest::addColumn<QString>("flavour");
+    QTest::addColumn<QByteArray>("text");
+    QTest::addColumn<QStringList>("pieces");
+    // Expected pieces from Python's `regex` module (regex.findall with each model's pattern).
+    QTest::newRow("gpt2 basic") << "gpt2" << QByteArray("Hello world's 123!!")
+                                << QStringList{"Hello", " world", "'s", " 123", "!!"};
+    QTest::newRow("gpt2 whitespace") << "gpt2" << QByteArray("a  b\n\n c")
+                                     << QStringList{"a", " ", " b", "\n\n", " c"};
+    QTest::newRow("gpt2 case-sensitive") << "gpt2" << QByteArray("I'M 12345")
+                                         << QStringList{"I", "'", "M", " 12345"};
+    QTest::newRow("gpt2 unicode") << "gpt2"
+                                  << QString::fromUtf8("naïve café 日本語 ٣٤").toUtf8()
+                                  << QStringList{QString::fromUtf8("naïve"), QString::fromUtf8(" café"),
+                                                 QString::fromUtf8(" 日本語"), QString::fromUtf8(" ٣٤")};
+    QTest::newRow("llama3 digits") << "llama-bpe" << QByteArray("Hello world's 12345!!")
+                                   << QStringList{"Hello", " world", "'s", " ", "123", "45", "!!"};
+    QTest::newRow("llama3 contractions") << "llama-bpe" << QByteArray("I'M (x) 1234567")
+                                         << QStringList{"I", "'M", " (", "x", ")", " ", "123", "456", "7"};
+    QTest::newRow("llama3 newlines") << "llama-bpe" << QByteArray("a \n\n  b\r\nc  ")
+                                     << QStringList{"a", " \n\n", " ", " b", "\r\n", "c", "  "};
+    QTest::newRow("qwen2 digits") << "qwen2" << QByteArray("Hello world's 12345!!")
+                                  << QStringList{"Hello", " world", "'s", " ", "1", "2", "3", "4", "5", "!!"};
+    QTest::newRow("qwen2 newlines") << "qwen2" << QByteArray("x\n\ny 42")
+                                    << QStringList{"x", "\n\n", "y", " ", "4", "2"};
+}
+
+void TestTokenizers::preTokenizer() {
+    QFETCH(QString, flavour);
+    QFETCH(QByteArray, text);
+    QFETCH(QStringList, pieces);
+    bool known = false;
+    const PreTokenizerKind kind = preTokenizerFromName(flavour.toStdString(), &known);
+    QVERIFY(known);
+    QStringList actual;
+    for (const std::string& p : preTokenize(text.toStdString(), kind)) actual << QString::fromStdString(p);
+    QCOMPARE(actual, pieces);
+}
+
+// ---- Hugging Face tokenizer.json ------------------------------------------------------------------------------
+
+void TestTokenizers::hfByteLevel_data() {
+    QTest::addColumn<QString>("flavour");
+    QTest::addColumn<QByteArray>("text");
+    QTest::addColumn<QString>("expected");
+    // Expected ids from the Hugging Face `tokenizers` 0.23.3 Python package on the same JSON
+    // (Tokenizer.from_file(...).encode(text).ids).
+    const char* gpt2 = "gpt2";
+    const char* llama3 = "llama3";
+    QTest::newRow("gpt2 hello") << gpt2 << QByteArray("hello world") << "21 25 4 1";
+    QTest::newRow("gpt2 digits") << gpt2 << QByteArray("Hello world's 12345!!") << "0 2 19 5 25 4 1 28 8 26 29 16 9 9";
+    QTest::newRow("gpt2 special") << gpt2 << QByteArray("hello<|endoftext|>world") << "21 24 7 23 4 1";
+    QTest::newRow("gpt2 newlines") << gpt2 << QByteArray("hello\n\nworld") << "21 17 17 7 23 4 1";
+    QTest::newRow("gpt2 spaces") << gpt2 << QByteArray("world  hello") << "7 23 4 1 8 8 21";
+    QTest::newRow("gpt2 space newline") << gpt2 << QByteArray("hello \n world") << "21 8 17 25 4 1";
+    QTest::newRow("gpt2 contraction") << gpt2 << QByteArray("he'S") << "18 10 31";
+    QTest::newRow("llama3 hello") << llama3 << QByteArray("hello world") << "21 25 4 1";
+    QTest::newRow("llama3 digits") << llama3 << QByteArray("Hello world's 12345!!")
+                                   << "0 2 19 5 25 4 1 28 8 27 15 16 9 9";
+    QTest::newRow("llama3 special") << llama3 << QByteArray("hello<|endoftext|>world") << "21 24 7 23 4 1";
+    QTest::newRow("llama3 newlines") << llama3 << QByteArray("hello\n\nworld") << "21 30 7 23 4 1";
+    QTest::newRow("llama3 space newline") << llama3 << QByteArray("hello \n world") << "21 8 17 25 4 1";
+    QTest::newRow("llama3 contraction") << llama3 << QByteArray("he'S") << "18 32";
+}
+
+void TestTokenizers::hfByteLevel() {
+    QFETCH(QString, flavour);
+    QFETCH(QByteArray, text);
+    QFETCH(QString, expected);
+    QTemporaryDir dir;
+    const QString path = dir.filePath("tokenizer.json");
+    writeFile(path, byteLevelJson(flavour));
+    const auto tok = loadHfTokenizer(path.toStdString());
+    QCOMPARE(QString::fromStdString(tok->kind()), QString("byte-bpe"));
+    QCOMPARE(tok->vocabSize(), 33);
+    QCOMPARE(tok->eos(), 24); // <|endoftext|>
+    QVERIFY(!tok->addBosByDefault());
+    QCOMPARE(idsText(tok->encode(text.toStdString(), tok->addBosByDefault())), expected);
+    // Decoding drops the special token, like decode(..., skip_special_tokens=True).
+    QByteArray plain = text;
+    plain.replace("<|endoftext|>", "");
+    QCOMPARE(QByteArray::fromStdString(tok->decode(tok->encode(text.toStdString(), false))), plain);
+}
+
+void TestTokenizers::hfSentencePiece_data() {
+    QTest::addColumn<QByteArray>("text");
+    QTest::addColumn<QString>("expected");
+    // Expected ids from `tokenizers` 0.23.3 on kSpmJson, encode(text) with its <s> template (BOS first).
+    // Note "aaa": merge ranks put "▁ a" before "a a", unlike the scores in spmHandBuilt.
+    QTest::newRow("abc") << QByteArray("abc") << "1 13";
+    QTest::newRow("cab") << QByteArray("cab") << "1 15 9";
+    QTest::newRow("aaa") << QByteArray("aaa") << "1 11 14";
+    QTest::newRow("spaces") << QByteArray("abc abc") << "1 13 13";
+    QTest::newRow("byte fallback") << QByteArray("ab\xC3\xA9") << "1 5 9 3 4";
+    QTest::newRow("single") << QByteArray("c") << "1 15";
+    QTest::newRow("double space") << QByteArray("a  b") << "1 11 5 5 7";
+}
+
+void TestTokenizers::hfSentencePiece() {
+    QFETCH(QByteArray, text);
+    QFETCH(QString, expected);
+    QTemporaryDir dir;
+    const QString path = dir.filePath("tokenizer.json");
+    writeFile(path, kSpmJson);
+    const auto tok = loadHfTokenizer(path.toStdString());
+    QCOMPARE(QString::fromStdString(tok->kind()), QString("spm-bpe"));
+    QCOMPARE(tok->bos(), 1);
+    QCOMPARE(tok->eos(), 2);
+    QVERIFY(tok->addBosByDefault());
+    QCOMPARE(idsText(tok->encode(text.toStdString(), tok->addBosByDefault())), expected);
+    QCOMPARE(QByteArray::fromStdString(tok->decode(tok->encode(text.toStdString(), true))), text);
+}
+
+void TestTokenizers::hfTokenizerConfig() {
+    QTemporaryDir dir;
+    writeFile(dir.filePath("tokenizer.json"), byteLevelJson("gpt2"));
+    writeFile(dir.filePath("tokenizer_config.json"),
+              R"({"add_bos_token": true, "bos_token": {"content": "<|endoftext|>"}, "eos_token": "hello"})");
+    const auto tok = loadHfTokenizer(dir.filePath("tokenizer.json").toStdString());
+    QCOMPARE(tok->bos(), 24);
+    QCOMPARE(tok->eos(), 21);
+    QVERIFY(tok->addBosByDefault());
+    QCOMPARE(idsText(tok->encode("hello", true)), QString("24 21"));
+
+    writeFile(dir.filePath("tokenizer_config.json"), R"({"bos_token": "<nope>"})");
+    const QString message = errorOf([&] { loadHfTokenizer(dir.filePath("tokenizer.json").toStdString()); });
+    QVERIFY2(message.contains("tokenizer_config.json") && message.contains("<nope>"), qPrintable(message));
+}
+
+void TestTokenizers::hfBadInput_data() {
+    QTest::addColumn<QByteArray>("json");
+    QTest::addColumn<QString>("messagePart");
+    QByteArray good = byteLevelJson("gpt2");
+    QTest::newRow("truncated json") << good.left(good.size() / 2) << "not valid JSON";
+    QTest::newRow("not an object") << QByteArray("[1, 2]") << "top level";
+    QTest::newRow("no model") << QByteArray(R"({"added_tokens": []})") << "no \"model\"";
+    QTest::newRow("wordpiece") << QByteArray(R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})")
+                               << "WordPiece";
+    QByteArray missingPart = good;
+    missingPart.replace(R"("' S"])", R"("' S", "q s"])");
+    QTest::newRow("merge names missing token") << missingPart << "'q'";
+    QByteArray missingResult = good;
+    missingResult.replace(R"("' S"])", R"("' S", "H e"])");
+    QTest::newRow("merge result missing") << missingResult << "'He'";
+    QByteArray badId = good;
+    badId.replace(R"("H": 0)", R"("H": "zero")");
+    QTest::newRow("non-integer id") << badId << "integer id";
+    QByteArray badMerge = good;
+    badMerge.replace(R"("h e",)", R"(42,)");
+    QTest::newRow("merge not a string") << badMerge << "merge";
+}
+
+void TestTokenizers::hfBadInput() {
+    QFETCH(QByteArray, json);
+    QFETCH(QString, messagePart);
+    QTemporaryDir dir;
+    const QString path = dir.filePath("broken_tokenizer.json");
+    writeFile(path, json);
+    const QString message = errorOf([&] { loadHfTokenizer(path.toStdString()); });
+    QVERIFY2(message.contains("broken_tokenizer.json"), qPrintable("no file name in: " + message));
+    QVERIFY2(message.contains(messagePart), qPrintable("unexpected message: " + message));
+}
+
+// ---- makeTokenizer validation ------------------------------------------------------------------------------
+
+void TestTokenizers::makeTokenizerValidates() {
+    QVERIFY(makeTokenizer(tinySpm()) != nullptr);
+    TokenizerData d = tinySpm();
+    d.bos = 17;
+    QVERIFY_THROWS_EXCEPTION(Error, makeTokenizer(d));
+    d = tinySpm();
+    d.unk = -2;
+    QVERIFY_THROWS_EXCEPTION(Error, makeTokenizer(d));
+    d = tinySpm();
+    d.scores.pop_back();
+    QVERIFY_THROWS_EXCEPTION(Error, makeTokenizer(d));
+    d = tinySpm();
+    d.types.push_back(1);
+    QVERIFY_THROWS_EXCEPTION(Error, makeTokenizer(d));
+    d = tinySpm();
+    d.types[5] = 9;
+    QVERIFY_THROWS_EXCEPTION(Error, makeTokenizer(d));
+    d = tinySpm();
+    d.model = "wordpiece";
+    QVERIFY_THROWS_EXCEPTION(Error, makeTokenizer(d));
+    d = tinySpm();
+    d.tokens.clear();
+    d.scores.clear();
+    d.types.clear();
+    QVERIFY_THROWS_EXCEPTION(Error, makeTokenizer(d));
+
+    TokenizerData b = tinyByteBpe();
+    b.merges.push_back("he zz");
+    QVERIFY_THROWS_EXCEPTION(Error, makeTokenizer(b));
+    b = tinyByteBpe();
+    b.merges.push_back("nospace");
+    QVERIFY_THROWS_EXCEPTION(Error, makeTokenizer(b));
+    // An unknown pre-tokenizer name falls back to GPT-2's regex rather than failing.
+    b = tinyByteBpe();
+    b.pre = "some-future-model";
+    QCOMPARE(idsText(makeTokenizer(b)->encode("hello world", false)), QString("259 262 108 100"));
+}
+
+QTEST_APPLESS_MAIN(TestTokenizers)
+#include "test_tokenizers.moc"

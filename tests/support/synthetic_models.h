@@ -1,0 +1,29 @@
+#pragma once
+// Synthetic models for tests: random weights of a chosen shape, written with the project's own writers
+// as Hugging Face folders (single file or sharded; f32/f16/bf16) or GGUF files.
+#include <map>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "core/io/ggml_types.h"
+#include "core/model/arch_spec.h"
+
+namespace cwb::test {
+
+using WeightMap = std::map<std::string, at::Tensor>;   // canonical names, fp32, [out, in] matrices
+
+ArchSpec tinyLlamaSpec();   // 2 layers, hidden 32, 4 heads, 2 kv heads (GQA), ffn 48, vocab 64
+ArchSpec tinyGpt2Spec();    // 2 layers, hidden 32, 4 heads, ffn 64, vocab 64, 64 positions
+
+// Random weights with Hugging Face conventions (RoPE on halves), rounded to `storage` precision so a
+// model written in that type holds exactly these values.
+WeightMap randomWeights(const ArchSpec& spec, uint64_t seed, ggml::Type storage = ggml::Type::F32);
+
+// Writes config.json + model.safetensors (shards == 1) or shards + model.safetensors.index.json.
+void writeHfFolder(const std::string& folder, const ArchSpec& spec, const WeightMap& weights, ggml::Type storage,
+                   int shards = 1);
+// Writes a GGUF v3 file as llama.cpp's converter would: Q/K rows permuted to adjacent-pair RoPE for llama.
+void writeGguf(const std::string& path, const ArchSpec& spec, const WeightMap& weights, ggml::Type storage);
+
+} // namespace cwb::test

@@ -1,0 +1,19 @@
+#pragma once
+// Where tests find the shared fixtures and the cwb binary.
+#include <QString>
+
+namespace cwb::test {
+
+// CWB_FIXTURES_DIR + "/" + relative, or an empty string when the file is absent.
+QString fixture(const QString& relative);
+// The cwb executable under test (CWB_BINARY, set by CTest).
+QString cwbBinary();
+
+} // namespace cwb::test
+
+// Skips the current test with a clear message when a fixture is missing.
+#define CWB_REQUIRE_FIXTURE(var, relative)                                                                    \
+    const QString var = cwb::test::fixture(relative);                                                         \
+    if (var.isEmpty())                                                                                         \
+        QSKIP(qPrintable(QStringLiteral("fixture %1 not found under CWB_FIXTURES_DIR=%2")                     \
+                             .arg(relative, QStringLiteral(CWB_FIXTURES_DIR))))
