@@ -1,6 +1,9 @@
 #include "app/cli/commands.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
+
+#include "app/cli/arguments.h"
 
 #include "core/util/error.h"
 
@@ -9,12 +12,31 @@ namespace cwb::cli {
 const std::vector<Command>& commands() {
     static const std::vector<Command> list = {
         {"info", "cwb info MODEL [--json]", "architecture, parameter count and every tensor of a model", runInfo},
-        {"generate", "cwb generate MODEL [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S] [--json]",
+        {"generate", "cwb generate MODEL [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S] [--device D] [--dtype T] [--json]",
          "generate text (greedy unless --temperature is set)", runGenerate},
-        {"eval", "cwb eval MODEL --text FILE [--ctx N] [--chunks K] [--threads N] [--json]",
+        {"eval", "cwb eval MODEL --text FILE [--ctx N] [--chunks K] [--threads N] [--device cpu|cuda] [--dtype f32|f16|bf16] [--json]",
          "perplexity by llama.cpp's method (second half of each ctx chunk scored)", runEval},
     };
     return list;
+}
+
+RuntimeOptions runtimeOptions(const Arguments& args) {
+    RuntimeOptions options;
+    const std::string device = args.value("device", "cpu");
+    if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+        if (!at::hasCUDA())
+            throw Error("--device " + device + ": this build of LibTorch has no CUDA, or no GPU is visible");
+        options.device = at::Device(device);
+        options.dtype = at::kHalf;
+    } else if (device != "cpu") {
+        throw Error("--device must be cpu or cuda[:N], got '" + device + "'");
+    }
+    const std::string dtype = args.value("dtype");
+    if (dtype == "f32") options.dtype = at::kFloat;
+    else if (dtype == "f16") options.dtype = at::kHalf;
+    else if (dtype == "bf16") options.dtype = at::kBFloat16;
+    else if (!dtype.empty()) throw Error("--dtype must be f32, f16 or bf16, got '" + dtype + "'");
+    return options;
 }
 
 void applyThreads(int64_t threads) {

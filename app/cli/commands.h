@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "core/runtime/transformer.h"
+
 namespace cwb::cli {
 
 struct Command {
@@ -17,6 +19,10 @@ const std::vector<Command>& commands();
 int runInfo(const std::vector<std::string>& args);
 int runGenerate(const std::vector<std::string>& args);
 int runEval(const std::vector<std::string>& args);
+
+class Arguments;
+// --device cpu|cuda[:N] and --dtype f32|f16|bf16 (default: f32 on CPU, f16 on CUDA); refuses CUDA when absent.
+RuntimeOptions runtimeOptions(const Arguments& args);
 
 // Applies --threads N (0 or absent: LibTorch's default).
 void applyThreads(int64_t threads);

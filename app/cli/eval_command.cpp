@@ -14,7 +14,7 @@
 namespace cwb::cli {
 
 int runEval(const std::vector<std::string>& args) {
-    Arguments a(args, {"text", "ctx", "chunks", "threads", "tokenizer"}, {"json", "quiet"});
+    Arguments a(args, {"text", "ctx", "chunks", "threads", "tokenizer", "device", "dtype"}, {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     LoadOptions options;
     options.tokenizerPath = a.value("tokenizer");
@@ -38,7 +38,7 @@ int runEval(const std::vector<std::string>& args) {
             lastPercent = percent;
         }
     };
-    Transformer runtime(*model);
+    Transformer runtime(*model, runtimeOptions(a));
     PerplexityResult r = evaluatePerplexity(runtime, tokens, model->tokenizer->bos(), p, &feedback);
     if (a.flag("json")) {
         nlohmann::json j = {{"model", path},          {"text", textPath},         {"ctx", r.ctx},

@@ -12,7 +12,7 @@
 namespace cwb::cli {
 
 int runGenerate(const std::vector<std::string>& args) {
-    Arguments a(args, {"prompt", "tokens", "temperature", "top-k", "seed", "threads", "tokenizer"}, {"json", "no-stop"});
+    Arguments a(args, {"prompt", "tokens", "temperature", "top-k", "seed", "threads", "tokenizer", "device", "dtype"}, {"json", "no-stop"});
     applyThreads(a.integer("threads", 0));
     LoadOptions options;
     options.tokenizerPath = a.value("tokenizer");
@@ -28,7 +28,7 @@ int runGenerate(const std::vector<std::string>& args) {
     p.stopAtEos = !a.flag("no-stop");
     if (p.tokens < 1) throw Error("--tokens must be at least 1");
     if (p.temperature < 0) throw Error("--temperature must be 0 (greedy) or more");
-    Transformer runtime(*model);
+    Transformer runtime(*model, runtimeOptions(a));
     GenerateResult r = generate(runtime, *model->tokenizer, p);
     if (a.flag("json")) {
         nlohmann::json j = {{"prompt_ids", r.promptIds},

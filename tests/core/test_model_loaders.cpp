@@ -25,6 +25,12 @@ ArchSpec specByName(const QString& name) {
         s.modelType = "qwen2";
         s.attentionBias = true;
     }
+    if (name == "llama-blocks32") s.ffn = 64;   // every row length a multiple of 32
+    if (name == "llama-blocks256") {              // every row length a multiple of 256, for K-quants
+        s.hidden = 256;
+        s.headDim = 64;
+        s.ffn = 512;
+    }
     if (name == "llama3-rope") {
         s.ropeScaling.type = "llama3";
         s.ropeScaling.factor = 8.0;
@@ -107,6 +113,12 @@ void TestModelLoaders::ggufMatchesReference_data() {
     QTest::newRow("qwen2 f32") << "qwen2" << ggml::Type::F32;
     QTest::newRow("gpt2 f32") << "gpt2" << ggml::Type::F32;
     QTest::newRow("gpt2 f16") << "gpt2" << ggml::Type::F16;
+    QTest::newRow("llama q8_0") << "llama-blocks32" << ggml::Type::Q8_0;
+    QTest::newRow("llama q4_0") << "llama-blocks32" << ggml::Type::Q4_0;
+    QTest::newRow("llama q5_1") << "llama-blocks32" << ggml::Type::Q5_1;
+    QTest::newRow("llama q4_k") << "llama-blocks256" << ggml::Type::Q4_K;
+    QTest::newRow("llama q6_k") << "llama-blocks256" << ggml::Type::Q6_K;
+    QTest::newRow("llama q2_k") << "llama-blocks256" << ggml::Type::Q2_K;
 }
 
 void TestModelLoaders::ggufMatchesReference() {
@@ -118,10 +130,13 @@ void TestModelLoaders::ggufMatchesReference() {
     const std::string path = dir.filePath("m.gguf").toStdString();
     writeGguf(path, spec, weights, storage);
     auto model = loadModel(path);
+    QCOMPARE(model->tensor(spec.family == Family::Llama ? "model.layers.0.mlp.up_proj.weight" : "transformer.h.0.mlp.c_fc.weight").type,
+             storage);
     QCOMPARE(QString::fromStdString(model->format), QStringLiteral("gguf"));
     if (arch == "llama" || arch == "llama-tied")   // GGUF llama rotates adjacent pairs on permuted Q/K rows
         QCOMPARE(model->spec.ropeStyle, RopeStyle::AdjacentPairs);
-    const double error = compareWithReference(*model, spec, weights);
+    // Quantized tensors are dequantized on load: the reference runs on the values the blocks hold.
+    const double error = compareWithReference(*model, spec, storedWeights(weights, storage));
     QVERIFY2(error < 1e-5, qPrintable(QString("relative logit error %1").arg(error)));
 }
 

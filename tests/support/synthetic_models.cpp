@@ -108,6 +108,11 @@ WeightMap randomWeights(const ArchSpec& s, uint64_t seed, ggml::Type storage) {
 
 static std::vector<uint8_t> bytesOf(const at::Tensor& t, ggml::Type storage) {
     at::Tensor c = t.contiguous();
+    if (storage != ggml::Type::F32 && storage != ggml::Type::F16 && storage != ggml::Type::BF16) {
+        std::vector<uint8_t> out(ggml::rowBytes(storage, c.size(-1)) * static_cast<size_t>(c.numel() / c.size(-1)));
+        ggml::quantize(storage, c.data_ptr<float>(), out.data(), c.numel());
+        return out;
+    }
     if (storage == ggml::Type::F16) c = c.to(at::kHalf);
     if (storage == ggml::Type::BF16) c = c.to(at::kBFloat16);
     const uint8_t* p = static_cast<const uint8_t*>(c.data_ptr());
@@ -118,6 +123,21 @@ static bool isGpt2Conv1d(const std::string& name) {
     for (const char* s : {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"})
         if (name.size() > std::strlen(s) && name.compare(name.size() - std::strlen(s), std::strlen(s), s) == 0) return true;
     return false;
+}
+
+WeightMap storedWeights(const WeightMap& weights, ggml::Type storage) {
+    WeightMap out;
+    for (const auto& [name, t] : weights) {
+        if (t.dim() < 2 || storage == ggml::Type::F32) {
+            out[name] = t;
+            continue;
+        }
+        std::vector<uint8_t> bytes = bytesOf(t, storage);
+        at::Tensor back = at::empty(t.sizes(), at::kFloat);
+        ggml::dequantize(storage, bytes.data(), back.data_ptr<float>(), t.numel());
+        out[name] = back;
+    }
+    return out;
 }
 
 void writeHfFolder(const std::string& folder, const ArchSpec& s, const WeightMap& weights, ggml::Type storage, int shards) {

@@ -20,10 +20,14 @@ ArchSpec tinyGpt2Spec();    // 2 layers, hidden 32, 4 heads, ffn 64, vocab 64, 6
 // model written in that type holds exactly these values.
 WeightMap randomWeights(const ArchSpec& spec, uint64_t seed, ggml::Type storage = ggml::Type::F32);
 
+// The weights as a model stored in `storage` holds them (matrices quantized and dequantized; vectors as given).
+WeightMap storedWeights(const WeightMap& weights, ggml::Type storage);
+
 // Writes config.json + model.safetensors (shards == 1) or shards + model.safetensors.index.json.
 void writeHfFolder(const std::string& folder, const ArchSpec& spec, const WeightMap& weights, ggml::Type storage,
                    int shards = 1);
 // Writes a GGUF v3 file as llama.cpp's converter would: Q/K rows permuted to adjacent-pair RoPE for llama.
+// Matrices take `storage` (any GGML type the project can quantize to); norms and biases stay F32.
 void writeGguf(const std::string& path, const ArchSpec& spec, const WeightMap& weights, ggml::Type storage);
 
 } // namespace cwb::test
