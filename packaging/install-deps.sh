@@ -3,7 +3,8 @@
 # Usage: packaging/install-deps.sh [--no-gui]
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config ccache libtorch-dev libsqlite3-dev nlohmann-json3-dev)
+# OpenBLAS replaces the reference BLAS that libtorch-dev pulls in (matrix products run many times faster).
+packages=(build-essential cmake pkg-config ccache libtorch-dev libopenblas0-pthread libsqlite3-dev nlohmann-json3-dev)
 if [[ "${1:-}" != "--no-gui" ]]; then
     packages+=(qt6-base-dev libqcustomplot-dev xvfb xauth)
 fi

@@ -16,6 +16,9 @@ const std::vector<Command>& commands() {
          "generate text (greedy unless --temperature is set)", runGenerate},
         {"eval", "cwb eval MODEL --text FILE [--ctx N] [--chunks K] [--threads N] [--device cpu|cuda] [--dtype f32|f16|bf16] [--json]",
          "perplexity by llama.cpp's method (second half of each ctx chunk scored)", runEval},
+        {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--eval FILE] [--ctx N] [--chunks K] [--json]",
+         "apply a recipe and compare the variant with the base (size, PPL, KL, top-1)", runCompress},
+        {"methods", "cwb methods [--json]", "compression methods with their parameters, ranges and defaults", runMethods},
     };
     return list;
 }

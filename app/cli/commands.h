@@ -19,6 +19,8 @@ const std::vector<Command>& commands();
 int runInfo(const std::vector<std::string>& args);
 int runGenerate(const std::vector<std::string>& args);
 int runEval(const std::vector<std::string>& args);
+int runCompress(const std::vector<std::string>& args);
+int runMethods(const std::vector<std::string>& args);
 
 class Arguments;
 // --device cpu|cuda[:N] and --dtype f32|f16|bf16 (default: f32 on CPU, f16 on CUDA); refuses CUDA when absent.

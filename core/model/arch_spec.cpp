@@ -8,6 +8,11 @@ namespace cwb {
 
 const char* familyName(Family family) { return family == Family::Gpt2 ? "gpt2" : "llama"; }
 
+void ArchSpec::makeLayerShapesExplicit() {
+    if (!layerShapes.empty()) return;
+    layerShapes.assign(static_cast<size_t>(layers), LayerShape{heads, kvHeads, ffn});
+}
+
 void ArchSpec::validate(const std::string& source) const {
     // Bounds far above any real model but low enough that products of them cannot overflow int64.
     auto check = [&](const char* what, int64_t value, int64_t maxValue) {
@@ -23,6 +28,13 @@ void ArchSpec::validate(const std::string& source) const {
     check("feed-forward size", ffn, 1 << 22);
     check("vocabulary size", vocab, 1 << 24);
     check("context length", context, int64_t(1) << 31);
+    if (!layerShapes.empty() && static_cast<int64_t>(layerShapes.size()) != layers)
+        throw Error(source, "per-layer sizes list " + std::to_string(layerShapes.size()) + " layers, the model has " +
+                                std::to_string(layers));
+    for (const auto& l : layerShapes)
+        if (l.heads <= 0 || l.kvHeads <= 0 || l.ffn <= 0 || l.heads % l.kvHeads != 0)
+            throw Error(source, "invalid per-layer sizes (heads " + std::to_string(l.heads) + ", kv heads " +
+                                    std::to_string(l.kvHeads) + ", ffn " + std::to_string(l.ffn) + ")");
     if (heads % kvHeads != 0)
         throw Error(source, "head count " + std::to_string(heads) + " is not a multiple of the kv head count " +
                                 std::to_string(kvHeads));
@@ -45,6 +57,11 @@ void to_json(nlohmann::json& j, const ArchSpec& s) {
                        {"context", s.context},
                        {"norm_eps", s.normEps},
                        {"tied_embeddings", s.tiedEmbeddings}};
+    if (!s.layerShapes.empty()) {
+        nlohmann::json layers = nlohmann::json::array();
+        for (const auto& l : s.layerShapes) layers.push_back({{"heads", l.heads}, {"kv_heads", l.kvHeads}, {"ffn", l.ffn}});
+        j["layer_shapes"] = layers;
+    }
     if (s.family == Family::Llama) {
         j["rope_theta"] = s.ropeTheta;
         j["rope_style"] = s.ropeStyle == RopeStyle::AdjacentPairs ? "adjacent-pairs" : "halves";

@@ -3,6 +3,7 @@
 // whatever file format it came from.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -22,6 +23,13 @@ struct RopeScaling {
     int64_t originalContext = 8192;   // llama3 original_max_position_embeddings
 };
 
+// Per-layer sizes after structured pruning (heads or MLP channels removed in some layers only).
+struct LayerShape {
+    int64_t heads = 0;
+    int64_t kvHeads = 0;
+    int64_t ffn = 0;
+};
+
 struct ArchSpec {
     Family family = Family::Llama;
     std::string modelType;            // as the source named it: llama, mistral, qwen2, gpt2
@@ -39,6 +47,14 @@ struct ArchSpec {
     double normEps = 1e-5;
     bool tiedEmbeddings = false;
     bool attentionBias = false;       // Qwen2 has q/k/v biases
+
+    std::vector<LayerShape> layerShapes;   // empty: every layer has heads / kvHeads / ffn
+
+    int64_t headsAt(int64_t layer) const { return layerShapes.empty() ? heads : layerShapes.at(size_t(layer)).heads; }
+    int64_t kvHeadsAt(int64_t layer) const { return layerShapes.empty() ? kvHeads : layerShapes.at(size_t(layer)).kvHeads; }
+    int64_t ffnAt(int64_t layer) const { return layerShapes.empty() ? ffn : layerShapes.at(size_t(layer)).ffn; }
+    // Gives every layer its own entry (copying the uniform sizes) so one layer can change.
+    void makeLayerShapesExplicit();
 
     // Throws cwb::Error(source, ...) when a dimension is missing, non-positive, absurd or inconsistent.
     void validate(const std::string& source) const;

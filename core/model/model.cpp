@@ -1,5 +1,8 @@
 #include "core/model/model.h"
 
+#include <algorithm>
+
+#include "core/model/compressed_linear.h"
 #include "core/util/error.h"
 
 namespace cwb {
@@ -63,6 +66,12 @@ void Model::addTensor(TensorRecord record) {
 }
 
 at::Tensor Model::floatTensor(const std::string& name) const {
+    static const std::string suffix = ".weight";
+    if (!mCompressed.empty() && name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        auto it = mCompressed.find(name.substr(0, name.size() - suffix.size()));
+        if (it != mCompressed.end()) return it->second->effectiveWeight().contiguous().clone();
+    }
     const TensorRecord& r = tensor(name);
     std::vector<int64_t> stored = r.shape;
     if (r.storedTransposed && stored.size() == 2) std::swap(stored[0], stored[1]);
@@ -87,6 +96,102 @@ at::Tensor Model::floatTensor(const std::string& name) const {
     return result;
 }
 
+std::unique_ptr<Model> Model::clone() const {
+    auto copy = std::make_unique<Model>();
+    copy->spec = spec;
+    copy->path = path;
+    copy->format = format;
+    copy->tokenizer = tokenizer;
+    copy->metadata = metadata;
+    copy->mTensors = mTensors;
+    copy->mOrder = mOrder;
+    copy->mOwners = mOwners;
+    copy->mCompressed = mCompressed;
+    return copy;
+}
+
+void Model::replaceTensor(const std::string& name, const at::Tensor& value) {
+    auto owned = std::make_shared<at::Tensor>(value.to(at::kCPU).contiguous().clone());
+    TensorRecord r;
+    r.name = name;
+    r.shape = owned->sizes().vec();
+    switch (owned->scalar_type()) {
+    case at::kFloat: r.type = ggml::Type::F32; break;
+    case at::kHalf: r.type = ggml::Type::F16; break;
+    case at::kBFloat16: r.type = ggml::Type::BF16; break;
+    default: throw Error(path, "tensor '" + name + "' can only be replaced by an f32, f16 or bf16 tensor");
+    }
+    r.data = static_cast<const uint8_t*>(owned->data_ptr());
+    r.bytes = static_cast<size_t>(owned->numel()) * owned->element_size();
+    r.file = "(in memory)";
+    mOwners.push_back(owned);
+    auto it = mTensors.find(name);
+    if (it == mTensors.end()) {
+        mOrder.push_back(name);
+        mTensors.emplace(name, std::move(r));
+    } else {
+        it->second = std::move(r);
+    }
+    static const std::string suffix = ".weight";
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        mCompressed.erase(name.substr(0, name.size() - suffix.size()));   // a dense replacement supersedes compression
+}
+
+static bool isWeightName(const std::string& name) {
+    return name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+}
+
+void Model::removeTensor(const std::string& name) {
+    if (!mTensors.erase(name)) throw Error(path, "tensor '" + name + "' is missing");
+    mOrder.erase(std::find(mOrder.begin(), mOrder.end(), name));
+    if (isWeightName(name)) mCompressed.erase(name.substr(0, name.size() - 7));
+}
+
+void Model::renameTensor(const std::string& from, const std::string& to) {
+    auto it = mTensors.find(from);
+    if (it == mTensors.end()) throw Error(path, "tensor '" + from + "' is missing");
+    if (mTensors.count(to)) throw Error(path, "tensor '" + to + "' already exists");
+    TensorRecord r = std::move(it->second);
+    r.name = to;
+    mTensors.erase(it);
+    mTensors.emplace(to, std::move(r));
+    *std::find(mOrder.begin(), mOrder.end(), from) = to;
+    if (isWeightName(from) && isWeightName(to)) {
+        auto c = mCompressed.find(from.substr(0, from.size() - 7));
+        if (c != mCompressed.end()) {
+            auto linear = c->second;
+            mCompressed.erase(c);
+            mCompressed[to.substr(0, to.size() - 7)] = linear;
+        }
+    }
+}
+
+void Model::setCompressed(const std::string& layer, std::shared_ptr<const CompressedLinear> linear) {
+    const TensorRecord& r = tensor(layer + ".weight");
+    if (r.shape.size() != 2 || linear->rows() != r.shape[0] || linear->cols() != r.shape[1])
+        throw Error(path, "compressed layer '" + layer + "' does not match the shape of its weight");
+    mCompressed[layer] = std::move(linear);
+}
+
+std::shared_ptr<const CompressedLinear> Model::compressed(const std::string& layer) const {
+    auto it = mCompressed.find(layer);
+    return it == mCompressed.end() ? nullptr : it->second;
+}
+
+std::vector<std::string> Model::linearLayers() const {
+    std::vector<std::string> out;
+    for (int64_t l = 0; l < spec.layers; ++l) {
+        const std::string prefix = spec.family == Family::Llama ? names::llamaLayer(l, "") : names::gpt2Layer(l, "");
+        for (const auto& name : mOrder) {
+            if (name.compare(0, prefix.size(), prefix) != 0 || name.size() < 7) continue;
+            if (name.compare(name.size() - 7, 7, ".weight") != 0) continue;
+            const TensorRecord& r = mTensors.at(name);
+            if (r.shape.size() == 2) out.push_back(name.substr(0, name.size() - 7));
+        }
+    }
+    return out;
+}
+
 int64_t Model::parameterCount() const {
     int64_t n = 0;
     for (const auto& kv : mTensors) n += kv.second.elementCount();
@@ -96,6 +201,11 @@ int64_t Model::parameterCount() const {
 size_t Model::storageBytes() const {
     size_t n = 0;
     for (const auto& kv : mTensors) n += kv.second.bytes;
+    for (const auto& [layer, linear] : mCompressed) {
+        auto it = mTensors.find(layer + ".weight");
+        if (it != mTensors.end()) n -= it->second.bytes;
+        n += linear->storageBytes();
+    }
     return n;
 }
 
@@ -107,10 +217,10 @@ void Model::validateTensors() const {
             throw Error(r.file.empty() ? path : r.file, "tensor '" + name + "' has shape " + shapeText(r.shape) +
                                                             ", expected " + shapeText(shape));
     };
-    const int64_t q = s.heads * s.headDim, kv = s.kvHeads * s.headDim;
     if (s.family == Family::Llama) {
         expect("model.embed_tokens.weight", {s.vocab, s.hidden});
         for (int64_t l = 0; l < s.layers; ++l) {
+            const int64_t q = s.headsAt(l) * s.headDim, kv = s.kvHeadsAt(l) * s.headDim, ffn = s.ffnAt(l);
             expect(names::llamaLayer(l, "input_layernorm.weight"), {s.hidden});
             expect(names::llamaLayer(l, "self_attn.q_proj.weight"), {q, s.hidden});
             expect(names::llamaLayer(l, "self_attn.k_proj.weight"), {kv, s.hidden});
@@ -122,9 +232,9 @@ void Model::validateTensors() const {
                 expect(names::llamaLayer(l, "self_attn.v_proj.bias"), {kv});
             }
             expect(names::llamaLayer(l, "post_attention_layernorm.weight"), {s.hidden});
-            expect(names::llamaLayer(l, "mlp.gate_proj.weight"), {s.ffn, s.hidden});
-            expect(names::llamaLayer(l, "mlp.up_proj.weight"), {s.ffn, s.hidden});
-            expect(names::llamaLayer(l, "mlp.down_proj.weight"), {s.hidden, s.ffn});
+            expect(names::llamaLayer(l, "mlp.gate_proj.weight"), {ffn, s.hidden});
+            expect(names::llamaLayer(l, "mlp.up_proj.weight"), {ffn, s.hidden});
+            expect(names::llamaLayer(l, "mlp.down_proj.weight"), {s.hidden, ffn});
         }
         expect("model.norm.weight", {s.hidden});
         if (!s.tiedEmbeddings) expect("lm_head.weight", {s.vocab, s.hidden});
@@ -132,6 +242,7 @@ void Model::validateTensors() const {
         expect("transformer.wte.weight", {s.vocab, s.hidden});
         expect("transformer.wpe.weight", {s.context, s.hidden});
         for (int64_t l = 0; l < s.layers; ++l) {
+            const int64_t ffn = s.ffnAt(l);
             for (const char* norm : {"ln_1", "ln_2"}) {
                 expect(names::gpt2Layer(l, std::string(norm) + ".weight"), {s.hidden});
                 expect(names::gpt2Layer(l, std::string(norm) + ".bias"), {s.hidden});
@@ -140,9 +251,9 @@ void Model::validateTensors() const {
             expect(names::gpt2Layer(l, "attn.c_attn.bias"), {3 * s.hidden});
             expect(names::gpt2Layer(l, "attn.c_proj.weight"), {s.hidden, s.hidden});
             expect(names::gpt2Layer(l, "attn.c_proj.bias"), {s.hidden});
-            expect(names::gpt2Layer(l, "mlp.c_fc.weight"), {s.ffn, s.hidden});
-            expect(names::gpt2Layer(l, "mlp.c_fc.bias"), {s.ffn});
-            expect(names::gpt2Layer(l, "mlp.c_proj.weight"), {s.hidden, s.ffn});
+            expect(names::gpt2Layer(l, "mlp.c_fc.weight"), {ffn, s.hidden});
+            expect(names::gpt2Layer(l, "mlp.c_fc.bias"), {ffn});
+            expect(names::gpt2Layer(l, "mlp.c_proj.weight"), {s.hidden, ffn});
             expect(names::gpt2Layer(l, "mlp.c_proj.bias"), {s.hidden});
         }
         expect("transformer.ln_f.weight", {s.hidden});

@@ -18,6 +18,7 @@
 namespace cwb {
 
 class MappedFile;
+class CompressedLinear;
 
 struct TensorRecord {
     std::string name;
@@ -36,15 +37,29 @@ public:
     ArchSpec spec;
     std::string path;                // file or folder it was loaded from
     std::string format;              // "gguf", "hf", "llama2c"
-    std::unique_ptr<Tokenizer> tokenizer;
+    std::shared_ptr<Tokenizer> tokenizer;
     std::map<std::string, std::string> metadata;   // free-form facts shown by `cwb info`
 
     bool has(const std::string& name) const;
     const TensorRecord& tensor(const std::string& name) const;   // throws cwb::Error when absent
     const std::vector<std::string>& tensorNames() const { return mOrder; }
 
-    // The tensor in fp32 on the CPU, always a fresh contiguous tensor the caller may modify.
+    // The tensor in fp32 on the CPU, always a fresh contiguous tensor the caller may modify. For the weight of
+    // a compressed layer, the weight it effectively computes with (dequantized, in the original input space).
     at::Tensor floatTensor(const std::string& name) const;
+
+    // ---- variants: a copy that shares the base's mapped tensors and replaces what a method changes ----
+    std::unique_ptr<Model> clone() const;
+    // Replaces (or adds) a tensor with an owned copy of `value` (CPU, f32/f16/bf16); its shape may change.
+    void replaceTensor(const std::string& name, const at::Tensor& value);
+    void removeTensor(const std::string& name);
+    void renameTensor(const std::string& from, const std::string& to);
+    // A compressed linear layer ("model.layers.0.mlp.up_proj"); the runtime computes through it.
+    void setCompressed(const std::string& layer, std::shared_ptr<const CompressedLinear> linear);
+    std::shared_ptr<const CompressedLinear> compressed(const std::string& layer) const;
+    const std::map<std::string, std::shared_ptr<const CompressedLinear>>& compressedLayers() const { return mCompressed; }
+    // Names of the linear layers of the blocks (no embeddings, no output head), in block order.
+    std::vector<std::string> linearLayers() const;
 
     // Adds a tensor record after checking that shape × type matches its byte count; throws cwb::Error.
     void addTensor(TensorRecord record);
@@ -61,6 +76,7 @@ private:
     std::map<std::string, TensorRecord> mTensors;
     std::vector<std::string> mOrder;
     std::vector<std::shared_ptr<const void>> mOwners;
+    std::map<std::string, std::shared_ptr<const CompressedLinear>> mCompressed;
 };
 
 // Canonical tensor names.

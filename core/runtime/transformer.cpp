@@ -4,14 +4,24 @@
 #include <limits>
 #include <map>
 
+#include "core/model/compressed_linear.h"
 #include "core/util/error.h"
 
 namespace cwb {
 
 struct Transformer::Block {
     std::map<std::string, at::Tensor> tensors;   // suffix ("self_attn.q_proj.weight") -> tensor on device
+    std::map<std::string, std::shared_ptr<const CompressedLinear>> compressed;   // suffix ("self_attn.q_proj")
     const at::Tensor& operator[](const std::string& suffix) const { return tensors.at(suffix); }
     bool has(const std::string& suffix) const { return tensors.count(suffix) != 0; }
+    // y = linear(prepareInput(x), W) + b through the layer's compressed form when it has one.
+    at::Tensor linear(const std::string& layer, const at::Tensor& x) const {
+        auto it = compressed.find(layer);
+        at::Tensor input = it == compressed.end() ? x : it->second->prepareInput(x.to(at::kFloat)).to(x.scalar_type());
+        auto bias = tensors.find(layer + ".bias");
+        return at::linear(input, tensors.at(layer + ".weight"),
+                          bias == tensors.end() ? at::Tensor() : bias->second.to(x.scalar_type()));
+    }
 };
 
 struct Transformer::Globals {
@@ -92,8 +102,8 @@ KvCache::KvCache(const ArchSpec& spec, int64_t batch, int64_t capacity, const Ru
     : mCapacity(capacity) {
     auto opts = at::TensorOptions().dtype(options.dtype).device(options.device);
     for (int64_t l = 0; l < spec.layers; ++l) {
-        mKeys.push_back(at::zeros({batch, spec.kvHeads, capacity, spec.headDim}, opts));
-        mValues.push_back(at::zeros({batch, spec.kvHeads, capacity, spec.headDim}, opts));
+        mKeys.push_back(at::zeros({batch, spec.kvHeadsAt(l), capacity, spec.headDim}, opts));
+        mValues.push_back(at::zeros({batch, spec.kvHeadsAt(l), capacity, spec.headDim}, opts));
     }
 }
 
@@ -136,7 +146,16 @@ const Transformer::Block& Transformer::block(int64_t layer) {
     const ArchSpec& s = mModel.spec;
     const auto& suffixes = s.family == Family::Llama ? llamaSuffixes(s.attentionBias) : gpt2Suffixes();
     const std::string prefix = layerPrefix(s, layer);
-    for (const auto& suffix : suffixes) b->tensors[suffix] = weight(prefix + suffix);
+    for (const auto& suffix : suffixes) {
+        const std::string layer = suffix.substr(0, suffix.rfind('.'));
+        auto compressed = suffix.compare(suffix.size() - 7, 7, ".weight") == 0 ? mModel.compressed(prefix + layer) : nullptr;
+        if (compressed) {
+            b->compressed[layer] = compressed;
+            b->tensors[suffix] = compressed->weight().to(mOptions.device, mOptions.dtype);
+        } else {
+            b->tensors[suffix] = weight(prefix + suffix);
+        }
+    }
     if (mOptions.cacheWeights) {
         cached = std::move(b);
         return *cached;
@@ -178,7 +197,7 @@ at::Tensor Transformer::attention(int64_t layer, const at::Tensor& q, const at::
         keys = ck.narrow(2, 0, start + tokens);
         values = cv.narrow(2, 0, start + tokens);
     }
-    const int64_t groups = s.heads / s.kvHeads;
+    const int64_t heads = q.size(1), groups = heads / k.size(1);
     if (groups > 1) {
         keys = keys.repeat_interleave(groups, 1);
         values = values.repeat_interleave(groups, 1);
@@ -191,7 +210,7 @@ at::Tensor Transformer::attention(int64_t layer, const at::Tensor& q, const at::
     at::Tensor probs = at::softmax(scores, -1);
     at::Tensor out = at::matmul(probs, values.to(at::kFloat)).to(q.scalar_type());   // [B, H, T, hd]
     if (observer && observer->wantsHeads()) observer->onAttentionHeads(layer, out.transpose(1, 2));
-    return out.transpose(1, 2).reshape({q.size(0), tokens, s.heads * s.headDim});
+    return out.transpose(1, 2).reshape({q.size(0), tokens, heads * s.headDim});
 }
 
 at::Tensor Transformer::llamaBlock(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start,
@@ -200,17 +219,15 @@ at::Tensor Transformer::llamaBlock(int64_t layer, const at::Tensor& x, KvCache* 
     const Block& b = block(layer);
     const std::string prefix = layerPrefix(s, layer);
     auto lin = [&](const std::string& suffix, const at::Tensor& input) {
-        at::Tensor w = b[suffix + ".weight"];
-        at::Tensor bias = b.has(suffix + ".bias") ? b[suffix + ".bias"].to(input.scalar_type()) : at::Tensor();
-        at::Tensor y = at::linear(input, w, bias);
+        at::Tensor y = b.linear(suffix, input);
         if (observer && observer->wantsLinear(prefix + suffix)) observer->onLinear(prefix + suffix, input, y);
         return y;
     };
-    const int64_t B = x.size(0), T = x.size(1);
+    const int64_t B = x.size(0), T = x.size(1), heads = s.headsAt(layer), kvHeads = s.kvHeadsAt(layer);
     at::Tensor h = rmsNorm(x, b["input_layernorm.weight"], s.normEps);
-    at::Tensor q = lin("self_attn.q_proj", h).view({B, T, s.heads, s.headDim}).transpose(1, 2);
-    at::Tensor k = lin("self_attn.k_proj", h).view({B, T, s.kvHeads, s.headDim}).transpose(1, 2);
-    at::Tensor v = lin("self_attn.v_proj", h).view({B, T, s.kvHeads, s.headDim}).transpose(1, 2);
+    at::Tensor q = lin("self_attn.q_proj", h).view({B, T, heads, s.headDim}).transpose(1, 2);
+    at::Tensor k = lin("self_attn.k_proj", h).view({B, T, kvHeads, s.headDim}).transpose(1, 2);
+    at::Tensor v = lin("self_attn.v_proj", h).view({B, T, kvHeads, s.headDim}).transpose(1, 2);
     q = applyRope(q, start);
     k = applyRope(k, start);
     at::Tensor attn = attention(layer, q, k, v, cache, start, observer);
@@ -226,7 +243,7 @@ at::Tensor Transformer::gpt2Block(int64_t layer, const at::Tensor& x, KvCache* c
     const Block& b = block(layer);
     const std::string prefix = layerPrefix(s, layer);
     auto lin = [&](const std::string& suffix, const at::Tensor& input) {
-        at::Tensor y = at::linear(input, b[suffix + ".weight"], b[suffix + ".bias"].to(input.scalar_type()));
+        at::Tensor y = b.linear(suffix, input);
         if (observer && observer->wantsLinear(prefix + suffix)) observer->onLinear(prefix + suffix, input, y);
         return y;
     };
@@ -256,9 +273,18 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, KvCache* cache, Activa
         throw Error("forward: KV cache holds " + std::to_string(cache->capacity()) + " tokens of batch " +
                     std::to_string(cache->mKeys.at(0).size(0)) + "; cannot add " + std::to_string(T) + " at position " +
                     std::to_string(start));
-    ids = ids.to(mOptions.device);
+    at::Tensor x = embedAt(ids, start);
+    for (int64_t l = 0; l < s.layers; ++l)
+        x = s.family == Family::Llama ? llamaBlock(l, x, cache, start, observer) : gpt2Block(l, x, cache, start, observer);
+    mScratch.reset();
+    if (cache) cache->mLength = start + T;
+    return logits(x);
+}
 
-    at::Tensor x = at::embedding(mGlobals->embedding, ids);   // [B, T, hidden]
+at::Tensor Transformer::embedAt(const at::Tensor& tokens, int64_t start) const {
+    const ArchSpec& s = mModel.spec;
+    const int64_t T = tokens.size(1);
+    at::Tensor x = at::embedding(mGlobals->embedding, tokens.to(at::kLong).to(mOptions.device));   // [B, T, hidden]
     if (s.family == Family::Gpt2) {
         if (start + T > s.context)
             throw Error("forward: GPT-2 has " + std::to_string(s.context) + " learned positions; position " +
@@ -266,14 +292,33 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, KvCache* cache, Activa
         at::Tensor pos = at::arange(start, start + T, at::TensorOptions().dtype(at::kLong).device(mOptions.device));
         x = x + at::embedding(mGlobals->positions, pos).unsqueeze(0);
     }
-    for (int64_t l = 0; l < s.layers; ++l)
-        x = s.family == Family::Llama ? llamaBlock(l, x, cache, start, observer) : gpt2Block(l, x, cache, start, observer);
+    return x;
+}
+
+at::Tensor Transformer::embed(const at::Tensor& tokens) const { return embedAt(tokens, 0); }
+
+at::Tensor Transformer::runBlock(int64_t layer, const at::Tensor& x, ActivationObserver* observer) {
+    if (layer < 0 || layer >= mModel.spec.layers) throw Error("runBlock: no layer " + std::to_string(layer));
+    at::Tensor y = mModel.spec.family == Family::Llama ? llamaBlock(layer, x, nullptr, 0, observer)
+                                                       : gpt2Block(layer, x, nullptr, 0, observer);
     mScratch.reset();
-    x = s.family == Family::Llama ? rmsNorm(x, mGlobals->finalNormWeight, s.normEps)
-                                  : layerNorm(x, mGlobals->finalNormWeight, mGlobals->finalNormBias, s.normEps);
-    at::Tensor logits = at::linear(x, mGlobals->head).to(at::kFloat);
-    if (cache) cache->mLength = start + T;
-    return logits;
+    return y;
+}
+
+at::Tensor Transformer::logits(const at::Tensor& hidden) const {
+    const ArchSpec& s = mModel.spec;
+    at::Tensor x = s.family == Family::Llama ? rmsNorm(hidden, mGlobals->finalNormWeight, s.normEps)
+                                             : layerNorm(hidden, mGlobals->finalNormWeight, mGlobals->finalNormBias, s.normEps);
+    return at::linear(x, mGlobals->head).to(at::kFloat);
+}
+
+void Transformer::invalidateBlock(int64_t layer) {
+    if (layer < 0) {
+        for (auto& b : mBlocks) b.reset();
+        mBlocks.resize(static_cast<size_t>(mModel.spec.layers));
+    } else {
+        mBlocks.at(static_cast<size_t>(layer)).reset();
+    }
 }
 
 } // namespace cwb

@@ -56,6 +56,14 @@ public:
     // grows by count. Returns fp32 logits [batch, count, vocab]. Throws cwb::Error on bad input.
     at::Tensor forward(const at::Tensor& tokens, KvCache* cache = nullptr, ActivationObserver* observer = nullptr);
 
+    // The same pass in pieces, for calibration that goes block by block: hidden states of the embeddings
+    // ([batch, count, hidden]), of one block applied to them, and the logits of final hidden states.
+    at::Tensor embed(const at::Tensor& tokens) const;
+    at::Tensor runBlock(int64_t layer, const at::Tensor& hidden, ActivationObserver* observer = nullptr);
+    at::Tensor logits(const at::Tensor& hidden) const;
+    // Forgets converted weights of one block (or all, layer < 0) after the model's tensors changed.
+    void invalidateBlock(int64_t layer);
+
     const ArchSpec& spec() const { return mModel.spec; }
     const Model& model() const { return mModel; }
     const RuntimeOptions& options() const { return mOptions; }
@@ -68,6 +76,7 @@ private:
     at::Tensor weight(const std::string& name) const;
     at::Tensor attention(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          KvCache* cache, int64_t start, ActivationObserver* observer) const;
+    at::Tensor embedAt(const at::Tensor& tokens, int64_t start) const;
     at::Tensor applyRope(const at::Tensor& x, int64_t start) const;
     at::Tensor llamaBlock(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start, ActivationObserver* observer);
     at::Tensor gpt2Block(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start, ActivationObserver* observer);

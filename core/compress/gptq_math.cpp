@@ -1,0 +1,169 @@
+#include "core/compress/gptq_math.h"
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/util/error.h"
+
+namespace cwb::quant {
+
+namespace {
+
+constexpr int kDampRetries = 3;
+
+// Upper Cholesky factor of (H + λI)⁻¹, raising λ ×10 while a factorisation fails (λ = 0 starts at 1%).
+at::Tensor inverseCholeskyUpper(const at::Tensor& h, double dampPercent, double& damping) {
+    const double meanDiag = h.diagonal().mean().item<double>();
+    damping = dampPercent * meanDiag;
+    for (int attempt = 0; attempt <= kDampRetries; ++attempt) {
+        at::Tensor damped = h.clone();
+        damped.diagonal().add_(damping);
+        at::Tensor lower, info;
+        std::tie(lower, info) = at::linalg_cholesky_ex(damped, /*upper=*/false);
+        if (info.item<int64_t>() == 0) {
+            at::Tensor upper, info2;
+            std::tie(upper, info2) = at::linalg_cholesky_ex(at::cholesky_inverse(lower), /*upper=*/true);
+            if (info2.item<int64_t>() == 0 && upper.isfinite().all().item<bool>()) return upper;
+        }
+        damping = damping > 0 ? damping * 10 : 0.01 * meanDiag;
+    }
+    throw Error("gptq: the Hessian is not positive definite even with damping " + std::to_string(damping / 10) +
+                " (" + std::to_string(kDampRetries) + " retries); check the calibration inputs");
+}
+
+} // namespace
+
+HessianAccumulator::HessianAccumulator(int64_t columns) : mColumns(columns) {
+    if (columns <= 0) throw Error("gptq: a Hessian needs at least one column, got " + std::to_string(columns));
+    mHessian = at::zeros({columns, columns}, at::kDouble);
+}
+
+void HessianAccumulator::add(const at::Tensor& inputs) {
+    if (!inputs.defined() || inputs.dim() < 1 || inputs.size(-1) != mColumns)
+        throw Error("gptq: calibration inputs must end in " + std::to_string(mColumns) + " features");
+    const at::Tensor x = inputs.reshape({-1, mColumns}).to(at::kDouble);
+    const int64_t n = x.size(0);
+    if (n == 0) return;
+    // Running average: rescale what is there, then add the new rows with the new 2/n weight.
+    mHessian.mul_(double(mSamples) / double(mSamples + n));
+    mSamples += n;
+    const at::Tensor scaled = x.mul(std::sqrt(2.0 / double(mSamples)));
+    mHessian.addmm_(scaled.t(), scaled);
+}
+
+at::Tensor HessianAccumulator::hessian() const { return mHessian.clone(); }
+
+GptqResult gptqQuantize(const at::Tensor& w, const at::Tensor& hessian, const GptqOptions& options) {
+    const QuantSpec& spec = options.quant;
+    validateSpec(spec);
+    validateWeight(w, "gptq");
+    const int64_t rows = w.size(0), cols = w.size(1);
+    if (!hessian.defined() || hessian.dim() != 2 || hessian.size(0) != cols || hessian.size(1) != cols)
+        throw Error("gptq: the Hessian must be [" + std::to_string(cols) + ", " + std::to_string(cols) +
+                    "] for a weight with " + std::to_string(cols) + " input columns");
+    if (options.blockSize <= 0) throw Error("gptq: block size must be positive");
+    if (!(options.dampPercent >= 0) || !std::isfinite(options.dampPercent))
+        throw Error("gptq: damping must be a non-negative number");
+    at::Tensor h = hessian.to(at::kDouble).clone();
+    if (!h.isfinite().all().item<bool>()) throw Error("gptq: the Hessian has non-finite entries");
+    if ((h.diagonal() < 0).any().item<bool>()) throw Error("gptq: the Hessian has a negative diagonal entry");
+
+    at::Tensor W = w.to(at::kFloat).to(at::kDouble);  // float32 values first, so RTN and GPTQ see the same
+    const at::Tensor dead = h.diagonal() == 0;
+    h.diagonal().masked_fill_(dead, 1.0);
+    W.masked_fill_(dead.unsqueeze(0), 0.0);
+
+    const int64_t groups = groupCount(cols, spec.groupSize);
+    const int64_t width = groupWidth(cols, spec.groupSize);
+    const bool dynamicGroups = spec.groupSize > 0 && !options.staticGroups;
+    at::Tensor scales = at::empty({rows, groups}, at::kFloat);
+    at::Tensor zeros = at::empty({rows, groups}, at::kInt);
+    at::Tensor scale, zero;
+    if (!dynamicGroups) {  // parameters fixed up front from the (dead-zeroed) original weight
+        const at::Tensor wf = W.to(at::kFloat);
+        if (spec.groupSize == 0) {
+            groupParams(wf.reshape({1, -1}), spec, scale, zero);
+            scales.fill_(scale.item<float>());
+            zeros.fill_(zero.item<int>());
+        } else {
+            for (int64_t g = 0; g < groups; ++g) {
+                groupParams(wf.slice(1, g * width, std::min((g + 1) * width, cols)), spec, scale, zero);
+                scales.select(1, g).copy_(scale);
+                zeros.select(1, g).copy_(zero);
+            }
+        }
+    }
+
+    at::Tensor perm = at::arange(cols, at::kLong);
+    if (options.actOrder) perm = std::get<1>(at::sort(h.diagonal(), /*stable=*/true, 0, /*descending=*/true));
+    const std::vector<int64_t> order(perm.data_ptr<int64_t>(), perm.data_ptr<int64_t>() + cols);
+    W = W.index_select(1, perm).contiguous();
+    h = h.index_select(0, perm).index_select(1, perm);
+
+    GptqResult result;
+    const at::Tensor hinv = inverseCholeskyUpper(h, options.dampPercent, result.damping);
+    at::Tensor levels = at::empty({rows, cols}, at::kInt);  // in processing order
+    double loss = 0;
+    for (int64_t i1 = 0; i1 < cols; i1 += options.blockSize) {
+        const int64_t i2 = std::min(i1 + options.blockSize, cols);
+        at::Tensor block = W.slice(1, i1, i2).clone();
+        at::Tensor blockErr = at::zeros({rows, i2 - i1}, at::kDouble);
+        const at::Tensor hinvBlock = hinv.slice(0, i1, i2).slice(1, i1, i2);
+        for (int64_t i = 0; i < i2 - i1; ++i) {
+            const int64_t c = i1 + i;
+            int64_t g = 0;
+            if (dynamicGroups) {
+                g = c / width;
+                if (c % width == 0) {  // new group: parameters from the weights as updated so far
+                    const int64_t end = std::min(c + width, cols);
+                    at::Tensor slab = block.slice(1, i, std::min(end, i2) - i1);
+                    if (end > i2) {
+                        const at::Tensor beyond = W.slice(1, i2, end).addmm(
+                            blockErr, hinv.slice(0, i1, i2).slice(1, i2, end), 1, -1);
+                        slab = at::cat({slab, beyond}, 1);
+                    }
+                    groupParams(slab.to(at::kFloat), spec, scale, zero);
+                    scales.select(1, g).copy_(scale);
+                    zeros.select(1, g).copy_(zero);
+                }
+            } else if (spec.groupSize > 0) {
+                g = order[size_t(c)] / width;  // static groups belong to original columns
+            }
+            const at::Tensor colScale = scales.select(1, g), colZero = zeros.select(1, g);
+            const at::Tensor column = block.select(1, i);
+            const at::Tensor level = quantizeLevels(column, colScale, colZero, spec.bits);
+            levels.select(1, c).copy_(level);
+            const at::Tensor q = (level.to(at::kFloat) - colZero.to(at::kFloat)).mul(colScale).to(at::kDouble);
+            const double d = hinvBlock[i][i].item<double>();
+            const at::Tensor diff = column - q;
+            loss += diff.pow(2).sum().item<double>() / (d * d) / 2;
+            const at::Tensor err = diff.div(d);
+            block.slice(1, i).addr_(err, hinvBlock[i].slice(0, i), 1, -1);
+            blockErr.select(1, i).copy_(err);
+        }
+        if (i2 < cols) W.slice(1, i2).addmm_(blockErr, hinv.slice(0, i1, i2).slice(1, i2), 1, -1);
+    }
+
+    QuantizedWeight& q = result.weight;
+    q.spec = spec;
+    q.rows = rows;
+    q.cols = cols;
+    q.scales = scales;
+    q.zeros = zeros;
+    const at::Tensor inverse = at::argsort(perm);
+    q.packed = packLevels(levels.index_select(1, inverse), spec.bits);
+    if (dynamicGroups && options.actOrder) {  // groups were formed in processing order
+        std::vector<int32_t> index(static_cast<size_t>(cols));
+        for (int64_t p = 0; p < cols; ++p) index[size_t(order[size_t(p)])] = int32_t(p / width);
+        q.groupIndex = at::tensor(index, at::kInt);
+    } else {
+        q.groupIndex = defaultGroupIndex(cols, spec.groupSize);
+    }
+    result.squaredError = loss;
+    result.permutation = perm;
+    return result;
+}
+
+} // namespace cwb::quant

@@ -1,0 +1,54 @@
+#pragma once
+// GPTQ (Frantar et al. 2022, reference IST-DASLab/gptq gptq.py; act-order/static-groups bookkeeping as in
+// AutoGPTQ/GPTQModel) as pure tensor functions: a Hessian accumulator over calibration inputs and the
+// column-by-column OBS quantization of one [out, in] weight. Hessian algebra runs in float64 on the CPU;
+// the quantization itself (scales, rounding) is the float32 code of quant_math.h, so an identity Hessian
+// reproduces quantizeRtn bit for bit.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+#include "core/compress/quant_math.h"
+
+namespace cwb::quant {
+
+struct GptqOptions {
+    QuantSpec quant;
+    double dampPercent = 0.01;  // λ = dampPercent · mean(diag H), added to the diagonal
+    bool actOrder = false;      // process columns by descending diag(H)
+    bool staticGroups = false;  // group parameters from the original weight, fixed before any update
+    int64_t blockSize = 128;    // columns per lazy batch update
+};
+
+// H = 2/n · Σ XᵀX over all n calibration rows seen so far, kept as a running average so that batches can
+// be added one at a time (gptq.py add_batch). Every leading dimension of an input counts as rows; the
+// reference counts only the first (sequences), which scales H by a constant GPTQ's updates ignore.
+class HessianAccumulator {
+public:
+    explicit HessianAccumulator(int64_t columns);
+    void add(const at::Tensor& inputs);  // [..., in]
+    at::Tensor hessian() const;          // float64 [in, in]
+    int64_t samples() const { return mSamples; }
+    int64_t columns() const { return mColumns; }
+
+private:
+    int64_t mColumns = 0;
+    int64_t mSamples = 0;
+    at::Tensor mHessian;
+};
+
+struct GptqResult {
+    QuantizedWeight weight;     // dequantizes in the original column order
+    double squaredError = 0;    // Σ of the OBS losses (w - q)² / (2 · [H⁻¹]cc²)
+    double damping = 0;         // λ actually added to the diagonal, after any retries
+    at::Tensor permutation;     // int64 [in]: column processed at each step (identity without act-order)
+};
+
+// Throws cwb::Error for a bad spec or weight, a Hessian that is not [in, in], non-finite or with a negative
+// diagonal, or one that stays not positive definite after the damping is raised ×10 three times.
+// Dead columns (H_cc == 0) get H_cc = 1 and a zero weight column, as in the reference. Group parameters are
+// taken from the current (already updated) weights when a group starts; where a group starts inside a
+// block, its columns beyond the block include the pending block update (the reference reads them stale).
+GptqResult gptqQuantize(const at::Tensor& w, const at::Tensor& hessian, const GptqOptions& options);
+
+} // namespace cwb::quant

@@ -1,0 +1,66 @@
+#pragma once
+// A compression method: a stable id and version, declared parameters, and an apply function that changes
+// a variant model in place. Methods register in MethodRegistry (after torchao/llm-compressor: the config is
+// plain data, the code that applies it is registered separately).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "core/compress/params.h"
+#include "core/compress/recipe.h"
+
+namespace cwb {
+
+class Model;
+class Feedback;
+
+// What a method sees while it runs one step.
+struct StepContext {
+    Model& model;                       // the variant being built; the method changes it
+    const RecipeStep& step;
+    nlohmann::json params;              // resolved: defaults filled, validated
+    std::vector<std::string> layers;    // linear layers this step targets, in block order
+    at::Tensor calibration;             // [samples, seqLen] int64 token windows; undefined when none was given
+    Feedback* feedback = nullptr;
+    std::vector<std::string> notes;     // what the method wants the report to say
+
+    // The step's params with the first matching override merged in.
+    nlohmann::json paramsFor(const std::string& layer) const;
+    void progress(double fraction) const;
+    void note(const std::string& line);
+};
+
+class CompressionMethod {
+public:
+    virtual ~CompressionMethod() = default;
+    virtual std::string id() const = 0;            // stable, stored in recipes: "quantize.gptq"
+    virtual int version() const = 0;               // bumped whenever results change
+    virtual std::string displayName() const = 0;   // "GPTQ"
+    virtual std::string summary() const = 0;
+    virtual std::vector<ParamSpec> params() const = 0;
+    virtual bool needsCalibration(const nlohmann::json& params) const = 0;
+    // Throws cwb::Error with what is wrong (e.g. a shape the method cannot handle), or Cancelled.
+    virtual void apply(StepContext& context) const = 0;
+};
+
+class MethodRegistry {
+public:
+    static MethodRegistry& instance();
+    void add(std::unique_ptr<CompressionMethod> method);
+    const CompressionMethod* find(const std::string& id) const;
+    std::vector<const CompressionMethod*> methods() const;
+
+private:
+    MethodRegistry();
+    std::vector<std::unique_ptr<CompressionMethod>> mMethods;
+};
+
+// Built-in methods, each defined in core/compress/methods/.
+void registerQuantizationMethods(MethodRegistry& registry);
+void registerPruningMethods(MethodRegistry& registry);
+void registerStructuredMethods(MethodRegistry& registry);
+
+} // namespace cwb

@@ -1,0 +1,35 @@
+#pragma once
+// Shared plumbing of the calibrated methods: which targeted layers belong to a block, and a per-layer map
+// of accumulators filled during a sequential pass.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/compress/method.h"
+#include "core/model/model.h"
+
+namespace cwb {
+
+// Targeted layers of block `block`, in the step's order.
+std::vector<std::string> layersOfBlock(const StepContext& ctx, int64_t block);
+// "model.layers.12.mlp.up_proj" -> 12; -1 when the name is not a block layer.
+int64_t blockOf(const std::string& layer);
+
+template <typename Accumulator>
+class PerLayer {
+public:
+    Accumulator& at(const std::string& layer, int64_t columns) {
+        auto it = mItems.find(layer);
+        if (it == mItems.end()) it = mItems.emplace(layer, std::make_unique<Accumulator>(columns)).first;
+        return *it->second;
+    }
+    Accumulator& get(const std::string& layer) { return *mItems.at(layer); }
+    bool has(const std::string& layer) const { return mItems.count(layer) != 0; }
+    void erase(const std::string& layer) { mItems.erase(layer); }
+
+private:
+    std::map<std::string, std::unique_ptr<Accumulator>> mItems;
+};
+
+} // namespace cwb

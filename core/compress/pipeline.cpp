@@ -1,0 +1,119 @@
+#include "core/compress/pipeline.h"
+
+#include <chrono>
+#include <random>
+#include <regex>
+
+#include "core/compress/method.h"
+#include "core/eval/perplexity.h"
+#include "core/model/model.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+
+namespace cwb {
+
+at::Tensor drawCalibration(const std::vector<TokenId>& tokens, TokenId bos, const CalibrationSpec& spec, int64_t context,
+                           std::string* note) {
+    if (spec.samples < 1 || spec.seqLen < 2) throw Error("calibration needs at least 1 sample of 2 tokens");
+    const int64_t available = static_cast<int64_t>(tokens.size());
+    if (available < 2) throw Error(spec.textPath, "calibration text is empty");
+    int64_t seqLen = std::min({spec.seqLen, context, available});
+    std::string clipped;
+    if (seqLen < spec.seqLen)
+        clipped = "calibration windows clipped from " + std::to_string(spec.seqLen) + " to " + std::to_string(seqLen) +
+                  " tokens (" + (seqLen == context ? "model context" : "text length") + ")";
+    if (spec.samples * seqLen > available)
+        clipped += std::string(clipped.empty() ? "" : "; ") + "the text holds " + std::to_string(available) +
+                   " tokens, so the " + std::to_string(spec.samples) + " windows overlap";
+    if (note) *note = clipped;
+    std::mt19937_64 rng(spec.seed);
+    std::uniform_int_distribution<int64_t> offset(0, available - seqLen);
+    at::Tensor out = at::empty({spec.samples, seqLen}, at::kLong);
+    auto a = out.accessor<int64_t, 2>();
+    for (int64_t s = 0; s < spec.samples; ++s) {
+        const int64_t start = offset(rng);
+        for (int64_t i = 0; i < seqLen; ++i) a[s][i] = tokens[static_cast<size_t>(start + i)];
+        if (bos >= 0) a[s][0] = bos;
+    }
+    return out;
+}
+
+std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step) {
+    std::vector<std::string> out;
+    const std::regex targets(step.targets.empty() ? std::string(".*") : step.targets);
+    std::vector<std::regex> ignores;
+    for (const auto& i : step.ignore) ignores.emplace_back(i);
+    for (const auto& layer : model.linearLayers()) {
+        if (!std::regex_search(layer, targets)) continue;
+        bool ignored = false;
+        for (const auto& r : ignores) ignored |= std::regex_search(layer, r);
+        if (!ignored) out.push_back(layer);
+    }
+    return out;
+}
+
+static bool needsCalibration(const Recipe& recipe) {
+    bool need = false;
+    for (const auto& step : recipe.steps) {
+        if (!step.enabled) continue;
+        const CompressionMethod* m = MethodRegistry::instance().find(step.method);
+        need |= m->needsCalibration(resolveParams(step.method, m->params(), step.params));
+    }
+    return need;
+}
+
+CompressionResult compressModel(const Model& base, const Recipe& recipe, const CalibrationSpec& calibration, Feedback* feedback) {
+    recipe.validate("recipe");
+    at::Tensor windows;
+    std::string note;
+    if (needsCalibration(recipe)) {
+        if (calibration.textPath.empty())
+            throw Error("the recipe has a step that needs calibration data; give a text file (--calib FILE)");
+        if (!base.tokenizer) throw Error(base.path, "calibration needs the model's tokenizer, and it has none");
+        std::vector<TokenId> tokens = base.tokenizer->encode(readTextFile(calibration.textPath), true);
+        windows = drawCalibration(tokens, base.tokenizer->bos(), calibration, base.spec.context, &note);
+        if (feedback && !note.empty()) feedback->log(note);
+    }
+    CompressionResult result = compressModel(base, recipe, windows, feedback);
+    result.calibrationNote = note;
+    return result;
+}
+
+CompressionResult compressModel(const Model& base, const Recipe& recipe, const at::Tensor& windows, Feedback* feedback) {
+    recipe.validate("recipe");
+    if (needsCalibration(recipe) && !windows.defined())
+        throw Error("the recipe has a step that needs calibration data; give a text file (--calib FILE)");
+    CompressionResult result;
+    result.model = base.clone();
+    if (windows.defined()) {
+        result.calibrationSamples = windows.size(0);
+        result.calibrationSeqLen = windows.size(1);
+    }
+    const size_t steps = recipe.steps.size();
+    for (size_t i = 0; i < steps; ++i) {
+        const RecipeStep& step = recipe.steps[i];
+        if (!step.enabled) continue;
+        const CompressionMethod* method = MethodRegistry::instance().find(step.method);
+        SubFeedback sub(feedback, double(i) / double(steps), double(i + 1) / double(steps));
+        StepContext ctx{*result.model, step, resolveParams(step.method, method->params(), step.params),
+                        targetLayers(*result.model, step), windows, &sub, {}};
+        if (feedback) feedback->log("step " + std::to_string(i + 1) + "/" + std::to_string(steps) + ": " + step.method +
+                                    " on " + std::to_string(ctx.layers.size()) + " layers");
+        auto t0 = std::chrono::steady_clock::now();
+        method->apply(ctx);
+        StepReport report;
+        report.method = step.method;
+        report.version = method->version();
+        report.params = ctx.params;
+        report.layers = static_cast<int64_t>(ctx.layers.size());
+        report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        report.notes = ctx.notes;
+        result.steps.push_back(std::move(report));
+    }
+    result.model->spec.validate("compressed model");
+    result.model->validateTensors();
+    if (feedback) feedback->setProgress(1.0);
+    return result;
+}
+
+} // namespace cwb

@@ -1,0 +1,65 @@
+#include "core/compress/sequential.h"
+
+#include <set>
+
+#include "core/model/model.h"
+#include "core/runtime/transformer.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+
+namespace cwb {
+
+namespace {
+
+class BlockObserver : public ActivationObserver {
+public:
+    BlockObserver(std::set<std::string> layers, const SequentialPass& pass, int64_t block)
+        : mLayers(std::move(layers)), mPass(pass), mBlock(block) {}
+    bool wantsLinear(const std::string& name) const override { return mLayers.count(name) != 0; }
+    void onLinear(const std::string& name, const at::Tensor& input, const at::Tensor&) override {
+        mPass.collect(name, input.reshape({-1, input.size(-1)}).to(at::kFloat));
+    }
+    bool wantsHeads() const override { return static_cast<bool>(mPass.collectHeads); }
+    void onAttentionHeads(int64_t, const at::Tensor& heads) override {
+        mPass.collectHeads(mBlock, heads.reshape({-1, heads.size(2), heads.size(3)}).to(at::kFloat));
+    }
+
+private:
+    std::set<std::string> mLayers;
+    const SequentialPass& mPass;
+    int64_t mBlock;
+};
+
+} // namespace
+
+void runSequential(Model& model, const at::Tensor& calibration, const SequentialPass& pass, Feedback* feedback) {
+    if (!calibration.defined() || calibration.dim() != 2 || calibration.size(0) == 0)
+        throw Error("this method needs calibration data (a text file for --calib)");
+    Transformer runtime(model);
+    std::vector<at::Tensor> hidden;
+    for (int64_t start = 0; start < calibration.size(0); start += pass.microBatch)
+        hidden.push_back(runtime.embed(calibration.narrow(0, start, std::min(pass.microBatch, calibration.size(0) - start))));
+    const int64_t blocks = model.spec.layers;
+    for (int64_t b = 0; b < blocks; ++b) {
+        if (feedback) {
+            feedback->throwIfCancelled();
+            feedback->setProgress(double(b) / double(blocks));
+        }
+        std::vector<std::string> wanted = pass.layersOf ? pass.layersOf(b) : std::vector<std::string>{};
+        BlockObserver observer({wanted.begin(), wanted.end()}, pass, b);
+        const bool observe = !wanted.empty() || pass.collectHeads;
+        if (observe || pass.collectBlockIO)
+            for (auto& h : hidden) {
+                at::Tensor out = runtime.runBlock(b, h, observe ? &observer : nullptr);
+                if (pass.collectBlockIO)
+                    pass.collectBlockIO(b, h.reshape({-1, h.size(-1)}).to(at::kFloat), out.reshape({-1, out.size(-1)}).to(at::kFloat));
+            }
+        if (pass.compressBlock) pass.compressBlock(b);
+        runtime.invalidateBlock(-1);
+        if (b + 1 < blocks)
+            for (auto& h : hidden) h = runtime.runBlock(b, h, nullptr);
+    }
+    if (feedback) feedback->setProgress(1.0);
+}
+
+} // namespace cwb

@@ -1,0 +1,34 @@
+#pragma once
+// Layer-by-layer calibration: the calibration windows run through the variant one block at a time; for each
+// block the method collects what it needs from the block's linear inputs, compresses the block, and the
+// block's *compressed* output becomes the next block's input. Only one block's activations are alive at once.
+#include <functional>
+#include <string>
+
+#include <ATen/ATen.h>
+
+namespace cwb {
+
+class Model;
+class Feedback;
+
+// Called with the 2-D inputs ([rows, in]) of every linear layer of the current block the method asked for.
+using InputSink = std::function<void(const std::string& layer, const at::Tensor& inputs)>;
+
+struct SequentialPass {
+    // Which layers of block `layer` to observe (full names, e.g. "model.layers.3.mlp.down_proj").
+    std::function<std::vector<std::string>(int64_t block)> layersOf;
+    InputSink collect;
+    // Compresses block `block` of the model after its inputs were collected.
+    std::function<void(int64_t block)> compressBlock;
+    // Optional: per-head attention outputs [rows, heads, headDim] of each block (head importance).
+    std::function<void(int64_t block, const at::Tensor& heads)> collectHeads;
+    // Optional: the block's input and output hidden states [rows, hidden] (layer importance).
+    std::function<void(int64_t block, const at::Tensor& input, const at::Tensor& output)> collectBlockIO;
+    int64_t microBatch = 8;   // calibration windows run together
+};
+
+// Runs the pass over all blocks; progress goes to `feedback` in [begin, end]. Throws Cancelled.
+void runSequential(Model& model, const at::Tensor& calibration, const SequentialPass& pass, Feedback* feedback);
+
+} // namespace cwb

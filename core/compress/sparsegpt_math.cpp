@@ -1,0 +1,99 @@
+#include "core/compress/sparsegpt_math.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/util/error.h"
+
+namespace cwb::prune {
+
+namespace {
+
+void checkOptions(const at::Tensor& w, const at::Tensor& hessian, const SparseGptOptions& o) {
+    if (!w.defined() || w.dim() != 2 || w.numel() == 0) throw Error("SparseGPT: weight must be a non-empty [out, in] matrix");
+    const int64_t in = w.size(1);
+    if (!hessian.defined() || hessian.dim() != 2 || hessian.size(0) != in || hessian.size(1) != in)
+        throw Error("SparseGPT: the Hessian must be [" + std::to_string(in) + ", " + std::to_string(in) + "]");
+    if (o.m < 0 || (o.m == 0 && o.n != 0)) throw Error("SparseGPT: n:m needs m > 0");
+    if (o.m > 0) {
+        if (o.n < 1 || o.n >= o.m)
+            throw Error("SparseGPT: n:m needs 1 <= n < m, got " + std::to_string(o.n) + ":" + std::to_string(o.m));
+        if (in % o.m != 0)
+            throw Error("SparseGPT: " + std::to_string(in) + " columns are not a multiple of m = " + std::to_string(o.m));
+    } else if (!(o.sparsity >= 0.0 && o.sparsity < 1.0)) {
+        throw Error("SparseGPT: sparsity must be in [0, 1), got " + std::to_string(o.sparsity));
+    }
+    if (o.blockSize < 1) throw Error("SparseGPT: block size must be at least 1");
+    if (!(o.dampPercent >= 0.0) || !std::isfinite(o.dampPercent)) throw Error("SparseGPT: dampening must be >= 0");
+    if (!at::isfinite(hessian).all().item<bool>() || !at::isfinite(w).all().item<bool>())
+        throw Error("SparseGPT: weight or Hessian holds NaN or infinity");
+}
+
+// Keep mask that prunes the k lowest scores of each row (stable: earlier position pruned first on ties).
+at::Tensor keepAllButLowest(const at::Tensor& scores, int64_t k) {
+    at::Tensor keep = at::ones(scores.sizes(), at::kBool);
+    if (k > 0) keep.scatter_(-1, std::get<1>(at::sort(scores, true, -1, false)).narrow(-1, 0, k), false);
+    return keep;
+}
+
+} // namespace
+
+SparseGptResult sparseGpt(const at::Tensor& w, const at::Tensor& hessian, const SparseGptOptions& o) {
+    checkOptions(w, hessian, o);
+    const int64_t rows = w.size(0), cols = w.size(1);
+    // Double on the CPU: the inverse-Hessian algebra loses too much in fp32, and fp64 is slow on GPUs.
+    at::Tensor W = w.detach().to(at::kCPU, at::kDouble).clone();
+    at::Tensor H = hessian.detach().to(at::kCPU, at::kDouble).clone();
+
+    // A column no input ever reached carries no information: zero it and give H a unit pivot there.
+    at::Tensor dead = H.diagonal() == 0;
+    H.diagonal().masked_fill_(dead, 1.0);
+    W.masked_fill_(dead.unsqueeze(0), 0.0);
+
+    H.diagonal().add_(o.dampPercent * H.diagonal().mean().item<double>());
+    auto [lower, info] = at::linalg_cholesky_ex(H, /*upper=*/false, /*check_errors=*/false);
+    if (info.item<int64_t>() != 0) throw Error("SparseGPT: the Hessian is not positive definite even after dampening");
+    // U with H⁻¹ = UᵀU: row q of U is the q-th row of the inverse of H restricted to columns q.. (the
+    // columns still free when q is processed) divided by the square root of its diagonal.
+    at::Tensor U = at::linalg_cholesky(at::cholesky_inverse(lower), /*upper=*/true);
+
+    int64_t block = o.blockSize;
+    if (o.m > 0) block = (block + o.m - 1) / o.m * o.m;   // keep n:m groups inside one block
+    at::Tensor mask = at::zeros({rows, cols}, at::kBool);
+    double loss = 0.0;
+    for (int64_t i1 = 0; i1 < cols; i1 += block) {
+        const int64_t count = std::min(block, cols - i1);
+        at::Tensor W1 = W.narrow(1, i1, count).clone();
+        at::Tensor U1 = U.narrow(0, i1, count).narrow(1, i1, count);
+        at::Tensor d2 = U1.diagonal().square().unsqueeze(0);
+        at::Tensor Q1 = at::zeros_like(W1), Err1 = at::zeros_like(W1);
+        at::Tensor keep1 = at::ones({rows, count}, at::kBool);
+        if (o.m == 0)
+            keep1 = keepAllButLowest(W1.square() / d2, std::llround(o.sparsity * double(count)));
+        for (int64_t i = 0; i < count; ++i) {
+            if (o.m > 0 && i % o.m == 0) {
+                // n:m groups are scored with the weights as updated so far, as SparseGPT does.
+                at::Tensor s = W1.narrow(1, i, o.m).square() / d2.narrow(1, i, o.m);
+                keep1.narrow(1, i, o.m).copy_(keepAllButLowest(s, o.m - o.n));
+            }
+            at::Tensor col = W1.select(1, i);
+            at::Tensor q = col.masked_fill(keep1.select(1, i).logical_not(), 0.0);
+            at::Tensor err = (col - q) / U1[i][i];
+            loss += 0.5 * err.square().sum().item<double>();
+            W1.narrow(1, i, count - i).sub_(at::outer(err, U1[i].narrow(0, i, count - i)));
+            Q1.select(1, i).copy_(q);
+            Err1.select(1, i).copy_(err);
+        }
+        W.narrow(1, i1, count).copy_(Q1);
+        mask.narrow(1, i1, count).copy_(keep1);
+        if (i1 + count < cols)
+            W.narrow(1, i1 + count, cols - i1 - count).sub_(Err1.matmul(U.narrow(0, i1, count).narrow(1, i1 + count, cols - i1 - count)));
+    }
+    SparseGptResult r;
+    r.weight = W.masked_fill(mask.logical_not(), 0.0).to(at::kFloat);   // exact zeros, no -0 from rounding
+    r.mask = mask;
+    r.squaredError = loss;
+    return r;
+}
+
+} // namespace cwb::prune

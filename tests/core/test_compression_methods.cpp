@@ -1,0 +1,226 @@
+// The compression pipeline on small synthetic models: each method changes the variant as it says (packed
+// integers, exact sparsity patterns, removed heads, channels and blocks), leaves the base untouched, and
+// runs end to end with calibration windows.
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include "core/compress/method.h"
+#include "core/compress/pipeline.h"
+#include "core/compress/prune_math.h"
+#include "core/io/model_format.h"
+#include "core/model/compressed_linear.h"
+#include "core/runtime/transformer.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+#include "tests/support/synthetic_models.h"
+
+using namespace cwb;
+using namespace cwb::test;
+using nlohmann::json;
+
+namespace {
+
+struct Loaded {
+    QTemporaryDir dir;
+    std::unique_ptr<Model> model;
+    Loaded(const ArchSpec& spec, const WeightMap& weights) {
+        writeHfFolder(dir.path().toStdString(), spec, weights, ggml::Type::F32);
+        model = loadModel(dir.path().toStdString());
+    }
+    explicit Loaded(const ArchSpec& spec) : Loaded(spec, randomWeights(spec, 21)) {}
+};
+
+Recipe recipe(const char* text) { return Recipe::fromJson(json::parse(text), "test recipe"); }
+
+at::Tensor windows(int64_t samples = 6, int64_t length = 24, int64_t vocab = 64) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
+    at::Tensor w = at::randint(2, vocab, {samples, length}, gen, at::kLong);
+    w.select(1, 0).fill_(1);
+    return w;
+}
+
+at::Tensor logitsOf(const Model& model) {
+    Transformer rt(model);
+    return rt.forward(at::tensor(std::vector<int64_t>{1, 7, 3, 9, 22, 41, 5, 60}, at::kLong).unsqueeze(0));
+}
+
+} // namespace
+
+class TestCompressionMethods : public QObject {
+    Q_OBJECT
+private slots:
+    void rtnStoresPackedIntegers();
+    void overridesTargetsAndIgnore();
+    void nmLeavesTwoZerosInEveryFour();
+    void removingSilentHeadsKeepsLogits();
+    void kvGroupAndChannelPruningChangeShapes();
+    void droppingABlockRenumbersTheRest();
+    void calibratedMethodsRun_data();
+    void calibratedMethodsRun();
+    void calibrationWindowsAreSeeded();
+    void missingCalibrationAndCancelAreReported();
+};
+
+void TestCompressionMethods::rtnStoresPackedIntegers() {
+    Loaded l(tinyLlamaSpec());
+    const at::Tensor before = logitsOf(*l.model);
+    CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":16}}]})"), at::Tensor());
+    QCOMPARE(r.model->compressedLayers().size(), size_t(2 * 7));
+    auto linear = r.model->compressed("model.layers.1.mlp.down_proj");
+    QVERIFY(linear);
+    QCOMPARE(linear->bits(), 4);
+    QCOMPARE(QString::fromStdString(linear->describe()), QStringLiteral("int4 g16 sym"));
+    QVERIFY(linear->bitsPerWeight() < 6.0);   // 4-bit levels plus fp16 scales per 16 weights
+    QVERIFY(r.model->storageBytes() < l.model->storageBytes());
+    QVERIFY(!l.model->compressed("model.layers.1.mlp.down_proj"));   // the base is untouched
+    at::Tensor after = logitsOf(*r.model);
+    QVERIFY(!at::equal(before, after));
+    QVERIFY((after - before).abs().max().item<double>() < 0.5 * before.abs().max().item<double>());
+    at::Tensor w = r.model->floatTensor("model.layers.1.mlp.down_proj.weight");
+    QVERIFY(at::allclose(w, linear->effectiveWeight()));
+}
+
+void TestCompressionMethods::overridesTargetsAndIgnore() {
+    Loaded l(tinyLlamaSpec());
+    CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":16},
+        "targets":"mlp","ignore":["down_proj"],"overrides":[{"pattern":"layers\\.0\\.","params":{"bits":8}}]}]})"), at::Tensor());
+    QCOMPARE(r.model->compressedLayers().size(), size_t(4));
+    QCOMPARE(r.model->compressed("model.layers.0.mlp.up_proj")->bits(), 8);
+    QCOMPARE(r.model->compressed("model.layers.1.mlp.gate_proj")->bits(), 4);
+    QVERIFY(!r.model->compressed("model.layers.0.mlp.down_proj"));
+    QVERIFY(!r.model->compressed("model.layers.0.self_attn.q_proj"));
+}
+
+void TestCompressionMethods::nmLeavesTwoZerosInEveryFour() {
+    Loaded l(tinyLlamaSpec());
+    CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.nm"}]})"), at::Tensor());
+    for (const auto& layer : r.model->linearLayers()) {
+        at::Tensor w = r.model->floatTensor(layer + ".weight");
+        at::Tensor zerosPerGroup = (w == 0).view({w.size(0), -1, 4}).sum(-1);
+        QVERIFY2(at::all(zerosPerGroup == 2).item<bool>(), layer.c_str());
+    }
+}
+
+void TestCompressionMethods::removingSilentHeadsKeepsLogits() {
+    ArchSpec spec = tinyLlamaSpec();   // 4 query heads in 2 kv groups of 2, head dim 8
+    WeightMap w = randomWeights(spec, 5);
+    at::Tensor& o = w["model.layers.0.self_attn.o_proj.weight"];
+    o.narrow(1, 1 * 8, 8).zero_();   // head 1 (group 0) and head 3 (group 1) contribute nothing
+    o.narrow(1, 3 * 8, 8).zero_();
+    Loaded l(spec, w);
+    CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.heads","params":{"heads":"0:1,0:3"}}]})"), at::Tensor());
+    QCOMPARE(r.model->spec.headsAt(0), int64_t(2));
+    QCOMPARE(r.model->spec.kvHeadsAt(0), int64_t(2));
+    QCOMPARE(r.model->spec.headsAt(1), int64_t(4));
+    QCOMPARE(r.model->tensor("model.layers.0.self_attn.q_proj.weight").shape, (std::vector<int64_t>{16, 32}));
+    QCOMPARE(r.model->tensor("model.layers.0.self_attn.o_proj.weight").shape, (std::vector<int64_t>{32, 16}));
+    QVERIFY(at::allclose(logitsOf(*r.model), logitsOf(*l.model), 1e-5, 1e-5));
+    // Removing a head that does contribute changes the logits: the test above can fail.
+    CompressionResult live = compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.heads","params":{"heads":"0:0,0:2"}}]})"), at::Tensor());
+    QVERIFY(!at::allclose(logitsOf(*live.model), logitsOf(*l.model), 1e-3, 1e-3));
+    // Uneven groups are refused with a message.
+    QVERIFY_THROWS_EXCEPTION(Error, compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.heads","params":{"heads":"0:1"}}]})"), at::Tensor()));
+}
+
+void TestCompressionMethods::kvGroupAndChannelPruningChangeShapes() {
+    Loaded l(tinyLlamaSpec());
+    CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[
+        {"method":"prune.heads","params":{"unit":"kv_group","ratio":0.5,"importance":"weight"}},
+        {"method":"prune.channels","params":{"ratio":0.25,"importance":"weight"}}]})"), at::Tensor());
+    for (int64_t b = 0; b < 2; ++b) {
+        QCOMPARE(r.model->spec.kvHeadsAt(b), int64_t(1));
+        QCOMPARE(r.model->spec.headsAt(b), int64_t(2));
+        QCOMPARE(r.model->spec.ffnAt(b), int64_t(36));
+    }
+    QCOMPARE(r.model->tensor("model.layers.1.self_attn.k_proj.weight").shape, (std::vector<int64_t>{8, 32}));
+    QCOMPARE(r.model->tensor("model.layers.1.mlp.down_proj.weight").shape, (std::vector<int64_t>{32, 36}));
+    QVERIFY(r.model->parameterCount() < l.model->parameterCount());
+    QVERIFY(at::isfinite(logitsOf(*r.model)).all().item<bool>());
+    // GPT-2 channels too.
+    Loaded g(tinyGpt2Spec());
+    CompressionResult rg = compressModel(*g.model, recipe(R"({"steps":[{"method":"prune.channels","params":{"ratio":0.5,"importance":"weight"}}]})"), at::Tensor());
+    QCOMPARE(rg.model->tensor("transformer.h.0.mlp.c_fc.bias").shape, (std::vector<int64_t>{32}));
+    QVERIFY(at::isfinite(logitsOf(*rg.model)).all().item<bool>());
+}
+
+void TestCompressionMethods::droppingABlockRenumbersTheRest() {
+    Loaded l(tinyLlamaSpec());
+    CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.layers","params":{"layers":"0"}}]})"), at::Tensor());
+    QCOMPARE(r.model->spec.layers, int64_t(1));
+    QVERIFY(!r.model->has("model.layers.1.mlp.up_proj.weight"));
+    QVERIFY(at::equal(r.model->floatTensor("model.layers.0.mlp.up_proj.weight"), l.model->floatTensor("model.layers.1.mlp.up_proj.weight")));
+    QVERIFY(at::isfinite(logitsOf(*r.model)).all().item<bool>());
+}
+
+void TestCompressionMethods::calibratedMethodsRun_data() {
+    QTest::addColumn<QString>("recipe");
+    QTest::addColumn<QString>("check");
+    QTest::newRow("gptq") << R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":16,"act_order":true}}]})" << "int4";
+    QTest::newRow("awq") << R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":16}}]})" << "int4";
+    QTest::newRow("smoothquant") << R"({"steps":[{"method":"quantize.smoothquant","params":{"alpha":0.5}}]})" << "w8a8";
+    QTest::newRow("fp8") << R"({"steps":[{"method":"quantize.fp8","params":{"activations":"dynamic"}}]})" << "fp8";
+    QTest::newRow("wanda") << R"({"steps":[{"method":"prune.wanda","params":{"sparsity":0.5}}]})" << "sparse50";
+    QTest::newRow("sparsegpt") << R"({"steps":[{"method":"prune.sparsegpt","params":{"sparsity":0.5}}]})" << "sparse50";
+    QTest::newRow("2:4 wanda") << R"({"steps":[{"method":"prune.nm","params":{"score":"wanda"}}]})" << "sparse50";
+    QTest::newRow("2:4 sparsegpt") << R"({"steps":[{"method":"prune.nm","params":{"score":"sparsegpt"}}]})" << "sparse50";
+    QTest::newRow("heads by activation") << R"({"steps":[{"method":"prune.heads","params":{"ratio":0.5}}]})" << "heads2";
+    QTest::newRow("channels by activation") << R"({"steps":[{"method":"prune.channels","params":{"ratio":0.25}}]})" << "ffn36";
+    QTest::newRow("block influence") << R"({"steps":[{"method":"prune.layers","params":{"count":1}}]})" << "layers1";
+    QTest::newRow("prune then quantize") << R"({"steps":[{"method":"prune.wanda"},{"method":"quantize.gptq","params":{"group_size":16}}]})" << "int4";
+}
+
+void TestCompressionMethods::calibratedMethodsRun() {
+    QFETCH(QString, recipe);
+    QFETCH(QString, check);
+    Loaded l(tinyLlamaSpec());
+    CompressionResult r = compressModel(*l.model, ::recipe(recipe.toUtf8().constData()), windows());
+    QCOMPARE(r.calibrationSamples, int64_t(6));
+    const std::string layer = "model.layers.0.mlp.up_proj";
+    if (check == "int4") QCOMPARE(r.model->compressed(layer)->bits(), 4);
+    if (check == "w8a8" || check == "fp8") QCOMPARE(QString::fromStdString(r.model->compressed(layer)->kind()), check);
+    if (check == "sparse50")
+        for (const auto& name : r.model->linearLayers())
+            QCOMPARE(prune::sparsityOf(r.model->floatTensor(name + ".weight")), 0.5);
+    if (check == "heads2") QCOMPARE(r.model->spec.headsAt(1), int64_t(2));
+    if (check == "ffn36") QCOMPARE(r.model->spec.ffnAt(0), int64_t(36));
+    if (check == "layers1") QCOMPARE(r.model->spec.layers, int64_t(1));
+    QVERIFY(at::isfinite(logitsOf(*r.model)).all().item<bool>());
+}
+
+void TestCompressionMethods::calibrationWindowsAreSeeded() {
+    std::vector<TokenId> tokens;
+    for (int i = 0; i < 500; ++i) tokens.push_back(2 + (i * 13) % 60);
+    CalibrationSpec spec;
+    spec.samples = 5;
+    spec.seqLen = 32;
+    spec.seed = 9;
+    at::Tensor a = drawCalibration(tokens, 1, spec, 128), b = drawCalibration(tokens, 1, spec, 128);
+    QVERIFY(at::equal(a, b));
+    QCOMPARE(a.sizes().vec(), (std::vector<int64_t>{5, 32}));
+    QVERIFY(at::all(a.select(1, 0) == 1).item<bool>());
+    spec.seed = 10;
+    QVERIFY(!at::equal(a, drawCalibration(tokens, 1, spec, 128)));
+    spec.seqLen = 512;
+    std::string note;
+    at::Tensor clipped = drawCalibration(tokens, 1, spec, 128, &note);
+    QCOMPARE(clipped.size(1), int64_t(128));
+    QVERIFY(QString::fromStdString(note).contains("clipped from 512 to 128"));
+}
+
+void TestCompressionMethods::missingCalibrationAndCancelAreReported() {
+    Loaded l(tinyLlamaSpec());
+    try {
+        compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.gptq"}]})"), at::Tensor());
+        QFAIL("GPTQ ran without calibration");
+    } catch (const Error& e) {
+        QVERIFY(QString(e.what()).contains("calibration"));
+    }
+    Feedback cancelled;
+    cancelled.cancel();
+    QVERIFY_THROWS_EXCEPTION(Cancelled, compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn"}]})"), at::Tensor(), &cancelled));
+    QVERIFY_THROWS_EXCEPTION(Cancelled, compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.gptq"}]})"), windows(), &cancelled));
+    QVERIFY(l.model->compressedLayers().empty());
+}
+
+QTEST_APPLESS_MAIN(TestCompressionMethods)
+#include "test_compression_methods.moc"

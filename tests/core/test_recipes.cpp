@@ -1,0 +1,88 @@
+// Recipes and parameters: declared defaults fill in, unknown or out-of-range parameters, unknown methods and
+// other versions are refused with messages that name them; recipes round-trip through JSON.
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include "core/compress/method.h"
+#include "core/compress/recipe.h"
+#include "core/util/error.h"
+
+using namespace cwb;
+using nlohmann::json;
+
+class TestRecipes : public QObject {
+    Q_OBJECT
+private slots:
+    void defaultsAreFilled();
+    void badRecipesAreRefused_data();
+    void badRecipesAreRefused();
+    void roundTripThroughFile();
+    void everyMethodDeclaresValidDefaults();
+};
+
+void TestRecipes::defaultsAreFilled() {
+    const CompressionMethod* gptq = MethodRegistry::instance().find("quantize.gptq");
+    QVERIFY(gptq);
+    json p = resolveParams(gptq->id(), gptq->params(), json{{"bits", 3}});
+    QCOMPARE(p["bits"].get<int>(), 3);
+    QCOMPARE(p["group_size"].get<int>(), 128);
+    QCOMPARE(p["damp_percent"].get<double>(), 0.01);
+    QCOMPARE(p["act_order"].get<bool>(), false);
+}
+
+void TestRecipes::badRecipesAreRefused_data() {
+    QTest::addColumn<QString>("recipe");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("not an object") << "[1,2]" << "\"steps\" array";
+    QTest::newRow("unknown method") << R"({"steps":[{"method":"quantize.magic"}]})" << "unknown method";
+    QTest::newRow("other version") << R"({"steps":[{"method":"quantize.rtn","version":7}]})" << "version 7";
+    QTest::newRow("unknown param") << R"({"steps":[{"method":"quantize.gptq","params":{"bitz":4}}]})" << "unknown parameter 'bitz'";
+    QTest::newRow("out of range") << R"({"steps":[{"method":"quantize.gptq","params":{"bits":9}}]})" << "'bits' = 9 is out of range 2..8";
+    QTest::newRow("wrong type") << R"({"steps":[{"method":"prune.wanda","params":{"sparsity":"half"}}]})" << "must be a number";
+    QTest::newRow("bad choice") << R"({"steps":[{"method":"quantize.rtn","params":{"scheme":"odd"}}]})" << "not one of: sym, asym";
+    QTest::newRow("bad override") << R"({"steps":[{"method":"quantize.rtn","overrides":[{"pattern":"layers\\.0\\.","params":{"bits":1}}]}]})" << "'bits' = 1";
+    QTest::newRow("bad regex") << R"({"steps":[{"method":"quantize.rtn","targets":"(["}]})" << "invalid regular expression";
+    QTest::newRow("unknown key") << R"({"steps":[{"method":"quantize.rtn","param":{}}]})" << "unknown key 'param'";
+    QTest::newRow("two problems at once") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":0,"x":1}}]})" << "unknown parameter 'x'";
+}
+
+void TestRecipes::badRecipesAreRefused() {
+    QFETCH(QString, recipe);
+    QFETCH(QString, expected);
+    try {
+        Recipe::fromJson(json::parse(recipe.toStdString()), "r.json");
+        QFAIL("accepted a bad recipe");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains(expected), e.what());
+        QVERIFY2(QString(e.what()).startsWith("r.json"), e.what());
+    }
+}
+
+void TestRecipes::roundTripThroughFile() {
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("r.json").toStdString();
+    Recipe r = Recipe::fromJson(json::parse(R"({"steps":[
+        {"method":"prune.wanda","params":{"sparsity":0.4},"ignore":["down_proj"]},
+        {"method":"quantize.gptq","params":{"bits":4,"group_size":32},"targets":"layers\\.[0-3]\\.",
+         "overrides":[{"pattern":"layers\\.0\\.","params":{"bits":8}}]}]})"), "inline");
+    r.save(path);
+    Recipe back = Recipe::load(path);
+    QCOMPARE(back.toJson(), r.toJson());
+    QCOMPARE(back.steps.size(), size_t(2));
+    QCOMPARE(back.steps[1].overrides.at(0).params["bits"].get<int>(), 8);
+    QCOMPARE(back.steps[0].ignore, std::vector<std::string>{"down_proj"});
+    QCOMPARE(back.toJson()["steps"][1]["version"].get<int>(), 1);   // the version is recorded when saved
+}
+
+void TestRecipes::everyMethodDeclaresValidDefaults() {
+    QVERIFY(MethodRegistry::instance().methods().size() >= 12);
+    for (const auto* m : MethodRegistry::instance().methods()) {
+        json p = resolveParams(m->id(), m->params(), json::object());   // defaults must pass their own checks
+        QCOMPARE(p.size(), m->params().size());
+        resolveParams(m->id(), m->params(), p);
+        QVERIFY(!m->summary().empty());
+    }
+}
+
+QTEST_APPLESS_MAIN(TestRecipes)
+#include "test_recipes.moc"
