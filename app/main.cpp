@@ -5,7 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "app/batch/batch_runner.h"
+#include "app/cli/arguments.h"
 #include "app/cli/commands.h"
+#include <ATen/Context.h>
+
+#include "core/project/project.h"
 #include "core/util/error.h"
 #include "core/version.h"
 
@@ -14,6 +19,8 @@ namespace {
 void printHelp() {
     std::printf("Compression Workbench %s: load, inspect, evaluate and compress LLMs.\n\nUsage:\n", cwb::versionString());
     for (const auto& c : cwb::cli::commands()) std::printf("  %s\n      %s\n", c.usage, c.summary);
+    std::printf("  cwb --batch PROJECT [--out DIR] [--device cpu|cuda] [--model PATH] [--threads N] [--variants a,b] [--quiet] [--json]\n"
+                "      replay a saved project headless; exit 0 reproduced, 1 differs beyond tolerance, 2 error\n");
     std::printf("  cwb --version\n\nModels: GGUF files, Hugging Face folders (config.json + safetensors), llama2.c .bin "
                 "checkpoints.\nExit codes: 0 success, 2 error (the message says what and where).\n");
 }
@@ -22,6 +29,8 @@ void printHelp() {
 
 int main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
+    // Projects record which build wrote them.
+    cwb::Project::setWriter(cwb::versionString(), cwb::torchVersionString(), at::hasCUDA() ? "available" : "none");
     if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
         printHelp();
         return args.empty() ? 2 : 0;
@@ -29,6 +38,33 @@ int main(int argc, char** argv) {
     if (args[0] == "--version") {
         std::printf("cwb %s (LibTorch %s)\n", cwb::versionString(), cwb::torchVersionString());
         return 0;
+    }
+    if (args[0] == "--batch") {
+        try {
+            std::vector<std::string> rest(args.begin() + 1, args.end());
+            cwb::cli::Arguments a(rest, {"out", "device", "model", "threads", "variants"}, {"quiet", "json"});
+            cwb::BatchRunner runner;
+            runner.setProjectPath(a.requirePositional("PROJECT"));
+            runner.setOutputDir(a.value("out", "cwb-report"));
+            runner.setDevice(a.value("device", "cpu"));
+            runner.setModelPath(a.value("model"));
+            runner.setThreads(static_cast<int>(a.integer("threads", 0)));
+            std::vector<std::string> variants;
+            std::string list = a.value("variants");
+            for (size_t start = 0; start < list.size();) {
+                size_t comma = list.find(',', start);
+                if (comma == std::string::npos) comma = list.size();
+                if (comma > start) variants.push_back(list.substr(start, comma - start));
+                start = comma + 1;
+            }
+            runner.setVariants(variants);
+            runner.setQuiet(a.flag("quiet"));
+            runner.setJson(a.flag("json"));
+            return runner.run();
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "cwb --batch: error: %s\n", e.what());
+            return 2;
+        }
     }
     for (const auto& c : cwb::cli::commands()) {
         if (args[0] != c.name) continue;

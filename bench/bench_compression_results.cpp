@@ -47,7 +47,7 @@ const Row kRows[] = {
     {"2:4 magnitude", R"({"steps":[{"method":"prune.nm","params":{"score":"magnitude"}}]})"},
     {"2:4 wanda", R"({"steps":[{"method":"prune.nm","params":{"score":"wanda"}}]})"},
     {"2:4 sparsegpt", R"({"steps":[{"method":"prune.nm","params":{"score":"sparsegpt"}}]})"},
-    {"heads 25% (query heads in kv groups)", R"({"steps":[{"method":"prune.heads","params":{"ratio":0.25,"unit":"kv_group"}}]})"},
+    {"heads 25% (whole kv groups)", R"({"steps":[{"method":"prune.heads","params":{"ratio":0.25,"unit":"kv_group"}}]})"},
     {"channels 25%", R"({"steps":[{"method":"prune.channels","params":{"ratio":0.25}}]})"},
     {"layers: drop 1 block", R"({"steps":[{"method":"prune.layers","params":{"count":1}}]})"},
 };

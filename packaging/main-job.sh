@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job, end to end on data that needs no download: installs what is missing, builds `cwb`, then
-# inspects the stories260K model, measures its perplexity on the TinyStories sample and generates text.
+# The main job, end to end on data that needs no download: installs what is missing, builds `cwb`, then runs
+# a compression session on the stories260K model — inspect, evaluate, create a project with quantized and
+# pruned variants, run it (results stored in the project), and replay it headless with `cwb --batch`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,9 +17,20 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCWB_TESTS=OFF -DCWB_BENCH=OFF $
 cmake --build build -j"$(nproc)" --target cwb
 
 cwb=build/app/cwb
+work=build/main-job
+rm -rf "$work" && mkdir -p "$work"
 echo "== cwb info"
 "$cwb" info "$model" | head -8
 echo "== cwb eval (llama.cpp perplexity method, ctx 256)"
 "$cwb" eval "$model" --text "$text" --ctx 256
 echo "== cwb generate (greedy from BOS)"
 "$cwb" generate "$model" --tokens 60
+echo "== cwb project: RTN, GPTQ and Wanda variants, calibrated on 64 windows of 256 tokens"
+"$cwb" project create "$work/stories.cwbproj" --model "$model" --calib "$text" --eval "$text" --ctx 256 \
+    --samples 64 --seq-len 256 \
+    --recipe projects/recipes/rtn-w4g32.json --recipe projects/recipes/gptq-w4g32.json --recipe projects/recipes/wanda-50.json
+"$cwb" project run "$work/stories.cwbproj" --threads 1
+"$cwb" project show "$work/stories.cwbproj"
+echo "== cwb --batch: rebuild every variant and compare with the stored results"
+"$cwb" --batch "$work/stories.cwbproj" --out "$work/report" --threads 1
+cat "$work/report/report.md"

@@ -26,7 +26,7 @@ Arguments::Arguments(const std::vector<std::string>& args, const std::set<std::s
                     if (i + 1 >= args.size()) throw Error("option --" + name + " needs a value");
                     value = args[++i];
                 }
-                mValues[name] = value;
+                mValues[name].push_back(value);
             } else {
                 throw Error("unknown option --" + name);
             }
@@ -38,24 +38,29 @@ Arguments::Arguments(const std::vector<std::string>& args, const std::set<std::s
 
 std::string Arguments::value(const std::string& name, const std::string& fallback) const {
     auto it = mValues.find(name);
-    return it == mValues.end() ? fallback : it->second;
+    return it == mValues.end() ? fallback : it->second.back();
+}
+
+std::vector<std::string> Arguments::values(const std::string& name) const {
+    auto it = mValues.find(name);
+    return it == mValues.end() ? std::vector<std::string>{} : it->second;
 }
 
 int64_t Arguments::integer(const std::string& name, int64_t fallback) const {
-    auto it = mValues.find(name);
-    if (it == mValues.end()) return fallback;
+    if (!mValues.count(name)) return fallback;
+    const std::string text = value(name);
     char* end = nullptr;
-    long long v = std::strtoll(it->second.c_str(), &end, 10);
-    if (it->second.empty() || *end != '\0') throw Error("option --" + name + " expects an integer, got '" + it->second + "'");
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0') throw Error("option --" + name + " expects an integer, got '" + text + "'");
     return v;
 }
 
 double Arguments::number(const std::string& name, double fallback) const {
-    auto it = mValues.find(name);
-    if (it == mValues.end()) return fallback;
+    if (!mValues.count(name)) return fallback;
+    const std::string text = value(name);
     char* end = nullptr;
-    double v = std::strtod(it->second.c_str(), &end);
-    if (it->second.empty() || *end != '\0') throw Error("option --" + name + " expects a number, got '" + it->second + "'");
+    double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0') throw Error("option --" + name + " expects a number, got '" + text + "'");
     return v;
 }
 

@@ -16,7 +16,8 @@ public:
 
     bool has(const std::string& name) const { return mValues.count(name) || mFlags.count(name); }
     bool flag(const std::string& name) const { return mFlags.count(name) != 0; }
-    std::string value(const std::string& name, const std::string& fallback = "") const;
+    std::string value(const std::string& name, const std::string& fallback = "") const;   // the last occurrence
+    std::vector<std::string> values(const std::string& name) const;                        // every occurrence, in order
     int64_t integer(const std::string& name, int64_t fallback) const;
     double number(const std::string& name, double fallback) const;
     const std::vector<std::string>& positional() const { return mPositional; }
@@ -24,7 +25,7 @@ public:
     std::string requirePositional(const char* what) const;
 
 private:
-    std::map<std::string, std::string> mValues;
+    std::map<std::string, std::vector<std::string>> mValues;
     std::set<std::string> mFlags;
     std::vector<std::string> mPositional;
 };

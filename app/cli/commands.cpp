@@ -19,6 +19,11 @@ const std::vector<Command>& commands() {
         {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--eval FILE] [--ctx N] [--chunks K] [--json]",
          "apply a recipe and compare the variant with the base (size, PPL, KL, top-1)", runCompress},
         {"methods", "cwb methods [--json]", "compression methods with their parameters, ranges and defaults", runMethods},
+        {"project",
+         "cwb project create OUT.cwbproj --model M [--recipe R.json ...] [--calib F] [--eval F] [--ctx N] [--chunks K] [--samples N] [--seq-len T] [--seed S]\n"
+         "  cwb project show P [--json]\n  cwb project add-variant P --recipe R.json [--name N] [--from VARIANT]\n"
+         "  cwb project run P [--variants a,b] [--threads N] [--model PATH]",
+         "create and inspect project files; `run` evaluates the variants and stores their results", runProjectCommand},
     };
     return list;
 }

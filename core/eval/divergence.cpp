@@ -29,8 +29,8 @@ DivergenceResult compareModels(Transformer& base, Transformer& variant, const st
         }
         at::Tensor ids = chunkTokens(tokens, plan, c, bos);
         at::Tensor targets = chunkTargets(tokens, plan, c).unsqueeze(1);
-        at::Tensor lb = at::log_softmax(base.forward(ids)[0].narrow(0, plan.first, plan.scored).to(at::kDouble), -1);
-        at::Tensor lv = at::log_softmax(variant.forward(ids)[0].narrow(0, plan.first, plan.scored).to(at::kDouble), -1);
+        at::Tensor lb = at::log_softmax(base.forward(ids)[0].narrow(0, plan.first, plan.scored).to(at::kCPU, at::kDouble), -1);
+        at::Tensor lv = at::log_softmax(variant.forward(ids)[0].narrow(0, plan.first, plan.scored).to(at::kCPU, at::kDouble), -1);
         at::Tensor kl = (lb.exp() * (lb - lv)).sum(-1);
         at::Tensor nb = -lb.gather(1, targets).squeeze(1), nv = -lv.gather(1, targets).squeeze(1);
         agree += (lb.argmax(-1) == lv.argmax(-1)).sum().item<int64_t>();

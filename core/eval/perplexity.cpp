@@ -47,7 +47,8 @@ PerplexityResult evaluatePerplexity(Transformer& model, const std::vector<TokenI
             feedback->setProgress(double(c) / double(plan.chunks));
         }
         at::Tensor logits = model.forward(chunkTokens(tokens, plan, c, bos))[0];   // [ctx, vocab]
-        at::Tensor logProbs = at::log_softmax(logits.narrow(0, plan.first, plan.scored).to(at::kDouble), -1);
+        // Scoring happens on the CPU whatever device ran the model: targets and accessors live there.
+        at::Tensor logProbs = at::log_softmax(logits.narrow(0, plan.first, plan.scored).to(at::kCPU, at::kDouble), -1);
         at::Tensor targets = chunkTargets(tokens, plan, c);
         at::Tensor nll = -logProbs.gather(1, targets.unsqueeze(1)).squeeze(1);
         auto n = nll.accessor<double, 1>();

@@ -79,7 +79,7 @@ public:
     void apply(StepContext& ctx) const override {
         requireLlama(ctx);
         Model& m = ctx.model;
-        const int64_t L = m.spec.layers, hd = m.spec.headDim;
+        const int64_t L = m.spec.layers;
         std::set<int64_t> targeted;
         for (const auto& layer : ctx.layers)
             if (layer.find("self_attn.q_proj") != std::string::npos) targeted.insert(blockOf(layer));

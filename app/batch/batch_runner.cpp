@@ -1,0 +1,185 @@
+#include "app/batch/batch_runner.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/io/model_format.h"
+#include "core/project/file_hash.h"
+#include "core/project/project.h"
+#include "core/project/project_runner.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+#include "core/version.h"
+
+namespace cwb {
+
+namespace {
+
+// Allowed difference when the replay runs elsewhere than the stored run (other device, build or thread count).
+double tolerance(const std::string& metric, bool sameEnvironment) {
+    if (metric == "bytes") return 0.0;
+    if (sameEnvironment) return 0.0;
+    if (metric == "perplexity") return 1e-3;   // relative
+    if (metric == "top1") return 1e-2;         // absolute fraction of positions
+    return 1e-3;                               // KL in nats, bits per weight: absolute
+}
+
+bool within(const std::string& metric, double stored, double reproduced, double tol) {
+    if (tol == 0) return stored == reproduced;
+    const double diff = std::abs(stored - reproduced);
+    return metric == "perplexity" ? diff <= tol * std::abs(stored) : diff <= tol;
+}
+
+void writeAtomically(const std::string& path, const std::string& text) {
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp);
+        if (!out) throw Error(tmp, "cannot create file");
+        out << text;
+        if (!out) throw Error(tmp, "write failed");
+    }
+    std::filesystem::rename(tmp, path);
+}
+
+std::string currentHash(const std::string& path) {
+    return std::filesystem::is_directory(path) ? hashFolder(path) : hashFile(path);
+}
+
+} // namespace
+
+void BatchRunner::progress(const std::string& line) const {
+    if (!mQuiet && !mJson) std::fprintf(stderr, "batch: %s\n", line.c_str());
+}
+
+int BatchRunner::run() {
+    try {
+        if (mProjectPath.empty()) throw Error("--batch needs a project file");
+        Project project = Project::open(mProjectPath);
+        nlohmann::json report = {{"project", mProjectPath}, {"schema", "cwb-batch-report/1"},
+                                 {"build", std::string(versionString()) + " / LibTorch " + torchVersionString()}};
+        std::vector<std::string> warnings;
+
+        const std::string modelPath = mModelPath.empty() ? project.model().path : mModelPath;
+        if (!std::filesystem::exists(modelPath))
+            throw Error(mProjectPath, "its model is not at " + modelPath + " (moved?); pass --model PATH");
+        const std::string hash = currentHash(modelPath);
+        report["model"] = {{"path", modelPath}, {"stored_hash", project.model().hash}, {"hash", hash}};
+        if (!project.model().hash.empty() && hash != project.model().hash)
+            warnings.push_back("the model's content changed since the project was saved (hash " + project.model().hash +
+                               " -> " + hash + "); results may differ");
+        for (const auto* ref : {&project.settings().calibration, &project.settings().evaluation}) {
+            if (ref->path.empty()) continue;
+            if (!std::filesystem::exists(ref->path)) throw Error(mProjectPath, "its data file " + ref->path + " is missing");
+            if (!ref->hash.empty() && hashFile(ref->path) != ref->hash)
+                warnings.push_back("data file " + ref->path + " changed since the project was saved");
+        }
+
+        if (mThreads < 0) throw Error("--threads must be 0 or more");
+        if (mThreads > 0) at::set_num_threads(mThreads);
+        RuntimeOptions options;
+        if (mDevice != "cpu") {
+            if (!at::hasCUDA()) throw Error("--device " + mDevice + ": no CUDA in this build or no GPU visible");
+            options.device = at::Device(mDevice);
+            options.dtype = at::kHalf;
+        }
+        progress("loading " + modelPath);
+        auto base = loadModel(modelPath);
+
+        std::vector<std::string> names = {"base"};
+        if (mVariants.empty()) {
+            for (const auto& v : project.variants()) names.push_back(v.name);
+        } else {
+            for (const auto& v : mVariants) {
+                project.variant(v);   // throws with the name when unknown
+                names.push_back(v);
+            }
+        }
+        ProjectRunner runner(project, *base, options);
+        bool allWithin = true, anyCompared = false;
+        nlohmann::json variants = nlohmann::json::array();
+        for (size_t i = 0; i < names.size(); ++i) {
+            const std::string& name = names[i];
+            progress("[" + std::to_string(i + 1) + "/" + std::to_string(names.size()) + "] " + name);
+            CallbackFeedback feedback;
+            int lastDecile = -1;
+            feedback.progressCallback = [&](double f) {
+                if (int(f * 10) != lastDecile) progress("  " + name + " " + std::to_string(int(f * 100)) + "%");
+                lastDecile = int(f * 10);
+            };
+            feedback.logCallback = [&](const std::string& line) { progress("  " + line); };
+            std::vector<ResultRow> rows = runner.evaluate(name, &feedback);
+            nlohmann::json metrics = nlohmann::json::array();
+            for (const auto& r : rows) {
+                nlohmann::json m = {{"metric", r.metric}, {"reproduced", r.value}, {"error", r.error}, {"timing", isTimingMetric(r.metric)}};
+                for (const auto& s : project.results()) {
+                    if (s.variant != name || s.metric != r.metric) continue;
+                    const bool same = s.device == r.device && s.threads == r.threads && s.build == r.build;
+                    const double tol = tolerance(r.metric, same);
+                    m["stored"] = s.value;
+                    m["difference"] = r.value - s.value;
+                    m["tolerance"] = tol;
+                    m["same_environment"] = same;
+                    if (!isTimingMetric(r.metric)) {
+                        const bool ok = within(r.metric, s.value, r.value, tol);
+                        m["within_tolerance"] = ok;
+                        allWithin &= ok;
+                        anyCompared = true;
+                    }
+                }
+                metrics.push_back(m);
+            }
+            nlohmann::json v = {{"name", name}, {"metrics", metrics}, {"notes", runner.notes()}};
+            if (name != "base") v["recipe"] = runner.fullRecipe(name).toJson();
+            variants.push_back(v);
+        }
+        report["device"] = options.device.str();
+        report["threads"] = at::get_num_threads();
+        report["variants"] = variants;
+        report["warnings"] = warnings;
+        if (!anyCompared) warnings.push_back("no stored results to compare with: run `cwb project run` first");
+        report["warnings"] = warnings;
+        const int code = anyCompared && allWithin ? Reproduced : Differs;
+        report["status"] = code == Reproduced ? "reproduced" : anyCompared ? "differs" : "nothing to compare";
+
+        std::filesystem::create_directories(mOutputDir);
+        writeAtomically(mOutputDir + "/report.json", report.dump(2) + "\n");
+        std::string md = "# Batch replay of " + mProjectPath + "\n\nStatus: **" + report["status"].get<std::string>() +
+                         "** — device " + options.device.str() + ", " + std::to_string(at::get_num_threads()) + " threads, " +
+                         report["build"].get<std::string>() + ".\n\n";
+        for (const auto& w : warnings) md += "> " + w + "\n\n";
+        md += "| variant | metric | stored | reproduced | difference | tolerance | ok |\n| --- | --- | ---: | ---: | ---: | ---: | --- |\n";
+        char line[512];
+        for (const auto& v : variants)
+            for (const auto& m : v["metrics"]) {
+                const bool hasStored = m.contains("stored");
+                std::snprintf(line, sizeof line, "| %s | %s | %s | %.6g | %s | %s | %s |\n", v["name"].get<std::string>().c_str(),
+                              m["metric"].get<std::string>().c_str(),
+                              hasStored ? std::to_string(m["stored"].get<double>()).c_str() : "—", m["reproduced"].get<double>(),
+                              hasStored ? std::to_string(m["difference"].get<double>()).c_str() : "—",
+                              hasStored ? std::to_string(m["tolerance"].get<double>()).c_str() : "—",
+                              m["timing"].get<bool>() ? "timing" : !hasStored ? "—" : m["within_tolerance"].get<bool>() ? "yes" : "**no**");
+                md += line;
+            }
+        md += "\nCharts are not rendered yet (they need the Qt widgets of the GUI issue).\n";
+        writeAtomically(mOutputDir + "/report.md", md);
+        if (mJson) std::cout << report.dump(2) << "\n";
+        progress(std::string("wrote ") + mOutputDir + "/report.json and report.md: " + report["status"].get<std::string>());
+        return code;
+    } catch (const Cancelled&) {
+        std::fprintf(stderr, "cwb --batch: cancelled\n");
+        return Failed;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "cwb --batch: error: %s\n", e.what());
+        return Failed;
+    }
+}
+
+} // namespace cwb

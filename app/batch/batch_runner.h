@@ -1,0 +1,34 @@
+#pragma once
+// Headless replay of a saved project (`cwb --batch`): rebuilds every variant from the base with its stored
+// recipe and calibration spec, re-evaluates it, compares with the stored results and writes a report.
+// main() only turns options into setters; run() returns the exit code.
+#include <string>
+#include <vector>
+
+namespace cwb {
+
+class BatchRunner {
+public:
+    enum ExitCode { Reproduced = 0, Differs = 1, Failed = 2 };
+
+    void setProjectPath(std::string path) { mProjectPath = std::move(path); }
+    void setOutputDir(std::string dir) { mOutputDir = std::move(dir); }
+    void setDevice(std::string device) { mDevice = std::move(device); }
+    void setModelPath(std::string path) { mModelPath = std::move(path); }
+    void setThreads(int threads) { mThreads = threads; }
+    void setVariants(std::vector<std::string> names) { mVariants = std::move(names); }
+    void setQuiet(bool quiet) { mQuiet = quiet; }
+    void setJson(bool json) { mJson = json; }
+
+    int run();
+
+private:
+    void progress(const std::string& line) const;
+
+    std::string mProjectPath, mOutputDir = "cwb-report", mDevice = "cpu", mModelPath;
+    int mThreads = 0;
+    std::vector<std::string> mVariants;
+    bool mQuiet = false, mJson = false;
+};
+
+} // namespace cwb

@@ -1,0 +1,148 @@
+// `cwb project create|show|add-variant|run`: build and inspect project files from the command line.
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "app/cli/arguments.h"
+#include "app/cli/commands.h"
+#include "core/compress/recipe.h"
+#include "core/io/model_format.h"
+#include "core/project/file_hash.h"
+#include "core/project/project.h"
+#include "core/project/project_runner.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+#include "core/version.h"
+
+namespace cwb::cli {
+
+namespace {
+
+std::string absolute(const std::string& path) { return std::filesystem::absolute(path).lexically_normal().string(); }
+
+FileReference fileReference(const std::string& path) {
+    if (path.empty()) return {};
+    if (!std::filesystem::is_regular_file(path)) throw Error(path, "no such file");
+    return {absolute(path), hashFile(path), fileBytes(path)};
+}
+
+std::string stem(const std::string& path) { return std::filesystem::path(path).stem().string(); }
+
+void addRecipeVariant(Project& project, const std::string& recipePath, const std::string& name, const std::string& parent) {
+    Recipe recipe = Recipe::load(recipePath);
+    Variant v;
+    v.name = name.empty() ? stem(recipePath) : name;
+    v.parent = parent;
+    v.recipe = recipe.toJson();
+    project.addVariant(v);
+    project.record("add-variant", {{"name", v.name}, {"parent", parent}, {"recipe", recipePath}});
+}
+
+int create(const std::vector<std::string>& args) {
+    Arguments a(args, {"model", "recipe", "calib", "eval", "ctx", "chunks", "samples", "seq-len", "seed"}, {});
+    const std::string out = a.requirePositional("OUT.cwbproj");
+    if (!a.has("model")) throw Error("project create needs --model PATH");
+    const std::string modelPath = absolute(a.value("model"));
+    auto model = loadModel(modelPath);   // refuses what cwb cannot read before a project points at it
+    ModelReference ref;
+    ref.path = modelPath;
+    ref.format = model->format;
+    ref.hash = std::filesystem::is_directory(modelPath) ? hashFolder(modelPath) : hashFile(modelPath);
+    ref.bytes = std::filesystem::is_directory(modelPath) ? 0 : fileBytes(modelPath);
+    ProjectSettings s;
+    s.calibration = fileReference(a.value("calib"));
+    s.evaluation = fileReference(a.value("eval"));
+    s.calibrationSamples = a.integer("samples", 128);
+    s.calibrationSeqLen = a.integer("seq-len", 512);
+    s.calibrationSeed = static_cast<uint64_t>(a.integer("seed", 0));
+    s.evalCtx = a.integer("ctx", std::min<int64_t>(512, model->spec.context));
+    s.evalChunks = a.integer("chunks", -1);
+    if (s.evalCtx < 4 || s.evalCtx > model->spec.context)
+        throw Error("--ctx must be between 4 and the model's context of " + std::to_string(model->spec.context));
+    Project project = Project::create(out, ref, s);
+    project.record("create", {{"model", modelPath}});
+    for (const auto& r : a.values("recipe")) addRecipeVariant(project, r, "", "");
+    project.save();
+    std::printf("created %s with %zu variants\n", out.c_str(), project.variants().size());
+    return 0;
+}
+
+int show(const std::vector<std::string>& args) {
+    Arguments a(args, {}, {"json"});
+    Project project = Project::open(a.requirePositional("PROJECT"));
+    if (a.flag("json")) {
+        std::cout << project.toJson().dump(2) << "\n";
+        return 0;
+    }
+    std::printf("project    %s (schema %d, written by cwb %s)\n", project.path().c_str(), project.writtenBy().schema,
+                project.writtenBy().app.c_str());
+    std::printf("model      %s (%s, %s)\n", project.model().path.c_str(), project.model().format.c_str(), project.model().hash.c_str());
+    const ProjectSettings& s = project.settings();
+    std::printf("calibrate  %s: %lld x %lld tokens, seed %llu\n", s.calibration.path.empty() ? "(none)" : s.calibration.path.c_str(),
+                static_cast<long long>(s.calibrationSamples), static_cast<long long>(s.calibrationSeqLen),
+                static_cast<unsigned long long>(s.calibrationSeed));
+    std::printf("evaluate   %s: ctx %lld\n", s.evaluation.path.empty() ? "(none)" : s.evaluation.path.c_str(), static_cast<long long>(s.evalCtx));
+    for (const auto& v : project.variants())
+        std::printf("variant    %-24s from %-12s %s\n", v.name.c_str(), v.parent.empty() ? "base" : v.parent.c_str(), v.recipe.dump().c_str());
+    for (const auto& r : project.results())
+        std::printf("result     %-24s %-22s %.6g%s (%s, %d threads)\n", r.variant.c_str(), r.metric.c_str(), r.value,
+                    r.error > 0 ? (" +/- " + std::to_string(r.error)).c_str() : "", r.device.c_str(), r.threads);
+    return 0;
+}
+
+int addVariant(const std::vector<std::string>& args) {
+    Arguments a(args, {"recipe", "name", "from"}, {});
+    Project project = Project::open(a.requirePositional("PROJECT"));
+    if (!a.has("recipe")) throw Error("project add-variant needs --recipe FILE");
+    addRecipeVariant(project, a.value("recipe"), a.value("name"), a.value("from"));
+    project.save();
+    return 0;
+}
+
+int runProject(const std::vector<std::string>& args) {
+    Arguments a(args, {"variants", "threads", "model"}, {"quiet"});
+    applyThreads(a.integer("threads", 0));
+    Project project = Project::open(a.requirePositional("PROJECT"));
+    const std::string modelPath = a.value("model", project.model().path);
+    auto base = loadModel(modelPath);
+    std::vector<std::string> names = {"base"};
+    std::stringstream list(a.value("variants"));
+    for (std::string n; std::getline(list, n, ',');)
+        if (!n.empty()) names.push_back(n);
+    if (names.size() == 1)
+        for (const auto& v : project.variants()) names.push_back(v.name);
+    ProjectRunner runner(project, *base);
+    for (const auto& name : names) {
+        if (name != "base") project.variant(name);
+        if (!a.flag("quiet")) std::fprintf(stderr, "run: %s\n", name.c_str());
+        CallbackFeedback feedback;
+        feedback.logCallback = [&](const std::string& line) {
+            if (!a.flag("quiet")) std::fprintf(stderr, "  %s\n", line.c_str());
+        };
+        std::vector<ResultRow> rows = runner.evaluate(name, &feedback);
+        for (const auto& r : rows)
+            std::printf("%-24s %-24s %.6g%s\n", name.c_str(), r.metric.c_str(), r.value,
+                        r.error > 0 ? (" +/- " + std::to_string(r.error)).c_str() : "");
+        project.setResults(name, rows);
+        project.record("run", {{"variant", name}, {"threads", at::get_num_threads()}});
+        project.save();   // after every variant, so an interrupted run keeps what finished
+    }
+    return 0;
+}
+
+} // namespace
+
+int runProjectCommand(const std::vector<std::string>& args) {
+    if (args.empty()) throw Error("project needs a subcommand: create, show, add-variant, run");
+    const std::vector<std::string> rest(args.begin() + 1, args.end());
+    if (args[0] == "create") return create(rest);
+    if (args[0] == "show") return show(rest);
+    if (args[0] == "add-variant") return addVariant(rest);
+    if (args[0] == "run") return runProject(rest);
+    throw Error("unknown project subcommand '" + args[0] + "' (create, show, add-variant, run)");
+}
+
+} // namespace cwb::cli

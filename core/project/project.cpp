@@ -1,0 +1,476 @@
+#include "core/project/project.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+
+#include "core/project/project_schema.h"
+#include "core/util/error.h"
+
+namespace cwb {
+
+namespace {
+
+using nlohmann::json;
+using project_schema::Database;
+using project_schema::Statement;
+using project_schema::inTransaction;
+using project_schema::useWal;
+
+std::mutex gWriterMutex;
+WrittenBy gWriter{"cwb (unknown version)", "", "", 0};
+
+bool sameDouble(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+std::string encodeDoubles(const std::vector<double>& values) {
+    std::string bytes(values.size() * 8, '\0');
+    for (size_t i = 0; i < values.size(); ++i) {
+        uint64_t bits;
+        std::memcpy(&bits, &values[i], 8);
+        for (int b = 0; b < 8; ++b) bytes[i * 8 + b] = char((bits >> (8 * b)) & 0xff);
+    }
+    return bytes;
+}
+
+std::vector<double> decodeDoubles(const std::string& bytes, const std::string& file) {
+    if (bytes.size() % 8 != 0) throw Error(file, "is damaged: importance values are not whole doubles");
+    std::vector<double> values(bytes.size() / 8);
+    for (size_t i = 0; i < values.size(); ++i) {
+        uint64_t bits = 0;
+        for (int b = 0; b < 8; ++b) bits |= uint64_t(static_cast<unsigned char>(bytes[i * 8 + b])) << (8 * b);
+        std::memcpy(&values[i], &bits, 8);
+    }
+    return values;
+}
+
+struct stat statOrThrow(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) throw Error(path, "does not exist");
+    if (S_ISDIR(st.st_mode)) throw Error(path, "is a folder, not a cwb project");
+    return st;
+}
+
+} // namespace
+
+// ---- reading and writing ------------------------------------------------------------------------
+
+class ProjectReader {
+public:
+    static void read(Database& db, Project& p) {
+        const std::string& file = db.file();
+        Statement model(db, "SELECT path, format, bytes, hash FROM model WHERE id = 1");
+        if (!model.step()) throw Error(file, "is damaged: it names no model");
+        p.mModel = {model.text(0), model.text(1), model.unsignedInteger(2), model.text(3)};
+
+        Statement s(db,
+                    "SELECT calibration_path, calibration_hash, calibration_bytes, calibration_samples, "
+                    "calibration_seq_len, calibration_seed, evaluation_path, evaluation_hash, evaluation_bytes, "
+                    "eval_ctx, eval_chunks FROM settings WHERE id = 1");
+        if (!s.step()) throw Error(file, "is damaged: it has no settings");
+        ProjectSettings& t = p.mSettings;
+        t.calibration = {s.text(0), s.text(1), s.unsignedInteger(2)};
+        t.calibrationSamples = s.integer(3);
+        t.calibrationSeqLen = s.integer(4);
+        t.calibrationSeed = s.unsignedInteger(5);
+        t.evaluation = {s.text(6), s.text(7), s.unsignedInteger(8)};
+        t.evalCtx = s.integer(9);
+        t.evalChunks = s.integer(10);
+
+        Statement v(db, "SELECT name, coalesce(parent, ''), recipe, created, exports FROM variants ORDER BY position");
+        while (v.step()) {
+            const std::string name = v.text(0);
+            p.mVariants.push_back({name, v.text(1), v.jsonValue(2, "the recipe of '" + name + "'"), v.text(3),
+                                   v.jsonValue(4, "the exports of '" + name + "'")});
+        }
+
+        Statement r(db, "SELECT variant, metric, value, error, device, threads, seconds, time, build "
+                        "FROM results ORDER BY id");
+        while (r.step())
+            p.mResults.push_back({r.text(0), r.text(1), r.real(2), r.real(3), r.text(4), int(r.integer(5)),
+                                  r.real(6), r.text(7), r.text(8)});
+
+        Statement m(db, "SELECT kind, row_labels, column_labels, vals FROM importance ORDER BY kind");
+        while (m.step()) {
+            ImportanceMap map;
+            map.kind = m.text(0);
+            try {
+                map.rowLabels = m.jsonValue(1, "importance labels").get<std::vector<std::string>>();
+                map.columnLabels = m.jsonValue(2, "importance labels").get<std::vector<std::string>>();
+            } catch (const json::exception&) {
+                throw Error(file, "is damaged: the labels of importance map '" + map.kind + "' are not strings");
+            }
+            map.values = decodeDoubles(m.blob(3), file);
+            if (map.values.size() != map.rowLabels.size() * map.columnLabels.size())
+                throw Error(file, "is damaged: importance map '" + map.kind + "' has the wrong number of values");
+            p.mImportance.push_back(std::move(map));
+        }
+
+        Statement j(db, "SELECT time, action, detail FROM journal ORDER BY id");
+        while (j.step()) p.mJournal.push_back({j.text(0), j.text(1), j.jsonValue(2, "a journal entry")});
+
+        Statement w(db, "SELECT key, value FROM meta WHERE key IN ('written_app', 'written_torch', 'written_cuda')");
+        while (w.step()) {
+            const std::string key = w.text(0);
+            (key == "written_app" ? p.mWrittenBy.app : key == "written_torch" ? p.mWrittenBy.torch
+                                                                              : p.mWrittenBy.cuda) = w.text(1);
+        }
+        p.mWrittenBy.schema = project_schema::readVersion(db);
+    }
+};
+
+class ProjectWriter {
+public:
+    // Replaces every row with the state of `p`; the caller holds the transaction.
+    static void write(Database& db, const Project& p, const WrittenBy& writer) {
+        for (const char* table : {"journal", "importance", "results", "variants", "settings", "model"}) {
+            const std::string sql = std::string("DELETE FROM ") + table;   // table names are constants
+            db.exec(sql.c_str(), "clearing the old state");
+        }
+        Statement model(db, "INSERT INTO model (id, path, format, bytes, hash) VALUES (1, ?, ?, ?, ?)");
+        model.bind(1, p.mModel.path).bind(2, p.mModel.format).bindUnsigned(3, p.mModel.bytes).bind(4, p.mModel.hash);
+        model.run();
+
+        const ProjectSettings& t = p.mSettings;
+        Statement s(db, "INSERT INTO settings (id, calibration_path, calibration_hash, calibration_bytes, "
+                        "calibration_samples, calibration_seq_len, calibration_seed, evaluation_path, "
+                        "evaluation_hash, evaluation_bytes, eval_ctx, eval_chunks) "
+                        "VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        s.bind(1, t.calibration.path).bind(2, t.calibration.hash).bindUnsigned(3, t.calibration.bytes);
+        s.bind(4, t.calibrationSamples).bind(5, t.calibrationSeqLen).bindUnsigned(6, t.calibrationSeed);
+        s.bind(7, t.evaluation.path).bind(8, t.evaluation.hash).bindUnsigned(9, t.evaluation.bytes);
+        s.bind(10, t.evalCtx).bind(11, t.evalChunks);
+        s.run();
+
+        Statement v(db, "INSERT INTO variants (name, parent, position, recipe, created, exports) "
+                        "VALUES (?, nullif(?, ''), ?, ?, ?, ?)");
+        int64_t position = 0;
+        for (const Variant& x : p.mVariants) {
+            v.bind(1, x.name).bind(2, x.parent).bind(3, position++).bindJson(4, x.recipe).bind(5, x.created);
+            v.bindJson(6, x.exports).run();
+        }
+
+        Statement r(db, "INSERT INTO results (variant, metric, value, error, device, threads, seconds, time, build) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        for (const ResultRow& x : p.mResults) {
+            r.bind(1, x.variant).bind(2, x.metric).bind(3, x.value).bind(4, x.error).bind(5, x.device);
+            r.bind(6, int64_t(x.threads)).bind(7, x.seconds).bind(8, x.time).bind(9, x.build).run();
+        }
+
+        Statement m(db, "INSERT INTO importance (kind, row_labels, column_labels, vals) VALUES (?, ?, ?, ?)");
+        for (const ImportanceMap& x : p.mImportance) {
+            m.bind(1, x.kind).bindJson(2, json(x.rowLabels)).bindJson(3, json(x.columnLabels));
+            m.bindBlob(4, encodeDoubles(x.values)).run();
+        }
+
+        Statement j(db, "INSERT INTO journal (time, action, detail) VALUES (?, ?, ?)");
+        for (const JournalEntry& x : p.mJournal) j.bind(1, x.time).bind(2, x.action).bindJson(3, x.detail).run();
+
+        Statement w(db, "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)");
+        w.bind(1, std::string("written_app")).bind(2, writer.app).run();
+        w.bind(1, std::string("written_torch")).bind(2, writer.torch).run();
+        w.bind(1, std::string("written_cuda")).bind(2, writer.cuda).run();
+    }
+};
+
+// ---- Project ------------------------------------------------------------------------------------
+
+Project Project::create(const std::string& path, const ModelReference& model, const ProjectSettings& settings) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) throw Error(path, "already exists; refusing to overwrite it");
+    Project p;
+    p.mPath = path;
+    p.mModel = model;
+    p.mSettings = settings;
+    const WrittenBy writer = [] { std::lock_guard<std::mutex> lock(gWriterMutex); return gWriter; }();
+    try {
+        Database db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+        useWal(db);
+        inTransaction(db, "BEGIN IMMEDIATE", [&] {
+            db.exec(project_schema::ddlCurrent(), "creating the tables");
+            static_assert(project_schema::kApplicationId == 1129792080, "keep the PRAGMA below in step");
+            db.exec("PRAGMA application_id = 1129792080", "setting the application id");
+            ProjectWriter::write(db, p, writer);
+        });
+    } catch (...) {
+        for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
+        throw;
+    }
+    p.mWrittenBy = writer;
+    p.mWrittenBy.schema = project_schema::kCurrentVersion;
+    return p;
+}
+
+Project Project::open(const std::string& path) {
+    const struct stat st = statOrThrow(path);
+    if (st.st_size == 0) throw Error(path, "is not a cwb project (empty file)");
+    Database db(path, SQLITE_OPEN_READWRITE);
+    const int version = project_schema::readVersion(db);
+    project_schema::checkReadable(version, path);
+    if (version < project_schema::kCurrentVersion) {
+        useWal(db);
+        inTransaction(db, "BEGIN IMMEDIATE", [&] {
+            if (project_schema::readVersion(db) != version) return;   // another process migrated it meanwhile
+            project_schema::migrate(db, version);
+            Statement j(db, "INSERT INTO journal (time, action, detail) VALUES (?, ?, ?)");
+            j.bind(1, currentTime()).bind(2, std::string("project.migrate"));
+            j.bindJson(3, json{{"from", version}, {"to", project_schema::kCurrentVersion}}).run();
+        });
+    }
+    Project p;
+    p.mPath = path;
+    inTransaction(db, "BEGIN", [&] {
+        project_schema::checkReadable(project_schema::readVersion(db), path);
+        ProjectReader::read(db, p);
+    });
+    p.checkLineage();
+    return p;
+}
+
+void Project::save() {
+    statOrThrow(mPath);
+    WrittenBy writer = [] { std::lock_guard<std::mutex> lock(gWriterMutex); return gWriter; }();
+    writer.schema = project_schema::kCurrentVersion;
+    Database db(mPath, SQLITE_OPEN_READWRITE);
+    useWal(db);
+    inTransaction(db, "BEGIN IMMEDIATE", [&] {
+        const int version = project_schema::readVersion(db);
+        if (version != project_schema::kCurrentVersion)
+            throw Error(mPath, "changed on disk to schema " + std::to_string(version) + "; reopen it before saving");
+        ProjectWriter::write(db, *this, writer);
+    });
+    mWrittenBy = writer;
+    mModified = false;
+}
+
+void Project::setWriter(const std::string& app, const std::string& torch, const std::string& cuda) {
+    std::lock_guard<std::mutex> lock(gWriterMutex);
+    gWriter = {app, torch, cuda, 0};
+}
+
+std::vector<ResultRow> Project::results(const std::string& variant) const {
+    std::vector<ResultRow> rows;
+    for (const ResultRow& r : mResults)
+        if (r.variant == variant) rows.push_back(r);
+    return rows;
+}
+
+const ImportanceMap* Project::importance(const std::string& kind) const {
+    for (const ImportanceMap& m : mImportance)
+        if (m.kind == kind) return &m;
+    return nullptr;
+}
+
+void Project::setModel(const ModelReference& model) {
+    mModel = model;
+    mModified = true;
+}
+
+void Project::setSettings(const ProjectSettings& settings) {
+    mSettings = settings;
+    mModified = true;
+}
+
+void Project::addVariant(Variant variant) {
+    if (variant.parent == kBaseName) variant.parent.clear();
+    const std::string& name = variant.name;
+    if (name.empty()) throw Error(mPath, "a variant needs a name");
+    if (name == kBaseName) throw Error(mPath, "'base' is reserved for the base model");
+    if (hasVariant(name)) throw Error(mPath, "variant '" + name + "' already exists");
+    if (variant.parent == name) throw Error(mPath, "variant '" + name + "' cannot derive from itself");
+    if (!variant.parent.empty() && !hasVariant(variant.parent))
+        throw Error(mPath, "variant '" + name + "': unknown parent '" + variant.parent + "'");
+    if (!variant.recipe.is_object() || !variant.recipe.contains("steps") || !variant.recipe["steps"].is_array())
+        throw Error(mPath, "variant '" + name + "': the recipe must be an object with a \"steps\" array");
+    if (variant.created.empty()) variant.created = currentTime();
+    mVariants.push_back(std::move(variant));
+    try {
+        checkLineage();
+    } catch (...) {
+        mVariants.pop_back();
+        throw;
+    }
+    mModified = true;
+}
+
+void Project::removeVariant(const std::string& name) {
+    findVariant(name);
+    for (const Variant& v : mVariants)
+        if (v.parent == name)
+            throw Error(mPath, "variant '" + name + "' cannot be removed: '" + v.name + "' derives from it");
+    mVariants.erase(std::remove_if(mVariants.begin(), mVariants.end(), [&](const Variant& v) { return v.name == name; }),
+                    mVariants.end());
+    mResults.erase(std::remove_if(mResults.begin(), mResults.end(), [&](const ResultRow& r) { return r.variant == name; }),
+                   mResults.end());
+    mModified = true;
+}
+
+void Project::setRecipe(const std::string& name, nlohmann::json recipe) {
+    if (!recipe.is_object() || !recipe.contains("steps") || !recipe["steps"].is_array())
+        throw Error(mPath, "variant '" + name + "': the recipe must be an object with a \"steps\" array");
+    findVariant(name).recipe = std::move(recipe);
+    mModified = true;
+}
+
+void Project::setExports(const std::string& name, nlohmann::json exports) {
+    findVariant(name).exports = std::move(exports);
+    mModified = true;
+}
+
+bool Project::hasVariant(const std::string& name) const {
+    return std::any_of(mVariants.begin(), mVariants.end(), [&](const Variant& v) { return v.name == name; });
+}
+
+const Variant& Project::variant(const std::string& name) const {
+    for (const Variant& v : mVariants)
+        if (v.name == name) return v;
+    throw Error(mPath, "no variant named '" + name + "'");
+}
+
+Variant& Project::findVariant(const std::string& name) {
+    return const_cast<Variant&>(static_cast<const Project*>(this)->variant(name));
+}
+
+std::vector<std::string> Project::lineage(const std::string& name) const {
+    std::vector<std::string> chain;
+    for (std::string at = name; at != kBaseName && !at.empty(); at = variant(at).parent) {
+        if (chain.size() > mVariants.size()) throw Error(mPath, "variant '" + name + "' has a parent cycle");
+        chain.push_back(at);
+    }
+    std::reverse(chain.begin(), chain.end());
+    return chain;
+}
+
+void Project::checkLineage() const {
+    for (const Variant& v : mVariants) {
+        if (!v.parent.empty() && !hasVariant(v.parent))
+            throw Error(mPath, "variant '" + v.name + "': unknown parent '" + v.parent + "'");
+        lineage(v.name);
+    }
+}
+
+void Project::setResults(const std::string& variant, std::vector<ResultRow> rows) {
+    if (variant != kBaseName && !hasVariant(variant)) throw Error(mPath, "no variant named '" + variant + "'");
+    mResults.erase(std::remove_if(mResults.begin(), mResults.end(), [&](const ResultRow& r) { return r.variant == variant; }),
+                   mResults.end());
+    for (ResultRow& r : rows) {
+        r.variant = variant;
+        mResults.push_back(std::move(r));
+    }
+    mModified = true;
+}
+
+void Project::setImportance(ImportanceMap map) {
+    if (map.kind.empty()) throw Error(mPath, "an importance map needs a kind");
+    if (map.values.size() != map.rowLabels.size() * map.columnLabels.size())
+        throw Error(mPath, "importance map '" + map.kind + "': " + std::to_string(map.values.size()) +
+                               " values for " + std::to_string(map.rowLabels.size()) + " x " +
+                               std::to_string(map.columnLabels.size()));
+    removeImportance(map.kind);
+    const auto at = std::lower_bound(mImportance.begin(), mImportance.end(), map.kind,
+                                     [](const ImportanceMap& m, const std::string& k) { return m.kind < k; });
+    mImportance.insert(at, std::move(map));
+    mModified = true;
+}
+
+void Project::removeImportance(const std::string& kind) {
+    mImportance.erase(std::remove_if(mImportance.begin(), mImportance.end(),
+                                     [&](const ImportanceMap& m) { return m.kind == kind; }),
+                      mImportance.end());
+    mModified = true;
+}
+
+void Project::record(const std::string& action, const nlohmann::json& detail) {
+    mJournal.push_back({currentTime(), action, detail});
+    mModified = true;
+}
+
+std::string Project::currentTime() {
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    return text;
+}
+
+// ---- equality and JSON --------------------------------------------------------------------------
+
+bool ModelReference::operator==(const ModelReference& o) const {
+    return path == o.path && format == o.format && bytes == o.bytes && hash == o.hash;
+}
+
+bool ProjectSettings::operator==(const ProjectSettings& o) const {
+    return calibration == o.calibration && calibrationSamples == o.calibrationSamples &&
+           calibrationSeqLen == o.calibrationSeqLen && calibrationSeed == o.calibrationSeed &&
+           evaluation == o.evaluation && evalCtx == o.evalCtx && evalChunks == o.evalChunks;
+}
+
+bool Variant::operator==(const Variant& o) const {
+    return name == o.name && parent == o.parent && recipe == o.recipe && created == o.created && exports == o.exports;
+}
+
+bool ResultRow::operator==(const ResultRow& o) const {
+    return variant == o.variant && metric == o.metric && sameDouble(value, o.value) && sameDouble(error, o.error) &&
+           device == o.device && threads == o.threads && sameDouble(seconds, o.seconds) && time == o.time &&
+           build == o.build;
+}
+
+bool ImportanceMap::operator==(const ImportanceMap& o) const {
+    return kind == o.kind && rowLabels == o.rowLabels && columnLabels == o.columnLabels &&
+           std::equal(values.begin(), values.end(), o.values.begin(), o.values.end(), sameDouble);
+}
+
+bool JournalEntry::operator==(const JournalEntry& o) const {
+    return time == o.time && action == o.action && detail == o.detail;
+}
+
+bool WrittenBy::operator==(const WrittenBy& o) const {
+    return app == o.app && torch == o.torch && cuda == o.cuda && schema == o.schema;
+}
+
+bool Project::operator==(const Project& o) const {
+    return mModel == o.mModel && mSettings == o.mSettings && mVariants == o.mVariants && mResults == o.mResults &&
+           mImportance == o.mImportance && mJournal == o.mJournal && mWrittenBy == o.mWrittenBy;
+}
+
+nlohmann::json Project::toJson() const {
+    auto file = [](const FileReference& f) { return json{{"path", f.path}, {"hash", f.hash}, {"bytes", f.bytes}}; };
+    auto number = [](double d) { return std::isnan(d) ? json(nullptr) : json(d); };
+    json j;
+    j["path"] = mPath;
+    j["written_by"] = {{"app", mWrittenBy.app}, {"torch", mWrittenBy.torch}, {"cuda", mWrittenBy.cuda},
+                       {"schema", mWrittenBy.schema}};
+    j["model"] = {{"path", mModel.path}, {"format", mModel.format}, {"bytes", mModel.bytes}, {"hash", mModel.hash}};
+    j["settings"] = {{"calibration", file(mSettings.calibration)}, {"calibration_samples", mSettings.calibrationSamples},
+                     {"calibration_seq_len", mSettings.calibrationSeqLen}, {"calibration_seed", mSettings.calibrationSeed},
+                     {"evaluation", file(mSettings.evaluation)}, {"eval_ctx", mSettings.evalCtx},
+                     {"eval_chunks", mSettings.evalChunks}};
+    j["variants"] = json::array();
+    for (const Variant& v : mVariants)
+        j["variants"].push_back({{"name", v.name}, {"parent", v.parent.empty() ? kBaseName : v.parent},
+                                 {"recipe", v.recipe}, {"created", v.created}, {"exports", v.exports}});
+    j["results"] = json::array();
+    for (const ResultRow& r : mResults)
+        j["results"].push_back({{"variant", r.variant}, {"metric", r.metric}, {"value", number(r.value)},
+                                {"error", number(r.error)}, {"device", r.device}, {"threads", r.threads},
+                                {"seconds", number(r.seconds)}, {"time", r.time}, {"build", r.build}});
+    j["importance"] = json::array();
+    for (const ImportanceMap& m : mImportance) {
+        json values = json::array();
+        for (double d : m.values) values.push_back(number(d));
+        j["importance"].push_back({{"kind", m.kind}, {"rows", m.rowLabels}, {"columns", m.columnLabels},
+                                   {"values", values}});
+    }
+    j["journal"] = json::array();
+    for (const JournalEntry& e : mJournal)
+        j["journal"].push_back({{"time", e.time}, {"action", e.action}, {"detail", e.detail}});
+    return j;
+}
+
+} // namespace cwb

@@ -1,0 +1,166 @@
+#pragma once
+// A project (.cwbproj): the base model, calibration/evaluation settings, a tree of variants (each a
+// recipe applied to the base model or to another variant), their measured results, importance maps and
+// a journal of what was done. The file is one SQLite database (layout in project_schema.h).
+//
+// A Project is plain data in memory: open() reads the whole file and closes it; the mutators change
+// only memory; save() rewrites every table in ONE transaction (WAL journal, synchronous=FULL), so a
+// crash or kill during save leaves the previous saved state readable. Nothing here keeps the database
+// open, so a Project can be copied freely; two Projects saving the same file is last-writer-wins.
+// Every failure is a cwb::Error naming the file.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace cwb {
+
+struct FileReference {
+    std::string path;
+    std::string hash;             // file_hash.h form ("fnv1a64:..."), "" when not computed
+    uint64_t bytes = 0;
+    bool operator==(const FileReference& o) const { return path == o.path && hash == o.hash && bytes == o.bytes; }
+};
+
+struct ModelReference {
+    std::string path;
+    std::string format;           // gguf | hf | llama2c
+    uint64_t bytes = 0;
+    std::string hash;
+    bool operator==(const ModelReference& o) const;
+};
+
+struct ProjectSettings {
+    FileReference calibration;
+    int64_t calibrationSamples = 128;
+    int64_t calibrationSeqLen = 512;
+    uint64_t calibrationSeed = 0;
+    FileReference evaluation;
+    int64_t evalCtx = 512;
+    int64_t evalChunks = -1;      // -1: all chunks
+    bool operator==(const ProjectSettings& o) const;
+};
+
+struct Variant {
+    std::string name;             // unique; "base" is reserved for the base model
+    std::string parent;           // "" = the base model, else another variant's name
+    nlohmann::json recipe = {{"steps", nlohmann::json::array()}};   // Recipe::toJson() form
+    std::string created;          // UTC ISO 8601; addVariant stamps it when empty
+    nlohmann::json exports = nlohmann::json::array();
+    bool operator==(const Variant& o) const;
+};
+
+struct ResultRow {
+    std::string variant;          // "base" for the base model
+    std::string metric;
+    double value = 0;
+    double error = 0;
+    std::string device;
+    int threads = 0;
+    double seconds = 0;
+    std::string time;
+    std::string build;
+    bool operator==(const ResultRow& o) const;
+};
+
+struct ImportanceMap {
+    std::string kind;
+    std::vector<std::string> rowLabels, columnLabels;
+    std::vector<double> values;   // rows x columns, row-major
+    bool operator==(const ImportanceMap& o) const;
+};
+
+struct JournalEntry {
+    std::string time;             // UTC ISO 8601
+    std::string action;
+    nlohmann::json detail;
+    bool operator==(const JournalEntry& o) const;
+};
+
+struct WrittenBy {
+    std::string app, torch, cuda;
+    int schema = 0;
+    bool operator==(const WrittenBy& o) const;
+};
+
+class Project {
+public:
+    static constexpr const char* kBaseName = "base";
+
+    // Writes a new project file; refuses a path that already exists.
+    static Project create(const std::string& path, const ModelReference& model, const ProjectSettings& settings);
+    // Reads a project. An older schema is migrated in place inside one transaction (and the migration is
+    // journaled); a newer schema, a non-SQLite file, or an SQLite file that is not a project is refused.
+    static Project open(const std::string& path);
+    // Writes the whole in-memory state in one transaction and stamps writtenBy() with the writer set by
+    // setWriter() and the current schema.
+    void save();
+
+    // Process-wide identity stamped on every save (the app wires cwb::versionString() etc. at startup;
+    // this module stays free of LibTorch). Until called: app "cwb (unknown version)", torch/cuda "".
+    static void setWriter(const std::string& app, const std::string& torch, const std::string& cuda);
+
+    const std::string& path() const { return mPath; }
+    const ModelReference& model() const { return mModel; }
+    const ProjectSettings& settings() const { return mSettings; }
+    const std::vector<Variant>& variants() const { return mVariants; }   // in insertion order; parents first
+    const std::vector<ResultRow>& results() const { return mResults; }
+    std::vector<ResultRow> results(const std::string& variant) const;
+    const std::vector<ImportanceMap>& importance() const { return mImportance; }   // sorted by kind
+    const ImportanceMap* importance(const std::string& kind) const;                // nullptr when absent
+    const std::vector<JournalEntry>& journal() const { return mJournal; }
+    const WrittenBy& writtenBy() const { return mWrittenBy; }   // as of the last open or save
+    bool isModified() const { return mModified; }               // changed since the last open/create/save
+
+    void setModel(const ModelReference& model);
+    void setSettings(const ProjectSettings& settings);
+
+    // Refuses an empty or reserved name, a duplicate, an unknown parent, a parent cycle, and a recipe that
+    // is not an object with a "steps" array (an empty array is fine).
+    void addVariant(Variant variant);
+    // Refuses an unknown name and a variant another derives from; drops the variant's results.
+    void removeVariant(const std::string& name);
+    void setRecipe(const std::string& name, nlohmann::json recipe);
+    void setExports(const std::string& name, nlohmann::json exports);
+    bool hasVariant(const std::string& name) const;
+    const Variant& variant(const std::string& name) const;    // throws for an unknown name
+    // The variants from the base model down to `name`, base-first: for base -> a -> b, lineage("b") is
+    // {"a", "b"} (the base model itself is implied, not listed); lineage("base") is {}. Applying their
+    // recipes in this order rebuilds `name`. Throws for an unknown name.
+    std::vector<std::string> lineage(const std::string& name) const;
+
+    // Replaces every row of `variant` ("base" or a variant's name); each row's variant field is set to it.
+    void setResults(const std::string& variant, std::vector<ResultRow> rows);
+    // Replaces the map of the same kind; refuses values.size() != rows x columns and an empty kind.
+    void setImportance(ImportanceMap map);
+    void removeImportance(const std::string& kind);
+    // Appends to the journal, stamped with the current UTC time.
+    void record(const std::string& action, const nlohmann::json& detail = nullptr);
+
+    bool operator==(const Project& o) const;   // content: everything above except path() and isModified()
+    bool operator!=(const Project& o) const { return !(*this == o); }
+    nlohmann::json toJson() const;             // for `cwb project show --json`
+
+    static std::string currentTime();          // "YYYY-MM-DDTHH:MM:SSZ"
+
+private:
+    Project() = default;
+    void checkLineage() const;                  // parents exist and form no cycle (damaged files)
+    Variant& findVariant(const std::string& name);
+
+    std::string mPath;
+    ModelReference mModel;
+    ProjectSettings mSettings;
+    std::vector<Variant> mVariants;
+    std::vector<ResultRow> mResults;
+    std::vector<ImportanceMap> mImportance;
+    std::vector<JournalEntry> mJournal;
+    WrittenBy mWrittenBy;
+    bool mModified = false;
+
+    friend class ProjectReader;
+    friend class ProjectWriter;
+};
+
+} // namespace cwb

@@ -1,0 +1,132 @@
+#include "core/project/project_runner.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "core/compress/pipeline.h"
+#include "core/eval/divergence.h"
+#include "core/model/compressed_linear.h"
+#include "core/model/model.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+#include "core/version.h"
+
+namespace cwb {
+
+namespace {
+
+std::string nowUtc() {
+    std::time_t t = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+    return buf;
+}
+
+double linearBitsPerWeight(const Model& m, const Model& base) {
+    double bytes = 0, params = 0;
+    for (const auto& layer : m.linearLayers()) {
+        auto c = m.compressed(layer);
+        bytes += c ? double(c->storageBytes()) : double(m.tensor(layer + ".weight").bytes);
+    }
+    for (const auto& layer : base.linearLayers()) params += double(base.tensor(layer + ".weight").elementCount());
+    return params > 0 ? 8.0 * bytes / params : 0.0;
+}
+
+} // namespace
+
+bool isTimingMetric(const std::string& metric) {
+    return metric == "compress_seconds" || metric == "eval_tokens_per_second";
+}
+
+ProjectRunner::ProjectRunner(const Project& project, const Model& base, RuntimeOptions options)
+    : mProject(project), mBase(base), mOptions(options) {}
+
+ProjectRunner::~ProjectRunner() = default;
+
+Recipe ProjectRunner::fullRecipe(const std::string& variant) const {
+    Recipe full;
+    for (const auto& name : mProject.lineage(variant)) {
+        Recipe r = Recipe::fromJson(mProject.variant(name).recipe, mProject.path() + " (variant " + name + ")");
+        full.steps.insert(full.steps.end(), r.steps.begin(), r.steps.end());
+    }
+    return full;
+}
+
+const std::vector<TokenId>& ProjectRunner::evaluationTokens() {
+    if (mEvalTokens.empty()) {
+        const std::string& path = mProject.settings().evaluation.path;
+        if (path.empty()) throw Error(mProject.path(), "the project has no evaluation text (project create --eval FILE)");
+        if (!mBase.tokenizer) throw Error(mBase.path, "has no tokenizer to evaluate with");
+        mEvalTokens = mBase.tokenizer->encode(readTextFile(path), true);
+    }
+    return mEvalTokens;
+}
+
+const at::Tensor& ProjectRunner::calibrationWindows(Feedback* feedback) {
+    if (mCalibrationDrawn) return mCalibration;
+    const ProjectSettings& s = mProject.settings();
+    if (!s.calibration.path.empty()) {
+        if (!mBase.tokenizer) throw Error(mBase.path, "calibration needs the model's tokenizer, and it has none");
+        CalibrationSpec spec{s.calibration.path, s.calibrationSamples, s.calibrationSeqLen, s.calibrationSeed};
+        std::string note;
+        mCalibration = drawCalibration(mBase.tokenizer->encode(readTextFile(spec.textPath), true), mBase.tokenizer->bos(),
+                                       spec, mBase.spec.context, &note);
+        if (!note.empty()) {
+            mNotes.push_back(note);
+            if (feedback) feedback->log(note);
+        }
+    }
+    mCalibrationDrawn = true;
+    return mCalibration;
+}
+
+std::unique_ptr<Model> ProjectRunner::build(const std::string& variant, Feedback* feedback) {
+    mNotes.clear();
+    Recipe recipe = fullRecipe(variant);
+    CompressionResult result = compressModel(mBase, recipe, calibrationWindows(feedback), feedback);
+    for (const auto& step : result.steps)
+        for (const auto& n : step.notes) mNotes.push_back(step.method + ": " + n);
+    return std::move(result.model);
+}
+
+std::vector<ResultRow> ProjectRunner::evaluate(const std::string& variant, Feedback* feedback) {
+    const ProjectSettings& s = mProject.settings();
+    PerplexityParams params;
+    params.ctx = s.evalCtx;
+    params.maxChunks = s.evalChunks;
+    const std::string device = mOptions.device.str();
+    const int threads = at::get_num_threads();
+    std::vector<ResultRow> rows;
+    auto row = [&](const std::string& metric, double value, double error, double seconds) {
+        rows.push_back({variant, metric, value, error, device, threads, seconds, nowUtc(),
+                        std::string(versionString()) + " / LibTorch " + torchVersionString()});
+    };
+    const std::vector<TokenId>& tokens = evaluationTokens();
+    if (variant == "base") {
+        Transformer runtime(mBase, mOptions);
+        PerplexityResult r = evaluatePerplexity(runtime, tokens, mBase.tokenizer->bos(), params, feedback);
+        row("perplexity", r.perplexity, r.error, r.seconds);
+        row("bytes", double(mBase.storageBytes()), 0, 0);
+        row("bits_per_weight", linearBitsPerWeight(mBase, mBase), 0, 0);
+        row("eval_tokens_per_second", r.tokensPerSecond, 0, r.seconds);
+        return rows;
+    }
+    SubFeedback buildFeedback(feedback, 0.0, 0.5), evalFeedback(feedback, 0.5, 1.0);
+    auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<Model> model = build(variant, &buildFeedback);
+    const double buildSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    Transformer base(mBase, mOptions), compressed(*model, mOptions);
+    DivergenceResult d = compareModels(base, compressed, tokens, mBase.tokenizer->bos(), params, &evalFeedback);
+    row("perplexity", d.variant.perplexity, d.variant.error, d.variant.seconds);
+    row("kl_mean", d.klMean, 0, 0);
+    row("kl_p99", d.klP99, 0, 0);
+    row("top1", d.top1Agreement, 0, 0);
+    row("bytes", double(model->storageBytes()), 0, 0);
+    row("bits_per_weight", linearBitsPerWeight(*model, mBase), 0, 0);
+    row("compress_seconds", buildSeconds, 0, buildSeconds);
+    return rows;
+}
+
+} // namespace cwb

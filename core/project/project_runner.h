@@ -1,0 +1,48 @@
+#pragma once
+// Rebuilds and evaluates a project's variants: each variant's recipe is the concatenation of the recipes along
+// its lineage (base → … → variant), calibrated with the project's calibration spec and evaluated on its
+// evaluation text against the base (perplexity, KL, top-1, size). The CLI, the batch runner and the GUI share it.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/compress/recipe.h"
+#include "core/project/project.h"
+#include "core/runtime/transformer.h"
+
+namespace cwb {
+
+class Model;
+class Feedback;
+
+// Metrics whose values depend on the machine's speed; reported, never compared.
+bool isTimingMetric(const std::string& metric);
+
+class ProjectRunner {
+public:
+    // `base` must be the project's model (the caller loads it, possibly from a moved path).
+    ProjectRunner(const Project& project, const Model& base, RuntimeOptions options = {});
+    ~ProjectRunner();
+
+    Recipe fullRecipe(const std::string& variant) const;
+    // Builds the variant from the base; throws cwb::Error or Cancelled.
+    std::unique_ptr<Model> build(const std::string& variant, Feedback* feedback);
+    // "base" or a variant name: the rows to store (device, threads, build and time filled in).
+    std::vector<ResultRow> evaluate(const std::string& variant, Feedback* feedback);
+    // Notes of the last build (calibration clipping, method notes).
+    const std::vector<std::string>& notes() const { return mNotes; }
+
+private:
+    const std::vector<TokenId>& evaluationTokens();
+    const at::Tensor& calibrationWindows(Feedback* feedback);
+
+    const Project& mProject;
+    const Model& mBase;
+    RuntimeOptions mOptions;
+    std::vector<TokenId> mEvalTokens;
+    at::Tensor mCalibration;
+    bool mCalibrationDrawn = false;
+    std::vector<std::string> mNotes;
+};
+
+} // namespace cwb

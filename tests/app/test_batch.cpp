@@ -1,0 +1,119 @@
+// `cwb project` and `cwb --batch` end to end on stories260K: a 3-variant project is created and run, two batch
+// replays give identical metrics equal to the stored ones (exit 0); a tampered stored value gives exit 1; a moved
+// model gives exit 2 unless --model points at it.
+#include <QDir>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include "core/project/project.h"
+#include "tests/support/test_paths.h"
+
+class TestBatch : public QObject {
+    Q_OBJECT
+private:
+    struct Result {
+        int exitCode;
+        QString out, err;
+    };
+    Result run(const QStringList& args) {
+        QProcess p;
+        p.start(cwb::test::cwbBinary(), args);
+        if (!p.waitForFinished(600000)) return {-1, {}, "timed out"};
+        return {p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+    }
+    static QJsonObject readReport(const QString& dir) {
+        QFile f(dir + "/report.json");
+        f.open(QIODevice::ReadOnly);
+        return QJsonDocument::fromJson(f.readAll()).object();
+    }
+    // metric values per "variant/metric", timing metrics left out
+    static QMap<QString, double> metrics(const QJsonObject& report, const char* field) {
+        QMap<QString, double> out;
+        for (const auto& v : report["variants"].toArray())
+            for (const auto& m : v.toObject()["metrics"].toArray()) {
+                QJsonObject o = m.toObject();
+                if (!o["timing"].toBool()) out[v.toObject()["name"].toString() + "/" + o["metric"].toString()] = o[field].toDouble();
+            }
+        return out;
+    }
+
+    QTemporaryDir mDir;
+    QString mProject, mModel;
+
+private slots:
+    void initTestCase();
+    void replayReproducesStoredResults();
+    void tamperedResultIsReported();
+    void movedModelNeedsModelOption();
+};
+
+void TestBatch::initTestCase() {
+    if (cwb::test::cwbBinary().isEmpty()) QSKIP("CWB_BINARY is not set; run through ctest");
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    // The model is copied so that the moved-model test can move it.
+    mModel = mDir.filePath("stories.gguf");
+    QVERIFY(QFile::copy(model, mModel));
+    const QString recipes = QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/";
+    mProject = mDir.filePath("p.cwbproj");
+    Result c = run({"project", "create", mProject, "--model", mModel, "--calib", text, "--eval", text, "--ctx", "128",
+                    "--chunks", "6", "--samples", "8", "--seq-len", "64", "--recipe", recipes + "rtn-w4g32.json",
+                    "--recipe", recipes + "gptq-w4g32.json", "--recipe", recipes + "wanda-50.json"});
+    QVERIFY2(c.exitCode == 0, qPrintable(c.err));
+    Result r = run({"project", "run", mProject, "--threads", "1", "--quiet"});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    QVERIFY(r.out.contains("gptq-w4g32"));
+}
+
+void TestBatch::replayReproducesStoredResults() {
+    const QString a = mDir.filePath("a"), b = mDir.filePath("b");
+    Result ra = run({"--batch", mProject, "--out", a, "--threads", "1", "--quiet"});
+    QVERIFY2(ra.exitCode == 0, qPrintable(ra.err));
+    Result rb = run({"--batch", mProject, "--out", b, "--threads", "1", "--quiet"});
+    QCOMPARE(rb.exitCode, 0);
+    QJsonObject first = readReport(a), second = readReport(b);
+    QCOMPARE(first["status"].toString(), QStringLiteral("reproduced"));
+    QCOMPARE(first["variants"].toArray().size(), 4);   // base + 3 variants
+    const auto reproducedA = metrics(first, "reproduced"), reproducedB = metrics(second, "reproduced");
+    QCOMPARE(reproducedA, reproducedB);
+    QCOMPARE(reproducedA, metrics(first, "stored"));
+    QVERIFY(reproducedA["gptq-w4g32/perplexity"] > 1.0);
+    QVERIFY(reproducedA["rtn-w4g32/kl_mean"] > 0.0);
+    QVERIFY(QFile::exists(a + "/report.md"));
+}
+
+void TestBatch::tamperedResultIsReported() {
+    const QString copy = mDir.filePath("tampered.cwbproj");
+    QVERIFY(QFile::copy(mProject, copy));
+    cwb::Project p = cwb::Project::open(copy.toStdString());
+    std::vector<cwb::ResultRow> rows;
+    for (const auto& r : p.results())
+        if (r.variant == "wanda-50") rows.push_back(r);
+    QVERIFY(!rows.empty());
+    for (auto& r : rows)
+        if (r.metric == "perplexity") r.value *= 1.01;
+    p.setResults("wanda-50", rows);
+    p.save();
+    Result r = run({"--batch", copy, "--out", mDir.filePath("t"), "--threads", "1", "--variants", "wanda-50", "--quiet"});
+    QCOMPARE(r.exitCode, 1);
+    QCOMPARE(readReport(mDir.filePath("t"))["status"].toString(), QStringLiteral("differs"));
+}
+
+void TestBatch::movedModelNeedsModelOption() {
+    const QString moved = mDir.filePath("moved.gguf");
+    QVERIFY(QFile::rename(mModel, moved));
+    Result missing = run({"--batch", mProject, "--out", mDir.filePath("m"), "--quiet"});
+    QCOMPARE(missing.exitCode, 2);
+    QVERIFY2(missing.err.contains("--model"), qPrintable(missing.err));
+    Result found = run({"--batch", mProject, "--out", mDir.filePath("m"), "--model", moved, "--threads", "1",
+                        "--variants", "rtn-w4g32", "--quiet"});
+    QCOMPARE(found.exitCode, 0);
+    QVERIFY(QFile::rename(moved, mModel));
+}
+
+QTEST_APPLESS_MAIN(TestBatch)
+#include "test_batch.moc"

@@ -1,0 +1,93 @@
+// LossCurve: points per series, clearing, throttled redraws.
+#include "widgets/loss_curve.h"
+
+#include <QApplication>
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <limits>
+
+using cwb::LossCurve;
+
+class TestLossCurve : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void pointsAddUpPerSeries();
+    void ignoresNonFiniteValues();
+    void clearRemovesEverything();
+    void manyPointsStayCheap();
+};
+
+void TestLossCurve::initTestCase()
+{
+    QVERIFY2(qobject_cast<QApplication*>(QCoreApplication::instance()),
+             "widget tests need a QApplication (QTEST_MAIN with QT_WIDGETS_LIB defined)");
+}
+
+void TestLossCurve::pointsAddUpPerSeries()
+{
+    LossCurve curve;
+    curve.resize(600, 400);
+    curve.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&curve));
+    QCOMPARE(curve.seriesCount(), 0);
+    for (int step = 0; step < 10; ++step) {
+        curve.addPoint(QStringLiteral("train"), step, 3.0 / (step + 1));
+        if (step % 2 == 0)
+            curve.addPoint(QStringLiteral("eval"), step, 3.5 / (step + 1));
+    }
+    curve.addPoint(QStringLiteral("train"), 3.5, 1.0);  // out of order: still counted
+    QCOMPARE(curve.seriesCount(), 2);
+    QCOMPARE(curve.pointCount(QStringLiteral("train")), 11);
+    QCOMPARE(curve.pointCount(QStringLiteral("eval")), 5);
+    QCOMPARE(curve.pointCount(QStringLiteral("unknown")), 0);
+    QCOMPARE(curve.seriesNames(), (QStringList{QStringLiteral("train"), QStringLiteral("eval")}));
+    QTest::qWait(80);  // let the throttled redraw run
+    curve.setLogScale(true);
+    curve.flush();
+    QCOMPARE(curve.pointCount(QStringLiteral("train")), 11);
+}
+
+void TestLossCurve::ignoresNonFiniteValues()
+{
+    LossCurve curve;
+    curve.addPoint(QStringLiteral("train"), 0, 2.0);
+    curve.addPoint(QStringLiteral("train"), 1, std::numeric_limits<double>::infinity());
+    curve.addPoint(QStringLiteral("train"), 2, std::numeric_limits<double>::quiet_NaN());
+    curve.addPoint(QStringLiteral("train"), std::numeric_limits<double>::quiet_NaN(), 1.0);
+    QCOMPARE(curve.pointCount(QStringLiteral("train")), 1);
+    curve.flush();
+}
+
+void TestLossCurve::clearRemovesEverything()
+{
+    LossCurve curve;
+    curve.addPoint(QStringLiteral("a"), 0, 1.0);
+    curve.addPoint(QStringLiteral("b"), 0, 1.0);
+    curve.clear();
+    QCOMPARE(curve.seriesCount(), 0);
+    QCOMPARE(curve.pointCount(QStringLiteral("a")), 0);
+    curve.addPoint(QStringLiteral("a"), 0, 1.0);  // usable again
+    QCOMPARE(curve.seriesCount(), 1);
+    QCOMPARE(curve.pointCount(QStringLiteral("a")), 1);
+}
+
+void TestLossCurve::manyPointsStayCheap()
+{
+    LossCurve curve;
+    curve.resize(600, 400);
+    curve.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&curve));
+    QElapsedTimer timer;
+    timer.start();
+    for (int step = 0; step < 20000; ++step)
+        curve.addPoint(QStringLiteral("train"), step, 1.0 + 1.0 / (step + 1));
+    QCOMPARE(curve.pointCount(QStringLiteral("train")), 20000);
+    // Appending does not redraw per point (the timer does, at most every 50 ms); generous bound.
+    QVERIFY2(timer.elapsed() < 2000, qPrintable(QString::number(timer.elapsed())));
+    curve.flush();
+}
+
+QTEST_MAIN(TestLossCurve)
+#include "test_loss_curve.moc"

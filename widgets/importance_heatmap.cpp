@@ -1,0 +1,405 @@
+#include "widgets/importance_heatmap.h"
+
+#include "widgets/plot_palette.h"
+
+#include <qcustomplot.h>
+
+#include <QEvent>
+#include <QLocale>
+#include <QMouseEvent>
+#include <QToolTip>
+#include <QVBoxLayout>
+
+#include <cmath>
+#include <limits>
+
+namespace cwb {
+
+namespace {
+
+QFont titleFont(QFont font)
+{
+    font.setBold(true);
+    if (font.pointSizeF() > 0)
+        font.setPointSizeF(font.pointSizeF() + 1);
+    return font;
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Perceptually uniform, colour-blind safe (viridis stops); NaN cells are transparent.
+QCPColorGradient viridis()
+{
+    QCPColorGradient gradient;
+    gradient.clearColorStops();
+    gradient.setColorStopAt(0.00, QColor(68, 1, 84));
+    gradient.setColorStopAt(0.25, QColor(59, 82, 139));
+    gradient.setColorStopAt(0.50, QColor(33, 145, 140));
+    gradient.setColorStopAt(0.75, QColor(94, 201, 98));
+    gradient.setColorStopAt(1.00, QColor(253, 231, 37));
+    gradient.setColorInterpolation(QCPColorGradient::ciRGB);
+    gradient.setNanHandling(QCPColorGradient::nhTransparent);
+    return gradient;
+}
+
+QVector<QString> toVector(const QStringList& list)
+{
+    return QVector<QString>(list.begin(), list.end());
+}
+
+}  // namespace
+
+struct ImportanceHeatmap::Private {
+    QCustomPlot* plot = nullptr;
+    QCPColorMap* map = nullptr;
+    QCPColorScale* scale = nullptr;
+    QCPItemRect* selection = nullptr;
+    QCPTextElement* title = nullptr;
+    QSharedPointer<QCPAxisTickerText> xTicker;
+    QSharedPointer<QCPAxisTickerText> yTicker;
+    HeatmapData data;
+    int selectedRow = -1;
+    int selectedColumn = -1;
+    int pressedRow = -1;
+    int pressedColumn = -1;
+    int hoveredRow = -1;
+    int hoveredColumn = -1;
+    // The plot lays itself out only when it replots; coordinate queries force that when stale.
+    mutable bool layoutDirty = true;
+
+    int rows() const { return int(data.rowLabels.size()); }
+    int columns() const { return int(data.columnLabels.size()); }
+    bool validCell(int row, int column) const
+    {
+        return row >= 0 && column >= 0 && row < rows() && column < columns();
+    }
+
+    void ensureLayout() const
+    {
+        if (layoutDirty || plot->viewport() != plot->rect()) {
+            plot->setViewport(plot->rect());
+            plot->replot(QCustomPlot::rpImmediateRefresh);
+            layoutDirty = false;
+        }
+    }
+
+    // Plot-widget pixel -> cell; false outside the grid.
+    bool cellAtPlotPos(const QPointF& pos, int* row, int* column) const
+    {
+        if (rows() == 0 || columns() == 0 || !plot->axisRect()->rect().contains(pos.toPoint()))
+            return false;
+        const double key = plot->xAxis->pixelToCoord(pos.x());
+        const double value = plot->yAxis->pixelToCoord(pos.y());
+        const int c = int(std::floor(key + 0.5));
+        const int r = int(std::floor(value + 0.5));
+        if (!validCell(r, c))
+            return false;
+        *row = r;
+        *column = c;
+        return true;
+    }
+
+    QString toolTip(int row, int column) const
+    {
+        if (!validCell(row, column))
+            return {};
+        const double v = data.values[size_t(row) * size_t(columns()) + size_t(column)];
+        QString text = data.rowLabels.at(row) + QStringLiteral(" · ") + data.columnLabels.at(column)
+            + QLatin1Char('\n') + formatValue(v);
+        if (!std::isnan(v) && !data.unit.isEmpty())
+            text += QLatin1Char(' ') + data.unit;
+        return text;
+    }
+
+    void updateSelectionItem()
+    {
+        const bool visible = validCell(selectedRow, selectedColumn);
+        selection->setVisible(visible);
+        if (visible) {
+            selection->topLeft->setCoords(selectedColumn - 0.5, selectedRow - 0.5);
+            selection->bottomRight->setCoords(selectedColumn + 0.5, selectedRow + 0.5);
+        }
+    }
+
+    void applyPalette(const QPalette& palette)
+    {
+        plot::applyPalette(plot, palette);
+        plot::styleAxis(scale->axis(), palette);
+        plot->xAxis->grid()->setVisible(false);
+        plot->yAxis->grid()->setVisible(false);
+        selection->setPen(QPen(palette.color(QPalette::Highlight), 3));
+        selection->setBrush(Qt::NoBrush);
+        layoutDirty = true;
+    }
+
+    void rebuild()
+    {
+        const int r = rows();
+        const int c = columns();
+        title->setText(data.title);
+        title->setVisible(!data.title.isEmpty());
+        scale->axis()->setLabel(data.unit);
+
+        map->data()->clear();
+        if (r > 0 && c > 0) {
+            map->data()->setSize(c, r);
+            map->data()->setRange(QCPRange(0, c - 1), QCPRange(0, r - 1));
+            double lo = std::numeric_limits<double>::infinity();
+            double hi = -lo;
+            for (int row = 0; row < r; ++row) {
+                for (int column = 0; column < c; ++column) {
+                    const double v = data.values[size_t(row) * size_t(c) + size_t(column)];
+                    map->data()->setCell(column, row, v);
+                    if (std::isfinite(v)) {
+                        lo = std::min(lo, v);
+                        hi = std::max(hi, v);
+                    }
+                }
+            }
+            if (!(lo <= hi)) {  // nothing finite
+                lo = 0;
+                hi = 1;
+            } else if (lo == hi) {
+                const double pad = lo == 0 ? 0.5 : std::abs(lo) * 0.05;
+                lo -= pad;
+                hi += pad;
+            }
+            map->setDataRange(QCPRange(lo, hi));
+            map->setVisible(true);
+        } else {
+            map->setVisible(false);
+        }
+
+        QVector<double> xTicks;
+        QVector<double> yTicks;
+        for (int i = 0; i < c; ++i)
+            xTicks << i;
+        for (int i = 0; i < r; ++i)
+            yTicks << i;
+        xTicker->setTicks(xTicks, toVector(data.columnLabels));
+        yTicker->setTicks(yTicks, toVector(data.rowLabels));
+        // With a 1-cell map the QCP range would be empty; the axes always span whole cells.
+        plot->xAxis->setRange(-0.5, std::max(c, 1) - 0.5);
+        plot->yAxis->setRange(-0.5, std::max(r, 1) - 0.5);
+        // Long tensor names: rotate column labels when there are many columns.
+        plot->xAxis->setTickLabelRotation(c > 6 ? 45 : 0);
+        updateSelectionItem();
+        layoutDirty = true;
+        plot->replot(QCustomPlot::rpQueuedReplot);
+    }
+};
+
+ImportanceHeatmap::ImportanceHeatmap(QWidget* parent) : QWidget(parent), m(std::make_unique<Private>())
+{
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    m->plot = new QCustomPlot(this);
+    m->plot->setMouseTracking(true);
+    m->plot->installEventFilter(this);
+    layout->addWidget(m->plot);
+
+    QCustomPlot* plot = m->plot;
+    plot->plotLayout()->insertRow(0);
+    m->title = new QCPTextElement(plot, QString(), titleFont(font()));
+    plot->plotLayout()->addElement(0, 0, m->title);
+    m->title->setVisible(false);
+
+    m->xTicker = QSharedPointer<QCPAxisTickerText>::create();
+    m->yTicker = QSharedPointer<QCPAxisTickerText>::create();
+    plot->xAxis->setTicker(m->xTicker);
+    plot->yAxis->setTicker(m->yTicker);
+    plot->xAxis->setSubTicks(false);
+    plot->yAxis->setSubTicks(false);
+    plot->xAxis->setTickLength(0, 3);
+    plot->yAxis->setTickLength(0, 3);
+    plot->yAxis->setRangeReversed(true);  // row 0 at the top, like a table
+
+    m->map = new QCPColorMap(plot->xAxis, plot->yAxis);
+    m->map->setInterpolate(false);
+    m->map->setTightBoundary(false);
+
+    m->scale = new QCPColorScale(plot);
+    m->scale->setType(QCPAxis::atRight);
+    plot->plotLayout()->addElement(1, 1, m->scale);
+    m->map->setColorScale(m->scale);
+    m->scale->setGradient(viridis());  // after attaching: the scale pushes its gradient onto the map
+    // Keep the scale as tall as the grid.
+    auto* margins = new QCPMarginGroup(plot);
+    plot->axisRect()->setMarginGroup(QCP::msTop | QCP::msBottom, margins);
+    m->scale->setMarginGroup(QCP::msTop | QCP::msBottom, margins);
+
+    m->selection = new QCPItemRect(plot);
+    m->selection->setClipToAxisRect(true);
+    m->selection->setVisible(false);
+
+    m->applyPalette(palette());
+    m->rebuild();
+}
+
+ImportanceHeatmap::~ImportanceHeatmap() = default;
+
+bool ImportanceHeatmap::setScores(const HeatmapData& data)
+{
+    const size_t expected = size_t(data.rowLabels.size()) * size_t(data.columnLabels.size());
+    if (data.values.size() != expected) {
+        const QString reason = QStringLiteral("heatmap '%1': %2 values for %3 rows × %4 columns")
+                                   .arg(data.title)
+                                   .arg(data.values.size())
+                                   .arg(data.rowLabels.size())
+                                   .arg(data.columnLabels.size());
+        emit scoresRejected(reason);
+        return false;
+    }
+    m->data = data;
+    m->selectedRow = m->selectedColumn = -1;
+    m->pressedRow = m->pressedColumn = -1;
+    m->hoveredRow = m->hoveredColumn = -1;
+    m->rebuild();
+    return true;
+}
+
+const HeatmapData& ImportanceHeatmap::scores() const { return m->data; }
+
+void ImportanceHeatmap::clear() { setScores(HeatmapData{}); }
+
+int ImportanceHeatmap::rowCount() const { return m->rows(); }
+
+int ImportanceHeatmap::columnCount() const { return m->columns(); }
+
+double ImportanceHeatmap::value(int row, int column) const
+{
+    if (!m->validCell(row, column))
+        return kNaN;
+    return m->data.values[size_t(row) * size_t(m->columns()) + size_t(column)];
+}
+
+double ImportanceHeatmap::valueAt(const QPoint& widgetPos, int* row, int* column) const
+{
+    m->ensureLayout();
+    int r = -1;
+    int c = -1;
+    const bool inside = m->cellAtPlotPos(m->plot->mapFrom(this, widgetPos), &r, &c);
+    if (row)
+        *row = inside ? r : -1;
+    if (column)
+        *column = inside ? c : -1;
+    return inside ? value(r, c) : kNaN;
+}
+
+QPoint ImportanceHeatmap::cellCenter(int row, int column) const
+{
+    if (!m->validCell(row, column))
+        return QPoint(-1, -1);
+    m->ensureLayout();
+    const QPointF center(m->plot->xAxis->coordToPixel(column), m->plot->yAxis->coordToPixel(row));
+    return m->plot->mapTo(this, center.toPoint());
+}
+
+QString ImportanceHeatmap::toolTipAt(const QPoint& widgetPos) const
+{
+    int r = -1;
+    int c = -1;
+    valueAt(widgetPos, &r, &c);
+    return m->toolTip(r, c);
+}
+
+QString ImportanceHeatmap::formatValue(double value)
+{
+    if (std::isnan(value))
+        return QStringLiteral("no value");
+    return QString::number(value, 'g', QLocale::FloatingPointShortest);
+}
+
+void ImportanceHeatmap::selectCell(int row, int column)
+{
+    if (!m->validCell(row, column))
+        row = column = -1;
+    m->selectedRow = row;
+    m->selectedColumn = column;
+    m->updateSelectionItem();
+    m->plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+int ImportanceHeatmap::selectedRow() const { return m->selectedRow; }
+
+int ImportanceHeatmap::selectedColumn() const { return m->selectedColumn; }
+
+void ImportanceHeatmap::changeEvent(QEvent* event)
+{
+    if (event->type() == QEvent::PaletteChange || event->type() == QEvent::StyleChange) {
+        m->applyPalette(palette());
+        m->plot->replot(QCustomPlot::rpQueuedReplot);
+    }
+    QWidget::changeEvent(event);
+}
+
+// Mouse handling on the plot child: the plot's own signals come after QCustomPlot has processed the
+// event, an event filter sees it first and independently of QCustomPlot's interactions.
+bool ImportanceHeatmap::eventFilter(QObject* watched, QEvent* event)
+{
+    if (watched != m->plot)
+        return QWidget::eventFilter(watched, event);
+    switch (event->type()) {
+    case QEvent::Resize:
+        m->layoutDirty = true;
+        break;
+    case QEvent::MouseButtonPress: {
+        auto* mouse = static_cast<QMouseEvent*>(event);
+        m->pressedRow = m->pressedColumn = -1;
+        if (mouse->button() == Qt::LeftButton) {
+            m->ensureLayout();
+            m->cellAtPlotPos(mouse->position(), &m->pressedRow, &m->pressedColumn);
+        }
+        break;
+    }
+    case QEvent::MouseButtonRelease: {
+        auto* mouse = static_cast<QMouseEvent*>(event);
+        if (mouse->button() == Qt::LeftButton && m->pressedRow >= 0) {
+            m->ensureLayout();
+            int r = -1;
+            int c = -1;
+            if (m->cellAtPlotPos(mouse->position(), &r, &c) && r == m->pressedRow && c == m->pressedColumn)
+                emit cellClicked(r, c);
+        }
+        m->pressedRow = m->pressedColumn = -1;
+        break;
+    }
+    case QEvent::MouseMove: {
+        auto* mouse = static_cast<QMouseEvent*>(event);
+        int r = -1;
+        int c = -1;
+        m->cellAtPlotPos(mouse->position(), &r, &c);
+        if (r != m->hoveredRow || c != m->hoveredColumn) {
+            m->hoveredRow = r;
+            m->hoveredColumn = c;
+            emit cellHovered(r, c);
+            if (r < 0)
+                QToolTip::hideText();
+            else if (QToolTip::isVisible())  // follow the mouse from cell to cell
+                QToolTip::showText(mouse->globalPosition().toPoint(), m->toolTip(r, c), m->plot);
+        }
+        break;
+    }
+    case QEvent::ToolTip: {
+        auto* help = static_cast<QHelpEvent*>(event);
+        int r = -1;
+        int c = -1;
+        if (m->cellAtPlotPos(help->pos(), &r, &c))
+            QToolTip::showText(help->globalPos(), m->toolTip(r, c), m->plot);
+        else
+            QToolTip::hideText();
+        return true;
+    }
+    case QEvent::Leave:
+        if (m->hoveredRow >= 0) {
+            m->hoveredRow = m->hoveredColumn = -1;
+            emit cellHovered(-1, -1);
+        }
+        break;
+    default:
+        break;
+    }
+    return QWidget::eventFilter(watched, event);
+}
+
+}  // namespace cwb

@@ -1,0 +1,68 @@
+#pragma once
+// ImportanceHeatmap: a rows × columns grid of scores (e.g. layers × tensors) with a colour scale,
+// hover tooltips and cell selection. QCustomPlot stays behind the pimpl (STYLE.md §10).
+
+#include "widgets/heatmap_data.h"
+
+#include <QPoint>
+#include <QString>
+#include <QWidget>
+
+#include <memory>
+
+namespace cwb {
+
+class ImportanceHeatmap : public QWidget {
+    Q_OBJECT
+public:
+    explicit ImportanceHeatmap(QWidget* parent = nullptr);
+    ~ImportanceHeatmap() override;
+
+    // Shows `data`. Refuses it (returns false, emits scoresRejected, keeps the previous map) when
+    // values.size() != rowLabels.size() × columnLabels.size(). An empty map (0 rows or 0 columns,
+    // no values) is accepted and clears the plot. Clears the selection.
+    bool setScores(const HeatmapData& data);
+    const HeatmapData& scores() const;
+    void clear();
+
+    int rowCount() const;
+    int columnCount() const;
+    // Value of a cell, NaN when out of range or when the cell has no value.
+    double value(int row, int column) const;
+
+    // Maps a position in this widget's coordinates to the cell under it (through the plot's axis
+    // transforms). Returns the cell's value (NaN for a cell without value) and sets *row/*column;
+    // outside the grid returns NaN and sets them to -1. Either pointer may be null.
+    double valueAt(const QPoint& widgetPos, int* row = nullptr, int* column = nullptr) const;
+    // Centre of a cell in this widget's coordinates; (-1, -1) for an invalid cell.
+    QPoint cellCenter(int row, int column) const;
+    // Tooltip shown when hovering `widgetPos`: "<row label> · <column label>\n<value> <unit>"
+    // with the value in the shortest form that round-trips (formatValue); empty outside the grid.
+    QString toolTipAt(const QPoint& widgetPos) const;
+    // The value formatting used in tooltips: shortest exact form ('g', FloatingPointShortest),
+    // "no value" for NaN.
+    static QString formatValue(double value);
+
+    // Outlines a cell (a rectangle item); an invalid cell (e.g. -1, -1) removes the outline.
+    void selectCell(int row, int column);
+    int selectedRow() const;     // -1 when nothing is selected
+    int selectedColumn() const;  // -1 when nothing is selected
+
+signals:
+    // A left click (press and release on the same cell).
+    void cellClicked(int row, int column);
+    // The cell under the mouse changed (-1, -1 when leaving the grid).
+    void cellHovered(int row, int column);
+    // setScores refused its input; `reason` is a one-line English message.
+    void scoresRejected(const QString& reason);
+
+protected:
+    void changeEvent(QEvent* event) override;
+    bool eventFilter(QObject* watched, QEvent* event) override;
+
+private:
+    struct Private;
+    std::unique_ptr<Private> m;
+};
+
+}  // namespace cwb

@@ -1,0 +1,153 @@
+#include "widgets/loss_curve.h"
+
+#include "widgets/plot_palette.h"
+
+#include <qcustomplot.h>
+
+#include <QEvent>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include <cmath>
+#include <vector>
+
+namespace cwb {
+
+namespace {
+constexpr int kReplotIntervalMs = 50;
+}
+
+struct LossCurve::Private {
+    QCustomPlot* plot = nullptr;
+    QTimer* replotTimer = nullptr;
+    std::vector<std::pair<QString, QCPGraph*>> graphs;  // creation order = colour order
+
+    QCPGraph* find(const QString& name) const
+    {
+        for (const auto& [graphName, graph] : graphs)
+            if (graphName == name)
+                return graph;
+        return nullptr;
+    }
+
+    void applyPalette(const QPalette& palette)
+    {
+        plot::applyPalette(plot, palette);
+        for (size_t i = 0; i < graphs.size(); ++i)
+            graphs[i].second->setPen(QPen(plot::seriesColor(int(i)), 1.8));
+    }
+
+    void redraw()
+    {
+        plot->legend->setVisible(graphs.size() > 1);
+        if (!graphs.empty()) {
+            plot->rescaleAxes(true);
+            // A flat or single-point curve gives an empty range; widen it a little.
+            for (QCPAxis* axis : {plot->xAxis, plot->yAxis}) {
+                QCPRange range = axis->range();
+                if (range.size() <= 0) {
+                    const double pad = range.center() == 0 ? 1.0 : std::abs(range.center()) * 0.05;
+                    axis->setRange(range.center() - pad, range.center() + pad);
+                }
+            }
+            plot->yAxis->scaleRange(1.05, plot->yAxis->range().center());
+        }
+        plot->replot(QCustomPlot::rpQueuedReplot);
+    }
+};
+
+LossCurve::LossCurve(QWidget* parent) : QWidget(parent), m(std::make_unique<Private>())
+{
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    m->plot = new QCustomPlot(this);
+    layout->addWidget(m->plot);
+    m->plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    m->plot->setNoAntialiasingOnDrag(true);
+    m->plot->xAxis->setLabel(tr("step"));
+    m->plot->yAxis->setLabel(tr("loss"));
+    m->plot->legend->setVisible(false);
+    m->plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+
+    m->replotTimer = new QTimer(this);
+    m->replotTimer->setSingleShot(true);
+    m->replotTimer->setInterval(kReplotIntervalMs);
+    connect(m->replotTimer, &QTimer::timeout, this, [this] { m->redraw(); });
+    m->applyPalette(palette());
+}
+
+LossCurve::~LossCurve() = default;
+
+void LossCurve::addPoint(const QString& series, double step, double value)
+{
+    if (!std::isfinite(step) || !std::isfinite(value))
+        return;
+    QCPGraph* graph = m->find(series);
+    if (!graph) {
+        graph = m->plot->addGraph();
+        graph->setName(series);
+        graph->setPen(QPen(plot::seriesColor(int(m->graphs.size())), 1.8));
+        m->graphs.emplace_back(series, graph);
+    }
+    graph->addData(step, value);  // appending in key order is O(1)
+    if (!m->replotTimer->isActive())
+        m->replotTimer->start();
+}
+
+void LossCurve::clear()
+{
+    m->replotTimer->stop();
+    m->plot->clearGraphs();
+    m->graphs.clear();
+    m->redraw();
+}
+
+void LossCurve::setAxisLabels(const QString& stepLabel, const QString& valueLabel)
+{
+    m->plot->xAxis->setLabel(stepLabel);
+    m->plot->yAxis->setLabel(valueLabel);
+    m->plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void LossCurve::setLogScale(bool logarithmic)
+{
+    m->plot->yAxis->setScaleType(logarithmic ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+    if (logarithmic)
+        m->plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+    else
+        m->plot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    m->redraw();
+}
+
+int LossCurve::seriesCount() const { return int(m->graphs.size()); }
+
+int LossCurve::pointCount(const QString& series) const
+{
+    const QCPGraph* graph = m->find(series);
+    return graph ? graph->dataCount() : 0;
+}
+
+QStringList LossCurve::seriesNames() const
+{
+    QStringList names;
+    for (const auto& entry : m->graphs)
+        names << entry.first;
+    return names;
+}
+
+void LossCurve::flush()
+{
+    m->replotTimer->stop();
+    m->redraw();
+}
+
+void LossCurve::changeEvent(QEvent* event)
+{
+    if (event->type() == QEvent::PaletteChange || event->type() == QEvent::StyleChange) {
+        m->applyPalette(palette());
+        m->plot->replot(QCustomPlot::rpQueuedReplot);
+    }
+    QWidget::changeEvent(event);
+}
+
+}  // namespace cwb

@@ -1,0 +1,42 @@
+#pragma once
+// LossCurve: live training/calibration curves (one line per named series, e.g. "train", "eval").
+// Cheap to feed at a high rate: points are appended at once, the plot rescales and redraws at most
+// every 50 ms. QCustomPlot stays behind the pimpl (STYLE.md §10).
+
+#include <QString>
+#include <QStringList>
+#include <QWidget>
+
+#include <memory>
+
+namespace cwb {
+
+class LossCurve : public QWidget {
+    Q_OBJECT
+public:
+    explicit LossCurve(QWidget* parent = nullptr);
+    ~LossCurve() override;
+
+    // Appends a point to `series` (created on first use, with the next colour). Steps are expected
+    // in increasing order per series (out-of-order points are accepted, at a sorting cost).
+    // Non-finite values (a diverged loss) are ignored and not counted.
+    void addPoint(const QString& series, double step, double value);
+    void clear();
+    void setAxisLabels(const QString& stepLabel, const QString& valueLabel);
+    void setLogScale(bool logarithmic);  // value axis; points <= 0 are then not drawn
+
+    int seriesCount() const;
+    int pointCount(const QString& series) const;  // 0 for an unknown series
+    QStringList seriesNames() const;              // in order of creation
+    // Redraws now instead of waiting for the 50 ms timer (tests, final update after training).
+    void flush();
+
+protected:
+    void changeEvent(QEvent* event) override;
+
+private:
+    struct Private;
+    std::unique_ptr<Private> m;
+};
+
+}  // namespace cwb
