@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/batch/batch_charts.h"
 #include "core/io/model_format.h"
 #include "core/project/file_hash.h"
 #include "core/project/project.h"
@@ -103,7 +104,7 @@ int BatchRunner::run() {
             }
         }
         ProjectRunner runner(project, *base, options);
-        bool allWithin = true, anyCompared = false;
+        bool allWithin = true, anyCompared = false, missing = false;
         nlohmann::json variants = nlohmann::json::array();
         for (size_t i = 0; i < names.size(); ++i) {
             const std::string& name = names[i];
@@ -117,6 +118,7 @@ int BatchRunner::run() {
             feedback.logCallback = [&](const std::string& line) { progress("  " + line); };
             std::vector<ResultRow> rows = runner.evaluate(name, &feedback);
             nlohmann::json metrics = nlohmann::json::array();
+            bool variantCompared = false;
             for (const auto& r : rows) {
                 nlohmann::json m = {{"metric", r.metric}, {"reproduced", r.value}, {"error", r.error}, {"timing", isTimingMetric(r.metric)}};
                 for (const auto& s : project.results()) {
@@ -131,10 +133,14 @@ int BatchRunner::run() {
                         const bool ok = within(r.metric, s.value, r.value, tol);
                         m["within_tolerance"] = ok;
                         allWithin &= ok;
-                        anyCompared = true;
+                        anyCompared = variantCompared = true;
                     }
                 }
                 metrics.push_back(m);
+            }
+            if (!variantCompared) {
+                warnings.push_back("variant " + name + " has no stored results to compare with (run `cwb project run`)");
+                missing = true;
             }
             nlohmann::json v = {{"name", name}, {"metrics", metrics}, {"notes", runner.notes()}};
             if (name != "base") v["recipe"] = runner.fullRecipe(name).toJson();
@@ -144,13 +150,10 @@ int BatchRunner::run() {
         report["threads"] = at::get_num_threads();
         report["variants"] = variants;
         report["warnings"] = warnings;
-        if (!anyCompared) warnings.push_back("no stored results to compare with: run `cwb project run` first");
-        report["warnings"] = warnings;
-        const int code = anyCompared && allWithin ? Reproduced : Differs;
-        report["status"] = code == Reproduced ? "reproduced" : anyCompared ? "differs" : "nothing to compare";
+        const int code = anyCompared && allWithin && !missing ? Reproduced : Differs;
+        report["status"] = code == Reproduced ? "reproduced" : !allWithin ? "differs" : "incomplete";
 
         std::filesystem::create_directories(mOutputDir);
-        writeAtomically(mOutputDir + "/report.json", report.dump(2) + "\n");
         std::string md = "# Batch replay of " + mProjectPath + "\n\nStatus: **" + report["status"].get<std::string>() +
                          "** — device " + options.device.str() + ", " + std::to_string(at::get_num_threads()) + " threads, " +
                          report["build"].get<std::string>() + ".\n\n";
@@ -168,8 +171,13 @@ int BatchRunner::run() {
                               m["timing"].get<bool>() ? "timing" : !hasStored ? "—" : m["within_tolerance"].get<bool>() ? "yes" : "**no**");
                 md += line;
             }
-        md += "\nCharts are not rendered yet (they need the Qt widgets of the GUI issue).\n";
+        std::string chartNote;
+        std::vector<std::string> charts = renderCharts(report, mOutputDir, &chartNote);
+        report["charts"] = charts;
+        if (charts.empty()) md += "\n" + chartNote + ".\n";
+        for (const auto& c : charts) md += "\n![" + c + "](" + c + ")\n";
         writeAtomically(mOutputDir + "/report.md", md);
+        writeAtomically(mOutputDir + "/report.json", report.dump(2) + "\n");
         if (mJson) std::cout << report.dump(2) << "\n";
         progress(std::string("wrote ") + mOutputDir + "/report.json and report.md: " + report["status"].get<std::string>());
         return code;

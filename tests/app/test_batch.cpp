@@ -47,6 +47,8 @@ private:
 private slots:
     void initTestCase();
     void replayReproducesStoredResults();
+    void lineageAndShow();
+    void changedModelIsReported();
     void tamperedResultIsReported();
     void movedModelNeedsModelOption();
 };
@@ -84,6 +86,66 @@ void TestBatch::replayReproducesStoredResults() {
     QVERIFY(reproducedA["gptq-w4g32/perplexity"] > 1.0);
     QVERIFY(reproducedA["rtn-w4g32/kl_mean"] > 0.0);
     QVERIFY(QFile::exists(a + "/report.md"));
+    // A/B charts rendered offscreen: perplexity, KL, top-1 and size.
+    QCOMPARE(first["charts"].toArray().size(), 4);
+    QFile chart(a + "/chart-perplexity.png");
+    QVERIFY(chart.open(QIODevice::ReadOnly));
+    const QByteArray png = chart.readAll();
+    QVERIFY(png.startsWith("\x89PNG\r\n\x1a\n"));
+    auto be32 = [&](int at) { return (uchar(png[at]) << 24) | (uchar(png[at + 1]) << 16) | (uchar(png[at + 2]) << 8) | uchar(png[at + 3]); };
+    QCOMPARE(be32(16), 900u);   // IHDR width and height
+    QCOMPARE(be32(20), 500u);
+}
+
+void TestBatch::lineageAndShow() {
+    const QString copy = mDir.filePath("lineage.cwbproj");
+    QVERIFY(QFile::copy(mProject, copy));
+    const QString recipes = QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/";
+    Result add = run({"project", "add-variant", copy, "--recipe", recipes + "rtn-w4g32.json", "--name", "wanda-then-rtn",
+                      "--from", "wanda-50"});
+    QVERIFY2(add.exitCode == 0, qPrintable(add.err));
+    Result bad = run({"project", "add-variant", copy, "--recipe", recipes + "rtn-w4g32.json", "--from", "nope"});
+    QCOMPARE(bad.exitCode, 2);
+    Result show = run({"project", "show", copy, "--json"});
+    QCOMPARE(show.exitCode, 0);
+    QJsonObject j = QJsonDocument::fromJson(show.out.toUtf8()).object();
+    bool found = false;
+    for (const auto& v : j["variants"].toArray())
+        if (v.toObject()["name"].toString() == "wanda-then-rtn") {
+            found = true;
+            QCOMPARE(v.toObject()["parent"].toString(), QStringLiteral("wanda-50"));
+        }
+    QVERIFY(found);
+    // The derived variant's recipe is its parent's steps followed by its own.
+    Result batch = run({"--batch", copy, "--out", mDir.filePath("l"), "--threads", "1", "--variants", "wanda-then-rtn", "--quiet"});
+    QJsonArray variants = readReport(mDir.filePath("l"))["variants"].toArray();
+    QCOMPARE(variants.size(), 2);
+    QJsonArray steps = variants[1].toObject()["recipe"].toObject()["steps"].toArray();
+    QCOMPARE(steps.size(), 2);
+    QCOMPARE(steps[0].toObject()["method"].toString(), QStringLiteral("prune.wanda"));
+    QCOMPARE(steps[1].toObject()["method"].toString(), QStringLiteral("quantize.rtn"));
+    QCOMPARE(batch.exitCode, 1);   // nothing stored for the new variant yet: not "reproduced"
+    QCOMPARE(readReport(mDir.filePath("l"))["status"].toString(), QStringLiteral("incomplete"));
+}
+
+void TestBatch::changedModelIsReported() {
+    const QString copy = mDir.filePath("changed.cwbproj");
+    QVERIFY(QFile::copy(mProject, copy));
+    const QString changed = mDir.filePath("changed.gguf");
+    QVERIFY(QFile::copy(mModel, changed));
+    QFile f(changed);
+    QVERIFY(f.open(QIODevice::ReadWrite));
+    f.seek(f.size() - 64);   // inside the last tensor's data
+    f.write(QByteArray(8, '\x11'));
+    f.close();
+    Result r = run({"--batch", copy, "--out", mDir.filePath("c"), "--model", changed, "--threads", "1", "--variants",
+                    "rtn-w4g32", "--quiet"});
+    QJsonObject report = readReport(mDir.filePath("c"));
+    bool warned = false;
+    for (const auto& w : report["warnings"].toArray()) warned |= w.toString().contains("content changed");
+    QVERIFY(warned);
+    QCOMPARE(r.exitCode, 1);
+    QCOMPARE(report["status"].toString(), QStringLiteral("differs"));
 }
 
 void TestBatch::tamperedResultIsReported() {

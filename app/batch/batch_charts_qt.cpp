@@ -1,0 +1,59 @@
+#include <QApplication>
+#include <QByteArray>
+#include <QString>
+#include <cmath>
+
+#include "app/batch/batch_charts.h"
+#include "widgets/ab_chart.h"
+
+namespace cwb {
+
+namespace {
+
+// Batch mode never opens a window: charts render on Qt's offscreen platform, so no display is needed.
+void ensureApplication() {
+    if (QApplication::instance()) return;
+    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
+    static int argc = 1;
+    static char name[] = "cwb";
+    static char* argv[] = {name, nullptr};
+    new QApplication(argc, argv);   // lives until exit
+}
+
+struct ChartSpec {
+    const char* metric;
+    const char* title;
+    const char* unit;
+    bool withBase;
+};
+
+} // namespace
+
+std::vector<std::string> renderCharts(const nlohmann::json& report, const std::string& dir, std::string* note) {
+    ensureApplication();
+    static const ChartSpec specs[] = {{"perplexity", "Perplexity", "", true},
+                                      {"kl_mean", "KL divergence to the base (mean)", "nats", false},
+                                      {"top1", "Top-1 agreement with the base", "fraction", false},
+                                      {"bytes", "Model size", "bytes", true}};
+    std::vector<std::string> written;
+    for (const auto& spec : specs) {
+        std::vector<AbSeries> series;
+        for (const auto& v : report["variants"]) {
+            const std::string name = v["name"];
+            if (name == "base" && !spec.withBase) continue;
+            for (const auto& m : v["metrics"])
+                if (m["metric"] == spec.metric)
+                    series.push_back({QString::fromStdString(name), m["reproduced"].get<double>(), m.value("error", 0.0)});
+        }
+        if (series.size() < 2 && spec.withBase) continue;
+        if (series.empty()) continue;
+        AbChart chart;
+        chart.setMetric(spec.title, spec.unit, series);
+        const std::string file = std::string("chart-") + spec.metric + ".png";
+        if (chart.savePng(QString::fromStdString(dir + "/" + file), 900, 500)) written.push_back(file);
+    }
+    if (written.empty() && note) *note = "no chart could be rendered";
+    return written;
+}
+
+} // namespace cwb
