@@ -246,6 +246,45 @@ void Project::save() {
     });
     mWrittenBy = writer;
     mModified = false;
+    discardAutosave(mPath);
+}
+
+std::string Project::autosavePath(const std::string& path) { return path + ".autosave"; }
+
+bool Project::hasAutosave(const std::string& path) {
+    struct stat st {};
+    return ::stat(autosavePath(path).c_str(), &st) == 0;
+}
+
+void Project::discardAutosave(const std::string& path) {
+    for (const char* suffix : {"", "-journal", ".tmp", ".tmp-journal"}) std::remove((autosavePath(path) + suffix).c_str());
+}
+
+void Project::autosave() const {
+    const std::string target = autosavePath(mPath), tmp = target + ".tmp";
+    for (const char* suffix : {"", "-journal"}) std::remove((tmp + suffix).c_str());
+    WrittenBy writer = [] { std::lock_guard<std::mutex> lock(gWriterMutex); return gWriter; }();
+    writer.schema = project_schema::kCurrentVersion;
+    try {
+        // A rollback journal, not WAL: after the commit the file alone is complete, so it can be renamed.
+        Database db(tmp, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+        inTransaction(db, "BEGIN IMMEDIATE", [&] {
+            db.exec(project_schema::ddlCurrent(), "creating the tables");
+            db.exec("PRAGMA application_id = 1129792080", "setting the application id");
+            ProjectWriter::write(db, *this, writer);
+        });
+    } catch (...) {
+        for (const char* suffix : {"", "-journal"}) std::remove((tmp + suffix).c_str());
+        throw;
+    }
+    if (std::rename(tmp.c_str(), target.c_str()) != 0) throw Error(target, "cannot rename the autosave into place");
+}
+
+Project Project::recoverAutosave(const std::string& path) {
+    Project p = open(autosavePath(path));
+    p.mPath = path;
+    p.mModified = true;
+    return p;
 }
 
 void Project::setWriter(const std::string& app, const std::string& torch, const std::string& cuda) {

@@ -97,6 +97,16 @@ public:
     // setWriter() and the current schema.
     void save();
 
+    // Autosave: the whole state goes to autosavePath(path()) — itself a complete project file, written to a
+    // temporary file and renamed — and the real project is left as the user last saved it. save() removes it.
+    static std::string autosavePath(const std::string& path);   // path + ".autosave"
+    void autosave() const;
+    static bool hasAutosave(const std::string& path);
+    // The autosaved state of `path`, ready to continue editing: path() is `path` and it counts as modified, so the
+    // next save() writes the real project (and drops the autosave).
+    static Project recoverAutosave(const std::string& path);
+    static void discardAutosave(const std::string& path);
+
     // Process-wide identity stamped on every save (the app wires cwb::versionString() etc. at startup;
     // this module stays free of LibTorch). Until called: app "cwb (unknown version)", torch/cuda "".
     static void setWriter(const std::string& app, const std::string& torch, const std::string& cuda);

@@ -1,5 +1,7 @@
 // GgufFile / GgufWriter: every metadata value type round-trips; the real fixtures parse as documented.
 #include <QTemporaryDir>
+
+#include <fstream>
 #include <QtTest/QtTest>
 
 #include "core/io/gguf_file.h"
@@ -13,6 +15,7 @@ class TestGgufFile : public QObject {
 private slots:
     void everyValueTypeRoundTrips();
     void tensorsRoundTripWithAlignment();
+    void version2Reads();
     void stories260kDirectory();
     void randomLlamaVocabulary();
 };
@@ -80,6 +83,26 @@ void TestGgufFile::tensorsRoundTripWithAlignment() {
     QVERIFY(std::memcmp(g.tensorData(g.tensors[0]), a.data(), a.size()) == 0);
     QVERIFY(std::memcmp(g.tensorData(g.tensors[1]), b.data(), b.size()) == 0);
     QVERIFY(!QFile::exists(QString::fromStdString(path + ".tmp")));
+}
+
+void TestGgufFile::version2Reads() {
+    // v2 and v3 share the layout (64-bit counts and lengths); v3 only added big-endian files.
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("v2.gguf").toStdString();
+    GgufWriter w;
+    w.addString("general.architecture", "llama");
+    w.addTensor("t", ggml::Type::F32, {4}, std::vector<uint8_t>(16, 7));
+    w.write(path);
+    {
+        std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+        const uint32_t two = 2;
+        f.seekp(4);
+        f.write(reinterpret_cast<const char*>(&two), 4);
+    }
+    GgufFile g = GgufFile::open(path);
+    QCOMPARE(g.version, 2u);
+    QCOMPARE(QString::fromStdString(g.string("general.architecture")), QStringLiteral("llama"));
+    QCOMPARE(g.tensors.at(0).bytes, size_t(16));
 }
 
 void TestGgufFile::stories260kDirectory() {

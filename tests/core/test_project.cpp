@@ -131,6 +131,7 @@ private slots:
     void hashKnownVectors();
     void hashFolderDependsOnNamesAndContents();
     void hashErrorsNameTheFile();
+    void autosaveKeepsTheSavedFileAndRecovers();
 
 private:
     QTemporaryDir mDir;
@@ -511,6 +512,29 @@ void TestProject::hashErrorsNameTheFile() {
     QVERIFY(errorOf([&] { hashFolder(missing); }).startsWith(QString::fromStdString(missing)));
     QVERIFY(errorOf([&] { fileBytes(missing); }).startsWith(QString::fromStdString(missing)));
     QVERIFY(errorOf([&] { hashFile(mDir.path().toStdString()); }).contains("is not a regular file"));
+}
+
+void TestProject::autosaveKeepsTheSavedFileAndRecovers() {
+    const QString path = file("autosave.cwbproj");
+    Project p = sampleProject(path);
+    p.save();
+    const Project saved = Project::open(path.toStdString());
+    QVERIFY(!Project::hasAutosave(path.toStdString()));
+    p.setResults("a", rows("perplexity", 1, 7.0));
+    p.record("edit", {{"what", "results"}});
+    p.autosave();
+    QVERIFY(Project::hasAutosave(path.toStdString()));
+    QVERIFY(Project::open(path.toStdString()) == saved);             // the real file is as last saved
+    Project recovered = Project::recoverAutosave(path.toStdString());
+    QVERIFY(recovered == p);                                           // the autosave holds the edits
+    QCOMPARE(QString::fromStdString(recovered.path()), path);
+    QVERIFY(recovered.isModified());
+    recovered.save();                                                  // saving writes the real file and drops the autosave
+    QVERIFY(!Project::hasAutosave(path.toStdString()));
+    QVERIFY(Project::open(path.toStdString()) == p);
+    p.autosave();
+    Project::discardAutosave(path.toStdString());
+    QVERIFY(!Project::hasAutosave(path.toStdString()));
 }
 
 QTEST_APPLESS_MAIN(TestProject)
