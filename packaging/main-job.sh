@@ -20,7 +20,8 @@ cwb=build/app/cwb
 work=build/main-job
 rm -rf "$work" && mkdir -p "$work"
 echo "== cwb info"
-"$cwb" info "$model" | head -8
+"$cwb" info "$model" > "$work/info.txt"   # not piped into head: with pipefail its early exit would fail the job
+head -8 "$work/info.txt"
 echo "== cwb eval (llama.cpp perplexity method, ctx 256)"
 "$cwb" eval "$model" --text "$text" --ctx 256
 echo "== cwb generate (greedy from BOS)"
