@@ -18,6 +18,8 @@ const std::vector<Command>& commands() {
          "perplexity by llama.cpp's method (second half of each ctx chunk scored)", runEval},
         {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--eval FILE] [--ctx N] [--chunks K] [--json]",
          "apply a recipe and compare the variant with the base (size, PPL, KL, top-1)", runCompress},
+        {"importance", "cwb importance MODEL --text FILE [--kind heads.ablation|linears.sensitivity] [--samples N] [--seq-len T] [--json]",
+         "per-head or per-layer importance measured on token windows of a text", runImportance},
         {"methods", "cwb methods [--json]", "compression methods with their parameters, ranges and defaults", runMethods},
         {"project",
          "cwb project create OUT.cwbproj --model M [--recipe R.json ...] [--calib F] [--eval F] [--ctx N] [--chunks K] [--samples N] [--seq-len T] [--seed S]\n"

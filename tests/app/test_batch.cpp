@@ -5,7 +5,6 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
-#include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
@@ -15,16 +14,8 @@
 class TestBatch : public QObject {
     Q_OBJECT
 private:
-    struct Result {
-        int exitCode;
-        QString out, err;
-    };
-    Result run(const QStringList& args) {
-        QProcess p;
-        p.start(cwb::test::cwbBinary(), args);
-        if (!p.waitForFinished(600000)) return {-1, {}, "timed out"};
-        return {p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
-    }
+    using Result = cwb::test::CwbRun;
+    static Result run(const QStringList& args) { return cwb::test::runCwb(args, 600000); }
     static QJsonObject readReport(const QString& dir) {
         QFile f(dir + "/report.json");
         f.open(QIODevice::ReadOnly);

@@ -2,7 +2,6 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
-#include <QProcess>
 #include <QtTest/QtTest>
 
 #include "tests/support/test_paths.h"
@@ -10,16 +9,8 @@
 class TestCli : public QObject {
     Q_OBJECT
 private:
-    struct Result {
-        int exitCode;
-        QString out, err;
-    };
-    Result run(const QStringList& args) {
-        QProcess p;
-        p.start(cwb::test::cwbBinary(), args);
-        if (!p.waitForFinished(120000)) return {-1, {}, "timed out"};
-        return {p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
-    }
+    using Result = cwb::test::CwbRun;
+    static Result run(const QStringList& args) { return cwb::test::runCwb(args, 120000); }
 
 private slots:
     void initTestCase() {
@@ -30,6 +21,7 @@ private slots:
     void generateJsonIds();
     void evalPrintsPerplexity();
     void errorsNameTheFile();
+    void methodsAndCompress();
 };
 
 void TestCli::versionAndHelp() {
@@ -107,6 +99,34 @@ void TestCli::errorsNameTheFile() {
     Result text = run({"eval", model, "--text", "/nonexistent/text.txt"});
     QCOMPARE(text.exitCode, 2);
     QVERIFY(text.err.contains("/nonexistent/text.txt"));
+}
+
+void TestCli::methodsAndCompress() {
+    Result methods = run({"methods", "--json"});
+    QCOMPARE(methods.exitCode, 0);
+    QJsonArray list = QJsonDocument::fromJson(methods.out.toUtf8()).array();
+    QVERIFY(list.size() >= 12);
+    QStringList ids;
+    for (const auto& m : list) ids << m.toObject()["id"].toString();
+    QVERIFY(ids.contains("quantize.gptq") && ids.contains("prune.sparsegpt") && ids.contains("prune.heads"));
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    const QString recipe = QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/gptq-w4g32.json";
+    Result r = run({"compress", model, "--recipe", recipe, "--calib", text, "--samples", "8", "--seq-len", "128",
+                    "--eval", text, "--ctx", "128", "--chunks", "4", "--json"});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QVERIFY(j["variant_bytes"].toDouble() < 0.5 * j["base_bytes"].toDouble());
+    QCOMPARE(j["calibration"].toObject()["samples"].toInt(), 8);
+    QCOMPARE(j["compressed_layers"].toObject().size(), 35);   // 5 blocks x 7 linear layers
+    QJsonObject e = j["evaluation"].toObject();
+    QCOMPARE(e["tokens_scored"].toInt(), 4 * 63);
+    QVERIFY(e["variant"].toObject()["perplexity"].toDouble() > e["base"].toObject()["perplexity"].toDouble() * 0.9);
+    QVERIFY(e["kl_mean"].toDouble() > 0.0);
+    // A calibrated method without calibration text is refused with what to do.
+    Result missing = run({"compress", model, "--recipe", recipe});
+    QCOMPARE(missing.exitCode, 2);
+    QVERIFY(missing.err.contains("--calib"));
 }
 
 QTEST_APPLESS_MAIN(TestCli)

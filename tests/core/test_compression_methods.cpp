@@ -52,6 +52,7 @@ private slots:
     void rtnStoresPackedIntegers();
     void overridesTargetsAndIgnore();
     void nmLeavesTwoZerosInEveryFour();
+    void globalMagnitudeAndDisabledSteps();
     void removingSilentHeadsKeepsLogits();
     void kvGroupAndChannelPruningChangeShapes();
     void droppingABlockRenumbersTheRest();
@@ -101,6 +102,24 @@ void TestCompressionMethods::nmLeavesTwoZerosInEveryFour() {
     }
 }
 
+void TestCompressionMethods::globalMagnitudeAndDisabledSteps() {
+    Loaded l(tinyLlamaSpec());
+    CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5,"scope":"global"}},
+        {"method":"quantize.rtn","enabled":false}]})"), at::Tensor());
+    int64_t zeros = 0, total = 0;
+    std::vector<double> perLayer;
+    for (const auto& layer : r.model->linearLayers()) {
+        at::Tensor w = r.model->floatTensor(layer + ".weight");
+        zeros += (w == 0).sum().item<int64_t>();
+        total += w.numel();
+        perLayer.push_back(prune::sparsityOf(w));
+    }
+    QCOMPARE(zeros, total / 2);   // one threshold for all layers: exactly half overall...
+    QVERIFY(*std::max_element(perLayer.begin(), perLayer.end()) - *std::min_element(perLayer.begin(), perLayer.end()) > 0.01);   // ...not per layer
+    QVERIFY(r.model->compressedLayers().empty());   // the disabled RTN step did not run
+    QCOMPARE(r.steps.size(), size_t(1));
+}
+
 void TestCompressionMethods::removingSilentHeadsKeepsLogits() {
     ArchSpec spec = tinyLlamaSpec();   // 4 query heads in 2 kv groups of 2, head dim 8
     WeightMap w = randomWeights(spec, 5);
@@ -136,6 +155,11 @@ void TestCompressionMethods::kvGroupAndChannelPruningChangeShapes() {
     QCOMPARE(r.model->tensor("model.layers.1.mlp.down_proj.weight").shape, (std::vector<int64_t>{32, 36}));
     QVERIFY(r.model->parameterCount() < l.model->parameterCount());
     QVERIFY(at::isfinite(logitsOf(*r.model)).all().item<bool>());
+    // Per-layer ratios through overrides.
+    CompressionResult perLayer = compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.channels",
+        "params":{"ratio":0.25,"importance":"weight"},"overrides":[{"pattern":"layers\\.1\\.","params":{"ratio":0.5}}]}]})"), at::Tensor());
+    QCOMPARE(perLayer.model->spec.ffnAt(0), int64_t(36));
+    QCOMPARE(perLayer.model->spec.ffnAt(1), int64_t(24));
     // GPT-2 channels too.
     Loaded g(tinyGpt2Spec());
     CompressionResult rg = compressModel(*g.model, recipe(R"({"steps":[{"method":"prune.channels","params":{"ratio":0.5,"importance":"weight"}}]})"), at::Tensor());

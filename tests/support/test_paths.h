@@ -1,6 +1,7 @@
 #pragma once
 // Where tests find the shared fixtures and the cwb binary.
 #include <QString>
+#include <QStringList>
 
 namespace cwb::test {
 
@@ -8,6 +9,13 @@ namespace cwb::test {
 QString fixture(const QString& relative);
 // The cwb executable under test (CWB_BINARY, set by CTest).
 QString cwbBinary();
+
+// Runs the cwb executable as a user would and collects its exit code and output.
+struct CwbRun {
+    int exitCode = -1;   // -1: did not finish in time
+    QString out, err;
+};
+CwbRun runCwb(const QStringList& args, int timeoutMs = 600000);
 
 } // namespace cwb::test
 

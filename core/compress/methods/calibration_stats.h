@@ -1,12 +1,14 @@
 #pragma once
 // Shared plumbing of the calibrated methods: which targeted layers belong to a block, and a per-layer map
 // of accumulators filled during a sequential pass.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/compress/method.h"
+#include "core/compress/sequential.h"
 #include "core/model/model.h"
 
 namespace cwb {
@@ -31,5 +33,23 @@ public:
 private:
     std::map<std::string, std::unique_ptr<Accumulator>> mItems;
 };
+
+// The common shape of a calibrated method: run the calibration block by block, accumulate one statistic per
+// targeted layer from its inputs (an Accumulator with a (columns) constructor and add(inputs)), then compress
+// each layer of the block from its statistic before the next block sees the block's compressed output.
+template <typename Accumulator>
+void calibrateLayerByLayer(StepContext& ctx, const std::function<void(const std::string& layer, Accumulator& stats)>& compress) {
+    PerLayer<Accumulator> stats;
+    SequentialPass pass;
+    pass.layersOf = [&](int64_t block) { return layersOfBlock(ctx, block); };
+    pass.collect = [&](const std::string& layer, const at::Tensor& x) { stats.at(layer, x.size(1)).add(x); };
+    pass.compressBlock = [&](int64_t block) {
+        for (const auto& layer : layersOfBlock(ctx, block)) {
+            compress(layer, stats.get(layer));
+            stats.erase(layer);
+        }
+    };
+    runSequential(ctx.model, ctx.calibration, pass, ctx.feedback);
+}
 
 } // namespace cwb

@@ -68,19 +68,11 @@ public:
     std::vector<ParamSpec> params() const override { return {floatParam("sparsity", 0.0, 0.99, 0.5, "fraction of weights set to zero in each row")}; }
     bool needsCalibration(const nlohmann::json&) const override { return true; }
     void apply(StepContext& ctx) const override {
-        PerLayer<prune::InputNormAccumulator> norms;
-        SequentialPass pass;
-        pass.layersOf = [&](int64_t b) { return layersOfBlock(ctx, b); };
-        pass.collect = [&](const std::string& layer, const at::Tensor& x) { norms.at(layer, x.size(1)).add(x); };
-        pass.compressBlock = [&](int64_t b) {
-            for (const auto& layer : layersOfBlock(ctx, b)) {
-                at::Tensor w = ctx.model.floatTensor(weightOf(layer));
-                at::Tensor scores = prune::wandaScores(w, norms.get(layer).norms());
-                storePruned(ctx, layer, w * prune::rowwiseMask(scores, ctx.paramsFor(layer)["sparsity"].get<double>()));
-                norms.erase(layer);
-            }
-        };
-        runSequential(ctx.model, ctx.calibration, pass, ctx.feedback);
+        calibrateLayerByLayer<prune::InputNormAccumulator>(ctx, [&](const std::string& layer, prune::InputNormAccumulator& norms) {
+            at::Tensor w = ctx.model.floatTensor(weightOf(layer));
+            at::Tensor scores = prune::wandaScores(w, norms.norms());
+            storePruned(ctx, layer, w * prune::rowwiseMask(scores, ctx.paramsFor(layer)["sparsity"].get<double>()));
+        });
     }
 };
 
@@ -100,25 +92,17 @@ public:
 
     // Shared with prune.nm: n:m when m > 0.
     static void run(StepContext& ctx, int n, int m) {
-        PerLayer<quant::HessianAccumulator> hessians;
-        SequentialPass pass;
-        pass.layersOf = [&](int64_t b) { return layersOfBlock(ctx, b); };
-        pass.collect = [&](const std::string& layer, const at::Tensor& x) { hessians.at(layer, x.size(1)).add(x); };
-        pass.compressBlock = [&](int64_t b) {
-            for (const auto& layer : layersOfBlock(ctx, b)) {
-                nlohmann::json p = ctx.paramsFor(layer);
-                prune::SparseGptOptions options;
-                options.sparsity = p.contains("sparsity") ? p["sparsity"].get<double>() : 0.0;
-                options.n = n;
-                options.m = m;
-                options.blockSize = p.contains("block_size") ? p["block_size"].get<int64_t>() : 128;
-                options.dampPercent = p.contains("damp_percent") ? p["damp_percent"].get<double>() : 0.01;
-                prune::SparseGptResult r = prune::sparseGpt(ctx.model.floatTensor(weightOf(layer)), hessians.get(layer).hessian(), options);
-                storePruned(ctx, layer, r.weight);
-                hessians.erase(layer);
-            }
-        };
-        runSequential(ctx.model, ctx.calibration, pass, ctx.feedback);
+        calibrateLayerByLayer<quant::HessianAccumulator>(ctx, [&](const std::string& layer, quant::HessianAccumulator& hessian) {
+            nlohmann::json p = ctx.paramsFor(layer);
+            prune::SparseGptOptions options;
+            options.sparsity = p.contains("sparsity") ? p["sparsity"].get<double>() : 0.0;
+            options.n = n;
+            options.m = m;
+            options.blockSize = p.contains("block_size") ? p["block_size"].get<int64_t>() : 128;
+            options.dampPercent = p.contains("damp_percent") ? p["damp_percent"].get<double>() : 0.01;
+            prune::SparseGptResult r = prune::sparseGpt(ctx.model.floatTensor(weightOf(layer)), hessian.hessian(), options);
+            storePruned(ctx, layer, r.weight);
+        });
     }
 };
 
@@ -153,18 +137,10 @@ public:
             }
             return;
         }
-        PerLayer<prune::InputNormAccumulator> norms;
-        SequentialPass pass;
-        pass.layersOf = [&](int64_t b) { return layersOfBlock(ctx, b); };
-        pass.collect = [&](const std::string& layer, const at::Tensor& x) { norms.at(layer, x.size(1)).add(x); };
-        pass.compressBlock = [&](int64_t b) {
-            for (const auto& layer : layersOfBlock(ctx, b)) {
-                at::Tensor w = ctx.model.floatTensor(weightOf(layer));
-                storePruned(ctx, layer, w * prune::nmMask(prune::wandaScores(w, norms.get(layer).norms()), n, m));
-                norms.erase(layer);
-            }
-        };
-        runSequential(ctx.model, ctx.calibration, pass, ctx.feedback);
+        calibrateLayerByLayer<prune::InputNormAccumulator>(ctx, [&](const std::string& layer, prune::InputNormAccumulator& norms) {
+            at::Tensor w = ctx.model.floatTensor(weightOf(layer));
+            storePruned(ctx, layer, w * prune::nmMask(prune::wandaScores(w, norms.norms()), n, m));
+        });
     }
 };
 

@@ -67,26 +67,18 @@ public:
     }
     bool needsCalibration(const nlohmann::json&) const override { return true; }
     void apply(StepContext& ctx) const override {
-        PerLayer<quant::HessianAccumulator> hessians;
-        SequentialPass pass;
-        pass.layersOf = [&](int64_t b) { return layersOfBlock(ctx, b); };
-        pass.collect = [&](const std::string& layer, const at::Tensor& x) { hessians.at(layer, x.size(1)).add(x); };
-        pass.compressBlock = [&](int64_t b) {
-            for (const auto& layer : layersOfBlock(ctx, b)) {
-                nlohmann::json p = ctx.paramsFor(layer);
-                quant::GptqOptions options;
-                options.quant = specFrom(p, p["sym"].get<bool>());
-                options.dampPercent = p["damp_percent"].get<double>();
-                options.actOrder = p["act_order"].get<bool>();
-                options.staticGroups = p["static_groups"].get<bool>();
-                options.blockSize = p["block_size"].get<int64_t>();
-                if (options.quant.groupSize == 0) throw Error("quantize.gptq: group_size 0 is not allowed (use -1 for per channel)");
-                quant::GptqResult r = quant::gptqQuantize(ctx.model.floatTensor(weightOf(layer)), hessians.get(layer).hessian(), options);
-                ctx.model.setCompressed(layer, std::make_shared<IntLinear>(std::move(r.weight), at::Tensor(), "gptq"));
-                hessians.erase(layer);
-            }
-        };
-        runSequential(ctx.model, ctx.calibration, pass, ctx.feedback);
+        calibrateLayerByLayer<quant::HessianAccumulator>(ctx, [&](const std::string& layer, quant::HessianAccumulator& hessian) {
+            nlohmann::json p = ctx.paramsFor(layer);
+            quant::GptqOptions options;
+            options.quant = specFrom(p, p["sym"].get<bool>());
+            options.dampPercent = p["damp_percent"].get<double>();
+            options.actOrder = p["act_order"].get<bool>();
+            options.staticGroups = p["static_groups"].get<bool>();
+            options.blockSize = p["block_size"].get<int64_t>();
+            if (options.quant.groupSize == 0) throw Error("quantize.gptq: group_size 0 is not allowed (use -1 for per channel)");
+            quant::GptqResult r = quant::gptqQuantize(ctx.model.floatTensor(weightOf(layer)), hessian.hessian(), options);
+            ctx.model.setCompressed(layer, std::make_shared<IntLinear>(std::move(r.weight), at::Tensor(), "gptq"));
+        });
     }
 };
 
@@ -145,19 +137,11 @@ public:
     }
     bool needsCalibration(const nlohmann::json&) const override { return true; }
     void apply(StepContext& ctx) const override {
-        PerLayer<quant::AbsMaxAccumulator> absMax;
-        SequentialPass pass;
-        pass.layersOf = [&](int64_t b) { return layersOfBlock(ctx, b); };
-        pass.collect = [&](const std::string& layer, const at::Tensor& x) { absMax.at(layer, x.size(1)).add(x); };
-        pass.compressBlock = [&](int64_t b) {
-            for (const auto& layer : layersOfBlock(ctx, b)) {
-                at::Tensor w = ctx.model.floatTensor(weightOf(layer));
-                at::Tensor s = quant::smoothingScales(absMax.get(layer).absMax(), w, ctx.paramsFor(layer)["alpha"].get<double>());
-                ctx.model.setCompressed(layer, std::make_shared<W8A8Linear>(quant::quantizeInt8PerChannel(w * s.unsqueeze(0)), s));
-                absMax.erase(layer);
-            }
-        };
-        runSequential(ctx.model, ctx.calibration, pass, ctx.feedback);
+        calibrateLayerByLayer<quant::AbsMaxAccumulator>(ctx, [&](const std::string& layer, quant::AbsMaxAccumulator& absMax) {
+            at::Tensor w = ctx.model.floatTensor(weightOf(layer));
+            at::Tensor s = quant::smoothingScales(absMax.absMax(), w, ctx.paramsFor(layer)["alpha"].get<double>());
+            ctx.model.setCompressed(layer, std::make_shared<W8A8Linear>(quant::quantizeInt8PerChannel(w * s.unsqueeze(0)), s));
+        });
         ctx.note("activations are quantized to int8 per token dynamically (simulated on the CPU)");
     }
 };

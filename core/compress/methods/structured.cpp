@@ -102,17 +102,19 @@ public:
             for (int64_t l : targeted) {
                 const int64_t H = m.spec.headsAt(l), G = m.spec.kvHeadsAt(l), group = H / G;
                 const std::vector<double>& s = importance[static_cast<size_t>(l)];
+                // Per-layer ratios come from the step's overrides, matched against the block's q_proj.
+                const double ratio = ctx.paramsFor(names::llamaLayer(l, "self_attn.q_proj"))["ratio"].get<double>();
                 if (ctx.params["unit"] == "kv_group") {
                     std::vector<double> groupScore(static_cast<size_t>(G), 0.0);
                     for (int64_t h = 0; h < H; ++h) groupScore[static_cast<size_t>(h / group)] += s[static_cast<size_t>(h)];
-                    const int64_t count = std::min<int64_t>(G - 1, std::llround(ctx.params["ratio"].get<double>() * double(G)));
+                    const int64_t count = std::min<int64_t>(G - 1, std::llround(ratio * double(G)));
                     for (int64_t g : lowest(groupScore, count))
                         for (int64_t h = g * group; h < (g + 1) * group; ++h) removeQuery[l].insert(h);
                 } else {
-                    const int64_t count = std::min<int64_t>(group - 1, std::llround(ctx.params["ratio"].get<double>() * double(group)));
+                    const int64_t count = std::min<int64_t>(group - 1, std::llround(ratio * double(group)));
                     if (count == 0 && group > 1) ctx.note("layer " + std::to_string(l) + ": ratio too small to remove a head of a group of " + std::to_string(group));
                     if (group == 1) {   // MHA: each head is its own kv group
-                        const int64_t c = std::min<int64_t>(H - 1, std::llround(ctx.params["ratio"].get<double>() * double(H)));
+                        const int64_t c = std::min<int64_t>(H - 1, std::llround(ratio * double(H)));
                         for (int64_t h : lowest(s, c)) removeQuery[l].insert(h);
                         continue;
                     }
@@ -239,7 +241,8 @@ public:
             at::Tensor score = down.norm(2, {0});
             score = activation.count(l) ? score * activation[l] / double(rows[l]) : score * m.floatTensor(layerName(l, upSuffix) + ".weight").norm(2, {1});
             const int64_t F = down.size(1);
-            const int64_t count = std::min<int64_t>(F - 1, std::llround(ctx.params["ratio"].get<double>() * double(F)));
+            const double ratio = ctx.paramsFor(layerName(l, downSuffix))["ratio"].get<double>();   // overrides give per-layer ratios
+            const int64_t count = std::min<int64_t>(F - 1, std::llround(ratio * double(F)));
             at::Tensor s = score.to(at::kDouble).contiguous();
             std::vector<int64_t> drop = lowest(std::vector<double>(s.data_ptr<double>(), s.data_ptr<double>() + F), count);
             std::vector<int64_t> keep;

@@ -1,0 +1,55 @@
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli/arguments.h"
+#include "app/cli/commands.h"
+#include "core/analysis/importance.h"
+#include "core/compress/pipeline.h"
+#include "core/eval/perplexity.h"
+#include "core/io/model_format.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+
+namespace cwb::cli {
+
+int runImportance(const std::vector<std::string>& args) {
+    Arguments a(args, {"kind", "text", "samples", "seq-len", "seed", "threads"}, {"json", "quiet"});
+    applyThreads(a.integer("threads", 0));
+    const std::string path = a.requirePositional("MODEL");
+    if (!a.has("text")) throw Error("importance needs --text FILE (the token windows it measures on)");
+    auto model = loadModel(path);
+    if (!model->tokenizer) throw Error(path, "has no tokenizer");
+    CalibrationSpec spec;
+    spec.textPath = a.value("text");
+    spec.samples = a.integer("samples", 16);
+    spec.seqLen = a.integer("seq-len", 256);
+    spec.seed = static_cast<uint64_t>(a.integer("seed", 0));
+    at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), true), model->tokenizer->bos(),
+                                         spec, model->spec.context);
+    CallbackFeedback feedback;
+    int last = -1;
+    if (!a.flag("quiet") && !a.flag("json"))
+        feedback.progressCallback = [&](double f) {
+            if (int(f * 10) != last) std::fprintf(stderr, "importance: %d%%\n", int(f * 100));
+            last = int(f * 10);
+        };
+    ImportanceMap map = computeImportance(*model, a.value("kind", "heads.ablation"), windows, &feedback);
+    if (a.flag("json")) {
+        std::cout << nlohmann::json{{"kind", map.kind}, {"rows", map.rowLabels}, {"columns", map.columnLabels},
+                                    {"values", map.values}}.dump(2) << "\n";
+        return 0;
+    }
+    std::printf("%-10s", map.kind.c_str());
+    for (const auto& c : map.columnLabels) std::printf(" %10s", c.c_str());
+    std::printf("\n");
+    for (size_t r = 0; r < map.rowLabels.size(); ++r) {
+        std::printf("%-10s", map.rowLabels[r].c_str());
+        for (size_t c = 0; c < map.columnLabels.size(); ++c) std::printf(" %10.5f", map.values[r * map.columnLabels.size() + c]);
+        std::printf("\n");
+    }
+    return 0;
+}
+
+} // namespace cwb::cli

@@ -1,0 +1,121 @@
+#include "core/analysis/importance.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/compress/compressed_layers.h"
+#include "core/model/model.h"
+#include "core/runtime/transformer.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+
+namespace cwb {
+
+namespace {
+
+at::Tensor logProbs(const Model& model, const at::Tensor& windows) {
+    Transformer runtime(model);
+    return at::log_softmax(runtime.forward(windows).to(at::kCPU, at::kDouble), -1);   // [samples, length, vocab]
+}
+
+double lossFromLogProbs(const at::Tensor& logProbs, const at::Tensor& windows) {
+    const int64_t length = windows.size(1);
+    at::Tensor predicted = logProbs.narrow(1, 0, length - 1);
+    at::Tensor targets = windows.narrow(1, 1, length - 1).unsqueeze(-1);
+    return -predicted.gather(2, targets).mean().item<double>();
+}
+
+std::string suffixLabel(const std::string& layer) {
+    const auto dot = layer.rfind('.');
+    return dot == std::string::npos ? layer : layer.substr(dot + 1);
+}
+
+void checkWindows(const at::Tensor& windows) {
+    if (!windows.defined() || windows.dim() != 2 || windows.size(0) < 1 || windows.size(1) < 2)
+        throw Error("importance needs token windows [samples, length >= 2] (a text file)");
+}
+
+ImportanceMap headAblation(const Model& model, const at::Tensor& windows, Feedback* feedback) {
+    if (model.spec.family != Family::Llama) throw Error("heads.ablation supports the Llama family only");
+    const ArchSpec& s = model.spec;
+    const double base = meanLoss(model, windows);
+    ImportanceMap map;
+    map.kind = "heads.ablation";
+    int64_t maxHeads = 0;
+    for (int64_t l = 0; l < s.layers; ++l) maxHeads = std::max(maxHeads, s.headsAt(l));
+    for (int64_t l = 0; l < s.layers; ++l) map.rowLabels.push_back("block " + std::to_string(l));
+    for (int64_t h = 0; h < maxHeads; ++h) map.columnLabels.push_back("head " + std::to_string(h));
+    map.values.assign(static_cast<size_t>(s.layers * maxHeads), std::nan(""));
+    int64_t done = 0, total = 0;
+    for (int64_t l = 0; l < s.layers; ++l) total += s.headsAt(l);
+    for (int64_t l = 0; l < s.layers; ++l) {
+        const std::string name = names::llamaLayer(l, "self_attn.o_proj.weight");
+        const at::Tensor wo = model.floatTensor(name);
+        for (int64_t h = 0; h < s.headsAt(l); ++h) {
+            if (feedback) {
+                feedback->throwIfCancelled();
+                feedback->setProgress(double(done++) / double(total));
+            }
+            auto ablated = model.clone();
+            at::Tensor w = wo.clone();
+            w.narrow(1, h * s.headDim, s.headDim).zero_();
+            ablated->replaceTensor(name, w);
+            map.values[static_cast<size_t>(l * maxHeads + h)] = meanLoss(*ablated, windows) - base;
+        }
+    }
+    return map;
+}
+
+ImportanceMap linearSensitivity(const Model& model, const at::Tensor& windows, Feedback* feedback) {
+    const at::Tensor base = logProbs(model, windows);
+    const std::vector<std::string> layers = model.linearLayers();
+    ImportanceMap map;
+    map.kind = "linears.sensitivity";
+    std::vector<std::string> columns;
+    for (const auto& layer : layers) {
+        const std::string label = suffixLabel(layer);
+        if (std::find(columns.begin(), columns.end(), label) == columns.end()) columns.push_back(label);
+    }
+    for (int64_t l = 0; l < model.spec.layers; ++l) map.rowLabels.push_back("block " + std::to_string(l));
+    map.columnLabels = columns;
+    map.values.assign(static_cast<size_t>(model.spec.layers) * columns.size(), std::nan(""));
+    quant::QuantSpec spec;
+    spec.bits = 4;
+    spec.groupSize = 32;
+    for (size_t i = 0; i < layers.size(); ++i) {
+        if (feedback) {
+            feedback->throwIfCancelled();
+            feedback->setProgress(double(i) / double(layers.size()));
+        }
+        const std::string& layer = layers[i];
+        auto variant = model.clone();
+        variant->setCompressed(layer, std::make_shared<IntLinear>(quant::quantizeRtn(model.floatTensor(layer + ".weight"), spec)));
+        const at::Tensor lp = logProbs(*variant, windows);
+        const double kl = (base.exp() * (base - lp)).sum(-1).mean().item<double>();
+        const int64_t row = std::stoll(layer.substr(layer.find_first_of("0123456789")));
+        const size_t column = static_cast<size_t>(std::find(columns.begin(), columns.end(), suffixLabel(layer)) - columns.begin());
+        map.values[static_cast<size_t>(row) * columns.size() + column] = std::max(0.0, kl);
+    }
+    return map;
+}
+
+} // namespace
+
+std::vector<std::string> importanceKinds() { return {"heads.ablation", "linears.sensitivity"}; }
+
+double meanLoss(const Model& model, const at::Tensor& windows) {
+    checkWindows(windows);
+    return lossFromLogProbs(logProbs(model, windows), windows);
+}
+
+ImportanceMap computeImportance(const Model& model, const std::string& kind, const at::Tensor& windows, Feedback* feedback) {
+    checkWindows(windows);
+    ImportanceMap map;
+    if (kind == "heads.ablation") map = headAblation(model, windows, feedback);
+    else if (kind == "linears.sensitivity") map = linearSensitivity(model, windows, feedback);
+    else throw Error("unknown importance kind '" + kind + "' (known: heads.ablation, linears.sensitivity)");
+    if (feedback) feedback->setProgress(1.0);
+    return map;
+}
+
+} // namespace cwb

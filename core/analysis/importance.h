@@ -1,0 +1,29 @@
+#pragma once
+// Importance maps: how much each part of a model matters, measured on token windows. They feed the GUI's
+// heatmaps and are stored in projects (ImportanceMap: row labels × column labels, row-major values).
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "core/project/project.h"
+
+namespace cwb {
+
+class Model;
+class Feedback;
+
+// Kinds this build computes (stable ids stored in projects).
+std::vector<std::string> importanceKinds();
+
+// "heads.ablation": blocks × query heads; the increase of the mean next-token loss when one head's output is
+//   removed (its columns of the output projection zeroed). Llama family.
+// "linears.sensitivity": blocks × linear layers; the mean KL(base ‖ model) when only that layer is rounded to
+//   int4 (RTN, group 32, symmetric), all others kept.
+// `windows` are token windows [samples, length] (see drawCalibration); throws cwb::Error or Cancelled.
+ImportanceMap computeImportance(const Model& model, const std::string& kind, const at::Tensor& windows, Feedback* feedback);
+
+// Mean next-token negative log-likelihood of the windows (every position but the last predicts the next).
+double meanLoss(const Model& model, const at::Tensor& windows);
+
+} // namespace cwb
