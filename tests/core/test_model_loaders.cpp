@@ -58,6 +58,7 @@ private slots:
     void hfFolderMatchesReference();
     void ggufMatchesReference_data();
     void ggufMatchesReference();
+    void llama2cSeparateClassifier();
     void stories260kFormatsAgree();
     void randomLlamaGgufLoads();
     void registryPicksFormats();
@@ -137,6 +138,40 @@ void TestModelLoaders::ggufMatchesReference() {
         QCOMPARE(model->spec.ropeStyle, RopeStyle::AdjacentPairs);
     // Quantized tensors are dequantized on load: the reference runs on the values the blocks hold.
     const double error = compareWithReference(*model, spec, storedWeights(weights, storage));
+    QVERIFY2(error < 1e-5, qPrintable(QString("relative logit error %1").arg(error)));
+}
+
+void TestModelLoaders::llama2cSeparateClassifier() {
+    // A legacy llama2.c checkpoint written here in run.c order; a negative vocab_size means a separate classifier.
+    ArchSpec spec = tinyLlamaSpec();
+    spec.ropeStyle = RopeStyle::AdjacentPairs;   // llama2.c rotates adjacent pairs
+    const WeightMap w = randomWeights(spec, 13);
+    QTemporaryDir dir;
+    const QString path = dir.filePath("model.bin");
+    {
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        auto put = [&](const at::Tensor& t) {
+            at::Tensor c = t.contiguous();
+            f.write(reinterpret_cast<const char*>(c.data_ptr<float>()), c.numel() * 4);
+        };
+        const int32_t header[7] = {int32_t(spec.hidden), int32_t(spec.ffn), int32_t(spec.layers), int32_t(spec.heads),
+                                   int32_t(spec.kvHeads), -int32_t(spec.vocab), int32_t(spec.context)};
+        f.write(reinterpret_cast<const char*>(header), sizeof header);
+        put(w.at("model.embed_tokens.weight"));
+        for (const char* kind : {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                 "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                                 "mlp.gate_proj.weight", "mlp.down_proj.weight", "mlp.up_proj.weight"})
+            for (int64_t l = 0; l < spec.layers; ++l) put(w.at(names::llamaLayer(l, kind)));
+        put(w.at("model.norm.weight"));
+        put(at::zeros({spec.context, spec.headDim}));   // freq_cis_real and _imag, unused
+        put(w.at("lm_head.weight"));
+    }
+    auto model = loadModel(path.toStdString());
+    QVERIFY(!model->spec.tiedEmbeddings);
+    QVERIFY(model->has("lm_head.weight"));
+    QVERIFY(!model->tokenizer);   // no tokenizer.bin beside it
+    const double error = compareWithReference(*model, spec, w);
     QVERIFY2(error < 1e-5, qPrintable(QString("relative logit error %1").arg(error)));
 }
 
