@@ -1,5 +1,8 @@
 #include <QApplication>
 #include <QByteArray>
+#include <QDir>
+#include <QFile>
+#include <unistd.h>
 #include <QString>
 #include <cmath>
 
@@ -14,6 +17,13 @@ namespace {
 void ensureApplication() {
     if (QApplication::instance()) return;
     if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
+    // Headless servers often have no session runtime folder; Qt warns without one, so give it a private one.
+    if (qEnvironmentVariableIsEmpty("XDG_RUNTIME_DIR")) {
+        static const QByteArray runtime = QDir::tempPath().toUtf8() + "/cwb-runtime-" + QByteArray::number(getuid());
+        QDir().mkpath(QString::fromUtf8(runtime));
+        QFile::setPermissions(QString::fromUtf8(runtime), QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ExeOwner);
+        qputenv("XDG_RUNTIME_DIR", runtime);
+    }
     static int argc = 1;
     static char name[] = "cwb";
     static char* argv[] = {name, nullptr};

@@ -24,7 +24,8 @@ const std::vector<Command>& commands() {
         {"project",
          "cwb project create OUT.cwbproj --model M [--recipe R.json ...] [--calib F] [--eval F] [--ctx N] [--chunks K] [--samples N] [--seq-len T] [--seed S]\n"
          "  cwb project show P [--json]\n  cwb project add-variant P --recipe R.json [--name N] [--from VARIANT]\n"
-         "  cwb project run P [--variants a,b] [--threads N] [--model PATH]",
+         "  cwb project run P [--variants a,b] [--threads N] [--model PATH]\n"
+         "  cwb project importance P [--kind heads.ablation|linears.sensitivity] [--samples N] [--seq-len T]",
          "create and inspect project files; `run` evaluates the variants and stores their results", runProjectCommand},
     };
     return list;

@@ -8,7 +8,10 @@
 
 #include "app/cli/arguments.h"
 #include "app/cli/commands.h"
+#include "core/analysis/importance.h"
+#include "core/compress/pipeline.h"
 #include "core/compress/recipe.h"
+#include "core/eval/perplexity.h"
 #include "core/io/model_format.h"
 #include "core/project/file_hash.h"
 #include "core/project/project.h"
@@ -133,6 +136,28 @@ int runProject(const std::vector<std::string>& args) {
     return 0;
 }
 
+int importance(const std::vector<std::string>& args) {
+    Arguments a(args, {"kind", "samples", "seq-len", "model"}, {"quiet"});
+    Project project = Project::open(a.requirePositional("PROJECT"));
+    const ProjectSettings& s = project.settings();
+    const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
+    if (text.empty()) throw Error(project.path(), "has neither calibration nor evaluation text to measure importance on");
+    auto model = loadModel(a.value("model", project.model().path));
+    if (!model->tokenizer) throw Error(model->path, "has no tokenizer");
+    CalibrationSpec spec{text, a.integer("samples", 16), a.integer("seq-len", std::min<int64_t>(256, s.calibrationSeqLen)),
+                         s.calibrationSeed};
+    at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(text), true), model->tokenizer->bos(), spec,
+                                         model->spec.context);
+    CallbackFeedback feedback;
+    ImportanceMap map = computeImportance(*model, a.value("kind", "heads.ablation"), windows, &feedback);
+    project.setImportance(map);
+    project.record("importance", {{"kind", map.kind}, {"samples", windows.size(0)}, {"seq_len", windows.size(1)}});
+    project.save();
+    if (!a.flag("quiet")) std::printf("stored %s (%zu x %zu) in %s\n", map.kind.c_str(), map.rowLabels.size(),
+                                      map.columnLabels.size(), project.path().c_str());
+    return 0;
+}
+
 } // namespace
 
 int runProjectCommand(const std::vector<std::string>& args) {
@@ -142,7 +167,8 @@ int runProjectCommand(const std::vector<std::string>& args) {
     if (args[0] == "show") return show(rest);
     if (args[0] == "add-variant") return addVariant(rest);
     if (args[0] == "run") return runProject(rest);
-    throw Error("unknown project subcommand '" + args[0] + "' (create, show, add-variant, run)");
+    if (args[0] == "importance") return importance(rest);
+    throw Error("unknown project subcommand '" + args[0] + "' (create, show, add-variant, run, importance)");
 }
 
 } // namespace cwb::cli

@@ -97,6 +97,8 @@ void TestBatch::lineageAndShow() {
     QVERIFY2(add.exitCode == 0, qPrintable(add.err));
     Result bad = run({"project", "add-variant", copy, "--recipe", recipes + "rtn-w4g32.json", "--from", "nope"});
     QCOMPARE(bad.exitCode, 2);
+    Result imp = run({"project", "importance", copy, "--kind", "linears.sensitivity", "--samples", "4", "--seq-len", "64", "--quiet"});
+    QVERIFY2(imp.exitCode == 0, qPrintable(imp.err));
     Result show = run({"project", "show", copy, "--json"});
     QCOMPARE(show.exitCode, 0);
     QJsonObject j = QJsonDocument::fromJson(show.out.toUtf8()).object();
@@ -107,6 +109,9 @@ void TestBatch::lineageAndShow() {
             QCOMPARE(v.toObject()["parent"].toString(), QStringLiteral("wanda-50"));
         }
     QVERIFY(found);
+    const QJsonArray maps = j["importance"].toArray();
+    QCOMPARE(maps.size(), 1);
+    QCOMPARE(maps[0].toObject()["kind"].toString(), QStringLiteral("linears.sensitivity"));
     // The derived variant's recipe is its parent's steps followed by its own.
     Result batch = run({"--batch", copy, "--out", mDir.filePath("l"), "--threads", "1", "--variants", "wanda-then-rtn", "--quiet"});
     QJsonArray variants = readReport(mDir.filePath("l"))["variants"].toArray();
