@@ -54,7 +54,7 @@ const Row kRows[] = {
 
 struct Measured {
     std::string label, recipe;
-    double linearBytes = 0, bitsPerWeight = 0, seconds = 0;
+    double linearBytes = 0, bitsPerWeight = 0, seconds = 0, reconstruction = -1;
     DivergenceResult d;
     std::vector<std::string> notes;
 };
@@ -127,6 +127,11 @@ int main(int argc, char** argv) {
             m.linearBytes = linearBytes(*r.model, &params);
             m.bitsPerWeight = 8.0 * m.linearBytes / baseParams;
             for (const auto& s : r.steps) m.notes.insert(m.notes.end(), s.notes.begin(), s.notes.end());
+            if (!r.steps.empty() && !r.steps.back().reconstructionError.empty()) {
+                double sum = 0;
+                for (const auto& [layer, e] : r.steps.back().reconstructionError) sum += e;
+                m.reconstruction = sum / double(r.steps.back().reconstructionError.size());
+            }
             Transformer a(*base), b(*r.model);
             m.d = compareModels(a, b, evalTokens, base->tokenizer->bos(), pp);
             rows.push_back(std::move(m));
@@ -146,17 +151,21 @@ int main(int argc, char** argv) {
             << any.base.perplexity << " ± " << any.base.error << ".\n"
             << "- KL is KL(base ‖ variant) per scored token in nats; top-1 is how often both models' most likely next token agree.\n"
             << "- Linear size counts the block linear layers as stored (packed integers and their scales/zeros; pruned layers stay dense f32 "
-            << "with zeros, so pruning shows no size gain here); bits/weight = 8 × that size / their parameter count of the base.\n\n"
-            << "| variant | linear size | bits/weight | PPL ± err | ΔPPL | KL mean | KL p99 | top-1 | time |\n"
-            << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+            << "with zeros, so pruning shows no size gain here); bits/weight = 8 × that size / their parameter count of the base.\n"
+            << "- Recon err is the mean over layers of ‖WX − ŴX‖² / ‖WX‖², X each layer's inputs on the calibration windows "
+            << "(structured pruning changes shapes and has none).\n\n"
+            << "| variant | linear size | bits/weight | PPL ± err | ΔPPL | KL mean | KL p99 | top-1 | recon err | time |\n"
+            << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         char line[512];
-        std::snprintf(line, sizeof line, "| base (f32) | %s | %.2f | %.4f ± %.4f | — | — | — | — | — |\n",
+        std::snprintf(line, sizeof line, "| base (f32) | %s | %.2f | %.4f ± %.4f | — | — | — | — | — | — |\n",
                       humanBytes(baseLinear).c_str(), 8 * baseLinear / baseParams, any.base.perplexity, any.base.error);
         out << line;
         for (const auto& m : rows) {
-            std::snprintf(line, sizeof line, "| %s | %s | %.2f | %.4f ± %.4f | %+.4f | %.5f | %.5f | %.2f%% | %.1f s |\n", m.label.c_str(),
+            char recon[32] = "—";
+            if (m.reconstruction >= 0) std::snprintf(recon, sizeof recon, "%.2e", m.reconstruction);
+            std::snprintf(line, sizeof line, "| %s | %s | %.2f | %.4f ± %.4f | %+.4f | %.5f | %.5f | %.2f%% | %s | %.1f s |\n", m.label.c_str(),
                           humanBytes(m.linearBytes).c_str(), m.bitsPerWeight, m.d.variant.perplexity, m.d.variant.error,
-                          m.d.variant.perplexity - m.d.base.perplexity, m.d.klMean, m.d.klP99, 100 * m.d.top1Agreement, m.seconds);
+                          m.d.variant.perplexity - m.d.base.perplexity, m.d.klMean, m.d.klP99, 100 * m.d.top1Agreement, recon, m.seconds);
             out << line;
         }
         auto ppl = [&](const char* label) {

@@ -1,4 +1,7 @@
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -57,8 +60,31 @@ int runMethods(const std::vector<std::string>& args) {
     return 0;
 }
 
+// The metrics of one stage: size always; PPL, KL and top-1 against the base when an evaluation text is given.
+nlohmann::json stageMetrics(const Model& base, const Model& model, const std::vector<TokenId>* tokens, const PerplexityParams& p,
+                            Feedback* feedback) {
+    nlohmann::json m = {{"bytes", model.storageBytes()}, {"parameters", model.parameterCount()}};
+    if (!tokens) return m;
+    Transformer baseRuntime(base), runtime(model);
+    DivergenceResult d = compareModels(baseRuntime, runtime, *tokens, base.tokenizer->bos(), p, feedback);
+    m["ppl"] = d.variant.perplexity;
+    m["ppl_err"] = d.variant.error;
+    m["kl"] = d.klMean;
+    m["kl_p99"] = d.klP99;
+    m["top1"] = d.top1Agreement;
+    m["tokens_scored"] = d.variant.tokensScored;
+    return m;
+}
+
+std::string cell(const nlohmann::json& m, const char* key, const char* format) {
+    if (!m.contains(key)) return "-";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, format, m[key].get<double>());
+    return buf;
+}
+
 int runCompress(const std::vector<std::string>& args) {
-    Arguments a(args, {"recipe", "calib", "samples", "seq-len", "seed", "eval", "ctx", "chunks", "threads", "tokenizer"},
+    Arguments a(args, {"recipe", "calib", "samples", "seq-len", "seed", "eval", "ctx", "chunks", "threads", "tokenizer", "out"},
                 {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
@@ -73,64 +99,78 @@ int runCompress(const std::vector<std::string>& args) {
     calib.seqLen = a.integer("seq-len", 512);
     calib.seed = static_cast<uint64_t>(a.integer("seed", 0));
     const bool quiet = a.flag("quiet") || a.flag("json");
+
+    std::vector<TokenId> evalTokens;
+    PerplexityParams p;
+    if (a.has("eval")) {
+        if (!base->tokenizer) throw Error(path, "has no tokenizer to evaluate with");
+        evalTokens = base->tokenizer->encode(readTextFile(a.value("eval")), true);
+        p.ctx = a.integer("ctx", std::min<int64_t>(512, base->spec.context));
+        p.maxChunks = a.integer("chunks", -1);
+    }
+    const std::vector<TokenId>* tokens = a.has("eval") ? &evalTokens : nullptr;
+    CallbackFeedback evalFeedback;
+    reportToStderr(evalFeedback, quiet);
+    if (!quiet && tokens) std::fprintf(stderr, "evaluating the base on %s\n", a.value("eval").c_str());
+    nlohmann::json report = {{"model", path}, {"recipe", recipe.toJson()},
+                             {"base", stageMetrics(*base, *base, tokens, p, &evalFeedback)}};
+    if (tokens) report["evaluation"] = {{"text", a.value("eval")}, {"ctx", p.ctx}, {"chunks", chunkCount(int64_t(evalTokens.size()), p)}};
+    nlohmann::json steps = nlohmann::json::array();
     CallbackFeedback feedback;
     reportToStderr(feedback, quiet);
-    CompressionResult result = compressModel(*base, recipe, calib, &feedback);
-
-    nlohmann::json report = {{"model", path}, {"recipe", recipe.toJson()},
-                             {"base_bytes", base->storageBytes()}, {"variant_bytes", result.model->storageBytes()},
-                             {"base_parameters", base->parameterCount()}, {"variant_parameters", result.model->parameterCount()}};
+    CompressionResult result = compressModel(*base, recipe, calib, &feedback, [&](const StepReport& s, const Model& variant) {
+        nlohmann::json step = {{"method", s.method}, {"version", s.version}, {"params", s.params}, {"layers", s.layers},
+                               {"seconds", s.seconds}, {"notes", s.notes}};
+        if (!s.reconstructionError.empty()) {
+            double sum = 0, worst = 0;
+            for (const auto& [layer, e] : s.reconstructionError) {
+                sum += e;
+                worst = std::max(worst, e);
+            }
+            step["reconstruction_error"] = {{"mean", sum / double(s.reconstructionError.size())}, {"max", worst},
+                                            {"layers", s.reconstructionError}};
+        }
+        if (!quiet && tokens) std::fprintf(stderr, "evaluating after %s\n", s.method.c_str());
+        step.update(stageMetrics(*base, variant, tokens, p, &evalFeedback));
+        steps.push_back(step);
+    });
+    report["steps"] = steps;
+    report["final"] = steps.empty() ? report["base"] : steps.back();
+    for (const char* key : {"method", "version", "params", "layers", "seconds", "notes", "reconstruction_error"}) report["final"].erase(key);
     if (result.calibrationSamples)
         report["calibration"] = {{"file", calib.textPath}, {"samples", result.calibrationSamples},
                                  {"seq_len", result.calibrationSeqLen}, {"seed", calib.seed}, {"note", result.calibrationNote}};
-    nlohmann::json steps = nlohmann::json::array();
-    for (const auto& s : result.steps)
-        steps.push_back({{"method", s.method}, {"version", s.version}, {"params", s.params}, {"layers", s.layers},
-                         {"seconds", s.seconds}, {"notes", s.notes}});
-    report["steps"] = steps;
     nlohmann::json layers = nlohmann::json::object();
     for (const auto& [name, linear] : result.model->compressedLayers())
         layers[name] = {{"form", linear->describe()}, {"bits_per_weight", linear->bitsPerWeight()}};
     report["compressed_layers"] = layers;
 
-    if (a.has("eval")) {
-        if (!base->tokenizer) throw Error(path, "has no tokenizer to evaluate with");
-        std::vector<TokenId> tokens = base->tokenizer->encode(readTextFile(a.value("eval")), true);
-        PerplexityParams p;
-        p.ctx = a.integer("ctx", std::min<int64_t>(512, base->spec.context));
-        p.maxChunks = a.integer("chunks", -1);
-        Transformer baseRuntime(*base), variantRuntime(*result.model);
-        if (!quiet) std::fprintf(stderr, "evaluating base and variant on %s\n", a.value("eval").c_str());
-        CallbackFeedback evalFeedback;
-        reportToStderr(evalFeedback, quiet);
-        DivergenceResult d = compareModels(baseRuntime, variantRuntime, tokens, base->tokenizer->bos(), p, &evalFeedback);
-        report["evaluation"] = {{"text", a.value("eval")}, {"ctx", p.ctx}, {"chunks", d.base.chunks},
-                                {"tokens_scored", d.base.tokensScored},
-                                {"base", {{"perplexity", d.base.perplexity}, {"error", d.base.error}}},
-                                {"variant", {{"perplexity", d.variant.perplexity}, {"error", d.variant.error}}},
-                                {"kl_mean", d.klMean}, {"kl_p99", d.klP99}, {"top1_agreement", d.top1Agreement}};
+    if (a.has("out")) {
+        const std::string dir = a.value("out");
+        std::filesystem::create_directories(dir);
+        recipe.save(dir + "/recipe.json");
+        const std::string tmp = dir + "/report.json.tmp";
+        std::ofstream(tmp) << report.dump(2) << "\n";
+        std::filesystem::rename(tmp, dir + "/report.json");
     }
     if (a.flag("json")) {
         std::cout << report.dump(2) << "\n";
         return 0;
     }
-    for (const auto& s : result.steps) {
-        std::printf("%s v%d on %lld layers in %.2f s %s\n", s.method.c_str(), s.version, static_cast<long long>(s.layers),
-                    s.seconds, s.params.dump().c_str());
-        for (const auto& n : s.notes) std::printf("    %s\n", n.c_str());
+    std::printf("%-26s %12s %16s %9s %9s %8s %10s %8s\n", "stage", "size", "PPL", "+/-", "KL", "top-1", "recon err", "time");
+    auto row = [&](const std::string& name, const nlohmann::json& m, const std::string& recon, const std::string& time) {
+        std::printf("%-26s %12s %16s %9s %9s %8s %10s %8s\n", name.c_str(), humanBytes(m["bytes"].get<double>()).c_str(),
+                    cell(m, "ppl", "%.4f").c_str(), cell(m, "ppl_err", "%.4f").c_str(), cell(m, "kl", "%.5f").c_str(),
+                    cell(m, "top1", "%.4f").c_str(), recon.c_str(), time.c_str());
+    };
+    row("base", report["base"], "-", "-");
+    for (const auto& st : steps) {
+        char time[32];
+        std::snprintf(time, sizeof time, "%.2fs", st["seconds"].get<double>());
+        row(st["method"].get<std::string>(), st, st.contains("reconstruction_error") ? cell(st["reconstruction_error"], "mean", "%.2e") : "-", time);
+        for (const auto& n : st["notes"]) std::printf("    %s\n", n.get<std::string>().c_str());
     }
-    std::printf("size       %s -> %s (%.2fx)\n", humanBytes(double(base->storageBytes())).c_str(),
-                humanBytes(double(result.model->storageBytes())).c_str(),
-                double(base->storageBytes()) / double(result.model->storageBytes()));
-    if (report.contains("evaluation")) {
-        const auto& e = report["evaluation"];
-        std::printf("PPL        base %.4f +/- %.4f, variant %.4f +/- %.4f  (%lld tokens, ctx %lld)\n",
-                    e["base"]["perplexity"].get<double>(), e["base"]["error"].get<double>(),
-                    e["variant"]["perplexity"].get<double>(), e["variant"]["error"].get<double>(),
-                    e["tokens_scored"].get<long long>(), e["ctx"].get<long long>());
-        std::printf("KL         mean %.5f, p99 %.5f; top-1 agreement %.2f%%\n", e["kl_mean"].get<double>(),
-                    e["kl_p99"].get<double>(), 100 * e["top1_agreement"].get<double>());
-    }
+    if (!tokens) std::printf("(no --eval FILE: sizes only)\n");
     return 0;
 }
 

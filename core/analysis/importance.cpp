@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include <map>
+
 #include "core/compress/compressed_layers.h"
+#include "core/compress/prune_math.h"
+#include "core/compress/sequential.h"
 #include "core/model/model.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
@@ -99,9 +103,37 @@ ImportanceMap linearSensitivity(const Model& model, const at::Tensor& windows, F
     return map;
 }
 
+// Wanda's |W|·‖X‖ summed over the outputs each intermediate MLP channel feeds: blocks × channels.
+ImportanceMap channelWanda(const Model& model, const at::Tensor& windows, Feedback* feedback) {
+    const bool llama = model.spec.family == Family::Llama;
+    const std::string suffix = llama ? "mlp.down_proj" : "mlp.c_proj";
+    auto layerName = [&](int64_t l) { return llama ? names::llamaLayer(l, suffix) : names::gpt2Layer(l, suffix); };
+    std::map<int64_t, std::unique_ptr<prune::InputNormAccumulator>> norms;
+    SequentialPass pass;
+    pass.layersOf = [&](int64_t b) { return std::vector<std::string>{layerName(b)}; };
+    pass.collect = [&](const std::string& layer, const at::Tensor& x) {
+        auto& n = norms[std::stoll(layer.substr(layer.find_first_of("0123456789")))];
+        if (!n) n = std::make_unique<prune::InputNormAccumulator>(x.size(1));
+        n->add(x);
+    };
+    runSequential(model, windows, pass, feedback);
+    ImportanceMap map;
+    map.kind = "channels.wanda";
+    int64_t maxFfn = 0;
+    for (int64_t l = 0; l < model.spec.layers; ++l) maxFfn = std::max(maxFfn, model.spec.ffnAt(l));
+    for (int64_t l = 0; l < model.spec.layers; ++l) map.rowLabels.push_back("block " + std::to_string(l));
+    for (int64_t c = 0; c < maxFfn; ++c) map.columnLabels.push_back(std::to_string(c));
+    map.values.assign(static_cast<size_t>(model.spec.layers * maxFfn), std::nan(""));
+    for (int64_t l = 0; l < model.spec.layers; ++l) {
+        at::Tensor scores = prune::wandaScores(model.floatTensor(layerName(l) + ".weight"), norms.at(l)->norms()).sum(0).to(at::kDouble).contiguous();
+        for (int64_t c = 0; c < scores.numel(); ++c) map.values[static_cast<size_t>(l * maxFfn + c)] = scores.data_ptr<double>()[c];
+    }
+    return map;
+}
+
 } // namespace
 
-std::vector<std::string> importanceKinds() { return {"heads.ablation", "linears.sensitivity"}; }
+std::vector<std::string> importanceKinds() { return {"heads.ablation", "linears.sensitivity", "channels.wanda"}; }
 
 double meanLoss(const Model& model, const at::Tensor& windows) {
     checkWindows(windows);
@@ -111,9 +143,11 @@ double meanLoss(const Model& model, const at::Tensor& windows) {
 ImportanceMap computeImportance(const Model& model, const std::string& kind, const at::Tensor& windows, Feedback* feedback) {
     checkWindows(windows);
     ImportanceMap map;
-    if (kind == "heads.ablation") map = headAblation(model, windows, feedback);
-    else if (kind == "linears.sensitivity") map = linearSensitivity(model, windows, feedback);
-    else throw Error("unknown importance kind '" + kind + "' (known: heads.ablation, linears.sensitivity)");
+    // "head", "layer" and "channel" are the short names the CLI documents.
+    if (kind == "heads.ablation" || kind == "head") map = headAblation(model, windows, feedback);
+    else if (kind == "linears.sensitivity" || kind == "layer") map = linearSensitivity(model, windows, feedback);
+    else if (kind == "channels.wanda" || kind == "channel") map = channelWanda(model, windows, feedback);
+    else throw Error("unknown importance kind '" + kind + "' (known: heads.ablation or head, linears.sensitivity or layer, channels.wanda or channel)");
     if (feedback) feedback->setProgress(1.0);
     return map;
 }

@@ -20,6 +20,9 @@ std::vector<std::string> importanceKinds();
 //   removed (its columns of the output projection zeroed). Llama family.
 // "linears.sensitivity": blocks × linear layers; the mean KL(base ‖ model) when only that layer is rounded to
 //   int4 (RTN, group 32, symmetric), all others kept.
+// "channels.wanda": blocks × MLP intermediate channels; Wanda's |W|·‖X‖ of the down projection summed over the
+//   outputs each channel feeds (X the channel's activations on the windows).
+// Short names: "head", "layer", "channel".
 // `windows` are token windows [samples, length] (see drawCalibration); throws cwb::Error or Cancelled.
 ImportanceMap computeImportance(const Model& model, const std::string& kind, const at::Tensor& windows, Feedback* feedback);
 

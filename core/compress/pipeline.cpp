@@ -4,7 +4,10 @@
 #include <random>
 #include <regex>
 
+#include "core/compress/gptq_math.h"
 #include "core/compress/method.h"
+#include "core/compress/methods/calibration_stats.h"
+#include "core/compress/sequential.h"
 #include "core/eval/perplexity.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
@@ -52,6 +55,43 @@ std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step
     return out;
 }
 
+std::map<std::string, double> reconstructionErrors(const Model& before, Model& after, const std::vector<std::string>& layers,
+                                                   const at::Tensor& windows, Feedback* feedback) {
+    std::map<std::string, double> errors;
+    std::map<int64_t, std::vector<std::string>> byBlock;
+    for (const auto& layer : layers) {
+        if (!before.has(layer + ".weight") || !after.has(layer + ".weight")) continue;
+        if (before.tensor(layer + ".weight").shape != after.tensor(layer + ".weight").shape) continue;
+        const bool unchanged = before.compressed(layer) == after.compressed(layer) &&
+                               before.tensor(layer + ".weight").data == after.tensor(layer + ".weight").data;
+        if (unchanged) continue;   // the step left this layer alone
+        byBlock[blockOf(layer)].push_back(layer);
+    }
+    if (!windows.defined() || byBlock.empty()) return errors;
+    std::map<std::string, std::unique_ptr<quant::HessianAccumulator>> hessians;
+    SequentialPass pass;
+    pass.layersOf = [&](int64_t b) { return byBlock.count(b) ? byBlock[b] : std::vector<std::string>{}; };
+    pass.collect = [&](const std::string& layer, const at::Tensor& x) {
+        auto& h = hessians[layer];
+        if (!h) h = std::make_unique<quant::HessianAccumulator>(x.size(1));
+        h->add(x);
+    };
+    // With H ∝ XᵀX, ‖ΔW Xᵀ‖² / ‖W Xᵀ‖² = tr(ΔW H ΔWᵀ) / tr(W H Wᵀ): the scale of H cancels.
+    pass.compressBlock = [&](int64_t b) {
+        if (!byBlock.count(b)) return;
+        for (const auto& layer : byBlock[b]) {
+            at::Tensor h = hessians.at(layer)->hessian().to(at::kDouble);
+            at::Tensor w = before.floatTensor(layer + ".weight").to(at::kDouble);
+            at::Tensor d = w - after.floatTensor(layer + ".weight").to(at::kDouble);
+            const double reference = (at::matmul(w, h) * w).sum().item<double>();
+            errors[layer] = reference > 0 ? (at::matmul(d, h) * d).sum().item<double>() / reference : 0.0;
+            hessians.erase(layer);
+        }
+    };
+    runSequential(after, windows, pass, feedback);
+    return errors;
+}
+
 static bool needsCalibration(const Recipe& recipe) {
     bool need = false;
     for (const auto& step : recipe.steps) {
@@ -62,11 +102,13 @@ static bool needsCalibration(const Recipe& recipe) {
     return need;
 }
 
-CompressionResult compressModel(const Model& base, const Recipe& recipe, const CalibrationSpec& calibration, Feedback* feedback) {
+CompressionResult compressModel(const Model& base, const Recipe& recipe, const CalibrationSpec& calibration, Feedback* feedback,
+                                const StepObserver& onStep) {
     recipe.validate("recipe");
     at::Tensor windows;
     std::string note;
-    if (needsCalibration(recipe)) {
+    // Windows are drawn whenever a text is given: they also measure each step's reconstruction error.
+    if (needsCalibration(recipe) || !calibration.textPath.empty()) {
         if (calibration.textPath.empty())
             throw Error("the recipe has a step that needs calibration data; give a text file (--calib FILE)");
         if (!base.tokenizer) throw Error(base.path, "calibration needs the model's tokenizer, and it has none");
@@ -74,12 +116,13 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const C
         windows = drawCalibration(tokens, base.tokenizer->bos(), calibration, base.spec.context, &note);
         if (feedback && !note.empty()) feedback->log(note);
     }
-    CompressionResult result = compressModel(base, recipe, windows, feedback);
+    CompressionResult result = compressModel(base, recipe, windows, feedback, onStep);
     result.calibrationNote = note;
     return result;
 }
 
-CompressionResult compressModel(const Model& base, const Recipe& recipe, const at::Tensor& windows, Feedback* feedback) {
+CompressionResult compressModel(const Model& base, const Recipe& recipe, const at::Tensor& windows, Feedback* feedback,
+                                const StepObserver& onStep) {
     recipe.validate("recipe");
     if (needsCalibration(recipe) && !windows.defined())
         throw Error("the recipe has a step that needs calibration data; give a text file (--calib FILE)");
@@ -100,6 +143,7 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         if (feedback) feedback->log("step " + std::to_string(i + 1) + "/" + std::to_string(steps) + ": " + step.method +
                                     " on " + std::to_string(ctx.layers.size()) + " layers");
         auto t0 = std::chrono::steady_clock::now();
+        std::unique_ptr<Model> before = result.model->clone();
         method->apply(ctx);
         StepReport report;
         report.method = step.method;
@@ -108,6 +152,8 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         report.layers = static_cast<int64_t>(ctx.layers.size());
         report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         report.notes = ctx.notes;
+        report.reconstructionError = reconstructionErrors(*before, *result.model, ctx.layers, windows, nullptr);
+        if (onStep) onStep(report, *result.model);
         result.steps.push_back(std::move(report));
     }
     result.model->spec.validate("compressed model");

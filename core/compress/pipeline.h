@@ -1,5 +1,7 @@
 #pragma once
 // Building a variant: draw calibration windows, then run the recipe's steps in order on a copy of the base.
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +24,10 @@ struct CalibrationSpec {
     uint64_t seed = 0;
 };
 
+// Fills StepReport::reconstructionError for the layers whose weights differ between `before` and `after`.
+std::map<std::string, double> reconstructionErrors(const Model& before, Model& after, const std::vector<std::string>& layers,
+                                                   const at::Tensor& windows, Feedback* feedback);
+
 // `samples` windows of `seqLen` tokens at seeded random offsets of the tokenized text, BOS first; seqLen is
 // clipped to the model's context and the text. `note` says what was clipped.
 at::Tensor drawCalibration(const std::vector<TokenId>& tokens, TokenId bos, const CalibrationSpec& spec,
@@ -34,6 +40,9 @@ struct StepReport {
     int64_t layers = 0;             // layers it touched
     double seconds = 0;
     std::vector<std::string> notes;
+    // ‖WX − ŴX‖² / ‖WX‖² per layer the step changed (same shape before and after), X the layer's inputs on the
+    // calibration windows; empty without calibration data or for steps that change shapes.
+    std::map<std::string, double> reconstructionError;
 };
 
 struct CompressionResult {
@@ -43,13 +52,16 @@ struct CompressionResult {
     int64_t calibrationSamples = 0, calibrationSeqLen = 0;
 };
 
+// Called after each step with its report and the variant as it stands (e.g. to evaluate every stage).
+using StepObserver = std::function<void(const StepReport& step, const Model& variant)>;
+
 // Throws cwb::Error (bad recipe, no calibration for a method that needs it) or Cancelled.
 CompressionResult compressModel(const Model& base, const Recipe& recipe, const CalibrationSpec& calibration,
-                                Feedback* feedback = nullptr);
+                                Feedback* feedback = nullptr, const StepObserver& onStep = {});
 
 // The same with calibration windows already drawn ([samples, seqLen] int64; undefined when none).
 CompressionResult compressModel(const Model& base, const Recipe& recipe, const at::Tensor& calibration,
-                                Feedback* feedback = nullptr);
+                                Feedback* feedback = nullptr, const StepObserver& onStep = {});
 
 // Linear layers a step targets: its regex (default all block linears) minus its ignore list.
 std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step);

@@ -32,7 +32,7 @@ private:
 
 } // namespace
 
-void runSequential(Model& model, const at::Tensor& calibration, const SequentialPass& pass, Feedback* feedback) {
+void runSequential(const Model& model, const at::Tensor& calibration, const SequentialPass& pass, Feedback* feedback) {
     if (!calibration.defined() || calibration.dim() != 2 || calibration.size(0) == 0)
         throw Error("this method needs calibration data (a text file for --calib)");
     Transformer runtime(model);

@@ -29,6 +29,7 @@ struct SequentialPass {
 };
 
 // Runs the pass over all blocks; progress goes to `feedback` in [begin, end]. Throws Cancelled.
-void runSequential(Model& model, const at::Tensor& calibration, const SequentialPass& pass, Feedback* feedback);
+// The model may change between blocks (compressBlock does that through its own reference); blocks are reloaded.
+void runSequential(const Model& model, const at::Tensor& calibration, const SequentialPass& pass, Feedback* feedback);
 
 } // namespace cwb

@@ -2,6 +2,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QTemporaryDir>
 #include <QtTest/QtTest>
 
 #include "tests/support/test_paths.h"
@@ -112,17 +113,35 @@ void TestCli::methodsAndCompress() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
     const QString recipe = QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/gptq-w4g32.json";
-    Result r = run({"compress", model, "--recipe", recipe, "--calib", text, "--samples", "8", "--seq-len", "128",
-                    "--eval", text, "--ctx", "128", "--chunks", "4", "--json"});
+    QTemporaryDir out;
+    const QString twoSteps = out.filePath("two.json");
+    {
+        QFile f(twoSteps);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.2}},{"method":"quantize.gptq","params":{"group_size":32}}]})");
+    }
+    Result r = run({"compress", model, "--recipe", twoSteps, "--calib", text, "--samples", "8", "--seq-len", "128",
+                    "--eval", text, "--ctx", "128", "--chunks", "4", "--out", out.filePath("o"), "--json"});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
-    QVERIFY(j["variant_bytes"].toDouble() < 0.5 * j["base_bytes"].toDouble());
+    QJsonObject base = j["base"].toObject(), final_ = j["final"].toObject();
+    QJsonArray steps = j["steps"].toArray();
+    QCOMPARE(steps.size(), 2);   // {"base": M, "steps": [...], "final": M}
+    QCOMPARE(steps[0].toObject()["method"].toString(), QStringLiteral("prune.magnitude"));
+    QCOMPARE(final_["ppl"].toDouble(), steps[1].toObject()["ppl"].toDouble());
+    QCOMPARE(base["kl"].toDouble(), 0.0);
+    QCOMPARE(base["top1"].toDouble(), 1.0);
+    QVERIFY(final_["bytes"].toDouble() < 0.5 * base["bytes"].toDouble());
+    QCOMPARE(steps[0].toObject()["bytes"].toDouble(), base["bytes"].toDouble());   // pruning alone keeps dense storage
+    QVERIFY(steps[1].toObject()["kl"].toDouble() > steps[0].toObject()["kl"].toDouble());
+    QCOMPARE(final_["tokens_scored"].toInt(), 4 * 63);
+    for (const auto& s : steps) {
+        QJsonObject recon = s.toObject()["reconstruction_error"].toObject();
+        QCOMPARE(recon["layers"].toObject().size(), 35);   // 5 blocks x 7 linear layers
+        QVERIFY(recon["mean"].toDouble() > 0.0 && recon["max"].toDouble() < 1.0);
+    }
     QCOMPARE(j["calibration"].toObject()["samples"].toInt(), 8);
-    QCOMPARE(j["compressed_layers"].toObject().size(), 35);   // 5 blocks x 7 linear layers
-    QJsonObject e = j["evaluation"].toObject();
-    QCOMPARE(e["tokens_scored"].toInt(), 4 * 63);
-    QVERIFY(e["variant"].toObject()["perplexity"].toDouble() > e["base"].toObject()["perplexity"].toDouble() * 0.9);
-    QVERIFY(e["kl_mean"].toDouble() > 0.0);
+    QVERIFY(QFile::exists(out.filePath("o/report.json")) && QFile::exists(out.filePath("o/recipe.json")));
     // A calibrated method without calibration text is refused with what to do.
     Result missing = run({"compress", model, "--recipe", recipe});
     QCOMPARE(missing.exitCode, 2);

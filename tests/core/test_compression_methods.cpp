@@ -59,6 +59,7 @@ private slots:
     void calibratedMethodsRun_data();
     void calibratedMethodsRun();
     void calibrationWindowsAreSeeded();
+    void reconstructionErrorIsReported();
     void missingCalibrationAndCancelAreReported();
 };
 
@@ -209,6 +210,24 @@ void TestCompressionMethods::calibratedMethodsRun() {
     if (check == "ffn36") QCOMPARE(r.model->spec.ffnAt(0), int64_t(36));
     if (check == "layers1") QCOMPARE(r.model->spec.layers, int64_t(1));
     QVERIFY(at::isfinite(logitsOf(*r.model)).all().item<bool>());
+}
+
+void TestCompressionMethods::reconstructionErrorIsReported() {
+    Loaded l(tinyLlamaSpec());
+    const at::Tensor w = windows(8, 32);
+    CompressionResult rtn = compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"bits":3,"group_size":16}}]})"), w);
+    CompressionResult gptq = compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.gptq","params":{"bits":3,"group_size":16}}]})"), w);
+    const auto& a = rtn.steps.at(0).reconstructionError;
+    const auto& b = gptq.steps.at(0).reconstructionError;
+    QCOMPARE(a.size(), size_t(14));
+    for (const auto& [layer, e] : a) QVERIFY2(e > 0 && e < 1, layer.c_str());
+    // In the first block both see the same inputs, and GPTQ minimises exactly this error.
+    for (const auto& [layer, e] : b)
+        if (layer.rfind("model.layers.0.", 0) == 0) QVERIFY2(e < a.at(layer), layer.c_str());
+    // Without calibration windows nothing is measured; structured steps change shapes and report nothing.
+    QVERIFY(compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn"}]})"), at::Tensor()).steps[0].reconstructionError.empty());
+    QVERIFY(compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.channels","params":{"importance":"weight"}}]})"), w)
+                .steps[0].reconstructionError.empty());
 }
 
 void TestCompressionMethods::calibrationWindowsAreSeeded() {

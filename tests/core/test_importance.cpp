@@ -36,6 +36,7 @@ private slots:
     void silentHeadHasZeroAblationImportance();
     void unchangedLayerHasZeroSensitivity();
     void uniformModelLossIsLogVocabulary();
+    void channelScoresFollowWandaSums();
     void badRequestsAreRefused();
 };
 
@@ -78,6 +79,21 @@ void TestImportance::uniformModelLossIsLogVocabulary() {
     w["model.norm.weight"].zero_();
     auto model = load(dir, w);
     QVERIFY(std::abs(meanLoss(*model, windows()) - std::log(64.0)) < 1e-9);
+}
+
+void TestImportance::channelScoresFollowWandaSums() {
+    QTemporaryDir dir;
+    WeightMap w = randomWeights(tinyLlamaSpec(), 7);
+    w["model.layers.1.mlp.down_proj.weight"].select(1, 5).zero_();   // channel 5 of block 1 feeds nothing
+    w["model.layers.0.mlp.down_proj.weight"].select(1, 9).mul_(100.0);   // channel 9 of block 0 feeds a lot
+    auto model = load(dir, w);
+    ImportanceMap map = computeImportance(*model, "channel", windows(), nullptr);
+    QCOMPARE(map.kind, std::string("channels.wanda"));
+    QCOMPARE(map.columnLabels.size(), size_t(48));
+    QCOMPARE(map.values[1 * 48 + 5], 0.0);
+    const double channel9 = map.values[0 * 48 + 9];
+    for (int c = 0; c < 48; ++c)
+        if (c != 9) QVERIFY(map.values[size_t(c)] < channel9);
 }
 
 void TestImportance::badRequestsAreRefused() {

@@ -1,0 +1,68 @@
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli/arguments.h"
+#include "app/cli/commands.h"
+#include "core/analysis/budget.h"
+#include "core/compress/pipeline.h"
+#include "core/eval/perplexity.h"
+#include "core/io/model_format.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+
+namespace cwb::cli {
+
+int runBudget(const std::vector<std::string>& args) {
+    Arguments a(args, {"text", "target-bits", "bits", "group-size", "samples", "seq-len", "seed", "out", "threads"}, {"json", "quiet"});
+    applyThreads(a.integer("threads", 0));
+    const std::string path = a.requirePositional("MODEL");
+    if (!a.has("text") || !a.has("target-bits")) throw Error("budget needs --text FILE and --target-bits B");
+    auto model = loadModel(path);
+    if (!model->tokenizer) throw Error(path, "has no tokenizer");
+    BudgetOptions options;
+    options.targetBitsPerWeight = a.number("target-bits", 4.5);
+    options.groupSize = a.integer("group-size", 32);
+    if (a.has("bits")) {
+        options.bits.clear();
+        std::stringstream list(a.value("bits"));
+        for (std::string b; std::getline(list, b, ',');) {
+            if (b.empty()) continue;
+            const int bits = std::atoi(b.c_str());
+            if (bits < 2 || bits > 8) throw Error("--bits: each width must be 2..8, got '" + b + "'");
+            options.bits.push_back(bits);
+        }
+    }
+    CalibrationSpec spec{a.value("text"), a.integer("samples", 8), a.integer("seq-len", 256), static_cast<uint64_t>(a.integer("seed", 0))};
+    at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), true), model->tokenizer->bos(),
+                                         spec, model->spec.context);
+    CallbackFeedback feedback;
+    int last = -1;
+    if (!a.flag("quiet") && !a.flag("json"))
+        feedback.progressCallback = [&](double f) {
+            if (int(f * 10) != last) std::fprintf(stderr, "budget: measuring %d%%\n", int(f * 100));
+            last = int(f * 10);
+        };
+    BudgetPlan plan = solveBitBudget(*model, windows, options, &feedback);
+    if (a.has("out")) plan.recipe.save(a.value("out"));
+    if (a.flag("json")) {
+        nlohmann::json layers = nlohmann::json::array();
+        for (const auto& l : plan.layers) {
+            nlohmann::json o = nlohmann::json::array();
+            for (const auto& opt : l.options) o.push_back({{"bits", opt.bits}, {"bits_per_weight", opt.bitsPerWeight}, {"kl", opt.cost}});
+            layers.push_back({{"layer", l.name}, {"parameters", l.parameters}, {"chosen", plan.bits.at(l.name)}, {"options", o}});
+        }
+        std::cout << nlohmann::json{{"target_bits_per_weight", options.targetBitsPerWeight}, {"bits_per_weight", plan.bitsPerWeight},
+                                    {"predicted_kl_sum", plan.predictedCost}, {"layers", layers}, {"recipe", plan.recipe.toJson()}}.dump(2)
+                  << "\n";
+        return 0;
+    }
+    for (const auto& [layer, bits] : plan.bits) std::printf("%-44s %d bits\n", layer.c_str(), bits);
+    std::printf("plan: %.3f bits per weight (target %.3f), summed single-layer KL %.5f%s\n", plan.bitsPerWeight,
+                options.targetBitsPerWeight, plan.predictedCost, a.has("out") ? (", recipe written to " + a.value("out")).c_str() : "");
+    return 0;
+}
+
+} // namespace cwb::cli

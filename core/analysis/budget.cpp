@@ -1,0 +1,123 @@
+#include "core/analysis/budget.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/compress/compressed_layers.h"
+#include "core/model/model.h"
+#include "core/runtime/transformer.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+
+namespace cwb {
+
+std::vector<size_t> chooseBits(const std::vector<BudgetLayer>& layers, double target) {
+    std::vector<size_t> choice(layers.size());
+    double parameters = 0, bits = 0;
+    for (size_t i = 0; i < layers.size(); ++i) {
+        const auto& o = layers[i].options;
+        if (o.empty()) throw Error("budget: layer " + layers[i].name + " has no options");
+        choice[i] = static_cast<size_t>(std::min_element(o.begin(), o.end(), [](auto& a, auto& b) { return a.bitsPerWeight < b.bitsPerWeight; }) - o.begin());
+        parameters += double(layers[i].parameters);
+        bits += double(layers[i].parameters) * o[choice[i]].bitsPerWeight;
+    }
+    if (parameters == 0) return choice;
+    if (bits / parameters > target + 1e-12)
+        throw Error("budget: the target of " + std::to_string(target) + " bits per weight is below the smallest plan (" +
+                    std::to_string(bits / parameters) + ")");
+    for (;;) {
+        double bestRatio = 0;
+        size_t bestLayer = layers.size(), bestOption = 0;
+        for (size_t i = 0; i < layers.size(); ++i) {
+            const BudgetOption& current = layers[i].options[choice[i]];
+            for (size_t k = 0; k < layers[i].options.size(); ++k) {
+                const BudgetOption& next = layers[i].options[k];
+                const double extra = double(layers[i].parameters) * (next.bitsPerWeight - current.bitsPerWeight);
+                const double saved = current.cost - next.cost;
+                if (extra <= 0 || saved <= 0 || (bits + extra) / parameters > target + 1e-12) continue;
+                if (saved / extra > bestRatio) {
+                    bestRatio = saved / extra;
+                    bestLayer = i;
+                    bestOption = k;
+                }
+            }
+        }
+        if (bestLayer == layers.size()) break;
+        bits += double(layers[bestLayer].parameters) *
+                (layers[bestLayer].options[bestOption].bitsPerWeight - layers[bestLayer].options[choice[bestLayer]].bitsPerWeight);
+        choice[bestLayer] = bestOption;
+    }
+    return choice;
+}
+
+namespace {
+
+std::string exactPattern(const std::string& layer) {
+    std::string p = "^";
+    for (char c : layer) {
+        if (c == '.') p += "\\.";
+        else p += c;
+    }
+    return p + "$";
+}
+
+} // namespace
+
+BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const BudgetOptions& options, Feedback* feedback) {
+    if (!windows.defined() || windows.dim() != 2) throw Error("budget: needs token windows (a text file)");
+    if (options.bits.empty()) throw Error("budget: no candidate bit widths");
+    Transformer baseRuntime(model);
+    const at::Tensor base = at::log_softmax(baseRuntime.forward(windows).to(at::kCPU, at::kDouble), -1);
+    BudgetPlan plan;
+    const std::vector<std::string> layers = model.linearLayers();
+    const size_t total = layers.size() * options.bits.size();
+    size_t done = 0;
+    for (const auto& layer : layers) {
+        BudgetLayer entry;
+        entry.name = layer;
+        const at::Tensor w = model.floatTensor(layer + ".weight");
+        entry.parameters = w.numel();
+        for (int bits : options.bits) {
+            if (feedback) {
+                feedback->throwIfCancelled();
+                feedback->setProgress(double(done++) / double(total));
+            }
+            quant::QuantSpec spec;
+            spec.bits = bits;
+            spec.groupSize = options.groupSize;
+            auto linear = std::make_shared<IntLinear>(quant::quantizeRtn(w, spec));
+            auto variant = model.clone();
+            variant->setCompressed(layer, linear);
+            Transformer runtime(*variant);
+            const at::Tensor lp = at::log_softmax(runtime.forward(windows).to(at::kCPU, at::kDouble), -1);
+            const double kl = std::max(0.0, (base.exp() * (base - lp)).sum(-1).mean().item<double>());
+            entry.options.push_back({bits, linear->bitsPerWeight(), kl});
+        }
+        plan.layers.push_back(std::move(entry));
+    }
+    const std::vector<size_t> choice = chooseBits(plan.layers, options.targetBitsPerWeight);
+    double parameters = 0, bits = 0;
+    std::map<int, int64_t> parametersPerWidth;
+    for (size_t i = 0; i < plan.layers.size(); ++i) {
+        const BudgetOption& o = plan.layers[i].options[choice[i]];
+        plan.bits[plan.layers[i].name] = o.bits;
+        plan.predictedCost += o.cost;
+        parameters += double(plan.layers[i].parameters);
+        bits += double(plan.layers[i].parameters) * o.bitsPerWeight;
+        parametersPerWidth[o.bits] += plan.layers[i].parameters;
+    }
+    plan.bitsPerWeight = parameters > 0 ? bits / parameters : 0;
+    int common = parametersPerWidth.begin()->first;
+    for (const auto& [width, count] : parametersPerWidth)
+        if (count > parametersPerWidth[common]) common = width;
+    RecipeStep step;
+    step.method = "quantize.rtn";
+    step.params = {{"bits", common}, {"group_size", options.groupSize}};
+    for (const auto& [layer, width] : plan.bits)
+        if (width != common) step.overrides.push_back({exactPattern(layer), {{"bits", width}}});
+    plan.recipe.steps.push_back(step);
+    if (feedback) feedback->setProgress(1.0);
+    return plan;
+}
+
+} // namespace cwb

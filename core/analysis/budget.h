@@ -1,0 +1,52 @@
+#pragma once
+// The budget solver: given a target of bits per weight, choose per-layer bit widths that minimise the summed
+// measured sensitivity (KL against the base when only that layer is quantized at that width) and write the
+// choice as a recipe with per-layer overrides.
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "core/compress/recipe.h"
+
+namespace cwb {
+
+class Model;
+class Feedback;
+
+struct BudgetOption {
+    int bits = 4;
+    double bitsPerWeight = 4;   // as stored, scales and zeros included
+    double cost = 0;            // sensitivity (KL) of the layer alone at this width
+};
+
+struct BudgetLayer {
+    std::string name;
+    int64_t parameters = 0;
+    std::vector<BudgetOption> options;   // any order
+};
+
+// Greedy multiple-choice knapsack: every layer starts at its smallest option; the upgrade with the best cost
+// saved per extra bit is taken while the average stays within `targetBitsPerWeight`. Returns the chosen option
+// index per layer; throws cwb::Error when even the smallest options exceed the target.
+std::vector<size_t> chooseBits(const std::vector<BudgetLayer>& layers, double targetBitsPerWeight);
+
+struct BudgetOptions {
+    double targetBitsPerWeight = 4.5;
+    std::vector<int> bits = {3, 4, 8};
+    int64_t groupSize = 32;
+};
+
+struct BudgetPlan {
+    std::vector<BudgetLayer> layers;     // measured options
+    std::map<std::string, int> bits;     // chosen width per layer
+    double bitsPerWeight = 0;            // of the chosen plan, over the targeted layers
+    double predictedCost = 0;            // sum of the chosen options' costs
+    Recipe recipe;                       // quantize.rtn with the most common width and overrides for the rest
+};
+
+// Measures every (layer, width) on the windows with RTN (symmetric, groupSize) and solves for the target.
+BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const BudgetOptions& options, Feedback* feedback);
+
+} // namespace cwb

@@ -1,0 +1,80 @@
+// The bit-budget solver: the greedy choice on a hand-checkable case, refusal of an impossible target, and an
+// end-to-end plan whose recipe meets the target when applied.
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include "core/analysis/budget.h"
+#include "core/compress/pipeline.h"
+#include "core/io/model_format.h"
+#include "core/model/compressed_linear.h"
+#include "core/util/error.h"
+#include "tests/support/synthetic_models.h"
+
+using namespace cwb;
+using namespace cwb::test;
+
+class TestBudget : public QObject {
+    Q_OBJECT
+private slots:
+    void greedyUpgradesTheMostSensitiveLayer();
+    void impossibleTargetIsRefused();
+    void planMeetsTargetWhenApplied();
+};
+
+void TestBudget::greedyUpgradesTheMostSensitiveLayer() {
+    // Two layers of 100 weights; 3 or 4 bits. Upgrading "a" saves 8 per 100 extra bits, "b" only 0.5.
+    std::vector<BudgetLayer> layers = {{"a", 100, {{3, 3.0, 10.0}, {4, 4.0, 2.0}}}, {"b", 100, {{4, 4.0, 0.5}, {3, 3.0, 1.0}}}};
+    std::vector<size_t> c = chooseBits(layers, 3.5);   // room for one upgrade
+    QCOMPARE(layers[0].options[c[0]].bits, 4);
+    QCOMPARE(layers[1].options[c[1]].bits, 3);
+    c = chooseBits(layers, 4.0);                        // room for both
+    QCOMPARE(layers[0].options[c[0]].bits, 4);
+    QCOMPARE(layers[1].options[c[1]].bits, 4);
+    c = chooseBits(layers, 3.0);                        // none
+    QCOMPARE(layers[0].options[c[0]].bits, 3);
+    QCOMPARE(layers[1].options[c[1]].bits, 3);
+}
+
+void TestBudget::impossibleTargetIsRefused() {
+    std::vector<BudgetLayer> layers = {{"a", 10, {{3, 3.5, 1.0}, {8, 8.2, 0.0}}}};
+    try {
+        chooseBits(layers, 3.0);
+        QFAIL("accepted a target below the smallest plan");
+    } catch (const Error& e) {
+        QVERIFY(QString(e.what()).contains("below the smallest plan"));
+    }
+}
+
+void TestBudget::planMeetsTargetWhenApplied() {
+    QTemporaryDir dir;
+    ArchSpec spec = tinyLlamaSpec();
+    writeHfFolder(dir.path().toStdString(), spec, randomWeights(spec, 17), ggml::Type::F32);
+    auto model = loadModel(dir.path().toStdString());
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
+    at::Tensor windows = at::randint(2, 64, {4, 16}, gen, at::kLong);
+    BudgetOptions options;
+    // Tiny layers pad packed words and pay a scale per 16 weights: 3 bits store as ~5.1, 8 bits as ~9.5 per weight.
+    options.targetBitsPerWeight = 7.0;
+    options.bits = {3, 8};
+    options.groupSize = 16;
+    BudgetPlan plan = solveBitBudget(*model, windows, options, nullptr);
+    QCOMPARE(plan.layers.size(), size_t(14));
+    QVERIFY(plan.bitsPerWeight <= 7.0 + 1e-9);
+    int upgraded = 0;   // the budget is used, not left idle: some layers get more than the smallest width
+    for (const auto& [layer, width] : plan.bits) upgraded += width > 3;
+    QVERIFY(upgraded > 0 && upgraded < 14);
+    // Applying the recipe gives exactly the planned widths and storage.
+    CompressionResult r = compressModel(*model, plan.recipe, at::Tensor());
+    double bits = 0, parameters = 0;
+    for (const auto& [layer, width] : plan.bits) {
+        auto linear = r.model->compressed(layer);
+        QVERIFY(linear);
+        QCOMPARE(linear->bits(), width);
+        bits += 8.0 * double(linear->storageBytes());
+        parameters += double(linear->rows() * linear->cols());
+    }
+    QVERIFY(std::abs(bits / parameters - plan.bitsPerWeight) < 1e-9);
+}
+
+QTEST_APPLESS_MAIN(TestBudget)
+#include "test_budget.moc"
