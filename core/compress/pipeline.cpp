@@ -58,6 +58,8 @@ std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step
 std::map<std::string, double> reconstructionErrors(const Model& before, Model& after, const std::vector<std::string>& layers,
                                                    const at::Tensor& windows, Feedback* feedback) {
     std::map<std::string, double> errors;
+    // Dropped blocks renumber the rest: the same name no longer means the same layer, so nothing compares.
+    if (before.spec.layers != after.spec.layers) return errors;
     std::map<int64_t, std::vector<std::string>> byBlock;
     for (const auto& layer : layers) {
         if (!before.has(layer + ".weight") || !after.has(layer + ".weight")) continue;
