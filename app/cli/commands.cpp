@@ -22,6 +22,9 @@ const std::vector<Command>& commands() {
          "per-head or per-layer importance measured on token windows of a text", runImportance},
         {"budget", "cwb budget MODEL --text FILE --target-bits B [--bits 3,4,8] [--group-size G] [--samples N] [--seq-len T] [--out R.json] [--json]",
          "choose per-layer bit widths for a bits-per-weight target from measured sensitivity; writes a recipe", runBudget},
+        {"export",
+         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|gguf [--type T] [--shard-size BYTES] --out PATH [--json]",
+         "write a model or variant as a Hugging Face folder (dense, GPTQ, AWQ) or a GGUF file", runExport},
         {"methods", "cwb methods [--json]", "compression methods with their parameters, ranges and defaults", runMethods},
         {"project",
          "cwb project create OUT.cwbproj --model M [--recipe R.json ...] [--calib F] [--eval F] [--ctx N] [--chunks K] [--samples N] [--seq-len T] [--seed S]\n"

@@ -86,8 +86,10 @@ void groupParams(const at::Tensor& slab, const QuantSpec& spec, at::Tensor& scal
         xmax.masked_fill_(flat, 1.0);
         scale = (xmax - xmin).div(maxq);
     }
-    // A denormal range would give scale 0 and then inf/NaN levels.
-    scale.clamp_min_(std::numeric_limits<float>::min());
+    // Scales are kept fp16-representable: checkpoints (GPTQ, AWQ, GGUF) store them as fp16, and an export must
+    // dequantize to exactly the weights evaluated here. The floor (fp16's smallest subnormal) keeps a tiny
+    // range from giving scale 0 and then inf/NaN levels.
+    scale = scale.clamp(5.9604645e-08, 65504.0).to(at::kHalf).to(at::kFloat);
     if (!spec.symmetric) zero = at::round(xmin.neg().div(scale)).clamp(0, maxq).to(at::kInt);
 }
 

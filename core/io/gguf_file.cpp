@@ -250,19 +250,27 @@ void GgufWriter::addStringArray(const std::string& key, const std::vector<std::s
 
 void GgufWriter::addTensor(const std::string& name, ggml::Type type, std::vector<int64_t> ne,
                            std::vector<uint8_t> data) {
+    auto shared = std::make_shared<std::vector<uint8_t>>(std::move(data));
+    const size_t bytes = shared->size();
+    addTensor(name, type, std::move(ne), [shared] { return *shared; });
+    if (mTensors.back().info.bytes != bytes)
+        throw Error("GGUF writer: tensor '" + name + "' data size does not match its shape and type");
+}
+
+void GgufWriter::addTensor(const std::string& name, ggml::Type type, std::vector<int64_t> ne, Producer produce) {
     int64_t elements = 1;
     for (int64_t n : ne) elements *= n;
     const ggml::TypeTraits* traits = ggml::traits(static_cast<uint32_t>(type));
     if (!traits) throw Error("GGUF writer: unknown tensor type for '" + name + "'");
-    size_t expected = static_cast<size_t>(elements / traits->blockSize) * traits->typeSize;
-    if (ne.empty() || ne[0] % traits->blockSize != 0 || expected != data.size())
-        throw Error("GGUF writer: tensor '" + name + "' data size does not match its shape and type");
+    if (ne.empty() || ne[0] % traits->blockSize != 0)
+        throw Error("GGUF writer: tensor '" + name + "' has a row of " + std::to_string(ne.empty() ? 0 : ne[0]) +
+                    " elements, not a multiple of the " + traits->name + " block size " + std::to_string(traits->blockSize));
     PendingTensor t;
     t.info.name = name;
     t.info.ne = std::move(ne);
     t.info.type = type;
-    t.info.bytes = data.size();
-    t.data = std::move(data);
+    t.info.bytes = static_cast<size_t>(elements / traits->blockSize) * traits->typeSize;
+    t.produce = std::move(produce);
     mTensors.push_back(std::move(t));
 }
 
@@ -315,9 +323,9 @@ void putScalar(Sink& s, GgufValueType t, const nlohmann::json& v) {
 
 } // namespace
 
-void GgufWriter::write(const std::string& path) const {
+void GgufWriter::write(const std::string& path, const std::function<void(size_t, size_t)>& progress) const {
     const std::string tmp = path + ".tmp";
-    {
+    try {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) throw Error(tmp, "cannot create file");
         Sink s(out);
@@ -350,15 +358,24 @@ void GgufWriter::write(const std::string& path) const {
             for (int64_t n : t.info.ne) s.put<uint64_t>(static_cast<uint64_t>(n));
             s.put<uint32_t>(static_cast<uint32_t>(t.info.type));
             s.put<uint64_t>(offset);
-            offset = alignUp(offset + t.data.size(), mAlignment);
+            offset = alignUp(offset + t.info.bytes, mAlignment);
         }
         s.pad(mAlignment);
         for (size_t i = 0; i < mTensors.size(); ++i) {
-            s.putBytes(mTensors[i].data.data(), mTensors[i].data.size());
+            const std::vector<uint8_t> data = mTensors[i].produce();
+            if (data.size() != mTensors[i].info.bytes)
+                throw Error(path, "tensor '" + mTensors[i].info.name + "' produced " + std::to_string(data.size()) +
+                                      " bytes, its shape and type need " + std::to_string(mTensors[i].info.bytes));
+            s.putBytes(data.data(), data.size());
             if (i + 1 < mTensors.size()) s.pad(mAlignment);
+            if (!out) throw Error(tmp, "write failed (disk full?)");
+            if (progress) progress(i + 1, mTensors.size());
         }
         out.flush();
         if (!out) throw Error(tmp, "write failed (disk full?)");
+    } catch (...) {
+        std::remove(tmp.c_str());
+        throw;
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
         std::remove(tmp.c_str());

@@ -2,6 +2,7 @@
 // GGUF v2/v3 container: metadata key/values and tensor directory, parsed defensively from a mapped file,
 // and a writer that produces the same container (used by tests and, later, by the GGUF exporter).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -75,14 +76,18 @@ public:
     }
     // ne in ggml order (innermost first); data must hold exactly the type's byte count.
     void addTensor(const std::string& name, ggml::Type type, std::vector<int64_t> ne, std::vector<uint8_t> data);
+    // The bytes are produced only while writing, one tensor at a time, so a model need not fit in memory twice.
+    using Producer = std::function<std::vector<uint8_t>()>;
+    void addTensor(const std::string& name, ggml::Type type, std::vector<int64_t> ne, Producer produce);
 
-    // Writes to path + ".tmp" and renames, so a failed write never leaves a half-written file.
-    void write(const std::string& path) const;
+    // Writes to path + ".tmp" and renames, so a failed or cancelled write never leaves a half-written file.
+    // progress(done, total) is called after each tensor; it may throw (e.g. Cancelled) to stop the write.
+    void write(const std::string& path, const std::function<void(size_t, size_t)>& progress = {}) const;
 
 private:
     struct PendingTensor {
         GgufTensorInfo info;
-        std::vector<uint8_t> data;
+        Producer produce;
     };
     uint32_t mAlignment = 32;
     std::vector<std::pair<std::string, GgufValue>> mMetadata;

@@ -1,8 +1,10 @@
 // Reads GGUF models (llama, qwen2, gpt2 architectures) into the canonical Model.
+#include <algorithm>
 #include <cstring>
 #include <regex>
 
 #include "core/io/gguf_file.h"
+#include "core/io/gguf_names.h"
 #include "core/io/model_format.h"
 #include "core/util/error.h"
 #include "core/util/mapped_file.h"
@@ -10,48 +12,6 @@
 namespace cwb {
 
 namespace {
-
-// GGUF tensor name -> canonical name, per family. Per-layer names are "blk.N.<suffix>".
-std::string canonicalName(Family family, const std::string& ggufName) {
-    static const std::regex layerPattern(R"(blk\.(\d+)\.(.+))");
-    std::smatch m;
-    if (std::regex_match(ggufName, m, layerPattern)) {
-        const int64_t layer = std::stoll(m[1]);
-        const std::string rest = m[2];
-        const auto dot = rest.find('.');
-        const std::string part = rest.substr(0, dot), kind = dot == std::string::npos ? "" : rest.substr(dot);
-        if (family == Family::Llama) {
-            static const std::map<std::string, std::string> map = {
-                {"attn_norm", "input_layernorm"},      {"attn_q", "self_attn.q_proj"},
-                {"attn_k", "self_attn.k_proj"},         {"attn_v", "self_attn.v_proj"},
-                {"attn_output", "self_attn.o_proj"},    {"ffn_norm", "post_attention_layernorm"},
-                {"ffn_gate", "mlp.gate_proj"},          {"ffn_up", "mlp.up_proj"},
-                {"ffn_down", "mlp.down_proj"}};
-            auto it = map.find(part);
-            if (it != map.end()) return names::llamaLayer(layer, it->second + kind);
-        } else {
-            static const std::map<std::string, std::string> map = {
-                {"attn_norm", "ln_1"},        {"attn_qkv", "attn.c_attn"}, {"attn_output", "attn.c_proj"},
-                {"ffn_norm", "ln_2"},         {"ffn_up", "mlp.c_fc"},      {"ffn_down", "mlp.c_proj"}};
-            auto it = map.find(part);
-            if (it != map.end()) return names::gpt2Layer(layer, it->second + kind);
-        }
-        return "";
-    }
-    if (family == Family::Llama) {
-        if (ggufName == "token_embd.weight") return "model.embed_tokens.weight";
-        if (ggufName == "output_norm.weight") return "model.norm.weight";
-        if (ggufName == "output.weight") return "lm_head.weight";
-        if (ggufName == "rope_freqs.weight") return "rope_freqs.weight";
-    } else {
-        if (ggufName == "token_embd.weight") return "transformer.wte.weight";
-        if (ggufName == "position_embd.weight") return "transformer.wpe.weight";
-        if (ggufName == "output_norm.weight") return "transformer.ln_f.weight";
-        if (ggufName == "output_norm.bias") return "transformer.ln_f.bias";
-        if (ggufName == "output.weight") return "lm_head.weight";
-    }
-    return "";
-}
 
 TokenizerData readTokenizerData(const GgufFile& g) {
     TokenizerData d;
@@ -78,6 +38,28 @@ TokenizerData readTokenizerData(const GgufFile& g) {
     return d;
 }
 
+bool isArray(const GgufFile& g, const std::string& key) {
+    return g.hasKey(key) && g.metadata.at(key).value.is_array();
+}
+
+// One value per layer from a scalar or an array key; `absent` when the key is missing.
+std::vector<int64_t> layerValues(const GgufFile& g, const std::string& key, int64_t layers, int64_t absent) {
+    if (!g.hasKey(key)) {
+        if (absent == -1) throw Error(g.file->path(), "metadata key '" + key + "' is missing");
+        return std::vector<int64_t>(size_t(layers), absent);
+    }
+    if (!isArray(g, key)) return std::vector<int64_t>(size_t(layers), g.integer(key));
+    const nlohmann::json& a = g.array(key);
+    if (int64_t(a.size()) != layers)
+        throw Error(g.file->path(), "'" + key + "' has " + std::to_string(a.size()) + " values for " + std::to_string(layers) + " layers");
+    std::vector<int64_t> values;
+    for (const auto& v : a) {
+        if (!v.is_number_integer() || v.get<int64_t>() <= 0) throw Error(g.file->path(), "'" + key + "' holds a value that is not a positive integer");
+        values.push_back(v.get<int64_t>());
+    }
+    return values;
+}
+
 ArchSpec readSpec(const GgufFile& g) {
     const std::string& path = g.file->path();
     const std::string arch = g.string("general.architecture");
@@ -98,11 +80,29 @@ ArchSpec readSpec(const GgufFile& g) {
     const std::string p = arch + ".";
     s.layers = g.integer(p + "block_count");
     s.hidden = g.integer(p + "embedding_length");
-    s.ffn = g.integer(p + "feed_forward_length");
-    s.heads = g.integer(p + "attention.head_count");
-    s.kvHeads = g.integerOr(p + "attention.head_count_kv", s.heads);
+    // llama.cpp allows one value per layer for these (structurally pruned models).
+    const bool perLayer = isArray(g, p + "feed_forward_length") || isArray(g, p + "attention.head_count") ||
+                          isArray(g, p + "attention.head_count_kv");
+    if (perLayer) {
+        if (s.layers <= 0 || s.layers > 100000) throw Error(path, "block_count must be positive");
+        const std::vector<int64_t> ffn = layerValues(g, p + "feed_forward_length", s.layers, -1);
+        const std::vector<int64_t> heads = layerValues(g, p + "attention.head_count", s.layers, -1);
+        const std::vector<int64_t> kv = layerValues(g, p + "attention.head_count_kv", s.layers, -2);
+        s.layerShapes.resize(size_t(s.layers));
+        for (size_t l = 0; l < s.layerShapes.size(); ++l)
+            s.layerShapes[l] = {heads[l], kv[l] == -2 ? heads[l] : kv[l], ffn[l]};
+        s.ffn = *std::max_element(ffn.begin(), ffn.end());
+        s.heads = *std::max_element(heads.begin(), heads.end());
+        s.kvHeads = s.layerShapes[0].kvHeads;
+        for (const auto& ls : s.layerShapes) s.kvHeads = std::max(s.kvHeads, ls.kvHeads);
+        s.headDim = g.integer(p + "attention.key_length");
+    } else {
+        s.ffn = g.integer(p + "feed_forward_length");
+        s.heads = g.integer(p + "attention.head_count");
+        s.kvHeads = g.integerOr(p + "attention.head_count_kv", s.heads);
+    }
     if (s.heads <= 0) throw Error(path, "attention.head_count must be positive");
-    s.headDim = g.integerOr(p + "attention.key_length", s.hidden / s.heads);
+    if (!perLayer) s.headDim = g.integerOr(p + "attention.key_length", s.hidden / s.heads);
     s.context = g.integerOr(p + "context_length", 2048);
     if (s.family == Family::Llama) {
         s.normEps = g.numberOr(p + "attention.layer_norm_rms_epsilon", 1e-5);
@@ -148,7 +148,7 @@ public:
         model->spec = readSpec(g);
         Family family = model->spec.family;
         for (const auto& t : g.tensors) {
-            std::string name = canonicalName(family, t.name);
+            std::string name = gguf::canonicalName(family, t.name);
             if (name.empty()) throw Error(path, "unexpected tensor '" + t.name + "' for architecture " + model->spec.modelType);
             TensorRecord r;
             r.name = name;

@@ -1,11 +1,15 @@
 // Reads Hugging Face model folders: config.json plus model.safetensors or index-described shards.
 #include <cstring>
 #include <fstream>
+#include <algorithm>
+#include <map>
 #include <set>
 #include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
+#include "core/compress/compressed_layers.h"
+#include "core/export/quant_layouts.h"
 #include "core/io/model_format.h"
 #include "core/io/safetensors.h"
 #include "core/util/error.h"
@@ -117,6 +121,77 @@ std::string gpt2Canonical(const std::string& name, bool* conv1d, bool* skip) {
     return n;
 }
 
+// quantization_config of a GPTQ or AWQ checkpoint (empty method: a dense checkpoint).
+struct QuantizedCheckpoint {
+    std::string method;   // "gptq" or "awq"
+    int bits = 4;
+    int64_t groupSize = 128;
+    bool symmetric = true;
+};
+
+QuantizedCheckpoint readQuantizationConfig(const nlohmann::json& c, const std::string& file) {
+    QuantizedCheckpoint q;
+    if (!c.contains("quantization_config")) return q;
+    const auto& qc = c["quantization_config"];
+    q.method = qc.value("quant_method", "");
+    if (q.method != "gptq" && q.method != "awq")
+        throw Error(file, "quantization_config.quant_method '" + q.method + "' is not supported (supported: gptq, awq)");
+    q.bits = int(intFieldOr(qc, "bits", 4));
+    q.groupSize = intFieldOr(qc, "group_size", 128);
+    q.symmetric = qc.value("sym", q.method == "gptq");
+    if (q.method == "gptq" && qc.value("checkpoint_format", "gptq") != "gptq")
+        throw Error(file, "GPTQ checkpoint_format '" + qc.value("checkpoint_format", "") + "' is not supported (supported: gptq)");
+    if (q.method == "awq" && qc.value("version", "gemm") != "gemm")
+        throw Error(file, "AWQ version '" + qc.value("version", "") + "' is not supported (supported: gemm)");
+    return q;
+}
+
+bool packedPart(const std::string& name) {
+    for (const char* s : {".qweight", ".qzeros", ".scales", ".g_idx"}) {
+        const size_t n = std::strlen(s);
+        if (name.size() > n && name.compare(name.size() - n, n, s) == 0) return true;
+    }
+    return false;
+}
+
+at::Tensor entryTensor(const SafetensorsEntry& e, const std::string& file) {
+    at::ScalarType type;
+    switch (e.type) {
+    case ggml::Type::I32: type = at::kInt; break;
+    case ggml::Type::F16: type = at::kHalf; break;
+    case ggml::Type::F32: type = at::kFloat; break;
+    case ggml::Type::BF16: type = at::kBFloat16; break;
+    default: throw Error(file, "tensor '" + e.name + "' has dtype " + e.dtype + ", unexpected in a quantized layer");
+    }
+    return at::from_blob(const_cast<uint8_t*>(e.data), e.shape, at::TensorOptions().dtype(type)).clone();
+}
+
+void addPackedLayer(Model& model, const QuantizedCheckpoint& q, const std::string& layer,
+                    const std::map<std::string, at::Tensor>& parts, const std::string& folder) {
+    auto part = [&](const char* name) {
+        auto it = parts.find(name);
+        if (it == parts.end()) throw Error(folder, "quantized layer '" + layer + "' has no '" + name + "' tensor");
+        return it->second;
+    };
+    layouts::PackedLayer p;
+    p.qweight = part("qweight");
+    p.qzeros = part("qzeros");
+    p.scales = part("scales");
+    if (p.scales.dim() != 2 || p.qweight.dim() != 2) throw Error(folder, "quantized layer '" + layer + "' has tensors of the wrong rank");
+    const int64_t rows = p.scales.size(1);
+    quant::QuantizedWeight w;
+    if (q.method == "gptq") {
+        if (parts.count("g_idx")) p.gIdx = part("g_idx");
+        w = layouts::unpackGptq(p, q.bits, q.groupSize, q.symmetric, rows, p.qweight.size(0) * (32 / std::max(q.bits, 1)), folder + " (" + layer + ")");
+    } else {
+        if (q.bits != 4) throw Error(folder, "AWQ checkpoints with " + std::to_string(q.bits) + " bits are not supported (4)");
+        w = layouts::unpackAwq(p, q.groupSize, rows, p.qweight.size(0), folder + " (" + layer + ")");
+    }
+    auto linear = std::make_shared<IntLinear>(std::move(w), at::Tensor(), q.method);
+    model.replaceTensor(layer + ".weight", linear->effectiveWeight());
+    model.setCompressed(layer, linear);
+}
+
 class HfFormat : public ModelFormat {
 public:
     std::string id() const override { return "hf"; }
@@ -158,9 +233,16 @@ public:
         }
 
         const bool gpt2 = model->spec.family == Family::Gpt2;
+        const QuantizedCheckpoint quantized = readQuantizationConfig(readJson(configPath), configPath);
+        std::map<std::string, std::map<std::string, at::Tensor>> packed;   // layer -> qweight/qzeros/scales/g_idx
         for (const auto& shardPath : shards) {
             SafetensorsFile st = SafetensorsFile::open(shardPath);
             for (auto& e : st.entries) {
+                if (!quantized.method.empty() && packedPart(e.name)) {
+                    const auto dot = e.name.rfind('.');
+                    packed[e.name.substr(0, dot)][e.name.substr(dot + 1)] = entryTensor(e, shardPath);
+                    continue;
+                }
                 TensorRecord r;
                 bool skip = false;
                 r.name = gpt2 ? gpt2Canonical(e.name, &r.storedTransposed, &skip) : e.name;
@@ -182,6 +264,7 @@ public:
             }
             model->keepAlive(st.file);
         }
+        for (const auto& [layer, parts] : packed) addPackedLayer(*model, quantized, layer, parts, folder);
         if (!model->has("lm_head.weight")) model->spec.tiedEmbeddings = true;
         if (isFile(folder + "/tokenizer.json")) model->tokenizer = loadHfTokenizer(folder + "/tokenizer.json");
         model->metadata["shards"] = std::to_string(shards.size());

@@ -114,32 +114,56 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 
 void SafetensorsWriter::add(const std::string& name, ggml::Type type, std::vector<int64_t> shape,
                             std::vector<uint8_t> data) {
-    mTensors.push_back({name, type, std::move(shape), std::move(data)});
+    auto shared = std::make_shared<std::vector<uint8_t>>(std::move(data));
+    const size_t bytes = shared->size();
+    add(name, type, std::move(shape), bytes, [shared] { return *shared; });
 }
 
-void SafetensorsWriter::write(const std::string& path) const {
+void SafetensorsWriter::add(const std::string& name, ggml::Type type, std::vector<int64_t> shape, size_t bytes,
+                            Producer produce) {
+    mTensors.push_back({name, type, std::move(shape), bytes, std::move(produce)});
+}
+
+size_t SafetensorsWriter::dataBytes() const {
+    size_t total = 0;
+    for (const auto& t : mTensors) total += t.bytes;
+    return total;
+}
+
+void SafetensorsWriter::write(const std::string& path, const std::function<void(size_t, size_t)>& progress) const {
     nlohmann::json header = nlohmann::json::object();
     if (!mMetadata.empty()) header["__metadata__"] = mMetadata;
     uint64_t offset = 0;
     for (const auto& t : mTensors) {
         const char* dtype = safetensorsDtypeName(t.type);
         if (!dtype) throw Error(path, "safetensors cannot hold tensor '" + t.name + "' of this type");
-        header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
-        offset += t.data.size();
+        header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
+        offset += t.bytes;
     }
     std::string text = header.dump();
     while ((8 + text.size()) % 8) text.push_back(' ');   // keep tensor data 8-byte aligned
     const std::string tmp = path + ".tmp";
-    {
+    try {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) throw Error(tmp, "cannot create file");
         uint64_t n = text.size();
         out.write(reinterpret_cast<const char*>(&n), 8);
         out.write(text.data(), static_cast<std::streamsize>(text.size()));
         // The JSON object orders keys alphabetically, but offsets follow insertion order: write in that order.
-        for (const auto& t : mTensors) out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
+        for (size_t i = 0; i < mTensors.size(); ++i) {
+            const std::vector<uint8_t> data = mTensors[i].produce();
+            if (data.size() != mTensors[i].bytes)
+                throw Error(path, "tensor '" + mTensors[i].name + "' produced " + std::to_string(data.size()) +
+                                      " bytes, expected " + std::to_string(mTensors[i].bytes));
+            out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+            if (!out) throw Error(tmp, "write failed (disk full?)");
+            if (progress) progress(i + 1, mTensors.size());
+        }
         out.flush();
         if (!out) throw Error(tmp, "write failed (disk full?)");
+    } catch (...) {
+        std::remove(tmp.c_str());
+        throw;
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
         std::remove(tmp.c_str());

@@ -3,6 +3,7 @@
 // data offsets, then the raw tensor bytes. Parsed defensively from a mapped file; the writer is used by
 // tests to build synthetic checkpoints and, later, by the exporter.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,16 +42,23 @@ const char* safetensorsDtypeName(ggml::Type type);
 class SafetensorsWriter {
 public:
     void add(const std::string& name, ggml::Type type, std::vector<int64_t> shape, std::vector<uint8_t> data);
+    // The bytes are produced only while writing, one tensor at a time; `bytes` is what they must total.
+    using Producer = std::function<std::vector<uint8_t>()>;
+    void add(const std::string& name, ggml::Type type, std::vector<int64_t> shape, size_t bytes, Producer produce);
     void setMetadata(const std::string& key, const std::string& value) { mMetadata[key] = value; }
-    // Writes to a temporary file and renames it into place.
-    void write(const std::string& path) const;
+    size_t tensorCount() const { return mTensors.size(); }
+    size_t dataBytes() const;
+    // Writes to a temporary file and renames it into place; a failure or a throwing progress callback
+    // (cancel) removes the temporary file. progress(done, total) is called after each tensor.
+    void write(const std::string& path, const std::function<void(size_t, size_t)>& progress = {}) const;
 
 private:
     struct Pending {
         std::string name;
         ggml::Type type;
         std::vector<int64_t> shape;
-        std::vector<uint8_t> data;
+        size_t bytes = 0;
+        Producer produce;
     };
     std::vector<Pending> mTensors;
     std::map<std::string, std::string> mMetadata;

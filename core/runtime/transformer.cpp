@@ -65,6 +65,8 @@ at::Tensor layerNorm(const at::Tensor& x, const at::Tensor& weight, const at::Te
     return at::layer_norm(xf, {xf.size(-1)}, weight.to(at::kFloat), bias.to(at::kFloat), eps).to(x.scalar_type());
 }
 
+} // namespace
+
 // Inverse frequencies of RoPE with the model's scaling applied (Llama 3 rule as in Hugging Face).
 at::Tensor ropeInverseFrequencies(const ArchSpec& s, const Model& model) {
     const int64_t half = s.headDim / 2;
@@ -95,8 +97,6 @@ at::Tensor ropeInverseFrequencies(const ArchSpec& s, const Model& model) {
     }
     return inv.to(at::kFloat);
 }
-
-} // namespace
 
 KvCache::KvCache(const ArchSpec& spec, int64_t batch, int64_t capacity, const RuntimeOptions& options)
     : mCapacity(capacity) {

@@ -89,4 +89,7 @@ private:
     at::Tensor mInvFreq;               // [headDim / 2], fp32
 };
 
+// Inverse frequencies of RoPE (float32 [headDim / 2]) with the model's scaling and rope_freqs.weight applied.
+at::Tensor ropeInverseFrequencies(const ArchSpec& spec, const Model& model);
+
 } // namespace cwb

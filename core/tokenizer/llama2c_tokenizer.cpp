@@ -28,6 +28,32 @@ Llama2cTokenizer::Llama2cTokenizer(std::vector<std::string> tokens, std::vector<
     mEos = vocabSize() > kEos ? kEos : -1;
     mAddBos = true;
     mIds = buildTokenMap(mTokens);
+    setVocabulary(std::make_shared<const TokenizerData>(sentencePieceData()));
+}
+
+// llama2.c's exporter wrote SentencePiece pieces with U+2581 turned into spaces and BOS/EOS wrapped in newlines;
+// undo that so the vocabulary can be written as a GGUF "llama" tokenizer.
+TokenizerData Llama2cTokenizer::sentencePieceData() const {
+    TokenizerData d;
+    d.model = "llama";
+    d.scores = mScores;
+    d.bos = mBos;
+    d.eos = mEos;
+    d.unk = vocabSize() > 0 ? 0 : -1;
+    for (size_t i = 0; i < mTokens.size(); ++i) {
+        std::string t = mTokens[i];
+        if (TokenId(i) == mBos && t == "\n<s>\n") t = "<s>";
+        if (TokenId(i) == mEos && t == "\n</s>\n") t = "</s>";
+        std::string piece;
+        for (char c : t) piece += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
+        int32_t type = int32_t(TokenType::Normal);
+        if (TokenId(i) == d.unk) type = int32_t(TokenType::Unknown);
+        else if (TokenId(i) == mBos || TokenId(i) == mEos) type = int32_t(TokenType::Control);
+        else if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0 && piece[5] == '>') type = int32_t(TokenType::Byte);
+        d.tokens.push_back(std::move(piece));
+        d.types.push_back(type);
+    }
+    return d;
 }
 
 TokenId Llama2cTokenizer::lookup(const std::string& text) const {

@@ -17,6 +17,8 @@ public:
     std::string kind() const override { return "llama2c"; }
 
     uint32_t maxTokenLength() const { return mMaxTokenLength; }
+    // The same vocabulary as SentencePiece pieces (U+2581 for spaces, "<s>"/"</s>"), with GGUF token types.
+    TokenizerData sentencePieceData() const;
 
 private:
     TokenId lookup(const std::string& text) const;

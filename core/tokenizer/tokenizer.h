@@ -9,6 +9,7 @@
 namespace cwb {
 
 using TokenId = int32_t;
+struct TokenizerData;
 
 class Tokenizer {
 public:
@@ -29,8 +30,12 @@ public:
     // Whether the vocabulary's own settings ask for BOS at the start of a text (TokenizerData::addBos,
     // tokenizer_config.json's add_bos_token, llama2.c: always). Callers pass it as encode's addBos.
     bool addBosByDefault() const { return mAddBos; }
+    // The vocabulary in GGUF's terms (tokenizer.ggml.*, types resolved), for exporters; nullptr when unknown.
+    std::shared_ptr<const TokenizerData> vocabulary() const { return mVocabulary; }
+    void setVocabulary(std::shared_ptr<const TokenizerData> data) { mVocabulary = std::move(data); }
 
 protected:
+    std::shared_ptr<const TokenizerData> mVocabulary;
     TokenId mBos = -1;
     TokenId mEos = -1;
     bool mAddBos = false;

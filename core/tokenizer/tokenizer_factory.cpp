@@ -59,11 +59,15 @@ std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerData& data) {
     TokenizerData resolved = data;
     if (data.model == "llama") {
         resolved.types = resolveTypes(data, true);
-        return std::make_unique<SpmBpeTokenizer>(resolved);
+        auto tokenizer = std::make_unique<SpmBpeTokenizer>(resolved);
+        tokenizer->setVocabulary(std::make_shared<const TokenizerData>(std::move(resolved)));
+        return tokenizer;
     }
     if (data.model == "gpt2") {
         resolved.types = resolveTypes(data, false);
-        return std::make_unique<ByteBpeTokenizer>(resolved);
+        auto tokenizer = std::make_unique<ByteBpeTokenizer>(resolved);
+        tokenizer->setVocabulary(std::make_shared<const TokenizerData>(std::move(resolved)));
+        return tokenizer;
     }
     throw Error("unsupported tokenizer model '" + data.model + "' (supported: llama, gpt2)");
 }

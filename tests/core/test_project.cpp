@@ -90,7 +90,7 @@ ProjectSettings sampleSettings() {
 }
 
 json rtnRecipe(int bits) {
-    return {{"steps", json::array({{{"method", "quantize.rtn"}, {"version", 1}, {"params", {{"bits", bits}}}}})}};
+    return {{"steps", json::array({{{"method", "quantize.rtn"}, {"params", {{"bits", bits}}}}})}};
 }
 
 // base -> a -> b, base -> c

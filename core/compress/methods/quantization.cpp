@@ -26,7 +26,7 @@ quant::QuantSpec specFrom(const nlohmann::json& p, bool symmetric) {
 class RtnMethod : public CompressionMethod {
 public:
     std::string id() const override { return "quantize.rtn"; }
-    int version() const override { return 1; }
+    int version() const override { return 2; }   // 2: scales fp16-representable, so exports are exact
     std::string displayName() const override { return "Round to nearest (RTN)"; }
     std::string summary() const override { return "weights rounded to the nearest level of a uniform grid per tensor, channel or group"; }
     std::vector<ParamSpec> params() const override {
@@ -53,7 +53,7 @@ public:
 class GptqMethod : public CompressionMethod {
 public:
     std::string id() const override { return "quantize.gptq"; }
-    int version() const override { return 1; }
+    int version() const override { return 2; }   // 2: scales fp16-representable, so exports are exact
     std::string displayName() const override { return "GPTQ"; }
     std::string summary() const override { return "Hessian-aware rounding column by column with error feedback (Frantar et al. 2023)"; }
     std::vector<ParamSpec> params() const override {
@@ -85,7 +85,7 @@ public:
 class AwqMethod : public CompressionMethod {
 public:
     std::string id() const override { return "quantize.awq"; }
-    int version() const override { return 1; }
+    int version() const override { return 2; }   // 2: scales fp16-representable, so exports are exact
     std::string displayName() const override { return "AWQ"; }
     std::string summary() const override { return "activation-aware per-channel scaling searched before rounding (Lin et al. 2024)"; }
     std::vector<ParamSpec> params() const override {

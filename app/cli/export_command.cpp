@@ -1,0 +1,112 @@
+// cwb export: writes a model, a recipe's result or a project variant in a format other engines load.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli/arguments.h"
+#include "app/cli/commands.h"
+#include "core/compress/pipeline.h"
+#include "core/export/export_format.h"
+#include "core/io/model_format.h"
+#include "core/project/project.h"
+#include "core/project/project_runner.h"
+#include "core/util/error.h"
+
+namespace cwb::cli {
+
+namespace {
+
+bool isProjectPath(const std::string& path) {
+    const std::string ext = ".cwbproj";
+    return path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+}
+
+void progressToStderr(CallbackFeedback& feedback, bool quiet, const char* what) {
+    if (quiet) return;
+    feedback.progressCallback = [what, last = -1](double f) mutable {
+        const int percent = int(f * 100);
+        if (percent / 10 == last / 10 && percent != 100) return;
+        last = percent;
+        std::fprintf(stderr, "%s: %d%%\n", what, percent);
+    };
+    feedback.logCallback = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
+}
+
+} // namespace
+
+int runExport(const std::vector<std::string>& args) {
+    Arguments a(args, {"variant", "format", "type", "out", "recipe", "calib", "samples", "seq-len", "seed", "model",
+                       "shard-size", "threads", "tokenizer"},
+                {"json", "quiet"});
+    applyThreads(a.integer("threads", 0));
+    const std::string input = a.requirePositional("MODEL or PROJECT");
+    if (!a.has("format")) throw Error("export needs --format hf|gptq|awq|gguf");
+    if (!a.has("out")) throw Error("export needs --out PATH (a folder for hf/gptq/awq, a .gguf file for gguf)");
+    const bool quiet = a.flag("quiet") || a.flag("json");
+    ExportOptions options;
+    options.tensorType = a.value("type");
+    if (a.has("shard-size")) {
+        const int64_t bytes = a.integer("shard-size", 0);
+        if (bytes <= 0) throw Error("--shard-size must be a positive number of bytes");
+        options.shardBytes = uint64_t(bytes);
+    }
+
+    std::unique_ptr<Model> base, variant;
+    CallbackFeedback build;
+    progressToStderr(build, quiet, "build");
+    std::string source = input;
+    if (isProjectPath(input)) {
+        if (a.has("recipe")) throw Error("--recipe applies to a model; a project's variants carry their own recipes");
+        Project project = Project::open(input);
+        base = loadModel(a.value("model", project.model().path));
+        const std::string name = a.value("variant", "base");
+        source = input + " (variant " + name + ")";
+        if (name == "base") {
+            variant = base->clone();
+        } else {
+            ProjectRunner runner(project, *base);
+            variant = runner.build(name, &build);
+        }
+    } else {
+        if (a.has("variant")) throw Error("--variant needs a project (.cwbproj); for a model use --recipe");
+        LoadOptions load;
+        load.tokenizerPath = a.value("tokenizer");
+        base = loadModel(input, load);
+        if (a.has("recipe")) {
+            CalibrationSpec calib;
+            calib.textPath = a.value("calib");
+            calib.samples = a.integer("samples", 128);
+            calib.seqLen = a.integer("seq-len", 512);
+            calib.seed = static_cast<uint64_t>(a.integer("seed", 0));
+            variant = std::move(compressModel(*base, Recipe::load(a.value("recipe")), calib, &build).model);
+        } else {
+            variant = base->clone();
+        }
+    }
+
+    CallbackFeedback writing;
+    progressToStderr(writing, quiet, "export");
+    const ExportReport report = exportModel(*variant, a.value("format"), a.value("out"), options, &writing);
+    if (a.flag("json")) {
+        nlohmann::json tensors = nlohmann::json::array();
+        for (const auto& t : report.tensors)
+            tensors.push_back({{"name", t.name}, {"type", t.type}, {"added_error", t.addedError}, {"note", t.note}});
+        nlohmann::json out = {{"source", source}, {"format", report.format}, {"path", report.path},
+                              {"files", report.files}, {"bytes", report.bytes}, {"notes", report.notes},
+                              {"tensors", tensors}};
+        std::printf("%s\n", out.dump(2).c_str());
+        return 0;
+    }
+    std::printf("exported %s as %s to %s (%llu tensor bytes, %zu file%s)\n", source.c_str(), report.format.c_str(),
+                report.path.c_str(), static_cast<unsigned long long>(report.bytes), report.files.size(),
+                report.files.size() == 1 ? "" : "s");
+    std::map<std::string, int> types;
+    for (const auto& t : report.tensors) ++types[t.type];
+    std::string summary;
+    for (const auto& [type, n] : types) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + type;
+    std::printf("tensors: %s\n", summary.c_str());
+    for (const auto& n : report.notes) std::printf("note: %s\n", n.c_str());
+    return 0;
+}
+
+} // namespace cwb::cli

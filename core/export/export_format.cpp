@@ -1,0 +1,46 @@
+#include "core/export/export_format.h"
+
+#include "core/util/error.h"
+
+namespace cwb {
+
+ExportFormatRegistry::ExportFormatRegistry() {
+    add(makeHfExport());
+    add(makeGptqExport());
+    add(makeAwqExport());
+    add(makeGgufExport());
+}
+
+ExportFormatRegistry& ExportFormatRegistry::instance() {
+    static ExportFormatRegistry registry;
+    return registry;
+}
+
+void ExportFormatRegistry::add(std::unique_ptr<ExportFormat> format) { mFormats.push_back(std::move(format)); }
+
+const ExportFormat* ExportFormatRegistry::byId(const std::string& id) const {
+    for (const auto& f : mFormats)
+        if (f->id() == id) return f.get();
+    return nullptr;
+}
+
+std::vector<const ExportFormat*> ExportFormatRegistry::formats() const {
+    std::vector<const ExportFormat*> all;
+    for (const auto& f : mFormats) all.push_back(f.get());
+    return all;
+}
+
+ExportReport exportModel(const Model& model, const std::string& formatId, const std::string& path,
+                         const ExportOptions& options, Feedback* feedback) {
+    const ExportFormat* format = ExportFormatRegistry::instance().byId(formatId);
+    if (!format) {
+        std::string known;
+        for (const auto* f : ExportFormatRegistry::instance().formats()) known += (known.empty() ? "" : ", ") + f->id();
+        throw Error("unknown export format '" + formatId + "' (known: " + known + ")");
+    }
+    const std::string why = format->refusal(model, options);
+    if (!why.empty()) throw Error(path, "cannot export as " + format->displayName() + ": " + why);
+    return format->write(model, path, options, feedback);
+}
+
+} // namespace cwb

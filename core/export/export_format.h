@@ -1,0 +1,73 @@
+#pragma once
+// Exporters are formats in a registry (STYLE.md §5), like the loaders: the CLI, the batch runner and the GUI
+// ask it for "hf", "gptq", "awq" or "gguf". Each writes to temporary files and renames them into place, and
+// refuses, with a sentence saying why, a model its format cannot hold.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model/model.h"
+#include "core/util/feedback.h"
+
+namespace cwb {
+
+struct ExportOptions {
+    // hf: f32 | f16 | bf16 (default f16). gguf: the type of tensors that are not already quantized by the
+    // recipe (default f16; any of f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K). gptq/awq: the type of
+    // the tensors left unquantized (embeddings, norms, head): f16 (default), bf16 or f32.
+    std::string tensorType;
+    // hf/gptq/awq: a model whose tensors take more bytes than this is written as shards with an index.
+    uint64_t shardBytes = uint64_t(4) << 30;
+};
+
+struct ExportedTensor {
+    std::string name;          // as written in the file
+    std::string type;          // "f16", "q4_0", "int4 gptq", ...
+    double addedError = 0;     // ‖written − model‖² / ‖model‖² of the weight the variant computes with
+    std::string note;          // why the type differs from what was asked, when it does
+};
+
+struct ExportReport {
+    std::string format;
+    std::string path;
+    std::vector<std::string> files;        // every file written
+    std::vector<ExportedTensor> tensors;
+    std::vector<std::string> notes;        // fallbacks, re-quantizations, what the format drops
+    uint64_t bytes = 0;                    // tensor bytes written
+};
+
+class ExportFormat {
+public:
+    virtual ~ExportFormat() = default;
+    virtual std::string id() const = 0;             // stable: "hf", "gptq", "awq", "gguf"
+    virtual std::string displayName() const = 0;
+    // Empty when the format can hold the model with these options, else the reason it cannot.
+    virtual std::string refusal(const Model& model, const ExportOptions& options) const = 0;
+    // Writes the model; throws cwb::Error (the refusal among others) or Cancelled. Nothing is left half-written.
+    virtual ExportReport write(const Model& model, const std::string& path, const ExportOptions& options,
+                               Feedback* feedback) const = 0;
+};
+
+class ExportFormatRegistry {
+public:
+    static ExportFormatRegistry& instance();
+    void add(std::unique_ptr<ExportFormat> format);
+    const ExportFormat* byId(const std::string& id) const;   // nullptr when unknown
+    std::vector<const ExportFormat*> formats() const;
+
+private:
+    ExportFormatRegistry();
+    std::vector<std::unique_ptr<ExportFormat>> mFormats;
+};
+
+// Looks the format up and writes; throws cwb::Error naming the format or the path on failure.
+ExportReport exportModel(const Model& model, const std::string& formatId, const std::string& path,
+                         const ExportOptions& options = {}, Feedback* feedback = nullptr);
+
+std::unique_ptr<ExportFormat> makeHfExport();
+std::unique_ptr<ExportFormat> makeGptqExport();
+std::unique_ptr<ExportFormat> makeAwqExport();
+std::unique_ptr<ExportFormat> makeGgufExport();
+
+} // namespace cwb

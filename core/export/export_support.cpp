@@ -1,0 +1,132 @@
+#include "core/export/export_support.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+#include <unistd.h>
+
+#include "core/util/error.h"
+
+namespace cwb::exporting {
+
+std::vector<uint8_t> plainBytes(const at::Tensor& tensor, ggml::Type type) {
+    at::ScalarType scalar;
+    switch (type) {
+    case ggml::Type::F32: scalar = at::kFloat; break;
+    case ggml::Type::F16: scalar = at::kHalf; break;
+    case ggml::Type::BF16: scalar = at::kBFloat16; break;
+    case ggml::Type::I32: scalar = at::kInt; break;
+    case ggml::Type::I8: scalar = at::kChar; break;
+    default: throw Error("internal: plainBytes cannot write type " + ggmlTypeName(type));
+    }
+    const at::Tensor t = tensor.to(at::kCPU).to(scalar).contiguous();
+    std::vector<uint8_t> bytes(size_t(t.numel()) * t.element_size());
+    if (!bytes.empty()) std::memcpy(bytes.data(), t.data_ptr(), bytes.size());
+    return bytes;
+}
+
+namespace {
+
+at::Tensor reorderHeadRows(const at::Tensor& rows, int64_t heads, int64_t headDim, bool toHalves) {
+    if (heads <= 0 || headDim % 2 != 0 || rows.size(0) != heads * headDim)
+        throw Error("internal: cannot reorder " + std::to_string(rows.size(0)) + " rows as " + std::to_string(heads) +
+                    " RoPE heads of " + std::to_string(headDim));
+    std::vector<int64_t> shape = rows.sizes().vec();
+    std::vector<int64_t> rest(shape.begin() + 1, shape.end());
+    std::vector<int64_t> view = {heads, toHalves ? headDim / 2 : 2, toHalves ? 2 : headDim / 2};
+    view.insert(view.end(), rest.begin(), rest.end());
+    return rows.reshape(view).transpose(1, 2).contiguous().reshape(shape);
+}
+
+} // namespace
+
+at::Tensor adjacentToHalves(const at::Tensor& rows, int64_t heads, int64_t headDim) {
+    return reorderHeadRows(rows, heads, headDim, true);
+}
+at::Tensor halvesToAdjacent(const at::Tensor& rows, int64_t heads, int64_t headDim) {
+    return reorderHeadRows(rows, heads, headDim, false);
+}
+
+int64_t ropeHeadsOf(const Model& model, const std::string& name) {
+    if (model.spec.family != Family::Llama) return 0;
+    static const std::regex pattern(R"(model\.layers\.(\d+)\.self_attn\.([qk])_proj(\.weight|\.bias)?)");
+    std::smatch m;
+    if (!std::regex_match(name, m, pattern)) return 0;
+    const int64_t layer = std::stoll(m[1]);
+    return m[2] == "q" ? model.spec.headsAt(layer) : model.spec.kvHeadsAt(layer);
+}
+
+std::string ggmlTypeName(ggml::Type type) {
+    const ggml::TypeTraits* t = ggml::traits(type);
+    return t ? t->name : "type " + std::to_string(uint32_t(type));
+}
+
+ggml::Type parseGgmlType(const std::string& name, const std::vector<ggml::Type>& allowed) {
+    auto lower = [](std::string s) {
+        std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+        return s;
+    };
+    std::string choices;
+    for (ggml::Type t : allowed) {
+        if (lower(ggmlTypeName(t)) == lower(name)) return t;
+        choices += (choices.empty() ? "" : ", ") + ggmlTypeName(t);
+    }
+    throw Error("unknown or unsupported tensor type '" + name + "' (choose one of: " + choices + ")");
+}
+
+double relativeError(const at::Tensor& a, const at::Tensor& b) {
+    const double den = b.to(at::kDouble).pow(2).sum().item<double>();
+    const double num = (a.to(at::kDouble) - b.to(at::kDouble)).pow(2).sum().item<double>();
+    return den == 0 ? (num == 0 ? 0.0 : INFINITY) : num / den;
+}
+
+LayerShape uniformLayerShape(const ArchSpec& spec) {
+    if (spec.layers <= 0) return {spec.heads, spec.kvHeads, spec.ffn};
+    return {spec.headsAt(0), spec.kvHeadsAt(0), spec.ffnAt(0)};
+}
+
+std::string nonUniformLayers(const ArchSpec& spec) {
+    const LayerShape first = uniformLayerShape(spec);
+    for (int64_t l = 1; l < spec.layers; ++l) {
+        const LayerShape s = {spec.headsAt(l), spec.kvHeadsAt(l), spec.ffnAt(l)};
+        auto differs = [&](const char* what, int64_t a, int64_t b) {
+            return "layer " + std::to_string(l) + " has " + std::to_string(b) + " " + what + " but layer 0 has " +
+                   std::to_string(a) + "; the format stores one size for all layers (structured pruning made them "
+                   "differ: prune with one ratio for every layer)";
+        };
+        if (s.heads != first.heads) return differs("attention heads", first.heads, s.heads);
+        if (s.kvHeads != first.kvHeads) return differs("kv heads", first.kvHeads, s.kvHeads);
+        if (s.ffn != first.ffn) return differs("MLP channels", first.ffn, s.ffn);
+    }
+    return "";
+}
+
+TemporaryPath::~TemporaryPath() {
+    if (mCommitted) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(mPath, ignored);
+}
+
+void replacePath(const std::string& from, const std::string& to) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_directory(to, ec)) {
+        // Move the old folder aside first so a failure never leaves neither.
+        const std::string aside = to + ".old-" + std::to_string(::getpid());
+        fs::rename(to, aside, ec);
+        if (ec) throw Error(to, "cannot replace the existing folder: " + ec.message());
+        fs::rename(from, to, ec);
+        if (ec) {
+            fs::rename(aside, to);
+            throw Error(to, "cannot move the export into place: " + ec.message());
+        }
+        fs::remove_all(aside, ec);
+        return;
+    }
+    fs::rename(from, to, ec);
+    if (ec) throw Error(to, "cannot move the export into place: " + ec.message());
+}
+
+} // namespace cwb::exporting

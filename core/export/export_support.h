@@ -1,0 +1,52 @@
+#pragma once
+// Pieces every exporter needs: tensor bytes in a plain dtype, the RoPE row order of q/k, type names.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "core/io/ggml_types.h"
+#include "core/model/model.h"
+
+namespace cwb::exporting {
+
+// Contiguous little-endian bytes of a tensor converted to F32, F16, BF16, I32 or I8.
+std::vector<uint8_t> plainBytes(const at::Tensor& tensor, ggml::Type type);
+
+// Hugging Face Llama checkpoints rotate the two halves of a head; GGUF "llama" rotates adjacent pairs. These
+// reorder dim 0 of a q or k weight, bias, or any per-row tensor (packed words, scales) of `heads` heads.
+at::Tensor adjacentToHalves(const at::Tensor& rows, int64_t heads, int64_t headDim);
+at::Tensor halvesToAdjacent(const at::Tensor& rows, int64_t heads, int64_t headDim);
+// Heads of the q or k projection that `tensorName` belongs to, or 0 when it is neither.
+int64_t ropeHeadsOf(const Model& model, const std::string& tensorName);
+
+// ggml's type name ("q4_K", "f16"), matched without regard to case; throws cwb::Error listing the choices.
+ggml::Type parseGgmlType(const std::string& name, const std::vector<ggml::Type>& allowed);
+std::string ggmlTypeName(ggml::Type type);
+
+// ‖a − b‖² / ‖b‖² (0 when b is zero and a equals it).
+double relativeError(const at::Tensor& a, const at::Tensor& b);
+
+// Empty when every layer has the model's head, kv-head and MLP sizes; else which layer differs and how.
+std::string nonUniformLayers(const ArchSpec& spec);
+// The sizes all layers share (spec.heads/kvHeads/ffn after structured pruning changed them uniformly).
+LayerShape uniformLayerShape(const ArchSpec& spec);
+
+// Removes a temporary output on scope exit unless committed (folders are removed with their files).
+class TemporaryPath {
+public:
+    explicit TemporaryPath(std::string path) : mPath(std::move(path)) {}
+    ~TemporaryPath();
+    const std::string& path() const { return mPath; }
+    void commit() { mCommitted = true; }
+
+private:
+    std::string mPath;
+    bool mCommitted = false;
+};
+
+// Renames `from` onto `to`; an existing folder at `to` is replaced. Throws cwb::Error.
+void replacePath(const std::string& from, const std::string& to);
+
+} // namespace cwb::exporting

@@ -1,0 +1,316 @@
+// GGUF v3 for llama.cpp: architecture and tokenizer metadata, tensors renamed to llama.cpp's names, q/k rows in
+// the order its RoPE expects, each tensor in the type the recipe implies (quantized layers mapped to the nearest
+// ggml type, exactly where the formats coincide) or the type asked for, falling back to the smallest type whose
+// block fits a row. Every tensor's added error is measured from the bytes written.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <regex>
+
+#include "core/compress/compressed_layers.h"
+#include "core/export/export_format.h"
+#include "core/export/export_support.h"
+#include "core/io/gguf_file.h"
+#include "core/io/gguf_names.h"
+#include "core/runtime/transformer.h"
+#include "core/util/error.h"
+
+namespace cwb {
+
+namespace {
+
+using ggml::Type;
+
+const std::vector<Type> kWritable = {Type::F32,  Type::F16,  Type::BF16, Type::Q8_0, Type::Q4_0, Type::Q4_1,
+                                     Type::Q5_0, Type::Q5_1, Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K};
+
+double bitsPerWeight(Type t) {
+    const ggml::TypeTraits* tr = ggml::traits(t);
+    return 8.0 * double(tr->typeSize) / double(tr->blockSize);
+}
+
+// The type asked for when its block fits the row, else the smallest (in bits per weight) that fits and holds at
+// least as many bits; F16 always fits.
+Type fittingType(Type wanted, int64_t rowLength, std::string* note) {
+    if (rowLength % ggml::traits(wanted)->blockSize == 0) return wanted;
+    Type best = Type::F16;
+    for (Type t : kWritable) {
+        if (rowLength % ggml::traits(t)->blockSize || bitsPerWeight(t) < bitsPerWeight(wanted)) continue;
+        if (bitsPerWeight(t) < bitsPerWeight(best)) best = t;
+    }
+    *note = "rows of " + std::to_string(rowLength) + " do not fit " + exporting::ggmlTypeName(wanted) + " blocks of " +
+            std::to_string(ggml::traits(wanted)->blockSize) + "; written as " + exporting::ggmlTypeName(best);
+    return best;
+}
+
+// The ggml type nearest to a compressed layer's own format.
+Type nearestType(const CompressedLinear& linear) {
+    if (linear.kind() != "int") return Type::Q8_0;   // fp8 and w8a8: 8-bit codes with a scale
+    switch (linear.bits()) {
+    case 2: return Type::Q2_K;
+    case 3: return Type::Q3_K;
+    case 4: return Type::Q4_K;
+    case 5: return Type::Q5_K;
+    case 6: return Type::Q6_K;
+    default: return Type::Q8_0;
+    }
+}
+
+// Q4_0 is x = d·(q − 8) over 32 inputs and Q8_0 is x = d·q: a symmetric 4- or 8-bit layer with groups of 32 in
+// input order and no input scales is exactly one of them.
+bool exactBlockType(const CompressedLinear& linear, Type* type) {
+    const auto* intLinear = dynamic_cast<const IntLinear*>(&linear);
+    if (!intLinear || intLinear->inputScale().defined()) return false;
+    const auto& w = intLinear->quantized();
+    if (w.spec.groupSize != 32 || w.cols % 32 || (w.spec.bits != 4 && w.spec.bits != 8)) return false;
+    if (!at::all(w.zeros == (1 << (w.spec.bits - 1))).item<bool>()) return false;
+    if (!at::equal(w.groupIndex.to(at::kInt), quant::defaultGroupIndex(w.cols, 32))) return false;
+    *type = w.spec.bits == 4 ? Type::Q4_0 : Type::Q8_0;
+    return true;
+}
+
+std::vector<uint8_t> exactBlocks(const quant::QuantizedWeight& w, Type type) {
+    const at::Tensor levels = w.levels().contiguous();                    // [rows, cols]
+    const at::Tensor scales = w.scales.contiguous();                      // [rows, cols / 32]
+    const int64_t blocks = w.rows * (w.cols / 32);
+    std::vector<uint8_t> out(ggml::rowBytes(type, w.cols) * size_t(w.rows));
+    const int32_t* l = levels.data_ptr<int32_t>();
+    const float* s = scales.data_ptr<float>();
+    for (int64_t b = 0; b < blocks; ++b) {
+        const int32_t* q = l + b * 32;
+        const uint16_t d = ggml::floatToFp16(s[b]);
+        if (type == Type::Q4_0) {
+            auto* blk = reinterpret_cast<ggml::BlockQ4_0*>(out.data()) + b;
+            blk->d = d;
+            for (int j = 0; j < 16; ++j) blk->qs[j] = uint8_t(q[j] | (q[j + 16] << 4));
+        } else {
+            auto* blk = reinterpret_cast<ggml::BlockQ8_0*>(out.data()) + b;
+            blk->d = d;
+            for (int j = 0; j < 32; ++j) blk->qs[j] = int8_t(q[j] - 128);
+        }
+    }
+    return out;
+}
+
+std::vector<uint8_t> encode(const at::Tensor& rows, Type type) {
+    if (type == Type::F32 || type == Type::F16 || type == Type::BF16) return exporting::plainBytes(rows, type);
+    const at::Tensor f = rows.to(at::kFloat).contiguous();
+    const int64_t width = f.size(-1), count = f.numel() / width;
+    std::vector<uint8_t> out(ggml::rowBytes(type, width) * size_t(count));
+    ggml::quantize(type, f.data_ptr<float>(), out.data(), f.numel());
+    return out;
+}
+
+at::Tensor decode(const std::vector<uint8_t>& bytes, Type type, const std::vector<int64_t>& shape) {
+    at::Tensor out = at::empty(shape, at::kFloat);
+    ggml::dequantize(type, bytes.data(), out.data_ptr<float>(), out.numel());
+    return out;
+}
+
+// The SentencePiece merge rule of llama.cpp ranks pairs by the score of the merged token; a tokenizer.json
+// vocabulary carries merge ranks instead, so rank r becomes score −r (earlier merges win).
+std::vector<float> scoresFromMerges(const TokenizerData& d) {
+    std::map<std::string, size_t> rankOf;
+    for (size_t r = 0; r < d.merges.size(); ++r) {
+        const auto space = d.merges[r].find(' ');
+        if (space == std::string::npos) continue;
+        rankOf.emplace(d.merges[r].substr(0, space) + d.merges[r].substr(space + 1), r);
+    }
+    std::vector<float> scores(d.tokens.size(), 0.0f);
+    for (size_t i = 0; i < d.tokens.size(); ++i) {
+        auto it = rankOf.find(d.tokens[i]);
+        scores[i] = it == rankOf.end() ? -float(d.merges.size() + 1) : -float(it->second);
+    }
+    return scores;
+}
+
+class GgufExport : public ExportFormat {
+public:
+    std::string id() const override { return "gguf"; }
+    std::string displayName() const override { return "GGUF v3 (llama.cpp)"; }
+
+    std::string refusal(const Model& model, const ExportOptions& options) const override {
+        if (!model.tokenizer || !model.tokenizer->vocabulary())
+            return "the model has no tokenizer vocabulary to write (llama.cpp needs one)";
+        if (!options.tensorType.empty()) {
+            try {
+                exporting::parseGgmlType(options.tensorType, kWritable);
+            } catch (const Error& e) {
+                return e.what();
+            }
+        }
+        const Family family = model.spec.family;
+        for (const auto& name : model.tensorNames())
+            if (gguf::ggufName(family, name).empty()) return "tensor '" + name + "' has no llama.cpp name";
+        if (family == Family::Gpt2 && !exporting::nonUniformLayers(model.spec).empty())
+            return "llama.cpp's gpt2 architecture needs the same sizes in every layer";
+        return "";
+    }
+
+    ExportReport write(const Model& model, const std::string& path, const ExportOptions& options,
+                       Feedback* feedback) const override {
+        ExportReport report;
+        report.format = id();
+        report.path = path;
+        report.files.push_back(path);
+        const Type dense = options.tensorType.empty() ? Type::F16 : exporting::parseGgmlType(options.tensorType, kWritable);
+        GgufWriter writer;
+        const std::string arch = gguf::ggufArchitecture(model.spec);
+        writeArchitecture(writer, model, arch);
+        writeTokenizer(writer, model, report);
+        const bool toAdjacent = arch == "llama" && model.spec.ropeStyle == RopeStyle::Halves;
+
+        report.tensors.reserve(model.tensorNames().size() + 1);
+        for (const auto& name : model.tensorNames()) {
+            const TensorRecord& r = model.tensor(name);
+            ExportedTensor t;
+            t.name = gguf::ggufName(model.spec.family, name);
+            const std::string layer = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 ? name.substr(0, name.size() - 7) : "";
+            auto linear = layer.empty() ? nullptr : model.compressed(layer);
+            Type exact = Type::F32;
+            bool isExact = linear && exactBlockType(*linear, &exact);
+            Type wanted = r.shape.size() < 2 ? Type::F32 : isExact ? exact : linear ? nearestType(*linear) : dense;
+            const Type type = fittingType(wanted, r.shape.back(), &t.note);
+            isExact = isExact && type == exact;
+            if (linear && !isExact)
+                report.notes.push_back(t.name + " (" + linear->describe() + ") re-quantized to " + exporting::ggmlTypeName(type));
+            if (!t.note.empty()) report.notes.push_back(t.name + ": " + t.note);
+            t.type = exporting::ggmlTypeName(type);
+            const size_t index = report.tensors.size();
+            report.tensors.push_back(t);
+            std::vector<int64_t> ne(r.shape.rbegin(), r.shape.rend());
+            const int64_t heads = toAdjacent ? exporting::ropeHeadsOf(model, name) : 0;
+            const int64_t headDim = model.spec.headDim;
+            writer.addTensor(t.name, type, ne, [&model, &report, name, type, isExact, linear, heads, headDim, index] {
+                auto order = [&](at::Tensor rows) { return heads > 0 ? exporting::halvesToAdjacent(rows, heads, headDim) : rows; };
+                const at::Tensor reference = order(model.floatTensor(name));
+                std::vector<uint8_t> bytes;
+                if (isExact) {
+                    quant::QuantizedWeight w = dynamic_cast<const IntLinear&>(*linear).quantized();
+                    if (heads > 0) {
+                        w.packed = order(w.packed);
+                        w.scales = order(w.scales);
+                        w.zeros = order(w.zeros);
+                    }
+                    bytes = exactBlocks(w, type);
+                } else {
+                    bytes = encode(reference, type);
+                }
+                report.tensors[index].addedError = exporting::relativeError(decode(bytes, type, reference.sizes().vec()), reference);
+                return bytes;
+            });
+        }
+        if (model.spec.family == Family::Llama && model.spec.ropeScaling.type == "llama3" && !model.has("rope_freqs.weight")) {
+            // llama.cpp applies Llama 3 scaling as per-frequency divisors in rope_freqs.weight.
+            const int64_t half = model.spec.headDim / 2;
+            at::Tensor plain = at::arange(half, at::kDouble).mul(2.0 / double(model.spec.headDim));
+            plain = at::pow(model.spec.ropeTheta, plain).reciprocal();
+            const at::Tensor factors = (plain / ropeInverseFrequencies(model.spec, model).to(at::kDouble)).to(at::kFloat);
+            writer.addTensor("rope_freqs.weight", Type::F32, {half}, exporting::plainBytes(factors, Type::F32));
+            report.tensors.push_back({"rope_freqs.weight", "f32", 0, "Llama 3 RoPE scaling"});
+        }
+        writer.addUInt32("general.file_type", fileType(report));
+        writer.write(path, [&](size_t done, size_t total) {
+            if (!feedback) return;
+            feedback->setProgress(double(done) / double(total));
+            feedback->throwIfCancelled();
+        });
+        for (const auto& t : report.tensors) {
+            if (t.type == "f32" && t.name.find("norm") != std::string::npos) continue;
+            if (t.addedError > 0 && t.type != "f16" && t.type != "bf16" && t.type != "f32")
+                report.notes.push_back(t.name + ": added error " + std::to_string(t.addedError));
+        }
+        std::ifstream in(path, std::ios::binary | std::ios::ate);
+        report.bytes = uint64_t(in.tellg());
+        return report;
+    }
+
+private:
+    static uint32_t fileType(const ExportReport& report) {
+        // llama.cpp's LLAMA_FTYPE of the type most 2-D tensors have: f32 0, f16 1, q4_0 2, q4_1 3, q8_0 7,
+        // q5_0 8, q5_1 9, q2_K 10, q3_K_M 12, q4_K_M 15, q5_K_M 17, q6_K 18, bf16 32.
+        std::map<std::string, int> count;
+        for (const auto& t : report.tensors)
+            if (t.name.find("norm") == std::string::npos && t.name.find(".bias") == std::string::npos) ++count[t.type];
+        std::string most = "f16";
+        int best = 0;
+        for (const auto& [type, n] : count)
+            if (n > best) best = n, most = type;
+        static const std::map<std::string, uint32_t> ftype = {{"f32", 0},  {"f16", 1},   {"q4_0", 2},  {"q4_1", 3},
+                                                              {"q8_0", 7}, {"q5_0", 8},  {"q5_1", 9},  {"q2_K", 10},
+                                                              {"q3_K", 12}, {"q4_K", 15}, {"q5_K", 17}, {"q6_K", 18},
+                                                              {"bf16", 32}};
+        auto it = ftype.find(most);
+        return it == ftype.end() ? 1 : it->second;
+    }
+
+    static void writeArchitecture(GgufWriter& w, const Model& model, const std::string& arch) {
+        const ArchSpec& s = model.spec;
+        const std::string p = arch + ".";
+        w.addString("general.architecture", arch);
+        const auto name = model.metadata.find("name");
+        w.addString("general.name", name != model.metadata.end() && !name->second.empty() ? name->second : "cwb export");
+        w.addUInt32("general.quantization_version", 2);
+        w.addUInt32(p + "context_length", uint32_t(s.context));
+        w.addUInt32(p + "embedding_length", uint32_t(s.hidden));
+        w.addUInt32(p + "block_count", uint32_t(s.layers));
+        // llama.cpp reads these three as one value or as one value per layer (structured pruning).
+        auto perLayer = [&](const std::string& key, int64_t (ArchSpec::*at)(int64_t) const) {
+            std::vector<uint32_t> values;
+            for (int64_t l = 0; l < s.layers; ++l) values.push_back(uint32_t((s.*at)(l)));
+            if (std::adjacent_find(values.begin(), values.end(), std::not_equal_to<>()) == values.end() && !values.empty())
+                w.addUInt32(key, values.front());
+            else
+                w.addArray(key, GgufValueType::UInt32, values);
+        };
+        perLayer(p + "feed_forward_length", &ArchSpec::ffnAt);
+        perLayer(p + "attention.head_count", &ArchSpec::headsAt);
+        if (s.family == Family::Gpt2) {
+            w.addFloat32(p + "attention.layer_norm_epsilon", float(s.normEps));
+            return;
+        }
+        perLayer(p + "attention.head_count_kv", &ArchSpec::kvHeadsAt);
+        w.addFloat32(p + "attention.layer_norm_rms_epsilon", float(s.normEps));
+        w.addFloat32(p + "rope.freq_base", float(s.ropeTheta));
+        w.addUInt32(p + "rope.dimension_count", uint32_t(s.headDim));
+        w.addUInt32(p + "attention.key_length", uint32_t(s.headDim));
+        w.addUInt32(p + "attention.value_length", uint32_t(s.headDim));
+        w.addUInt32(p + "vocab_size", uint32_t(s.vocab));
+        if (s.ropeScaling.type == "linear") {
+            w.addString(p + "rope.scaling.type", "linear");
+            w.addFloat32(p + "rope.scaling.factor", float(s.ropeScaling.factor));
+        }
+    }
+
+    static void writeTokenizer(GgufWriter& w, const Model& model, ExportReport& report) {
+        const TokenizerData& d = *model.tokenizer->vocabulary();
+        w.addString("tokenizer.ggml.model", d.model);
+        if (d.model == "gpt2") w.addString("tokenizer.ggml.pre", d.pre.empty() ? "gpt2" : d.pre);
+        w.addStringArray("tokenizer.ggml.tokens", d.tokens);
+        if (d.model == "llama") {
+            std::vector<float> scores = d.scores;
+            if (scores.empty()) {
+                scores = scoresFromMerges(d);
+                report.notes.push_back("tokenizer scores derived from the merge ranks of tokenizer.json");
+            }
+            w.addArray("tokenizer.ggml.scores", GgufValueType::Float32, scores);
+        }
+        if (!d.types.empty()) w.addArray("tokenizer.ggml.token_type", GgufValueType::Int32, d.types);
+        if (d.model == "gpt2" && !d.merges.empty()) w.addStringArray("tokenizer.ggml.merges", d.merges);
+        if (d.bos >= 0) w.addUInt32("tokenizer.ggml.bos_token_id", uint32_t(d.bos));
+        if (d.eos >= 0) w.addUInt32("tokenizer.ggml.eos_token_id", uint32_t(d.eos));
+        if (d.unk >= 0) w.addUInt32("tokenizer.ggml.unknown_token_id", uint32_t(d.unk));
+        w.addBool("tokenizer.ggml.add_bos_token", d.addBos);
+        if (d.model == "llama") w.addBool("tokenizer.ggml.add_space_prefix", d.addSpacePrefix);
+        if (int64_t(d.tokens.size()) != model.spec.vocab)
+            report.notes.push_back("the vocabulary has " + std::to_string(d.tokens.size()) + " tokens, the embedding " +
+                                   std::to_string(model.spec.vocab) + " rows");
+    }
+};
+
+} // namespace
+
+std::unique_ptr<ExportFormat> makeGgufExport() { return std::make_unique<GgufExport>(); }
+
+} // namespace cwb

@@ -1,0 +1,89 @@
+#include "core/export/hf_config.h"
+
+#include <filesystem>
+
+#include "core/export/export_support.h"
+#include "core/util/error.h"
+
+namespace cwb::exporting {
+
+nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
+    const ArchSpec& s = model.spec;
+    const std::string why = nonUniformLayers(s);
+    if (!why.empty()) throw Error("config.json cannot describe this model: " + why);
+    const LayerShape shape = uniformLayerShape(s);
+    nlohmann::json c;
+    const Tokenizer* tok = model.tokenizer.get();
+    if (s.family == Family::Gpt2) {
+        c = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"},      {"n_embd", s.hidden},
+             {"n_layer", s.layers},                  {"n_head", shape.heads},     {"n_inner", shape.ffn},
+             {"n_positions", s.context},             {"n_ctx", s.context},        {"vocab_size", s.vocab},
+             {"layer_norm_epsilon", s.normEps},      {"activation_function", "gelu_new"},
+             {"tie_word_embeddings", s.tiedEmbeddings}};
+        if (shape.heads * s.headDim != s.hidden)
+            throw Error("config.json cannot describe this GPT-2: its heads (" + std::to_string(shape.heads) + " × " +
+                        std::to_string(s.headDim) + ") no longer span n_embd " + std::to_string(s.hidden));
+    } else {
+        const std::string type = s.modelType == "qwen2" || s.modelType == "mistral" ? s.modelType : "llama";
+        const std::string arch = type == "qwen2" ? "Qwen2ForCausalLM" : type == "mistral" ? "MistralForCausalLM" : "LlamaForCausalLM";
+        c = {{"architectures", {arch}},
+             {"model_type", type},
+             {"hidden_size", s.hidden},
+             {"intermediate_size", shape.ffn},
+             {"num_hidden_layers", s.layers},
+             {"num_attention_heads", shape.heads},
+             {"num_key_value_heads", shape.kvHeads},
+             {"head_dim", s.headDim},
+             {"vocab_size", s.vocab},
+             {"max_position_embeddings", s.context},
+             {"rms_norm_eps", s.normEps},
+             {"rope_theta", s.ropeTheta},
+             {"hidden_act", "silu"},
+             {"tie_word_embeddings", s.tiedEmbeddings}};
+        if (type == "llama") {
+            c["attention_bias"] = s.attentionBias;
+            c["mlp_bias"] = false;
+        }
+        if (type == "mistral") c["sliding_window"] = nullptr;
+        if (s.ropeScaling.type == "linear") {
+            c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.ropeScaling.factor}};
+        } else if (s.ropeScaling.type == "llama3") {
+            c["rope_scaling"] = {{"rope_type", "llama3"},
+                                 {"factor", s.ropeScaling.factor},
+                                 {"low_freq_factor", s.ropeScaling.lowFreqFactor},
+                                 {"high_freq_factor", s.ropeScaling.highFreqFactor},
+                                 {"original_max_position_embeddings", s.ropeScaling.originalContext}};
+        }
+    }
+    c["torch_dtype"] = dtypeName;
+    if (tok && tok->bos() >= 0) c["bos_token_id"] = tok->bos();
+    if (tok && tok->eos() >= 0) c["eos_token_id"] = tok->eos();
+    return c;
+}
+
+nlohmann::json hfGenerationConfig(const Model& model) {
+    nlohmann::json g = nlohmann::json::object();
+    if (const Tokenizer* tok = model.tokenizer.get()) {
+        if (tok->bos() >= 0) g["bos_token_id"] = tok->bos();
+        if (tok->eos() >= 0) g["eos_token_id"] = tok->eos();
+    }
+    return g;
+}
+
+std::vector<std::string> copyHfTokenizerFiles(const Model& model, const std::string& folder) {
+    namespace fs = std::filesystem;
+    std::vector<std::string> copied;
+    if (model.format != "hf") return copied;
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
+                             "vocab.json", "merges.txt", "generation_config.json"}) {
+        const fs::path from = fs::path(model.path) / name;
+        std::error_code ec;
+        if (!fs::is_regular_file(from, ec)) continue;
+        fs::copy_file(from, fs::path(folder) / name, fs::copy_options::overwrite_existing, ec);
+        if (ec) throw Error(from.string(), "cannot copy into the export: " + ec.message());
+        copied.push_back(name);
+    }
+    return copied;
+}
+
+} // namespace cwb::exporting

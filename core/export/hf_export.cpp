@@ -1,0 +1,326 @@
+// Hugging Face folders: dense safetensors ("hf") and the GPTQ and AWQ packed layouts ("gptq", "awq"), with
+// config.json (+ quantization_config), generation_config.json, the source's tokenizer files, and shards with
+// an index above ExportOptions::shardBytes. The folder is written beside the target and renamed into place.
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+
+#include "core/compress/compressed_layers.h"
+#include "core/export/export_format.h"
+#include "core/export/export_support.h"
+#include "core/export/hf_config.h"
+#include "core/export/quant_layouts.h"
+#include "core/io/safetensors.h"
+#include "core/util/error.h"
+
+namespace cwb {
+
+namespace {
+
+using exporting::plainBytes;
+
+struct Entry {
+    std::string name;
+    ggml::Type type;
+    std::vector<int64_t> shape;
+    size_t bytes;
+    std::function<std::vector<uint8_t>()> produce;
+};
+
+bool isConv1d(const std::string& name) {
+    for (const char* s : {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
+        const std::string suffix = s;
+        if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) return true;
+    }
+    return false;
+}
+
+size_t elementBytes(ggml::Type t) { return t == ggml::Type::F32 || t == ggml::Type::I32 ? 4 : 2; }
+
+// The tensor as a Hugging Face checkpoint holds it: q/k rows in the halves order, GPT-2 Conv1D transposed.
+at::Tensor hfLayout(const Model& model, const std::string& name, at::Tensor t) {
+    const int64_t heads = exporting::ropeHeadsOf(model, name);
+    if (heads > 0 && model.spec.ropeStyle == RopeStyle::AdjacentPairs) t = exporting::adjacentToHalves(t, heads, model.spec.headDim);
+    if (model.spec.family == Family::Gpt2 && isConv1d(name)) t = t.t().contiguous();
+    return t;
+}
+
+quant::QuantizedWeight hfRows(const Model& model, const std::string& layer, quant::QuantizedWeight w) {
+    const int64_t heads = exporting::ropeHeadsOf(model, layer + ".weight");
+    if (heads > 0 && model.spec.ropeStyle == RopeStyle::AdjacentPairs) {
+        w.packed = exporting::adjacentToHalves(w.packed, heads, model.spec.headDim);
+        w.scales = exporting::adjacentToHalves(w.scales, heads, model.spec.headDim);
+        w.zeros = exporting::adjacentToHalves(w.zeros, heads, model.spec.headDim);
+    }
+    return w;
+}
+
+Entry denseEntry(const Model& model, const std::string& name, ggml::Type type) {
+    std::vector<int64_t> shape = model.tensor(name).shape;
+    if (model.spec.family == Family::Gpt2 && isConv1d(name) && shape.size() == 2) std::swap(shape[0], shape[1]);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return {name, type, shape, size_t(n) * elementBytes(type),
+            [&model, name, type] { return plainBytes(hfLayout(model, name, model.floatTensor(name)), type); }};
+}
+
+const char* torchDtype(ggml::Type t) {
+    return t == ggml::Type::F32 ? "float32" : t == ggml::Type::BF16 ? "bfloat16" : "float16";
+}
+
+class HfFolderExport : public ExportFormat {
+public:
+    std::string refusal(const Model& model, const ExportOptions& options) const override {
+        std::string why = exporting::nonUniformLayers(model.spec);
+        if (!why.empty()) return why;
+        return quantRefusal(model, options);
+    }
+
+    ExportReport write(const Model& model, const std::string& folder, const ExportOptions& options,
+                       Feedback* feedback) const override {
+        namespace fs = std::filesystem;
+        ExportReport report;
+        report.format = id();
+        report.path = folder;
+        const ggml::Type dense = denseType(options);
+        std::vector<Entry> entries = plan(model, dense, report);
+
+        const std::string staging = folder + ".tmp-export";
+        exporting::TemporaryPath cleanup(staging);
+        std::error_code ec;
+        fs::remove_all(staging, ec);
+        if (!fs::create_directories(staging, ec) || ec) throw Error(staging, "cannot create the folder: " + (ec ? ec.message() : "it exists"));
+
+        // Shards: consecutive entries until the next would pass shardBytes.
+        std::vector<std::vector<const Entry*>> shards(1);
+        uint64_t inShard = 0, total = 0;
+        for (const auto& e : entries) {
+            if (inShard > 0 && inShard + e.bytes > options.shardBytes) {
+                shards.emplace_back();
+                inShard = 0;
+            }
+            shards.back().push_back(&e);
+            inShard += e.bytes;
+            total += e.bytes;
+        }
+        nlohmann::json weightMap = nlohmann::json::object();
+        size_t done = 0;
+        for (size_t s = 0; s < shards.size(); ++s) {
+            char name[64];
+            std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+            const std::string file = shards.size() == 1 ? "model.safetensors" : name;
+            SafetensorsWriter writer;
+            writer.setMetadata("format", "pt");
+            for (const Entry* e : shards[s]) {
+                writer.add(e->name, e->type, e->shape, e->bytes, e->produce);
+                weightMap[e->name] = file;
+            }
+            writer.write(staging + "/" + file, [&](size_t, size_t) {
+                ++done;
+                if (feedback) {
+                    feedback->setProgress(double(done) / double(entries.size()));
+                    feedback->throwIfCancelled();
+                }
+            });
+            report.files.push_back(file);
+        }
+        if (shards.size() > 1) {
+            writeJson(staging + "/model.safetensors.index.json",
+                      {{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}});
+            report.files.push_back("model.safetensors.index.json");
+        }
+        nlohmann::json config = exporting::hfConfig(model, torchDtype(dense));
+        addQuantizationConfig(model, config);
+        writeJson(staging + "/config.json", config);
+        report.files.push_back("config.json");
+        for (const auto& f : exporting::copyHfTokenizerFiles(model, staging)) report.files.push_back(f);
+        if (!fs::exists(staging + "/generation_config.json")) {
+            writeJson(staging + "/generation_config.json", exporting::hfGenerationConfig(model));
+            report.files.push_back("generation_config.json");
+        }
+        if (model.format != "hf") report.notes.push_back("the source (" + model.format + ") had no Hugging Face tokenizer files; none were written");
+        report.bytes = total;
+        exporting::replacePath(staging, folder);
+        cleanup.commit();
+        return report;
+    }
+
+protected:
+    virtual ggml::Type denseType(const ExportOptions& options) const = 0;
+    virtual std::string quantRefusal(const Model&, const ExportOptions&) const { return ""; }
+    virtual std::vector<Entry> plan(const Model& model, ggml::Type dense, ExportReport& report) const = 0;
+    virtual void addQuantizationConfig(const Model&, nlohmann::json&) const {}
+
+    static void writeJson(const std::string& path, const nlohmann::json& j) {
+        std::ofstream out(path, std::ios::trunc);
+        out << j.dump(2) << "\n";
+        if (!out.flush()) throw Error(path, "cannot write");
+    }
+
+    // Every tensor except those `skip` names, dense in `type`; embeddings, norms and the head too.
+    static std::vector<Entry> denseEntries(const Model& model, ggml::Type type, ExportReport& report,
+                                           const std::function<bool(const std::string&)>& skip) {
+        std::vector<Entry> entries;
+        for (const auto& name : model.tensorNames()) {
+            if (name == "rope_freqs.weight") continue;   // GGUF-only; the scaling is in config.json
+            if (skip && skip(name)) continue;
+            entries.push_back(denseEntry(model, name, type));
+            report.tensors.push_back({name, exporting::ggmlTypeName(type), 0, ""});
+        }
+        return entries;
+    }
+};
+
+class HfExport : public HfFolderExport {
+public:
+    std::string id() const override { return "hf"; }
+    std::string displayName() const override { return "Hugging Face folder (dense safetensors)"; }
+
+protected:
+    ggml::Type denseType(const ExportOptions& options) const override {
+        return options.tensorType.empty() ? ggml::Type::F16
+                                          : exporting::parseGgmlType(options.tensorType, {ggml::Type::F32, ggml::Type::F16, ggml::Type::BF16});
+    }
+    std::vector<Entry> plan(const Model& model, ggml::Type dense, ExportReport& report) const override {
+        std::vector<Entry> entries = denseEntries(model, dense, report, {});
+        for (const auto& [layer, linear] : model.compressedLayers()) {
+            report.notes.push_back(layer + " (" + linear->describe() + ") is written dequantized");
+            if (linear->kind() != "int")
+                report.notes.push_back(layer + ": its activation quantization is not part of a dense checkpoint");
+        }
+        return entries;
+    }
+};
+
+// GPTQ and AWQ: every block linear layer must be an integer layer of one bit width and group size.
+class PackedExport : public HfFolderExport {
+protected:
+    virtual std::string layerRefusal(const quant::QuantizedWeight& w) const = 0;
+    virtual layouts::PackedLayer pack(const quant::QuantizedWeight& w) const = 0;
+    virtual const char* layoutName() const = 0;
+
+    // Embeddings, norms and the head: f16 unless asked otherwise (transformers casts them to torch_dtype).
+    ggml::Type denseType(const ExportOptions& options) const override {
+        return options.tensorType.empty() ? ggml::Type::F16
+                                          : exporting::parseGgmlType(options.tensorType, {ggml::Type::F32, ggml::Type::F16, ggml::Type::BF16});
+    }
+
+    std::string quantRefusal(const Model& model, const ExportOptions&) const override {
+        if (model.spec.family != Family::Llama) return std::string(layoutName()) + " export supports the Llama family";
+        const quant::QuantizedWeight* first = nullptr;
+        for (const auto& layer : model.linearLayers()) {
+            auto linear = std::dynamic_pointer_cast<const IntLinear>(model.compressed(layer));
+            if (!linear) return layer + " is not integer-quantized (run quantize.rtn, quantize.gptq or quantize.awq on every layer)";
+            if (linear->inputScale().defined())
+                return layer + " carries AWQ input scales that cwb keeps beside the layer; the " + std::string(layoutName()) +
+                       " layout has no place for them (export as gguf or hf, which apply them)";
+            const auto& w = linear->quantized();
+            std::string why = layerRefusal(w);
+            if (!why.empty()) return layer + ": " + why;
+            if (!first) first = &w;
+            if (w.spec.bits != first->spec.bits || groupOf(w) != groupOf(*first))
+                return layer + " has " + std::to_string(w.spec.bits) + " bits / group " + std::to_string(groupOf(w)) +
+                       " but other layers have " + std::to_string(first->spec.bits) + " / " + std::to_string(groupOf(*first)) +
+                       "; one quantization_config covers every layer (mixed precision: export as gguf)";
+        }
+        if (!first) return "the model has no linear layers";
+        return "";
+    }
+
+    static int64_t groupOf(const quant::QuantizedWeight& w) { return w.spec.groupSize > 0 ? w.spec.groupSize : -1; }
+
+    std::vector<Entry> plan(const Model& model, ggml::Type dense, ExportReport& report) const override {
+        std::set<std::string> quantized;
+        for (const auto& layer : model.linearLayers()) quantized.insert(layer + ".weight");
+        std::vector<Entry> entries =
+            denseEntries(model, dense, report, [&](const std::string& n) { return quantized.count(n) != 0; });
+        for (const auto& layer : model.linearLayers()) {
+            auto linear = std::dynamic_pointer_cast<const IntLinear>(model.compressed(layer));
+            // Packed once per layer, on first use, and shared by its three or four tensors.
+            auto packed = std::make_shared<std::optional<layouts::PackedLayer>>();
+            auto get = [this, packed, linear, &model, layer]() -> const layouts::PackedLayer& {
+                if (!*packed) *packed = pack(hfRows(model, layer, linear->quantized()));
+                return **packed;
+            };
+            const auto& w = linear->quantized();
+            const int k = 32 / w.spec.bits;
+            const int64_t groups = w.scales.size(1);
+            auto add = [&](const std::string& suffix, ggml::Type type, std::vector<int64_t> shape,
+                           std::function<at::Tensor(const layouts::PackedLayer&)> pick) {
+                int64_t n = 1;
+                for (int64_t d : shape) n *= d;
+                entries.push_back({layer + suffix, type, shape, size_t(n) * elementBytes(type),
+                                   [get, pick, type] { return plainBytes(pick(get()), type); }});
+            };
+            if (isGptq()) {
+                add(".qweight", ggml::Type::I32, {w.cols / k, w.rows}, [](const auto& p) { return p.qweight; });
+                add(".qzeros", ggml::Type::I32, {groups, w.rows / k}, [](const auto& p) { return p.qzeros; });
+                add(".scales", ggml::Type::F16, {groups, w.rows}, [](const auto& p) { return p.scales; });
+                add(".g_idx", ggml::Type::I32, {w.cols}, [](const auto& p) { return p.gIdx; });
+            } else {
+                add(".qweight", ggml::Type::I32, {w.cols, w.rows / 8}, [](const auto& p) { return p.qweight; });
+                add(".qzeros", ggml::Type::I32, {groups, w.rows / 8}, [](const auto& p) { return p.qzeros; });
+                add(".scales", ggml::Type::F16, {groups, w.rows}, [](const auto& p) { return p.scales; });
+            }
+            report.tensors.push_back({layer, "int" + std::to_string(w.spec.bits) + " " + layoutName(), 0, ""});
+        }
+        return entries;
+    }
+
+    virtual bool isGptq() const = 0;
+
+    const quant::QuantizedWeight& firstWeight(const Model& model) const {
+        return std::dynamic_pointer_cast<const IntLinear>(model.compressed(model.linearLayers().front()))->quantized();
+    }
+};
+
+class GptqExport : public PackedExport {
+public:
+    std::string id() const override { return "gptq"; }
+    std::string displayName() const override { return "GPTQ checkpoint (Hugging Face folder)"; }
+
+protected:
+    const char* layoutName() const override { return "gptq"; }
+    bool isGptq() const override { return true; }
+    std::string layerRefusal(const quant::QuantizedWeight& w) const override { return layouts::gptqRefusal(w); }
+    layouts::PackedLayer pack(const quant::QuantizedWeight& w) const override { return layouts::packGptq(w); }
+    void addQuantizationConfig(const Model& model, nlohmann::json& config) const override {
+        bool sym = true, actOrder = false;
+        for (const auto& layer : model.linearLayers()) {
+            const auto& w = std::dynamic_pointer_cast<const IntLinear>(model.compressed(layer))->quantized();
+            sym = sym && at::all(w.zeros == (1 << (w.spec.bits - 1))).item<bool>();
+            actOrder = actOrder || !at::equal(w.groupIndex.to(at::kInt), quant::defaultGroupIndex(w.cols, w.spec.groupSize));
+        }
+        const auto& w = firstWeight(model);
+        config["quantization_config"] = {{"quant_method", "gptq"}, {"bits", w.spec.bits}, {"group_size", groupOf(w)},
+                                         {"desc_act", actOrder},   {"sym", sym},           {"damp_percent", 0.01},
+                                         {"true_sequential", true}, {"static_groups", false},
+                                         {"checkpoint_format", "gptq"}, {"lm_head", false}};
+    }
+};
+
+class AwqExport : public PackedExport {
+public:
+    std::string id() const override { return "awq"; }
+    std::string displayName() const override { return "AWQ checkpoint (Hugging Face folder, GEMM layout)"; }
+
+protected:
+    const char* layoutName() const override { return "awq"; }
+    bool isGptq() const override { return false; }
+    std::string layerRefusal(const quant::QuantizedWeight& w) const override { return layouts::awqRefusal(w); }
+    layouts::PackedLayer pack(const quant::QuantizedWeight& w) const override { return layouts::packAwq(w); }
+    void addQuantizationConfig(const Model& model, nlohmann::json& config) const override {
+        const auto& w = firstWeight(model);
+        config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4},        {"group_size", w.spec.groupSize},
+                                         {"zero_point", true},    {"version", "gemm"}, {"modules_to_not_convert", nullptr}};
+    }
+};
+
+} // namespace
+
+std::unique_ptr<ExportFormat> makeHfExport() { return std::make_unique<HfExport>(); }
+std::unique_ptr<ExportFormat> makeGptqExport() { return std::make_unique<GptqExport>(); }
+std::unique_ptr<ExportFormat> makeAwqExport() { return std::make_unique<AwqExport>(); }
+
+} // namespace cwb

@@ -1,0 +1,162 @@
+#include "core/export/quant_layouts.h"
+
+#include "core/util/error.h"
+
+namespace cwb::layouts {
+
+namespace {
+
+constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+// int64 words in [0, 2^32) to int32 with the same bits.
+at::Tensor toInt32Bits(const at::Tensor& words) {
+    return at::where(words >= (int64_t(1) << 31), words - (int64_t(1) << 32), words).to(at::kInt);
+}
+at::Tensor fromInt32Bits(const at::Tensor& words) {
+    const at::Tensor w = words.to(at::kLong);
+    return at::where(w < 0, w + (int64_t(1) << 32), w);
+}
+
+// Packs the last dim of `values` (int, [..., n·k]) k = 32/bits at a time: value order[j] (or j) of each run of
+// k goes to bits·j of its word.
+at::Tensor packLast(const at::Tensor& values, int bits, const int* order) {
+    const int k = 32 / bits;
+    std::vector<int64_t> shape = values.sizes().vec();
+    const int64_t n = shape.back() / k;
+    shape.back() = n;
+    shape.push_back(k);
+    const at::Tensor v = values.to(at::kLong).reshape(shape);
+    at::Tensor word = at::zeros(v.select(-1, 0).sizes(), at::kLong);
+    for (int j = 0; j < k; ++j) word.bitwise_or_(v.select(-1, order ? order[j] : j).bitwise_left_shift(int64_t(bits) * j));
+    return toInt32Bits(word);
+}
+
+at::Tensor unpackLast(const at::Tensor& words, int bits, const int* order) {
+    const int k = 32 / bits;
+    const at::Tensor w = fromInt32Bits(words);
+    std::vector<at::Tensor> parts(static_cast<size_t>(k));
+    for (int j = 0; j < k; ++j)
+        parts[size_t(order ? order[j] : j)] = w.bitwise_right_shift(int64_t(bits) * j).bitwise_and((int64_t(1) << bits) - 1);
+    std::vector<int64_t> shape = words.sizes().vec();
+    shape.back() *= k;
+    return at::stack(parts, -1).reshape(shape).to(at::kInt);
+}
+
+bool defaultGroups(const quant::QuantizedWeight& w) {
+    return at::equal(w.groupIndex.to(at::kInt), quant::defaultGroupIndex(w.cols, w.spec.groupSize));
+}
+
+std::string shapeText(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+void expectShape(const at::Tensor& t, std::vector<int64_t> shape, const char* what, const std::string& file) {
+    if (!t.defined() || t.sizes().vec() != shape)
+        throw Error(file, std::string(what) + " has shape " + (t.defined() ? shapeText(t.sizes().vec()) : "none") +
+                              ", expected " + shapeText(shape));
+}
+
+} // namespace
+
+std::string gptqRefusal(const quant::QuantizedWeight& w) {
+    const int b = w.spec.bits;
+    if (b != 2 && b != 4 && b != 8)
+        return std::to_string(b) + "-bit weights: the GPTQ layout written here holds 2, 4 or 8 bits (3-bit packing "
+               "across words is not implemented)";
+    const int k = 32 / b;
+    if (w.cols % k) return "in_features " + std::to_string(w.cols) + " is not a multiple of " + std::to_string(k);
+    if (w.rows % k) return "out_features " + std::to_string(w.rows) + " is not a multiple of " + std::to_string(k);
+    if (w.zeros.min().item<int>() < 1)
+        return "a zero point of 0 occurs, which GPTQ's checkpoint format (zero − 1 stored) cannot hold; quantize "
+               "symmetrically or export the AWQ layout";
+    return "";
+}
+
+std::string awqRefusal(const quant::QuantizedWeight& w) {
+    if (w.spec.bits != 4) return std::to_string(w.spec.bits) + "-bit weights: the AWQ layout holds 4 bits";
+    if (w.spec.groupSize <= 0) return "AWQ checkpoints need a positive group size";
+    if (w.cols % w.spec.groupSize)
+        return "in_features " + std::to_string(w.cols) + " is not a multiple of the group size " + std::to_string(w.spec.groupSize);
+    if (w.rows % 8) return "out_features " + std::to_string(w.rows) + " is not a multiple of 8";
+    if (!defaultGroups(w)) return "act-order group indices cannot be stored in the AWQ layout";
+    return "";
+}
+
+PackedLayer packGptq(const quant::QuantizedWeight& w) {
+    const std::string why = gptqRefusal(w);
+    if (!why.empty()) throw Error("GPTQ layout: " + why);
+    const int b = w.spec.bits;
+    PackedLayer p;
+    // [in, out] levels, packed along the input dim: move that dim last, pack, move it back.
+    p.qweight = packLast(w.levels(), b, nullptr).t().contiguous();
+    p.qzeros = packLast(w.zeros.t().contiguous().sub(1).bitwise_and((1 << b) - 1), b, nullptr);
+    p.scales = w.scales.t().contiguous().to(at::kHalf);
+    p.gIdx = w.groupIndex.to(at::kInt).contiguous();
+    return p;
+}
+
+PackedLayer packAwq(const quant::QuantizedWeight& w) {
+    const std::string why = awqRefusal(w);
+    if (!why.empty()) throw Error("AWQ layout: " + why);
+    PackedLayer p;
+    p.qweight = packLast(w.levels().t().contiguous(), 4, kAwqOrder);
+    p.qzeros = packLast(w.zeros.t().contiguous(), 4, kAwqOrder);
+    p.scales = w.scales.t().contiguous().to(at::kHalf);
+    return p;
+}
+
+quant::QuantizedWeight unpackGptq(const PackedLayer& p, int bits, int64_t groupSize, bool symmetric, int64_t rows,
+                                  int64_t cols, const std::string& file) {
+    if (bits != 2 && bits != 4 && bits != 8) throw Error(file, "GPTQ bits " + std::to_string(bits) + " are not supported (2, 4, 8)");
+    const int k = 32 / bits;
+    if (cols % k || rows % k) throw Error(file, "GPTQ layer of " + std::to_string(rows) + "×" + std::to_string(cols) + " cannot be packed by " + std::to_string(k));
+    const int64_t groups = groupSize > 0 ? (cols + groupSize - 1) / groupSize : 1;
+    expectShape(p.qweight, {cols / k, rows}, "qweight", file);
+    expectShape(p.qzeros, {groups, rows / k}, "qzeros", file);
+    expectShape(p.scales, {groups, rows}, "scales", file);
+    quant::QuantizedWeight w;
+    w.spec.bits = bits;
+    w.spec.symmetric = symmetric;
+    w.spec.groupSize = groupSize > 0 ? groupSize : -1;
+    w.rows = rows;
+    w.cols = cols;
+    const at::Tensor levels = unpackLast(p.qweight.t().contiguous(), bits, nullptr);   // [rows, cols]
+    w.packed = quant::packLevels(levels, bits);
+    // The reader adds 1 without masking, as transformers and vLLM do (a stored 2^bits − 1 becomes 2^bits).
+    w.zeros = unpackLast(p.qzeros, bits, nullptr).add(1).t().contiguous();
+    w.scales = p.scales.to(at::kFloat).t().contiguous();
+    if (p.gIdx.defined()) {
+        expectShape(p.gIdx, {cols}, "g_idx", file);
+        w.groupIndex = p.gIdx.to(at::kInt).contiguous();
+        if (w.groupIndex.min().item<int>() < 0 || w.groupIndex.max().item<int64_t>() >= groups)
+            throw Error(file, "g_idx names a group outside [0, " + std::to_string(groups) + ")");
+    } else {
+        w.groupIndex = quant::defaultGroupIndex(cols, w.spec.groupSize);
+    }
+    return w;
+}
+
+quant::QuantizedWeight unpackAwq(const PackedLayer& p, int64_t groupSize, int64_t rows, int64_t cols,
+                                 const std::string& file) {
+    if (groupSize <= 0 || cols % groupSize) throw Error(file, "AWQ group size " + std::to_string(groupSize) + " does not divide in_features " + std::to_string(cols));
+    if (rows % 8) throw Error(file, "AWQ out_features " + std::to_string(rows) + " is not a multiple of 8");
+    const int64_t groups = cols / groupSize;
+    expectShape(p.qweight, {cols, rows / 8}, "qweight", file);
+    expectShape(p.qzeros, {groups, rows / 8}, "qzeros", file);
+    expectShape(p.scales, {groups, rows}, "scales", file);
+    quant::QuantizedWeight w;
+    w.spec.bits = 4;
+    w.spec.symmetric = false;
+    w.spec.groupSize = groupSize;
+    w.rows = rows;
+    w.cols = cols;
+    w.packed = quant::packLevels(unpackLast(p.qweight, 4, kAwqOrder).t().contiguous(), 4);
+    w.zeros = unpackLast(p.qzeros, 4, kAwqOrder).t().contiguous();
+    w.scales = p.scales.to(at::kFloat).t().contiguous();
+    w.groupIndex = quant::defaultGroupIndex(cols, groupSize);
+    return w;
+}
+
+} // namespace cwb::layouts

@@ -1,0 +1,43 @@
+#pragma once
+// The packed layouts of quantized checkpoints as transformers, vLLM and llama.cpp read them, as pure tensor
+// functions from and to cwb's QuantizedWeight ([out, in] levels, scales and zeros per group).
+//
+// GPTQ (AutoGPTQ "gptq" checkpoint format, v1):
+//   qweight int32 [in / (32/bits), out]  levels packed along the INPUT dim, input i of word w at bits·(i mod 32/bits)
+//   qzeros  int32 [groups, out / (32/bits)]  (zero − 1) packed along the OUTPUT dim, same bit order
+//   scales  fp16  [groups, out];  g_idx int32 [in] (group of each input column; act-order permutes it)
+//   W[o, i] = scales[g, o] · (q[i, o] − (qzeros[g, o] + 1)), g = g_idx[i]
+// AWQ (AutoAWQ "gemm" version, 4 bits):
+//   qweight int32 [in, out / 8]  levels packed along the OUTPUT dim; nibble k of word c holds output
+//   column 8c + kAwqOrder[k] with kAwqOrder = {0, 2, 4, 6, 1, 3, 5, 7}
+//   qzeros  int32 [groups, out / 8]  zeros as they are (no offset), same order;  scales fp16 [groups, out]
+//   W[o, i] = scales[i / group, o] · (q[i, o] − z[i / group, o])
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "core/compress/quant_math.h"
+
+namespace cwb::layouts {
+
+struct PackedLayer {
+    at::Tensor qweight;   // int32
+    at::Tensor qzeros;    // int32
+    at::Tensor scales;    // fp16
+    at::Tensor gIdx;      // int32 (GPTQ only)
+};
+
+// Empty when the layer fits the layout, else why not (bits, divisibility, zero points, group order).
+std::string gptqRefusal(const quant::QuantizedWeight& w);
+std::string awqRefusal(const quant::QuantizedWeight& w);
+
+PackedLayer packGptq(const quant::QuantizedWeight& w);
+PackedLayer packAwq(const quant::QuantizedWeight& w);
+
+// Inverses; check the tensor shapes against rows × cols and throw cwb::Error(file, ...) when they differ.
+quant::QuantizedWeight unpackGptq(const PackedLayer& p, int bits, int64_t groupSize, bool symmetric, int64_t rows,
+                                  int64_t cols, const std::string& file);
+quant::QuantizedWeight unpackAwq(const PackedLayer& p, int64_t groupSize, int64_t rows, int64_t cols,
+                                 const std::string& file);
+
+} // namespace cwb::layouts

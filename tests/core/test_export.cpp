@@ -1,0 +1,357 @@
+// Exporters: GGUF block bytes against hand-computed blocks; dense exports reload with identical logits;
+// GPTQ and AWQ exports reload to exactly the quantized weights the variant computed with; GGUF maps symmetric
+// 4/8-bit g32 layers to Q4_0/Q8_0 exactly; refusals name what the format cannot hold; a cancelled export
+// leaves no file behind; a llama2.c vocabulary becomes the same GGUF tokenizer llama.cpp's file has.
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/compress/compressed_layers.h"
+#include "core/compress/pipeline.h"
+#include "core/export/export_format.h"
+#include "core/export/quant_layouts.h"
+#include "core/io/gguf_file.h"
+#include "core/io/model_format.h"
+#include "core/runtime/transformer.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/util/error.h"
+#include "tests/support/synthetic_models.h"
+#include "tests/support/test_paths.h"
+
+using namespace cwb;
+using namespace cwb::test;
+using json = nlohmann::json;
+
+namespace {
+
+// Every row length a multiple of 32 and of 8 (GPTQ/AWQ packing), two layers, GQA.
+ArchSpec exportSpec() {
+    ArchSpec s = tinyLlamaSpec();
+    s.hidden = 64;
+    s.headDim = 16;
+    s.heads = 4;
+    s.kvHeads = 2;
+    s.ffn = 128;
+    return s;
+}
+
+std::shared_ptr<Tokenizer> tinyVocabulary(int64_t size) {
+    TokenizerData d;
+    d.model = "llama";
+    d.tokens = {"<unk>", "<s>", "</s>"};
+    for (int64_t i = 3; i < size; ++i) d.tokens.push_back("\xE2\x96\x81t" + std::to_string(i));
+    for (size_t i = 0; i < d.tokens.size(); ++i) d.scores.push_back(-float(i));
+    d.unk = 0;
+    d.bos = 1;
+    d.eos = 2;
+    return makeTokenizer(d);
+}
+
+// A synthetic model from a file of the given kind ("hf": RoPE halves, "gguf": adjacent pairs), with a vocabulary.
+std::unique_ptr<Model> syntheticModel(const QString& dir, const QString& kind) {
+    const ArchSpec spec = exportSpec();
+    const WeightMap w = randomWeights(spec, 7);
+    std::string path = (dir + "/src-" + kind).toStdString();
+    if (kind == "hf") {
+        std::filesystem::create_directories(path);
+        writeHfFolder(path, spec, w, ggml::Type::F32);
+    }
+    else writeGguf(path += ".gguf", spec, w, ggml::Type::F32);
+    auto model = loadModel(path);
+    model->tokenizer = tinyVocabulary(spec.vocab);
+    return model;
+}
+
+at::Tensor logitsOf(const Model& model) {
+    Transformer runtime(model);
+    return runtime.forward(at::tensor(std::vector<int64_t>{1, 5, 9, 17, 33, 2, 40, 63}, at::kLong).unsqueeze(0));
+}
+
+double maxRelative(const at::Tensor& a, const at::Tensor& b) {
+    return (a - b).abs().max().item<double>() / std::max(1e-12, b.abs().max().item<double>());
+}
+
+std::unique_ptr<Model> compressed(const Model& base, const char* recipe) {
+    const at::Tensor windows = at::randint(3, base.spec.vocab, {4, 16}, at::TensorOptions().dtype(at::kLong));
+    return std::move(compressModel(base, Recipe::fromJson(json::parse(recipe), "test recipe"), windows).model);
+}
+
+bool fileExists(const std::string& p) { return std::filesystem::exists(p); }
+
+} // namespace
+
+class TestExport : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase() { at::manual_seed(0); }
+    void ggufBlockBytes_data();
+    void ggufBlockBytes();
+    void denseRoundTrip_data();
+    void denseRoundTrip();
+    void packedRoundTrip_data();
+    void packedRoundTrip();
+    void ggufMapsQuantizedLayers_data();
+    void ggufMapsQuantizedLayers();
+    void refusals_data();
+    void refusals();
+    void cancelLeavesNothing();
+    void shardedFolder();
+    void llama2cVocabularyToGguf();
+};
+
+// Blocks small enough to compute by hand from ggml's block definitions (ggml-common.h).
+void TestExport::ggufBlockBytes_data() {
+    QTest::addColumn<int>("type");
+    QTest::addColumn<QVector<float>>("values");
+    QTest::addColumn<QByteArray>("expected");
+    {   // Q4_0: x_j = 4·((j mod 16) − 8); the largest magnitude is −32, so d = −32 / −8 = 4 and q_j = j mod 16.
+        QVector<float> x;
+        QByteArray e;
+        for (int j = 0; j < 32; ++j) x.push_back(4.0f * float((j % 16) - 8));
+        e.append(char(0x00)).append(char(0x44));   // fp16 4.0 = 0x4400, little-endian
+        for (int j = 0; j < 16; ++j) e.append(char(j | (j << 4)));
+        QTest::newRow("q4_0") << int(ggml::Type::Q4_0) << x << e;
+    }
+    {   // Q8_0: x_j = j − 16 → d = 16/127, q_j = round(x_j · 127 / 16).
+        QVector<float> x;
+        QByteArray e;
+        for (int j = 0; j < 32; ++j) x.push_back(float(j - 16));
+        const uint16_t d = ggml::floatToFp16(16.0f / 127.0f);
+        e.append(char(d & 0xff)).append(char(d >> 8));
+        for (int j = 0; j < 32; ++j) e.append(char(int8_t(std::lround(float(j - 16) * 127.0f / 16.0f))));
+        QTest::newRow("q8_0") << int(ggml::Type::Q8_0) << x << e;
+    }
+    {   // Q4_1: x_j = 2·(j mod 16) + 1 → min m = 1, d = (31 − 1) / 15 = 2, q_j = j mod 16.
+        QVector<float> x;
+        QByteArray e;
+        for (int j = 0; j < 32; ++j) x.push_back(2.0f * float(j % 16) + 1.0f);
+        e.append(char(0x00)).append(char(0x40));   // d = 2.0 = 0x4000
+        e.append(char(0x00)).append(char(0x3c));   // m = 1.0 = 0x3c00
+        for (int j = 0; j < 16; ++j) e.append(char(j | (j << 4)));
+        QTest::newRow("q4_1") << int(ggml::Type::Q4_1) << x << e;
+    }
+}
+
+void TestExport::ggufBlockBytes() {
+    QFETCH(int, type);
+    QFETCH(QVector<float>, values);
+    QFETCH(QByteArray, expected);
+    QTemporaryDir dir;
+    // Through the whole exporter: a one-layer tensor written into a GGUF file, read back byte for byte.
+    GgufWriter w;
+    std::vector<uint8_t> bytes(ggml::rowBytes(ggml::Type(type), values.size()));
+    ggml::quantize(ggml::Type(type), values.data(), bytes.data(), values.size());
+    QCOMPARE(QByteArray(reinterpret_cast<const char*>(bytes.data()), int(bytes.size())).toHex(), expected.toHex());
+}
+
+void TestExport::denseRoundTrip_data() {
+    QTest::addColumn<QString>("source");
+    QTest::addColumn<QString>("format");
+    QTest::addColumn<QString>("type");
+    QTest::newRow("hf -> hf f32") << "hf" << "hf" << "f32";
+    QTest::newRow("gguf -> hf f32 (q/k rows to halves)") << "gguf" << "hf" << "f32";
+    QTest::newRow("hf -> gguf f32 (q/k rows to adjacent pairs)") << "hf" << "gguf" << "f32";
+    QTest::newRow("gguf -> gguf f32") << "gguf" << "gguf" << "f32";
+}
+
+void TestExport::denseRoundTrip() {
+    QFETCH(QString, source);
+    QFETCH(QString, format);
+    QFETCH(QString, type);
+    QTemporaryDir dir;
+    auto model = syntheticModel(dir.path(), source);
+    const std::string out = (dir.path() + "/out" + (format == "gguf" ? ".gguf" : "")).toStdString();
+    ExportOptions options;
+    options.tensorType = type.toStdString();
+    exportModel(*model, format.toStdString(), out, options);
+    auto back = loadModel(out);
+    if (!back->tokenizer) back->tokenizer = model->tokenizer;
+    const at::Tensor a = logitsOf(*model), b = logitsOf(*back);
+    if (source == format) {
+        QVERIFY2(at::equal(a, b), "same layout: the logits must be bit-identical");
+    } else {
+        // The RoPE layout changes with the format, so the runtime rotates other (equivalent) pairs.
+        QVERIFY2(maxRelative(b, a) < 1e-5, qPrintable(QString::number(maxRelative(b, a))));
+    }
+}
+
+void TestExport::packedRoundTrip_data() {
+    QTest::addColumn<QString>("source");
+    QTest::addColumn<QString>("format");
+    QTest::addColumn<QString>("recipe");
+    QTest::newRow("gptq int4 g32 sym (rtn)") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})";
+    QTest::newRow("gptq int8 per channel") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":8,"granularity":"channel"}}]})";
+    QTest::newRow("gptq int2 g16 sym") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":2,"group_size":16}}]})";
+    QTest::newRow("gptq act_order") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":32,"act_order":true}}]})";
+    QTest::newRow("gptq from gguf (rows reordered)") << "gguf" << "gptq" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":32}}]})";
+    QTest::newRow("awq int4 g32 asym") << "hf" << "awq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"scheme":"asym"}}]})";
+    QTest::newRow("awq int4 g64 sym") << "hf" << "awq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":64}}]})";
+}
+
+void TestExport::packedRoundTrip() {
+    QFETCH(QString, source);
+    QFETCH(QString, format);
+    QFETCH(QString, recipe);
+    QTemporaryDir dir;
+    auto base = syntheticModel(dir.path(), source);
+    auto variant = compressed(*base, recipe.toUtf8().constData());
+    const std::string out = (dir.path() + "/out").toStdString();
+    ExportOptions options;
+    options.tensorType = "f32";   // embeddings and norms unrounded, so the logits can be compared exactly
+    exportModel(*variant, format.toStdString(), out, options);
+    const json config = json::parse(std::ifstream(out + "/config.json"));
+    QCOMPARE(QString::fromStdString(config["quantization_config"]["quant_method"].get<std::string>()), format);
+    auto back = loadModel(out);
+    back->tokenizer = base->tokenizer;
+    for (const auto& layer : variant->linearLayers()) {
+        auto ours = std::dynamic_pointer_cast<const IntLinear>(variant->compressed(layer));
+        auto theirs = std::dynamic_pointer_cast<const IntLinear>(back->compressed(layer));
+        QVERIFY2(theirs, qPrintable(QString::fromStdString(layer + " did not load as a quantized layer")));
+        if (source == "hf") {
+            QVERIFY2(at::equal(theirs->weight(), ours->weight()), qPrintable(QString::fromStdString(layer)));
+            QVERIFY(at::equal(theirs->quantized().levels(), ours->quantized().levels()));
+        }
+    }
+    const at::Tensor a = logitsOf(*variant), b = logitsOf(*back);
+    if (source == "hf") QVERIFY2(at::equal(a, b), "the reloaded checkpoint must compute exactly what the variant did");
+    else QVERIFY2(maxRelative(b, a) < 1e-5, qPrintable(QString::number(maxRelative(b, a))));
+}
+
+void TestExport::ggufMapsQuantizedLayers_data() {
+    QTest::addColumn<QString>("recipe");
+    QTest::addColumn<QString>("layerType");
+    QTest::addColumn<bool>("exact");
+    QTest::newRow("int4 g32 sym -> q4_0 exactly") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})" << "q4_0" << true;
+    QTest::newRow("int8 g32 sym -> q8_0 exactly") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":8,"group_size":32}}]})" << "q8_0" << true;
+    QTest::newRow("int4 g32 asym -> re-quantized") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"scheme":"asym"}}]})" << "q4_0" << false;
+}
+
+void TestExport::ggufMapsQuantizedLayers() {
+    QFETCH(QString, recipe);
+    QFETCH(QString, layerType);
+    QFETCH(bool, exact);
+    QTemporaryDir dir;
+    auto base = syntheticModel(dir.path(), "hf");
+    auto variant = compressed(*base, recipe.toUtf8().constData());
+    const std::string out = (dir.path() + "/out.gguf").toStdString();
+    ExportOptions options;
+    options.tensorType = "f32";   // embeddings and head unrounded: only the quantized layers are compared
+    const ExportReport report = exportModel(*variant, "gguf", out, options);
+    int linear = 0;
+    for (const auto& t : report.tensors) {
+        if (t.name.find("attn_q.") == std::string::npos && t.name.find("ffn_down.") == std::string::npos) continue;
+        ++linear;
+        // Rows of 64 and 128 do not fit Q4_K's 256 blocks, so asym int4 falls back to the nearest fitting type.
+        QCOMPARE(QString::fromStdString(t.type), layerType);
+        if (exact) QCOMPARE(t.addedError, 0.0);
+        else QVERIFY2(t.addedError > 0, "a re-quantized layer reports the error it adds");
+    }
+    QCOMPARE(linear, 4);
+    auto back = loadModel(out);
+    const double diff = maxRelative(logitsOf(*back), logitsOf(*variant));
+    if (exact) QVERIFY2(diff < 1e-5, qPrintable(QString::number(diff)));
+    for (const auto& layer : variant->linearLayers()) {
+        if (!exact || layer.find("q_proj") != std::string::npos || layer.find("k_proj") != std::string::npos) continue;
+        QVERIFY2(at::equal(back->floatTensor(layer + ".weight"), variant->floatTensor(layer + ".weight")), qPrintable(QString::fromStdString(layer)));
+    }
+}
+
+void TestExport::refusals_data() {
+    QTest::addColumn<QString>("recipe");
+    QTest::addColumn<QString>("format");
+    QTest::addColumn<QString>("type");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("dense as gptq") << "" << "gptq" << "" << "is not integer-quantized";
+    QTest::newRow("3-bit as gptq") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":3,"group_size":32}}]})" << "gptq" << "" << "3-bit";
+    QTest::newRow("asym zero point 0 as gptq") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":2,"group_size":16,"scheme":"asym"}}]})" << "gptq" << "" << "zero point of 0";
+    QTest::newRow("8-bit as awq") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":8,"group_size":32}}]})" << "awq" << "" << "holds 4 bits";
+    QTest::newRow("awq input scales as awq") << R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":32,"grid":4}}]})" << "awq" << "" << "input scales";
+    QTest::newRow("mixed bits as gptq") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32},"overrides":[{"pattern":"layers\\.0\\.","params":{"bits":8}}]}]})" << "gptq" << "" << "one quantization_config";
+    QTest::newRow("unknown gguf type") << "" << "gguf" << "q7_0" << "unknown or unsupported tensor type 'q7_0'";
+    QTest::newRow("hf in int4") << "" << "hf" << "q4_0" << "unknown or unsupported tensor type";
+    QTest::newRow("per-layer sizes as hf") << "layers" << "hf" << "" << "layer 1 has 96 MLP channels";
+}
+
+void TestExport::refusals() {
+    QFETCH(QString, recipe);
+    QFETCH(QString, format);
+    QFETCH(QString, type);
+    QFETCH(QString, expected);
+    QTemporaryDir dir;
+    auto base = syntheticModel(dir.path(), "hf");
+    std::unique_ptr<Model> variant;
+    if (recipe == "layers") {
+        variant = base->clone();
+        variant->spec.makeLayerShapesExplicit();
+        variant->spec.layerShapes[1].ffn = 96;
+    } else {
+        variant = recipe.isEmpty() ? base->clone() : compressed(*base, recipe.toUtf8().constData());
+    }
+    const std::string out = (dir.path() + "/refused").toStdString();
+    ExportOptions options;
+    options.tensorType = type.toStdString();
+    try {
+        exportModel(*variant, format.toStdString(), out, options);
+        QFAIL("the export should have been refused");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains(expected), e.what());
+    }
+    QVERIFY(!fileExists(out));
+}
+
+void TestExport::cancelLeavesNothing() {
+    QTemporaryDir dir;
+    auto model = syntheticModel(dir.path(), "hf");
+    for (const char* format : {"hf", "gguf"}) {
+        const std::string out = (dir.path() + "/cancelled-" + format).toStdString();
+        CallbackFeedback feedback;
+        feedback.progressCallback = [&](double) { feedback.cancel(); };
+        bool cancelled = false;
+        try {
+            exportModel(*model, format, out, {}, &feedback);
+        } catch (const Cancelled&) {
+            cancelled = true;
+        }
+        QVERIFY2(cancelled, format);
+        QVERIFY(!fileExists(out));
+        QVERIFY(!fileExists(out + ".tmp"));
+        QVERIFY(!fileExists(out + ".tmp-export"));
+    }
+}
+
+void TestExport::shardedFolder() {
+    QTemporaryDir dir;
+    auto model = syntheticModel(dir.path(), "hf");
+    const std::string out = (dir.path() + "/sharded").toStdString();
+    ExportOptions options;
+    options.tensorType = "f32";
+    options.shardBytes = 40000;
+    const ExportReport report = exportModel(*model, "hf", out, options);
+    QVERIFY(fileExists(out + "/model.safetensors.index.json"));
+    QVERIFY(report.files.size() > 4);
+    QVERIFY(at::equal(logitsOf(*loadModel(out)), logitsOf(*model)));
+}
+
+void TestExport::llama2cVocabularyToGguf() {
+    CWB_REQUIRE_FIXTURE(bin, "models/stories260K.bin");
+    CWB_REQUIRE_FIXTURE(ggufPath, "models/stories260K.gguf");
+    QTemporaryDir dir;
+    auto model = loadModel(bin.toStdString());
+    const std::string out = (dir.path() + "/from-llama2c.gguf").toStdString();
+    ExportOptions options;
+    options.tensorType = "f32";
+    exportModel(*model, "gguf", out, options);
+    const GgufFile ours = GgufFile::open(out), reference = GgufFile::open(ggufPath.toStdString());
+    for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type"})
+        QVERIFY2(ours.array(key) == reference.array(key), key);
+    for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id"})
+        QCOMPARE(ours.integer(key), reference.integer(key));
+    auto back = loadModel(out);
+    QVERIFY(maxRelative(logitsOf(*back), logitsOf(*model)) < 1e-5);
+    QCOMPARE(back->tokenizer->encode("Once upon a time", true), model->tokenizer->encode("Once upon a time", true));
+}
+
+QTEST_GUILESS_MAIN(TestExport)
+#include "test_export.moc"
