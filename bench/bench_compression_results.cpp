@@ -17,6 +17,7 @@
 #include "core/runtime/transformer.h"
 #include "core/version.h"
 #include "results_document.h"
+#include "stories_split.h"
 
 using namespace cwb;
 
@@ -72,21 +73,6 @@ double linearBytes(const Model& m, double* parameters) {
     return bytes;
 }
 
-void split(const std::string& text, int calibDocs, const std::string& calibPath, const std::string& evalPath) {
-    const std::string sep = "<|endoftext|>";
-    std::ostringstream calib, eval;
-    size_t start = 0;
-    for (int doc = 0; start < text.size(); ++doc) {
-        size_t end = text.find(sep, start);
-        std::string piece = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
-        (doc < calibDocs ? calib : eval) << piece;
-        if (end == std::string::npos) break;
-        start = end + sep.size();
-    }
-    std::ofstream(calibPath) << calib.str();
-    std::ofstream(evalPath) << eval.str();
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -104,7 +90,9 @@ int main(int argc, char** argv) {
     }
     try {
         const std::string calibPath = "/tmp/cwb-results-calib.txt", evalPath = "/tmp/cwb-results-eval.txt";
-        split(readTextFile(argv[2]), calibDocs, calibPath, evalPath);
+        const auto [calibText, evalText] = bench::splitStories(readTextFile(argv[2]), calibDocs);
+        std::ofstream(calibPath) << calibText;
+        std::ofstream(evalPath) << evalText;
         auto base = loadModel(argv[1]);
         std::vector<TokenId> evalTokens = base->tokenizer->encode(readTextFile(evalPath), true);
         PerplexityParams pp;

@@ -15,6 +15,7 @@
 #include "core/io/model_format.h"
 #include "core/project/file_hash.h"
 #include "core/project/project.h"
+#include "core/export/export_format.h"
 #include "core/project/project_runner.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
@@ -58,6 +59,34 @@ std::string currentHash(const std::string& path) {
 
 void BatchRunner::progress(const std::string& line) const {
     if (!mQuiet && !mJson) std::fprintf(stderr, "batch: %s\n", line.c_str());
+}
+
+nlohmann::json BatchRunner::writeExports(const Variant& variant, const Model& model, std::vector<std::string>& warnings,
+                                         bool* failed) const {
+    nlohmann::json written = nlohmann::json::array();
+    for (const auto& e : variant.exports) {
+        const std::string format = e.value("format", ""), file = e.value("file", "");
+        const std::string path = mOutputDir + "/exports/" + file;
+        nlohmann::json entry = {{"format", format}, {"file", file}, {"path", path}};
+        try {
+            std::filesystem::create_directories(mOutputDir + "/exports");
+            ExportOptions options;
+            options.tensorType = e.value("type", "");
+            progress("  export " + variant.name + " as " + format + " to " + path);
+            const ExportReport r = exportModel(model, format, path, options);
+            entry["bytes"] = r.bytes;
+            entry["files"] = r.files;
+            entry["notes"] = r.notes;
+        } catch (const Cancelled&) {
+            throw;
+        } catch (const Error& error) {
+            entry["error"] = error.what();
+            warnings.push_back("export of " + variant.name + " as " + format + " failed: " + error.what());
+            *failed = true;
+        }
+        written.push_back(entry);
+    }
+    return written;
 }
 
 int BatchRunner::run() {
@@ -104,7 +133,7 @@ int BatchRunner::run() {
             }
         }
         ProjectRunner runner(project, *base, options);
-        bool allWithin = true, anyCompared = false, missing = false;
+        bool allWithin = true, anyCompared = false, missing = false, exportFailed = false;
         nlohmann::json variants = nlohmann::json::array();
         for (size_t i = 0; i < names.size(); ++i) {
             const std::string& name = names[i];
@@ -143,14 +172,17 @@ int BatchRunner::run() {
                 missing = true;
             }
             nlohmann::json v = {{"name", name}, {"metrics", metrics}, {"notes", runner.notes()}};
-            if (name != "base") v["recipe"] = runner.fullRecipe(name).toJson();
+            if (name != "base") {
+                v["recipe"] = runner.fullRecipe(name).toJson();
+                v["exports"] = writeExports(project.variant(name), *runner.lastBuilt(), warnings, &exportFailed);
+            }
             variants.push_back(v);
         }
         report["device"] = options.device.str();
         report["threads"] = at::get_num_threads();
         report["variants"] = variants;
         report["warnings"] = warnings;
-        const int code = anyCompared && allWithin && !missing ? Reproduced : Differs;
+        const int code = anyCompared && allWithin && !missing && !exportFailed ? Reproduced : Differs;
         report["status"] = code == Reproduced ? "reproduced" : !allWithin ? "differs" : "incomplete";
 
         std::filesystem::create_directories(mOutputDir);
@@ -171,6 +203,14 @@ int BatchRunner::run() {
                               m["timing"].get<bool>() ? "timing" : !hasStored ? "—" : m["within_tolerance"].get<bool>() ? "yes" : "**no**");
                 md += line;
             }
+        for (const auto& v : variants) {
+            if (!v.contains("exports")) continue;
+            for (const auto& e : v["exports"]) {
+                if (e.contains("error")) continue;
+                md += "\nExported " + v["name"].get<std::string>() + " as " + e["format"].get<std::string>() + " to `" +
+                      e["path"].get<std::string>() + "` (" + std::to_string(e["bytes"].get<uint64_t>()) + " tensor bytes).\n";
+            }
+        }
         std::string chartNote;
         std::vector<std::string> charts = renderCharts(report, mOutputDir, &chartNote);
         report["charts"] = charts;

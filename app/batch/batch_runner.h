@@ -5,7 +5,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace cwb {
+
+class Model;
+struct Variant;
 
 class BatchRunner {
 public:
@@ -24,6 +29,9 @@ public:
 
 private:
     void progress(const std::string& line) const;
+    // Writes the exports the project asks of a variant into <out>/exports/; a failure is a warning and fails the run.
+    nlohmann::json writeExports(const Variant& variant, const Model& model, std::vector<std::string>& warnings,
+                                bool* failed) const;
 
     std::string mProjectPath, mOutputDir = "cwb-report", mDevice = "cpu", mModelPath;
     int mThreads = 0;

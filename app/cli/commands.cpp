@@ -29,6 +29,7 @@ const std::vector<Command>& commands() {
         {"project",
          "cwb project create OUT.cwbproj --model M [--recipe R.json ...] [--calib F] [--eval F] [--ctx N] [--chunks K] [--samples N] [--seq-len T] [--seed S]\n"
          "  cwb project show P [--json]\n  cwb project add-variant P --recipe R.json [--name N] [--from VARIANT]\n"
+         "  cwb project add-export P --variant V --format hf|gptq|awq|gguf [--type T] [--file NAME]\n"
          "  cwb project run P [--variants a,b] [--threads N] [--model PATH]\n"
          "  cwb project importance P [--kind head|layer|channel] [--samples N] [--seq-len T]",
          "create and inspect project files; `run` evaluates the variants and stores their results", runProjectCommand},

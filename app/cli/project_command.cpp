@@ -2,6 +2,8 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+
+#include "core/export/export_format.h"
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -160,6 +162,29 @@ int importance(const std::vector<std::string>& args) {
 
 } // namespace
 
+// Records that `cwb --batch` should write this variant in a format (the file lands in the batch's --out folder).
+int addExport(const std::vector<std::string>& args) {
+    Arguments a(args, {"variant", "format", "type", "file"}, {});
+    Project project = Project::open(a.requirePositional("PROJECT"));
+    if (!a.has("variant") || !a.has("format")) throw Error("project add-export needs --variant V and --format hf|gptq|awq|gguf");
+    const std::string name = a.value("variant"), format = a.value("format");
+    const Variant& v = project.variant(name);
+    if (!ExportFormatRegistry::instance().byId(format)) throw Error("unknown export format '" + format + "' (hf, gptq, awq, gguf)");
+    std::string file = a.value("file", name + (format == "gguf" ? ".gguf" : "-" + format));
+    if (file.empty() || file.find('/') != std::string::npos || file.find("..") != std::string::npos)
+        throw Error("--file must be a plain file or folder name, got '" + file + "'");
+    nlohmann::json exports = v.exports;
+    for (const auto& e : exports)
+        if (e.value("file", "") == file) throw Error("variant " + name + " already exports to '" + file + "'");
+    nlohmann::json entry = {{"format", format}, {"file", file}};
+    if (a.has("type")) entry["type"] = a.value("type");
+    exports.push_back(entry);
+    project.setExports(name, exports);
+    project.record("add-export", {{"variant", name}, {"export", entry}});
+    project.save();
+    return 0;
+}
+
 int runProjectCommand(const std::vector<std::string>& args) {
     if (args.empty()) throw Error("project needs a subcommand: create, show, add-variant, run");
     const std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -168,7 +193,8 @@ int runProjectCommand(const std::vector<std::string>& args) {
     if (args[0] == "add-variant") return addVariant(rest);
     if (args[0] == "run") return runProject(rest);
     if (args[0] == "importance") return importance(rest);
-    throw Error("unknown project subcommand '" + args[0] + "' (create, show, add-variant, run, importance)");
+    if (args[0] == "add-export") return addExport(rest);
+    throw Error("unknown project subcommand '" + args[0] + "' (create, show, add-variant, add-export, run, importance)");
 }
 
 } // namespace cwb::cli

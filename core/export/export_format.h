@@ -34,7 +34,7 @@ struct ExportReport {
     std::vector<std::string> files;        // every file written
     std::vector<ExportedTensor> tensors;
     std::vector<std::string> notes;        // fallbacks, re-quantizations, what the format drops
-    uint64_t bytes = 0;                    // tensor bytes written
+    uint64_t bytes = 0;                    // tensor data bytes written (headers and padding not counted)
 };
 
 class ExportFormat {

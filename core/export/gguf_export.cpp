@@ -177,6 +177,7 @@ public:
                 report.notes.push_back(t.name + " (" + linear->describe() + ") re-quantized to " + exporting::ggmlTypeName(type));
             if (!t.note.empty()) report.notes.push_back(t.name + ": " + t.note);
             t.type = exporting::ggmlTypeName(type);
+            report.bytes += ggml::rowBytes(type, r.shape.back()) * size_t(r.elementCount() / r.shape.back());
             const size_t index = report.tensors.size();
             report.tensors.push_back(t);
             std::vector<int64_t> ne(r.shape.rbegin(), r.shape.rend());
@@ -221,8 +222,6 @@ public:
             if (t.addedError > 0 && t.type != "f16" && t.type != "bf16" && t.type != "f32")
                 report.notes.push_back(t.name + ": added error " + std::to_string(t.addedError));
         }
-        std::ifstream in(path, std::ios::binary | std::ios::ate);
-        report.bytes = uint64_t(in.tellg());
         return report;
     }
 

@@ -126,6 +126,7 @@ std::vector<ResultRow> ProjectRunner::evaluate(const std::string& variant, Feedb
     row("bytes", double(model->storageBytes()), 0, 0);
     row("bits_per_weight", linearBitsPerWeight(*model, mBase), 0, 0);
     row("compress_seconds", buildSeconds, 0, buildSeconds);
+    mLastBuilt = std::move(model);
     return rows;
 }
 

@@ -29,6 +29,8 @@ public:
     std::unique_ptr<Model> build(const std::string& variant, Feedback* feedback);
     // "base" or a variant name: the rows to store (device, threads, build and time filled in).
     std::vector<ResultRow> evaluate(const std::string& variant, Feedback* feedback);
+    // The variant the last evaluate() built (nullptr after evaluating the base), for exporting it without a rebuild.
+    const Model* lastBuilt() const { return mLastBuilt.get(); }
     // Notes of the last build (calibration clipping, method notes).
     const std::vector<std::string>& notes() const { return mNotes; }
 
@@ -43,6 +45,7 @@ private:
     at::Tensor mCalibration;
     bool mCalibrationDrawn = false;
     std::vector<std::string> mNotes;
+    std::unique_ptr<Model> mLastBuilt;
 };
 
 } // namespace cwb

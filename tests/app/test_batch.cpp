@@ -8,6 +8,8 @@
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
+#include <nlohmann/json.hpp>
+
 #include "core/project/project.h"
 #include "tests/support/test_paths.h"
 
@@ -42,6 +44,7 @@ private slots:
     void changedModelIsReported();
     void tamperedResultIsReported();
     void movedModelNeedsModelOption();
+    void batchWritesExports();
 };
 
 void TestBatch::initTestCase() {
@@ -171,6 +174,36 @@ void TestBatch::movedModelNeedsModelOption() {
                         "--variants", "rtn-w4g32", "--quiet"});
     QCOMPARE(found.exitCode, 0);
     QVERIFY(QFile::rename(moved, mModel));
+}
+
+// Export entries in the project are written by --batch; one the format cannot hold fails the run with the reason.
+void TestBatch::batchWritesExports() {
+    const QString copy = mDir.filePath("exports.cwbproj");
+    QVERIFY(QFile::copy(mProject, copy));
+    Result add = run({"project", "add-export", copy, "--variant", "rtn-w4g32", "--format", "gguf", "--type", "q8_0"});
+    QVERIFY2(add.exitCode == 0, qPrintable(add.err));
+    Result unknown = run({"project", "add-export", copy, "--variant", "nope", "--format", "gguf"});
+    QCOMPARE(unknown.exitCode, 2);
+    const QString out = mDir.filePath("exports-report");
+    Result ok = run({"--batch", copy, "--out", out, "--threads", "1", "--variants", "rtn-w4g32", "--quiet"});
+    QVERIFY2(ok.exitCode == 0, qPrintable(ok.err));
+    const QString gguf = out + "/exports/rtn-w4g32.gguf";
+    QVERIFY(QFile::exists(gguf));
+    Result info = run({"info", gguf, "--json"});
+    QVERIFY2(info.exitCode == 0, qPrintable(info.err));
+    QFile report(out + "/report.json");
+    QVERIFY(report.open(QIODevice::ReadOnly));
+    const auto json = nlohmann::json::parse(report.readAll().toStdString());
+    QCOMPARE(QString::fromStdString(json["variants"][1]["exports"][0]["format"].get<std::string>()), QString("gguf"));
+
+    // stories260K's MLP has 172 channels: GPTQ's packing by 8 cannot hold it.
+    Result refused = run({"project", "add-export", copy, "--variant", "rtn-w4g32", "--format", "gptq"});
+    QVERIFY2(refused.exitCode == 0, qPrintable(refused.err));
+    Result fails = run({"--batch", copy, "--out", mDir.filePath("exports-report-2"), "--threads", "1", "--variants", "rtn-w4g32", "--quiet"});
+    QCOMPARE(fails.exitCode, 1);
+    QFile report2(mDir.filePath("exports-report-2") + "/report.json");
+    QVERIFY(report2.open(QIODevice::ReadOnly));
+    QVERIFY(QString::fromUtf8(report2.readAll()).contains("not a multiple of 8"));
 }
 
 QTEST_APPLESS_MAIN(TestBatch)

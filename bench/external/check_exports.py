@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Checks cwb's exports with other engines' own readers (run by hand where they are installed):
+ - transformers loads every dense Hugging Face folder and its logits for ids 1..32 are compared with the logits cwb
+   computed from the same folder (<folder>.logits.f32, written by bench_export_results);
+ - llama.cpp's gguf-py reads every GGUF file and dequantizes each tensor with its own decoders; the result is compared
+   with the f32 export of the same model (the relative error must be what re-quantization adds, not garbage);
+ - llama.cpp's llama-perplexity (path in $LLAMA_PERPLEXITY) runs every GGUF file on eval.txt with ctx 256.
+usage: check_exports.py FILES_DIR"""
+import glob, os, re, subprocess, sys
+
+import numpy as np
+
+files = sys.argv[1]
+report = []
+
+def say(line):
+    print(line, flush=True)
+    report.append(line)
+
+# --- transformers
+try:
+    import torch
+    from transformers import AutoModelForCausalLM
+    for logits_file in sorted(glob.glob(os.path.join(files, "*.logits.f32"))):
+        folder = logits_file[: -len(".logits.f32")]
+        model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
+        ids = torch.arange(1, 33).unsqueeze(0)
+        with torch.no_grad():
+            theirs = model(ids).logits.float().numpy()
+        ours = np.fromfile(logits_file, dtype=np.float32).reshape(theirs.shape)
+        diff = np.abs(theirs - ours).max() / np.abs(ours).max()
+        same = (theirs.argmax(-1) == ours.argmax(-1)).mean()
+        say(f"transformers {os.path.basename(folder)}: {type(model).__name__}, max |Δlogit| / max |logit| = {diff:.2e}, argmax agreement {same:.3f}")
+except ImportError as e:
+    say(f"transformers check skipped: {e}")
+
+# --- gguf-py
+try:
+    import gguf
+    from gguf.quants import dequantize
+
+    def tensors(path):
+        r = gguf.GGUFReader(path)
+        return {t.name: dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)]) for t in r.tensors}, r
+
+    for model in ("stories260K", "synthetic256"):
+        reference, _ = tensors(os.path.join(files, f"{model}-f32.gguf"))
+        for path in sorted(glob.glob(os.path.join(files, f"{model}-*.gguf"))):
+            got, reader = tensors(path)
+            worst, name_worst = 0.0, ""
+            for name, ref in reference.items():
+                if name not in got:
+                    continue
+                err = float(((got[name].astype(np.float64) - ref) ** 2).sum() / max((ref.astype(np.float64) ** 2).sum(), 1e-30))
+                if err > worst:
+                    worst, name_worst = err, name
+            types = sorted({t.tensor_type.name for t in reader.tensors})
+            say(f"gguf-py {os.path.basename(path)}: {len(reader.tensors)} tensors ({', '.join(types)}); "
+                f"worst relative error vs f32 {worst:.2e} ({name_worst})")
+except ImportError as e:
+    say(f"gguf-py check skipped: {e}")
+
+# --- llama.cpp perplexity
+tool = os.environ.get("LLAMA_PERPLEXITY")
+if tool:
+    for path in sorted(glob.glob(os.path.join(files, "*.gguf"))):
+        run = subprocess.run([tool, "-m", path, "-f", os.path.join(files, "eval.txt"), "-c", "256", "-b", "256", "-t", "8"],
+                             capture_output=True, text=True)
+        m = re.search(r"Final estimate: PPL = (\S+) \+/- (\S+)", run.stdout + run.stderr)
+        if m:
+            say(f"llama.cpp {os.path.basename(path)}: PPL = {m.group(1)} +/- {m.group(2)}")
+        else:
+            say(f"llama.cpp {os.path.basename(path)}: no final estimate (rc {run.returncode}); output ends: {(run.stdout + run.stderr)[-600:]}")
