@@ -200,6 +200,8 @@ int main(int argc, char** argv) {
             auto variant = compress(*synthetic, p.recipe, calib);
             variantPpl.push_back({p.label, run.reference(*variant)});
             synth.push_back(run.exportAndEvaluate(*variant, p.label, p.format, std::strcmp(p.format, "gguf") ? "f32" : "", p.file));
+            // The same variant dense, so check_exports.py can compare its own unpacking of the layout with it.
+            if (std::strcmp(p.format, "gguf")) exportModel(*variant, "hf", dir + "/" + p.file + "-dense", ExportOptions{"f32"});
         }
 
         std::ostringstream out;

@@ -71,3 +71,47 @@ if tool:
             say(f"llama.cpp {os.path.basename(path)}: PPL = {m.group(1)} +/- {m.group(2)}")
         else:
             say(f"llama.cpp {os.path.basename(path)}: no final estimate (rc {run.returncode}); output ends: {(run.stdout + run.stderr)[-600:]}")
+
+# --- GPTQ and AWQ layouts, unpacked here from their published descriptions (AutoGPTQ v1: levels packed along the
+# input dim, zero − 1 stored; AutoAWQ GEMM: levels packed along the output dim in the order 0 2 4 6 1 3 5 7),
+# compared with the dense export of the same variant (<folder>-dense).
+try:
+    import json
+    from safetensors.numpy import load_file
+
+    def unpack(words, bits, axis_order=None):
+        k = 32 // bits
+        w = words.astype(np.uint32)
+        parts = [(w >> (bits * j)) & ((1 << bits) - 1) for j in range(k)]
+        if axis_order is not None:
+            ordered = [None] * k
+            for j in range(k):
+                ordered[axis_order[j]] = parts[j]
+            parts = ordered
+        return np.stack(parts, axis=-1).reshape(*w.shape[:-1], w.shape[-1] * k).astype(np.int64)
+
+    for folder in sorted(glob.glob(os.path.join(files, "*-gptq*")) + glob.glob(os.path.join(files, "*-awq*"))):
+        if folder.endswith("-dense") or not os.path.isdir(folder) or not os.path.isdir(folder + "-dense"):
+            continue
+        qc = json.load(open(os.path.join(folder, "config.json")))["quantization_config"]
+        packed, dense = load_file(os.path.join(folder, "model.safetensors")), load_file(os.path.join(folder + "-dense", "model.safetensors"))
+        worst = 0.0
+        for name in [n[: -len(".qweight")] for n in packed if n.endswith(".qweight")]:
+            scales = packed[name + ".scales"].astype(np.float32)                 # [groups, out]
+            if qc["quant_method"] == "gptq":
+                q = unpack(packed[name + ".qweight"].T, qc["bits"]).T             # [in, out]
+                z = unpack(packed[name + ".qzeros"], qc["bits"]) + 1               # [groups, out]
+                g = packed[name + ".g_idx"].astype(np.int64)                       # [in]
+                w = (q - z[g]) * scales[g]
+            else:
+                order = [0, 2, 4, 6, 1, 3, 5, 7]
+                q = unpack(packed[name + ".qweight"], 4, order)                    # [in, out]
+                z = unpack(packed[name + ".qzeros"], 4, order)                     # [groups, out]
+                g = np.arange(q.shape[0]) // qc["group_size"]
+                w = (q - z[g]) * scales[g]
+            ref = dense[name + ".weight"].T                                          # [in, out]
+            worst = max(worst, float(np.abs(w - ref).max()))
+        say(f"layout {os.path.basename(folder)} ({qc['quant_method']}, {qc['bits']} bits, group {qc['group_size']}, "
+            f"desc_act {qc.get('desc_act', False)}): max |unpacked − dense export| = {worst:.3g}")
+except ImportError as e:
+    say(f"layout check skipped: {e}")
