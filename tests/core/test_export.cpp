@@ -51,10 +51,10 @@ std::shared_ptr<Tokenizer> tinyVocabulary(int64_t size) {
 
 // A synthetic model from a file of the given kind ("hf": RoPE halves, "gguf": adjacent pairs), with a vocabulary.
 std::unique_ptr<Model> syntheticModel(const QString& dir, const QString& kind) {
-    const ArchSpec spec = exportSpec();
+    const ArchSpec spec = kind == "gpt2" ? tinyGpt2Spec() : exportSpec();
     const WeightMap w = randomWeights(spec, 7);
     std::string path = (dir + "/src-" + kind).toStdString();
-    if (kind == "hf") {
+    if (kind == "hf" || kind == "gpt2") {
         std::filesystem::create_directories(path);
         writeHfFolder(path, spec, w, ggml::Type::F32);
     }
@@ -154,6 +154,11 @@ void TestExport::denseRoundTrip_data() {
     QTest::newRow("gguf -> hf f32 (q/k rows to halves)") << "gguf" << "hf" << "f32";
     QTest::newRow("hf -> gguf f32 (q/k rows to adjacent pairs)") << "hf" << "gguf" << "f32";
     QTest::newRow("gguf -> gguf f32") << "gguf" << "gguf" << "f32";
+    QTest::newRow("gpt2 hf -> hf f32 (Conv1D transposed back)") << "gpt2" << "hf" << "f32";
+    QTest::newRow("gpt2 hf -> gguf f32") << "gpt2" << "gguf" << "f32";
+    QTest::newRow("pruned channels 25% -> hf f32 (new intermediate_size)") << "hf:channels" << "hf" << "f32";
+    QTest::newRow("pruned heads (kv groups) -> hf f32") << "hf:heads" << "hf" << "f32";
+    QTest::newRow("dropped block -> gguf f32") << "hf:layers" << "gguf" << "f32";
 }
 
 void TestExport::denseRoundTrip() {
@@ -161,7 +166,11 @@ void TestExport::denseRoundTrip() {
     QFETCH(QString, format);
     QFETCH(QString, type);
     QTemporaryDir dir;
-    auto model = syntheticModel(dir.path(), source);
+    const QString kind = source.section(':', 0, 0), pruning = source.section(':', 1);
+    auto model = syntheticModel(dir.path(), kind);
+    if (pruning == "channels") model = compressed(*model, R"({"steps":[{"method":"prune.channels","params":{"ratio":0.25}}]})");
+    if (pruning == "heads") model = compressed(*model, R"({"steps":[{"method":"prune.heads","params":{"ratio":0.5,"unit":"kv_group"}}]})");
+    if (pruning == "layers") model = compressed(*model, R"({"steps":[{"method":"prune.layers","params":{"count":1}}]})");
     const std::string out = (dir.path() + "/out" + (format == "gguf" ? ".gguf" : "")).toStdString();
     ExportOptions options;
     options.tensorType = type.toStdString();
@@ -169,7 +178,11 @@ void TestExport::denseRoundTrip() {
     auto back = loadModel(out);
     if (!back->tokenizer) back->tokenizer = model->tokenizer;
     const at::Tensor a = logitsOf(*model), b = logitsOf(*back);
-    if (source == format) {
+    if (!pruning.isEmpty()) QCOMPARE(back->spec.layers, model->spec.layers);
+    if (pruning == "channels") QCOMPARE(back->spec.ffnAt(0), model->spec.ffnAt(0));
+    if (pruning == "heads") QCOMPARE(back->spec.kvHeadsAt(1), model->spec.kvHeadsAt(1));
+    const bool sameRope = (kind != "gguf") == (format != "gguf") || kind == "gpt2";
+    if (sameRope) {
         QVERIFY2(at::equal(a, b), "same layout: the logits must be bit-identical");
     } else {
         // The RoPE layout changes with the format, so the runtime rotates other (equivalent) pairs.
