@@ -1,0 +1,245 @@
+#pragma once
+// The W4A16 / W8A16 kernel (internal). Layout: include/cwb/kernels/packed_weight.h.
+// A block has 8 warps; warp w owns row tile 8·blockIdx.x + w (16 output rows) and the chunks of split blockIdx.y.
+// Activations are read through L1 (the 8 warps of a block read the same ones); weights stream past L1.
+// With splitK > 1 each block writes fp32 partial sums and the last block of a row range to finish adds them up.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace cwb::kernels::detail {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kMaxTokensPerLaunch = 64;
+
+struct Wxa16Params {
+    const uint4* words;
+    const uint32_t* scaleZero;
+    const int32_t* chunkGroup;
+    const void* x;   // [m, ldx]
+    void* y;         // [m, ldy]
+    int64_t ldx, ldy;
+    int m, rows, tiles, chunks, groups, splitK, chunksPerSplit;
+    float* partial;  // [splitK, m, tiles·16]
+    int* counters;   // [gridDim.x]
+};
+
+template <typename T>
+struct ActTraits;
+template <>
+struct ActTraits<__half> {
+    using T2 = __half2;
+    static constexpr uint32_t kMagic4 = 0x64006400u;  // fp16 1024: 1024 + q is exact for q < 1024
+    static constexpr float kBase4 = 1024.0f;
+};
+template <>
+struct ActTraits<__nv_bfloat16> {
+    using T2 = __nv_bfloat162;
+    static constexpr uint32_t kMagic4 = 0x43004300u;  // bf16 128: 128 + q is exact for q < 128
+    static constexpr float kBase4 = 128.0f;
+};
+
+template <typename T2>
+__device__ __forceinline__ T2 asPair(uint32_t v) { return *reinterpret_cast<T2*>(&v); }
+template <typename T2>
+__device__ __forceinline__ uint32_t asWord(T2 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__half>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 loadStreaming(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+// Scale and (base + zero) of rows g and g+8 for one group, as pairs.
+template <typename T>
+struct GroupParams {
+    typename ActTraits<T>::T2 s0, s1, z0, z1;  // 4-bit path: zero already offset by the magic base
+    float fs0, fs1, fz0, fz1;                   // 8-bit bf16 path: float scale, 2^23 + zero
+};
+
+template <typename T, int BITS>
+__device__ __forceinline__ GroupParams<T> loadGroup(const uint32_t* scaleZero, int tile, int groups, int group, int g) {
+    using T2 = typename ActTraits<T>::T2;
+    const uint32_t* base = scaleZero + (int64_t(tile) * groups + group) * 16;
+    const uint32_t sz0 = __ldg(base + g), sz1 = __ldg(base + g + 8);
+    const T2 p0 = asPair<T2>(sz0), p1 = asPair<T2>(sz1);
+    GroupParams<T> gp;
+    gp.s0 = T2(p0.x, p0.x);
+    gp.s1 = T2(p1.x, p1.x);
+    const T zeroBase = T(ActTraits<T>::kBase4);  // 1024 (fp16, 4 and 8 bits) or 128 (bf16, 4 bits)
+    gp.z0 = T2(__hadd(p0.y, zeroBase), __hadd(p0.y, zeroBase));
+    gp.z1 = T2(__hadd(p1.y, zeroBase), __hadd(p1.y, zeroBase));
+    gp.fs0 = float(p0.x);
+    gp.fs1 = float(p1.x);
+    gp.fz0 = 8388608.0f + float(p0.y);
+    gp.fz1 = 8388608.0f + float(p1.y);
+    return gp;
+}
+
+// A fragments (4 registers) of k-step s from the lane's weight words.
+template <typename T, int BITS>
+__device__ __forceinline__ void dequantStep(const uint32_t* w, int s, const GroupParams<T>& gp, uint32_t* a) {
+    using T2 = typename ActTraits<T>::T2;
+    if constexpr (BITS == 4) {
+        const uint32_t q = w[s];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint32_t h = ((q >> (4 * i)) & 0x000F000Fu) | ActTraits<T>::kMagic4;
+            const T2 v = __hmul2(__hsub2(asPair<T2>(h), (i % 2) ? gp.z1 : gp.z0), (i % 2) ? gp.s1 : gp.s0);
+            a[i] = asWord(v);
+        }
+    } else if constexpr (std::is_same<T, __half>::value) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint32_t h = __byte_perm(w[2 * s + i / 2], 0x64646464u, (i % 2) ? 0x4342u : 0x4140u);
+            const T2 v = __hmul2(__hsub2(asPair<T2>(h), (i % 2) ? gp.z1 : gp.z0), (i % 2) ? gp.s1 : gp.s0);
+            a[i] = asWord(v);
+        }
+    } else {  // int8 with bf16: 128 + q is not exact past 127 in bf16, so go through float (2^23 + q)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint32_t word = w[2 * s + i / 2];
+            const int lo = (i % 2) ? 2 : 0;
+            const float z = (i % 2) ? gp.fz1 : gp.fz0, sc = (i % 2) ? gp.fs1 : gp.fs0;
+            const float f0 = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440u + lo)) - z;
+            const float f1 = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440u + lo + 1)) - z;
+            a[i] = asWord(__floats2bfloat162_rn(f0 * sc, f1 * sc));
+        }
+    }
+}
+
+template <typename T, int BITS, int NT>
+__global__ void __launch_bounds__(256) wxa16Kernel(const Wxa16Params p) {
+    constexpr int kVecs = BITS == 4 ? 1 : 2;                 // 16-byte weight vectors per lane per chunk
+    constexpr int kUnroll = (BITS == 4 ? 8 : 4) / (NT >= 4 ? 2 : 1);  // chunks whose weights are loaded ahead
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    const int tile = blockIdx.x * kWarpsPerBlock + warp;
+    const int split = blockIdx.y;
+    const int cBegin = split * p.chunksPerSplit, cEnd = min(p.chunks, cBegin + p.chunksPerSplit);
+    const T* x = static_cast<const T*>(p.x);
+
+    float acc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[n][j] = 0.0f;
+
+    if (tile < p.tiles) {
+        for (int c0 = cBegin; c0 < cEnd; c0 += kUnroll) {
+            uint4 wv[kUnroll][kVecs];
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u)
+                if (c0 + u < cEnd)
+#pragma unroll
+                    for (int v = 0; v < kVecs; ++v)
+                        wv[u][v] = loadStreaming(p.words + ((int64_t(tile) * p.chunks + c0 + u) * kVecs + v) * 32 + lane);
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+                const int chunk = c0 + u;
+                if (chunk >= cEnd) break;
+                uint32_t b[NT][8];
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    const int tok = n * 8 + g;
+                    if (tok < p.m) {
+                        const uint4* xp = reinterpret_cast<const uint4*>(x + tok * p.ldx + chunk * 64 + tig * 16);
+                        const uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
+                        b[n][0] = v0.x; b[n][1] = v0.y; b[n][2] = v0.z; b[n][3] = v0.w;
+                        b[n][4] = v1.x; b[n][5] = v1.y; b[n][6] = v1.z; b[n][7] = v1.w;
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) b[n][j] = 0u;
+                    }
+                }
+                const GroupParams<T> gp = loadGroup<T, BITS>(p.scaleZero, tile, p.groups, __ldg(p.chunkGroup + chunk), g);
+                const uint32_t* w = reinterpret_cast<const uint32_t*>(&wv[u][0]);
+#pragma unroll
+                for (int s = 0; s < 4; ++s) {
+                    uint32_t a[4];
+                    dequantStep<T, BITS>(w, s, gp, a);
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) mma16816<T>(acc[n], a, b[n][2 * s], b[n][2 * s + 1]);
+                }
+            }
+        }
+    }
+
+    // acc[n]: (row g, tokens 8n + 2·tig + {0,1}) and (row g+8, same tokens).
+    const int rowBase = tile * 16 + g;
+    T* y = static_cast<T*>(p.y);
+    if (p.splitK == 1) {
+        if (tile >= p.tiles) return;
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int tok = n * 8 + 2 * tig + (j % 2), row = rowBase + (j / 2) * 8;
+                if (tok < p.m && row < p.rows) y[tok * p.ldy + row] = T(acc[n][j]);
+            }
+        return;
+    }
+    const int paddedRows = p.tiles * 16;
+    if (tile < p.tiles) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int tok = n * 8 + 2 * tig + (j % 2), row = rowBase + (j / 2) * 8;
+                if (tok < p.m) p.partial[(int64_t(split) * p.m + tok) * paddedRows + row] = acc[n][j];
+            }
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ bool isLast;
+    if (threadIdx.x == 0) isLast = atomicAdd(p.counters + blockIdx.x, 1) == p.splitK - 1;
+    __syncthreads();
+    if (!isLast) return;
+    __threadfence();
+    const int blockRows = kWarpsPerBlock * 16;
+    for (int i = threadIdx.x; i < p.m * blockRows; i += blockDim.x) {
+        const int tok = i / blockRows, row = blockIdx.x * blockRows + i % blockRows;
+        if (row >= p.rows) continue;
+        float sum = 0.0f;
+        for (int s = 0; s < p.splitK; ++s) sum += __ldcg(p.partial + (int64_t(s) * p.m + tok) * paddedRows + row);
+        y[tok * p.ldy + row] = T(sum);
+    }
+    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;
+}
+
+// Act-order: xg[tok, p] = x[tok, columnOf[p]] (0 for padding columns).
+template <typename T>
+__global__ void gatherColumnsKernel(const T* __restrict__ x, int64_t ldx, const int32_t* __restrict__ columnOf,
+                                    int64_t paddedCols, int m, T* __restrict__ xg) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= int64_t(m) * paddedCols) return;
+    const int64_t tok = i / paddedCols, pcol = i % paddedCols;
+    const int32_t col = columnOf[pcol];
+    xg[i] = col >= 0 ? x[tok * ldx + col] : T(0.0f);
+}
+
+template <typename T>
+void launchWxa16(const Wxa16Params& p, int bits, dim3 grid, cudaStream_t stream);
+template <typename T>
+void launchGather(const void* x, int64_t ldx, const int32_t* columnOf, int64_t paddedCols, int m, void* xg,
+                  cudaStream_t stream);
+
+} // namespace cwb::kernels::detail

@@ -1,0 +1,54 @@
+#pragma once
+// Small helpers shared by the kernel tests (plain executables, no Qt): PASS/FAIL lines, normalised MSE,
+// random data, and the tolerances, named per bit width and activation type.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+namespace cwb::kernels::testing {
+
+// ‖out − ref‖² / ‖ref‖² allowed for a GEMM output: fp32 accumulation, so only the rounding of the inputs and of the
+// output to the activation type remains (fp16: 2^-11, bf16: 2^-8 relative).
+constexpr double kGemmNmseFp16 = 1e-5;
+constexpr double kGemmNmseBf16 = 2e-4;
+// Quantization error of RTN on Gaussian weights (what the dequantized weight may differ from the original).
+constexpr double kRtnNmseInt4 = 2e-2;
+constexpr double kRtnNmseInt8 = 1e-4;
+
+inline int& failures() {
+    static int n = 0;
+    return n;
+}
+
+inline void check(bool ok, const char* what) {
+    std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what);
+    if (!ok) ++failures();
+}
+
+inline double nmse(const std::vector<float>& out, const std::vector<float>& ref) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const double d = double(out[i]) - double(ref[i]);
+        num += d * d;
+        den += double(ref[i]) * double(ref[i]);
+    }
+    if (!std::isfinite(num)) return INFINITY;
+    return den > 0 ? num / den : num;
+}
+
+inline std::vector<float> gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, sigma);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+inline int finish() {
+    std::printf("%d failed\n", failures());
+    return failures() ? 1 : 0;
+}
+
+} // namespace cwb::kernels::testing
