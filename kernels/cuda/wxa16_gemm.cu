@@ -63,6 +63,12 @@ DeviceTiledWeight::DeviceTiledWeight(const TiledIntWeight& host)
     scaleZero = upload(host.scaleZero);
     chunkGroup = upload(host.chunkGroup);
     columnOf = upload(host.columnOf);
+    // Every group spanning the same number of chunks lets the kernel compute the group instead of reading it.
+    int64_t perGroup = 0;
+    while (perGroup < int64_t(host.chunkGroup.size()) && host.chunkGroup[size_t(perGroup)] == host.chunkGroup[0]) ++perGroup;
+    bool uniform = host.chunkGroup[0] == 0;
+    for (size_t c = 0; uniform && c < host.chunkGroup.size(); ++c) uniform = host.chunkGroup[c] == int32_t(int64_t(c) / perGroup);
+    chunksPerGroup = uniform ? int(perGroup) : 0;
 }
 
 DeviceTiledWeight::~DeviceTiledWeight() {
@@ -74,7 +80,7 @@ DeviceTiledWeight::~DeviceTiledWeight() {
 
 DeviceTiledWeight::DeviceTiledWeight(DeviceTiledWeight&& o) noexcept
     : bits(o.bits), act(o.act), rows(o.rows), cols(o.cols), groups(o.groups), paddedRows(o.paddedRows),
-      paddedCols(o.paddedCols), words(o.words), scaleZero(o.scaleZero), chunkGroup(o.chunkGroup), columnOf(o.columnOf) {
+      paddedCols(o.paddedCols), chunksPerGroup(o.chunksPerGroup), words(o.words), scaleZero(o.scaleZero), chunkGroup(o.chunkGroup), columnOf(o.columnOf) {
     o.words = o.scaleZero = nullptr;
     o.chunkGroup = o.columnOf = nullptr;
 }
@@ -150,6 +156,7 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
         p.groups = int(w.groups);
         p.splitK = split;
         p.chunksPerSplit = int((chunks + split - 1) / split);
+        p.chunksPerGroup = w.chunksPerGroup;
         p.partial = reinterpret_cast<float*>(ws + layout.partial);
         p.counters = reinterpret_cast<int*>(ws + layout.counters);
         if (w.act == ActType::Float16)

@@ -22,6 +22,7 @@ struct Wxa16Params {
     void* y;         // [m, ldy]
     int64_t ldx, ldy;
     int m, rows, tiles, chunks, groups, splitK, chunksPerSplit;
+    int chunksPerGroup;  // > 0: group of chunk c is c / chunksPerGroup; 0: read chunkGroup
     float* partial;  // [splitK, m, tiles·16]
     int* counters;   // [gridDim.x]
 };
@@ -76,11 +77,9 @@ struct GroupParams {
     float fs0, fs1, fz0, fz1;                   // 8-bit bf16 path: float scale, 2^23 + zero
 };
 
-template <typename T, int BITS>
-__device__ __forceinline__ GroupParams<T> loadGroup(const uint32_t* scaleZero, int tile, int groups, int group, int g) {
+template <typename T>
+__device__ __forceinline__ GroupParams<T> makeGroup(uint32_t sz0, uint32_t sz1) {
     using T2 = typename ActTraits<T>::T2;
-    const uint32_t* base = scaleZero + (int64_t(tile) * groups + group) * 16;
-    const uint32_t sz0 = __ldg(base + g), sz1 = __ldg(base + g + 8);
     const T2 p0 = asPair<T2>(sz0), p1 = asPair<T2>(sz1);
     GroupParams<T> gp;
     gp.s0 = T2(p0.x, p0.x);
@@ -127,10 +126,65 @@ __device__ __forceinline__ void dequantStep(const uint32_t* w, int s, const Grou
     }
 }
 
+// Weights and raw (scale, zero) words of `U` consecutive chunks of one row tile.
+template <int U, int V>
+struct Batch {
+    uint4 w[U][V];
+    uint32_t sz0[U], sz1[U];
+};
+
+template <int U, int V>
+__device__ __forceinline__ void loadBatch(Batch<U, V>& b, const Wxa16Params& p, int tile, int c0, int lane, int g) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+            b.w[u][v] = loadStreaming(p.words + ((int64_t(tile) * p.chunks + c0 + u) * V + v) * 32 + lane);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int group = p.chunksPerGroup > 0 ? (c0 + u) / p.chunksPerGroup : __ldg(p.chunkGroup + c0 + u);
+        const uint32_t* sz = p.scaleZero + (int64_t(tile) * p.groups + group) * 16;
+        b.sz0[u] = __ldg(sz + g);
+        b.sz1[u] = __ldg(sz + g + 8);
+    }
+}
+
+template <typename T, int BITS, int NT, int U, int V>
+__device__ __forceinline__ void computeBatch(const Batch<U, V>& b, const Wxa16Params& p, const T* x, int c0, int g,
+                                             int tig, float (&acc)[NT][4]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int chunk = c0 + u;
+        uint32_t bx[NT][8];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const int tok = n * 8 + g;
+            if (tok < p.m) {
+                const uint4* xp = reinterpret_cast<const uint4*>(x + tok * p.ldx + chunk * 64 + tig * 16);
+                const uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
+                bx[n][0] = v0.x; bx[n][1] = v0.y; bx[n][2] = v0.z; bx[n][3] = v0.w;
+                bx[n][4] = v1.x; bx[n][5] = v1.y; bx[n][6] = v1.z; bx[n][7] = v1.w;
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) bx[n][j] = 0u;
+            }
+        }
+        const GroupParams<T> gp = makeGroup<T>(b.sz0[u], b.sz1[u]);
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(&b.w[u][0]);
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            uint32_t a[4];
+            dequantStep<T, BITS>(w, s, gp, a);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) mma16816<T>(acc[n], a, bx[n][2 * s], bx[n][2 * s + 1]);
+        }
+    }
+}
+
 template <typename T, int BITS, int NT>
 __global__ void __launch_bounds__(256) wxa16Kernel(const Wxa16Params p) {
     constexpr int kVecs = BITS == 4 ? 1 : 2;                 // 16-byte weight vectors per lane per chunk
-    constexpr int kUnroll = (BITS == 4 ? 8 : 4) / (NT >= 4 ? 2 : 1);  // chunks whose weights are loaded ahead
+    constexpr int kUnroll = (BITS == 4 ? 4 : 2) / (NT >= 4 ? 2 : 1);  // chunks per register batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     const int tile = blockIdx.x * kWarpsPerBlock + warp;
     const int split = blockIdx.y;
@@ -144,42 +198,28 @@ __global__ void __launch_bounds__(256) wxa16Kernel(const Wxa16Params p) {
         for (int j = 0; j < 4; ++j) acc[n][j] = 0.0f;
 
     if (tile < p.tiles) {
-        for (int c0 = cBegin; c0 < cEnd; c0 += kUnroll) {
-            uint4 wv[kUnroll][kVecs];
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
-                if (c0 + u < cEnd)
-#pragma unroll
-                    for (int v = 0; v < kVecs; ++v)
-                        wv[u][v] = loadStreaming(p.words + ((int64_t(tile) * p.chunks + c0 + u) * kVecs + v) * 32 + lane);
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int chunk = c0 + u;
-                if (chunk >= cEnd) break;
-                uint32_t b[NT][8];
-#pragma unroll
-                for (int n = 0; n < NT; ++n) {
-                    const int tok = n * 8 + g;
-                    if (tok < p.m) {
-                        const uint4* xp = reinterpret_cast<const uint4*>(x + tok * p.ldx + chunk * 64 + tig * 16);
-                        const uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
-                        b[n][0] = v0.x; b[n][1] = v0.y; b[n][2] = v0.z; b[n][3] = v0.w;
-                        b[n][4] = v1.x; b[n][5] = v1.y; b[n][6] = v1.z; b[n][7] = v1.w;
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < 8; ++j) b[n][j] = 0u;
-                    }
-                }
-                const GroupParams<T> gp = loadGroup<T, BITS>(p.scaleZero, tile, p.groups, __ldg(p.chunkGroup + chunk), g);
-                const uint32_t* w = reinterpret_cast<const uint32_t*>(&wv[u][0]);
-#pragma unroll
-                for (int s = 0; s < 4; ++s) {
-                    uint32_t a[4];
-                    dequantStep<T, BITS>(w, s, gp, a);
-#pragma unroll
-                    for (int n = 0; n < NT; ++n) mma16816<T>(acc[n], a, b[n][2 * s], b[n][2 * s + 1]);
-                }
+        // Two register batches in turn: the loads of the next batch are in flight while this one is computed.
+        int c = cBegin;
+        if (c + kUnroll <= cEnd) {
+            Batch<kUnroll, kVecs> b0, b1;
+            loadBatch(b0, p, tile, c, lane, g);
+            while (true) {
+                const bool more = c + 2 * kUnroll <= cEnd;
+                if (more) loadBatch(b1, p, tile, c + kUnroll, lane, g);
+                computeBatch<T, BITS, NT>(b0, p, x, c, g, tig, acc);
+                c += kUnroll;
+                if (!more) break;
+                const bool more2 = c + 2 * kUnroll <= cEnd;
+                if (more2) loadBatch(b0, p, tile, c + kUnroll, lane, g);
+                computeBatch<T, BITS, NT>(b1, p, x, c, g, tig, acc);
+                c += kUnroll;
+                if (!more2) break;
             }
+        }
+        for (; c < cEnd; ++c) {
+            Batch<1, kVecs> b;
+            loadBatch(b, p, tile, c, lane, g);
+            computeBatch<T, BITS, NT>(b, p, x, c, g, tig, acc);
         }
     }
 

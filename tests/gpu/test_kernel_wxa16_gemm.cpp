@@ -22,7 +22,7 @@ struct Case {
     int bits;
     bool symmetric;
     int64_t rows, cols, groupSize;
-    bool actOrder;
+    int order;  // 0: groups in column order; 1: act-order (shuffled, equal sizes); 2: random group of each column
 };
 
 TiledIntWeight makeWeight(const Case& c, ActType act, uint32_t seed) {
@@ -36,10 +36,10 @@ TiledIntWeight makeWeight(const Case& c, ActType act, uint32_t seed) {
     std::vector<int32_t> gidx(size_t(c.cols));
     const int64_t width = c.groupSize > 0 ? c.groupSize : c.cols;
     for (int64_t i = 0; i < c.cols; ++i) gidx[size_t(i)] = int32_t(i / width);
-    if (c.actOrder) {
-        std::mt19937 rng(seed);
-        std::shuffle(gidx.begin(), gidx.end(), rng);
-    }
+    std::mt19937 rng(seed);
+    if (c.order == 1) std::shuffle(gidx.begin(), gidx.end(), rng);
+    if (c.order == 2)  // uneven groups: the kernel reads the group of each chunk from its table
+        for (auto& g : gidx) g = int32_t(rng() % uint32_t(groups));
     const std::vector<int32_t> words = packCoreWords(levels.data(), c.rows, c.cols, c.bits);
     return packTiled({c.bits, c.rows, c.cols, groups, words.data(), scales.data(), zeros.data(), gidx.data()}, act);
 }
@@ -80,7 +80,7 @@ void runCase(const Case& c, ActType act, const std::vector<int64_t>& ms, uint32_
             char what[200];
             std::snprintf(what, sizeof what, "int%d %s %s g%lld%s %lldx%lld m=%lld split=%d%s: nmse %.2e < %.0e",
                           c.bits, c.symmetric ? "sym" : "asym", actTypeName(act), (long long)c.groupSize,
-                          c.actOrder ? " act-order" : "", (long long)c.rows, (long long)c.cols, (long long)m,
+                          c.order == 1 ? " act-order" : c.order == 2 ? " random-groups" : "", (long long)c.rows, (long long)c.cols, (long long)m,
                           split ? split : chosen, split ? "" : " (auto)", worst, tol);
             check(worst < tol, what);
         }
@@ -100,12 +100,14 @@ int main() {
     try {
         const std::vector<int64_t> allM = {1, 3, 8, 16, 29, 64, 80};
         for (ActType act : {ActType::Float16, ActType::BFloat16}) {
-            runCase({4, true, 256, 1024, 128, false}, act, allM, 1);
-            runCase({4, false, 200, 576, 64, false}, act, {1, 16, 64}, 2);
-            runCase({4, false, 128, 512, 128, true}, act, {1, 5, 64}, 3);
-            runCase({4, true, 100, 320, -1, false}, act, {1, 16}, 4);
-            runCase({8, true, 256, 1024, 128, false}, act, allM, 5);
-            runCase({8, false, 136, 448, 128, true}, act, {1, 16, 64}, 6);
+            runCase({4, true, 256, 1024, 128, 0}, act, allM, 1);
+            runCase({4, false, 200, 576, 64, 0}, act, {1, 16, 64}, 2);
+            runCase({4, false, 128, 512, 128, 1}, act, {1, 5, 64}, 3);
+            runCase({4, true, 64, 640, 128, 2}, act, {1, 16, 40}, 7);
+            runCase({4, true, 100, 320, -1, 0}, act, {1, 16}, 4);
+            runCase({8, true, 256, 1024, 128, 0}, act, allM, 5);
+            runCase({8, false, 136, 448, 128, 1}, act, {1, 16, 64}, 6);
+            runCase({8, true, 48, 384, 64, 2}, act, {1, 9}, 8);
         }
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());

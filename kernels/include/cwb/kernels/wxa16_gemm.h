@@ -24,6 +24,7 @@ public:
     int bits = 4;
     ActType act = ActType::Float16;
     int64_t rows = 0, cols = 0, groups = 0, paddedRows = 0, paddedCols = 0;
+    int chunksPerGroup = 0;  // > 0 when every group spans that many chunks in order (no table lookup needed)
     const uint32_t* words = nullptr;
     const uint32_t* scaleZero = nullptr;
     const int32_t* chunkGroup = nullptr;
