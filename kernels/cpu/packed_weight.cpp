@@ -160,15 +160,14 @@ std::vector<int32_t> packCoreWords(const uint8_t* levels, int64_t rows, int64_t 
     return out;
 }
 
-std::vector<float> dequantizeTiledRef(const TiledIntWeight& t) {
+std::vector<float> dequantizeTiledRef(const TiledIntWeight& t, bool roundToAct) {
     const UnpackedIntWeight u = unpackTiled(t);
     std::vector<float> out(size_t(t.rows * t.cols));
     for (int64_t r = 0; r < t.rows; ++r)
         for (int64_t c = 0; c < t.cols; ++c) {
             const size_t g = size_t(r * t.groups + u.groupIndex[size_t(c)]);
-            // The kernel rounds (level - zero) · scale once to the activation type.
             const float v = float(int32_t(u.levels[size_t(r * t.cols + c)]) - u.zeros[g]) * u.scales[g];
-            out[size_t(r * t.cols + c)] = actBitsToFloat(floatToActBits(v, t.act), t.act);
+            out[size_t(r * t.cols + c)] = roundToAct ? actBitsToFloat(floatToActBits(v, t.act), t.act) : v;
         }
     return out;
 }

@@ -6,7 +6,7 @@
 namespace cwb::kernels {
 
 void wxa16GemmRef(const TiledIntWeight& w, const float* x, int64_t m, float* y) {
-    const std::vector<float> deq = dequantizeTiledRef(w);
+    const std::vector<float> deq = dequantizeTiledRef(w, false);
     for (int64_t i = 0; i < m; ++i)
         for (int64_t r = 0; r < w.rows; ++r) {
             double acc = 0.0;

@@ -156,7 +156,9 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
         p.groups = int(w.groups);
         p.splitK = split;
         p.chunksPerSplit = int((chunks + split - 1) / split);
-        p.chunksPerGroup = w.chunksPerGroup;
+        p.groupShift = -1;
+        for (int shift = 0; shift < 31; ++shift)
+            if (w.chunksPerGroup == (1 << shift)) p.groupShift = shift;
         p.partial = reinterpret_cast<float*>(ws + layout.partial);
         p.counters = reinterpret_cast<int*>(ws + layout.counters);
         if (w.act == ActType::Float16)

@@ -22,7 +22,7 @@ struct Wxa16Params {
     void* y;         // [m, ldy]
     int64_t ldx, ldy;
     int m, rows, tiles, chunks, groups, splitK, chunksPerSplit;
-    int chunksPerGroup;  // > 0: group of chunk c is c / chunksPerGroup; 0: read chunkGroup
+    int groupShift;  // >= 0: group of chunk c is c >> groupShift; -1: read chunkGroup
     float* partial;  // [splitK, m, tiles·16]
     int* counters;   // [gridDim.x]
 };
@@ -51,13 +51,13 @@ template <typename T>
 __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1);
 template <>
 __device__ __forceinline__ void mma16816<__half>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 template <>
 __device__ __forceinline__ void mma16816<__nv_bfloat16>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
@@ -70,58 +70,74 @@ __device__ __forceinline__ uint4 loadStreaming(const uint4* p) {
     return v;
 }
 
-// Scale and (base + zero) of rows g and g+8 for one group, as pairs.
+// Per group: the zero bases subtracted from the magic-number weights (so the mma sees the exact integers
+// level - zero, or 16·(level - zero)), and the float scales applied to the mma result of each chunk.
 template <typename T>
 struct GroupParams {
-    typename ActTraits<T>::T2 s0, s1, z0, z1;  // 4-bit path: zero already offset by the magic base
-    float fs0, fs1, fz0, fz1;                   // 8-bit bf16 path: float scale, 2^23 + zero
+    typename ActTraits<T>::T2 z0, z1;  // rows g and g+8
+    float s0, s1;
 };
 
-template <typename T>
+// fp16 with 4 bits reads the odd nibbles in place (16·level, mask 0x00F0): one shift per word instead of three.
+template <typename T, int BITS>
+constexpr bool kSixteenTrick = BITS == 4 && std::is_same<T, __half>::value;
+
+template <typename T, int BITS>
 __device__ __forceinline__ GroupParams<T> makeGroup(uint32_t sz0, uint32_t sz1) {
     using T2 = typename ActTraits<T>::T2;
-    const T2 p0 = asPair<T2>(sz0), p1 = asPair<T2>(sz1);
+    const T2 p0 = asPair<T2>(sz0), p1 = asPair<T2>(sz1);  // (scale, zero)
     GroupParams<T> gp;
-    gp.s0 = T2(p0.x, p0.x);
-    gp.s1 = T2(p1.x, p1.x);
-    const T zeroBase = T(ActTraits<T>::kBase4);  // 1024 (fp16, 4 and 8 bits) or 128 (bf16, 4 bits)
-    gp.z0 = T2(__hadd(p0.y, zeroBase), __hadd(p0.y, zeroBase));
-    gp.z1 = T2(__hadd(p1.y, zeroBase), __hadd(p1.y, zeroBase));
-    gp.fs0 = float(p0.x);
-    gp.fs1 = float(p1.x);
-    gp.fz0 = 8388608.0f + float(p0.y);
-    gp.fz1 = 8388608.0f + float(p1.y);
+    const T base = T(ActTraits<T>::kBase4);
+    gp.s0 = float(p0.x);
+    gp.s1 = float(p1.x);
+    const T z0 = __hadd(p0.y, base);
+    T z1 = __hadd(p1.y, base);
+    if constexpr (kSixteenTrick<T, BITS>) {
+        z1 = __hfma(p1.y, T(16.0f), base);  // 1024 + 16·zero, exact
+        gp.s1 *= 0.0625f;
+    }
+    if constexpr (BITS == 8 && !std::is_same<T, __half>::value) {  // bf16 int8 goes through float: plain zeros
+        gp.z0 = T2(p0.y, p0.y);
+        gp.z1 = T2(p1.y, p1.y);
+    } else {
+        gp.z0 = T2(z0, z0);
+        gp.z1 = T2(z1, z1);
+    }
     return gp;
 }
 
-// A fragments (4 registers) of k-step s from the lane's weight words.
+// A fragments (4 registers) of k-step s: exact integers (level - zero), 16x for rows g+8 with the fp16 trick.
 template <typename T, int BITS>
 __device__ __forceinline__ void dequantStep(const uint32_t* w, int s, const GroupParams<T>& gp, uint32_t* a) {
     using T2 = typename ActTraits<T>::T2;
-    if constexpr (BITS == 4) {
+    if constexpr (kSixteenTrick<T, BITS>) {
+        const uint32_t q = w[s], q8 = q >> 8;
+        a[0] = asWord(__hsub2(asPair<T2>((q & 0x000F000Fu) | 0x64006400u), gp.z0));
+        a[1] = asWord(__hsub2(asPair<T2>((q & 0x00F000F0u) | 0x64006400u), gp.z1));
+        a[2] = asWord(__hsub2(asPair<T2>((q8 & 0x000F000Fu) | 0x64006400u), gp.z0));
+        a[3] = asWord(__hsub2(asPair<T2>((q8 & 0x00F000F0u) | 0x64006400u), gp.z1));
+    } else if constexpr (BITS == 4) {
         const uint32_t q = w[s];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const uint32_t h = ((q >> (4 * i)) & 0x000F000Fu) | ActTraits<T>::kMagic4;
-            const T2 v = __hmul2(__hsub2(asPair<T2>(h), (i % 2) ? gp.z1 : gp.z0), (i % 2) ? gp.s1 : gp.s0);
-            a[i] = asWord(v);
+            a[i] = asWord(__hsub2(asPair<T2>(h), (i % 2) ? gp.z1 : gp.z0));
         }
     } else if constexpr (std::is_same<T, __half>::value) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const uint32_t h = __byte_perm(w[2 * s + i / 2], 0x64646464u, (i % 2) ? 0x4342u : 0x4140u);
-            const T2 v = __hmul2(__hsub2(asPair<T2>(h), (i % 2) ? gp.z1 : gp.z0), (i % 2) ? gp.s1 : gp.s0);
-            a[i] = asWord(v);
+            a[i] = asWord(__hsub2(asPair<T2>(h), (i % 2) ? gp.z1 : gp.z0));
         }
-    } else {  // int8 with bf16: 128 + q is not exact past 127 in bf16, so go through float (2^23 + q)
+    } else {  // int8 with bf16: bytes to float (2^23 + q trick), minus the zero; |level - zero| <= 255 is exact in bf16
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const uint32_t word = w[2 * s + i / 2];
             const int lo = (i % 2) ? 2 : 0;
-            const float z = (i % 2) ? gp.fz1 : gp.fz0, sc = (i % 2) ? gp.fs1 : gp.fs0;
+            const float z = 8388608.0f + float((i % 2) ? gp.z1.x : gp.z0.x);
             const float f0 = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440u + lo)) - z;
             const float f1 = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440u + lo + 1)) - z;
-            a[i] = asWord(__floats2bfloat162_rn(f0 * sc, f1 * sc));
+            a[i] = asWord(__floats2bfloat162_rn(f0, f1));
         }
     }
 }
@@ -133,34 +149,37 @@ struct Batch {
     uint32_t sz0[U], sz1[U];
 };
 
+// Per-warp base pointers, so the loop only adds small offsets.
+struct WarpPointers {
+    const uint4* words;      // this tile's first chunk, this lane
+    const uint32_t* scales;  // this tile's first group, row g
+};
+
 template <int U, int V>
-__device__ __forceinline__ void loadBatch(Batch<U, V>& b, const Wxa16Params& p, int tile, int c0, int lane, int g) {
+__device__ __forceinline__ void loadBatch(Batch<U, V>& b, const Wxa16Params& p, const WarpPointers& wp, int c0) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int v = 0; v < V; ++v)
-            b.w[u][v] = loadStreaming(p.words + ((int64_t(tile) * p.chunks + c0 + u) * V + v) * 32 + lane);
+        for (int v = 0; v < V; ++v) b.w[u][v] = loadStreaming(wp.words + ((c0 + u) * V + v) * 32);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-        const int group = p.chunksPerGroup > 0 ? (c0 + u) / p.chunksPerGroup : __ldg(p.chunkGroup + c0 + u);
-        const uint32_t* sz = p.scaleZero + (int64_t(tile) * p.groups + group) * 16;
-        b.sz0[u] = __ldg(sz + g);
-        b.sz1[u] = __ldg(sz + g + 8);
+        const int group = p.groupShift >= 0 ? (c0 + u) >> p.groupShift : __ldg(p.chunkGroup + c0 + u);
+        b.sz0[u] = __ldg(wp.scales + group * 16);
+        b.sz1[u] = __ldg(wp.scales + group * 16 + 8);
     }
 }
 
 template <typename T, int BITS, int NT, int U, int V>
-__device__ __forceinline__ void computeBatch(const Batch<U, V>& b, const Wxa16Params& p, const T* x, int c0, int g,
-                                             int tig, float (&acc)[NT][4]) {
+__device__ __forceinline__ void computeBatch(const Batch<U, V>& b, const Wxa16Params& p, const T* xLane, int c0, int g,
+                                             float (&acc)[NT][4]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         const int chunk = c0 + u;
         uint32_t bx[NT][8];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-            const int tok = n * 8 + g;
-            if (tok < p.m) {
-                const uint4* xp = reinterpret_cast<const uint4*>(x + tok * p.ldx + chunk * 64 + tig * 16);
+            if (n * 8 + g < p.m) {
+                const uint4* xp = reinterpret_cast<const uint4*>(xLane + n * 8 * p.ldx + chunk * 64);
                 const uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
                 bx[n][0] = v0.x; bx[n][1] = v0.y; bx[n][2] = v0.z; bx[n][3] = v0.w;
                 bx[n][4] = v1.x; bx[n][5] = v1.y; bx[n][6] = v1.z; bx[n][7] = v1.w;
@@ -169,14 +188,26 @@ __device__ __forceinline__ void computeBatch(const Batch<U, V>& b, const Wxa16Pa
                 for (int j = 0; j < 8; ++j) bx[n][j] = 0u;
             }
         }
-        const GroupParams<T> gp = makeGroup<T>(b.sz0[u], b.sz1[u]);
+        const GroupParams<T> gp = makeGroup<T, BITS>(b.sz0[u], b.sz1[u]);
         const uint32_t* w = reinterpret_cast<const uint32_t*>(&b.w[u][0]);
+        float t[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) t[n][j] = 0.0f;
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
             uint32_t a[4];
             dequantStep<T, BITS>(w, s, gp, a);
 #pragma unroll
-            for (int n = 0; n < NT; ++n) mma16816<T>(acc[n], a, bx[n][2 * s], bx[n][2 * s + 1]);
+            for (int n = 0; n < NT; ++n) mma16816<T>(t[n], a, bx[n][2 * s], bx[n][2 * s + 1]);
+        }
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            acc[n][0] = fmaf(t[n][0], gp.s0, acc[n][0]);
+            acc[n][1] = fmaf(t[n][1], gp.s0, acc[n][1]);
+            acc[n][2] = fmaf(t[n][2], gp.s1, acc[n][2]);
+            acc[n][3] = fmaf(t[n][3], gp.s1, acc[n][3]);
         }
     }
 }
@@ -198,28 +229,31 @@ __global__ void __launch_bounds__(256) wxa16Kernel(const Wxa16Params p) {
         for (int j = 0; j < 4; ++j) acc[n][j] = 0.0f;
 
     if (tile < p.tiles) {
+        const WarpPointers wp{p.words + int64_t(tile) * p.chunks * kVecs * 32 + lane,
+                              p.scaleZero + int64_t(tile) * p.groups * 16 + g};
+        const T* xLane = x + int64_t(g) * p.ldx + tig * 16;
         // Two register batches in turn: the loads of the next batch are in flight while this one is computed.
         int c = cBegin;
         if (c + kUnroll <= cEnd) {
             Batch<kUnroll, kVecs> b0, b1;
-            loadBatch(b0, p, tile, c, lane, g);
+            loadBatch(b0, p, wp, c);
             while (true) {
                 const bool more = c + 2 * kUnroll <= cEnd;
-                if (more) loadBatch(b1, p, tile, c + kUnroll, lane, g);
-                computeBatch<T, BITS, NT>(b0, p, x, c, g, tig, acc);
+                if (more) loadBatch(b1, p, wp, c + kUnroll);
+                computeBatch<T, BITS, NT>(b0, p, xLane, c, g, acc);
                 c += kUnroll;
                 if (!more) break;
                 const bool more2 = c + 2 * kUnroll <= cEnd;
-                if (more2) loadBatch(b0, p, tile, c + kUnroll, lane, g);
-                computeBatch<T, BITS, NT>(b1, p, x, c, g, tig, acc);
+                if (more2) loadBatch(b0, p, wp, c + kUnroll);
+                computeBatch<T, BITS, NT>(b1, p, xLane, c, g, acc);
                 c += kUnroll;
                 if (!more2) break;
             }
         }
         for (; c < cEnd; ++c) {
             Batch<1, kVecs> b;
-            loadBatch(b, p, tile, c, lane, g);
-            computeBatch<T, BITS, NT>(b, p, x, c, g, tig, acc);
+            loadBatch(b, p, wp, c);
+            computeBatch<T, BITS, NT>(b, p, xLane, c, g, acc);
         }
     }
 

@@ -70,7 +70,9 @@ UnpackedIntWeight unpackTiled(const TiledIntWeight& w);
 // Packs one-per-byte levels [rows, cols] into the core's int32 words (for tests and the CPU side of the bench).
 std::vector<int32_t> packCoreWords(const uint8_t* levels, int64_t rows, int64_t cols, int bits);
 
-// Dense dequantized weight [rows, cols] in float from the tiled layout (CPU reference of what the kernels use).
-std::vector<float> dequantizeTiledRef(const TiledIntWeight& w);
+// Dense dequantized weight [rows, cols] in float from the tiled layout, (level - zero) · scale with the stored
+// (activation-type) scales; roundToAct also rounds each value to the activation type, as rtnDequantize does.
+// The GEMM kernels apply the scale to fp32 sums instead, so their reference does not round.
+std::vector<float> dequantizeTiledRef(const TiledIntWeight& w, bool roundToAct = true);
 
 } // namespace cwb::kernels

@@ -1,7 +1,8 @@
 #pragma once
 // Weight-only quantized GEMM for small batches: Y[m, rows] = X[m, cols] · W^T, W int4 or int8 in the tiled16x64
-// layout (packed_weight.h) with group-wise scales and zeros, X and Y fp16 or bf16, fp32 accumulation on tensor
-// cores (mma.m16n8k16). Any m works; m <= 64 per launch is the designed range, larger m runs in slices of 64.
+// layout (packed_weight.h) with group-wise scales and zeros, X and Y fp16 or bf16. The tensor cores
+// (mma.m16n8k16, fp32 accumulation) multiply X by the exact integers level - zero; each chunk's fp32 sum is then
+// scaled, so dequantized weights are never rounded. Any m works; m <= 64 per launch is the designed range, larger m runs in slices of 64.
 // Act-order weights gather X into the workspace in packed column order first (one extra small kernel).
 #include <cstddef>
 #include <cstdint>
@@ -45,7 +46,7 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
 // The split wxa16Gemm would choose (for reports).
 int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m);
 
-// CPU reference: y[m, rows] = x[m, cols] · dequantizeTiledRef(w)^T in double, returned as float.
+// CPU reference: y[m, rows] = x[m, cols] · dequantizeTiledRef(w, false)^T in double, returned as float.
 void wxa16GemmRef(const TiledIntWeight& w, const float* x, int64_t m, float* y);
 
 } // namespace cwb::kernels
