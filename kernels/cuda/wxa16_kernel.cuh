@@ -76,7 +76,14 @@ template <typename T>
 struct GroupParams {
     typename ActTraits<T>::T2 z0, z1;  // rows g and g+8
     float s0, s1;
+    float zf0, zf1;  // the same zero bases as floats, for the folded correction
 };
+
+// Folding the zero: the mma takes the magic-number weights (base + level) as they are, one more mma per k-step
+// with an all-ones A gives the sum of the activations, and (base + zero) · sum is subtracted in fp32. This drops
+// the per-pair subtraction from the dequantization; used where the extra mma is cheap (up to 16 tokens).
+template <typename T, int BITS, int NT>
+constexpr bool kFoldZero = NT <= 2 && !(BITS == 8 && std::is_same<T, __nv_bfloat16>::value);
 
 // fp16 with 4 bits reads the odd nibbles in place (16·level, mask 0x00F0): one shift per word instead of three.
 template <typename T, int BITS>
@@ -103,31 +110,35 @@ __device__ __forceinline__ GroupParams<T> makeGroup(uint32_t sz0, uint32_t sz1) 
         gp.z0 = T2(z0, z0);
         gp.z1 = T2(z1, z1);
     }
+    gp.zf0 = float(z0);
+    gp.zf1 = float(z1);
     return gp;
 }
 
 // A fragments (4 registers) of k-step s: exact integers (level - zero), 16x for rows g+8 with the fp16 trick.
-template <typename T, int BITS>
+template <typename T, int BITS, bool FOLD = false>
 __device__ __forceinline__ void dequantStep(const uint32_t* w, int s, const GroupParams<T>& gp, uint32_t* a) {
     using T2 = typename ActTraits<T>::T2;
+    // With FOLD the zero base is subtracted after the mma: sub() passes the magic-number value through.
+    auto sub = [](T2 h, T2 z) { if constexpr (FOLD) return h; else return __hsub2(h, z); };
     if constexpr (kSixteenTrick<T, BITS>) {
         const uint32_t q = w[s], q8 = q >> 8;
-        a[0] = asWord(__hsub2(asPair<T2>((q & 0x000F000Fu) | 0x64006400u), gp.z0));
-        a[1] = asWord(__hsub2(asPair<T2>((q & 0x00F000F0u) | 0x64006400u), gp.z1));
-        a[2] = asWord(__hsub2(asPair<T2>((q8 & 0x000F000Fu) | 0x64006400u), gp.z0));
-        a[3] = asWord(__hsub2(asPair<T2>((q8 & 0x00F000F0u) | 0x64006400u), gp.z1));
+        a[0] = asWord(sub(asPair<T2>((q & 0x000F000Fu) | 0x64006400u), gp.z0));
+        a[1] = asWord(sub(asPair<T2>((q & 0x00F000F0u) | 0x64006400u), gp.z1));
+        a[2] = asWord(sub(asPair<T2>((q8 & 0x000F000Fu) | 0x64006400u), gp.z0));
+        a[3] = asWord(sub(asPair<T2>((q8 & 0x00F000F0u) | 0x64006400u), gp.z1));
     } else if constexpr (BITS == 4) {
         const uint32_t q = w[s];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const uint32_t h = ((q >> (4 * i)) & 0x000F000Fu) | ActTraits<T>::kMagic4;
-            a[i] = asWord(__hsub2(asPair<T2>(h), (i % 2) ? gp.z1 : gp.z0));
+            a[i] = asWord(sub(asPair<T2>(h), (i % 2) ? gp.z1 : gp.z0));
         }
     } else if constexpr (std::is_same<T, __half>::value) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const uint32_t h = __byte_perm(w[2 * s + i / 2], 0x64646464u, (i % 2) ? 0x4342u : 0x4140u);
-            a[i] = asWord(__hsub2(asPair<T2>(h), (i % 2) ? gp.z1 : gp.z0));
+            a[i] = asWord(sub(asPair<T2>(h), (i % 2) ? gp.z1 : gp.z0));
         }
     } else {  // int8 with bf16: bytes to float (2^23 + q trick), minus the zero; |level - zero| <= 255 is exact in bf16
 #pragma unroll
@@ -142,27 +153,12 @@ __device__ __forceinline__ void dequantStep(const uint32_t* w, int s, const Grou
     }
 }
 
-// Each warp streams its chunks through its own ring of kStages shared-memory slots with cp.async: every lane copies
-// its own 16-byte weight vectors and its two (scale, zero) words and later reads back only what it copied, so the
-// ring needs no barrier, and kStages - 1 chunks are in flight without holding registers.
-template <int BITS>
-struct Ring {
-    static constexpr int kVecs = BITS == 4 ? 1 : 2;     // 16-byte weight vectors per lane per chunk
-    static constexpr int kStages = BITS == 4 ? 8 : 4;  // 4 KB of weights in flight per warp
-    static constexpr int kSlotWords = kVecs * 4 * 32 + 2 * 32;  // 32-bit words per slot: weights, then scales
-    static constexpr int kWarpWords = kStages * kSlotWords;
-    static constexpr size_t kBlockBytes = size_t(kWarpWords) * 4 * kWarpsPerBlock;
+// Weights and raw (scale, zero) words of `U` consecutive chunks of one row tile.
+template <int U, int V>
+struct Batch {
+    uint4 w[U][V];
+    uint32_t sz0[U], sz1[U];
 };
-
-__device__ __forceinline__ void copyAsync16(uint32_t* smem, const void* gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(uint32_t(__cvta_generic_to_shared(smem))), "l"(gmem));
-}
-__device__ __forceinline__ void copyAsync4(uint32_t* smem, const void* gmem) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(uint32_t(__cvta_generic_to_shared(smem))), "l"(gmem));
-}
-__device__ __forceinline__ void commitAsync() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void waitAsync() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // Per-warp base pointers, so the loop only adds small offsets.
 struct WarpPointers {
@@ -170,21 +166,26 @@ struct WarpPointers {
     const uint32_t* scales;  // this tile's first group, row g
 };
 
-template <int BITS>
-__device__ __forceinline__ void issueChunk(uint32_t* slot, const Wxa16Params& p, const WarpPointers& wp, int chunk,
-                                           int lane) {
-    constexpr int V = Ring<BITS>::kVecs;
+template <int U, int V>
+__device__ __forceinline__ void loadBatch(Batch<U, V>& b, const Wxa16Params& p, const WarpPointers& wp, int c0) {
 #pragma unroll
-    for (int v = 0; v < V; ++v) copyAsync16(slot + (v * 32 + lane) * 4, wp.words + (chunk * V + v) * 32);
-    const int group = p.groupShift >= 0 ? chunk >> p.groupShift : __ldg(p.chunkGroup + chunk);
-    copyAsync4(slot + V * 128 + lane, wp.scales + group * 16);
-    copyAsync4(slot + V * 128 + 32 + lane, wp.scales + group * 16 + 8);
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int v = 0; v < V; ++v) b.w[u][v] = loadStreaming(wp.words + ((c0 + u) * V + v) * 32);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int group = p.groupShift >= 0 ? (c0 + u) >> p.groupShift : __ldg(p.chunkGroup + c0 + u);
+        b.sz0[u] = __ldg(wp.scales + group * 16);
+        b.sz1[u] = __ldg(wp.scales + group * 16 + 8);
+    }
 }
 
-template <typename T, int BITS, int NT>
-__device__ __forceinline__ void computeChunk(const uint32_t* w, uint32_t sz0, uint32_t sz1, const Wxa16Params& p,
-                                             const T* xLane, int chunk, int g, float (&acc)[NT][4]) {
-    {
+template <typename T, int BITS, int NT, int U, int V>
+__device__ __forceinline__ void computeBatch(const Batch<U, V>& b, const Wxa16Params& p, const T* xLane, int c0, int g,
+                                             float (&acc)[NT][4]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int chunk = c0 + u;
         uint32_t bx[NT][8];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
@@ -198,21 +199,34 @@ __device__ __forceinline__ void computeChunk(const uint32_t* w, uint32_t sz0, ui
                 for (int j = 0; j < 8; ++j) bx[n][j] = 0u;
             }
         }
-        const GroupParams<T> gp = makeGroup<T, BITS>(sz0, sz1);
-        float t[NT][4];
+        const GroupParams<T> gp = makeGroup<T, BITS>(b.sz0[u], b.sz1[u]);
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(&b.w[u][0]);
+        constexpr bool fold = kFoldZero<T, BITS, NT>;
+        float t[NT][4], xsum[NT][4];
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
-            for (int j = 0; j < 4; ++j) t[n][j] = 0.0f;
+            for (int j = 0; j < 4; ++j) t[n][j] = xsum[n][j] = 0.0f;
+        const uint32_t ones = asWord(typename ActTraits<T>::T2(T(1.0f), T(1.0f)));
+        const uint32_t onesA[4] = {ones, ones, ones, ones};
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
             uint32_t a[4];
-            dequantStep<T, BITS>(w, s, gp, a);
+            dequantStep<T, BITS, fold>(w, s, gp, a);
 #pragma unroll
-            for (int n = 0; n < NT; ++n) mma16816<T>(t[n], a, bx[n][2 * s], bx[n][2 * s + 1]);
+            for (int n = 0; n < NT; ++n) {
+                mma16816<T>(t[n], a, bx[n][2 * s], bx[n][2 * s + 1]);
+                if constexpr (fold) mma16816<T>(xsum[n], onesA, bx[n][2 * s], bx[n][2 * s + 1]);
+            }
         }
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
+            if constexpr (fold) {  // t - (base + zero) · sum(x), per row
+                t[n][0] = fmaf(-gp.zf0, xsum[n][0], t[n][0]);
+                t[n][1] = fmaf(-gp.zf0, xsum[n][1], t[n][1]);
+                t[n][2] = fmaf(-gp.zf1, xsum[n][2], t[n][2]);
+                t[n][3] = fmaf(-gp.zf1, xsum[n][3], t[n][3]);
+            }
             acc[n][0] = fmaf(t[n][0], gp.s0, acc[n][0]);
             acc[n][1] = fmaf(t[n][1], gp.s0, acc[n][1]);
             acc[n][2] = fmaf(t[n][2], gp.s1, acc[n][2]);
@@ -223,6 +237,8 @@ __device__ __forceinline__ void computeChunk(const uint32_t* w, uint32_t sz0, ui
 
 template <typename T, int BITS, int NT>
 __global__ void __launch_bounds__(256) wxa16Kernel(const Wxa16Params p) {
+    constexpr int kVecs = BITS == 4 ? 1 : 2;                 // 16-byte weight vectors per lane per chunk
+    constexpr int kUnroll = (BITS == 4 ? 4 : 2) / (NT >= 4 ? 2 : 1);  // chunks per register batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     const int tile = blockIdx.x * kWarpsPerBlock + warp;
     const int split = blockIdx.y;
@@ -236,32 +252,31 @@ __global__ void __launch_bounds__(256) wxa16Kernel(const Wxa16Params p) {
         for (int j = 0; j < 4; ++j) acc[n][j] = 0.0f;
 
     if (tile < p.tiles) {
-        using R = Ring<BITS>;
-        extern __shared__ uint4 ringMemory[];
-        uint32_t* ring = reinterpret_cast<uint32_t*>(ringMemory) + warp * R::kWarpWords;
-        const WarpPointers wp{p.words + int64_t(tile) * p.chunks * R::kVecs * 32 + lane,
+        const WarpPointers wp{p.words + int64_t(tile) * p.chunks * kVecs * 32 + lane,
                               p.scaleZero + int64_t(tile) * p.groups * 16 + g};
         const T* xLane = x + int64_t(g) * p.ldx + tig * 16;
-        const int count = cEnd - cBegin;
-#pragma unroll
-        for (int i = 0; i < R::kStages - 1; ++i) {
-            if (i < count) issueChunk<BITS>(ring + i * R::kSlotWords, p, wp, cBegin + i, lane);
-            commitAsync();
-        }
-        for (int i = 0; i < count; ++i) {
-            waitAsync<R::kStages - 2>();  // chunk i has landed (only this lane's copies matter)
-            const uint32_t* slot = ring + (i % R::kStages) * R::kSlotWords;
-            uint32_t w[R::kVecs * 4];
-#pragma unroll
-            for (int v = 0; v < R::kVecs; ++v) {
-                const uint4 q = *reinterpret_cast<const uint4*>(slot + (v * 32 + lane) * 4);
-                w[4 * v] = q.x; w[4 * v + 1] = q.y; w[4 * v + 2] = q.z; w[4 * v + 3] = q.w;
+        // Two register batches in turn: the loads of the next batch are in flight while this one is computed.
+        int c = cBegin;
+        if (c + kUnroll <= cEnd) {
+            Batch<kUnroll, kVecs> b0, b1;
+            loadBatch(b0, p, wp, c);
+            while (true) {
+                const bool more = c + 2 * kUnroll <= cEnd;
+                if (more) loadBatch(b1, p, wp, c + kUnroll);
+                computeBatch<T, BITS, NT>(b0, p, xLane, c, g, acc);
+                c += kUnroll;
+                if (!more) break;
+                const bool more2 = c + 2 * kUnroll <= cEnd;
+                if (more2) loadBatch(b0, p, wp, c + kUnroll);
+                computeBatch<T, BITS, NT>(b1, p, xLane, c, g, acc);
+                c += kUnroll;
+                if (!more2) break;
             }
-            const uint32_t sz0 = slot[R::kVecs * 128 + lane], sz1 = slot[R::kVecs * 128 + 32 + lane];
-            const int next = i + R::kStages - 1;  // refills the slot read in the previous iteration
-            if (next < count) issueChunk<BITS>(ring + (next % R::kStages) * R::kSlotWords, p, wp, cBegin + next, lane);
-            commitAsync();
-            computeChunk<T, BITS, NT>(w, sz0, sz1, p, xLane, cBegin + i, g, acc);
+        }
+        for (; c < cEnd; ++c) {
+            Batch<1, kVecs> b;
+            loadBatch(b, p, wp, c);
+            computeBatch<T, BITS, NT>(b, p, xLane, c, g, acc);
         }
     }
 
