@@ -81,9 +81,9 @@ struct GroupParams {
 
 // Folding the zero: the mma takes the magic-number weights (base + level) as they are, one more mma per k-step
 // with an all-ones A gives the sum of the activations, and (base + zero) · sum is subtracted in fp32. This drops
-// the per-pair subtraction from the dequantization; used where the extra mma is cheap (up to 16 tokens).
+// the per-pair subtraction from the dequantization; used for up to 8 tokens (measured slower at 16).
 template <typename T, int BITS, int NT>
-constexpr bool kFoldZero = NT <= 2 && !(BITS == 8 && std::is_same<T, __nv_bfloat16>::value);
+constexpr bool kFoldZero = NT == 1 && !(BITS == 8 && std::is_same<T, __nv_bfloat16>::value);
 
 // fp16 with 4 bits reads the odd nibbles in place (16·level, mask 0x00F0): one shift per word instead of three.
 template <typename T, int BITS>
