@@ -28,11 +28,8 @@ int multiprocessors() {
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
-// Blocks along the rows for a launch of m tokens (at most 64): 8 warps, tilesPerWarp row tiles each.
-int64_t blocksAcross(const DeviceTiledWeight& w, int64_t m) {
-    const int64_t perBlock = int64_t(detail::kWarpsPerBlock) *
-                             detail::tilesPerWarp(detail::tokenTilesFor(int(std::min<int64_t>(m, detail::kMaxTokensPerLaunch))));
-    return (w.paddedRows / kTileRows + perBlock - 1) / perBlock;
+int64_t blocksAcross(const DeviceTiledWeight& w) {
+    return (w.paddedRows / kTileRows + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock;
 }
 
 int resolveSplit(const DeviceTiledWeight& w, int64_t m, int splitK) {
@@ -49,7 +46,7 @@ WorkspaceLayout layoutFor(const DeviceTiledWeight& w, int64_t m, int split) {
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
     WorkspaceLayout l;
     l.counters = 0;
-    l.partial = align256(size_t(blocksAcross(w, detail::kMaxTokensPerLaunch)) * sizeof(int));  // the most blocks
+    l.partial = align256(size_t(blocksAcross(w)) * sizeof(int));
     l.gathered = l.partial + align256(split > 1 ? size_t(split) * size_t(slice) * size_t(w.paddedRows) * 4 : 0);
     l.total = l.gathered + (w.columnOf ? align256(size_t(slice) * size_t(w.paddedCols) * 2) : 0);
     return l;
@@ -91,7 +88,7 @@ DeviceTiledWeight::DeviceTiledWeight(DeviceTiledWeight&& o) noexcept
 int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m) {
     // One wave of about two blocks per multiprocessor; fewer splits when the fp32 partial sums would cost more than
     // a quarter of the weight bytes (large m), and at least two chunks per split.
-    const int64_t across = blocksAcross(w, m), chunks = w.paddedCols / kChunkCols;
+    const int64_t across = blocksAcross(w), chunks = w.paddedCols / kChunkCols;
     const int64_t target = 2 * int64_t(multiprocessors());
     int64_t split = std::max<int64_t>(1, (target + across / 2) / across);
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
@@ -129,11 +126,10 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
     char* ws = static_cast<char*>(workspace);
     const cudaStream_t s = detail::toStream(stream);
     const int64_t chunks = w.paddedCols / kChunkCols;
-    
+    const dim3 grid(unsigned(blocksAcross(w)), unsigned(split));
 
     for (int64_t done = 0; done < m; done += detail::kMaxTokensPerLaunch) {
         const int slice = int(std::min<int64_t>(m - done, detail::kMaxTokensPerLaunch));
-        const dim3 grid(unsigned(blocksAcross(w, slice)), unsigned(split));
         const char* xs = static_cast<const char*>(x) + done * w.cols * 2;
         detail::Wxa16Params p{};
         p.words = reinterpret_cast<const uint4*>(w.words);

@@ -154,52 +154,35 @@ __device__ __forceinline__ void dequantStep(const uint32_t* w, int s, const Grou
 }
 
 // Weights and raw (scale, zero) words of `U` consecutive chunks of one row tile.
-// Row tiles per warp: with few tokens each warp takes two tiles, so every activation fragment, address and the
-// activation sums serve twice the weights.
-__host__ __device__ constexpr int tilesPerWarp(int tokenTiles) { return tokenTiles <= 2 ? 2 : 1; }
-inline int tokenTilesFor(int m) { return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8; }
-
-// Weights and raw (scale, zero) words of `U` consecutive chunks of the warp's R row tiles.
-template <int R, int U, int V>
+template <int U, int V>
 struct Batch {
-    uint4 w[R][U][V];
-    uint32_t sz0[R][U], sz1[R][U];
+    uint4 w[U][V];
+    uint32_t sz0[U], sz1[U];
 };
 
-// Per-warp base pointers (first tile, this lane / row g) and the distance between consecutive tiles.
+// Per-warp base pointers, so the loop only adds small offsets.
 struct WarpPointers {
-    const uint4* words;
-    const uint32_t* scales;
-    int64_t wordsPerTile, scalesPerTile;
-    int lastTileOffset;  // tiles past the end are read from the last real one (results dropped)
+    const uint4* words;      // this tile's first chunk, this lane
+    const uint32_t* scales;  // this tile's first group, row g
 };
 
-template <int R, int U, int V>
-__device__ __forceinline__ void loadBatch(Batch<R, U, V>& b, const Wxa16Params& p, const WarpPointers& wp, int c0) {
+template <int U, int V>
+__device__ __forceinline__ void loadBatch(Batch<U, V>& b, const Wxa16Params& p, const WarpPointers& wp, int c0) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const uint4* words = wp.words + min(r, wp.lastTileOffset) * wp.wordsPerTile;
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int v = 0; v < V; ++v) b.w[r][u][v] = loadStreaming(words + ((c0 + u) * V + v) * 32);
-    }
+        for (int v = 0; v < V; ++v) b.w[u][v] = loadStreaming(wp.words + ((c0 + u) * V + v) * 32);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         const int group = p.groupShift >= 0 ? (c0 + u) >> p.groupShift : __ldg(p.chunkGroup + c0 + u);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const uint32_t* sz = wp.scales + min(r, wp.lastTileOffset) * wp.scalesPerTile + group * 16;
-            b.sz0[r][u] = __ldg(sz);
-            b.sz1[r][u] = __ldg(sz + 8);
-        }
+        b.sz0[u] = __ldg(wp.scales + group * 16);
+        b.sz1[u] = __ldg(wp.scales + group * 16 + 8);
     }
 }
 
-template <typename T, int BITS, int NT, int R, int U, int V>
-__device__ __forceinline__ void computeBatch(const Batch<R, U, V>& b, const Wxa16Params& p, const T* xLane, int c0,
-                                             int g, float (&acc)[R][NT][4]) {
-    constexpr bool fold = kFoldZero<T, BITS, NT>;
+template <typename T, int BITS, int NT, int U, int V>
+__device__ __forceinline__ void computeBatch(const Batch<U, V>& b, const Wxa16Params& p, const T* xLane, int c0, int g,
+                                             float (&acc)[NT][4]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         const int chunk = c0 + u;
@@ -216,80 +199,66 @@ __device__ __forceinline__ void computeBatch(const Batch<R, U, V>& b, const Wxa1
                 for (int j = 0; j < 8; ++j) bx[n][j] = 0u;
             }
         }
-        float xsum[NT][4];
-        if constexpr (fold) {  // activation sums of this chunk, for the folded zero (same for every row)
-            const uint32_t ones = asWord(typename ActTraits<T>::T2(T(1.0f), T(1.0f)));
-            const uint32_t onesA[4] = {ones, ones, ones, ones};
+        const GroupParams<T> gp = makeGroup<T, BITS>(b.sz0[u], b.sz1[u]);
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(&b.w[u][0]);
+        constexpr bool fold = kFoldZero<T, BITS, NT>;
+        float t[NT][4], xsum[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) t[n][j] = xsum[n][j] = 0.0f;
+        const uint32_t ones = asWord(typename ActTraits<T>::T2(T(1.0f), T(1.0f)));
+        const uint32_t onesA[4] = {ones, ones, ones, ones};
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            uint32_t a[4];
+            dequantStep<T, BITS, fold>(w, s, gp, a);
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
-#pragma unroll
-                for (int j = 0; j < 4; ++j) xsum[n][j] = 0.0f;
-#pragma unroll
-                for (int s = 0; s < 4; ++s) mma16816<T>(xsum[n], onesA, bx[n][2 * s], bx[n][2 * s + 1]);
+                mma16816<T>(t[n], a, bx[n][2 * s], bx[n][2 * s + 1]);
+                if constexpr (fold) mma16816<T>(xsum[n], onesA, bx[n][2 * s], bx[n][2 * s + 1]);
             }
         }
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const GroupParams<T> gp = makeGroup<T, BITS>(b.sz0[r][u], b.sz1[r][u]);
-            const uint32_t* w = reinterpret_cast<const uint32_t*>(&b.w[r][u][0]);
-            float t[NT][4];
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) t[n][j] = 0.0f;
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                uint32_t a[4];
-                dequantStep<T, BITS, fold>(w, s, gp, a);
-#pragma unroll
-                for (int n = 0; n < NT; ++n) mma16816<T>(t[n], a, bx[n][2 * s], bx[n][2 * s + 1]);
+        for (int n = 0; n < NT; ++n) {
+            if constexpr (fold) {  // t - (base + zero) · sum(x), per row
+                t[n][0] = fmaf(-gp.zf0, xsum[n][0], t[n][0]);
+                t[n][1] = fmaf(-gp.zf0, xsum[n][1], t[n][1]);
+                t[n][2] = fmaf(-gp.zf1, xsum[n][2], t[n][2]);
+                t[n][3] = fmaf(-gp.zf1, xsum[n][3], t[n][3]);
             }
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                if constexpr (fold) {  // t - (base + zero) · sum(x), per row
-                    t[n][0] = fmaf(-gp.zf0, xsum[n][0], t[n][0]);
-                    t[n][1] = fmaf(-gp.zf0, xsum[n][1], t[n][1]);
-                    t[n][2] = fmaf(-gp.zf1, xsum[n][2], t[n][2]);
-                    t[n][3] = fmaf(-gp.zf1, xsum[n][3], t[n][3]);
-                }
-                acc[r][n][0] = fmaf(t[n][0], gp.s0, acc[r][n][0]);
-                acc[r][n][1] = fmaf(t[n][1], gp.s0, acc[r][n][1]);
-                acc[r][n][2] = fmaf(t[n][2], gp.s1, acc[r][n][2]);
-                acc[r][n][3] = fmaf(t[n][3], gp.s1, acc[r][n][3]);
-            }
+            acc[n][0] = fmaf(t[n][0], gp.s0, acc[n][0]);
+            acc[n][1] = fmaf(t[n][1], gp.s0, acc[n][1]);
+            acc[n][2] = fmaf(t[n][2], gp.s1, acc[n][2]);
+            acc[n][3] = fmaf(t[n][3], gp.s1, acc[n][3]);
         }
     }
 }
 
 template <typename T, int BITS, int NT>
 __global__ void __launch_bounds__(256) wxa16Kernel(const Wxa16Params p) {
-    constexpr int R = tilesPerWarp(NT);
-    constexpr int kVecs = BITS == 4 ? 1 : 2;                          // 16-byte weight vectors per lane per chunk
-    constexpr int kUnroll = (BITS == 4 ? 4 : 2) / (NT >= 4 ? 2 : 1) / R;  // chunks per register batch
-    static_assert(kUnroll >= 1, "batch of at least one chunk");
+    constexpr int kVecs = BITS == 4 ? 1 : 2;                 // 16-byte weight vectors per lane per chunk
+    constexpr int kUnroll = (BITS == 4 ? 4 : 2) / (NT >= 4 ? 2 : 1);  // chunks per register batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-    const int tile0 = (blockIdx.x * kWarpsPerBlock + warp) * R;
+    const int tile = blockIdx.x * kWarpsPerBlock + warp;
     const int split = blockIdx.y;
     const int cBegin = split * p.chunksPerSplit, cEnd = min(p.chunks, cBegin + p.chunksPerSplit);
     const T* x = static_cast<const T*>(p.x);
 
-    float acc[R][NT][4];
+    float acc[NT][4];
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[r][n][j] = 0.0f;
+        for (int j = 0; j < 4; ++j) acc[n][j] = 0.0f;
 
-    if (tile0 < p.tiles) {
-        const WarpPointers wp{p.words + int64_t(tile0) * p.chunks * kVecs * 32 + lane,
-                              p.scaleZero + int64_t(tile0) * p.groups * 16 + g, int64_t(p.chunks) * kVecs * 32,
-                              int64_t(p.groups) * 16, p.tiles - 1 - tile0};
+    if (tile < p.tiles) {
+        const WarpPointers wp{p.words + int64_t(tile) * p.chunks * kVecs * 32 + lane,
+                              p.scaleZero + int64_t(tile) * p.groups * 16 + g};
         const T* xLane = x + int64_t(g) * p.ldx + tig * 16;
         // Two register batches in turn: the loads of the next batch are in flight while this one is computed.
         int c = cBegin;
         if (c + kUnroll <= cEnd) {
-            Batch<R, kUnroll, kVecs> b0, b1;
+            Batch<kUnroll, kVecs> b0, b1;
             loadBatch(b0, p, wp, c);
             while (true) {
                 const bool more = c + 2 * kUnroll <= cEnd;
@@ -305,38 +274,34 @@ __global__ void __launch_bounds__(256) wxa16Kernel(const Wxa16Params p) {
             }
         }
         for (; c < cEnd; ++c) {
-            Batch<R, 1, kVecs> b;
+            Batch<1, kVecs> b;
             loadBatch(b, p, wp, c);
             computeBatch<T, BITS, NT>(b, p, xLane, c, g, acc);
         }
     }
 
-    // acc[r][n]: (row g of tile tile0 + r, tokens 8n + 2·tig + {0,1}) and (row g+8, same tokens).
+    // acc[n]: (row g, tokens 8n + 2·tig + {0,1}) and (row g+8, same tokens).
+    const int rowBase = tile * 16 + g;
     T* y = static_cast<T*>(p.y);
     if (p.splitK == 1) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (tile0 + r >= p.tiles) break;
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const int tok = n * 8 + 2 * tig + (j % 2), row = (tile0 + r) * 16 + g + (j / 2) * 8;
-                    if (tok < p.m && row < p.rows) y[tok * p.ldy + row] = T(acc[r][n][j]);
-                }
-        }
-        return;
-    }
-    const int paddedRows = p.tiles * 16;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        if (tile0 + r >= p.tiles) break;
+        if (tile >= p.tiles) return;
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const int tok = n * 8 + 2 * tig + (j % 2), row = (tile0 + r) * 16 + g + (j / 2) * 8;
-                if (tok < p.m) p.partial[(int64_t(split) * p.m + tok) * paddedRows + row] = acc[r][n][j];
+                const int tok = n * 8 + 2 * tig + (j % 2), row = rowBase + (j / 2) * 8;
+                if (tok < p.m && row < p.rows) y[tok * p.ldy + row] = T(acc[n][j]);
+            }
+        return;
+    }
+    const int paddedRows = p.tiles * 16;
+    if (tile < p.tiles) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int tok = n * 8 + 2 * tig + (j % 2), row = rowBase + (j / 2) * 8;
+                if (tok < p.m) p.partial[(int64_t(split) * p.m + tok) * paddedRows + row] = acc[n][j];
             }
     }
     __threadfence();
@@ -346,7 +311,7 @@ __global__ void __launch_bounds__(256) wxa16Kernel(const Wxa16Params p) {
     __syncthreads();
     if (!isLast) return;
     __threadfence();
-    const int blockRows = kWarpsPerBlock * 16 * R;
+    const int blockRows = kWarpsPerBlock * 16;
     for (int i = threadIdx.x; i < p.m * blockRows; i += blockDim.x) {
         const int tok = i / blockRows, row = blockIdx.x * blockRows + i % blockRows;
         if (row >= p.rows) continue;
