@@ -1,4 +1,5 @@
-// W4A16 / W8A16 GEMM against cuBLAS FP16 on the issue's shapes, in one run. Run by hand on a GPU:
+// W4A16 / W8A16 GEMM (M = 1..64) and FP8 E4M3 through cuBLASLt (M = 2048, 8192) against cuBLAS FP16 on the
+// issue's shapes, in one run. Run by hand on a GPU (--quick: two shapes, no FP8):
 //   bench_kernels [--out FILE.md] [--sweep-split] [--quick]
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
 // near 0.01, activations random; every buffer is filled on the device. Each timing cycles through enough copies of
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cwb/kernels/fp8_gemm.h"
 #include "cwb/kernels/packed_weight.h"
 #include "cwb/kernels/wxa16_gemm.h"
 
@@ -58,6 +60,14 @@ __global__ void fillWords(uint32_t* p, size_t n, uint32_t seed) {
 __global__ void fillHalf(__half* p, size_t n, uint32_t seed, float scale) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
         p[i] = __float2half(scale * (float(hash32(i, seed) & 0xffff) / 32768.0f - 1.0f));
+}
+
+// Finite E4M3 codes (never the NaN codes 0x7F / 0xFF), magnitudes up to 0x7D.
+__global__ void fillE4M3(uint8_t* p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        const uint32_t h = hash32(i, seed);
+        p[i] = uint8_t((h % 0x7Eu) | ((h >> 16) & 0x80u));
+    }
 }
 
 struct Timer {
@@ -169,9 +179,10 @@ int main(int argc, char** argv) {
             fillHalf<<<1024, 256>>>(dense[size_t(c)], size_t(s.k * s.n), 100u + c, 0.02f);
         }
         __half *x, *y;
-        CHECK_CUDA(cudaMalloc(&x, size_t(64 * s.k * 2)));
-        CHECK_CUDA(cudaMalloc(&y, size_t(64 * s.n * 2)));
-        fillHalf<<<1024, 256>>>(x, size_t(64 * s.k), 7u, 1.0f);
+        const int64_t maxM = quick ? 64 : 8192;  // large M only for the FP8 comparison
+        CHECK_CUDA(cudaMalloc(&x, size_t(maxM * s.k * 2)));
+        CHECK_CUDA(cudaMalloc(&y, size_t(maxM * s.n * 2)));
+        fillHalf<<<1024, 256>>>(x, size_t(maxM * s.k), 7u, 1.0f);
 
         // Quantized copies: 4 and 8 bits, group 128.
         struct Quant { int bits; std::vector<std::unique_ptr<DeviceTiledWeight>> copies; size_t bytes; };
@@ -226,6 +237,43 @@ int main(int argc, char** argv) {
                     add(name, us, double(q.bytes) + ioBytes);
                 }
             }
+        }
+        // FP8 E4M3 through cuBLASLt against cuBLAS fp16 where the issue's target is (M >= 2048).
+        if (!quick && fp8GemmSupported()) {
+            Fp8Gemm fp8;
+            uint8_t *w8, *x8;
+            float* scales;
+            CHECK_CUDA(cudaMalloc(&w8, size_t(s.n * s.k)));
+            CHECK_CUDA(cudaMalloc(&x8, size_t(maxM * s.k)));
+            CHECK_CUDA(cudaMalloc(&scales, 2 * sizeof(float)));
+            const float hostScales[2] = {0.01f, 0.02f};
+            CHECK_CUDA(cudaMemcpy(scales, hostScales, sizeof hostScales, cudaMemcpyHostToDevice));
+            fillE4M3<<<1024, 256>>>(w8, size_t(s.n * s.k), 11u);
+            fillE4M3<<<1024, 256>>>(x8, size_t(maxM * s.k), 12u);
+            for (int m : {2048, 8192}) {
+                const double flops = 2.0 * m * double(s.k) * double(s.n);
+                const float alpha = 1.0f, beta = 0.0f;
+                const double tCublas = timer.median([&](int) {
+                    CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), m, int(s.k), &alpha, dense[0],
+                                              CUDA_R_16F, int(s.k), x, CUDA_R_16F, int(s.k), &beta, y, CUDA_R_16F,
+                                              int(s.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                }, 20, 7);
+                const double tFp8 = timer.median([&](int) {
+                    fp8.run(x8, scales, w8, scales + 1, y, ActType::Float16, m, s.n, s.k, nullptr);
+                }, 20, 7);
+                const double dense16 = double(s.n * s.k) * 2 + double(m) * double(s.k + s.n) * 2;
+                const double bytes8 = double(s.n * s.k) + double(m) * double(s.k) + double(m) * double(s.n) * 2;
+                for (int which = 0; which < 2; ++which) {
+                    const double us = which ? tFp8 : tCublas, gbs = (which ? bytes8 : dense16) / (us * 1e3);
+                    rows.push_back({shape, m, which ? "FP8 E4M3 cuBLASLt" : "cuBLAS fp16", us, flops / (us * 1e6), gbs,
+                                    tCublas / us, gbs / copyGBs});
+                    std::printf("%-12s M=%-5d %-18s %9.2f us %7.1f TFLOP/s  %5.2fx cuBLAS\n", shape.c_str(), m,
+                                rows.back().kernel.c_str(), us, rows.back().tflops, rows.back().vsCublas);
+                }
+            }
+            cudaFree(w8);
+            cudaFree(x8);
+            cudaFree(scales);
         }
         for (__half* d : dense) cudaFree(d);
         cudaFree(x);

@@ -17,6 +17,11 @@ constexpr double kGemmNmseBf16 = 2e-5;
 // Quantization error of RTN on Gaussian weights (what the dequantized weight may differ from the original).
 constexpr double kRtnNmseInt4 = 2e-2;
 constexpr double kRtnNmseInt8 = 1e-4;
+// E4M3 per-tensor quantization of Gaussian data (3 mantissa bits: about 2^-4 relative when normal).
+constexpr double kFp8NmseE4M3 = 2e-3;
+// FP8 GEMM output: both sides use the same codes, so only accumulation and the output rounding remain.
+constexpr double kFp8GemmNmseFp16 = 1e-5;
+constexpr double kFp8GemmNmseBf16 = 5e-5;
 
 inline int& failures() {
     static int n = 0;
