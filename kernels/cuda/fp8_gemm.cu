@@ -46,6 +46,8 @@ void Fp8Gemm::run(const uint8_t* x, const float* xScale, const uint8_t* w, const
                   ActType outType, int64_t m, int64_t n, int64_t k, Stream stream) {
     if (m <= 0 || n <= 0 || k <= 0) throw KernelError("Fp8Gemm: m, n and k must be positive");
     if (k % 16) throw KernelError("Fp8Gemm: k must be a multiple of 16 for FP8 in cuBLASLt, got " + std::to_string(k));
+    if (reinterpret_cast<uintptr_t>(xScale) % 16 || reinterpret_cast<uintptr_t>(wScale) % 16)
+        throw KernelError("Fp8Gemm: the scale pointers must be 16-byte aligned");
     if (!fp8GemmSupported()) throw KernelError("Fp8Gemm: the device has no FP8 tensor cores (needs compute capability 8.9+)");
     const cudaDataType_t outDt = outType == ActType::Float16 ? CUDA_R_16F : CUDA_R_16BF;
     cublasLtMatmulDesc_t op = nullptr;
@@ -79,7 +81,7 @@ void Fp8Gemm::run(const uint8_t* x, const float* xScale, const uint8_t* w, const
         const float alpha = 1.0f, beta = 0.0f;
         checkLt(cublasLtMatmul(mState->handle, op, &alpha, w, a, x, b, &beta, y, c, y, c, &heuristic.algo,
                                mState->workspace, kWorkspaceBytes, static_cast<cudaStream_t>(stream)),
-                "cublasLtMatmul");
+                ("cublasLtMatmul " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k)).c_str());
     } catch (...) {
         release();
         throw;

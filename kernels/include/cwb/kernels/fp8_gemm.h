@@ -32,7 +32,8 @@ public:
     Fp8Gemm(const Fp8Gemm&) = delete;
     Fp8Gemm& operator=(const Fp8Gemm&) = delete;
 
-    // Device pointers: x [m, k] and w [n, k] E4M3 codes, xScale and wScale one float each, y [m, n] in outType.
+    // Device pointers: x [m, k] and w [n, k] E4M3 codes, xScale and wScale one float each (16-byte aligned),
+    // y [m, n] in outType.
     void run(const uint8_t* x, const float* xScale, const uint8_t* w, const float* wScale, void* y, ActType outType,
              int64_t m, int64_t n, int64_t k, Stream stream);
 
