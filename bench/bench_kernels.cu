@@ -1,4 +1,4 @@
-// W4A16 / W8A16 GEMM (M = 1..64) and FP8 E4M3 through cuBLASLt (M = 2048, 8192) against cuBLAS FP16 on the
+// W4A16 / W8A16 GEMM (M = 1..64), FP8 E4M3 and W8A8 int8 through cuBLASLt (M = 2048, 8192) against cuBLAS FP16 on the
 // issue's shapes, in one run. Run by hand on a GPU (--quick: two shapes, no FP8):
 //   bench_kernels [--out FILE.md] [--sweep-split] [--quick]
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
@@ -22,6 +22,7 @@
 
 #include "cwb/kernels/fp8_gemm.h"
 #include "cwb/kernels/packed_weight.h"
+#include "cwb/kernels/w8a8_gemm.h"
 #include "cwb/kernels/wxa16_gemm.h"
 
 using namespace cwb::kernels;
@@ -278,6 +279,39 @@ int main(int argc, char** argv) {
                                 rows.back().kernel.c_str(), us, rows.back().tflops, rows.back().vsCublas);
                 }
             }
+            // W8A8 int8 (cuBLASLt IMMA + scale epilogue) on the same random bytes read as int8.
+            W8a8Gemm int8;
+            float *rowScales, *colScales;
+            CHECK_CUDA(cudaMalloc(&rowScales, size_t(maxM) * sizeof(float)));
+            CHECK_CUDA(cudaMalloc(&colScales, size_t(s.n) * sizeof(float)));
+            {
+                const std::vector<float> hostRow(size_t(maxM), 0.01f), hostCol(size_t(s.n), 0.02f);
+                CHECK_CUDA(cudaMemcpy(rowScales, hostRow.data(), hostRow.size() * 4, cudaMemcpyHostToDevice));
+                CHECK_CUDA(cudaMemcpy(colScales, hostCol.data(), hostCol.size() * 4, cudaMemcpyHostToDevice));
+            }
+            for (int m : {2048, 8192}) {
+                const double flops = 2.0 * m * double(s.k) * double(s.n);
+                double t8 = 0.0;
+                try {
+                    t8 = timer.median([&](int) {
+                        int8.run(reinterpret_cast<const int8_t*>(x8), rowScales, reinterpret_cast<const int8_t*>(w8),
+                                 colScales, y, ActType::Float16, m, s.n, s.k, nullptr);
+                    }, 20, 7);
+                } catch (const KernelError& e) {
+                    std::printf("%-12s M=%-5d W8A8 int8: %s\n", shape.c_str(), m, e.what());
+                    continue;
+                }
+                double tCublas = 0.0;
+                for (const Row& r : rows)
+                    if (r.shape == shape && r.m == m && r.kernel == "cuBLAS fp16") tCublas = r.us;
+                const double bytes = double(s.n * s.k) + double(m) * double(s.k) + double(m) * double(s.n) * 2;
+                rows.push_back({shape, m, "W8A8 int8 cuBLASLt", t8, flops / (t8 * 1e6), bytes / (t8 * 1e3),
+                                tCublas / t8, bytes / (t8 * 1e3) / copyGBs});
+                std::printf("%-12s M=%-5d %-18s %9.2f us %7.1f TFLOP/s  %5.2fx cuBLAS\n", shape.c_str(), m,
+                            rows.back().kernel.c_str(), t8, rows.back().tflops, rows.back().vsCublas);
+            }
+            cudaFree(rowScales);
+            cudaFree(colScales);
             cudaFree(w8);
             cudaFree(x8);
             cudaFree(scales);

@@ -22,6 +22,8 @@ constexpr double kFp8NmseE4M3 = 2e-3;
 // FP8 GEMM output: both sides use the same codes, so only accumulation and the output rounding remain.
 constexpr double kFp8GemmNmseFp16 = 1e-5;
 constexpr double kFp8GemmNmseBf16 = 5e-5;
+// W8A8 output against the float product: int8 per-token and per-channel rounding of Gaussian data.
+constexpr double kW8A8OutputNmse = 1e-3;
 
 inline int& failures() {
     static int n = 0;
