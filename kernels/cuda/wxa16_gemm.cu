@@ -59,10 +59,17 @@ DeviceTiledWeight::DeviceTiledWeight(const TiledIntWeight& host)
       paddedRows(host.paddedRows), paddedCols(host.paddedCols) {
     if (host.words.empty() || host.scaleZero.empty() || host.chunkGroup.empty())
         throw KernelError("DeviceTiledWeight: the packed weight is empty");
-    words = upload(host.words);
-    scaleZero = upload(host.scaleZero);
-    chunkGroup = upload(host.chunkGroup);
-    columnOf = upload(host.columnOf);
+    try {
+        words = upload(host.words);
+        scaleZero = upload(host.scaleZero);
+        chunkGroup = upload(host.chunkGroup);
+        columnOf = upload(host.columnOf);
+    } catch (...) {  // the destructor does not run for a half-built object: free what was uploaded
+        cudaFree(const_cast<uint32_t*>(words));
+        cudaFree(const_cast<uint32_t*>(scaleZero));
+        cudaFree(const_cast<int32_t*>(chunkGroup));
+        throw;
+    }
     // Every group spanning the same number of chunks lets the kernel compute the group instead of reading it.
     int64_t perGroup = 0;
     while (perGroup < int64_t(host.chunkGroup.size()) && host.chunkGroup[size_t(perGroup)] == host.chunkGroup[0]) ++perGroup;
