@@ -1,0 +1,349 @@
+// W4A16 / W8A16 GEMM (M = 1..64), FP8 E4M3 and W8A8 int8 through cuBLASLt (M = 2048, 8192) against cuBLAS FP16 on the
+// issue's shapes, in one run. Run by hand on a GPU (--quick: two shapes, no FP8):
+//   bench_kernels [--out FILE.md] [--sweep-split] [--quick]
+// Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
+// near 0.01, activations random; every buffer is filled on the device. Each timing cycles through enough copies of
+// the weights to exceed the L2 several times, so the weights come from HBM as in a real model. Time: CUDA events
+// around 100 back-to-back launches, median of 9 such batches.
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cwb/kernels/fp8_gemm.h"
+#include "cwb/kernels/packed_weight.h"
+#include "cwb/kernels/w8a8_gemm.h"
+#include "cwb/kernels/wxa16_gemm.h"
+
+using namespace cwb::kernels;
+
+namespace {
+
+#define CHECK_CUDA(call)                                                                                   \
+    do {                                                                                                   \
+        cudaError_t e_ = (call);                                                                           \
+        if (e_ != cudaSuccess) {                                                                           \
+            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            std::exit(1);                                                                                  \
+        }                                                                                                  \
+    } while (0)
+#define CHECK_CUBLAS(call)                                                                   \
+    do {                                                                                     \
+        cublasStatus_t s_ = (call);                                                          \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                   \
+            std::fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #call, int(s_)); \
+            std::exit(1);                                                                    \
+        }                                                                                    \
+    } while (0)
+
+__device__ uint32_t hash32(uint64_t i, uint32_t seed) {
+    uint64_t x = i * 0x9E3779B97F4A7C15ull + seed;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    return uint32_t(x >> 16);
+}
+__global__ void fillWords(uint32_t* p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        p[i] = hash32(i, seed);
+}
+// Values in [-1, 1), as fp16.
+__global__ void fillHalf(__half* p, size_t n, uint32_t seed, float scale) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        p[i] = __float2half(scale * (float(hash32(i, seed) & 0xffff) / 32768.0f - 1.0f));
+}
+
+// Finite E4M3 codes (never the NaN codes 0x7F / 0xFF), magnitudes up to 0x7D.
+__global__ void fillE4M3(uint8_t* p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        const uint32_t h = hash32(i, seed);
+        p[i] = uint8_t((h % 0x7Eu) | ((h >> 16) & 0x80u));
+    }
+}
+
+struct Timer {
+    cudaEvent_t a, b;
+    Timer() { cudaEventCreate(&a); cudaEventCreate(&b); }
+    ~Timer() { cudaEventDestroy(a); cudaEventDestroy(b); }
+    // Median over batches of the time per call, in microseconds.
+    double median(const std::function<void(int)>& call, int perBatch = 100, int batches = 9) {
+        for (int i = 0; i < 20; ++i) call(i);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        std::vector<double> t;
+        for (int b_ = 0; b_ < batches; ++b_) {
+            cudaEventRecord(a);
+            for (int i = 0; i < perBatch; ++i) call(i);
+            cudaEventRecord(b);
+            CHECK_CUDA(cudaEventSynchronize(b));
+            float ms = 0;
+            cudaEventElapsedTime(&ms, a, b);
+            t.push_back(1000.0 * ms / perBatch);
+        }
+        CHECK_CUDA(cudaGetLastError());
+        std::sort(t.begin(), t.end());
+        return t[t.size() / 2];
+    }
+};
+
+double copyBandwidth(Timer& timer) {
+    const size_t bytes = size_t(2) << 30;
+    void *src, *dst;
+    CHECK_CUDA(cudaMalloc(&src, bytes));
+    CHECK_CUDA(cudaMalloc(&dst, bytes));
+    fillWords<<<1024, 256>>>(static_cast<uint32_t*>(src), bytes / 4, 1);
+    const double us = timer.median([&](int) { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); }, 5, 9);
+    cudaFree(src);
+    cudaFree(dst);
+    return 2.0 * double(bytes) / (us * 1e3);  // GB/s, bytes read + written
+}
+
+// A packed weight of random words for a K x N layer (no host data: the device copy is filled in place).
+TiledIntWeight randomTiledShape(int bits, int64_t k, int64_t n, int64_t group) {
+    TiledIntWeight t;
+    t.bits = bits;
+    t.act = ActType::Float16;
+    t.rows = n;
+    t.cols = k;
+    t.paddedRows = (n + 15) / 16 * 16;
+    t.paddedCols = (k + 63) / 64 * 64;
+    t.groups = (k + group - 1) / group;
+    t.words.assign(1, 0u);  // placeholder, sized below on the device
+    t.scaleZero.assign(size_t(t.tiles() * t.groups * 16), 0u);
+    const uint32_t zero = floatToHalfBits(bits == 4 ? 8.0f : 128.0f);
+    for (size_t i = 0; i < t.scaleZero.size(); ++i)
+        t.scaleZero[i] = floatToHalfBits(0.01f * (1.0f + float(i % 7) / 7.0f)) | (zero << 16);
+    for (int64_t c = 0; c < t.chunks(); ++c) t.chunkGroup.push_back(int32_t(c * 64 / group));
+    t.words.assign(size_t(t.tiles() * t.chunks() * 32 * (bits == 4 ? 4 : 8)), 0u);
+    return t;
+}
+
+struct Row {
+    std::string shape;
+    int m;
+    std::string kernel;
+    double us, tflops, gbs, vsCublas, ofCopy;
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::string outPath;
+    bool sweep = false, quick = false;
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--out") && i + 1 < argc) outPath = argv[++i];
+        else if (!std::strcmp(argv[i], "--sweep-split")) sweep = true;
+        else if (!std::strcmp(argv[i], "--quick")) quick = true;
+        else {
+            std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick]\n");
+            return 2;
+        }
+    }
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        std::fprintf(stderr, "bench_kernels: no CUDA device\n");
+        return 1;
+    }
+    cudaDeviceProp prop{};
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    Timer timer;
+    const double copyGBs = copyBandwidth(timer);
+    std::printf("GPU %s, %d SMs, L2 %d MB; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
+                prop.multiProcessorCount, prop.l2CacheSize >> 20, copyGBs);
+    cublasHandle_t handle;
+    CHECK_CUBLAS(cublasCreate(&handle));
+
+    struct Shape { int64_t k, n; };
+    std::vector<Shape> shapes = {{4096, 4096}, {4096, 11008}, {11008, 4096}, {8192, 8192}, {8192, 28672}, {28672, 8192}};
+    if (quick) shapes = {{4096, 4096}, {4096, 11008}};
+    const std::vector<int> ms = {1, 4, 16, 64};
+    const double l2 = double(prop.l2CacheSize);
+    std::vector<Row> rows;
+
+    for (const Shape& s : shapes) {
+        const std::string shape = std::to_string(s.k) + "x" + std::to_string(s.n);
+        // fp16 weights for cuBLAS, [n, k] row-major, copies cycling past the L2.
+        const size_t denseBytes = size_t(s.k * s.n * 2);
+        const int denseCopies = int(std::clamp(3.0 * l2 / double(denseBytes) + 1.0, 1.0, 16.0));
+        std::vector<__half*> dense(static_cast<size_t>(denseCopies));
+        for (int c = 0; c < denseCopies; ++c) {
+            CHECK_CUDA(cudaMalloc(&dense[size_t(c)], denseBytes));
+            fillHalf<<<1024, 256>>>(dense[size_t(c)], size_t(s.k * s.n), 100u + c, 0.02f);
+        }
+        __half *x, *y;
+        const int64_t maxM = quick ? 64 : 8192;  // large M only for the FP8 comparison
+        CHECK_CUDA(cudaMalloc(&x, size_t(maxM * s.k * 2)));
+        CHECK_CUDA(cudaMalloc(&y, size_t(maxM * s.n * 2)));
+        fillHalf<<<1024, 256>>>(x, size_t(maxM * s.k), 7u, 1.0f);
+
+        // Quantized copies: 4 and 8 bits, group 128.
+        struct Quant { int bits; std::vector<std::unique_ptr<DeviceTiledWeight>> copies; size_t bytes; };
+        std::vector<Quant> quants;
+        for (int bits : {4, 8}) {
+            Quant q{bits, {}, 0};
+            const TiledIntWeight host = randomTiledShape(bits, s.k, s.n, 128);
+            q.bytes = host.weightBytes();
+            const int copies = int(std::clamp(3.0 * l2 / double(q.bytes) + 1.0, 1.0, 32.0));
+            for (int c = 0; c < copies; ++c) {
+                q.copies.push_back(std::make_unique<DeviceTiledWeight>(host));
+                fillWords<<<1024, 256>>>(const_cast<uint32_t*>(q.copies.back()->words), host.words.size(), 1000u + c);
+            }
+            quants.push_back(std::move(q));
+        }
+        CHECK_CUDA(cudaDeviceSynchronize());
+
+        for (int m : ms) {
+            const double flops = 2.0 * m * double(s.k) * double(s.n);
+            const double ioBytes = double(m) * double(s.k + s.n) * 2.0;
+            const float alpha = 1.0f, beta = 0.0f;
+            const double tCublas = timer.median([&](int i) {
+                CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), m, int(s.k), &alpha,
+                                          dense[size_t(i % denseCopies)], CUDA_R_16F, int(s.k), x, CUDA_R_16F, int(s.k),
+                                          &beta, y, CUDA_R_16F, int(s.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            });
+            auto add = [&](const std::string& kernel, double us, double bytes) {
+                const double gbs = bytes / (us * 1e3);
+                rows.push_back({shape, m, kernel, us, flops / (us * 1e6), gbs, tCublas / us, gbs / copyGBs});
+                const Row& r = rows.back();
+                std::printf("%-12s M=%-3d %-16s %9.2f us %7.2f TFLOP/s %7.0f GB/s  %5.2fx cuBLAS  %4.0f%% of copy\n",
+                            r.shape.c_str(), r.m, r.kernel.c_str(), r.us, r.tflops, r.gbs, r.vsCublas, 100 * r.ofCopy);
+                std::fflush(stdout);
+            };
+            add("cuBLAS fp16", tCublas, double(denseBytes) + ioBytes);
+            for (Quant& q : quants) {
+                const DeviceTiledWeight& w0 = *q.copies[0];
+                const int chosen = wxa16DefaultSplitK(w0, m);
+                std::vector<int> splits = {0};
+                if (sweep) splits = {0, 1, 2, 4, 8, 16};
+                for (int split : splits) {
+                    if (split == chosen) continue;
+                    const size_t wsBytes = wxa16WorkspaceBytes(w0, m, split);
+                    void* ws = allocateWorkspace(wsBytes);
+                    const int nCopies = int(q.copies.size());
+                    const double us = timer.median([&](int i) {
+                        wxa16Gemm(*q.copies[size_t(i % nCopies)], x, y, m, ws, wsBytes, nullptr, split);
+                    });
+                    freeWorkspace(ws);
+                    std::string name = "W" + std::to_string(q.bits) + "A16 g128";
+                    if (sweep) name += " s" + std::to_string(split ? split : chosen) + (split ? "" : "*");
+                    add(name, us, double(q.bytes) + ioBytes);
+                }
+            }
+        }
+        // FP8 E4M3 through cuBLASLt against cuBLAS fp16 where the issue's target is (M >= 2048).
+        if (!quick && fp8GemmSupported()) {
+            Fp8Gemm fp8;
+            uint8_t *w8, *x8;
+            float* scales;
+            CHECK_CUDA(cudaMalloc(&w8, size_t(s.n * s.k)));
+            CHECK_CUDA(cudaMalloc(&x8, size_t(maxM * s.k)));
+            CHECK_CUDA(cudaMalloc(&scales, 128 * sizeof(float)));  // two 256-byte aligned slots
+            const float hostScales[2] = {0.01f, 0.02f};
+            CHECK_CUDA(cudaMemcpy(scales, hostScales, sizeof(float), cudaMemcpyHostToDevice));
+            CHECK_CUDA(cudaMemcpy(scales + 64, hostScales + 1, sizeof(float), cudaMemcpyHostToDevice));
+            fillE4M3<<<1024, 256>>>(w8, size_t(s.n * s.k), 11u);
+            fillE4M3<<<1024, 256>>>(x8, size_t(maxM * s.k), 12u);
+            for (int m : {2048, 8192}) {
+                const double flops = 2.0 * m * double(s.k) * double(s.n);
+                const float alpha = 1.0f, beta = 0.0f;
+                const double tCublas = timer.median([&](int) {
+                    CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), m, int(s.k), &alpha, dense[0],
+                                              CUDA_R_16F, int(s.k), x, CUDA_R_16F, int(s.k), &beta, y, CUDA_R_16F,
+                                              int(s.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                }, 20, 7);
+                double tFp8 = 0.0;
+                try {
+                    tFp8 = timer.median([&](int) {
+                        fp8.run(x8, scales, w8, scales + 64, y, ActType::Float16, m, s.n, s.k, nullptr);
+                    }, 20, 7);
+                } catch (const KernelError& e) {
+                    std::printf("%-12s M=%-5d FP8 E4M3 cuBLASLt: %s\n", shape.c_str(), m, e.what());
+                    continue;
+                }
+                const double dense16 = double(s.n * s.k) * 2 + double(m) * double(s.k + s.n) * 2;
+                const double bytes8 = double(s.n * s.k) + double(m) * double(s.k) + double(m) * double(s.n) * 2;
+                for (int which = 0; which < 2; ++which) {
+                    const double us = which ? tFp8 : tCublas, gbs = (which ? bytes8 : dense16) / (us * 1e3);
+                    rows.push_back({shape, m, which ? "FP8 E4M3 cuBLASLt" : "cuBLAS fp16", us, flops / (us * 1e6), gbs,
+                                    tCublas / us, gbs / copyGBs});
+                    std::printf("%-12s M=%-5d %-18s %9.2f us %7.1f TFLOP/s  %5.2fx cuBLAS\n", shape.c_str(), m,
+                                rows.back().kernel.c_str(), us, rows.back().tflops, rows.back().vsCublas);
+                }
+            }
+            // W8A8 int8 (cuBLASLt IMMA + scale epilogue) on the same random bytes read as int8.
+            W8a8Gemm int8;
+            float *rowScales, *colScales;
+            CHECK_CUDA(cudaMalloc(&rowScales, size_t(maxM) * sizeof(float)));
+            CHECK_CUDA(cudaMalloc(&colScales, size_t(s.n) * sizeof(float)));
+            {
+                const std::vector<float> hostRow(size_t(maxM), 0.01f), hostCol(size_t(s.n), 0.02f);
+                CHECK_CUDA(cudaMemcpy(rowScales, hostRow.data(), hostRow.size() * 4, cudaMemcpyHostToDevice));
+                CHECK_CUDA(cudaMemcpy(colScales, hostCol.data(), hostCol.size() * 4, cudaMemcpyHostToDevice));
+            }
+            for (int m : {2048, 8192}) {
+                const double flops = 2.0 * m * double(s.k) * double(s.n);
+                double t8 = 0.0;
+                try {
+                    t8 = timer.median([&](int) {
+                        int8.run(reinterpret_cast<const int8_t*>(x8), rowScales, reinterpret_cast<const int8_t*>(w8),
+                                 colScales, y, ActType::Float16, m, s.n, s.k, nullptr);
+                    }, 20, 7);
+                } catch (const KernelError& e) {
+                    std::printf("%-12s M=%-5d W8A8 int8: %s\n", shape.c_str(), m, e.what());
+                    continue;
+                }
+                double tCublas = 0.0;
+                for (const Row& r : rows)
+                    if (r.shape == shape && r.m == m && r.kernel == "cuBLAS fp16") tCublas = r.us;
+                const double bytes = double(s.n * s.k) + double(m) * double(s.k) + double(m) * double(s.n) * 2;
+                rows.push_back({shape, m, "W8A8 int8 cuBLASLt", t8, flops / (t8 * 1e6), bytes / (t8 * 1e3),
+                                tCublas / t8, bytes / (t8 * 1e3) / copyGBs});
+                std::printf("%-12s M=%-5d %-18s %9.2f us %7.1f TFLOP/s  %5.2fx cuBLAS\n", shape.c_str(), m,
+                            rows.back().kernel.c_str(), t8, rows.back().tflops, rows.back().vsCublas);
+            }
+            cudaFree(rowScales);
+            cudaFree(colScales);
+            cudaFree(w8);
+            cudaFree(x8);
+            cudaFree(scales);
+        }
+        for (__half* d : dense) cudaFree(d);
+        cudaFree(x);
+        cudaFree(y);
+    }
+    cublasDestroy(handle);
+
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+    std::string md = "GPU: " + std::string(prop.name) + ", " + std::to_string(prop.multiProcessorCount) + " SMs; " + date +
+                     "; device-to-device copy " + std::to_string(int(copyGBs)) + " GB/s (read + write).\n\n";
+    md += "| K x N | M | kernel | time (us) | TFLOP/s | eff. GB/s | vs cuBLAS fp16 | of copy bw |\n";
+    md += "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+    for (const Row& r : rows) {
+        char line[256];
+        std::snprintf(line, sizeof line, "| %s | %d | %s | %.2f | %.2f | %.0f | %.2fx | %.0f%% |\n", r.shape.c_str(), r.m,
+                      r.kernel.c_str(), r.us, r.tflops, r.gbs, r.vsCublas, 100 * r.ofCopy);
+        md += line;
+    }
+    std::printf("\n%s", md.c_str());
+    if (!outPath.empty()) {
+        std::ofstream out(outPath + ".tmp");
+        out << md;
+        out.close();
+        if (!out || std::rename((outPath + ".tmp").c_str(), outPath.c_str()) != 0) {
+            std::fprintf(stderr, "bench_kernels: cannot write %s\n", outPath.c_str());
+            return 1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,179 @@
+// Host side of the W4A16 / W8A16 GEMM: device copy of the packed weight, workspace, split-K choice, launch.
+#include <algorithm>
+#include <string>
+
+#include "cuda_check.h"
+#include "cwb/kernels/wxa16_gemm.h"
+#include "wxa16_kernel.cuh"
+
+namespace cwb::kernels {
+
+namespace {
+
+template <typename V>
+const V* upload(const std::vector<V>& host) {
+    if (host.empty()) return nullptr;
+    void* d = nullptr;
+    CWB_CUDA_CHECK(cudaMalloc(&d, host.size() * sizeof(V)));
+    CWB_CUDA_CHECK(cudaMemcpy(d, host.data(), host.size() * sizeof(V), cudaMemcpyHostToDevice));
+    return static_cast<const V*>(d);
+}
+
+int multiprocessors() {
+    int device = 0, count = 0;
+    CWB_CUDA_CHECK(cudaGetDevice(&device));
+    CWB_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+}
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+int64_t blocksAcross(const DeviceTiledWeight& w) {
+    return (w.paddedRows / kTileRows + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock;
+}
+
+int resolveSplit(const DeviceTiledWeight& w, int64_t m, int splitK) {
+    const int64_t chunks = w.paddedCols / kChunkCols;
+    if (splitK <= 0) splitK = wxa16DefaultSplitK(w, m);
+    return int(std::clamp<int64_t>(splitK, 1, chunks));
+}
+
+struct WorkspaceLayout {
+    size_t counters = 0, partial = 0, gathered = 0, total = 0;
+};
+
+WorkspaceLayout layoutFor(const DeviceTiledWeight& w, int64_t m, int split) {
+    const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
+    WorkspaceLayout l;
+    l.counters = 0;
+    l.partial = align256(size_t(blocksAcross(w)) * sizeof(int));
+    l.gathered = l.partial + align256(split > 1 ? size_t(split) * size_t(slice) * size_t(w.paddedRows) * 4 : 0);
+    l.total = l.gathered + (w.columnOf ? align256(size_t(slice) * size_t(w.paddedCols) * 2) : 0);
+    return l;
+}
+
+} // namespace
+
+DeviceTiledWeight::DeviceTiledWeight(const TiledIntWeight& host)
+    : bits(host.bits), act(host.act), rows(host.rows), cols(host.cols), groups(host.groups),
+      paddedRows(host.paddedRows), paddedCols(host.paddedCols) {
+    if (host.words.empty() || host.scaleZero.empty() || host.chunkGroup.empty())
+        throw KernelError("DeviceTiledWeight: the packed weight is empty");
+    try {
+        words = upload(host.words);
+        scaleZero = upload(host.scaleZero);
+        chunkGroup = upload(host.chunkGroup);
+        columnOf = upload(host.columnOf);
+    } catch (...) {  // the destructor does not run for a half-built object: free what was uploaded
+        cudaFree(const_cast<uint32_t*>(words));
+        cudaFree(const_cast<uint32_t*>(scaleZero));
+        cudaFree(const_cast<int32_t*>(chunkGroup));
+        throw;
+    }
+    // Every group spanning the same number of chunks lets the kernel compute the group instead of reading it.
+    int64_t perGroup = 0;
+    while (perGroup < int64_t(host.chunkGroup.size()) && host.chunkGroup[size_t(perGroup)] == host.chunkGroup[0]) ++perGroup;
+    bool uniform = host.chunkGroup[0] == 0;
+    for (size_t c = 0; uniform && c < host.chunkGroup.size(); ++c) uniform = host.chunkGroup[c] == int32_t(int64_t(c) / perGroup);
+    chunksPerGroup = uniform ? int(perGroup) : 0;
+}
+
+DeviceTiledWeight::~DeviceTiledWeight() {
+    cudaFree(const_cast<uint32_t*>(words));
+    cudaFree(const_cast<uint32_t*>(scaleZero));
+    cudaFree(const_cast<int32_t*>(chunkGroup));
+    cudaFree(const_cast<int32_t*>(columnOf));
+}
+
+DeviceTiledWeight::DeviceTiledWeight(DeviceTiledWeight&& o) noexcept
+    : bits(o.bits), act(o.act), rows(o.rows), cols(o.cols), groups(o.groups), paddedRows(o.paddedRows),
+      paddedCols(o.paddedCols), chunksPerGroup(o.chunksPerGroup), words(o.words), scaleZero(o.scaleZero), chunkGroup(o.chunkGroup), columnOf(o.columnOf) {
+    o.words = o.scaleZero = nullptr;
+    o.chunkGroup = o.columnOf = nullptr;
+}
+
+int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m) {
+    // One wave of about two blocks per multiprocessor; fewer splits when the fp32 partial sums would cost more than
+    // a quarter of the weight bytes (large m), and at least two chunks per split.
+    const int64_t across = blocksAcross(w), chunks = w.paddedCols / kChunkCols;
+    const int64_t target = 2 * int64_t(multiprocessors());
+    int64_t split = std::max<int64_t>(1, (target + across / 2) / across);
+    const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
+    const int64_t weightBytes = w.paddedRows * w.paddedCols * w.bits / 8;
+    split = std::min(split, std::max<int64_t>(1, weightBytes / (4 * slice * w.paddedRows * 4)));
+    split = std::min(split, std::max<int64_t>(1, chunks / 2));
+    return int(split);
+}
+
+size_t wxa16WorkspaceBytes(const DeviceTiledWeight& w, int64_t m, int splitK) {
+    return layoutFor(w, m, resolveSplit(w, m, splitK)).total;
+}
+
+void* allocateWorkspace(size_t bytes) {
+    void* p = nullptr;
+    CWB_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
+    CWB_CUDA_CHECK(cudaMemset(p, 0, std::max<size_t>(bytes, 256)));
+    return p;
+}
+
+void freeWorkspace(void* p) { cudaFree(p); }
+
+void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, void* workspace, size_t workspaceBytes,
+               Stream stream, int splitK) {
+    if (m <= 0) return;
+    if (!x || !y || !workspace) throw KernelError("wxa16Gemm: x, y and workspace must be device pointers");
+    if (w.bits != 4 && w.bits != 8) throw KernelError("wxa16Gemm: bits must be 4 or 8");
+    if (reinterpret_cast<uintptr_t>(x) % 16) throw KernelError("wxa16Gemm: x must be 16-byte aligned");
+    if (!w.columnOf && w.cols % 8) throw KernelError("wxa16Gemm: cols must be a multiple of 8");
+    const int split = resolveSplit(w, m, splitK);
+    const WorkspaceLayout layout = layoutFor(w, m, split);
+    if (workspaceBytes < layout.total)
+        throw KernelError("wxa16Gemm: the workspace has " + std::to_string(workspaceBytes) + " bytes, " +
+                          std::to_string(layout.total) + " are needed (wxa16WorkspaceBytes with the same m and splitK)");
+    char* ws = static_cast<char*>(workspace);
+    const cudaStream_t s = detail::toStream(stream);
+    const int64_t chunks = w.paddedCols / kChunkCols;
+    const dim3 grid(unsigned(blocksAcross(w)), unsigned(split));
+
+    for (int64_t done = 0; done < m; done += detail::kMaxTokensPerLaunch) {
+        const int slice = int(std::min<int64_t>(m - done, detail::kMaxTokensPerLaunch));
+        const char* xs = static_cast<const char*>(x) + done * w.cols * 2;
+        detail::Wxa16Params p{};
+        p.words = reinterpret_cast<const uint4*>(w.words);
+        p.scaleZero = w.scaleZero;
+        p.chunkGroup = w.chunkGroup;
+        p.x = xs;
+        p.ldx = w.cols;
+        if (w.columnOf) {
+            void* xg = ws + layout.gathered;
+            if (w.act == ActType::Float16)
+                detail::launchGather<__half>(xs, w.cols, w.columnOf, w.paddedCols, slice, xg, s);
+            else
+                detail::launchGather<__nv_bfloat16>(xs, w.cols, w.columnOf, w.paddedCols, slice, xg, s);
+            CWB_CUDA_CHECK_LAUNCH("wxa16Gemm (gather)");
+            p.x = xg;
+            p.ldx = w.paddedCols;
+        }
+        p.y = static_cast<char*>(y) + done * w.rows * 2;
+        p.ldy = w.rows;
+        p.m = slice;
+        p.rows = int(w.rows);
+        p.tiles = int(w.paddedRows / kTileRows);
+        p.chunks = int(chunks);
+        p.groups = int(w.groups);
+        p.splitK = split;
+        p.chunksPerSplit = int((chunks + split - 1) / split);
+        p.groupShift = -1;
+        for (int shift = 0; shift < 31; ++shift)
+            if (w.chunksPerGroup == (1 << shift)) p.groupShift = shift;
+        p.partial = reinterpret_cast<float*>(ws + layout.partial);
+        p.counters = reinterpret_cast<int*>(ws + layout.counters);
+        if (w.act == ActType::Float16)
+            detail::launchWxa16<__half>(p, w.bits, grid, s);
+        else
+            detail::launchWxa16<__nv_bfloat16>(p, w.bits, grid, s);
+        CWB_CUDA_CHECK_LAUNCH("wxa16Gemm");
+    }
+}
+
+} // namespace cwb::kernels

@@ -1,0 +1,52 @@
+#pragma once
+// Weight-only quantized GEMM for small batches: Y[m, rows] = X[m, cols] · W^T, W int4 or int8 in the tiled16x64
+// layout (packed_weight.h) with group-wise scales and zeros, X and Y fp16 or bf16. The tensor cores
+// (mma.m16n8k16, fp32 accumulation) multiply X by the exact integers level - zero; each chunk's fp32 sum is then
+// scaled, so dequantized weights are never rounded. Any m works; m <= 64 per launch is the designed range, larger m runs in slices of 64.
+// Act-order weights gather X into the workspace in packed column order first (one extra small kernel).
+#include <cstddef>
+#include <cstdint>
+
+#include "cwb/kernels/kernel_types.h"
+#include "cwb/kernels/packed_weight.h"
+
+namespace cwb::kernels {
+
+// A TiledIntWeight uploaded to the device. Owns its memory; movable, not copyable.
+class DeviceTiledWeight {
+public:
+    explicit DeviceTiledWeight(const TiledIntWeight& host);
+    ~DeviceTiledWeight();
+    DeviceTiledWeight(DeviceTiledWeight&& other) noexcept;
+    DeviceTiledWeight& operator=(DeviceTiledWeight&&) = delete;
+    DeviceTiledWeight(const DeviceTiledWeight&) = delete;
+    DeviceTiledWeight& operator=(const DeviceTiledWeight&) = delete;
+
+    int bits = 4;
+    ActType act = ActType::Float16;
+    int64_t rows = 0, cols = 0, groups = 0, paddedRows = 0, paddedCols = 0;
+    int chunksPerGroup = 0;  // > 0 when every group spans that many chunks in order (no table lookup needed)
+    const uint32_t* words = nullptr;
+    const uint32_t* scaleZero = nullptr;
+    const int32_t* chunkGroup = nullptr;
+    const int32_t* columnOf = nullptr;  // nullptr: identity
+};
+
+// Workspace (device memory) a launch with m rows needs; it must be zero-filled before its first use (the kernels
+// leave it so again) and not be used by two launches at once. allocateWorkspace returns such memory.
+size_t wxa16WorkspaceBytes(const DeviceTiledWeight& w, int64_t m, int splitK = 0);
+void* allocateWorkspace(size_t bytes);
+void freeWorkspace(void* p);
+
+// splitK = 0 picks the split of the input dimension across blocks from the shape and the device; the workspace must
+// have been sized with the same m and splitK.
+void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, void* workspace, size_t workspaceBytes,
+               Stream stream, int splitK = 0);
+
+// The split wxa16Gemm would choose (for reports).
+int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m);
+
+// CPU reference: y[m, rows] = x[m, cols] · dequantizeTiledRef(w, false)^T in double, returned as float.
+void wxa16GemmRef(const TiledIntWeight& w, const float* x, int64_t m, float* y);
+
+} // namespace cwb::kernels
