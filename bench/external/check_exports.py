@@ -66,9 +66,15 @@ if tool:
     for path in sorted(glob.glob(os.path.join(files, "*.gguf"))):
         run = subprocess.run([tool, "-m", path, "-f", os.path.join(files, "eval.txt"), "-c", "256", "-b", "256", "-t", "8"],
                              capture_output=True, text=True)
-        m = re.search(r"Final estimate: PPL = (\S+) \+/- (\S+)", run.stdout + run.stderr)
+        text = run.stdout + run.stderr
+        m = re.search(r"Final estimate: PPL = (\S+) \+/- (\S+)", text)
+        chunks = re.findall(r"\[(\d+)\]([0-9.]+|nan|inf)", text)
         if m:
             say(f"llama.cpp {os.path.basename(path)}: PPL = {m.group(1)} +/- {m.group(2)}")
+        elif chunks and run.returncode == 0:
+            # llama.cpp logs from a thread; its last line is sometimes lost at exit. The running estimate after the
+            # last chunk is the same number.
+            say(f"llama.cpp {os.path.basename(path)}: PPL = {chunks[-1][1]} (running estimate after chunk {chunks[-1][0]}; final line lost)")
         else:
             say(f"llama.cpp {os.path.basename(path)}: no final estimate (rc {run.returncode}); output ends: {(run.stdout + run.stderr)[-600:]}")
 
