@@ -7,20 +7,13 @@
 #include <vector>
 
 #include "../kernels/kernel_check.h"
+#include "device_memory.h"
 #include "cwb/kernels/fp8_gemm.h"
 
 using namespace cwb::kernels;
 using namespace cwb::kernels::testing;
 
 namespace {
-
-template <typename V>
-V* toDevice(const std::vector<V>& h) {
-    V* d = nullptr;
-    if (cudaMalloc(&d, h.size() * sizeof(V)) != cudaSuccess) throw KernelError("cudaMalloc failed");
-    cudaMemcpy(d, h.data(), h.size() * sizeof(V), cudaMemcpyHostToDevice);
-    return d;
-}
 
 void runCase(Fp8Gemm& gemm, int64_t m, int64_t n, int64_t k, uint32_t seed) {
     std::vector<float> xf = gaussian(size_t(m * k), seed), wf = gaussian(size_t(n * k), seed + 1, 0.05f);
@@ -57,11 +50,7 @@ void runCase(Fp8Gemm& gemm, int64_t m, int64_t n, int64_t k, uint32_t seed) {
 } // namespace
 
 int main() {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        std::printf("SKIP: no CUDA device\n");
-        return 77;
-    }
+    if (noCudaDevice()) return 77;
     if (!fp8GemmSupported()) {
         std::printf("SKIP: the device has no FP8 tensor cores\n");
         return 77;

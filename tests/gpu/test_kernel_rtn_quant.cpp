@@ -7,26 +7,13 @@
 #include <vector>
 
 #include "../kernels/kernel_check.h"
+#include "device_memory.h"
 #include "cwb/kernels/rtn_quant.h"
 
 using namespace cwb::kernels;
 using namespace cwb::kernels::testing;
 
 namespace {
-
-template <typename V>
-V* toDevice(const std::vector<V>& h) {
-    V* d = nullptr;
-    if (cudaMalloc(&d, h.size() * sizeof(V)) != cudaSuccess) throw KernelError("cudaMalloc failed");
-    cudaMemcpy(d, h.data(), h.size() * sizeof(V), cudaMemcpyHostToDevice);
-    return d;
-}
-template <typename V>
-std::vector<V> toHost(const V* d, size_t n) {
-    std::vector<V> h(n);
-    if (cudaMemcpy(h.data(), d, n * sizeof(V), cudaMemcpyDeviceToHost) != cudaSuccess) throw KernelError("copy back failed");
-    return h;
-}
 
 void runCase(int bits, bool symmetric, int64_t groupSize, int64_t rows, int64_t cols, uint32_t seed) {
     const std::string tag = "int" + std::to_string(bits) + (symmetric ? " sym" : " asym") + " g" +
@@ -72,11 +59,7 @@ void runCase(int bits, bool symmetric, int64_t groupSize, int64_t rows, int64_t 
 } // namespace
 
 int main() {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        std::printf("SKIP: no CUDA device\n");
-        return 77;
-    }
+    if (noCudaDevice()) return 77;
     try {
         runCase(4, true, 128, 64, 512, 1);
         runCase(4, false, 128, 33, 300, 2);

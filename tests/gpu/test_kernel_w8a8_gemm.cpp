@@ -8,26 +8,13 @@
 #include <vector>
 
 #include "../kernels/kernel_check.h"
+#include "device_memory.h"
 #include "cwb/kernels/w8a8_gemm.h"
 
 using namespace cwb::kernels;
 using namespace cwb::kernels::testing;
 
 namespace {
-
-template <typename V>
-V* toDevice(const std::vector<V>& h) {
-    V* d = nullptr;
-    if (cudaMalloc(&d, h.size() * sizeof(V)) != cudaSuccess) throw KernelError("cudaMalloc failed");
-    cudaMemcpy(d, h.data(), h.size() * sizeof(V), cudaMemcpyHostToDevice);
-    return d;
-}
-template <typename V>
-std::vector<V> toHost(const V* d, size_t n) {
-    std::vector<V> h(n);
-    if (cudaMemcpy(h.data(), d, n * sizeof(V), cudaMemcpyDeviceToHost) != cudaSuccess) throw KernelError("copy back failed");
-    return h;
-}
 
 void runCase(W8a8Gemm& gemm, int64_t m, int64_t n, int64_t k, ActType act, uint32_t seed) {
     char tag[96];
@@ -85,11 +72,7 @@ void runCase(W8a8Gemm& gemm, int64_t m, int64_t n, int64_t k, ActType act, uint3
 } // namespace
 
 int main() {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        std::printf("SKIP: no CUDA device\n");
-        return 77;
-    }
+    if (noCudaDevice()) return 77;
     try {
         W8a8Gemm gemm;
         for (ActType act : {ActType::Float16, ActType::BFloat16}) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../kernels/kernel_check.h"
+#include "device_memory.h"
 #include "cwb/kernels/rtn_quant.h"
 #include "cwb/kernels/wxa16_gemm.h"
 
@@ -92,11 +93,7 @@ void runCase(const Case& c, ActType act, const std::vector<int64_t>& ms, uint32_
 } // namespace
 
 int main() {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        std::printf("SKIP: no CUDA device\n");
-        return 77;
-    }
+    if (noCudaDevice()) return 77;
     try {
         const std::vector<int64_t> allM = {1, 3, 8, 16, 29, 64, 80};
         for (ActType act : {ActType::Float16, ActType::BFloat16}) {
