@@ -219,6 +219,10 @@ at::Tensor Transformer::attention(int64_t layer, const at::Tensor& q, const at::
     at::Tensor probs = at::softmax(scores, -1);
     if (observer && observer->wantsAttentionProbs()) observer->onAttentionProbs(layer, probs);
     at::Tensor out = at::matmul(probs, values.to(at::kFloat)).to(q.scalar_type());   // [B, H, T, hd]
+    if (mOptions.headGates && layer < static_cast<int64_t>(mOptions.headGates->size())) {
+        const at::Tensor& gate = (*mOptions.headGates)[static_cast<size_t>(layer)];
+        if (gate.defined()) out = out * gate.to(out.device(), out.scalar_type()).reshape({gate.dim() == 2 ? gate.size(0) : 1, heads, 1, 1});
+    }
     if (observer && observer->wantsHeads()) observer->onAttentionHeads(layer, out.transpose(1, 2));
     return out.transpose(1, 2).reshape({q.size(0), tokens, heads * s.headDim});
 }

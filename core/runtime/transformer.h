@@ -22,6 +22,9 @@ struct RuntimeOptions {
     // so autograd flows into them. For a compressed layer, "<layer>.weight" replaces the matrix it multiplies
     // (its own input space, after prepareInput). The map must outlive the Transformer.
     const std::map<std::string, at::Tensor>* parameters = nullptr;
+    // Per block, a gate multiplying each query head's attention output: [heads] or [batch, heads]; an undefined
+    // tensor or a missing entry means no gate. Its gradient is the head importance of Michel et al. (2019).
+    const std::vector<at::Tensor>* headGates = nullptr;
 };
 
 // Receives activations during a forward pass; the calibration of compression methods builds on it.
