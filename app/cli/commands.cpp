@@ -18,7 +18,7 @@ const std::vector<Command>& commands() {
          "perplexity by llama.cpp's method (second half of each ctx chunk scored)", runEval},
         {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--eval FILE] [--ctx N] [--chunks K] [--out DIR] [--json]",
          "apply a recipe step by step; each stage compared with the base (size, PPL, KL, top-1, reconstruction error)", runCompress},
-        {"importance", "cwb importance MODEL --text FILE [--kind head|layer|channel] [--samples N] [--seq-len T] [--json]",
+        {"importance", "cwb importance MODEL --text FILE [--kind head|layer|channel|head-grad|channel-grad] [--samples N] [--seq-len T] [--json]",
          "per-head or per-layer importance measured on token windows of a text", runImportance},
         {"budget", "cwb budget MODEL --text FILE --target-bits B [--bits 3,4,8] [--group-size G] [--samples N] [--seq-len T] [--out R.json] [--json]",
          "choose per-layer bit widths for a bits-per-weight target from measured sensitivity; writes a recipe", runBudget},
@@ -31,7 +31,7 @@ const std::vector<Command>& commands() {
          "  cwb project show P [--json]\n  cwb project add-variant P --recipe R.json [--name N] [--from VARIANT]\n"
          "  cwb project add-export P --variant V --format hf|gptq|awq|gguf [--type T] [--file NAME]\n"
          "  cwb project run P [--variants a,b] [--threads N] [--model PATH]\n"
-         "  cwb project importance P [--kind head|layer|channel] [--samples N] [--seq-len T]",
+         "  cwb project importance P [--kind head|layer|channel|head-grad|channel-grad] [--samples N] [--seq-len T]",
          "create and inspect project files; `run` evaluates the variants and stores their results", runProjectCommand},
     };
     return list;

@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "core/analysis/gradient_importance.h"
 #include "core/compress/compressed_layers.h"
 #include "core/compress/prune_math.h"
 #include "core/compress/sequential.h"
@@ -133,7 +134,9 @@ ImportanceMap channelWanda(const Model& model, const at::Tensor& windows, Feedba
 
 } // namespace
 
-std::vector<std::string> importanceKinds() { return {"heads.ablation", "linears.sensitivity", "channels.wanda"}; }
+std::vector<std::string> importanceKinds() {
+    return {"heads.ablation", "linears.sensitivity", "channels.wanda", "heads.gradient", "channels.gradient"};
+}
 
 double meanLoss(const Model& model, const at::Tensor& windows) {
     checkWindows(windows);
@@ -147,7 +150,10 @@ ImportanceMap computeImportance(const Model& model, const std::string& kind, con
     if (kind == "heads.ablation" || kind == "head") map = headAblation(model, windows, feedback);
     else if (kind == "linears.sensitivity" || kind == "layer") map = linearSensitivity(model, windows, feedback);
     else if (kind == "channels.wanda" || kind == "channel") map = channelWanda(model, windows, feedback);
-    else throw Error("unknown importance kind '" + kind + "' (known: heads.ablation or head, linears.sensitivity or layer, channels.wanda or channel)");
+    else if (kind == "heads.gradient" || kind == "head-grad") map = headGradientImportance(model, windows, feedback);
+    else if (kind == "channels.gradient" || kind == "channel-grad") map = channelGradientImportance(model, windows, feedback);
+    else throw Error("unknown importance kind '" + kind + "' (known: heads.ablation or head, linears.sensitivity or layer, channels.wanda or channel, "
+                     "heads.gradient or head-grad, channels.gradient or channel-grad)");
     if (feedback) feedback->setProgress(1.0);
     return map;
 }

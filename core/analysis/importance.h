@@ -22,7 +22,11 @@ std::vector<std::string> importanceKinds();
 //   int4 (RTN, group 32, symmetric), all others kept.
 // "channels.wanda": blocks × MLP intermediate channels; Wanda's |W|·‖X‖ of the down projection summed over the
 //   outputs each channel feeds (X the channel's activations on the windows).
-// Short names: "head", "layer", "channel".
+// "heads.gradient": blocks × query heads; mean over windows of |∂L/∂g_h|, g_h a gate on the head's output
+//   (Michel et al. 2019); one backward pass per batch instead of one forward per head.
+// "channels.gradient": blocks × MLP channels; 0.7·mean|∂L/∂a_c| (scaled to [0, 1] within the block) +
+//   0.3·(1 − fraction of positions with |a_c| < 0.01). See gradient_importance.h.
+// Short names: "head", "layer", "channel", "head-grad", "channel-grad".
 // `windows` are token windows [samples, length] (see drawCalibration); throws cwb::Error or Cancelled.
 ImportanceMap computeImportance(const Model& model, const std::string& kind, const at::Tensor& windows, Feedback* feedback);
 

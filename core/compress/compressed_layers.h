@@ -24,6 +24,7 @@ public:
     int64_t cols() const override { return mWeight.cols; }
     const quant::QuantizedWeight& quantized() const { return mWeight; }
     const at::Tensor& inputScale() const { return mInputScale; }
+    const std::string& method() const { return mMethod; }
 
 private:
     quant::QuantizedWeight mWeight;

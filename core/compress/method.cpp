@@ -32,6 +32,7 @@ MethodRegistry::MethodRegistry() {
     registerQuantizationMethods(*this);
     registerPruningMethods(*this);
     registerStructuredMethods(*this);
+    registerDistillationMethods(*this);
 }
 
 MethodRegistry& MethodRegistry::instance() {

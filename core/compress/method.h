@@ -26,6 +26,7 @@ struct StepContext {
     at::Tensor calibration;             // [samples, seqLen] int64 token windows; undefined when none was given
     Feedback* feedback = nullptr;
     std::vector<std::string> notes;     // what the method wants the report to say
+    const Model* base = nullptr;        // the model the recipe started from (a distillation teacher)
 
     // The step's params with the first matching override merged in.
     nlohmann::json paramsFor(const std::string& layer) const;
@@ -62,5 +63,6 @@ private:
 void registerQuantizationMethods(MethodRegistry& registry);
 void registerPruningMethods(MethodRegistry& registry);
 void registerStructuredMethods(MethodRegistry& registry);
+void registerDistillationMethods(MethodRegistry& registry);
 
 } // namespace cwb

@@ -141,7 +141,7 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         const CompressionMethod* method = MethodRegistry::instance().find(step.method);
         SubFeedback sub(feedback, double(i) / double(steps), double(i + 1) / double(steps));
         StepContext ctx{*result.model, step, resolveParams(step.method, method->params(), step.params),
-                        targetLayers(*result.model, step), windows, &sub, {}};
+                        targetLayers(*result.model, step), windows, &sub, {}, &base};
         if (feedback) feedback->log("step " + std::to_string(i + 1) + "/" + std::to_string(steps) + ": " + step.method +
                                     " on " + std::to_string(ctx.layers.size()) + " layers");
         auto t0 = std::chrono::steady_clock::now();

@@ -132,7 +132,14 @@ std::unique_ptr<KvCache> Transformer::makeCache(int64_t batch, int64_t capacity)
     return std::make_unique<KvCache>(mModel.spec, batch, capacity, mOptions);
 }
 
+const at::Tensor* Transformer::parameter(const std::string& name) const {
+    if (!mOptions.parameters) return nullptr;
+    auto it = mOptions.parameters->find(name);
+    return it == mOptions.parameters->end() ? nullptr : &it->second;
+}
+
 at::Tensor Transformer::weight(const std::string& name) const {
+    if (const at::Tensor* given = parameter(name)) return *given;
     at::Tensor t = mModel.floatTensor(name);
     // Vectors (norms, biases) stay fp32; matrices take the compute type.
     at::ScalarType type = t.dim() >= 2 ? mOptions.dtype : at::kFloat;
@@ -149,8 +156,10 @@ const Transformer::Block& Transformer::block(int64_t layer) {
     for (const auto& suffix : suffixes) {
         const std::string layer = suffix.substr(0, suffix.rfind('.'));
         auto compressed = suffix.compare(suffix.size() - 7, 7, ".weight") == 0 ? mModel.compressed(prefix + layer) : nullptr;
-        if (compressed) {
-            b->compressed[layer] = compressed;
+        if (compressed) b->compressed[layer] = compressed;
+        if (const at::Tensor* given = parameter(prefix + suffix)) {
+            b->tensors[suffix] = *given;
+        } else if (compressed) {
             b->tensors[suffix] = compressed->weight().to(mOptions.device, mOptions.dtype);
         } else {
             b->tensors[suffix] = weight(prefix + suffix);
@@ -208,7 +217,12 @@ at::Tensor Transformer::attention(int64_t layer, const at::Tensor& q, const at::
     at::Tensor mask = at::ones({tokens, total}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(start + 1);
     scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
     at::Tensor probs = at::softmax(scores, -1);
+    if (observer && observer->wantsAttentionProbs()) observer->onAttentionProbs(layer, probs);
     at::Tensor out = at::matmul(probs, values.to(at::kFloat)).to(q.scalar_type());   // [B, H, T, hd]
+    if (mOptions.headGates && layer < static_cast<int64_t>(mOptions.headGates->size())) {
+        const at::Tensor& gate = (*mOptions.headGates)[static_cast<size_t>(layer)];
+        if (gate.defined()) out = out * gate.to(out.device(), out.scalar_type()).reshape({gate.dim() == 2 ? gate.size(0) : 1, heads, 1, 1});
+    }
     if (observer && observer->wantsHeads()) observer->onAttentionHeads(layer, out.transpose(1, 2));
     return out.transpose(1, 2).reshape({q.size(0), tokens, heads * s.headDim});
 }

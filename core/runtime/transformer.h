@@ -1,6 +1,7 @@
 #pragma once
 // The forward pass of the supported families (Llama: RMSNorm, RoPE, GQA, SwiGLU; GPT-2: LayerNorm,
 // learned positions, GELU) on LibTorch tensors, with an optional KV cache and activation observers.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,13 @@ struct RuntimeOptions {
     // Keep converted weights between calls. Off: each forward converts one block at a time from the
     // storage type, so a model larger than RAM in fp32 still runs.
     bool cacheWeights = true;
+    // Tensors used as given in place of the model's of the same name (training): no copy and no conversion,
+    // so autograd flows into them. For a compressed layer, "<layer>.weight" replaces the matrix it multiplies
+    // (its own input space, after prepareInput). The map must outlive the Transformer.
+    const std::map<std::string, at::Tensor>* parameters = nullptr;
+    // Per block, a gate multiplying each query head's attention output: [heads] or [batch, heads]; an undefined
+    // tensor or a missing entry means no gate. Its gradient is the head importance of Michel et al. (2019).
+    const std::vector<at::Tensor>* headGates = nullptr;
 };
 
 // Receives activations during a forward pass; the calibration of compression methods builds on it.
@@ -29,6 +37,9 @@ public:
     virtual bool wantsHeads() const { return false; }
     // Per-head attention output before the output projection: [batch, tokens, heads, headDim].
     virtual void onAttentionHeads(int64_t /*layer*/, const at::Tensor& /*headOutputs*/) {}
+    virtual bool wantsAttentionProbs() const { return false; }
+    // Attention probabilities after softmax, fp32 [batch, heads, queries, keys] (distillation of attention maps).
+    virtual void onAttentionProbs(int64_t /*layer*/, const at::Tensor& /*probs*/) {}
 };
 
 // Keys and values of earlier positions, preallocated for `capacity` tokens.
@@ -74,6 +85,7 @@ private:
     struct Globals;
     const Block& block(int64_t layer);
     at::Tensor weight(const std::string& name) const;
+    const at::Tensor* parameter(const std::string& name) const;   // from options.parameters, or null
     at::Tensor attention(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          KvCache* cache, int64_t start, ActivationObserver* observer) const;
     at::Tensor embedAt(const at::Tensor& tokens, int64_t start) const;

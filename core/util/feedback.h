@@ -3,6 +3,7 @@
 // polled by the worker, and log lines. The GUI adapts it to a progress bar, batch mode to stderr lines.
 #include <atomic>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "core/util/error.h"
@@ -27,10 +28,13 @@ public:
     }
 
     void log(const std::string& line) { onLog(line); }
+    // Named figures of one unit of work (a training step's losses), for live charts; `series` says whose.
+    void metrics(const std::string& series, const std::map<std::string, double>& values) { onMetrics(series, values); }
 
 protected:
     virtual void onProgress(double) {}
     virtual void onLog(const std::string&) {}
+    virtual void onMetrics(const std::string&, const std::map<std::string, double>&) {}
 
 private:
     std::atomic<double> mProgress{0.0};
@@ -42,6 +46,7 @@ class CallbackFeedback : public Feedback {
 public:
     std::function<void(double)> progressCallback;
     std::function<void(const std::string&)> logCallback;
+    std::function<void(const std::string&, const std::map<std::string, double>&)> metricsCallback;
 
 protected:
     void onProgress(double fraction) override {
@@ -49,6 +54,9 @@ protected:
     }
     void onLog(const std::string& line) override {
         if (logCallback) logCallback(line);
+    }
+    void onMetrics(const std::string& series, const std::map<std::string, double>& values) override {
+        if (metricsCallback) metricsCallback(series, values);
     }
 };
 
@@ -64,6 +72,9 @@ protected:
     }
     void onLog(const std::string& line) override {
         if (mParent) mParent->log(line);
+    }
+    void onMetrics(const std::string& series, const std::map<std::string, double>& values) override {
+        if (mParent) mParent->metrics(series, values);
     }
 
 private:

@@ -1,0 +1,66 @@
+#pragma once
+// Knowledge distillation as pure tensor functions (no models, no I/O): the loss terms, the learning-rate
+// schedule, AdamW, gradient clipping, the teacher→student layer map and fake quantization with a
+// straight-through estimator. The trainer (distill_trainer.h) builds on these; tests check each alone.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "core/compress/quant_math.h"
+
+namespace cwb::distill {
+
+struct LossWeights {
+    double alpha = 0.7;         // weight of the cross-entropy on the labels; 1 − alpha goes to the KD term
+    double temperature = 4.0;   // T: both distributions are softened by z / T
+    double hidden = 0.0;        // γ: Σ MSE of hidden states of mapped layers
+    double attention = 0.0;     // δ: Σ MSE of attention maps of mapped layers
+};
+
+// Scalar terms of one batch (0-dim fp32 tensors; hidden/attention are zero tensors when not computed).
+struct LossTerms {
+    at::Tensor total, ce, kd, hidden, attention;
+};
+
+// Mean cross-entropy of logits [N, V] against labels [N] (int64).
+at::Tensor crossEntropy(const at::Tensor& logits, const at::Tensor& labels);
+
+// T² · mean over rows of KL(softmax(teacher / T) ‖ softmax(student / T)); logits [N, V] fp32.
+// The T² keeps the gradient scale independent of T (Hinton et al. 2015).
+at::Tensor kdLoss(const at::Tensor& student, const at::Tensor& teacher, double temperature);
+
+// total = α·ce + (1 − α)·kd + γ·hidden + δ·attention, with kd already including T².
+LossTerms combine(const at::Tensor& ce, const at::Tensor& kd, const at::Tensor& hidden, const at::Tensor& attention,
+                  const LossWeights& weights);
+
+// Attention maps [B, H, T, T] compared as MSE; when the head counts differ, the maps averaged over heads.
+at::Tensor attentionMse(const at::Tensor& student, const at::Tensor& teacher);
+
+// For each student layer the teacher layer it imitates: student layer i of S takes teacher layer
+// ⌊(i + 1)·T / S⌋ − 1, so the last layers always meet.
+std::vector<int64_t> uniformLayerMap(int64_t studentLayers, int64_t teacherLayers);
+// "0:0,1:2,3:4" (student:teacher); students layers not named get −1 (no hidden/attention term). Throws cwb::Error.
+std::vector<int64_t> parseLayerMap(const std::string& text, int64_t studentLayers, int64_t teacherLayers);
+
+// Linear warmup over `warmup` steps, then constant or cosine decay to minRatio·base at `steps`. Step counts from 0.
+double learningRate(int64_t step, int64_t steps, int64_t warmup, double base, bool cosine, double minRatio = 0.1);
+
+// Adam with decoupled weight decay (Loshchilov & Hutter 2019), in place; `step` counts from 1.
+struct AdamSettings {
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.0;
+};
+void adamwUpdate(at::Tensor& param, const at::Tensor& grad, at::Tensor& m, at::Tensor& v, int64_t step, double lr,
+                 const AdamSettings& settings);
+
+// Scales the gradients so their global L2 norm is at most maxNorm (<= 0: no clipping); returns the norm before.
+double clipGradNorm(std::vector<at::Tensor>& grads, double maxNorm);
+
+// Dequantized weight on the fixed grid of `grid` (its scales, zeros and group index), with a straight-through
+// estimator: the forward value is Q(w), the gradient passes to w unchanged.
+at::Tensor fakeQuantize(const at::Tensor& w, const quant::QuantizedWeight& grid);
+// w quantized onto the grid of `grid` (same spec, scales, zeros, group index): its levels packed anew.
+quant::QuantizedWeight requantize(const at::Tensor& w, const quant::QuantizedWeight& grid);
+
+} // namespace cwb::distill

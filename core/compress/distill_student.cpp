@@ -1,0 +1,157 @@
+#include "core/compress/distill_student.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/compress/compressed_layers.h"
+#include "core/compress/distill_math.h"
+#include "core/model/model.h"
+#include "core/util/error.h"
+
+namespace cwb {
+
+namespace {
+
+constexpr char kMagic[8] = {'C', 'W', 'B', 'K', 'D', 'C', 'K', '1'};
+
+at::ScalarType storageType(const TensorRecord& r) {
+    return r.type == ggml::Type::F16 ? at::kHalf : r.type == ggml::Type::BF16 ? at::kBFloat16 : at::kFloat;
+}
+
+bool isBlockTensor(const Model& model, const std::string& name) {
+    const std::string prefix = model.spec.family == Family::Llama ? "model.layers." : "transformer.h.";
+    return name.compare(0, prefix.size(), prefix) == 0;
+}
+
+at::Tensor leaf(const at::Tensor& value, const at::Device& device) {
+    at::Tensor t = value.to(device, at::kFloat).contiguous().clone().detach();
+    t.set_requires_grad(true);
+    return t;
+}
+
+} // namespace
+
+StudentTensors::StudentTensors(const Model& student, const at::Device& device, bool keepSparsity, bool trainEmbeddings) {
+    std::set<std::string> linearWeights;
+    for (const auto& layer : student.linearLayers()) linearWeights.insert(layer + ".weight");
+    int64_t frozenLayers = 0, masked = 0, quantized = 0;
+    for (const auto& name : student.tensorNames()) {
+        if (name == "rope_freqs.weight") continue;   // read by the runtime itself, never trained
+        const TensorRecord& record = student.tensor(name);
+        const bool linear = linearWeights.count(name) != 0;
+        auto compressed = linear ? student.compressed(name.substr(0, name.size() - 7)) : nullptr;
+        auto integer = std::dynamic_pointer_cast<const IntLinear>(compressed);
+        if (compressed && !integer) {   // FP8 and W8A8 have no trainable grid here
+            mFrozen[name] = compressed->weight().to(device, at::kFloat);
+            ++frozenLayers;
+            continue;
+        }
+        const bool trainable = isBlockTensor(student, name) || trainEmbeddings;
+        at::Tensor value = integer ? integer->weight() : student.floatTensor(name);
+        if (!trainable) {
+            mFrozen[name] = value.to(device, at::kFloat);
+            continue;
+        }
+        TrainedTensor t;
+        t.name = name;
+        t.latent = leaf(value, device);
+        t.quantized = integer;
+        t.storage = storageType(record);
+        if (linear && keepSparsity && (value == 0).any().item<bool>()) {
+            t.mask = (value != 0).to(device, at::kFloat);
+            ++masked;
+        }
+        if (integer) ++quantized;
+        t.m = at::zeros_like(t.latent).detach();
+        t.v = at::zeros_like(t.latent).detach();
+        mTrained.push_back(std::move(t));
+    }
+    if (frozenLayers) mNotes.push_back(std::to_string(frozenLayers) + " FP8/W8A8 layers stay frozen (no trainable grid for them)");
+    if (masked) mNotes.push_back(std::to_string(masked) + " sparse layers keep their zeros");
+    if (quantized) mNotes.push_back(std::to_string(quantized) + " integer layers train on their grid (QAT, straight-through estimator)");
+}
+
+const std::map<std::string, at::Tensor>& StudentTensors::effective() {
+    mEffective = mFrozen;
+    for (const auto& t : mTrained) {
+        at::Tensor w = t.mask.defined() ? t.latent * t.mask : t.latent;
+        if (t.quantized) w = distill::fakeQuantize(w, t.quantized->quantized());
+        mEffective[t.name] = w;
+    }
+    return mEffective;
+}
+
+void StudentTensors::storeInto(Model& model) const {
+    at::NoGradGuard noGrad;
+    for (const auto& t : mTrained) {
+        at::Tensor w = (t.mask.defined() ? t.latent * t.mask : t.latent).detach().to(at::kCPU);
+        if (t.quantized) {
+            const std::string layer = t.name.substr(0, t.name.size() - 7);
+            model.setCompressed(layer, std::make_shared<IntLinear>(distill::requantize(w, t.quantized->quantized()),
+                                                                   t.quantized->inputScale(), t.quantized->method()));
+        } else {
+            model.replaceTensor(t.name, w.to(t.storage));
+        }
+    }
+}
+
+void StudentTensors::save(const std::string& path) const {
+    nlohmann::json header = {{"format", "cwb distillation checkpoint"}, {"version", 1}, {"step", mStep}};
+    std::vector<at::Tensor> blobs;
+    for (const auto& t : mTrained) {
+        header["tensors"].push_back({{"name", t.name}, {"shape", t.latent.sizes().vec()}});
+        for (const at::Tensor* part : {&t.latent, &t.m, &t.v}) blobs.push_back(part->detach().to(at::kCPU, at::kFloat).contiguous());
+    }
+    const std::string text = header.dump();
+    const std::string temporary = path + ".tmp";
+    {
+        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+        if (!out) throw Error(path, "cannot write the checkpoint");
+        const uint64_t length = text.size();
+        out.write(kMagic, sizeof kMagic);
+        out.write(reinterpret_cast<const char*>(&length), sizeof length);
+        out.write(text.data(), std::streamsize(text.size()));
+        for (const auto& b : blobs) out.write(static_cast<const char*>(b.data_ptr()), std::streamsize(b.numel() * 4));
+        if (!out) throw Error(path, "writing the checkpoint failed (disk full?)");
+    }
+    if (std::rename(temporary.c_str(), path.c_str()) != 0) throw Error(path, "cannot replace the checkpoint");
+}
+
+void StudentTensors::load(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path, "cannot open the checkpoint");
+    char magic[sizeof kMagic];
+    uint64_t length = 0;
+    in.read(magic, sizeof magic);
+    in.read(reinterpret_cast<char*>(&length), sizeof length);
+    if (!in || std::memcmp(magic, kMagic, sizeof kMagic) != 0 || length > (uint64_t(1) << 30))
+        throw Error(path, "not a cwb distillation checkpoint");
+    std::string text(length, '\0');
+    in.read(text.data(), std::streamsize(length));
+    nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
+    if (!in || header.is_discarded() || !header.contains("tensors") || header.value("version", 0) != 1)
+        throw Error(path, "the checkpoint header is damaged or of another version");
+    const auto& tensors = header["tensors"];
+    if (tensors.size() != mTrained.size())
+        throw Error(path, "the checkpoint holds " + std::to_string(tensors.size()) + " tensors, this student trains " +
+                              std::to_string(mTrained.size()) + " (another model or other settings)");
+    at::NoGradGuard noGrad;
+    for (size_t i = 0; i < mTrained.size(); ++i) {
+        TrainedTensor& t = mTrained[i];
+        if (tensors[i]["name"] != t.name || tensors[i]["shape"].get<std::vector<int64_t>>() != t.latent.sizes().vec())
+            throw Error(path, "checkpoint tensor " + tensors[i]["name"].get<std::string>() + " does not match the student's " + t.name);
+        for (at::Tensor* part : {&t.latent, &t.m, &t.v}) {
+            at::Tensor cpu = at::empty(t.latent.sizes(), at::kFloat);
+            in.read(static_cast<char*>(cpu.data_ptr()), std::streamsize(cpu.numel() * 4));
+            if (!in) throw Error(path, "the checkpoint is truncated");
+            part->copy_(cpu);
+        }
+    }
+    mStep = header["step"].get<int64_t>();
+}
+
+} // namespace cwb

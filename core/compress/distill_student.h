@@ -1,0 +1,58 @@
+#pragma once
+// The trainable side of a student model: one fp32 latent tensor per trained model tensor (with its mask,
+// its quantization grid, its AdamW moments), the tensors handed to the runtime each step, storing the result
+// back into the Model, and checkpoints of all of it.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "core/compress/quant_math.h"
+
+namespace cwb {
+
+class Model;
+class IntLinear;
+
+struct TrainedTensor {
+    std::string name;                          // model tensor name ("model.layers.0.mlp.up_proj.weight")
+    at::Tensor latent;                         // fp32 leaf on the device, requires grad
+    at::Tensor mask;                           // 1 where the weight may be non-zero; undefined: none
+    std::shared_ptr<const IntLinear> quantized;   // the layer's integer form (grid kept); null: dense
+    at::ScalarType storage = at::kFloat;       // precision of the dense tensor in the model
+    at::Tensor m, v;                           // AdamW moments
+};
+
+class StudentTensors {
+public:
+    // Collects every tensor of the student: block tensors (and, with embeddings, the rest) become trainable;
+    // FP8/W8A8 layers and the rest stay frozen. Zeros of linear weights become masks when keepSparsity.
+    StudentTensors(const Model& student, const at::Device& device, bool keepSparsity, bool trainEmbeddings);
+
+    // The tensors the runtime computes with (masked, fake-quantized); with grad unless in a no-grad scope.
+    const std::map<std::string, at::Tensor>& effective();
+    std::vector<TrainedTensor>& trained() { return mTrained; }
+    const std::vector<std::string>& notes() const { return mNotes; }
+    int64_t step() const { return mStep; }
+    void setStep(int64_t step) { mStep = step; }
+
+    // Writes the current weights into the model: dense tensors in their storage precision, quantized layers
+    // as packed levels on their original grid.
+    void storeInto(Model& model) const;
+
+    // Checkpoint: latents, moments and the step, written to a temporary file then renamed.
+    void save(const std::string& path) const;
+    // Throws cwb::Error naming the file when it does not match this student.
+    void load(const std::string& path);
+
+private:
+    std::vector<TrainedTensor> mTrained;
+    std::map<std::string, at::Tensor> mFrozen;      // constant tensors, already on the device
+    std::map<std::string, at::Tensor> mEffective;   // rebuilt by effective()
+    std::vector<std::string> mNotes;
+    int64_t mStep = 0;                              // optimizer steps done
+};
+
+} // namespace cwb
