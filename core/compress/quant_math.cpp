@@ -68,6 +68,14 @@ at::Tensor defaultGroupIndex(int64_t cols, int64_t groupSize) {
     return at::tensor(index, at::kInt);
 }
 
+// The smallest fp16 value >= x, for positive finite x up to 65504, as float32.
+at::Tensor roundUpToFp16(const at::Tensor& x) {
+    const at::Tensor nearest = x.to(at::kHalf);
+    // For positive halves the next larger value has the next bit pattern.
+    const at::Tensor up = (nearest.view(at::kShort) + 1).view(at::kHalf);
+    return at::where(nearest.to(at::kFloat) < x, up, nearest).to(at::kFloat);
+}
+
 void groupParams(const at::Tensor& slab, const QuantSpec& spec, at::Tensor& scale, at::Tensor& zero) {
     validateSpec(spec);
     validateWeight(slab, "quantize");
@@ -87,9 +95,10 @@ void groupParams(const at::Tensor& slab, const QuantSpec& spec, at::Tensor& scal
         scale = (xmax - xmin).div(maxq);
     }
     // Scales are kept fp16-representable: checkpoints (GPTQ, AWQ, GGUF) store them as fp16, and an export must
-    // dequantize to exactly the weights evaluated here. The floor (fp16's smallest subnormal) keeps a tiny
-    // range from giving scale 0 and then inf/NaN levels.
-    scale = scale.clamp(5.9604645e-08, 65504.0).to(at::kHalf).to(at::kFloat);
+    // dequantize to exactly the weights evaluated here. Rounding up (never down) keeps every weight of the range
+    // on the grid, so the half-step error bound holds. The floor (fp16's smallest subnormal) keeps a tiny range
+    // from giving scale 0 and then inf/NaN levels.
+    scale = roundUpToFp16(scale.clamp(5.9604645e-08, 65504.0));
     if (!spec.symmetric) zero = at::round(xmin.neg().div(scale)).clamp(0, maxq).to(at::kInt);
 }
 

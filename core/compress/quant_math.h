@@ -45,9 +45,13 @@ int64_t groupWidth(int64_t cols, int64_t groupSize);           // groupSize > 0 
 int64_t groupCount(int64_t cols, int64_t groupSize);           // ceil(cols / groupWidth)
 at::Tensor defaultGroupIndex(int64_t cols, int64_t groupSize); // int32 [cols]: column / groupWidth
 
+// The smallest fp16 value >= x (positive, finite, at most 65504), as float32: scales are rounded this way so that
+// checkpoints storing them as fp16 hold exactly the quantized weights.
+at::Tensor roundUpToFp16(const at::Tensor& x);
+
 // Scale (float32 [rows]) and zero (int32 [rows]) for each row of a [rows, n] slab, by the min/max rule:
 // sym: scale = 2·max|x| / (2^bits - 1), zero = 2^(bits-1); asym: range [min(x,0), max(x,0)],
-// scale = range / (2^bits - 1), zero = round(-min / scale). An all-zero row gets the range [-1, 1].
+// scale = range / (2^bits - 1), zero = round(-min / scale); the scale is then rounded up to fp16. An all-zero row gets the range [-1, 1].
 // Unlike the GPTQ reference, a sym row with no negative value still gets the full ±max range (the
 // reference halves it, clipping positive weights at 7/15 of the maximum for 4 bits).
 void groupParams(const at::Tensor& slab, const QuantSpec& spec, at::Tensor& scale, at::Tensor& zero);

@@ -165,12 +165,16 @@ private slots:
         QTest::addColumn<int>("zero");
         QTest::addColumn<QList<int>>("levels");
         QTest::addColumn<QList<float>>("dequantized");
-        // sym: max|w| = 3 -> scale 2·3/15 = 0.4, zero 8; w/s = 7.5, -3.25, 1.25, -5 -> 8(clamped 7), -3, 1, -5.
-        QTest::newRow("sym 4-bit") << true << QList<float>{3.0f, -1.3f, 0.5f, -2.0f} << 0.4f << 8
-                                   << QList<int>{15, 5, 9, 3} << QList<float>{2.8f, -1.2f, 0.4f, -2.0f};
-        // asym: range [-1, 2] -> scale 3/15 = 0.2, zero round(1/0.2) = 5; w/s = 10, -3.3, 4.7, -5 -> 10, -3, 5, -5.
-        QTest::newRow("asym 4-bit") << false << QList<float>{2.0f, -0.66f, 0.94f, -1.0f} << 0.2f << 5
-                                    << QList<int>{15, 2, 10, 0} << QList<float>{2.0f, -0.6f, 1.0f, -1.0f};
+        // sym: max|w| = 3 -> scale 2·3/15 = 0.4, rounded up to fp16: 0.400146484375 (0x3667; 0x3666 is below 0.4);
+        // zero 8; w/s = 7.497, -3.249, 1.250, -4.998 -> 7, -3, 1, -5; dequantized (level - 8) · s.
+        QTest::newRow("sym 4-bit") << true << QList<float>{3.0f, -1.3f, 0.5f, -2.0f} << 0.400146484375f << 8
+                                   << QList<int>{15, 5, 9, 3}
+                                   << QList<float>{2.801025390625f, -1.200439453125f, 0.400146484375f, -2.000732421875f};
+        // asym: range [-1, 2] -> scale 3/15 = 0.2, rounded up to fp16: 0.2000732421875 (0x3267); zero round(4.998) = 5;
+        // w/s = 9.996, -3.299, 4.698, -4.998 -> 10, -3, 5, -5; dequantized (level - 5) · s.
+        QTest::newRow("asym 4-bit") << false << QList<float>{2.0f, -0.66f, 0.94f, -1.0f} << 0.2000732421875f << 5
+                                    << QList<int>{15, 2, 10, 0}
+                                    << QList<float>{2.000732421875f, -0.6002197265625f, 1.0003662109375f, -1.0003662109375f};
     }
     void handWorked() {
         QFETCH(bool, symmetric);
@@ -223,6 +227,18 @@ private slots:
         const at::Tensor perElementScale = q.scales.index_select(1, q.groupIndex.to(at::kLong));
         const at::Tensor excess = (q.dequantize() - w).abs() - perElementScale * (0.5f + 1e-5f);
         QVERIFY2(excess.max().item<float>() <= 0, qPrintable(QString::number(excess.max().item<float>())));
+    }
+
+    void scalesRoundUpToFp16() {
+        // 0.4 lies between the fp16 values 0x3666 (0.39990234375) and 0x3667 (0.400146484375): up, never down.
+        const at::Tensor x = at::tensor(std::vector<float>{0.4f, 0.5f, 5.9604645e-08f, 65504.0f, 1e-3f});
+        const at::Tensor r = roundUpToFp16(x);
+        QCOMPARE(r[0].item<float>(), 0.400146484375f);
+        QCOMPARE(r[1].item<float>(), 0.5f);              // exactly representable: unchanged
+        QCOMPARE(r[2].item<float>(), 5.9604645e-08f);    // smallest subnormal
+        QCOMPARE(r[3].item<float>(), 65504.0f);          // largest finite
+        QVERIFY(r[4].item<float>() >= 1e-3f);
+        QVERIFY(at::equal(r.to(at::kHalf).to(at::kFloat), r));
     }
 
     void packHandWorked() {
