@@ -108,6 +108,7 @@ private slots:
     void masksArePreservedAndEventsReported();
     void qatStudentStaysOnItsGrid();
     void shallowerStudentApproachesTheTeacher();
+    void methodCutsAShallowerStudent();
     void resumeEqualsUninterruptedRun();
     void nonFiniteLossStopsCleanly();
     void teacherSamplesAreSeeded();
@@ -307,6 +308,23 @@ void TestDistillation::shallowerStudentApproachesTheTeacher() {
     QVERIFY2(r.history.back().kd < 0.7 * r.history.front().kd,
              qPrintable(QString("kd %1 -> %2").arg(r.history.front().kd).arg(r.history.back().kd)));
     QVERIFY(r.tokensPerSecond > 0);
+}
+
+void TestDistillation::methodCutsAShallowerStudent() {
+    Loaded l;
+    // Uniform choice of 1 of 2 blocks keeps the last; the hidden term maps it onto teacher block 1.
+    CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[{"method":"distill.kd","params":{"student_layers":1,
+        "layer_choice":"uniform","hidden_weight":1.0,"steps":3,"batch_size":2,"seq_len":16,"device":"cpu"}}]})"), windows());
+    QCOMPARE(r.model->spec.layers, int64_t(1));
+    QCOMPARE(int64_t(r.model->linearLayers().size()), int64_t(7));
+    bool noted = false;
+    for (const auto& n : r.steps.back().notes) noted |= n.find("removed blocks 0") != std::string::npos;
+    QVERIFY(noted);
+    // Its block started as the teacher's block 1 (the training moves it only a little in 3 steps).
+    const std::string name = "model.layers.0.self_attn.q_proj.weight";
+    const double fromBlock1 = (r.model->floatTensor(name) - l.model->floatTensor("model.layers.1.self_attn.q_proj.weight")).abs().max().item<double>();
+    const double fromBlock0 = (r.model->floatTensor(name) - l.model->floatTensor(name)).abs().max().item<double>();
+    QVERIFY2(fromBlock1 < fromBlock0, qPrintable(QString("%1 vs %2").arg(fromBlock1).arg(fromBlock0)));
 }
 
 void TestDistillation::resumeEqualsUninterruptedRun() {
