@@ -29,7 +29,8 @@ QString stepLabel(const nlohmann::json& step, int index) {
     const CompressionMethod* method = MethodRegistry::instance().find(id);
     QString text = QStringLiteral("%1. %2").arg(index + 1).arg(QString::fromStdString(method ? method->displayName() : id + " (unknown)"));
     QStringList params;
-    for (auto it = step.value("params", nlohmann::json::object()).begin(); it != step.value("params", nlohmann::json::object()).end(); ++it)
+    const nlohmann::json stepParams = step.value("params", nlohmann::json::object());
+    for (auto it = stepParams.begin(); it != stepParams.end(); ++it)
         params << QString::fromStdString(it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump()));
     if (!params.isEmpty()) text += "  —  " + params.join(", ");
     return text;
