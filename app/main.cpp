@@ -24,6 +24,9 @@ void printHelp() {
     for (const auto& c : cwb::cli::commands()) std::printf("  %s\n      %s\n", c.usage, c.summary);
     std::printf("  cwb --batch PROJECT [--out DIR] [--device cpu|cuda] [--model PATH] [--threads N] [--variants a,b] [--quiet] [--json]\n"
                 "      replay a saved project headless; exit 0 reproduced, 1 differs beyond tolerance, 2 error\n");
+#ifdef CWB_WITH_GUI
+    std::printf("  cwb [MODEL | PROJECT.cwbproj]\n      open the desktop GUI (no arguments: an empty window)\n");
+#endif
     std::printf("  cwb --version\n\nModels: GGUF files, Hugging Face folders (config.json + safetensors), llama2.c .bin "
                 "checkpoints.\nExit codes: 0 success, 2 error (the message says what and where).\n");
 }

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "app/gui/project_document.h"
+#include "core/model/model_info.h"
 #include "widgets/ab_chart.h"
 
 namespace cwb {
@@ -109,7 +110,8 @@ void CompareView::refresh() {
         for (int c = 0; c < columns.size(); ++c) {
             const auto it = cells.find({name, metrics[size_t(c)]});
             if (it == cells.end()) continue;
-            QString text = QString::number(it->second.value, 'g', 6);
+            QString text = metrics[size_t(c)] == "bytes" ? QString::fromStdString(humanBytes(it->second.value))
+                                                         : QString::number(it->second.value, 'g', 6);
             if (it->second.error > 0) text += QStringLiteral(" ± %1").arg(it->second.error, 0, 'g', 3);
             auto* item = new QTableWidgetItem(text);
             item->setToolTip(tr("%1 on %2, %3 threads, %4").arg(QString::fromStdString(it->second.device)).arg(it->second.threads)

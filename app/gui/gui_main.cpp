@@ -24,6 +24,13 @@ bool isGuiInvocation(const std::vector<std::string>& args) {
 }
 
 int runGui(int argc, char** argv) {
+    // Without a display Qt would abort; on a headless server say what to do instead.
+    if (qEnvironmentVariableIsEmpty("DISPLAY") && qEnvironmentVariableIsEmpty("WAYLAND_DISPLAY") &&
+        qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) {
+        std::fprintf(stderr, "cwb: no display for the GUI (DISPLAY is not set). Run a command instead (cwb --help), "
+                             "or set QT_QPA_PLATFORM (e.g. offscreen).\n");
+        return 2;
+    }
     QApplication app(argc, argv);
     initResources();
     QApplication::setApplicationName(QStringLiteral("cwb"));

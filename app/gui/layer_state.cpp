@@ -13,8 +13,9 @@ namespace {
 
 // The parameters a reader wants first; the rest stay in the pipeline editor.
 std::string summary(const CompressionMethod& method, const nlohmann::json& params) {
-    static const char* keys[] = {"bits", "sparsity", "ratio", "n", "m", "scheme", "scale", "alpha"};
-    std::string text = method.displayName();
+    static const char* keys[] = {"bits", "sparsity", "ratio", "n", "m"};
+    const std::string id = method.id();
+    std::string text = id.substr(id.find('.') + 1);   // "quantize.rtn" -> "rtn": the tree column stays narrow
     for (const char* key : keys) {
         if (!params.contains(key)) continue;
         const auto& v = params[key];

@@ -42,7 +42,7 @@ QString StatusPanel::deviceDescription() {
         }
         return tr("CUDA");
     }
-    return tr("CPU (%1 threads)").arg(at::get_num_threads());
+    return tr("CPU · %n thread(s)", nullptr, at::get_num_threads());
 }
 
 double StatusPanel::residentBytes() {
