@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes docs/screenshots/*.png with the real cwb GUI under Xvfb, on real data (the stories260K fixture):
 #   main-window.png  the model tree and a head-ablation heatmap the GUI computes
+#   pipeline.png     the pipeline editor: a variant's steps and the form generated from the method's parameters
 #   compare.png      the A/B view after the GUI evaluates the base and three variants
 # Usage: packaging/make-screenshots.sh [BUILD_DIR] [FIXTURES_DIR]   (needs xvfb-run: apt-get install xvfb xauth)
 set -euo pipefail
@@ -34,8 +35,10 @@ project="$work/stories260K.cwbproj"
 "$cwb" project create "$project" --model "$model" --calib "$text" --eval "$text" --ctx 128 --chunks 16 \
     --samples 8 --seq-len 64 --recipe "$work/rtn4.json" --recipe "$work/rtn3.json" --recipe "$work/magnitude50.json"
 
-shot() { xvfb-run -a -s "-screen 0 1600x1000x24" env QT_QPA_PLATFORM=xcb XDG_CONFIG_HOME="$work/config" "$cwb" "$@"; }
-shot "$project" --size 1500x900 --compute-importance heads.ablation --tab importance \
+shot() { xvfb-run -a -s "-screen 0 1700x1000x24" env QT_QPA_PLATFORM=xcb XDG_CONFIG_HOME="$work/config" "$cwb" "$@"; }
+shot "$project" --size 1600x900 --compute-importance heads.ablation --tab importance \
     --select-layer model.layers.2.self_attn.q_proj --screenshot "$out/main-window.png"
-shot "$project" --size 1500x900 --run-all --tab compare --metric perplexity --screenshot "$out/compare.png"
+shot "$project" --size 1600x900 --tab pipeline --select-layer model.layers.0.mlp.up_proj --screenshot "$out/pipeline.png"
+shot "$project" --size 1600x900 --run-all --tab compare --metric perplexity \
+    --select-layer model.layers.0.self_attn.q_proj --screenshot "$out/compare.png"
 echo "screenshots in $out"

@@ -16,6 +16,7 @@
 #include <cstdio>
 
 #include "app/commands/settings_commands.h"
+#include "app/gui/batch_replay.h"
 #include "app/gui/compare_view.h"
 #include "app/gui/importance_view.h"
 #include "app/gui/model_tree_view.h"
@@ -35,7 +36,7 @@ MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), mTree(new ModelTreeView(this)), mImportance(new ImportanceView(this)),
       mPipeline(new PipelineEditor(this)), mRun(new RunView(this)), mCompare(new CompareView(this)),
       mTabs(new QTabWidget(this)), mStatus(new StatusPanel(statusBar())), mRecent(new RecentFilesMenu(this)),
-      mAutosave(new QTimer(this)) {
+      mAutosave(new QTimer(this)), mBatch(new BatchReplay(this)) {
     setAcceptDrops(true);
     mTabs->addTab(mImportance, tr("&Importance"));
     mTabs->addTab(mPipeline, tr("&Pipeline"));
@@ -46,7 +47,7 @@ MainWindow::MainWindow(QWidget* parent)
     dock->setObjectName(QStringLiteral("modelDock"));
     dock->setWidget(mTree);
     addDockWidget(Qt::LeftDockWidgetArea, dock);
-    resizeDocks({dock}, {520}, Qt::Horizontal);
+    resizeDocks({dock}, {640}, Qt::Horizontal);
     createActions();
     menuBar()->findChild<QMenu*>(QStringLiteral("viewMenu"))->addAction(dock->toggleViewAction());
 
@@ -58,6 +59,12 @@ MainWindow::MainWindow(QWidget* parent)
     connect(mRun, &RunView::finished, this, [this](bool ok) {
         mStatus->setJob({});
         statusBar()->showMessage(ok ? tr("Run finished") : tr("Run stopped"), 5000);
+    });
+    connect(mBatch, &BatchReplay::line, mRun, &RunView::appendLog);
+    connect(mBatch, &BatchReplay::finished, this, [this](int code) {
+        mStatus->setJob({});
+        mRun->appendLog(tr("batch replay: %1").arg(BatchReplay::describeExit(code)));
+        statusBar()->showMessage(tr("Batch replay: %1").arg(BatchReplay::describeExit(code)), 10000);
     });
     connect(mRecent, &RecentFilesMenu::fileChosen, this, [this](const QString& path) { openPath(path); });
     connect(mAutosave, &QTimer::timeout, this, [this] {
@@ -118,9 +125,11 @@ void MainWindow::createActions() {
         showTab(RunTab);
         mRun->runAll();
     });
+    mDocumentActions << run->addAction(tr("Replay as &Batch"), QKeySequence(Qt::CTRL | Qt::Key_B), this, [this] { replayAsBatch(); });
     run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, [this] {
         mRun->cancel();
         mImportance->cancel();
+        mBatch->cancel();
     });
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
@@ -296,6 +305,23 @@ bool MainWindow::editSettings() {
         showError(tr("Settings not changed"), QString::fromUtf8(e.what()), tr("Choose a readable text file."));
         return false;
     }
+    return true;
+}
+
+bool MainWindow::replayAsBatch(const QString& outputDir) {
+    if (!mDocument || mBatch->isRunning()) return false;
+    if (mDocument->isUntitled() || mDocument->isDirty()) {
+        showError(tr("Save the project first"), tr("The batch replay reads the project file, and it has unsaved changes."),
+                  tr("Save (Ctrl+S), then replay again."));
+        return false;
+    }
+    const QString out = outputDir.isEmpty() ? QFileInfo(mDocument->filePath()).absolutePath() + "/" +
+                                                  QFileInfo(mDocument->filePath()).completeBaseName() + "-report"
+                                            : outputDir;
+    showTab(RunTab);
+    mRun->appendLog(tr("batch replay of %1 into %2").arg(mDocument->filePath(), out));
+    mStatus->setJob(tr("Batch replay"));
+    mBatch->start(mDocument->filePath(), out);
     return true;
 }
 

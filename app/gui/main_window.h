@@ -12,6 +12,7 @@ class QTimer;
 
 namespace cwb {
 
+class BatchReplay;
 class CompareView;
 class ImportanceView;
 class ModelTreeView;
@@ -36,6 +37,8 @@ public:
     bool save();
     bool saveAs(const QString& path = {});
     bool editSettings();
+    // Replays the saved project as `cwb --batch` does, into `outputDir` (default: PROJECT-report beside it).
+    bool replayAsBatch(const QString& outputDir = {});
     void showTab(Tab tab);
 
     ProjectDocument* document() const { return mDocument.get(); }
@@ -71,6 +74,7 @@ private:
     QAction* mUndo = nullptr;
     QAction* mRedo = nullptr;
     QTimer* mAutosave;
+    BatchReplay* mBatch;
     QList<QAction*> mDocumentActions;
 };
 

@@ -36,6 +36,7 @@ public:
     bool isRunning() const;
 
 public slots:
+    void appendLog(const QString& line);
     void addLossPoint(const QString& series, double step, double value);
 
 signals:
@@ -45,7 +46,6 @@ signals:
     void variantEvaluated(const QString& variant);
 
 private:
-    void appendLog(const QString& line);
     void updateProgress(double fraction);
 
     ProjectDocument* mDocument = nullptr;

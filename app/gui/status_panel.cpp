@@ -42,7 +42,8 @@ QString StatusPanel::deviceDescription() {
         }
         return tr("CUDA");
     }
-    return tr("CPU · %n thread(s)", nullptr, at::get_num_threads());
+    const int threads = at::get_num_threads();
+    return threads == 1 ? tr("CPU · 1 thread") : tr("CPU · %1 threads").arg(threads);
 }
 
 double StatusPanel::residentBytes() {

@@ -4,6 +4,7 @@
 #include <QtTest/QtTest>
 
 #include "app/commands/settings_commands.h"
+#include "app/gui/batch_replay.h"
 #include "app/gui/compare_view.h"
 #include "app/gui/importance_view.h"
 #include "app/gui/main_window.h"
@@ -106,6 +107,16 @@ void TestGuiFlow::openRunCompareSaveReopen() {
     QCOMPARE(reopened.compareView()->chart()->barValue(1), variantPpl);
     QVERIFY(reopened.document()->project().settings() == window.document()->project().settings());
     QVERIFY(!reopened.isWindowModified());
+
+    // The saved project replays headless as `cwb --batch` with the same numbers the GUI stored.
+    BatchReplay replay;
+    QStringList output;
+    connect(&replay, &BatchReplay::line, this, [&](const QString& l) { output << l; });
+    QSignalSpy replayed(&replay, &BatchReplay::finished);
+    replay.start(path, mDir.filePath("report"), test::cwbBinary());
+    QVERIFY(replayed.wait(120000));
+    QVERIFY2(replayed.first().at(0).toInt() == 0, qPrintable(output.join('\n')));
+    QVERIFY(QFileInfo::exists(mDir.filePath("report/report.json")));
 }
 
 void TestGuiFlow::importanceHeatmapSelectsLayer() {
