@@ -25,6 +25,7 @@ private slots:
     void addRemoveUndoRedo();
     void reorderUndoRedo();
     void enableDisableUndoRedo();
+    void dragInTheListIsOneMove();
     void parameterChangesMergeIntoOneStep();
     void spinBoxDragIsOneUndoStep();
     void mergeBackToOriginalLeavesNoCommand();
@@ -107,6 +108,21 @@ void TestPipelineCommands::reorderUndoRedo() {
     QCOMPARE(methods(v), QString("quantize.rtn,prune.magnitude,quantize.fp8"));
     mDoc->undoStack()->redo();
     QCOMPARE(methods(v), QString("prune.magnitude,quantize.rtn,quantize.fp8"));
+}
+
+void TestPipelineCommands::dragInTheListIsOneMove() {
+    mEditor->addStep("quantize.rtn");
+    mEditor->addStep("prune.magnitude");
+    mEditor->addStep("quantize.fp8");
+    const QString v = mDoc->currentVariant();
+    const int before = mDoc->undoStack()->count();
+    // What an internal drag and drop does to the list's model: the first row dropped after the last.
+    QVERIFY(mEditor->stepList()->model()->moveRow(QModelIndex(), 0, QModelIndex(), 3));
+    QTRY_COMPARE(methods(v), QString("prune.magnitude,quantize.fp8,quantize.rtn"));
+    QCOMPARE(mDoc->undoStack()->count(), before + 1);
+    QCOMPARE(mEditor->selectedStep(), 2);
+    mDoc->undoStack()->undo();
+    QCOMPARE(methods(v), QString("quantize.rtn,prune.magnitude,quantize.fp8"));
 }
 
 void TestPipelineCommands::enableDisableUndoRedo() {
