@@ -13,6 +13,9 @@
 #include "core/project/project.h"
 #include "core/util/error.h"
 #include "core/version.h"
+#ifdef CWB_WITH_GUI
+#include "app/gui/gui_main.h"
+#endif
 
 namespace {
 
@@ -21,6 +24,9 @@ void printHelp() {
     for (const auto& c : cwb::cli::commands()) std::printf("  %s\n      %s\n", c.usage, c.summary);
     std::printf("  cwb --batch PROJECT [--out DIR] [--device cpu|cuda] [--model PATH] [--threads N] [--variants a,b] [--quiet] [--json]\n"
                 "      replay a saved project headless; exit 0 reproduced, 1 differs beyond tolerance, 2 error\n");
+#ifdef CWB_WITH_GUI
+    std::printf("  cwb [MODEL | PROJECT.cwbproj]\n      open the desktop GUI (no arguments: an empty window)\n");
+#endif
     std::printf("  cwb --version\n\nModels: GGUF files, Hugging Face folders (config.json + safetensors), llama2.c .bin "
                 "checkpoints.\nExit codes: 0 success, 2 error (the message says what and where).\n");
 }
@@ -31,6 +37,9 @@ int main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     // Projects record which build wrote them.
     cwb::Project::setWriter(cwb::versionString(), cwb::torchVersionString(), at::hasCUDA() ? "available" : "none");
+#ifdef CWB_WITH_GUI
+    if (args.empty()) return cwb::runGui(argc, argv);
+#endif
     if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
         printHelp();
         return args.empty() ? 2 : 0;
@@ -78,6 +87,9 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+#ifdef CWB_WITH_GUI
+    if (cwb::isGuiInvocation(args)) return cwb::runGui(argc, argv);   // a model or project path, or GUI options
+#endif
     std::fprintf(stderr, "cwb: unknown command '%s' (see cwb --help)\n", args[0].c_str());
     return 2;
 }

@@ -1,0 +1,12 @@
+#pragma once
+// Merge ids of the undo commands (QUndoCommand::id): consecutive commands with the same id and the same
+// target merge into one undo step, so dragging a slider or spinning a box is undone at once.
+namespace cwb {
+
+enum class CommandId : int {
+    StepParameter = 1,
+    StepTargets,
+    Settings,
+};
+
+} // namespace cwb

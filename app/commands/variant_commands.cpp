@@ -1,0 +1,63 @@
+#include "app/commands/variant_commands.h"
+
+#include <QCoreApplication>
+
+#include "app/gui/project_document.h"
+#include "core/util/error.h"
+
+namespace cwb {
+
+namespace {
+QString tr(const char* text) { return QCoreApplication::translate("VariantCommands", text); }
+} // namespace
+
+AddVariant::AddVariant(ProjectDocument* document, Variant variant)
+    : QUndoCommand(tr("Add variant %1").arg(QString::fromStdString(variant.name))), mDocument(document),
+      mVariant(std::move(variant)) {}
+
+void AddVariant::redo() {
+    mPreviousCurrent = mDocument->currentVariant();
+    mDocument->addVariant(mVariant);
+    mVariant = mDocument->project().variant(mVariant.name);   // keeps the creation time stamped on first add
+    mDocument->setCurrentVariant(QString::fromStdString(mVariant.name));
+}
+
+void AddVariant::undo() {
+    mDocument->removeVariant(QString::fromStdString(mVariant.name));
+    mDocument->setCurrentVariant(mPreviousCurrent);
+}
+
+AddVariant* duplicateVariant(ProjectDocument* document, const QString& source, const QString& name) {
+    Variant copy = document->project().variant(source.toStdString());
+    copy.name = name.toStdString();
+    copy.created.clear();
+    copy.exports = nlohmann::json::array();
+    auto* command = new AddVariant(document, copy);
+    command->setText(tr("Duplicate variant %1 as %2").arg(source, name));
+    return command;
+}
+
+QString uniqueVariantName(const Project& project, const QString& base) {
+    if (!project.hasVariant(base.toStdString()) && base != Project::kBaseName) return base;
+    for (int n = 2;; ++n) {
+        const QString candidate = base + "-" + QString::number(n);
+        if (!project.hasVariant(candidate.toStdString())) return candidate;
+    }
+}
+
+RemoveVariant::RemoveVariant(ProjectDocument* document, QString name)
+    : QUndoCommand(tr("Remove variant %1").arg(name)), mDocument(document), mName(std::move(name)) {}
+
+void RemoveVariant::redo() {
+    mRemoved = mDocument->project().variant(mName.toStdString());
+    mResults = mDocument->project().results(mName.toStdString());
+    mWasCurrent = mDocument->currentVariant() == mName;
+    mDocument->removeVariant(mName);
+}
+
+void RemoveVariant::undo() {
+    mDocument->addVariant(mRemoved, mResults);
+    if (mWasCurrent) mDocument->setCurrentVariant(mName);
+}
+
+} // namespace cwb

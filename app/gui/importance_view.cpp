@@ -1,0 +1,194 @@
+#include "app/gui/importance_view.h"
+
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QMessageBox>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include <cmath>
+
+#include "app/gui/background_job.h"
+#include "app/gui/project_document.h"
+#include "core/analysis/importance.h"
+#include "core/compress/pipeline.h"
+#include "core/model/model.h"
+#include "core/util/feedback.h"
+#include "core/eval/perplexity.h"
+#include "widgets/importance_heatmap.h"
+
+namespace cwb {
+
+namespace {
+
+QString unitOf(const QString& kind) {
+    if (kind == "heads.ablation") return QObject::tr("Δ loss (nats)");
+    if (kind == "linears.sensitivity") return QObject::tr("KL (nats)");
+    if (kind == "channels.wanda") return QObject::tr("|W|·‖X‖");
+    return {};
+}
+
+HeatmapData heatmapData(const ImportanceMap& map) {
+    HeatmapData data;
+    data.title = QString::fromStdString(map.kind);
+    for (const auto& r : map.rowLabels) data.rowLabels << QString::fromStdString(r);
+    for (const auto& c : map.columnLabels) data.columnLabels << QString::fromStdString(c);
+    data.values = map.values;
+    data.unit = unitOf(data.title);
+    return data;
+}
+
+} // namespace
+
+ImportanceView::ImportanceView(QWidget* parent)
+    : QWidget(parent), mKind(new QComboBox(this)), mSamples(new QSpinBox(this)), mTokens(new QSpinBox(this)),
+      mCompute(new QPushButton(tr("Compute"), this)), mCancel(new QPushButton(tr("Cancel"), this)),
+      mProgress(new QProgressBar(this)), mStatus(new QLabel(this)), mHeatmap(new ImportanceHeatmap(this)) {
+    for (const auto& k : importanceKinds()) mKind->addItem(QString::fromStdString(k));
+    mKind->setToolTip(tr("heads.ablation: loss increase when one attention head is removed\n"
+                         "linears.sensitivity: KL to the model when only that layer is rounded to int4\n"
+                         "channels.wanda: Wanda score summed per MLP channel"));
+    mSamples->setRange(1, 4096);
+    mSamples->setValue(8);
+    mSamples->setToolTip(tr("token windows drawn from the project's calibration text (or its evaluation text)"));
+    mTokens->setRange(2, 8192);
+    mTokens->setValue(128);
+    mTokens->setToolTip(tr("tokens per window"));
+    mCompute->setToolTip(tr("Measure the chosen metric on a worker thread (F6)"));
+    mCancel->setEnabled(false);
+    mProgress->setRange(0, 1000);
+    mProgress->setVisible(false);
+
+    auto* row = new QHBoxLayout;
+    row->addWidget(new QLabel(tr("Metric:"), this));
+    row->addWidget(mKind, 1);
+    row->addWidget(new QLabel(tr("Windows:"), this));
+    row->addWidget(mSamples);
+    row->addWidget(new QLabel(tr("× tokens:"), this));
+    row->addWidget(mTokens);
+    row->addWidget(mCompute);
+    row->addWidget(mProgress, 1);
+    row->addWidget(mCancel);
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(row);
+    layout->addWidget(mStatus);
+    layout->addWidget(mHeatmap, 1);
+
+    connect(mKind, &QComboBox::currentTextChanged, this, &ImportanceView::showStored);
+    connect(mCompute, &QPushButton::clicked, this, &ImportanceView::compute);
+    connect(mCancel, &QPushButton::clicked, this, &ImportanceView::cancel);
+    connect(mHeatmap, &ImportanceHeatmap::cellClicked, this, [this](int r, int c) {
+        const QString layer = layerForCell(r, c);
+        if (!layer.isEmpty()) emit layerClicked(layer);
+    });
+    setDocument(nullptr);
+}
+
+ImportanceView::~ImportanceView() = default;
+
+void ImportanceView::setDocument(ProjectDocument* document) {
+    if (mJob) mJob.reset();   // cancels and waits: the job reads the old document's model
+    if (mDocument) disconnect(mDocument, nullptr, this, nullptr);
+    mDocument = document;
+    setEnabled(document != nullptr);
+    if (document) connect(document, &ProjectDocument::importanceChanged, this, &ImportanceView::showStored);
+    showStored();
+}
+
+QString ImportanceView::kind() const { return mKind->currentText(); }
+void ImportanceView::setKind(const QString& kind) { mKind->setCurrentText(kind); }
+bool ImportanceView::isComputing() const { return mJob && mJob->isRunning(); }
+
+void ImportanceView::setWindowSize(int samples, int tokens) {
+    mSamples->setValue(samples);
+    mTokens->setValue(tokens);
+}
+
+void ImportanceView::showStored() {
+    const ImportanceMap* map = mDocument ? mDocument->project().importance(kind().toStdString()) : nullptr;
+    if (!map) {
+        mHeatmap->clear();
+        mStatus->setText(mDocument ? tr("Not measured yet: press Compute (F6).") : tr("Open a model or project."));
+        return;
+    }
+    mHeatmap->setScores(heatmapData(*map));
+    mStatus->setText(tr("%1: %2 × %3. Hover a cell for its value; click it to select the layer in the model tree.")
+                         .arg(kind()).arg(map->rowLabels.size()).arg(map->columnLabels.size()));
+}
+
+bool ImportanceView::compute() {
+    if (!mDocument || isComputing()) return false;
+    const ProjectSettings& s = mDocument->project().settings();
+    const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
+    std::shared_ptr<const Model> model = mDocument->model();
+    if (text.empty() || !model->tokenizer) {
+        QMessageBox::warning(this, tr("Cannot measure importance"),
+                             text.empty() ? tr("The project has no calibration or evaluation text to measure on.\n\n"
+                                               "Choose one in Project ▸ Settings (Ctrl+,), then press Compute again.")
+                                          : tr("The model has no tokenizer, so no text can be turned into tokens."));
+        return false;
+    }
+    const std::string kindId = kind().toStdString();
+    const CalibrationSpec spec{text, mSamples->value(), mTokens->value(), s.calibrationSeed};
+    auto result = std::make_shared<ImportanceMap>();
+    mJob = std::make_unique<BackgroundJob>(tr("Importance %1").arg(kind()), [model, spec, kindId, result](Feedback& feedback) {
+        const at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), true),
+                                                   model->tokenizer->bos(), spec, model->spec.context);
+        *result = computeImportance(*model, kindId, windows, &feedback);
+    });
+    connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
+    connect(mJob.get(), &BackgroundJob::finished, this, [this, result, kindId](bool cancelled, const QString& error) {
+        mProgress->setVisible(false);
+        mCancel->setEnabled(false);
+        mCompute->setEnabled(true);
+        emit jobFinished();
+        if (cancelled) {
+            mStatus->setText(tr("Cancelled; nothing was stored."));
+        } else if (!error.isEmpty()) {
+            mStatus->setText(tr("Failed: %1").arg(error));
+            QMessageBox::critical(this, tr("Importance failed"),
+                                  tr("Measuring %1 failed:\n%2\n\nCheck the project's texts and the model, then try again.")
+                                      .arg(QString::fromStdString(kindId), error));
+        } else {
+            mDocument->setImportance(*result);
+            emit computed(QString::fromStdString(kindId));
+        }
+    });
+    mProgress->setValue(0);
+    mProgress->setVisible(true);
+    mCancel->setEnabled(true);
+    mCompute->setEnabled(false);
+    mStatus->setText(tr("Measuring %1…").arg(kind()));
+    emit jobStarted(mJob->title());
+    mJob->start();
+    return true;
+}
+
+void ImportanceView::cancel() {
+    if (mJob) mJob->cancel();
+}
+
+QString ImportanceView::layerForCell(int row, int column) const {
+    if (!mDocument) return {};
+    const QString k = kind();
+    const std::string blockTag = "." + std::to_string(row) + ".";
+    const ImportanceMap* map = mDocument->project().importance(k.toStdString());
+    const std::string columnLabel = map && column >= 0 && size_t(column) < map->columnLabels.size() ? map->columnLabels[size_t(column)] : "";
+    for (const auto& layer : mDocument->model()->linearLayers()) {
+        if (layer.find(blockTag) == std::string::npos) continue;
+        if (k == "linears.sensitivity") {
+            if (layer.size() >= columnLabel.size() + 1 && layer.compare(layer.size() - columnLabel.size(), columnLabel.size(), columnLabel) == 0 &&
+                layer[layer.size() - columnLabel.size() - 1] == '.')
+                return QString::fromStdString(layer);
+            continue;
+        }
+        const char* group = k == "heads.ablation" ? "attn" : "mlp";
+        if (layer.find(group) != std::string::npos) return QString::fromStdString(layer.substr(0, layer.rfind('.')));
+    }
+    return {};
+}
+
+} // namespace cwb

@@ -1,0 +1,345 @@
+#include "app/gui/main_window.h"
+
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QTimer>
+#include <QUndoStack>
+
+#include <cstdio>
+
+#include "app/commands/settings_commands.h"
+#include "app/gui/batch_replay.h"
+#include "app/gui/compare_view.h"
+#include "app/gui/importance_view.h"
+#include "app/gui/model_tree_view.h"
+#include "app/gui/pipeline_editor.h"
+#include "app/gui/project_document.h"
+#include "app/gui/recent_files.h"
+#include "app/gui/run_view.h"
+#include "app/gui/settings_dialog.h"
+#include "app/gui/status_panel.h"
+#include "core/model/model.h"
+#include "core/project/project.h"
+#include "core/util/error.h"
+
+namespace cwb {
+
+MainWindow::MainWindow(QWidget* parent)
+    : QMainWindow(parent), mTree(new ModelTreeView(this)), mImportance(new ImportanceView(this)),
+      mPipeline(new PipelineEditor(this)), mRun(new RunView(this)), mCompare(new CompareView(this)),
+      mTabs(new QTabWidget(this)), mStatus(new StatusPanel(statusBar())), mRecent(new RecentFilesMenu(this)),
+      mAutosave(new QTimer(this)), mBatch(new BatchReplay(this)) {
+    setAcceptDrops(true);
+    mTabs->addTab(mImportance, tr("&Importance"));
+    mTabs->addTab(mPipeline, tr("&Pipeline"));
+    mTabs->addTab(mRun, tr("&Run"));
+    mTabs->addTab(mCompare, tr("&Compare"));
+    setCentralWidget(mTabs);
+    auto* dock = new QDockWidget(tr("Model"), this);
+    dock->setObjectName(QStringLiteral("modelDock"));
+    dock->setWidget(mTree);
+    addDockWidget(Qt::LeftDockWidgetArea, dock);
+    resizeDocks({dock}, {640}, Qt::Horizontal);
+    createActions();
+    menuBar()->findChild<QMenu*>(QStringLiteral("viewMenu"))->addAction(dock->toggleViewAction());
+
+    connect(mImportance, &ImportanceView::layerClicked, this, [this](const QString& layer) { mTree->selectLayer(layer); });
+    auto jobStarted = [this](const QString& title) { mStatus->setJob(title); };
+    connect(mImportance, &ImportanceView::jobStarted, this, jobStarted);
+    connect(mRun, &RunView::jobStarted, this, jobStarted);
+    connect(mImportance, &ImportanceView::jobFinished, this, [this] { mStatus->setJob({}); });
+    connect(mRun, &RunView::finished, this, [this](bool ok) {
+        mStatus->setJob({});
+        statusBar()->showMessage(ok ? tr("Run finished") : tr("Run stopped"), 5000);
+    });
+    connect(mBatch, &BatchReplay::line, mRun, &RunView::appendLog);
+    connect(mBatch, &BatchReplay::finished, this, [this](int code) {
+        mStatus->setJob({});
+        mRun->appendLog(tr("batch replay: %1").arg(BatchReplay::describeExit(code)));
+        statusBar()->showMessage(tr("Batch replay: %1").arg(BatchReplay::describeExit(code)), 10000);
+    });
+    connect(mRecent, &RecentFilesMenu::fileChosen, this, [this](const QString& path) { openPath(path); });
+    connect(mAutosave, &QTimer::timeout, this, [this] {
+        if (!mDocument) return;
+        try {
+            mDocument->autosave();
+        } catch (const std::exception& e) {
+            statusBar()->showMessage(tr("Autosave failed: %1").arg(QString::fromUtf8(e.what())), 10000);
+        }
+    });
+    mAutosave->start(60 * 1000);
+    setDocument(nullptr);
+    resize(1400, 850);
+}
+
+MainWindow::~MainWindow() {
+    // Views hold jobs that read the document's model: stop them before the document goes.
+    mImportance->setDocument(nullptr);
+    mRun->setDocument(nullptr);
+}
+
+void MainWindow::createActions() {
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("Open &Model…"), QKeySequence::Open, this, [this] { openDialog(false); });
+    file->addAction(tr("Open &Project…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O), this, [this] { openDialog(true); });
+    file->addMenu(mRecent);
+    file->addSeparator();
+    mDocumentActions << file->addAction(tr("&Save"), QKeySequence::Save, this, [this] { save(); });
+    mDocumentActions << file->addAction(tr("Save &As…"), QKeySequence::SaveAs, this, [this] { saveAs(); });
+    file->addSeparator();
+    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
+    edit->setObjectName(QStringLiteral("editMenu"));
+
+    QMenu* project = menuBar()->addMenu(tr("&Project"));
+    mDocumentActions << project->addAction(tr("&Settings…"), QKeySequence(Qt::CTRL | Qt::Key_Comma), this, [this] { editSettings(); });
+    mDocumentActions << project->addAction(tr("&New Variant"), QKeySequence(Qt::CTRL | Qt::Key_N), this, [this] {
+        showTab(PipelineTab);
+        mPipeline->newVariant();
+    });
+    mDocumentActions << project->addAction(tr("&Duplicate Variant"), QKeySequence(Qt::CTRL | Qt::Key_D), this, [this] {
+        showTab(PipelineTab);
+        mPipeline->duplicateVariant();
+    });
+    project->addSeparator();
+    mDocumentActions << project->addAction(tr("Compute &Importance"), QKeySequence(Qt::Key_F6), this, [this] {
+        showTab(ImportanceTab);
+        mImportance->compute();
+    });
+
+    QMenu* run = menuBar()->addMenu(tr("&Run"));
+    mDocumentActions << run->addAction(tr("Run &Variant"), QKeySequence(Qt::Key_F5), this, [this] {
+        showTab(RunTab);
+        mRun->runCurrent();
+    });
+    mDocumentActions << run->addAction(tr("Run &All"), QKeySequence(Qt::SHIFT | Qt::Key_F5), this, [this] {
+        showTab(RunTab);
+        mRun->runAll();
+    });
+    mDocumentActions << run->addAction(tr("Replay as &Batch"), QKeySequence(Qt::CTRL | Qt::Key_B), this, [this] { replayAsBatch(); });
+    run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, [this] {
+        mRun->cancel();
+        mImportance->cancel();
+        mBatch->cancel();
+    });
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    view->setObjectName(QStringLiteral("viewMenu"));
+    const char* names[] = {"&Importance", "&Pipeline", "&Run", "&Compare"};
+    for (int i = 0; i < 4; ++i)
+        view->addAction(tr(names[i]), QKeySequence(Qt::ALT | (Qt::Key_1 + i)), this, [this, i] { showTab(Tab(i)); });
+    view->addSeparator();
+}
+
+void MainWindow::showTab(Tab tab) { mTabs->setCurrentIndex(int(tab)); }
+
+void MainWindow::showError(const QString& what, const QString& detail, const QString& todo) {
+    QMessageBox box(QMessageBox::Critical, tr("Compression Workbench"), what, QMessageBox::Ok, this);
+    box.setInformativeText(detail + "\n\n" + todo);
+    box.exec();
+}
+
+void MainWindow::setDocument(std::unique_ptr<ProjectDocument> document) {
+    QMenu* edit = menuBar()->findChild<QMenu*>(QStringLiteral("editMenu"));
+    delete mUndo;
+    delete mRedo;
+    mUndo = mRedo = nullptr;
+    // Views first (they stop jobs reading the old model), then the old document goes.
+    mImportance->setDocument(nullptr);
+    mRun->setDocument(nullptr);
+    mPipeline->setDocument(nullptr);
+    mCompare->setDocument(nullptr);
+    mTree->setModel(nullptr);
+    mDocument = std::move(document);
+    ProjectDocument* doc = mDocument.get();
+    for (QAction* a : mDocumentActions) a->setEnabled(doc);
+    if (doc) {
+        mUndo = doc->undoStack()->createUndoAction(this, tr("&Undo"));
+        mUndo->setShortcut(QKeySequence::Undo);
+        mRedo = doc->undoStack()->createRedoAction(this, tr("&Redo"));
+        mRedo->setShortcut(QKeySequence::Redo);
+        edit->addAction(mUndo);
+        edit->addAction(mRedo);
+        mTree->setModel(doc->model().get());
+        auto showSteps = [this] { mTree->setSteps(mDocument->steps(mDocument->currentVariant())); };
+        connect(doc, &ProjectDocument::stepsChanged, this, showSteps);
+        connect(doc, &ProjectDocument::currentVariantChanged, this, showSteps);
+        connect(doc, &ProjectDocument::variantsChanged, this, showSteps);
+        connect(doc, &ProjectDocument::dirtyChanged, this, &MainWindow::updateTitle);
+        connect(doc, &ProjectDocument::filePathChanged, this, &MainWindow::updateTitle);
+        showSteps();
+        mImportance->setDocument(doc);
+        mPipeline->setDocument(doc);
+        mRun->setDocument(doc);
+        mCompare->setDocument(doc);
+    }
+    updateTitle();
+}
+
+void MainWindow::updateTitle() {
+    if (!mDocument) {
+        setWindowTitle(tr("Compression Workbench"));
+        setWindowModified(false);
+        return;
+    }
+    setWindowTitle(tr("%1[*] — Compression Workbench").arg(mDocument->displayName()));
+    setWindowModified(mDocument->isDirty());
+}
+
+bool MainWindow::maybeSave() {
+    if (!mDocument || !mDocument->isDirty()) return true;
+    const auto answer = QMessageBox::warning(this, tr("Unsaved changes"),
+                                             tr("%1 has unsaved changes. Save them?").arg(mDocument->displayName()),
+                                             QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Save);
+    if (answer == QMessageBox::Cancel) return false;
+    if (answer == QMessageBox::Save) return save();
+    return true;
+}
+
+bool MainWindow::openPath(const QString& path, bool interactive) {
+    if (interactive && !maybeSave()) return false;
+    const QFileInfo info(path);
+    auto report = [this, interactive](const QString& what, const QString& detail, const QString& todo) {
+        if (interactive) showError(what, detail, todo);
+        else std::fprintf(stderr, "cwb: %s: %s\n", qPrintable(what), qPrintable(detail));
+    };
+    if (!info.exists()) {
+        report(tr("Cannot open %1").arg(path), tr("The file or folder does not exist."), tr("Check the path and try again."));
+        return false;
+    }
+    const bool isProject = info.isFile() && info.suffix() == QLatin1String("cwbproj");
+    QApplication::setOverrideCursor(Qt::WaitCursor);
+    std::unique_ptr<ProjectDocument> doc;
+    QString error;
+    bool recover = false;
+    try {
+        if (isProject && interactive && Project::hasAutosave(info.absoluteFilePath().toStdString())) {
+            QApplication::restoreOverrideCursor();
+            const auto answer = QMessageBox::question(this, tr("Recover unsaved changes?"),
+                                                      tr("%1 has autosaved changes newer than the saved file (the app may have "
+                                                         "stopped before saving). Recover them?").arg(info.fileName()),
+                                                      QMessageBox::Yes | QMessageBox::Discard, QMessageBox::Yes);
+            QApplication::setOverrideCursor(Qt::WaitCursor);
+            if (answer == QMessageBox::Discard) Project::discardAutosave(info.absoluteFilePath().toStdString());
+            recover = answer == QMessageBox::Yes;
+        }
+        doc = isProject ? ProjectDocument::openProject(path, recover) : ProjectDocument::openModel(path);
+    } catch (const std::exception& e) {
+        error = QString::fromUtf8(e.what());
+    }
+    QApplication::restoreOverrideCursor();
+    if (!doc) {
+        report(tr("Cannot open %1").arg(info.fileName()), error,
+                  isProject ? tr("Check that it is a project written by cwb and that its model file is where it points.")
+                            : tr("cwb reads GGUF files, Hugging Face folders (config.json + safetensors) and llama2.c .bin checkpoints."));
+        return false;
+    }
+    mRecent->add(path);
+    setDocument(std::move(doc));
+    statusBar()->showMessage(tr("Opened %1").arg(info.absoluteFilePath()), 5000);
+    return true;
+}
+
+void MainWindow::openDialog(bool project) {
+    const QString path = project ? QFileDialog::getOpenFileName(this, tr("Open Project"), {}, tr("Compression Workbench projects (*.cwbproj)"))
+                                 : QFileDialog::getOpenFileName(this, tr("Open Model"), {},
+                                                                tr("Models (*.gguf *.bin *.safetensors config.json);;All files (*)"));
+    if (path.isEmpty()) return;
+    // A Hugging Face model is its folder.
+    const QFileInfo info(path);
+    openPath(!project && (info.suffix() == "safetensors" || info.fileName() == "config.json") ? info.absolutePath() : path);
+}
+
+bool MainWindow::save() {
+    if (!mDocument) return false;
+    if (mDocument->isUntitled()) return saveAs();
+    try {
+        mDocument->save();
+    } catch (const std::exception& e) {
+        showError(tr("The project was not saved"), QString::fromUtf8(e.what()),
+                  tr("The file on disk is unchanged. Free disk space or choose another place with Save As."));
+        return false;
+    }
+    statusBar()->showMessage(tr("Saved %1").arg(mDocument->filePath()), 5000);
+    return true;
+}
+
+bool MainWindow::saveAs(const QString& chosen) {
+    if (!mDocument) return false;
+    QString path = chosen;
+    if (path.isEmpty()) {
+        path = QFileDialog::getSaveFileName(this, tr("Save Project As"), mDocument->isUntitled() ? QString() : mDocument->filePath(),
+                                            tr("Compression Workbench projects (*.cwbproj)"));
+        if (path.isEmpty()) return false;
+    }
+    if (!path.endsWith(QLatin1String(".cwbproj"))) path += QLatin1String(".cwbproj");
+    try {
+        mDocument->saveAs(path);
+    } catch (const std::exception& e) {
+        showError(tr("The project was not saved"), QString::fromUtf8(e.what()), tr("Choose another folder or file name."));
+        return false;
+    }
+    mRecent->add(path);
+    statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
+    return true;
+}
+
+bool MainWindow::editSettings() {
+    if (!mDocument) return false;
+    SettingsDialog dialog(mDocument->project().settings(), mDocument->model()->spec.context, this);
+    if (dialog.exec() != QDialog::Accepted) return false;
+    try {
+        const ProjectSettings s = dialog.settings();
+        if (s == mDocument->project().settings()) return false;
+        mDocument->undoStack()->push(changeSettings(mDocument.get(), s));
+    } catch (const std::exception& e) {
+        showError(tr("Settings not changed"), QString::fromUtf8(e.what()), tr("Choose a readable text file."));
+        return false;
+    }
+    return true;
+}
+
+bool MainWindow::replayAsBatch(const QString& outputDir) {
+    if (!mDocument || mBatch->isRunning()) return false;
+    if (mDocument->isUntitled() || mDocument->isDirty()) {
+        showError(tr("Save the project first"), tr("The batch replay reads the project file, and it has unsaved changes."),
+                  tr("Save (Ctrl+S), then replay again."));
+        return false;
+    }
+    const QString out = outputDir.isEmpty() ? QFileInfo(mDocument->filePath()).absolutePath() + "/" +
+                                                  QFileInfo(mDocument->filePath()).completeBaseName() + "-report"
+                                            : outputDir;
+    showTab(RunTab);
+    mRun->appendLog(tr("batch replay of %1 into %2").arg(mDocument->filePath(), out));
+    mStatus->setJob(tr("Batch replay"));
+    mBatch->start(mDocument->filePath(), out);
+    return true;
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+    if (maybeSave()) event->accept();
+    else event->ignore();
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+    if (event->mimeData()->hasUrls() && event->mimeData()->urls().size() == 1 && event->mimeData()->urls().front().isLocalFile())
+        event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+    const QString path = event->mimeData()->urls().front().toLocalFile();
+    event->acceptProposedAction();
+    // Opening may show dialogs; do it after the drop finishes.
+    QTimer::singleShot(0, this, [this, path] { openPath(path); });
+}
+
+} // namespace cwb

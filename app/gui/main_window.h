@@ -1,0 +1,81 @@
+#pragma once
+// The workbench window: the model tree (dock) and the Importance, Pipeline, Run and Compare tabs around one
+// open ProjectDocument. Opens models and projects by menu, recent list, drag and drop or command line;
+// saves through the core Project (Save, Save As, autosave every minute); title shows the dirty marker.
+#include <QMainWindow>
+
+#include <memory>
+
+class QAction;
+class QTabWidget;
+class QTimer;
+
+namespace cwb {
+
+class BatchReplay;
+class CompareView;
+class ImportanceView;
+class ModelTreeView;
+class PipelineEditor;
+class ProjectDocument;
+class RecentFilesMenu;
+class RunView;
+class StatusPanel;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    enum Tab { ImportanceTab, PipelineTab, RunTab, CompareTab };
+
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    // A .cwbproj opens as a project; anything else as a model (file or folder) in a new untitled project.
+    // Errors are shown as message boxes; returns whether it opened. `interactive` false: no questions asked
+    // (autosave recovery, unsaved changes), for scripts and tests.
+    bool openPath(const QString& path, bool interactive = true);
+    bool save();
+    bool saveAs(const QString& path = {});
+    bool editSettings();
+    // Replays the saved project as `cwb --batch` does, into `outputDir` (default: PROJECT-report beside it).
+    bool replayAsBatch(const QString& outputDir = {});
+    void showTab(Tab tab);
+
+    ProjectDocument* document() const { return mDocument.get(); }
+    ModelTreeView* modelTree() const { return mTree; }
+    ImportanceView* importanceView() const { return mImportance; }
+    PipelineEditor* pipelineEditor() const { return mPipeline; }
+    RunView* runView() const { return mRun; }
+    CompareView* compareView() const { return mCompare; }
+    StatusPanel* statusPanel() const { return mStatus; }
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
+
+private:
+    void createActions();
+    void setDocument(std::unique_ptr<ProjectDocument> document);
+    bool maybeSave();
+    void updateTitle();
+    void showError(const QString& what, const QString& detail, const QString& todo);
+    void openDialog(bool project);
+
+    std::unique_ptr<ProjectDocument> mDocument;
+    ModelTreeView* mTree;
+    ImportanceView* mImportance;
+    PipelineEditor* mPipeline;
+    RunView* mRun;
+    CompareView* mCompare;
+    QTabWidget* mTabs;
+    StatusPanel* mStatus;
+    RecentFilesMenu* mRecent;
+    QAction* mUndo = nullptr;
+    QAction* mRedo = nullptr;
+    QTimer* mAutosave;
+    BatchReplay* mBatch;
+    QList<QAction*> mDocumentActions;
+};
+
+} // namespace cwb

@@ -1,0 +1,37 @@
+#pragma once
+// The model as a tree: blocks -> attention / MLP -> linear layers, with shape, type, parameters, bytes and
+// what the current variant's recipe does to each layer. Other tensors (embeddings, norms, head) are listed
+// under "Other tensors".
+#include <QTreeWidget>
+
+#include <nlohmann/json.hpp>
+
+namespace cwb {
+
+class Model;
+
+class ModelTreeView : public QTreeWidget {
+    Q_OBJECT
+public:
+    enum Column { NameColumn, ShapeColumn, TypeColumn, ParametersColumn, BytesColumn, StateColumn, ColumnCount };
+    static constexpr int LayerRole = Qt::UserRole + 1;   // the full layer or tensor name
+
+    explicit ModelTreeView(QWidget* parent = nullptr);
+
+    void setModel(const Model* model);   // nullptr clears
+    void setSteps(const nlohmann::json& steps);   // the current variant's recipe steps
+    // Selects and reveals the item of `layer` (a linear layer, a block prefix, or a tensor). False if absent.
+    bool selectLayer(const QString& layer);
+    QString selectedLayer() const;
+    QTreeWidgetItem* itemForLayer(const QString& layer) const;
+
+signals:
+    void layerSelected(const QString& layer);
+
+private:
+    void rebuild();
+    const Model* mModel = nullptr;
+    nlohmann::json mSteps = nlohmann::json::array();
+};
+
+} // namespace cwb

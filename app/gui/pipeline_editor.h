@@ -1,0 +1,55 @@
+#pragma once
+// The steps of the current variant: a variant chooser (new, duplicate to branch, remove), the step list
+// (check box = enabled, drag or Alt+Up/Down to reorder, Delete to remove), a palette of the core's
+// registered methods, and the selected step's generated parameter form. Every edit is an undo command.
+#include <QWidget>
+
+class QComboBox;
+class QListWidget;
+class QLabel;
+class QPushButton;
+
+namespace cwb {
+
+class ParamForm;
+class ProjectDocument;
+
+class PipelineEditor : public QWidget {
+    Q_OBJECT
+public:
+    explicit PipelineEditor(QWidget* parent = nullptr);
+
+    void setDocument(ProjectDocument* document);   // nullptr clears
+
+    // The actions the menus and tests use; each pushes one undo command (or reports why it cannot).
+    bool addStep(const QString& methodId);
+    bool removeSelectedStep();
+    bool moveSelectedStep(int delta);
+    bool newVariant();
+    bool duplicateVariant();
+    bool removeVariant();
+
+    int stepCount() const;
+    int selectedStep() const;
+    void selectStep(int index);
+    ParamForm* paramForm() const { return mForm; }
+    QListWidget* stepList() const { return mSteps; }
+
+private:
+    void refreshVariants();
+    void refreshSteps();
+    void showSelectedStep();
+    void stepsReordered(int from, int to);
+    bool requireVariant();
+
+    ProjectDocument* mDocument = nullptr;
+    QComboBox* mVariants;
+    QListWidget* mSteps;
+    QListWidget* mPalette;
+    ParamForm* mForm;
+    QLabel* mStepTitle;
+    QPushButton* mRemoveVariant;
+    bool mRefreshing = false;
+};
+
+} // namespace cwb

@@ -1,0 +1,187 @@
+#include "app/gui/project_document.h"
+
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QTemporaryDir>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/io/model_format.h"
+#include "core/model/model.h"
+#include "core/project/file_hash.h"
+#include "core/util/error.h"
+
+namespace cwb {
+
+namespace {
+
+std::string absolutePath(const QString& path) { return QFileInfo(path).absoluteFilePath().toStdString(); }
+
+// Project::create refuses an existing path, so Save As writes a fresh project beside the target and renames it.
+Project copyProject(const Project& from, const std::string& path) {
+    Project to = Project::create(path, from.model(), from.settings());
+    for (const auto& v : from.variants()) to.addVariant(v);
+    to.setResults(Project::kBaseName, from.results(Project::kBaseName));
+    for (const auto& v : from.variants()) to.setResults(v.name, from.results(v.name));
+    for (const auto& map : from.importance()) to.setImportance(map);
+    to.record("save-as", {{"from", from.path()}});
+    return to;
+}
+
+} // namespace
+
+ProjectDocument::ProjectDocument(Project project, std::shared_ptr<const Model> model, bool untitled)
+    : mProject(std::make_unique<Project>(std::move(project))), mModel(std::move(model)), mUntitled(untitled) {
+    if (!mProject->variants().empty()) mCurrentVariant = QString::fromStdString(mProject->variants().front().name);
+    connect(&mUndo, &QUndoStack::cleanChanged, this, [this] { emit dirtyChanged(isDirty()); });
+}
+
+ProjectDocument::~ProjectDocument() {
+    if (!mTemporaryFolder.isEmpty()) QDir(mTemporaryFolder).removeRecursively();
+}
+
+std::unique_ptr<ProjectDocument> ProjectDocument::openProject(const QString& path, bool recoverAutosave) {
+    Project project = recoverAutosave ? Project::recoverAutosave(absolutePath(path)) : Project::open(absolutePath(path));
+    std::shared_ptr<const Model> model;
+    try {
+        model = loadModel(project.model().path);
+    } catch (const Error& e) {
+        throw Error(project.path(), std::string("cannot load the project's model: ") + e.what());
+    }
+    std::unique_ptr<ProjectDocument> doc(new ProjectDocument(std::move(project), std::move(model), false));
+    doc->mUnsavedData = recoverAutosave;
+    return doc;
+}
+
+std::unique_ptr<ProjectDocument> ProjectDocument::openModel(const QString& modelPath) {
+    const std::string path = absolutePath(modelPath);
+    std::shared_ptr<const Model> model = loadModel(path);
+    ModelReference ref;
+    ref.path = path;
+    ref.format = model->format;
+    const bool folder = std::filesystem::is_directory(path);
+    ref.hash = folder ? hashFolder(path) : hashFile(path);
+    ref.bytes = folder ? 0 : fileBytes(path);
+    ProjectSettings settings;
+    settings.evalCtx = std::min<int64_t>(settings.evalCtx, model->spec.context);
+    settings.calibrationSeqLen = std::min<int64_t>(settings.calibrationSeqLen, model->spec.context);
+
+    QTemporaryDir folderForUntitled(QDir::tempPath() + "/cwb-untitled-XXXXXX");
+    if (!folderForUntitled.isValid()) throw Error(QDir::tempPath().toStdString(), "cannot create a temporary folder");
+    folderForUntitled.setAutoRemove(false);
+    const QString stem = QFileInfo(modelPath).completeBaseName();
+    Project project = Project::create((folderForUntitled.path() + "/" + stem + ".cwbproj").toStdString(), ref, settings);
+    project.record("create", {{"model", path}});
+    std::unique_ptr<ProjectDocument> doc(new ProjectDocument(std::move(project), std::move(model), true));
+    doc->mTemporaryFolder = folderForUntitled.path();
+    return doc;
+}
+
+QString ProjectDocument::filePath() const { return QString::fromStdString(mProject->path()); }
+
+QString ProjectDocument::displayName() const {
+    if (mUntitled) return tr("Untitled (%1)").arg(QFileInfo(QString::fromStdString(mProject->model().path)).fileName());
+    return QFileInfo(filePath()).fileName();
+}
+
+void ProjectDocument::setCurrentVariant(const QString& name) {
+    if (name == mCurrentVariant) return;
+    mCurrentVariant = name;
+    emit currentVariantChanged(name);
+}
+
+nlohmann::json ProjectDocument::steps(const QString& variant) const {
+    const std::string name = variant.toStdString();
+    if (!mProject->hasVariant(name)) return nlohmann::json::array();
+    return mProject->variant(name).recipe.value("steps", nlohmann::json::array());
+}
+
+void ProjectDocument::save() {
+    if (mUntitled) throw Error("an untitled project needs a file name: use Save As");
+    mProject->save();
+    afterSave();
+}
+
+void ProjectDocument::saveAs(const QString& path) {
+    const std::string target = absolutePath(path);
+    if (!mUntitled && target == mProject->path()) return save();
+    const std::string temporary = target + ".saving";
+    std::filesystem::remove(temporary);
+    Project copy = copyProject(*mProject, temporary);
+    copy.save();
+    std::error_code ec;
+    std::filesystem::rename(temporary, target, ec);
+    if (ec) {
+        std::filesystem::remove(temporary);
+        throw Error(target, "cannot move the saved project into place: " + ec.message());
+    }
+    *mProject = Project::open(target);
+    const bool wasUntitled = mUntitled;
+    mUntitled = false;
+    if (wasUntitled && !mTemporaryFolder.isEmpty()) {
+        QDir(mTemporaryFolder).removeRecursively();
+        mTemporaryFolder.clear();
+    }
+    afterSave();
+    emit filePathChanged(filePath());
+}
+
+void ProjectDocument::autosave() const {
+    if (!mUntitled && isDirty()) mProject->autosave();
+}
+
+void ProjectDocument::afterSave() {
+    mUnsavedData = false;
+    const bool wasClean = mUndo.isClean();
+    mUndo.setClean();
+    if (wasClean) emit dirtyChanged(isDirty());
+}
+
+void ProjectDocument::markUnsavedData() {
+    const bool before = isDirty();
+    mUnsavedData = true;
+    if (!before) emit dirtyChanged(true);
+}
+
+void ProjectDocument::setSteps(const QString& variant, const nlohmann::json& steps) {
+    nlohmann::json recipe = mProject->variant(variant.toStdString()).recipe;
+    recipe["steps"] = steps;
+    mProject->setRecipe(variant.toStdString(), recipe);
+    emit stepsChanged(variant);
+}
+
+void ProjectDocument::addVariant(const Variant& variant, const std::vector<ResultRow>& results) {
+    mProject->addVariant(variant);
+    if (!results.empty()) mProject->setResults(variant.name, results);
+    emit variantsChanged();
+    if (!results.empty()) emit resultsChanged();
+}
+
+void ProjectDocument::removeVariant(const QString& name) {
+    mProject->removeVariant(name.toStdString());
+    if (mCurrentVariant == name)
+        setCurrentVariant(mProject->variants().empty() ? QString() : QString::fromStdString(mProject->variants().back().name));
+    emit variantsChanged();
+    emit resultsChanged();
+}
+
+void ProjectDocument::setSettings(const ProjectSettings& settings) {
+    mProject->setSettings(settings);
+    emit settingsChanged();
+}
+
+void ProjectDocument::setResults(const QString& variant, const std::vector<ResultRow>& rows) {
+    mProject->setResults(variant.toStdString(), rows);
+    markUnsavedData();
+    emit resultsChanged();
+}
+
+void ProjectDocument::setImportance(const ImportanceMap& map) {
+    mProject->setImportance(map);
+    markUnsavedData();
+    emit importanceChanged();
+}
+
+} // namespace cwb

@@ -1,0 +1,87 @@
+#pragma once
+// The open project as the GUI sees it: a cwb::Project, the loaded base model and the undo stack. Only the
+// commands in app/commands call the mutators marked "for commands"; widgets read and listen to the signals.
+// Measured results and importance maps are not undo state (STYLE.md §4): they are set directly and only
+// make the document dirty.
+#include <QObject>
+#include <QString>
+#include <QUndoStack>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/project/project.h"
+
+namespace cwb {
+
+class Model;
+
+class ProjectDocument : public QObject {
+    Q_OBJECT
+public:
+    // Both throw cwb::Error with the file and what is wrong.
+    // `recoverAutosave`: continue from the autosaved state beside the file (it then counts as unsaved).
+    static std::unique_ptr<ProjectDocument> openProject(const QString& path, bool recoverAutosave = false);
+    // A new, untitled project around a model file or folder (kept in a temporary folder until Save As).
+    static std::unique_ptr<ProjectDocument> openModel(const QString& modelPath);
+    ~ProjectDocument() override;
+
+    const Project& project() const { return *mProject; }
+    std::shared_ptr<const Model> model() const { return mModel; }
+    QUndoStack* undoStack() { return &mUndo; }
+
+    QString filePath() const;            // the project file; a temporary path while untitled
+    QString displayName() const;         // file name, or "Untitled (<model>)"
+    bool isUntitled() const { return mUntitled; }
+    bool isDirty() const { return !mUndo.isClean() || mUnsavedData; }
+
+    // The variant the editors show; "" when the project has none.
+    QString currentVariant() const { return mCurrentVariant; }
+    void setCurrentVariant(const QString& name);
+    // The recipe steps of a variant (empty array for an unknown name).
+    nlohmann::json steps(const QString& variant) const;
+
+    // Throws cwb::Error; a failed save leaves the document as it was.
+    void save();
+    void saveAs(const QString& path);
+    void autosave() const;
+
+    // ---- for commands (app/commands) only ----
+    void setSteps(const QString& variant, const nlohmann::json& steps);
+    void addVariant(const Variant& variant, const std::vector<ResultRow>& results = {});
+    void removeVariant(const QString& name);
+    void setSettings(const ProjectSettings& settings);
+
+    // ---- computed data (not undo state) ----
+    void setResults(const QString& variant, const std::vector<ResultRow>& rows);
+    void setImportance(const ImportanceMap& map);
+
+signals:
+    void stepsChanged(const QString& variant);
+    void variantsChanged();
+    void currentVariantChanged(const QString& name);
+    void settingsChanged();
+    void resultsChanged();
+    void importanceChanged();
+    void dirtyChanged(bool dirty);
+    void filePathChanged(const QString& path);
+
+private:
+    ProjectDocument(Project project, std::shared_ptr<const Model> model, bool untitled);
+    void markUnsavedData();
+    void afterSave();
+
+    std::unique_ptr<Project> mProject;
+    std::shared_ptr<const Model> mModel;
+    QUndoStack mUndo;
+    bool mUntitled = false;
+    bool mUnsavedData = false;
+    QString mCurrentVariant;
+    QString mTemporaryFolder;   // holds the untitled project file
+};
+
+} // namespace cwb

@@ -1,0 +1,188 @@
+#include "app/gui/run_view.h"
+
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QMessageBox>
+#include <QPlainTextEdit>
+#include <QPointer>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSplitter>
+#include <QVBoxLayout>
+
+#include <cmath>
+
+#include "app/gui/background_job.h"
+#include "app/gui/project_document.h"
+#include "core/model/model.h"
+#include "core/project/project_runner.h"
+#include "core/util/feedback.h"
+#include "widgets/loss_curve.h"
+
+namespace cwb {
+
+namespace {
+
+QString duration(double seconds) {
+    const int s = int(std::lround(seconds));
+    return s >= 3600 ? QStringLiteral("%1:%2:%3").arg(s / 3600).arg(s / 60 % 60, 2, 10, QChar('0')).arg(s % 60, 2, 10, QChar('0'))
+                     : QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QChar('0'));
+}
+
+} // namespace
+
+RunView::RunView(QWidget* parent)
+    : QWidget(parent), mRunCurrent(new QPushButton(tr("Run variant"), this)), mRunAll(new QPushButton(tr("Run all"), this)),
+      mCancel(new QPushButton(tr("Cancel"), this)), mProgress(new QProgressBar(this)), mStatus(new QLabel(this)),
+      mLog(new QPlainTextEdit(this)), mLossCurve(new LossCurve(this)) {
+    mRunCurrent->setToolTip(tr("Build and evaluate the current variant (F5)"));
+    mRunAll->setToolTip(tr("Evaluate the base model and every variant (Shift+F5)"));
+    mCancel->setToolTip(tr("Stop the run; variants already evaluated keep their results (Esc)"));
+    mCancel->setEnabled(false);
+    mProgress->setRange(0, 1000);
+    mLog->setReadOnly(true);
+    mLog->setMaximumBlockCount(5000);
+    mLossCurve->setAxisLabels(tr("step"), tr("loss"));
+    mLossCurve->setVisible(false);
+    auto* row = new QHBoxLayout;
+    row->addWidget(mRunCurrent);
+    row->addWidget(mRunAll);
+    row->addWidget(mProgress, 1);
+    row->addWidget(mCancel);
+    auto* splitter = new QSplitter(Qt::Vertical, this);
+    splitter->addWidget(mLog);
+    splitter->addWidget(mLossCurve);
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(row);
+    layout->addWidget(mStatus);
+    layout->addWidget(splitter, 1);
+    connect(mRunCurrent, &QPushButton::clicked, this, &RunView::runCurrent);
+    connect(mRunAll, &QPushButton::clicked, this, &RunView::runAll);
+    connect(mCancel, &QPushButton::clicked, this, &RunView::cancel);
+    setDocument(nullptr);
+}
+
+RunView::~RunView() = default;
+
+void RunView::setDocument(ProjectDocument* document) {
+    mJob.reset();   // cancels and waits: the job reads the old document's model
+    mDocument = document;
+    mRunCurrent->setEnabled(document);
+    mRunAll->setEnabled(document);
+    mCancel->setEnabled(false);
+    mStatus->setText(document ? tr("Ready.") : tr("Open a model or project."));
+}
+
+bool RunView::isRunning() const { return mJob && mJob->isRunning(); }
+
+bool RunView::runCurrent() {
+    if (!mDocument) return false;
+    if (mDocument->currentVariant().isEmpty()) {
+        QMessageBox::information(this, tr("Nothing to run"), tr("The project has no variant yet. Add one in the Pipeline tab (a step creates one)."));
+        return false;
+    }
+    return run({mDocument->currentVariant()});
+}
+
+bool RunView::runAll() {
+    if (!mDocument) return false;
+    QStringList names{QString::fromLatin1(Project::kBaseName)};
+    for (const auto& v : mDocument->project().variants()) names << QString::fromStdString(v.name);
+    return run(names);
+}
+
+bool RunView::run(QStringList variants) {
+    if (!mDocument) return false;
+    if (isRunning()) {
+        QMessageBox::information(this, tr("A run is in progress"), tr("Wait for it to finish or cancel it (Esc) first."));
+        return false;
+    }
+    if (mDocument->project().settings().evaluation.path.empty()) {
+        QMessageBox::warning(this, tr("Cannot run"),
+                             tr("The project has no evaluation text, so there is nothing to measure perplexity on.\n\n"
+                                "Choose one in Project ▸ Settings (Ctrl+,), then run again."));
+        return false;
+    }
+    if (mDocument->project().results(Project::kBaseName).empty() && !variants.contains(Project::kBaseName))
+        variants.prepend(QString::fromLatin1(Project::kBaseName));   // every comparison needs the base's numbers
+
+    const Project snapshot = mDocument->project();   // the worker reads a copy; editing goes on meanwhile
+    std::shared_ptr<const Model> model = mDocument->model();
+    QPointer<ProjectDocument> document = mDocument;
+    mJob = std::make_unique<BackgroundJob>(tr("Run %1").arg(variants.join(", ")), [this, snapshot, model, variants, document](Feedback& feedback) {
+        ProjectRunner runner(snapshot, *model);
+        const int n = variants.size();
+        for (int i = 0; i < n; ++i) {
+            feedback.log(QStringLiteral("%1: building and evaluating").arg(variants[i]).toStdString());
+            SubFeedback part(&feedback, double(i) / n, double(i + 1) / n);
+            std::vector<ResultRow> rows = runner.evaluate(variants[i].toStdString(), &part);
+            for (const auto& note : runner.notes()) feedback.log("  " + note);
+            QString summary;
+            for (const auto& r : rows) summary += QStringLiteral("  %1 %2").arg(QString::fromStdString(r.metric)).arg(r.value, 0, 'g', 6);
+            feedback.log((variants[i] + ":" + summary).toStdString());
+            const QString name = variants[i];
+            QMetaObject::invokeMethod(this, [this, document, name, rows] {
+                if (!document) return;
+                document->setResults(name, rows);
+                emit variantEvaluated(name);
+            }, Qt::QueuedConnection);
+        }
+    });
+    connect(mJob.get(), &BackgroundJob::progressChanged, this, &RunView::updateProgress);
+    connect(mJob.get(), &BackgroundJob::logged, this, &RunView::appendLog);
+    connect(mJob.get(), &BackgroundJob::finished, this, [this](bool cancelled, const QString& error) {
+        mRunCurrent->setEnabled(true);
+        mRunAll->setEnabled(true);
+        mCancel->setEnabled(false);
+        const QString elapsed = duration(mClock.elapsed() / 1000.0);
+        if (cancelled) {
+            mStatus->setText(tr("Cancelled after %1; variants that finished keep their results.").arg(elapsed));
+        } else if (!error.isEmpty()) {
+            mStatus->setText(tr("Failed after %1: %2").arg(elapsed, error));
+            appendLog(tr("error: %1").arg(error));
+            QMessageBox::critical(this, tr("Run failed"),
+                                  tr("The run stopped with an error:\n%1\n\nFix the step or the project settings it names, then run again.").arg(error));
+        } else {
+            mProgress->setValue(1000);
+            mStatus->setText(tr("Finished in %1.").arg(elapsed));
+        }
+        // Queued after the last variant's results, so listeners see them stored.
+        QMetaObject::invokeMethod(this, [this, cancelled, error] { emit finished(!cancelled && error.isEmpty()); }, Qt::QueuedConnection);
+    });
+    mLog->clear();
+    mLossCurve->clear();
+    mLossCurve->setVisible(false);
+    mProgress->setValue(0);
+    mRunCurrent->setEnabled(false);
+    mRunAll->setEnabled(false);
+    mCancel->setEnabled(true);
+    mStatus->setText(tr("Running %1…").arg(variants.join(", ")));
+    mClock.start();
+    emit jobStarted(mJob->title());
+    mJob->start();
+    return true;
+}
+
+void RunView::cancel() {
+    if (isRunning()) {
+        mJob->cancel();
+        mStatus->setText(tr("Cancelling…"));
+    }
+}
+
+void RunView::updateProgress(double fraction) {
+    mProgress->setValue(int(std::lround(std::clamp(fraction, 0.0, 1.0) * 1000)));
+    const double elapsed = mClock.elapsed() / 1000.0;
+    QString text = tr("Running: %1 % · elapsed %2").arg(fraction * 100, 0, 'f', 1).arg(duration(elapsed));
+    if (fraction > 0.02) text += tr(" · about %1 left").arg(duration(elapsed * (1 - fraction) / fraction));
+    mStatus->setText(text);
+}
+
+void RunView::appendLog(const QString& line) { mLog->appendPlainText(line); }
+
+void RunView::addLossPoint(const QString& series, double step, double value) {
+    mLossCurve->setVisible(true);
+    mLossCurve->addPoint(series, step, value);
+}
+
+} // namespace cwb

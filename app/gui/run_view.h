@@ -1,0 +1,63 @@
+#pragma once
+// Runs variants on a worker thread: each is rebuilt from the base with its lineage's recipe and evaluated
+// (ProjectRunner, the same code as `cwb project run`), and its results are stored in the project as soon as
+// it finishes. Shows progress, elapsed time and an ETA, the log, and Cancel (the core's Feedback flag).
+// A LossCurve stays hidden until a step reports losses (addLossPoint), e.g. a distillation step.
+#include <QElapsedTimer>
+#include <QStringList>
+#include <QWidget>
+
+#include <memory>
+
+class QLabel;
+class QPlainTextEdit;
+class QProgressBar;
+class QPushButton;
+
+namespace cwb {
+
+class BackgroundJob;
+class LossCurve;
+class ProjectDocument;
+
+class RunView : public QWidget {
+    Q_OBJECT
+public:
+    explicit RunView(QWidget* parent = nullptr);
+    ~RunView() override;
+
+    void setDocument(ProjectDocument* document);
+    // "base" and variant names; the base is added first when it has no results yet. False (with a message box)
+    // when nothing can run: no project, a job already running, or no evaluation text.
+    bool run(QStringList variants);
+    bool runCurrent();
+    bool runAll();
+    void cancel();
+    bool isRunning() const;
+
+public slots:
+    void appendLog(const QString& line);
+    void addLossPoint(const QString& series, double step, double value);
+
+signals:
+    void jobStarted(const QString& title);
+    // Exactly once per started run.
+    void finished(bool succeeded);
+    void variantEvaluated(const QString& variant);
+
+private:
+    void updateProgress(double fraction);
+
+    ProjectDocument* mDocument = nullptr;
+    QPushButton* mRunCurrent;
+    QPushButton* mRunAll;
+    QPushButton* mCancel;
+    QProgressBar* mProgress;
+    QLabel* mStatus;
+    QPlainTextEdit* mLog;
+    LossCurve* mLossCurve;
+    std::unique_ptr<BackgroundJob> mJob;
+    QElapsedTimer mClock;
+};
+
+} // namespace cwb

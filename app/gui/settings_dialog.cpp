@@ -1,0 +1,93 @@
+#include "app/gui/settings_dialog.h"
+
+#include <QDialogButtonBox>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLineEdit>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include "core/project/file_hash.h"
+#include "core/util/error.h"
+
+namespace cwb {
+
+SettingsDialog::SettingsDialog(const ProjectSettings& s, int64_t modelContext, QWidget* parent)
+    : QDialog(parent), mOriginal(s), mSamples(new QSpinBox(this)), mSeqLen(new QSpinBox(this)), mSeed(new QSpinBox(this)),
+      mCtx(new QSpinBox(this)), mChunks(new QSpinBox(this)), mForm(new QFormLayout) {
+    setWindowTitle(tr("Project Settings"));
+    mCalibration = fileRow(QString::fromStdString(s.calibration.path), tr("Calibration text"));
+    mCalibration->setToolTip(tr("Plain text the calibrated methods (GPTQ, AWQ, Wanda, …) draw token windows from"));
+    mSamples->setRange(1, 100000);
+    mSamples->setValue(int(s.calibrationSamples));
+    mSamples->setToolTip(tr("calibration windows"));
+    mForm->addRow(tr("Windows"), mSamples);
+    mSeqLen->setRange(2, int(modelContext));
+    mSeqLen->setValue(int(std::min<int64_t>(s.calibrationSeqLen, modelContext)));
+    mSeqLen->setToolTip(tr("tokens per calibration window (at most the model's context)"));
+    mForm->addRow(tr("Tokens per window"), mSeqLen);
+    mSeed->setRange(0, INT_MAX);
+    mSeed->setValue(int(s.calibrationSeed));
+    mForm->addRow(tr("Seed"), mSeed);
+    mEvaluation = fileRow(QString::fromStdString(s.evaluation.path), tr("Evaluation text"));
+    mEvaluation->setToolTip(tr("Plain text perplexity, KL and top-1 are measured on"));
+    mCtx->setRange(4, int(modelContext));
+    mCtx->setValue(int(std::min<int64_t>(s.evalCtx, modelContext)));
+    mCtx->setToolTip(tr("tokens per evaluation chunk (at most the model's context)"));
+    mForm->addRow(tr("Context"), mCtx);
+    mChunks->setRange(-1, 1000000);
+    mChunks->setValue(int(s.evalChunks));
+    mChunks->setSpecialValueText(tr("all"));
+    mChunks->setToolTip(tr("evaluation chunks to use; 'all' (-1) uses the whole text"));
+    mForm->addRow(tr("Chunks"), mChunks);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
+    connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(mForm);
+    layout->addWidget(buttons);
+}
+
+QLineEdit* SettingsDialog::fileRow(const QString& path, const QString& what) {
+    auto* line = new QLineEdit(path, this);
+    line->setPlaceholderText(tr("(none)"));
+    auto* browse = new QPushButton(tr("Browse…"), this);
+    connect(browse, &QPushButton::clicked, this, [this, line, what] {
+        const QString chosen = QFileDialog::getOpenFileName(this, what, QFileInfo(line->text()).absolutePath(),
+                                                            tr("Text files (*.txt *.raw);;All files (*)"));
+        if (!chosen.isEmpty()) line->setText(chosen);
+    });
+    auto* row = new QHBoxLayout;
+    row->addWidget(line, 1);
+    row->addWidget(browse);
+    mForm->addRow(what, row);
+    return line;
+}
+
+FileReference SettingsDialog::reference(const QString& path) {
+    if (path.isEmpty()) return {};
+    const std::string p = QFileInfo(path).absoluteFilePath().toStdString();
+    if (!QFileInfo(path).isFile()) throw Error(p, "no such file");
+    return {p, hashFile(p), fileBytes(p)};
+}
+
+ProjectSettings SettingsDialog::settings() const {
+    ProjectSettings s = mOriginal;
+    auto keepOrHash = [](const FileReference& old, const QString& path) {
+        return QFileInfo(path).absoluteFilePath().toStdString() == old.path && !old.path.empty() ? old : reference(path);
+    };
+    s.calibration = keepOrHash(mOriginal.calibration, mCalibration->text().trimmed());
+    s.evaluation = keepOrHash(mOriginal.evaluation, mEvaluation->text().trimmed());
+    s.calibrationSamples = mSamples->value();
+    s.calibrationSeqLen = mSeqLen->value();
+    s.calibrationSeed = uint64_t(mSeed->value());
+    s.evalCtx = mCtx->value();
+    s.evalChunks = mChunks->value() == 0 ? -1 : mChunks->value();
+    return s;
+}
+
+} // namespace cwb

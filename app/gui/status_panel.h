@@ -1,0 +1,32 @@
+#pragma once
+// The status bar's permanent fields: the compute device (CPU, or the CUDA GPU's name), the process's resident
+// memory (refreshed every two seconds), and the running job.
+#include <QObject>
+#include <QString>
+
+class QLabel;
+class QStatusBar;
+class QTimer;
+
+namespace cwb {
+
+class StatusPanel : public QObject {
+    Q_OBJECT
+public:
+    explicit StatusPanel(QStatusBar* bar);
+    void setJob(const QString& title);   // empty: idle
+    QString deviceText() const;
+    QString memoryText() const;
+
+    static QString deviceDescription();   // "CPU (16 threads)" or "CUDA: NVIDIA H200"
+    static double residentBytes();        // 0 when unknown
+
+private:
+    void refreshMemory();
+    QLabel* mDevice;
+    QLabel* mMemory;
+    QLabel* mJob;
+    QTimer* mTimer;
+};
+
+} // namespace cwb

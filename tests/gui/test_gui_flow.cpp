@@ -1,0 +1,168 @@
+// The whole flow through the real main window: open stories260K → add an RTN step → run → the A/B chart has
+// two series (base and the variant) → save → reopen shows the same steps and chart. Waits on signals.
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include "app/commands/settings_commands.h"
+#include "app/gui/batch_replay.h"
+#include "app/gui/compare_view.h"
+#include "app/gui/importance_view.h"
+#include "app/gui/main_window.h"
+#include "app/gui/model_tree_view.h"
+#include "app/gui/pipeline_editor.h"
+#include "app/gui/project_document.h"
+#include "app/gui/run_view.h"
+#include "app/gui/settings_dialog.h"
+#include "core/project/project.h"
+#include "tests/support/test_paths.h"
+#include "widgets/ab_chart.h"
+#include "widgets/importance_heatmap.h"
+
+using namespace cwb;
+
+class TestGuiFlow : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void openRunCompareSaveReopen();
+    void importanceHeatmapSelectsLayer();
+    void openingAMissingFileFailsCleanly();
+
+private:
+    // Small evaluation so the run takes seconds: 64-token context, 4 chunks of the TinyStories sample.
+    void useSmallEvaluation(MainWindow& window);
+    QTemporaryDir mDir;
+};
+
+void TestGuiFlow::initTestCase() {
+    QVERIFY(mDir.isValid());
+    QCoreApplication::setOrganizationName("cwb-tests");   // recent files go to a test-only settings file
+    QCoreApplication::setApplicationName("test_gui_flow");
+}
+
+void TestGuiFlow::useSmallEvaluation(MainWindow& window) {
+    const QString text = test::fixture("text/tinystories_v2_valid_first100.txt");
+    if (text.isEmpty()) QSKIP("fixture text/tinystories_v2_valid_first100.txt not found");
+    ProjectDocument* doc = window.document();
+    ProjectSettings s = doc->project().settings();
+    s.evaluation = SettingsDialog::reference(text);
+    s.calibration = s.evaluation;
+    s.calibrationSamples = 4;
+    s.calibrationSeqLen = 64;
+    s.evalCtx = 64;
+    s.evalChunks = 4;
+    doc->undoStack()->push(changeSettings(doc, s));
+}
+
+void TestGuiFlow::openRunCompareSaveReopen() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openPath(model, false));
+    QVERIFY(window.document()->isUntitled());
+    QVERIFY(window.windowTitle().contains("stories260K"));
+    // The tree lists the blocks and their linear layers with shapes.
+    QTreeWidgetItem* q = window.modelTree()->itemForLayer("model.layers.0.self_attn.q_proj");
+    QVERIFY(q);
+    QVERIFY(!q->text(ModelTreeView::ShapeColumn).isEmpty());
+    useSmallEvaluation(window);
+
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    const QString variant = window.document()->currentVariant();
+    QVERIFY(window.isWindowModified());
+    // The tree shows what the variant does to each layer.
+    QCOMPARE(q->text(ModelTreeView::StateColumn), QString("rtn bits=4"));
+
+    QSignalSpy finished(window.runView(), &RunView::finished);
+    QVERIFY(window.runView()->runCurrent());   // adds the base, which has no results yet
+    QVERIFY(window.runView()->isRunning());
+    QVERIFY(finished.wait(120000));
+    QCOMPARE(finished.count(), 1);
+    QCOMPARE(finished.first().at(0).toBool(), true);
+
+    AbChart* chart = window.compareView()->chart();
+    window.compareView()->setMetric("perplexity");
+    QCOMPARE(chart->seriesCount(), 2);
+    QCOMPARE(chart->variantName(0), QString("base"));
+    QCOMPARE(chart->variantName(1), variant);
+    QVERIFY(chart->barValue(0) > 1.0);
+    QVERIFY(chart->barValue(1) > 1.0);
+    QVERIFY(chart->barValue(0) != chart->barValue(1));   // 4-bit rounding changes the model
+    QVERIFY(chart->hasErrorBars());
+    const double variantPpl = chart->barValue(1);
+
+    const QString path = mDir.filePath("flow.cwbproj");
+    QVERIFY(window.saveAs(path));
+    QVERIFY(!window.isWindowModified());
+    QVERIFY(!window.document()->isUntitled());
+    QVERIFY(QFileInfo::exists(path));
+
+    MainWindow reopened;
+    QVERIFY(reopened.openPath(path, false));
+    QCOMPARE(reopened.document()->currentVariant(), variant);
+    QCOMPARE(reopened.pipelineEditor()->stepCount(), 1);
+    QCOMPARE(reopened.document()->steps(variant)[0]["method"].get<std::string>(), std::string("quantize.rtn"));
+    reopened.compareView()->setMetric("perplexity");
+    QCOMPARE(reopened.compareView()->chart()->seriesCount(), 2);
+    QCOMPARE(reopened.compareView()->chart()->barValue(1), variantPpl);
+    QVERIFY(reopened.document()->project().settings() == window.document()->project().settings());
+    QVERIFY(!reopened.isWindowModified());
+
+    // The saved project replays headless as `cwb --batch` with the same numbers the GUI stored.
+    BatchReplay replay;
+    QStringList output;
+    connect(&replay, &BatchReplay::line, this, [&](const QString& l) { output << l; });
+    QSignalSpy replayed(&replay, &BatchReplay::finished);
+    replay.start(path, mDir.filePath("report"), test::cwbBinary());
+    QVERIFY(replayed.wait(120000));
+    QVERIFY2(replayed.first().at(0).toInt() == 0, qPrintable(output.join('\n')));
+    QVERIFY(QFileInfo::exists(mDir.filePath("report/report.json")));
+}
+
+void TestGuiFlow::importanceHeatmapSelectsLayer() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openPath(model, false));
+    useSmallEvaluation(window);
+    ImportanceView* view = window.importanceView();
+    view->setKind("linears.sensitivity");
+    view->setWindowSize(2, 32);
+    QSignalSpy computed(view, &ImportanceView::computed);
+    QVERIFY(view->compute());
+    QVERIFY(computed.wait(120000));
+    ImportanceHeatmap* heatmap = view->heatmap();
+    const ImportanceMap* map = window.document()->project().importance("linears.sensitivity");
+    QVERIFY(map);
+    QCOMPARE(heatmap->rowCount(), int(map->rowLabels.size()));
+    QCOMPARE(heatmap->value(0, 0), map->values[0]);   // the heatmap shows the measured scores
+    QVERIFY(window.isWindowModified());
+
+    // A click on block 1's first column selects that linear layer in the tree.
+    heatmap->resize(600, 400);
+    const QPoint cell = heatmap->cellCenter(1, 0);
+    QVERIFY(cell.x() >= 0);
+    int row = -1, column = -1;
+    heatmap->valueAt(cell, &row, &column);
+    QCOMPARE(row, 1);
+    emit heatmap->cellClicked(1, 0);
+    const QString expected = QString::fromStdString("model.layers.1." + map->columnLabels[0]);
+    QVERIFY2(window.modelTree()->selectedLayer().startsWith("model.layers.1."), qPrintable(window.modelTree()->selectedLayer()));
+    QVERIFY(window.modelTree()->selectedLayer().endsWith(QString::fromStdString(map->columnLabels[0])));
+    Q_UNUSED(expected);
+}
+
+void TestGuiFlow::openingAMissingFileFailsCleanly() {
+    MainWindow window;
+    QVERIFY(!window.openPath(mDir.filePath("nope.gguf"), false));
+    QVERIFY(!window.document());
+    QFile junk(mDir.filePath("junk.gguf"));
+    QVERIFY(junk.open(QIODevice::WriteOnly));
+    junk.write("not a model");
+    junk.close();
+    QVERIFY(!window.openPath(junk.fileName(), false));
+    QVERIFY(!window.document());
+}
+
+QTEST_MAIN(TestGuiFlow)
+#include "test_gui_flow.moc"

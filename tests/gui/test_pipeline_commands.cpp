@@ -1,0 +1,248 @@
+// Pipeline edits are undo commands: add, remove, reorder, enable, parameter changes (merged while dragging),
+// variants (new, duplicate, remove with its results); undo and redo restore the project exactly.
+#include <QListWidget>
+#include <QSpinBox>
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include "app/commands/settings_commands.h"
+#include "app/commands/step_commands.h"
+#include "app/commands/variant_commands.h"
+#include "app/gui/param_form.h"
+#include "app/gui/pipeline_editor.h"
+#include "app/gui/project_document.h"
+#include "tests/support/synthetic_models.h"
+
+using namespace cwb;
+using nlohmann::json;
+
+class TestPipelineCommands : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void init();
+    void cleanup();
+    void addRemoveUndoRedo();
+    void reorderUndoRedo();
+    void enableDisableUndoRedo();
+    void dragInTheListIsOneMove();
+    void parameterChangesMergeIntoOneStep();
+    void spinBoxDragIsOneUndoStep();
+    void mergeBackToOriginalLeavesNoCommand();
+    void duplicateAndRemoveVariant();
+    void settingsUndo();
+    void dirtyFollowsTheStack();
+
+private:
+    QString methods(const QString& variant) const;
+    QTemporaryDir mDir;
+    QString mModelPath;
+    std::unique_ptr<ProjectDocument> mDoc;
+    std::unique_ptr<PipelineEditor> mEditor;
+};
+
+QString TestPipelineCommands::methods(const QString& variant) const {
+    QStringList list;
+    for (const auto& s : mDoc->steps(variant)) list << QString::fromStdString(s.value("method", "")) + (s.value("enabled", true) ? "" : "(off)");
+    return list.join(',');
+}
+
+void TestPipelineCommands::initTestCase() {
+    QVERIFY(mDir.isValid());
+    mModelPath = mDir.filePath("tiny.gguf");
+    const ArchSpec spec = test::tinyLlamaSpec();
+    test::writeGguf(mModelPath.toStdString(), spec, test::randomWeights(spec, 7), ggml::Type::F32);
+}
+
+void TestPipelineCommands::init() {
+    mDoc = ProjectDocument::openModel(mModelPath);
+    mEditor = std::make_unique<PipelineEditor>();
+    mEditor->setDocument(mDoc.get());
+}
+
+void TestPipelineCommands::cleanup() {
+    mEditor.reset();
+    mDoc.reset();
+}
+
+void TestPipelineCommands::addRemoveUndoRedo() {
+    QUndoStack* stack = mDoc->undoStack();
+    QVERIFY(mEditor->addStep("quantize.rtn"));   // creates the first variant, then adds the step
+    const QString v = mDoc->currentVariant();
+    QVERIFY(!v.isEmpty());
+    QVERIFY(mEditor->addStep("prune.magnitude"));
+    QCOMPARE(methods(v), QString("quantize.rtn,prune.magnitude"));
+    QCOMPARE(mEditor->stepCount(), 2);
+    QCOMPARE(mDoc->steps(v)[0]["params"]["bits"].get<int>(), 4);   // the method's declared default
+
+    mEditor->selectStep(0);
+    QVERIFY(mEditor->removeSelectedStep());
+    QCOMPARE(methods(v), QString("prune.magnitude"));
+    stack->undo();
+    QCOMPARE(methods(v), QString("quantize.rtn,prune.magnitude"));
+    stack->undo();
+    QCOMPARE(methods(v), QString("quantize.rtn"));
+    stack->undo();
+    QCOMPARE(methods(v), QString(""));
+    stack->redo();
+    stack->redo();
+    QCOMPARE(methods(v), QString("quantize.rtn,prune.magnitude"));
+    stack->redo();
+    QCOMPARE(methods(v), QString("prune.magnitude"));
+    QCOMPARE(mEditor->stepCount(), 1);   // the editor follows the document
+}
+
+void TestPipelineCommands::reorderUndoRedo() {
+    mEditor->addStep("quantize.rtn");
+    mEditor->addStep("prune.magnitude");
+    mEditor->addStep("quantize.fp8");
+    const QString v = mDoc->currentVariant();
+    mEditor->selectStep(0);
+    QVERIFY(mEditor->moveSelectedStep(+1));
+    QCOMPARE(methods(v), QString("prune.magnitude,quantize.rtn,quantize.fp8"));
+    QVERIFY(mEditor->moveSelectedStep(+1));
+    QCOMPARE(methods(v), QString("prune.magnitude,quantize.fp8,quantize.rtn"));
+    QVERIFY(!mEditor->moveSelectedStep(+1));   // already last
+    mDoc->undoStack()->undo();
+    mDoc->undoStack()->undo();
+    QCOMPARE(methods(v), QString("quantize.rtn,prune.magnitude,quantize.fp8"));
+    mDoc->undoStack()->redo();
+    QCOMPARE(methods(v), QString("prune.magnitude,quantize.rtn,quantize.fp8"));
+}
+
+void TestPipelineCommands::dragInTheListIsOneMove() {
+    mEditor->addStep("quantize.rtn");
+    mEditor->addStep("prune.magnitude");
+    mEditor->addStep("quantize.fp8");
+    const QString v = mDoc->currentVariant();
+    const int before = mDoc->undoStack()->count();
+    // What an internal drag and drop does to the list's model: the first row dropped after the last.
+    QVERIFY(mEditor->stepList()->model()->moveRow(QModelIndex(), 0, QModelIndex(), 3));
+    QTRY_COMPARE(methods(v), QString("prune.magnitude,quantize.fp8,quantize.rtn"));
+    QCOMPARE(mDoc->undoStack()->count(), before + 1);
+    QCOMPARE(mEditor->selectedStep(), 2);
+    mDoc->undoStack()->undo();
+    QCOMPARE(methods(v), QString("quantize.rtn,prune.magnitude,quantize.fp8"));
+}
+
+void TestPipelineCommands::enableDisableUndoRedo() {
+    mEditor->addStep("quantize.rtn");
+    const QString v = mDoc->currentVariant();
+    // Unchecking the item in the list is the user's gesture.
+    mEditor->stepList()->item(0)->setCheckState(Qt::Unchecked);
+    QCOMPARE(methods(v), QString("quantize.rtn(off)"));
+    QCOMPARE(mDoc->project().variant(v.toStdString()).recipe["steps"][0]["enabled"].get<bool>(), false);
+    mDoc->undoStack()->undo();
+    QCOMPARE(methods(v), QString("quantize.rtn"));
+    QVERIFY(!mDoc->steps(v)[0].contains("enabled"));
+    mDoc->undoStack()->redo();
+    QCOMPARE(methods(v), QString("quantize.rtn(off)"));
+}
+
+void TestPipelineCommands::parameterChangesMergeIntoOneStep() {
+    mEditor->addStep("quantize.rtn");
+    const QString v = mDoc->currentVariant();
+    QUndoStack* stack = mDoc->undoStack();
+    const int before = stack->count();
+    for (int bits : {3, 5, 6}) stack->push(changeStepParameter(mDoc.get(), v, 0, "bits", bits));
+    QCOMPARE(stack->count(), before + 1);
+    QCOMPARE(mDoc->steps(v)[0]["params"]["bits"].get<int>(), 6);
+    stack->push(changeStepParameter(mDoc.get(), v, 0, "group_size", 64));   // another parameter: its own step
+    QCOMPARE(stack->count(), before + 2);
+    stack->undo();
+    QCOMPARE(mDoc->steps(v)[0]["params"]["group_size"].get<int>(), 128);
+    QCOMPARE(mDoc->steps(v)[0]["params"]["bits"].get<int>(), 6);
+    stack->undo();
+    QCOMPARE(mDoc->steps(v)[0]["params"]["bits"].get<int>(), 4);
+    stack->redo();
+    QCOMPARE(mDoc->steps(v)[0]["params"]["bits"].get<int>(), 6);
+}
+
+void TestPipelineCommands::spinBoxDragIsOneUndoStep() {
+    mEditor->addStep("quantize.rtn");
+    const QString v = mDoc->currentVariant();
+    mEditor->selectStep(0);
+    auto* bits = qobject_cast<QSpinBox*>(mEditor->paramForm()->editor("bits"));
+    QVERIFY(bits);
+    QCOMPARE(bits->minimum(), 2);   // the declared range is the widget's range
+    QCOMPARE(bits->maximum(), 8);
+    QVERIFY(bits->toolTip().contains("bits per weight"));
+    const int before = mDoc->undoStack()->count();
+    for (int i = 0; i < 3; ++i) bits->stepUp();   // 4 -> 7, as a drag or held arrow key does
+    bits->setValue(100);                          // clamped to the declared maximum
+    QCOMPARE(mDoc->steps(v)[0]["params"]["bits"].get<int>(), 8);
+    QCOMPARE(mDoc->undoStack()->count(), before + 1);
+    QCOMPARE(bits, qobject_cast<QSpinBox*>(mEditor->paramForm()->editor("bits")));   // not rebuilt under the user
+    mDoc->undoStack()->undo();
+    QCOMPARE(mDoc->steps(v)[0]["params"]["bits"].get<int>(), 4);
+    QCOMPARE(bits->value(), 4);   // the form shows the undone value
+}
+
+void TestPipelineCommands::mergeBackToOriginalLeavesNoCommand() {
+    mEditor->addStep("quantize.rtn");
+    const QString v = mDoc->currentVariant();
+    QUndoStack* stack = mDoc->undoStack();
+    const int before = stack->count();
+    stack->push(changeStepParameter(mDoc.get(), v, 0, "bits", 5));
+    stack->push(changeStepParameter(mDoc.get(), v, 0, "bits", 4));
+    QCOMPARE(stack->count(), before);
+    QCOMPARE(mDoc->steps(v)[0]["params"]["bits"].get<int>(), 4);
+}
+
+void TestPipelineCommands::duplicateAndRemoveVariant() {
+    mEditor->addStep("quantize.rtn");
+    const QString first = mDoc->currentVariant();
+    QVERIFY(mEditor->duplicateVariant());
+    const QString second = mDoc->currentVariant();
+    QVERIFY(second != first);
+    QCOMPARE(mDoc->project().variants().size(), size_t(2));
+    QCOMPARE(methods(second), QString("quantize.rtn"));
+    mEditor->addStep("prune.magnitude");   // the branch changes, the original does not
+    QCOMPARE(methods(first), QString("quantize.rtn"));
+    QCOMPARE(methods(second), QString("quantize.rtn,prune.magnitude"));
+
+    ResultRow row;
+    row.metric = "perplexity";
+    row.value = 12.5;
+    mDoc->setResults(second, {row});
+    QVERIFY(mEditor->removeVariant());
+    QVERIFY(!mDoc->project().hasVariant(second.toStdString()));
+    QCOMPARE(mDoc->currentVariant(), first);
+    mDoc->undoStack()->undo();
+    QVERIFY(mDoc->project().hasVariant(second.toStdString()));
+    QCOMPARE(mDoc->currentVariant(), second);
+    QCOMPARE(mDoc->project().results(second.toStdString()).size(), size_t(1));   // results come back with it
+    QCOMPARE(mDoc->project().results(second.toStdString())[0].value, 12.5);
+    mDoc->undoStack()->undo();   // the added step
+    mDoc->undoStack()->undo();   // the duplicate
+    QCOMPARE(mDoc->project().variants().size(), size_t(1));
+    QCOMPARE(mDoc->currentVariant(), first);
+}
+
+void TestPipelineCommands::settingsUndo() {
+    ProjectSettings s = mDoc->project().settings();
+    const int64_t original = s.evalCtx;
+    s.evalCtx = 32;
+    mDoc->undoStack()->push(changeSettings(mDoc.get(), s));
+    s.evalChunks = 3;
+    mDoc->undoStack()->push(changeSettings(mDoc.get(), s));   // merges with the previous settings edit
+    QCOMPARE(mDoc->undoStack()->count(), 1);
+    QCOMPARE(mDoc->project().settings().evalChunks, int64_t(3));
+    mDoc->undoStack()->undo();
+    QCOMPARE(mDoc->project().settings().evalCtx, original);
+    QCOMPARE(mDoc->project().settings().evalChunks, int64_t(-1));
+}
+
+void TestPipelineCommands::dirtyFollowsTheStack() {
+    QVERIFY(!mDoc->isDirty());
+    QSignalSpy dirty(mDoc.get(), &ProjectDocument::dirtyChanged);
+    mEditor->addStep("quantize.rtn");
+    QVERIFY(mDoc->isDirty());
+    while (mDoc->undoStack()->canUndo()) mDoc->undoStack()->undo();
+    QVERIFY(!mDoc->isDirty());
+    QVERIFY(dirty.count() >= 2);
+    QCOMPARE(dirty.last().at(0).toBool(), false);
+}
+
+QTEST_MAIN(TestPipelineCommands)
+#include "test_pipeline_commands.moc"
