@@ -30,8 +30,14 @@ echo "== cwb project: RTN, GPTQ and Wanda variants, calibrated on 64 windows of 
 "$cwb" project create "$work/stories.cwbproj" --model "$model" --calib "$text" --eval "$text" --ctx 256 \
     --samples 64 --seq-len 256 \
     --recipe projects/recipes/rtn-w4g32.json --recipe projects/recipes/gptq-w4g32.json --recipe projects/recipes/wanda-50.json
+"$cwb" project add-export "$work/stories.cwbproj" --variant rtn-w4g32 --format gguf --type q8_0
 "$cwb" project run "$work/stories.cwbproj" --threads 1
 "$cwb" project show "$work/stories.cwbproj"
 echo "== cwb --batch: rebuild every variant and compare with the stored results"
 "$cwb" --batch "$work/stories.cwbproj" --out "$work/report" --threads 1
 cat "$work/report/report.md"
+echo "== the GGUF the batch exported, read back and evaluated"
+"$cwb" eval "$work/report/exports/rtn-w4g32.gguf" --text "$text" --ctx 256
+echo "== cwb compress: magnitude 50% pruning, then knowledge distillation from the base (CPU, 60 steps)"
+"$cwb" compress "$model" --recipe projects/recipes/magnitude-50-then-distill.json --calib "$text" --eval "$text" --ctx 256 \
+    --samples 64 --seq-len 128

@@ -15,7 +15,7 @@
 namespace cwb::cli {
 
 int runImportance(const std::vector<std::string>& args) {
-    Arguments a(args, {"kind", "text", "samples", "seq-len", "seed", "threads"}, {"json", "quiet"});
+    Arguments a(args, {"kind", "text", "samples", "seq-len", "seed", "threads", "step"}, {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
     if (!a.has("text")) throw Error("importance needs --text FILE (the token windows it measures on)");
@@ -35,7 +35,24 @@ int runImportance(const std::vector<std::string>& args) {
             if (int(f * 10) != last) std::fprintf(stderr, "importance: %d%%\n", int(f * 100));
             last = int(f * 10);
         };
-    ImportanceMap map = computeImportance(*model, a.value("kind", "heads.ablation"), windows, &feedback);
+    const std::string kind = a.value("kind", "heads.ablation");
+    ImportanceMap map;
+    if (a.has("step")) {
+        // --step '{"method": ..., "params": {...}}' or a file holding it: per-layer sensitivity to that step.
+        const bool layerKind = kind == "layer" || kind == "linears.sensitivity" || kind == "layer-ppl" || kind == "linears.delta_ppl";
+        if (!layerKind) throw Error("--step applies to --kind layer or layer-ppl");
+        const std::string text = a.value("step");
+        nlohmann::json step;
+        try {
+            step = nlohmann::json::parse(!text.empty() && text.front() == '{' ? text : readTextFile(text));
+        } catch (const nlohmann::json::exception& e) {
+            throw Error(text, std::string("--step is not valid JSON: ") + e.what());
+        }
+        LayerSensitivity s = computeLayerSensitivity(*model, step, windows, &feedback);
+        map = kind == "layer" || kind == "linears.sensitivity" ? s.kl : s.deltaPerplexity;
+    } else {
+        map = computeImportance(*model, kind, windows, &feedback);
+    }
     if (a.flag("json")) {
         std::cout << nlohmann::json{{"kind", map.kind}, {"rows", map.rowLabels}, {"columns", map.columnLabels},
                                     {"values", map.values}}.dump(2) << "\n";

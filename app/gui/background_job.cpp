@@ -15,6 +15,11 @@ public:
 protected:
     void onProgress(double fraction) override { emit mJob->progressChanged(fraction); }
     void onLog(const std::string& line) override { emit mJob->logged(QString::fromStdString(line)); }
+    void onMetrics(const std::string& series, const std::map<std::string, double>& values) override {
+        QVariantMap map;
+        for (const auto& [key, value] : values) map.insert(QString::fromStdString(key), value);
+        emit mJob->metricsReported(QString::fromStdString(series), map);
+    }
 
 private:
     BackgroundJob* mJob;

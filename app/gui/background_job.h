@@ -3,6 +3,7 @@
 // logged signals (delivered on the GUI thread) and cancel() sets its flag. The UI never waits on it.
 #include <QObject>
 #include <QString>
+#include <QVariantMap>
 
 #include <functional>
 #include <memory>
@@ -30,6 +31,8 @@ public:
 signals:
     void progressChanged(double fraction);
     void logged(const QString& line);
+    // Per-step figures a method reports (distill.kd: step, loss, ce, kd, eval_ppl, ...), for live curves.
+    void metricsReported(const QString& series, const QVariantMap& values);
     // Exactly once per start(): `cancelled` when the user stopped it, else `error` is empty on success.
     void finished(bool cancelled, const QString& error);
 

@@ -16,7 +16,9 @@
 #include <cstdio>
 
 #include "app/commands/settings_commands.h"
+#include "app/gui/background_job.h"
 #include "app/gui/batch_replay.h"
+#include "app/gui/export_dialog.h"
 #include "app/gui/compare_view.h"
 #include "app/gui/importance_view.h"
 #include "app/gui/model_tree_view.h"
@@ -95,6 +97,12 @@ void MainWindow::createActions() {
     mDocumentActions << file->addAction(tr("&Save"), QKeySequence::Save, this, [this] { save(); });
     mDocumentActions << file->addAction(tr("Save &As…"), QKeySequence::SaveAs, this, [this] { saveAs(); });
     file->addSeparator();
+    mDocumentActions << file->addAction(tr("&Export Variant…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this] {
+        if (!mDocument) return;
+        ExportDialog dialog(mDocument->project(), mDocument->currentVariant(), this);
+        if (dialog.exec() == QDialog::Accepted) exportVariant(dialog.request());
+    });
+    file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 
     QMenu* edit = menuBar()->addMenu(tr("&Edit"));
@@ -130,6 +138,7 @@ void MainWindow::createActions() {
         mRun->cancel();
         mImportance->cancel();
         mBatch->cancel();
+        if (mExportJob) mExportJob->cancel();
     });
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
@@ -305,6 +314,33 @@ bool MainWindow::editSettings() {
         showError(tr("Settings not changed"), QString::fromUtf8(e.what()), tr("Choose a readable text file."));
         return false;
     }
+    return true;
+}
+
+bool MainWindow::exportVariant(const ExportRequest& request, bool interactive) {
+    if (!mDocument) return false;
+    if (mExportJob && mExportJob->isRunning()) {
+        if (interactive) QMessageBox::information(this, tr("An export is in progress"), tr("Wait for it to finish first."));
+        return false;
+    }
+    auto summary = std::make_shared<QStringList>();
+    mExportJob = makeExportJob(mDocument->project(), mDocument->model(), request, summary);
+    connect(mExportJob.get(), &BackgroundJob::progressChanged, this, [this](double f) {
+        statusBar()->showMessage(tr("Exporting… %1%").arg(int(f * 100)));
+    });
+    connect(mExportJob.get(), &BackgroundJob::finished, this, [this, summary, interactive, request](bool cancelled, const QString& error) {
+        statusBar()->clearMessage();
+        const bool ok = !cancelled && error.isEmpty();
+        const QString message = ok ? summary->join('\n') : cancelled ? tr("Export cancelled; nothing was written.") : error;
+        if (interactive) {
+            if (ok) QMessageBox::information(this, tr("Exported"), message);
+            else if (!cancelled)
+                showError(tr("The export of %1 as %2 failed.").arg(request.variant, request.format), error,
+                          tr("Choose another format or tensor type (the message says what the format cannot hold)."));
+        }
+        emit exportFinished(ok, message);
+    });
+    mExportJob->start();
     return true;
 }
 

@@ -40,6 +40,9 @@ public:
     // Replays the saved project as `cwb --batch` does, into `outputDir` (default: PROJECT-report beside it).
     bool replayAsBatch(const QString& outputDir = {});
     void showTab(Tab tab);
+    // Builds the variant and exports it on a worker thread (File ▸ Export Variant, Ctrl+E); `interactive` false
+    // shows no message boxes. exportFinished tells the outcome with the exporter's report or the error.
+    bool exportVariant(const struct ExportRequest& request, bool interactive = true);
 
     ProjectDocument* document() const { return mDocument.get(); }
     ModelTreeView* modelTree() const { return mTree; }
@@ -48,6 +51,9 @@ public:
     RunView* runView() const { return mRun; }
     CompareView* compareView() const { return mCompare; }
     StatusPanel* statusPanel() const { return mStatus; }
+
+signals:
+    void exportFinished(bool succeeded, const QString& message);
 
 protected:
     void closeEvent(QCloseEvent* event) override;
@@ -76,6 +82,7 @@ private:
     QTimer* mAutosave;
     BatchReplay* mBatch;
     QList<QAction*> mDocumentActions;
+    std::unique_ptr<class BackgroundJob> mExportJob;
 };
 
 } // namespace cwb

@@ -130,6 +130,7 @@ bool RunView::run(QStringList variants) {
     });
     connect(mJob.get(), &BackgroundJob::progressChanged, this, &RunView::updateProgress);
     connect(mJob.get(), &BackgroundJob::logged, this, &RunView::appendLog);
+    connect(mJob.get(), &BackgroundJob::metricsReported, this, &RunView::addMetrics);
     connect(mJob.get(), &BackgroundJob::finished, this, [this](bool cancelled, const QString& error) {
         mRunCurrent->setEnabled(true);
         mRunAll->setEnabled(true);
@@ -179,6 +180,17 @@ void RunView::updateProgress(double fraction) {
 }
 
 void RunView::appendLog(const QString& line) { mLog->appendPlainText(line); }
+
+void RunView::addMetrics(const QString& series, const QVariantMap& values) {
+    if (!values.contains("step")) return;
+    const double step = values.value("step").toDouble();
+    // The loss terms a training step reports (the held-out perplexity goes to the log: another scale).
+    for (const char* key : {"loss", "kd", "ce"}) {
+        if (!values.contains(key)) continue;
+        const double v = values.value(key).toDouble();
+        if (std::isfinite(v)) addLossPoint(series + " " + key, step, v);
+    }
+}
 
 void RunView::addLossPoint(const QString& series, double step, double value) {
     mLossCurve->setVisible(true);

@@ -5,6 +5,7 @@
 // A LossCurve stays hidden until a step reports losses (addLossPoint), e.g. a distillation step.
 #include <QElapsedTimer>
 #include <QStringList>
+#include <QVariantMap>
 #include <QWidget>
 
 #include <memory>
@@ -34,10 +35,13 @@ public:
     bool runAll();
     void cancel();
     bool isRunning() const;
+    LossCurve* lossCurve() const { return mLossCurve; }
 
 public slots:
     void appendLog(const QString& line);
     void addLossPoint(const QString& series, double step, double value);
+    // Live curves from a method's per-step metrics (distillation losses).
+    void addMetrics(const QString& series, const QVariantMap& values);
 
 signals:
     void jobStarted(const QString& title);

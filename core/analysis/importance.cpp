@@ -7,6 +7,8 @@
 
 #include "core/analysis/gradient_importance.h"
 #include "core/compress/compressed_layers.h"
+#include "core/compress/pipeline.h"
+#include "core/compress/recipe.h"
 #include "core/compress/prune_math.h"
 #include "core/compress/sequential.h"
 #include "core/model/model.h"
@@ -71,38 +73,65 @@ ImportanceMap headAblation(const Model& model, const at::Tensor& windows, Feedba
     return map;
 }
 
-ImportanceMap linearSensitivity(const Model& model, const at::Tensor& windows, Feedback* feedback) {
+// ^model\.layers\.0\.self_attn\.q_proj$ : a recipe target naming exactly one layer.
+std::string exactPattern(const std::string& layer) {
+    std::string pattern = "^";
+    for (char c : layer) {
+        if (std::string(".[]()*+?^$|\\{}").find(c) != std::string::npos) pattern += '\\';
+        pattern += c;
+    }
+    return pattern + "$";
+}
+
+} // namespace
+
+nlohmann::json defaultSensitivityStep() {
+    return {{"method", "quantize.rtn"}, {"params", {{"bits", 4}, {"group_size", 32}}}};
+}
+
+LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::json& step, const at::Tensor& windows,
+                                         Feedback* feedback) {
+    checkWindows(windows);
+    if (!step.is_object() || !step.contains("method")) throw Error("the sensitivity step must be a recipe step {\"method\": ..., \"params\": {...}}");
     const at::Tensor base = logProbs(model, windows);
+    const double baseLoss = lossFromLogProbs(base, windows);
     const std::vector<std::string> layers = model.linearLayers();
-    ImportanceMap map;
-    map.kind = "linears.sensitivity";
+    LayerSensitivity result;
     std::vector<std::string> columns;
     for (const auto& layer : layers) {
         const std::string label = suffixLabel(layer);
         if (std::find(columns.begin(), columns.end(), label) == columns.end()) columns.push_back(label);
     }
-    for (int64_t l = 0; l < model.spec.layers; ++l) map.rowLabels.push_back("block " + std::to_string(l));
-    map.columnLabels = columns;
-    map.values.assign(static_cast<size_t>(model.spec.layers) * columns.size(), std::nan(""));
-    quant::QuantSpec spec;
-    spec.bits = 4;
-    spec.groupSize = 32;
+    for (ImportanceMap* map : {&result.kl, &result.deltaPerplexity}) {
+        for (int64_t l = 0; l < model.spec.layers; ++l) map->rowLabels.push_back("block " + std::to_string(l));
+        map->columnLabels = columns;
+        map->values.assign(static_cast<size_t>(model.spec.layers) * columns.size(), std::nan(""));
+    }
+    result.kl.kind = "linears.sensitivity";
+    result.deltaPerplexity.kind = "linears.delta_ppl";
     for (size_t i = 0; i < layers.size(); ++i) {
         if (feedback) {
             feedback->throwIfCancelled();
             feedback->setProgress(double(i) / double(layers.size()));
         }
         const std::string& layer = layers[i];
-        auto variant = model.clone();
-        variant->setCompressed(layer, std::make_shared<IntLinear>(quant::quantizeRtn(model.floatTensor(layer + ".weight"), spec)));
+        nlohmann::json only = step;
+        only["targets"] = exactPattern(layer);
+        only.erase("ignore");
+        const Recipe recipe = Recipe::fromJson({{"steps", nlohmann::json::array({only})}}, "sensitivity step");
+        const std::unique_ptr<Model> variant = compressModel(model, recipe, windows).model;
         const at::Tensor lp = logProbs(*variant, windows);
         const double kl = (base.exp() * (base - lp)).sum(-1).mean().item<double>();
         const int64_t row = std::stoll(layer.substr(layer.find_first_of("0123456789")));
         const size_t column = static_cast<size_t>(std::find(columns.begin(), columns.end(), suffixLabel(layer)) - columns.begin());
-        map.values[static_cast<size_t>(row) * columns.size() + column] = std::max(0.0, kl);
+        const size_t cell = static_cast<size_t>(row) * columns.size() + column;
+        result.kl.values[cell] = std::max(0.0, kl);
+        result.deltaPerplexity.values[cell] = std::exp(lossFromLogProbs(lp, windows)) - std::exp(baseLoss);
     }
-    return map;
+    return result;
 }
+
+namespace {
 
 // Wanda's |W|·‖X‖ summed over the outputs each intermediate MLP channel feeds: blocks × channels.
 ImportanceMap channelWanda(const Model& model, const at::Tensor& windows, Feedback* feedback) {
@@ -135,7 +164,7 @@ ImportanceMap channelWanda(const Model& model, const at::Tensor& windows, Feedba
 } // namespace
 
 std::vector<std::string> importanceKinds() {
-    return {"heads.ablation", "linears.sensitivity", "channels.wanda", "heads.gradient", "channels.gradient"};
+    return {"heads.ablation", "linears.sensitivity", "linears.delta_ppl", "channels.wanda", "heads.gradient", "channels.gradient"};
 }
 
 double meanLoss(const Model& model, const at::Tensor& windows) {
@@ -148,7 +177,8 @@ ImportanceMap computeImportance(const Model& model, const std::string& kind, con
     ImportanceMap map;
     // "head", "layer" and "channel" are the short names the CLI documents.
     if (kind == "heads.ablation" || kind == "head") map = headAblation(model, windows, feedback);
-    else if (kind == "linears.sensitivity" || kind == "layer") map = linearSensitivity(model, windows, feedback);
+    else if (kind == "linears.sensitivity" || kind == "layer") map = computeLayerSensitivity(model, defaultSensitivityStep(), windows, feedback).kl;
+    else if (kind == "linears.delta_ppl" || kind == "layer-ppl") map = computeLayerSensitivity(model, defaultSensitivityStep(), windows, feedback).deltaPerplexity;
     else if (kind == "channels.wanda" || kind == "channel") map = channelWanda(model, windows, feedback);
     else if (kind == "heads.gradient" || kind == "head-grad") map = headGradientImportance(model, windows, feedback);
     else if (kind == "channels.gradient" || kind == "channel-grad") map = channelGradientImportance(model, windows, feedback);

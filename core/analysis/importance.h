@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include "core/project/project.h"
 
@@ -19,7 +20,8 @@ std::vector<std::string> importanceKinds();
 // "heads.ablation": blocks × query heads; the increase of the mean next-token loss when one head's output is
 //   removed (its columns of the output projection zeroed). Llama family.
 // "linears.sensitivity": blocks × linear layers; the mean KL(base ‖ model) when only that layer is rounded to
-//   int4 (RTN, group 32, symmetric), all others kept.
+//   int4 (RTN, group 32, symmetric), all others kept. "linears.delta_ppl": the same, as the perplexity change on
+//   the windows. computeLayerSensitivity applies any recipe step instead and gives both maps from one pass.
 // "channels.wanda": blocks × MLP intermediate channels; Wanda's |W|·‖X‖ of the down projection summed over the
 //   outputs each channel feeds (X the channel's activations on the windows).
 // "heads.gradient": blocks × query heads; mean over windows of |∂L/∂g_h|, g_h a gate on the head's output
@@ -29,6 +31,17 @@ std::vector<std::string> importanceKinds();
 // Short names: "head", "layer", "channel", "head-grad", "channel-grad".
 // `windows` are token windows [samples, length] (see drawCalibration); throws cwb::Error or Cancelled.
 ImportanceMap computeImportance(const Model& model, const std::string& kind, const at::Tensor& windows, Feedback* feedback);
+
+struct LayerSensitivity {
+    ImportanceMap kl;                // "linears.sensitivity"
+    ImportanceMap deltaPerplexity;   // "linears.delta_ppl": PPL(model with the layer compressed) − PPL(model)
+};
+// The step applied to one layer at a time ({"method": ..., "params": {...}}; its targets are replaced by that
+// layer); methods that calibrate use `windows`. Throws cwb::Error (bad step) or Cancelled.
+LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::json& step, const at::Tensor& windows,
+                                         Feedback* feedback);
+// RTN int4, group 32, symmetric: the step behind "linears.sensitivity" and "linears.delta_ppl".
+nlohmann::json defaultSensitivityStep();
 
 // Mean next-token negative log-likelihood of the windows (every position but the last predicts the next).
 double meanLoss(const Model& model, const at::Tensor& windows);

@@ -37,6 +37,7 @@ private slots:
     void unchangedLayerHasZeroSensitivity();
     void uniformModelLossIsLogVocabulary();
     void channelScoresFollowWandaSums();
+    void chosenStepGivesKlAndDeltaPerplexity();
     void badRequestsAreRefused();
 };
 
@@ -94,6 +95,47 @@ void TestImportance::channelScoresFollowWandaSums() {
     const double channel9 = map.values[0 * 48 + 9];
     for (int c = 0; c < 48; ++c)
         if (c != 9) QVERIFY(map.values[size_t(c)] < channel9);
+}
+
+// Any recipe step can be the probe: here magnitude pruning at 90%. A layer of zeros is unchanged by it (KL 0, ΔPPL 0);
+// the ΔPPL map equals exp(loss of the model with that layer pruned) − exp(base loss), checked on one cell.
+void TestImportance::chosenStepGivesKlAndDeltaPerplexity() {
+    QTemporaryDir dir;
+    WeightMap w = randomWeights(tinyLlamaSpec(), 4);
+    w["model.layers.0.mlp.up_proj.weight"].zero_();
+    auto model = load(dir, w);
+    const nlohmann::json step = {{"method", "prune.magnitude"}, {"params", {{"sparsity", 0.9}}}};
+    LayerSensitivity s = computeLayerSensitivity(*model, step, windows(), nullptr);
+    QCOMPARE(s.kl.kind, std::string("linears.sensitivity"));
+    QCOMPARE(s.deltaPerplexity.kind, std::string("linears.delta_ppl"));
+    const auto& cols = s.kl.columnLabels;
+    const size_t up = size_t(std::find(cols.begin(), cols.end(), "up_proj") - cols.begin());
+    const size_t gate = size_t(std::find(cols.begin(), cols.end(), "gate_proj") - cols.begin());
+    QCOMPARE(s.kl.values[up], 0.0);
+    QCOMPARE(s.deltaPerplexity.values[up], 0.0);
+    QVERIFY(s.kl.values[1 * cols.size() + up] > 0.0);
+
+    // Block 1's gate projection pruned by hand: the same ΔPPL.
+    auto pruned = model->clone();
+    at::Tensor g = model->floatTensor("model.layers.1.mlp.gate_proj.weight");
+    const at::Tensor threshold = std::get<0>(g.abs().flatten().kthvalue(int64_t(0.9 * double(g.numel()))));
+    pruned->replaceTensor("model.layers.1.mlp.gate_proj.weight", at::where(g.abs() <= threshold, at::zeros_like(g), g));
+    const double expected = std::exp(meanLoss(*pruned, windows())) - std::exp(meanLoss(*model, windows()));
+    const double measured = s.deltaPerplexity.values[1 * cols.size() + gate];
+    QVERIFY2(std::abs(measured - expected) < 1e-6 * std::max(1.0, std::abs(expected)),
+             qPrintable(QString("%1 vs %2").arg(measured).arg(expected)));
+
+    // The default kinds use RTN int4 g32; "layer-ppl" is the ΔPPL map of that step.
+    ImportanceMap viaKind = computeImportance(*model, "layer-ppl", windows(), nullptr);
+    QCOMPARE(viaKind.kind, std::string("linears.delta_ppl"));
+    QCOMPARE(viaKind.values[up], 0.0);
+    bool refused = false;
+    try {
+        computeLayerSensitivity(*model, nlohmann::json{{"params", {}}}, windows(), nullptr);
+    } catch (const Error&) {
+        refused = true;
+    }
+    QVERIFY(refused);
 }
 
 void TestImportance::badRequestsAreRefused() {

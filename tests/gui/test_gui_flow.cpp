@@ -4,6 +4,8 @@
 #include <QtTest/QtTest>
 
 #include "app/commands/settings_commands.h"
+#include "app/commands/step_commands.h"
+#include "app/gui/export_dialog.h"
 #include "app/gui/batch_replay.h"
 #include "app/gui/compare_view.h"
 #include "app/gui/importance_view.h"
@@ -13,10 +15,12 @@
 #include "app/gui/project_document.h"
 #include "app/gui/run_view.h"
 #include "app/gui/settings_dialog.h"
+#include "core/io/model_format.h"
 #include "core/project/project.h"
 #include "tests/support/test_paths.h"
 #include "widgets/ab_chart.h"
 #include "widgets/importance_heatmap.h"
+#include "widgets/loss_curve.h"
 
 using namespace cwb;
 
@@ -27,6 +31,8 @@ private slots:
     void openRunCompareSaveReopen();
     void importanceHeatmapSelectsLayer();
     void openingAMissingFileFailsCleanly();
+    void exportVariantFromTheWindow();
+    void distillationDrawsLiveLossCurves();
 
 private:
     // Small evaluation so the run takes seconds: 64-token context, 4 chunks of the TinyStories sample.
@@ -162,6 +168,62 @@ void TestGuiFlow::openingAMissingFileFailsCleanly() {
     junk.close();
     QVERIFY(!window.openPath(junk.fileName(), false));
     QVERIFY(!window.document());
+}
+
+// File ▸ Export Variant: the variant is built and written on a worker thread; a format that cannot hold it fails
+// with the reason and leaves nothing behind.
+void TestGuiFlow::exportVariantFromTheWindow() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    useSmallEvaluation(window);
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    const QString variant = window.document()->currentVariant();
+
+    ExportDialog dialog(window.document()->project(), variant);
+    dialog.setRequest({variant, "gguf", "q8_0", mDir.filePath("gui-export.gguf")});
+    const ExportRequest request = dialog.request();
+    QCOMPARE(request.format, QString("gguf"));
+    QCOMPARE(request.type, QString("q8_0"));
+    QSignalSpy done(&window, &MainWindow::exportFinished);
+    QVERIFY(window.exportVariant(request, false));
+    QVERIFY(done.wait(120000));
+    QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(1).toString()));
+    QVERIFY(done.first().at(1).toString().contains("gui-export.gguf"));
+    auto exported = loadModel(mDir.filePath("gui-export.gguf").toStdString());
+    QCOMPARE(exported->spec.layers, int64_t(5));
+
+    // stories260K's MLP has 172 channels: the GPTQ layout packs 8 per word and refuses it.
+    QSignalSpy refused(&window, &MainWindow::exportFinished);
+    QVERIFY(window.exportVariant({variant, "gptq", "", mDir.filePath("gui-export-gptq")}, false));
+    QVERIFY(refused.wait(120000));
+    QCOMPARE(refused.first().at(0).toBool(), false);
+    QVERIFY2(refused.first().at(1).toString().contains("not a multiple of 8"), qPrintable(refused.first().at(1).toString()));
+    QVERIFY(!QFileInfo::exists(mDir.filePath("gui-export-gptq")));
+}
+
+// A distillation step reports its losses per step; the Run tab draws them while the run goes on.
+void TestGuiFlow::distillationDrawsLiveLossCurves() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    useSmallEvaluation(window);
+    QVERIFY(window.pipelineEditor()->addStep("prune.magnitude"));
+    QVERIFY(window.pipelineEditor()->addStep("distill.kd"));
+    ProjectDocument* doc = window.document();
+    const QString variant = doc->currentVariant();
+    for (const auto& [name, value] : std::vector<std::pair<std::string, int>>{{"steps", 6}, {"batch_size", 2}, {"seq_len", 32}, {"eval_every", 3}})
+        doc->undoStack()->push(changeStepParameter(doc, variant, 1, name, value));
+    QVERIFY(window.runView()->lossCurve()->isHidden());   // shown when a step first reports losses
+    QSignalSpy finished(window.runView(), &RunView::finished);
+    QVERIFY(window.runView()->runCurrent());
+    QVERIFY(finished.wait(180000));
+    QVERIFY(finished.first().at(0).toBool());
+    LossCurve* curve = window.runView()->lossCurve();
+    QVERIFY(curve->seriesNames().contains("distill.kd loss"));
+    QCOMPARE(curve->pointCount("distill.kd loss"), 6);
+    QCOMPARE(curve->pointCount("distill.kd kd"), 6);
+    QVERIFY(!curve->isHidden());
 }
 
 QTEST_MAIN(TestGuiFlow)

@@ -1,0 +1,111 @@
+#include "app/gui/export_dialog.h"
+
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLineEdit>
+#include <QPushButton>
+
+#include "app/gui/background_job.h"
+#include "core/export/export_format.h"
+#include "core/project/project.h"
+#include "core/project/project_runner.h"
+
+namespace cwb {
+
+namespace {
+
+QStringList typesFor(const QString& format) {
+    if (format == "gguf") return {"", "f16", "bf16", "f32", "q8_0", "q6_K", "q5_K", "q5_1", "q5_0", "q4_K", "q4_1", "q4_0"};
+    return {"", "f16", "bf16", "f32"};
+}
+
+} // namespace
+
+ExportDialog::ExportDialog(const Project& project, const QString& currentVariant, QWidget* parent) : QDialog(parent) {
+    setWindowTitle(tr("Export Variant"));
+    mVariant = new QComboBox(this);
+    mVariant->addItem(QString::fromLatin1(Project::kBaseName));
+    for (const auto& v : project.variants()) mVariant->addItem(QString::fromStdString(v.name));
+    if (!currentVariant.isEmpty()) mVariant->setCurrentText(currentVariant);
+    mFormat = new QComboBox(this);
+    for (const ExportFormat* f : ExportFormatRegistry::instance().formats())
+        mFormat->addItem(QString::fromStdString(f->displayName()), QString::fromStdString(f->id()));
+    mType = new QComboBox(this);
+    mType->setToolTip(tr("Type of the tensors the recipe left unquantized; empty: the format's default (f16). "
+                         "GGUF maps quantized layers to the nearest ggml type and reports any error it adds."));
+    mPath = new QLineEdit(this);
+    auto* browseButton = new QPushButton(tr("Browse…"), this);
+    auto* pathRow = new QHBoxLayout;
+    pathRow->addWidget(mPath);
+    pathRow->addWidget(browseButton);
+    auto* form = new QFormLayout;
+    form->addRow(tr("Variant"), mVariant);
+    form->addRow(tr("Format"), mFormat);
+    form->addRow(tr("Tensor type"), mType);
+    form->addRow(tr("Write to"), pathRow);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
+    buttons->button(QDialogButtonBox::Ok)->setText(tr("Export"));
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(form);
+    layout->addWidget(buttons);
+    connect(mFormat, &QComboBox::currentIndexChanged, this, &ExportDialog::formatChanged);
+    connect(browseButton, &QPushButton::clicked, this, &ExportDialog::browse);
+    connect(mPath, &QLineEdit::textChanged, this, &ExportDialog::validate);
+    connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+    mOk = buttons->button(QDialogButtonBox::Ok);
+    formatChanged();
+}
+
+void ExportDialog::formatChanged() {
+    mType->clear();
+    for (const QString& t : typesFor(mFormat->currentData().toString())) mType->addItem(t.isEmpty() ? tr("(default)") : t, t);
+    validate();
+}
+
+void ExportDialog::browse() {
+    const bool gguf = mFormat->currentData().toString() == "gguf";
+    const QString path = gguf ? QFileDialog::getSaveFileName(this, tr("Export to GGUF file"), mPath->text(), tr("GGUF (*.gguf)"))
+                              : QFileDialog::getSaveFileName(this, tr("Export to folder (created or replaced)"), mPath->text());
+    if (!path.isEmpty()) mPath->setText(path);
+}
+
+void ExportDialog::validate() { mOk->setEnabled(!mPath->text().trimmed().isEmpty()); }
+
+ExportRequest ExportDialog::request() const {
+    return {mVariant->currentText(), mFormat->currentData().toString(), mType->currentData().toString(), mPath->text().trimmed()};
+}
+
+void ExportDialog::setRequest(const ExportRequest& r) {
+    mVariant->setCurrentText(r.variant);
+    mFormat->setCurrentIndex(mFormat->findData(r.format));
+    mType->setCurrentIndex(std::max(0, mType->findData(r.type)));
+    mPath->setText(r.path);
+}
+
+std::unique_ptr<BackgroundJob> makeExportJob(const Project& snapshot, std::shared_ptr<const Model> base,
+                                             const ExportRequest& request, std::shared_ptr<QStringList> summary,
+                                             QObject* parent) {
+    const QString title = QObject::tr("Export %1 as %2").arg(request.variant, request.format);
+    return std::make_unique<BackgroundJob>(title, [snapshot, base, request, summary](Feedback& feedback) {
+        std::unique_ptr<Model> variant;
+        SubFeedback building(&feedback, 0.0, 0.6), writing(&feedback, 0.6, 1.0);
+        if (request.variant == Project::kBaseName) {
+            variant = base->clone();
+        } else {
+            ProjectRunner runner(snapshot, *base);
+            feedback.log("building " + request.variant.toStdString());
+            variant = runner.build(request.variant.toStdString(), &building);
+        }
+        ExportOptions options;
+        options.tensorType = request.type.toStdString();
+        const ExportReport report = exportModel(*variant, request.format.toStdString(), request.path.toStdString(), options, &writing);
+        summary->append(QObject::tr("Wrote %1 (%2 tensor bytes).").arg(QString::fromStdString(report.path)).arg(report.bytes));
+        for (const auto& note : report.notes) summary->append(QString::fromStdString(note));
+    }, parent);
+}
+
+} // namespace cwb

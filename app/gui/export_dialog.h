@@ -1,0 +1,49 @@
+#pragma once
+// File ▸ Export Variant: choose a variant, a format from the core's export registry, a tensor type and where to
+// write. The export itself runs as an ExportJob so the window stays responsive and can cancel it.
+#include <QDialog>
+
+#include <memory>
+
+class QComboBox;
+class QLineEdit;
+
+namespace cwb {
+
+class BackgroundJob;
+class Model;
+class Project;
+
+struct ExportRequest {
+    QString variant;   // "base" or a variant name
+    QString format;    // "hf", "gptq", "awq", "gguf"
+    QString type;      // "" for the format's default
+    QString path;      // folder (hf/gptq/awq) or .gguf file
+};
+
+class ExportDialog : public QDialog {
+    Q_OBJECT
+public:
+    ExportDialog(const Project& project, const QString& currentVariant, QWidget* parent = nullptr);
+    ExportRequest request() const;
+    void setRequest(const ExportRequest& request);   // for tests and scripts
+
+private:
+    void formatChanged();
+    void browse();
+    void validate();
+
+    QComboBox* mVariant;
+    QComboBox* mFormat;
+    QComboBox* mType;
+    QLineEdit* mPath;
+    class QPushButton* mOk = nullptr;
+};
+
+// Builds the variant from the project snapshot (or takes the base) and exports it on a worker thread. The job's
+// finished(cancelled, error) tells the outcome; `summary` holds the exporter's report lines after success.
+std::unique_ptr<BackgroundJob> makeExportJob(const Project& snapshot, std::shared_ptr<const Model> base,
+                                             const ExportRequest& request, std::shared_ptr<QStringList> summary,
+                                             QObject* parent = nullptr);
+
+} // namespace cwb
