@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -7,6 +8,7 @@
 #include "app/cli/commands.h"
 #include "core/compress/pipeline.h"
 #include "core/io/model_format.h"
+#include "core/runtime/cuda_linear.h"
 #include "core/runtime/latency.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
@@ -87,21 +89,29 @@ int runBench(const std::vector<std::string>& args) {
         }
     }
 
-    const double copyBandwidth = options.device.is_cuda() ? measureCopyBandwidth(options.device) : 0;
-    // The variant first: LibTorch keeps freed blocks cached, so a smaller model measured after a larger one would
-    // show the larger one's memory.
+    // One memory baseline for both models, the variant first: LibTorch keeps freed blocks cached, so the smaller
+    // model measured second would show the larger one's memory. The copy bandwidth is measured last for the same reason.
+    if (options.device.is_cuda()) {
+        at::empty({1}, at::TensorOptions().device(options.device)).zero_();   // creates the CUDA context
+        p.deviceMemoryBaseline = deviceMemoryUsedBytes();
+    }
     nlohmann::json report = {{"device", options.device.str()}, {"dtype", c10::toString(options.dtype)},
                              {"batch", p.batch}, {"prompt_tokens", p.promptTokens}, {"gen_tokens", p.genTokens},
                              {"model", base->path}, {"layers", base->spec.layers}};
-    if (copyBandwidth > 0) report["copy_bandwidth_gbs"] = copyBandwidth / 1e9;
+    std::optional<LatencyResult> variantResult;
     if (variant) {
         if (!json) std::fprintf(stderr, "bench: variant %s\n", variantName.c_str());
-        report["variant"] = toJson(measureLatency(*variant, options, p), decodeWeightBytes(*variant, options.dtype), copyBandwidth);
-        report["variant"]["name"] = variantName;
-        variant.reset();
+        variantResult = measureLatency(*variant, options, p);
     }
     if (!json) std::fprintf(stderr, "bench: base\n");
-    report["base"] = toJson(measureLatency(*base, options, p), decodeWeightBytes(*base, options.dtype), copyBandwidth);
+    const LatencyResult baseResult = measureLatency(*base, options, p);
+    const double copyBandwidth = options.device.is_cuda() ? measureCopyBandwidth(options.device) : 0;
+    if (copyBandwidth > 0) report["copy_bandwidth_gbs"] = copyBandwidth / 1e9;
+    if (variantResult) {
+        report["variant"] = toJson(*variantResult, decodeWeightBytes(*variant, options.dtype), copyBandwidth);
+        report["variant"]["name"] = variantName;
+    }
+    report["base"] = toJson(baseResult, decodeWeightBytes(*base, options.dtype), copyBandwidth);
     if (report.contains("variant"))
         report["decode_speedup_p50"] = report["base"]["decode_ms_p50"].get<double>() / report["variant"]["decode_ms_p50"].get<double>();
 

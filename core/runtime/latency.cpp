@@ -49,7 +49,7 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
     at::Tensor prompt = at::empty({p.batch, p.promptTokens}, at::kLong);
     for (int64_t i = 0; i < prompt.numel(); ++i) prompt.data_ptr<int64_t>()[i] = pick(rng);
 
-    const int64_t memoryAtStart = memoryNow(cuda);
+    const int64_t memoryAtStart = p.deviceMemoryBaseline >= 0 ? p.deviceMemoryBaseline : memoryNow(cuda);
     int64_t peak = memoryAtStart;
     auto sample = [&] { peak = std::max(peak, memoryNow(cuda)); };
     Transformer runtime(model, options);

@@ -19,6 +19,10 @@ struct LatencyParams {
     int64_t genTokens = 64;
     int64_t prefillRepeats = 3;   // prefill timed this many times (median); one untimed pass loads the weights first
     uint64_t seed = 0;            // prompt token ids are drawn from it
+    // Device bytes in use before any model was loaded (deviceMemoryUsedBytes()); -1: sampled when the call starts.
+    // Measuring several models in one process, pass one baseline: LibTorch keeps freed blocks cached, so a model
+    // measured after another reuses its memory and a per-call baseline would hide that part of its peak.
+    int64_t deviceMemoryBaseline = -1;
 };
 
 struct LatencyResult {
@@ -26,7 +30,7 @@ struct LatencyResult {
     double prefillSeconds = 0;           // median
     double prefillTokensPerSecond = 0;   // batch * promptTokens / prefillSeconds
     double decodeP50Ms = 0, decodeP99Ms = 0, decodeMeanMs = 0;   // one step of `batch` tokens, synchronised
-    int64_t peakDeviceBytes = -1;        // driver's count sampled after each phase, minus the count at the start; -1: CPU
+    int64_t peakDeviceBytes = -1;        // driver's count sampled after each phase, minus the baseline; -1: CPU
     std::string layerPaths;              // Transformer::layerPathSummary()
 };
 
