@@ -25,6 +25,7 @@ int runProjectCommand(const std::vector<std::string>& args);
 int runImportance(const std::vector<std::string>& args);
 int runBudget(const std::vector<std::string>& args);
 int runExport(const std::vector<std::string>& args);
+int runBench(const std::vector<std::string>& args);
 
 class Arguments;
 // --device cpu|cuda[:N] and --dtype f32|f16|bf16 (default: f32 on CPU, f16 on CUDA); refuses CUDA when absent.

@@ -46,11 +46,14 @@ int runEval(const std::vector<std::string>& args) {
                             {"perplexity", r.perplexity}, {"error", r.error},      {"mean_nll", r.meanNll},
                             {"seconds", r.seconds},   {"tokens_per_second", r.tokensPerSecond},
                             {"text_tokens", tokens.size()}};
+        // Which compressed layers ran through a kernel on their packed weights and which were dequantized.
+        if (!runtime.layerPaths().empty()) j["compressed_layers"] = runtime.layerPathSummary();
         std::cout << j.dump(2) << "\n";
     } else {
         std::printf("PPL = %.4f +/- %.4f  (%lld tokens scored in %lld chunks of %lld, %.0f tokens/s)\n", r.perplexity,
                     r.error, static_cast<long long>(r.tokensScored), static_cast<long long>(r.chunks),
                     static_cast<long long>(r.ctx), r.tokensPerSecond);
+        if (!runtime.layerPaths().empty()) std::printf("compressed layers: %s\n", runtime.layerPathSummary().c_str());
     }
     return 0;
 }

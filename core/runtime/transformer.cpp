@@ -4,7 +4,9 @@
 #include <limits>
 #include <map>
 
+#include "core/compress/compressed_layers.h"
 #include "core/model/compressed_linear.h"
+#include "core/runtime/cuda_linear.h"
 #include "core/util/error.h"
 
 namespace cwb {
@@ -12,13 +14,19 @@ namespace cwb {
 struct Transformer::Block {
     std::map<std::string, at::Tensor> tensors;   // suffix ("self_attn.q_proj.weight") -> tensor on device
     std::map<std::string, std::shared_ptr<const CompressedLinear>> compressed;   // suffix ("self_attn.q_proj")
+    std::map<std::string, std::shared_ptr<const NativeIntLinear>> native;         // layers run by a kernel
     const at::Tensor& operator[](const std::string& suffix) const { return tensors.at(suffix); }
     bool has(const std::string& suffix) const { return tensors.count(suffix) != 0; }
     // y = linear(prepareInput(x), W) + b through the layer's compressed form when it has one.
     at::Tensor linear(const std::string& layer, const at::Tensor& x) const {
+        auto bias = tensors.find(layer + ".bias");
+        auto kernel = native.find(layer);
+        if (kernel != native.end()) {
+            at::Tensor y = kernel->second->forward(x).to(x.scalar_type());
+            return bias == tensors.end() ? y : y + bias->second.to(x.scalar_type());
+        }
         auto it = compressed.find(layer);
         at::Tensor input = it == compressed.end() ? x : it->second->prepareInput(x.to(at::kFloat)).to(x.scalar_type());
-        auto bias = tensors.find(layer + ".bias");
         return at::linear(input, tensors.at(layer + ".weight"),
                           bias == tensors.end() ? at::Tensor() : bias->second.to(x.scalar_type()));
     }
@@ -158,8 +166,12 @@ const Transformer::Block& Transformer::block(int64_t layer) {
         auto compressed = suffix.compare(suffix.size() - 7, 7, ".weight") == 0 ? mModel.compressed(prefix + layer) : nullptr;
         if (compressed) b->compressed[layer] = compressed;
         if (const at::Tensor* given = parameter(prefix + suffix)) {
-            b->tensors[suffix] = *given;
+            b->tensors[suffix] = *given;   // training: the dense parameter, never a kernel
         } else if (compressed) {
+            if (auto kernel = nativeLinear(prefix + layer, *compressed)) {
+                b->native[layer] = std::move(kernel);
+                continue;
+            }
             b->tensors[suffix] = compressed->weight().to(mOptions.device, mOptions.dtype);
         } else {
             b->tensors[suffix] = weight(prefix + suffix);
@@ -171,6 +183,40 @@ const Transformer::Block& Transformer::block(int64_t layer) {
     }
     mScratch = std::move(b);
     return *mScratch;
+}
+
+std::shared_ptr<const NativeIntLinear> Transformer::nativeLinear(const std::string& name, const CompressedLinear& layer) {
+    LayerPath path;
+    std::shared_ptr<const NativeIntLinear> kernel;
+    const auto* integer = dynamic_cast<const IntLinear*>(&layer);
+    if (!mOptions.device.is_cuda()) {
+        path.how = "not on CUDA";
+    } else if (!mOptions.nativeKernels) {
+        path.how = "native kernels turned off";
+    } else if (!integer) {
+        path.how = "no kernel wired for " + layer.kind() + " layers";
+    } else {
+        if (!mNativeWorkspace) mNativeWorkspace = makeNativeWorkspace();
+        kernel = makeNativeIntLinear(integer->quantized(), integer->inputScale(), mOptions.device, mOptions.dtype,
+                                     mNativeWorkspace, path.how);
+        if (kernel) path = {true, kernel->kernelName()};
+    }
+    mLayerPaths[name] = path;
+    return kernel;
+}
+
+std::string Transformer::layerPathSummary() const {
+    std::map<std::string, int64_t> native, fallback;
+    for (const auto& [name, path] : mLayerPaths) ++(path.native ? native : fallback)[path.how];
+    auto list = [](const std::map<std::string, int64_t>& counts) {
+        std::string text;
+        for (const auto& [how, n] : counts) text += (text.empty() ? "" : ", ") + std::to_string(n) + " " + how;
+        return text;
+    };
+    std::string text;
+    if (!native.empty()) text = "native: " + list(native);
+    if (!fallback.empty()) text += std::string(text.empty() ? "" : "; ") + "dequantized: " + list(fallback);
+    return text;
 }
 
 at::Tensor Transformer::applyRope(const at::Tensor& x, int64_t start) const {

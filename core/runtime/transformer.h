@@ -12,6 +12,10 @@
 
 namespace cwb {
 
+class NativeWorkspace;
+class NativeIntLinear;
+class CompressedLinear;
+
 struct RuntimeOptions {
     at::Device device = at::kCPU;
     at::ScalarType dtype = at::kFloat;   // compute type of the matrices; norms and softmax run in fp32
@@ -25,6 +29,15 @@ struct RuntimeOptions {
     // Per block, a gate multiplying each query head's attention output: [heads] or [batch, heads]; an undefined
     // tensor or a missing entry means no gate. Its gradient is the head importance of Michel et al. (2019).
     const std::vector<at::Tensor>* headGates = nullptr;
+    // On CUDA, run 4- and 8-bit integer layers through the W4A16 / W8A16 kernels on their packed weights.
+    // Off, or where no kernel applies, they are dequantized to a dense weight (see Transformer::layerPaths).
+    bool nativeKernels = true;
+};
+
+// How one compressed linear layer computes on this runtime.
+struct LayerPath {
+    bool native = false;   // true: a kernel on the packed weights; false: dequantized to a dense weight
+    std::string how;       // the kernel ("W4A16") or why there was none
 };
 
 // Receives activations during a forward pass; the calibration of compression methods builds on it.
@@ -80,10 +93,16 @@ public:
     const RuntimeOptions& options() const { return mOptions; }
     std::unique_ptr<KvCache> makeCache(int64_t batch, int64_t capacity) const;
 
+    // The path of each compressed layer of the blocks loaded so far (all of them after one forward), by layer name.
+    const std::map<std::string, LayerPath>& layerPaths() const { return mLayerPaths; }
+    // "n native (W4A16), m dequantized: reason ..." or "" when there are no compressed layers.
+    std::string layerPathSummary() const;
+
 private:
     struct Block;
     struct Globals;
     const Block& block(int64_t layer);
+    std::shared_ptr<const NativeIntLinear> nativeLinear(const std::string& name, const CompressedLinear& layer);
     at::Tensor weight(const std::string& name) const;
     const at::Tensor* parameter(const std::string& name) const;   // from options.parameters, or null
     at::Tensor attention(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -99,6 +118,8 @@ private:
     std::vector<std::unique_ptr<Block>> mBlocks;
     std::unique_ptr<Block> mScratch;   // the block loaded when weights are not cached
     at::Tensor mInvFreq;               // [headDim / 2], fp32
+    std::shared_ptr<NativeWorkspace> mNativeWorkspace;
+    std::map<std::string, LayerPath> mLayerPaths;
 };
 
 // Inverse frequencies of RoPE (float32 [headDim / 2]) with the model's scaling and rope_freqs.weight applied.

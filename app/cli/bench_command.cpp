@@ -1,0 +1,134 @@
+#include <cstdio>
+#include <iostream>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli/arguments.h"
+#include "app/cli/commands.h"
+#include "core/compress/pipeline.h"
+#include "core/io/model_format.h"
+#include "core/runtime/cuda_linear.h"
+#include "core/runtime/latency.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+
+namespace cwb::cli {
+
+namespace {
+
+nlohmann::json toJson(const LatencyResult& r, size_t weightBytes, double copyBandwidth) {
+    nlohmann::json j = {{"load_seconds", r.loadSeconds},       {"prefill_seconds", r.prefillSeconds},
+                        {"prefill_tokens_per_second", r.prefillTokensPerSecond},
+                        {"decode_ms_p50", r.decodeP50Ms},      {"decode_ms_p99", r.decodeP99Ms},
+                        {"decode_ms_mean", r.decodeMeanMs},    {"decode_weight_bytes", weightBytes},
+                        {"peak_device_bytes", r.peakDeviceBytes}, {"compressed_layers", r.layerPaths}};
+    if (copyBandwidth > 0) {
+        const double floorMs = double(weightBytes) / copyBandwidth * 1e3;
+        j["weight_read_floor_ms"] = floorMs;
+        j["decode_p50_over_floor"] = r.decodeP50Ms / floorMs;
+    }
+    return j;
+}
+
+void printRow(const char* name, const nlohmann::json& j) {
+    std::printf("%-8s prefill %9.0f tok/s   decode p50 %8.3f ms  p99 %8.3f ms", name,
+                j["prefill_tokens_per_second"].get<double>(), j["decode_ms_p50"].get<double>(), j["decode_ms_p99"].get<double>());
+    if (j.contains("weight_read_floor_ms"))
+        std::printf("   floor %7.3f ms (x%.2f)", j["weight_read_floor_ms"].get<double>(), j["decode_p50_over_floor"].get<double>());
+    if (j["peak_device_bytes"].get<int64_t>() >= 0)
+        std::printf("   peak %.2f GiB", double(j["peak_device_bytes"].get<int64_t>()) / double(1 << 30));
+    std::printf("\n");
+    if (!j["compressed_layers"].get<std::string>().empty())
+        std::printf("         compressed layers: %s\n", j["compressed_layers"].get<std::string>().c_str());
+}
+
+} // namespace
+
+int runBench(const std::vector<std::string>& args) {
+    Arguments a(args,
+                {"recipe", "calib", "samples", "seq-len", "synthetic", "layers", "bits", "group-size", "batch",
+                 "prompt-tokens", "gen-tokens", "repeats", "seed", "threads", "tokenizer", "device", "dtype"},
+                {"json", "no-native"});
+    applyThreads(a.integer("threads", 0));
+    RuntimeOptions options = runtimeOptions(a);
+    options.nativeKernels = !a.flag("no-native");
+    LatencyParams p;
+    p.batch = a.integer("batch", 1);
+    p.promptTokens = a.integer("prompt-tokens", 128);
+    p.genTokens = a.integer("gen-tokens", 64);
+    p.prefillRepeats = a.integer("repeats", 3);
+    p.seed = static_cast<uint64_t>(a.integer("seed", 0));
+    const bool json = a.flag("json");
+
+    // Base and variant: a model file with --recipe, or --synthetic shapes with random INT levels.
+    std::unique_ptr<Model> base, variant;
+    std::string variantName;
+    const std::string synthetic = a.value("synthetic");
+    if (!synthetic.empty()) {
+        if (synthetic != "llama-7b") throw Error("--synthetic knows llama-7b only, got '" + synthetic + "'");
+        const at::Device device = options.device.is_cuda() ? options.device : at::Device(at::kCPU);
+        base = syntheticLlama7b(a.integer("layers", 32), device, p.seed);
+        const int bits = int(a.integer("bits", 4));
+        const int64_t group = a.integer("group-size", 128);
+        variant = randomIntVariant(*base, bits, group, device, p.seed);
+        variantName = "int" + std::to_string(bits) + " g" + std::to_string(group) + " (random levels)";
+    } else {
+        LoadOptions load;
+        load.tokenizerPath = a.value("tokenizer");
+        const std::string path = a.requirePositional("MODEL (or --synthetic llama-7b)");
+        base = loadModel(path, load);
+        if (a.has("recipe")) {
+            CalibrationSpec calib;
+            calib.textPath = a.value("calib");
+            calib.samples = a.integer("samples", 128);
+            calib.seqLen = a.integer("seq-len", 512);
+            calib.seed = p.seed;
+            variant = std::move(compressModel(*base, Recipe::load(a.value("recipe")), calib).model);
+            variantName = a.value("recipe");
+        }
+    }
+
+    // One memory baseline for both models, the variant first: LibTorch keeps freed blocks cached, so the smaller
+    // model measured second would show the larger one's memory. The copy bandwidth is measured last for the same reason.
+    if (options.device.is_cuda()) {
+        at::empty({1}, at::TensorOptions().device(options.device)).zero_();   // creates the CUDA context
+        p.deviceMemoryBaseline = deviceMemoryUsedBytes();
+    }
+    nlohmann::json report = {{"device", options.device.str()}, {"dtype", c10::toString(options.dtype)},
+                             {"batch", p.batch}, {"prompt_tokens", p.promptTokens}, {"gen_tokens", p.genTokens},
+                             {"model", base->path}, {"layers", base->spec.layers}};
+    std::optional<LatencyResult> variantResult;
+    if (variant) {
+        if (!json) std::fprintf(stderr, "bench: variant %s\n", variantName.c_str());
+        variantResult = measureLatency(*variant, options, p);
+    }
+    if (!json) std::fprintf(stderr, "bench: base\n");
+    const LatencyResult baseResult = measureLatency(*base, options, p);
+    const double copyBandwidth = options.device.is_cuda() ? measureCopyBandwidth(options.device) : 0;
+    if (copyBandwidth > 0) report["copy_bandwidth_gbs"] = copyBandwidth / 1e9;
+    if (variantResult) {
+        report["variant"] = toJson(*variantResult, decodeWeightBytes(*variant, options.dtype), copyBandwidth);
+        report["variant"]["name"] = variantName;
+    }
+    report["base"] = toJson(baseResult, decodeWeightBytes(*base, options.dtype), copyBandwidth);
+    if (report.contains("variant"))
+        report["decode_speedup_p50"] = report["base"]["decode_ms_p50"].get<double>() / report["variant"]["decode_ms_p50"].get<double>();
+
+    if (json) {
+        std::cout << report.dump(2) << "\n";
+        return 0;
+    }
+    std::printf("%s, %lld layers, %s %s, batch %lld, prompt %lld, generate %lld\n", base->path.c_str(),
+                static_cast<long long>(base->spec.layers), options.device.str().c_str(), c10::toString(options.dtype),
+                static_cast<long long>(p.batch), static_cast<long long>(p.promptTokens), static_cast<long long>(p.genTokens));
+    if (copyBandwidth > 0) std::printf("device copy bandwidth %.0f GB/s (read + write)\n", copyBandwidth / 1e9);
+    printRow("base", report["base"]);
+    if (report.contains("variant")) {
+        printRow("variant", report["variant"]);
+        std::printf("decode speed-up (p50): %.2fx\n", report["decode_speedup_p50"].get<double>());
+    }
+    return 0;
+}
+
+} // namespace cwb::cli

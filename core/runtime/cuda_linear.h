@@ -1,0 +1,41 @@
+#pragma once
+// Bridge from the runtime to the CUDA kernels of kernels/: an integer linear layer computed on its packed weights
+// by the W4A16 / W8A16 GEMMs. Plain C++ (no CUDA headers). Compiled against the kernels only when the build has
+// CWB_CUDA; otherwise every factory answers "unavailable" and the runtime dequantizes instead.
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "core/compress/quant_math.h"
+
+namespace cwb {
+
+// Device scratch shared by the native layers of one runtime: they run one after another on LibTorch's default
+// stream, which is also the stream the kernels are launched on.
+class NativeWorkspace;
+std::shared_ptr<NativeWorkspace> makeNativeWorkspace();
+
+class NativeIntLinear {
+public:
+    virtual ~NativeIntLinear() = default;
+    // x [..., cols] on the layer's device; returns [..., rows] in the runtime's compute type.
+    virtual at::Tensor forward(const at::Tensor& x) const = 0;
+    virtual std::string kernelName() const = 0;   // "W4A16" or "W8A16"
+    virtual size_t deviceBytes() const = 0;       // packed words, scales and tables on the device
+};
+
+// Packs the weight into the kernels' tiled layout once and uploads it. inputScale (AWQ, may be undefined) divides
+// the input first, as IntLinear::prepareInput does. Returns nullptr and sets `reason` where no kernel applies.
+std::unique_ptr<NativeIntLinear> makeNativeIntLinear(const quant::QuantizedWeight& weight, const at::Tensor& inputScale,
+                                                     at::Device device, at::ScalarType dtype,
+                                                     std::shared_ptr<NativeWorkspace> workspace, std::string& reason);
+
+// True when this build carries the CUDA kernels.
+bool nativeKernelsBuilt();
+
+// Bytes in use on the current CUDA device (driver's count, LibTorch's cache included); -1 without the kernels.
+int64_t deviceMemoryUsedBytes();
+
+} // namespace cwb

@@ -1,0 +1,195 @@
+#include "core/runtime/latency.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include <ATen/Context.h>
+
+#include "core/compress/compressed_layers.h"
+#include "core/runtime/cuda_linear.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
+
+namespace cwb {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double percentile(std::vector<double> values, double p) {
+    if (values.empty()) return 0;
+    std::sort(values.begin(), values.end());
+    const double rank = p * double(values.size() - 1);
+    const size_t lo = size_t(std::floor(rank)), hi = size_t(std::ceil(rank));
+    return values[lo] + (values[hi] - values[lo]) * (rank - double(lo));
+}
+
+// Next ids of every sequence from the last position's logits; reading them back waits for the device.
+at::Tensor greedyNext(const at::Tensor& logits) { return logits.select(1, logits.size(1) - 1).argmax(-1).unsqueeze(1).to(at::kCPU); }
+
+int64_t memoryNow(bool cuda) { return cuda ? deviceMemoryUsedBytes() : -1; }
+
+} // namespace
+
+LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, const LatencyParams& p, Feedback* feedback) {
+    if (p.batch < 1 || p.promptTokens < 1 || p.genTokens < 1 || p.prefillRepeats < 1)
+        throw Error("bench: batch, prompt tokens, generated tokens and repeats must be at least 1");
+    if (p.promptTokens + p.genTokens > model.spec.context)
+        throw Error("bench: " + std::to_string(p.promptTokens + p.genTokens) + " tokens exceed the model's context of " +
+                    std::to_string(model.spec.context));
+    const bool cuda = options.device.is_cuda();
+    LatencyResult r;
+    std::mt19937_64 rng(p.seed);
+    std::uniform_int_distribution<int64_t> pick(0, model.spec.vocab - 1);
+    at::Tensor prompt = at::empty({p.batch, p.promptTokens}, at::kLong);
+    for (int64_t i = 0; i < prompt.numel(); ++i) prompt.data_ptr<int64_t>()[i] = pick(rng);
+
+    const int64_t memoryAtStart = p.deviceMemoryBaseline >= 0 ? p.deviceMemoryBaseline : memoryNow(cuda);
+    int64_t peak = memoryAtStart;
+    auto sample = [&] { peak = std::max(peak, memoryNow(cuda)); };
+    Transformer runtime(model, options);
+    auto cache = runtime.makeCache(p.batch, p.promptTokens + p.genTokens);
+
+    auto start = Clock::now();
+    greedyNext(runtime.forward(prompt, cache.get()));
+    r.loadSeconds = secondsSince(start);
+    sample();
+    std::vector<double> prefill;
+    at::Tensor next;
+    for (int64_t i = 0; i < p.prefillRepeats; ++i) {
+        if (feedback) feedback->throwIfCancelled();
+        cache->reset();
+        start = Clock::now();
+        next = greedyNext(runtime.forward(prompt, cache.get()));
+        prefill.push_back(secondsSince(start));
+    }
+    sample();
+    r.prefillSeconds = percentile(prefill, 0.5);
+    r.prefillTokensPerSecond = double(p.batch * p.promptTokens) / r.prefillSeconds;
+
+    std::vector<double> steps;
+    for (int64_t i = 0; i < p.genTokens; ++i) {
+        if (feedback) {
+            feedback->throwIfCancelled();
+            feedback->setProgress(double(i) / double(p.genTokens));
+        }
+        start = Clock::now();
+        next = greedyNext(runtime.forward(next, cache.get()));
+        steps.push_back(secondsSince(start) * 1e3);
+    }
+    sample();
+    r.decodeP50Ms = percentile(steps, 0.5);
+    r.decodeP99Ms = percentile(steps, 0.99);
+    double sum = 0;
+    for (double s : steps) sum += s;
+    r.decodeMeanMs = sum / double(steps.size());
+    r.peakDeviceBytes = cuda && memoryAtStart >= 0 ? peak - memoryAtStart : -1;
+    r.layerPaths = runtime.layerPathSummary();
+    return r;
+}
+
+double measureCopyBandwidth(const at::Device& device, int64_t bytes) {
+    auto opts = at::TensorOptions().dtype(at::kByte).device(device);
+    at::Tensor from = at::ones({bytes}, opts), to = at::empty({bytes}, opts);
+    to.copy_(from);
+    to.select(0, 0).item<uint8_t>();   // waits for the device
+    std::vector<double> rates;
+    for (int i = 0; i < 5; ++i) {
+        const int copies = 10;
+        auto start = Clock::now();
+        for (int c = 0; c < copies; ++c) to.copy_(from);
+        to.select(0, 0).item<uint8_t>();
+        rates.push_back(2.0 * double(bytes) * copies / secondsSince(start));
+    }
+    return percentile(rates, 0.5);
+}
+
+std::unique_ptr<Model> syntheticLlama7b(int64_t layers, const at::Device& device, uint64_t seed) {
+    if (layers < 1 || layers > 32) throw Error("synthetic llama-7b: layers must be 1..32, got " + std::to_string(layers));
+    auto model = std::make_unique<Model>();
+    ArchSpec& s = model->spec;
+    s.modelType = "llama";
+    s.layers = layers;
+    s.hidden = 4096;
+    s.heads = s.kvHeads = 32;
+    s.headDim = 128;
+    s.ffn = 11008;
+    s.vocab = 32000;
+    s.context = 4096;
+    model->path = "synthetic:llama-7b";
+    model->format = "synthetic";
+    model->metadata["note"] = "random weights, Llama-2-7B shapes, " + std::to_string(layers) + " of 32 layers";
+    at::manual_seed(seed);
+    auto opts = at::TensorOptions().dtype(at::kHalf).device(device);
+    auto matrix = [&](const std::string& name, int64_t out, int64_t in) {
+        model->replaceTensor(name, (at::randn({out, in}, opts) * 0.02).to(at::kCPU));
+    };
+    auto ones = [&](const std::string& name) { model->replaceTensor(name, at::ones({s.hidden}, at::kFloat)); };
+    matrix("model.embed_tokens.weight", s.vocab, s.hidden);
+    for (int64_t l = 0; l < layers; ++l) {
+        auto n = [&](const char* suffix) { return names::llamaLayer(l, suffix); };
+        ones(n("input_layernorm.weight"));
+        ones(n("post_attention_layernorm.weight"));
+        for (const char* proj : {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                 "self_attn.o_proj.weight"})
+            matrix(n(proj), s.hidden, s.hidden);
+        matrix(n("mlp.gate_proj.weight"), s.ffn, s.hidden);
+        matrix(n("mlp.up_proj.weight"), s.ffn, s.hidden);
+        matrix(n("mlp.down_proj.weight"), s.hidden, s.ffn);
+    }
+    ones("model.norm.weight");
+    matrix("lm_head.weight", s.vocab, s.hidden);
+    s.validate(model->path);
+    return model;
+}
+
+std::unique_ptr<Model> randomIntVariant(const Model& base, int bits, int64_t groupSize, const at::Device& device,
+                                        uint64_t seed) {
+    quant::QuantSpec spec;
+    spec.bits = bits;
+    spec.symmetric = true;
+    spec.groupSize = groupSize;
+    quant::validateSpec(spec);
+    auto variant = base.clone();
+    at::manual_seed(seed + 1);
+    for (const std::string& layer : base.linearLayers()) {
+        const TensorRecord& record = base.tensor(layer + ".weight");
+        quant::QuantizedWeight q;
+        q.spec = spec;
+        q.rows = record.shape.at(0);
+        q.cols = record.shape.at(1);
+        const int64_t words = (q.cols + quant::levelsPerWord(bits) - 1) / quant::levelsPerWord(bits);
+        const int64_t groups = quant::groupCount(q.cols, groupSize);
+        auto onDevice = at::TensorOptions().device(device);
+        // Every bit pattern is a valid word at 4 and 8 bits (whole levels per word).
+        q.packed = at::randint(std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), {q.rows, words},
+                               onDevice.dtype(at::kInt)).to(at::kCPU);
+        q.scales = (at::rand({q.rows, groups}, onDevice.dtype(at::kFloat)) * 0.004 + 0.001).to(at::kCPU);
+        q.zeros = at::full({q.rows, groups}, 1 << (bits - 1), at::kInt);
+        q.groupIndex = quant::defaultGroupIndex(q.cols, groupSize);
+        variant->setCompressed(layer, std::make_shared<IntLinear>(std::move(q), at::Tensor(), "random levels"));
+    }
+    return variant;
+}
+
+size_t decodeWeightBytes(const Model& model, at::ScalarType dtype) {
+    const size_t element = c10::elementSize(dtype);
+    size_t bytes = 0;
+    for (const std::string& layer : model.linearLayers()) {
+        if (auto c = model.compressed(layer)) {
+            bytes += c->storageBytes();
+        } else {
+            bytes += size_t(model.tensor(layer + ".weight").elementCount()) * element;
+        }
+    }
+    const std::string head = model.has("lm_head.weight") ? "lm_head.weight"
+                             : model.spec.family == Family::Llama ? "model.embed_tokens.weight" : "transformer.wte.weight";
+    return bytes + size_t(model.tensor(head).elementCount()) * element;
+}
+
+} // namespace cwb

@@ -1,0 +1,56 @@
+#pragma once
+// Speed of the runtime on one model: prefill tokens/s, decode ms per token (p50, p99), device memory.
+// Used by `cwb bench`; models with random weights of a real model's shapes make the speed of large shapes
+// measurable without downloading them.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/model/model.h"
+#include "core/runtime/transformer.h"
+
+namespace cwb {
+
+class Feedback;
+
+struct LatencyParams {
+    int64_t batch = 1;
+    int64_t promptTokens = 128;
+    int64_t genTokens = 64;
+    int64_t prefillRepeats = 3;   // prefill timed this many times (median); one untimed pass loads the weights first
+    uint64_t seed = 0;            // prompt token ids are drawn from it
+    // Device bytes in use before any model was loaded (deviceMemoryUsedBytes()); -1: sampled when the call starts.
+    // Measuring several models in one process, pass one baseline: LibTorch keeps freed blocks cached, so a model
+    // measured after another reuses its memory and a per-call baseline would hide that part of its peak.
+    int64_t deviceMemoryBaseline = -1;
+};
+
+struct LatencyResult {
+    double loadSeconds = 0;              // first forward: weights converted, packed, uploaded
+    double prefillSeconds = 0;           // median
+    double prefillTokensPerSecond = 0;   // batch * promptTokens / prefillSeconds
+    double decodeP50Ms = 0, decodeP99Ms = 0, decodeMeanMs = 0;   // one step of `batch` tokens, synchronised
+    int64_t peakDeviceBytes = -1;        // driver's count sampled after each phase, minus the baseline; -1: CPU
+    std::string layerPaths;              // Transformer::layerPathSummary()
+};
+
+// Greedy decoding from random prompt ids; every step waits for the device (the next ids are read back).
+LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, const LatencyParams& params,
+                             Feedback* feedback = nullptr);
+
+// Device-to-device copy bandwidth (bytes read + written per second) of `bytes`-sized buffers, median of 5 timings.
+double measureCopyBandwidth(const at::Device& device, int64_t bytes = int64_t(1) << 30);
+
+// A Llama-2-7B-shaped model (hidden 4096, 32 heads, ffn 11008, vocab 32000) with `layers` blocks of random fp16
+// weights (std 0.02; norms 1), generated on `device`. Speed measurements only.
+std::unique_ptr<Model> syntheticLlama7b(int64_t layers, const at::Device& device, uint64_t seed = 0);
+
+// The variant a speed measurement needs without the cost of quantizing: every block linear becomes an IntLinear
+// with random levels in the layout RTN gives (`bits`, symmetric, `groupSize`); values are meaningless.
+std::unique_ptr<Model> randomIntVariant(const Model& base, int bits, int64_t groupSize, const at::Device& device,
+                                        uint64_t seed = 0);
+
+// Bytes of the matrices one decode step reads: block linears (compressed: their storage) and the output head.
+size_t decodeWeightBytes(const Model& model, at::ScalarType dtype);
+
+} // namespace cwb

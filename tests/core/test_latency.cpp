@@ -1,0 +1,79 @@
+// The runtime's speed measurement (core/runtime/latency.h) and its per-layer path report on the CPU, where no
+// kernel applies; the CUDA side is tests/gpu/test_cuda_native_linear.
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include "core/compress/compressed_layers.h"
+#include "core/io/model_format.h"
+#include "core/runtime/latency.h"
+#include "core/runtime/transformer.h"
+#include "core/util/error.h"
+#include "tests/support/synthetic_models.h"
+
+using namespace cwb;
+using namespace cwb::test;
+
+class TestLatency : public QObject {
+    Q_OBJECT
+private slots:
+    void compressedLayersReportTheirPath();
+    void measuresPrefillAndDecode();
+    void randomVariantCompressesEveryLinear();
+};
+
+namespace {
+std::unique_ptr<Model> tinyModel(QTemporaryDir& dir) {
+    writeHfFolder(dir.path().toStdString(), tinyLlamaSpec(), randomWeights(tinyLlamaSpec(), 3), ggml::Type::F16);
+    return loadModel(dir.path().toStdString());
+}
+} // namespace
+
+void TestLatency::compressedLayersReportTheirPath() {
+    QTemporaryDir dir;
+    auto model = tinyModel(dir);
+    const auto layers = model->linearLayers();
+    for (const auto& layer : layers)
+        model->setCompressed(layer, std::make_shared<IntLinear>(quant::quantizeRtn(model->floatTensor(layer + ".weight"), {4, true, 32})));
+    Transformer rt(*model);
+    QVERIFY(rt.layerPaths().empty());   // blocks load on the first forward
+    rt.forward(at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0));
+    QCOMPARE(rt.layerPaths().size(), layers.size());
+    for (const auto& [name, path] : rt.layerPaths()) {
+        QVERIFY(!path.native);
+        QCOMPARE(path.how, std::string("not on CUDA"));
+    }
+    QCOMPARE(rt.layerPathSummary(), "dequantized: " + std::to_string(layers.size()) + " not on CUDA");
+}
+
+void TestLatency::measuresPrefillAndDecode() {
+    QTemporaryDir dir;
+    auto model = tinyModel(dir);
+    LatencyParams p;
+    p.batch = 2;
+    p.promptTokens = 8;
+    p.genTokens = 5;
+    LatencyResult r = measureLatency(*model, RuntimeOptions{}, p);
+    QVERIFY(r.prefillSeconds > 0);
+    QCOMPARE(r.prefillTokensPerSecond, 16 / r.prefillSeconds);
+    QVERIFY(r.decodeP50Ms > 0 && r.decodeP50Ms <= r.decodeP99Ms);
+    QCOMPARE(r.peakDeviceBytes, int64_t(-1));   // CPU: no device memory
+    QVERIFY(r.layerPaths.empty());              // no compressed layers
+    p.promptTokens = model->spec.context;       // prompt + generated tokens past the context
+    QVERIFY_THROWS_EXCEPTION(Error, measureLatency(*model, RuntimeOptions{}, p));
+}
+
+void TestLatency::randomVariantCompressesEveryLinear() {
+    QTemporaryDir dir;
+    auto model = tinyModel(dir);
+    auto variant = randomIntVariant(*model, 4, 16, at::kCPU);
+    for (const auto& layer : model->linearLayers()) {
+        auto c = variant->compressed(layer);
+        QVERIFY(c && c->kind() == "int" && c->bits() == 4);
+    }
+    QVERIFY(decodeWeightBytes(*variant, at::kHalf) < decodeWeightBytes(*model, at::kHalf));
+    Transformer rt(*variant);
+    QVERIFY(rt.forward(at::tensor(std::vector<int64_t>{1, 2}, at::kLong).unsqueeze(0)).isfinite().all().item<bool>());
+}
+
+QTEST_APPLESS_MAIN(TestLatency)
+#include "test_latency.moc"

@@ -1,0 +1,177 @@
+// GPU test (plain executable, CTest label `gpu`): integer layers run on CUDA through the W4A16 / W8A16 kernels on
+// their packed weights (Transformer with RuntimeOptions::nativeKernels) and give the logits of the CPU path, which
+// dequantizes. Exits 77 without a GPU or without the kernels in the build.
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "core/compress/compressed_layers.h"
+#include "core/model/model.h"
+#include "core/runtime/cuda_linear.h"
+#include "core/runtime/transformer.h"
+
+namespace {
+
+// Normalised error ‖a − b‖² / ‖a‖² of logits against the fp32 CPU path. fp16 activations carry ~11 bits, bf16 ~8.
+constexpr double kFp16Tolerance = 1e-3;
+constexpr double kBf16Tolerance = 1e-2;
+
+int failures = 0;
+void check(bool ok, const std::string& what) {
+    std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what.c_str());
+    failures += ok ? 0 : 1;
+}
+
+double normalisedError(const at::Tensor& reference, const at::Tensor& value) {
+    at::Tensor r = reference.to(at::kCPU, at::kDouble), v = value.to(at::kCPU, at::kDouble);
+    return (r - v).pow(2).sum().item<double>() / r.pow(2).sum().item<double>();
+}
+
+// Llama-shaped model with q/k/v biases; ffn 688 leaves a partial group at g128 and g32 (kernel padding path).
+std::unique_ptr<cwb::Model> makeBase() {
+    auto m = std::make_unique<cwb::Model>();
+    cwb::ArchSpec& s = m->spec;
+    s.modelType = "qwen2";
+    s.layers = 2;
+    s.hidden = 256;
+    s.heads = 4;
+    s.kvHeads = 2;
+    s.headDim = 64;
+    s.ffn = 688;
+    s.vocab = 96;
+    s.context = 128;
+    s.attentionBias = true;
+    m->path = "test:native-linear";
+    at::manual_seed(7);
+    auto put = [&](const std::string& name, std::vector<int64_t> shape, double scale) {
+        m->replaceTensor(name, at::randn(shape, at::kFloat) * scale);
+    };
+    put("model.embed_tokens.weight", {s.vocab, s.hidden}, 0.5);
+    for (int64_t l = 0; l < s.layers; ++l) {
+        auto n = [&](const char* suffix) { return cwb::names::llamaLayer(l, suffix); };
+        m->replaceTensor(n("input_layernorm.weight"), at::ones({s.hidden}) + 0.1 * at::randn({s.hidden}));
+        m->replaceTensor(n("post_attention_layernorm.weight"), at::ones({s.hidden}) + 0.1 * at::randn({s.hidden}));
+        put(n("self_attn.q_proj.weight"), {s.heads * s.headDim, s.hidden}, 0.08);
+        put(n("self_attn.k_proj.weight"), {s.kvHeads * s.headDim, s.hidden}, 0.08);
+        put(n("self_attn.v_proj.weight"), {s.kvHeads * s.headDim, s.hidden}, 0.08);
+        put(n("self_attn.q_proj.bias"), {s.heads * s.headDim}, 0.1);
+        put(n("self_attn.k_proj.bias"), {s.kvHeads * s.headDim}, 0.1);
+        put(n("self_attn.v_proj.bias"), {s.kvHeads * s.headDim}, 0.1);
+        put(n("self_attn.o_proj.weight"), {s.hidden, s.heads * s.headDim}, 0.08);
+        put(n("mlp.gate_proj.weight"), {s.ffn, s.hidden}, 0.08);
+        put(n("mlp.up_proj.weight"), {s.ffn, s.hidden}, 0.08);
+        put(n("mlp.down_proj.weight"), {s.hidden, s.ffn}, 0.05);
+    }
+    m->replaceTensor("model.norm.weight", at::ones({s.hidden}));
+    put("lm_head.weight", {s.vocab, s.hidden}, 0.3);
+    s.validate(m->path);
+    return m;
+}
+
+// GPTQ's act-order form: groups formed over a random column order, groupIndex mapping each column to its group.
+cwb::quant::QuantizedWeight actOrderRtn(const at::Tensor& w, const cwb::quant::QuantSpec& spec) {
+    at::Tensor order = at::randperm(w.size(1), at::kLong);
+    cwb::quant::QuantizedWeight q = cwb::quant::quantizeRtn(w.index_select(1, order), spec);
+    at::Tensor permuted = cwb::quant::unpackLevels(q.packed, spec.bits, q.cols);
+    at::Tensor levels = at::empty_like(permuted), groups = at::empty_like(q.groupIndex);
+    levels.index_copy_(1, order, permuted);
+    groups.index_copy_(0, order, q.groupIndex);
+    q.packed = cwb::quant::packLevels(levels, spec.bits);
+    q.groupIndex = groups;
+    return q;
+}
+
+struct Case {
+    const char* name;
+    std::function<std::shared_ptr<cwb::IntLinear>(const std::string& layer, const at::Tensor& w)> make;
+    int64_t expectedNative;   // of the 14 block linears
+};
+
+std::shared_ptr<cwb::IntLinear> rtn(const at::Tensor& w, int bits, int64_t group, bool symmetric) {
+    return std::make_shared<cwb::IntLinear>(cwb::quant::quantizeRtn(w, {bits, symmetric, group}), at::Tensor(), "rtn");
+}
+
+} // namespace
+
+int main() {
+    if (!at::hasCUDA()) {
+        std::printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    if (!cwb::nativeKernelsBuilt()) {
+        std::printf("SKIP: this build has no CUDA kernels (CWB_CUDA off)\n");
+        return 77;
+    }
+    try {
+        auto base = makeBase();
+        const std::vector<Case> cases = {
+            {"int4 g32 sym", [](const std::string&, const at::Tensor& w) { return rtn(w, 4, 32, true); }, 14},
+            {"int8 per-channel asym", [](const std::string&, const at::Tensor& w) { return rtn(w, 8, -1, false); }, 14},
+            {"int4 g128 asym + AWQ input scales",
+             [](const std::string&, const at::Tensor& w) {
+                 at::Tensor s = at::rand({w.size(1)}) * 1.5 + 0.5;
+                 return std::make_shared<cwb::IntLinear>(cwb::quant::quantizeRtn(w * s.unsqueeze(0), {4, false, 128}), s, "awq");
+             },
+             14},
+            {"int4 g64 act-order",
+             [](const std::string&, const at::Tensor& w) {
+                 return std::make_shared<cwb::IntLinear>(actOrderRtn(w, {4, true, 64}), at::Tensor(), "gptq");
+             },
+             14},
+            {"int4 g128 with one 3-bit layer (dequantized fallback)",
+             [](const std::string& layer, const at::Tensor& w) {
+                 return rtn(w, layer == "model.layers.1.mlp.down_proj" ? 3 : 4, 128, true);
+             },
+             13},
+        };
+        at::Tensor prompt = at::randint(0, base->spec.vocab, {2, 40}, at::kLong);   // 80 rows: slices of 64 + 16
+        for (const Case& c : cases) {
+            std::printf("== %s\n", c.name);
+            auto variant = base->clone();
+            for (const std::string& layer : base->linearLayers())
+                variant->setCompressed(layer, c.make(layer, base->floatTensor(layer + ".weight")));
+            cwb::Transformer cpu(*variant);
+            const at::Tensor reference = cpu.forward(prompt);
+            for (auto dtype : {at::kHalf, at::kBFloat16}) {
+                const double tolerance = dtype == at::kHalf ? kFp16Tolerance : kBf16Tolerance;
+                cwb::RuntimeOptions o;
+                o.device = at::Device(at::kCUDA);
+                o.dtype = dtype;
+                cwb::Transformer gpu(*variant, o);
+                const double error = normalisedError(reference, gpu.forward(prompt));
+                int64_t native = 0;
+                for (const auto& [name, path] : gpu.layerPaths()) native += path.native ? 1 : 0;
+                std::printf("  %s: normalised logit error %.3g (tolerance %.0e); %s\n", c10::toString(dtype), error,
+                            tolerance, gpu.layerPathSummary().c_str());
+                check(error <= tolerance, std::string(c10::toString(dtype)) + " logits through the kernels match the CPU");
+                check(native == c.expectedNative && int64_t(gpu.layerPaths().size()) == 14,
+                      "the expected layers ran natively, the others are listed as dequantized");
+
+                o.nativeKernels = false;
+                cwb::Transformer dense(*variant, o);
+                const double denseError = normalisedError(reference, dense.forward(prompt));
+                check(denseError <= tolerance && !dense.layerPaths().begin()->second.native,
+                      "with native kernels off the dequantized path gives the same logits");
+            }
+            // Decode with the KV cache (one token per step: the M = 2 path) against the CPU's full-sequence logits.
+            cwb::RuntimeOptions o;
+            o.device = at::Device(at::kCUDA);
+            o.dtype = at::kHalf;
+            cwb::Transformer gpu(*variant, o);
+            auto cache = gpu.makeCache(2, 40);
+            std::vector<at::Tensor> steps = {gpu.forward(prompt.narrow(1, 0, 36), cache.get())};
+            for (int64_t t = 36; t < 40; ++t) steps.push_back(gpu.forward(prompt.narrow(1, t, 1), cache.get()));
+            const double decodeError = normalisedError(reference, at::cat(steps, 1));
+            std::printf("  decode with cache: normalised logit error %.3g\n", decodeError);
+            check(decodeError <= kFp16Tolerance, "token-by-token decode through the kernels matches the CPU");
+        }
+    } catch (const std::exception& e) {
+        std::printf("FAIL: %s\n", e.what());
+        return 1;
+    }
+    std::printf("%d failed\n", failures);
+    return failures ? 1 : 0;
+}
