@@ -3,6 +3,7 @@
 #   main-window.png  the model tree and a head-ablation heatmap the GUI computes
 #   pipeline.png     the pipeline editor: a variant's steps and the form generated from the method's parameters
 #   compare.png      the A/B view after the GUI evaluates the base and three variants
+#   distillation.png the Run tab while a distillation step trains, with its live loss curves
 # Usage: packaging/make-screenshots.sh [BUILD_DIR] [FIXTURES_DIR]   (needs xvfb-run: apt-get install xvfb xauth)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,4 +42,13 @@ shot "$project" --size 1600x900 --compute-importance heads.ablation --tab import
 shot "$project" --size 1600x900 --tab pipeline --select-layer model.layers.0.mlp.up_proj --screenshot "$out/pipeline.png"
 shot "$project" --size 1600x900 --run-all --tab compare --metric perplexity \
     --select-layer model.layers.0.self_attn.q_proj --screenshot "$out/compare.png"
+# Distillation: magnitude 50% pruning recovered by distill.kd; grabbed while it trains.
+cat > "$work/distill.json" <<'JSON'
+{"steps": [{"method": "prune.magnitude", "params": {"sparsity": 0.5}},
+           {"method": "distill.kd", "params": {"steps": 400, "batch_size": 4, "seq_len": 64, "eval_every": 50}}]}
+JSON
+distill="$work/distill.cwbproj"
+"$cwb" project create "$distill" --model "$model" --calib "$text" --eval "$text" --ctx 128 --chunks 16 \
+    --samples 32 --seq-len 64 --recipe "$work/distill.json"
+shot "$distill" --size 1600x900 --run-all --grab-while-running 120 --screenshot "$out/distillation.png"
 echo "screenshots in $out"

@@ -46,10 +46,12 @@ int runGui(int argc, char** argv) {
     QCommandLineOption tab(QStringLiteral("tab"), QStringLiteral("tab to show: importance, pipeline, run, compare"), QStringLiteral("TAB"));
     QCommandLineOption compute(QStringLiteral("compute-importance"), QStringLiteral("compute this importance kind first"), QStringLiteral("KIND"));
     QCommandLineOption runAll(QStringLiteral("run-all"), QStringLiteral("evaluate the base and every variant first"));
+    QCommandLineOption whileRunning(QStringLiteral("grab-while-running"),
+                                    QStringLiteral("with --run-all: grab the Run tab once a step has drawn N loss points"), QStringLiteral("N"));
     QCommandLineOption metric(QStringLiteral("metric"), QStringLiteral("Compare tab metric"), QStringLiteral("METRIC"));
     QCommandLineOption select(QStringLiteral("select-layer"), QStringLiteral("layer to select in the model tree"), QStringLiteral("LAYER"));
     QCommandLineOption size(QStringLiteral("size"), QStringLiteral("window size WxH"), QStringLiteral("WxH"));
-    for (auto* o : {&screenshot, &tab, &compute, &runAll, &metric, &select, &size}) {
+    for (auto* o : {&screenshot, &tab, &compute, &runAll, &whileRunning, &metric, &select, &size}) {
         o->setFlags(QCommandLineOption::HiddenFromHelp);
         parser.addOption(*o);
     }
@@ -74,6 +76,7 @@ int runGui(int argc, char** argv) {
         plan.tab = parser.value(tab);
         plan.computeKind = parser.value(compute);
         plan.runAll = parser.isSet(runAll);
+        plan.grabAfterLossPoints = parser.value(whileRunning).toInt();
         plan.metric = parser.value(metric);
         plan.selectLayer = parser.value(select);
         (new ScreenshotDriver(&window, plan))->start();

@@ -11,6 +11,7 @@
 #include "app/gui/main_window.h"
 #include "app/gui/model_tree_view.h"
 #include "app/gui/run_view.h"
+#include "widgets/loss_curve.h"
 
 namespace cwb {
 
@@ -37,10 +38,26 @@ void ScreenshotDriver::next() {
     if (mPlan.runAll) {
         mPlan.runAll = false;
         connect(mWindow->runView(), &RunView::finished, this, [this](bool ok) {
+            if (mPlan.grabAfterLossPoints > 0) return fail("the run ended before the loss curve had enough points");
             if (ok) next();
             else fail("the run failed");
         });
         if (!mWindow->runView()->runAll()) fail("cannot run the project");
+        if (mPlan.grabAfterLossPoints > 0) {
+            // A training step in progress: poll the live loss curve and grab while the run goes on.
+            mWindow->showTab(MainWindow::RunTab);
+            auto* poll = new QTimer(this);
+            connect(poll, &QTimer::timeout, this, [this, poll] {
+                const LossCurve* curve = mWindow->runView()->lossCurve();
+                for (const QString& series : curve->seriesNames())
+                    if (curve->pointCount(series) >= mPlan.grabAfterLossPoints) {
+                        poll->stop();
+                        grab();
+                        return;
+                    }
+            });
+            poll->start(250);
+        }
         return;
     }
     static const QStringList tabs = {"importance", "pipeline", "run", "compare"};

@@ -14,6 +14,7 @@ struct ScreenshotPlan {
     QString tab;               // importance | pipeline | run | compare
     QString computeKind;       // importance kind to compute first; empty: show what is stored
     bool runAll = false;       // evaluate the base and every variant first
+    int grabAfterLossPoints = 0;   // > 0: grab the Run tab during the run, once a loss curve has that many points
     QString metric;            // Compare tab metric
     QString selectLayer;       // model tree selection
     int samples = 8, tokens = 64;
