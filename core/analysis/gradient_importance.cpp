@@ -1,5 +1,6 @@
 #include "core/analysis/gradient_importance.h"
 
+#include <c10/core/GradMode.h>   // NoGradGuard: ATen/ATen.h does not bring it in LibTorch 2.x
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -53,7 +54,7 @@ GradientPass runGradientPass(const Model& model, const at::Tensor& windows, bool
     out.headGradients = at::full({samples, s.layers, maxHeads}, std::nan(""), at::kDouble);
     out.absGradientSum.resize(static_cast<size_t>(s.layers));
     out.inactiveCount.resize(static_cast<size_t>(s.layers));
-    at::AutoGradMode gradients(true);
+    c10::AutoGradMode gradients(true);
     for (int64_t first = 0; first < samples; first += batchSize) {
         if (feedback) {
             feedback->throwIfCancelled();

@@ -1,5 +1,6 @@
 #include "core/compress/distill_math.h"
 
+#include <c10/core/GradMode.h>   // NoGradGuard: ATen/ATen.h does not bring it in LibTorch 2.x
 #include <cmath>
 #include <sstream>
 
@@ -109,7 +110,7 @@ at::Tensor fakeQuantize(const at::Tensor& w, const quant::QuantizedWeight& grid)
     const double maxq = double((int64_t(1) << grid.spec.bits) - 1);
     at::Tensor q;
     {
-        at::NoGradGuard noGrad;
+        c10::NoGradGuard noGrad;
         at::Tensor levels = at::round(w.detach() / scale).add(zero).clamp(0, maxq);
         q = (levels - zero) * scale;
     }

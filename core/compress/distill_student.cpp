@@ -1,5 +1,6 @@
 #include "core/compress/distill_student.h"
 
+#include <c10/core/GradMode.h>   // NoGradGuard: ATen/ATen.h does not bring it in LibTorch 2.x
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -86,7 +87,7 @@ const std::map<std::string, at::Tensor>& StudentTensors::effective() {
 }
 
 void StudentTensors::storeInto(Model& model) const {
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     for (const auto& t : mTrained) {
         at::Tensor w = (t.mask.defined() ? t.latent * t.mask : t.latent).detach().to(at::kCPU);
         if (t.quantized) {
@@ -139,7 +140,7 @@ void StudentTensors::load(const std::string& path) {
     if (tensors.size() != mTrained.size())
         throw Error(path, "the checkpoint holds " + std::to_string(tensors.size()) + " tensors, this student trains " +
                               std::to_string(mTrained.size()) + " (another model or other settings)");
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     for (size_t i = 0; i < mTrained.size(); ++i) {
         TrainedTensor& t = mTrained[i];
         if (tensors[i]["name"] != t.name || tensors[i]["shape"].get<std::vector<int64_t>>() != t.latent.sizes().vec())

@@ -1,5 +1,6 @@
 #include "core/compress/distill_trainer.h"
 
+#include <c10/core/GradMode.h>   // NoGradGuard: ATen/ATen.h does not bring it in LibTorch 2.x
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -59,7 +60,7 @@ std::string stepText(int64_t step) { return "step " + std::to_string(step); }
 } // namespace
 
 double windowPerplexity(Transformer& model, const at::Tensor& windows, int64_t batchSize) {
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     double sum = 0;
     int64_t count = 0;
     for (int64_t start = 0; start < windows.size(0); start += batchSize) {
@@ -77,7 +78,7 @@ at::Tensor sampleSequences(Transformer& model, TokenId bos, int64_t count, int64
     if (length < 2 || length > model.spec().context)
         throw Error("teacher-generated data: sequences of " + std::to_string(length) + " tokens do not fit the context of " +
                     std::to_string(model.spec().context));
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     at::Tensor out = at::empty({count, length}, at::kLong);
@@ -132,7 +133,7 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
     RuntimeOptions studentOptions;
     studentOptions.device = c.device;
     auto evaluate = [&]() {
-        at::NoGradGuard noGrad;
+        c10::NoGradGuard noGrad;
         studentOptions.parameters = &tensors.effective();
         Transformer model(student, studentOptions);
         return windowPerplexity(model, data.eval.to(at::kLong), c.batchSize);
@@ -166,7 +167,7 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
             at::Tensor inputs = batch.narrow(1, 0, batch.size(1) - 1), labels = batch.narrow(1, 1, batch.size(1) - 1);
             Pass teacherPass;
             {
-                at::NoGradGuard noGrad;
+                c10::NoGradGuard noGrad;
                 teacherPass = run(teacherModel, inputs, wantHidden, wantAttention);
             }
             studentOptions.parameters = &tensors.effective();
@@ -209,7 +210,7 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
                         "; the student keeps the weights of " + stepText(step) + ". Lower the learning rate.");
         }
         {
-            at::NoGradGuard noGrad;
+            c10::NoGradGuard noGrad;
             for (auto& t : tensors.trained()) {
                 if (!t.latent.grad().defined()) continue;
                 at::Tensor param = t.latent;   // shares storage with the leaf: in-place updates keep it a leaf
