@@ -35,9 +35,7 @@ int runBudget(const std::vector<std::string>& args) {
             options.bits.push_back(bits);
         }
     }
-    CalibrationSpec spec{a.value("text"), a.integer("samples", 8), a.integer("seq-len", 256), static_cast<uint64_t>(a.integer("seed", 0))};
-    at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), true), model->tokenizer->bos(),
-                                         spec, model->spec.context);
+    const at::Tensor windows = windowsFromText(a, a.value("text"), *model, 8);
     CallbackFeedback feedback;
     int last = -1;
     if (!a.flag("quiet") && !a.flag("json"))

@@ -5,6 +5,9 @@
 
 #include "app/cli/arguments.h"
 
+#include "core/compress/pipeline.h"
+#include "core/eval/perplexity.h"
+#include "core/model/model.h"
 #include "core/util/error.h"
 
 namespace cwb::cli {
@@ -58,6 +61,17 @@ RuntimeOptions runtimeOptions(const Arguments& args) {
     else if (dtype == "bf16") options.dtype = at::kBFloat16;
     else if (!dtype.empty()) throw Error("--dtype must be f32, f16 or bf16, got '" + dtype + "'");
     return options;
+}
+
+at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples) {
+    if (!model.tokenizer) throw Error(model.path, "has no tokenizer");
+    CalibrationSpec spec;
+    spec.textPath = textPath;
+    spec.samples = args.integer("samples", samples);
+    spec.seqLen = args.integer("seq-len", 256);
+    spec.seed = static_cast<uint64_t>(args.integer("seed", 0));
+    return drawCalibration(model.tokenizer->encode(readTextFile(textPath), true), model.tokenizer->bos(), spec,
+                           model.spec.context);
 }
 
 void applyThreads(int64_t threads) {

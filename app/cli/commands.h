@@ -31,6 +31,10 @@ class Arguments;
 // --device cpu|cuda[:N] and --dtype f32|f16|bf16 (default: f32 on CPU, f16 on CUDA); refuses CUDA when absent.
 RuntimeOptions runtimeOptions(const Arguments& args);
 
+// Token windows for measurements: --samples (default `samples`) windows of --seq-len (256) tokens of the text
+// file, drawn with --seed (0). Throws cwb::Error when the model has no tokenizer or the text cannot be read.
+at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples);
+
 // Applies --threads N (0 or absent: LibTorch's default).
 void applyThreads(int64_t threads);
 

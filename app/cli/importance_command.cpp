@@ -20,14 +20,7 @@ int runImportance(const std::vector<std::string>& args) {
     const std::string path = a.requirePositional("MODEL");
     if (!a.has("text")) throw Error("importance needs --text FILE (the token windows it measures on)");
     auto model = loadModel(path);
-    if (!model->tokenizer) throw Error(path, "has no tokenizer");
-    CalibrationSpec spec;
-    spec.textPath = a.value("text");
-    spec.samples = a.integer("samples", 16);
-    spec.seqLen = a.integer("seq-len", 256);
-    spec.seed = static_cast<uint64_t>(a.integer("seed", 0));
-    at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), true), model->tokenizer->bos(),
-                                         spec, model->spec.context);
+    const at::Tensor windows = windowsFromText(a, a.value("text"), *model, 16);
     CallbackFeedback feedback;
     int last = -1;
     if (!a.flag("quiet") && !a.flag("json"))
