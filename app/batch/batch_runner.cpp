@@ -18,6 +18,7 @@
 #include "core/export/export_format.h"
 #include "core/project/project_runner.h"
 #include "core/util/error.h"
+#include "core/util/scratch_file.h"
 #include "core/util/feedback.h"
 #include "core/version.h"
 
@@ -122,6 +123,9 @@ int BatchRunner::run() {
         }
         progress("loading " + modelPath);
         auto base = loadModel(modelPath);
+        std::string scratchNote;
+        base->setScratch(chooseScratch("auto", base->storageBytes(), &scratchNote));
+        if (!scratchNote.empty()) progress(scratchNote);
 
         std::vector<std::string> names = {"base"};
         if (mVariants.empty()) {

@@ -16,7 +16,7 @@
 namespace cwb::cli {
 
 int runBudget(const std::vector<std::string>& args) {
-    Arguments a(args, {"text", "target-bits", "bits", "group-size", "samples", "seq-len", "seed", "out", "threads"}, {"json", "quiet"});
+    Arguments a(args, {"text", "target-bits", "bits", "group-size", "method", "params", "samples", "seq-len", "seed", "out", "threads"}, {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
     if (!a.has("text") || !a.has("target-bits")) throw Error("budget needs --text FILE and --target-bits B");
@@ -25,6 +25,15 @@ int runBudget(const std::vector<std::string>& args) {
     BudgetOptions options;
     options.targetBitsPerWeight = a.number("target-bits", 4.5);
     options.groupSize = a.integer("group-size", 32);
+    options.method = a.value("method", "quantize.rtn");
+    if (a.has("params")) {
+        try {
+            options.params = nlohmann::json::parse(a.value("params"));
+        } catch (const nlohmann::json::exception& e) {
+            throw Error(std::string("--params must be a JSON object: ") + e.what());
+        }
+        if (!options.params.is_object()) throw Error("--params must be a JSON object, e.g. '{\"act_order\":true}'");
+    }
     if (a.has("bits")) {
         options.bits.clear();
         std::stringstream list(a.value("bits"));
@@ -52,7 +61,7 @@ int runBudget(const std::vector<std::string>& args) {
             for (const auto& opt : l.options) o.push_back({{"bits", opt.bits}, {"bits_per_weight", opt.bitsPerWeight}, {"kl", opt.cost}});
             layers.push_back({{"layer", l.name}, {"parameters", l.parameters}, {"chosen", plan.bits.at(l.name)}, {"options", o}});
         }
-        std::cout << nlohmann::json{{"target_bits_per_weight", options.targetBitsPerWeight}, {"bits_per_weight", plan.bitsPerWeight},
+        std::cout << nlohmann::json{{"method", options.method}, {"target_bits_per_weight", options.targetBitsPerWeight}, {"bits_per_weight", plan.bitsPerWeight},
                                     {"predicted_kl_sum", plan.predictedCost}, {"layers", layers}, {"recipe", plan.recipe.toJson()}}.dump(2)
                   << "\n";
         return 0;

@@ -1,5 +1,7 @@
 #include "app/cli/commands.h"
 
+#include <cstdio>
+
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
@@ -9,6 +11,7 @@
 #include "core/eval/perplexity.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
+#include "core/util/scratch_file.h"
 
 namespace cwb::cli {
 
@@ -19,14 +22,14 @@ const std::vector<Command>& commands() {
          "generate text (greedy unless --temperature is set)", runGenerate},
         {"eval", "cwb eval MODEL --text FILE [--ctx N] [--chunks K] [--threads N] [--device cpu|cuda] [--dtype f32|f16|bf16] [--json]",
          "perplexity by llama.cpp's method (second half of each ctx chunk scored)", runEval},
-        {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--eval FILE] [--ctx N] [--chunks K] [--out DIR] [--json]",
+        {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--eval FILE] [--ctx N] [--chunks K] [--out DIR] [--scratch DIR|auto|off] [--json]",
          "apply a recipe step by step; each stage compared with the base (size, PPL, KL, top-1, reconstruction error)", runCompress},
         {"importance", "cwb importance MODEL --text FILE [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--step STEP.json] [--samples N] [--seq-len T] [--json]",
          "per-head, per-layer or per-channel importance measured on token windows of a text (layer kinds: KL or ΔPPL when only that layer gets --step)", runImportance},
-        {"budget", "cwb budget MODEL --text FILE --target-bits B [--bits 3,4,8] [--group-size G] [--samples N] [--seq-len T] [--out R.json] [--json]",
+        {"budget", "cwb budget MODEL --text FILE --target-bits B [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--samples N] [--seq-len T] [--out R.json] [--json]",
          "choose per-layer bit widths for a bits-per-weight target from measured sensitivity; writes a recipe", runBudget},
         {"export",
-         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|gguf [--type T] [--shard-size BYTES] --out PATH [--json]",
+         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|gguf [--type T] [--shard-size BYTES] [--scratch DIR|auto|off] --out PATH [--json]",
          "write a model or variant as a Hugging Face folder (dense, GPTQ, AWQ) or a GGUF file", runExport},
         {"bench",
          "cwb bench MODEL|--synthetic llama-7b [--layers N] [--recipe R.json [--calib F]] [--bits 4|8] [--group-size G] "
@@ -37,7 +40,7 @@ const std::vector<Command>& commands() {
          "cwb project create OUT.cwbproj --model M [--recipe R.json ...] [--calib F] [--eval F] [--ctx N] [--chunks K] [--samples N] [--seq-len T] [--seed S]\n"
          "  cwb project show P [--json]\n  cwb project add-variant P --recipe R.json [--name N] [--from VARIANT]\n"
          "  cwb project add-export P --variant V --format hf|gptq|awq|gguf [--type T] [--file NAME]\n"
-         "  cwb project run P [--variants a,b] [--threads N] [--model PATH]\n"
+         "  cwb project run P [--variants a,b] [--threads N] [--model PATH] [--scratch DIR|auto|off]\n"
          "  cwb project importance P [--kind head|layer|channel|head-grad|channel-grad] [--samples N] [--seq-len T]",
          "create and inspect project files; `run` evaluates the variants and stores their results", runProjectCommand},
     };
@@ -61,6 +64,12 @@ RuntimeOptions runtimeOptions(const Arguments& args) {
     else if (dtype == "bf16") options.dtype = at::kBFloat16;
     else if (!dtype.empty()) throw Error("--dtype must be f32, f16 or bf16, got '" + dtype + "'");
     return options;
+}
+
+void applyScratch(const Arguments& args, Model& model, bool quiet) {
+    std::string note;
+    model.setScratch(chooseScratch(args.value("scratch", "auto"), model.storageBytes(), &note));
+    if (!quiet && !note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
 }
 
 at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples) {

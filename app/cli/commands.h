@@ -35,6 +35,10 @@ RuntimeOptions runtimeOptions(const Arguments& args);
 // file, drawn with --seed (0). Throws cwb::Error when the model has no tokenizer or the text cannot be read.
 at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples);
 
+// Applies --scratch DIR|auto|off (default auto, see chooseScratch): where the variants built from `model` keep the
+// tensors they own. Prints a note on stderr unless quiet when a scratch file is used.
+void applyScratch(const Arguments& args, Model& model, bool quiet);
+
 // Applies --threads N (0 or absent: LibTorch's default).
 void applyThreads(int64_t threads);
 

@@ -84,7 +84,7 @@ std::string cell(const nlohmann::json& m, const char* key, const char* format) {
 }
 
 int runCompress(const std::vector<std::string>& args) {
-    Arguments a(args, {"recipe", "calib", "samples", "seq-len", "seed", "eval", "ctx", "chunks", "threads", "tokenizer", "out"},
+    Arguments a(args, {"recipe", "calib", "samples", "seq-len", "seed", "eval", "ctx", "chunks", "threads", "tokenizer", "out", "scratch"},
                 {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
@@ -93,6 +93,7 @@ int runCompress(const std::vector<std::string>& args) {
     LoadOptions options;
     options.tokenizerPath = a.value("tokenizer");
     auto base = loadModel(path, options);
+    applyScratch(a, *base, a.flag("quiet") || a.flag("json"));
     CalibrationSpec calib;
     calib.textPath = a.value("calib");
     calib.samples = a.integer("samples", 128);

@@ -36,7 +36,7 @@ void progressToStderr(CallbackFeedback& feedback, bool quiet, const char* what) 
 
 int runExport(const std::vector<std::string>& args) {
     Arguments a(args, {"variant", "format", "type", "out", "recipe", "calib", "samples", "seq-len", "seed", "model",
-                       "shard-size", "threads", "tokenizer"},
+                       "shard-size", "threads", "tokenizer", "scratch"},
                 {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     const std::string input = a.requirePositional("MODEL or PROJECT");
@@ -59,6 +59,7 @@ int runExport(const std::vector<std::string>& args) {
         if (a.has("recipe")) throw Error("--recipe applies to a model; a project's variants carry their own recipes");
         Project project = Project::open(input);
         base = loadModel(a.value("model", project.model().path));
+        applyScratch(a, *base, a.flag("quiet") || a.flag("json"));
         const std::string name = a.value("variant", "base");
         source = input + " (variant " + name + ")";
         if (name == "base") {
@@ -72,6 +73,7 @@ int runExport(const std::vector<std::string>& args) {
         LoadOptions load;
         load.tokenizerPath = a.value("tokenizer");
         base = loadModel(input, load);
+        applyScratch(a, *base, a.flag("quiet") || a.flag("json"));
         if (a.has("recipe")) {
             CalibrationSpec calib;
             calib.textPath = a.value("calib");

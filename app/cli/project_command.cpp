@@ -108,11 +108,12 @@ int addVariant(const std::vector<std::string>& args) {
 }
 
 int runProject(const std::vector<std::string>& args) {
-    Arguments a(args, {"variants", "threads", "model"}, {"quiet"});
+    Arguments a(args, {"variants", "threads", "model", "scratch"}, {"quiet"});
     applyThreads(a.integer("threads", 0));
     Project project = Project::open(a.requirePositional("PROJECT"));
     const std::string modelPath = a.value("model", project.model().path);
     auto base = loadModel(modelPath);
+    applyScratch(a, *base, a.flag("quiet"));
     std::vector<std::string> names = {"base"};
     std::stringstream list(a.value("variants"));
     for (std::string n; std::getline(list, n, ',');)

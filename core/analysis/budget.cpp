@@ -4,6 +4,8 @@
 #include <map>
 
 #include "core/compress/compressed_layers.h"
+#include "core/compress/method.h"
+#include "core/compress/pipeline.h"
 #include "core/model/model.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
@@ -66,6 +68,26 @@ std::string exactPattern(const std::string& layer) {
 BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const BudgetOptions& options, Feedback* feedback) {
     if (!windows.defined() || windows.dim() != 2) throw Error("budget: needs token windows (a text file)");
     if (options.bits.empty()) throw Error("budget: no candidate bit widths");
+    const CompressionMethod* method = MethodRegistry::instance().find(options.method);
+    const auto specs = method->params();
+    if (std::none_of(specs.begin(), specs.end(), [](const ParamSpec& p) { return p.name == "bits"; }))
+        throw Error("budget: " + options.method + " has no \"bits\" parameter; use quantize.rtn, quantize.gptq or quantize.awq");
+    auto stepAt = [&](int bits) {
+        RecipeStep step;
+        step.method = options.method;
+        step.params = options.params.is_object() ? options.params : nlohmann::json::object();
+        step.params["bits"] = bits;
+        step.params["group_size"] = options.groupSize;
+        return step;
+    };
+    // Phase 1 (half the progress): every layer at every width, as the method computes it inside a recipe.
+    std::map<int, std::unique_ptr<Model>> quantized;
+    for (size_t i = 0; i < options.bits.size(); ++i) {
+        SubFeedback sub(feedback, 0.5 * double(i) / double(options.bits.size()), 0.5 * double(i + 1) / double(options.bits.size()));
+        Recipe recipe;
+        recipe.steps.push_back(stepAt(options.bits[i]));
+        quantized[options.bits[i]] = compressModel(model, recipe, windows, feedback ? &sub : nullptr).model;
+    }
     Transformer baseRuntime(model);
     const at::Tensor base = at::log_softmax(baseRuntime.forward(windows).to(at::kCPU, at::kDouble), -1);
     BudgetPlan plan;
@@ -75,17 +97,15 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
     for (const auto& layer : layers) {
         BudgetLayer entry;
         entry.name = layer;
-        const at::Tensor w = model.floatTensor(layer + ".weight");
-        entry.parameters = w.numel();
+        entry.parameters = model.tensor(layer + ".weight").elementCount();
         for (int bits : options.bits) {
             if (feedback) {
                 feedback->throwIfCancelled();
-                feedback->setProgress(double(done++) / double(total));
+                feedback->setProgress(0.5 + 0.5 * double(done++) / double(total));
             }
-            quant::QuantSpec spec;
-            spec.bits = bits;
-            spec.groupSize = options.groupSize;
-            auto linear = std::make_shared<IntLinear>(quant::quantizeRtn(w, spec));
+            auto linear = quantized.at(bits)->compressed(layer);
+            if (!linear || linear->kind() != "int")
+                throw Error("budget: " + options.method + " did not quantize layer " + layer + " to integers");
             auto variant = model.clone();
             variant->setCompressed(layer, linear);
             Transformer runtime(*variant);
@@ -110,9 +130,7 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
     int common = parametersPerWidth.begin()->first;
     for (const auto& [width, count] : parametersPerWidth)
         if (count > parametersPerWidth[common]) common = width;
-    RecipeStep step;
-    step.method = "quantize.rtn";
-    step.params = {{"bits", common}, {"group_size", options.groupSize}};
+    RecipeStep step = stepAt(common);
     for (const auto& [layer, width] : plan.bits)
         if (width != common) step.overrides.push_back({exactPattern(layer), {{"bits", width}}});
     plan.recipe.steps.push_back(step);

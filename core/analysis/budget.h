@@ -1,12 +1,13 @@
 #pragma once
 // The budget solver: given a target of bits per weight, choose per-layer bit widths that minimise the summed
-// measured sensitivity (KL against the base when only that layer is quantized at that width) and write the
-// choice as a recipe with per-layer overrides.
+// measured sensitivity (KL against the base when only that layer is quantized at that width, by the method the
+// recipe will use: RTN, GPTQ or AWQ) and write the choice as a recipe with per-layer overrides.
 #include <map>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include "core/compress/recipe.h"
 
@@ -36,6 +37,10 @@ struct BudgetOptions {
     double targetBitsPerWeight = 4.5;
     std::vector<int> bits = {3, 4, 8};
     int64_t groupSize = 32;
+    // An integer quantization method with a "bits" parameter, and its other parameters (bits and group_size are
+    // set by the solver).
+    std::string method = "quantize.rtn";
+    nlohmann::json params = nlohmann::json::object();
 };
 
 struct BudgetPlan {
@@ -43,10 +48,12 @@ struct BudgetPlan {
     std::map<std::string, int> bits;     // chosen width per layer
     double bitsPerWeight = 0;            // of the chosen plan, over the targeted layers
     double predictedCost = 0;            // sum of the chosen options' costs
-    Recipe recipe;                       // quantize.rtn with the most common width and overrides for the rest
+    Recipe recipe;                       // the method at the most common width, overrides for the rest
 };
 
-// Measures every (layer, width) on the windows with RTN (symmetric, groupSize) and solves for the target.
+// Quantizes the model once per width with the method (calibrated methods use the windows, block by block as in
+// a recipe), measures every (layer, width) alone against the base on the windows, and solves for the target.
+// Throws cwb::Error (not an integer method, bad parameters) or Cancelled.
 BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const BudgetOptions& options, Feedback* feedback);
 
 } // namespace cwb

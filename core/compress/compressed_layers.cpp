@@ -27,6 +27,15 @@ size_t IntLinear::storageBytes() const {
     return mWeight.storageBytes() + (mInputScale.defined() ? size_t(mInputScale.numel()) * 2 : 0);
 }
 
+std::shared_ptr<const CompressedLinear> IntLinear::relocated(const Relocator& relocate) const {
+    quant::QuantizedWeight w = mWeight;
+    w.packed = relocate(w.packed);
+    w.scales = relocate(w.scales);
+    w.zeros = relocate(w.zeros);
+    w.groupIndex = relocate(w.groupIndex);
+    return std::make_shared<IntLinear>(std::move(w), mInputScale.defined() ? relocate(mInputScale) : mInputScale, mMethod);
+}
+
 Fp8Linear::Fp8Linear(quant::Fp8Weight weight, bool dynamicActivations)
     : mWeight(std::move(weight)), mDynamicActivations(dynamicActivations) {}
 
@@ -40,6 +49,13 @@ at::Tensor Fp8Linear::prepareInput(const at::Tensor& x) const {
     return quant::fakeQuantizeFp8PerToken(x.reshape({-1, x.size(-1)})).reshape(x.sizes());
 }
 
+std::shared_ptr<const CompressedLinear> Fp8Linear::relocated(const Relocator& relocate) const {
+    quant::Fp8Weight w = mWeight;
+    w.codes = relocate(w.codes);
+    w.scales = relocate(w.scales);
+    return std::make_shared<Fp8Linear>(std::move(w), mDynamicActivations);
+}
+
 W8A8Linear::W8A8Linear(quant::Int8Weight weight, at::Tensor smoothing)
     : mWeight(std::move(weight)), mSmoothing(std::move(smoothing)) {}
 
@@ -49,5 +65,13 @@ at::Tensor W8A8Linear::prepareInput(const at::Tensor& x) const {
 }
 
 at::Tensor W8A8Linear::effectiveWeight() const { return mWeight.dequantize() / mSmoothing.unsqueeze(0); }
+
+
+std::shared_ptr<const CompressedLinear> W8A8Linear::relocated(const Relocator& relocate) const {
+    quant::Int8Weight w = mWeight;
+    w.q = relocate(w.q);
+    w.scales = relocate(w.scales);
+    return std::make_shared<W8A8Linear>(std::move(w), relocate(mSmoothing));
+}
 
 } // namespace cwb

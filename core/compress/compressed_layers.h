@@ -25,6 +25,7 @@ public:
     const quant::QuantizedWeight& quantized() const { return mWeight; }
     const at::Tensor& inputScale() const { return mInputScale; }
     const std::string& method() const { return mMethod; }
+    std::shared_ptr<const CompressedLinear> relocated(const Relocator& relocate) const override;
 
 private:
     quant::QuantizedWeight mWeight;
@@ -44,6 +45,7 @@ public:
     size_t storageBytes() const override { return mWeight.storageBytes(); }
     int64_t rows() const override { return mWeight.codes.size(0); }
     int64_t cols() const override { return mWeight.codes.size(1); }
+    std::shared_ptr<const CompressedLinear> relocated(const Relocator& relocate) const override;
 
 private:
     quant::Fp8Weight mWeight;
@@ -63,6 +65,7 @@ public:
     size_t storageBytes() const override { return mWeight.storageBytes() + size_t(mSmoothing.numel()) * 2; }
     int64_t rows() const override { return mWeight.q.size(0); }
     int64_t cols() const override { return mWeight.q.size(1); }
+    std::shared_ptr<const CompressedLinear> relocated(const Relocator& relocate) const override;
 
 private:
     quant::Int8Weight mWeight;

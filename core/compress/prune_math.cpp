@@ -1,6 +1,7 @@
 #include "core/compress/prune_math.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "core/util/error.h"
@@ -40,6 +41,36 @@ at::Tensor magnitudeMask(const at::Tensor& w, double sparsity) {
     if (!w.defined()) throw Error("prune: no weight given");
     at::Tensor flat = w.detach().to(at::kFloat).abs().reshape({1, -1});
     return pruneLowestPerRow(flat, prunedCount(sparsity, flat.numel())).reshape(w.sizes());
+}
+
+float kthSmallestMagnitude(const std::function<at::Tensor(size_t)>& tensorAt, size_t count, int64_t k) {
+    // |w| as fp32 has a zero sign bit, so its bit pattern read as an integer orders like the value.
+    auto bitsOf = [&](size_t i) { return tensorAt(i).detach().to(at::kFloat).abs().contiguous().view(at::kInt).flatten(); };
+    constexpr int64_t bins = 1 << 16;
+    auto findBin = [&](const at::Tensor& histogram, int64_t& rank) {
+        const int64_t* h = histogram.data_ptr<int64_t>();
+        for (int64_t b = 0; b < bins; ++b) {
+            if (rank <= h[b]) return b;
+            rank -= h[b];
+        }
+        throw Error("prune: the magnitude rank " + std::to_string(k) + " is past the number of weights");
+    };
+    if (k < 1) throw Error("prune: the magnitude rank must be at least 1, got " + std::to_string(k));
+    at::Tensor high = at::zeros({bins}, at::kLong);
+    for (size_t i = 0; i < count; ++i) high += at::bincount(bitsOf(i).__rshift__(16).to(at::kLong), {}, bins);
+    int64_t rank = k;
+    const int64_t highBin = findBin(high, rank);
+    at::Tensor low = at::zeros({bins}, at::kLong);
+    for (size_t i = 0; i < count; ++i) {
+        at::Tensor bits = bitsOf(i);
+        at::Tensor inBin = bits.masked_select(bits.__rshift__(16) == highBin);
+        if (inBin.numel() > 0) low += at::bincount(inBin.__and__(0xFFFF).to(at::kLong), {}, bins);
+    }
+    const int64_t lowBin = findBin(low, rank);
+    const int32_t pattern = static_cast<int32_t>((highBin << 16) | lowBin);
+    float value;
+    std::memcpy(&value, &pattern, sizeof value);
+    return value;
 }
 
 at::Tensor wandaScores(const at::Tensor& w, const at::Tensor& inputNorms) {

@@ -2,6 +2,7 @@
 // Pure pruning math: which weights to keep (magnitude, Wanda, n:m) and the statistics the choice needs.
 // Masks are bool tensors the shape of the weight: true = keep. CPU, fp32 in, no state beyond accumulators.
 #include <cstdint>
+#include <functional>
 
 #include <ATen/ATen.h>
 
@@ -10,6 +11,11 @@ namespace cwb::prune {
 // Prunes the `sparsity` fraction with the smallest |w| over the whole tensor; exactly
 // round(sparsity·numel) weights are pruned, ties broken by position. sparsity ∈ [0, 1).
 at::Tensor magnitudeMask(const at::Tensor& w, double sparsity);
+
+// The k-th smallest |w| (1-based) over several tensors, read one at a time through `tensorAt(i)` for i < count,
+// twice: an exact radix selection on the fp32 bits (high 16, then low 16), so memory stays one tensor whatever
+// the total. Equals kthvalue of the concatenation. Requires 1 ≤ k ≤ total elements; NaN counts as largest.
+float kthSmallestMagnitude(const std::function<at::Tensor(size_t)>& tensorAt, size_t count, int64_t k);
 
 // Wanda's importance |W_ij| · ‖X_j‖₂; w [out, in], inputNorms [in].
 at::Tensor wandaScores(const at::Tensor& w, const at::Tensor& inputNorms);

@@ -2,6 +2,8 @@
 // A linear layer held in compressed form (packed integers, FP8 codes, int8 with smoothing). The runtime asks
 // it for the weight to multiply (cached per block) and lets it transform the input (smoothing scales, dynamic
 // activation quantization); y = linear(prepareInput(x), weight()) + bias.
+#include <functional>
+#include <memory>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -25,6 +27,9 @@ public:
     virtual size_t storageBytes() const = 0;
     virtual int64_t rows() const = 0;
     virtual int64_t cols() const = 0;
+    // A copy whose tensors went through `relocate` (e.g. into a scratch file); null when the kind keeps its own.
+    using Relocator = std::function<at::Tensor(const at::Tensor&)>;
+    virtual std::shared_ptr<const CompressedLinear> relocated(const Relocator& /*relocate*/) const { return nullptr; }
     double bitsPerWeight() const { return 8.0 * double(storageBytes()) / double(rows() * cols()); }
 };
 

@@ -4,6 +4,7 @@
 
 #include "core/model/compressed_linear.h"
 #include "core/util/error.h"
+#include "core/util/scratch_file.h"
 
 namespace cwb {
 
@@ -107,11 +108,12 @@ std::unique_ptr<Model> Model::clone() const {
     copy->mOrder = mOrder;
     copy->mOwners = mOwners;
     copy->mCompressed = mCompressed;
+    copy->mScratch = mScratch;
     return copy;
 }
 
 void Model::replaceTensor(const std::string& name, const at::Tensor& value) {
-    auto owned = std::make_shared<at::Tensor>(value.to(at::kCPU).contiguous().clone());
+    auto owned = std::make_shared<at::Tensor>(mScratch ? mScratch->store(value) : value.to(at::kCPU).contiguous().clone());
     TensorRecord r;
     r.name = name;
     r.shape = owned->sizes().vec();
@@ -123,7 +125,7 @@ void Model::replaceTensor(const std::string& name, const at::Tensor& value) {
     }
     r.data = static_cast<const uint8_t*>(owned->data_ptr());
     r.bytes = static_cast<size_t>(owned->numel()) * owned->element_size();
-    r.file = "(in memory)";
+    r.file = mScratch ? "(scratch file in " + mScratch->directory() + ")" : "(in memory)";
     mOwners.push_back(owned);
     auto it = mTensors.find(name);
     if (it == mTensors.end()) {
@@ -170,6 +172,8 @@ void Model::setCompressed(const std::string& layer, std::shared_ptr<const Compre
     const TensorRecord& r = tensor(layer + ".weight");
     if (r.shape.size() != 2 || linear->rows() != r.shape[0] || linear->cols() != r.shape[1])
         throw Error(path, "compressed layer '" + layer + "' does not match the shape of its weight");
+    if (mScratch)
+        if (auto moved = linear->relocated([this](const at::Tensor& t) { return mScratch->store(t); })) linear = std::move(moved);
     mCompressed[layer] = std::move(linear);
 }
 

@@ -19,6 +19,7 @@ namespace cwb {
 
 class MappedFile;
 class CompressedLinear;
+class ScratchFile;
 
 struct TensorRecord {
     std::string name;
@@ -51,15 +52,22 @@ public:
     // ---- variants: a copy that shares the base's mapped tensors and replaces what a method changes ----
     std::unique_ptr<Model> clone() const;
     // Replaces (or adds) a tensor with an owned copy of `value` (CPU, f32/f16/bf16); its shape may change.
+    // With a scratch file the copy lives there (mapped), not in anonymous memory.
     void replaceTensor(const std::string& name, const at::Tensor& value);
     void removeTensor(const std::string& name);
     void renameTensor(const std::string& from, const std::string& to);
-    // A compressed linear layer ("model.layers.0.mlp.up_proj"); the runtime computes through it.
+    // A compressed linear layer ("model.layers.0.mlp.up_proj"); the runtime computes through it. With a scratch
+    // file its packed tensors are moved there.
     void setCompressed(const std::string& layer, std::shared_ptr<const CompressedLinear> linear);
     std::shared_ptr<const CompressedLinear> compressed(const std::string& layer) const;
     const std::map<std::string, std::shared_ptr<const CompressedLinear>>& compressedLayers() const { return mCompressed; }
     // Names of the linear layers of the blocks (no embeddings, no output head), in block order.
     std::vector<std::string> linearLayers() const;
+
+    // Where tensors the model comes to own are kept: a scratch file (see core/util/scratch_file.h) or, when
+    // null, anonymous memory. Clones share it, so every variant of a large base spills to the same file.
+    void setScratch(std::shared_ptr<ScratchFile> scratch) { mScratch = std::move(scratch); }
+    const std::shared_ptr<ScratchFile>& scratch() const { return mScratch; }
 
     // Adds a tensor record after checking that shape × type matches its byte count; throws cwb::Error.
     void addTensor(TensorRecord record);
@@ -77,6 +85,7 @@ private:
     std::vector<std::string> mOrder;
     std::vector<std::shared_ptr<const void>> mOwners;
     std::map<std::string, std::shared_ptr<const CompressedLinear>> mCompressed;
+    std::shared_ptr<ScratchFile> mScratch;
 };
 
 // Canonical tensor names.

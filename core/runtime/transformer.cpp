@@ -8,6 +8,7 @@
 #include "core/model/compressed_linear.h"
 #include "core/runtime/cuda_linear.h"
 #include "core/util/error.h"
+#include "core/util/scratch_file.h"
 
 namespace cwb {
 
@@ -118,6 +119,12 @@ KvCache::KvCache(const ArchSpec& spec, int64_t batch, int64_t capacity, const Ru
 Transformer::Transformer(const Model& model, RuntimeOptions options)
     : mModel(model), mOptions(options), mGlobals(std::make_unique<Globals>()) {
     const ArchSpec& s = model.spec;
+    // Converted weights of every block would not fit: convert one block per use instead (same results, slower).
+    if (mOptions.cacheWeights && mOptions.device.is_cpu()) {
+        const double converted = double(model.parameterCount()) * double(at::elementSize(mOptions.dtype));
+        const uint64_t available = availableMemoryBytes();
+        if (available > 0 && converted > 0.6 * double(available)) mOptions.cacheWeights = false;
+    }
     auto load = [&](const std::string& name) { return weight(name); };
     if (s.family == Family::Llama) {
         mGlobals->embedding = load("model.embed_tokens.weight");

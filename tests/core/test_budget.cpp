@@ -4,6 +4,7 @@
 #include <QtTest/QtTest>
 
 #include "core/analysis/budget.h"
+#include "core/compress/compressed_layers.h"
 #include "core/compress/pipeline.h"
 #include "core/io/model_format.h"
 #include "core/model/compressed_linear.h"
@@ -19,6 +20,8 @@ private slots:
     void greedyUpgradesTheMostSensitiveLayer();
     void impossibleTargetIsRefused();
     void planMeetsTargetWhenApplied();
+    void sensitivityComesFromTheChosenMethod();
+    void methodWithoutBitsIsRefused();
 };
 
 void TestBudget::greedyUpgradesTheMostSensitiveLayer() {
@@ -74,6 +77,53 @@ void TestBudget::planMeetsTargetWhenApplied() {
         parameters += double(linear->rows() * linear->cols());
     }
     QVERIFY(std::abs(bits / parameters - plan.bitsPerWeight) < 1e-9);
+}
+
+void TestBudget::sensitivityComesFromTheChosenMethod() {
+    QTemporaryDir dir;
+    ArchSpec spec = tinyLlamaSpec();
+    writeHfFolder(dir.path().toStdString(), spec, randomWeights(spec, 17), ggml::Type::F32);
+    auto model = loadModel(dir.path().toStdString());
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
+    at::Tensor windows = at::randint(2, 64, {4, 16}, gen, at::kLong);
+    BudgetOptions options;
+    options.targetBitsPerWeight = 7.0;
+    options.bits = {3, 8};
+    options.groupSize = 16;
+    BudgetPlan rtn = solveBitBudget(*model, windows, options, nullptr);
+    options.method = "quantize.gptq";
+    options.params = {{"act_order", true}};
+    BudgetPlan gptq = solveBitBudget(*model, windows, options, nullptr);
+    // GPTQ's 3-bit layers are not RTN's, so at least some measured costs differ.
+    int differing = 0;
+    for (size_t i = 0; i < rtn.layers.size(); ++i)
+        differing += std::abs(rtn.layers[i].options[0].cost - gptq.layers[i].options[0].cost) > 1e-9;
+    QVERIFY(differing > 0);
+    // The recipe is a GPTQ step with the given parameters; applied, every layer has the planned width and is GPTQ's.
+    QCOMPARE(QString::fromStdString(gptq.recipe.steps.at(0).method), QStringLiteral("quantize.gptq"));
+    QCOMPARE(gptq.recipe.steps.at(0).params.value("act_order", false), true);
+    CompressionResult r = compressModel(*model, gptq.recipe, windows);
+    for (const auto& [layer, width] : gptq.bits) {
+        auto linear = std::dynamic_pointer_cast<const IntLinear>(r.model->compressed(layer));
+        QVERIFY(linear);
+        QCOMPARE(linear->bits(), width);
+        QCOMPARE(QString::fromStdString(linear->method()), QStringLiteral("gptq"));
+    }
+}
+
+void TestBudget::methodWithoutBitsIsRefused() {
+    QTemporaryDir dir;
+    ArchSpec spec = tinyLlamaSpec();
+    writeHfFolder(dir.path().toStdString(), spec, randomWeights(spec, 17), ggml::Type::F32);
+    auto model = loadModel(dir.path().toStdString());
+    BudgetOptions options;
+    options.method = "prune.magnitude";
+    try {
+        solveBitBudget(*model, at::ones({2, 8}, at::kLong), options, nullptr);
+        QFAIL("accepted a method without bits");
+    } catch (const Error& e) {
+        QVERIFY(QString(e.what()).contains("prune.magnitude"));
+    }
 }
 
 QTEST_APPLESS_MAIN(TestBudget)

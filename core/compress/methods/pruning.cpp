@@ -36,14 +36,20 @@ public:
     bool needsCalibration(const nlohmann::json&) const override { return false; }
     void apply(StepContext& ctx) const override {
         if (ctx.params["scope"] == "global") {
-            std::vector<at::Tensor> all;
-            for (const auto& layer : ctx.layers) all.push_back(ctx.model.floatTensor(weightOf(layer)).abs().flatten());
-            at::Tensor magnitudes = at::cat(all);
-            const int64_t k = static_cast<int64_t>(std::llround(ctx.params["sparsity"].get<double>() * double(magnitudes.numel())));
+            // Two streaming passes for the threshold (one layer in memory at a time), a third to prune.
+            int64_t total = 0;
+            for (const auto& layer : ctx.layers) total += ctx.model.tensor(weightOf(layer)).elementCount();
+            const int64_t k = static_cast<int64_t>(std::llround(ctx.params["sparsity"].get<double>() * double(total)));
             if (k == 0) return;
-            const double threshold = std::get<0>(magnitudes.kthvalue(k)).item<double>();
-            for (size_t i = 0; i < ctx.layers.size(); ++i) {
-                ctx.progress(double(i) / double(ctx.layers.size()));
+            const size_t n = ctx.layers.size();
+            size_t read = 0;
+            auto layerAt = [&](size_t i) {
+                ctx.progress(0.5 * double(read++) / double(2 * n));
+                return ctx.model.floatTensor(weightOf(ctx.layers[i]));
+            };
+            const double threshold = prune::kthSmallestMagnitude(layerAt, n, k);
+            for (size_t i = 0; i < n; ++i) {
+                ctx.progress(0.5 + 0.5 * double(i) / double(n));
                 at::Tensor w = ctx.model.floatTensor(weightOf(ctx.layers[i]));
                 storePruned(ctx, ctx.layers[i], w * (w.abs() > threshold));
             }
