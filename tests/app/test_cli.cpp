@@ -23,6 +23,8 @@ private slots:
     void evalPrintsPerplexity();
     void errorsNameTheFile();
     void methodsAndCompress();
+    void scratchGivesTheSameVariant();
+    void budgetWithGptq();
 };
 
 void TestCli::versionAndHelp() {
@@ -146,6 +148,48 @@ void TestCli::methodsAndCompress() {
     Result missing = run({"compress", model, "--recipe", recipe});
     QCOMPARE(missing.exitCode, 2);
     QVERIFY(missing.err.contains("--calib"));
+}
+
+void TestCli::scratchGivesTheSameVariant() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    QTemporaryDir out;
+    const QString recipe = out.filePath("r.json");
+    {
+        QFile f(recipe);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5,"scope":"global"}},{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
+    }
+    const QStringList common = {"compress", model, "--recipe", recipe, "--eval", text, "--ctx", "128", "--chunks", "4", "--json"};
+    Result inMemory = run(common + QStringList{"--scratch", "off"});
+    QVERIFY2(inMemory.exitCode == 0, qPrintable(inMemory.err));
+    Result spilled = run(common + QStringList{"--scratch", out.path()});
+    QVERIFY2(spilled.exitCode == 0, qPrintable(spilled.err));
+    const QJsonObject a = QJsonDocument::fromJson(inMemory.out.toUtf8()).object()["final"].toObject();
+    const QJsonObject b = QJsonDocument::fromJson(spilled.out.toUtf8()).object()["final"].toObject();
+    QCOMPARE(b["ppl"].toDouble(), a["ppl"].toDouble());
+    QCOMPARE(b["kl"].toDouble(), a["kl"].toDouble());
+    QCOMPARE(QDir(out.path()).entryList(QDir::Files).size(), 1);   // only the recipe: the scratch file has no name
+    Result bad = run(common + QStringList{"--scratch", "/nonexistent/scratch"});
+    QCOMPARE(bad.exitCode, 2);
+    QVERIFY(bad.err.contains("/nonexistent/scratch"));
+}
+
+void TestCli::budgetWithGptq() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    Result r = run({"budget", model, "--text", text, "--target-bits", "6", "--bits", "4,8", "--method", "quantize.gptq",
+                    "--params", R"({"act_order":true})", "--samples", "4", "--seq-len", "64", "--json"});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(j["method"].toString(), QStringLiteral("quantize.gptq"));
+    QVERIFY(j["bits_per_weight"].toDouble() <= 6.0);
+    const QJsonObject step = j["recipe"].toObject()["steps"].toArray()[0].toObject();
+    QCOMPARE(step["method"].toString(), QStringLiteral("quantize.gptq"));
+    QCOMPARE(step["params"].toObject()["act_order"].toBool(), true);
+    Result bad = run({"budget", model, "--text", text, "--target-bits", "6", "--params", "[1]"});
+    QCOMPARE(bad.exitCode, 2);
+    QVERIFY(bad.err.contains("--params"));
 }
 
 QTEST_APPLESS_MAIN(TestCli)
