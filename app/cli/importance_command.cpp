@@ -15,12 +15,14 @@
 namespace cwb::cli {
 
 int runImportance(const std::vector<std::string>& args) {
-    Arguments a(args, {"kind", "text", "samples", "seq-len", "seed", "threads", "step"}, {"json", "quiet"});
+    Arguments a(args, {"kind", "text", "calib", "samples", "seq-len", "seed", "threads", "step"}, {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
-    if (!a.has("text")) throw Error("importance needs --text FILE (the token windows it measures on)");
+    // --calib (the spelling, as in compress) and --text name the same thing.
+    const std::string calibText = a.value("calib", a.value("text"));
+    if (calibText.empty()) throw Error("importance needs --calib FILE (the text whose token windows it measures on)");
     auto model = loadModel(path);
-    const at::Tensor windows = windowsFromText(a, a.value("text"), *model, 16);
+    const at::Tensor windows = windowsFromText(a, calibText, *model, 16);
     CallbackFeedback feedback;
     int last = -1;
     if (!a.flag("quiet") && !a.flag("json"))

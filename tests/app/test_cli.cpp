@@ -25,6 +25,7 @@ private slots:
     void methodsAndCompress();
     void scratchGivesTheSameVariant();
     void budgetWithGptq();
+    void importanceTakesCalib();
 };
 
 void TestCli::versionAndHelp() {
@@ -190,6 +191,18 @@ void TestCli::budgetWithGptq() {
     Result bad = run({"budget", model, "--text", text, "--target-bits", "6", "--params", "[1]"});
     QCOMPARE(bad.exitCode, 2);
     QVERIFY(bad.err.contains("--params"));
+}
+
+void TestCli::importanceTakesCalib() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    Result r = run({"importance", model, "--kind", "head", "--calib", text, "--samples", "2", "--seq-len", "32", "--json"});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    Result same = run({"importance", model, "--kind", "head", "--text", text, "--samples", "2", "--seq-len", "32", "--json"});
+    QCOMPARE(same.out, r.out);
+    Result missing = run({"importance", model, "--kind", "head"});
+    QCOMPARE(missing.exitCode, 2);
+    QVERIFY(missing.err.contains("--calib"));
 }
 
 QTEST_APPLESS_MAIN(TestCli)
