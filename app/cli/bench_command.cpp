@@ -22,11 +22,18 @@ nlohmann::json toJson(const LatencyResult& r, size_t weightBytes, double copyBan
                         {"prefill_tokens_per_second", r.prefillTokensPerSecond},
                         {"decode_ms_p50", r.decodeP50Ms},      {"decode_ms_p99", r.decodeP99Ms},
                         {"decode_ms_mean", r.decodeMeanMs},    {"decode_weight_bytes", weightBytes},
-                        {"peak_device_bytes", r.peakDeviceBytes}, {"compressed_layers", r.layerPaths}};
+                        {"peak_device_bytes", r.peakDeviceBytes}, {"compressed_layers", r.layerPaths},
+                        {"decode_graphs", r.decodeGraphs}, {"first_decode_step_ms", r.firstDecodeMs}};
+    if (!r.decodeGraphFailure.empty()) j["decode_graph_failure"] = r.decodeGraphFailure;
+    if (r.eagerDecodeP50Ms >= 0) {
+        j["decode_eager_ms_p50"] = r.eagerDecodeP50Ms;
+        j["decode_eager_ms_p99"] = r.eagerDecodeP99Ms;
+    }
     if (copyBandwidth > 0) {
         const double floorMs = double(weightBytes) / copyBandwidth * 1e3;
         j["weight_read_floor_ms"] = floorMs;
         j["decode_p50_over_floor"] = r.decodeP50Ms / floorMs;
+        if (r.eagerDecodeP50Ms >= 0) j["decode_eager_p50_over_floor"] = r.eagerDecodeP50Ms / floorMs;
     }
     return j;
 }
@@ -41,6 +48,15 @@ void printRow(const char* name, const nlohmann::json& j) {
     std::printf("\n");
     if (!j["compressed_layers"].get<std::string>().empty())
         std::printf("         compressed layers: %s\n", j["compressed_layers"].get<std::string>().c_str());
+    if (j.contains("decode_eager_ms_p50")) {
+        std::printf("         decode with CUDA graphs; without (--no-graphs): p50 %8.3f ms  p99 %8.3f ms",
+                    j["decode_eager_ms_p50"].get<double>(), j["decode_eager_ms_p99"].get<double>());
+        if (j.contains("decode_eager_p50_over_floor"))
+            std::printf(" (x%.2f floor)", j["decode_eager_p50_over_floor"].get<double>());
+        std::printf("; graphs %.2fx faster\n", j["decode_eager_ms_p50"].get<double>() / j["decode_ms_p50"].get<double>());
+    }
+    if (j.contains("decode_graph_failure"))
+        std::printf("         decode without CUDA graphs: %s\n", j["decode_graph_failure"].get<std::string>().c_str());
 }
 
 } // namespace
@@ -49,10 +65,11 @@ int runBench(const std::vector<std::string>& args) {
     Arguments a(args,
                 {"recipe", "calib", "samples", "seq-len", "synthetic", "layers", "bits", "group-size", "batch",
                  "prompt-tokens", "gen-tokens", "repeats", "seed", "threads", "tokenizer", "device", "dtype"},
-                {"json", "no-native"});
+                {"json", "no-native", "no-graphs"});
     applyThreads(a.integer("threads", 0));
     RuntimeOptions options = runtimeOptions(a);
     options.nativeKernels = !a.flag("no-native");
+    if (a.flag("no-graphs")) options.decode = DecodeMode::Eager;
     LatencyParams p;
     p.batch = a.integer("batch", 1);
     p.promptTokens = a.integer("prompt-tokens", 128);

@@ -33,8 +33,8 @@ const std::vector<Command>& commands() {
          "write a model or variant as a Hugging Face folder (dense, GPTQ, AWQ) or a GGUF file", runExport},
         {"bench",
          "cwb bench MODEL|--synthetic llama-7b [--layers N] [--recipe R.json [--calib F]] [--bits 4|8] [--group-size G] "
-         "[--device cuda] [--dtype f16|bf16] [--batch B] [--prompt-tokens P] [--gen-tokens G] [--no-native] [--json]",
-         "prefill tokens/s, decode ms/token (p50, p99) and peak GPU memory of the base and the variant", runBench},
+         "[--device cuda] [--dtype f16|bf16] [--batch B] [--prompt-tokens P] [--gen-tokens G] [--no-native] [--no-graphs] [--json]",
+         "prefill tokens/s, decode ms/token (p50, p99; on CUDA with and without CUDA graphs) and peak GPU memory of the base and the variant", runBench},
         {"methods", "cwb methods [--json]", "compression methods with their parameters, ranges and defaults", runMethods},
         {"project",
          "cwb project create OUT.cwbproj --model M [--recipe R.json ...] [--calib F] [--eval F] [--ctx N] [--chunks K] [--samples N] [--seq-len T] [--seed S]\n"

@@ -8,6 +8,9 @@
 #include "cwb/kernels/device_info.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #endif
+#ifdef CWB_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace cwb {
 
@@ -15,14 +18,17 @@ namespace cwb {
 
 class NativeWorkspace {
 public:
-    ~NativeWorkspace() { kernels::freeWorkspace(mData); }
-    // Zero-filled memory of at least `bytes`; a larger request replaces the buffer (cudaFree waits for the device).
+    ~NativeWorkspace() {
+        for (void* p : mRetired) kernels::freeWorkspace(p);
+        kernels::freeWorkspace(mData);
+    }
+    // Zero-filled memory of at least `bytes`; a larger request replaces the buffer. The old one is kept until the
+    // end: a captured decode graph may still use it.
     void* reserve(size_t bytes) {
         if (bytes > mBytes) {
-            kernels::freeWorkspace(mData);
-            mData = nullptr;
-            mBytes = 0;
-            mData = kernels::allocateWorkspace(bytes);
+            void* larger = kernels::allocateWorkspace(bytes);
+            if (mData) mRetired.push_back(mData);
+            mData = larger;
             mBytes = bytes;
         }
         return mData;
@@ -32,9 +38,19 @@ public:
 private:
     void* mData = nullptr;
     size_t mBytes = 0;
+    std::vector<void*> mRetired;
 };
 
 namespace {
+
+// LibTorch's current stream, so that the kernels order with its operations and join a CUDA graph capture.
+kernels::Stream currentStream() {
+#ifdef CWB_TORCH_CUDA
+    return c10::cuda::getCurrentCUDAStream().stream();
+#else
+    return nullptr;
+#endif
+}
 
 class KernelIntLinear : public NativeIntLinear {
 public:
@@ -53,7 +69,7 @@ public:
         at::Tensor y = at::empty({m, mWeight.rows}, input.options());
         try {
             void* ws = mWorkspace->reserve(kernels::wxa16WorkspaceBytes(mWeight, m));
-            kernels::wxa16Gemm(mWeight, input.data_ptr(), y.data_ptr(), m, ws, mWorkspace->bytes(), nullptr);
+            kernels::wxa16Gemm(mWeight, input.data_ptr(), y.data_ptr(), m, ws, mWorkspace->bytes(), currentStream());
         } catch (const kernels::KernelError& e) {
             throw Error(std::string("native ") + kernelName() + " layer: " + e.what());
         }

@@ -12,8 +12,8 @@
 
 namespace cwb {
 
-// Device scratch shared by the native layers of one runtime: they run one after another on LibTorch's default
-// stream, which is also the stream the kernels are launched on.
+// Device scratch shared by the native layers of one runtime: they run one after another on LibTorch's current
+// stream (with a CUDA build of LibTorch; the default stream otherwise), which is where the kernels are launched.
 class NativeWorkspace;
 std::shared_ptr<NativeWorkspace> makeNativeWorkspace();
 

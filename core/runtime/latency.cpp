@@ -10,6 +10,7 @@
 
 #include "core/compress/compressed_layers.h"
 #include "core/runtime/cuda_linear.h"
+#include "core/runtime/decode_graph.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
 
@@ -53,36 +54,60 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
     int64_t peak = memoryAtStart;
     auto sample = [&] { peak = std::max(peak, memoryNow(cuda)); };
     Transformer runtime(model, options);
-    auto cache = runtime.makeCache(p.batch, p.promptTokens + p.genTokens);
+    auto cache = runtime.makeCache(p.batch, p.promptTokens + p.genTokens + 1);
 
     auto start = Clock::now();
     greedyNext(runtime.forward(prompt, cache.get()));
     r.loadSeconds = secondsSince(start);
     sample();
     std::vector<double> prefill;
+    auto prefillOnce = [&] {
+        cache->reset();
+        start = Clock::now();
+        at::Tensor next = greedyNext(runtime.forward(prompt, cache.get()));
+        prefill.push_back(secondsSince(start));
+        return next;
+    };
     at::Tensor next;
     for (int64_t i = 0; i < p.prefillRepeats; ++i) {
         if (feedback) feedback->throwIfCancelled();
-        cache->reset();
-        start = Clock::now();
-        next = greedyNext(runtime.forward(prompt, cache.get()));
-        prefill.push_back(secondsSince(start));
+        next = prefillOnce();
     }
     sample();
     r.prefillSeconds = percentile(prefill, 0.5);
     r.prefillTokensPerSecond = double(p.batch * p.promptTokens) / r.prefillSeconds;
 
-    std::vector<double> steps;
-    for (int64_t i = 0; i < p.genTokens; ++i) {
-        if (feedback) {
-            feedback->throwIfCancelled();
-            feedback->setProgress(double(i) / double(p.genTokens));
-        }
+    // One untimed step (where a graph is used, it is captured then), then genTokens timed steps.
+    auto decode = [&](at::Tensor ids, double progressFrom, double progressTo) {
         start = Clock::now();
-        next = greedyNext(runtime.forward(next, cache.get()));
-        steps.push_back(secondsSince(start) * 1e3);
+        ids = greedyNext(runtime.forward(ids, cache.get()));
+        r.firstDecodeMs = secondsSince(start) * 1e3;
+        std::vector<double> steps;
+        for (int64_t i = 0; i < p.genTokens; ++i) {
+            if (feedback) {
+                feedback->throwIfCancelled();
+                feedback->setProgress(progressFrom + (progressTo - progressFrom) * double(i) / double(p.genTokens));
+            }
+            start = Clock::now();
+            ids = greedyNext(runtime.forward(ids, cache.get()));
+            steps.push_back(secondsSince(start) * 1e3);
+        }
+        return steps;
+    };
+    const bool graphs = cuda && options.decode == DecodeMode::CudaGraph && DecodeGraph::available();
+    if (graphs) {   // the same decode without graphs first, from the same prompt
+        runtime.setDecodeMode(DecodeMode::Eager);
+        std::vector<double> eager = decode(next, 0.0, 0.5);
+        r.eagerDecodeP50Ms = percentile(eager, 0.5);
+        r.eagerDecodeP99Ms = percentile(eager, 0.99);
+        runtime.setDecodeMode(DecodeMode::CudaGraph);
+        next = prefillOnce();
+        prefill.pop_back();
     }
+    std::vector<double> steps = decode(next, graphs ? 0.5 : 0.0, 1.0);
     sample();
+    r.decodeGraphs = cache->graphReplays() > 0;
+    r.decodeGraphFailure = cache->graphFailure();
     r.decodeP50Ms = percentile(steps, 0.5);
     r.decodeP99Ms = percentile(steps, 0.99);
     double sum = 0;

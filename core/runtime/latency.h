@@ -32,9 +32,15 @@ struct LatencyResult {
     double decodeP50Ms = 0, decodeP99Ms = 0, decodeMeanMs = 0;   // one step of `batch` tokens, synchronised
     int64_t peakDeviceBytes = -1;        // driver's count sampled after each phase, minus the baseline; -1: CPU
     std::string layerPaths;              // Transformer::layerPathSummary()
+    bool decodeGraphs = false;           // decode steps were replayed from a CUDA graph
+    std::string decodeGraphFailure;      // why a graph was wanted but not captured, else ""
+    double firstDecodeMs = 0;            // the untimed first decode step (it captures the graph)
+    // With graphs: the same decode without them (DecodeMode::Eager) on the same loaded model; -1: not measured.
+    double eagerDecodeP50Ms = -1, eagerDecodeP99Ms = -1;
 };
 
-// Greedy decoding from random prompt ids; every step waits for the device (the next ids are read back).
+// Greedy decoding from random prompt ids; every step waits for the device (the next ids are read back). The first
+// decode step is not timed. With options.decode = CudaGraph on CUDA, decode is timed both with and without graphs.
 LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, const LatencyParams& params,
                              Feedback* feedback = nullptr);
 

@@ -1,5 +1,7 @@
 #include "core/runtime/transformer.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -7,6 +9,7 @@
 #include "core/compress/compressed_layers.h"
 #include "core/model/compressed_linear.h"
 #include "core/runtime/cuda_linear.h"
+#include "core/runtime/decode_graph.h"
 #include "core/util/error.h"
 #include "core/util/scratch_file.h"
 
@@ -30,6 +33,30 @@ struct Transformer::Block {
         at::Tensor input = it == compressed.end() ? x : it->second->prepareInput(x.to(at::kFloat)).to(x.scalar_type());
         return at::linear(input, tensors.at(layer + ".weight"),
                           bias == tensors.end() ? at::Tensor() : bias->second.to(x.scalar_type()));
+    }
+    // residual + linear(x): one addmm for a dense layer without bias.
+    at::Tensor linearPlus(const std::string& layer, const at::Tensor& x, const at::Tensor& residual) const {
+        if (native.count(layer) || compressed.count(layer) || has(layer + ".bias")) return residual + linear(layer, x);
+        const at::Tensor& w = tensors.at(layer + ".weight");
+        return at::addmm(residual.reshape({-1, w.size(0)}), x.reshape({-1, w.size(1)}), w.t()).view(residual.sizes());
+    }
+    // Dense layers read the same input through one matrix: [q; k; v] and [gate; up]. The parts become views of it.
+    void fuse(const std::vector<std::string>& parts, const std::string& fused) {
+        const bool bias = has(parts.front() + ".bias");
+        for (const auto& part : parts)
+            if (!has(part + ".weight") || compressed.count(part) || native.count(part) || has(part + ".bias") != bias) return;
+        for (const char* kind : {".weight", ".bias"}) {
+            if (!bias && std::string(kind) == ".bias") continue;
+            std::vector<at::Tensor> pieces;
+            for (const auto& part : parts) pieces.push_back(tensors.at(part + kind));
+            at::Tensor whole = at::cat(pieces, 0);
+            int64_t offset = 0;
+            for (size_t i = 0; i < parts.size(); ++i) {
+                tensors[parts[i] + kind] = whole.narrow(0, offset, pieces[i].size(0));
+                offset += pieces[i].size(0);
+            }
+            tensors[fused + kind] = whole;
+        }
     }
 };
 
@@ -63,10 +90,17 @@ std::string layerPrefix(const ArchSpec& spec, int64_t layer) {
     return spec.family == Family::Llama ? names::llamaLayer(layer, "") : names::gpt2Layer(layer, "");
 }
 
+// In fp32, in few operations (each is a launch in decode): ‖x‖ in one reduction, then rsqrt(‖x‖² / n + eps).
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-    at::Tensor xf = x.to(at::kFloat);
-    at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
-    return (normed * weight.to(at::kFloat)).to(x.scalar_type());
+    const int64_t lastDim[] = {-1};
+    at::Tensor norm = at::linalg_vector_norm(x, 2, at::IntArrayRef(lastDim), /*keepdim=*/true, at::kFloat);
+    at::Tensor inverse = at::addcmul(at::full({1}, eps, norm.options()), norm, norm, 1.0 / double(x.size(-1))).rsqrt_();
+    return (x * inverse).mul_(weight.to(at::kFloat)).to(x.scalar_type());
+}
+
+uint64_t nextRuntimeId() {
+    static std::atomic<uint64_t> next{1};
+    return next++;
 }
 
 at::Tensor layerNorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
@@ -107,6 +141,33 @@ at::Tensor ropeInverseFrequencies(const ArchSpec& s, const Model& model) {
     return inv.to(at::kFloat);
 }
 
+at::Tensor ropeTable(const at::Tensor& inverseFrequencies, int64_t positions, RopeStyle style) {
+    const int64_t half = inverseFrequencies.numel();
+    at::Tensor angles = at::outer(at::arange(positions, at::kDouble), inverseFrequencies.to(at::kCPU, at::kDouble));
+    at::Tensor cos = angles.cos(), sin = angles.sin();   // [positions, half]
+    at::Tensor cosFull, sinSigned;
+    if (style == RopeStyle::AdjacentPairs) {   // pair i is (2i, 2i + 1)
+        cosFull = at::stack({cos, cos}, -1).reshape({positions, 2 * half});
+        sinSigned = at::stack({-sin, sin}, -1).reshape({positions, 2 * half});
+    } else {                                   // pair i is (i, i + half)
+        cosFull = at::cat({cos, cos}, -1);
+        sinSigned = at::cat({-sin, sin}, -1);
+    }
+    return at::stack({cosFull, sinSigned}, 1).to(at::kFloat);
+}
+
+at::Tensor swapRopePartners(const at::Tensor& x, RopeStyle style) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    const int64_t headDim = shape.back();
+    shape.back() = 2;
+    if (style == RopeStyle::AdjacentPairs) {
+        shape.insert(shape.end() - 1, headDim / 2);
+        return x.reshape(shape).flip({-1}).reshape(x.sizes());
+    }
+    shape.push_back(headDim / 2);
+    return x.reshape(shape).flip({-2}).reshape(x.sizes());
+}
+
 KvCache::KvCache(const ArchSpec& spec, int64_t batch, int64_t capacity, const RuntimeOptions& options)
     : mCapacity(capacity) {
     auto opts = at::TensorOptions().dtype(options.dtype).device(options.device);
@@ -116,8 +177,14 @@ KvCache::KvCache(const ArchSpec& spec, int64_t batch, int64_t capacity, const Ru
     }
 }
 
+KvCache::~KvCache() = default;
+
+int64_t KvCache::graphReplays() const { return mGraph ? mGraph->replays() : 0; }
+
+std::string KvCache::graphFailure() const { return mGraphFailure; }
+
 Transformer::Transformer(const Model& model, RuntimeOptions options)
-    : mModel(model), mOptions(options), mGlobals(std::make_unique<Globals>()) {
+    : mModel(model), mOptions(options), mGlobals(std::make_unique<Globals>()), mRuntimeId(nextRuntimeId()) {
     const ArchSpec& s = model.spec;
     // Converted weights of every block would not fit: convert one block per use instead (same results, slower).
     if (mOptions.cacheWeights && mOptions.device.is_cpu()) {
@@ -184,6 +251,10 @@ const Transformer::Block& Transformer::block(int64_t layer) {
             b->tensors[suffix] = weight(prefix + suffix);
         }
     }
+    if (s.family == Family::Llama && !mOptions.parameters) {   // given parameters are used as they are
+        b->fuse({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, "self_attn.qkv_proj");
+        b->fuse({"mlp.gate_proj", "mlp.up_proj"}, "mlp.gate_up_proj");
+    }
     if (mOptions.cacheWeights) {
         cached = std::move(b);
         return *cached;
@@ -226,22 +297,20 @@ std::string Transformer::layerPathSummary() const {
     return text;
 }
 
-at::Tensor Transformer::applyRope(const at::Tensor& x, int64_t start) const {
-    // x: [batch, heads, tokens, headDim]
-    const int64_t tokens = x.size(2), half = mModel.spec.headDim / 2;
-    at::Tensor positions = at::arange(start, start + tokens, at::TensorOptions().dtype(at::kFloat).device(x.device()));
-    at::Tensor angles = at::outer(positions, mInvFreq);   // [tokens, half]
-    at::Tensor cos = angles.cos(), sin = angles.sin();
-    at::Tensor xf = x.to(at::kFloat);
-    at::Tensor out;
-    if (mModel.spec.ropeStyle == RopeStyle::AdjacentPairs) {
-        at::Tensor pairs = xf.reshape({x.size(0), x.size(1), tokens, half, 2});
-        at::Tensor a = pairs.select(-1, 0), b = pairs.select(-1, 1);
-        out = at::stack({a * cos - b * sin, a * sin + b * cos}, -1).reshape(x.sizes());
-    } else {
-        at::Tensor a = xf.narrow(-1, 0, half), b = xf.narrow(-1, half, half);
-        out = at::cat({a * cos - b * sin, b * cos + a * sin}, -1);
+const at::Tensor& Transformer::ropeRows(int64_t positions) {
+    if (!mRopeTable.defined() || mRopeTable.size(0) < positions) {
+        if (mRopeTable.defined()) mRetiredRopeTables.push_back(mRopeTable);
+        const int64_t rows = std::max<int64_t>(positions, mRopeTable.defined() ? 2 * mRopeTable.size(0) : 256);
+        mRopeTable = ropeTable(mInvFreq, rows, mModel.spec.ropeStyle).to(mOptions.device);
     }
+    return mRopeTable;
+}
+
+at::Tensor Transformer::applyRope(const at::Tensor& x, int64_t start) {
+    // x: [batch, heads, tokens, headDim]
+    at::Tensor rows = ropeRows(start + x.size(2)).narrow(0, start, x.size(2));   // [tokens, 2, headDim]
+    at::Tensor xf = x.to(at::kFloat);
+    at::Tensor out = (xf * rows.select(1, 0)).addcmul_(swapRopePartners(xf, mModel.spec.ropeStyle), rows.select(1, 1));
     return out.to(x.scalar_type());
 }
 
@@ -290,18 +359,36 @@ at::Tensor Transformer::llamaBlock(int64_t layer, const at::Tensor& x, KvCache* 
         if (observer && observer->wantsLinear(prefix + suffix)) observer->onLinear(prefix + suffix, input, y);
         return y;
     };
+    // Dense q/k/v and gate/up run as one matrix each (Block::fuse); observers still see each layer's output.
+    auto fused = [&](const std::string& name, const at::Tensor& input, const std::vector<std::string>& parts) {
+        std::vector<at::Tensor> outputs;
+        if (!b.has(name + ".weight")) {
+            for (const auto& part : parts) outputs.push_back(lin(part, input));
+            return outputs;
+        }
+        at::Tensor y = b.linear(name, input);
+        int64_t offset = 0;
+        for (const auto& part : parts) {
+            const int64_t n = b[part + ".weight"].size(0);
+            outputs.push_back(y.narrow(-1, offset, n));
+            offset += n;
+            if (observer && observer->wantsLinear(prefix + part)) observer->onLinear(prefix + part, input, outputs.back());
+        }
+        return outputs;
+    };
     const int64_t B = x.size(0), T = x.size(1), heads = s.headsAt(layer), kvHeads = s.kvHeadsAt(layer);
     at::Tensor h = rmsNorm(x, b["input_layernorm.weight"], s.normEps);
-    at::Tensor q = lin("self_attn.q_proj", h).view({B, T, heads, s.headDim}).transpose(1, 2);
-    at::Tensor k = lin("self_attn.k_proj", h).view({B, T, kvHeads, s.headDim}).transpose(1, 2);
-    at::Tensor v = lin("self_attn.v_proj", h).view({B, T, kvHeads, s.headDim}).transpose(1, 2);
+    auto qkv = fused("self_attn.qkv_proj", h, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
+    at::Tensor q = qkv[0].reshape({B, T, heads, s.headDim}).transpose(1, 2);
+    at::Tensor k = qkv[1].reshape({B, T, kvHeads, s.headDim}).transpose(1, 2);
+    at::Tensor v = qkv[2].reshape({B, T, kvHeads, s.headDim}).transpose(1, 2);
     q = applyRope(q, start);
     k = applyRope(k, start);
     at::Tensor attn = attention(layer, q, k, v, cache, start, observer);
     at::Tensor out = x + lin("self_attn.o_proj", attn);
     h = rmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
-    at::Tensor gate = lin("mlp.gate_proj", h), up = lin("mlp.up_proj", h);
-    return out + lin("mlp.down_proj", at::silu(gate) * up);
+    auto gateUp = fused("mlp.gate_up_proj", h, {"mlp.gate_proj", "mlp.up_proj"});
+    return out + lin("mlp.down_proj", at::silu(gateUp[0]) * gateUp[1]);
 }
 
 at::Tensor Transformer::gpt2Block(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start,
@@ -340,12 +427,97 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, KvCache* cache, Activa
         throw Error("forward: KV cache holds " + std::to_string(cache->capacity()) + " tokens of batch " +
                     std::to_string(cache->mKeys.at(0).size(0)) + "; cannot add " + std::to_string(T) + " at position " +
                     std::to_string(start));
+    const bool fixedShape = cache && T == 1 && fixedShapeDecodeApplies(observer) &&
+                            (mOptions.decode == DecodeMode::FixedShape ||
+                             (mOptions.decode == DecodeMode::CudaGraph && mOptions.device.is_cuda() && DecodeGraph::available()));
+    if (fixedShape) {
+        at::Tensor out = decodeFixedShape(ids, *cache);
+        cache->mLength = start + 1;
+        return out;
+    }
     at::Tensor x = embedAt(ids, start);
     for (int64_t l = 0; l < s.layers; ++l)
         x = s.family == Family::Llama ? llamaBlock(l, x, cache, start, observer) : gpt2Block(l, x, cache, start, observer);
     mScratch.reset();
     if (cache) cache->mLength = start + T;
     return logits(x);
+}
+
+bool Transformer::fixedShapeDecodeApplies(const ActivationObserver* observer) const {
+    return mModel.spec.family == Family::Llama && !observer && !mOptions.headGates && !mOptions.parameters &&
+           mOptions.cacheWeights;
+}
+
+at::Tensor Transformer::decodeFixedShape(const at::Tensor& ids, KvCache& cache) {
+    const int64_t start = cache.length();
+    ropeRows(cache.capacity());   // the table must not grow (be replaced) while a graph reads it
+    at::Tensor tokens = ids.to(mOptions.device);
+    auto step = [&](const at::Tensor& t, const at::Tensor& position) { return fixedShapeStep(t, position, cache); };
+    if (mOptions.decode == DecodeMode::CudaGraph && cache.mGraphFailure.empty()) {
+        if (!cache.mGraph || !cache.mGraph->capturedFor(mRuntimeId, mWeightsVersion, cache.batch()))
+            cache.mGraph = std::make_unique<DecodeGraph>(mOptions.device, cache.batch(), mRuntimeId, mWeightsVersion);
+        try {
+            return cache.mGraph->run(tokens, start, step);
+        } catch (const Error& e) {   // this cache decodes without a graph from now on; graphFailure() says why
+            cache.mGraphFailure = e.what();
+            cache.mGraph.reset();
+        }
+    }
+    return step(tokens, at::full({1}, start, at::TensorOptions().dtype(at::kLong).device(mOptions.device)));
+}
+
+at::Tensor Transformer::fixedShapeStep(const at::Tensor& tokens, const at::Tensor& position, KvCache& cache) {
+    at::Tensor x = at::embedding(mGlobals->embedding, tokens);   // [batch, 1, hidden]
+    // Shared by every block: this position's RoPE row, and the additive mask over the whole cache (0 up to the
+    // position, -inf after), both computed on the device from `position`.
+    at::Tensor rope = mRopeTable.index_select(0, position);   // [1, 2, headDim]
+    at::Tensor slots = at::arange(cache.capacity(), position.options());
+    at::Tensor mask = at::zeros({1, 1, cache.capacity()}, x.options())
+                          .masked_fill_(slots.gt(position).view({1, 1, -1}), -std::numeric_limits<float>::infinity());
+    for (int64_t l = 0; l < mModel.spec.layers; ++l) x = fixedShapeBlock(l, x, rope, mask, position, cache);
+    return logits(x);
+}
+
+at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, const at::Tensor& rope, const at::Tensor& mask,
+                                        const at::Tensor& position, KvCache& cache) {
+    const ArchSpec& s = mModel.spec;
+    const Block& b = block(layer);
+    const int64_t B = x.size(0), heads = s.headsAt(layer), kvHeads = s.kvHeadsAt(layer), hd = s.headDim;
+    at::Tensor h = rmsNorm(x, b["input_layernorm.weight"], s.normEps);
+    at::Tensor qk, v;   // [B, 1, (heads + kvHeads) * hd], [B, 1, kvHeads * hd]
+    if (b.has("self_attn.qkv_proj.weight")) {
+        at::Tensor qkv = b.linear("self_attn.qkv_proj", h);
+        qk = qkv.narrow(-1, 0, (heads + kvHeads) * hd);
+        v = qkv.narrow(-1, (heads + kvHeads) * hd, kvHeads * hd);
+    } else {
+        qk = at::cat({b.linear("self_attn.q_proj", h), b.linear("self_attn.k_proj", h)}, -1);
+        v = b.linear("self_attn.v_proj", h);
+    }
+    // RoPE on queries and keys at once, in fp32.
+    at::Tensor qkf = qk.reshape({B, heads + kvHeads, hd}).to(at::kFloat);
+    at::Tensor rotated = (qkf * rope.select(1, 0)).addcmul_(swapRopePartners(qkf, s.ropeStyle), rope.select(1, 1)).to(x.scalar_type());
+    at::Tensor& keys = cache.mKeys[static_cast<size_t>(layer)];
+    at::Tensor& values = cache.mValues[static_cast<size_t>(layer)];
+    keys.index_copy_(2, position, rotated.narrow(1, heads, kvHeads).unsqueeze(2));
+    values.index_copy_(2, position, v.reshape({B, kvHeads, 1, hd}));
+    // Attention over the whole capacity; each kv head serves `groups` query heads without repeating the cache.
+    const int64_t groups = heads / kvHeads, capacity = keys.size(2);
+    at::Tensor q = rotated.narrow(1, 0, heads).reshape({B * kvHeads, groups, hd});
+    at::Tensor scores = at::baddbmm(mask, q, keys.view({B * kvHeads, capacity, hd}).transpose(1, 2), 1.0,
+                                    1.0 / std::sqrt(double(hd)));
+    at::Tensor probs = at::softmax(scores, -1);
+    at::Tensor attn = at::bmm(probs, values.view({B * kvHeads, capacity, hd})).view({B, 1, heads * hd});
+    at::Tensor out = b.linearPlus("self_attn.o_proj", attn, x);
+    h = rmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
+    at::Tensor act;
+    if (b.has("mlp.gate_up_proj.weight")) {
+        at::Tensor gateUp = b.linear("mlp.gate_up_proj", h);
+        const int64_t ffn = gateUp.size(-1) / 2;
+        act = at::silu(gateUp.narrow(-1, 0, ffn)).mul_(gateUp.narrow(-1, ffn, ffn));
+    } else {
+        act = at::silu(b.linear("mlp.gate_proj", h)).mul_(b.linear("mlp.up_proj", h));
+    }
+    return b.linearPlus("mlp.down_proj", act, out);
 }
 
 at::Tensor Transformer::embedAt(const at::Tensor& tokens, int64_t start) const {
@@ -380,6 +552,7 @@ at::Tensor Transformer::logits(const at::Tensor& hidden) const {
 }
 
 void Transformer::invalidateBlock(int64_t layer) {
+    ++mWeightsVersion;
     if (layer < 0) {
         for (auto& b : mBlocks) b.reset();
         mBlocks.resize(static_cast<size_t>(mModel.spec.layers));

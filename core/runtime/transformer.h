@@ -15,6 +15,16 @@ namespace cwb {
 class NativeWorkspace;
 class NativeIntLinear;
 class CompressedLinear;
+class DecodeGraph;
+
+// How a decode step (one token per sequence, with a KV cache) runs.
+enum class DecodeMode {
+    Eager,        // operation by operation, attention over the cache's filled part
+    FixedShape,   // the same operations whatever the position: attention over the whole capacity, masked on the
+                  // device from a position held in a device tensor (what a CUDA graph captures), run eagerly
+    CudaGraph,    // FixedShape captured as a CUDA graph on the cache's first step and replayed; Eager where this
+                  // build's LibTorch has no CUDA or the step cannot be captured (observers, head gates, training)
+};
 
 struct RuntimeOptions {
     at::Device device = at::kCPU;
@@ -32,6 +42,7 @@ struct RuntimeOptions {
     // On CUDA, run 4- and 8-bit integer layers through the W4A16 / W8A16 kernels on their packed weights.
     // Off, or where no kernel applies, they are dequantized to a dense weight (see Transformer::layerPaths).
     bool nativeKernels = true;
+    DecodeMode decode = DecodeMode::CudaGraph;
 };
 
 // How one compressed linear layer computes on this runtime.
@@ -59,9 +70,14 @@ public:
 class KvCache {
 public:
     KvCache(const ArchSpec& spec, int64_t batch, int64_t capacity, const RuntimeOptions& options);
+    ~KvCache();
     int64_t length() const { return mLength; }
     int64_t capacity() const { return mCapacity; }
+    int64_t batch() const { return mKeys.empty() ? 0 : mKeys.front().size(0); }
     void reset() { mLength = 0; }
+    // Decode steps replayed from a CUDA graph bound to this cache, and why none could be captured ("" if none failed).
+    int64_t graphReplays() const;
+    std::string graphFailure() const;
 
 private:
     friend class Transformer;
@@ -69,6 +85,8 @@ private:
     std::vector<at::Tensor> mValues;
     int64_t mLength = 0;
     int64_t mCapacity = 0;
+    std::unique_ptr<DecodeGraph> mGraph;   // captured against these tensors and one runtime's weights
+    std::string mGraphFailure;
 };
 
 class Transformer {
@@ -92,6 +110,8 @@ public:
     const Model& model() const { return mModel; }
     const RuntimeOptions& options() const { return mOptions; }
     std::unique_ptr<KvCache> makeCache(int64_t batch, int64_t capacity) const;
+    // Switches how later decode steps run (the bench times both ways on one loaded model).
+    void setDecodeMode(DecodeMode mode) { mOptions.decode = mode; }
 
     // The path of each compressed layer of the blocks loaded so far (all of them after one forward), by layer name.
     const std::map<std::string, LayerPath>& layerPaths() const { return mLayerPaths; }
@@ -108,9 +128,15 @@ private:
     at::Tensor attention(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          KvCache* cache, int64_t start, ActivationObserver* observer) const;
     at::Tensor embedAt(const at::Tensor& tokens, int64_t start) const;
-    at::Tensor applyRope(const at::Tensor& x, int64_t start) const;
+    at::Tensor applyRope(const at::Tensor& x, int64_t start);
     at::Tensor llamaBlock(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start, ActivationObserver* observer);
     at::Tensor gpt2Block(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start, ActivationObserver* observer);
+    bool fixedShapeDecodeApplies(const ActivationObserver* observer) const;
+    at::Tensor decodeFixedShape(const at::Tensor& ids, KvCache& cache);
+    // One token per sequence at the device position `position` ([1] int64): no shape depends on the position.
+    at::Tensor fixedShapeStep(const at::Tensor& tokens, const at::Tensor& position, KvCache& cache);
+    at::Tensor fixedShapeBlock(int64_t layer, const at::Tensor& x, const at::Tensor& rope, const at::Tensor& mask,
+                               const at::Tensor& position, KvCache& cache);
 
     const Model& mModel;
     RuntimeOptions mOptions;
@@ -118,11 +144,22 @@ private:
     std::vector<std::unique_ptr<Block>> mBlocks;
     std::unique_ptr<Block> mScratch;   // the block loaded when weights are not cached
     at::Tensor mInvFreq;               // [headDim / 2], fp32
+    const at::Tensor& ropeRows(int64_t positions);   // mRopeTable covering at least `positions` positions
+    at::Tensor mRopeTable;             // [positions, 2, headDim] fp32: cos and signed sin per position (ropeTable())
+    std::vector<at::Tensor> mRetiredRopeTables;   // outgrown tables, kept: a captured decode graph may read one
+    uint64_t mRuntimeId = 0;           // tells decode graphs captured by this runtime from those of another
+    uint64_t mWeightsVersion = 0;      // bumped by invalidateBlock: graphs captured before it are stale
     std::shared_ptr<NativeWorkspace> mNativeWorkspace;
     std::map<std::string, LayerPath> mLayerPaths;
 };
 
 // Inverse frequencies of RoPE (float32 [headDim / 2]) with the model's scaling and rope_freqs.weight applied.
 at::Tensor ropeInverseFrequencies(const ArchSpec& spec, const Model& model);
+
+// RoPE as one multiply-add per position p: rotated = x * table[p][0] + swapPartners(x) * table[p][1], where
+// swapPartners exchanges each rotation pair's two elements (halves or adjacent, per style). [positions, 2, headDim].
+at::Tensor ropeTable(const at::Tensor& inverseFrequencies, int64_t positions, RopeStyle style);
+// x [..., headDim] with each rotation pair's elements exchanged.
+at::Tensor swapRopePartners(const at::Tensor& x, RopeStyle style);
 
 } // namespace cwb

@@ -58,6 +58,8 @@ void TestLatency::measuresPrefillAndDecode() {
     QVERIFY(r.decodeP50Ms > 0 && r.decodeP50Ms <= r.decodeP99Ms);
     QCOMPARE(r.peakDeviceBytes, int64_t(-1));   // CPU: no device memory
     QVERIFY(r.layerPaths.empty());              // no compressed layers
+    QVERIFY(!r.decodeGraphs);                   // CPU: no CUDA graphs, so no second (eager) timing either
+    QCOMPARE(r.eagerDecodeP50Ms, -1.0);
     p.promptTokens = model->spec.context;       // prompt + generated tokens past the context
     QVERIFY_THROWS_EXCEPTION(Error, measureLatency(*model, RuntimeOptions{}, p));
 }

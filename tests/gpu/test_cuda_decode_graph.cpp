@@ -1,0 +1,211 @@
+// GPU test (plain executable, CTest label `gpu`): decode steps replayed from a CUDA graph give the logits and greedy
+// ids of eager decode on the GPU and of the CPU path, for dense fp16 and INT4 (W4A16 kernels) GQA models; a full
+// cache is refused, a reset cache replays correctly over stale slots, and changed weights re-capture.
+// Exits 77 without a GPU or without a CUDA build of LibTorch.
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+
+#include <cstdio>
+#include <string>
+
+#include "core/compress/compressed_layers.h"
+#include "core/model/model.h"
+#include "core/runtime/cuda_linear.h"
+#include "core/runtime/decode_graph.h"
+#include "core/runtime/transformer.h"
+#include "core/util/error.h"
+
+namespace {
+
+constexpr double kFp16Tolerance = 1e-3;   // normalised logit error; fp16 activations carry ~11 bits
+constexpr int64_t kPrompt = 8, kSteps = 20;
+
+int failures = 0;
+void check(bool ok, const std::string& what) {
+    std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what.c_str());
+    failures += ok ? 0 : 1;
+}
+
+double normalisedError(const at::Tensor& reference, const at::Tensor& value) {
+    at::Tensor r = reference.to(at::kCPU, at::kDouble), v = value.to(at::kCPU, at::kDouble);
+    return (r - v).pow(2).sum().item<double>() / r.pow(2).sum().item<double>();
+}
+
+// Llama-shaped GQA model (4 query heads over 2 kv heads), optionally with q/k/v biases.
+std::unique_ptr<cwb::Model> makeModel(bool bias) {
+    auto m = std::make_unique<cwb::Model>();
+    cwb::ArchSpec& s = m->spec;
+    s.modelType = bias ? "qwen2" : "llama";
+    s.layers = 3;
+    s.hidden = 256;
+    s.heads = 4;
+    s.kvHeads = 2;
+    s.headDim = 64;
+    s.ffn = 688;
+    s.vocab = 96;
+    s.context = 128;
+    s.attentionBias = bias;
+    m->path = "test:decode-graph";
+    at::manual_seed(bias ? 21 : 12);
+    auto put = [&](const std::string& name, std::vector<int64_t> shape, double scale) {
+        m->replaceTensor(name, at::randn(shape, at::kFloat) * scale);
+    };
+    put("model.embed_tokens.weight", {s.vocab, s.hidden}, 0.5);
+    for (int64_t l = 0; l < s.layers; ++l) {
+        auto n = [&](const char* suffix) { return cwb::names::llamaLayer(l, suffix); };
+        m->replaceTensor(n("input_layernorm.weight"), at::ones({s.hidden}) + 0.1 * at::randn({s.hidden}));
+        m->replaceTensor(n("post_attention_layernorm.weight"), at::ones({s.hidden}) + 0.1 * at::randn({s.hidden}));
+        put(n("self_attn.q_proj.weight"), {s.heads * s.headDim, s.hidden}, 0.08);
+        put(n("self_attn.k_proj.weight"), {s.kvHeads * s.headDim, s.hidden}, 0.08);
+        put(n("self_attn.v_proj.weight"), {s.kvHeads * s.headDim, s.hidden}, 0.08);
+        if (bias) {
+            put(n("self_attn.q_proj.bias"), {s.heads * s.headDim}, 0.1);
+            put(n("self_attn.k_proj.bias"), {s.kvHeads * s.headDim}, 0.1);
+            put(n("self_attn.v_proj.bias"), {s.kvHeads * s.headDim}, 0.1);
+        }
+        put(n("self_attn.o_proj.weight"), {s.hidden, s.heads * s.headDim}, 0.08);
+        put(n("mlp.gate_proj.weight"), {s.ffn, s.hidden}, 0.08);
+        put(n("mlp.up_proj.weight"), {s.ffn, s.hidden}, 0.08);
+        put(n("mlp.down_proj.weight"), {s.hidden, s.ffn}, 0.05);
+    }
+    m->replaceTensor("model.norm.weight", at::ones({s.hidden}));
+    put("lm_head.weight", {s.vocab, s.hidden}, 0.3);
+    s.validate(m->path);
+    return m;
+}
+
+std::unique_ptr<cwb::Model> int4Variant(const cwb::Model& base) {
+    auto variant = base.clone();
+    for (const std::string& layer : base.linearLayers())
+        variant->setCompressed(layer, std::make_shared<cwb::IntLinear>(
+                                          cwb::quant::quantizeRtn(base.floatTensor(layer + ".weight"), {4, true, 128}),
+                                          at::Tensor(), "rtn"));
+    return variant;
+}
+
+cwb::RuntimeOptions gpuOptions(cwb::DecodeMode mode) {
+    cwb::RuntimeOptions o;
+    o.device = at::Device(at::kCUDA);
+    o.dtype = at::kHalf;
+    o.decode = mode;
+    return o;
+}
+
+// Greedy decode: the prompt, then kSteps tokens, each the argmax of the previous step. Returns the logits of every
+// decode step [kSteps, vocab] and fills `ids` with the chosen tokens.
+at::Tensor greedy(cwb::Transformer& runtime, cwb::KvCache& cache, const at::Tensor& prompt, std::vector<int64_t>& ids) {
+    cache.reset();
+    at::Tensor logits = runtime.forward(prompt, &cache);
+    std::vector<at::Tensor> steps;
+    ids.clear();
+    for (int64_t i = 0; i < kSteps; ++i) {
+        const int64_t next = logits[0][logits.size(1) - 1].argmax().item<int64_t>();
+        ids.push_back(next);
+        logits = runtime.forward(at::full({1, 1}, next, at::kLong), &cache);
+        steps.push_back(logits[0][0].to(at::kCPU));
+    }
+    return at::stack(steps);
+}
+
+// Logits of the same sequence by one full pass on the CPU (fp32): rows of the kSteps decode steps.
+at::Tensor cpuReference(const cwb::Model& model, const at::Tensor& prompt, const std::vector<int64_t>& ids) {
+    at::Tensor sequence = at::cat({prompt, at::tensor(ids, at::kLong).unsqueeze(0)}, 1);
+    return cwb::Transformer(model).forward(sequence)[0].narrow(0, kPrompt, kSteps);
+}
+
+// Ids equal, or where they differ the two choices were a near tie in the reference logits (the sequences may diverge
+// there, so comparison stops at the first difference).
+bool sameGreedyIds(const std::vector<int64_t>& a, const std::vector<int64_t>& b, const at::Tensor& referenceLogits,
+                   int64_t& equalSteps) {
+    equalSteps = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (a[i] == b[i]) {
+            ++equalSteps;
+            continue;
+        }
+        at::Tensor row = referenceLogits[int64_t(i)];
+        const double gap = std::abs(row[a[i]].item<double>() - row[b[i]].item<double>());
+        std::printf("  step %zu: ids %lld vs %lld, reference logits differ by %.4g\n", i, (long long)a[i], (long long)b[i], gap);
+        return gap < 1e-2 * row.std().item<double>();
+    }
+    return true;
+}
+
+void runCase(const std::string& name, const cwb::Model& model) {
+    std::printf("== %s\n", name.c_str());
+    at::Tensor prompt = at::randint(0, model.spec.vocab, {1, kPrompt}, at::kLong);
+    cwb::Transformer graphs(model, gpuOptions(cwb::DecodeMode::CudaGraph));
+    cwb::Transformer eager(model, gpuOptions(cwb::DecodeMode::Eager));
+    auto graphCache = graphs.makeCache(1, kPrompt + kSteps), eagerCache = eager.makeCache(1, kPrompt + kSteps);
+    std::vector<int64_t> graphIds, eagerIds;
+    const at::Tensor graphLogits = greedy(graphs, *graphCache, prompt, graphIds);
+    check(graphCache->graphReplays() == kSteps && graphCache->graphFailure().empty(),
+          "every decode step replayed the graph (" + std::to_string(graphCache->graphReplays()) + " replays" +
+              (graphCache->graphFailure().empty() ? "" : "; " + graphCache->graphFailure()) + ")");
+    const at::Tensor eagerLogits = greedy(eager, *eagerCache, prompt, eagerIds);
+    check(eagerCache->graphReplays() == 0, "Eager mode captured no graph");
+    int64_t equal = 0;
+    check(sameGreedyIds(graphIds, eagerIds, eagerLogits, equal),
+          "greedy ids of graph and eager decode agree (" + std::to_string(equal) + " of " + std::to_string(kSteps) + " equal)");
+    const at::Tensor reference = cpuReference(model, prompt, graphIds);
+    const double versusCpu = normalisedError(reference, graphLogits);
+    std::printf("  graph vs CPU: normalised logit error %.3g; %s\n", versusCpu, graphs.layerPathSummary().c_str());
+    check(versusCpu <= kFp16Tolerance, "graph decode logits match the CPU path");
+    if (equal == kSteps) {
+        const double versusEager = normalisedError(eagerLogits, graphLogits);
+        std::printf("  graph vs eager: normalised logit error %.3g\n", versusEager);
+        check(versusEager <= kFp16Tolerance, "graph decode logits match eager decode");
+    }
+    // The cache is full now: one more step must be refused, and leave the cache as it was.
+    bool refused = false;
+    try {
+        graphs.forward(at::full({1, 1}, 3, at::kLong), graphCache.get());
+    } catch (const cwb::Error& e) {
+        refused = std::string(e.what()).find("KV cache") != std::string::npos;
+        std::printf("  full cache: %s\n", e.what());
+    }
+    check(refused && graphCache->length() == kPrompt + kSteps, "a step past the cache's capacity is refused clearly");
+    // Reset: the same graph replays over slots that still hold the first sequence.
+    at::Tensor otherPrompt = at::randint(0, model.spec.vocab, {1, kPrompt}, at::kLong);
+    std::vector<int64_t> againIds;
+    const int64_t before = graphCache->graphReplays();
+    const at::Tensor again = greedy(graphs, *graphCache, otherPrompt, againIds);
+    const double afterReset = normalisedError(cpuReference(model, otherPrompt, againIds), again);
+    check(afterReset <= kFp16Tolerance && graphCache->graphReplays() == before + kSteps,
+          "after reset the graph replays a new sequence correctly (error " + std::to_string(afterReset) + ")");
+    // Changed weights: the runtime forgets its blocks, and the next step captures a new graph.
+    graphs.invalidateBlock(-1);
+    const at::Tensor recaptured = greedy(graphs, *graphCache, otherPrompt, againIds);
+    check(graphCache->graphReplays() == kSteps && normalisedError(again, recaptured) <= 1e-6,
+          "after invalidateBlock a new graph is captured and gives the same logits");
+}
+
+} // namespace
+
+int main() {
+    if (!at::hasCUDA()) {
+        std::printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    if (!cwb::DecodeGraph::available()) {
+        std::printf("SKIP: LibTorch in this build has no CUDA graphs (CWB_TORCH_CUDA off)\n");
+        return 77;
+    }
+    try {
+        at::manual_seed(1);
+        for (bool bias : {false, true}) {
+            auto dense = makeModel(bias);
+            runCase(std::string("dense fp16, GQA") + (bias ? ", q/k/v biases" : ""), *dense);
+            if (cwb::nativeKernelsBuilt()) {
+                runCase(std::string("INT4 g128 (W4A16), GQA") + (bias ? ", q/k/v biases" : ""), *int4Variant(*dense));
+            } else {
+                std::printf("(no INT4 case: this build has no CUDA kernels)\n");
+            }
+        }
+    } catch (const std::exception& e) {
+        std::printf("FAIL: %s\n", e.what());
+        return 1;
+    }
+    std::printf("%d failed\n", failures);
+    return failures ? 1 : 0;
+}
