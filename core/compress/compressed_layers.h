@@ -44,6 +44,8 @@ public:
     size_t storageBytes() const override { return mWeight.storageBytes(); }
     int64_t rows() const override { return mWeight.codes.size(0); }
     int64_t cols() const override { return mWeight.codes.size(1); }
+    const quant::Fp8Weight& fp8Weight() const { return mWeight; }
+    bool dynamicActivations() const { return mDynamicActivations; }
 
 private:
     quant::Fp8Weight mWeight;
@@ -63,6 +65,8 @@ public:
     size_t storageBytes() const override { return mWeight.storageBytes() + size_t(mSmoothing.numel()) * 2; }
     int64_t rows() const override { return mWeight.q.size(0); }
     int64_t cols() const override { return mWeight.q.size(1); }
+    const quant::Int8Weight& int8Weight() const { return mWeight; }
+    const at::Tensor& smoothing() const { return mSmoothing; }
 
 private:
     quant::Int8Weight mWeight;
