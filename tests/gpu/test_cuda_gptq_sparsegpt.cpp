@@ -6,11 +6,13 @@
 // the damped Hessian's condition number), so a weight lying that close to a rounding boundary (or a pruning
 // threshold) can go the other way. GPTQ then feeds an error one step different into the rest of that row, which
 // flips further near-ties there: a row that diverges once can end up differing in many levels, while the layer's
-// output error stays statistically the same. So the criterion is the reconstruction error ‖ΔW Xᵀ‖² / ‖W Xᵀ‖²:
-// within 2% (relative) of the CPU's on one layer, and per layer within 5% through the pipeline (block 1 also sees
-// block 0's slightly different output). Level / mask agreement is printed and must stay >= 95% (one layer) and
-// >= 90% (pipeline): GPTQ and RTN differ in about a third of the levels at 4 bits, so a lost update, a wrong
-// permutation or wrong group parameters fall far below that.
+// output error stays statistically the same. So the criteria are the reconstruction error ‖ΔW Xᵀ‖² / ‖W Xᵀ‖² —
+// within 1% (relative) of the CPU's on one layer, and per layer within 2% through the pipeline (block 1 also sees
+// block 0's slightly different output) — and the level / mask agreement: >= 99% on one layer, >= 97% through the
+// pipeline. Measured on an H200 (2026-11-30): one layer 100% equal for every case, identical errors to 5 digits;
+// pipeline 98.13% (GPTQ g32), 99.99% (g128 act-order), 100% (SparseGPT), worst error difference 0.19%.
+// GPTQ and RTN differ in about a third of the levels at 4 bits, so a lost update, a wrong permutation or wrong
+// group parameters fall far below these bounds.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <nlohmann/json.hpp>
@@ -28,10 +30,10 @@
 
 namespace {
 
-constexpr double kLayerAgreement = 0.95;       // same level / same mask, one layer
-constexpr double kPipelineAgreement = 0.90;    // same level / same zero, whole model
-constexpr double kLayerErrorTolerance = 0.02;  // relative difference of the reconstruction error, one layer
-constexpr double kErrorTolerance = 0.05;       // the same per layer through the pipeline
+constexpr double kLayerAgreement = 0.99;       // same level / same mask, one layer
+constexpr double kPipelineAgreement = 0.97;    // same level / same zero, whole model
+constexpr double kLayerErrorTolerance = 0.01;  // relative difference of the reconstruction error, one layer
+constexpr double kErrorTolerance = 0.02;       // the same per layer through the pipeline
 
 int failures = 0;
 void check(bool ok, const std::string& what) {
@@ -92,9 +94,9 @@ void compareOneLayer() {
         std::printf("  GPTQ %s: %.4f%% levels equal; error CPU %.5g, CUDA %.5g (RTN %.5g)\n", c.name, 100 * same, eCpu,
                     eGpu, eRtn);
         check(!gpu.weight.packed.is_cuda() && !gpu.weight.scales.is_cuda(), std::string(c.name) + ": results are on the CPU");
-        check(same >= kLayerAgreement, std::string(c.name) + ": CUDA gives the CPU's levels for >= 95% of weights");
+        check(same >= kLayerAgreement, std::string(c.name) + ": CUDA gives the CPU's levels for >= 99% of weights");
         check(std::fabs(eGpu - eCpu) <= kLayerErrorTolerance * eCpu && eGpu < eRtn,
-              std::string(c.name) + ": CUDA reconstruction error within 2% of the CPU's and below RTN's");
+              std::string(c.name) + ": CUDA reconstruction error within 1% of the CPU's and below RTN's");
     }
 
     for (int m : {0, 4}) {
@@ -110,8 +112,8 @@ void compareOneLayer() {
         std::printf("  %s: %.4f%% of the mask equal; error CPU %.5g, CUDA %.5g\n", name.c_str(), 100 * same, eCpu, eGpu);
         check(!gpu.weight.is_cuda() && gpu.weight.eq(0).to(at::kDouble).mean().item<double>() >= 0.5,
               name + ": the CUDA result is on the CPU with half the weights zero");
-        check(same >= kLayerAgreement, name + ": CUDA keeps the CPU's weights for >= 95% of the mask");
-        check(std::fabs(eGpu - eCpu) <= kLayerErrorTolerance * eCpu, name + ": CUDA reconstruction error within 2% of the CPU's");
+        check(same >= kLayerAgreement, name + ": CUDA keeps the CPU's weights for >= 99% of the mask");
+        check(std::fabs(eGpu - eCpu) <= kLayerErrorTolerance * eCpu, name + ": CUDA reconstruction error within 1% of the CPU's");
     }
 }
 
@@ -183,8 +185,8 @@ void comparePipeline() {
         const double same = double(equal) / double(total);
         std::printf("  pipeline %s: %.3f%% equal (levels or zero mask); worst relative error difference %.3g\n", step,
                     100 * same, worst);
-        check(same >= kPipelineAgreement, std::string(step) + ": CUDA pipeline agrees with the CPU on >= 90% of weights");
-        check(worst <= kErrorTolerance, std::string(step) + ": every layer's reconstruction error within 5% of the CPU's");
+        check(same >= kPipelineAgreement, std::string(step) + ": CUDA pipeline agrees with the CPU on >= 97% of weights");
+        check(worst <= kErrorTolerance, std::string(step) + ": every layer's reconstruction error within 2% of the CPU's");
     }
     check(cwb::resolveCompressionDevice("auto").is_cuda(), "device auto picks CUDA where a GPU is visible");
 }
