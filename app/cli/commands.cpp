@@ -22,7 +22,7 @@ const std::vector<Command>& commands() {
          "generate text (greedy unless --temperature is set)", runGenerate},
         {"eval", "cwb eval MODEL --text FILE [--ctx N] [--chunks K] [--threads N] [--device cpu|cuda] [--dtype f32|f16|bf16] [--json]",
          "perplexity by llama.cpp's method (second half of each ctx chunk scored)", runEval},
-        {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--eval FILE] [--ctx N] [--chunks K] [--out DIR] [--scratch DIR|auto|off] [--json]",
+        {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--device auto|cpu|cuda] [--calib-dtype f32|bf16|f16] [--eval FILE] [--ctx N] [--chunks K] [--out DIR] [--scratch DIR|auto|off] [--json]",
          "apply a recipe step by step; each stage compared with the base (size, PPL, KL, top-1, reconstruction error)", runCompress},
         {"importance", "cwb importance MODEL --calib FILE [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--step STEP.json] [--samples N] [--seq-len T] [--json]",
          "per-head, per-layer or per-channel importance measured on token windows of a text (layer kinds: KL or ΔPPL when only that layer gets --step)", runImportance},

@@ -84,7 +84,7 @@ std::string cell(const nlohmann::json& m, const char* key, const char* format) {
 }
 
 int runCompress(const std::vector<std::string>& args) {
-    Arguments a(args, {"recipe", "calib", "samples", "seq-len", "seed", "eval", "ctx", "chunks", "threads", "tokenizer", "out", "scratch"},
+    Arguments a(args, {"recipe", "calib", "samples", "seq-len", "seed", "eval", "ctx", "chunks", "threads", "tokenizer", "out", "device", "calib-dtype", "scratch"},
                 {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
@@ -99,6 +99,9 @@ int runCompress(const std::vector<std::string>& args) {
     calib.samples = a.integer("samples", 128);
     calib.seqLen = a.integer("seq-len", 512);
     calib.seed = static_cast<uint64_t>(a.integer("seed", 0));
+    calib.device = a.value("device", "auto");
+    calib.forwardType = a.value("calib-dtype", "f32");
+    resolveCalibrationCompute(calib);   // a bad --device or --calib-dtype fails before the model is evaluated
     const bool quiet = a.flag("quiet") || a.flag("json");
 
     std::vector<TokenId> evalTokens;

@@ -45,6 +45,8 @@ public:
     size_t storageBytes() const override { return mWeight.storageBytes(); }
     int64_t rows() const override { return mWeight.codes.size(0); }
     int64_t cols() const override { return mWeight.codes.size(1); }
+    const quant::Fp8Weight& fp8Weight() const { return mWeight; }
+    bool dynamicActivations() const { return mDynamicActivations; }
     std::shared_ptr<const CompressedLinear> relocated(const Relocator& relocate) const override;
 
 private:
@@ -65,6 +67,8 @@ public:
     size_t storageBytes() const override { return mWeight.storageBytes() + size_t(mSmoothing.numel()) * 2; }
     int64_t rows() const override { return mWeight.q.size(0); }
     int64_t cols() const override { return mWeight.q.size(1); }
+    const quant::Int8Weight& int8Weight() const { return mWeight; }
+    const at::Tensor& smoothing() const { return mSmoothing; }
     std::shared_ptr<const CompressedLinear> relocated(const Relocator& relocate) const override;
 
 private:

@@ -123,4 +123,24 @@ at::Tensor fakeQuantizeFp8PerToken(const at::Tensor& x) {
     return (roundToE4m3(rows / scale) * scale).reshape(x.sizes()).to(x.scalar_type());
 }
 
+at::Tensor encodeE4m3(const at::Tensor& values) {
+    const at::Tensor v = values.detach().to(at::kFloat);
+    const at::Tensor a = v.abs();
+    auto [fraction, exponent] = at::frexp(a);   // a = f·2^e, f ∈ [0.5, 1): biased exponent e − 1 + 7
+    const at::Tensor normal = (exponent + 6).to(at::kFloat) * 8 + (fraction * 2 - 1) * 8;
+    const at::Tensor subnormal = a * float(1 << (-kMinExponent + kMantissaBits));   // a = m · 2^−9
+    at::Tensor code = at::where(a >= std::ldexp(1.0f, kMinExponent), normal, subnormal);
+    code = at::where(at::isnan(v), at::full_like(code, 0x7F), code);
+    code = code + at::signbit(v).to(at::kFloat) * 128;
+    return code.to(at::kInt).to(at::kByte);
+}
+
+void quantizeFp8PerToken(const at::Tensor& x, at::Tensor& codes, at::Tensor& scales) {
+    if (!x.defined() || x.dim() != 2) throw Error("FP8: per-token quantization needs [rows, cols] activations");
+    const at::Tensor rows = x.detach().to(at::kFloat);
+    const at::Tensor scale = rowScales(rows);
+    codes = encodeE4m3(roundToE4m3(rows / scale)).contiguous();
+    scales = scale.reshape({-1}).contiguous();
+}
+
 } // namespace cwb::quant

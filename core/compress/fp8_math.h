@@ -32,4 +32,11 @@ Fp8Weight quantizeFp8(const at::Tensor& w, bool perChannel);
 // dequantize. Same shape, dtype and device as x.
 at::Tensor fakeQuantizeFp8PerToken(const at::Tensor& x);
 
+// encodeE4m3 elementwise with tensor ops (any device): uint8 codes of values already on the E4M3 grid (the
+// output of roundToE4m3); NaN gives 0x7F / 0xFF.
+at::Tensor encodeE4m3(const at::Tensor& values);
+// The same quantization as fakeQuantizeFp8PerToken, kept as codes for an FP8 GEMM: x [rows, cols] ->
+// codes uint8 [rows, cols] and scales float32 [rows], on x's device (decode(codes) · scale = the fake-quantized x).
+void quantizeFp8PerToken(const at::Tensor& x, at::Tensor& codes, at::Tensor& scales);
+
 } // namespace cwb::quant

@@ -1,9 +1,11 @@
 #pragma once
 // GPTQ (Frantar et al. 2022, reference IST-DASLab/gptq gptq.py; act-order/static-groups bookkeeping as in
 // AutoGPTQ/GPTQModel) as pure tensor functions: a Hessian accumulator over calibration inputs and the
-// column-by-column OBS quantization of one [out, in] weight. Hessian algebra runs in float64 on the CPU;
-// the quantization itself (scales, rounding) is the float32 code of quant_math.h, so an identity Hessian
-// reproduces quantizeRtn bit for bit.
+// column-by-column OBS quantization of one [out, in] weight. The work follows the Hessian's device: on the CPU
+// the Hessian algebra runs in float64, on CUDA in float32 (as the reference does on GPUs; fp64 there would
+// cost more than the few differing levels it saves, see docs/performance.md). The quantization itself
+// (scales, rounding) is the float32 code of quant_math.h, so an identity Hessian reproduces quantizeRtn bit
+// for bit. Results always come back on the CPU.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -23,11 +25,12 @@ struct GptqOptions {
 // H = 2/n · Σ XᵀX over all n calibration rows seen so far, kept as a running average so that batches can
 // be added one at a time (gptq.py add_batch). Every leading dimension of an input counts as rows; the
 // reference counts only the first (sequences), which scales H by a constant GPTQ's updates ignore.
+// H lives on the device of the first inputs added: float64 on the CPU, float32 on CUDA.
 class HessianAccumulator {
 public:
     explicit HessianAccumulator(int64_t columns);
     void add(const at::Tensor& inputs);  // [..., in]
-    at::Tensor hessian() const;          // float64 [in, in]
+    at::Tensor hessian() const;          // [in, in] on the inputs' device (float64 on the CPU, float32 on CUDA)
     int64_t samples() const { return mSamples; }
     int64_t columns() const { return mColumns; }
 

@@ -11,6 +11,7 @@
 
 #include "core/compress/params.h"
 #include "core/compress/recipe.h"
+#include "core/compress/sequential.h"
 
 namespace cwb {
 
@@ -27,6 +28,8 @@ struct StepContext {
     Feedback* feedback = nullptr;
     std::vector<std::string> notes;     // what the method wants the report to say
     const Model* base = nullptr;        // the model the recipe started from (a distillation teacher)
+    // Where calibrated methods that support it (GPTQ, SparseGPT) run the calibration pass and their math.
+    CalibrationCompute compute;
 
     // The step's params with the first matching override merged in.
     nlohmann::json paramsFor(const std::string& layer) const;

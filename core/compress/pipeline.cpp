@@ -55,8 +55,32 @@ std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step
     return out;
 }
 
+at::Device resolveCompressionDevice(const std::string& name) {
+    if (name == "auto") return at::hasCUDA() ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+    if (name == "cpu") return at::kCPU;
+    if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
+        if (!at::hasCUDA()) throw Error("device " + name + ": no CUDA in this build or no GPU visible");
+        try {
+            return at::Device(name);
+        } catch (const std::exception&) {
+            throw Error("device '" + name + "' is not a device name (cpu, cuda, cuda:N or auto)");
+        }
+    }
+    throw Error("device '" + name + "' is not a device name (cpu, cuda, cuda:N or auto)");
+}
+
+CalibrationCompute resolveCalibrationCompute(const CalibrationSpec& spec) {
+    CalibrationCompute compute;
+    compute.device = resolveCompressionDevice(spec.device);
+    if (spec.forwardType == "f32") compute.forwardType = at::kFloat;
+    else if (spec.forwardType == "bf16") compute.forwardType = at::kBFloat16;
+    else if (spec.forwardType == "f16") compute.forwardType = at::kHalf;
+    else throw Error("calibration forward type '" + spec.forwardType + "' is not f32, bf16 or f16");
+    return compute;
+}
+
 std::map<std::string, double> reconstructionErrors(const Model& before, Model& after, const std::vector<std::string>& layers,
-                                                   const at::Tensor& windows, Feedback* feedback) {
+                                                   const at::Tensor& windows, Feedback* feedback, const CalibrationCompute& compute) {
     std::map<std::string, double> errors;
     // Dropped blocks renumber the rest: the same name no longer means the same layer, so nothing compares.
     if (before.spec.layers != after.spec.layers) return errors;
@@ -71,7 +95,10 @@ std::map<std::string, double> reconstructionErrors(const Model& before, Model& a
     }
     if (!windows.defined() || byBlock.empty()) return errors;
     std::map<std::string, std::unique_ptr<quant::HessianAccumulator>> hessians;
+    std::map<std::string, std::string> sameInputAs;   // q/k/v and gate/up: one Hessian each
     SequentialPass pass;
+    pass.compute = compute;
+    pass.sharedInput = [&](const std::string& layer, const std::string& first) { sameInputAs[layer] = first; };
     pass.layersOf = [&](int64_t b) { return byBlock.count(b) ? byBlock[b] : std::vector<std::string>{}; };
     pass.collect = [&](const std::string& layer, const at::Tensor& x) {
         auto& h = hessians[layer];
@@ -82,12 +109,16 @@ std::map<std::string, double> reconstructionErrors(const Model& before, Model& a
     pass.compressBlock = [&](int64_t b) {
         if (!byBlock.count(b)) return;
         for (const auto& layer : byBlock[b]) {
-            at::Tensor h = hessians.at(layer)->hessian().to(at::kDouble);
-            at::Tensor w = before.floatTensor(layer + ".weight").to(at::kDouble);
-            at::Tensor d = w - after.floatTensor(layer + ".weight").to(at::kDouble);
+            auto shared = sameInputAs.find(layer);
+            at::Tensor h = hessians.at(shared == sameInputAs.end() ? layer : shared->second)->hessian();
+            at::Tensor w = before.floatTensor(layer + ".weight").to(h.device(), h.scalar_type());
+            at::Tensor d = w - after.floatTensor(layer + ".weight").to(h.device(), h.scalar_type());
             const double reference = (at::matmul(w, h) * w).sum().item<double>();
             errors[layer] = reference > 0 ? (at::matmul(d, h) * d).sum().item<double>() / reference : 0.0;
+        }
+        for (const auto& layer : byBlock[b]) {
             hessians.erase(layer);
+            sameInputAs.erase(layer);
         }
     };
     runSequential(after, windows, pass, feedback);
@@ -118,13 +149,16 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const C
         windows = drawCalibration(tokens, base.tokenizer->bos(), calibration, base.spec.context, &note);
         if (feedback && !note.empty()) feedback->log(note);
     }
-    CompressionResult result = compressModel(base, recipe, windows, feedback, onStep);
+    const CalibrationCompute compute = resolveCalibrationCompute(calibration);
+    if (feedback && compute.device.is_cuda() && windows.defined())
+        feedback->log("calibration and GPTQ/SparseGPT math on " + compute.device.str());
+    CompressionResult result = compressModel(base, recipe, windows, feedback, onStep, compute);
     result.calibrationNote = note;
     return result;
 }
 
 CompressionResult compressModel(const Model& base, const Recipe& recipe, const at::Tensor& windows, Feedback* feedback,
-                                const StepObserver& onStep) {
+                                const StepObserver& onStep, const CalibrationCompute& compute) {
     recipe.validate("recipe");
     if (needsCalibration(recipe) && !windows.defined())
         throw Error("the recipe has a step that needs calibration data; give a text file (--calib FILE)");
@@ -141,7 +175,7 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         const CompressionMethod* method = MethodRegistry::instance().find(step.method);
         SubFeedback sub(feedback, double(i) / double(steps), double(i + 1) / double(steps));
         StepContext ctx{*result.model, step, resolveParams(step.method, method->params(), step.params),
-                        targetLayers(*result.model, step), windows, &sub, {}, &base};
+                        targetLayers(*result.model, step), windows, &sub, {}, &base, compute};
         if (feedback) feedback->log("step " + std::to_string(i + 1) + "/" + std::to_string(steps) + ": " + step.method +
                                     " on " + std::to_string(ctx.layers.size()) + " layers");
         auto t0 = std::chrono::steady_clock::now();
@@ -154,7 +188,7 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         report.layers = static_cast<int64_t>(ctx.layers.size());
         report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         report.notes = ctx.notes;
-        report.reconstructionError = reconstructionErrors(*before, *result.model, ctx.layers, windows, nullptr);
+        report.reconstructionError = reconstructionErrors(*before, *result.model, ctx.layers, windows, nullptr, compute);
         if (onStep) onStep(report, *result.model);
         result.steps.push_back(std::move(report));
     }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/compress/recipe.h"
+#include "core/compress/sequential.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace cwb {
@@ -22,11 +23,25 @@ struct CalibrationSpec {
     int64_t samples = 128;
     int64_t seqLen = 512;
     uint64_t seed = 0;
+    // Where GPTQ and SparseGPT calibrate and compute: "auto" (CUDA when a GPU is visible, else the CPU), "cpu",
+    // "cuda" or "cuda:N". On CUDA the Hessian algebra runs in float32 instead of the CPU's float64, so a few
+    // levels can differ (docs/performance.md); results always land in the CPU model.
+    std::string device = "auto";
+    // Type of the calibration forward's matrices: "f32" (the same arithmetic on every device), "bf16" or "f16".
+    std::string forwardType = "f32";
 };
 
+// "auto" -> CUDA when available, else CPU; "cpu"; "cuda[:N]". Throws cwb::Error for an unknown name or for
+// CUDA asked for where there is none.
+at::Device resolveCompressionDevice(const std::string& name);
+// Device and forward type of a CalibrationSpec; throws cwb::Error naming a bad value.
+CalibrationCompute resolveCalibrationCompute(const CalibrationSpec& spec);
+
 // Fills StepReport::reconstructionError for the layers whose weights differ between `before` and `after`.
+// The calibration pass runs where `compute` says.
 std::map<std::string, double> reconstructionErrors(const Model& before, Model& after, const std::vector<std::string>& layers,
-                                                   const at::Tensor& windows, Feedback* feedback);
+                                                   const at::Tensor& windows, Feedback* feedback,
+                                                   const CalibrationCompute& compute = {});
 
 // `samples` windows of `seqLen` tokens at seeded random offsets of the tokenized text, BOS first; seqLen is
 // clipped to the model's context and the text. `note` says what was clipped.
@@ -59,9 +74,11 @@ using StepObserver = std::function<void(const StepReport& step, const Model& var
 CompressionResult compressModel(const Model& base, const Recipe& recipe, const CalibrationSpec& calibration,
                                 Feedback* feedback = nullptr, const StepObserver& onStep = {});
 
-// The same with calibration windows already drawn ([samples, seqLen] int64; undefined when none).
+// The same with calibration windows already drawn ([samples, seqLen] int64; undefined when none); GPTQ, SparseGPT
+// and the reconstruction errors calibrate where `compute` says (the CPU in float32 by default).
 CompressionResult compressModel(const Model& base, const Recipe& recipe, const at::Tensor& calibration,
-                                Feedback* feedback = nullptr, const StepObserver& onStep = {});
+                                Feedback* feedback = nullptr, const StepObserver& onStep = {},
+                                const CalibrationCompute& compute = {});
 
 // Linear layers a step targets: its regex (default all block linears) minus its ignore list.
 std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step);

@@ -87,7 +87,7 @@ void groupParams(const at::Tensor& slab, const QuantSpec& spec, at::Tensor& scal
         at::Tensor amax = at::maximum(xmin.neg(), xmax);
         amax.masked_fill_(amax == 0, 1.0);  // all-zero row: range [-1, 1], as the reference does
         scale = amax.mul(2.0).div(maxq);
-        zero = at::full({x.size(0)}, int64_t(1) << (spec.bits - 1), at::kInt);
+        zero = at::full({x.size(0)}, int64_t(1) << (spec.bits - 1), x.options().dtype(at::kInt));
     } else {
         const at::Tensor flat = (xmin == 0).logical_and(xmax == 0);
         xmin.masked_fill_(flat, -1.0);
@@ -155,7 +155,7 @@ at::Tensor packLevels(const at::Tensor& levels, int bits) {
     const int64_t rows = l.size(0), cols = l.size(1);
     const int64_t words = (cols + k - 1) / k;
     l = at::constant_pad_nd(l, {0, words * k - cols}, 0).reshape({rows, words, k});
-    at::Tensor packed = l.mul(wordShifts(bits)).sum(-1);  // disjoint bit fields, so the sum is an OR
+    at::Tensor packed = l.mul(wordShifts(bits).to(l.device())).sum(-1);  // disjoint bit fields, so the sum is an OR
     // Words are unsigned 32-bit; store the same bits in int32 (two's complement) without relying on narrowing.
     const int64_t two31 = int64_t(1) << 31;
     packed = at::where(packed >= two31, packed - 2 * two31, packed);
@@ -171,7 +171,7 @@ at::Tensor unpackLevels(const at::Tensor& packed, int bits, int64_t cols) {
                     " levels of " + std::to_string(bits) + " bits");
     at::Tensor p = packed.to(at::kLong);
     p = at::where(p < 0, p + (int64_t(1) << 32), p);
-    at::Tensor l = at::div(p.unsqueeze(-1), wordShifts(bits), "floor").remainder(maxLevel(bits) + 1);
+    at::Tensor l = at::div(p.unsqueeze(-1), wordShifts(bits).to(p.device()), "floor").remainder(maxLevel(bits) + 1);
     return l.reshape({packed.size(0), -1}).slice(1, 0, cols).to(at::kInt).contiguous();
 }
 

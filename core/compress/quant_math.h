@@ -1,7 +1,8 @@
 #pragma once
 // Integer weight quantization as pure tensor functions (no I/O, no progress): min/max scale and zero point
 // per group of input columns, round-to-nearest, and the GPTQ-style packing of levels into int32 words.
-// Everything is CPU float32; GPTQ and AWQ (gptq_math.h, awq_math.h) build on these.
+// Everything is float32 on the inputs' device (GPTQ runs them on CUDA); GPTQ and AWQ (gptq_math.h, awq_math.h)
+// build on these.
 //
 // Rounding rule: round half to EVEN (at::round, the same as torch.round in the GPTQ and AWQ references), so
 // 2.5 -> 2, 3.5 -> 4, -2.5 -> -2, then clamp to [0, 2^bits - 1].

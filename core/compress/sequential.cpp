@@ -17,6 +17,14 @@ public:
         : mLayers(std::move(layers)), mPass(pass), mBlock(block) {}
     bool wantsLinear(const std::string& name) const override { return mLayers.count(name) != 0; }
     void onLinear(const std::string& name, const at::Tensor& input, const at::Tensor&) override {
+        if (mPass.sharedInput && mLastInput.defined() && input.data_ptr() == mLastInput.data_ptr() &&
+            input.sizes() == mLastInput.sizes() && input.strides() == mLastInput.strides() &&
+            input.scalar_type() == mLastInput.scalar_type() && input.device() == mLastInput.device()) {
+            if (mShared.insert(name).second) mPass.sharedInput(name, mLastLayer);
+            return;
+        }
+        mLastInput = input;   // held, so no later tensor can reuse its address while it is compared against
+        mLastLayer = name;
         mPass.collect(name, input.reshape({-1, input.size(-1)}).to(at::kFloat));
     }
     bool wantsHeads() const override { return static_cast<bool>(mPass.collectHeads); }
@@ -28,6 +36,9 @@ private:
     std::set<std::string> mLayers;
     const SequentialPass& mPass;
     int64_t mBlock;
+    at::Tensor mLastInput;        // input of the last layer given to collect
+    std::string mLastLayer;
+    std::set<std::string> mShared;
 };
 
 } // namespace
@@ -35,7 +46,11 @@ private:
 void runSequential(const Model& model, const at::Tensor& calibration, const SequentialPass& pass, Feedback* feedback) {
     if (!calibration.defined() || calibration.dim() != 2 || calibration.size(0) == 0)
         throw Error("this method needs calibration data (a text file for --calib)");
-    Transformer runtime(model);
+    RuntimeOptions options;
+    options.device = pass.compute.device;
+    options.dtype = pass.compute.forwardType;
+    options.nativeKernels = false;   // calibration needs the same arithmetic on every device
+    Transformer runtime(model, options);
     std::vector<at::Tensor> hidden;
     for (int64_t start = 0; start < calibration.size(0); start += pass.microBatch)
         hidden.push_back(runtime.embed(calibration.narrow(0, start, std::min(pass.microBatch, calibration.size(0) - start))));

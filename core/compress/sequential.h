@@ -15,6 +15,14 @@ class Feedback;
 // Called with the 2-D inputs ([rows, in]) of every linear layer of the current block the method asked for.
 using InputSink = std::function<void(const std::string& layer, const at::Tensor& inputs)>;
 
+// Where a calibration pass runs its forward, and in which type (the inputs reach the statistics as float32).
+// float32 on CUDA computes what the CPU computes; bf16 / fp16 forwards are faster (the GPTQ references run their
+// models in fp16) and move the collected inputs by about their rounding.
+struct CalibrationCompute {
+    at::Device device = at::kCPU;
+    at::ScalarType forwardType = at::kFloat;
+};
+
 struct SequentialPass {
     // Which layers of block `layer` to observe (full names, e.g. "model.layers.3.mlp.down_proj").
     std::function<std::vector<std::string>(int64_t block)> layersOf;
@@ -25,7 +33,13 @@ struct SequentialPass {
     std::function<void(int64_t block, const at::Tensor& heads)> collectHeads;
     // Optional: the block's input and output hidden states [rows, hidden] (layer importance).
     std::function<void(int64_t block, const at::Tensor& input, const at::Tensor& output)> collectBlockIO;
+    // Optional: a wanted layer reads the very tensor an earlier one read (q/k/v, gate/up): told once per block
+    // (layer, the layer first given that input), after which collect is called for the first layer only.
+    std::function<void(const std::string& layer, const std::string& sameInputAs)> sharedInput;
     int64_t microBatch = 8;   // calibration windows run together
+    // Where the forward pass runs (dequantized layers, no native kernels, so every device computes the same thing).
+    // The tensors given to collect/collectHeads/collectBlockIO live on that device.
+    CalibrationCompute compute;
 };
 
 // Runs the pass over all blocks; progress goes to `feedback` in [begin, end]. Throws Cancelled.

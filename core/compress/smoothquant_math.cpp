@@ -64,6 +64,14 @@ at::Tensor fakeQuantizeInt8PerToken(const at::Tensor& x) {
     return (roundToInt8Grid(rows, scale) * scale).reshape(x.sizes()).to(x.scalar_type());
 }
 
+void quantizeInt8PerToken(const at::Tensor& x, at::Tensor& codes, at::Tensor& scales) {
+    if (!x.defined() || x.dim() != 2) throw Error("int8: per-token quantization needs [rows, cols] activations");
+    const at::Tensor rows = x.detach().to(at::kFloat);
+    const at::Tensor scale = int8RowScales(rows);
+    codes = roundToInt8Grid(rows, scale).to(at::kChar).contiguous();
+    scales = scale.reshape({-1}).contiguous();
+}
+
 at::Tensor Int8Weight::dequantize() const { return q.to(at::kFloat) * scales.unsqueeze(1); }
 
 size_t Int8Weight::storageBytes() const { return size_t(q.numel()) + size_t(scales.numel()) * sizeof(float); }

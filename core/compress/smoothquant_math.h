@@ -28,6 +28,9 @@ private:
 // Symmetric int8 over the last dimension: scale amax/127 per row, round half to even, clamp to
 // [−127, 127], dequantize. An all-zero row stays zero. Same shape and dtype as x.
 at::Tensor fakeQuantizeInt8PerToken(const at::Tensor& x);
+// The same quantization kept as codes for an int8 GEMM: x [rows, cols] -> codes int8 [rows, cols] and
+// scales float32 [rows], on x's device (codes · scale = fakeQuantizeInt8PerToken(x) in float32).
+void quantizeInt8PerToken(const at::Tensor& x, at::Tensor& codes, at::Tensor& scales);
 
 struct Int8Weight {
     at::Tensor q;        // int8 [out, in]

@@ -31,7 +31,7 @@ void checkOptions(const at::Tensor& w, const at::Tensor& hessian, const SparseGp
 
 // Keep mask that prunes the k lowest scores of each row (stable: earlier position pruned first on ties).
 at::Tensor keepAllButLowest(const at::Tensor& scores, int64_t k) {
-    at::Tensor keep = at::ones(scores.sizes(), at::kBool);
+    at::Tensor keep = at::ones(scores.sizes(), scores.options().dtype(at::kBool));
     if (k > 0) keep.scatter_(-1, std::get<1>(at::sort(scores, true, -1, false)).narrow(-1, 0, k), false);
     return keep;
 }
@@ -41,9 +41,12 @@ at::Tensor keepAllButLowest(const at::Tensor& scores, int64_t k) {
 SparseGptResult sparseGpt(const at::Tensor& w, const at::Tensor& hessian, const SparseGptOptions& o) {
     checkOptions(w, hessian, o);
     const int64_t rows = w.size(0), cols = w.size(1);
-    // Double on the CPU: the inverse-Hessian algebra loses too much in fp32, and fp64 is slow on GPUs.
-    at::Tensor W = w.detach().to(at::kCPU, at::kDouble).clone();
-    at::Tensor H = hessian.detach().to(at::kCPU, at::kDouble).clone();
+    // The work follows the Hessian: double on the CPU, float32 on CUDA (the reference's choice there; fp64 runs at
+    // a fraction of the speed). docs/performance.md compares the two.
+    const at::Device device = hessian.device();
+    const at::ScalarType work = device.is_cuda() ? at::kFloat : at::kDouble;
+    at::Tensor W = w.detach().to(at::kFloat).to(device, work).clone();
+    at::Tensor H = hessian.detach().to(work).clone();
 
     // A column no input ever reached carries no information: zero it and give H a unit pivot there.
     at::Tensor dead = H.diagonal() == 0;
@@ -59,15 +62,15 @@ SparseGptResult sparseGpt(const at::Tensor& w, const at::Tensor& hessian, const 
 
     int64_t block = o.blockSize;
     if (o.m > 0) block = (block + o.m - 1) / o.m * o.m;   // keep n:m groups inside one block
-    at::Tensor mask = at::zeros({rows, cols}, at::kBool);
-    double loss = 0.0;
+    at::Tensor mask = at::zeros({rows, cols}, W.options().dtype(at::kBool));
+    at::Tensor loss = at::zeros({}, W.options());
     for (int64_t i1 = 0; i1 < cols; i1 += block) {
         const int64_t count = std::min(block, cols - i1);
         at::Tensor W1 = W.narrow(1, i1, count).clone();
         at::Tensor U1 = U.narrow(0, i1, count).narrow(1, i1, count);
         at::Tensor d2 = U1.diagonal().square().unsqueeze(0);
         at::Tensor Q1 = at::zeros_like(W1), Err1 = at::zeros_like(W1);
-        at::Tensor keep1 = at::ones({rows, count}, at::kBool);
+        at::Tensor keep1 = at::ones({rows, count}, W.options().dtype(at::kBool));
         if (o.m == 0)
             keep1 = keepAllButLowest(W1.square() / d2, std::llround(o.sparsity * double(count)));
         for (int64_t i = 0; i < count; ++i) {
@@ -79,20 +82,20 @@ SparseGptResult sparseGpt(const at::Tensor& w, const at::Tensor& hessian, const 
             at::Tensor col = W1.select(1, i);
             at::Tensor q = col.masked_fill(keep1.select(1, i).logical_not(), 0.0);
             at::Tensor err = (col - q) / U1[i][i];
-            loss += 0.5 * err.square().sum().item<double>();
             W1.narrow(1, i, count - i).sub_(at::outer(err, U1[i].narrow(0, i, count - i)));
             Q1.select(1, i).copy_(q);
             Err1.select(1, i).copy_(err);
         }
+        loss.add_(Err1.square().sum(), 0.5);   // one reduction per block, no wait per column
         W.narrow(1, i1, count).copy_(Q1);
         mask.narrow(1, i1, count).copy_(keep1);
         if (i1 + count < cols)
             W.narrow(1, i1 + count, cols - i1 - count).sub_(Err1.matmul(U.narrow(0, i1, count).narrow(1, i1 + count, cols - i1 - count)));
     }
     SparseGptResult r;
-    r.weight = W.masked_fill(mask.logical_not(), 0.0).to(at::kFloat);   // exact zeros, no -0 from rounding
-    r.mask = mask;
-    r.squaredError = loss;
+    r.weight = W.masked_fill(mask.logical_not(), 0.0).to(at::kCPU, at::kFloat);   // exact zeros, no -0 from rounding
+    r.mask = mask.to(at::kCPU);
+    r.squaredError = loss.item<double>();
     return r;
 }
 

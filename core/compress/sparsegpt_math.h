@@ -21,8 +21,8 @@ struct SparseGptResult {
                                 // H = 2/n·XᵀX and no damping this is ‖ΔW Xᵀ‖² / n
 };
 
-// w [out, in]; hessian [in, in], e.g. 2/n·XᵀX over the layer's calibration inputs. Runs in double on
-// the CPU whatever the inputs' device; the result is on the CPU.
+// w [out, in]; hessian [in, in], e.g. 2/n·XᵀX over the layer's calibration inputs. Runs on the Hessian's
+// device: in double on the CPU, in float32 on CUDA. The result is on the CPU.
 // Throws cwb::Error on bad options, a Hessian of the wrong size, or one that stays singular after damping.
 SparseGptResult sparseGpt(const at::Tensor& w, const at::Tensor& hessian, const SparseGptOptions& options);
 

@@ -2,10 +2,13 @@
 
 #include <c10/core/DeviceGuard.h>
 
+#include "core/compress/compressed_layers.h"
 #include "core/util/error.h"
 
 #ifdef CWB_HAVE_KERNELS
 #include "cwb/kernels/device_info.h"
+#include "cwb/kernels/fp8_gemm.h"
+#include "cwb/kernels/w8a8_gemm.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #endif
 #ifdef CWB_TORCH_CUDA
@@ -34,11 +37,22 @@ public:
         return mData;
     }
     size_t bytes() const { return mBytes; }
+    // cuBLASLt handles (and their workspaces), made on first use and shared by the layers of the runtime.
+    kernels::Fp8Gemm& fp8() {
+        if (!mFp8) mFp8 = std::make_unique<kernels::Fp8Gemm>();
+        return *mFp8;
+    }
+    kernels::W8a8Gemm& w8a8() {
+        if (!mW8a8) mW8a8 = std::make_unique<kernels::W8a8Gemm>();
+        return *mW8a8;
+    }
 
 private:
     void* mData = nullptr;
     size_t mBytes = 0;
     std::vector<void*> mRetired;
+    std::unique_ptr<kernels::Fp8Gemm> mFp8;
+    std::unique_ptr<kernels::W8a8Gemm> mW8a8;
 };
 
 namespace {
@@ -89,6 +103,85 @@ private:
     size_t mBytes;
 };
 
+std::vector<int64_t> outputShape(const at::Tensor& x, int64_t rows) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = rows;
+    return shape;
+}
+
+// FP8 E4M3 weights with per-token FP8 activations: codes × codes through cuBLASLt with unit per-tensor scales into
+// bf16 (the raw sums reach 448² · k, past fp16's range), then the per-token and per-channel scales in float32.
+class KernelFp8Linear : public NativeIntLinear {
+public:
+    KernelFp8Linear(at::Tensor codes, at::Tensor scales, at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace)
+        : mCodes(std::move(codes)), mScales(std::move(scales)), mDtype(dtype), mWorkspace(std::move(workspace)) {
+        mUnit = at::ones({4}, mCodes.options().dtype(at::kFloat));
+    }
+
+    at::Tensor forward(const at::Tensor& x) const override {
+        c10::DeviceGuard guard(mCodes.device());
+        const int64_t n = mCodes.size(0), k = mCodes.size(1);
+        at::Tensor codes, tokenScales;
+        quant::quantizeFp8PerToken(x.reshape({-1, k}), codes, tokenScales);
+        const int64_t m = codes.size(0);
+        at::Tensor sums = at::empty({m, n}, mCodes.options().dtype(at::kBFloat16));
+        try {
+            mWorkspace->fp8().run(codes.data_ptr<uint8_t>(), mUnit.data_ptr<float>(), mCodes.data_ptr<uint8_t>(),
+                                  mUnit.data_ptr<float>(), sums.data_ptr(), kernels::ActType::BFloat16, m, n, k,
+                                  currentStream());
+        } catch (const kernels::KernelError& e) {
+            throw Error(std::string("native FP8 layer: ") + e.what());
+        }
+        at::Tensor y = sums.to(at::kFloat).mul_(tokenScales.unsqueeze(1)).mul_(mScales.unsqueeze(0));
+        return y.to(mDtype).view(outputShape(x, n));
+    }
+    std::string kernelName() const override { return "FP8 E4M3 GEMM"; }
+    size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel()) * 4; }
+
+private:
+    at::Tensor mCodes;    // uint8 [n, k] on the device
+    at::Tensor mScales;   // float32 [n] (a per-tensor scale repeated)
+    at::Tensor mUnit;     // float32 ones: the GEMM's per-tensor scales (16-byte aligned)
+    at::ScalarType mDtype;
+    std::shared_ptr<NativeWorkspace> mWorkspace;
+};
+
+// SmoothQuant W8A8: x / s quantized to int8 per token, exact int32 products (cuBLASLt IMMA), scales in the epilogue.
+class KernelW8a8Linear : public NativeIntLinear {
+public:
+    KernelW8a8Linear(at::Tensor codes, at::Tensor scales, at::Tensor smoothing, at::ScalarType dtype,
+                     std::shared_ptr<NativeWorkspace> workspace)
+        : mCodes(std::move(codes)), mScales(std::move(scales)), mSmoothing(std::move(smoothing)), mDtype(dtype),
+          mWorkspace(std::move(workspace)) {}
+
+    at::Tensor forward(const at::Tensor& x) const override {
+        c10::DeviceGuard guard(mCodes.device());
+        const int64_t n = mCodes.size(0), k = mCodes.size(1);
+        at::Tensor codes, tokenScales;
+        quant::quantizeInt8PerToken(x.reshape({-1, k}).to(at::kFloat) / mSmoothing, codes, tokenScales);
+        const int64_t m = codes.size(0);
+        at::Tensor y = at::empty({m, n}, mCodes.options().dtype(mDtype));
+        try {
+            mWorkspace->w8a8().run(codes.data_ptr<int8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<int8_t>(),
+                                   mScales.data_ptr<float>(), y.data_ptr(),
+                                   mDtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16, m, n, k,
+                                   currentStream());
+        } catch (const kernels::KernelError& e) {
+            throw Error(std::string("native W8A8 layer: ") + e.what());
+        }
+        return y.view(outputShape(x, n));
+    }
+    std::string kernelName() const override { return "W8A8 int8 GEMM"; }
+    size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel() + mSmoothing.numel()) * 4; }
+
+private:
+    at::Tensor mCodes;       // int8 [n, k] on the device
+    at::Tensor mScales;      // float32 [n]
+    at::Tensor mSmoothing;   // float32 [k]: SmoothQuant's input divisor
+    at::ScalarType mDtype;
+    std::shared_ptr<NativeWorkspace> mWorkspace;
+};
+
 } // namespace
 
 std::shared_ptr<NativeWorkspace> makeNativeWorkspace() { return std::make_shared<NativeWorkspace>(); }
@@ -133,6 +226,58 @@ std::unique_ptr<NativeIntLinear> makeNativeIntLinear(const quant::QuantizedWeigh
     }
 }
 
+std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear& layer, at::Device device, at::ScalarType dtype,
+                                                  std::shared_ptr<NativeWorkspace> workspace, std::string& reason) {
+    if (const auto* integer = dynamic_cast<const IntLinear*>(&layer))
+        return makeNativeIntLinear(integer->quantized(), integer->inputScale(), device, dtype, std::move(workspace), reason);
+    if (!device.is_cuda()) {
+        reason = "not on CUDA";
+        return nullptr;
+    }
+    if (dtype != at::kHalf && dtype != at::kBFloat16) {
+        reason = std::string("compute type ") + c10::toString(dtype) + " (the native layers run in fp16 or bf16)";
+        return nullptr;
+    }
+    // cuBLASLt's FP8 and int8 products need k (the input features) to be a multiple of 16.
+    if (layer.cols() % 16 != 0 && (layer.kind() == "fp8" || layer.kind() == "w8a8")) {
+        reason = layer.kind() + " with " + std::to_string(layer.cols()) + " input features (cuBLASLt needs a multiple of 16)";
+        return nullptr;
+    }
+    try {
+        c10::DeviceGuard guard(device);
+        if (const auto* fp8 = dynamic_cast<const Fp8Linear*>(&layer)) {
+            if (!fp8->dynamicActivations()) {
+                reason = "fp8 weights with 16-bit activations (the FP8 GEMM needs FP8 activations; no mixed kernel)";
+                return nullptr;
+            }
+            if (!kernels::fp8GemmSupported()) {
+                reason = "FP8 GEMM needs compute capability 8.9 or newer";
+                return nullptr;
+            }
+            const quant::Fp8Weight& w = fp8->fp8Weight();
+            const at::Tensor codes = w.codes.to(device, at::kByte).contiguous();
+            const at::Tensor scales = w.scales.to(device, at::kFloat).reshape({-1}).expand({codes.size(0)}).contiguous();
+            return std::make_unique<KernelFp8Linear>(codes, scales, dtype, std::move(workspace));
+        }
+        if (const auto* w8a8 = dynamic_cast<const W8A8Linear*>(&layer)) {
+            if (layer.rows() % 4 != 0) {
+                reason = "w8a8 with " + std::to_string(layer.rows()) + " outputs (the int8 GEMM needs a multiple of 4)";
+                return nullptr;
+            }
+            const quant::Int8Weight& w = w8a8->int8Weight();
+            return std::make_unique<KernelW8a8Linear>(w.q.to(device, at::kChar).contiguous(),
+                                                      w.scales.to(device, at::kFloat).contiguous(),
+                                                      w8a8->smoothing().to(device, at::kFloat).contiguous(), dtype,
+                                                      std::move(workspace));
+        }
+    } catch (const kernels::KernelError& e) {
+        reason = std::string("kernel setup failed: ") + e.what();
+        return nullptr;
+    }
+    reason = "no kernel wired for " + layer.kind() + " layers";
+    return nullptr;
+}
+
 bool nativeKernelsBuilt() { return true; }
 
 int64_t deviceMemoryUsedBytes() {
@@ -151,6 +296,12 @@ std::shared_ptr<NativeWorkspace> makeNativeWorkspace() { return std::make_shared
 
 std::unique_ptr<NativeIntLinear> makeNativeIntLinear(const quant::QuantizedWeight&, const at::Tensor&, at::Device device,
                                                      at::ScalarType, std::shared_ptr<NativeWorkspace>, std::string& reason) {
+    reason = device.is_cuda() ? "this build has no CUDA kernels (CWB_CUDA off)" : "not on CUDA";
+    return nullptr;
+}
+
+std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear&, at::Device device, at::ScalarType,
+                                                  std::shared_ptr<NativeWorkspace>, std::string& reason) {
     reason = device.is_cuda() ? "this build has no CUDA kernels (CWB_CUDA off)" : "not on CUDA";
     return nullptr;
 }

@@ -266,17 +266,13 @@ const Transformer::Block& Transformer::block(int64_t layer) {
 std::shared_ptr<const NativeIntLinear> Transformer::nativeLinear(const std::string& name, const CompressedLinear& layer) {
     LayerPath path;
     std::shared_ptr<const NativeIntLinear> kernel;
-    const auto* integer = dynamic_cast<const IntLinear*>(&layer);
     if (!mOptions.device.is_cuda()) {
         path.how = "not on CUDA";
     } else if (!mOptions.nativeKernels) {
         path.how = "native kernels turned off";
-    } else if (!integer) {
-        path.how = "no kernel wired for " + layer.kind() + " layers";
     } else {
         if (!mNativeWorkspace) mNativeWorkspace = makeNativeWorkspace();
-        kernel = makeNativeIntLinear(integer->quantized(), integer->inputScale(), mOptions.device, mOptions.dtype,
-                                     mNativeWorkspace, path.how);
+        kernel = makeNativeLinear(layer, mOptions.device, mOptions.dtype, mNativeWorkspace, path.how);
         if (kernel) path = {true, kernel->kernelName()};
     }
     mLayerPaths[name] = path;

@@ -39,7 +39,8 @@ struct RuntimeOptions {
     // Per block, a gate multiplying each query head's attention output: [heads] or [batch, heads]; an undefined
     // tensor or a missing entry means no gate. Its gradient is the head importance of Michel et al. (2019).
     const std::vector<at::Tensor>* headGates = nullptr;
-    // On CUDA, run 4- and 8-bit integer layers through the W4A16 / W8A16 kernels on their packed weights.
+    // On CUDA, run 4- and 8-bit integer layers through the W4A16 / W8A16 kernels on their packed weights, FP8 layers
+    // with dynamic activations and SmoothQuant W8A8 layers through the cuBLASLt FP8 / int8 GEMMs.
     // Off, or where no kernel applies, they are dequantized to a dense weight (see Transformer::layerPaths).
     bool nativeKernels = true;
     DecodeMode decode = DecodeMode::CudaGraph;

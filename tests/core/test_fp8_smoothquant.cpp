@@ -55,6 +55,8 @@ private slots:
     void fp8WeightErrorBound();
     void fp8PerChannelBeatsPerTensor();
     void fp8PerTokenActivations();
+    void tensorEncoderMatchesScalar();
+    void perTokenCodesMatchFakeQuantization();
     void smoothingScalesHand_data();
     void smoothingScalesHand();
     void smoothingScalesGuardsAndRefusals();
@@ -272,6 +274,35 @@ void TestFp8SmoothQuant::absMaxOverBatches() {
     at::Tensor direct = at::cat({a.reshape({-1, 5}), b}).abs().amax(0);
     QVERIFY(at::equal(acc.absMax(), direct));
     QVERIFY_THROWS_EXCEPTION(Error, acc.add(at::ones({2, 4})));
+}
+
+void TestFp8SmoothQuant::tensorEncoderMatchesScalar() {
+    // Every finite code's value, and NaN of both signs, through the tensor encoder (the one the CUDA runtime uses).
+    std::vector<float> values;
+    std::vector<int> codes;
+    for (int c = 0; c < 256; ++c) {
+        values.push_back((c & 0x7F) == 0x7F ? std::copysign(std::numeric_limits<float>::quiet_NaN(), (c & 0x80) ? -1.0f : 1.0f)
+                                            : decodeE4m3(uint8_t(c)));
+        codes.push_back(c);
+    }
+    at::Tensor got = encodeE4m3(at::tensor(values)).to(at::kInt);
+    QVERIFY2(at::equal(got, at::tensor(codes, at::kInt)), show(got.to(at::kFloat)).constData());
+}
+
+void TestFp8SmoothQuant::perTokenCodesMatchFakeQuantization() {
+    at::manual_seed(3);
+    at::Tensor x = at::randn({5, 48}) * at::rand({5, 1}) * 10;
+    x.select(0, 2).zero_();
+    at::Tensor codes, scales;
+    quantizeFp8PerToken(x, codes, scales);
+    QCOMPARE(codes.scalar_type(), at::kByte);
+    QCOMPARE(scales.sizes().vec(), std::vector<int64_t>({5}));
+    Fp8Weight asWeight{codes, scales};   // decode(codes) · row scale, as the FP8 GEMM's epilogue computes it
+    QVERIFY(at::equal(asWeight.dequantize(), fakeQuantizeFp8PerToken(x)));
+    quantizeInt8PerToken(x, codes, scales);
+    QCOMPARE(codes.scalar_type(), at::kChar);
+    QVERIFY(at::equal(codes.to(at::kFloat) * scales.unsqueeze(1), fakeQuantizeInt8PerToken(x)));
+    QCOMPARE(scales[2].item<float>(), 1.0f);   // an all-zero row keeps scale 1
 }
 
 void TestFp8SmoothQuant::int8PerTokenExactAndTies() {

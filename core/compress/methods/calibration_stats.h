@@ -37,16 +37,28 @@ private:
 // The common shape of a calibrated method: run the calibration block by block, accumulate one statistic per
 // targeted layer from its inputs (an Accumulator with a (columns) constructor and add(inputs)), then compress
 // each layer of the block from its statistic before the next block sees the block's compressed output.
+// With onDevice, the pass runs where ctx.compute says and the inputs reach the accumulator there (for accumulators
+// that follow their inputs' device, as quant::HessianAccumulator does); otherwise on the CPU in float32.
+// Layers that read the same tensor (q/k/v, gate/up) share one accumulator, filled once.
 template <typename Accumulator>
-void calibrateLayerByLayer(StepContext& ctx, const std::function<void(const std::string& layer, Accumulator& stats)>& compress) {
+void calibrateLayerByLayer(StepContext& ctx, const std::function<void(const std::string& layer, Accumulator& stats)>& compress,
+                           bool onDevice = false) {
     PerLayer<Accumulator> stats;
+    std::map<std::string, std::string> sameInputAs;
     SequentialPass pass;
+    if (onDevice) pass.compute = ctx.compute;
     pass.layersOf = [&](int64_t block) { return layersOfBlock(ctx, block); };
     pass.collect = [&](const std::string& layer, const at::Tensor& x) { stats.at(layer, x.size(1)).add(x); };
+    pass.sharedInput = [&](const std::string& layer, const std::string& first) { sameInputAs[layer] = first; };
     pass.compressBlock = [&](int64_t block) {
-        for (const auto& layer : layersOfBlock(ctx, block)) {
-            compress(layer, stats.get(layer));
+        const std::vector<std::string> layers = layersOfBlock(ctx, block);
+        for (const auto& layer : layers) {
+            auto shared = sameInputAs.find(layer);
+            compress(layer, stats.get(shared == sameInputAs.end() ? layer : shared->second));
+        }
+        for (const auto& layer : layers) {
             stats.erase(layer);
+            sameInputAs.erase(layer);
         }
     };
     runSequential(ctx.model, ctx.calibration, pass, ctx.feedback);

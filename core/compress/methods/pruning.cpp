@@ -108,7 +108,7 @@ public:
             options.dampPercent = p.contains("damp_percent") ? p["damp_percent"].get<double>() : 0.01;
             prune::SparseGptResult r = prune::sparseGpt(ctx.model.floatTensor(weightOf(layer)), hessian.hessian(), options);
             storePruned(ctx, layer, r.weight);
-        });
+        }, /*onDevice=*/true);
     }
 };
 

@@ -78,7 +78,7 @@ public:
             if (options.quant.groupSize == 0) throw Error("quantize.gptq: group_size 0 is not allowed (use -1 for per channel)");
             quant::GptqResult r = quant::gptqQuantize(ctx.model.floatTensor(weightOf(layer)), hessian.hessian(), options);
             ctx.model.setCompressed(layer, std::make_shared<IntLinear>(std::move(r.weight), at::Tensor(), "gptq"));
-        });
+        }, /*onDevice=*/true);
     }
 };
 
