@@ -1,6 +1,6 @@
 // W4A16 / W8A16 GEMM (M = 1..64), FP8 E4M3 and W8A8 int8 through cuBLASLt (M = 2048, 8192) against cuBLAS FP16 on the
 // issue's shapes, in one run. Run by hand on a GPU (--quick: two shapes, no FP8):
-//   bench_kernels [--out FILE.md] [--sweep-split] [--quick]
+//   bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m]   (--small-m: M <= 64 only, no FP8 / W8A8)
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
 // near 0.01, activations random; every buffer is filled on the device. Each timing cycles through enough copies of
 // the weights to exceed the L2 several times, so the weights come from HBM as in a real model. Time: CUDA events
@@ -138,13 +138,14 @@ struct Row {
 
 int main(int argc, char** argv) {
     std::string outPath;
-    bool sweep = false, quick = false;
+    bool sweep = false, quick = false, smallOnly = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) outPath = argv[++i];
         else if (!std::strcmp(argv[i], "--sweep-split")) sweep = true;
         else if (!std::strcmp(argv[i], "--quick")) quick = true;
+        else if (!std::strcmp(argv[i], "--small-m")) smallOnly = true;
         else {
-            std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick]\n");
+            std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m]\n");
             return 2;
         }
     }
@@ -180,7 +181,7 @@ int main(int argc, char** argv) {
             fillHalf<<<1024, 256>>>(dense[size_t(c)], size_t(s.k * s.n), 100u + c, 0.02f);
         }
         __half *x, *y;
-        const int64_t maxM = quick ? 64 : 8192;  // large M only for the FP8 comparison
+        const int64_t maxM = quick || smallOnly ? 64 : 8192;  // large M only for the FP8 comparison
         CHECK_CUDA(cudaMalloc(&x, size_t(maxM * s.k * 2)));
         CHECK_CUDA(cudaMalloc(&y, size_t(maxM * s.n * 2)));
         fillHalf<<<1024, 256>>>(x, size_t(maxM * s.k), 7u, 1.0f);
@@ -240,7 +241,7 @@ int main(int argc, char** argv) {
             }
         }
         // FP8 E4M3 through cuBLASLt against cuBLAS fp16 where the issue's target is (M >= 2048).
-        if (!quick && fp8GemmSupported()) {
+        if (!quick && !smallOnly && fp8GemmSupported()) {
             Fp8Gemm fp8;
             uint8_t *w8, *x8;
             float* scales;

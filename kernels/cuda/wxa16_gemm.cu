@@ -4,6 +4,7 @@
 
 #include "cuda_check.h"
 #include "cwb/kernels/wxa16_gemm.h"
+#include "w4_small_m_kernel.cuh"
 #include "wxa16_kernel.cuh"
 
 namespace cwb::kernels {
@@ -28,8 +29,36 @@ int multiprocessors() {
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
-int64_t blocksAcross(const DeviceTiledWeight& w) {
-    return (w.paddedRows / kTileRows + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock;
+// Counters live in a prefix of fixed size, so that one workspace shared by layers of different shapes (the
+// runtime does this) never has one layer's partial sums where another layer expects zeroed counters.
+constexpr size_t kCounterBytes = 64 * 1024;
+
+bool smallTokenKernel(const DeviceTiledWeight& w, int64_t slice) {
+    return w.bits == 4 && slice <= detail::kSmallMaxTokens;
+}
+
+// Blocks across the rows (one split-K counter each) for a launch of `slice` tokens.
+int64_t blocksAcross(const DeviceTiledWeight& w, int64_t slice) {
+    const int64_t tiles = w.paddedRows / kTileRows;
+    const int64_t perBlock = smallTokenKernel(w, slice) ? detail::smallRowTiles(int(slice)) : detail::kWarpsPerBlock;
+    return (tiles + perBlock - 1) / perBlock;
+}
+
+int groupShiftOf(const DeviceTiledWeight& w) {
+    for (int shift = 0; shift < 31; ++shift)
+        if (w.chunksPerGroup == (1 << shift)) return shift;
+    return -1;
+}
+
+// Chunks per split: whole steps of the small-token kernel (a step never straddles two splits).
+int chunksPerSplit(const DeviceTiledWeight& w, int64_t slice, int split) {
+    const int64_t chunks = w.paddedCols / kChunkCols;
+    int64_t per = (chunks + split - 1) / split;
+    if (smallTokenKernel(w, slice)) {
+        const int cps = detail::smallChunksPerStep(groupShiftOf(w));
+        per = (per + cps - 1) / cps * cps;
+    }
+    return int(per);
 }
 
 int resolveSplit(const DeviceTiledWeight& w, int64_t m, int splitK) {
@@ -46,7 +75,7 @@ WorkspaceLayout layoutFor(const DeviceTiledWeight& w, int64_t m, int split) {
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
     WorkspaceLayout l;
     l.counters = 0;
-    l.partial = align256(size_t(blocksAcross(w)) * sizeof(int));
+    l.partial = kCounterBytes;
     l.gathered = l.partial + align256(split > 1 ? size_t(split) * size_t(slice) * size_t(w.paddedRows) * 4 : 0);
     l.total = l.gathered + (w.columnOf ? align256(size_t(slice) * size_t(w.paddedCols) * 2) : 0);
     return l;
@@ -95,10 +124,13 @@ DeviceTiledWeight::DeviceTiledWeight(DeviceTiledWeight&& o) noexcept
 int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m) {
     // One wave of about two blocks per multiprocessor; fewer splits when the fp32 partial sums would cost more than
     // a quarter of the weight bytes (large m), and at least two chunks per split.
-    const int64_t across = blocksAcross(w), chunks = w.paddedCols / kChunkCols;
-    const int64_t target = 2 * int64_t(multiprocessors());
-    int64_t split = std::max<int64_t>(1, (target + across / 2) / across);
+    // The small-token kernel: about four blocks of 4 warps per multiprocessor, each warp at least one step.
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
+    const int64_t across = blocksAcross(w, slice), chunks = w.paddedCols / kChunkCols;
+    const bool small = smallTokenKernel(w, slice);
+    const int64_t target = (small ? 4 : 2) * int64_t(multiprocessors());
+    int64_t split = std::max<int64_t>(1, (target + across / 2) / across);
+    if (small) split = std::min<int64_t>(split, std::max<int64_t>(1, chunks / (2 * detail::kSmallWarps)));
     const int64_t weightBytes = w.paddedRows * w.paddedCols * w.bits / 8;
     split = std::min(split, std::max<int64_t>(1, weightBytes / (4 * slice * w.paddedRows * 4)));
     split = std::min(split, std::max<int64_t>(1, chunks / 2));
@@ -133,7 +165,8 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
     char* ws = static_cast<char*>(workspace);
     const cudaStream_t s = detail::toStream(stream);
     const int64_t chunks = w.paddedCols / kChunkCols;
-    const dim3 grid(unsigned(blocksAcross(w)), unsigned(split));
+    if (blocksAcross(w, 1) * int64_t(sizeof(int)) > int64_t(kCounterBytes))
+        throw KernelError("wxa16Gemm: " + std::to_string(w.rows) + " output rows exceed the kernel's limit");
 
     for (int64_t done = 0; done < m; done += detail::kMaxTokensPerLaunch) {
         const int slice = int(std::min<int64_t>(m - done, detail::kMaxTokensPerLaunch));
@@ -162,16 +195,22 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
         p.chunks = int(chunks);
         p.groups = int(w.groups);
         p.splitK = split;
-        p.chunksPerSplit = int((chunks + split - 1) / split);
-        p.groupShift = -1;
-        for (int shift = 0; shift < 31; ++shift)
-            if (w.chunksPerGroup == (1 << shift)) p.groupShift = shift;
+        p.chunksPerSplit = chunksPerSplit(w, slice, split);
+        p.groupShift = groupShiftOf(w);
         p.partial = reinterpret_cast<float*>(ws + layout.partial);
         p.counters = reinterpret_cast<int*>(ws + layout.counters);
-        if (w.act == ActType::Float16)
-            detail::launchWxa16<__half>(p, w.bits, grid, s);
-        else
-            detail::launchWxa16<__nv_bfloat16>(p, w.bits, grid, s);
+        if (smallTokenKernel(w, slice)) {
+            if (w.act == ActType::Float16)
+                detail::launchW4Small<__half>(p, s);
+            else
+                detail::launchW4Small<__nv_bfloat16>(p, s);
+        } else {
+            const dim3 grid(unsigned(blocksAcross(w, slice)), unsigned(split));
+            if (w.act == ActType::Float16)
+                detail::launchWxa16<__half>(p, w.bits, grid, s);
+            else
+                detail::launchWxa16<__nv_bfloat16>(p, w.bits, grid, s);
+        }
         CWB_CUDA_CHECK_LAUNCH("wxa16Gemm");
     }
 }
