@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -73,16 +74,19 @@ __global__ void fillE4M3(uint8_t* p, size_t n, uint32_t seed) {
 
 struct Timer {
     cudaEvent_t a, b;
+    double lastHostUs = 0.0;  // host time to issue one call in the last median(): near the GPU time = launch-bound
     Timer() { cudaEventCreate(&a); cudaEventCreate(&b); }
     ~Timer() { cudaEventDestroy(a); cudaEventDestroy(b); }
     // Median over batches of the time per call, in microseconds.
     double median(const std::function<void(int)>& call, int perBatch = 100, int batches = 9) {
         for (int i = 0; i < 20; ++i) call(i);
         CHECK_CUDA(cudaDeviceSynchronize());
-        std::vector<double> t;
+        std::vector<double> t, host;
         for (int b_ = 0; b_ < batches; ++b_) {
             cudaEventRecord(a);
+            const auto h0 = std::chrono::steady_clock::now();
             for (int i = 0; i < perBatch; ++i) call(i);
+            host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / perBatch);
             cudaEventRecord(b);
             CHECK_CUDA(cudaEventSynchronize(b));
             float ms = 0;
@@ -91,6 +95,8 @@ struct Timer {
         }
         CHECK_CUDA(cudaGetLastError());
         std::sort(t.begin(), t.end());
+        std::sort(host.begin(), host.end());
+        lastHostUs = host[host.size() / 2];
         return t[t.size() / 2];
     }
 };
@@ -211,12 +217,13 @@ int main(int argc, char** argv) {
                                           dense[size_t(i % denseCopies)], CUDA_R_16F, int(s.k), x, CUDA_R_16F, int(s.k),
                                           &beta, y, CUDA_R_16F, int(s.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             });
+            double hostUs = timer.lastHostUs;
             auto add = [&](const std::string& kernel, double us, double bytes) {
                 const double gbs = bytes / (us * 1e3);
                 rows.push_back({shape, m, kernel, us, flops / (us * 1e6), gbs, tCublas / us, gbs / copyGBs});
                 const Row& r = rows.back();
-                std::printf("%-12s M=%-3d %-16s %9.2f us %7.2f TFLOP/s %7.0f GB/s  %5.2fx cuBLAS  %4.0f%% of copy\n",
-                            r.shape.c_str(), r.m, r.kernel.c_str(), r.us, r.tflops, r.gbs, r.vsCublas, 100 * r.ofCopy);
+                std::printf("%-12s M=%-3d %-16s %9.2f us %7.2f TFLOP/s %7.0f GB/s  %5.2fx cuBLAS  %4.0f%% of copy  (host %.1f us/call)\n",
+                            r.shape.c_str(), r.m, r.kernel.c_str(), r.us, r.tflops, r.gbs, r.vsCublas, 100 * r.ofCopy, hostUs);
                 std::fflush(stdout);
             };
             add("cuBLAS fp16", tCublas, double(denseBytes) + ioBytes);
@@ -233,6 +240,7 @@ int main(int argc, char** argv) {
                     const double us = timer.median([&](int i) {
                         wxa16Gemm(*q.copies[size_t(i % nCopies)], x, y, m, ws, wsBytes, nullptr, split);
                     });
+                    hostUs = timer.lastHostUs;
                     freeWorkspace(ws);
                     std::string name = "W" + std::to_string(q.bits) + "A16 g128";
                     if (sweep) name += " s" + std::to_string(split ? split : chosen) + (split ? "" : "*");

@@ -15,8 +15,18 @@ namespace cwb::kernels::detail {
 constexpr int kSmallWarps = 4;
 constexpr int kSmallMaxTokens = 16;
 
-// Row tiles per warp for m tokens (fewer with 16 tokens: twice the accumulators per tile).
-constexpr int smallRowTiles(int m) { return m <= 8 ? 4 : 2; }
+// Shapes of the kernel: row tiles per warp (R) and register buffers (S) for up to 8 and up to 16 tokens. The
+// environment variable CWB_W4_SMALL_CONFIG (0..kSmallConfigs - 1) picks another for benchmarking.
+struct SmallConfig {
+    int r8, s8, r16, s16;
+};
+constexpr int kSmallConfigs = 4;
+constexpr SmallConfig kSmallConfigTable[kSmallConfigs] = {{2, 3, 2, 2}, {2, 4, 2, 3}, {4, 2, 2, 4}, {4, 3, 2, 2}};
+int smallConfigIndex();  // wxa16_gemm.cu
+inline int smallRowTiles(int m) {
+    const SmallConfig& c = kSmallConfigTable[smallConfigIndex()];
+    return m <= 8 ? c.r8 : c.r16;
+}
 // Chunks per step: a step is one group when every group spans a power of two (>= 2) of chunks.
 inline int smallChunksPerStep(int groupShift) { return groupShift >= 1 ? 2 : 1; }
 
@@ -66,15 +76,27 @@ struct SmallStep {
     uint32_t sz0[R], sz1[R];
 };
 
-// wq[r]: tile r's words of the step's first chunk (this lane); a second chunk past cEnd is not read.
-template <int R, int CPS>
+// Loads the step that starts at chunk c = (current chunk) + ahead; wq[r]: tile r's words of the current chunk (this
+// lane), so `ahead` (known at compile time in the unrolled loop) becomes an immediate offset. A second chunk past
+// cEnd is not read.
+// The step's activations are only prefetched into L1 (no registers held): computeSmallStep reads them S - 1 steps
+// later, so their L2 latency is off the critical path.
+template <int NT, int R, int CPS, typename T>
 __device__ __forceinline__ void loadSmallStep(SmallStep<R, CPS>& b, const Wxa16Params& p, const uint4* const* wq,
-                                              const uint32_t* const* sp, int c, int cEnd) {
+                                              const uint32_t* const* sp, const T* xq, int64_t xTokenStride, int g,
+                                              int c, int cEnd, int ahead) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+        if (n * 8 + g < p.m)
+#pragma unroll
+            for (int u = 0; u < CPS; ++u)
+                if (u == 0 || c + u < cEnd)
+                    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(xq + n * xTokenStride + (ahead + u) * 64));
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int u = 0; u < CPS; ++u)
-            b.w[r][u] = (u == 0 || c + u < cEnd) ? loadStreaming(wq[r] + u * 32) : make_uint4(0, 0, 0, 0);
+            b.w[r][u] = (u == 0 || c + u < cEnd) ? loadStreaming(wq[r] + (ahead + u) * 32) : make_uint4(0, 0, 0, 0);
     const int group = p.groupShift >= 0 ? c >> p.groupShift : __ldg(p.chunkGroup + c);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -147,7 +169,7 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
 // Grid: x = groups of R row tiles, y = splits of the chunks (each a multiple of CPS chunks). Warp w of a block
 // takes the block's steps w, w + 4, ...; p.tiles need not be a multiple of R (the last warp's extra tiles re-read
 // the last tile and are not stored).
-template <typename T, int NT, int R, int CPS>
+template <typename T, int NT, int R, int S, int CPS>
 __global__ void __launch_bounds__(kSmallWarps * 32) w4SmallKernel(const Wxa16Params p) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     const int tile0 = blockIdx.x * R;
@@ -172,8 +194,8 @@ __global__ void __launch_bounds__(kSmallWarps * 32) w4SmallKernel(const Wxa16Par
 #pragma unroll
             for (int j = 0; j < 4; ++j) acc[r][n][j] = 0.0f;
 
-    // Two register buffers in turn: the next step's loads are in flight while this one is computed. Pointers to
-    // the current step advance by one stride of steps, so the loads take immediate offsets.
+    // A ring of S register buffers: the loads of the next S - 1 steps are in flight while one step is computed.
+    // Pointers to the current step advance by one stride, so every load takes an immediate offset.
     constexpr int stride = kSmallWarps * CPS;
     int c = cBegin + warp * CPS;
     const uint4* wq[R];
@@ -181,30 +203,26 @@ __global__ void __launch_bounds__(kSmallWarps * 32) w4SmallKernel(const Wxa16Par
     for (int r = 0; r < R; ++r) wq[r] = wp[r] + c * 32;
     const T* xq = xLane + c * 64;
     const int64_t xTokenStride = int64_t(8) * p.ldx;
-    auto advance = [&]() {
+    SmallStep<R, CPS> ring[S];
 #pragma unroll
-        for (int r = 0; r < R; ++r) wq[r] += stride * 32;
-        xq += stride * 64;
-        c += stride;
-    };
-    if (c < cEnd) {
-        SmallStep<R, CPS> b0, b1;
-        loadSmallStep(b0, p, wq, sp, c, cEnd);
-        while (true) {
-            const bool more = c + stride < cEnd;
-            const T* xNow = xq;
-            const int cNow = c;
-            advance();
-            if (more) loadSmallStep(b1, p, wq, sp, c, cEnd);
-            computeSmallStep<T, NT, R, CPS>(b0, p, xNow, xTokenStride, cNow, cEnd, g, acc);
-            if (!more) break;
-            const bool more2 = c + stride < cEnd;
-            const T* xNow2 = xq;
-            const int cNow2 = c;
-            advance();
-            if (more2) loadSmallStep(b0, p, wq, sp, c, cEnd);
-            computeSmallStep<T, NT, R, CPS>(b1, p, xNow2, xTokenStride, cNow2, cEnd, g, acc);
-            if (!more2) break;
+    for (int i = 0; i < S - 1; ++i)
+        if (c + i * stride < cEnd)
+            loadSmallStep<NT>(ring[i], p, wq, sp, xq, xTokenStride, g, c + i * stride, cEnd, i * stride);
+    bool done = c >= cEnd;
+    while (!done) {
+#pragma unroll
+        for (int i = 0; i < S; ++i) {
+            if (!done) {
+                constexpr int ahead = (S - 1) * stride;
+                if (c + ahead < cEnd)
+                    loadSmallStep<NT>(ring[(i + S - 1) % S], p, wq, sp, xq, xTokenStride, g, c + ahead, cEnd, ahead);
+                computeSmallStep<T, NT, R, CPS>(ring[i], p, xq, xTokenStride, c, cEnd, g, acc);
+#pragma unroll
+                for (int r = 0; r < R; ++r) wq[r] += stride * 32;
+                xq += stride * 64;
+                c += stride;
+                done = c >= cEnd;
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 // Host side of the W4A16 / W8A16 GEMM: device copy of the packed weight, workspace, split-K choice, launch.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "cuda_check.h"
@@ -8,6 +9,17 @@
 #include "wxa16_kernel.cuh"
 
 namespace cwb::kernels {
+
+namespace detail {
+int smallConfigIndex() {
+    static const int index = [] {
+        const char* v = std::getenv("CWB_W4_SMALL_CONFIG");
+        const int i = v ? std::atoi(v) : 0;
+        return i >= 0 && i < kSmallConfigs ? i : 0;
+    }();
+    return index;
+}
+} // namespace detail
 
 namespace {
 
@@ -20,10 +32,13 @@ const V* upload(const std::vector<V>& host) {
     return static_cast<const V*>(d);
 }
 
-int multiprocessors() {
+int multiprocessors() {  // cached per device: the launcher asks on every call
+    static int counts[64] = {};
     int device = 0, count = 0;
     CWB_CUDA_CHECK(cudaGetDevice(&device));
+    if (device < 64 && counts[device] > 0) return counts[device];
     CWB_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    if (device < 64) counts[device] = count;
     return count;
 }
 
@@ -50,21 +65,30 @@ int groupShiftOf(const DeviceTiledWeight& w) {
     return -1;
 }
 
-// Chunks per split: whole steps of the small-token kernel (a step never straddles two splits).
+// Chunks per split: for the small-token kernel a whole number of rounds of its 4 warps (a step never straddles
+// two splits, and the warps get equal work).
 int chunksPerSplit(const DeviceTiledWeight& w, int64_t slice, int split) {
     const int64_t chunks = w.paddedCols / kChunkCols;
     int64_t per = (chunks + split - 1) / split;
     if (smallTokenKernel(w, slice)) {
-        const int cps = detail::smallChunksPerStep(groupShiftOf(w));
-        per = (per + cps - 1) / cps * cps;
+        const int round = detail::kSmallWarps * detail::smallChunksPerStep(groupShiftOf(w));
+        per = (per + round - 1) / round * round;
     }
     return int(per);
 }
 
+// The split a launch uses: splitK (0: the default) clamped, then for the small-token kernel the number of splits
+// its rounded chunks per split leave non-empty.
 int resolveSplit(const DeviceTiledWeight& w, int64_t m, int splitK) {
     const int64_t chunks = w.paddedCols / kChunkCols;
     if (splitK <= 0) splitK = wxa16DefaultSplitK(w, m);
-    return int(std::clamp<int64_t>(splitK, 1, chunks));
+    int split = int(std::clamp<int64_t>(splitK, 1, chunks));
+    const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
+    if (smallTokenKernel(w, slice)) {
+        const int per = chunksPerSplit(w, slice, split);
+        split = int((chunks + per - 1) / per);
+    }
+    return split;
 }
 
 struct WorkspaceLayout {
@@ -122,15 +146,20 @@ DeviceTiledWeight::DeviceTiledWeight(DeviceTiledWeight&& o) noexcept
 }
 
 int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m) {
-    // One wave of about two blocks per multiprocessor; fewer splits when the fp32 partial sums would cost more than
-    // a quarter of the weight bytes (large m), and at least two chunks per split.
-    // The small-token kernel: about four blocks of 4 warps per multiprocessor, each warp at least one step.
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
     const int64_t across = blocksAcross(w, slice), chunks = w.paddedCols / kChunkCols;
-    const bool small = smallTokenKernel(w, slice);
-    const int64_t target = (small ? 4 : 2) * int64_t(multiprocessors());
+    if (smallTokenKernel(w, slice)) {
+        // As many splits as fit in one wave of resident blocks (a second, partial wave costs more than it saves).
+        const int shift = groupShiftOf(w);
+        const int perSm = w.act == ActType::Float16 ? detail::w4SmallBlocksPerSm<__half>(int(slice), shift)
+                                                    : detail::w4SmallBlocksPerSm<__nv_bfloat16>(int(slice), shift);
+        const int64_t split = std::max<int64_t>(1, int64_t(perSm) * multiprocessors() / across);
+        return int(std::min<int64_t>(split, chunks));
+    }
+    // One wave of about two blocks per multiprocessor; fewer splits when the fp32 partial sums would cost more than
+    // a quarter of the weight bytes (large m), and at least two chunks per split.
+    const int64_t target = 2 * int64_t(multiprocessors());
     int64_t split = std::max<int64_t>(1, (target + across / 2) / across);
-    if (small) split = std::min<int64_t>(split, std::max<int64_t>(1, chunks / (2 * detail::kSmallWarps)));
     const int64_t weightBytes = w.paddedRows * w.paddedCols * w.bits / 8;
     split = std::min(split, std::max<int64_t>(1, weightBytes / (4 * slice * w.paddedRows * 4)));
     split = std::min(split, std::max<int64_t>(1, chunks / 2));
