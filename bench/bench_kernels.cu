@@ -1,6 +1,6 @@
 // W4A16 / W8A16 GEMM (M = 1..64), FP8 E4M3 and W8A8 int8 through cuBLASLt (M = 2048, 8192) against cuBLAS FP16 on the
 // issue's shapes, in one run. Run by hand on a GPU (--quick: two shapes, no FP8):
-//   bench_kernels [--out FILE.md] [--sweep-split] [--quick]
+//   bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m]   (--small-m: M <= 64 only, no FP8 / W8A8)
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
 // near 0.01, activations random; every buffer is filled on the device. Each timing cycles through enough copies of
 // the weights to exceed the L2 several times, so the weights come from HBM as in a real model. Time: CUDA events
@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -73,16 +74,19 @@ __global__ void fillE4M3(uint8_t* p, size_t n, uint32_t seed) {
 
 struct Timer {
     cudaEvent_t a, b;
+    double lastHostUs = 0.0;  // host time to issue one call in the last median(): near the GPU time = launch-bound
     Timer() { cudaEventCreate(&a); cudaEventCreate(&b); }
     ~Timer() { cudaEventDestroy(a); cudaEventDestroy(b); }
     // Median over batches of the time per call, in microseconds.
     double median(const std::function<void(int)>& call, int perBatch = 100, int batches = 9) {
         for (int i = 0; i < 20; ++i) call(i);
         CHECK_CUDA(cudaDeviceSynchronize());
-        std::vector<double> t;
+        std::vector<double> t, host;
         for (int b_ = 0; b_ < batches; ++b_) {
             cudaEventRecord(a);
+            const auto h0 = std::chrono::steady_clock::now();
             for (int i = 0; i < perBatch; ++i) call(i);
+            host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / perBatch);
             cudaEventRecord(b);
             CHECK_CUDA(cudaEventSynchronize(b));
             float ms = 0;
@@ -91,6 +95,8 @@ struct Timer {
         }
         CHECK_CUDA(cudaGetLastError());
         std::sort(t.begin(), t.end());
+        std::sort(host.begin(), host.end());
+        lastHostUs = host[host.size() / 2];
         return t[t.size() / 2];
     }
 };
@@ -138,13 +144,14 @@ struct Row {
 
 int main(int argc, char** argv) {
     std::string outPath;
-    bool sweep = false, quick = false;
+    bool sweep = false, quick = false, smallOnly = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) outPath = argv[++i];
         else if (!std::strcmp(argv[i], "--sweep-split")) sweep = true;
         else if (!std::strcmp(argv[i], "--quick")) quick = true;
+        else if (!std::strcmp(argv[i], "--small-m")) smallOnly = true;
         else {
-            std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick]\n");
+            std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m]\n");
             return 2;
         }
     }
@@ -180,7 +187,7 @@ int main(int argc, char** argv) {
             fillHalf<<<1024, 256>>>(dense[size_t(c)], size_t(s.k * s.n), 100u + c, 0.02f);
         }
         __half *x, *y;
-        const int64_t maxM = quick ? 64 : 8192;  // large M only for the FP8 comparison
+        const int64_t maxM = quick || smallOnly ? 64 : 8192;  // large M only for the FP8 comparison
         CHECK_CUDA(cudaMalloc(&x, size_t(maxM * s.k * 2)));
         CHECK_CUDA(cudaMalloc(&y, size_t(maxM * s.n * 2)));
         fillHalf<<<1024, 256>>>(x, size_t(maxM * s.k), 7u, 1.0f);
@@ -210,12 +217,13 @@ int main(int argc, char** argv) {
                                           dense[size_t(i % denseCopies)], CUDA_R_16F, int(s.k), x, CUDA_R_16F, int(s.k),
                                           &beta, y, CUDA_R_16F, int(s.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             });
+            double hostUs = timer.lastHostUs;
             auto add = [&](const std::string& kernel, double us, double bytes) {
                 const double gbs = bytes / (us * 1e3);
                 rows.push_back({shape, m, kernel, us, flops / (us * 1e6), gbs, tCublas / us, gbs / copyGBs});
                 const Row& r = rows.back();
-                std::printf("%-12s M=%-3d %-16s %9.2f us %7.2f TFLOP/s %7.0f GB/s  %5.2fx cuBLAS  %4.0f%% of copy\n",
-                            r.shape.c_str(), r.m, r.kernel.c_str(), r.us, r.tflops, r.gbs, r.vsCublas, 100 * r.ofCopy);
+                std::printf("%-12s M=%-3d %-16s %9.2f us %7.2f TFLOP/s %7.0f GB/s  %5.2fx cuBLAS  %4.0f%% of copy  (host %.1f us/call)\n",
+                            r.shape.c_str(), r.m, r.kernel.c_str(), r.us, r.tflops, r.gbs, r.vsCublas, 100 * r.ofCopy, hostUs);
                 std::fflush(stdout);
             };
             add("cuBLAS fp16", tCublas, double(denseBytes) + ioBytes);
@@ -232,6 +240,7 @@ int main(int argc, char** argv) {
                     const double us = timer.median([&](int i) {
                         wxa16Gemm(*q.copies[size_t(i % nCopies)], x, y, m, ws, wsBytes, nullptr, split);
                     });
+                    hostUs = timer.lastHostUs;
                     freeWorkspace(ws);
                     std::string name = "W" + std::to_string(q.bits) + "A16 g128";
                     if (sweep) name += " s" + std::to_string(split ? split : chosen) + (split ? "" : "*");
@@ -240,7 +249,7 @@ int main(int argc, char** argv) {
             }
         }
         // FP8 E4M3 through cuBLASLt against cuBLAS fp16 where the issue's target is (M >= 2048).
-        if (!quick && fp8GemmSupported()) {
+        if (!quick && !smallOnly && fp8GemmSupported()) {
             Fp8Gemm fp8;
             uint8_t *w8, *x8;
             float* scales;

@@ -1,12 +1,25 @@
 // Host side of the W4A16 / W8A16 GEMM: device copy of the packed weight, workspace, split-K choice, launch.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "cuda_check.h"
 #include "cwb/kernels/wxa16_gemm.h"
+#include "w4_small_m_kernel.cuh"
 #include "wxa16_kernel.cuh"
 
 namespace cwb::kernels {
+
+namespace detail {
+int smallConfigIndex() {
+    static const int index = [] {
+        const char* v = std::getenv("CWB_W4_SMALL_CONFIG");
+        const int i = v ? std::atoi(v) : 0;
+        return i >= 0 && i < kSmallConfigs ? i : 0;
+    }();
+    return index;
+}
+} // namespace detail
 
 namespace {
 
@@ -19,23 +32,63 @@ const V* upload(const std::vector<V>& host) {
     return static_cast<const V*>(d);
 }
 
-int multiprocessors() {
+int multiprocessors() {  // cached per device: the launcher asks on every call
+    static int counts[64] = {};
     int device = 0, count = 0;
     CWB_CUDA_CHECK(cudaGetDevice(&device));
+    if (device < 64 && counts[device] > 0) return counts[device];
     CWB_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    if (device < 64) counts[device] = count;
     return count;
 }
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
-int64_t blocksAcross(const DeviceTiledWeight& w) {
-    return (w.paddedRows / kTileRows + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock;
+// Counters live in a prefix of fixed size, so that one workspace shared by layers of different shapes (the
+// runtime does this) never has one layer's partial sums where another layer expects zeroed counters.
+constexpr size_t kCounterBytes = 64 * 1024;
+
+bool smallTokenKernel(const DeviceTiledWeight& w, int64_t slice) {
+    return w.bits == 4 && slice <= detail::kSmallMaxTokens;
 }
 
+// Blocks across the rows (one split-K counter each) for a launch of `slice` tokens.
+int64_t blocksAcross(const DeviceTiledWeight& w, int64_t slice) {
+    const int64_t tiles = w.paddedRows / kTileRows;
+    const int64_t perBlock = smallTokenKernel(w, slice) ? detail::smallRowTiles(int(slice)) : detail::kWarpsPerBlock;
+    return (tiles + perBlock - 1) / perBlock;
+}
+
+int groupShiftOf(const DeviceTiledWeight& w) {
+    for (int shift = 0; shift < 31; ++shift)
+        if (w.chunksPerGroup == (1 << shift)) return shift;
+    return -1;
+}
+
+// Chunks per split: for the small-token kernel a whole number of rounds of its 4 warps (a step never straddles
+// two splits, and the warps get equal work).
+int chunksPerSplit(const DeviceTiledWeight& w, int64_t slice, int split) {
+    const int64_t chunks = w.paddedCols / kChunkCols;
+    int64_t per = (chunks + split - 1) / split;
+    if (smallTokenKernel(w, slice)) {
+        const int round = detail::kSmallWarps * detail::smallChunksPerStep(groupShiftOf(w));
+        per = (per + round - 1) / round * round;
+    }
+    return int(per);
+}
+
+// The split a launch uses: splitK (0: the default) clamped, then for the small-token kernel the number of splits
+// its rounded chunks per split leave non-empty.
 int resolveSplit(const DeviceTiledWeight& w, int64_t m, int splitK) {
     const int64_t chunks = w.paddedCols / kChunkCols;
     if (splitK <= 0) splitK = wxa16DefaultSplitK(w, m);
-    return int(std::clamp<int64_t>(splitK, 1, chunks));
+    int split = int(std::clamp<int64_t>(splitK, 1, chunks));
+    const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
+    if (smallTokenKernel(w, slice)) {
+        const int per = chunksPerSplit(w, slice, split);
+        split = int((chunks + per - 1) / per);
+    }
+    return split;
 }
 
 struct WorkspaceLayout {
@@ -46,7 +99,7 @@ WorkspaceLayout layoutFor(const DeviceTiledWeight& w, int64_t m, int split) {
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
     WorkspaceLayout l;
     l.counters = 0;
-    l.partial = align256(size_t(blocksAcross(w)) * sizeof(int));
+    l.partial = kCounterBytes;
     l.gathered = l.partial + align256(split > 1 ? size_t(split) * size_t(slice) * size_t(w.paddedRows) * 4 : 0);
     l.total = l.gathered + (w.columnOf ? align256(size_t(slice) * size_t(w.paddedCols) * 2) : 0);
     return l;
@@ -93,12 +146,20 @@ DeviceTiledWeight::DeviceTiledWeight(DeviceTiledWeight&& o) noexcept
 }
 
 int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m) {
+    const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
+    const int64_t across = blocksAcross(w, slice), chunks = w.paddedCols / kChunkCols;
+    if (smallTokenKernel(w, slice)) {
+        // As many splits as fit in one wave of resident blocks (a second, partial wave costs more than it saves).
+        const int shift = groupShiftOf(w);
+        const int perSm = w.act == ActType::Float16 ? detail::w4SmallBlocksPerSm<__half>(int(slice), shift)
+                                                    : detail::w4SmallBlocksPerSm<__nv_bfloat16>(int(slice), shift);
+        const int64_t split = std::max<int64_t>(1, int64_t(perSm) * multiprocessors() / across);
+        return int(std::min<int64_t>(split, chunks));
+    }
     // One wave of about two blocks per multiprocessor; fewer splits when the fp32 partial sums would cost more than
     // a quarter of the weight bytes (large m), and at least two chunks per split.
-    const int64_t across = blocksAcross(w), chunks = w.paddedCols / kChunkCols;
     const int64_t target = 2 * int64_t(multiprocessors());
     int64_t split = std::max<int64_t>(1, (target + across / 2) / across);
-    const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
     const int64_t weightBytes = w.paddedRows * w.paddedCols * w.bits / 8;
     split = std::min(split, std::max<int64_t>(1, weightBytes / (4 * slice * w.paddedRows * 4)));
     split = std::min(split, std::max<int64_t>(1, chunks / 2));
@@ -133,7 +194,8 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
     char* ws = static_cast<char*>(workspace);
     const cudaStream_t s = detail::toStream(stream);
     const int64_t chunks = w.paddedCols / kChunkCols;
-    const dim3 grid(unsigned(blocksAcross(w)), unsigned(split));
+    if (blocksAcross(w, 1) * int64_t(sizeof(int)) > int64_t(kCounterBytes))
+        throw KernelError("wxa16Gemm: " + std::to_string(w.rows) + " output rows exceed the kernel's limit");
 
     for (int64_t done = 0; done < m; done += detail::kMaxTokensPerLaunch) {
         const int slice = int(std::min<int64_t>(m - done, detail::kMaxTokensPerLaunch));
@@ -162,16 +224,22 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
         p.chunks = int(chunks);
         p.groups = int(w.groups);
         p.splitK = split;
-        p.chunksPerSplit = int((chunks + split - 1) / split);
-        p.groupShift = -1;
-        for (int shift = 0; shift < 31; ++shift)
-            if (w.chunksPerGroup == (1 << shift)) p.groupShift = shift;
+        p.chunksPerSplit = chunksPerSplit(w, slice, split);
+        p.groupShift = groupShiftOf(w);
         p.partial = reinterpret_cast<float*>(ws + layout.partial);
         p.counters = reinterpret_cast<int*>(ws + layout.counters);
-        if (w.act == ActType::Float16)
-            detail::launchWxa16<__half>(p, w.bits, grid, s);
-        else
-            detail::launchWxa16<__nv_bfloat16>(p, w.bits, grid, s);
+        if (smallTokenKernel(w, slice)) {
+            if (w.act == ActType::Float16)
+                detail::launchW4Small<__half>(p, s);
+            else
+                detail::launchW4Small<__nv_bfloat16>(p, s);
+        } else {
+            const dim3 grid(unsigned(blocksAcross(w, slice)), unsigned(split));
+            if (w.act == ActType::Float16)
+                detail::launchWxa16<__half>(p, w.bits, grid, s);
+            else
+                detail::launchWxa16<__nv_bfloat16>(p, w.bits, grid, s);
+        }
         CWB_CUDA_CHECK_LAUNCH("wxa16Gemm");
     }
 }

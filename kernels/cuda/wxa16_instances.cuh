@@ -1,6 +1,7 @@
 #pragma once
 // Instantiates the launchers for one activation type; included by wxa16_gemm_f16.cu and wxa16_gemm_bf16.cu so the
 // two types compile in parallel.
+#include "w4_small_m_kernel.cuh"
 #include "wxa16_kernel.cuh"
 
 namespace cwb::kernels::detail {
@@ -23,6 +24,51 @@ void launchWxa16(const Wxa16Params& p, int bits, dim3 grid, cudaStream_t stream)
         launchBits<T, 4>(p, grid, stream);
     else
         launchBits<T, 8>(p, grid, stream);
+}
+
+// With p == nullptr: the blocks of that kernel one multiprocessor holds at once (for the split-K choice).
+template <typename T, int NT, int R, int S>
+int launchSmallShape(const Wxa16Params* p, int groupShift, cudaStream_t stream) {
+    auto kernel = groupShift >= 1 ? w4SmallKernel<T, NT, R, S, 2> : w4SmallKernel<T, NT, R, S, 1>;
+    if (!p) {  // asked once per kernel (the launcher runs on every call; the answer is the same for one GPU model)
+        static const int perSm = [kernel] {
+            int blocks = 0;
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kSmallWarps * 32, 0) != cudaSuccess) {
+                cudaGetLastError();
+                return 1;
+            }
+            return blocks > 0 ? blocks : 1;
+        }();
+        return perSm;
+    }
+    const dim3 grid(unsigned((p->tiles + R - 1) / R), unsigned(p->splitK));
+    kernel<<<grid, kSmallWarps * 32, 0, stream>>>(*p);
+    return 0;
+}
+
+template <typename T, int NT>
+int launchSmallTokens(const Wxa16Params* p, int groupShift, cudaStream_t stream) {
+    const SmallConfig& c = kSmallConfigTable[smallConfigIndex()];
+    const int r = NT == 1 ? c.r8 : c.r16, st = NT == 1 ? c.s8 : c.s16;
+    if (r == 4 && st == 2) return launchSmallShape<T, NT, 4, 2>(p, groupShift, stream);
+    if (r == 4 && st == 3) return launchSmallShape<T, NT, 4, 3>(p, groupShift, stream);
+    if (r == 2 && st == 2) return launchSmallShape<T, NT, 2, 2>(p, groupShift, stream);
+    if (r == 2 && st == 3) return launchSmallShape<T, NT, 2, 3>(p, groupShift, stream);
+    return launchSmallShape<T, NT, 2, 4>(p, groupShift, stream);
+}
+
+template <typename T>
+void launchW4Small(const Wxa16Params& p, cudaStream_t stream) {
+    if (p.m <= 8)
+        launchSmallTokens<T, 1>(&p, p.groupShift, stream);
+    else
+        launchSmallTokens<T, 2>(&p, p.groupShift, stream);
+}
+
+template <typename T>
+int w4SmallBlocksPerSm(int m, int groupShift) {
+    return m <= 8 ? launchSmallTokens<T, 1>(nullptr, groupShift, nullptr)
+                  : launchSmallTokens<T, 2>(nullptr, groupShift, nullptr);
 }
 
 template <typename T>

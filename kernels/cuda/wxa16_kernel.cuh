@@ -336,6 +336,10 @@ __global__ void gatherColumnsKernel(const T* __restrict__ x, int64_t ldx, const 
 template <typename T>
 void launchWxa16(const Wxa16Params& p, int bits, dim3 grid, cudaStream_t stream);
 template <typename T>
+void launchW4Small(const Wxa16Params& p, cudaStream_t stream);  // 4 bits, p.m <= 16: w4_small_m_kernel.cuh
+template <typename T>
+int w4SmallBlocksPerSm(int m, int groupShift);
+template <typename T>
 void launchGather(const void* x, int64_t ldx, const int32_t* columnOf, int64_t paddedCols, int m, void* xg,
                   cudaStream_t stream);
 

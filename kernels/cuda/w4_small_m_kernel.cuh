@@ -1,0 +1,280 @@
+#pragma once
+// The W4A16 kernel for m <= 16 tokens (internal; m > 16 and 8-bit weights use wxa16_kernel.cuh). Same tiled16x64
+// layout (include/cwb/kernels/packed_weight.h). What makes it cheaper per weight than the general kernel:
+// - a warp owns R row tiles (16·R output rows), so each activation fragment, each all-ones mma that sums the
+//   activations and the loop's address arithmetic serve R tiles;
+// - the zero point is folded after the mma: the A fragments are the magic-number values base + level (one LOP3
+//   per register, no subtraction), and (base + zero) · sum(x) is subtracted once per group;
+// - with groups of 128 or more columns the scale is applied once per pair of chunks (one group), not per chunk;
+// - the 4 warps of a block split the block's chunk range and add up through shared memory, so the global split-K
+//   partials (and the last block's sum) are 4x smaller.
+#include "wxa16_kernel.cuh"
+
+namespace cwb::kernels::detail {
+
+constexpr int kSmallWarps = 4;
+constexpr int kSmallMaxTokens = 16;
+
+// Shapes of the kernel: row tiles per warp (R) and register buffers (S) for up to 8 and up to 16 tokens. The
+// environment variable CWB_W4_SMALL_CONFIG (0..kSmallConfigs - 1) picks another for benchmarking.
+struct SmallConfig {
+    int r8, s8, r16, s16;
+};
+constexpr int kSmallConfigs = 4;
+constexpr SmallConfig kSmallConfigTable[kSmallConfigs] = {{2, 3, 2, 2}, {2, 4, 2, 3}, {4, 2, 2, 4}, {4, 3, 2, 2}};
+int smallConfigIndex();  // wxa16_gemm.cu
+inline int smallRowTiles(int m) {
+    const SmallConfig& c = kSmallConfigTable[smallConfigIndex()];
+    return m <= 8 ? c.r8 : c.r16;
+}
+// Chunks per step: a step is one group when every group spans a power of two (>= 2) of chunks.
+inline int smallChunksPerStep(int groupShift) { return groupShift >= 1 ? 2 : 1; }
+
+// Per row tile: the folded-zero constants of rows g and g+8 for one group.
+struct FoldedGroup {
+    float s0, s1;    // scales (row g+8: / 16 with the fp16 trick)
+    float zf0, zf1;  // base + zero of the magic-number values
+};
+
+template <typename T>
+__device__ __forceinline__ FoldedGroup foldedGroup(uint32_t sz0, uint32_t sz1) {
+    using T2 = typename ActTraits<T>::T2;
+    const T2 p0 = asPair<T2>(sz0), p1 = asPair<T2>(sz1);  // (scale, zero)
+    FoldedGroup f;
+    constexpr float base = ActTraits<T>::kBase4;
+    f.s0 = float(p0.x);
+    f.zf0 = base + float(p0.y);
+    if constexpr (kSixteenTrick<T, 4>) {
+        f.s1 = float(p1.x) * 0.0625f;
+        f.zf1 = fmaf(float(p1.y), 16.0f, base);
+    } else {
+        f.s1 = float(p1.x);
+        f.zf1 = base + float(p1.y);
+    }
+    return f;
+}
+
+// A fragments of k-step s from the lane's word: base + level (rows g+8: base + 16·level with the fp16 trick).
+template <typename T>
+__device__ __forceinline__ void magicStep(uint32_t q, uint32_t* a) {
+    if constexpr (kSixteenTrick<T, 4>) {
+        const uint32_t q8 = q >> 8;
+        a[0] = (q & 0x000F000Fu) | 0x64006400u;
+        a[1] = (q & 0x00F000F0u) | 0x64006400u;
+        a[2] = (q8 & 0x000F000Fu) | 0x64006400u;
+        a[3] = (q8 & 0x00F000F0u) | 0x64006400u;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = ((q >> (4 * i)) & 0x000F000Fu) | ActTraits<T>::kMagic4;
+    }
+}
+
+// Weights and (scale, zero) words of one step: CPS chunks (one group when CPS = 2) of R row tiles.
+template <int R, int CPS>
+struct SmallStep {
+    uint4 w[R][CPS];
+    uint32_t sz0[R], sz1[R];
+};
+
+// Loads the step that starts at chunk c = (current chunk) + ahead; wq[r]: tile r's words of the current chunk (this
+// lane), so `ahead` (known at compile time in the unrolled loop) becomes an immediate offset. A second chunk past
+// cEnd is not read.
+// The step's activations are only prefetched into L1 (no registers held): computeSmallStep reads them S - 1 steps
+// later, so their L2 latency is off the critical path.
+template <int NT, int R, int CPS, typename T>
+__device__ __forceinline__ void loadSmallStep(SmallStep<R, CPS>& b, const Wxa16Params& p, const uint4* const* wq,
+                                              const uint32_t* const* sp, const T* xq, int64_t xTokenStride, int g,
+                                              int c, int cEnd, int ahead) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+        if (n * 8 + g < p.m)
+#pragma unroll
+            for (int u = 0; u < CPS; ++u)
+                if (u == 0 || c + u < cEnd)
+                    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(xq + n * xTokenStride + (ahead + u) * 64));
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int u = 0; u < CPS; ++u)
+            b.w[r][u] = (u == 0 || c + u < cEnd) ? loadStreaming(wq[r] + (ahead + u) * 32) : make_uint4(0, 0, 0, 0);
+    const int group = p.groupShift >= 0 ? c >> p.groupShift : __ldg(p.chunkGroup + c);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const uint32_t* s = sp[r] + group * 16;
+        b.sz0[r] = __ldg(s);
+        b.sz1[r] = __ldg(s + 8);
+    }
+}
+
+template <typename T, int NT, int R, int CPS>
+__device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, const Wxa16Params& p, const T* xq,
+                                                 int64_t xTokenStride, int c, int cEnd, int g,
+                                                 float (&acc)[R][NT][4]) {
+    float t[R][NT][4], xs[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) xs[n][j] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) t[r][n][j] = 0.0f;
+    }
+    const uint32_t ones = asWord(typename ActTraits<T>::T2(T(1.0f), T(1.0f)));
+    const uint32_t onesA[4] = {ones, ones, ones, ones};
+#pragma unroll
+    for (int u = 0; u < CPS; ++u) {
+        if (u > 0 && c + u >= cEnd) break;
+        uint32_t bx[NT][8];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            if (n * 8 + g < p.m) {
+                const uint4* xp = reinterpret_cast<const uint4*>(xq + n * xTokenStride + u * 64);
+                const uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
+                bx[n][0] = v0.x; bx[n][1] = v0.y; bx[n][2] = v0.z; bx[n][3] = v0.w;
+                bx[n][4] = v1.x; bx[n][5] = v1.y; bx[n][6] = v1.z; bx[n][7] = v1.w;
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) bx[n][j] = 0u;
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n) mma16816<T>(xs[n], onesA, bx[n][2 * s], bx[n][2 * s + 1]);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const uint32_t* w = reinterpret_cast<const uint32_t*>(&b.w[r][u]);
+                uint32_t a[4];
+                magicStep<T>(w[s], a);
+#pragma unroll
+                for (int n = 0; n < NT; ++n) mma16816<T>(t[r][n], a, bx[n][2 * s], bx[n][2 * s + 1]);
+            }
+        }
+    }
+    // acc += scale · (t - (base + zero) · sum(x)); xs[n][0..1] are the sums of tokens 2·tig + {0,1}.
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const FoldedGroup f = foldedGroup<T>(b.sz0[r], b.sz1[r]);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            acc[r][n][0] = fmaf(fmaf(-f.zf0, xs[n][0], t[r][n][0]), f.s0, acc[r][n][0]);
+            acc[r][n][1] = fmaf(fmaf(-f.zf0, xs[n][1], t[r][n][1]), f.s0, acc[r][n][1]);
+            acc[r][n][2] = fmaf(fmaf(-f.zf1, xs[n][0], t[r][n][2]), f.s1, acc[r][n][2]);
+            acc[r][n][3] = fmaf(fmaf(-f.zf1, xs[n][1], t[r][n][3]), f.s1, acc[r][n][3]);
+        }
+    }
+}
+
+// Grid: x = groups of R row tiles, y = splits of the chunks (each a multiple of CPS chunks). Warp w of a block
+// takes the block's steps w, w + 4, ...; p.tiles need not be a multiple of R (the last warp's extra tiles re-read
+// the last tile and are not stored).
+template <typename T, int NT, int R, int S, int CPS>
+__global__ void __launch_bounds__(kSmallWarps * 32) w4SmallKernel(const Wxa16Params p) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    const int tile0 = blockIdx.x * R;
+    const int split = blockIdx.y;
+    const int cBegin = split * p.chunksPerSplit, cEnd = min(p.chunks, cBegin + p.chunksPerSplit);
+
+    const uint4* wp[R];
+    const uint32_t* sp[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int tile = min(tile0 + r, p.tiles - 1);
+        wp[r] = p.words + int64_t(tile) * p.chunks * 32 + lane;
+        sp[r] = p.scaleZero + int64_t(tile) * p.groups * 16 + g;
+    }
+    const T* xLane = static_cast<const T*>(p.x) + int64_t(g) * p.ldx + tig * 16;
+
+    float acc[R][NT][4];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[r][n][j] = 0.0f;
+
+    // A ring of S register buffers: the loads of the next S - 1 steps are in flight while one step is computed.
+    // Pointers to the current step advance by one stride, so every load takes an immediate offset.
+    constexpr int stride = kSmallWarps * CPS;
+    int c = cBegin + warp * CPS;
+    const uint4* wq[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wq[r] = wp[r] + c * 32;
+    const T* xq = xLane + c * 64;
+    const int64_t xTokenStride = int64_t(8) * p.ldx;
+    SmallStep<R, CPS> ring[S];
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i)
+        if (c + i * stride < cEnd)
+            loadSmallStep<NT>(ring[i], p, wq, sp, xq, xTokenStride, g, c + i * stride, cEnd, i * stride);
+    bool done = c >= cEnd;
+    while (!done) {
+#pragma unroll
+        for (int i = 0; i < S; ++i) {
+            if (!done) {
+                constexpr int ahead = (S - 1) * stride;
+                if (c + ahead < cEnd)
+                    loadSmallStep<NT>(ring[(i + S - 1) % S], p, wq, sp, xq, xTokenStride, g, c + ahead, cEnd, ahead);
+                computeSmallStep<T, NT, R, CPS>(ring[i], p, xq, xTokenStride, c, cEnd, g, acc);
+#pragma unroll
+                for (int r = 0; r < R; ++r) wq[r] += stride * 32;
+                xq += stride * 64;
+                c += stride;
+                done = c >= cEnd;
+            }
+        }
+    }
+
+    // The 4 warps' sums through shared memory: element (r, n, j) of lane l at red[warp][(r·NT + n)·4 + j][l].
+    constexpr int kPerWarp = R * NT * 4;
+    __shared__ float red[kSmallWarps][kPerWarp][32];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) red[warp][(r * NT + n) * 4 + j][lane] = acc[r][n][j];
+    __syncthreads();
+
+    T* y = static_cast<T*>(p.y);
+    const int paddedRows = p.tiles * 16;
+    for (int i = threadIdx.x; i < kPerWarp * 32; i += blockDim.x) {
+        const int e = i / 32, l = i % 32;
+        const int r = e / (NT * 4), n = (e / 4) % NT, j = e % 4;
+        const int tok = n * 8 + 2 * (l % 4) + (j % 2);
+        const int tile = tile0 + r, row = tile * 16 + l / 4 + (j / 2) * 8;
+        if (tok >= p.m || tile >= p.tiles) continue;
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kSmallWarps; ++w) sum += red[w][e][l];
+        if (p.splitK == 1) {
+            if (row < p.rows) y[tok * p.ldy + row] = T(sum);
+        } else {
+            p.partial[(int64_t(split) * p.m + tok) * paddedRows + row] = sum;
+        }
+    }
+    if (p.splitK == 1) return;
+
+    __threadfence();
+    __syncthreads();
+    __shared__ bool isLast;
+    if (threadIdx.x == 0) isLast = atomicAdd(p.counters + blockIdx.x, 1) == p.splitK - 1;
+    __syncthreads();
+    if (!isLast) return;
+    __threadfence();
+    constexpr int blockRows = R * 16;
+    for (int i = threadIdx.x; i < p.m * blockRows; i += blockDim.x) {
+        const int tok = i / blockRows, row = tile0 * 16 + i % blockRows;
+        if (row >= p.rows) continue;
+        const float* src = p.partial + int64_t(tok) * paddedRows + row;
+        const int64_t stride = int64_t(p.m) * paddedRows;
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < p.splitK; ++s) sum += __ldcg(src + s * stride);
+        y[tok * p.ldy + row] = T(sum);
+    }
+    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;
+}
+
+} // namespace cwb::kernels::detail
