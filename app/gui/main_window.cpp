@@ -21,6 +21,7 @@
 #include "app/gui/batch_replay.h"
 #include "app/gui/budget_dialog.h"
 #include "app/gui/export_dialog.h"
+#include "app/gui/generation_panel.h"
 #include "app/gui/compare_view.h"
 #include "app/gui/importance_view.h"
 #include "app/gui/model_tree_view.h"
@@ -150,6 +151,8 @@ void MainWindow::createActions() {
         mRun->cancel();
         mImportance->cancel();
         mBatch->cancel();
+        mCompare->cancelMeasurement();
+        mCompare->generationPanel()->cancel();
         if (mExportJob) mExportJob->cancel();
     });
 
