@@ -359,7 +359,7 @@ bool ImportanceHeatmap::eventFilter(QObject* watched, QEvent* event)
             int r = -1;
             int c = -1;
             if (m->cellAtPlotPos(mouse->position(), &r, &c) && r == m->pressedRow && c == m->pressedColumn)
-                emit cellClicked(r, c);
+                emit cellClicked(r, c, mouse->modifiers());
         }
         m->pressedRow = m->pressedColumn = -1;
         break;

@@ -49,8 +49,8 @@ public:
     int selectedColumn() const;  // -1 when nothing is selected
 
 signals:
-    // A left click (press and release on the same cell).
-    void cellClicked(int row, int column);
+    // A left click (press and release on the same cell), with the keyboard modifiers of the release.
+    void cellClicked(int row, int column, Qt::KeyboardModifiers modifiers);
     // The cell under the mouse changed (-1, -1 when leaving the grid).
     void cellHovered(int row, int column);
     // setScores refused its input; `reason` is a one-line English message.

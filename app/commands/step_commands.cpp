@@ -2,6 +2,8 @@
 
 #include <QCoreApplication>
 
+#include <algorithm>
+
 #include "app/commands/change_value.h"
 #include "app/gui/project_document.h"
 #include "core/compress/method.h"
@@ -110,6 +112,63 @@ QUndoCommand* changeStepParameter(ProjectDocument* document, const QString& vari
     };
     return new ChangeValue<nlohmann::json>(tr("Change %1").arg(QString::fromStdString(name)), CommandId::StepParameter, key,
                                            old, value, apply);
+}
+
+ReplaceStep::ReplaceStep(const QString& text, ProjectDocument* document, QString variant, int index, nlohmann::json step)
+    : QUndoCommand(text), mDocument(document), mVariant(std::move(variant)), mIndex(index), mNew(std::move(step)) {
+    const nlohmann::json steps = mDocument->steps(mVariant);
+    checkIndex(steps, mIndex, mVariant);
+    mOld = steps[static_cast<size_t>(mIndex)];
+}
+
+void ReplaceStep::write(const nlohmann::json& step) {
+    nlohmann::json steps = mDocument->steps(mVariant);
+    checkIndex(steps, mIndex, mVariant);
+    steps[static_cast<size_t>(mIndex)] = step;
+    mDocument->setSteps(mVariant, steps);
+}
+
+void ReplaceStep::redo() { write(mNew); }
+void ReplaceStep::undo() { write(mOld); }
+
+std::string layersPattern(const std::vector<std::string>& layers, const std::vector<std::string>& linearLayers) {
+    std::string alternatives;
+    for (const auto& layer : layers) {
+        std::string escaped;
+        for (char c : layer) {
+            if (std::string(".^$|()[]{}*+?\\").find(c) != std::string::npos) escaped += '\\';
+            escaped += c;
+        }
+        // A full linear name ends the match; a group prefix must be followed by a dot.
+        const bool isLinear = std::find(linearLayers.begin(), linearLayers.end(), layer) != linearLayers.end();
+        if (!alternatives.empty()) alternatives += '|';
+        alternatives += escaped + (isLinear ? "$" : "\\.");
+    }
+    return alternatives.empty() ? std::string() : "^(?:" + alternatives + ")";
+}
+
+QUndoCommand* setStepTargets(ProjectDocument* document, const QString& variant, int index, const std::string& targets) {
+    const nlohmann::json steps = document->steps(variant);
+    checkIndex(steps, index, variant);
+    nlohmann::json step = steps[static_cast<size_t>(index)];
+    if (targets.empty()) step.erase("targets");
+    else step["targets"] = targets;
+    return new ReplaceStep(tr("Set targets of step %1").arg(index + 1), document, variant, index, step);
+}
+
+QUndoCommand* addStepOverride(ProjectDocument* document, const QString& variant, int index, const std::string& pattern,
+                              const nlohmann::json& params) {
+    if (pattern.empty()) throw Error("an override needs a layer pattern");
+    const nlohmann::json steps = document->steps(variant);
+    checkIndex(steps, index, variant);
+    nlohmann::json step = steps[static_cast<size_t>(index)];
+    nlohmann::json overrides = nlohmann::json::array();
+    for (const auto& o : step.value("overrides", nlohmann::json::array()))
+        if (o.value("pattern", "") != pattern) overrides.push_back(o);
+    overrides.push_back({{"pattern", pattern}, {"params", params}});
+    step["overrides"] = overrides;
+    return new ReplaceStep(tr("Override %1 for %2").arg(QString::fromStdString(params.dump()), QString::fromStdString(pattern)),
+                           document, variant, index, step);
 }
 
 } // namespace cwb

@@ -71,4 +71,31 @@ private:
 QUndoCommand* changeStepParameter(ProjectDocument* document, const QString& variant, int index, const std::string& name,
                                   const nlohmann::json& value);
 
+// Replaces one step's JSON as a whole (targets, overrides: edits that come from outside the parameter form).
+class ReplaceStep : public QUndoCommand {
+public:
+    ReplaceStep(const QString& text, ProjectDocument* document, QString variant, int index, nlohmann::json step);
+    void redo() override;
+    void undo() override;
+
+private:
+    void write(const nlohmann::json& step);
+    ProjectDocument* mDocument;
+    QString mVariant;
+    int mIndex;
+    nlohmann::json mNew;
+    nlohmann::json mOld;
+};
+
+// A regex that matches exactly `layers` (full linear names, or group prefixes such as "blk.2.attn" that match
+// every linear below them): "^(?:blk\.2\.attn\.|blk\.3\.ffn_up$)". Empty for an empty list.
+std::string layersPattern(const std::vector<std::string>& layers, const std::vector<std::string>& linearLayers);
+
+// Sets the step's `targets` regex (empty: the default, every block linear). Throws cwb::Error for a bad index.
+QUndoCommand* setStepTargets(ProjectDocument* document, const QString& variant, int index, const std::string& targets);
+// Appends {"pattern": pattern, "params": params} to the step's overrides, replacing an override with the same
+// pattern. Throws cwb::Error for a bad index or an empty pattern.
+QUndoCommand* addStepOverride(ProjectDocument* document, const QString& variant, int index, const std::string& pattern,
+                              const nlohmann::json& params);
+
 } // namespace cwb

@@ -45,6 +45,21 @@ QString uniqueVariantName(const Project& project, const QString& base) {
     }
 }
 
+QString variantNameProblem(const Project& project, const QString& name, const QString& current) {
+    if (name.trimmed().isEmpty()) return tr("A variant needs a name.");
+    if (name.trimmed() != name) return tr("The name \"%1\" starts or ends with a space; remove it.").arg(name);
+    if (name == Project::kBaseName) return tr("\"base\" is reserved for the base model; choose another name.");
+    if (name != current && project.hasVariant(name.toStdString()))
+        return tr("A variant named \"%1\" already exists; choose another name.").arg(name);
+    return {};
+}
+
+RenameVariant::RenameVariant(ProjectDocument* document, QString from, QString to)
+    : QUndoCommand(tr("Rename variant %1 to %2").arg(from, to)), mDocument(document), mFrom(std::move(from)), mTo(std::move(to)) {}
+
+void RenameVariant::redo() { mDocument->renameVariant(mFrom, mTo); }
+void RenameVariant::undo() { mDocument->renameVariant(mTo, mFrom); }
+
 RemoveVariant::RemoveVariant(ProjectDocument* document, QString name)
     : QUndoCommand(tr("Remove variant %1").arg(name)), mDocument(document), mName(std::move(name)) {}
 

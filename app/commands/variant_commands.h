@@ -30,6 +30,21 @@ AddVariant* duplicateVariant(ProjectDocument* document, const QString& source, c
 // A name not used by any variant: base + "-2", "-3", ...
 QString uniqueVariantName(const Project& project, const QString& base);
 
+// Why `name` cannot be the new name of variant `current` ("" when it can): empty, reserved, taken, or
+// spaces at either end. The message is meant for the user.
+QString variantNameProblem(const Project& project, const QString& name, const QString& current = {});
+
+class RenameVariant : public QUndoCommand {
+public:
+    RenameVariant(ProjectDocument* document, QString from, QString to);
+    void redo() override;
+    void undo() override;
+
+private:
+    ProjectDocument* mDocument;
+    QString mFrom, mTo;
+};
+
 class RemoveVariant : public QUndoCommand {
 public:
     RemoveVariant(ProjectDocument* document, QString name);

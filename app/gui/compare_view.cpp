@@ -4,15 +4,27 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QPointer>
+#include <QProgressBar>
+#include <QPushButton>
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
 
+#include <cmath>
 #include <map>
 #include <set>
 
+#include <ATen/Parallel.h>
+
+#include "app/gui/background_job.h"
+#include "app/gui/generation_panel.h"
 #include "app/gui/project_document.h"
+#include "core/model/model.h"
 #include "core/model/model_info.h"
+#include "core/project/project_runner.h"
+#include "core/runtime/latency.h"
+#include "core/util/feedback.h"
 #include "widgets/ab_chart.h"
 
 namespace cwb {
@@ -30,23 +42,37 @@ const MetricSpec kMetrics[] = {{"perplexity", "Perplexity", "", true},
                                {"kl_mean", "KL divergence to the base (mean)", "nats", false},
                                {"top1", "Top-1 agreement with the base", "fraction", false},
                                {"bytes", "Model size", "bytes", true},
-                               {"bits_per_weight", "Bits per weight (linear layers)", "bits", true}};
+                               {"bits_per_weight", "Bits per weight (linear layers)", "bits", true},
+                               {"decode_ms_p50", "Decode latency (median per token)", "ms", true},
+                               {"prefill_tokens_per_second", "Prefill speed", "tokens/s", true}};
+
+bool isLatencyMetric(const std::string& metric) { return metric == "decode_ms_p50" || metric == "prefill_tokens_per_second"; }
 
 } // namespace
 
 CompareView::CompareView(QWidget* parent)
-    : QWidget(parent), mMetric(new QComboBox(this)), mChart(new AbChart(this)), mTable(new QTableWidget(this)) {
+    : QWidget(parent), mMetric(new QComboBox(this)), mChart(new AbChart(this)), mTable(new QTableWidget(this)),
+      mMeasure(new QPushButton(tr("Measure &Latency"), this)), mProgress(new QProgressBar(this)),
+      mGeneration(new GenerationPanel(this)) {
     for (const auto& m : kMetrics) mMetric->addItem(tr(m.title), QString::fromLatin1(m.id));
     auto* row = new QHBoxLayout;
     row->addWidget(new QLabel(tr("Metric:"), this));
     row->addWidget(mMetric, 1);
+    row->addWidget(mMeasure);
+    row->addWidget(mProgress);
+    mMeasure->setToolTip(tr("Time prefill and greedy decoding of the base and every variant on this machine (worker thread)"));
+    mProgress->setRange(0, 1000);
+    mProgress->setVisible(false);
+    connect(mMeasure, &QPushButton::clicked, this, [this] { measureLatency(); });
     mTable->setEditTriggers(QAbstractItemView::NoEditTriggers);
     mTable->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     auto* splitter = new QSplitter(Qt::Vertical, this);
     splitter->addWidget(mChart);
     splitter->addWidget(mTable);
+    splitter->addWidget(mGeneration);
     splitter->setStretchFactor(0, 3);
     splitter->setStretchFactor(1, 1);
+    splitter->setStretchFactor(2, 2);
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(row);
     layout->addWidget(splitter, 1);
@@ -54,9 +80,13 @@ CompareView::CompareView(QWidget* parent)
     setDocument(nullptr);
 }
 
+CompareView::~CompareView() = default;
+
 void CompareView::setDocument(ProjectDocument* document) {
+    if (mJob) mJob.reset();   // cancels and waits: the job reads the old document's model
     if (mDocument) disconnect(mDocument, nullptr, this, nullptr);
     mDocument = document;
+    mGeneration->setDocument(document);
     if (document) {
         connect(document, &ProjectDocument::resultsChanged, this, &CompareView::refresh);
         connect(document, &ProjectDocument::variantsChanged, this, &CompareView::refresh);
@@ -120,6 +150,60 @@ void CompareView::refresh() {
         }
     }
     mTable->setVerticalHeaderLabels(rows);
+}
+
+bool CompareView::isMeasuring() const { return mJob && mJob->isRunning(); }
+
+void CompareView::cancelMeasurement() {
+    if (mJob) mJob->cancel();
+}
+
+bool CompareView::measureLatency(int promptTokens, int genTokens) {
+    if (!mDocument || isMeasuring()) return false;
+    const Project snapshot = mDocument->project();   // the worker reads a copy; editing goes on meanwhile
+    std::shared_ptr<const Model> model = mDocument->model();
+    std::vector<std::string> names{Project::kBaseName};
+    for (const auto& v : snapshot.variants()) names.push_back(v.name);
+    auto measured = std::make_shared<std::map<std::string, LatencyResult>>();
+    LatencyParams params;
+    params.promptTokens = promptTokens;
+    params.genTokens = genTokens;
+    mJob = std::make_unique<BackgroundJob>(tr("Measure latency"), [snapshot, model, names, params, measured](Feedback& feedback) {
+        ProjectRunner runner(snapshot, *model);
+        for (size_t i = 0; i < names.size(); ++i) {
+            const double from = double(i) / double(names.size()), to = double(i + 1) / double(names.size());
+            SubFeedback build(&feedback, from, (from + to) / 2), time(&feedback, (from + to) / 2, to);
+            std::unique_ptr<Model> variant;
+            if (names[i] != Project::kBaseName) variant = runner.build(names[i], &build);
+            (*measured)[names[i]] = cwb::measureLatency(variant ? *variant : *model, RuntimeOptions{}, params, &time);
+        }
+    });
+    QPointer<ProjectDocument> document = mDocument;
+    connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
+    connect(mJob.get(), &BackgroundJob::finished, this, [this, document, measured](bool cancelled, const QString& error) {
+        mProgress->setVisible(false);
+        mMeasure->setEnabled(true);
+        const bool ok = !cancelled && error.isEmpty() && document;
+        if (ok) {
+            for (const auto& [name, latency] : *measured) {
+                if (name != Project::kBaseName && !document->project().hasVariant(name)) continue;   // removed meanwhile
+                std::vector<ResultRow> rows;
+                for (const auto& r : document->project().results(name))
+                    if (!isLatencyMetric(r.metric)) rows.push_back(r);
+                const int threads = at::get_num_threads();
+                rows.push_back({name, "decode_ms_p50", latency.decodeP50Ms, 0, "cpu", threads, latency.decodeMeanMs / 1000.0, "", ""});
+                rows.push_back({name, "prefill_tokens_per_second", latency.prefillTokensPerSecond, 0, "cpu", threads,
+                                latency.prefillSeconds, "", ""});
+                document->setResults(QString::fromStdString(name), rows);
+            }
+        }
+        emit latencyMeasured(ok, cancelled ? tr("Cancelled; nothing was stored.") : error);
+    });
+    mProgress->setValue(0);
+    mProgress->setVisible(true);
+    mMeasure->setEnabled(false);
+    mJob->start();
+    return true;
 }
 
 } // namespace cwb

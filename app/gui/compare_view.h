@@ -1,26 +1,45 @@
 #pragma once
 // A/B comparison of the stored results: a metric chooser and an AbChart (baseline first, one bar per
-// variant with results, error bars where the metric has them), and a table of every stored metric.
+// variant with results, error bars where the metric has them), a table of every stored metric, and
+// side-by-side text generation of two variants (GenerationPanel).
 #include <QWidget>
 
+#include <memory>
+
 class QComboBox;
+class QProgressBar;
+class QPushButton;
 class QTableWidget;
 
 namespace cwb {
 
 class AbChart;
+class BackgroundJob;
+class GenerationPanel;
 class ProjectDocument;
 
 class CompareView : public QWidget {
     Q_OBJECT
 public:
     explicit CompareView(QWidget* parent = nullptr);
+    ~CompareView() override;   // cancels and waits for a running measurement
 
     void setDocument(ProjectDocument* document);
-    void setMetric(const QString& metric);   // "perplexity", "kl_mean", "top1", "bytes", "bits_per_weight"
+    // "perplexity", "kl_mean", "top1", "bytes", "bits_per_weight", "decode_ms_p50", "prefill_tokens_per_second"
+    void setMetric(const QString& metric);
     QString metric() const;
     AbChart* chart() const { return mChart; }
     QTableWidget* table() const { return mTable; }
+    GenerationPanel* generationPanel() const { return mGeneration; }
+    // Measures decode latency (ms per token, p50) and prefill speed of the base and every variant on a worker
+    // thread (each variant built from the base first) and stores them with its results; the other stored
+    // metrics stay. false when a measurement is already running or there is no document.
+    bool measureLatency(int promptTokens = 64, int genTokens = 32);
+    bool isMeasuring() const;
+    void cancelMeasurement();
+
+signals:
+    void latencyMeasured(bool succeeded, const QString& error);
 
 public slots:
     void refresh();
@@ -30,6 +49,10 @@ private:
     QComboBox* mMetric;
     AbChart* mChart;
     QTableWidget* mTable;
+    QPushButton* mMeasure;
+    QProgressBar* mProgress;
+    std::unique_ptr<BackgroundJob> mJob;
+    GenerationPanel* mGeneration;
 };
 
 } // namespace cwb

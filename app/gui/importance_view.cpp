@@ -3,15 +3,19 @@
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QMenu>
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSpinBox>
+#include <QSplitter>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 
 #include "app/gui/background_job.h"
+#include "app/gui/layer_pick_bar.h"
 #include "app/gui/project_document.h"
 #include "core/analysis/importance.h"
 #include "core/compress/pipeline.h"
@@ -19,6 +23,7 @@
 #include "core/util/feedback.h"
 #include "core/eval/perplexity.h"
 #include "widgets/importance_heatmap.h"
+#include "widgets/score_histogram.h"
 
 namespace cwb {
 
@@ -46,7 +51,9 @@ HeatmapData heatmapData(const ImportanceMap& map) {
 ImportanceView::ImportanceView(QWidget* parent)
     : QWidget(parent), mKind(new QComboBox(this)), mSamples(new QSpinBox(this)), mTokens(new QSpinBox(this)),
       mCompute(new QPushButton(tr("Compute"), this)), mCancel(new QPushButton(tr("Cancel"), this)),
-      mProgress(new QProgressBar(this)), mStatus(new QLabel(this)), mHeatmap(new ImportanceHeatmap(this)) {
+      mProgress(new QProgressBar(this)), mStatus(new QLabel(this)), mHeatmap(new ImportanceHeatmap(this)),
+      mPick(new LayerPickBar(this)), mChannelPanel(new QWidget(this)), mChannelBlock(new QComboBox(mChannelPanel)),
+      mHistogram(new ScoreHistogram(mChannelPanel)) {
     for (const auto& k : importanceKinds()) mKind->addItem(QString::fromStdString(k));
     mKind->setToolTip(tr("heads.ablation: loss increase when one attention head is removed\n"
                          "linears.sensitivity: KL to the model when only that layer is rounded to int4\n"
@@ -75,12 +82,31 @@ ImportanceView::ImportanceView(QWidget* parent)
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(row);
     layout->addWidget(mStatus);
-    layout->addWidget(mHeatmap, 1);
+    auto* channelRow = new QHBoxLayout;
+    channelRow->addWidget(new QLabel(tr("Channel scores of:"), mChannelPanel));
+    channelRow->addWidget(mChannelBlock, 1);
+    auto* channelLayout = new QVBoxLayout(mChannelPanel);
+    channelLayout->setContentsMargins(0, 0, 0, 0);
+    channelLayout->addLayout(channelRow);
+    channelLayout->addWidget(mHistogram, 1);
+    mChannelBlock->setToolTip(tr("The block whose per-channel scores the histogram shows (or click its row on the map)"));
+    auto* splitter = new QSplitter(Qt::Vertical, this);
+    splitter->addWidget(mHeatmap);
+    splitter->addWidget(mChannelPanel);
+    splitter->setStretchFactor(0, 3);
+    splitter->setStretchFactor(1, 2);
+    layout->addWidget(splitter, 1);
+    layout->addWidget(mPick);
+    connect(mChannelBlock, &QComboBox::currentIndexChanged, this, &ImportanceView::showChannelHistogram);
+    mHeatmap->setContextMenuPolicy(Qt::CustomContextMenu);
+    connect(mHeatmap, &QWidget::customContextMenuRequested, this, &ImportanceView::showContextMenu);
 
     connect(mKind, &QComboBox::currentTextChanged, this, &ImportanceView::showStored);
     connect(mCompute, &QPushButton::clicked, this, &ImportanceView::compute);
     connect(mCancel, &QPushButton::clicked, this, &ImportanceView::cancel);
-    connect(mHeatmap, &ImportanceHeatmap::cellClicked, this, [this](int r, int c) {
+    connect(mHeatmap, &ImportanceHeatmap::cellClicked, this, [this](int r, int c, Qt::KeyboardModifiers modifiers) {
+        pickCell(r, c, modifiers);
+        if (mChannelPanel->isVisibleTo(this)) mChannelBlock->setCurrentIndex(r);
         const QString layer = layerForCell(r, c);
         if (!layer.isEmpty()) emit layerClicked(layer);
     });
@@ -95,6 +121,7 @@ void ImportanceView::setDocument(ProjectDocument* document) {
     mDocument = document;
     setEnabled(document != nullptr);
     if (document) connect(document, &ProjectDocument::importanceChanged, this, &ImportanceView::showStored);
+    mPick->setDocument(document);
     showStored();
 }
 
@@ -109,6 +136,17 @@ void ImportanceView::setWindowSize(int samples, int tokens) {
 
 void ImportanceView::showStored() {
     const ImportanceMap* map = mDocument ? mDocument->project().importance(kind().toStdString()) : nullptr;
+    const bool channels = map && kind().startsWith("channels.");
+    mChannelPanel->setVisible(channels);
+    {
+        const QSignalBlocker block(mChannelBlock);
+        const int previous = mChannelBlock->currentIndex();
+        mChannelBlock->clear();
+        if (channels)
+            for (const auto& r : map->rowLabels) mChannelBlock->addItem(QString::fromStdString(r));
+        if (mChannelBlock->count() > 0) mChannelBlock->setCurrentIndex(std::clamp(previous, 0, mChannelBlock->count() - 1));
+    }
+    showChannelHistogram(mChannelBlock->currentIndex());
     if (!map) {
         mHeatmap->clear();
         mStatus->setText(mDocument ? tr("Not measured yet: press Compute (F6).") : tr("Open a model or project."));
@@ -179,16 +217,58 @@ QString ImportanceView::layerForCell(int row, int column) const {
     const std::string columnLabel = map && column >= 0 && size_t(column) < map->columnLabels.size() ? map->columnLabels[size_t(column)] : "";
     for (const auto& layer : mDocument->model()->linearLayers()) {
         if (layer.find(blockTag) == std::string::npos) continue;
-        if (k == "linears.sensitivity") {
+        if (k.startsWith("linears.")) {
             if (layer.size() >= columnLabel.size() + 1 && layer.compare(layer.size() - columnLabel.size(), columnLabel.size(), columnLabel) == 0 &&
                 layer[layer.size() - columnLabel.size() - 1] == '.')
                 return QString::fromStdString(layer);
             continue;
         }
-        const char* group = k == "heads.ablation" ? "attn" : "mlp";
+        const char* group = k.startsWith("heads.") ? "attn" : "mlp";
         if (layer.find(group) != std::string::npos) return QString::fromStdString(layer.substr(0, layer.rfind('.')));
     }
     return {};
+}
+
+void ImportanceView::pickCell(int row, int column, Qt::KeyboardModifiers modifiers) {
+    if (modifiers & Qt::ShiftModifier) {
+        std::vector<std::string> rowLayers;
+        for (int c = 0; c < mHeatmap->columnCount(); ++c) rowLayers.push_back(layerForCell(row, c).toStdString());
+        mPick->addPicked(rowLayers);
+        return;
+    }
+    const std::string layer = layerForCell(row, column).toStdString();
+    if (layer.empty()) return;
+    if (modifiers & Qt::ControlModifier) mPick->togglePicked(layer);
+    else mPick->setPicked({layer});
+}
+
+void ImportanceView::showContextMenu(const QPoint& pos) {
+    int row = -1, column = -1;
+    mHeatmap->valueAt(pos, &row, &column);
+    QMenu menu(this);
+    if (row >= 0) {
+        menu.addAction(tr("Pick This Layer"), this, [this, row, column] { pickCell(row, column); });
+        menu.addAction(tr("Add This Layer"), this, [this, row, column] { pickCell(row, column, Qt::ControlModifier); });
+        menu.addAction(tr("Add Whole Row"), this, [this, row, column] { pickCell(row, column, Qt::ShiftModifier); });
+        menu.addSeparator();
+    }
+    QAction* targets = menu.addAction(tr("Use Picked Layers as Step Targets"), this, [this] { mPick->useAsTargets(); });
+    QAction* bits = menu.addAction(tr("Override Bits for Picked Layers"), this, [this] { mPick->addBitsOverride(); });
+    targets->setEnabled(!mPick->picked().empty());
+    bits->setEnabled(!mPick->picked().empty());
+    menu.exec(mHeatmap->mapToGlobal(pos));
+}
+
+void ImportanceView::showChannelHistogram(int row) {
+    const ImportanceMap* map = mDocument ? mDocument->project().importance(kind().toStdString()) : nullptr;
+    if (!map || !kind().startsWith("channels.") || row < 0 || size_t(row) >= map->rowLabels.size()) {
+        mHistogram->clear();
+        return;
+    }
+    if (mChannelBlock->currentIndex() != row) mChannelBlock->setCurrentIndex(row);   // comes back here once
+    const size_t columns = map->columnLabels.size();
+    const std::vector<double> scores(map->values.begin() + long(row * columns), map->values.begin() + long((row + 1) * columns));
+    mHistogram->setScores(tr("%1: %2 per channel").arg(QString::fromStdString(map->rowLabels[size_t(row)]), kind()), unitOf(kind()), scores);
 }
 
 } // namespace cwb

@@ -1,7 +1,10 @@
 #pragma once
 // Importance heatmaps: a metric chooser over the core's importance kinds, the stored map of that kind shown
 // in an ImportanceHeatmap, and Compute, which measures it on a worker thread (progress, Cancel) and stores
-// it in the project. Clicking a cell names the layer it belongs to (layerClicked).
+// it in the project. Clicking a cell names the layer it belongs to (layerClicked) and picks it for the
+// LayerPickBar below the map (Ctrl+click adds/removes, Shift+click adds the whole row; also a context menu),
+// which sets a step's targets or per-layer overrides from the picked layers. For per-channel kinds a histogram
+// shows the distribution of one block's channel scores (pick the block in its chooser or click its row).
 #include <QWidget>
 
 #include <memory>
@@ -16,6 +19,8 @@ namespace cwb {
 
 class BackgroundJob;
 class ImportanceHeatmap;
+class LayerPickBar;
+class ScoreHistogram;
 class ProjectDocument;
 
 class ImportanceView : public QWidget {
@@ -33,6 +38,14 @@ public:
     bool isComputing() const;
     void setWindowSize(int samples, int tokens);
     ImportanceHeatmap* heatmap() const { return mHeatmap; }
+    LayerPickBar* pickBar() const { return mPick; }
+    // channels.* kinds: the distribution of one block's channel scores (hidden for other kinds).
+    ScoreHistogram* histogram() const { return mHistogram; }
+    void showChannelHistogram(int row);
+    // Picks the layer of a cell as a click with `modifiers` does (none: replace; Ctrl: toggle; Shift: add its row).
+    void pickCell(int row, int column, Qt::KeyboardModifiers modifiers = Qt::NoModifier);
+    // The layer (or sublayer group) a cell stands for; "" when none.
+    QString layerForCell(int row, int column) const;
 
 signals:
     void layerClicked(const QString& layer);   // a linear layer or a block's sublayer group ("model.layers.2.mlp")
@@ -42,7 +55,7 @@ signals:
 
 private:
     void showStored();
-    QString layerForCell(int row, int column) const;
+    void showContextMenu(const QPoint& pos);
 
     ProjectDocument* mDocument = nullptr;
     QComboBox* mKind;
@@ -53,6 +66,10 @@ private:
     QProgressBar* mProgress;
     QLabel* mStatus;
     ImportanceHeatmap* mHeatmap;
+    LayerPickBar* mPick;
+    QWidget* mChannelPanel;
+    QComboBox* mChannelBlock;
+    ScoreHistogram* mHistogram;
     std::unique_ptr<BackgroundJob> mJob;
 };
 

@@ -3,6 +3,7 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDockWidget>
+#include <QEventLoop>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QMenuBar>
@@ -18,7 +19,9 @@
 #include "app/commands/settings_commands.h"
 #include "app/gui/background_job.h"
 #include "app/gui/batch_replay.h"
+#include "app/gui/budget_dialog.h"
 #include "app/gui/export_dialog.h"
+#include "app/gui/generation_panel.h"
 #include "app/gui/compare_view.h"
 #include "app/gui/importance_view.h"
 #include "app/gui/model_tree_view.h"
@@ -86,6 +89,7 @@ MainWindow::~MainWindow() {
     // Views hold jobs that read the document's model: stop them before the document goes.
     mImportance->setDocument(nullptr);
     mRun->setDocument(nullptr);
+    mCompare->setDocument(nullptr);
 }
 
 void MainWindow::createActions() {
@@ -118,7 +122,16 @@ void MainWindow::createActions() {
         showTab(PipelineTab);
         mPipeline->duplicateVariant();
     });
+    mDocumentActions << project->addAction(tr("&Rename Variant…"), QKeySequence(Qt::Key_F2), this, [this] {
+        showTab(PipelineTab);
+        mPipeline->renameVariant();
+    });
     project->addSeparator();
+    mDocumentActions << project->addAction(tr("&Budget Solver…"), QKeySequence(Qt::Key_F7), this, [this] {
+        if (!mDocument) return;
+        BudgetDialog dialog(mDocument.get(), this);
+        if (dialog.exec() == QDialog::Accepted) showTab(PipelineTab);
+    });
     mDocumentActions << project->addAction(tr("Compute &Importance"), QKeySequence(Qt::Key_F6), this, [this] {
         showTab(ImportanceTab);
         mImportance->compute();
@@ -138,6 +151,8 @@ void MainWindow::createActions() {
         mRun->cancel();
         mImportance->cancel();
         mBatch->cancel();
+        mCompare->cancelMeasurement();
+        mCompare->generationPanel()->cancel();
         if (mExportJob) mExportJob->cancel();
     });
 
@@ -226,26 +241,22 @@ bool MainWindow::openPath(const QString& path, bool interactive) {
         return false;
     }
     const bool isProject = info.isFile() && info.suffix() == QLatin1String("cwbproj");
-    QApplication::setOverrideCursor(Qt::WaitCursor);
-    std::unique_ptr<ProjectDocument> doc;
-    QString error;
-    bool recover = false;
-    try {
-        if (isProject && interactive && Project::hasAutosave(info.absoluteFilePath().toStdString())) {
-            QApplication::restoreOverrideCursor();
-            const auto answer = QMessageBox::question(this, tr("Recover unsaved changes?"),
-                                                      tr("%1 has autosaved changes newer than the saved file (the app may have "
-                                                         "stopped before saving). Recover them?").arg(info.fileName()),
-                                                      QMessageBox::Yes | QMessageBox::Discard, QMessageBox::Yes);
-            QApplication::setOverrideCursor(Qt::WaitCursor);
-            if (answer == QMessageBox::Discard) Project::discardAutosave(info.absoluteFilePath().toStdString());
-            recover = answer == QMessageBox::Yes;
-        }
-        doc = isProject ? ProjectDocument::openProject(path, recover) : ProjectDocument::openModel(path);
-    } catch (const std::exception& e) {
-        error = QString::fromUtf8(e.what());
+    if (mLoading) {
+        report(tr("Cannot open %1").arg(path), tr("Another model is still loading."), tr("Wait for it, then open again."));
+        return false;
     }
-    QApplication::restoreOverrideCursor();
+    bool recover = false;
+    if (isProject && interactive && Project::hasAutosave(info.absoluteFilePath().toStdString())) {
+        const auto answer = QMessageBox::question(this, tr("Recover unsaved changes?"),
+                                                  tr("%1 has autosaved changes newer than the saved file (the app may have "
+                                                     "stopped before saving). Recover them?").arg(info.fileName()),
+                                                  QMessageBox::Yes | QMessageBox::Discard, QMessageBox::Yes);
+        if (answer == QMessageBox::Discard) Project::discardAutosave(info.absoluteFilePath().toStdString());
+        recover = answer == QMessageBox::Yes;
+    }
+    QString error;
+    std::unique_ptr<ProjectDocument> doc = loadInBackground(path, isProject, recover, &error);
+    mLastOpenError = doc ? QString() : tr("%1: %2").arg(info.absoluteFilePath(), error);
     if (!doc) {
         report(tr("Cannot open %1").arg(info.fileName()), error,
                   isProject ? tr("Check that it is a project written by cwb and that its model file is where it points.")
@@ -256,6 +267,32 @@ bool MainWindow::openPath(const QString& path, bool interactive) {
     setDocument(std::move(doc));
     statusBar()->showMessage(tr("Opened %1").arg(info.absoluteFilePath()), 5000);
     return true;
+}
+
+std::unique_ptr<ProjectDocument> MainWindow::loadInBackground(const QString& path, bool isProject, bool recover, QString* error) {
+    // Reading a model can take long: a worker thread does it while this thread keeps the window painting and
+    // answering (a busy bar in the status bar). The call returns when the load is done, so callers see the outcome.
+    auto loaded = std::make_shared<ProjectDocument::Loaded>();
+    BackgroundJob job(tr("Loading %1").arg(QFileInfo(path).fileName()), [loaded, path, isProject, recover](Feedback&) {
+        *loaded = isProject ? ProjectDocument::loadProject(path, recover) : ProjectDocument::loadModel(path);
+    });
+    QEventLoop loop;
+    connect(&job, &BackgroundJob::finished, &loop, [&loop, error](bool cancelled, const QString& failure) {
+        if (cancelled) *error = tr("Loading was cancelled.");
+        else if (!failure.isEmpty()) *error = failure;
+        loop.quit();
+    });
+    mLoading = true;
+    mStatus->setJob(job.title());
+    QApplication::setOverrideCursor(Qt::BusyCursor);
+    emit loadingStarted(path);
+    job.start();
+    loop.exec();
+    QApplication::restoreOverrideCursor();
+    mStatus->setJob({});
+    mLoading = false;
+    if (!error->isEmpty() || !loaded->project) return nullptr;
+    return ProjectDocument::fromLoaded(std::move(*loaded));
 }
 
 void MainWindow::openDialog(bool project) {
@@ -362,6 +399,10 @@ bool MainWindow::replayAsBatch(const QString& outputDir) {
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
+    if (mLoading) {   // the nested loading loop must finish first
+        event->ignore();
+        return;
+    }
     if (maybeSave()) event->accept();
     else event->ignore();
 }

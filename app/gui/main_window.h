@@ -51,9 +51,13 @@ public:
     RunView* runView() const { return mRun; }
     CompareView* compareView() const { return mCompare; }
     StatusPanel* statusPanel() const { return mStatus; }
+    bool isLoading() const { return mLoading; }
+    // Why the last openPath failed, starting with the absolute path of the file; empty after a success.
+    QString lastOpenError() const { return mLastOpenError; }
 
 signals:
     void exportFinished(bool succeeded, const QString& message);
+    void loadingStarted(const QString& path);   // the model is being read on a worker thread
 
 protected:
     void closeEvent(QCloseEvent* event) override;
@@ -67,6 +71,7 @@ private:
     void updateTitle();
     void showError(const QString& what, const QString& detail, const QString& todo);
     void openDialog(bool project);
+    std::unique_ptr<ProjectDocument> loadInBackground(const QString& path, bool isProject, bool recover, QString* error);
 
     std::unique_ptr<ProjectDocument> mDocument;
     ModelTreeView* mTree;
@@ -83,6 +88,8 @@ private:
     BatchReplay* mBatch;
     QList<QAction*> mDocumentActions;
     std::unique_ptr<class BackgroundJob> mExportJob;
+    bool mLoading = false;
+    QString mLastOpenError;
 };
 
 } // namespace cwb

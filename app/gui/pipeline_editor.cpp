@@ -9,6 +9,7 @@
 #include <QLabel>
 #include <QListWidget>
 #include <QMessageBox>
+#include <QLineEdit>
 #include <QPushButton>
 #include <QScrollArea>
 #include <QSplitter>
@@ -47,14 +48,18 @@ QPushButton* button(const QString& text, const QString& tip, QWidget* parent) {
 PipelineEditor::PipelineEditor(QWidget* parent)
     : QWidget(parent), mVariants(new QComboBox(this)), mSteps(new QListWidget(this)), mPalette(new QListWidget(this)),
       mForm(new ParamForm(this)), mStepTitle(new QLabel(this)) {
+    mVariants->setObjectName(QStringLiteral("variantChooser"));
     auto* variantRow = new QHBoxLayout;
     variantRow->addWidget(new QLabel(tr("Variant:"), this));
     variantRow->addWidget(mVariants, 1);
     auto* newButton = button(tr("New"), tr("Add an empty variant derived from the base model"), this);
     auto* duplicateButton = button(tr("Duplicate"), tr("Copy this variant's steps into a new variant (branch)"), this);
     mRemoveVariant = button(tr("Remove"), tr("Remove this variant and its results"), this);
+    auto* renameButton = button(tr("Rename…"), tr("Give this variant another name (F2)"), this);
     variantRow->addWidget(newButton);
     variantRow->addWidget(duplicateButton);
+    variantRow->addWidget(renameButton);
+    connect(renameButton, &QPushButton::clicked, this, [this] { renameVariant(); });
     variantRow->addWidget(mRemoveVariant);
     connect(newButton, &QPushButton::clicked, this, &PipelineEditor::newVariant);
     connect(duplicateButton, &QPushButton::clicked, this, &PipelineEditor::duplicateVariant);
@@ -290,6 +295,25 @@ bool PipelineEditor::removeVariant() {
             return false;
         }
     mDocument->undoStack()->push(new RemoveVariant(mDocument, name));
+    return true;
+}
+
+bool PipelineEditor::renameVariant(const QString& name, bool interactive) {
+    if (!mDocument || mDocument->currentVariant().isEmpty()) return false;
+    const QString current = mDocument->currentVariant();
+    QString chosen = name;
+    if (chosen.isEmpty() && interactive) {
+        bool ok = false;
+        chosen = QInputDialog::getText(this, tr("Rename Variant"), tr("New name for %1:").arg(current), QLineEdit::Normal, current, &ok);
+        if (!ok || chosen == current) return false;
+    }
+    mLastError = variantNameProblem(mDocument->project(), chosen, current);
+    if (!mLastError.isEmpty()) {
+        if (interactive) QMessageBox::warning(this, tr("Cannot rename variant"), mLastError);
+        return false;
+    }
+    if (chosen == current) return false;
+    mDocument->undoStack()->push(new RenameVariant(mDocument, current, chosen));
     return true;
 }
 

@@ -28,6 +28,10 @@ public:
     bool newVariant();
     bool duplicateVariant();
     bool removeVariant();
+    // Renames the current variant; an empty `name` asks for one. A taken or reserved name is refused with a
+    // message (a box when `interactive`; always in lastError()).
+    bool renameVariant(const QString& name = {}, bool interactive = true);
+    QString lastError() const { return mLastError; }
 
     int stepCount() const;
     int selectedStep() const;
@@ -50,6 +54,7 @@ private:
     QLabel* mStepTitle;
     QPushButton* mRemoveVariant;
     bool mRefreshing = false;
+    QString mLastError;
 };
 
 } // namespace cwb

@@ -42,42 +42,55 @@ ProjectDocument::~ProjectDocument() {
     if (!mTemporaryFolder.isEmpty()) QDir(mTemporaryFolder).removeRecursively();
 }
 
-std::unique_ptr<ProjectDocument> ProjectDocument::openProject(const QString& path, bool recoverAutosave) {
-    Project project = recoverAutosave ? Project::recoverAutosave(absolutePath(path)) : Project::open(absolutePath(path));
-    std::shared_ptr<const Model> model;
+ProjectDocument::Loaded ProjectDocument::loadProject(const QString& path, bool recoverAutosave) {
+    Loaded loaded;
+    loaded.project = std::make_unique<Project>(recoverAutosave ? Project::recoverAutosave(absolutePath(path)) : Project::open(absolutePath(path)));
     try {
-        model = loadModel(project.model().path);
+        loaded.model = cwb::loadModel(loaded.project->model().path);
     } catch (const Error& e) {
-        throw Error(project.path(), std::string("cannot load the project's model: ") + e.what());
+        throw Error(loaded.project->path(), std::string("cannot load the project's model: ") + e.what());
     }
-    std::unique_ptr<ProjectDocument> doc(new ProjectDocument(std::move(project), std::move(model), false));
-    doc->mUnsavedData = recoverAutosave;
-    return doc;
+    loaded.recovered = recoverAutosave;
+    return loaded;
 }
 
-std::unique_ptr<ProjectDocument> ProjectDocument::openModel(const QString& modelPath) {
+ProjectDocument::Loaded ProjectDocument::loadModel(const QString& modelPath) {
     const std::string path = absolutePath(modelPath);
-    std::shared_ptr<const Model> model = loadModel(path);
+    Loaded loaded;
+    loaded.model = cwb::loadModel(path);
     ModelReference ref;
     ref.path = path;
-    ref.format = model->format;
+    ref.format = loaded.model->format;
     const bool folder = std::filesystem::is_directory(path);
     ref.hash = folder ? hashFolder(path) : hashFile(path);
     ref.bytes = folder ? 0 : fileBytes(path);
     ProjectSettings settings;
-    settings.evalCtx = std::min<int64_t>(settings.evalCtx, model->spec.context);
-    settings.calibrationSeqLen = std::min<int64_t>(settings.calibrationSeqLen, model->spec.context);
+    settings.evalCtx = std::min<int64_t>(settings.evalCtx, loaded.model->spec.context);
+    settings.calibrationSeqLen = std::min<int64_t>(settings.calibrationSeqLen, loaded.model->spec.context);
 
     QTemporaryDir folderForUntitled(QDir::tempPath() + "/cwb-untitled-XXXXXX");
     if (!folderForUntitled.isValid()) throw Error(QDir::tempPath().toStdString(), "cannot create a temporary folder");
     folderForUntitled.setAutoRemove(false);
     const QString stem = QFileInfo(modelPath).completeBaseName();
-    Project project = Project::create((folderForUntitled.path() + "/" + stem + ".cwbproj").toStdString(), ref, settings);
-    project.record("create", {{"model", path}});
-    std::unique_ptr<ProjectDocument> doc(new ProjectDocument(std::move(project), std::move(model), true));
-    doc->mTemporaryFolder = folderForUntitled.path();
+    loaded.project = std::make_unique<Project>(Project::create((folderForUntitled.path() + "/" + stem + ".cwbproj").toStdString(), ref, settings));
+    loaded.project->record("create", {{"model", path}});
+    loaded.untitled = true;
+    loaded.temporaryFolder = folderForUntitled.path();
+    return loaded;
+}
+
+std::unique_ptr<ProjectDocument> ProjectDocument::fromLoaded(Loaded loaded) {
+    std::unique_ptr<ProjectDocument> doc(new ProjectDocument(std::move(*loaded.project), std::move(loaded.model), loaded.untitled));
+    doc->mUnsavedData = loaded.recovered;
+    doc->mTemporaryFolder = loaded.temporaryFolder;
     return doc;
 }
+
+std::unique_ptr<ProjectDocument> ProjectDocument::openProject(const QString& path, bool recoverAutosave) {
+    return fromLoaded(loadProject(path, recoverAutosave));
+}
+
+std::unique_ptr<ProjectDocument> ProjectDocument::openModel(const QString& modelPath) { return fromLoaded(loadModel(modelPath)); }
 
 QString ProjectDocument::filePath() const { return QString::fromStdString(mProject->path()); }
 
@@ -164,6 +177,13 @@ void ProjectDocument::removeVariant(const QString& name) {
     if (mCurrentVariant == name)
         setCurrentVariant(mProject->variants().empty() ? QString() : QString::fromStdString(mProject->variants().back().name));
     emit variantsChanged();
+    emit resultsChanged();
+}
+
+void ProjectDocument::renameVariant(const QString& from, const QString& to) {
+    mProject->renameVariant(from.toStdString(), to.toStdString());
+    emit variantsChanged();
+    if (mCurrentVariant == from) setCurrentVariant(to);
     emit resultsChanged();
 }
 

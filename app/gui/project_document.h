@@ -28,6 +28,19 @@ public:
     static std::unique_ptr<ProjectDocument> openProject(const QString& path, bool recoverAutosave = false);
     // A new, untitled project around a model file or folder (kept in a temporary folder until Save As).
     static std::unique_ptr<ProjectDocument> openModel(const QString& modelPath);
+
+    // The same in two halves, so the slow half (reading the model) can run on a worker thread: load() touches
+    // no QObject and throws like the above; fromLoaded() makes the document on the GUI thread.
+    struct Loaded {
+        std::unique_ptr<Project> project;
+        std::shared_ptr<const Model> model;
+        bool untitled = false;
+        bool recovered = false;
+        QString temporaryFolder;
+    };
+    static Loaded loadProject(const QString& path, bool recoverAutosave = false);
+    static Loaded loadModel(const QString& modelPath);
+    static std::unique_ptr<ProjectDocument> fromLoaded(Loaded loaded);
     ~ProjectDocument() override;
 
     const Project& project() const { return *mProject; }
@@ -54,6 +67,7 @@ public:
     void setSteps(const QString& variant, const nlohmann::json& steps);
     void addVariant(const Variant& variant, const std::vector<ResultRow>& results = {});
     void removeVariant(const QString& name);
+    void renameVariant(const QString& from, const QString& to);   // throws cwb::Error
     void setSettings(const ProjectSettings& settings);
 
     // ---- computed data (not undo state) ----

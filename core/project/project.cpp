@@ -349,6 +349,20 @@ void Project::removeVariant(const std::string& name) {
     mModified = true;
 }
 
+void Project::renameVariant(const std::string& from, const std::string& to) {
+    Variant& variant = findVariant(from);
+    if (to == from) return;
+    if (to.empty()) throw Error(mPath, "a variant needs a name");
+    if (to == kBaseName) throw Error(mPath, "'base' is reserved for the base model");
+    if (hasVariant(to)) throw Error(mPath, "variant '" + to + "' already exists");
+    variant.name = to;
+    for (Variant& v : mVariants)
+        if (v.parent == from) v.parent = to;
+    for (ResultRow& r : mResults)
+        if (r.variant == from) r.variant = to;
+    mModified = true;
+}
+
 void Project::setRecipe(const std::string& name, nlohmann::json recipe) {
     if (!recipe.is_object() || !recipe.contains("steps") || !recipe["steps"].is_array())
         throw Error(mPath, "variant '" + name + "': the recipe must be an object with a \"steps\" array");

@@ -131,6 +131,9 @@ public:
     void addVariant(Variant variant);
     // Refuses an unknown name and a variant another derives from; drops the variant's results.
     void removeVariant(const std::string& name);
+    // Renames a variant; variants derived from it follow and its results move with it. Refuses an unknown `from`
+    // and, for `to`, what addVariant refuses (empty, reserved, taken).
+    void renameVariant(const std::string& from, const std::string& to);
     void setRecipe(const std::string& name, nlohmann::json recipe);
     void setExports(const std::string& name, nlohmann::json exports);
     bool hasVariant(const std::string& name) const;

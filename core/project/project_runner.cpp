@@ -37,7 +37,8 @@ double linearBitsPerWeight(const Model& m, const Model& base) {
 } // namespace
 
 bool isTimingMetric(const std::string& metric) {
-    return metric == "compress_seconds" || metric == "eval_tokens_per_second";
+    return metric == "compress_seconds" || metric == "eval_tokens_per_second" || metric == "decode_ms_p50" ||
+           metric == "prefill_tokens_per_second";
 }
 
 ProjectRunner::ProjectRunner(const Project& project, const Model& base, RuntimeOptions options)

@@ -121,6 +121,7 @@ private slots:
     void refusals_data();
     void refusals();
     void removeVariant();
+    void renameVariant();
     void cycleInFileIsRefused();
     void createRefusesExistingFile();
     void migratesVersion1();
@@ -277,6 +278,28 @@ void TestProject::removeVariant() {
     QCOMPARE(p.variants().size(), size_t(1));
     p.save();
     QCOMPARE(Project::open(p.path()).variants().size(), size_t(1));
+}
+
+// Renaming moves the results, re-points derived variants, survives a save, and refuses taken or reserved names.
+void TestProject::renameVariant() {
+    Project p = sampleProject(file("rename.cwbproj"));
+    p.setResults("a", rows("kl", 1, 1.0));
+    const nlohmann::json recipe = p.variant("a").recipe;
+    QVERIFY(errorOf([&] { p.renameVariant("a", "b"); }).contains("'b' already exists"));
+    QVERIFY(errorOf([&] { p.renameVariant("a", "base"); }).contains("reserved"));
+    QVERIFY(errorOf([&] { p.renameVariant("a", ""); }).contains("needs a name"));
+    QVERIFY(errorOf([&] { p.renameVariant("zzz", "y"); }).contains("no variant named 'zzz'"));
+    p.renameVariant("a", "a2");
+    QVERIFY(!p.hasVariant("a"));
+    QCOMPARE(p.variant("a2").recipe, recipe);
+    QCOMPARE(p.variant("b").parent, std::string("a2"));
+    QCOMPARE(p.results("a2").size(), size_t(1));
+    QCOMPARE(p.results("a").size(), size_t(0));
+    p.save();
+    const Project reopened = Project::open(p.path());
+    QCOMPARE(reopened.variant("b").parent, std::string("a2"));
+    QCOMPARE(reopened.results("a2").size(), size_t(1));
+    QCOMPARE(reopened.lineage("b"), (std::vector<std::string>{"a2", "b"}));
 }
 
 void TestProject::cycleInFileIsRefused() {

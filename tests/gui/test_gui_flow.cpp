@@ -31,6 +31,7 @@ private slots:
     void openRunCompareSaveReopen();
     void importanceHeatmapSelectsLayer();
     void openingAMissingFileFailsCleanly();
+    void loadingKeepsTheWindowResponsive();
     void exportVariantFromTheWindow();
     void distillationDrawsLiveLossCurves();
 
@@ -151,7 +152,7 @@ void TestGuiFlow::importanceHeatmapSelectsLayer() {
     int row = -1, column = -1;
     heatmap->valueAt(cell, &row, &column);
     QCOMPARE(row, 1);
-    emit heatmap->cellClicked(1, 0);
+    emit heatmap->cellClicked(1, 0, Qt::NoModifier);
     const QString expected = QString::fromStdString("model.layers.1." + map->columnLabels[0]);
     QVERIFY2(window.modelTree()->selectedLayer().startsWith("model.layers.1."), qPrintable(window.modelTree()->selectedLayer()));
     QVERIFY(window.modelTree()->selectedLayer().endsWith(QString::fromStdString(map->columnLabels[0])));
@@ -168,6 +169,27 @@ void TestGuiFlow::openingAMissingFileFailsCleanly() {
     junk.close();
     QVERIFY(!window.openPath(junk.fileName(), false));
     QVERIFY(!window.document());
+    QVERIFY2(window.lastOpenError().contains(QFileInfo(junk.fileName()).absoluteFilePath()), qPrintable(window.lastOpenError()));
+    QVERIFY(!window.isLoading());
+}
+
+// The model is read on a worker thread: events queued when loading starts are handled while it loads (a blocking
+// load would run them only after openPath returned, with isLoading() false).
+void TestGuiFlow::loadingKeepsTheWindowResponsive() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    bool handledWhileLoading = false;
+    int started = 0;
+    connect(&window, &MainWindow::loadingStarted, &window, [&] {
+        ++started;
+        QTimer::singleShot(0, &window, [&] { handledWhileLoading = window.isLoading() && !window.document(); });
+    });
+    QVERIFY(window.openPath(model, false));
+    QCOMPARE(started, 1);
+    QVERIFY(handledWhileLoading);
+    QVERIFY(window.document());
+    QVERIFY(!window.isLoading());
+    QVERIFY(window.lastOpenError().isEmpty());
 }
 
 // File ▸ Export Variant: the variant is built and written on a worker thread; a format that cannot hold it fails

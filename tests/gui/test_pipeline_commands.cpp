@@ -1,5 +1,6 @@
 // Pipeline edits are undo commands: add, remove, reorder, enable, parameter changes (merged while dragging),
 // variants (new, duplicate, remove with its results); undo and redo restore the project exactly.
+#include <QComboBox>
 #include <QListWidget>
 #include <QSpinBox>
 #include <QTemporaryDir>
@@ -11,6 +12,7 @@
 #include "app/gui/param_form.h"
 #include "app/gui/pipeline_editor.h"
 #include "app/gui/project_document.h"
+#include "core/util/error.h"
 #include "tests/support/synthetic_models.h"
 
 using namespace cwb;
@@ -32,6 +34,8 @@ private slots:
     void duplicateAndRemoveVariant();
     void settingsUndo();
     void dirtyFollowsTheStack();
+    void renameVariantUndoRedo();
+    void renameRefusesTakenAndReservedNames();
 
 private:
     QString methods(const QString& variant) const;
@@ -242,6 +246,69 @@ void TestPipelineCommands::dirtyFollowsTheStack() {
     QVERIFY(!mDoc->isDirty());
     QVERIFY(dirty.count() >= 2);
     QCOMPARE(dirty.last().at(0).toBool(), false);
+}
+
+// Renaming keeps the steps, moves the results, re-points a derived variant, and undoes in one step.
+void TestPipelineCommands::renameVariantUndoRedo() {
+    mEditor->addStep("quantize.rtn");
+    const QString first = mDoc->currentVariant();
+    QVERIFY(mEditor->duplicateVariant());
+    const QString child = mDoc->currentVariant();
+    // Make the copy derive from the first one, as a branch does in a saved project.
+    Variant derived = mDoc->project().variant(child.toStdString());
+    mDoc->removeVariant(child);
+    derived.parent = first.toStdString();
+    mDoc->addVariant(derived);
+    mDoc->setCurrentVariant(first);
+    ResultRow row;
+    row.metric = "perplexity";
+    row.value = 7.5;
+    mDoc->setResults(first, {row});
+    const json stepsBefore = mDoc->steps(first);
+
+    QSignalSpy variants(mDoc.get(), &ProjectDocument::variantsChanged);
+    QVERIFY(mEditor->renameVariant("w4-rtn", false));
+    QCOMPARE(mDoc->currentVariant(), QString("w4-rtn"));
+    QVERIFY(!mDoc->project().hasVariant(first.toStdString()));
+    QCOMPARE(mDoc->steps("w4-rtn"), stepsBefore);
+    QCOMPARE(mDoc->project().variant(child.toStdString()).parent, std::string("w4-rtn"));
+    QCOMPARE(mDoc->project().results("w4-rtn").size(), size_t(1));
+    QCOMPARE(mDoc->project().results("w4-rtn")[0].value, 7.5);
+    QVERIFY(mDoc->project().results(first.toStdString()).empty());
+    QVERIFY(variants.count() >= 1);
+    auto* combo = mEditor->findChild<QComboBox*>("variantChooser");
+    QVERIFY(combo);
+    QCOMPARE(combo->currentText(), QString("w4-rtn"));   // the chooser follows
+
+    mDoc->undoStack()->undo();
+    QCOMPARE(mDoc->currentVariant(), first);
+    QCOMPARE(mDoc->project().variant(child.toStdString()).parent, first.toStdString());
+    QCOMPARE(mDoc->project().results(first.toStdString()).size(), size_t(1));
+    QVERIFY(!mDoc->project().hasVariant("w4-rtn"));
+    mDoc->undoStack()->redo();
+    QCOMPARE(mDoc->currentVariant(), QString("w4-rtn"));
+    QCOMPARE(mDoc->steps("w4-rtn"), stepsBefore);
+}
+
+void TestPipelineCommands::renameRefusesTakenAndReservedNames() {
+    mEditor->addStep("quantize.rtn");
+    const QString first = mDoc->currentVariant();
+    QVERIFY(mEditor->newVariant());
+    const QString second = mDoc->currentVariant();
+    QVERIFY(first != second);
+    const int count = mDoc->undoStack()->count();
+    const QStringList bad = {first, "base", "", " padded"};
+    for (const QString& name : bad) {
+        QVERIFY2(!mEditor->renameVariant(name, false), qPrintable(name));
+        QVERIFY2(!mEditor->lastError().isEmpty(), qPrintable(name));
+    }
+    QVERIFY2(mEditor->lastError().contains("space"), qPrintable(mEditor->lastError()));
+    QVERIFY(!mEditor->renameVariant(first, false));
+    QVERIFY2(mEditor->lastError().contains("already exists") && mEditor->lastError().contains(first), qPrintable(mEditor->lastError()));
+    QCOMPARE(mDoc->undoStack()->count(), count);   // nothing pushed
+    QCOMPARE(mDoc->currentVariant(), second);
+    // The core refuses a taken name too (the command cannot be fooled into a duplicate).
+    QVERIFY_THROWS_EXCEPTION(cwb::Error, mDoc->renameVariant(second, first));
 }
 
 QTEST_MAIN(TestPipelineCommands)

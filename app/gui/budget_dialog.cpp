@@ -1,0 +1,221 @@
+#include "app/gui/budget_dialog.h"
+
+#include <QDialogButtonBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMessageBox>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <QUndoStack>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+
+#include "app/commands/variant_commands.h"
+#include "app/gui/background_job.h"
+#include "app/gui/project_document.h"
+#include "core/analysis/budget.h"
+#include "core/compress/pipeline.h"
+#include "core/eval/perplexity.h"
+#include "core/model/model.h"
+#include "core/util/feedback.h"
+
+namespace cwb {
+
+BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
+    : QDialog(parent), mDocument(document), mTarget(new QDoubleSpinBox(this)), mBits(new QLineEdit(QStringLiteral("4,8"), this)),
+      mGroupSize(new QSpinBox(this)), mSamples(new QSpinBox(this)), mTokens(new QSpinBox(this)),
+      mSolve(new QPushButton(tr("&Solve"), this)), mCancel(new QPushButton(tr("Cancel"), this)),
+      mApply(new QPushButton(tr("&Apply as New Variant"), this)), mProgress(new QProgressBar(this)), mSummary(new QLabel(this)),
+      mTable(new QTableWidget(0, 4, this)) {
+    setWindowTitle(tr("Budget Solver"));
+    mTarget->setRange(2.0, 16.0);
+    mTarget->setSingleStep(0.25);
+    mTarget->setDecimals(3);
+    mTarget->setValue(4.5);
+    mTarget->setToolTip(tr("Average bits per weight over the quantized layers, scales and zeros included"));
+    mBits->setToolTip(tr("Candidate widths per layer, comma-separated (2..8), e.g. 4,8 or 3,4,8"));
+    mGroupSize->setRange(8, 4096);
+    mGroupSize->setValue(32);
+    mGroupSize->setToolTip(tr("RTN group size used to measure each width"));
+    mSamples->setRange(1, 1024);
+    mSamples->setValue(8);
+    mSamples->setToolTip(tr("Token windows drawn from the project's calibration text (or its evaluation text)"));
+    mTokens->setRange(2, 8192);
+    mTokens->setValue(128);
+    mProgress->setRange(0, 1000);
+    mProgress->setVisible(false);
+    mCancel->setEnabled(false);
+    mApply->setEnabled(false);
+    mTable->setHorizontalHeaderLabels({tr("Layer"), tr("Parameters"), tr("Bits"), tr("KL of the layer alone")});
+    mTable->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+    mTable->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    mSummary->setWordWrap(true);
+    mSummary->setText(tr("Choose a target and the candidate widths, then Solve."));
+
+    auto* form = new QFormLayout;
+    form->addRow(tr("Target bits per weight:"), mTarget);
+    form->addRow(tr("Candidate bits:"), mBits);
+    form->addRow(tr("Group size:"), mGroupSize);
+    auto* windows = new QHBoxLayout;
+    windows->addWidget(mSamples);
+    windows->addWidget(new QLabel(tr("× tokens:"), this));
+    windows->addWidget(mTokens);
+    form->addRow(tr("Windows:"), windows);
+    auto* run = new QHBoxLayout;
+    run->addWidget(mSolve);
+    run->addWidget(mProgress, 1);
+    run->addWidget(mCancel);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, this);
+    buttons->addButton(mApply, QDialogButtonBox::AcceptRole);
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(form);
+    layout->addLayout(run);
+    layout->addWidget(mSummary);
+    layout->addWidget(mTable, 1);
+    layout->addWidget(buttons);
+
+    connect(mSolve, &QPushButton::clicked, this, [this] { solve(); });
+    connect(mCancel, &QPushButton::clicked, this, &BudgetDialog::cancel);
+    connect(mApply, &QPushButton::clicked, this, [this] {
+        if (!applyAsVariant().isEmpty()) accept();
+        else QMessageBox::warning(this, tr("Cannot apply the plan"), mLastError);
+    });
+    connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+    resize(760, 560);
+}
+
+BudgetDialog::~BudgetDialog() = default;
+
+void BudgetDialog::setTargetBitsPerWeight(double bits) { mTarget->setValue(bits); }
+void BudgetDialog::setCandidateBits(const QString& list) { mBits->setText(list); }
+void BudgetDialog::setWindowSize(int samples, int tokens) {
+    mSamples->setValue(samples);
+    mTokens->setValue(tokens);
+}
+bool BudgetDialog::isSolving() const { return mJob && mJob->isRunning(); }
+void BudgetDialog::cancel() {
+    if (mJob) mJob->cancel();
+}
+QString BudgetDialog::summary() const { return mSummary->text(); }
+
+std::vector<int> BudgetDialog::parseBits(const QString& list, QString* error) {
+    std::vector<int> bits;
+    for (const QString& part : list.split(',', Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const int b = part.trimmed().toInt(&ok);
+        if (!ok || b < 2 || b > 8) {
+            if (error) *error = tr("Candidate bits: \"%1\" is not a width from 2 to 8.").arg(part.trimmed());
+            return {};
+        }
+        if (std::find(bits.begin(), bits.end(), b) == bits.end()) bits.push_back(b);
+    }
+    if (bits.empty() && error) *error = tr("Candidate bits: give at least one width, e.g. 4,8.");
+    std::sort(bits.begin(), bits.end());
+    return bits;
+}
+
+bool BudgetDialog::solve(bool interactive) {
+    auto refuse = [&](const QString& why) {
+        mLastError = why;
+        if (interactive) QMessageBox::warning(this, tr("Cannot solve"), why);
+        return false;
+    };
+    if (!mDocument || isSolving()) return false;
+    BudgetOptions options;
+    options.targetBitsPerWeight = mTarget->value();
+    options.groupSize = mGroupSize->value();
+    QString error;
+    options.bits = parseBits(mBits->text(), &error);
+    if (options.bits.empty()) return refuse(error);
+    const ProjectSettings& s = mDocument->project().settings();
+    const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
+    std::shared_ptr<const Model> model = mDocument->model();
+    if (text.empty()) return refuse(tr("The project has no calibration or evaluation text to measure on. Choose one in Project ▸ Settings."));
+    if (!model->tokenizer) return refuse(tr("The model has no tokenizer, so no text can be turned into tokens."));
+    const CalibrationSpec spec{text, mSamples->value(), mTokens->value(), s.calibrationSeed};
+    auto plan = std::make_shared<BudgetPlan>();
+    mJob = std::make_unique<BackgroundJob>(tr("Budget solver"), [model, spec, options, plan](Feedback& feedback) {
+        const at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), true),
+                                                   model->tokenizer->bos(), spec, model->spec.context);
+        *plan = solveBitBudget(*model, windows, options, &feedback);
+    });
+    connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
+    connect(mJob.get(), &BackgroundJob::finished, this, [this, plan, interactive](bool cancelled, const QString& failure) {
+        mProgress->setVisible(false);
+        mCancel->setEnabled(false);
+        mSolve->setEnabled(true);
+        const bool ok = !cancelled && failure.isEmpty();
+        if (ok) {
+            mPlan = std::make_unique<BudgetPlan>(*plan);
+            showPlan();
+            emit solved();
+        } else {
+            mLastError = cancelled ? tr("Cancelled; no plan.") : tr("The solver failed: %1").arg(failure);
+            mSummary->setText(mLastError);
+            if (!cancelled && interactive)
+                QMessageBox::critical(this, tr("Budget solver failed"),
+                                      mLastError + tr("\n\nA target below the smallest width's bits per weight cannot be met: raise it or add a smaller width."));
+        }
+        emit solveFinished(ok);
+    });
+    mPlan.reset();
+    mTable->setRowCount(0);
+    mApply->setEnabled(false);
+    mProgress->setValue(0);
+    mProgress->setVisible(true);
+    mCancel->setEnabled(true);
+    mSolve->setEnabled(false);
+    mSummary->setText(tr("Measuring every layer at %1 bits…").arg(mBits->text()));
+    mJob->start();
+    return true;
+}
+
+void BudgetDialog::showPlan() {
+    mTable->setRowCount(int(mPlan->layers.size()));
+    int row = 0;
+    for (const auto& layer : mPlan->layers) {
+        const int chosen = mPlan->bits.at(layer.name);
+        double cost = std::nan("");
+        for (const auto& o : layer.options)
+            if (o.bits == chosen) cost = o.cost;
+        auto* bits = new QTableWidgetItem(QString::number(chosen));
+        bits->setTextAlignment(Qt::AlignCenter);
+        mTable->setItem(row, 0, new QTableWidgetItem(QString::fromStdString(layer.name)));
+        mTable->setItem(row, 1, new QTableWidgetItem(QString::number(layer.parameters)));
+        mTable->setItem(row, 2, bits);
+        mTable->setItem(row, 3, new QTableWidgetItem(QString::number(cost, 'g', 4)));
+        ++row;
+    }
+    mSummary->setText(tr("Plan: %1 bits per weight (target %2); summed single-layer KL %3.")
+                          .arg(mPlan->bitsPerWeight, 0, 'f', 3)
+                          .arg(mTarget->value(), 0, 'f', 3)
+                          .arg(mPlan->predictedCost, 0, 'g', 4));
+    mApply->setEnabled(true);
+}
+
+QString BudgetDialog::applyAsVariant(const QString& name) {
+    if (!mPlan) {
+        mLastError = tr("Solve first: there is no plan to apply.");
+        return {};
+    }
+    const QString chosen = name.isEmpty()
+                               ? uniqueVariantName(mDocument->project(), QStringLiteral("budget-%1bpw").arg(mTarget->value(), 0, 'g', 4))
+                               : name;
+    mLastError = variantNameProblem(mDocument->project(), chosen);
+    if (!mLastError.isEmpty()) return {};
+    Variant variant;
+    variant.name = chosen.toStdString();
+    variant.recipe = mPlan->recipe.toJson();
+    mDocument->undoStack()->push(new AddVariant(mDocument, variant));
+    return chosen;
+}
+
+} // namespace cwb

@@ -1,0 +1,154 @@
+#include "app/gui/generation_panel.h"
+
+#include <QComboBox>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include <array>
+#include <cmath>
+
+#include "app/gui/background_job.h"
+#include "app/gui/project_document.h"
+#include "core/model/model.h"
+#include "core/project/project_runner.h"
+#include "core/runtime/generate.h"
+#include "core/runtime/transformer.h"
+#include "core/util/feedback.h"
+
+namespace cwb {
+
+GenerationPanel::GenerationPanel(QWidget* parent)
+    : QWidget(parent), mLeft(new QComboBox(this)), mRight(new QComboBox(this)), mPrompt(new QLineEdit(this)),
+      mTokens(new QSpinBox(this)), mGenerate(new QPushButton(tr("&Generate"), this)), mCancel(new QPushButton(tr("Cancel"), this)),
+      mProgress(new QProgressBar(this)), mLeftText(new QPlainTextEdit(this)), mRightText(new QPlainTextEdit(this)) {
+    mPrompt->setPlaceholderText(tr("Prompt (empty: start from the beginning-of-text token)"));
+    mPrompt->setText(QStringLiteral("Once upon a time"));
+    mTokens->setRange(1, 4096);
+    mTokens->setValue(48);
+    mTokens->setToolTip(tr("Tokens to generate (greedy decoding, so both sides are deterministic)"));
+    mLeft->setToolTip(tr("Left pane: the base model or a variant"));
+    mRight->setToolTip(tr("Right pane: the base model or a variant"));
+    for (QPlainTextEdit* pane : {mLeftText, mRightText}) pane->setReadOnly(true);
+    mProgress->setRange(0, 1000);
+    mProgress->setVisible(false);
+    mCancel->setEnabled(false);
+
+    auto* row = new QHBoxLayout;
+    row->addWidget(mPrompt, 1);
+    row->addWidget(new QLabel(tr("Tokens:"), this));
+    row->addWidget(mTokens);
+    row->addWidget(mGenerate);
+    row->addWidget(mProgress);
+    row->addWidget(mCancel);
+    auto* panes = new QGridLayout;
+    panes->addWidget(mLeft, 0, 0);
+    panes->addWidget(mRight, 0, 1);
+    panes->addWidget(mLeftText, 1, 0);
+    panes->addWidget(mRightText, 1, 1);
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addLayout(row);
+    layout->addLayout(panes, 1);
+    connect(mGenerate, &QPushButton::clicked, this, &GenerationPanel::generate);
+    connect(mCancel, &QPushButton::clicked, this, &GenerationPanel::cancel);
+    connect(mPrompt, &QLineEdit::returnPressed, this, &GenerationPanel::generate);
+    setDocument(nullptr);
+}
+
+GenerationPanel::~GenerationPanel() = default;
+
+void GenerationPanel::setDocument(ProjectDocument* document) {
+    if (mJob) mJob.reset();   // cancels and waits: the job reads the old document's model
+    if (mDocument) disconnect(mDocument, nullptr, this, nullptr);
+    mDocument = document;
+    setEnabled(document != nullptr);
+    if (document) connect(document, &ProjectDocument::variantsChanged, this, &GenerationPanel::refreshVariants);
+    refreshVariants();
+}
+
+void GenerationPanel::refreshVariants() {
+    for (QComboBox* combo : {mLeft, mRight}) {
+        const QString previous = combo->currentText();
+        combo->clear();
+        if (!mDocument) continue;
+        combo->addItem(QString::fromLatin1(Project::kBaseName));
+        for (const auto& v : mDocument->project().variants()) combo->addItem(QString::fromStdString(v.name));
+        if (combo->findText(previous) >= 0) combo->setCurrentText(previous);
+        else if (combo == mRight && combo->count() > 1) combo->setCurrentIndex(combo->count() - 1);
+    }
+}
+
+void GenerationPanel::setPrompt(const QString& prompt) { mPrompt->setText(prompt); }
+void GenerationPanel::setTokens(int tokens) { mTokens->setValue(tokens); }
+bool GenerationPanel::isGenerating() const { return mJob && mJob->isRunning(); }
+void GenerationPanel::cancel() {
+    if (mJob) mJob->cancel();
+}
+QString GenerationPanel::leftText() const { return mLeftText->toPlainText(); }
+QString GenerationPanel::rightText() const { return mRightText->toPlainText(); }
+
+bool GenerationPanel::setVariants(const QString& left, const QString& right) {
+    if (mLeft->findText(left) < 0 || mRight->findText(right) < 0) return false;
+    mLeft->setCurrentText(left);
+    mRight->setCurrentText(right);
+    return true;
+}
+
+bool GenerationPanel::generate() {
+    if (!mDocument || isGenerating()) return false;
+    std::shared_ptr<const Model> model = mDocument->model();
+    if (!model->tokenizer) {
+        mLastError = tr("The model has no tokenizer, so it cannot generate text.");
+        mLeftText->setPlainText(mLastError);
+        return false;
+    }
+    const Project snapshot = mDocument->project();   // the worker reads a copy; editing goes on meanwhile
+    const std::array<std::string, 2> names = {mLeft->currentText().toStdString(), mRight->currentText().toStdString()};
+    GenerateParams params;
+    params.prompt = mPrompt->text().toStdString();
+    params.tokens = mTokens->value();
+    auto texts = std::make_shared<std::array<std::string, 2>>();
+    mJob = std::make_unique<BackgroundJob>(tr("Generate"), [snapshot, model, names, params, texts](Feedback& feedback) {
+        ProjectRunner runner(snapshot, *model);
+        for (size_t side = 0; side < 2; ++side) {
+            SubFeedback build(&feedback, side * 0.5, side * 0.5 + 0.35), decode(&feedback, side * 0.5 + 0.35, side * 0.5 + 0.5);
+            std::unique_ptr<Model> variant;
+            if (names[side] != Project::kBaseName) variant = runner.build(names[side], &build);
+            Transformer runtime(variant ? *variant : *model);
+            (*texts)[side] = cwb::generate(runtime, *model->tokenizer, params, &decode).text;
+        }
+    });
+    connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
+    connect(mJob.get(), &BackgroundJob::finished, this, [this, texts, prompt = mPrompt->text()](bool cancelled, const QString& error) {
+        mProgress->setVisible(false);
+        mCancel->setEnabled(false);
+        mGenerate->setEnabled(true);
+        const bool ok = !cancelled && error.isEmpty();
+        if (ok) {
+            mLeftText->setPlainText(prompt + QString::fromStdString((*texts)[0]));
+            mRightText->setPlainText(prompt + QString::fromStdString((*texts)[1]));
+        } else {
+            mLastError = cancelled ? tr("Cancelled.") : tr("Generation failed: %1").arg(error);
+            mLeftText->setPlainText(mLastError);
+            mRightText->clear();
+        }
+        emit generationFinished(ok);
+    });
+    mLeftText->clear();
+    mRightText->clear();
+    mProgress->setValue(0);
+    mProgress->setVisible(true);
+    mCancel->setEnabled(true);
+    mGenerate->setEnabled(false);
+    mJob->start();
+    return true;
+}
+
+} // namespace cwb

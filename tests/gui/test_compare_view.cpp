@@ -1,0 +1,132 @@
+// CompareView. Side-by-side generation: two variants chosen in the combo boxes are generated on a worker thread
+// (waiting on the finished signal), and each pane holds exactly what the core's generate() gives for that variant.
+// Latency: measured on a worker thread for the base and each variant, stored beside the other results, charted.
+#include <QtTest/QtTest>
+
+#include "app/commands/step_commands.h"
+#include "app/commands/variant_commands.h"
+#include "app/gui/compare_view.h"
+#include "app/gui/generation_panel.h"
+#include "app/gui/project_document.h"
+#include "core/model/model.h"
+#include "core/project/project_runner.h"
+#include "core/runtime/generate.h"
+#include "core/runtime/transformer.h"
+#include "tests/support/test_paths.h"
+#include "widgets/ab_chart.h"
+
+using namespace cwb;
+
+namespace {
+
+QString directly(const ProjectDocument& doc, const std::string& variant, const QString& prompt, int tokens) {
+    std::unique_ptr<Model> built;
+    if (variant != Project::kBaseName) built = ProjectRunner(doc.project(), *doc.model()).build(variant, nullptr);
+    Transformer runtime(built ? *built : *doc.model());
+    GenerateParams params;
+    params.prompt = prompt.toStdString();
+    params.tokens = tokens;
+    return prompt + QString::fromStdString(generate(runtime, *doc.model()->tokenizer, params).text);
+}
+
+} // namespace
+
+class TestCompareView : public QObject {
+    Q_OBJECT
+private slots:
+    void generatesTwoVariantsSideBySide();
+    void measuresAndChartsLatency();
+};
+
+void TestCompareView::generatesTwoVariantsSideBySide() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    auto doc = ProjectDocument::openModel(model);
+    Variant w2;
+    w2.name = "w2";
+    nlohmann::json step = defaultStep("quantize.rtn");
+    step["params"]["bits"] = 2;   // coarse enough that the text changes
+    w2.recipe["steps"].push_back(step);
+    doc->undoStack()->push(new AddVariant(doc.get(), w2));
+
+    CompareView view;
+    view.setDocument(doc.get());
+    GenerationPanel* panel = view.generationPanel();
+    QVERIFY(panel);
+    QVERIFY(panel->setVariants("base", "w2"));
+    QVERIFY(!panel->setVariants("base", "missing"));
+    panel->setPrompt("Once upon a time");
+    panel->setTokens(24);
+    QSignalSpy finished(panel, &GenerationPanel::generationFinished);
+    QVERIFY(panel->generate());
+    QVERIFY(panel->isGenerating());
+    QVERIFY(finished.wait(120000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+
+    const QString base = directly(*doc, "base", "Once upon a time", 24);
+    const QString variant = directly(*doc, "w2", "Once upon a time", 24);
+    QVERIFY(base.size() > QString("Once upon a time").size());
+    QCOMPARE(panel->leftText(), base);
+    QCOMPARE(panel->rightText(), variant);
+
+    // Swapped sides swap the panes.
+    QVERIFY(panel->setVariants("w2", "base"));
+    QVERIFY(panel->generate());
+    QVERIFY(finished.wait(120000));
+    QCOMPARE(panel->leftText(), variant);
+    QCOMPARE(panel->rightText(), base);
+
+    // Cancel: reported as not succeeded, nothing half-shown.
+    finished.clear();
+    QVERIFY(panel->generate());
+    panel->cancel();
+    QVERIFY(finished.wait(120000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), false);
+    QVERIFY(panel->rightText().isEmpty());
+}
+
+void TestCompareView::measuresAndChartsLatency() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    auto doc = ProjectDocument::openModel(model);
+    Variant w4;
+    w4.name = "w4";
+    w4.recipe["steps"].push_back(defaultStep("quantize.rtn"));
+    doc->undoStack()->push(new AddVariant(doc.get(), w4));
+    ResultRow ppl;
+    ppl.metric = "perplexity";
+    ppl.value = 12.5;
+    doc->setResults("w4", {ppl});
+
+    CompareView view;
+    view.setDocument(doc.get());
+    QSignalSpy measured(&view, &CompareView::latencyMeasured);
+    QVERIFY(view.measureLatency(8, 4));
+    QVERIFY(!view.measureLatency(8, 4));   // one at a time
+    QVERIFY(measured.wait(120000));
+    QVERIFY2(measured.first().at(0).toBool(), qPrintable(measured.first().at(1).toString()));
+
+    auto value = [&](const std::string& variant, const std::string& metric) {
+        for (const auto& r : doc->project().results(variant))
+            if (r.metric == metric) return r.value;
+        return -1.0;
+    };
+    for (const std::string v : {"base", "w4"}) {
+        QVERIFY2(value(v, "decode_ms_p50") > 0, v.c_str());
+        QVERIFY2(value(v, "prefill_tokens_per_second") > 0, v.c_str());
+    }
+    QCOMPARE(value("w4", "perplexity"), 12.5);   // the other results stay
+    view.setMetric("decode_ms_p50");
+    QCOMPARE(view.chart()->seriesCount(), 2);
+    QCOMPARE(view.chart()->variantName(0), QString("base"));
+    QCOMPARE(view.chart()->barValue(0), value("base", "decode_ms_p50"));
+    QCOMPARE(view.chart()->barValue(1), value("w4", "decode_ms_p50"));
+
+    // Measuring again replaces the latency rows instead of adding more.
+    QVERIFY(view.measureLatency(8, 4));
+    QVERIFY(measured.wait(120000));
+    int latencyRows = 0;
+    for (const auto& r : doc->project().results("w4")) latencyRows += r.metric == "decode_ms_p50";
+    QCOMPARE(latencyRows, 1);
+}
+
+QTEST_MAIN(TestCompareView)
+#include "test_compare_view.moc"

@@ -1,0 +1,248 @@
+// ImportanceView. Heatmap pick → pipeline: clicking cells of the importance map picks layers (Ctrl toggles, Shift
+// adds the row), and the picked layers become a step's `targets` or a per-layer bits override, each one undo step.
+// Per-channel kinds show a histogram of one block's channel scores.
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <regex>
+#include <set>
+
+#include "app/commands/step_commands.h"
+#include "app/gui/importance_view.h"
+#include "app/gui/layer_pick_bar.h"
+#include "app/gui/pipeline_editor.h"
+#include "app/gui/project_document.h"
+#include "core/compress/pipeline.h"
+#include "core/model/model.h"
+#include "tests/support/synthetic_models.h"
+#include "widgets/importance_heatmap.h"
+#include "widgets/score_histogram.h"
+
+using namespace cwb;
+using nlohmann::json;
+
+namespace {
+
+ImportanceMap sensitivityMap(const Model& model) {
+    ImportanceMap map;
+    map.kind = "linears.sensitivity";
+    for (int64_t l = 0; l < model.spec.layers; ++l) map.rowLabels.push_back("block " + std::to_string(l));
+    for (const auto& layer : model.linearLayers()) {
+        const std::string label = layer.substr(layer.rfind('.') + 1);
+        if (std::find(map.columnLabels.begin(), map.columnLabels.end(), label) == map.columnLabels.end()) map.columnLabels.push_back(label);
+    }
+    for (size_t i = 0; i < map.rowLabels.size() * map.columnLabels.size(); ++i) map.values.push_back(double(i));
+    return map;
+}
+
+std::set<std::string> matching(const std::string& pattern, const std::vector<std::string>& layers) {
+    std::set<std::string> out;
+    const std::regex re(pattern);
+    for (const auto& l : layers)
+        if (std::regex_search(l, re)) out.insert(l);
+    return out;
+}
+
+} // namespace
+
+class TestImportanceView : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void init();
+    void cleanup();
+    void clicksPickLayers();
+    void pickedLayersBecomeStepTargets();
+    void pickedLayersGetABitsOverride();
+    void headCellsPickTheAttentionGroup();
+    void channelKindsShowAHistogram();
+
+private:
+    void click(int row, int column, Qt::KeyboardModifiers modifiers);
+    QTemporaryDir mDir;
+    QString mModelPath;
+    std::unique_ptr<ProjectDocument> mDoc;
+    std::unique_ptr<ImportanceView> mView;
+    std::unique_ptr<PipelineEditor> mEditor;
+};
+
+void TestImportanceView::initTestCase() {
+    QVERIFY(mDir.isValid());
+    mModelPath = mDir.filePath("tiny.gguf");
+    const ArchSpec spec = test::tinyLlamaSpec();
+    test::writeGguf(mModelPath.toStdString(), spec, test::randomWeights(spec, 3), ggml::Type::F32);
+}
+
+void TestImportanceView::init() {
+    mDoc = ProjectDocument::openModel(mModelPath);
+    mEditor = std::make_unique<PipelineEditor>();
+    mEditor->setDocument(mDoc.get());
+    QVERIFY(mEditor->addStep("quantize.rtn"));
+    QVERIFY(mEditor->addStep("prune.magnitude"));
+    mDoc->setImportance(sensitivityMap(*mDoc->model()));
+    mView = std::make_unique<ImportanceView>();
+    mView->setDocument(mDoc.get());
+    mView->setKind("linears.sensitivity");
+    mView->resize(900, 500);
+    mView->show();
+    QVERIFY(QTest::qWaitForWindowExposed(mView.get()));
+}
+
+void TestImportanceView::cleanup() {
+    mView.reset();
+    mEditor.reset();
+    mDoc.reset();
+}
+
+void TestImportanceView::click(int row, int column, Qt::KeyboardModifiers modifiers) {
+    ImportanceHeatmap* heatmap = mView->heatmap();
+    const QPoint center = heatmap->cellCenter(row, column);
+    QWidget* target = heatmap->childAt(center);
+    QVERIFY(target);
+    QTest::mouseClick(target, Qt::LeftButton, modifiers, target->mapFrom(heatmap, center));
+}
+
+void TestImportanceView::clicksPickLayers() {
+    LayerPickBar* bar = mView->pickBar();
+    const ImportanceMap* map = mDoc->project().importance("linears.sensitivity");
+    const std::string col0 = map->columnLabels[0], col1 = map->columnLabels[1];
+    click(0, 0, Qt::NoModifier);
+    QCOMPARE(bar->picked().size(), size_t(1));
+    QVERIFY(bar->picked()[0].find(".0.") != std::string::npos);
+    QVERIFY(bar->picked()[0].size() > col0.size() && bar->picked()[0].compare(bar->picked()[0].size() - col0.size(), col0.size(), col0) == 0);
+    click(1, 1, Qt::ControlModifier);
+    QCOMPARE(bar->picked().size(), size_t(2));
+    click(1, 1, Qt::ControlModifier);   // toggles it off again
+    QCOMPARE(bar->picked().size(), size_t(1));
+    click(1, 1, Qt::ShiftModifier);     // the whole of block 1
+    QCOMPARE(bar->picked().size(), size_t(1 + map->columnLabels.size()));
+    click(1, 0, Qt::NoModifier);        // a plain click starts over
+    QCOMPARE(bar->picked().size(), size_t(1));
+    QVERIFY(bar->picked()[0].find(".1.") != std::string::npos);
+}
+
+void TestImportanceView::pickedLayersBecomeStepTargets() {
+    LayerPickBar* bar = mView->pickBar();
+    const std::vector<std::string> linears = mDoc->model()->linearLayers();
+    const QString variant = mDoc->currentVariant();
+    // One linear of block 0 (a cell) plus block 1's MLP group (what a channels.* cell stands for).
+    mView->pickCell(0, 0);
+    const std::string single = bar->picked()[0];
+    mView->setKind("channels.wanda");
+    ImportanceMap channels;
+    channels.kind = "channels.wanda";
+    channels.rowLabels = {"block 0", "block 1"};
+    channels.columnLabels = {"0", "1"};
+    channels.values = {1, 2, 3, 4};
+    mDoc->setImportance(channels);
+    mView->pickCell(1, 0, Qt::ControlModifier);
+    QCOMPARE(bar->picked().size(), size_t(2));
+    const std::string group = bar->picked()[1];
+    QVERIFY2(group.find("mlp") != std::string::npos, group.c_str());
+
+    bar->setStepIndex(0);
+    const int before = mDoc->undoStack()->count();
+    QVERIFY(bar->useAsTargets(false));
+    QCOMPARE(mDoc->undoStack()->count(), before + 1);
+    const json step = mDoc->steps(variant)[0];
+    QVERIFY(step.contains("targets"));
+    // The regex selects exactly the picked linear and every linear of the group, through the core's own reader.
+    std::set<std::string> expected = {single};
+    for (const auto& l : linears)
+        if (l.rfind(group + ".", 0) == 0) expected.insert(l);
+    QVERIFY(expected.size() >= 3);
+    const Recipe recipe = Recipe::fromJson({{"steps", mDoc->steps(variant)}}, "test");
+    const std::vector<std::string> targeted = targetLayers(*mDoc->model(), recipe.steps[0]);
+    QCOMPARE(std::set<std::string>(targeted.begin(), targeted.end()), expected);
+
+    mDoc->undoStack()->undo();
+    QVERIFY(!mDoc->steps(variant)[0].contains("targets"));
+    mDoc->undoStack()->redo();
+    QCOMPARE(mDoc->steps(variant)[0].value("targets", ""), step["targets"].get<std::string>());
+}
+
+void TestImportanceView::pickedLayersGetABitsOverride() {
+    LayerPickBar* bar = mView->pickBar();
+    const QString variant = mDoc->currentVariant();
+    const std::vector<std::string> linears = mDoc->model()->linearLayers();
+    mView->pickCell(1, 0, Qt::ShiftModifier);   // block 1, every sublayer
+    const std::set<std::string> picked(bar->picked().begin(), bar->picked().end());
+    bar->setStepIndex(0);
+    bar->setOverrideBits(8);
+    QVERIFY(bar->addBitsOverride(false));
+    json overrides = mDoc->steps(variant)[0]["overrides"];
+    QCOMPARE(overrides.size(), size_t(1));
+    QCOMPARE(overrides[0]["params"], json({{"bits", 8}}));
+    QCOMPARE(matching(overrides[0]["pattern"].get<std::string>(), linears), picked);
+    // The recipe with the override still passes the core's validation.
+    Recipe::fromJson({{"steps", mDoc->steps(variant)}}, "test");
+    // The same pattern again replaces the override instead of stacking a second one.
+    bar->setOverrideBits(6);
+    QVERIFY(bar->addBitsOverride(false));
+    QCOMPARE(mDoc->steps(variant)[0]["overrides"].size(), size_t(1));
+    QCOMPARE(mDoc->steps(variant)[0]["overrides"][0]["params"]["bits"].get<int>(), 6);
+    mDoc->undoStack()->undo();
+    QCOMPARE(mDoc->steps(variant)[0]["overrides"][0]["params"]["bits"].get<int>(), 8);
+    mDoc->undoStack()->undo();
+    QVERIFY(!mDoc->steps(variant)[0].contains("overrides"));
+
+    // prune.magnitude has no bits: refused with a message naming the parameter, nothing pushed.
+    bar->setStepIndex(1);
+    const int count = mDoc->undoStack()->count();
+    QVERIFY(!bar->addBitsOverride(false));
+    QVERIFY2(bar->lastError().contains("bits"), qPrintable(bar->lastError()));
+    QCOMPARE(mDoc->undoStack()->count(), count);
+    // Nothing picked: refused too.
+    bar->setPicked({});
+    bar->setStepIndex(0);
+    QVERIFY(!bar->useAsTargets(false));
+    QVERIFY(!bar->lastError().isEmpty());
+}
+
+void TestImportanceView::headCellsPickTheAttentionGroup() {
+    ImportanceMap heads;
+    heads.kind = "heads.ablation";
+    heads.rowLabels = {"block 0", "block 1"};
+    heads.columnLabels = {"head 0", "head 1", "head 2", "head 3"};
+    heads.values = {1, 2, 3, 4, 5, 6, 7, 8};
+    mDoc->setImportance(heads);
+    mView->setKind("heads.ablation");
+    click(1, 2, Qt::ShiftModifier);   // every head of block 1 is the same attention group
+    LayerPickBar* bar = mView->pickBar();
+    QCOMPARE(bar->picked().size(), size_t(1));
+    const std::string group = bar->picked()[0];
+    QVERIFY2(group.find(".1.") != std::string::npos && group.find("attn") != std::string::npos, group.c_str());
+    const std::set<std::string> matched = matching(layersPattern(bar->picked(), mDoc->model()->linearLayers()), mDoc->model()->linearLayers());
+    QVERIFY(matched.size() >= 4);   // q, k, v, o
+    for (const auto& l : matched) QVERIFY(l.rfind(group + ".", 0) == 0);
+}
+
+void TestImportanceView::channelKindsShowAHistogram() {
+    const double nan = std::nan("");
+    ImportanceMap channels;
+    channels.kind = "channels.wanda";
+    channels.rowLabels = {"block 0", "block 1"};
+    channels.columnLabels = {"0", "1", "2", "3", "4"};
+    channels.values = {5, 5, 5, 5, 5, /* block 1: */ 1, 2, nan, 9, 3};
+    mDoc->setImportance(channels);
+    mView->setKind("channels.wanda");
+    ScoreHistogram* histogram = mView->histogram();
+    QVERIFY(histogram->isVisible());
+    QCOMPARE(histogram->histogram().counts, std::vector<int>{5});   // block 0: five equal scores
+    // Clicking a cell of block 1 shows block 1: 4 finite scores between 1 and 9.
+    click(1, 3, Qt::NoModifier);
+    const Histogram& h = histogram->histogram();
+    QCOMPARE(h.low, 1.0);
+    QCOMPARE(h.high, 9.0);
+    int total = 0;
+    for (int c : h.counts) total += c;
+    QCOMPARE(total, 4);
+    QVERIFY(histogram->title().contains("block 1"));
+    // Other kinds hide it.
+    mView->setKind("linears.sensitivity");
+    QVERIFY(!histogram->isVisible());
+}
+
+QTEST_MAIN(TestImportanceView)
+#include "test_importance_view.moc"
