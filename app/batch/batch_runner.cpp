@@ -32,13 +32,14 @@ double tolerance(const std::string& metric, bool sameEnvironment) {
     if (sameEnvironment) return 0.0;
     if (metric == "perplexity") return 1e-3;   // relative
     if (metric == "top1") return 1e-2;         // absolute fraction of positions
+    if (isPerLayerMetric(metric)) return 1e-2; // relative: a layer's reconstruction error
     return 1e-3;                               // KL in nats, bits per weight: absolute
 }
 
 bool within(const std::string& metric, double stored, double reproduced, double tol) {
     if (tol == 0) return stored == reproduced;
     const double diff = std::abs(stored - reproduced);
-    return metric == "perplexity" ? diff <= tol * std::abs(stored) : diff <= tol;
+    return metric == "perplexity" || isPerLayerMetric(metric) ? diff <= tol * std::abs(stored) : diff <= tol;
 }
 
 void writeAtomically(const std::string& path, const std::string& text) {
@@ -196,8 +197,26 @@ int BatchRunner::run() {
         for (const auto& w : warnings) md += "> " + w + "\n\n";
         md += "| variant | metric | stored | reproduced | difference | tolerance | ok |\n| --- | --- | ---: | ---: | ---: | ---: | --- |\n";
         char line[512];
-        for (const auto& v : variants)
+        for (const auto& v : variants) {
+            // Per-layer rows (reconstruction error of every layer) are summed up in one line per variant.
+            int layers = 0, layersOk = 0, layersStored = 0;
+            double worst = 0;
             for (const auto& m : v["metrics"]) {
+                if (!isPerLayerMetric(m["metric"].get<std::string>())) continue;
+                ++layers;
+                if (!m.contains("stored")) continue;
+                ++layersStored;
+                layersOk += m["within_tolerance"].get<bool>();
+                worst = std::max(worst, std::abs(m["difference"].get<double>()));
+            }
+            if (layers > 0) {
+                std::snprintf(line, sizeof line, "| %s | reconstruction error, %d layers | %d stored | %d reproduced | max %.3g | 1%% relative | %s |\n",
+                              v["name"].get<std::string>().c_str(), layers, layersStored, layers, worst,
+                              layersStored == 0 ? "—" : layersOk == layersStored ? "yes" : "**no**");
+                md += line;
+            }
+            for (const auto& m : v["metrics"]) {
+                if (isPerLayerMetric(m["metric"].get<std::string>())) continue;
                 const bool hasStored = m.contains("stored");
                 std::snprintf(line, sizeof line, "| %s | %s | %s | %.6g | %s | %s | %s |\n", v["name"].get<std::string>().c_str(),
                               m["metric"].get<std::string>().c_str(),
@@ -207,6 +226,7 @@ int BatchRunner::run() {
                               m["timing"].get<bool>() ? "timing" : !hasStored ? "—" : m["within_tolerance"].get<bool>() ? "yes" : "**no**");
                 md += line;
             }
+        }
         for (const auto& v : variants) {
             if (!v.contains("exports")) continue;
             for (const auto& e : v["exports"]) {

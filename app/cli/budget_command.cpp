@@ -16,14 +16,24 @@
 namespace cwb::cli {
 
 int runBudget(const std::vector<std::string>& args) {
-    Arguments a(args, {"text", "target-bits", "bits", "group-size", "method", "params", "samples", "seq-len", "seed", "out", "threads"}, {"json", "quiet"});
+    Arguments a(args, {"text", "target-bits", "target-bytes", "bits", "group-size", "method", "params", "samples", "seq-len", "seed", "out", "threads"}, {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
-    if (!a.has("text") || !a.has("target-bits")) throw Error("budget needs --text FILE and --target-bits B");
+    if (!a.has("text") || a.has("target-bits") == a.has("target-bytes"))
+        throw Error("budget needs --text FILE and one of --target-bits B or --target-bytes N");
     auto model = loadModel(path);
     if (!model->tokenizer) throw Error(path, "has no tokenizer");
     BudgetOptions options;
-    options.targetBitsPerWeight = a.number("target-bits", 4.5);
+    if (a.has("target-bytes")) {
+        // Bytes of the block linear layers as stored (levels, scales, zeros) -> the same budget in bits per weight.
+        double parameters = 0;
+        for (const auto& layer : model->linearLayers()) parameters += double(model->tensor(layer + ".weight").elementCount());
+        const double bytes = a.number("target-bytes", 0);
+        if (!(bytes > 0)) throw Error("--target-bytes must be a positive number of bytes");
+        options.targetBitsPerWeight = 8.0 * bytes / parameters;
+    } else {
+        options.targetBitsPerWeight = a.number("target-bits", 4.5);
+    }
     options.groupSize = a.integer("group-size", 32);
     options.method = a.value("method", "quantize.rtn");
     if (a.has("params")) {

@@ -2,10 +2,9 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
-
-#include "core/export/export_format.h"
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "app/cli/arguments.h"
@@ -14,6 +13,7 @@
 #include "core/compress/pipeline.h"
 #include "core/compress/recipe.h"
 #include "core/eval/perplexity.h"
+#include "core/export/export_format.h"
 #include "core/io/model_format.h"
 #include "core/project/file_hash.h"
 #include "core/project/project.h"
@@ -92,9 +92,17 @@ int show(const std::vector<std::string>& args) {
     std::printf("evaluate   %s: ctx %lld\n", s.evaluation.path.empty() ? "(none)" : s.evaluation.path.c_str(), static_cast<long long>(s.evalCtx));
     for (const auto& v : project.variants())
         std::printf("variant    %-24s from %-12s %s\n", v.name.c_str(), v.parent.empty() ? "base" : v.parent.c_str(), v.recipe.dump().c_str());
-    for (const auto& r : project.results())
+    std::map<std::string, int> perLayer;   // variant -> layers with a reconstruction error, shown as a count
+    for (const auto& r : project.results()) {
+        if (isPerLayerMetric(r.metric)) {
+            ++perLayer[r.variant];
+            continue;
+        }
         std::printf("result     %-24s %-22s %.6g%s (%s, %d threads)\n", r.variant.c_str(), r.metric.c_str(), r.value,
                     r.error > 0 ? (" +/- " + std::to_string(r.error)).c_str() : "", r.device.c_str(), r.threads);
+    }
+    for (const auto& [variant, count] : perLayer)
+        std::printf("result     %-24s reconstruction error of %d layers (project show --json lists them)\n", variant.c_str(), count);
     return 0;
 }
 

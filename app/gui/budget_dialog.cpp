@@ -10,6 +10,7 @@
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QSignalBlocker>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QUndoStack>
@@ -30,7 +31,7 @@
 namespace cwb {
 
 BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
-    : QDialog(parent), mDocument(document), mTarget(new QDoubleSpinBox(this)), mBits(new QLineEdit(QStringLiteral("4,8"), this)),
+    : QDialog(parent), mDocument(document), mTarget(new QDoubleSpinBox(this)), mTargetMiB(new QDoubleSpinBox(this)), mBits(new QLineEdit(QStringLiteral("4,8"), this)),
       mGroupSize(new QSpinBox(this)), mSamples(new QSpinBox(this)), mTokens(new QSpinBox(this)),
       mSolve(new QPushButton(tr("&Solve"), this)), mCancel(new QPushButton(tr("Cancel"), this)),
       mApply(new QPushButton(tr("&Apply as New Variant"), this)), mProgress(new QProgressBar(this)), mSummary(new QLabel(this)),
@@ -41,6 +42,28 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     mTarget->setDecimals(3);
     mTarget->setValue(4.5);
     mTarget->setToolTip(tr("Average bits per weight over the quantized layers, scales and zeros included"));
+    // Bits per weight and size are one budget: editing either updates the other.
+    double linearParameters = 0;
+    if (mDocument && mDocument->model())
+        for (const auto& layer : mDocument->model()->linearLayers())
+            linearParameters += double(mDocument->model()->tensor(layer + ".weight").elementCount());
+    const double mibPerBit = linearParameters / 8.0 / (1024.0 * 1024.0);
+    mTargetMiB->setDecimals(3);
+    mTargetMiB->setRange(2.0 * mibPerBit, 16.0 * mibPerBit);
+    mTargetMiB->setSingleStep(std::max(0.001, 0.25 * mibPerBit));
+    mTargetMiB->setSuffix(tr(" MiB"));
+    mTargetMiB->setValue(mTarget->value() * mibPerBit);
+    mTargetMiB->setEnabled(mibPerBit > 0);
+    mTargetMiB->setToolTip(tr("The same budget as the size of the block linear layers (levels, scales and zeros)"));
+    connect(mTarget, &QDoubleSpinBox::valueChanged, this, [this, mibPerBit](double bits) {
+        const QSignalBlocker block(mTargetMiB);
+        mTargetMiB->setValue(bits * mibPerBit);
+    });
+    connect(mTargetMiB, &QDoubleSpinBox::valueChanged, this, [this, mibPerBit](double mib) {
+        if (mibPerBit <= 0) return;
+        const QSignalBlocker block(mTarget);
+        mTarget->setValue(mib / mibPerBit);
+    });
     mBits->setToolTip(tr("Candidate widths per layer, comma-separated (2..8), e.g. 4,8 or 3,4,8"));
     mGroupSize->setRange(8, 4096);
     mGroupSize->setValue(32);
@@ -62,6 +85,7 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
 
     auto* form = new QFormLayout;
     form->addRow(tr("Target bits per weight:"), mTarget);
+    form->addRow(tr("or target size:"), mTargetMiB);
     form->addRow(tr("Candidate bits:"), mBits);
     form->addRow(tr("Group size:"), mGroupSize);
     auto* windows = new QHBoxLayout;
@@ -95,6 +119,9 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
 BudgetDialog::~BudgetDialog() = default;
 
 void BudgetDialog::setTargetBitsPerWeight(double bits) { mTarget->setValue(bits); }
+void BudgetDialog::setTargetMiB(double mib) { mTargetMiB->setValue(mib); }
+double BudgetDialog::targetBitsPerWeight() const { return mTarget->value(); }
+double BudgetDialog::targetMiB() const { return mTargetMiB->value(); }
 void BudgetDialog::setCandidateBits(const QString& list) { mBits->setText(list); }
 void BudgetDialog::setWindowSize(int samples, int tokens) {
     mSamples->setValue(samples);

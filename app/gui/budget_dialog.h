@@ -29,6 +29,10 @@ public:
     ~BudgetDialog() override;   // cancels and waits for a running solve
 
     void setTargetBitsPerWeight(double bits);
+    // The budget as MiB of the block linear layers (levels, scales, zeros); sets bits per weight to match.
+    void setTargetMiB(double mib);
+    double targetBitsPerWeight() const;
+    double targetMiB() const;
     void setCandidateBits(const QString& list);   // "4,8" or "3,4,8"
     void setWindowSize(int samples, int tokens);
     // Widths 2..8 from a comma list; empty with *error set when the list is not valid.
@@ -56,6 +60,7 @@ private:
 
     ProjectDocument* mDocument;
     QDoubleSpinBox* mTarget;
+    QDoubleSpinBox* mTargetMiB;   // the same budget as the linear layers' size, kept in step with mTarget
     QLineEdit* mBits;
     QSpinBox* mGroupSize;
     QSpinBox* mSamples;

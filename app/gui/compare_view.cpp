@@ -26,6 +26,7 @@
 #include "core/runtime/latency.h"
 #include "core/util/feedback.h"
 #include "widgets/ab_chart.h"
+#include "widgets/loss_curve.h"
 
 namespace cwb {
 
@@ -51,7 +52,8 @@ bool isLatencyMetric(const std::string& metric) { return metric == "decode_ms_p5
 } // namespace
 
 CompareView::CompareView(QWidget* parent)
-    : QWidget(parent), mMetric(new QComboBox(this)), mChart(new AbChart(this)), mTable(new QTableWidget(this)),
+    : QWidget(parent), mMetric(new QComboBox(this)), mChart(new AbChart(this)), mLayerErrors(new LossCurve(this)),
+      mTable(new QTableWidget(this)),
       mMeasure(new QPushButton(tr("Measure &Latency"), this)), mProgress(new QProgressBar(this)),
       mGeneration(new GenerationPanel(this)) {
     for (const auto& m : kMetrics) mMetric->addItem(tr(m.title), QString::fromLatin1(m.id));
@@ -66,8 +68,15 @@ CompareView::CompareView(QWidget* parent)
     connect(mMeasure, &QPushButton::clicked, this, [this] { measureLatency(); });
     mTable->setEditTriggers(QAbstractItemView::NoEditTriggers);
     mTable->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    mLayerErrors->setAxisLabels(tr("linear layer (block order)"), tr("reconstruction error ‖WX − ŴX‖² / ‖WX‖²"));
+    mLayerErrors->setLogScale(true);
+    mLayerErrors->setToolTip(tr("Per-layer reconstruction error on the calibration windows, from the last step that changed "
+                                "each layer (stored when a variant runs with calibration text)"));
+    auto* charts = new QSplitter(Qt::Horizontal, this);
+    charts->addWidget(mChart);
+    charts->addWidget(mLayerErrors);
     auto* splitter = new QSplitter(Qt::Vertical, this);
-    splitter->addWidget(mChart);
+    splitter->addWidget(charts);
     splitter->addWidget(mTable);
     splitter->addWidget(mGeneration);
     splitter->setStretchFactor(0, 3);
@@ -103,6 +112,7 @@ QString CompareView::metric() const { return mMetric->currentData().toString(); 
 
 void CompareView::refresh() {
     mChart->clear();
+    mLayerErrors->clear();
     mTable->clear();
     mTable->setRowCount(0);
     mTable->setColumnCount(0);
@@ -117,8 +127,18 @@ void CompareView::refresh() {
     std::vector<AbSeries> series;
     std::vector<std::string> metrics;   // table columns, in first-seen order
     std::map<std::pair<std::string, std::string>, ResultRow> cells;
+    // x of each layer's error: its place among the base's linear layers (or first-seen order without a model).
+    std::map<std::string, int> layerIndex;
+    if (mDocument->model())
+        for (const auto& layer : mDocument->model()->linearLayers()) layerIndex.emplace(layer, int(layerIndex.size()));
     for (const auto& name : names) {
         for (const auto& r : project.results(name)) {
+            if (isPerLayerMetric(r.metric)) {
+                const std::string layer = layerOfMetric(r.metric);
+                const int x = layerIndex.emplace(layer, int(layerIndex.size())).first->second;
+                mLayerErrors->addPoint(QString::fromStdString(name), x, r.value);
+                continue;
+            }
             if (std::find(metrics.begin(), metrics.end(), r.metric) == metrics.end()) metrics.push_back(r.metric);
             cells[{name, r.metric}] = r;
             if (r.metric == spec->id && (spec->withBase || name != Project::kBaseName))
@@ -150,6 +170,7 @@ void CompareView::refresh() {
         }
     }
     mTable->setVerticalHeaderLabels(rows);
+    mLayerErrors->flush();
 }
 
 bool CompareView::isMeasuring() const { return mJob && mJob->isRunning(); }

@@ -1,7 +1,8 @@
 #pragma once
 // A/B comparison of the stored results: a metric chooser and an AbChart (baseline first, one bar per
 // variant with results, error bars where the metric has them), a table of every stored metric, and
-// side-by-side text generation of two variants (GenerationPanel).
+// side-by-side text generation of two variants (GenerationPanel), and a per-layer reconstruction-error chart (one
+// line per variant over the linear layers in block order).
 #include <QWidget>
 
 #include <memory>
@@ -16,6 +17,7 @@ namespace cwb {
 class AbChart;
 class BackgroundJob;
 class GenerationPanel;
+class LossCurve;
 class ProjectDocument;
 
 class CompareView : public QWidget {
@@ -30,6 +32,7 @@ public:
     QString metric() const;
     AbChart* chart() const { return mChart; }
     QTableWidget* table() const { return mTable; }
+    LossCurve* layerErrorChart() const { return mLayerErrors; }
     GenerationPanel* generationPanel() const { return mGeneration; }
     // Measures decode latency (ms per token, p50) and prefill speed of the base and every variant on a worker
     // thread (each variant built from the base first) and stores them with its results; the other stored
@@ -48,6 +51,7 @@ private:
     ProjectDocument* mDocument = nullptr;
     QComboBox* mMetric;
     AbChart* mChart;
+    LossCurve* mLayerErrors;
     QTableWidget* mTable;
     QPushButton* mMeasure;
     QProgressBar* mProgress;

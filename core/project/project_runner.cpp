@@ -36,6 +36,15 @@ double linearBitsPerWeight(const Model& m, const Model& base) {
 
 } // namespace
 
+const char* const kReconstructionErrorPrefix = "reconstruction_error/";
+
+bool isPerLayerMetric(const std::string& metric) { return metric.find('/') != std::string::npos; }
+
+std::string layerOfMetric(const std::string& metric) {
+    const size_t slash = metric.find('/');
+    return slash == std::string::npos ? std::string() : metric.substr(slash + 1);
+}
+
 bool isTimingMetric(const std::string& metric) {
     return metric == "compress_seconds" || metric == "eval_tokens_per_second" || metric == "decode_ms_p50" ||
            metric == "prefill_tokens_per_second";
@@ -85,10 +94,13 @@ const at::Tensor& ProjectRunner::calibrationWindows(Feedback* feedback) {
 
 std::unique_ptr<Model> ProjectRunner::build(const std::string& variant, Feedback* feedback) {
     mNotes.clear();
+    mLastErrors.clear();
     Recipe recipe = fullRecipe(variant);
     CompressionResult result = compressModel(mBase, recipe, calibrationWindows(feedback), feedback);
-    for (const auto& step : result.steps)
+    for (const auto& step : result.steps) {
         for (const auto& n : step.notes) mNotes.push_back(step.method + ": " + n);
+        for (const auto& [layer, error] : step.reconstructionError) mLastErrors[layer] = error;
+    }
     return std::move(result.model);
 }
 
@@ -127,6 +139,7 @@ std::vector<ResultRow> ProjectRunner::evaluate(const std::string& variant, Feedb
     row("bytes", double(model->storageBytes()), 0, 0);
     row("bits_per_weight", linearBitsPerWeight(*model, mBase), 0, 0);
     row("compress_seconds", buildSeconds, 0, buildSeconds);
+    for (const auto& [layer, error] : mLastErrors) row(kReconstructionErrorPrefix + layer, error, 0, 0);
     mLastBuilt = std::move(model);
     return rows;
 }

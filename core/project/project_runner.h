@@ -2,6 +2,7 @@
 // Rebuilds and evaluates a project's variants: each variant's recipe is the concatenation of the recipes along
 // its lineage (base → … → variant), calibrated with the project's calibration spec and evaluated on its
 // evaluation text against the base (perplexity, KL, top-1, size). The CLI, the batch runner and the GUI share it.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,12 @@ class Feedback;
 // Metrics whose values depend on the machine's speed; reported, never compared.
 bool isTimingMetric(const std::string& metric);
 
+// Per-layer metrics are stored as "<metric>/<layer>": "reconstruction_error/model.layers.0.mlp.up_proj" holds
+// ‖WX − ŴX‖² / ‖WX‖² of the last step that changed that layer (rows exist when the project has calibration text).
+extern const char* const kReconstructionErrorPrefix;   // "reconstruction_error/"
+bool isPerLayerMetric(const std::string& metric);
+std::string layerOfMetric(const std::string& metric);   // the part after the first '/', or ""
+
 class ProjectRunner {
 public:
     // `base` must be the project's model (the caller loads it, possibly from a moved path).
@@ -33,6 +40,8 @@ public:
     const Model* lastBuilt() const { return mLastBuilt.get(); }
     // Notes of the last build (calibration clipping, method notes).
     const std::vector<std::string>& notes() const { return mNotes; }
+    // Per-layer reconstruction error of the last build: for each layer, the last step that reported one.
+    const std::map<std::string, double>& lastReconstructionErrors() const { return mLastErrors; }
 
 private:
     const std::vector<TokenId>& evaluationTokens();
@@ -45,6 +54,7 @@ private:
     at::Tensor mCalibration;
     bool mCalibrationDrawn = false;
     std::vector<std::string> mNotes;
+    std::map<std::string, double> mLastErrors;
     std::unique_ptr<Model> mLastBuilt;
 };
 

@@ -79,7 +79,20 @@ void TestBatch::replayReproducesStoredResults() {
     QCOMPARE(reproducedA, metrics(first, "stored"));
     QVERIFY(reproducedA["gptq-w4g32/perplexity"] > 1.0);
     QVERIFY(reproducedA["rtn-w4g32/kl_mean"] > 0.0);
+    // Every linear layer's reconstruction error is stored and replayed exactly (5 blocks x 7 layers per variant).
+    int layerErrors = 0;
+    for (auto it = reproducedA.begin(); it != reproducedA.end(); ++it)
+        if (it.key().startsWith("gptq-w4g32/reconstruction_error/")) {
+            ++layerErrors;
+            QVERIFY(it.value() > 0.0 && it.value() < 1.0);
+        }
+    QCOMPARE(layerErrors, 35);
     QVERIFY(QFile::exists(a + "/report.md"));
+    QFile md(a + "/report.md");
+    QVERIFY(md.open(QIODevice::ReadOnly));
+    const QString mdText = QString::fromUtf8(md.readAll());
+    QVERIFY(mdText.contains("| gptq-w4g32 | reconstruction error, 35 layers | 35 stored | 35 reproduced | max 0 | 1% relative | yes |"));
+    QVERIFY(!mdText.contains("| reconstruction_error/"));   // summed up, not one row per layer
     // A/B charts rendered offscreen: perplexity, KL, top-1 and size.
     QCOMPARE(first["charts"].toArray().size(), 4);
     QFile chart(a + "/chart-perplexity.png");

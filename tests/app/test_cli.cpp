@@ -188,6 +188,19 @@ void TestCli::budgetWithGptq() {
     const QJsonObject step = j["recipe"].toObject()["steps"].toArray()[0].toObject();
     QCOMPARE(step["method"].toString(), QStringLiteral("quantize.gptq"));
     QCOMPARE(step["params"].toObject()["act_order"].toBool(), true);
+    // A byte budget is the same budget in bits per weight over the block linear layers.
+    const double params = j["layers"].toArray().size() > 0 ? [&] {
+        double n = 0;
+        for (const auto& l : j["layers"].toArray()) n += l.toObject()["parameters"].toDouble();
+        return n;
+    }() : 0.0;
+    QVERIFY(params > 0);
+    Result bytes = run({"budget", model, "--text", text, "--target-bytes", QString::number(6.0 * params / 8.0, 'f', 3), "--bits", "4,8",
+                        "--samples", "4", "--seq-len", "64", "--json"});
+    QVERIFY2(bytes.exitCode == 0, qPrintable(bytes.err));
+    QVERIFY(std::abs(QJsonDocument::fromJson(bytes.out.toUtf8()).object()["target_bits_per_weight"].toDouble() - 6.0) < 1e-6);
+    Result both = run({"budget", model, "--text", text, "--target-bits", "6", "--target-bytes", "1000"});
+    QCOMPARE(both.exitCode, 2);
     Result bad = run({"budget", model, "--text", text, "--target-bits", "6", "--params", "[1]"});
     QCOMPARE(bad.exitCode, 2);
     QVERIFY(bad.err.contains("--params"));

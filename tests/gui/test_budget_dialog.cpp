@@ -21,6 +21,7 @@ private slots:
     void init();
     void cleanup();
     void parsesCandidateBits();
+    void sizeAndBitsAreOneBudget();
     void solvesAndAppliesAsVariant();
     void cancelLeavesNoPlan();
     void unreachableTargetFailsWithAMessage();
@@ -49,6 +50,17 @@ void TestBudgetDialog::parsesCandidateBits() {
     QVERIFY2(error.contains("\"9\""), qPrintable(error));
     QVERIFY(BudgetDialog::parseBits("", &error).empty());
     QVERIFY(!error.isEmpty());
+}
+
+void TestBudgetDialog::sizeAndBitsAreOneBudget() {
+    BudgetDialog dialog(mDoc.get());
+    double parameters = 0;
+    for (const auto& layer : mDoc->model()->linearLayers()) parameters += double(mDoc->model()->tensor(layer + ".weight").elementCount());
+    const double mibPerBit = parameters / 8.0 / (1024.0 * 1024.0);
+    dialog.setTargetBitsPerWeight(6.0);
+    QVERIFY(std::abs(dialog.targetMiB() - 6.0 * mibPerBit) < 1e-3);
+    dialog.setTargetMiB(5.0 * mibPerBit);
+    QVERIFY(std::abs(dialog.targetBitsPerWeight() - 5.0) < 1e-3);
 }
 
 void TestBudgetDialog::solvesAndAppliesAsVariant() {

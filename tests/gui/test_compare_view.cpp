@@ -14,6 +14,7 @@
 #include "core/runtime/transformer.h"
 #include "tests/support/test_paths.h"
 #include "widgets/ab_chart.h"
+#include "widgets/loss_curve.h"
 
 using namespace cwb;
 
@@ -36,6 +37,7 @@ class TestCompareView : public QObject {
 private slots:
     void generatesTwoVariantsSideBySide();
     void measuresAndChartsLatency();
+    void chartsReconstructionErrorPerLayer();
 };
 
 void TestCompareView::generatesTwoVariantsSideBySide() {
@@ -126,6 +128,47 @@ void TestCompareView::measuresAndChartsLatency() {
     int latencyRows = 0;
     for (const auto& r : doc->project().results("w4")) latencyRows += r.metric == "decode_ms_p50";
     QCOMPARE(latencyRows, 1);
+}
+
+void TestCompareView::chartsReconstructionErrorPerLayer() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    auto doc = ProjectDocument::openModel(model);
+    for (const char* name : {"w4", "w8"}) {
+        Variant v;
+        v.name = name;
+        v.recipe["steps"].push_back(defaultStep("quantize.rtn"));
+        doc->undoStack()->push(new AddVariant(doc.get(), v));
+    }
+    // What ProjectRunner stores: one row per layer; w8 has errors for the first three layers only.
+    const std::vector<std::string> layers = doc->model()->linearLayers();
+    auto rowsOf = [&](size_t count, double scale) {
+        std::vector<ResultRow> rows;
+        ResultRow ppl;
+        ppl.metric = "perplexity";
+        ppl.value = 10;
+        rows.push_back(ppl);
+        for (size_t i = 0; i < count; ++i) {
+            ResultRow r;
+            r.metric = kReconstructionErrorPrefix + layers[i];
+            r.value = scale * double(i + 1);
+            rows.push_back(r);
+        }
+        return rows;
+    };
+    doc->setResults("w4", rowsOf(layers.size(), 1e-3));
+    doc->setResults("w8", rowsOf(3, 1e-5));
+    CompareView view;
+    view.setDocument(doc.get());
+    LossCurve* chart = view.layerErrorChart();
+    QCOMPARE(chart->seriesNames(), QStringList({"w4", "w8"}));
+    QCOMPARE(chart->pointCount("w4"), int(layers.size()));
+    QCOMPARE(chart->pointCount("w8"), 3);
+    // Per-layer rows stay out of the table: its columns are the scalar metrics only.
+    QCOMPARE(view.table()->columnCount(), 1);
+    QCOMPARE(view.table()->horizontalHeaderItem(0)->text(), QStringLiteral("perplexity"));
+    // Results that change (a rerun without calibration) redraw the chart.
+    doc->setResults("w8", {});
+    QCOMPARE(chart->seriesNames(), QStringList({"w4"}));
 }
 
 QTEST_MAIN(TestCompareView)
