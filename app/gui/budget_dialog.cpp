@@ -48,7 +48,7 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
         for (const auto& layer : mDocument->model()->linearLayers())
             linearParameters += double(mDocument->model()->tensor(layer + ".weight").elementCount());
     const double mibPerBit = linearParameters / 8.0 / (1024.0 * 1024.0);
-    mTargetMiB->setDecimals(3);
+    mTargetMiB->setDecimals(6);   // small models are a fraction of a MiB per bit
     mTargetMiB->setRange(2.0 * mibPerBit, 16.0 * mibPerBit);
     mTargetMiB->setSingleStep(std::max(0.001, 0.25 * mibPerBit));
     mTargetMiB->setSuffix(tr(" MiB"));

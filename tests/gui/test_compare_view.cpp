@@ -1,6 +1,7 @@
 // CompareView. Side-by-side generation: two variants chosen in the combo boxes are generated on a worker thread
 // (waiting on the finished signal), and each pane holds exactly what the core's generate() gives for that variant.
 // Latency: measured on a worker thread for the base and each variant, stored beside the other results, charted.
+#include <QTableWidget>
 #include <QtTest/QtTest>
 
 #include "app/commands/step_commands.h"
