@@ -1,5 +1,6 @@
 #include "app/gui/budget_dialog.h"
 
+#include <QComboBox>
 #include <QDialogButtonBox>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
@@ -32,7 +33,7 @@ namespace cwb {
 
 BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     : QDialog(parent), mDocument(document), mTarget(new QDoubleSpinBox(this)), mTargetMiB(new QDoubleSpinBox(this)), mBits(new QLineEdit(QStringLiteral("4,8"), this)),
-      mGroupSize(new QSpinBox(this)), mSamples(new QSpinBox(this)), mTokens(new QSpinBox(this)),
+      mGroupSize(new QSpinBox(this)), mMethod(new QComboBox(this)), mSamples(new QSpinBox(this)), mTokens(new QSpinBox(this)),
       mSolve(new QPushButton(tr("&Solve"), this)), mCancel(new QPushButton(tr("Cancel"), this)),
       mApply(new QPushButton(tr("&Apply as New Variant"), this)), mProgress(new QProgressBar(this)), mSummary(new QLabel(this)),
       mTable(new QTableWidget(0, 4, this)) {
@@ -67,7 +68,11 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     mBits->setToolTip(tr("Candidate widths per layer, comma-separated (2..8), e.g. 4,8 or 3,4,8"));
     mGroupSize->setRange(8, 4096);
     mGroupSize->setValue(32);
-    mGroupSize->setToolTip(tr("RTN group size used to measure each width"));
+    mGroupSize->setToolTip(tr("Group size of the quantizer used to measure each width"));
+    mMethod->addItem(tr("RTN (round to nearest)"), QStringLiteral("quantize.rtn"));
+    mMethod->addItem(tr("GPTQ"), QStringLiteral("quantize.gptq"));
+    mMethod->addItem(tr("AWQ"), QStringLiteral("quantize.awq"));
+    mMethod->setToolTip(tr("Each layer's sensitivity is measured with the quantizer the recipe will use"));
     mSamples->setRange(1, 1024);
     mSamples->setValue(8);
     mSamples->setToolTip(tr("Token windows drawn from the project's calibration text (or its evaluation text)"));
@@ -87,6 +92,7 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     form->addRow(tr("Target bits per weight:"), mTarget);
     form->addRow(tr("or target size:"), mTargetMiB);
     form->addRow(tr("Candidate bits:"), mBits);
+    form->addRow(tr("Quantizer:"), mMethod);
     form->addRow(tr("Group size:"), mGroupSize);
     auto* windows = new QHBoxLayout;
     windows->addWidget(mSamples);
@@ -122,6 +128,10 @@ void BudgetDialog::setTargetBitsPerWeight(double bits) { mTarget->setValue(bits)
 void BudgetDialog::setTargetMiB(double mib) { mTargetMiB->setValue(mib); }
 double BudgetDialog::targetBitsPerWeight() const { return mTarget->value(); }
 double BudgetDialog::targetMiB() const { return mTargetMiB->value(); }
+void BudgetDialog::setMethod(const QString& methodId) {
+    const int index = mMethod->findData(methodId);
+    if (index >= 0) mMethod->setCurrentIndex(index);
+}
 void BudgetDialog::setCandidateBits(const QString& list) { mBits->setText(list); }
 void BudgetDialog::setWindowSize(int samples, int tokens) {
     mSamples->setValue(samples);
@@ -159,6 +169,7 @@ bool BudgetDialog::solve(bool interactive) {
     BudgetOptions options;
     options.targetBitsPerWeight = mTarget->value();
     options.groupSize = mGroupSize->value();
+    options.method = mMethod->currentData().toString().toStdString();
     QString error;
     options.bits = parseBits(mBits->text(), &error);
     if (options.bits.empty()) return refuse(error);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
@@ -33,6 +34,7 @@ public:
     void setTargetMiB(double mib);
     double targetBitsPerWeight() const;
     double targetMiB() const;
+    void setMethod(const QString& methodId);   // "quantize.rtn", "quantize.gptq" or "quantize.awq"
     void setCandidateBits(const QString& list);   // "4,8" or "3,4,8"
     void setWindowSize(int samples, int tokens);
     // Widths 2..8 from a comma list; empty with *error set when the list is not valid.
@@ -63,6 +65,7 @@ private:
     QDoubleSpinBox* mTargetMiB;   // the same budget as the linear layers' size, kept in step with mTarget
     QLineEdit* mBits;
     QSpinBox* mGroupSize;
+    QComboBox* mMethod;   // the quantizer whose per-layer sensitivity is measured (and the recipe's step)
     QSpinBox* mSamples;
     QSpinBox* mTokens;
     QPushButton* mSolve;

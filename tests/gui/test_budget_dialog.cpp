@@ -22,6 +22,7 @@ private slots:
     void cleanup();
     void parsesCandidateBits();
     void sizeAndBitsAreOneBudget();
+    void measuresWithTheChosenQuantizer();
     void solvesAndAppliesAsVariant();
     void cancelLeavesNoPlan();
     void unreachableTargetFailsWithAMessage();
@@ -61,6 +62,20 @@ void TestBudgetDialog::sizeAndBitsAreOneBudget() {
     QVERIFY(std::abs(dialog.targetMiB() - 6.0 * mibPerBit) < 1e-3);
     dialog.setTargetMiB(5.0 * mibPerBit);
     QVERIFY(std::abs(dialog.targetBitsPerWeight() - 5.0) < 1e-3);
+}
+
+void TestBudgetDialog::measuresWithTheChosenQuantizer() {
+    BudgetDialog dialog(mDoc.get());
+    dialog.setTargetBitsPerWeight(6.0);
+    dialog.setCandidateBits("4,8");
+    dialog.setWindowSize(2, 32);
+    dialog.setMethod("quantize.gptq");
+    QSignalSpy finished(&dialog, &BudgetDialog::solveFinished);
+    QVERIFY(dialog.solve(false));
+    QVERIFY(finished.wait(120000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+    QVERIFY(dialog.plan());
+    QCOMPARE(QString::fromStdString(dialog.plan()->recipe.steps.at(0).method), QStringLiteral("quantize.gptq"));
 }
 
 void TestBudgetDialog::solvesAndAppliesAsVariant() {
