@@ -3,7 +3,8 @@
 // global magnitude threshold (two streaming passes, then one to prune), and samples the process's anonymous
 // memory (RssAnon: what cannot be paged out) every 2 ms on a thread of its own. Each mode runs in its own process
 // so one's peak cannot hide the other's.
-// Run by hand: bench_prune_memory [--blocks N (default 32)] [--folder DIR] [--scratch DIR (default /var/tmp)].
+// Run by hand: bench_prune_memory [--blocks N (default 32)] [--folder DIR] [--scratch DIR (default /var/tmp)]
+// [--modes memory,scratch].
 // Run it inside a memory cgroup smaller than the model to see the in-memory mode fail and the scratch mode finish.
 #include <algorithm>
 #include <atomic>
@@ -27,6 +28,7 @@ struct Options {
     std::string folder = "/tmp/cwb-prune-7b";
     std::string scratch = "/var/tmp";
     std::string mode;   // "memory" or "scratch": run one mode (the child processes)
+    std::string modes = "memory,scratch";   // which modes the parent runs
 };
 
 int runMode(const Options& o) {
@@ -74,6 +76,7 @@ int main(int argc, char** argv) {
         else if (key == "--folder") o.folder = value;
         else if (key == "--scratch") o.scratch = value;
         else if (key == "--mode") o.mode = value;
+        else if (key == "--modes") o.modes = value;
         else {
             std::fprintf(stderr, "unknown option %s\n", key.c_str());
             return 2;
@@ -90,6 +93,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         int rc = 0;
         for (const char* mode : {"memory", "scratch"}) {
+            if (o.modes.find(mode) == std::string::npos) continue;
             const std::string command = std::string(argv[0]) + " --mode " + mode + " --folder '" + o.folder +
                                         "' --scratch '" + o.scratch + "'";
             const int status = std::system(command.c_str());
