@@ -68,7 +68,7 @@ CompareView::CompareView(QWidget* parent)
     connect(mMeasure, &QPushButton::clicked, this, [this] { measureLatency(); });
     mTable->setEditTriggers(QAbstractItemView::NoEditTriggers);
     mTable->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    mLayerErrors->setAxisLabels(tr("linear layer (block order)"), tr("reconstruction error ‖WX − ŴX‖² / ‖WX‖²"));
+    mLayerErrors->setAxisLabels(tr("linear layer (block order)"), tr("reconstruction error"));
     mLayerErrors->setLogScale(true);
     mLayerErrors->setToolTip(tr("Per-layer reconstruction error on the calibration windows, from the last step that changed "
                                 "each layer (stored when a variant runs with calibration text)"));
