@@ -1,6 +1,7 @@
 // `cwb project create|show|add-variant|run`: build and inspect project files from the command line.
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -137,9 +138,19 @@ int runProject(const std::vector<std::string>& args) {
             if (!a.flag("quiet")) std::fprintf(stderr, "  %s\n", line.c_str());
         };
         std::vector<ResultRow> rows = runner.evaluate(name, &feedback);
-        for (const auto& r : rows)
+        double worstLayer = 0;
+        int layers = 0;
+        for (const auto& r : rows) {
+            if (isPerLayerMetric(r.metric)) {   // one line for all layers, below
+                worstLayer = std::max(worstLayer, r.value);
+                ++layers;
+                continue;
+            }
             std::printf("%-24s %-24s %.6g%s\n", name.c_str(), r.metric.c_str(), r.value,
                         r.error > 0 ? (" +/- " + std::to_string(r.error)).c_str() : "");
+        }
+        if (layers > 0)
+            std::printf("%-24s %-24s %d layers, worst %.6g\n", name.c_str(), "reconstruction_error", layers, worstLayer);
         project.setResults(name, rows);
         project.record("run", {{"variant", name}, {"threads", at::get_num_threads()}});
         project.save();   // after every variant, so an interrupted run keeps what finished

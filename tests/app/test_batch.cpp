@@ -63,6 +63,9 @@ void TestBatch::initTestCase() {
     Result r = run({"project", "run", mProject, "--threads", "1", "--quiet"});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     QVERIFY(r.out.contains("gptq-w4g32"));
+    // Per-layer reconstruction errors are stored, and printed as one line per variant.
+    QVERIFY(r.out.contains("35 layers, worst"));
+    QVERIFY(!r.out.contains("reconstruction_error/"));
 }
 
 void TestBatch::replayReproducesStoredResults() {
