@@ -41,6 +41,7 @@ nlohmann::json toJson(const LatencyResult& r, size_t weightBytes, double copyBan
 void printRow(const char* name, const nlohmann::json& j) {
     std::printf("%-8s prefill %9.0f tok/s   decode p50 %8.3f ms  p99 %8.3f ms", name,
                 j["prefill_tokens_per_second"].get<double>(), j["decode_ms_p50"].get<double>(), j["decode_ms_p99"].get<double>());
+    std::printf("   load %.1f s", j["load_seconds"].get<double>());
     if (j.contains("weight_read_floor_ms"))
         std::printf("   floor %7.3f ms (x%.2f)", j["weight_read_floor_ms"].get<double>(), j["decode_p50_over_floor"].get<double>());
     if (j["peak_device_bytes"].get<int64_t>() >= 0)

@@ -1,5 +1,7 @@
 #include "core/runtime/cuda_linear.h"
 
+#include <cstdlib>
+
 #include <c10/core/DeviceGuard.h>
 
 #include "core/compress/compressed_layers.h"
@@ -214,8 +216,10 @@ std::unique_ptr<NativeIntLinear> makeNativeIntLinear(const quant::QuantizedWeigh
     view.groupIndex = groupIndex.data_ptr<int32_t>();
     try {
         c10::DeviceGuard guard(device);
-        kernels::TiledIntWeight tiled =
-            kernels::packTiled(view, dtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16);
+        // CWB_PACK_THREADS (benchmarking only) caps the packing threads; default: one per hardware thread.
+        const char* packThreads = std::getenv("CWB_PACK_THREADS");
+        kernels::TiledIntWeight tiled = kernels::packTiled(
+            view, dtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16, packThreads ? std::atoi(packThreads) : 0);
         const size_t bytes = tiled.weightBytes() + tiled.columnOf.size() * 4;
         kernels::DeviceTiledWeight onDevice(tiled);
         at::Tensor scale = inputScale.defined() ? inputScale.to(device, at::kFloat) : at::Tensor();

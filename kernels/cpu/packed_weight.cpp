@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "cwb/kernels/packed_weight.h"
 
@@ -45,7 +47,7 @@ void checkView(const CoreIntWeightView& c) {
 
 } // namespace
 
-TiledIntWeight packTiled(const CoreIntWeightView& core, ActType act) {
+TiledIntWeight packTiled(const CoreIntWeightView& core, ActType act, int threads) {
     checkView(core);
     TiledIntWeight t;
     t.bits = core.bits;
@@ -80,7 +82,9 @@ TiledIntWeight packTiled(const CoreIntWeightView& core, ActType act) {
 
     const int64_t chunks = t.chunks();
     t.words.assign(size_t(t.tiles() * chunks * 32 * (core.bits == 4 ? 4 : 8)), 0u);
-    for (int64_t tile = 0; tile < t.tiles(); ++tile)
+    // Each row tile owns its own words, so tiles pack in parallel (a 7B model's layers took minutes on one thread).
+    auto packTiles = [&](int64_t firstTile, int64_t endTile) {
+    for (int64_t tile = firstTile; tile < endTile; ++tile)
         for (int64_t chunk = 0; chunk < chunks; ++chunk)
             for (int lane = 0; lane < 32; ++lane)
                 for (int s = 0; s < 4; ++s)
@@ -99,6 +103,18 @@ TiledIntWeight packTiled(const CoreIntWeightView& core, ActType act) {
                         slotOf(core.bits, s, i, lane, tile * chunks + chunk, word, shift);
                         t.words[size_t(word)] |= level << shift;
                     }
+    };
+    const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(
+        t.tiles(), threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency())));
+    if (workers == 1) {
+        packTiles(0, t.tiles());
+    } else {
+        std::vector<std::thread> pool;
+        const int64_t per = (t.tiles() + workers - 1) / workers;
+        for (int64_t w = 0; w < workers; ++w)
+            pool.emplace_back(packTiles, w * per, std::min(t.tiles(), (w + 1) * per));
+        for (auto& thread : pool) thread.join();
+    }
 
     t.scaleZero.assign(size_t(t.tiles() * t.groups * kTileRows), 0u);
     for (int64_t r = 0; r < core.rows; ++r)

@@ -55,6 +55,12 @@ void runCase(const Case& c) {
     const std::vector<int32_t> words = packCoreWords(levels.data(), c.rows, c.cols, c.bits);
     CoreIntWeightView view{c.bits, c.rows, c.cols, groups, words.data(), scales.data(), zeros.data(), groupIndex.data()};
     const TiledIntWeight t = packTiled(view, c.act);
+    // Row tiles pack on several threads: any count (more than the tiles, too) gives the same words.
+    for (int threads : {1, 3, 64}) {
+        const TiledIntWeight p = packTiled(view, c.act, threads);
+        check(p.words == t.words && p.scaleZero == t.scaleZero && p.columnOf == t.columnOf,
+              (tag + "packing on " + std::to_string(threads) + " threads gives the same words").c_str());
+    }
     check(t.paddedRows % 16 == 0 && t.paddedCols % 64 == 0 && t.paddedCols >= c.cols,
           (tag + "padded sizes are multiples of the tile").c_str());
     check(t.columnOf.empty() == (!c.actOrder && c.cols % 64 == 0 && (c.groupSize < 0 || c.groupSize % 64 == 0)),
@@ -95,6 +101,7 @@ int main() {
         {"int4 sym g32 (padded groups) bf16", 4, true, 20, 96, 32, false, ActType::BFloat16},
         {"int8 sym g128 fp16", 8, true, 24, 256, 128, false, ActType::Float16},
         {"int8 asym g128 act-order bf16", 8, false, 32, 200, 128, true, ActType::BFloat16},
+        {"int4 asym g128 act-order, 40 row tiles", 4, false, 640, 384, 128, true, ActType::Float16},
     };
     for (const Case& c : cases) runCase(c);
 

@@ -55,7 +55,8 @@ struct TiledIntWeight {
 };
 
 // Throws KernelError when bits is not 4 or 8, a pointer is missing, a level or group index is out of range.
-TiledIntWeight packTiled(const CoreIntWeightView& core, ActType act);
+// Row tiles are packed on `threads` threads (0: one per hardware thread); the result does not depend on it.
+TiledIntWeight packTiled(const CoreIntWeightView& core, ActType act, int threads = 0);
 
 // Inverse of packTiled: levels one per byte [rows, cols], scales [rows, groups] (the act-type values, as float),
 // zeros [rows, groups], groupIndex [cols].
