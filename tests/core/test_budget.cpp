@@ -14,6 +14,17 @@
 using namespace cwb;
 using namespace cwb::test;
 
+namespace {
+
+// The tiny synthetic Llama (2 blocks, 14 linear layers) written as a Hugging Face folder into `dir` and loaded.
+std::unique_ptr<Model> tinyModel(const QTemporaryDir& dir) {
+    const ArchSpec spec = tinyLlamaSpec();
+    writeHfFolder(dir.path().toStdString(), spec, randomWeights(spec, 17), ggml::Type::F32);
+    return loadModel(dir.path().toStdString());
+}
+
+} // namespace
+
 class TestBudget : public QObject {
     Q_OBJECT
 private slots:
@@ -50,9 +61,7 @@ void TestBudget::impossibleTargetIsRefused() {
 
 void TestBudget::planMeetsTargetWhenApplied() {
     QTemporaryDir dir;
-    ArchSpec spec = tinyLlamaSpec();
-    writeHfFolder(dir.path().toStdString(), spec, randomWeights(spec, 17), ggml::Type::F32);
-    auto model = loadModel(dir.path().toStdString());
+    auto model = tinyModel(dir);
     auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
     at::Tensor windows = at::randint(2, 64, {4, 16}, gen, at::kLong);
     BudgetOptions options;
@@ -81,9 +90,7 @@ void TestBudget::planMeetsTargetWhenApplied() {
 
 void TestBudget::sensitivityComesFromTheChosenMethod() {
     QTemporaryDir dir;
-    ArchSpec spec = tinyLlamaSpec();
-    writeHfFolder(dir.path().toStdString(), spec, randomWeights(spec, 17), ggml::Type::F32);
-    auto model = loadModel(dir.path().toStdString());
+    auto model = tinyModel(dir);
     auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
     at::Tensor windows = at::randint(2, 64, {4, 16}, gen, at::kLong);
     BudgetOptions options;
@@ -113,9 +120,7 @@ void TestBudget::sensitivityComesFromTheChosenMethod() {
 
 void TestBudget::methodWithoutBitsIsRefused() {
     QTemporaryDir dir;
-    ArchSpec spec = tinyLlamaSpec();
-    writeHfFolder(dir.path().toStdString(), spec, randomWeights(spec, 17), ggml::Type::F32);
-    auto model = loadModel(dir.path().toStdString());
+    auto model = tinyModel(dir);
     BudgetOptions options;
     options.method = "prune.magnitude";
     try {

@@ -10,10 +10,13 @@
 
 #include "core/compress/compressed_layers.h"
 #include "core/model/model.h"
+#include "tests/gpu/random_llama.h"
 #include "core/runtime/cuda_linear.h"
 #include "core/runtime/decode_graph.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
+
+using cwb::testing::normalisedError;
 
 namespace {
 
@@ -24,11 +27,6 @@ int failures = 0;
 void check(bool ok, const std::string& what) {
     std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what.c_str());
     failures += ok ? 0 : 1;
-}
-
-double normalisedError(const at::Tensor& reference, const at::Tensor& value) {
-    at::Tensor r = reference.to(at::kCPU, at::kDouble), v = value.to(at::kCPU, at::kDouble);
-    return (r - v).pow(2).sum().item<double>() / r.pow(2).sum().item<double>();
 }
 
 // Llama-shaped GQA model (4 query heads over 2 kv heads), optionally with q/k/v biases.
@@ -46,31 +44,7 @@ std::unique_ptr<cwb::Model> makeModel(bool bias) {
     s.context = 128;
     s.attentionBias = bias;
     m->path = "test:decode-graph";
-    at::manual_seed(bias ? 21 : 12);
-    auto put = [&](const std::string& name, std::vector<int64_t> shape, double scale) {
-        m->replaceTensor(name, at::randn(shape, at::kFloat) * scale);
-    };
-    put("model.embed_tokens.weight", {s.vocab, s.hidden}, 0.5);
-    for (int64_t l = 0; l < s.layers; ++l) {
-        auto n = [&](const char* suffix) { return cwb::names::llamaLayer(l, suffix); };
-        m->replaceTensor(n("input_layernorm.weight"), at::ones({s.hidden}) + 0.1 * at::randn({s.hidden}));
-        m->replaceTensor(n("post_attention_layernorm.weight"), at::ones({s.hidden}) + 0.1 * at::randn({s.hidden}));
-        put(n("self_attn.q_proj.weight"), {s.heads * s.headDim, s.hidden}, 0.08);
-        put(n("self_attn.k_proj.weight"), {s.kvHeads * s.headDim, s.hidden}, 0.08);
-        put(n("self_attn.v_proj.weight"), {s.kvHeads * s.headDim, s.hidden}, 0.08);
-        if (bias) {
-            put(n("self_attn.q_proj.bias"), {s.heads * s.headDim}, 0.1);
-            put(n("self_attn.k_proj.bias"), {s.kvHeads * s.headDim}, 0.1);
-            put(n("self_attn.v_proj.bias"), {s.kvHeads * s.headDim}, 0.1);
-        }
-        put(n("self_attn.o_proj.weight"), {s.hidden, s.heads * s.headDim}, 0.08);
-        put(n("mlp.gate_proj.weight"), {s.ffn, s.hidden}, 0.08);
-        put(n("mlp.up_proj.weight"), {s.ffn, s.hidden}, 0.08);
-        put(n("mlp.down_proj.weight"), {s.hidden, s.ffn}, 0.05);
-    }
-    m->replaceTensor("model.norm.weight", at::ones({s.hidden}));
-    put("lm_head.weight", {s.vocab, s.hidden}, 0.3);
-    s.validate(m->path);
+    cwb::testing::fillRandomLlama(*m, bias ? 21 : 12);
     return m;
 }
 

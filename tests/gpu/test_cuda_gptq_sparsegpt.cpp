@@ -29,6 +29,7 @@
 #include "core/compress/recipe.h"
 #include "core/compress/sparsegpt_math.h"
 #include "core/model/model.h"
+#include "tests/gpu/random_llama.h"
 
 namespace {
 
@@ -132,26 +133,7 @@ std::unique_ptr<cwb::Model> smallLlama() {
     s.vocab = 96;
     s.context = 128;
     m->path = "test:gptq-cuda";
-    at::manual_seed(5);
-    auto put = [&](const std::string& name, std::vector<int64_t> shape, double scale) {
-        m->replaceTensor(name, at::randn(shape, at::kFloat) * scale);
-    };
-    put("model.embed_tokens.weight", {s.vocab, s.hidden}, 0.5);
-    for (int64_t l = 0; l < s.layers; ++l) {
-        auto n = [&](const char* suffix) { return cwb::names::llamaLayer(l, suffix); };
-        m->replaceTensor(n("input_layernorm.weight"), at::ones({s.hidden}) + 0.1 * at::randn({s.hidden}));
-        m->replaceTensor(n("post_attention_layernorm.weight"), at::ones({s.hidden}) + 0.1 * at::randn({s.hidden}));
-        put(n("self_attn.q_proj.weight"), {s.heads * s.headDim, s.hidden}, 0.08);
-        put(n("self_attn.k_proj.weight"), {s.kvHeads * s.headDim, s.hidden}, 0.08);
-        put(n("self_attn.v_proj.weight"), {s.kvHeads * s.headDim, s.hidden}, 0.08);
-        put(n("self_attn.o_proj.weight"), {s.hidden, s.heads * s.headDim}, 0.08);
-        put(n("mlp.gate_proj.weight"), {s.ffn, s.hidden}, 0.08);
-        put(n("mlp.up_proj.weight"), {s.ffn, s.hidden}, 0.08);
-        put(n("mlp.down_proj.weight"), {s.hidden, s.ffn}, 0.05);
-    }
-    m->replaceTensor("model.norm.weight", at::ones({s.hidden}));
-    put("lm_head.weight", {s.vocab, s.hidden}, 0.3);
-    s.validate(m->path);
+    cwb::testing::fillRandomLlama(*m, 5);
     return m;
 }
 

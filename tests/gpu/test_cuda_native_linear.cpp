@@ -11,8 +11,11 @@
 
 #include "core/compress/compressed_layers.h"
 #include "core/model/model.h"
+#include "tests/gpu/random_llama.h"
 #include "core/runtime/cuda_linear.h"
 #include "core/runtime/transformer.h"
+
+using cwb::testing::normalisedError;
 
 namespace {
 
@@ -34,11 +37,6 @@ void check(bool ok, const std::string& what) {
     failures += ok ? 0 : 1;
 }
 
-double normalisedError(const at::Tensor& reference, const at::Tensor& value) {
-    at::Tensor r = reference.to(at::kCPU, at::kDouble), v = value.to(at::kCPU, at::kDouble);
-    return (r - v).pow(2).sum().item<double>() / r.pow(2).sum().item<double>();
-}
-
 // Llama-shaped model with q/k/v biases; ffn 688 leaves a partial group at g128 and g32 (kernel padding path).
 std::unique_ptr<cwb::Model> makeBase() {
     auto m = std::make_unique<cwb::Model>();
@@ -54,29 +52,7 @@ std::unique_ptr<cwb::Model> makeBase() {
     s.context = 128;
     s.attentionBias = true;
     m->path = "test:native-linear";
-    at::manual_seed(7);
-    auto put = [&](const std::string& name, std::vector<int64_t> shape, double scale) {
-        m->replaceTensor(name, at::randn(shape, at::kFloat) * scale);
-    };
-    put("model.embed_tokens.weight", {s.vocab, s.hidden}, 0.5);
-    for (int64_t l = 0; l < s.layers; ++l) {
-        auto n = [&](const char* suffix) { return cwb::names::llamaLayer(l, suffix); };
-        m->replaceTensor(n("input_layernorm.weight"), at::ones({s.hidden}) + 0.1 * at::randn({s.hidden}));
-        m->replaceTensor(n("post_attention_layernorm.weight"), at::ones({s.hidden}) + 0.1 * at::randn({s.hidden}));
-        put(n("self_attn.q_proj.weight"), {s.heads * s.headDim, s.hidden}, 0.08);
-        put(n("self_attn.k_proj.weight"), {s.kvHeads * s.headDim, s.hidden}, 0.08);
-        put(n("self_attn.v_proj.weight"), {s.kvHeads * s.headDim, s.hidden}, 0.08);
-        put(n("self_attn.q_proj.bias"), {s.heads * s.headDim}, 0.1);
-        put(n("self_attn.k_proj.bias"), {s.kvHeads * s.headDim}, 0.1);
-        put(n("self_attn.v_proj.bias"), {s.kvHeads * s.headDim}, 0.1);
-        put(n("self_attn.o_proj.weight"), {s.hidden, s.heads * s.headDim}, 0.08);
-        put(n("mlp.gate_proj.weight"), {s.ffn, s.hidden}, 0.08);
-        put(n("mlp.up_proj.weight"), {s.ffn, s.hidden}, 0.08);
-        put(n("mlp.down_proj.weight"), {s.hidden, s.ffn}, 0.05);
-    }
-    m->replaceTensor("model.norm.weight", at::ones({s.hidden}));
-    put("lm_head.weight", {s.vocab, s.hidden}, 0.3);
-    s.validate(m->path);
+    cwb::testing::fillRandomLlama(*m, 7);
     return m;
 }
 
