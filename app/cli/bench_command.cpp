@@ -64,7 +64,7 @@ void printRow(const char* name, const nlohmann::json& j) {
 
 int runBench(const std::vector<std::string>& args) {
     Arguments a(args,
-                {"recipe", "calib", "samples", "seq-len", "synthetic", "layers", "bits", "group-size", "batch",
+                {"recipe", "calib", "samples", "seq-len", "synthetic", "layers", "format", "bits", "group-size", "batch",
                  "prompt-tokens", "gen-tokens", "repeats", "seed", "threads", "tokenizer", "device", "dtype"},
                 {"json", "no-native", "no-graphs"});
     applyThreads(a.integer("threads", 0));
@@ -85,12 +85,23 @@ int runBench(const std::vector<std::string>& args) {
     const std::string synthetic = a.value("synthetic");
     if (!synthetic.empty()) {
         if (synthetic != "llama-7b") throw Error("--synthetic knows llama-7b only, got '" + synthetic + "'");
+        const std::string format = a.value("format", "int");
+        if (format != "int" && format != "fp8" && format != "w8a8")
+            throw Error("--format is int, fp8 or w8a8, got '" + format + "'");
         const at::Device device = options.device.is_cuda() ? options.device : at::Device(at::kCPU);
         base = syntheticLlama7b(a.integer("layers", 32), device, p.seed);
-        const int bits = int(a.integer("bits", 4));
-        const int64_t group = a.integer("group-size", 128);
-        variant = randomIntVariant(*base, bits, group, device, p.seed);
-        variantName = "int" + std::to_string(bits) + " g" + std::to_string(group) + " (random levels)";
+        if (format == "int") {
+            const int bits = int(a.integer("bits", 4));
+            const int64_t group = a.integer("group-size", 128);
+            variant = randomIntVariant(*base, bits, group, device, p.seed);
+            variantName = "int" + std::to_string(bits) + " g" + std::to_string(group) + " (random levels)";
+        } else if (format == "fp8") {
+            variant = randomFp8Variant(*base, device, p.seed);
+            variantName = "fp8 e4m3, dynamic activations (random codes)";
+        } else {
+            variant = randomW8a8Variant(*base, device, p.seed);
+            variantName = "w8a8 smoothquant (random codes)";
+        }
     } else {
         LoadOptions load;
         load.tokenizerPath = a.value("tokenizer");

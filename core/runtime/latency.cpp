@@ -202,6 +202,51 @@ std::unique_ptr<Model> randomIntVariant(const Model& base, int bits, int64_t gro
     return variant;
 }
 
+namespace {
+
+// Random codes drawn on `device` (fast for a 7B shape), returned on the CPU where the model keeps them.
+at::Tensor randomBytes(int64_t rows, int64_t cols, int64_t low, int64_t high, const at::Device& device) {
+    return at::randint(low, high, {rows, cols}, at::TensorOptions().device(device).dtype(at::kInt)).to(at::kCPU);
+}
+
+at::Tensor randomScales(int64_t rows, const at::Device& device) {
+    return (at::rand({rows}, at::TensorOptions().device(device).dtype(at::kFloat)) * 0.004 + 0.001).to(at::kCPU);
+}
+
+} // namespace
+
+std::unique_ptr<Model> randomFp8Variant(const Model& base, const at::Device& device, uint64_t seed) {
+    auto variant = base.clone();
+    at::manual_seed(seed + 2);
+    for (const std::string& layer : base.linearLayers()) {
+        const TensorRecord& record = base.tensor(layer + ".weight");
+        const int64_t rows = record.shape.at(0), cols = record.shape.at(1);
+        quant::Fp8Weight w;
+        // Magnitude codes 0..0x7E (0x7F is NaN), then a random sign bit.
+        const at::Tensor magnitude = randomBytes(rows, cols, 0, 0x7F, device);
+        const at::Tensor sign = randomBytes(rows, cols, 0, 2, device) * 0x80;
+        w.codes = (magnitude + sign).to(at::kByte);
+        w.scales = randomScales(rows, device);
+        variant->setCompressed(layer, std::make_shared<Fp8Linear>(std::move(w), /*dynamicActivations=*/true));
+    }
+    return variant;
+}
+
+std::unique_ptr<Model> randomW8a8Variant(const Model& base, const at::Device& device, uint64_t seed) {
+    auto variant = base.clone();
+    at::manual_seed(seed + 3);
+    for (const std::string& layer : base.linearLayers()) {
+        const TensorRecord& record = base.tensor(layer + ".weight");
+        const int64_t rows = record.shape.at(0), cols = record.shape.at(1);
+        quant::Int8Weight w;
+        w.q = randomBytes(rows, cols, -127, 128, device).to(at::kChar);
+        w.scales = randomScales(rows, device);
+        const at::Tensor smoothing = at::rand({cols}, at::kFloat) + 0.5;
+        variant->setCompressed(layer, std::make_shared<W8A8Linear>(std::move(w), smoothing));
+    }
+    return variant;
+}
+
 size_t decodeWeightBytes(const Model& model, at::ScalarType dtype) {
     const size_t element = c10::elementSize(dtype);
     size_t bytes = 0;

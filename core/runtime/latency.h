@@ -56,6 +56,12 @@ std::unique_ptr<Model> syntheticLlama7b(int64_t layers, const at::Device& device
 std::unique_ptr<Model> randomIntVariant(const Model& base, int bits, int64_t groupSize, const at::Device& device,
                                         uint64_t seed = 0);
 
+// The same for the 8-bit float and integer formats: FP8 E4M3 codes with per-channel scales and dynamic activations
+// (what quantize.fp8 gives), or SmoothQuant W8A8 int8 codes with per-channel scales and a smoothing vector.
+// Codes are random finite values (never the E4M3 NaN codes); values are meaningless.
+std::unique_ptr<Model> randomFp8Variant(const Model& base, const at::Device& device, uint64_t seed = 0);
+std::unique_ptr<Model> randomW8a8Variant(const Model& base, const at::Device& device, uint64_t seed = 0);
+
 // Bytes of the matrices one decode step reads: block linears (compressed: their storage) and the output head.
 size_t decodeWeightBytes(const Model& model, at::ScalarType dtype);
 

@@ -99,6 +99,10 @@ void TestCli::errorsNameTheFile() {
     QVERIFY(option.err.contains("unknown option --bogus"));
     Result command = run({"frobnicate"});
     QCOMPARE(command.exitCode, 2);
+    // Refused before the 7B-shaped model is built.
+    Result format = run({"bench", "--synthetic", "llama-7b", "--format", "int3"});
+    QCOMPARE(format.exitCode, 2);
+    QVERIFY(format.err.contains("--format is int, fp8 or w8a8, got 'int3'"));
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     Result text = run({"eval", model, "--text", "/nonexistent/text.txt"});
     QCOMPARE(text.exitCode, 2);

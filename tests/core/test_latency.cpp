@@ -19,6 +19,7 @@ private slots:
     void compressedLayersReportTheirPath();
     void measuresPrefillAndDecode();
     void randomVariantCompressesEveryLinear();
+    void randomEightBitVariantsCompressEveryLinear();
 };
 
 namespace {
@@ -75,6 +76,31 @@ void TestLatency::randomVariantCompressesEveryLinear() {
     QVERIFY(decodeWeightBytes(*variant, at::kHalf) < decodeWeightBytes(*model, at::kHalf));
     Transformer rt(*variant);
     QVERIFY(rt.forward(at::tensor(std::vector<int64_t>{1, 2}, at::kLong).unsqueeze(0)).isfinite().all().item<bool>());
+}
+
+void TestLatency::randomEightBitVariantsCompressEveryLinear() {
+    QTemporaryDir dir;
+    auto model = tinyModel(dir);
+    for (const std::string kind : {"fp8", "w8a8"}) {
+        auto variant = kind == "fp8" ? randomFp8Variant(*model, at::kCPU) : randomW8a8Variant(*model, at::kCPU);
+        for (const auto& layer : model->linearLayers()) {
+            auto c = variant->compressed(layer);
+            QVERIFY(c && c->kind() == kind && c->bits() == 8);
+            QCOMPARE(c->rows(), model->tensor(layer + ".weight").shape.at(0));
+            QCOMPARE(c->cols(), model->tensor(layer + ".weight").shape.at(1));
+            // Random codes must decode to finite weights (no E4M3 NaN code), and not all to one value.
+            const at::Tensor w = c->weight();
+            QVERIFY(w.isfinite().all().item<bool>());
+            QVERIFY(w.std().item<double>() > 0);
+            if (kind == "fp8") {
+                const auto& dynamic = static_cast<const Fp8Linear&>(*c);
+                QVERIFY(dynamic.dynamicActivations());
+            }
+        }
+        QVERIFY(decodeWeightBytes(*variant, at::kHalf) < decodeWeightBytes(*model, at::kHalf));
+        Transformer rt(*variant);
+        QVERIFY(rt.forward(at::tensor(std::vector<int64_t>{1, 2}, at::kLong).unsqueeze(0)).isfinite().all().item<bool>());
+    }
 }
 
 QTEST_APPLESS_MAIN(TestLatency)
