@@ -340,12 +340,12 @@ std::string Transformer::layerPathSummary() const {
     for (const auto& [name, path] : mLayerPaths) ++(path.native ? native : fallback)[path.how];
     auto list = [](const std::map<std::string, int64_t>& counts) {
         std::string text;
-        for (const auto& [how, n] : counts) text += (text.empty() ? "" : ", ") + std::to_string(n) + " " + how;
+        for (const auto& [how, n] : counts) text += (text.empty() ? "" : "; ") + std::to_string(n) + " " + how;
         return text;
     };
     std::string text;
     if (!native.empty()) text = "native: " + list(native);
-    if (!fallback.empty()) text += std::string(text.empty() ? "" : "; ") + "dequantized: " + list(fallback);
+    if (!fallback.empty()) text += std::string(text.empty() ? "" : " | ") + "dequantized: " + list(fallback);
     return text;
 }
 

@@ -123,7 +123,8 @@ public:
 
     // The path of each compressed layer of the blocks loaded so far (all of them after one forward), by layer name.
     const std::map<std::string, LayerPath>& layerPaths() const { return mLayerPaths; }
-    // "n native (W4A16), m dequantized: reason ..." or "" when there are no compressed layers.
+    // "native: n W4A16 (M<=32), dequant + cuBLAS (M>32); m ... | dequantized: k reason; ..." (entries of a kind
+    // split by "; ", the two kinds by " | "), or "" when there are no compressed layers.
     std::string layerPathSummary() const;
 
 private:
