@@ -1,6 +1,9 @@
 // W4A16 / W8A16 GEMM (M = 1..64), FP8 E4M3 and W8A8 int8 through cuBLASLt (M = 2048, 8192) against cuBLAS FP16 on the
 // issue's shapes, in one run. Run by hand on a GPU (--quick: two shapes, no FP8):
-//   bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m]   (--small-m: M <= 64 only, no FP8 / W8A8)
+//   bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m] [--prefill] [--sweep-small]
+//   --small-m: M <= 64 only, no FP8 / W8A8. --prefill: also M = 32, 48, 128 and the prefill path (dequantize the
+//   packed weight into one fp16 scratch, then cuBLAS), to find where it beats the kernels. --sweep-small: every
+//   configuration of the W4A16 small-M kernel at M <= 16 (wxa16SetSmallConfig), best one per shape at the end.
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
 // near 0.01, activations random; every buffer is filled on the device. Each timing cycles through enough copies of
 // the weights to exceed the L2 several times, so the weights come from HBM as in a real model. Time: CUDA events
@@ -21,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cwb/kernels/dequant_tiled.h"
 #include "cwb/kernels/fp8_gemm.h"
 #include "cwb/kernels/packed_weight.h"
 #include "cwb/kernels/w8a8_gemm.h"
@@ -144,14 +148,16 @@ struct Row {
 
 int main(int argc, char** argv) {
     std::string outPath;
-    bool sweep = false, quick = false, smallOnly = false;
+    bool sweep = false, quick = false, smallOnly = false, prefill = false, sweepSmall = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) outPath = argv[++i];
         else if (!std::strcmp(argv[i], "--sweep-split")) sweep = true;
         else if (!std::strcmp(argv[i], "--quick")) quick = true;
         else if (!std::strcmp(argv[i], "--small-m")) smallOnly = true;
+        else if (!std::strcmp(argv[i], "--prefill")) prefill = true;
+        else if (!std::strcmp(argv[i], "--sweep-small")) sweepSmall = true;
         else {
-            std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m]\n");
+            std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m] [--prefill] [--sweep-small]\n");
             return 2;
         }
     }
@@ -172,7 +178,8 @@ int main(int argc, char** argv) {
     struct Shape { int64_t k, n; };
     std::vector<Shape> shapes = {{4096, 4096}, {4096, 11008}, {11008, 4096}, {8192, 8192}, {8192, 28672}, {28672, 8192}};
     if (quick) shapes = {{4096, 4096}, {4096, 11008}};
-    const std::vector<int> ms = {1, 4, 16, 64};
+    std::vector<int> ms = {1, 4, 16, 64};
+    if (prefill) ms = {1, 4, 16, 32, 48, 64, 128};
     const double l2 = double(prop.l2CacheSize);
     std::vector<Row> rows;
 
@@ -187,7 +194,9 @@ int main(int argc, char** argv) {
             fillHalf<<<1024, 256>>>(dense[size_t(c)], size_t(s.k * s.n), 100u + c, 0.02f);
         }
         __half *x, *y;
-        const int64_t maxM = quick || smallOnly ? 64 : 8192;  // large M only for the FP8 comparison
+        const int64_t maxM = quick || smallOnly ? (prefill ? 128 : 64) : 8192;  // large M only for the FP8 comparison
+        __half* scratch = nullptr;  // the prefill path's dense weight (one buffer, as in the runtime)
+        if (prefill) CHECK_CUDA(cudaMalloc(&scratch, denseBytes));
         CHECK_CUDA(cudaMalloc(&x, size_t(maxM * s.k * 2)));
         CHECK_CUDA(cudaMalloc(&y, size_t(maxM * s.n * 2)));
         fillHalf<<<1024, 256>>>(x, size_t(maxM * s.k), 7u, 1.0f);
@@ -245,6 +254,37 @@ int main(int argc, char** argv) {
                     std::string name = "W" + std::to_string(q.bits) + "A16 g128";
                     if (sweep) name += " s" + std::to_string(split ? split : chosen) + (split ? "" : "*");
                     add(name, us, double(q.bytes) + ioBytes);
+                }
+                // The other shapes of the small-M kernel (the default, 0, was timed above).
+                for (int config = 1; sweepSmall && q.bits == 4 && m <= 16 && config < wxa16SmallConfigCount(); ++config) {
+                    wxa16SetSmallConfig(config);
+                    const size_t wsBytes = wxa16WorkspaceBytes(w0, m);
+                    void* ws = allocateWorkspace(wsBytes);
+                    const int nCopies = int(q.copies.size());
+                    const double us = timer.median([&](int i) {
+                        wxa16Gemm(*q.copies[size_t(i % nCopies)], x, y, m, ws, wsBytes, nullptr);
+                    });
+                    hostUs = timer.lastHostUs;
+                    freeWorkspace(ws);
+                    wxa16SetSmallConfig(0);
+                    add("W4A16 g128 config " + std::to_string(config), us, double(q.bytes) + ioBytes);
+                }
+                // Prefill path: dequantize into the scratch, then the same cuBLAS call on it.
+                if (prefill && m >= 16) {
+                    const int nCopies = int(q.copies.size());
+                    if (m == 64) {
+                        const double us = timer.median([&](int i) { dequantizeTiled(*q.copies[size_t(i % nCopies)], scratch, nullptr); });
+                        hostUs = timer.lastHostUs;
+                        add("W" + std::to_string(q.bits) + " dequantize only", us, double(q.bytes) + double(denseBytes));
+                    }
+                    const double us = timer.median([&](int i) {
+                        dequantizeTiled(*q.copies[size_t(i % nCopies)], scratch, nullptr);
+                        CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), m, int(s.k), &alpha, scratch,
+                                                  CUDA_R_16F, int(s.k), x, CUDA_R_16F, int(s.k), &beta, y, CUDA_R_16F,
+                                                  int(s.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                    });
+                    hostUs = timer.lastHostUs;
+                    add("W" + std::to_string(q.bits) + " dequant + cuBLAS", us, double(q.bytes) + ioBytes);
                 }
             }
         }
@@ -326,6 +366,7 @@ int main(int argc, char** argv) {
             cudaFree(scales);
         }
         for (__half* d : dense) cudaFree(d);
+        if (scratch) cudaFree(scratch);
         cudaFree(x);
         cudaFree(y);
     }
@@ -343,6 +384,22 @@ int main(int argc, char** argv) {
         std::snprintf(line, sizeof line, "| %s | %d | %s | %.2f | %.2f | %.0f | %.2fx | %.0f%% |\n", r.shape.c_str(), r.m,
                       r.kernel.c_str(), r.us, r.tflops, r.gbs, r.vsCublas, 100 * r.ofCopy);
         md += line;
+    }
+    if (sweepSmall) {  // the fastest configuration of the small-M kernel per shape and M
+        md += "\nW4A16 small-M kernel configurations (";
+        for (int c = 0; c < wxa16SmallConfigCount(); ++c)
+            md += (c ? "; " : "") + std::to_string(c) + ": " + wxa16SmallConfigName(c);
+        md += "):\n\n| K x N | M | config 0 (us) | best | best (us) | best vs cuBLAS | best of copy bw |\n| --- | --- | --- | --- | --- | --- | --- |\n";
+        for (const Row& r : rows) {
+            if (r.kernel != "W4A16 g128" || r.m > 16) continue;
+            const Row* best = &r;
+            for (const Row& o : rows)
+                if (o.shape == r.shape && o.m == r.m && o.kernel.rfind("W4A16 g128 config ", 0) == 0 && o.us < best->us) best = &o;
+            char line[256];
+            std::snprintf(line, sizeof line, "| %s | %d | %.2f | %s | %.2f | %.2fx | %.0f%% |\n", r.shape.c_str(), r.m, r.us,
+                          best == &r ? "0" : best->kernel.substr(18).c_str(), best->us, best->vsCublas, 100 * best->ofCopy);
+            md += line;
+        }
     }
     std::printf("\n%s", md.c_str());
     if (!outPath.empty()) {

@@ -8,6 +8,7 @@
 #include "core/util/error.h"
 
 #ifdef CWB_HAVE_KERNELS
+#include "cwb/kernels/dequant_tiled.h"
 #include "cwb/kernels/device_info.h"
 #include "cwb/kernels/fp8_gemm.h"
 #include "cwb/kernels/w8a8_gemm.h"
@@ -19,10 +20,73 @@
 
 namespace cwb {
 
+int64_t defaultDequantAboveTokens() {
+    static const int64_t value = [] {
+        const char* v = std::getenv("CWB_DEQUANT_ABOVE_TOKENS");
+        if (!v || !*v) return kDequantAboveTokens;
+        char* end = nullptr;
+        const long long n = std::strtoll(v, &end, 10);
+        return end && *end == '\0' && n >= 0 ? int64_t(n) : kDequantAboveTokens;
+    }();
+    return value;
+}
+
+bool canConcatenateRows(const std::vector<const quant::QuantizedWeight*>& parts,
+                        const std::vector<at::Tensor>& inputScales, std::string& reason) {
+    if (parts.size() < 2 || inputScales.size() != parts.size()) {
+        reason = "fewer than two parts";
+        return false;
+    }
+    const quant::QuantizedWeight& first = *parts.front();
+    for (size_t i = 1; i < parts.size(); ++i) {
+        const quant::QuantizedWeight& w = *parts[i];
+        if (w.spec.bits != first.spec.bits || w.spec.groupSize != first.spec.groupSize ||
+            w.spec.symmetric != first.spec.symmetric) {
+            reason = "bits, group size or symmetry differ";
+            return false;
+        }
+        if (w.cols != first.cols || w.scales.size(1) != first.scales.size(1)) {
+            reason = "input width or group count differ";
+            return false;
+        }
+        if (!at::equal(w.groupIndex.to(at::kInt), first.groupIndex.to(at::kInt))) {
+            reason = "the column order (act-order group index) differs";
+            return false;
+        }
+        const at::Tensor& a = inputScales.front();
+        const at::Tensor& b = inputScales[i];
+        if (a.defined() != b.defined() || (a.defined() && !at::equal(a.to(at::kFloat).cpu(), b.to(at::kFloat).cpu()))) {
+            reason = "the input scales differ";
+            return false;
+        }
+    }
+    return true;
+}
+
+quant::QuantizedWeight concatenateRows(const std::vector<const quant::QuantizedWeight*>& parts) {
+    quant::QuantizedWeight whole;
+    whole.spec = parts.front()->spec;
+    whole.cols = parts.front()->cols;
+    whole.groupIndex = parts.front()->groupIndex;
+    std::vector<at::Tensor> packed, scales, zeros;
+    for (const quant::QuantizedWeight* w : parts) {
+        whole.rows += w->rows;
+        packed.push_back(w->packed);
+        scales.push_back(w->scales);
+        zeros.push_back(w->zeros);
+    }
+    whole.packed = at::cat(packed, 0);
+    whole.scales = at::cat(scales, 0);
+    whole.zeros = at::cat(zeros, 0);
+    return whole;
+}
+
 #ifdef CWB_HAVE_KERNELS
 
 class NativeWorkspace {
 public:
+    explicit NativeWorkspace(int64_t dequantAboveTokens)
+        : mDequantAboveTokens(dequantAboveTokens >= 0 ? dequantAboveTokens : defaultDequantAboveTokens()) {}
     ~NativeWorkspace() {
         for (void* p : mRetired) kernels::freeWorkspace(p);
         kernels::freeWorkspace(mData);
@@ -39,6 +103,16 @@ public:
         return mData;
     }
     size_t bytes() const { return mBytes; }
+    int64_t dequantAboveTokens() const { return mDequantAboveTokens; }
+    // A dense [rows, cols] matrix of `options` for a dequantized weight, shared by the layers (they run one after
+    // another on one stream). Outgrown buffers are kept: a captured graph may still read one.
+    at::Tensor denseScratch(int64_t rows, int64_t cols, const at::TensorOptions& options) {
+        if (!mDense.defined() || mDense.numel() < rows * cols || mDense.scalar_type() != options.dtype().toScalarType()) {
+            if (mDense.defined()) mRetiredDense.push_back(mDense);
+            mDense = at::empty({rows * cols}, options);
+        }
+        return mDense.narrow(0, 0, rows * cols).view({rows, cols});
+    }
     // cuBLASLt handles (and their workspaces), made on first use and shared by the layers of the runtime.
     kernels::Fp8Gemm& fp8() {
         if (!mFp8) mFp8 = std::make_unique<kernels::Fp8Gemm>();
@@ -55,6 +129,9 @@ private:
     std::vector<void*> mRetired;
     std::unique_ptr<kernels::Fp8Gemm> mFp8;
     std::unique_ptr<kernels::W8a8Gemm> mW8a8;
+    int64_t mDequantAboveTokens;
+    at::Tensor mDense;
+    std::vector<at::Tensor> mRetiredDense;
 };
 
 namespace {
@@ -82,6 +159,17 @@ public:
         input = input.contiguous();
         if (reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 != 0) input = input.clone();   // the kernel loads 16 bytes
         const int64_t m = input.size(0);
+        std::vector<int64_t> shape = x.sizes().vec();
+        shape.back() = mWeight.rows;
+        if (m > mWorkspace->dequantAboveTokens()) {   // prefill: dequantize once, then cuBLAS at full tensor-core rate
+            at::Tensor dense = mWorkspace->denseScratch(mWeight.rows, mWeight.cols, input.options());
+            try {
+                kernels::dequantizeTiled(mWeight, dense.data_ptr(), currentStream());
+            } catch (const kernels::KernelError& e) {
+                throw Error(std::string("native ") + kernelName() + " layer: " + e.what());
+            }
+            return at::linear(input, dense).view(shape);
+        }
         at::Tensor y = at::empty({m, mWeight.rows}, input.options());
         try {
             void* ws = mWorkspace->reserve(kernels::wxa16WorkspaceBytes(mWeight, m));
@@ -89,11 +177,12 @@ public:
         } catch (const kernels::KernelError& e) {
             throw Error(std::string("native ") + kernelName() + " layer: " + e.what());
         }
-        std::vector<int64_t> shape = x.sizes().vec();
-        shape.back() = mWeight.rows;
         return y.view(shape);
     }
-    std::string kernelName() const override { return mWeight.bits == 4 ? "W4A16" : "W8A16"; }
+    std::string kernelName() const override {
+        const std::string limit = std::to_string(mWorkspace->dequantAboveTokens());
+        return std::string(mWeight.bits == 4 ? "W4A16" : "W8A16") + " (M<=" + limit + "), dequant + cuBLAS (M>" + limit + ")";
+    }
     size_t deviceBytes() const override { return mBytes; }
 
 private:
@@ -186,7 +275,9 @@ private:
 
 } // namespace
 
-std::shared_ptr<NativeWorkspace> makeNativeWorkspace() { return std::make_shared<NativeWorkspace>(); }
+std::shared_ptr<NativeWorkspace> makeNativeWorkspace(int64_t dequantAboveTokens) {
+    return std::make_shared<NativeWorkspace>(dequantAboveTokens);
+}
 
 std::unique_ptr<NativeIntLinear> makeNativeIntLinear(const quant::QuantizedWeight& w, const at::Tensor& inputScale,
                                                      at::Device device, at::ScalarType dtype,
@@ -296,7 +387,7 @@ int64_t deviceMemoryUsedBytes() {
 
 class NativeWorkspace {};
 
-std::shared_ptr<NativeWorkspace> makeNativeWorkspace() { return std::make_shared<NativeWorkspace>(); }
+std::shared_ptr<NativeWorkspace> makeNativeWorkspace(int64_t) { return std::make_shared<NativeWorkspace>(); }
 
 std::unique_ptr<NativeIntLinear> makeNativeIntLinear(const quant::QuantizedWeight&, const at::Tensor&, at::Device device,
                                                      at::ScalarType, std::shared_ptr<NativeWorkspace>, std::string& reason) {

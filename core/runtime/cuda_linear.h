@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -17,15 +18,24 @@ class CompressedLinear;
 
 // Device scratch shared by the native layers of one runtime: they run one after another on LibTorch's current
 // stream (with a CUDA build of LibTorch; the default stream otherwise), which is where the kernels are launched.
+// Integer layers given more than `dequantAboveTokens` token rows dequantize into the workspace's dense scratch and
+// call cuBLAS instead of the W4A16 / W8A16 kernels (-1: defaultDequantAboveTokens()).
 class NativeWorkspace;
-std::shared_ptr<NativeWorkspace> makeNativeWorkspace();
+std::shared_ptr<NativeWorkspace> makeNativeWorkspace(int64_t dequantAboveTokens = -1);
+
+// Measured on an H200 (docs/performance.md, "INT4 prefill and fused INT4 projections"): on the 4096/11008 shapes the
+// W4A16 kernel wins at 32 rows and dequantize + cuBLAS at 48 (at 128 by 2.5-3.7x); on 8192+ shapes they tie at 64.
+constexpr int64_t kDequantAboveTokens = 32;
+// kDequantAboveTokens, or CWB_DEQUANT_ABOVE_TOKENS from the environment when it holds a number >= 0.
+int64_t defaultDequantAboveTokens();
 
 class NativeIntLinear {
 public:
     virtual ~NativeIntLinear() = default;
     // x [..., cols] on the layer's device; returns [..., rows] in the runtime's compute type.
     virtual at::Tensor forward(const at::Tensor& x) const = 0;
-    virtual std::string kernelName() const = 0;   // "W4A16", "W8A16", "FP8 E4M3 GEMM" or "W8A8 int8 GEMM"
+    // "W4A16 (M<=32), dequant + cuBLAS (M>32)" (W8A16 likewise), "FP8 E4M3 GEMM" or "W8A8 int8 GEMM"
+    virtual std::string kernelName() const = 0;
     virtual size_t deviceBytes() const = 0;       // packed words, scales and tables on the device
 };
 
@@ -34,6 +44,13 @@ public:
 std::unique_ptr<NativeIntLinear> makeNativeIntLinear(const quant::QuantizedWeight& weight, const at::Tensor& inputScale,
                                                      at::Device device, at::ScalarType dtype,
                                                      std::shared_ptr<NativeWorkspace> workspace, std::string& reason);
+
+// Integer weights that can run as one packed matrix: the same spec (bits, group, symmetry), the same columns and
+// column-to-group map (act-order), and the same input scale (both undefined, or equal). Otherwise `reason` says why.
+bool canConcatenateRows(const std::vector<const quant::QuantizedWeight*>& parts,
+                        const std::vector<at::Tensor>& inputScales, std::string& reason);
+// The parts' rows stacked in order: packed words, scales and zeros concatenated; spec and group index shared.
+quant::QuantizedWeight concatenateRows(const std::vector<const quant::QuantizedWeight*>& parts);
 
 // Any compressed layer: IntLinear through makeNativeIntLinear; Fp8Linear with dynamic activations through the FP8
 // GEMM; W8A8Linear through the int8 GEMM. Activations are quantized per token on the device with the CPU path's

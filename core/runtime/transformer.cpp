@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "core/compress/compressed_layers.h"
 #include "core/model/compressed_linear.h"
@@ -21,6 +22,12 @@ struct Transformer::Block {
     std::map<std::string, std::shared_ptr<const NativeIntLinear>> native;         // layers run by a kernel
     const at::Tensor& operator[](const std::string& suffix) const { return tensors.at(suffix); }
     bool has(const std::string& suffix) const { return tensors.count(suffix) != 0; }
+    // A dense weight or a native kernel under this name (fused projections have either).
+    bool hasLinear(const std::string& layer) const { return has(layer + ".weight") || native.count(layer) != 0; }
+    int64_t outputRows(const std::string& layer) const {
+        auto w = tensors.find(layer + ".weight");
+        return w != tensors.end() ? w->second.size(0) : compressed.at(layer)->rows();
+    }
     // y = linear(prepareInput(x), W) + b through the layer's compressed form when it has one.
     at::Tensor linear(const std::string& layer, const at::Tensor& x) const {
         auto bias = tensors.find(layer + ".bias");
@@ -235,8 +242,19 @@ const Transformer::Block& Transformer::block(int64_t layer) {
     const ArchSpec& s = mModel.spec;
     const auto& suffixes = s.family == Family::Llama ? llamaSuffixes(s.attentionBias) : gpt2Suffixes();
     const std::string prefix = layerPrefix(s, layer);
+    static const std::vector<std::pair<std::vector<std::string>, std::string>> projections = {
+        {{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, "self_attn.qkv_proj"},
+        {{"mlp.gate_proj", "mlp.up_proj"}, "mlp.gate_up_proj"}};
+    std::set<std::string> fusedNatively;   // parts whose weights went into one packed matrix
+    if (s.family == Family::Llama && !mOptions.parameters)
+        for (const auto& [parts, fused] : projections)
+            if (fuseNativeProjection(b->native, prefix, parts, fused)) fusedNatively.insert(parts.begin(), parts.end());
     for (const auto& suffix : suffixes) {
         const std::string layer = suffix.substr(0, suffix.rfind('.'));
+        if (fusedNatively.count(layer) && suffix.compare(suffix.size() - 7, 7, ".weight") == 0) {
+            b->compressed[layer] = mModel.compressed(prefix + layer);
+            continue;
+        }
         auto compressed = suffix.compare(suffix.size() - 7, 7, ".weight") == 0 ? mModel.compressed(prefix + layer) : nullptr;
         if (compressed) b->compressed[layer] = compressed;
         if (const at::Tensor* given = parameter(prefix + suffix)) {
@@ -251,6 +269,12 @@ const Transformer::Block& Transformer::block(int64_t layer) {
             b->tensors[suffix] = weight(prefix + suffix);
         }
     }
+    for (const auto& [parts, fused] : projections) {   // biases of natively fused parts: one vector
+        if (!b->native.count(fused) || !b->has(parts.front() + ".bias")) continue;
+        std::vector<at::Tensor> biases;
+        for (const auto& part : parts) biases.push_back(b->tensors.at(part + ".bias"));
+        b->tensors[fused + ".bias"] = at::cat(biases, 0);
+    }
     if (s.family == Family::Llama && !mOptions.parameters) {   // given parameters are used as they are
         b->fuse({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, "self_attn.qkv_proj");
         b->fuse({"mlp.gate_proj", "mlp.up_proj"}, "mlp.gate_up_proj");
@@ -263,6 +287,38 @@ const Transformer::Block& Transformer::block(int64_t layer) {
     return *mScratch;
 }
 
+bool Transformer::fuseNativeProjection(std::map<std::string, std::shared_ptr<const NativeIntLinear>>& native,
+                                       const std::string& prefix, const std::vector<std::string>& parts,
+                                       const std::string& fused) {
+    if (!mOptions.fuseNativeProjections || !mOptions.nativeKernels || !mOptions.device.is_cuda() || !nativeKernelsBuilt())
+        return false;
+    std::vector<std::shared_ptr<const CompressedLinear>> held;   // keeps the parts alive while they are read
+    std::vector<const quant::QuantizedWeight*> weights;
+    std::vector<at::Tensor> inputScales;
+    for (const auto& part : parts) {
+        auto layer = mModel.compressed(prefix + part);
+        const auto* integer = dynamic_cast<const IntLinear*>(layer.get());
+        if (!integer || (integer->bits() != 4 && integer->bits() != 8)) return false;
+        held.push_back(layer);
+        weights.push_back(&integer->quantized());
+        inputScales.push_back(integer->inputScale());
+    }
+    std::string reason;
+    if (!canConcatenateRows(weights, inputScales, reason)) return false;
+    if (!mNativeWorkspace) mNativeWorkspace = makeNativeWorkspace(mOptions.dequantAboveTokens);
+    auto kernel = makeNativeIntLinear(concatenateRows(weights), inputScales.front(), mOptions.device, mOptions.dtype,
+                                      mNativeWorkspace, reason);
+    if (!kernel) return false;   // each part then tries on its own and reports why
+    std::string names;
+    for (const auto& part : parts) {   // "self_attn.q_proj" -> "q"
+        const std::string shortName = part.substr(part.find('.') + 1);
+        names += (names.empty() ? "" : "/") + shortName.substr(0, shortName.rfind("_proj"));
+    }
+    for (const auto& part : parts) mLayerPaths[prefix + part] = {true, kernel->kernelName() + ", fused " + names};
+    native[fused] = std::move(kernel);
+    return true;
+}
+
 std::shared_ptr<const NativeIntLinear> Transformer::nativeLinear(const std::string& name, const CompressedLinear& layer) {
     LayerPath path;
     std::shared_ptr<const NativeIntLinear> kernel;
@@ -271,7 +327,7 @@ std::shared_ptr<const NativeIntLinear> Transformer::nativeLinear(const std::stri
     } else if (!mOptions.nativeKernels) {
         path.how = "native kernels turned off";
     } else {
-        if (!mNativeWorkspace) mNativeWorkspace = makeNativeWorkspace();
+        if (!mNativeWorkspace) mNativeWorkspace = makeNativeWorkspace(mOptions.dequantAboveTokens);
         kernel = makeNativeLinear(layer, mOptions.device, mOptions.dtype, mNativeWorkspace, path.how);
         if (kernel) path = {true, kernel->kernelName()};
     }
@@ -284,12 +340,12 @@ std::string Transformer::layerPathSummary() const {
     for (const auto& [name, path] : mLayerPaths) ++(path.native ? native : fallback)[path.how];
     auto list = [](const std::map<std::string, int64_t>& counts) {
         std::string text;
-        for (const auto& [how, n] : counts) text += (text.empty() ? "" : ", ") + std::to_string(n) + " " + how;
+        for (const auto& [how, n] : counts) text += (text.empty() ? "" : "; ") + std::to_string(n) + " " + how;
         return text;
     };
     std::string text;
     if (!native.empty()) text = "native: " + list(native);
-    if (!fallback.empty()) text += std::string(text.empty() ? "" : "; ") + "dequantized: " + list(fallback);
+    if (!fallback.empty()) text += std::string(text.empty() ? "" : " | ") + "dequantized: " + list(fallback);
     return text;
 }
 
@@ -358,14 +414,14 @@ at::Tensor Transformer::llamaBlock(int64_t layer, const at::Tensor& x, KvCache* 
     // Dense q/k/v and gate/up run as one matrix each (Block::fuse); observers still see each layer's output.
     auto fused = [&](const std::string& name, const at::Tensor& input, const std::vector<std::string>& parts) {
         std::vector<at::Tensor> outputs;
-        if (!b.has(name + ".weight")) {
+        if (!b.hasLinear(name)) {
             for (const auto& part : parts) outputs.push_back(lin(part, input));
             return outputs;
         }
         at::Tensor y = b.linear(name, input);
         int64_t offset = 0;
         for (const auto& part : parts) {
-            const int64_t n = b[part + ".weight"].size(0);
+            const int64_t n = b.outputRows(part);
             outputs.push_back(y.narrow(-1, offset, n));
             offset += n;
             if (observer && observer->wantsLinear(prefix + part)) observer->onLinear(prefix + part, input, outputs.back());
@@ -481,7 +537,7 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     const int64_t B = x.size(0), heads = s.headsAt(layer), kvHeads = s.kvHeadsAt(layer), hd = s.headDim;
     at::Tensor h = rmsNorm(x, b["input_layernorm.weight"], s.normEps);
     at::Tensor qk, v;   // [B, 1, (heads + kvHeads) * hd], [B, 1, kvHeads * hd]
-    if (b.has("self_attn.qkv_proj.weight")) {
+    if (b.hasLinear("self_attn.qkv_proj")) {
         at::Tensor qkv = b.linear("self_attn.qkv_proj", h);
         qk = qkv.narrow(-1, 0, (heads + kvHeads) * hd);
         v = qkv.narrow(-1, (heads + kvHeads) * hd, kvHeads * hd);
@@ -506,7 +562,7 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     at::Tensor out = b.linearPlus("self_attn.o_proj", attn, x);
     h = rmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
     at::Tensor act;
-    if (b.has("mlp.gate_up_proj.weight")) {
+    if (b.hasLinear("mlp.gate_up_proj")) {
         at::Tensor gateUp = b.linear("mlp.gate_up_proj", h);
         const int64_t ffn = gateUp.size(-1) / 2;
         act = at::silu(gateUp.narrow(-1, 0, ffn)).mul_(gateUp.narrow(-1, ffn, ffn));

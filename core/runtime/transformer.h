@@ -43,6 +43,13 @@ struct RuntimeOptions {
     // with dynamic activations and SmoothQuant W8A8 layers through the cuBLASLt FP8 / int8 GEMMs.
     // Off, or where no kernel applies, they are dequantized to a dense weight (see Transformer::layerPaths).
     bool nativeKernels = true;
+    // Native W4A16 / W8A16 layers given more token rows than this (prefill) dequantize their packed weight into a
+    // shared device scratch and multiply with cuBLAS; up to it they run the kernels. -1: kDequantAboveTokens
+    // (core/runtime/cuda_linear.h), or CWB_DEQUANT_ABOVE_TOKENS from the environment (benchmarking).
+    int64_t dequantAboveTokens = -1;
+    // Native integer q/k/v (and gate/up) with the same bits, group, input scale and column order run as one packed
+    // matrix (one kernel launch instead of three, no concatenation).
+    bool fuseNativeProjections = true;
     DecodeMode decode = DecodeMode::CudaGraph;
 };
 
@@ -116,7 +123,8 @@ public:
 
     // The path of each compressed layer of the blocks loaded so far (all of them after one forward), by layer name.
     const std::map<std::string, LayerPath>& layerPaths() const { return mLayerPaths; }
-    // "n native (W4A16), m dequantized: reason ..." or "" when there are no compressed layers.
+    // "native: n W4A16 (M<=32), dequant + cuBLAS (M>32); m ... | dequantized: k reason; ..." (entries of a kind
+    // split by "; ", the two kinds by " | "), or "" when there are no compressed layers.
     std::string layerPathSummary() const;
 
 private:
@@ -124,6 +132,10 @@ private:
     struct Globals;
     const Block& block(int64_t layer);
     std::shared_ptr<const NativeIntLinear> nativeLinear(const std::string& name, const CompressedLinear& layer);
+    // Native integer parts of one projection (q/k/v, gate/up) packed as one matrix under `fused` in `native`;
+    // false (nothing added) when they differ in format or any part has no kernel.
+    bool fuseNativeProjection(std::map<std::string, std::shared_ptr<const NativeIntLinear>>& native,
+                              const std::string& prefix, const std::vector<std::string>& parts, const std::string& fused);
     at::Tensor weight(const std::string& name) const;
     const at::Tensor* parameter(const std::string& name) const;   // from options.parameters, or null
     at::Tensor attention(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -16,12 +16,15 @@ constexpr int kSmallWarps = 4;
 constexpr int kSmallMaxTokens = 16;
 
 // Shapes of the kernel: row tiles per warp (R) and register buffers (S) for up to 8 and up to 16 tokens. The
-// environment variable CWB_W4_SMALL_CONFIG (0..kSmallConfigs - 1) picks another for benchmarking.
+// environment variable CWB_W4_SMALL_CONFIG (0..kSmallConfigs - 1) or wxa16SetSmallConfig picks another for
+// benchmarking. 4 and 5 hold one row tile per warp with a deeper ring: fewer registers per buffer, so more loads
+// in flight per SM and more (smaller) blocks to fill the multiprocessors.
 struct SmallConfig {
     int r8, s8, r16, s16;
 };
-constexpr int kSmallConfigs = 4;
-constexpr SmallConfig kSmallConfigTable[kSmallConfigs] = {{2, 3, 2, 2}, {2, 4, 2, 3}, {4, 2, 2, 4}, {4, 3, 2, 2}};
+constexpr int kSmallConfigs = 6;
+constexpr SmallConfig kSmallConfigTable[kSmallConfigs] = {{2, 3, 2, 2}, {2, 4, 2, 3}, {4, 2, 2, 4},
+                                                          {4, 3, 2, 2}, {1, 4, 1, 4}, {1, 6, 1, 6}};
 int smallConfigIndex();  // wxa16_gemm.cu
 inline int smallRowTiles(int m) {
     const SmallConfig& c = kSmallConfigTable[smallConfigIndex()];

@@ -1,5 +1,6 @@
 // Host side of the W4A16 / W8A16 GEMM: device copy of the packed weight, workspace, split-K choice, launch.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -11,15 +12,33 @@
 namespace cwb::kernels {
 
 namespace detail {
-int smallConfigIndex() {
-    static const int index = [] {
+namespace {
+std::atomic<int>& smallConfigSlot() {  // CWB_W4_SMALL_CONFIG at start; wxa16SetSmallConfig afterwards
+    static std::atomic<int> index{[] {
         const char* v = std::getenv("CWB_W4_SMALL_CONFIG");
         const int i = v ? std::atoi(v) : 0;
         return i >= 0 && i < kSmallConfigs ? i : 0;
-    }();
+    }()};
     return index;
 }
+} // namespace
+int smallConfigIndex() { return smallConfigSlot().load(std::memory_order_relaxed); }
 } // namespace detail
+
+int wxa16SmallConfigCount() { return detail::kSmallConfigs; }
+int wxa16SmallConfig() { return detail::smallConfigIndex(); }
+void wxa16SetSmallConfig(int index) {
+    if (index < 0 || index >= detail::kSmallConfigs)
+        throw KernelError("wxa16SetSmallConfig: configuration " + std::to_string(index) + " is outside [0, " +
+                          std::to_string(detail::kSmallConfigs) + ")");
+    detail::smallConfigSlot().store(index, std::memory_order_relaxed);
+}
+std::string wxa16SmallConfigName(int index) {
+    if (index < 0 || index >= detail::kSmallConfigs) return "?";
+    const detail::SmallConfig& c = detail::kSmallConfigTable[index];
+    return "m<=8: " + std::to_string(c.r8) + " tiles x " + std::to_string(c.s8) + " buffers, m<=16: " +
+           std::to_string(c.r16) + " x " + std::to_string(c.s16);
+}
 
 namespace {
 

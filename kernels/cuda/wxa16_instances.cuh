@@ -54,6 +54,8 @@ int launchSmallTokens(const Wxa16Params* p, int groupShift, cudaStream_t stream)
     if (r == 4 && st == 3) return launchSmallShape<T, NT, 4, 3>(p, groupShift, stream);
     if (r == 2 && st == 2) return launchSmallShape<T, NT, 2, 2>(p, groupShift, stream);
     if (r == 2 && st == 3) return launchSmallShape<T, NT, 2, 3>(p, groupShift, stream);
+    if (r == 1 && st == 4) return launchSmallShape<T, NT, 1, 4>(p, groupShift, stream);
+    if (r == 1 && st == 6) return launchSmallShape<T, NT, 1, 6>(p, groupShift, stream);
     return launchSmallShape<T, NT, 2, 4>(p, groupShift, stream);
 }
 

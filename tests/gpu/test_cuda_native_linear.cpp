@@ -30,6 +30,11 @@ constexpr double kBf16Tolerance = 1e-2;
 // identical inputs, where only the output rounding differs.
 constexpr double kQuantizedActivationTolerance = 3e-2;
 constexpr double kSingleLayerTolerance = 1e-4;   // fp16 / bf16 output rounding of one product
+// Fused against separate projections: the same kernel and weights; only the split of the input dimension (chosen
+// from the row count) and so the fp32 summation order may differ, i.e. a last-bit rounding of some outputs
+// (bf16's last bit is 8x fp16's, so its squared error bound is larger).
+constexpr double kFusionToleranceFp16 = 1e-5;
+constexpr double kFusionToleranceBf16 = 1e-4;
 
 int failures = 0;
 void check(bool ok, const std::string& what) {
@@ -73,8 +78,9 @@ struct Case {
     const char* name;
     std::function<std::shared_ptr<cwb::CompressedLinear>(const std::string& layer, const at::Tensor& w)> make;
     int64_t expectedNative;   // of the 14 block linears
-    std::string kernel;       // what the native layers must report ("" when none run natively)
+    std::string kernel;       // what the native layers' reported path starts with ("" when none run natively)
     bool quantizesActivations = false;
+    int64_t expectedFused = 0;   // of the 10 q/k/v and gate/up layers: run as one packed matrix per projection
 };
 
 std::shared_ptr<cwb::CompressedLinear> fp8(const at::Tensor& w, bool perChannel, bool dynamicActivations) {
@@ -105,8 +111,8 @@ int main() {
     try {
         auto base = makeBase();
         const std::vector<Case> cases = {
-            {"int4 g32 sym", [](const std::string&, const at::Tensor& w) { return rtn(w, 4, 32, true); }, 14, "W4A16"},
-            {"int8 per-channel asym", [](const std::string&, const at::Tensor& w) { return rtn(w, 8, -1, false); }, 14, "W8A16"},
+            {"int4 g32 sym", [](const std::string&, const at::Tensor& w) { return rtn(w, 4, 32, true); }, 14, "W4A16", false, 10},
+            {"int8 per-channel asym", [](const std::string&, const at::Tensor& w) { return rtn(w, 8, -1, false); }, 14, "W8A16", false, 10},
             {"fp8 per-channel, dynamic fp8 activations",
              [](const std::string&, const at::Tensor& w) { return fp8(w, true, true); }, 14, "FP8 E4M3 GEMM", true},
             {"fp8 per-tensor, dynamic fp8 activations",
@@ -129,7 +135,7 @@ int main() {
              [](const std::string& layer, const at::Tensor& w) {
                  return rtn(w, layer == "model.layers.1.mlp.down_proj" ? 3 : 4, 128, true);
              },
-             13, "W4A16"},
+             13, "W4A16", false, 10},
         };
         at::Tensor prompt = at::randint(0, base->spec.vocab, {2, 40}, at::kLong);   // 80 rows: slices of 64 + 16
         for (const Case& c : cases) {
@@ -146,13 +152,16 @@ int main() {
                 cwb::RuntimeOptions o;
                 o.device = at::Device(at::kCUDA);
                 o.dtype = dtype;
+                o.dequantAboveTokens = 32;   // the 80-row prompt: dequantize + cuBLAS; decode steps: the kernels
                 cwb::Transformer gpu(*variant, o);
-                const double error = normalisedError(reference, gpu.forward(prompt));
-                int64_t native = 0;
+                const at::Tensor logits = gpu.forward(prompt);
+                const double error = normalisedError(reference, logits);
+                int64_t native = 0, fused = 0;
                 bool namedRight = true;
                 for (const auto& [name, path] : gpu.layerPaths()) {
                     native += path.native ? 1 : 0;
-                    namedRight = namedRight && (!path.native || path.how == c.kernel) && !path.how.empty();
+                    namedRight = namedRight && (!path.native || path.how.rfind(c.kernel, 0) == 0) && !path.how.empty();
+                    fused += path.how.find(", fused ") != std::string::npos ? 1 : 0;
                 }
                 std::printf("  %s: normalised logit error %.3g (tolerance %.0e); %s\n", c10::toString(dtype), error,
                             tolerance, gpu.layerPathSummary().c_str());
@@ -160,6 +169,32 @@ int main() {
                 check(native == c.expectedNative && int64_t(gpu.layerPaths().size()) == 14 && namedRight,
                       "the expected layers ran natively (" + (c.kernel.empty() ? std::string("none") : c.kernel) +
                           "), the others are listed as dequantized with a reason");
+                check(fused == c.expectedFused, std::to_string(fused) + " q/k/v and gate/up layers ran fused, expected " +
+                                                    std::to_string(c.expectedFused));
+                if (c.kernel == "W4A16" || c.kernel == "W8A16") {
+                    // The prompt's 80 rows took dequantize + cuBLAS above; the same prefill through the kernels
+                    // alone (slices of 64 + 16) must agree with the CPU as well.
+                    cwb::RuntimeOptions kernelsOnly = o;
+                    kernelsOnly.dequantAboveTokens = int64_t(1) << 40;
+                    cwb::Transformer viaKernels(*variant, kernelsOnly);
+                    const at::Tensor kernelLogits = viaKernels.forward(prompt);
+                    const double kernelError = normalisedError(reference, kernelLogits);
+                    std::printf("  prefill through the kernels only: normalised logit error %.3g\n", kernelError);
+                    check(error <= tolerance && kernelError <= tolerance &&
+                              gpu.layerPathSummary().find("dequant + cuBLAS (M>32)") != std::string::npos,
+                          "prefill by dequantize + cuBLAS (80 rows > 32) and by the kernels both match the CPU");
+                    if (c.expectedFused > 0) {   // one packed matrix per projection against one per layer
+                        kernelsOnly.fuseNativeProjections = false;
+                        cwb::Transformer separate(*variant, kernelsOnly);
+                        const double fusionError = normalisedError(separate.forward(prompt), kernelLogits);
+                        bool noneFused = true;
+                        for (const auto& [name, path] : separate.layerPaths())
+                            noneFused = noneFused && path.how.find(", fused ") == std::string::npos;
+                        std::printf("  fused against separate projections: normalised logit difference %.3g\n", fusionError);
+                        check(fusionError <= (dtype == at::kHalf ? kFusionToleranceFp16 : kFusionToleranceBf16) && noneFused,
+                              "fused q/k/v and gate/up give the logits of separate layers");
+                    }
+                }
 
                 o.nativeKernels = false;
                 cwb::Transformer dense(*variant, o);
@@ -173,7 +208,7 @@ int main() {
                     std::string reason;
                     auto kernel = cwb::makeNativeLinear(*compressed, o.device, dtype, cwb::makeNativeWorkspace(), reason);
                     check(kernel != nullptr, "makeNativeLinear gives a kernel for " + c.kernel + " (" + reason + ")");
-                    for (int64_t rows : {1, 37}) {
+                    for (int64_t rows : {1, 16, 37, 80}) {   // kernels up to 32 rows, dequantize + cuBLAS above
                         if (!kernel) break;
                         const at::Tensor x = (at::randn({rows, compressed->cols()}) * 2).to(dtype);
                         const at::Tensor expected = at::linear(compressed->prepareInput(x.to(at::kFloat)), compressed->weight());

@@ -97,11 +97,17 @@ int main() {
     try {
         const std::vector<int64_t> allM = {1, 3, 8, 16, 29, 64, 80};
         for (ActType act : {ActType::Float16, ActType::BFloat16}) {
-            runCase({4, true, 256, 1024, 128, 0}, act, allM, 1);
-            runCase({4, false, 200, 576, 64, 0}, act, {1, 16, 64}, 2);
-            runCase({4, false, 128, 512, 128, 1}, act, {1, 5, 64}, 3);
-            runCase({4, true, 64, 640, 128, 2}, act, {1, 16, 40}, 7);
-            runCase({4, true, 100, 320, -1, 0}, act, {1, 16}, 4);
+            // The 4-bit cases under every shape of the small-M kernel (m <= 16 runs it); the default one last.
+            for (int config = wxa16SmallConfigCount() - 1; config >= 0; --config) {
+                wxa16SetSmallConfig(config);
+                std::printf("-- small-M kernel configuration %d: %s\n", config, wxa16SmallConfigName(config).c_str());
+                const bool first = config == 0;   // m > 16 does not depend on the configuration: once is enough
+                runCase({4, true, 256, 1024, 128, 0}, act, first ? allM : std::vector<int64_t>{1, 3, 8, 16}, 1);
+                runCase({4, false, 200, 576, 64, 0}, act, first ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 16}, 2);
+                runCase({4, false, 128, 512, 128, 1}, act, first ? std::vector<int64_t>{1, 5, 64} : std::vector<int64_t>{1, 5}, 3);
+                runCase({4, true, 64, 640, 128, 2}, act, first ? std::vector<int64_t>{1, 16, 40} : std::vector<int64_t>{1, 16}, 7);
+                runCase({4, true, 100, 320, -1, 0}, act, {1, 16}, 4);
+            }
             runCase({8, true, 256, 1024, 128, 0}, act, allM, 5);
             runCase({8, false, 136, 448, 128, 1}, act, {1, 16, 64}, 6);
             runCase({8, true, 48, 384, 64, 2}, act, {1, 9}, 8);

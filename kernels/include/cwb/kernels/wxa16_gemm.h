@@ -6,6 +6,7 @@
 // Act-order weights gather X into the workspace in packed column order first (one extra small kernel).
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "cwb/kernels/kernel_types.h"
 #include "cwb/kernels/packed_weight.h"
@@ -45,6 +46,14 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
 
 // The split wxa16Gemm would choose (for reports).
 int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m);
+
+// The W4A16 kernel for m <= 16 comes in several shapes (row tiles per warp, register buffers); one is used by every
+// launch of the process (default 0; CWB_W4_SMALL_CONFIG in the environment sets the start value). For benchmarks
+// and tests: switch between launches, never while another thread launches.
+int wxa16SmallConfigCount();
+int wxa16SmallConfig();
+void wxa16SetSmallConfig(int index);   // throws KernelError outside [0, count)
+std::string wxa16SmallConfigName(int index);
 
 // CPU reference: y[m, rows] = x[m, cols] · dequantizeTiledRef(w, false)^T in double, returned as float.
 void wxa16GemmRef(const TiledIntWeight& w, const float* x, int64_t m, float* y);
