@@ -14,6 +14,16 @@ std::string IntLinear::describe() const {
     return text;
 }
 
+at::Tensor IntLinear::weightOn(const at::Device& device) const {
+    if (device.is_cpu()) return weight();
+    quant::QuantizedWeight w = mWeight;
+    w.packed = w.packed.to(device);
+    w.scales = w.scales.to(device);
+    w.zeros = w.zeros.to(device);
+    w.groupIndex = w.groupIndex.to(device);
+    return w.dequantize();
+}
+
 at::Tensor IntLinear::prepareInput(const at::Tensor& x) const {
     return mInputScale.defined() ? x / mInputScale.to(x.device(), x.scalar_type()) : x;
 }

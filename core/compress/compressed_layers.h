@@ -17,6 +17,8 @@ public:
     std::string kind() const override { return "int"; }
     int bits() const override { return mWeight.spec.bits; }
     at::Tensor weight() const override { return mWeight.dequantize(); }
+    // Unpacked and scaled on the device (integer ops and one float32 product: the CPU's values bit for bit).
+    at::Tensor weightOn(const at::Device& device) const override;
     at::Tensor prepareInput(const at::Tensor& x) const override;
     at::Tensor effectiveWeight() const override;
     size_t storageBytes() const override;
