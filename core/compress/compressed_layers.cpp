@@ -33,6 +33,10 @@ at::Tensor IntLinear::effectiveWeight() const {
     return mInputScale.defined() ? w / mInputScale.unsqueeze(0) : w;
 }
 
+at::Tensor IntLinear::effectiveWeightOn(const at::Device& device) const {
+    return mInputScale.defined() ? effectiveWeight().to(device) : weightOn(device);
+}
+
 size_t IntLinear::storageBytes() const {
     return mWeight.storageBytes() + (mInputScale.defined() ? size_t(mInputScale.numel()) * 2 : 0);
 }

@@ -21,6 +21,7 @@ public:
     at::Tensor weightOn(const at::Device& device) const override;
     at::Tensor prepareInput(const at::Tensor& x) const override;
     at::Tensor effectiveWeight() const override;
+    at::Tensor effectiveWeightOn(const at::Device& device) const override;
     size_t storageBytes() const override;
     int64_t rows() const override { return mWeight.rows; }
     int64_t cols() const override { return mWeight.cols; }

@@ -1,5 +1,6 @@
 #include "core/compress/reconstruction_meter.h"
 
+#include "core/model/compressed_linear.h"
 #include "core/model/model.h"
 
 namespace cwb {
@@ -26,8 +27,12 @@ void ReconstructionMeter::finishBlock(const Model& after, const std::vector<std:
         if (before == mBefore.end()) continue;
         auto shared = mSameInputAs.find(layer);
         auto h = mHessians.find(shared == mSameInputAs.end() ? layer : shared->second);
-        if (h != mHessians.end())
-            mErrors[layer] = reconstructionError(before->second, after.floatTensor(layer + ".weight"), h->second->hessian());
+        if (h == mHessians.end()) continue;
+        const at::Tensor hessian = h->second->hessian();
+        // The compressed weight expanded where the Hessian is (the values of after.floatTensor, without the CPU pass).
+        const auto compressed = after.compressed(layer);
+        const at::Tensor now = compressed ? compressed->effectiveWeightOn(hessian.device()) : after.floatTensor(layer + ".weight");
+        mErrors[layer] = reconstructionError(before->second, now, hessian);
     }
     for (const auto& layer : layers) {
         mBefore.erase(layer);

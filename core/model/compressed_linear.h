@@ -27,6 +27,8 @@ public:
     virtual at::Tensor prepareInput(const at::Tensor& x) const { return x; }
     // fp32 [out, in]: what the layer computes with, seen from the original input (for errors and export).
     virtual at::Tensor effectiveWeight() const { return weight(); }
+    // effectiveWeight() computed on `device`, with the same values (see weightOn).
+    virtual at::Tensor effectiveWeightOn(const at::Device& device) const { return effectiveWeight().to(device); }
     virtual size_t storageBytes() const = 0;
     virtual int64_t rows() const = 0;
     virtual int64_t cols() const = 0;
