@@ -242,6 +242,7 @@ void TestCompressionMethods::stepErrorsEqualASecondPass_data() {
     QTest::newRow("gptq act-order") << "" << R"({"method":"quantize.gptq","params":{"bits":4,"group_size":16,"act_order":true}})" << true;
     QTest::newRow("sparsegpt") << "" << R"({"method":"prune.sparsegpt","params":{"sparsity":0.5}})" << true;
     QTest::newRow("smoothquant") << "" << R"({"method":"quantize.smoothquant"})" << true;
+    QTest::newRow("wanda") << "" << R"({"method":"prune.wanda","params":{"sparsity":0.5}})" << true;
     QTest::newRow("gptq on mlp only") << "" << R"({"method":"quantize.gptq","params":{"group_size":16},"targets":"mlp"})" << true;
     QTest::newRow("gptq after wanda") << R"({"method":"prune.wanda"})" << R"({"method":"quantize.gptq","params":{"group_size":16}})" << true;
     QTest::newRow("awq (second pass)") << "" << R"({"method":"quantize.awq","params":{"group_size":16}})" << false;
