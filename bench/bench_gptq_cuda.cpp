@@ -1,8 +1,10 @@
 // GPTQ (and optionally SparseGPT) of every linear layer of a Llama-2-7B-shaped model with random weights, through the
 // real pipeline (layer-by-layer calibration, Hessians, damped Cholesky inverse, blocked updates) on one device.
-// Prints a markdown table: the step's time, the time with the per-layer reconstruction-error pass that compressModel
-// adds, and both scaled linearly to 32 blocks when fewer were built. A second table times the GPTQ math alone on the
-// three 7B layer shapes (Hessian from random activations). Speed only: the weights are random.
+// Prints a markdown table: the step's time, compressModel's whole time (with the per-layer reconstruction errors: measured
+// inside GPTQ's and SparseGPT's own pass now, by a second pass before), and both scaled linearly to 32 blocks when fewer
+// were built. A first table times the GPTQ math alone on the three 7B layer shapes (Hessian from random activations);
+// CWB_GPTQ_KERNEL=0 in the environment times the LibTorch column loop instead of the block kernel. Speed only: the
+// weights are random.
 //
 //   bench_gptq_cuda [--blocks N] [--samples 128] [--seq-len 2048] [--device cuda] [--forward f32,bf16] [--sparsegpt]
 //                   [--math-only]
@@ -20,6 +22,7 @@
 #include "core/compress/gptq_math.h"
 #include "core/compress/pipeline.h"
 #include "core/compress/recipe.h"
+#include "core/compress/sparsegpt_math.h"
 #include "core/model/model.h"
 #include "core/runtime/latency.h"
 #include "core/util/feedback.h"
@@ -49,7 +52,13 @@ void timeMath(const at::Device& device, int64_t out, int64_t in, int64_t rows) {
     const auto t1 = std::chrono::steady_clock::now();
     cwb::quant::gptqQuantize(w, hessian, options);
     const double quantize = secondsSince(t1);
-    std::printf("| %lld x %lld | %lld | %.2f | %.2f |\n", (long long)out, (long long)in, (long long)rows, accumulate, quantize);
+    cwb::prune::SparseGptOptions pruning;
+    pruning.sparsity = 0.5;
+    const auto t2 = std::chrono::steady_clock::now();
+    cwb::prune::sparseGpt(w, hessian, pruning);
+    const double prune = secondsSince(t2);
+    std::printf("| %lld x %lld | %lld | %.2f | %.2f | %.2f |\n", (long long)out, (long long)in, (long long)rows, accumulate,
+                quantize, prune);
 }
 
 } // namespace
@@ -83,7 +92,9 @@ int main(int argc, char** argv) {
         const at::Device device = cwb::resolveCompressionDevice(deviceName);
         std::printf("device %s, %lld of 32 blocks, %lld x %lld calibration tokens\n\n", device.str().c_str(),
                     (long long)blocks, (long long)samples, (long long)seqLen);
-        std::printf("GPTQ math alone (w4 g128 sym, block 128), seconds:\n\n| layer (out x in) | Hessian rows | accumulate H | quantize |\n| --- | ---: | ---: | ---: |\n");
+        const char* kernelEnv = std::getenv("CWB_GPTQ_KERNEL");
+        std::printf("column loop: %s\n\n", kernelEnv && std::string(kernelEnv) == "0" ? "LibTorch (CWB_GPTQ_KERNEL=0)" : "block kernel on CUDA");
+        std::printf("GPTQ math alone (w4 g128 sym, block 128; SparseGPT 50%%), seconds:\n\n| layer (out x in) | Hessian rows | accumulate H | GPTQ | SparseGPT |\n| --- | ---: | ---: | ---: | ---: |\n");
         timeMath(device, 4096, 4096, samples * seqLen / 4);   // warm-up shapes first, then the three 7B shapes
         timeMath(device, 4096, 4096, samples * seqLen);
         timeMath(device, 11008, 4096, samples * seqLen);
@@ -98,7 +109,7 @@ int main(int argc, char** argv) {
         std::vector<std::pair<std::string, std::string>> steps = {
             {"GPTQ w4 g128 sym", R"({"method":"quantize.gptq","params":{"bits":4,"group_size":128}})"}};
         if (sparsegpt) steps.push_back({"SparseGPT 50%", R"({"method":"prune.sparsegpt","params":{"sparsity":0.5}})"});
-        std::printf("| method | forward | blocks | step (s) | step + error pass (s) | step, 32 blocks (scaled) | with error pass, 32 blocks (scaled) |\n"
+        std::printf("| method | forward | blocks | step (s) | compressModel with errors (s) | step, 32 blocks (scaled) | compressModel, 32 blocks (scaled) |\n"
                     "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
         for (size_t start = 0; start <= forwards.size();) {
             size_t end = forwards.find(',', start);

@@ -14,6 +14,16 @@ std::string IntLinear::describe() const {
     return text;
 }
 
+at::Tensor IntLinear::weightOn(const at::Device& device) const {
+    if (device.is_cpu()) return weight();
+    quant::QuantizedWeight w = mWeight;
+    w.packed = w.packed.to(device);
+    w.scales = w.scales.to(device);
+    w.zeros = w.zeros.to(device);
+    w.groupIndex = w.groupIndex.to(device);
+    return w.dequantize();
+}
+
 at::Tensor IntLinear::prepareInput(const at::Tensor& x) const {
     return mInputScale.defined() ? x / mInputScale.to(x.device(), x.scalar_type()) : x;
 }
@@ -21,6 +31,10 @@ at::Tensor IntLinear::prepareInput(const at::Tensor& x) const {
 at::Tensor IntLinear::effectiveWeight() const {
     at::Tensor w = mWeight.dequantize();
     return mInputScale.defined() ? w / mInputScale.unsqueeze(0) : w;
+}
+
+at::Tensor IntLinear::effectiveWeightOn(const at::Device& device) const {
+    return mInputScale.defined() ? effectiveWeight().to(device) : weightOn(device);
 }
 
 size_t IntLinear::storageBytes() const {

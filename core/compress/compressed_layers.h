@@ -17,8 +17,11 @@ public:
     std::string kind() const override { return "int"; }
     int bits() const override { return mWeight.spec.bits; }
     at::Tensor weight() const override { return mWeight.dequantize(); }
+    // Unpacked and scaled on the device (integer ops and one float32 product: the CPU's values bit for bit).
+    at::Tensor weightOn(const at::Device& device) const override;
     at::Tensor prepareInput(const at::Tensor& x) const override;
     at::Tensor effectiveWeight() const override;
+    at::Tensor effectiveWeightOn(const at::Device& device) const override;
     size_t storageBytes() const override;
     int64_t rows() const override { return mWeight.rows; }
     int64_t cols() const override { return mWeight.cols; }

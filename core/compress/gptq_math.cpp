@@ -1,11 +1,21 @@
 #include "core/compress/gptq_math.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include <c10/core/DeviceGuard.h>
+
 #include "core/util/error.h"
+
+#ifdef CWB_HAVE_KERNELS
+#include "cwb/kernels/gptq_block.h"
+#endif
+#ifdef CWB_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace cwb::quant {
 
@@ -35,6 +45,60 @@ at::Tensor inverseCholeskyUpper(const at::Tensor& h, double dampPercent, double&
     throw Error("gptq: the Hessian is not positive definite even with damping " + std::to_string(damping / 10) +
                 " (" + std::to_string(kDampRetries) + " retries); check the calibration inputs");
 }
+
+#ifdef CWB_HAVE_KERNELS
+// The column loop as one kernel launch per block (kernels/gptq_block.h) plus one GEMM for the later columns, instead of
+// ~15 LibTorch operations per column. CWB_GPTQ_KERNEL=0 in the environment keeps the LibTorch loop (for comparison).
+bool useBlockKernel(const at::Device& device, const GptqOptions& options) {
+    if (!device.is_cuda() || options.blockSize > kernels::kGptqMaxBlock) return false;
+    const char* env = std::getenv("CWB_GPTQ_KERNEL");
+    return !(env && std::string(env) == "0");
+}
+
+// W, hinv: float32 CUDA in processing order. columnGroup: int32 group of each processed column for static groups,
+// undefined for dynamic ones. Fills levels, scales, zeros (dynamic) and returns ½ Σ err².
+double columnLoopKernel(at::Tensor& W, const at::Tensor& hinvUpper, const QuantSpec& spec, int64_t width,
+                        int64_t blockSize, const at::Tensor& columnGroup, at::Tensor& scales, at::Tensor& zeros,
+                        at::Tensor& levels) {
+    const c10::DeviceGuard guard(W.device());
+    const int64_t rows = W.size(0), cols = W.size(1);
+    const at::Tensor hinv = hinvUpper.contiguous();
+    at::Tensor errors = at::empty({rows, cols}, W.options());
+    kernels::GptqBlockArgs a;
+    a.weight = W.data_ptr<float>();
+    a.hinvUpper = hinv.data_ptr<float>();
+    a.rows = rows;
+    a.cols = cols;
+    a.bits = spec.bits;
+    a.symmetric = spec.symmetric;
+    a.groupWidth = width;
+    a.groups = scales.size(1);
+    a.scales = scales.data_ptr<float>();
+    a.zeros = zeros.data_ptr<int32_t>();
+    a.columnGroup = columnGroup.defined() ? columnGroup.data_ptr<int32_t>() : nullptr;
+    a.levels = levels.data_ptr<int32_t>();
+    a.errors = errors.data_ptr<float>();
+    a.errorStride = cols;
+#ifdef CWB_TORCH_CUDA
+    const kernels::Stream stream = c10::cuda::getCurrentCUDAStream().stream();
+#else
+    const kernels::Stream stream = nullptr;
+#endif
+    for (int64_t i1 = 0; i1 < cols; i1 += blockSize) {
+        const int64_t i2 = std::min(i1 + blockSize, cols);
+        a.begin = i1;
+        a.end = i2;
+        a.errorOffset = i1;
+        try {
+            kernels::gptqBlock(a, stream);
+        } catch (const kernels::KernelError& e) {
+            throw Error(std::string("gptq: ") + e.what());
+        }
+        if (i2 < cols) W.slice(1, i2).addmm_(errors.slice(1, i1, i2), hinv.slice(0, i1, i2).slice(1, i2), 1, -1);
+    }
+    return errors.square().sum().item<double>() * 0.5;
+}
+#endif
 
 } // namespace
 
@@ -120,7 +184,22 @@ GptqResult gptqQuantize(const at::Tensor& w, const at::Tensor& hessian, const Gp
     const double* pivots = pivotsCpu.data_ptr<double>();
     at::Tensor levels = at::empty({rows, cols}, on.dtype(at::kInt));  // in processing order
     at::Tensor loss = at::zeros({}, on.dtype(work));
-    for (int64_t i1 = 0; i1 < cols; i1 += options.blockSize) {
+#ifdef CWB_HAVE_KERNELS
+    const bool blockKernel = useBlockKernel(device, options);
+    if (blockKernel) {
+        at::Tensor columnGroup;
+        if (!dynamicGroups) {
+            std::vector<int32_t> group(static_cast<size_t>(cols), 0);
+            if (spec.groupSize > 0)
+                for (int64_t c = 0; c < cols; ++c) group[size_t(c)] = int32_t(order[size_t(c)] / width);
+            columnGroup = at::tensor(group, at::kInt).to(device);
+        }
+        loss.fill_(columnLoopKernel(W, hinv, spec, width, options.blockSize, columnGroup, scales, zeros, levels));
+    }
+#else
+    const bool blockKernel = false;
+#endif
+    for (int64_t i1 = 0; !blockKernel && i1 < cols; i1 += options.blockSize) {
         const int64_t i2 = std::min(i1 + options.blockSize, cols);
         at::Tensor block = W.slice(1, i1, i2).clone();
         at::Tensor blockErr = at::zeros({rows, i2 - i1}, on.dtype(work));

@@ -5,7 +5,8 @@
 // the Hessian algebra runs in float64, on CUDA in float32 (as the reference does on GPUs; fp64 there would
 // cost more than the few differing levels it saves, see docs/performance.md). The quantization itself
 // (scales, rounding) is the float32 code of quant_math.h, so an identity Hessian reproduces quantizeRtn bit
-// for bit. Results always come back on the CPU.
+// for bit. Results always come back on the CPU. On CUDA the column loop runs one kernel per block of columns
+// (kernels/gptq_block.h, same operations in float32) and one GEMM for the columns after it, when blockSize <= 128.
 #include <ATen/ATen.h>
 
 #include <cstdint>

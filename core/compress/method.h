@@ -2,7 +2,9 @@
 // A compression method: a stable id and version, declared parameters, and an apply function that changes
 // a variant model in place. Methods register in MethodRegistry (after torchao/llm-compressor: the config is
 // plain data, the code that applies it is registered separately).
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,9 @@ struct StepContext {
     const Model* base = nullptr;        // the model the recipe started from (a distillation teacher)
     // Where calibrated methods that support it (GPTQ, SparseGPT) run the calibration pass and their math.
     CalibrationCompute compute;
+    // Set by a method whose own pass measured StepReport::reconstructionError (same inputs, same formula); the
+    // report then takes it when it names exactly the layers the step changed, and skips the second pass.
+    std::optional<std::map<std::string, double>> reconstructionErrors;
 
     // The step's params with the first matching override merged in.
     nlohmann::json paramsFor(const std::string& layer) const;

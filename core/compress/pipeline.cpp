@@ -79,20 +79,27 @@ CalibrationCompute resolveCalibrationCompute(const CalibrationSpec& spec) {
     return compute;
 }
 
-std::map<std::string, double> reconstructionErrors(const Model& before, Model& after, const std::vector<std::string>& layers,
-                                                   const at::Tensor& windows, Feedback* feedback, const CalibrationCompute& compute) {
-    std::map<std::string, double> errors;
+// The layers whose reconstruction error a step report holds: changed by the step, same shape before and after.
+static std::vector<std::string> measurableLayers(const Model& before, const Model& after, const std::vector<std::string>& layers) {
+    std::vector<std::string> out;
     // Dropped blocks renumber the rest: the same name no longer means the same layer, so nothing compares.
-    if (before.spec.layers != after.spec.layers) return errors;
-    std::map<int64_t, std::vector<std::string>> byBlock;
+    if (before.spec.layers != after.spec.layers) return out;
     for (const auto& layer : layers) {
         if (!before.has(layer + ".weight") || !after.has(layer + ".weight")) continue;
         if (before.tensor(layer + ".weight").shape != after.tensor(layer + ".weight").shape) continue;
         const bool unchanged = before.compressed(layer) == after.compressed(layer) &&
                                before.tensor(layer + ".weight").data == after.tensor(layer + ".weight").data;
         if (unchanged) continue;   // the step left this layer alone
-        byBlock[blockOf(layer)].push_back(layer);
+        out.push_back(layer);
     }
+    return out;
+}
+
+std::map<std::string, double> reconstructionErrors(const Model& before, Model& after, const std::vector<std::string>& layers,
+                                                   const at::Tensor& windows, Feedback* feedback, const CalibrationCompute& compute) {
+    std::map<std::string, double> errors;
+    std::map<int64_t, std::vector<std::string>> byBlock;
+    for (const auto& layer : measurableLayers(before, after, layers)) byBlock[blockOf(layer)].push_back(layer);
     if (!windows.defined() || byBlock.empty()) return errors;
     std::map<std::string, std::unique_ptr<quant::HessianAccumulator>> hessians;
     std::map<std::string, std::string> sameInputAs;   // q/k/v and gate/up: one Hessian each
@@ -105,16 +112,12 @@ std::map<std::string, double> reconstructionErrors(const Model& before, Model& a
         if (!h) h = std::make_unique<quant::HessianAccumulator>(x.size(1));
         h->add(x);
     };
-    // With H ∝ XᵀX, ‖ΔW Xᵀ‖² / ‖W Xᵀ‖² = tr(ΔW H ΔWᵀ) / tr(W H Wᵀ): the scale of H cancels.
     pass.compressBlock = [&](int64_t b) {
         if (!byBlock.count(b)) return;
         for (const auto& layer : byBlock[b]) {
             auto shared = sameInputAs.find(layer);
             at::Tensor h = hessians.at(shared == sameInputAs.end() ? layer : shared->second)->hessian();
-            at::Tensor w = before.floatTensor(layer + ".weight").to(h.device(), h.scalar_type());
-            at::Tensor d = w - after.floatTensor(layer + ".weight").to(h.device(), h.scalar_type());
-            const double reference = (at::matmul(w, h) * w).sum().item<double>();
-            errors[layer] = reference > 0 ? (at::matmul(d, h) * d).sum().item<double>() / reference : 0.0;
+            errors[layer] = reconstructionError(before.floatTensor(layer + ".weight"), after.floatTensor(layer + ".weight"), h);
         }
         for (const auto& layer : byBlock[b]) {
             hessians.erase(layer);
@@ -123,6 +126,16 @@ std::map<std::string, double> reconstructionErrors(const Model& before, Model& a
     };
     runSequential(after, windows, pass, feedback);
     return errors;
+}
+
+// True when the step's own pass measured the errors of exactly the layers the report needs.
+static bool measuredInStep(const StepContext& ctx, const Model& before, const Model& after) {
+    if (!ctx.reconstructionErrors || !ctx.calibration.defined()) return false;
+    const std::vector<std::string> layers = measurableLayers(before, after, ctx.layers);
+    if (layers.size() != ctx.reconstructionErrors->size()) return false;
+    for (const auto& layer : layers)
+        if (!ctx.reconstructionErrors->count(layer)) return false;
+    return true;
 }
 
 static bool needsCalibration(const Recipe& recipe) {
@@ -175,7 +188,7 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         const CompressionMethod* method = MethodRegistry::instance().find(step.method);
         SubFeedback sub(feedback, double(i) / double(steps), double(i + 1) / double(steps));
         StepContext ctx{*result.model, step, resolveParams(step.method, method->params(), step.params),
-                        targetLayers(*result.model, step), windows, &sub, {}, &base, compute};
+                        targetLayers(*result.model, step), windows, &sub, {}, &base, compute, {}};
         if (feedback) feedback->log("step " + std::to_string(i + 1) + "/" + std::to_string(steps) + ": " + step.method +
                                     " on " + std::to_string(ctx.layers.size()) + " layers");
         auto t0 = std::chrono::steady_clock::now();
@@ -188,7 +201,12 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         report.layers = static_cast<int64_t>(ctx.layers.size());
         report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         report.notes = ctx.notes;
-        report.reconstructionError = reconstructionErrors(*before, *result.model, ctx.layers, windows, nullptr, compute);
+        if (measuredInStep(ctx, *before, *result.model)) {
+            report.reconstructionError = *ctx.reconstructionErrors;
+            if (feedback) feedback->log("step " + std::to_string(i + 1) + ": reconstruction errors measured in the step's own pass");
+        } else {
+            report.reconstructionError = reconstructionErrors(*before, *result.model, ctx.layers, windows, nullptr, compute);
+        }
         if (onStep) onStep(report, *result.model);
         result.steps.push_back(std::move(report));
     }

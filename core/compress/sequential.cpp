@@ -13,8 +13,8 @@ namespace {
 
 class BlockObserver : public ActivationObserver {
 public:
-    BlockObserver(std::set<std::string> layers, const SequentialPass& pass, int64_t block)
-        : mLayers(std::move(layers)), mPass(pass), mBlock(block) {}
+    BlockObserver(std::set<std::string> layers, const SequentialPass& pass, int64_t block, const InputSink& sink)
+        : mLayers(std::move(layers)), mPass(pass), mBlock(block), mSink(sink) {}
     bool wantsLinear(const std::string& name) const override { return mLayers.count(name) != 0; }
     void onLinear(const std::string& name, const at::Tensor& input, const at::Tensor&) override {
         if (mPass.sharedInput && mLastInput.defined() && input.data_ptr() == mLastInput.data_ptr() &&
@@ -25,9 +25,9 @@ public:
         }
         mLastInput = input;   // held, so no later tensor can reuse its address while it is compared against
         mLastLayer = name;
-        mPass.collect(name, input.reshape({-1, input.size(-1)}).to(at::kFloat));
+        mSink(name, input.reshape({-1, input.size(-1)}).to(at::kFloat));
     }
-    bool wantsHeads() const override { return static_cast<bool>(mPass.collectHeads); }
+    bool wantsHeads() const override { return &mSink == &mPass.collect && mPass.collectHeads; }
     void onAttentionHeads(int64_t, const at::Tensor& heads) override {
         mPass.collectHeads(mBlock, heads.reshape({-1, heads.size(2), heads.size(3)}).to(at::kFloat));
     }
@@ -36,6 +36,7 @@ private:
     std::set<std::string> mLayers;
     const SequentialPass& mPass;
     int64_t mBlock;
+    const InputSink& mSink;
     at::Tensor mLastInput;        // input of the last layer given to collect
     std::string mLastLayer;
     std::set<std::string> mShared;
@@ -61,7 +62,7 @@ void runSequential(const Model& model, const at::Tensor& calibration, const Sequ
             feedback->setProgress(double(b) / double(blocks));
         }
         std::vector<std::string> wanted = pass.layersOf ? pass.layersOf(b) : std::vector<std::string>{};
-        BlockObserver observer({wanted.begin(), wanted.end()}, pass, b);
+        BlockObserver observer({wanted.begin(), wanted.end()}, pass, b, pass.collect);
         const bool observe = !wanted.empty() || pass.collectHeads;
         if (observe || pass.collectBlockIO)
             for (auto& h : hidden) {
@@ -71,8 +72,13 @@ void runSequential(const Model& model, const at::Tensor& calibration, const Sequ
             }
         if (pass.compressBlock) pass.compressBlock(b);
         runtime.invalidateBlock(-1);
-        if (b + 1 < blocks)
+        if (pass.collectCompressed) {
+            BlockObserver compressed({wanted.begin(), wanted.end()}, pass, b, pass.collectCompressed);
+            for (auto& h : hidden) h = runtime.runBlock(b, h, wanted.empty() ? nullptr : &compressed);
+            if (pass.compressedBlockDone) pass.compressedBlockDone(b);
+        } else if (b + 1 < blocks) {
             for (auto& h : hidden) h = runtime.runBlock(b, h, nullptr);
+        }
     }
     if (feedback) feedback->setProgress(1.0);
 }

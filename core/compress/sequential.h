@@ -36,6 +36,11 @@ struct SequentialPass {
     // Optional: a wanted layer reads the very tensor an earlier one read (q/k/v, gate/up): told once per block
     // (layer, the layer first given that input), after which collect is called for the first layer only.
     std::function<void(const std::string& layer, const std::string& sameInputAs)> sharedInput;
+    // Optional: observe the forward that carries the *compressed* block on to the next one (then also run after
+    // the last block): the inputs of the same layers, as the variant now computes them (sharedInput is told again),
+    // then compressedBlockDone(block). What a whole second pass over the variant would see, without that pass.
+    InputSink collectCompressed;
+    std::function<void(int64_t block)> compressedBlockDone;
     int64_t microBatch = 8;   // calibration windows run together
     // Where the forward pass runs (dequantized layers, no native kernels, so every device computes the same thing).
     // The tensors given to collect/collectHeads/collectBlockIO live on that device.

@@ -1,9 +1,19 @@
 #include "core/compress/sparsegpt_math.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
+#include <c10/core/DeviceGuard.h>
+
 #include "core/util/error.h"
+
+#ifdef CWB_HAVE_KERNELS
+#include "cwb/kernels/sparsegpt_block.h"
+#endif
+#ifdef CWB_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace cwb::prune {
 
@@ -36,6 +46,55 @@ at::Tensor keepAllButLowest(const at::Tensor& scores, int64_t k) {
     return keep;
 }
 
+#ifdef CWB_HAVE_KERNELS
+// The column loop as one kernel per block (kernels/sparsegpt_block.h) and one GEMM for the later columns, instead of
+// ~10 LibTorch operations per column; CWB_GPTQ_KERNEL=0 in the environment keeps the LibTorch loop.
+bool useBlockKernel(const at::Device& device, const SparseGptOptions& o, int64_t block) {
+    if (!device.is_cuda() || block > kernels::kSparseGptMaxBlock || o.m > 16) return false;
+    const char* env = std::getenv("CWB_GPTQ_KERNEL");
+    return !(env && std::string(env) == "0");
+}
+
+// W (float32 CUDA) pruned and updated in place; fills mask (uint8) and returns ½ Σ err².
+double columnLoopKernel(at::Tensor& W, const at::Tensor& upper, const SparseGptOptions& o, int64_t block, at::Tensor& mask) {
+    const c10::DeviceGuard guard(W.device());
+    const int64_t rows = W.size(0), cols = W.size(1);
+    const at::Tensor U = upper.contiguous();
+    at::Tensor errors = at::empty({rows, cols}, W.options());
+    kernels::SparseGptBlockArgs a;
+    a.weight = W.data_ptr<float>();
+    a.hinvUpper = U.data_ptr<float>();
+    a.rows = rows;
+    a.cols = cols;
+    a.n = o.n;
+    a.m = o.m;
+    a.mask = mask.data_ptr<uint8_t>();
+    a.errors = errors.data_ptr<float>();
+    a.errorStride = cols;
+#ifdef CWB_TORCH_CUDA
+    const kernels::Stream stream = c10::cuda::getCurrentCUDAStream().stream();
+#else
+    const kernels::Stream stream = nullptr;
+#endif
+    for (int64_t i1 = 0; i1 < cols; i1 += block) {
+        const int64_t count = std::min(block, cols - i1);
+        a.begin = i1;
+        a.end = i1 + count;
+        a.errorOffset = i1;
+        a.pruneCount = o.m == 0 ? std::llround(o.sparsity * double(count)) : 0;
+        try {
+            kernels::sparseGptBlock(a, stream);
+        } catch (const kernels::KernelError& e) {
+            throw Error(std::string("SparseGPT: ") + e.what());
+        }
+        if (i1 + count < cols)
+            W.narrow(1, i1 + count, cols - i1 - count).addmm_(errors.narrow(1, i1, count),
+                                                             U.narrow(0, i1, count).narrow(1, i1 + count, cols - i1 - count), 1, -1);
+    }
+    return errors.square().sum().item<double>() * 0.5;
+}
+#endif
+
 } // namespace
 
 SparseGptResult sparseGpt(const at::Tensor& w, const at::Tensor& hessian, const SparseGptOptions& o) {
@@ -64,7 +123,17 @@ SparseGptResult sparseGpt(const at::Tensor& w, const at::Tensor& hessian, const 
     if (o.m > 0) block = (block + o.m - 1) / o.m * o.m;   // keep n:m groups inside one block
     at::Tensor mask = at::zeros({rows, cols}, W.options().dtype(at::kBool));
     at::Tensor loss = at::zeros({}, W.options());
-    for (int64_t i1 = 0; i1 < cols; i1 += block) {
+#ifdef CWB_HAVE_KERNELS
+    const bool blockKernel = useBlockKernel(device, o, block);
+    if (blockKernel) {
+        at::Tensor kept = at::empty({rows, cols}, W.options().dtype(at::kByte));
+        loss.fill_(columnLoopKernel(W, U, o, block, kept));
+        mask = kept.to(at::kBool);
+    }
+#else
+    const bool blockKernel = false;
+#endif
+    for (int64_t i1 = 0; !blockKernel && i1 < cols; i1 += block) {
         const int64_t count = std::min(block, cols - i1);
         at::Tensor W1 = W.narrow(1, i1, count).clone();
         at::Tensor U1 = U.narrow(0, i1, count).narrow(1, i1, count);

@@ -20,10 +20,15 @@ public:
     virtual int bits() const = 0;
     // fp32 [out, in]: the matrix the layer multiplies, in its own input space (after prepareInput).
     virtual at::Tensor weight() const = 0;
+    // weight() computed on `device`: the same values, but a kind may copy its packed form there and expand it
+    // there, instead of expanding it on the CPU and copying the dense matrix.
+    virtual at::Tensor weightOn(const at::Device& device) const { return weight().to(device); }
     // Maps the layer's input into that space; identity unless smoothing or activation quantization apply.
     virtual at::Tensor prepareInput(const at::Tensor& x) const { return x; }
     // fp32 [out, in]: what the layer computes with, seen from the original input (for errors and export).
     virtual at::Tensor effectiveWeight() const { return weight(); }
+    // effectiveWeight() computed on `device`, with the same values (see weightOn).
+    virtual at::Tensor effectiveWeightOn(const at::Device& device) const { return effectiveWeight().to(device); }
     virtual size_t storageBytes() const = 0;
     virtual int64_t rows() const = 0;
     virtual int64_t cols() const = 0;

@@ -264,7 +264,7 @@ const Transformer::Block& Transformer::block(int64_t layer) {
                 b->native[layer] = std::move(kernel);
                 continue;
             }
-            b->tensors[suffix] = compressed->weight().to(mOptions.device, mOptions.dtype);
+            b->tensors[suffix] = compressed->weightOn(mOptions.device).to(mOptions.dtype);
         } else {
             b->tensors[suffix] = weight(prefix + suffix);
         }

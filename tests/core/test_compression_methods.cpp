@@ -60,6 +60,8 @@ private slots:
     void calibratedMethodsRun();
     void calibrationWindowsAreSeeded();
     void reconstructionErrorIsReported();
+    void stepErrorsEqualASecondPass_data();
+    void stepErrorsEqualASecondPass();
     void missingCalibrationAndCancelAreReported();
 };
 
@@ -230,6 +232,49 @@ void TestCompressionMethods::reconstructionErrorIsReported() {
                 .steps[0].reconstructionError.empty());
     QVERIFY(compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.layers","params":{"layers":"0"}}]})"), w)
                 .steps[0].reconstructionError.empty());   // block 1 renamed to 0 is not "block 0 compressed"
+}
+
+void TestCompressionMethods::stepErrorsEqualASecondPass_data() {
+    QTest::addColumn<QString>("first");    // step run before the measured one (empty: none)
+    QTest::addColumn<QString>("measured");
+    QTest::addColumn<bool>("inStep");      // whether the step's own pass can measure the errors
+    QTest::newRow("gptq") << "" << R"({"method":"quantize.gptq","params":{"bits":3,"group_size":16}})" << true;
+    QTest::newRow("gptq act-order") << "" << R"({"method":"quantize.gptq","params":{"bits":4,"group_size":16,"act_order":true}})" << true;
+    QTest::newRow("sparsegpt") << "" << R"({"method":"prune.sparsegpt","params":{"sparsity":0.5}})" << true;
+    QTest::newRow("smoothquant") << "" << R"({"method":"quantize.smoothquant"})" << true;
+    QTest::newRow("wanda") << "" << R"({"method":"prune.wanda","params":{"sparsity":0.5}})" << true;
+    QTest::newRow("gptq on mlp only") << "" << R"({"method":"quantize.gptq","params":{"group_size":16},"targets":"mlp"})" << true;
+    QTest::newRow("gptq after wanda") << R"({"method":"prune.wanda"})" << R"({"method":"quantize.gptq","params":{"group_size":16}})" << true;
+    QTest::newRow("awq (second pass)") << "" << R"({"method":"quantize.awq","params":{"group_size":16}})" << false;
+}
+
+// A calibrated step measures its reconstruction errors during its own pass; they must be the numbers a second pass
+// over the variant gives (reconstructionErrors), to the last bit.
+void TestCompressionMethods::stepErrorsEqualASecondPass() {
+    QFETCH(QString, first);
+    QFETCH(QString, measured);
+    QFETCH(bool, inStep);
+    Loaded l(tinyLlamaSpec());
+    const at::Tensor w = windows(8, 32);
+    const std::string steps = (first.isEmpty() ? "" : first.toStdString() + ",") + measured.toStdString();
+    CallbackFeedback feedback;
+    bool loggedInStep = false;
+    feedback.logCallback = [&](const std::string& line) { loggedInStep |= line.find("measured in the step") != std::string::npos; };
+    CompressionResult r = compressModel(*l.model, recipe(("{\"steps\":[" + steps + "]}").c_str()), w, &feedback);
+    QCOMPARE(loggedInStep, inStep);
+    std::unique_ptr<Model> before = first.isEmpty()
+        ? l.model->clone()
+        : compressModel(*l.model, recipe(("{\"steps\":[" + first.toStdString() + "]}").c_str()), w).model;
+    const Recipe measuredRecipe = recipe(("{\"steps\":[" + measured.toStdString() + "]}").c_str());
+    const std::map<std::string, double> secondPass =
+        reconstructionErrors(*before, *r.model, targetLayers(*before, measuredRecipe.steps.at(0)), w, nullptr);
+    const auto& report = r.steps.back().reconstructionError;
+    QVERIFY(!report.empty());
+    QCOMPARE(report.size(), secondPass.size());
+    for (const auto& [layer, e] : secondPass) {
+        QVERIFY2(report.count(layer), layer.c_str());
+        QVERIFY2(report.at(layer) == e, (layer + ": " + std::to_string(report.at(layer)) + " vs " + std::to_string(e)).c_str());
+    }
 }
 
 void TestCompressionMethods::calibrationWindowsAreSeeded() {

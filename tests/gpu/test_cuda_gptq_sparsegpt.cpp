@@ -1,5 +1,6 @@
-// GPU test (plain executable, CTest label `gpu`): GPTQ and SparseGPT computed on CUDA (float32 Hessian algebra)
-// against the CPU path (float64), on one layer and through the whole pipeline on a small synthetic model.
+// GPU test (plain executable, CTest label `gpu`): GPTQ and SparseGPT computed on CUDA (float32 Hessian algebra, the column
+// loops in the block kernels of kernels/gptq_block.h and sparsegpt_block.h) against the CPU path (float64), on one layer
+// and through the whole pipeline on a small synthetic model.
 // Exits 77 without a GPU.
 //
 // Tolerances, and why: float32 changes the inverse-Hessian factor in about its 5th-6th digit (float64 rounding times
@@ -37,6 +38,8 @@ constexpr double kLayerAgreement = 0.99;       // same level / same mask, one la
 constexpr double kPipelineAgreement = 0.90;    // same level / same zero, whole model
 constexpr double kLayerErrorTolerance = 0.01;  // relative difference of the reconstruction error, one layer
 constexpr double kErrorTolerance = 0.02;       // the same per layer through the pipeline
+// The same inputs and formula on the same device: equal unless the GPU's summation order changes between runs.
+constexpr double kSecondPassTolerance = 1e-9;
 
 int failures = 0;
 void check(bool ok, const std::string& what) {
@@ -169,6 +172,25 @@ void comparePipeline() {
         const double same = double(equal) / double(total);
         std::printf("  pipeline %s: %.3f%% equal (levels or zero mask); worst relative error difference %.3g\n", step,
                     100 * same, worst);
+        // The step measured its errors in its own pass on CUDA: a second pass over the variant must give the same.
+        const std::map<std::string, double> second = cwb::reconstructionErrors(
+            *base, *gpu.model, cwb::targetLayers(*base, recipe.steps.at(0)), windows, nullptr, onCuda);
+        const auto& inStep = gpu.steps.at(0).reconstructionError;
+        double apart = second.size() == inStep.size() ? 0.0 : 1.0;
+        int64_t identical = 0;
+        for (const auto& [layer, e] : second) {
+            const auto it = inStep.find(layer);
+            if (it == inStep.end()) {
+                apart = 1.0;
+                continue;
+            }
+            identical += it->second == e;
+            apart = std::max(apart, std::fabs(it->second - e) / e);
+        }
+        std::printf("  errors measured in the step vs a second pass on CUDA: %lld of %zu identical, worst relative difference %.3g\n",
+                    (long long)identical, second.size(), apart);
+        check(!second.empty() && apart <= kSecondPassTolerance,
+              std::string(step) + ": errors measured in the step equal a second pass over the variant");
         check(same >= kPipelineAgreement, std::string(step) + ": CUDA pipeline agrees with the CPU on >= 90% of weights");
         check(worst <= kErrorTolerance, std::string(step) + ": every layer's reconstruction error within 2% of the CPU's");
     }

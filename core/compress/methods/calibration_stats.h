@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/compress/method.h"
+#include "core/compress/reconstruction_meter.h"
 #include "core/compress/sequential.h"
 #include "core/model/model.h"
 
@@ -40,6 +41,8 @@ private:
 // With onDevice, the pass runs where ctx.compute says and the inputs reach the accumulator there (for accumulators
 // that follow their inputs' device, as quant::HessianAccumulator does); otherwise on the CPU in float32.
 // Layers that read the same tensor (q/k/v, gate/up) share one accumulator, filled once.
+// When the pass runs where the step's reconstruction errors are measured (ctx.compute), it also measures them on
+// the forward that carries each compressed block on (ctx.reconstructionErrors), so compressModel needs no second pass.
 template <typename Accumulator>
 void calibrateLayerByLayer(StepContext& ctx, const std::function<void(const std::string& layer, Accumulator& stats)>& compress,
                            bool onDevice = false) {
@@ -49,19 +52,35 @@ void calibrateLayerByLayer(StepContext& ctx, const std::function<void(const std:
     if (onDevice) pass.compute = ctx.compute;
     pass.layersOf = [&](int64_t block) { return layersOfBlock(ctx, block); };
     pass.collect = [&](const std::string& layer, const at::Tensor& x) { stats.at(layer, x.size(1)).add(x); };
-    pass.sharedInput = [&](const std::string& layer, const std::string& first) { sameInputAs[layer] = first; };
+    const bool measure = pass.compute.device == ctx.compute.device && pass.compute.forwardType == ctx.compute.forwardType;
+    ReconstructionMeter meter;
+    bool compressing = true;   // which forward sharedInput hears from
+    pass.sharedInput = [&](const std::string& layer, const std::string& first) {
+        if (compressing) sameInputAs[layer] = first;
+        else meter.sharedInput(layer, first);
+    };
     pass.compressBlock = [&](int64_t block) {
         const std::vector<std::string> layers = layersOfBlock(ctx, block);
         for (const auto& layer : layers) {
             auto shared = sameInputAs.find(layer);
+            if (measure) meter.rememberBefore(layer, ctx.model.floatTensor(layer + ".weight"));
             compress(layer, stats.get(shared == sameInputAs.end() ? layer : shared->second));
         }
         for (const auto& layer : layers) {
             stats.erase(layer);
             sameInputAs.erase(layer);
         }
+        if (measure) compressing = false;
     };
+    if (measure) {
+        pass.collectCompressed = [&](const std::string& layer, const at::Tensor& x) { meter.add(layer, x); };
+        pass.compressedBlockDone = [&](int64_t block) {
+            meter.finishBlock(ctx.model, layersOfBlock(ctx, block));
+            compressing = true;
+        };
+    }
     runSequential(ctx.model, ctx.calibration, pass, ctx.feedback);
+    if (measure) ctx.reconstructionErrors = meter.errors();
 }
 
 } // namespace cwb

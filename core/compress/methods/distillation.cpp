@@ -81,7 +81,7 @@ void dropBlocks(StepContext& ctx, const std::vector<int64_t>& kept) {
     RecipeStep step;
     step.method = "prune.layers";
     const CompressionMethod* layers = MethodRegistry::instance().find(step.method);
-    StepContext inner{ctx.model, step, resolveParams(step.method, layers->params(), {{"layers", drop}}), {}, {}, ctx.feedback, {}, ctx.base};
+    StepContext inner{ctx.model, step, resolveParams(step.method, layers->params(), {{"layers", drop}}), {}, {}, ctx.feedback, {}, ctx.base, {}, {}};
     layers->apply(inner);
     ctx.note("student: removed blocks " + drop + " (" + std::to_string(ctx.model.spec.layers) + " blocks left)");
 }
