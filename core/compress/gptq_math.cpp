@@ -1,5 +1,6 @@
 #include "core/compress/gptq_math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -102,8 +103,11 @@ double columnLoopKernel(at::Tensor& W, const at::Tensor& hinvUpper, const QuantS
 
 } // namespace
 
-HessianAccumulator::HessianAccumulator(int64_t columns) : mColumns(columns) {
+HessianAccumulator::HessianAccumulator(int64_t columns, int64_t blockColumns) : mColumns(columns) {
     if (columns <= 0) throw Error("gptq: a Hessian needs at least one column, got " + std::to_string(columns));
+    if (blockColumns <= 0) throw Error("gptq: Hessian blocks need at least one column");
+    const int64_t blocks = std::max<int64_t>(1, columns / blockColumns);
+    for (int64_t b = 0; b <= blocks; ++b) mBounds.push_back(columns * b / blocks);
 }
 
 void HessianAccumulator::add(const at::Tensor& inputs) {
@@ -118,11 +122,30 @@ void HessianAccumulator::add(const at::Tensor& inputs) {
     mHessian.mul_(double(mSamples) / double(mSamples + n));
     mSamples += n;
     const at::Tensor scaled = x.mul(std::sqrt(2.0 / double(mSamples)));
-    mHessian.addmm_(scaled.t(), scaled);
+    // H is symmetric: only the blocks on and below the diagonal are accumulated (hessian() mirrors the rest), which
+    // saves 25% of the products at 4096 columns and 40% at 11008. Blocks of at least 2048 columns keep each
+    // product large enough to fill the GPU.
+    const std::vector<int64_t>& bounds = mBounds;
+    for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+        const at::Tensor rowsOf = scaled.narrow(1, bounds[i], bounds[i + 1] - bounds[i]);
+        for (size_t j = 0; j <= i; ++j) {
+            const at::Tensor colsOf = scaled.narrow(1, bounds[j], bounds[j + 1] - bounds[j]);
+            mHessian.narrow(0, bounds[i], bounds[i + 1] - bounds[i]).narrow(1, bounds[j], bounds[j + 1] - bounds[j])
+                .addmm_(rowsOf.t(), colsOf);
+        }
+    }
 }
 
 at::Tensor HessianAccumulator::hessian() const {
-    return mHessian.defined() ? mHessian.clone() : at::zeros({mColumns, mColumns}, at::kDouble);
+    if (!mHessian.defined()) return at::zeros({mColumns, mColumns}, at::kDouble);
+    at::Tensor h = mHessian.clone();
+    const std::vector<int64_t>& bounds = mBounds;
+    for (size_t i = 0; i + 1 < bounds.size(); ++i)
+        for (size_t j = 0; j < i; ++j) {
+            const int64_t ri = bounds[i + 1] - bounds[i], rj = bounds[j + 1] - bounds[j];
+            h.narrow(0, bounds[j], rj).narrow(1, bounds[i], ri).copy_(h.narrow(0, bounds[i], ri).narrow(1, bounds[j], rj).t());
+        }
+    return h;
 }
 
 GptqResult gptqQuantize(const at::Tensor& w, const at::Tensor& hessian, const GptqOptions& options) {

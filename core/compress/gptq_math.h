@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/compress/quant_math.h"
 
@@ -29,7 +30,9 @@ struct GptqOptions {
 // H lives on the device of the first inputs added: float64 on the CPU, float32 on CUDA.
 class HessianAccumulator {
 public:
-    explicit HessianAccumulator(int64_t columns);
+    // Only the blocks on and below the diagonal are multiplied (H is symmetric), in blocks of at least
+    // blockColumns columns; hessian() mirrors the rest.
+    explicit HessianAccumulator(int64_t columns, int64_t blockColumns = 2048);
     void add(const at::Tensor& inputs);  // [..., in]
     at::Tensor hessian() const;          // [in, in] on the inputs' device (float64 on the CPU, float32 on CUDA)
     int64_t samples() const { return mSamples; }
@@ -37,6 +40,7 @@ public:
 
 private:
     int64_t mColumns = 0;
+    std::vector<int64_t> mBounds;   // column bounds of the blocks
     int64_t mSamples = 0;
     at::Tensor mHessian;
 };

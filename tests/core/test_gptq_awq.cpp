@@ -199,17 +199,31 @@ private slots:
         QVERIFY(actError < rtnError);
     }
 
+    // Accumulated block by block below the diagonal and mirrored: the same H as the full product, exactly symmetric.
+    void hessianAccumulator_data() {
+        QTest::addColumn<qint64>("columns");
+        QTest::addColumn<qint64>("blockColumns");
+        QTest::newRow("one block") << qint64(8) << qint64(2048);
+        QTest::newRow("two blocks") << qint64(8) << qint64(4);
+        QTest::newRow("uneven blocks") << qint64(23) << qint64(5);   // 4 blocks of 5 or 6 columns
+        QTest::newRow("one column per block") << qint64(6) << qint64(1);
+    }
     void hessianAccumulator() {
+        QFETCH(qint64, columns);
+        QFETCH(qint64, blockColumns);
         at::manual_seed(41);
-        const at::Tensor x1 = at::randn({5, 8}), x2 = at::randn({1, 3, 8});
-        HessianAccumulator acc(8);
+        const at::Tensor x1 = at::randn({5, columns}), x2 = at::randn({1, 3, columns});
+        HessianAccumulator acc(columns, blockColumns);
         acc.add(x1);
         acc.add(x2);
         QCOMPARE(acc.samples(), int64_t(8));
-        const at::Tensor x = at::cat({x1, x2.reshape({3, 8})}).to(at::kDouble);
+        const at::Tensor x = at::cat({x1, x2.reshape({3, columns})}).to(at::kDouble);
         const at::Tensor expected = x.t().mm(x).mul(2.0 / 8.0);
-        QVERIFY(at::allclose(acc.hessian(), expected, 1e-12, 1e-12));
-        QVERIFY(throwsWith([&] { acc.add(at::randn({2, 7})); }, "features"));
+        const at::Tensor h = acc.hessian();
+        QVERIFY(at::allclose(h, expected, 1e-12, 1e-12));
+        QVERIFY(at::equal(h, h.t()));
+        QVERIFY(throwsWith([&] { acc.add(at::randn({2, columns - 1})); }, "features"));
+        QVERIFY(throwsWith([&] { HessianAccumulator(columns, 0); }, "at least one column"));
     }
 
     void deadColumn_data() {
