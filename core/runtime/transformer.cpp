@@ -6,11 +6,13 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "core/compress/compressed_layers.h"
 #include "core/model/compressed_linear.h"
 #include "core/runtime/cuda_linear.h"
 #include "core/runtime/decode_graph.h"
+#include "core/runtime/fused_decode.h"
 #include "core/util/error.h"
 #include "core/util/scratch_file.h"
 
@@ -41,9 +43,13 @@ struct Transformer::Block {
         return at::linear(input, tensors.at(layer + ".weight"),
                           bias == tensors.end() ? at::Tensor() : bias->second.to(x.scalar_type()));
     }
+    // A dense layer without bias, whose product with the residual added is one addmm.
+    bool plainDense(const std::string& layer) const {
+        return !native.count(layer) && !compressed.count(layer) && !has(layer + ".bias");
+    }
     // residual + linear(x): one addmm for a dense layer without bias.
     at::Tensor linearPlus(const std::string& layer, const at::Tensor& x, const at::Tensor& residual) const {
-        if (native.count(layer) || compressed.count(layer) || has(layer + ".bias")) return residual + linear(layer, x);
+        if (!plainDense(layer)) return residual + linear(layer, x);
         const at::Tensor& w = tensors.at(layer + ".weight");
         return at::addmm(residual.reshape({-1, w.size(0)}), x.reshape({-1, w.size(1)}), w.t()).view(residual.sizes());
     }
@@ -518,8 +524,16 @@ at::Tensor Transformer::decodeFixedShape(const at::Tensor& ids, KvCache& cache) 
     return step(tokens, at::full({1}, start, at::TensorOptions().dtype(at::kLong).device(mOptions.device)));
 }
 
+bool Transformer::fusedDecodeActive() const {
+    return mOptions.fusedDecode && fusedDecodeAvailable(mOptions.device, mOptions.dtype);
+}
+
 at::Tensor Transformer::fixedShapeStep(const at::Tensor& tokens, const at::Tensor& position, KvCache& cache) {
     at::Tensor x = at::embedding(mGlobals->embedding, tokens);   // [batch, 1, hidden]
+    if (fusedDecodeActive()) {   // the kernels read the RoPE table and the position themselves
+        for (int64_t l = 0; l < mModel.spec.layers; ++l) x = fixedShapeBlock(l, x, at::Tensor(), at::Tensor(), position, cache);
+        return at::linear(fusedRmsNorm(x, mGlobals->finalNormWeight, mModel.spec.normEps), mGlobals->head).to(at::kFloat);
+    }
     // Shared by every block: this position's RoPE row, and the additive mask over the whole cache (0 up to the
     // position, -inf after), both computed on the device from `position`.
     at::Tensor rope = mRopeTable.index_select(0, position);   // [1, 2, headDim]
@@ -535,7 +549,8 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     const ArchSpec& s = mModel.spec;
     const Block& b = block(layer);
     const int64_t B = x.size(0), heads = s.headsAt(layer), kvHeads = s.kvHeadsAt(layer), hd = s.headDim;
-    at::Tensor h = rmsNorm(x, b["input_layernorm.weight"], s.normEps);
+    const bool fused = fusedDecodeActive();   // then rope and mask are undefined: the kernels need neither
+    at::Tensor h = fused ? fusedRmsNorm(x, b["input_layernorm.weight"], s.normEps) : rmsNorm(x, b["input_layernorm.weight"], s.normEps);
     at::Tensor qk, v;   // [B, 1, (heads + kvHeads) * hd], [B, 1, kvHeads * hd]
     if (b.hasLinear("self_attn.qkv_proj")) {
         at::Tensor qkv = b.linear("self_attn.qkv_proj", h);
@@ -545,29 +560,44 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
         qk = at::cat({b.linear("self_attn.q_proj", h), b.linear("self_attn.k_proj", h)}, -1);
         v = b.linear("self_attn.v_proj", h);
     }
-    // RoPE on queries and keys at once, in fp32.
-    at::Tensor qkf = qk.reshape({B, heads + kvHeads, hd}).to(at::kFloat);
-    at::Tensor rotated = (qkf * rope.select(1, 0)).addcmul_(swapRopePartners(qkf, s.ropeStyle), rope.select(1, 1)).to(x.scalar_type());
     at::Tensor& keys = cache.mKeys[static_cast<size_t>(layer)];
     at::Tensor& values = cache.mValues[static_cast<size_t>(layer)];
-    keys.index_copy_(2, position, rotated.narrow(1, heads, kvHeads).unsqueeze(2));
-    values.index_copy_(2, position, v.reshape({B, kvHeads, 1, hd}));
-    // Attention over the whole capacity; each kv head serves `groups` query heads without repeating the cache.
-    const int64_t groups = heads / kvHeads, capacity = keys.size(2);
-    at::Tensor q = rotated.narrow(1, 0, heads).reshape({B * kvHeads, groups, hd});
-    at::Tensor scores = at::baddbmm(mask, q, keys.view({B * kvHeads, capacity, hd}).transpose(1, 2), 1.0,
-                                    1.0 / std::sqrt(double(hd)));
-    at::Tensor probs = at::softmax(scores, -1);
-    at::Tensor attn = at::bmm(probs, values.view({B * kvHeads, capacity, hd})).view({B, 1, heads * hd});
-    at::Tensor out = b.linearPlus("self_attn.o_proj", attn, x);
-    h = rmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
+    at::Tensor out;   // x + attention output
+    if (fused) {   // RoPE, cache write and attention in two or three kernels; the residual add joins the norm
+        at::Tensor attn = fusedDecodeAttention(qk.narrow(-1, 0, heads * hd), qk.narrow(-1, heads * hd, kvHeads * hd), v,
+                                               mRopeTable, s.ropeStyle, position, keys, values, heads);
+        if (b.plainDense("self_attn.o_proj")) {
+            out = b.linearPlus("self_attn.o_proj", attn, x);
+            h = fusedRmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
+        } else {
+            std::tie(out, h) = fusedAddRmsNorm(b.linear("self_attn.o_proj", attn), x, b["post_attention_layernorm.weight"], s.normEps);
+        }
+    } else {
+        // RoPE on queries and keys at once, in fp32.
+        at::Tensor qkf = qk.reshape({B, heads + kvHeads, hd}).to(at::kFloat);
+        at::Tensor rotated = (qkf * rope.select(1, 0)).addcmul_(swapRopePartners(qkf, s.ropeStyle), rope.select(1, 1)).to(x.scalar_type());
+        keys.index_copy_(2, position, rotated.narrow(1, heads, kvHeads).unsqueeze(2));
+        values.index_copy_(2, position, v.reshape({B, kvHeads, 1, hd}));
+        // Attention over the whole capacity; each kv head serves `groups` query heads without repeating the cache.
+        const int64_t groups = heads / kvHeads, capacity = keys.size(2);
+        at::Tensor q = rotated.narrow(1, 0, heads).reshape({B * kvHeads, groups, hd});
+        at::Tensor scores = at::baddbmm(mask, q, keys.view({B * kvHeads, capacity, hd}).transpose(1, 2), 1.0,
+                                        1.0 / std::sqrt(double(hd)));
+        at::Tensor probs = at::softmax(scores, -1);
+        at::Tensor attn = at::bmm(probs, values.view({B * kvHeads, capacity, hd})).view({B, 1, heads * hd});
+        out = b.linearPlus("self_attn.o_proj", attn, x);
+        h = rmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
+    }
+    auto siluTimes = [&](const at::Tensor& gate, const at::Tensor& up) {
+        return fused ? fusedSiluMul(gate, up) : at::silu(gate).mul_(up);
+    };
     at::Tensor act;
     if (b.hasLinear("mlp.gate_up_proj")) {
         at::Tensor gateUp = b.linear("mlp.gate_up_proj", h);
         const int64_t ffn = gateUp.size(-1) / 2;
-        act = at::silu(gateUp.narrow(-1, 0, ffn)).mul_(gateUp.narrow(-1, ffn, ffn));
+        act = siluTimes(gateUp.narrow(-1, 0, ffn), gateUp.narrow(-1, ffn, ffn));
     } else {
-        act = at::silu(b.linear("mlp.gate_proj", h)).mul_(b.linear("mlp.up_proj", h));
+        act = siluTimes(b.linear("mlp.gate_proj", h), b.linear("mlp.up_proj", h));
     }
     return b.linearPlus("mlp.down_proj", act, out);
 }

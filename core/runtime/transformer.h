@@ -51,6 +51,9 @@ struct RuntimeOptions {
     // matrix (one kernel launch instead of three, no concatenation).
     bool fuseNativeProjections = true;
     DecodeMode decode = DecodeMode::CudaGraph;
+    // On CUDA in fp16 / bf16, the fixed-shape decode step runs the fused kernels of kernels/decode_ops.h (RMSNorm,
+    // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block); off, or elsewhere, LibTorch operations.
+    bool fusedDecode = true;
 };
 
 // How one compressed linear layer computes on this runtime.
@@ -120,6 +123,8 @@ public:
     std::unique_ptr<KvCache> makeCache(int64_t batch, int64_t capacity) const;
     // Switches how later decode steps run (the bench times both ways on one loaded model).
     void setDecodeMode(DecodeMode mode) { mOptions.decode = mode; }
+    // True when fixed-shape (CUDA graph) decode steps run the fused kernels: RuntimeOptions::fusedDecode where they apply.
+    bool fusedDecodeActive() const;
 
     // The path of each compressed layer of the blocks loaded so far (all of them after one forward), by layer name.
     const std::map<std::string, LayerPath>& layerPaths() const { return mLayerPaths; }

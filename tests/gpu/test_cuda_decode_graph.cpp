@@ -1,6 +1,9 @@
 // GPU test (plain executable, CTest label `gpu`): decode steps replayed from a CUDA graph give the logits and greedy
 // ids of eager decode on the GPU and of the CPU path, for dense fp16 and INT4 (W4A16 kernels) GQA models; a full
-// cache is refused, a reset cache replays correctly over stale slots, and changed weights re-capture.
+// cache is refused, a reset cache replays correctly over stale slots, and changed weights re-capture. The graph runs
+// the fused decode kernels (RMSNorm, RoPE + cache write, attention, SiLU * up) where the build has them, and is
+// checked the same way with them turned off; both RoPE layouts, q/k/v biases, GQA ratios 2 and 4, head dims 64 and
+// 128, and bf16.
 // Exits 77 without a GPU or without a CUDA build of LibTorch.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -21,6 +24,7 @@ using cwb::testing::normalisedError;
 namespace {
 
 constexpr double kFp16Tolerance = 1e-3;   // normalised logit error; fp16 activations carry ~11 bits
+constexpr double kBf16Tolerance = 1e-2;   // bf16 carries 8 bits: about 64 times fp16's squared rounding error
 constexpr int64_t kPrompt = 8, kSteps = 20;
 
 int failures = 0;
@@ -29,16 +33,21 @@ void check(bool ok, const std::string& what) {
     failures += ok ? 0 : 1;
 }
 
-// Llama-shaped GQA model (4 query heads over 2 kv heads), optionally with q/k/v biases.
-std::unique_ptr<cwb::Model> makeModel(bool bias) {
+struct Shape {
+    int64_t heads = 4, kvHeads = 2, headDim = 64;
+};
+
+// Llama-shaped GQA model (by default 4 query heads of 64 over 2 kv heads), optionally with q/k/v biases.
+std::unique_ptr<cwb::Model> makeModel(bool bias, cwb::RopeStyle style = cwb::RopeStyle::Halves, Shape shape = {}) {
     auto m = std::make_unique<cwb::Model>();
     cwb::ArchSpec& s = m->spec;
     s.modelType = bias ? "qwen2" : "llama";
     s.layers = 3;
     s.hidden = 256;
-    s.heads = 4;
-    s.kvHeads = 2;
-    s.headDim = 64;
+    s.heads = shape.heads;
+    s.kvHeads = shape.kvHeads;
+    s.headDim = shape.headDim;
+    s.ropeStyle = style;
     s.ffn = 688;
     s.vocab = 96;
     s.context = 128;
@@ -57,11 +66,12 @@ std::unique_ptr<cwb::Model> int4Variant(const cwb::Model& base) {
     return variant;
 }
 
-cwb::RuntimeOptions gpuOptions(cwb::DecodeMode mode) {
+cwb::RuntimeOptions gpuOptions(cwb::DecodeMode mode, at::ScalarType dtype, bool fusedDecode = true) {
     cwb::RuntimeOptions o;
     o.device = at::Device(at::kCUDA);
-    o.dtype = at::kHalf;
+    o.dtype = dtype;
     o.decode = mode;
+    o.fusedDecode = fusedDecode;
     return o;
 }
 
@@ -105,11 +115,15 @@ bool sameGreedyIds(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
     return true;
 }
 
-void runCase(const std::string& name, const cwb::Model& model) {
+void runCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype, bool fusedDecode) {
+    const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : "") + (fusedDecode ? ", fused decode kernels" : ", LibTorch decode ops");
+    const double tolerance = dtype == at::kBFloat16 ? kBf16Tolerance : kFp16Tolerance;
     std::printf("== %s\n", name.c_str());
     at::Tensor prompt = at::randint(0, model.spec.vocab, {1, kPrompt}, at::kLong);
-    cwb::Transformer graphs(model, gpuOptions(cwb::DecodeMode::CudaGraph));
-    cwb::Transformer eager(model, gpuOptions(cwb::DecodeMode::Eager));
+    cwb::Transformer graphs(model, gpuOptions(cwb::DecodeMode::CudaGraph, dtype, fusedDecode));
+    cwb::Transformer eager(model, gpuOptions(cwb::DecodeMode::Eager, dtype));
+    check(graphs.fusedDecodeActive() == (fusedDecode && cwb::nativeKernelsBuilt()),
+          std::string("the graph ") + (graphs.fusedDecodeActive() ? "runs" : "does not run") + " the fused decode kernels");
     auto graphCache = graphs.makeCache(1, kPrompt + kSteps), eagerCache = eager.makeCache(1, kPrompt + kSteps);
     std::vector<int64_t> graphIds, eagerIds;
     const at::Tensor graphLogits = greedy(graphs, *graphCache, prompt, graphIds);
@@ -124,11 +138,11 @@ void runCase(const std::string& name, const cwb::Model& model) {
     const at::Tensor reference = cpuReference(model, prompt, graphIds);
     const double versusCpu = normalisedError(reference, graphLogits);
     std::printf("  graph vs CPU: normalised logit error %.3g; %s\n", versusCpu, graphs.layerPathSummary().c_str());
-    check(versusCpu <= kFp16Tolerance, "graph decode logits match the CPU path");
+    check(versusCpu <= tolerance, "graph decode logits match the CPU path");
     if (equal == kSteps) {
         const double versusEager = normalisedError(eagerLogits, graphLogits);
         std::printf("  graph vs eager: normalised logit error %.3g\n", versusEager);
-        check(versusEager <= kFp16Tolerance, "graph decode logits match eager decode");
+        check(versusEager <= tolerance, "graph decode logits match eager decode");
     }
     // The cache is full now: one more step must be refused, and leave the cache as it was.
     bool refused = false;
@@ -145,7 +159,7 @@ void runCase(const std::string& name, const cwb::Model& model) {
     const int64_t before = graphCache->graphReplays();
     const at::Tensor again = greedy(graphs, *graphCache, otherPrompt, againIds);
     const double afterReset = normalisedError(cpuReference(model, otherPrompt, againIds), again);
-    check(afterReset <= kFp16Tolerance && graphCache->graphReplays() == before + kSteps,
+    check(afterReset <= tolerance && graphCache->graphReplays() == before + kSteps,
           "after reset the graph replays a new sequence correctly (error " + std::to_string(afterReset) + ")");
     // Changed weights: the runtime forgets its blocks, and the next step captures a new graph.
     graphs.invalidateBlock(-1);
@@ -167,15 +181,24 @@ int main() {
     }
     try {
         at::manual_seed(1);
-        for (bool bias : {false, true}) {
-            auto dense = makeModel(bias);
-            runCase(std::string("dense fp16, GQA") + (bias ? ", q/k/v biases" : ""), *dense);
-            if (cwb::nativeKernelsBuilt()) {
-                runCase(std::string("INT4 g128 (W4A16), GQA") + (bias ? ", q/k/v biases" : ""), *int4Variant(*dense));
-            } else {
-                std::printf("(no INT4 case: this build has no CUDA kernels)\n");
+        const bool kernels = cwb::nativeKernelsBuilt();
+        if (!kernels) std::printf("(no INT4 or fused-kernel cases: this build has no CUDA kernels)\n");
+        for (cwb::RopeStyle style : {cwb::RopeStyle::Halves, cwb::RopeStyle::AdjacentPairs}) {
+            const std::string rope = style == cwb::RopeStyle::Halves ? ", half-split RoPE" : ", adjacent-pair RoPE";
+            for (bool bias : {false, true}) {
+                auto dense = makeModel(bias, style);
+                const std::string what = std::string("GQA 4/2") + rope + (bias ? ", q/k/v biases" : "");
+                for (bool fused : {true, false}) {   // LibTorch's ops (checked before the kernels) once per layout
+                    if ((fused && !kernels) || (!fused && kernels && !bias)) continue;
+                    runCase("dense fp16, " + what, *dense, at::kHalf, fused);
+                    if (kernels) runCase("INT4 g128 (W4A16), " + what, *int4Variant(*dense), at::kHalf, fused);
+                }
             }
         }
+        // GQA ratio 4 with head dim 128, and bf16 activations.
+        auto wide = makeModel(true, cwb::RopeStyle::Halves, Shape{4, 1, 128});
+        runCase("dense fp16, GQA 4/1, head dim 128, q/k/v biases", *wide, at::kHalf, kernels);
+        runCase("dense, GQA 4/2", *makeModel(false), at::kBFloat16, kernels);
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

@@ -1,0 +1,36 @@
+#pragma once
+// The fused decode kernels of kernels/ (decode_ops.h) on LibTorch tensors, for the fixed-shape decode step: each
+// call is one or two launches on LibTorch's current stream, so a CUDA graph captures them. Plain C++ (no CUDA
+// headers); in a build without the kernels fusedDecodeAvailable() is false and the calls throw cwb::Error.
+#include <utility>
+
+#include <ATen/ATen.h>
+
+#include "core/model/arch_spec.h"
+
+namespace cwb {
+
+// True when the kernels can run a decode step on `device` in `dtype`: a build with the kernels, a CUDA device,
+// fp16 or bf16 activations.
+bool fusedDecodeAvailable(const at::Device& device, at::ScalarType dtype);
+
+// RMSNorm of x [..., dim] (fp16 / bf16, contiguous rows) with an fp32 weight [dim], in one kernel.
+at::Tensor fusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// sum = x + residual (rounded to their type) and RMSNorm(sum) in one kernel. Returns {sum, normed}.
+std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor& x, const at::Tensor& residual,
+                                                  const at::Tensor& weight, double eps);
+
+// One decode step's attention: RoPE on q [batch, 1, heads * headDim] and k [batch, 1, kvHeads * headDim] at the
+// device position `position` (int64 [1]), the rotated keys and v written to the caches [batch, kvHeads, capacity,
+// headDim] at that position, then attention of every query head over the cache up to it. q, k and v may be views
+// of one fused GEMM output. ropeTable is the runtime's fp32 [positions, 2, headDim] (ropeTable()).
+// Returns [batch, 1, heads * headDim].
+at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& ropeTable, RopeStyle style, const at::Tensor& position,
+                                at::Tensor& keys, at::Tensor& values, int64_t heads);
+
+// silu(gate) * up for gate and up [..., width], which may be the two halves of one fused GEMM output.
+at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up);
+
+} // namespace cwb

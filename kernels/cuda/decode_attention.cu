@@ -1,0 +1,223 @@
+// Single-token attention over the KV cache, flash-decoding style: the cache is cut into chunks, one block per
+// (chunk, kv head, sequence) scores its keys for every query head of the kv head's group, takes the softmax of the
+// chunk in fp32 and sums the values; a second small kernel merges the chunks (running maxima and sums). The
+// position comes from device memory, so chunks past it exit at once and the launch shape never changes.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "cuda_check.h"
+#include "cwb/kernels/decode_ops.h"
+#include "decode_common.cuh"
+
+namespace cwb::kernels {
+
+namespace {
+
+using namespace decode;
+
+constexpr int kAttentionThreads = 128;
+constexpr int kMaxHeadDim = 256;
+constexpr size_t kSharedBudget = 40 * 1024;   // below the 48 KB a launch gets without opting in
+
+size_t sharedBytes(int64_t groups, int64_t headDim, int64_t keysPerSplit) {
+    return size_t(groups * (headDim + keysPerSplit + 2)) * sizeof(float);
+}
+
+__device__ __forceinline__ int64_t clampedPosition(const int64_t* position, int64_t capacity) {
+    return min(max(*position, int64_t(0)), capacity - 1);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kAttentionThreads)
+    decodeAttentionKernel(const T* __restrict__ q, const T* __restrict__ keys, const T* __restrict__ values,
+                          const int64_t* __restrict__ position, T* __restrict__ out, float* __restrict__ partialMax,
+                          float* __restrict__ partialSum, float* __restrict__ partialOut, int heads, int kvHeads,
+                          int headDim, int64_t capacity, int64_t keysPerSplit, int splits, float scale) {
+    extern __shared__ float shared[];
+    const int groups = heads / kvHeads;
+    float* qs = shared;                                  // [groups][headDim], scaled
+    float* scores = qs + groups * headDim;               // [groups][keysPerSplit]: scores, then exp(score - max)
+    float* stats = scores + groups * keysPerSplit;       // [groups] maxima, then [groups] sums
+    const int split = blockIdx.x, kvHead = blockIdx.y, b = blockIdx.z;
+    const int64_t p = clampedPosition(position, capacity);
+    const int64_t start = int64_t(split) * keysPerSplit;
+    if (start > p) return;   // the merge does not read chunks past the position
+    const int count = int(min(keysPerSplit, p + 1 - start));
+    const int firstHead = kvHead * groups;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+
+    const T* qRows = q + (int64_t(b) * heads + firstHead) * headDim;
+    for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) qs[e] = toFloat(qRows[e]) * scale;
+    __syncthreads();
+
+    // Scores: a warp per key; each lane holds up to 8 of the key's elements (pairs 2 * lane + 64 j).
+    const int64_t cacheHead = (int64_t(b) * kvHeads + kvHead) * capacity;
+    const T* keyRows = keys + (cacheHead + start) * headDim;
+    for (int t = warp; t < count; t += warps) {
+        const T* key = keyRows + int64_t(t) * headDim;
+        float k[8];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int i = 2 * lane + 64 * j;
+            k[2 * j] = i < headDim ? toFloat(key[i]) : 0.0f;
+            k[2 * j + 1] = i < headDim ? toFloat(key[i + 1]) : 0.0f;
+        }
+        for (int g = 0; g < groups; ++g) {
+            const float* qg = qs + g * headDim;
+            float dot = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int i = 2 * lane + 64 * j;
+                if (i < headDim) dot += qg[i] * k[2 * j] + qg[i + 1] * k[2 * j + 1];
+            }
+            dot = warpSum(dot);
+            if (lane == 0) scores[g * keysPerSplit + t] = dot;
+        }
+    }
+    __syncthreads();
+
+    // Softmax of the chunk, one warp per query head.
+    for (int g = warp; g < groups; g += warps) {
+        float* row = scores + g * keysPerSplit;
+        float top = -INFINITY;
+        for (int t = lane; t < count; t += 32) top = fmaxf(top, row[t]);
+        top = warpMax(top);
+        float total = 0.0f;
+        for (int t = lane; t < count; t += 32) {
+            const float e = expf(row[t] - top);
+            row[t] = e;
+            total += e;
+        }
+        total = warpSum(total);
+        if (lane == 0) {
+            stats[g] = top;
+            stats[groups + g] = total;
+        }
+    }
+    __syncthreads();
+
+    // Weighted values: a thread per (query head, element); consecutive threads read consecutive elements of a row.
+    const T* valueRows = values + (cacheHead + start) * headDim;
+    for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) {
+        const int g = e / headDim, i = e % headDim;
+        const float* weights = scores + g * keysPerSplit;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int t = 0;
+        for (; t + 4 <= count; t += 4) {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) acc[u] += weights[t + u] * toFloat(valueRows[int64_t(t + u) * headDim + i]);
+        }
+        for (; t < count; ++t) acc[0] += weights[t] * toFloat(valueRows[int64_t(t) * headDim + i]);
+        const float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        const int64_t row = int64_t(b) * heads + firstHead + g;
+        if (splits == 1)
+            out[row * headDim + i] = fromFloat<T>(sum / stats[groups + g]);
+        else
+            partialOut[(row * splits + split) * headDim + i] = sum;
+    }
+    if (splits > 1 && int(threadIdx.x) < groups) {
+        const int64_t row = int64_t(b) * heads + firstHead + threadIdx.x;
+        partialMax[row * splits + split] = stats[threadIdx.x];
+        partialSum[row * splits + split] = stats[groups + threadIdx.x];
+    }
+}
+
+// One block per (query head, sequence): the chunks up to the position, rescaled to their common maximum.
+template <typename T>
+__global__ void mergeSplitsKernel(const float* __restrict__ partialMax, const float* __restrict__ partialSum,
+                                  const float* __restrict__ partialOut, const int64_t* __restrict__ position,
+                                  T* __restrict__ out, int heads, int headDim, int64_t capacity, int64_t keysPerSplit,
+                                  int splits) {
+    const int64_t row = int64_t(blockIdx.y) * heads + blockIdx.x;
+    const int used = int(min(int64_t(splits), clampedPosition(position, capacity) / keysPerSplit + 1));
+    const float* maxima = partialMax + row * splits;
+    float top = -INFINITY;
+    for (int s = 0; s < used; ++s) top = fmaxf(top, maxima[s]);
+    float total = 0.0f;
+    for (int s = 0; s < used; ++s) total += partialSum[row * splits + s] * expf(maxima[s] - top);
+    for (int i = threadIdx.x; i < headDim; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < used; ++s) acc += partialOut[(row * splits + s) * headDim + i] * expf(maxima[s] - top);
+        out[row * headDim + i] = fromFloat<T>(acc / total);
+    }
+}
+
+void require(bool ok, const std::string& what) {
+    if (!ok) throw KernelError("decodeAttention: " + what);
+}
+
+} // namespace
+
+int deviceMultiprocessors() {
+    static std::atomic<int> cached[64];   // zero (static storage): not asked yet
+    int device = 0;
+    CWB_CUDA_CHECK(cudaGetDevice(&device));
+    if (device >= 0 && device < 64 && cached[device].load() > 0) return cached[device].load();
+    int count = 0;
+    CWB_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    if (device >= 0 && device < 64) cached[device].store(count);
+    return count;
+}
+
+DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& s, int multiprocessors) {
+    const int64_t groups = std::max<int64_t>(1, s.heads / std::max<int64_t>(1, s.kvHeads));
+    const int64_t budgetKeys = int64_t(kSharedBudget / sizeof(float)) / groups - s.headDim - 2;
+    const int64_t maxKeys = std::max<int64_t>(32, std::min<int64_t>(1024, budgetKeys) / 32 * 32);
+    const int64_t blocks = std::max<int64_t>(1, s.batch * s.kvHeads);
+    const int64_t wanted = std::max<int64_t>(1, (2 * int64_t(multiprocessors) + blocks - 1) / blocks);
+    int64_t keys = (s.capacity + wanted - 1) / wanted;
+    keys = std::min(maxKeys, std::max<int64_t>(32, (keys + 31) / 32 * 32));
+    if (keys >= s.capacity) return {1, std::max<int64_t>(1, s.capacity)};
+    return {(s.capacity + keys - 1) / keys, keys};
+}
+
+size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan) {
+    if (plan.splits <= 1) return 0;
+    return size_t(s.batch * s.heads * plan.splits * (s.headDim + 2)) * sizeof(float);
+}
+
+void decodeAttention(const void* q, const void* keyCache, const void* valueCache, const int64_t* position, void* out,
+                     const DecodeAttentionShape& s, float scale, const DecodeAttentionPlan& plan, float* workspace,
+                     size_t workspaceBytes, ActType type, Stream stream) {
+    require(s.batch > 0 && s.heads > 0 && s.kvHeads > 0 && s.capacity > 0, "empty shape");
+    require(s.heads % s.kvHeads == 0, std::to_string(s.heads) + " query heads do not divide into " +
+                                          std::to_string(s.kvHeads) + " kv heads");
+    require(s.headDim > 0 && s.headDim % 2 == 0 && s.headDim <= kMaxHeadDim,
+            "head dimension " + std::to_string(s.headDim) + " is not even or above " + std::to_string(kMaxHeadDim));
+    require(q && keyCache && valueCache && position && out, "null pointer");
+    require(plan.splits >= 1 && plan.keysPerSplit >= 1 && plan.splits * plan.keysPerSplit >= s.capacity,
+            "the plan does not cover the cache");
+    const int64_t groups = s.heads / s.kvHeads;
+    const size_t shared = sharedBytes(groups, s.headDim, plan.keysPerSplit);
+    require(shared <= 48 * 1024, "a group of " + std::to_string(groups) + " heads of " + std::to_string(s.headDim) +
+                                     " needs " + std::to_string(shared) + " bytes of shared memory");
+    const bool split = plan.splits > 1;
+    require(!split || (workspace && workspaceBytes >= decodeAttentionWorkspaceBytes(s, plan)), "workspace too small");
+    const int64_t rows = s.batch * s.heads * plan.splits;
+    float* partialMax = split ? workspace : nullptr;
+    float* partialSum = split ? workspace + rows : nullptr;
+    float* partialOut = split ? workspace + 2 * rows : nullptr;
+    const cudaStream_t st = detail::toStream(stream);
+    dispatch(type, [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        const dim3 grid(unsigned(plan.splits), unsigned(s.kvHeads), unsigned(s.batch));
+        decodeAttentionKernel<T><<<grid, kAttentionThreads, shared, st>>>(
+            static_cast<const T*>(q), static_cast<const T*>(keyCache), static_cast<const T*>(valueCache), position,
+            static_cast<T*>(out), partialMax, partialSum, partialOut, int(s.heads), int(s.kvHeads), int(s.headDim),
+            s.capacity, plan.keysPerSplit, int(plan.splits), scale);
+        CWB_CUDA_CHECK_LAUNCH("decodeAttention");
+        if (split) {
+            const dim3 mergeGrid(unsigned(s.heads), unsigned(s.batch));
+            const unsigned threads = unsigned(std::min<int64_t>(128, (s.headDim + 31) / 32 * 32));
+            mergeSplitsKernel<T><<<mergeGrid, threads, 0, st>>>(partialMax, partialSum, partialOut, position,
+                                                                static_cast<T*>(out), int(s.heads), int(s.headDim),
+                                                                s.capacity, plan.keysPerSplit, int(plan.splits));
+            CWB_CUDA_CHECK_LAUNCH("decodeAttention (merge)");
+        }
+    });
+}
+
+} // namespace cwb::kernels

@@ -1,0 +1,52 @@
+#pragma once
+// Internal to the decode kernels: fp16 / bf16 loads and stores as float, warp and block reductions, and the
+// dispatch from ActType to the element type.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cwb/kernels/kernel_types.h"
+
+namespace cwb::kernels::decode {
+
+__device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
+__device__ __forceinline__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T fromFloat(float v);
+template <>
+__device__ __forceinline__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float warpSum(float v) {
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warpMax(float v) {
+    for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ __forceinline__ float blockSum(float v) {
+    __shared__ float partial[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warpSum(v);
+    __syncthreads();   // partial may still be read by an earlier call
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < warps ? partial[lane] : 0.0f;
+    return warpSum(v);
+}
+
+// Calls f with a null pointer of the element type `type` names (f(static_cast<__half*>(nullptr)) etc.).
+template <typename F>
+void dispatch(ActType type, F&& f) {
+    if (type == ActType::Float16)
+        f(static_cast<__half*>(nullptr));
+    else
+        f(static_cast<__nv_bfloat16*>(nullptr));
+}
+
+} // namespace cwb::kernels::decode

@@ -1,0 +1,80 @@
+#pragma once
+// Fused kernels of one decode step (one token per sequence, Llama family): RMSNorm (optionally with the residual
+// add), RoPE on q and k plus the KV-cache write, single-token attention over the cache (GQA, split over the
+// sequence), and SiLU(gate) * up. Activations fp16 or bf16, math in fp32. The position is read from device memory
+// (int64 [1]), so a CUDA graph captured once stays valid at every position. Every launcher takes the stream to
+// run on; nothing here needs the CUDA headers. Each op has a CPU reference (decode_ops_ref.cpp) on float data that
+// rounds where the kernel rounds.
+#include <cstddef>
+#include <cstdint>
+
+#include "cwb/kernels/kernel_types.h"
+
+namespace cwb::kernels {
+
+// How RoPE pairs the elements of a head: (2i, 2i + 1) (GGUF / Meta) or (i, i + headDim / 2) (Hugging Face, NeoX).
+enum class RopeLayout { AdjacentPairs, HalfSplit };
+
+// y[r] = x[r] / sqrt(mean(x[r]²) + eps) * weight, rows of `dim` elements, contiguous. With `residual` (may be
+// nullptr), x is first replaced by x + residual rounded to the activation type, and that sum is written to `sum`
+// (which may alias x). weight is fp32 [dim].
+void rmsNorm(const void* x, const void* residual, void* sum, const float* weight, void* y, int64_t rows, int64_t dim,
+             float eps, ActType type, Stream stream);
+
+// Shapes of one decode step's attention. Caches are [batch, kvHeads, capacity, headDim], contiguous.
+struct DecodeAttentionShape {
+    int64_t batch = 1, heads = 0, kvHeads = 0, headDim = 0, capacity = 0;
+};
+
+// RoPE at the device position *position on q [batch, heads, headDim] and k [batch, kvHeads, headDim], then the
+// rotated keys and the values v [batch, kvHeads, headDim] are written to the caches at that position; the rotated
+// queries go to qOut [batch, heads, headDim] (contiguous). q, k and v rows may be strided: element (b, i) of q is
+// q[b * qStride + i] (any q/k/v bias is already in them). ropeTable is fp32 [positions, 2, headDim]: per position
+// cos and signed sin, so that rotated[i] = x[i] * cos[i] + x[partner(i)] * sin[i] (the runtime's ropeTable()).
+// A position outside [0, capacity) or past the table writes nothing.
+void ropeKvWrite(const void* q, int64_t qStride, const void* k, int64_t kStride, const void* v, int64_t vStride,
+                 const float* ropeTable, int64_t tablePositions, RopeLayout layout, const int64_t* position,
+                 void* qOut, void* keyCache, void* valueCache, const DecodeAttentionShape& shape, ActType type,
+                 Stream stream);
+
+// How decodeAttention splits the cache: `splits` chunks of `keysPerSplit` keys, so that about twice as many blocks
+// as the device has multiprocessors work even at batch 1. Chunks past the position exit at once.
+struct DecodeAttentionPlan {
+    int64_t splits = 1, keysPerSplit = 0;
+};
+DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& shape, int multiprocessors);
+// Multiprocessors of the current device (cached per device).
+int deviceMultiprocessors();
+// fp32 scratch decodeAttention needs for a plan (partial maxima, sums and outputs per split); 0 when unsplit.
+size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& shape, const DecodeAttentionPlan& plan);
+
+// out[b, h] = softmax(q[b, h] · K[b, h / groups, 0..p]ᵀ * scale) · V[b, h / groups, 0..p] with p = *position, for
+// q [batch, heads, headDim] and out [batch, heads, headDim] contiguous; groups = heads / kvHeads query heads share
+// each kv head (GQA) without repeating the cache. Scores, softmax and sums in fp32. headDim a multiple of 2, at
+// most 256. The workspace is fp32, decodeAttentionWorkspaceBytes(shape, plan) long, and not used by two launches
+// at once.
+void decodeAttention(const void* q, const void* keyCache, const void* valueCache, const int64_t* position, void* out,
+                     const DecodeAttentionShape& shape, float scale, const DecodeAttentionPlan& plan, float* workspace,
+                     size_t workspaceBytes, ActType type, Stream stream);
+
+// out[r, i] = silu(gate[r, i]) * up[r, i] for `rows` rows of `width`; element (r, i) of gate is gate[r * gateStride
+// + i] (so one fused [gate; up] GEMM output serves as both, with up = gate + width). out is contiguous.
+void siluMul(const void* gate, int64_t gateStride, const void* up, int64_t upStride, void* out, int64_t rows,
+             int64_t width, ActType type, Stream stream);
+
+// CPU references on float data; the values given are taken as already rounded to `type`, and outputs are rounded
+// to `type` where the kernels round (before a value is stored in the activation type).
+void rmsNormRef(const float* x, const float* residual, float* sum, const float* weight, float* y, int64_t rows,
+                int64_t dim, float eps, ActType type);
+void ropeKvWriteRef(const float* q, int64_t qStride, const float* k, int64_t kStride, const float* v, int64_t vStride,
+                    const float* ropeTable, int64_t tablePositions, RopeLayout layout, int64_t position, float* qOut,
+                    float* keyCache, float* valueCache, const DecodeAttentionShape& shape, ActType type);
+void decodeAttentionRef(const float* q, const float* keyCache, const float* valueCache, int64_t position, float* out,
+                        const DecodeAttentionShape& shape, float scale, ActType type);
+void siluMulRef(const float* gate, int64_t gateStride, const float* up, int64_t upStride, float* out, int64_t rows,
+                int64_t width, ActType type);
+// fp32 [positions, 2, headDim] cos / signed-sin table for inverse frequencies theta^(-2i / headDim), laid out as
+// the runtime's ropeTable() (for tests that need no LibTorch).
+void ropeTableRef(double theta, int64_t headDim, int64_t positions, RopeLayout layout, float* table);
+
+} // namespace cwb::kernels

@@ -1,0 +1,201 @@
+// GPU test (label `gpu`, exit 77 without a GPU): the fused decode kernels (decode_ops.h) against their CPU
+// references: RMSNorm with and without the residual add; RoPE + KV-cache write for both RoPE layouts at positions 0,
+// mid and capacity - 1 (and a position past the cache, which must write nothing); single-token GQA attention over
+// the cache, unsplit and split over the sequence; SiLU(gate) * up on a fused [gate; up] row. fp16 and bf16, GQA
+// ratios 1 and 4, head dimensions 64 and 128, batch 1 and 2.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../kernels/kernel_check.h"
+#include "device_memory.h"
+#include "cwb/kernels/decode_ops.h"
+
+using namespace cwb::kernels;
+using namespace cwb::kernels::testing;
+
+namespace {
+
+// Normalised MSE allowed between a decode kernel and its reference. Both see the same rounded inputs; what remains
+// is fp32 against double arithmetic, which may round an output to the neighbouring value (one unit in the last
+// place: 2^-11 relative in fp16, 2^-8 in bf16) in a few elements.
+constexpr double kDecodeNmseFp16 = 1e-6;
+constexpr double kDecodeNmseBf16 = 5e-5;
+
+double tolerance(ActType t) { return t == ActType::Float16 ? kDecodeNmseFp16 : kDecodeNmseBf16; }
+
+// Values as the activation type holds them, and the same on the device.
+std::vector<float> roundedGaussian(size_t n, uint32_t seed, ActType t, float sigma = 1.0f) {
+    std::vector<float> v = gaussian(n, seed, sigma);
+    for (float& x : v) x = actBitsToFloat(floatToActBits(x, t), t);
+    return v;
+}
+
+uint16_t* upload(const std::vector<float>& v, ActType t) {
+    std::vector<uint16_t> bits(v.size());
+    for (size_t i = 0; i < v.size(); ++i) bits[i] = floatToActBits(v[i], t);
+    return toDevice(bits);
+}
+
+std::vector<float> download(const uint16_t* d, size_t n, ActType t) {
+    std::vector<uint16_t> bits = toHost(d, n);
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = actBitsToFloat(bits[i], t);
+    return v;
+}
+
+void synchronised(const std::string& what) { check(cudaDeviceSynchronize() == cudaSuccess, (what + " ran").c_str()); }
+
+void testRmsNorm(ActType t, int64_t rows, int64_t dim, bool residual) {
+    const std::string tag = std::string("rmsNorm ") + actTypeName(t) + " " + std::to_string(rows) + "x" +
+                            std::to_string(dim) + (residual ? " + residual" : "");
+    const size_t n = size_t(rows * dim);
+    std::vector<float> x = roundedGaussian(n, 1, t), r = roundedGaussian(n, 2, t), w = gaussian(size_t(dim), 3, 0.1f);
+    for (float& v : w) v += 1.0f;
+    std::vector<float> refSum(n), refY(n);
+    rmsNormRef(x.data(), residual ? r.data() : nullptr, refSum.data(), w.data(), refY.data(), rows, dim, 1e-5f, t);
+    uint16_t *dx = upload(x, t), *dr = upload(r, t), *dy = upload(std::vector<float>(n, 0.0f), t);
+    float* dw = toDevice(w);
+    // The sum is written over x (the runtime's in-place use).
+    rmsNorm(dx, residual ? dr : nullptr, residual ? dx : nullptr, dw, dy, rows, dim, 1e-5f, t, nullptr);
+    synchronised(tag);
+    check(nmse(download(dy, n, t), refY) <= tolerance(t), (tag + ": output matches the reference").c_str());
+    if (residual) check(download(dx, n, t) == refSum, (tag + ": x + residual written exactly").c_str());
+    cudaFree(dx), cudaFree(dr), cudaFree(dy), cudaFree(dw);
+}
+
+struct AttentionCase {
+    int64_t batch, heads, kvHeads, headDim, capacity;
+};
+
+std::string describe(const AttentionCase& c, ActType t) {
+    return std::string(actTypeName(t)) + " batch " + std::to_string(c.batch) + ", " + std::to_string(c.heads) + "/" +
+           std::to_string(c.kvHeads) + " heads of " + std::to_string(c.headDim) + ", capacity " + std::to_string(c.capacity);
+}
+
+// RoPE + cache write from a fused [q | k | v] row per sequence, at `position`; the caches start full of other values.
+void testRopeKvWrite(ActType t, const AttentionCase& c, RopeLayout layout, int64_t position) {
+    const std::string tag = "ropeKvWrite " + describe(c, t) + (layout == RopeLayout::AdjacentPairs ? ", adjacent" : ", half-split") +
+                            ", position " + std::to_string(position);
+    const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
+    const int64_t width = (c.heads + 2 * c.kvHeads) * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
+    std::vector<float> qkv = roundedGaussian(size_t(c.batch * width), 4, t);
+    std::vector<float> keys = roundedGaussian(size_t(cacheSize), 5, t), values = roundedGaussian(size_t(cacheSize), 6, t);
+    std::vector<float> table(size_t(c.capacity * 2 * c.headDim));
+    ropeTableRef(10000.0, c.headDim, c.capacity, layout, table.data());
+    std::vector<float> refQ(size_t(c.batch * c.heads * c.headDim), 0.0f), refKeys = keys, refValues = values;
+    const float* q = qkv.data();
+    ropeKvWriteRef(q, width, q + c.heads * c.headDim, width, q + (c.heads + c.kvHeads) * c.headDim, width, table.data(),
+                   c.capacity, layout, position, refQ.data(), refKeys.data(), refValues.data(), s, t);
+    uint16_t *dqkv = upload(qkv, t), *dq = upload(std::vector<float>(refQ.size(), 0.0f), t);
+    uint16_t *dk = upload(keys, t), *dv = upload(values, t);
+    float* dtable = toDevice(table);
+    int64_t* dpos = toDevice(std::vector<int64_t>{position});
+    ropeKvWrite(dqkv, width, dqkv + c.heads * c.headDim, width, dqkv + (c.heads + c.kvHeads) * c.headDim, width, dtable,
+                c.capacity, layout, dpos, dq, dk, dv, s, t, nullptr);
+    synchronised(tag);
+    const bool inside = position >= 0 && position < c.capacity;
+    if (inside) check(nmse(download(dq, refQ.size(), t), refQ) <= tolerance(t), (tag + ": rotated queries").c_str());
+    // The position's slots hold the rotated keys; every other slot keeps its value exactly.
+    const std::vector<float> gotKeys = download(dk, size_t(cacheSize), t);
+    std::vector<float> gotAtPosition, refAtPosition;
+    size_t otherSlotsChanged = 0;
+    for (int64_t row = 0; row < c.batch * c.kvHeads; ++row)
+        for (int64_t slot = 0; slot < c.capacity; ++slot)
+            for (int64_t i = 0; i < c.headDim; ++i) {
+                const size_t e = size_t((row * c.capacity + slot) * c.headDim + i);
+                if (slot != position) {
+                    otherSlotsChanged += gotKeys[e] != keys[e];
+                } else {
+                    gotAtPosition.push_back(gotKeys[e]);
+                    refAtPosition.push_back(refKeys[e]);
+                }
+            }
+    if (inside) check(nmse(gotAtPosition, refAtPosition) <= tolerance(t), (tag + ": rotated keys at the position").c_str());
+    check(otherSlotsChanged == 0, (tag + ": other cache slots untouched").c_str());
+    check(download(dv, size_t(cacheSize), t) == refValues, (tag + ": values written exactly at the position").c_str());
+    cudaFree(dqkv), cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dtable), cudaFree(dpos);
+}
+
+// expectSplit: 1 split over the sequence whatever the device, 0 never, -1 as the device's size decides.
+void testAttention(ActType t, const AttentionCase& c, int64_t position, int expectSplit) {
+    const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
+    const DecodeAttentionPlan plan = planDecodeAttention(s, deviceMultiprocessors());
+    const std::string tag = "decodeAttention " + describe(c, t) + ", position " + std::to_string(position) + ", " +
+                            std::to_string(plan.splits) + " splits of " + std::to_string(plan.keysPerSplit);
+    if (expectSplit >= 0)
+        check((plan.splits > 1) == (expectSplit == 1), (tag + ": " + (expectSplit ? "split" : "not split") + " as intended").c_str());
+    const int64_t qSize = c.batch * c.heads * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
+    std::vector<float> q = roundedGaussian(size_t(qSize), 7, t);
+    // Keys large enough that the softmax is far from uniform; slots past the position hold huge values that would
+    // dominate the result if they were read.
+    std::vector<float> keys = roundedGaussian(size_t(cacheSize), 8, t, 0.5f), values = roundedGaussian(size_t(cacheSize), 9, t);
+    for (int64_t row = 0; row < c.batch * c.kvHeads; ++row)
+        for (int64_t slot = position + 1; slot < c.capacity; ++slot)
+            for (int64_t i = 0; i < c.headDim; ++i) {
+                keys[size_t((row * c.capacity + slot) * c.headDim + i)] = 8.0f;
+                values[size_t((row * c.capacity + slot) * c.headDim + i)] = 1000.0f;
+            }
+    const float scale = float(1.0 / std::sqrt(double(c.headDim)));
+    std::vector<float> ref(static_cast<size_t>(qSize));
+    decodeAttentionRef(q.data(), keys.data(), values.data(), position, ref.data(), s, scale, t);
+    uint16_t *dq = upload(q, t), *dk = upload(keys, t), *dv = upload(values, t), *dout = upload(std::vector<float>(ref.size(), NAN), t);
+    int64_t* dpos = toDevice(std::vector<int64_t>{position});
+    const size_t bytes = decodeAttentionWorkspaceBytes(s, plan);
+    float* ws = bytes ? toDevice(std::vector<float>(bytes / sizeof(float), NAN)) : nullptr;   // poisoned
+    decodeAttention(dq, dk, dv, dpos, dout, s, scale, plan, ws, bytes, t, nullptr);
+    synchronised(tag);
+    const double error = nmse(download(dout, ref.size(), t), ref);
+    std::printf("  %s: nmse %.3g\n", tag.c_str(), error);
+    check(error <= tolerance(t), (tag + ": output matches the reference").c_str());
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dpos), cudaFree(ws);
+}
+
+void testSiluMul(ActType t, int64_t rows, int64_t width) {
+    const std::string tag = std::string("siluMul ") + actTypeName(t) + " " + std::to_string(rows) + "x" + std::to_string(width);
+    std::vector<float> gateUp = roundedGaussian(size_t(rows * 2 * width), 10, t, 2.0f), ref(size_t(rows * width));
+    siluMulRef(gateUp.data(), 2 * width, gateUp.data() + width, 2 * width, ref.data(), rows, width, t);
+    uint16_t *d = upload(gateUp, t), *dout = upload(std::vector<float>(ref.size(), 0.0f), t);
+    siluMul(d, 2 * width, d + width, 2 * width, dout, rows, width, t, nullptr);
+    synchronised(tag);
+    check(nmse(download(dout, ref.size(), t), ref) <= tolerance(t), (tag + ": output matches the reference").c_str());
+    cudaFree(d), cudaFree(dout);
+}
+
+} // namespace
+
+int main() {
+    if (noCudaDevice()) return 77;
+    try {
+        for (ActType t : {ActType::Float16, ActType::BFloat16}) {
+            testRmsNorm(t, 1, 4096, false);
+            testRmsNorm(t, 3, 1000, true);
+            testRmsNorm(t, 2, 4096, true);
+            testSiluMul(t, 1, 11008);
+            testSiluMul(t, 2, 688);
+            // GQA ratio 1 and 4, head dims 64 and 128; batch 2 in one case.
+            const AttentionCase shapes[] = {{1, 8, 8, 128, 48}, {2, 8, 2, 64, 40}, {1, 32, 8, 128, 300}};
+            for (const AttentionCase& c : shapes) {
+                for (RopeLayout layout : {RopeLayout::AdjacentPairs, RopeLayout::HalfSplit})
+                    for (int64_t p : {int64_t(0), c.capacity / 2, c.capacity - 1}) testRopeKvWrite(t, c, layout, p);
+                testRopeKvWrite(t, c, RopeLayout::HalfSplit, c.capacity);   // past the cache: nothing written
+            }
+            // Short caches run in one chunk; long ones (or few heads) split over the sequence.
+            // Short caches (at most 32 keys) run in one chunk; caches past 1024 keys always split; Llama-2-7B's
+            // shape at a 192-token cache splits as the device's multiprocessor count decides.
+            const AttentionCase attention[] = {{1, 32, 32, 128, 32},   {1, 4, 1, 64, 24},    {1, 8, 8, 128, 2048},
+                                               {2, 8, 2, 64, 1500},    {1, 32, 8, 128, 4096}, {1, 32, 32, 128, 192}};
+            const int splits[] = {0, 0, 1, 1, 1, -1};
+            for (size_t i = 0; i < 6; ++i) {
+                const AttentionCase& c = attention[i];
+                for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testAttention(t, c, p, splits[i]);
+            }
+        }
+    } catch (const std::exception& e) {
+        std::printf("FAIL: %s\n", e.what());
+        return 1;
+    }
+    return finish();
+}
