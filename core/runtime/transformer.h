@@ -43,6 +43,10 @@ struct RuntimeOptions {
     // with dynamic activations and SmoothQuant W8A8 layers through the cuBLASLt FP8 / int8 GEMMs.
     // Off, or where no kernel applies, they are dequantized to a dense weight (see Transformer::layerPaths).
     bool nativeKernels = true;
+    // With nativeKernels on CUDA in fp16 / bf16: a dense weight with the 2:4 pattern in every row runs through
+    // cuSPARSELt (when it can be loaded) for inputs of at least this many rows; fewer rows stay on the dense weight.
+    // Default from bench_sparse24 on the H200 (docs/performance.md).
+    int64_t sparseMinRows = 2048;
     DecodeMode decode = DecodeMode::CudaGraph;
 };
 
@@ -50,6 +54,7 @@ struct RuntimeOptions {
 struct LayerPath {
     bool native = false;   // true: a kernel on the packed weights; false: dequantized to a dense weight
     std::string how;       // the kernel ("W4A16") or why there was none
+    bool twoFour = false;  // a pruned dense layer with the 2:4 pattern (cuSPARSELt or, failing that, dense cuBLAS)
 };
 
 // Receives activations during a forward pass; the calibration of compression methods builds on it.
@@ -124,6 +129,7 @@ private:
     struct Globals;
     const Block& block(int64_t layer);
     std::shared_ptr<const NativeIntLinear> nativeLinear(const std::string& name, const CompressedLinear& layer);
+    void attachSparse24(Block& block, const std::string& prefix);   // 2:4 dense weights -> cuSPARSELt
     at::Tensor weight(const std::string& name) const;
     const at::Tensor* parameter(const std::string& name) const;   // from options.parameters, or null
     at::Tensor attention(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -82,7 +82,6 @@ Loaded load() {
     bind(lib, "cusparseLtMatmulGetWorkspace", a->getWorkspace, missing);
     bind(lib, "cusparseLtSpMMACompressedSize2", a->compressedSize2, missing);
     bind(lib, "cusparseLtSpMMACompress2", a->compress2, missing);
-    bind(lib, "cusparseLtSpMMAPruneCheck2", a->pruneCheck2, missing);
     bind(lib, "cusparseLtMatmul", a->matmul, missing);
     bind(lib, "cusparseLtMatmulSearch", a->matmulSearch, missing);
     std::string optional;

@@ -56,8 +56,6 @@ struct Api {
                               size_t* compressBufferBytes) = nullptr;
     Status (*compress2)(const Handle*, const MatDescriptor* sparse, int isSparseA, int op, const void* dense,
                         void* compressed, void* compressBuffer, void* stream) = nullptr;
-    Status (*pruneCheck2)(const Handle*, const MatDescriptor* sparse, int isSparseA, int op, const void* dense,
-                          int* validDevice, void* stream) = nullptr;
     Status (*matmul)(const Handle*, const Plan*, const void* alpha, const void* a, const void* b, const void* beta,
                      const void* c, void* d, void* workspace, void** streams, int32_t streamCount) = nullptr;
     Status (*matmulSearch)(const Handle*, Plan*, const void* alpha, const void* a, const void* b, const void* beta,

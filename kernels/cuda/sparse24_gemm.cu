@@ -204,19 +204,6 @@ Sparse24Gemm::Sparse24Gemm(const void* w, ActType type, int64_t n, int64_t k, St
                                                           st.valueType(), lt::kOrderColumn, lt::kSparsity50Percent),
                 "the structured weight descriptor");
         st.sparseMade = true;
-        // cuSPARSELt's own view of the pattern in this layout must agree with ours.
-        int* valid = static_cast<int*>(deviceAlloc(sizeof(int)));
-        int invalid = 1;
-        lt::Status pruneStatus = st.api->pruneCheck2(st.handle, st.sparse.get(), 1, lt::kOpTranspose, w, valid, s);
-        cudaError_t copied = cudaMemcpyAsync(&invalid, valid, sizeof invalid, cudaMemcpyDeviceToHost, s);
-        cudaError_t synced = cudaStreamSynchronize(s);
-        cudaFree(valid);
-        checkLt(*st.api, pruneStatus, "cusparseLtSpMMAPruneCheck2");
-        CWB_CUDA_CHECK(copied);
-        CWB_CUDA_CHECK(synced);
-        if (invalid != 0)
-            throw KernelError("Sparse24Gemm: cuSPARSELt rejects the 2:4 pattern of a weight whose rows all pass the "
-                              "2:4 check (layout mismatch)");
         size_t compressBufferBytes = 0;
         checkLt(*st.api, st.api->compressedSize2(st.handle, st.sparse.get(), &st.compressedBytes, &compressBufferBytes),
                 "cusparseLtSpMMACompressedSize2");
