@@ -19,6 +19,7 @@ namespace {
 
 constexpr int64_t kShapeMultiple = 16;    // n and k; m is padded up to it
 constexpr uint32_t kAlignmentBytes = 16;  // what the descriptors promise about every pointer
+constexpr size_t kSearchWorkspaceBytes = size_t(256) << 20;
 
 __global__ void firstBadGroupKernel(const uint16_t* w, int64_t groups, unsigned long long* first) {
     for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups; g += int64_t(gridDim.x) * blockDim.x) {
@@ -107,7 +108,8 @@ struct PlanEntry {
     lt::MatmulDescriptor matmul;
     lt::AlgSelection alg;
     lt::Plan plan;
-    bool planMade = false, searched = false;
+    bool descriptorsMade = false, planMade = false, searched = false;
+    std::string note = "default kernel";
     void* workspace = nullptr;
     size_t workspaceBytes = 0;
 };
@@ -131,27 +133,71 @@ struct Sparse24Gemm::State {
 
     int valueType() const { return type == ActType::Float16 ? CUDA_R_16F : CUDA_R_16BF; }
 
+    // Descriptors, algorithm (cuSPARSELt's default) and plan of one m, with the plan's workspace.
+    void makePlan(PlanEntry& e, int64_t mp) {
+        const std::string shape = std::to_string(mp) + "x" + std::to_string(n) + "x" + std::to_string(k);
+        if (!e.descriptorsMade) {
+            checkLt(*api, api->denseDescriptorInit(handle, &e.b, k, mp, k, kAlignmentBytes, valueType(), lt::kOrderColumn),
+                    "the input descriptor (" + shape + ")");
+            checkLt(*api, api->denseDescriptorInit(handle, &e.d, n, mp, n, kAlignmentBytes, valueType(), lt::kOrderColumn),
+                    "the output descriptor (" + shape + ")");
+            e.descriptorsMade = true;
+            checkLt(*api, api->matmulDescriptorInit(handle, &e.matmul, lt::kOpTranspose, lt::kOpNonTranspose, sparse.get(),
+                                                    &e.b, &e.d, &e.d, lt::kCompute32F),
+                    "the matmul descriptor (" + shape + ")");
+        }
+        if (e.planMade) {
+            api->planDestroy(&e.plan);
+            e.planMade = false;
+        }
+        checkLt(*api, api->algSelectionInit(handle, &e.alg, &e.matmul, lt::kMatmulAlgDefault),
+                "the algorithm selection (" + shape + ")");
+        checkLt(*api, api->planInit(handle, &e.plan, &e.matmul, &e.alg), "the plan (" + shape + ")");
+        e.planMade = true;
+        growWorkspace(e);
+    }
+
+    void growWorkspace(PlanEntry& e) {
+        size_t bytes = 0;
+        checkLt(*api, api->getWorkspace(handle, &e.plan, &bytes), "the workspace query");
+        if (bytes <= e.workspaceBytes) return;
+        CWB_CUDA_CHECK(cudaDeviceSynchronize());   // an earlier run may still use the old one
+        cudaFree(e.workspace);
+        e.workspace = nullptr;
+        e.workspaceBytes = 0;
+        e.workspace = deviceAlloc(bytes);
+        e.workspaceBytes = bytes;
+    }
+
     PlanEntry& planFor(int64_t mp) {
         auto found = plans.find(mp);
         if (found != plans.end()) return *found->second;
-        auto e = std::make_unique<PlanEntry>();
-        const std::string shape = std::to_string(mp) + "x" + std::to_string(n) + "x" + std::to_string(k);
-        checkLt(*api, api->denseDescriptorInit(handle, &e->b, k, mp, k, kAlignmentBytes, valueType(), lt::kOrderColumn),
-                "the input descriptor (" + shape + ")");
-        checkLt(*api, api->denseDescriptorInit(handle, &e->d, n, mp, n, kAlignmentBytes, valueType(), lt::kOrderColumn),
-                "the output descriptor (" + shape + ")");
-        checkLt(*api, api->matmulDescriptorInit(handle, &e->matmul, lt::kOpTranspose, lt::kOpNonTranspose, sparse.get(),
-                                                &e->b, &e->d, &e->d, lt::kCompute32F),
-                "the matmul descriptor (" + shape + ")");
-        checkLt(*api, api->algSelectionInit(handle, &e->alg, &e->matmul, lt::kMatmulAlgDefault),
-                "the algorithm selection (" + shape + ")");
-        checkLt(*api, api->planInit(handle, &e->plan, &e->matmul, &e->alg), "the plan (" + shape + ")");
-        e->planMade = true;
-        size_t bytes = 0;
-        checkLt(*api, api->getWorkspace(handle, &e->plan, &bytes), "the workspace query");
-        e->workspace = deviceAlloc(bytes);
-        e->workspaceBytes = bytes;
-        return *plans.emplace(mp, std::move(e)).first->second;
+        auto& e = *plans.emplace(mp, std::make_unique<PlanEntry>()).first->second;
+        makePlan(e, mp);
+        return e;
+    }
+
+    // cusparseLtMatmulSearch on this m (it runs the product several times into d). A failed search leaves the
+    // default kernel, remade from scratch, and says why in the plan's note.
+    void search(PlanEntry& e, int64_t mp, const void* b, void* d, cudaStream_t s) {
+        e.searched = true;
+        const float alpha = 1.0f, beta = 0.0f;
+        void* streams[1] = {s};
+        // Candidates such as split-K may need more workspace than the default kernel: lend a generous scratch.
+        void* scratch = deviceAlloc(kSearchWorkspaceBytes);
+        lt::Status status =
+            api->matmulSearch(handle, &e.plan, &alpha, compressed, b, &beta, d, d, scratch, streams, 1);
+        cudaError_t synced = cudaStreamSynchronize(s);
+        cudaFree(scratch);
+        CWB_CUDA_CHECK(synced);
+        if (status == lt::kSuccess) {
+            growWorkspace(e);
+            e.note = "autotuned";
+            return;
+        }
+        cudaGetLastError();   // clear a non-sticky error the failed search may have left
+        makePlan(e, mp);
+        e.note = "autotune failed (" + lt::statusText(*api, status) + "): default kernel";
     }
 
     void* stage(void*& buffer, size_t& have, size_t bytes) {
@@ -169,8 +215,10 @@ struct Sparse24Gemm::State {
     void release() {
         for (auto& [m, e] : plans) {
             if (e->planMade) api->planDestroy(&e->plan);
-            api->matDescriptorDestroy(&e->b);
-            api->matDescriptorDestroy(&e->d);
+            if (e->descriptorsMade) {
+                api->matDescriptorDestroy(&e->b);
+                api->matDescriptorDestroy(&e->d);
+            }
             cudaFree(e->workspace);
         }
         plans.clear();
@@ -250,25 +298,16 @@ void Sparse24Gemm::run(const void* x, void* y, int64_t m, Stream stream) {
     PlanEntry& e = st.planFor(mp);
     const float alpha = 1.0f, beta = 0.0f;
     void* streams[1] = {s};
-    if (st.autotune && !e.searched) {
-        checkLt(*st.api, st.api->matmulSearch(st.handle, &e.plan, &alpha, st.compressed, b, &beta, d, d, e.workspace,
-                                              streams, 1),
-                "cusparseLtMatmulSearch (m " + std::to_string(mp) + ")");
-        e.searched = true;
-        size_t bytes = 0;   // the chosen kernel may want more workspace than the default one
-        checkLt(*st.api, st.api->getWorkspace(st.handle, &e.plan, &bytes), "the workspace query");
-        if (bytes > e.workspaceBytes) {
-            CWB_CUDA_CHECK(cudaStreamSynchronize(s));
-            cudaFree(e.workspace);
-            e.workspace = nullptr;
-            e.workspaceBytes = 0;
-            e.workspace = deviceAlloc(bytes);
-            e.workspaceBytes = bytes;
-        }
-    }
+    if (st.autotune && !e.searched) st.search(e, mp, b, d, s);
     checkLt(*st.api, st.api->matmul(st.handle, &e.plan, &alpha, st.compressed, b, &beta, d, d, e.workspace, streams, 1),
             "cusparseLtMatmul (" + std::to_string(m) + "x" + std::to_string(st.n) + "x" + std::to_string(st.k) + ")");
     if (stageY) CWB_CUDA_CHECK(cudaMemcpyAsync(y, d, yBytes, cudaMemcpyDeviceToDevice, s));
+}
+
+std::string Sparse24Gemm::kernelNote(int64_t m) const {
+    std::lock_guard<std::mutex> lock(mState->mutex);
+    auto found = mState->plans.find((m + kShapeMultiple - 1) / kShapeMultiple * kShapeMultiple);
+    return found == mState->plans.end() ? "" : found->second->note;
 }
 
 int64_t Sparse24Gemm::rows() const { return mState->n; }

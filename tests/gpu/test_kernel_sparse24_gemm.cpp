@@ -71,10 +71,9 @@ void gemmCase(int64_t m, int64_t n, int64_t k, ActType t, bool autotune, bool of
     std::vector<float> y(yb.size());
     for (size_t i = 0; i < yb.size(); ++i) y[i] = actBitsToFloat(yb[i], t);
     const double e = nmse(y, ref), tol = t == ActType::Float16 ? kGemmNmseFp16 : kGemmNmseBf16;
-    char what[200];
-    std::snprintf(what, sizeof what, "2:4 %lldx%lldx%lld %s%s%s: nmse %.2e < %.0e", (long long)m, (long long)n,
-                  (long long)k, actTypeName(t), autotune ? " autotuned" : " default kernel",
-                  offsetInput ? " unaligned input" : "", e, tol);
+    char what[320];
+    std::snprintf(what, sizeof what, "2:4 %lldx%lldx%lld %s (%s)%s: nmse %.2e < %.0e", (long long)m, (long long)n,
+                  (long long)k, actTypeName(t), gemm.kernelNote(m).c_str(), offsetInput ? " unaligned input" : "", e, tol);
     check(e < tol, what);
     cudaFree(dxAlloc);
     cudaFree(dy);

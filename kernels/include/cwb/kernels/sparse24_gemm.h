@@ -60,6 +60,9 @@ public:
     // x: device [m, k], y: device [m, n], both row-major in the weight's type; runs on `stream`.
     void run(const void* x, void* y, int64_t m, Stream stream);
 
+    // The kernel chosen for m: "default kernel", "autotuned", or "autotune failed (<status>): default kernel";
+    // "" before the first run of that m.
+    std::string kernelNote(int64_t m) const;
     int64_t rows() const;      // n
     int64_t columns() const;   // k
     ActType type() const;
