@@ -1,11 +1,11 @@
 // 2:4 sparse GEMM through cuSPARSELt against cuBLAS FP16 (dense, same run) on the issue's six K x N shapes at
 // M = 2048 and 8192 (--sweep adds 256, 512, 1024 and 4096, to place the runtime's sparseMinRows). Run by hand on a
-// GPU:   bench_sparse24 [--sweep] [--quick] [--out results.md]
+// GPU:   bench_sparse24 [--sweep] [--quick] [--autotune] [--out results.md]
 // Says "cuSPARSELt not found" and exits 0 when the library cannot be loaded (see CWB_CUSPARSELT).
 // Weights are random fp16 with 2 of every 4 zeroed (a random pair per group), activations random; all filled on the
-// device. TFLOP/s counts the dense product's 2·M·N·K for both, so its ratio is the speed-up. 2:4 is timed with
-// cuSPARSELt's default kernel and after cusparseLtMatmulSearch (autotuned; where the search fails, the row says so
-// and that column is the default kernel again). Time: CUDA events around 10 back-to-back calls, median of 5 batches.
+// device. TFLOP/s counts the dense product's 2·M·N·K for both, so its ratio is the speed-up. 2:4 runs cuSPARSELt's
+// default kernel (what the runtime uses); --autotune runs cusparseLtMatmulSearch first (it crashed with 0.8.0 on the
+// H200: see sparse24_gemm.h). Time: CUDA events around 10 back-to-back calls, median of 5 batches.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -88,14 +88,15 @@ struct Shape {
 } // namespace
 
 int main(int argc, char** argv) {
-    bool sweep = false, quick = false;
+    bool sweep = false, quick = false, autotune = false;
     std::string out;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--sweep")) sweep = true;
         else if (!std::strcmp(argv[i], "--quick")) quick = true;
+        else if (!std::strcmp(argv[i], "--autotune")) autotune = true;
         else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else {
-            std::fprintf(stderr, "usage: bench_sparse24 [--sweep] [--quick] [--out results.md]\n");
+            std::fprintf(stderr, "usage: bench_sparse24 [--sweep] [--quick] [--autotune] [--out results.md]\n");
             return 2;
         }
     }
@@ -119,10 +120,10 @@ int main(int argc, char** argv) {
         return 1;
     }
     std::string md = "Device: " + std::string(prop.name) + "; " + lt.detail + ".\n\n"
-                     "| K x N | M | cuBLAS fp16 (us) | TFLOP/s | 2:4 default (us) | TFLOP/s | ratio | 2:4 autotuned (us) | TFLOP/s | ratio | compress (ms) | kernel |\n"
-                     "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+                     "| K x N | M | cuBLAS fp16 (us) | TFLOP/s | 2:4 cuSPARSELt (us) | TFLOP/s | 2:4 vs cuBLAS | compress (ms) |\n"
+                     "|---|---|---|---|---|---|---|---|\n";
     const int64_t maxM = *std::max_element(ms.begin(), ms.end());
-    for (const Shape& s : shapes) try {
+    for (const Shape& s : shapes) {
         __half *w = nullptr, *x = nullptr, *y = nullptr;
         CHECK_CUDA(cudaMalloc(&w, size_t(s.n * s.k) * 2));
         CHECK_CUDA(cudaMalloc(&x, size_t(maxM * s.k) * 2));
@@ -130,44 +131,41 @@ int main(int argc, char** argv) {
         fill<<<4096, 256>>>(w, size_t(s.n * s.k), 1, 0.05f, true);
         fill<<<4096, 256>>>(x, size_t(maxM * s.k), 2, 1.0f, false);
         CHECK_CUDA(cudaDeviceSynchronize());
-        const auto t0 = std::chrono::steady_clock::now();
-        Sparse24Gemm tuned(w, ActType::Float16, s.n, s.k, nullptr, true);
-        CHECK_CUDA(cudaDeviceSynchronize());
-        const double compressMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        Sparse24Gemm plain(w, ActType::Float16, s.n, s.k, nullptr, false);
         const std::string shape = std::to_string(s.k) + "x" + std::to_string(s.n);
-        for (int64_t m : ms) {
-            const float alpha = 1.0f, beta = 0.0f;
-            const double dense = medianUs([&] {
-                cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), int(m), int(s.k), &alpha, w, CUDA_R_16F,
-                             int(s.k), x, CUDA_R_16F, int(s.k), &beta, y, CUDA_R_16F, int(s.n), CUBLAS_COMPUTE_32F,
-                             CUBLAS_GEMM_DEFAULT);
-            });
-            const double sparseDefault = medianUs([&] { plain.run(x, y, m, nullptr); });
-            tuned.run(x, y, m, nullptr);   // the search, outside the timing
+        try {
+            const auto t0 = std::chrono::steady_clock::now();
+            Sparse24Gemm sparse(w, ActType::Float16, s.n, s.k, nullptr, autotune);
             CHECK_CUDA(cudaDeviceSynchronize());
-            const std::string note = tuned.kernelNote(m);
-            const double sparseTuned = medianUs([&] { tuned.run(x, y, m, nullptr); });
-            const double flop = 2.0 * double(m) * double(s.n) * double(s.k);
-            auto tf = [&](double us) { return flop / (us * 1e6); };
-            std::printf("%-12s M=%-5lld cuBLAS %9.1f us %6.1f TFLOP/s | 2:4 default %9.1f us %6.1f TFLOP/s %5.2fx | "
-                        "2:4 autotuned %9.1f us %6.1f TFLOP/s %5.2fx | compress %.1f ms | %s\n",
-                        shape.c_str(), (long long)m, dense, tf(dense), sparseDefault, tf(sparseDefault),
-                        dense / sparseDefault, sparseTuned, tf(sparseTuned), dense / sparseTuned, compressMs, note.c_str());
-            std::fflush(stdout);
-            char row[480];
-            std::snprintf(row, sizeof row, "| %s | %lld | %.1f | %.1f | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %.1f | %s |\n",
-                          shape.c_str(), (long long)m, dense, tf(dense), sparseDefault, tf(sparseDefault),
-                          dense / sparseDefault, sparseTuned, tf(sparseTuned), dense / sparseTuned, compressMs,
-                          note.c_str());
-            md += row;
+            const double compressMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            for (int64_t m : ms) {
+                const float alpha = 1.0f, beta = 0.0f;
+                const double dense = medianUs([&] {
+                    cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), int(m), int(s.k), &alpha, w, CUDA_R_16F,
+                                 int(s.k), x, CUDA_R_16F, int(s.k), &beta, y, CUDA_R_16F, int(s.n), CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT);
+                });
+                sparse.run(x, y, m, nullptr);   // the plan (and with --autotune the search), outside the timing
+                CHECK_CUDA(cudaDeviceSynchronize());
+                const double us = medianUs([&] { sparse.run(x, y, m, nullptr); });
+                const double flop = 2.0 * double(m) * double(s.n) * double(s.k);
+                auto tf = [&](double t) { return flop / (t * 1e6); };
+                std::printf("%-12s M=%-5lld cuBLAS %9.1f us %6.1f TFLOP/s | 2:4 %9.1f us %6.1f TFLOP/s | %5.2fx | "
+                            "compress %.1f ms | %s\n",
+                            shape.c_str(), (long long)m, dense, tf(dense), us, tf(us), dense / us, compressMs,
+                            sparse.kernelNote(m).c_str());
+                std::fflush(stdout);
+                char row[320];
+                std::snprintf(row, sizeof row, "| %s | %lld | %.1f | %.1f | %.1f | %.1f | %.2fx | %.1f |\n", shape.c_str(),
+                              (long long)m, dense, tf(dense), us, tf(us), dense / us, compressMs);
+                md += row;
+            }
+        } catch (const KernelError& e) {
+            std::printf("%s: %s\n", shape.c_str(), e.what());
+            md += "| " + shape + " | failed: " + e.what() + " |\n";
         }
         cudaFree(w);
         cudaFree(x);
         cudaFree(y);
-    } catch (const KernelError& e) {
-        std::printf("%lldx%lld: %s\n", (long long)s.k, (long long)s.n, e.what());
-        md += "| " + std::to_string(s.k) + "x" + std::to_string(s.n) + " | failed: " + e.what() + " |\n";
     }
     cublasDestroy(handle);
     if (!out.empty()) {

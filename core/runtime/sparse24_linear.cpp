@@ -1,7 +1,5 @@
 #include "core/runtime/sparse24_linear.h"
 
-#include <cstdlib>
-
 #include <c10/core/DeviceGuard.h>
 
 #ifdef CWB_HAVE_KERNELS
@@ -24,13 +22,6 @@ kernels::Stream torchStream() {
 #else
     return nullptr;
 #endif
-}
-
-// Autotuning (cusparseLtMatmulSearch) runs once per layer and input size, inside the first forward of that size:
-// off by default, since prefill sizes vary; CWB_SPARSE24_AUTOTUNE=1 turns it on.
-bool autotuneRequested() {
-    const char* v = std::getenv("CWB_SPARSE24_AUTOTUNE");
-    return v && std::string(v) == "1";
 }
 
 class CusparseLtLinear : public Sparse24Linear {
@@ -88,8 +79,7 @@ Sparse24Decision makeSparse24Linear(const at::Tensor& weight, int64_t minRows) {
     }
     try {
         const auto type = w.scalar_type() == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16;
-        auto gemm = std::make_unique<kernels::Sparse24Gemm>(w.data_ptr(), type, rows, cols, torchStream(),
-                                                                autotuneRequested());
+        auto gemm = std::make_unique<kernels::Sparse24Gemm>(w.data_ptr(), type, rows, cols, torchStream());
         d.kernel = std::make_shared<CusparseLtLinear>(std::move(gemm), w.device(), w.scalar_type(), minRows);
         d.how = "2:4 cuSPARSELt (M >= " + std::to_string(minRows) + ")";
     } catch (const kernels::KernelError& e) {

@@ -45,7 +45,7 @@ struct RuntimeOptions {
     bool nativeKernels = true;
     // With nativeKernels on CUDA in fp16 / bf16: a dense weight with the 2:4 pattern in every row runs through
     // cuSPARSELt (when it can be loaded) for inputs of at least this many rows; fewer rows stay on the dense weight.
-    // Default from bench_sparse24 on the H200 (docs/performance.md).
+    // 2048: the size for 2:4 (>= 1.2x dense at M >= 2048); not yet placed by a measured crossover.
     int64_t sparseMinRows = 2048;
     DecodeMode decode = DecodeMode::CudaGraph;
 };

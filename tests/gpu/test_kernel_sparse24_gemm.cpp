@@ -1,6 +1,7 @@
 // GPU test (label `gpu`): the 2:4 sparse GEMM through cuSPARSELt against the CPU reference (dense product of the
 // same pruned weight, accumulated in double), fp16 and bf16, m = 1, 16, 33 (padded) and 2048, square and non-square
-// weights, an input pointer off the 16-byte alignment, the default kernel and the autotuned one. Also: the device
+// weights, an input pointer off the 16-byte alignment (cuSPARSELt's default kernel: its autotuning crashed on the
+// H200 with 0.8.0, see sparse24_gemm.h). Also: the device
 // 2:4 checker finds the same first bad group as the CPU one, and a weight that is not 2:4 (or a shape cuSPARSELt
 // cannot take) is refused with a message naming the problem. Exits 77 without a GPU, or (after the checker tests)
 // when cuSPARSELt cannot be loaded, saying why.
@@ -50,7 +51,7 @@ void checkerCases() {
     }
 }
 
-void gemmCase(int64_t m, int64_t n, int64_t k, ActType t, bool autotune, bool offsetInput, uint32_t seed) {
+void gemmCase(int64_t m, int64_t n, int64_t k, ActType t, bool offsetInput, uint32_t seed) {
     std::vector<uint16_t> wb = toBits(prunedWeight(n, k, seed), t);
     std::vector<uint16_t> xb = toBits(gaussian(size_t(m * k), seed + 1), t);
     std::vector<float> ref(size_t(m * n));
@@ -62,7 +63,7 @@ void gemmCase(int64_t m, int64_t n, int64_t k, ActType t, bool autotune, bool of
     uint16_t* dxAlloc = toDevice(xPadded);
     const uint16_t* dx = dxAlloc + (offsetInput ? 1 : 0);
     uint16_t* dy = toDevice(std::vector<uint16_t>(ref.size(), 0xFFFF));   // NaN in both types
-    Sparse24Gemm gemm(dw, t, n, k, nullptr, autotune);
+    Sparse24Gemm gemm(dw, t, n, k, nullptr);
     cudaFree(dw);   // the compressed copy is all the GEMM needs
     gemm.run(dx, dy, m, nullptr);
     gemm.run(dx, dy, m, nullptr);   // the cached plan
@@ -118,11 +119,10 @@ int main() {
         uint32_t seed = 100;
         for (ActType t : {ActType::Float16, ActType::BFloat16}) {
             for (int64_t m : {1, 16, 33, 2048}) {
-                gemmCase(m, 256, 512, t, true, false, seed++);
-                gemmCase(m, 768, 256, t, true, false, seed++);
+                gemmCase(m, 256, 512, t, false, seed++);
+                gemmCase(m, 768, 256, t, false, seed++);
             }
-            gemmCase(64, 512, 512, t, false, false, seed++);
-            gemmCase(128, 256, 1024, t, true, true, seed++);
+            gemmCase(128, 256, 1024, t, true, seed++);
         }
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());

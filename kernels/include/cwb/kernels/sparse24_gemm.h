@@ -49,10 +49,12 @@ bool sparse24ShapeSupported(int64_t n, int64_t k, std::string* why = nullptr);
 class Sparse24Gemm {
 public:
     // w: device [n, k] row-major fp16 / bf16, 2:4 per row. Compresses it on `stream` (the dense copy is not kept).
-    // autotune: on each plan's first run, cusparseLtMatmulSearch picks the fastest kernel for that m.
+    // autotune: on each plan's first run, cusparseLtMatmulSearch picks the fastest kernel for that m. Off by default:
+    // with cuSPARSELt 0.8.0 on the H200 the search failed with an internal error (no workspace lent) and, with a
+    // 256 MiB workspace, raised an illegal instruction that ends the CUDA context (docs/performance.md).
     // Throws KernelError "cuSPARSELt unavailable: ..." when the library cannot be loaded, naming the first bad
     // group when w is not 2:4, or naming the shape rule it breaks.
-    Sparse24Gemm(const void* w, ActType type, int64_t n, int64_t k, Stream stream, bool autotune = true);
+    Sparse24Gemm(const void* w, ActType type, int64_t n, int64_t k, Stream stream, bool autotune = false);
     ~Sparse24Gemm();
     Sparse24Gemm(const Sparse24Gemm&) = delete;
     Sparse24Gemm& operator=(const Sparse24Gemm&) = delete;
