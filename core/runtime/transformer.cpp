@@ -13,6 +13,7 @@
 #include "core/runtime/cuda_linear.h"
 #include "core/runtime/decode_graph.h"
 #include "core/runtime/fused_decode.h"
+#include "core/runtime/sparse24_linear.h"
 #include "core/util/error.h"
 #include "core/util/scratch_file.h"
 
@@ -22,6 +23,7 @@ struct Transformer::Block {
     std::map<std::string, at::Tensor> tensors;   // suffix ("self_attn.q_proj.weight") -> tensor on device
     std::map<std::string, std::shared_ptr<const CompressedLinear>> compressed;   // suffix ("self_attn.q_proj")
     std::map<std::string, std::shared_ptr<const NativeIntLinear>> native;         // layers run by a kernel
+    std::map<std::string, std::shared_ptr<const Sparse24Linear>> sparse;          // 2:4 dense layers (cuSPARSELt)
     const at::Tensor& operator[](const std::string& suffix) const { return tensors.at(suffix); }
     bool has(const std::string& suffix) const { return tensors.count(suffix) != 0; }
     // A dense weight or a native kernel under this name (fused projections have either).
@@ -34,6 +36,11 @@ struct Transformer::Block {
     at::Tensor linear(const std::string& layer, const at::Tensor& x) const {
         auto bias = tensors.find(layer + ".bias");
         auto kernel = native.find(layer);
+        auto twoFour = sparse.find(layer);
+        if (twoFour != sparse.end() && twoFour->second->applies(x)) {
+            at::Tensor y = twoFour->second->forward(x);
+            return bias == tensors.end() ? y : y + bias->second.to(x.scalar_type());
+        }
         if (kernel != native.end()) {
             at::Tensor y = kernel->second->forward(x).to(x.scalar_type());
             return bias == tensors.end() ? y : y + bias->second.to(x.scalar_type());
@@ -49,7 +56,7 @@ struct Transformer::Block {
     }
     // residual + linear(x): one addmm for a dense layer without bias.
     at::Tensor linearPlus(const std::string& layer, const at::Tensor& x, const at::Tensor& residual) const {
-        if (!plainDense(layer)) return residual + linear(layer, x);
+        if (!plainDense(layer) || (sparse.count(layer) && sparse.at(layer)->applies(x))) return residual + linear(layer, x);
         const at::Tensor& w = tensors.at(layer + ".weight");
         return at::addmm(residual.reshape({-1, w.size(0)}), x.reshape({-1, w.size(1)}), w.t()).view(residual.sizes());
     }
@@ -285,6 +292,7 @@ const Transformer::Block& Transformer::block(int64_t layer) {
         b->fuse({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, "self_attn.qkv_proj");
         b->fuse({"mlp.gate_proj", "mlp.up_proj"}, "mlp.gate_up_proj");
     }
+    if (mOptions.device.is_cuda() && mOptions.nativeKernels && !mOptions.parameters) attachSparse24(*b, prefix);
     if (mOptions.cacheWeights) {
         cached = std::move(b);
         return *cached;
@@ -341,9 +349,25 @@ std::shared_ptr<const NativeIntLinear> Transformer::nativeLinear(const std::stri
     return kernel;
 }
 
+void Transformer::attachSparse24(Block& b, const std::string& prefix) {
+    for (const auto& [suffix, tensor] : b.tensors) {
+        const size_t dot = suffix.rfind(".weight");
+        if (dot == std::string::npos || dot + 7 != suffix.size() || tensor.dim() != 2) continue;
+        const std::string layer = suffix.substr(0, dot);
+        // Parts of a fused matrix run as the fused one; compressed layers have their own path.
+        const bool fusedPart = (b.has("self_attn.qkv_proj.weight") && layer.rfind("self_attn.", 0) == 0 && layer != "self_attn.qkv_proj" && layer != "self_attn.o_proj") ||
+                               (b.has("mlp.gate_up_proj.weight") && (layer == "mlp.gate_proj" || layer == "mlp.up_proj"));
+        if (fusedPart || b.compressed.count(layer) || b.native.count(layer)) continue;
+        Sparse24Decision d = makeSparse24Linear(tensor, mOptions.sparseMinRows);
+        if (!d.twoFour) continue;
+        if (d.kernel) b.sparse[layer] = d.kernel;
+        mLayerPaths[prefix + layer] = LayerPath{d.kernel != nullptr, d.how, true};
+    }
+}
+
 std::string Transformer::layerPathSummary() const {
-    std::map<std::string, int64_t> native, fallback;
-    for (const auto& [name, path] : mLayerPaths) ++(path.native ? native : fallback)[path.how];
+    std::map<std::string, int64_t> native, fallback, dense;
+    for (const auto& [name, path] : mLayerPaths) ++(path.native ? native : path.twoFour ? dense : fallback)[path.how];
     auto list = [](const std::map<std::string, int64_t>& counts) {
         std::string text;
         for (const auto& [how, n] : counts) text += (text.empty() ? "" : "; ") + std::to_string(n) + " " + how;
@@ -352,6 +376,7 @@ std::string Transformer::layerPathSummary() const {
     std::string text;
     if (!native.empty()) text = "native: " + list(native);
     if (!fallback.empty()) text += std::string(text.empty() ? "" : " | ") + "dequantized: " + list(fallback);
+    if (!dense.empty()) text += std::string(text.empty() ? "" : " | ") + "2:4 kept dense: " + list(dense);
     return text;
 }
 

@@ -50,6 +50,10 @@ struct RuntimeOptions {
     // Native integer q/k/v (and gate/up) with the same bits, group, input scale and column order run as one packed
     // matrix (one kernel launch instead of three, no concatenation).
     bool fuseNativeProjections = true;
+    // With nativeKernels on CUDA in fp16 / bf16: a dense weight with the 2:4 pattern in every row runs through
+    // cuSPARSELt (when it can be loaded) for inputs of at least this many rows; fewer rows stay on the dense weight.
+    // 2048: the size for 2:4 (>= 1.2x dense at M >= 2048); not yet placed by a measured crossover.
+    int64_t sparseMinRows = 2048;
     DecodeMode decode = DecodeMode::CudaGraph;
     // On CUDA in fp16 / bf16, the fixed-shape decode step runs the fused kernels of kernels/decode_ops.h (RMSNorm,
     // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block); off, or elsewhere, LibTorch operations.
@@ -60,6 +64,7 @@ struct RuntimeOptions {
 struct LayerPath {
     bool native = false;   // true: a kernel on the packed weights; false: dequantized to a dense weight
     std::string how;       // the kernel ("W4A16") or why there was none
+    bool twoFour = false;  // a pruned dense layer with the 2:4 pattern (cuSPARSELt or, failing that, dense cuBLAS)
 };
 
 // Receives activations during a forward pass; the calibration of compression methods builds on it.
@@ -141,6 +146,7 @@ private:
     // false (nothing added) when they differ in format or any part has no kernel.
     bool fuseNativeProjection(std::map<std::string, std::shared_ptr<const NativeIntLinear>>& native,
                               const std::string& prefix, const std::vector<std::string>& parts, const std::string& fused);
+    void attachSparse24(Block& block, const std::string& prefix);   // 2:4 dense weights -> cuSPARSELt
     at::Tensor weight(const std::string& name) const;
     const at::Tensor* parameter(const std::string& name) const;   // from options.parameters, or null
     at::Tensor attention(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

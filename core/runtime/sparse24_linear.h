@@ -1,0 +1,34 @@
+#pragma once
+// A dense linear layer whose weight has the 2:4 pattern in every row (after prune.2:4, SparseGPT 2:4 or Wanda 2:4)
+// multiplied through cuSPARSELt (kernels/sparse24_gemm.h) when the input has at least `minRows` rows (prefill);
+// smaller inputs stay on the dense weight (cuBLAS), where the sparse kernel does not pay. Plain C++ (no CUDA
+// headers); without the kernels in the build every weight stays dense.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <ATen/ATen.h>
+
+namespace cwb {
+
+class Sparse24Linear {
+public:
+    virtual ~Sparse24Linear() = default;
+    // True when x ([..., cols]) has enough rows for the sparse kernel.
+    virtual bool applies(const at::Tensor& x) const = 0;
+    // x [..., cols] in the weight's type on its device; returns [..., rows] without bias.
+    virtual at::Tensor forward(const at::Tensor& x) const = 0;
+    virtual size_t deviceBytes() const = 0;   // compressed weight, metadata and workspaces (the dense weight is kept too)
+};
+
+// What the runtime found for one dense weight.
+struct Sparse24Decision {
+    bool twoFour = false;            // every row is 2:4 (false: an ordinary dense layer, nothing to report)
+    std::shared_ptr<const Sparse24Linear> kernel;   // set when cuSPARSELt runs it
+    std::string how;                 // "2:4 cuSPARSELt (M >= 1024)" or "dense cuBLAS: <why not>"
+};
+
+// weight: [rows, cols] fp16 / bf16 on a CUDA device (anything else is never 2:4-checked). Compresses it once.
+Sparse24Decision makeSparse24Linear(const at::Tensor& weight, int64_t minRows);
+
+} // namespace cwb

@@ -1,0 +1,78 @@
+#pragma once
+// 2:4 semi-structured sparse GEMM through cuSPARSELt, loaded at run time (dlopen): the build needs neither the library
+// nor its header. Y[m, n] = X[m, k] · W[n, k]^T with fp32 accumulation, fp16 or bf16 in and out, where every row of W
+// keeps at most 2 nonzeros in each group of 4 consecutive input columns (what prune.2:4, SparseGPT 2:4 and Wanda
+// 2:4 leave). W is checked and compressed once; a plan per m is made on first use and cached.
+// Library lookup: the path in CWB_CUSPARSELT (the .so file or its folder), then "libcusparseLt.so.0" on the loader
+// path. The CPU side (pattern checker, pruning, reference product) needs no CUDA.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cwb/kernels/kernel_types.h"
+
+namespace cwb::kernels {
+
+// Where a weight breaks the 2:4 pattern: the first group (in row-major order) with more than 2 nonzeros.
+struct TwoFourCheck {
+    bool ok = true;
+    int64_t row = -1;
+    int64_t column = -1;   // first column of the offending group of 4
+    int nonzeros = 0;
+    std::string describe() const;   // "" when ok, else "row r, columns c..c+3 hold 3 nonzeros (2:4 allows 2)"
+};
+
+// k must be a multiple of 4 (else the result names the problem in row -1). ±0 counts as zero.
+TwoFourCheck checkTwoFourRef(const float* w, int64_t n, int64_t k);
+TwoFourCheck checkTwoFourRef(const uint16_t* wBits, int64_t n, int64_t k);   // fp16 or bf16 bits
+
+// Keeps the 2 largest |w| of every group of 4 per row (the earlier column on ties) and zeroes the other two.
+void pruneTwoFourRef(float* w, int64_t n, int64_t k);
+
+// y[m, n] = sum_k x[m, k] · w[n, k] of the decoded fp16 / bf16 values, accumulated in double.
+void sparse24GemmRef(const uint16_t* x, const uint16_t* w, ActType type, int64_t m, int64_t n, int64_t k, float* y);
+
+// Device weight [n, k] of fp16 / bf16 bits checked on the current device (synchronous on `stream`).
+TwoFourCheck checkTwoFour(const void* w, int64_t n, int64_t k, Stream stream);
+
+// Whether cuSPARSELt could be loaded on this machine; loads it on the first call.
+struct CusparseLtAvailability {
+    bool available = false;
+    std::string detail;   // available: "cuSPARSELt <version> from <path>"; otherwise why not, e.g. "cuSPARSELt not found (...)"
+};
+const CusparseLtAvailability& cusparseLtAvailability();
+
+// Shapes the wrapper accepts: n and k multiples of 16 (m any: it is padded to a multiple of 16 internally).
+bool sparse24ShapeSupported(int64_t n, int64_t k, std::string* why = nullptr);
+
+class Sparse24Gemm {
+public:
+    // w: device [n, k] row-major fp16 / bf16, 2:4 per row. Compresses it on `stream` (the dense copy is not kept).
+    // autotune: on each plan's first run, cusparseLtMatmulSearch picks the fastest kernel for that m. Off by default:
+    // with cuSPARSELt 0.8.0 on the H200 the search failed with an internal error (no workspace lent) and, with a
+    // 256 MiB workspace, raised an illegal instruction that ends the CUDA context (docs/performance.md).
+    // Throws KernelError "cuSPARSELt unavailable: ..." when the library cannot be loaded, naming the first bad
+    // group when w is not 2:4, or naming the shape rule it breaks.
+    Sparse24Gemm(const void* w, ActType type, int64_t n, int64_t k, Stream stream, bool autotune = false);
+    ~Sparse24Gemm();
+    Sparse24Gemm(const Sparse24Gemm&) = delete;
+    Sparse24Gemm& operator=(const Sparse24Gemm&) = delete;
+
+    // x: device [m, k], y: device [m, n], both row-major in the weight's type; runs on `stream`.
+    void run(const void* x, void* y, int64_t m, Stream stream);
+
+    // The kernel chosen for m: "default kernel", "autotuned", or "autotune failed (<status>): default kernel";
+    // "" before the first run of that m.
+    std::string kernelNote(int64_t m) const;
+    int64_t rows() const;      // n
+    int64_t columns() const;   // k
+    ActType type() const;
+    size_t deviceBytes() const;   // compressed weight and metadata, plan workspaces and padding buffers
+
+private:
+    struct State;
+    std::unique_ptr<State> mState;
+};
+
+} // namespace cwb::kernels
