@@ -1,6 +1,10 @@
 #include "core/runtime/sparse24_linear.h"
 
+#include <cstdlib>
+
 #include <c10/core/DeviceGuard.h>
+
+#include "core/util/error.h"
 
 #ifdef CWB_HAVE_KERNELS
 #include "cwb/kernels/sparse24_gemm.h"
@@ -66,6 +70,10 @@ Sparse24Decision makeSparse24Linear(const at::Tensor& weight, int64_t minRows) {
         return d;   // cannot tell: treat as an ordinary dense weight
     }
     if (!d.twoFour) return d;
+    if (minRows <= 0) {
+        d.how = kSparse24OffReason;
+        return d;
+    }
     const kernels::CusparseLtAvailability& lt = kernels::cusparseLtAvailability();
     std::string why;
     if (!lt.available) {
@@ -93,5 +101,16 @@ Sparse24Decision makeSparse24Linear(const at::Tensor& weight, int64_t minRows) {
 Sparse24Decision makeSparse24Linear(const at::Tensor&, int64_t) { return {}; }
 
 #endif
+
+int64_t sparse24MinRows(int64_t requested) {
+    if (requested >= 0) return requested;
+    const char* v = std::getenv("CWB_SPARSE24_MIN_ROWS");
+    if (!v || !*v) return 0;
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    if (!end || *end != '\0' || n < 0)
+        throw Error(std::string("CWB_SPARSE24_MIN_ROWS must be a non-negative row count, got '") + v + "'");
+    return int64_t(n);
+}
 
 } // namespace cwb

@@ -28,7 +28,17 @@ struct Sparse24Decision {
     std::string how;                 // "2:4 cuSPARSELt (M >= 1024)" or "dense cuBLAS: <why not>"
 };
 
-// weight: [rows, cols] fp16 / bf16 on a CUDA device (anything else is never 2:4-checked). Compresses it once.
+// weight: [rows, cols] fp16 / bf16 on a CUDA device (anything else is never 2:4-checked). Compresses it once;
+// minRows <= 0 only reports a 2:4 weight (kSparse24OffReason) and keeps it dense.
 Sparse24Decision makeSparse24Linear(const at::Tensor& weight, int64_t minRows);
+
+// cuSPARSELt 0.8's default 2:4 kernel measured 0.52-0.73x of cuBLAS fp16 on the H200 at M = 512..8192
+// (docs/performance.md), so the runtime does not use it unless asked.
+inline constexpr const char* kSparse24OffReason =
+    "dense cuBLAS: 2:4 through cuSPARSELt is off (slower than cuBLAS on the H200; CWB_SPARSE24_MIN_ROWS=N turns it on)";
+
+// The row threshold in effect: `requested` when >= 0 (RuntimeOptions::sparseMinRows), else CWB_SPARSE24_MIN_ROWS from
+// the environment, else 0 (off). Throws cwb::Error for a malformed variable.
+int64_t sparse24MinRows(int64_t requested);
 
 } // namespace cwb

@@ -350,6 +350,7 @@ std::shared_ptr<const NativeIntLinear> Transformer::nativeLinear(const std::stri
 }
 
 void Transformer::attachSparse24(Block& b, const std::string& prefix) {
+    const int64_t minRows = sparse24MinRows(mOptions.sparseMinRows);
     for (const auto& [suffix, tensor] : b.tensors) {
         const size_t dot = suffix.rfind(".weight");
         if (dot == std::string::npos || dot + 7 != suffix.size() || tensor.dim() != 2) continue;
@@ -358,7 +359,7 @@ void Transformer::attachSparse24(Block& b, const std::string& prefix) {
         const bool fusedPart = (b.has("self_attn.qkv_proj.weight") && layer.rfind("self_attn.", 0) == 0 && layer != "self_attn.qkv_proj" && layer != "self_attn.o_proj") ||
                                (b.has("mlp.gate_up_proj.weight") && (layer == "mlp.gate_proj" || layer == "mlp.up_proj"));
         if (fusedPart || b.compressed.count(layer) || b.native.count(layer)) continue;
-        Sparse24Decision d = makeSparse24Linear(tensor, mOptions.sparseMinRows);
+        Sparse24Decision d = makeSparse24Linear(tensor, minRows);
         if (!d.twoFour) continue;
         if (d.kernel) b.sparse[layer] = d.kernel;
         mLayerPaths[prefix + layer] = LayerPath{d.kernel != nullptr, d.how, true};

@@ -52,8 +52,9 @@ struct RuntimeOptions {
     bool fuseNativeProjections = true;
     // With nativeKernels on CUDA in fp16 / bf16: a dense weight with the 2:4 pattern in every row runs through
     // cuSPARSELt (when it can be loaded) for inputs of at least this many rows; fewer rows stay on the dense weight.
-    // 2048: the size for 2:4 (>= 1.2x dense at M >= 2048); not yet placed by a measured crossover.
-    int64_t sparseMinRows = 2048;
+    // 0: never (cuSPARSELt's default kernel was slower than cuBLAS on the H200 at every M measured); -1: take
+    // CWB_SPARSE24_MIN_ROWS from the environment, else 0.
+    int64_t sparseMinRows = -1;
     DecodeMode decode = DecodeMode::CudaGraph;
     // On CUDA in fp16 / bf16, the fixed-shape decode step runs the fused kernels of kernels/decode_ops.h (RMSNorm,
     // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block); off, or elsewhere, LibTorch operations.

@@ -6,6 +6,7 @@
 #include "core/compress/compressed_layers.h"
 #include "core/io/model_format.h"
 #include "core/runtime/latency.h"
+#include "core/runtime/sparse24_linear.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
 #include "tests/support/synthetic_models.h"
@@ -20,6 +21,7 @@ private slots:
     void measuresPrefillAndDecode();
     void randomVariantCompressesEveryLinear();
     void randomEightBitVariantsCompressEveryLinear();
+    void sparse24ThresholdIsOffUnlessAsked();
 };
 
 namespace {
@@ -101,6 +103,30 @@ void TestLatency::randomEightBitVariantsCompressEveryLinear() {
         Transformer rt(*variant);
         QVERIFY(rt.forward(at::tensor(std::vector<int64_t>{1, 2}, at::kLong).unsqueeze(0)).isfinite().all().item<bool>());
     }
+}
+
+// cuSPARSELt measured slower than cuBLAS on the H200, so 2:4 weights stay dense unless the options or the
+// environment ask for a row threshold.
+void TestLatency::sparse24ThresholdIsOffUnlessAsked() {
+    qunsetenv("CWB_SPARSE24_MIN_ROWS");
+    QCOMPARE(sparse24MinRows(-1), int64_t(0));
+    QCOMPARE(sparse24MinRows(4096), int64_t(4096));
+    QCOMPARE(sparse24MinRows(0), int64_t(0));
+    qputenv("CWB_SPARSE24_MIN_ROWS", "2048");
+    QCOMPARE(sparse24MinRows(-1), int64_t(2048));
+    QCOMPARE(sparse24MinRows(16), int64_t(16));   // the options win over the environment
+    qputenv("CWB_SPARSE24_MIN_ROWS", "many");
+    try {
+        sparse24MinRows(-1);
+        QFAIL("a malformed CWB_SPARSE24_MIN_ROWS was accepted");
+    } catch (const Error& e) {
+        QVERIFY(std::string(e.what()).find("CWB_SPARSE24_MIN_ROWS") != std::string::npos);
+        QVERIFY(std::string(e.what()).find("'many'") != std::string::npos);
+    }
+    qunsetenv("CWB_SPARSE24_MIN_ROWS");
+    // A 2:4 weight off the GPU is never checked or compressed, whatever the threshold.
+    const at::Tensor w = at::zeros({8, 8}, at::kHalf);
+    QVERIFY(!makeSparse24Linear(w, 1).twoFour);
 }
 
 QTEST_APPLESS_MAIN(TestLatency)
