@@ -13,9 +13,7 @@
 
 #ifdef CWB_HAVE_KERNELS
 #include "cwb/kernels/gptq_block.h"
-#endif
-#ifdef CWB_TORCH_CUDA
-#include <c10/cuda/CUDAStream.h>
+#include "core/util/torch_stream.h"
 #endif
 
 namespace cwb::quant {
@@ -80,11 +78,7 @@ double columnLoopKernel(at::Tensor& W, const at::Tensor& hinvUpper, const QuantS
     a.levels = levels.data_ptr<int32_t>();
     a.errors = errors.data_ptr<float>();
     a.errorStride = cols;
-#ifdef CWB_TORCH_CUDA
-    const kernels::Stream stream = c10::cuda::getCurrentCUDAStream().stream();
-#else
-    const kernels::Stream stream = nullptr;
-#endif
+    const kernels::Stream stream = torchCurrentStream();
     for (int64_t i1 = 0; i1 < cols; i1 += blockSize) {
         const int64_t i2 = std::min(i1 + blockSize, cols);
         a.begin = i1;

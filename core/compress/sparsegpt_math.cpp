@@ -10,9 +10,7 @@
 
 #ifdef CWB_HAVE_KERNELS
 #include "cwb/kernels/sparsegpt_block.h"
-#endif
-#ifdef CWB_TORCH_CUDA
-#include <c10/cuda/CUDAStream.h>
+#include "core/util/torch_stream.h"
 #endif
 
 namespace cwb::prune {
@@ -71,11 +69,7 @@ double columnLoopKernel(at::Tensor& W, const at::Tensor& upper, const SparseGptO
     a.mask = mask.data_ptr<uint8_t>();
     a.errors = errors.data_ptr<float>();
     a.errorStride = cols;
-#ifdef CWB_TORCH_CUDA
-    const kernels::Stream stream = c10::cuda::getCurrentCUDAStream().stream();
-#else
-    const kernels::Stream stream = nullptr;
-#endif
+    const kernels::Stream stream = torchCurrentStream();
     for (int64_t i1 = 0; i1 < cols; i1 += block) {
         const int64_t count = std::min(block, cols - i1);
         a.begin = i1;

@@ -13,9 +13,7 @@
 #include "cwb/kernels/fp8_gemm.h"
 #include "cwb/kernels/w8a8_gemm.h"
 #include "cwb/kernels/wxa16_gemm.h"
-#endif
-#ifdef CWB_TORCH_CUDA
-#include <c10/cuda/CUDAStream.h>
+#include "core/util/torch_stream.h"
 #endif
 
 namespace cwb {
@@ -136,15 +134,6 @@ private:
 
 namespace {
 
-// LibTorch's current stream, so that the kernels order with its operations and join a CUDA graph capture.
-kernels::Stream currentStream() {
-#ifdef CWB_TORCH_CUDA
-    return c10::cuda::getCurrentCUDAStream().stream();
-#else
-    return nullptr;
-#endif
-}
-
 class KernelIntLinear : public NativeIntLinear {
 public:
     KernelIntLinear(kernels::DeviceTiledWeight weight, at::Tensor inputScale, at::Device device, at::ScalarType dtype,
@@ -164,7 +153,7 @@ public:
         if (m > mWorkspace->dequantAboveTokens()) {   // prefill: dequantize once, then cuBLAS at full tensor-core rate
             at::Tensor dense = mWorkspace->denseScratch(mWeight.rows, mWeight.cols, input.options());
             try {
-                kernels::dequantizeTiled(mWeight, dense.data_ptr(), currentStream());
+                kernels::dequantizeTiled(mWeight, dense.data_ptr(), torchCurrentStream());
             } catch (const kernels::KernelError& e) {
                 throw Error(std::string("native ") + kernelName() + " layer: " + e.what());
             }
@@ -173,7 +162,7 @@ public:
         at::Tensor y = at::empty({m, mWeight.rows}, input.options());
         try {
             void* ws = mWorkspace->reserve(kernels::wxa16WorkspaceBytes(mWeight, m));
-            kernels::wxa16Gemm(mWeight, input.data_ptr(), y.data_ptr(), m, ws, mWorkspace->bytes(), currentStream());
+            kernels::wxa16Gemm(mWeight, input.data_ptr(), y.data_ptr(), m, ws, mWorkspace->bytes(), torchCurrentStream());
         } catch (const kernels::KernelError& e) {
             throw Error(std::string("native ") + kernelName() + " layer: " + e.what());
         }
@@ -219,7 +208,7 @@ public:
         try {
             mWorkspace->fp8().run(codes.data_ptr<uint8_t>(), mUnit.data_ptr<float>(), mCodes.data_ptr<uint8_t>(),
                                   mUnit.data_ptr<float>(), sums.data_ptr(), kernels::ActType::BFloat16, m, n, k,
-                                  currentStream());
+                                  torchCurrentStream());
         } catch (const kernels::KernelError& e) {
             throw Error(std::string("native FP8 layer: ") + e.what());
         }
@@ -256,7 +245,7 @@ public:
             mWorkspace->w8a8().run(codes.data_ptr<int8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<int8_t>(),
                                    mScales.data_ptr<float>(), y.data_ptr(),
                                    mDtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16, m, n, k,
-                                   currentStream());
+                                   torchCurrentStream());
         } catch (const kernels::KernelError& e) {
             throw Error(std::string("native W8A8 layer: ") + e.what());
         }

@@ -9,9 +9,7 @@
 
 #ifdef CWB_HAVE_KERNELS
 #include "cwb/kernels/decode_ops.h"
-#endif
-#ifdef CWB_TORCH_CUDA
-#include <c10/cuda/CUDAStream.h>
+#include "core/util/torch_stream.h"
 #endif
 
 namespace cwb {
@@ -19,14 +17,6 @@ namespace cwb {
 #ifdef CWB_HAVE_KERNELS
 
 namespace {
-
-kernels::Stream currentStream() {
-#ifdef CWB_TORCH_CUDA
-    return c10::cuda::getCurrentCUDAStream().stream();
-#else
-    return nullptr;
-#endif
-}
 
 kernels::ActType actType(const at::Tensor& t, const char* what) {
     if (!t.is_cuda()) throw Error(std::string("fused decode: ") + what + " is not on a CUDA device");
@@ -62,7 +52,7 @@ at::Tensor normed(const at::Tensor& x, const at::Tensor* residual, at::Tensor* s
     if (sum) *sum = at::empty_like(input);
     launching("RMSNorm", [&] {
         kernels::rmsNorm(input.data_ptr(), add.defined() ? add.data_ptr() : nullptr, sum ? sum->data_ptr() : nullptr,
-                         w.data_ptr<float>(), y.data_ptr(), rows, dim, float(eps), type, currentStream());
+                         w.data_ptr<float>(), y.data_ptr(), rows, dim, float(eps), type, torchCurrentStream());
         return 0;
     });
     return y;
@@ -118,13 +108,13 @@ at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const 
         kernels::ropeKvWrite(qRows.data_ptr(), qRows.stride(0), kRows.data_ptr(), kRows.stride(0), vRows.data_ptr(),
                              vRows.stride(0), ropeTable.data_ptr<float>(), ropeTable.size(0), layout,
                              position.data_ptr<int64_t>(), rotated.data_ptr(), keys.data_ptr(), values.data_ptr(), s,
-                             type, currentStream());
+                             type, torchCurrentStream());
         const kernels::DecodeAttentionPlan plan = kernels::planDecodeAttention(s, kernels::deviceMultiprocessors());
         const size_t bytes = kernels::decodeAttentionWorkspaceBytes(s, plan);
         at::Tensor workspace = at::empty({int64_t(bytes / sizeof(float)) + 1}, q.options().dtype(at::kFloat));
         kernels::decodeAttention(rotated.data_ptr(), keys.data_ptr(), values.data_ptr(), position.data_ptr<int64_t>(),
                                  out.data_ptr(), s, float(1.0 / std::sqrt(double(s.headDim))), plan,
-                                 workspace.data_ptr<float>(), bytes, type, currentStream());
+                                 workspace.data_ptr<float>(), bytes, type, torchCurrentStream());
         return 0;
     });
     return out;
@@ -140,7 +130,7 @@ at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up) {
     at::Tensor out = at::empty(gate.sizes(), gate.options().memory_format(at::MemoryFormat::Contiguous));
     launching("SiLU * up", [&] {
         kernels::siluMul(g.data_ptr(), g.stride(0), u.data_ptr(), u.stride(0), out.data_ptr(), rows, width, type,
-                         currentStream());
+                         torchCurrentStream());
         return 0;
     });
     return out;

@@ -8,9 +8,7 @@
 
 #ifdef CWB_HAVE_KERNELS
 #include "cwb/kernels/sparse24_gemm.h"
-#endif
-#ifdef CWB_TORCH_CUDA
-#include <c10/cuda/CUDAStream.h>
+#include "core/util/torch_stream.h"
 #endif
 
 namespace cwb {
@@ -18,15 +16,6 @@ namespace cwb {
 #ifdef CWB_HAVE_KERNELS
 
 namespace {
-
-// LibTorch's current stream, so that the product orders with the surrounding operations.
-kernels::Stream torchStream() {
-#ifdef CWB_TORCH_CUDA
-    return c10::cuda::getCurrentCUDAStream().stream();
-#else
-    return nullptr;
-#endif
-}
 
 class CusparseLtLinear : public Sparse24Linear {
 public:
@@ -39,7 +28,7 @@ public:
         c10::DeviceGuard guard(mDevice);
         at::Tensor input = x.to(mDtype).reshape({-1, mGemm->columns()}).contiguous();
         at::Tensor y = at::empty({input.size(0), mGemm->rows()}, input.options());
-        mGemm->run(input.data_ptr(), y.data_ptr(), input.size(0), torchStream());
+        mGemm->run(input.data_ptr(), y.data_ptr(), input.size(0), torchCurrentStream());
         std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
         shape.back() = mGemm->rows();
         return y.view(shape);
@@ -65,7 +54,7 @@ Sparse24Decision makeSparse24Linear(const at::Tensor& weight, int64_t minRows) {
     at::Tensor w = weight.contiguous();
     const int64_t rows = w.size(0), cols = w.size(1);
     try {
-        d.twoFour = kernels::checkTwoFour(w.data_ptr(), rows, cols, torchStream()).ok;
+        d.twoFour = kernels::checkTwoFour(w.data_ptr(), rows, cols, torchCurrentStream()).ok;
     } catch (const kernels::KernelError&) {
         return d;   // cannot tell: treat as an ordinary dense weight
     }
@@ -87,7 +76,7 @@ Sparse24Decision makeSparse24Linear(const at::Tensor& weight, int64_t minRows) {
     }
     try {
         const auto type = w.scalar_type() == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16;
-        auto gemm = std::make_unique<kernels::Sparse24Gemm>(w.data_ptr(), type, rows, cols, torchStream());
+        auto gemm = std::make_unique<kernels::Sparse24Gemm>(w.data_ptr(), type, rows, cols, torchCurrentStream());
         d.kernel = std::make_shared<CusparseLtLinear>(std::move(gemm), w.device(), w.scalar_type(), minRows);
         d.how = "2:4 cuSPARSELt (M >= " + std::to_string(minRows) + ")";
     } catch (const kernels::KernelError& e) {
