@@ -85,12 +85,12 @@ int runBench(const std::vector<std::string>& args) {
     std::string variantName;
     const std::string synthetic = a.value("synthetic");
     if (!synthetic.empty()) {
-        if (synthetic != "llama-7b") throw Error("--synthetic knows llama-7b only, got '" + synthetic + "'");
+        const SyntheticShape& shape = syntheticShape(synthetic);
         const std::string format = a.value("format", "int");
         if (format != "int" && format != "fp8" && format != "w8a8")
             throw Error("--format is int, fp8 or w8a8, got '" + format + "'");
         const at::Device device = options.device.is_cuda() ? options.device : at::Device(at::kCPU);
-        base = syntheticLlama7b(a.integer("layers", 32), device, p.seed);
+        base = syntheticLlama(synthetic, a.integer("layers", shape.defaultLayers), device, p.seed);
         if (format == "int") {
             const int bits = int(a.integer("bits", 4));
             const int64_t group = a.integer("group-size", 128);
@@ -106,7 +106,7 @@ int runBench(const std::vector<std::string>& args) {
     } else {
         LoadOptions load;
         load.tokenizerPath = a.value("tokenizer");
-        const std::string path = a.requirePositional("MODEL (or --synthetic llama-7b)");
+        const std::string path = a.requirePositional("MODEL (or --synthetic llama-7b|llama-70b)");
         base = loadModel(path, load);
         if (a.has("recipe")) {
             CalibrationSpec calib;

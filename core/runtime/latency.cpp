@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include <ATen/Context.h>
 
@@ -134,35 +135,56 @@ double measureCopyBandwidth(const at::Device& device, int64_t bytes) {
     return percentile(rates, 0.5);
 }
 
-std::unique_ptr<Model> syntheticLlama7b(int64_t layers, const at::Device& device, uint64_t seed) {
-    if (layers < 1 || layers > 32) throw Error("synthetic llama-7b: layers must be 1..32, got " + std::to_string(layers));
+const SyntheticShape& syntheticShape(const std::string& name) {
+    // Llama-2 7B and 70B (GQA: 8 kv heads); vocabulary 32000, context 4096.
+    static const std::vector<SyntheticShape> shapes = {
+        {"llama-7b", 4096, 32, 32, 128, 11008, 32000, 4096, 32, 32},
+        {"llama-70b", 8192, 64, 8, 128, 28672, 32000, 4096, 80, 8},
+    };
+    std::string known;
+    for (const SyntheticShape& shape : shapes) {
+        if (shape.name == name) return shape;
+        known += (known.empty() ? "" : ", ") + shape.name;
+    }
+    throw Error("--synthetic knows " + known + ", got '" + name + "'");
+}
+
+std::unique_ptr<Model> syntheticLlama(const std::string& name, int64_t layers, const at::Device& device, uint64_t seed) {
+    const SyntheticShape& shape = syntheticShape(name);
+    if (layers < 1 || layers > shape.totalLayers)
+        throw Error("synthetic " + name + ": layers must be 1.." + std::to_string(shape.totalLayers) + ", got " +
+                    std::to_string(layers));
     auto model = std::make_unique<Model>();
     ArchSpec& s = model->spec;
     s.modelType = "llama";
     s.layers = layers;
-    s.hidden = 4096;
-    s.heads = s.kvHeads = 32;
-    s.headDim = 128;
-    s.ffn = 11008;
-    s.vocab = 32000;
-    s.context = 4096;
-    model->path = "synthetic:llama-7b";
+    s.hidden = shape.hidden;
+    s.heads = shape.heads;
+    s.kvHeads = shape.kvHeads;
+    s.headDim = shape.headDim;
+    s.ffn = shape.ffn;
+    s.vocab = shape.vocab;
+    s.context = shape.context;
+    model->path = "synthetic:" + name;
     model->format = "synthetic";
-    model->metadata["note"] = "random weights, Llama-2-7B shapes, " + std::to_string(layers) + " of 32 layers";
+    model->metadata["note"] = "random weights, Llama-2 " + name.substr(6) + " shapes, " + std::to_string(layers) + " of " +
+                              std::to_string(shape.totalLayers) + " layers";
     at::manual_seed(seed);
     auto opts = at::TensorOptions().dtype(at::kHalf).device(device);
     auto matrix = [&](const std::string& name, int64_t out, int64_t in) {
         model->replaceTensor(name, (at::randn({out, in}, opts) * 0.02).to(at::kCPU));
     };
     auto ones = [&](const std::string& name) { model->replaceTensor(name, at::ones({s.hidden}, at::kFloat)); };
+    const int64_t kvRows = s.kvHeads * s.headDim;
     matrix("model.embed_tokens.weight", s.vocab, s.hidden);
     for (int64_t l = 0; l < layers; ++l) {
         auto n = [&](const char* suffix) { return names::llamaLayer(l, suffix); };
         ones(n("input_layernorm.weight"));
         ones(n("post_attention_layernorm.weight"));
-        for (const char* proj : {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                                 "self_attn.o_proj.weight"})
-            matrix(n(proj), s.hidden, s.hidden);
+        matrix(n("self_attn.q_proj.weight"), s.heads * s.headDim, s.hidden);
+        matrix(n("self_attn.k_proj.weight"), kvRows, s.hidden);
+        matrix(n("self_attn.v_proj.weight"), kvRows, s.hidden);
+        matrix(n("self_attn.o_proj.weight"), s.hidden, s.heads * s.headDim);
         matrix(n("mlp.gate_proj.weight"), s.ffn, s.hidden);
         matrix(n("mlp.up_proj.weight"), s.ffn, s.hidden);
         matrix(n("mlp.down_proj.weight"), s.hidden, s.ffn);
@@ -171,6 +193,10 @@ std::unique_ptr<Model> syntheticLlama7b(int64_t layers, const at::Device& device
     matrix("lm_head.weight", s.vocab, s.hidden);
     s.validate(model->path);
     return model;
+}
+
+std::unique_ptr<Model> syntheticLlama7b(int64_t layers, const at::Device& device, uint64_t seed) {
+    return syntheticLlama("llama-7b", layers, device, seed);
 }
 
 std::unique_ptr<Model> randomIntVariant(const Model& base, int bits, int64_t groupSize, const at::Device& device,

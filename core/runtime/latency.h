@@ -47,8 +47,20 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
 // Device-to-device copy bandwidth (bytes read + written per second) of `bytes`-sized buffers, median of 5 timings.
 double measureCopyBandwidth(const at::Device& device, int64_t bytes = int64_t(1) << 30);
 
-// A Llama-2-7B-shaped model (hidden 4096, 32 heads, ffn 11008, vocab 32000) with `layers` blocks of random fp16
-// weights (std 0.02; norms 1), generated on `device`. Speed measurements only.
+// Shapes of the synthetic models `cwb bench --synthetic NAME` builds: llama-7b (hidden 4096, 32 heads, ffn 11008) and
+// llama-70b (hidden 8192, 64 heads, 8 kv heads, ffn 28672); vocabulary 32000.
+struct SyntheticShape {
+    std::string name;
+    int64_t hidden, heads, kvHeads, headDim, ffn, vocab, context;
+    int64_t totalLayers;     // of the real model
+    int64_t defaultLayers;   // what `cwb bench` builds without --layers (70B's 80 blocks would not fit one GPU)
+};
+// Throws cwb::Error naming the known shapes for any other name.
+const SyntheticShape& syntheticShape(const std::string& name);
+
+// A model of those shapes with `layers` blocks (1..totalLayers) of random fp16 weights (std 0.02; norms 1), generated
+// on `device`. Speed measurements only.
+std::unique_ptr<Model> syntheticLlama(const std::string& name, int64_t layers, const at::Device& device, uint64_t seed = 0);
 std::unique_ptr<Model> syntheticLlama7b(int64_t layers, const at::Device& device, uint64_t seed = 0);
 
 // The variant a speed measurement needs without the cost of quantizing: every block linear becomes an IntLinear

@@ -103,6 +103,9 @@ void TestCli::errorsNameTheFile() {
     Result format = run({"bench", "--synthetic", "llama-7b", "--format", "int3"});
     QCOMPARE(format.exitCode, 2);
     QVERIFY(format.err.contains("--format is int, fp8 or w8a8, got 'int3'"));
+    Result shape = run({"bench", "--synthetic", "llama-13b"});
+    QCOMPARE(shape.exitCode, 2);
+    QVERIFY(shape.err.contains("--synthetic knows llama-7b, llama-70b, got 'llama-13b'"));
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     Result text = run({"eval", model, "--text", "/nonexistent/text.txt"});
     QCOMPARE(text.exitCode, 2);

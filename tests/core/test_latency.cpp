@@ -22,6 +22,7 @@ private slots:
     void randomVariantCompressesEveryLinear();
     void randomEightBitVariantsCompressEveryLinear();
     void sparse24ThresholdIsOffUnlessAsked();
+    void syntheticShapes();
 };
 
 namespace {
@@ -127,6 +128,39 @@ void TestLatency::sparse24ThresholdIsOffUnlessAsked() {
     // A 2:4 weight off the GPU is never checked or compressed, whatever the threshold.
     const at::Tensor w = at::zeros({8, 8}, at::kHalf);
     QVERIFY(!makeSparse24Linear(w, 1).twoFour);
+}
+
+// The shapes `cwb bench --synthetic` builds: Llama-2 7B and 70B (GQA); checked without allocating the weights.
+void TestLatency::syntheticShapes() {
+    const SyntheticShape& seven = syntheticShape("llama-7b");
+    QCOMPARE(seven.hidden, int64_t(4096));
+    QCOMPARE(seven.heads, seven.kvHeads);
+    QCOMPARE(seven.ffn, int64_t(11008));
+    QCOMPARE(seven.totalLayers, int64_t(32));
+    QCOMPARE(seven.defaultLayers, int64_t(32));
+    const SyntheticShape& seventy = syntheticShape("llama-70b");
+    QCOMPARE(seventy.hidden, int64_t(8192));
+    QCOMPARE(seventy.heads * seventy.headDim, seventy.hidden);
+    QCOMPARE(seventy.kvHeads, int64_t(8));
+    QCOMPARE(seventy.ffn, int64_t(28672));
+    QCOMPARE(seventy.vocab, int64_t(32000));
+    QCOMPARE(seventy.totalLayers, int64_t(80));
+    QVERIFY(seventy.defaultLayers >= 1 && seventy.defaultLayers < seventy.totalLayers);
+    try {
+        syntheticShape("llama-13b");
+        QFAIL("an unknown synthetic shape was accepted");
+    } catch (const Error& e) {
+        QCOMPARE(std::string(e.what()), std::string("--synthetic knows llama-7b, llama-70b, got 'llama-13b'"));
+    }
+    // Layer counts are checked before any weight is made.
+    for (int64_t layers : {int64_t(0), int64_t(81)}) {
+        try {
+            syntheticLlama("llama-70b", layers, at::kCPU);
+            QFAIL("a layer count outside 1..80 was accepted");
+        } catch (const Error& e) {
+            QVERIFY(std::string(e.what()).find("layers must be 1..80") != std::string::npos);
+        }
+    }
 }
 
 QTEST_APPLESS_MAIN(TestLatency)
