@@ -11,6 +11,22 @@
 
 namespace cwb::testing {
 
+// The small GQA Llama the GPU tests share (2 blocks, hidden 256, 4 query heads of 64 over 2 kv heads, ffn 688, so
+// that g128 and g32 leave a partial group), with no weights yet; tests change what they need, then fillRandomLlama.
+inline ArchSpec smallLlamaSpec() {
+    ArchSpec s;
+    s.modelType = "llama";
+    s.layers = 2;
+    s.hidden = 256;
+    s.heads = 4;
+    s.kvHeads = 2;
+    s.headDim = 64;
+    s.ffn = 688;
+    s.vocab = 96;
+    s.context = 128;
+    return s;
+}
+
 // Seeds LibTorch's generator with `seed`, fills every tensor of m.spec, and validates the spec.
 inline void fillRandomLlama(Model& m, uint64_t seed) {
     const ArchSpec& s = m.spec;

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 
+#include "tests/gpu/gpu_check.h"
 #include "core/compress/compressed_layers.h"
 #include "core/model/model.h"
 #include "tests/gpu/random_llama.h"
@@ -27,11 +28,7 @@ constexpr double kFp16Tolerance = 1e-3;   // normalised logit error; fp16 activa
 constexpr double kBf16Tolerance = 1e-2;   // bf16 carries 8 bits: about 64 times fp16's squared rounding error
 constexpr int64_t kPrompt = 8, kSteps = 20;
 
-int failures = 0;
-void check(bool ok, const std::string& what) {
-    std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what.c_str());
-    failures += ok ? 0 : 1;
-}
+using cwb::testing::check;
 
 struct Shape {
     int64_t heads = 4, kvHeads = 2, headDim = 64;
@@ -41,16 +38,13 @@ struct Shape {
 std::unique_ptr<cwb::Model> makeModel(bool bias, cwb::RopeStyle style = cwb::RopeStyle::Halves, Shape shape = {}) {
     auto m = std::make_unique<cwb::Model>();
     cwb::ArchSpec& s = m->spec;
+    s = cwb::testing::smallLlamaSpec();
     s.modelType = bias ? "qwen2" : "llama";
     s.layers = 3;
-    s.hidden = 256;
     s.heads = shape.heads;
     s.kvHeads = shape.kvHeads;
     s.headDim = shape.headDim;
     s.ropeStyle = style;
-    s.ffn = 688;
-    s.vocab = 96;
-    s.context = 128;
     s.attentionBias = bias;
     m->path = "test:decode-graph";
     cwb::testing::fillRandomLlama(*m, bias ? 21 : 12);
@@ -203,6 +197,5 @@ int main() {
         std::printf("FAIL: %s\n", e.what());
         return 1;
     }
-    std::printf("%d failed\n", failures);
-    return failures ? 1 : 0;
+    return cwb::testing::finishChecks();
 }

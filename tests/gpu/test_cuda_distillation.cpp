@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "tests/gpu/gpu_check.h"
 #include "core/compress/compressed_layers.h"
 #include "core/compress/distill_trainer.h"
 #include "core/compress/pipeline.h"
@@ -16,11 +17,7 @@
 #include "core/model/model.h"
 
 namespace {
-int failures = 0;
-void check(bool ok, const char* what) {
-    std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what);
-    failures += ok ? 0 : 1;
-}
+using cwb::testing::check;
 cwb::Recipe recipe(const char* text) { return cwb::Recipe::fromJson(nlohmann::json::parse(text), "gpu test"); }
 } // namespace
 
@@ -81,6 +78,5 @@ int main() {
         std::printf("FAIL: %s\n", e.what());
         return 1;
     }
-    std::printf("%d failed\n", failures);
-    return failures ? 1 : 0;
+    return cwb::testing::finishChecks();
 }

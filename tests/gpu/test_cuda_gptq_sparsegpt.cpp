@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <string>
 
+#include "tests/gpu/gpu_check.h"
 #include "core/compress/compressed_layers.h"
 #include "core/compress/gptq_math.h"
 #include "core/compress/pipeline.h"
@@ -41,11 +42,7 @@ constexpr double kErrorTolerance = 0.02;       // the same per layer through the
 // The same inputs and formula on the same device: equal unless the GPU's summation order changes between runs.
 constexpr double kSecondPassTolerance = 1e-9;
 
-int failures = 0;
-void check(bool ok, const std::string& what) {
-    std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what.c_str());
-    failures += ok ? 0 : 1;
-}
+using cwb::testing::check;
 
 double agreement(const at::Tensor& a, const at::Tensor& b) {
     return a.eq(b).to(at::kDouble).mean().item<double>();
@@ -125,16 +122,7 @@ void compareOneLayer() {
 
 std::unique_ptr<cwb::Model> smallLlama() {
     auto m = std::make_unique<cwb::Model>();
-    cwb::ArchSpec& s = m->spec;
-    s.modelType = "llama";
-    s.layers = 2;
-    s.hidden = 256;
-    s.heads = 4;
-    s.kvHeads = 2;
-    s.headDim = 64;
-    s.ffn = 688;
-    s.vocab = 96;
-    s.context = 128;
+    m->spec = cwb::testing::smallLlamaSpec();
     m->path = "test:gptq-cuda";
     cwb::testing::fillRandomLlama(*m, 5);
     return m;
@@ -211,6 +199,5 @@ int main() {
         std::printf("FAIL: %s\n", e.what());
         return 1;
     }
-    std::printf("%d failed\n", failures);
-    return failures ? 1 : 0;
+    return cwb::testing::finishChecks();
 }

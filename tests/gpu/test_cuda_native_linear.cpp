@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 
+#include "tests/gpu/gpu_check.h"
 #include "core/compress/compressed_layers.h"
 #include "core/model/model.h"
 #include "tests/gpu/random_llama.h"
@@ -36,26 +37,14 @@ constexpr double kSingleLayerTolerance = 1e-4;   // fp16 / bf16 output rounding 
 constexpr double kFusionToleranceFp16 = 1e-5;
 constexpr double kFusionToleranceBf16 = 1e-4;
 
-int failures = 0;
-void check(bool ok, const std::string& what) {
-    std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what.c_str());
-    failures += ok ? 0 : 1;
-}
+using cwb::testing::check;
 
 // Llama-shaped model with q/k/v biases; ffn 688 leaves a partial group at g128 and g32 (kernel padding path).
 std::unique_ptr<cwb::Model> makeBase() {
     auto m = std::make_unique<cwb::Model>();
-    cwb::ArchSpec& s = m->spec;
-    s.modelType = "qwen2";
-    s.layers = 2;
-    s.hidden = 256;
-    s.heads = 4;
-    s.kvHeads = 2;
-    s.headDim = 64;
-    s.ffn = 688;
-    s.vocab = 96;
-    s.context = 128;
-    s.attentionBias = true;
+    m->spec = cwb::testing::smallLlamaSpec();
+    m->spec.modelType = "qwen2";
+    m->spec.attentionBias = true;
     m->path = "test:native-linear";
     cwb::testing::fillRandomLlama(*m, 7);
     return m;
@@ -235,6 +224,5 @@ int main() {
         std::printf("FAIL: %s\n", e.what());
         return 1;
     }
-    std::printf("%d failed\n", failures);
-    return failures ? 1 : 0;
+    return cwb::testing::finishChecks();
 }

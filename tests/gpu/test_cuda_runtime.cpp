@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "tests/gpu/gpu_check.h"
 #include "core/eval/divergence.h"
 #include "core/eval/perplexity.h"
 #include "core/io/model_format.h"
@@ -15,11 +16,7 @@
 #include "core/runtime/transformer.h"
 
 namespace {
-int failures = 0;
-void check(bool ok, const char* what) {
-    std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what);
-    failures += ok ? 0 : 1;
-}
+using cwb::testing::check;
 } // namespace
 
 int main() {
@@ -65,6 +62,5 @@ int main() {
         std::printf("FAIL: %s\n", e.what());
         return 1;
     }
-    std::printf("%d failed\n", failures);
-    return failures ? 1 : 0;
+    return cwb::testing::finishChecks();
 }

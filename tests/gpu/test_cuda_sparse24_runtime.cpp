@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <string>
 
+#include "tests/gpu/gpu_check.h"
 #include "core/compress/prune_math.h"
 #include "core/model/model.h"
 #include "core/runtime/cuda_linear.h"
@@ -25,24 +26,12 @@ constexpr double kFp16Tolerance = 1e-3;
 constexpr double kBf16Tolerance = 1e-2;
 const std::string kDenseLayer = "model.layers.1.mlp.down_proj";
 
-int failures = 0;
-void check(bool ok, const std::string& what) {
-    std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what.c_str());
-    failures += ok ? 0 : 1;
-}
+using cwb::testing::check;
 
 std::unique_ptr<cwb::Model> makePrunedModel() {
     auto m = std::make_unique<cwb::Model>();
-    cwb::ArchSpec& s = m->spec;
-    s.modelType = "llama";
-    s.layers = 2;
-    s.hidden = 256;
-    s.heads = 4;
-    s.kvHeads = 2;
-    s.headDim = 64;
-    s.ffn = 512;
-    s.vocab = 96;
-    s.context = 128;
+    m->spec = cwb::testing::smallLlamaSpec();
+    m->spec.ffn = 512;
     m->path = "test:sparse24-runtime";
     cwb::testing::fillRandomLlama(*m, 11);
     for (const std::string& layer : m->linearLayers()) {
@@ -106,7 +95,7 @@ int main() {
                 check(fallback.rfind("dense cuBLAS: ", 0) == 0, type + ": without cuSPARSELt the layers say why: " + fallback);
                 check(normalisedError(denseLogits, sparseLogits) == 0.0, type + ": and they run on the dense weights");
                 std::printf("SKIP: cuSPARSELt unavailable (%s)\n", fallback.c_str());
-                return failures ? 1 : 77;
+                return cwb::testing::failureCount() ? 1 : 77;
             }
             check(onCusparseLt == 7, type + ": all 7 run through \"2:4 cuSPARSELt (M >= 1)\"");
             const double versusCpu = normalisedError(reference, sparseLogits);
@@ -133,6 +122,5 @@ int main() {
         std::printf("FAIL: %s\n", e.what());
         return 1;
     }
-    std::printf("%d failed\n", failures);
-    return failures ? 1 : 0;
+    return cwb::testing::finishChecks();
 }

@@ -1,0 +1,26 @@
+// Pass/fail reporting shared by the plain GPU test executables (no Qt Test on GPU servers): each check prints one
+// line, and the exit code says whether any failed.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+namespace cwb::testing {
+
+inline int& failureCount() {
+    static int failures = 0;
+    return failures;
+}
+
+inline void check(bool ok, const std::string& what) {
+    std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what.c_str());
+    failureCount() += ok ? 0 : 1;
+}
+
+// Prints the count of failed checks; the test's exit code (1 when any failed).
+inline int finishChecks() {
+    std::printf("%d failed\n", failureCount());
+    return failureCount() ? 1 : 0;
+}
+
+} // namespace cwb::testing
