@@ -1,7 +1,11 @@
-// Time per launch of each fused decode kernel (decode_ops.h) at Llama-2-7B shapes (hidden 4096, 32 heads of 128, ffn
-// 11008, batch 1), as a decode step replays them: 200 launches captured in one CUDA graph, the graph replayed 5
-// times, the median replay divided by 200. Attention at cache capacities 192 (the bench's 128 + 64 tokens), 1024 and
-// 4096, at the last position. Needs a GPU; prints a markdown table.
+// Time per launch of each op of one decode step at Llama-2-7B shapes (hidden 4096, 32 heads of 128, ffn 11008,
+// vocabulary 32000, batch 1), as a decode step replays them: 200 launches captured in one CUDA graph, the graph
+// replayed 5 times, the median replay divided by 200. The fused decode kernels (decode_ops.h), with attention at cache
+// capacities 192 (the bench's 128 + 64 tokens), 1024 and 4096; the dense linears through cuBLAS and through the dense
+// GEMV (dense_gemv.h) at M = 1, 4 and 8, each launch reading another copy of the weight so that none is served from
+// L2; then the sum per token of the 32 blocks and the head, GEMVs against the rest, next to the weight-read floor.
+// Needs a GPU; prints markdown tables.
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,6 +15,7 @@
 #include <vector>
 
 #include "cwb/kernels/decode_ops.h"
+#include "cwb/kernels/dense_gemv.h"
 
 using namespace cwb::kernels;
 
@@ -59,6 +64,58 @@ double microsecondsPerLaunch(cudaStream_t stream, const std::function<void()>& l
     return double(ms[ms.size() / 2]) * 1e3 / kLaunches;
 }
 
+void blasOk(cublasStatus_t s, const char* what) {
+    if (s != CUBLAS_STATUS_SUCCESS) throw KernelError(std::string(what) + ": cuBLAS status " + std::to_string(int(s)));
+}
+
+// Device-to-device copy of 1 GiB: bytes read + written per second (median of 5).
+double copyGBs(cudaStream_t stream) {
+    const size_t bytes = size_t(1) << 30;
+    void *a = nullptr, *b = nullptr;
+    ok(cudaMalloc(&a, bytes), "cudaMalloc");
+    ok(cudaMalloc(&b, bytes), "cudaMalloc");
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    ok(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream), "copy");
+    std::vector<float> ms;
+    for (int r = 0; r < 5; ++r) {
+        cudaEventRecord(start, stream);
+        ok(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream), "copy");
+        cudaEventRecord(stop, stream);
+        ok(cudaEventSynchronize(stop), "synchronise");
+        float t = 0;
+        cudaEventElapsedTime(&t, start, stop);
+        ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * double(bytes) / (double(ms[2]) * 1e-3) / 1e9;
+}
+
+// One dense linear of the decode step: x [M, K] times W [N, K]ᵀ, plus the residual [M, N] where the runtime adds it.
+struct LinearShape {
+    const char* name;
+    int64_t inputs, outputs;
+    bool residual;
+    int perToken;   // launches per token in a 32-block model
+};
+
+// Weights for `shape` spread over a pool larger than L2: launch i reads copy i % copies.
+struct WeightPool {
+    uint16_t* base = nullptr;
+    size_t copies = 0, elements = 0;
+    const uint16_t* next() {
+        const uint16_t* w = base + (cursor % copies) * elements;
+        ++cursor;
+        return w;
+    }
+    size_t cursor = 0;
+};
+
 } // namespace
 
 int main() {
@@ -90,27 +147,98 @@ int main() {
         std::printf("GPU: %s (%d SMs)\n\n| kernel (fp16, batch 1) | µs per launch in a CUDA graph |\n| --- | ---: |\n", prop.name,
                     deviceMultiprocessors());
         auto row = [&](const std::string& name, const std::function<void()>& launch) {
-            std::printf("| %s | %.2f |\n", name.c_str(), microsecondsPerLaunch(stream, launch));
+            const double us = microsecondsPerLaunch(stream, launch);
+            std::printf("| %s | %.2f |\n", name.c_str(), us);
+            return us;
         };
-        row("rmsNorm 4096", [&] { rmsNorm(x, nullptr, nullptr, weight, y, 1, hidden, 1e-5f, t, stream); });
+        const double normUs = row("rmsNorm 4096", [&] { rmsNorm(x, nullptr, nullptr, weight, y, 1, hidden, 1e-5f, t, stream); });
         row("rmsNorm 4096 + residual", [&] { rmsNorm(x, residual, sum, weight, y, 1, hidden, 1e-5f, t, stream); });
-        row("siluMul 11008", [&] { siluMul(gateUp, 2 * ffn, gateUp + ffn, 2 * ffn, out, 1, ffn, t, stream); });
+        const double siluUs = row("siluMul 11008", [&] { siluMul(gateUp, 2 * ffn, gateUp + ffn, 2 * ffn, out, 1, ffn, t, stream); });
+        double ropeUs = 0, attentionUs = 0;   // at capacity 192, as in `cwb bench --prompt-tokens 128 --gen-tokens 64`
         for (int64_t capacity : {int64_t(192), int64_t(1024), maxCapacity}) {
             const DecodeAttentionShape s{1, heads, heads, hd, capacity};
             const int64_t last = capacity - 1;
             ok(cudaMemcpy(position, &last, sizeof(last), cudaMemcpyHostToDevice), "position");
-            row("ropeKvWrite 32+32 heads of 128, capacity " + std::to_string(capacity), [&] {
+            const double ropeThis = row("ropeKvWrite 32+32 heads of 128, capacity " + std::to_string(capacity), [&] {
                 ropeKvWrite(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table, maxCapacity,
                             RopeLayout::HalfSplit, position, qOut, keys, values, s, t, stream);
             });
             const DecodeAttentionPlan plan = planDecodeAttention(s, deviceMultiprocessors());
             const size_t bytes = decodeAttentionWorkspaceBytes(s, plan);
             float* ws = deviceZeros<float>(bytes / sizeof(float) + 1);
-            row("decodeAttention 32/32 heads of 128, " + std::to_string(last + 1) + " keys (" + std::to_string(plan.splits) +
+            const double attentionThis = row("decodeAttention 32/32 heads of 128, " + std::to_string(last + 1) + " keys (" + std::to_string(plan.splits) +
                     " splits of " + std::to_string(plan.keysPerSplit) + ", merge included)",
                 [&] { decodeAttention(qOut, keys, values, position, out, s, 0.088f, plan, ws, bytes, t, stream); });
             cudaFree(ws);
+            if (capacity == 192) ropeUs = ropeThis, attentionUs = attentionThis;
         }
+        cudaFree(keys);
+        cudaFree(values);
+
+        // Dense linears: cuBLAS (what at::linear / at::addmm call) against the GEMV, same data, same run.
+        const double copy = copyGBs(stream);
+        std::printf("\nDevice-to-device copy: %.0f GB/s (read + write)\n\n", copy);
+        cublasHandle_t blas;
+        blasOk(cublasCreate(&blas), "cublasCreate");
+        blasOk(cublasSetStream(blas, stream), "cublasSetStream");
+        void* blasWorkspace = deviceZeros<uint8_t>(size_t(32) << 20);
+        blasOk(cublasSetWorkspace(blas, blasWorkspace, size_t(32) << 20), "cublasSetWorkspace");
+        const LinearShape shapes[] = {{"qkv_proj (fused q, k, v)", hidden, 3 * hidden, false, 32},
+                                      {"o_proj + residual", hidden, hidden, true, 32},
+                                      {"gate_up_proj (fused)", hidden, 2 * ffn, false, 32},
+                                      {"down_proj + residual", ffn, hidden, true, 32},
+                                      {"lm_head", hidden, 32000, false, 1}};
+        const size_t poolElements = size_t(3) << 29;   // 3 GiB of fp16: every shape has 5+ copies, far past L2
+        auto* pool = deviceZeros<uint16_t>(poolElements);
+        auto* gx = deviceZeros<uint16_t>(size_t(8 * ffn));
+        auto* gy = deviceZeros<uint16_t>(size_t(8 * 32000));
+        auto* gr = deviceZeros<uint16_t>(size_t(8 * 32000));
+        double gemvTokenUs = 0, cublasTokenUs = 0, weightBytes = 0;
+        std::printf("| linear (fp16) | M | cuBLAS µs | GB/s | %% of copy | GEMV µs | GB/s | %% of copy | GEMV speed-up |\n"
+                    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        for (const LinearShape& l : shapes) {
+            WeightPool weights{pool, poolElements / size_t(l.inputs * l.outputs), size_t(l.inputs * l.outputs)};
+            weightBytes += double(l.perToken) * double(weights.elements) * 2.0;
+            for (int64_t m : {int64_t(1), int64_t(4), int64_t(8)}) {
+                const float alpha = 1.0f, beta = l.residual ? 1.0f : 0.0f;
+                // With the residual, y = W x + y in place (beta 1), as at::addmm adds its input.
+                const double cublasUs = microsecondsPerLaunch(stream, [&] {
+                    blasOk(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(l.outputs), int(m), int(l.inputs), &alpha,
+                                        weights.next(), CUDA_R_16F, int(l.inputs), gx, CUDA_R_16F, int(l.inputs), &beta, gy,
+                                        CUDA_R_16F, int(l.outputs), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                           "cublasGemmEx");
+                });
+                DenseGemvShape g;
+                g.rows = m;
+                g.outputs = l.outputs;
+                g.inputs = l.inputs;
+                g.xStride = l.inputs;
+                g.yStride = g.residualStride = l.outputs;
+                const double gemvUs = microsecondsPerLaunch(stream, [&] {
+                    denseGemv(gx, weights.next(), nullptr, l.residual ? gr : nullptr, gy, g, t, stream);
+                });
+                const double bytes = double(weights.elements + size_t(m * (l.inputs + l.outputs * (l.residual ? 2 : 1)))) * 2.0;
+                const double blasGBs = bytes / (cublasUs * 1e3), gemvGBs = bytes / (gemvUs * 1e3);
+                std::printf("| %s %lldx%lld | %lld | %.2f | %.0f | %.0f%% | %.2f | %.0f | %.0f%% | %.2fx |\n", l.name,
+                            (long long)l.inputs, (long long)l.outputs, (long long)m, cublasUs, blasGBs,
+                            100.0 * blasGBs / copy, gemvUs, gemvGBs, 100.0 * gemvGBs / copy, cublasUs / gemvUs);
+                if (m == 1) {
+                    gemvTokenUs += l.perToken * gemvUs;
+                    cublasTokenUs += l.perToken * cublasUs;
+                }
+            }
+        }
+        // Per token: 32 blocks of (2 RMSNorms, RoPE + cache write, attention, SiLU * up) plus the final RMSNorm; the
+        // embedding gather and the logits' fp32 cast are left out.
+        const double restUs = 32 * (2 * normUs + ropeUs + attentionUs + siluUs) + normUs;
+        const double floorUs = weightBytes / (copy * 1e3);
+        std::printf("\nPer token, 32 blocks + head, sum of the launches above (attention at 192 keys):\n\n"
+                    "| | linears ms | other kernels ms | sum ms | weight-read floor ms | sum / floor |\n"
+                    "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+        for (const auto& [name, linearUs] : {std::pair<const char*, double>{"cuBLAS", cublasTokenUs}, {"dense GEMV", gemvTokenUs}})
+            std::printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx |\n", name, linearUs / 1e3, restUs / 1e3,
+                        (linearUs + restUs) / 1e3, floorUs / 1e3, (linearUs + restUs) / floorUs);
+        cublasDestroy(blas);
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

@@ -12,6 +12,7 @@
 #include "core/model/compressed_linear.h"
 #include "core/runtime/cuda_linear.h"
 #include "core/runtime/decode_graph.h"
+#include "core/runtime/dense_gemv.h"
 #include "core/runtime/fused_decode.h"
 #include "core/runtime/sparse24_linear.h"
 #include "core/util/error.h"
@@ -24,6 +25,7 @@ struct Transformer::Block {
     std::map<std::string, std::shared_ptr<const CompressedLinear>> compressed;   // suffix ("self_attn.q_proj")
     std::map<std::string, std::shared_ptr<const NativeIntLinear>> native;         // layers run by a kernel
     std::map<std::string, std::shared_ptr<const Sparse24Linear>> sparse;          // 2:4 dense layers (cuSPARSELt)
+    int64_t denseGemvRows = 0;   // dense layers given at most this many rows of input run the GEMV kernel
     const at::Tensor& operator[](const std::string& suffix) const { return tensors.at(suffix); }
     bool has(const std::string& suffix) const { return tensors.count(suffix) != 0; }
     // A dense weight or a native kernel under this name (fused projections have either).
@@ -47,8 +49,16 @@ struct Transformer::Block {
         }
         auto it = compressed.find(layer);
         at::Tensor input = it == compressed.end() ? x : it->second->prepareInput(x.to(at::kFloat)).to(x.scalar_type());
-        return at::linear(input, tensors.at(layer + ".weight"),
-                          bias == tensors.end() ? at::Tensor() : bias->second.to(x.scalar_type()));
+        const at::Tensor& w = tensors.at(layer + ".weight");
+        if (denseGemvRows > 0 && denseGemvApplies(input, w, denseGemvRows))
+            return denseGemvLinear(input, w, bias == tensors.end() ? at::Tensor() : bias->second, at::Tensor());
+        return at::linear(input, w, bias == tensors.end() ? at::Tensor() : bias->second.to(x.scalar_type()));
+    }
+    // A dense layer (no kernel, no compressed input transform) that the GEMV kernel computes for this input.
+    bool denseGemvFor(const std::string& layer, const at::Tensor& x) const {
+        if (denseGemvRows <= 0 || native.count(layer) || compressed.count(layer) || !has(layer + ".weight")) return false;
+        if (sparse.count(layer) && sparse.at(layer)->applies(x)) return false;
+        return denseGemvApplies(x, tensors.at(layer + ".weight"), denseGemvRows);
     }
     // A dense layer without bias, whose product with the residual added is one addmm.
     bool plainDense(const std::string& layer) const {
@@ -56,6 +66,11 @@ struct Transformer::Block {
     }
     // residual + linear(x): one addmm for a dense layer without bias.
     at::Tensor linearPlus(const std::string& layer, const at::Tensor& x, const at::Tensor& residual) const {
+        if (denseGemvFor(layer, x)) {   // product, bias and residual in one kernel
+            auto bias = tensors.find(layer + ".bias");
+            return denseGemvLinear(x, tensors.at(layer + ".weight"), bias == tensors.end() ? at::Tensor() : bias->second,
+                                   residual);
+        }
         if (!plainDense(layer) || (sparse.count(layer) && sparse.at(layer)->applies(x))) return residual + linear(layer, x);
         const at::Tensor& w = tensors.at(layer + ".weight");
         return at::addmm(residual.reshape({-1, w.size(0)}), x.reshape({-1, w.size(1)}), w.t()).view(residual.sizes());
@@ -293,6 +308,7 @@ const Transformer::Block& Transformer::block(int64_t layer) {
         b->fuse({"mlp.gate_proj", "mlp.up_proj"}, "mlp.gate_up_proj");
     }
     if (mOptions.device.is_cuda() && mOptions.nativeKernels && !mOptions.parameters) attachSparse24(*b, prefix);
+    if (mOptions.denseGemv && !mOptions.parameters) b->denseGemvRows = kDenseGemvRuntimeRows;
     if (mOptions.cacheWeights) {
         cached = std::move(b);
         return *cached;
@@ -558,7 +574,7 @@ at::Tensor Transformer::fixedShapeStep(const at::Tensor& tokens, const at::Tenso
     at::Tensor x = at::embedding(mGlobals->embedding, tokens);   // [batch, 1, hidden]
     if (fusedDecodeActive()) {   // the kernels read the RoPE table and the position themselves
         for (int64_t l = 0; l < mModel.spec.layers; ++l) x = fixedShapeBlock(l, x, at::Tensor(), at::Tensor(), position, cache);
-        return at::linear(fusedRmsNorm(x, mGlobals->finalNormWeight, mModel.spec.normEps), mGlobals->head).to(at::kFloat);
+        return headLinear(fusedRmsNorm(x, mGlobals->finalNormWeight, mModel.spec.normEps)).to(at::kFloat);
     }
     // Shared by every block: this position's RoPE row, and the additive mask over the whole cache (0 up to the
     // position, -inf after), both computed on the device from `position`.
@@ -656,7 +672,13 @@ at::Tensor Transformer::logits(const at::Tensor& hidden) const {
     const ArchSpec& s = mModel.spec;
     at::Tensor x = s.family == Family::Llama ? rmsNorm(hidden, mGlobals->finalNormWeight, s.normEps)
                                              : layerNorm(hidden, mGlobals->finalNormWeight, mGlobals->finalNormBias, s.normEps);
-    return at::linear(x, mGlobals->head).to(at::kFloat);
+    return headLinear(x).to(at::kFloat);
+}
+
+at::Tensor Transformer::headLinear(const at::Tensor& x) const {
+    if (mOptions.denseGemv && !mOptions.parameters && denseGemvApplies(x, mGlobals->head, kDenseGemvRuntimeRows))
+        return denseGemvLinear(x, mGlobals->head, at::Tensor(), at::Tensor());
+    return at::linear(x, mGlobals->head);
 }
 
 void Transformer::invalidateBlock(int64_t layer) {

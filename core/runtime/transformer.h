@@ -59,6 +59,10 @@ struct RuntimeOptions {
     // On CUDA in fp16 / bf16, the fixed-shape decode step runs the fused kernels of kernels/decode_ops.h (RMSNorm,
     // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block); off, or elsewhere, LibTorch operations.
     bool fusedDecode = true;
+    // On CUDA in fp16 / bf16, dense linear layers (and the output head) given at most kDenseGemvRuntimeRows rows of
+    // input (decode) run the GEMV kernel of kernels/dense_gemv.h, the residual add of o_proj / down_proj included;
+    // off, or for more rows, cuBLAS (at::linear / at::addmm).
+    bool denseGemv = true;
 };
 
 // How one compressed linear layer computes on this runtime.
@@ -162,6 +166,8 @@ private:
     at::Tensor fixedShapeStep(const at::Tensor& tokens, const at::Tensor& position, KvCache& cache);
     at::Tensor fixedShapeBlock(int64_t layer, const at::Tensor& x, const at::Tensor& rope, const at::Tensor& mask,
                                const at::Tensor& position, KvCache& cache);
+    // The output head on (normed) hidden states, in the compute type: the dense GEMV kernel for decode, else cuBLAS.
+    at::Tensor headLinear(const at::Tensor& x) const;
 
     const Model& mModel;
     RuntimeOptions mOptions;

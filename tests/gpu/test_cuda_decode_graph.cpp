@@ -3,7 +3,7 @@
 // cache is refused, a reset cache replays correctly over stale slots, and changed weights re-capture. The graph runs
 // the fused decode kernels (RMSNorm, RoPE + cache write, attention, SiLU * up) where the build has them, and is
 // checked the same way with them turned off; both RoPE layouts, q/k/v biases, GQA ratios 2 and 4, head dims 64 and
-// 128, and bf16.
+// 128, and bf16. Dense linears run the GEMV kernel (dense_gemv.h) by default; it is compared with cuBLAS.
 // Exits 77 without a GPU or without a CUDA build of LibTorch.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -162,6 +162,38 @@ void runCase(const std::string& caseName, const cwb::Model& model, at::ScalarTyp
           "after invalidateBlock a new graph is captured and gives the same logits");
 }
 
+// Graph decode with the dense GEMV kernel (the default) against the same with cuBLAS (RuntimeOptions::denseGemv
+// off): the same greedy ids and logits within the tolerance, both matching the CPU, and not bit-identical (so the
+// switch did change the kernel that ran).
+void denseGemvCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype) {
+    const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : ", fp16") + ": dense GEMV on vs off";
+    const double tolerance = dtype == at::kBFloat16 ? kBf16Tolerance : kFp16Tolerance;
+    std::printf("== %s\n", name.c_str());
+    at::Tensor prompt = at::randint(0, model.spec.vocab, {1, kPrompt}, at::kLong);
+    cwb::RuntimeOptions withCublas = gpuOptions(cwb::DecodeMode::CudaGraph, dtype);
+    withCublas.denseGemv = false;
+    cwb::Transformer gemv(model, gpuOptions(cwb::DecodeMode::CudaGraph, dtype)), cublas(model, withCublas);
+    auto gemvCache = gemv.makeCache(1, kPrompt + kSteps), cublasCache = cublas.makeCache(1, kPrompt + kSteps);
+    std::vector<int64_t> gemvIds, cublasIds;
+    const at::Tensor gemvLogits = greedy(gemv, *gemvCache, prompt, gemvIds);
+    const at::Tensor cublasLogits = greedy(cublas, *cublasCache, prompt, cublasIds);
+    check(gemvCache->graphReplays() == kSteps && cublasCache->graphReplays() == kSteps,
+          "both runtimes replayed the graph at every step" +
+              (gemvCache->graphFailure().empty() ? std::string() : " (GEMV: " + gemvCache->graphFailure() + ")"));
+    int64_t equal = 0;
+    check(sameGreedyIds(gemvIds, cublasIds, cublasLogits, equal),
+          "greedy ids with and without the GEMV agree (" + std::to_string(equal) + " of " + std::to_string(kSteps) + " equal)");
+    if (equal == kSteps) {
+        const double error = normalisedError(cublasLogits, gemvLogits);
+        std::printf("  GEMV vs cuBLAS: normalised logit error %.3g\n", error);
+        check(error <= tolerance, "decode logits with the GEMV match those with cuBLAS");
+        check(!at::equal(cublasLogits, gemvLogits), "the GEMV switch changes the kernel (logits not bit-identical)");
+    }
+    const double versusCpu = normalisedError(cpuReference(model, prompt, gemvIds), gemvLogits);
+    std::printf("  GEMV vs CPU: normalised logit error %.3g\n", versusCpu);
+    check(versusCpu <= tolerance, "decode logits with the GEMV match the CPU path");
+}
+
 } // namespace
 
 int main() {
@@ -193,6 +225,10 @@ int main() {
         auto wide = makeModel(true, cwb::RopeStyle::Halves, Shape{4, 1, 128});
         runCase("dense fp16, GQA 4/1, head dim 128, q/k/v biases", *wide, at::kHalf, kernels);
         runCase("dense, GQA 4/2", *makeModel(false), at::kBFloat16, kernels);
+        if (kernels) {
+            denseGemvCase("GQA 4/2", *makeModel(false), at::kHalf);
+            denseGemvCase("GQA 4/1, head dim 128, q/k/v biases", *wide, at::kBFloat16);
+        }
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

@@ -1,0 +1,25 @@
+#pragma once
+// The dense GEMV kernel of kernels/ (dense_gemv.h) on LibTorch tensors: linear layers of decode, where x has a few
+// rows and cuBLAS reads the weight far below the memory bandwidth. One launch on LibTorch's current stream, no
+// synchronisation, so a CUDA graph captures it. Plain C++ (no CUDA headers); in a build without the kernels
+// denseGemvApplies() is false and denseGemvLinear throws cwb::Error.
+#include <cstdint>
+
+#include <ATen/ATen.h>
+
+namespace cwb {
+
+// Rows of x up to which the runtime uses the GEMV (RuntimeOptions::denseGemv); more rows go to cuBLAS.
+constexpr int64_t kDenseGemvRuntimeRows = 4;
+
+// True when denseGemvLinear computes linear(x, weight) here: a build with the kernels; x and weight fp16 or bf16 of
+// one type on one CUDA device; weight a contiguous matrix [N, K] with x [..., K]; at most maxRows rows of x
+// (numel / K); nothing that needs a gradient.
+bool denseGemvApplies(const at::Tensor& x, const at::Tensor& weight, int64_t maxRows);
+
+// x Wᵀ + bias + residual in one kernel: bias [N] (any float type; undefined: none), residual [..., N] shaped as the
+// result (undefined: none). Returns [..., N] in x's type. Call only where denseGemvApplies(x, weight, ...) holds.
+at::Tensor denseGemvLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                           const at::Tensor& residual);
+
+} // namespace cwb

@@ -1,0 +1,156 @@
+// Dense fp16 / bf16 GEMV for decode (dense_gemv.h): one warp per weight row, 16-byte streaming loads of the weight
+// issued kUnroll at a time per lane before any is used, the few rows of x read through the L1 cache, a warp
+// reduction, and the bias and residual added before the one rounding.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "cuda_check.h"
+#include "cwb/kernels/dense_gemv.h"
+#include "decode_common.cuh"
+
+namespace cwb::kernels {
+
+namespace {
+
+using namespace decode;
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kUnroll = 8;   // 16-byte weight loads in flight per lane
+
+// Weights are read once per token: bypass L1 and read through the non-coherent path.
+__device__ __forceinline__ uint4 streamLoad(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ float2 pairToFloat(uint32_t bits, const __half*) {
+    __half2 h;
+    memcpy(&h, &bits, sizeof(h));
+    return __half22float2(h);
+}
+
+__device__ __forceinline__ float2 pairToFloat(uint32_t bits, const __nv_bfloat16*) {
+    __nv_bfloat162 h;
+    memcpy(&h, &bits, sizeof(h));
+    return __bfloat1622float2(h);
+}
+
+// acc[m] += Σ over the 8 elements of one 16-byte chunk `c` of the weight row and of row m of x.
+template <typename T, int M>
+__device__ __forceinline__ void accumulateChunk(float (&acc)[M], const uint4& w, const T* __restrict__ x,
+                                                int64_t xStride, int64_t c) {
+    const uint32_t wBits[4] = {w.x, w.y, w.z, w.w};
+    float2 wf[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) wf[i] = pairToFloat(wBits[i], x);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + m * xStride) + c);
+        const uint32_t xBits[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 xf = pairToFloat(xBits[i], x);
+            acc[m] = fmaf(wf[i].x, xf.x, acc[m]);
+            acc[m] = fmaf(wf[i].y, xf.y, acc[m]);
+        }
+    }
+}
+
+template <typename T, int M, bool kVector>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    denseGemvKernel(const T* __restrict__ x, const T* __restrict__ weight, const float* __restrict__ bias,
+                    const T* residual, T* y, int64_t outputs, int64_t inputs, int64_t xStride, int64_t yStride,
+                    int64_t residualStride) {
+    const int lane = threadIdx.x % 32;
+    const int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    if (n >= outputs) return;
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+    if constexpr (kVector) {
+        const uint4* row = reinterpret_cast<const uint4*>(weight + n * inputs);
+        const int64_t chunks = inputs / 8;
+        int64_t c = lane;
+        for (; c + 32 * (kUnroll - 1) < chunks; c += 32 * kUnroll) {   // every lane's kUnroll chunks exist
+            uint4 w[kUnroll];
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) w[u] = streamLoad(row + c + 32 * u);
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) accumulateChunk<T, M>(acc, w[u], x, xStride, c + 32 * u);
+        }
+        if (c < chunks) {   // the tail, still loaded all at once
+            uint4 w[kUnroll];
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u)
+                if (c + 32 * u < chunks) w[u] = streamLoad(row + c + 32 * u);
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u)
+                if (c + 32 * u < chunks) accumulateChunk<T, M>(acc, w[u], x, xStride, c + 32 * u);
+        }
+    } else {
+        const T* row = weight + n * inputs;
+        for (int64_t k = lane; k < inputs; k += 32) {
+            const float w = toFloat(row[k]);
+#pragma unroll
+            for (int m = 0; m < M; ++m) acc[m] = fmaf(w, toFloat(x[m * xStride + k]), acc[m]);
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = warpSum(acc[m]);
+    if (lane != 0) return;
+    const float b = bias ? bias[n] : 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        float v = acc[m] + b;
+        if (residual) v += toFloat(residual[m * residualStride + n]);
+        y[m * yStride + n] = fromFloat<T>(v);
+    }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename T, int M>
+void launch(const void* x, const void* weight, const float* bias, const void* residual, void* y, const DenseGemvShape& s,
+            bool vector, cudaStream_t stream) {
+    const dim3 grid(unsigned((s.outputs + kWarpsPerBlock - 1) / kWarpsPerBlock)), block(kWarpsPerBlock * 32);
+    auto kernel = vector ? denseGemvKernel<T, M, true> : denseGemvKernel<T, M, false>;
+    kernel<<<grid, block, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(weight), bias,
+                                       static_cast<const T*>(residual), static_cast<T*>(y), s.outputs, s.inputs,
+                                       s.xStride, s.yStride, s.residualStride);
+}
+
+template <typename T, int M = 1>
+void launchRows(const void* x, const void* weight, const float* bias, const void* residual, void* y,
+                const DenseGemvShape& s, bool vector, cudaStream_t stream) {
+    if constexpr (M < kDenseGemvMaxRows) {
+        if (s.rows > M) return launchRows<T, M + 1>(x, weight, bias, residual, y, s, vector, stream);
+    }
+    launch<T, M>(x, weight, bias, residual, y, s, vector, stream);
+}
+
+} // namespace
+
+void denseGemv(const void* x, const void* weight, const float* bias, const void* residual, void* y,
+               const DenseGemvShape& s, ActType type, Stream stream) {
+    if (s.rows < 1 || s.rows > kDenseGemvMaxRows)
+        throw KernelError("denseGemv: " + std::to_string(s.rows) + " rows of x, expected 1.." +
+                          std::to_string(kDenseGemvMaxRows));
+    if (s.outputs < 1 || s.inputs < 1) throw KernelError("denseGemv: empty weight");
+    if (!x || !weight || !y) throw KernelError("denseGemv: null input, weight or output");
+    if (s.rows > 1 && (s.xStride < s.inputs || s.yStride < s.outputs || (residual && s.residualStride < s.outputs)))
+        throw KernelError("denseGemv: a row stride is shorter than its row");
+    const bool vector = s.inputs % 8 == 0 && aligned16(x) && aligned16(weight) && (s.rows == 1 || s.xStride % 8 == 0);
+    const cudaStream_t st = detail::toStream(stream);
+    dispatch(type, [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        launchRows<T>(x, weight, bias, residual, y, s, vector, st);
+    });
+    CWB_CUDA_CHECK_LAUNCH("denseGemv");
+}
+
+} // namespace cwb::kernels
