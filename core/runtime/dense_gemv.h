@@ -9,8 +9,10 @@
 
 namespace cwb {
 
-// Rows of x up to which the runtime uses the GEMV (RuntimeOptions::denseGemv); more rows go to cuBLAS.
-constexpr int64_t kDenseGemvRuntimeRows = 4;
+// Rows of x up to which the runtime uses the GEMV (RuntimeOptions::denseGemv); more rows go to cuBLAS. On the H200
+// (bench_decode_ops, docs/performance.md "Dense GEMV for decode") the kernel beat cuBLAS at M = 1 on every Llama-2-7B
+// shape (1.04-1.47x) but not at M = 4 (0.81-0.91x) or 8, so only single rows take it.
+constexpr int64_t kDenseGemvRuntimeRows = 1;
 
 // True when denseGemvLinear computes linear(x, weight) here: a build with the kernels; x and weight fp16 or bf16 of
 // one type on one CUDA device; weight a contiguous matrix [N, K] with x [..., K]; at most maxRows rows of x

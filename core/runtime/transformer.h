@@ -60,8 +60,8 @@ struct RuntimeOptions {
     // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block); off, or elsewhere, LibTorch operations.
     bool fusedDecode = true;
     // On CUDA in fp16 / bf16, dense linear layers (and the output head) given at most kDenseGemvRuntimeRows rows of
-    // input (decode) run the GEMV kernel of kernels/dense_gemv.h, the residual add of o_proj / down_proj included;
-    // off, or for more rows, cuBLAS (at::linear / at::addmm).
+    // input (decode at batch 1) run the GEMV kernel of kernels/dense_gemv.h, the residual add of o_proj / down_proj
+    // included; off, or for more rows, cuBLAS (at::linear / at::addmm).
     bool denseGemv = true;
 };
 
