@@ -80,9 +80,12 @@ void wxa16SetTmaConfig(int index) {
 }
 std::string wxa16TmaConfigName(int index) {
     if (index < 0 || index >= detail::kTmaConfigs) return "?";
+    auto shape = [](const detail::TmaShape& c) {
+        return std::to_string(c.r) + " tiles x " + std::to_string(c.w) + " warps x " + std::to_string(c.sl) +
+               " stages of " + std::to_string(c.cs) + " chunks";
+    };
     const detail::TmaConfig& c = detail::kTmaConfigTable[index];
-    return std::to_string(c.r) + " tiles x " + std::to_string(c.w) + " warps, " + std::to_string(c.cs) +
-           " chunks per stage x " + std::to_string(c.sl) + " stages per warp";
+    return "m<=8: " + shape(c.m8) + ", m<=16: " + shape(c.m16);
 }
 
 int wxa16SmallConfigCount() { return detail::kSmallConfigs; }
@@ -141,7 +144,7 @@ bool tmaKernel(const DeviceTiledWeight& w, int64_t slice) {
 // Blocks across the rows (one split-K counter each) for a launch of `slice` tokens.
 int64_t blocksAcross(const DeviceTiledWeight& w, int64_t slice) {
     const int64_t tiles = w.paddedRows / kTileRows;
-    const int64_t perBlock = tmaKernel(w, slice)         ? detail::tmaConfig().r
+    const int64_t perBlock = tmaKernel(w, slice)         ? detail::tmaShape(int(slice)).r
                              : smallTokenKernel(w, slice) ? detail::smallRowTiles(int(slice))
                                                           : detail::kWarpsPerBlock;
     return (tiles + perBlock - 1) / perBlock;
@@ -159,7 +162,7 @@ int chunksPerSplit(const DeviceTiledWeight& w, int64_t slice, int split) {
     const int64_t chunks = w.paddedCols / kChunkCols;
     int64_t per = (chunks + split - 1) / split;
     if (tmaKernel(w, slice)) {
-        const int stage = detail::tmaConfig().cs;
+        const int stage = detail::tmaShape(int(slice)).cs;
         per = (per + stage - 1) / stage * stage;
     } else if (smallTokenKernel(w, slice)) {
         const int round = detail::kSmallWarps * detail::smallChunksPerStep(groupShiftOf(w));
