@@ -5,8 +5,8 @@
 //   packed weight into one fp16 scratch, then cuBLAS), to find where it beats the kernels. --sweep-small: every
 //   configuration of the W4A16 small-M kernel at M <= 16 (wxa16SetSmallConfig), best one per shape at the end.
 //   --w4-both: at M <= 16 both W4A16 small-M kernels by name (ring; tma on sm_90), beside the same cuBLAS time.
-//   --sweep-tma: the TMA kernel's other shapes (wxa16SetTmaConfig), its default shape at splits 1, 2, 4 (2..8 add
-//   up in a cluster) and at split 2 added up through global memory (wxa16SetTmaClusterReduce(false)).
+//   --sweep-tma: the TMA kernel's other shapes (wxa16SetTmaConfig), its default shape at splits 1, 2, 4, 8 (2..8 add
+//   up in a cluster) and at splits 2, 4 added up through global memory (wxa16SetTmaClusterReduce(false)).
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
 // near 0.01, activations random; every buffer is filled on the device. Each timing cycles through enough copies of
 // the weights to exceed the L2 several times, so the weights come from HBM as in a real model. Time: CUDA events
@@ -301,10 +301,11 @@ int main(int argc, char** argv) {
                                    std::to_string(wxa16DefaultSplitK(w0, m)), 0);
                     }
                     wxa16SetTmaConfig(0);
-                    for (int split : {1, 2, 4})
+                    for (int split : {1, 2, 4, 8})
                         if (split != wxa16DefaultSplitK(w0, m)) timeW4("W4A16 g128 tma s" + std::to_string(split), split);
-                    wxa16SetTmaClusterReduce(false);  // the same split through fp32 partials and a last block
-                    timeW4("W4A16 g128 tma s2 global", 2);
+                    wxa16SetTmaClusterReduce(false);  // the same splits through fp32 partials and a last block
+                    for (int split : {2, 4})
+                        timeW4("W4A16 g128 tma s" + std::to_string(split) + " global", split);
                     wxa16SetTmaClusterReduce(true);
                 }
                 wxa16SetSmallKernel(defaultKernel);

@@ -17,24 +17,15 @@
 
 namespace cwb::kernels::detail {
 
-// Shapes of the kernel: row tiles per block (R), warps (W), chunks per stage (CS, even), stage slots per warp (SL),
-// one shape for up to 8 and one for up to 16 tokens. CWB_W4_TMA_CONFIG (0..kTmaConfigs - 1) or wxa16SetTmaConfig
-// picks another pair for benchmarking.
-struct TmaShape {
+// Shapes of the kernel: row tiles per block (R), warps (W), chunks per stage (CS, even), stage slots per warp (SL).
+// CWB_W4_TMA_CONFIG (0..kTmaConfigs - 1) or wxa16SetTmaConfig picks one for benchmarking.
+struct TmaConfig {
     int r, w, cs, sl;
 };
-struct TmaConfig {
-    TmaShape m8, m16;
-};
 constexpr int kTmaConfigs = 5;
-constexpr TmaConfig kTmaConfigTable[kTmaConfigs] = {
-    {{1, 8, 4, 3}, {4, 4, 2, 4}}, {{2, 4, 4, 4}, {2, 4, 4, 4}}, {{1, 8, 2, 4}, {1, 8, 2, 4}},
-    {{2, 8, 2, 3}, {2, 8, 2, 3}}, {{4, 4, 2, 4}, {1, 8, 4, 3}}};
+constexpr TmaConfig kTmaConfigTable[kTmaConfigs] = {{2, 4, 4, 4}, {1, 8, 4, 3}, {4, 4, 2, 4}, {1, 4, 4, 4}, {2, 4, 8, 2}};
 int tmaConfigIndex();  // wxa16_gemm.cu
-inline const TmaShape& tmaShape(int m) {
-    const TmaConfig& c = kTmaConfigTable[tmaConfigIndex()];
-    return m <= 8 ? c.m8 : c.m16;
-}
+inline const TmaConfig& tmaConfig() { return kTmaConfigTable[tmaConfigIndex()]; }
 
 constexpr int kChunkBytes = 512;   // 16 rows x 64 columns of 4-bit weights
 constexpr int kGroupBytes = 64;    // (scale, zero) words of 16 rows for one group
@@ -148,9 +139,8 @@ __global__ void __launch_bounds__(W * 32) w4TmaKernel(const Wxa16Params p) {
         if (lane == 0) {
             const int gA = groupOfChunk(p, c0), ng = groupOfChunk(p, c0 + n - 1) - gA + 1;
             const uint32_t bar = bars0 + s * 8, dst = slots0 + s * Smem::kSlotBytes;
-            // No proxy fence before refilling a slot: its words were read into registers and consumed by this
-            // stage's mma before the __syncwarp, and the copy engine writes a memory round trip later. (The fence
-            // compiled to MEMBAR.ALL.CTA, which also waits for the lane's outstanding prefetches.)
+            // The slot was last read by this warp through ordinary loads; order them before the copy engine's writes.
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             barrierExpectBytes(bar, uint32_t(R * (n * kChunkBytes + ng * kGroupBytes)));
 #pragma unroll
             for (int r = 0; r < R; ++r) {

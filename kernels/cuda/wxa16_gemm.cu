@@ -80,12 +80,9 @@ void wxa16SetTmaConfig(int index) {
 }
 std::string wxa16TmaConfigName(int index) {
     if (index < 0 || index >= detail::kTmaConfigs) return "?";
-    auto shape = [](const detail::TmaShape& c) {
-        return std::to_string(c.r) + " tiles x " + std::to_string(c.w) + " warps x " + std::to_string(c.sl) +
-               " stages of " + std::to_string(c.cs) + " chunks";
-    };
     const detail::TmaConfig& c = detail::kTmaConfigTable[index];
-    return "m<=8: " + shape(c.m8) + ", m<=16: " + shape(c.m16);
+    return std::to_string(c.r) + " tiles x " + std::to_string(c.w) + " warps, " + std::to_string(c.cs) +
+           " chunks per stage x " + std::to_string(c.sl) + " stages per warp";
 }
 
 int wxa16SmallConfigCount() { return detail::kSmallConfigs; }
@@ -144,7 +141,7 @@ bool tmaKernel(const DeviceTiledWeight& w, int64_t slice) {
 // Blocks across the rows (one split-K counter each) for a launch of `slice` tokens.
 int64_t blocksAcross(const DeviceTiledWeight& w, int64_t slice) {
     const int64_t tiles = w.paddedRows / kTileRows;
-    const int64_t perBlock = tmaKernel(w, slice)         ? detail::tmaShape(int(slice)).r
+    const int64_t perBlock = tmaKernel(w, slice)         ? detail::tmaConfig().r
                              : smallTokenKernel(w, slice) ? detail::smallRowTiles(int(slice))
                                                           : detail::kWarpsPerBlock;
     return (tiles + perBlock - 1) / perBlock;
@@ -162,7 +159,7 @@ int chunksPerSplit(const DeviceTiledWeight& w, int64_t slice, int split) {
     const int64_t chunks = w.paddedCols / kChunkCols;
     int64_t per = (chunks + split - 1) / split;
     if (tmaKernel(w, slice)) {
-        const int stage = detail::tmaShape(int(slice)).cs;
+        const int stage = detail::tmaConfig().cs;
         per = (per + stage - 1) / stage * stage;
     } else if (smallTokenKernel(w, slice)) {
         const int round = detail::kSmallWarps * detail::smallChunksPerStep(groupShiftOf(w));

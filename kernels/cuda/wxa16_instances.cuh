@@ -121,7 +121,7 @@ int launchTmaShapeCps(const Wxa16Params* p, cudaStream_t stream) {
 
 template <typename T, int NT>
 int launchTmaTokens(const Wxa16Params* p, int groupShift, cudaStream_t stream) {
-    const TmaShape& c = tmaShape(NT == 1 ? 1 : 16);
+    const TmaConfig& c = tmaConfig();
     const bool pairs = groupShift >= 1;
 #define CWB_TMA_SHAPE(R, W, CS, SL)                                                                          \
     if (c.r == R && c.w == W && c.cs == CS && c.sl == SL)                                                    \
@@ -129,8 +129,8 @@ int launchTmaTokens(const Wxa16Params* p, int groupShift, cudaStream_t stream) {
                      : launchTmaShapeCps<T, NT, R, W, CS, SL, 1>(p, stream);
     CWB_TMA_SHAPE(1, 8, 4, 3)
     CWB_TMA_SHAPE(4, 4, 2, 4)
-    CWB_TMA_SHAPE(1, 8, 2, 4)
-    CWB_TMA_SHAPE(2, 8, 2, 3)
+    CWB_TMA_SHAPE(1, 4, 4, 4)
+    CWB_TMA_SHAPE(2, 4, 8, 2)
 #undef CWB_TMA_SHAPE
     return pairs ? launchTmaShapeCps<T, NT, 2, 4, 4, 4, 2>(p, stream) : launchTmaShapeCps<T, NT, 2, 4, 4, 4, 1>(p, stream);
 }
