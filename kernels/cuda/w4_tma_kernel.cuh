@@ -10,7 +10,8 @@
 // - bytes in flight per SM are bounded by shared memory (W·SL·R·CS·576 bytes per block), not by registers.
 // The warps of a block split its chunk range and add up through shared memory, then the split-K epilogue of the
 // ring kernel (finishSmallBlock) runs unchanged. Built for every architecture; the body exists on sm_90 and newer
-// only (the launcher never starts it elsewhere).
+// only (the launcher never starts it elsewhere). Measured on the H200 it beats the ring kernel on 4096x4096 only
+// (docs/performance.md, "W4A16 at M <= 16 through TMA"), so it is not the default.
 #include <cooperative_groups.h>
 
 #include "w4_small_m_kernel.cuh"
