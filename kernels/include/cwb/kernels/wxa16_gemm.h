@@ -58,8 +58,8 @@ std::string wxa16SmallConfigName(int index);
 // Which kernel runs W4A16 launches of m <= 16: Ring (registers hold the loads in flight; every GPU) or Tma (sm_90
 // and newer: bulk copies into shared memory; on older GPUs the launcher runs Ring instead). One choice for the
 // whole process (default Ring: faster on most shapes measured); CWB_W4_KERNEL=ring|tma in the environment sets the
-// start value. The Tma kernel has shapes of its
-// own (CWB_W4_TMA_CONFIG sets the start value). Switch between launches, never while another thread launches.
+// start value. The Tma kernel has shapes of its own (CWB_W4_TMA_CONFIG sets the start value). Switch between
+// launches, never while another thread launches.
 enum class W4SmallKernel { Ring, Tma };
 W4SmallKernel wxa16SmallKernel();
 void wxa16SetSmallKernel(W4SmallKernel kernel);
