@@ -4,6 +4,9 @@
 //   --small-m: M <= 64 only, no FP8 / W8A8. --prefill: also M = 32, 48, 128 and the prefill path (dequantize the
 //   packed weight into one fp16 scratch, then cuBLAS), to find where it beats the kernels. --sweep-small: every
 //   configuration of the W4A16 small-M kernel at M <= 16 (wxa16SetSmallConfig), best one per shape at the end.
+//   --w4-both: at M <= 16 both W4A16 small-M kernels by name (ring; tma on sm_90), beside the same cuBLAS time.
+//   --sweep-tma: the TMA kernel's other shapes (wxa16SetTmaConfig), its default shape at splits 1, 2, 4, 8 (2..8 add
+//   up in a cluster) and at splits 2, 4 added up through global memory (wxa16SetTmaClusterReduce(false)).
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
 // near 0.01, activations random; every buffer is filled on the device. Each timing cycles through enough copies of
 // the weights to exceed the L2 several times, so the weights come from HBM as in a real model. Time: CUDA events
@@ -148,7 +151,8 @@ struct Row {
 
 int main(int argc, char** argv) {
     std::string outPath;
-    bool sweep = false, quick = false, smallOnly = false, prefill = false, sweepSmall = false;
+    bool sweep = false, quick = false, smallOnly = false, prefill = false, sweepSmall = false, bothW4 = false,
+         sweepTma = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) outPath = argv[++i];
         else if (!std::strcmp(argv[i], "--sweep-split")) sweep = true;
@@ -156,8 +160,11 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--small-m")) smallOnly = true;
         else if (!std::strcmp(argv[i], "--prefill")) prefill = true;
         else if (!std::strcmp(argv[i], "--sweep-small")) sweepSmall = true;
+        else if (!std::strcmp(argv[i], "--w4-both")) bothW4 = true;
+        else if (!std::strcmp(argv[i], "--sweep-tma")) sweepTma = true;
         else {
-            std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m] [--prefill] [--sweep-small]\n");
+            std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m] [--prefill] "
+                                 "[--sweep-small] [--w4-both] [--sweep-tma]\n");
             return 2;
         }
     }
@@ -170,8 +177,9 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     Timer timer;
     const double copyGBs = copyBandwidth(timer);
-    std::printf("GPU %s, %d SMs, L2 %d MB; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
-                prop.multiProcessorCount, prop.l2CacheSize >> 20, copyGBs);
+    std::printf("GPU %s, %d SMs, L2 %d MB; device-to-device copy %.0f GB/s (read + write); W4A16 m <= 16 kernel: %s\n",
+                prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, copyGBs,
+                wxa16SmallKernelName(wxa16TmaAvailable() ? wxa16SmallKernel() : W4SmallKernel::Ring));
     cublasHandle_t handle;
     CHECK_CUBLAS(cublasCreate(&handle));
 
@@ -255,20 +263,52 @@ int main(int argc, char** argv) {
                     if (sweep) name += " s" + std::to_string(split ? split : chosen) + (split ? "" : "*");
                     add(name, us, double(q.bytes) + ioBytes);
                 }
-                // The other shapes of the small-M kernel (the default, 0, was timed above).
-                for (int config = 1; sweepSmall && q.bits == 4 && m <= 16 && config < wxa16SmallConfigCount(); ++config) {
-                    wxa16SetSmallConfig(config);
-                    const size_t wsBytes = wxa16WorkspaceBytes(w0, m);
+                // One W4A16 timing under the small-M kernel, configuration and split in force.
+                auto timeW4 = [&](const std::string& name, int split) {
+                    const size_t wsBytes = wxa16WorkspaceBytes(w0, m, split);
                     void* ws = allocateWorkspace(wsBytes);
                     const int nCopies = int(q.copies.size());
                     const double us = timer.median([&](int i) {
-                        wxa16Gemm(*q.copies[size_t(i % nCopies)], x, y, m, ws, wsBytes, nullptr);
+                        wxa16Gemm(*q.copies[size_t(i % nCopies)], x, y, m, ws, wsBytes, nullptr, split);
                     });
                     hostUs = timer.lastHostUs;
                     freeWorkspace(ws);
+                    add(name, us, double(q.bytes) + ioBytes);
+                };
+                const bool smallW4 = q.bits == 4 && m <= 16;
+                const W4SmallKernel defaultKernel = wxa16SmallKernel();
+                // The other shapes of the ring small-M kernel (the default, 0, was timed above).
+                wxa16SetSmallKernel(W4SmallKernel::Ring);
+                for (int config = 1; sweepSmall && smallW4 && config < wxa16SmallConfigCount(); ++config) {
+                    wxa16SetSmallConfig(config);
+                    timeW4("W4A16 g128 config " + std::to_string(config), 0);
                     wxa16SetSmallConfig(0);
-                    add("W4A16 g128 config " + std::to_string(config), us, double(q.bytes) + ioBytes);
                 }
+                // Both small-M kernels by name, one after the other, beside the same cuBLAS time.
+                if (bothW4 && smallW4) {
+                    timeW4("W4A16 g128 ring", 0);
+                    if (wxa16TmaAvailable()) {
+                        wxa16SetSmallKernel(W4SmallKernel::Tma);
+                        timeW4("W4A16 g128 tma s" + std::to_string(wxa16DefaultSplitK(w0, m)), 0);
+                    }
+                }
+                // The TMA kernel's other shapes (default split), then its default shape at fixed splits.
+                if (sweepTma && smallW4 && wxa16TmaAvailable()) {
+                    wxa16SetSmallKernel(W4SmallKernel::Tma);
+                    for (int config = 1; config < wxa16TmaConfigCount(); ++config) {
+                        wxa16SetTmaConfig(config);
+                        timeW4("W4A16 g128 tma c" + std::to_string(config) + " s" +
+                                   std::to_string(wxa16DefaultSplitK(w0, m)), 0);
+                    }
+                    wxa16SetTmaConfig(0);
+                    for (int split : {1, 2, 4, 8})
+                        if (split != wxa16DefaultSplitK(w0, m)) timeW4("W4A16 g128 tma s" + std::to_string(split), split);
+                    wxa16SetTmaClusterReduce(false);  // the same splits through fp32 partials and a last block
+                    for (int split : {2, 4})
+                        timeW4("W4A16 g128 tma s" + std::to_string(split) + " global", split);
+                    wxa16SetTmaClusterReduce(true);
+                }
+                wxa16SetSmallKernel(defaultKernel);
                 // Prefill path: dequantize into the scratch, then the same cuBLAS call on it.
                 if (prefill && m >= 16) {
                     const int nCopies = int(q.copies.size());
@@ -376,7 +416,8 @@ int main(int argc, char** argv) {
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
     std::string md = "GPU: " + std::string(prop.name) + ", " + std::to_string(prop.multiProcessorCount) + " SMs; " + date +
-                     "; device-to-device copy " + std::to_string(int(copyGBs)) + " GB/s (read + write).\n\n";
+                     "; device-to-device copy " + std::to_string(int(copyGBs)) + " GB/s (read + write); W4A16 m <= 16 kernel \"W4A16 g128\": " +
+                     wxa16SmallKernelName(wxa16TmaAvailable() ? wxa16SmallKernel() : W4SmallKernel::Ring) + ".\n\n";
     md += "| K x N | M | kernel | time (us) | TFLOP/s | eff. GB/s | vs cuBLAS fp16 | of copy bw |\n";
     md += "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
     for (const Row& r : rows) {

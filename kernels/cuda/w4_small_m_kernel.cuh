@@ -169,6 +169,62 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
     }
 }
 
+// End of a block of W warps that share R row tiles: the warps' sums add up through `red` (W·R·NT·4·32 floats of
+// shared memory; element (r, n, j) of lane l of warp w at red[((w·R + r)·NT + n)·4 + j][l]), then Y is written
+// (one split) or the fp32 partial sums, and the last block of a row range to finish adds those up.
+template <typename T, int NT, int R, int W>
+__device__ __forceinline__ void finishSmallBlock(const Wxa16Params& p, const float (&acc)[R][NT][4], float* red,
+                                                 int tile0, int split) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    constexpr int kPerWarp = R * NT * 4;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) red[(warp * kPerWarp + (r * NT + n) * 4 + j) * 32 + lane] = acc[r][n][j];
+    __syncthreads();
+
+    T* y = static_cast<T*>(p.y);
+    const int paddedRows = p.tiles * 16;
+    for (int i = threadIdx.x; i < kPerWarp * 32; i += blockDim.x) {
+        const int e = i / 32, l = i % 32;
+        const int r = e / (NT * 4), n = (e / 4) % NT, j = e % 4;
+        const int tok = n * 8 + 2 * (l % 4) + (j % 2);
+        const int tile = tile0 + r, row = tile * 16 + l / 4 + (j / 2) * 8;
+        if (tok >= p.m || tile >= p.tiles) continue;
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) sum += red[(w * kPerWarp + e) * 32 + l];
+        if (p.splitK == 1) {
+            if (row < p.rows) y[tok * p.ldy + row] = T(sum);
+        } else {
+            p.partial[(int64_t(split) * p.m + tok) * paddedRows + row] = sum;
+        }
+    }
+    if (p.splitK == 1) return;
+
+    __threadfence();
+    __syncthreads();
+    __shared__ bool isLast;
+    if (threadIdx.x == 0) isLast = atomicAdd(p.counters + blockIdx.x, 1) == p.splitK - 1;
+    __syncthreads();
+    if (!isLast) return;
+    __threadfence();
+    constexpr int blockRows = R * 16;
+    for (int i = threadIdx.x; i < p.m * blockRows; i += blockDim.x) {
+        const int tok = i / blockRows, row = tile0 * 16 + i % blockRows;
+        if (row >= p.rows) continue;
+        const float* src = p.partial + int64_t(tok) * paddedRows + row;
+        const int64_t stride = int64_t(p.m) * paddedRows;
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < p.splitK; ++s) sum += __ldcg(src + s * stride);
+        y[tok * p.ldy + row] = T(sum);
+    }
+    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;
+}
+
 // Grid: x = groups of R row tiles, y = splits of the chunks (each a multiple of CPS chunks). Warp w of a block
 // takes the block's steps w, w + 4, ...; p.tiles need not be a multiple of R (the last warp's extra tiles re-read
 // the last tile and are not stored).
@@ -229,55 +285,8 @@ __global__ void __launch_bounds__(kSmallWarps * 32) w4SmallKernel(const Wxa16Par
         }
     }
 
-    // The 4 warps' sums through shared memory: element (r, n, j) of lane l at red[warp][(r·NT + n)·4 + j][l].
-    constexpr int kPerWarp = R * NT * 4;
-    __shared__ float red[kSmallWarps][kPerWarp][32];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) red[warp][(r * NT + n) * 4 + j][lane] = acc[r][n][j];
-    __syncthreads();
-
-    T* y = static_cast<T*>(p.y);
-    const int paddedRows = p.tiles * 16;
-    for (int i = threadIdx.x; i < kPerWarp * 32; i += blockDim.x) {
-        const int e = i / 32, l = i % 32;
-        const int r = e / (NT * 4), n = (e / 4) % NT, j = e % 4;
-        const int tok = n * 8 + 2 * (l % 4) + (j % 2);
-        const int tile = tile0 + r, row = tile * 16 + l / 4 + (j / 2) * 8;
-        if (tok >= p.m || tile >= p.tiles) continue;
-        float sum = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kSmallWarps; ++w) sum += red[w][e][l];
-        if (p.splitK == 1) {
-            if (row < p.rows) y[tok * p.ldy + row] = T(sum);
-        } else {
-            p.partial[(int64_t(split) * p.m + tok) * paddedRows + row] = sum;
-        }
-    }
-    if (p.splitK == 1) return;
-
-    __threadfence();
-    __syncthreads();
-    __shared__ bool isLast;
-    if (threadIdx.x == 0) isLast = atomicAdd(p.counters + blockIdx.x, 1) == p.splitK - 1;
-    __syncthreads();
-    if (!isLast) return;
-    __threadfence();
-    constexpr int blockRows = R * 16;
-    for (int i = threadIdx.x; i < p.m * blockRows; i += blockDim.x) {
-        const int tok = i / blockRows, row = tile0 * 16 + i % blockRows;
-        if (row >= p.rows) continue;
-        const float* src = p.partial + int64_t(tok) * paddedRows + row;
-        const int64_t stride = int64_t(p.m) * paddedRows;
-        float sum = 0.0f;
-#pragma unroll 8
-        for (int s = 0; s < p.splitK; ++s) sum += __ldcg(src + s * stride);
-        y[tok * p.ldy + row] = T(sum);
-    }
-    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;
+    __shared__ float red[kSmallWarps * R * NT * 4 * 32];
+    finishSmallBlock<T, NT, R, kSmallWarps>(p, acc, red, tile0, split);
 }
 
 } // namespace cwb::kernels::detail

@@ -7,6 +7,7 @@
 #include "cuda_check.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #include "w4_small_m_kernel.cuh"
+#include "w4_tma_kernel.cuh"
 #include "wxa16_kernel.cuh"
 
 namespace cwb::kernels {
@@ -21,9 +22,68 @@ std::atomic<int>& smallConfigSlot() {  // CWB_W4_SMALL_CONFIG at start; wxa16Set
     }()};
     return index;
 }
+std::atomic<int>& tmaConfigSlot() {  // CWB_W4_TMA_CONFIG at start; wxa16SetTmaConfig afterwards
+    static std::atomic<int> index{[] {
+        const char* v = std::getenv("CWB_W4_TMA_CONFIG");
+        const int i = v ? std::atoi(v) : 0;
+        return i >= 0 && i < kTmaConfigs ? i : 0;
+    }()};
+    return index;
+}
+// The kernel measured faster on most of issue 7's shapes (docs/performance.md, "W4A16 at M <= 16 through TMA").
+constexpr W4SmallKernel kDefaultSmallKernel = W4SmallKernel::Ring;
+std::atomic<W4SmallKernel>& smallKernelSlot() {  // CWB_W4_KERNEL=ring|tma at start; wxa16SetSmallKernel afterwards
+    static std::atomic<W4SmallKernel> kernel{[] {
+        const char* v = std::getenv("CWB_W4_KERNEL");
+        if (v && std::string(v) == "ring") return W4SmallKernel::Ring;
+        if (v && std::string(v) == "tma") return W4SmallKernel::Tma;
+        return kDefaultSmallKernel;
+    }()};
+    return kernel;
+}
+std::atomic<bool>& tmaClusterSlot() {  // CWB_W4_TMA_REDUCE=cluster|global at start; wxa16SetTmaClusterReduce afterwards
+    static std::atomic<bool> cluster{[] {
+        const char* v = std::getenv("CWB_W4_TMA_REDUCE");
+        return !(v && std::string(v) == "global");
+    }()};
+    return cluster;
+}
 } // namespace
 int smallConfigIndex() { return smallConfigSlot().load(std::memory_order_relaxed); }
+int tmaConfigIndex() { return tmaConfigSlot().load(std::memory_order_relaxed); }
 } // namespace detail
+
+W4SmallKernel wxa16SmallKernel() { return detail::smallKernelSlot().load(std::memory_order_relaxed); }
+void wxa16SetSmallKernel(W4SmallKernel kernel) { detail::smallKernelSlot().store(kernel, std::memory_order_relaxed); }
+const char* wxa16SmallKernelName(W4SmallKernel kernel) { return kernel == W4SmallKernel::Tma ? "tma" : "ring"; }
+
+bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call
+    static int known[64] = {};  // 0: not asked yet, 1: no, 2: yes
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (device < 64 && known[device]) return known[device] == 2;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) major = 0;
+    if (device < 64) known[device] = major >= 9 ? 2 : 1;
+    return major >= 9;
+}
+
+bool wxa16TmaClusterReduce() { return detail::tmaClusterSlot().load(std::memory_order_relaxed); }
+void wxa16SetTmaClusterReduce(bool cluster) { detail::tmaClusterSlot().store(cluster, std::memory_order_relaxed); }
+
+int wxa16TmaConfigCount() { return detail::kTmaConfigs; }
+int wxa16TmaConfig() { return detail::tmaConfigIndex(); }
+void wxa16SetTmaConfig(int index) {
+    if (index < 0 || index >= detail::kTmaConfigs)
+        throw KernelError("wxa16SetTmaConfig: configuration " + std::to_string(index) + " is outside [0, " +
+                          std::to_string(detail::kTmaConfigs) + ")");
+    detail::tmaConfigSlot().store(index, std::memory_order_relaxed);
+}
+std::string wxa16TmaConfigName(int index) {
+    if (index < 0 || index >= detail::kTmaConfigs) return "?";
+    const detail::TmaConfig& c = detail::kTmaConfigTable[index];
+    return std::to_string(c.r) + " tiles x " + std::to_string(c.w) + " warps, " + std::to_string(c.cs) +
+           " chunks per stage x " + std::to_string(c.sl) + " stages per warp";
+}
 
 int wxa16SmallConfigCount() { return detail::kSmallConfigs; }
 int wxa16SmallConfig() { return detail::smallConfigIndex(); }
@@ -63,6 +123,9 @@ int multiprocessors() {  // cached per device: the launcher asks on every call
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
+// Splits of one row range that the TMA kernel adds up inside a thread-block cluster (8: the portable cluster size).
+constexpr int kMaxClusterSplit = 8;
+
 // Counters live in a prefix of fixed size, so that one workspace shared by layers of different shapes (the
 // runtime does this) never has one layer's partial sums where another layer expects zeroed counters.
 constexpr size_t kCounterBytes = 64 * 1024;
@@ -70,11 +133,17 @@ constexpr size_t kCounterBytes = 64 * 1024;
 bool smallTokenKernel(const DeviceTiledWeight& w, int64_t slice) {
     return w.bits == 4 && slice <= detail::kSmallMaxTokens;
 }
+// The small-token launch goes through the TMA kernel (selected, and the device has the bulk copy engine).
+bool tmaKernel(const DeviceTiledWeight& w, int64_t slice) {
+    return smallTokenKernel(w, slice) && wxa16SmallKernel() == W4SmallKernel::Tma && wxa16TmaAvailable();
+}
 
 // Blocks across the rows (one split-K counter each) for a launch of `slice` tokens.
 int64_t blocksAcross(const DeviceTiledWeight& w, int64_t slice) {
     const int64_t tiles = w.paddedRows / kTileRows;
-    const int64_t perBlock = smallTokenKernel(w, slice) ? detail::smallRowTiles(int(slice)) : detail::kWarpsPerBlock;
+    const int64_t perBlock = tmaKernel(w, slice)         ? detail::tmaConfig().r
+                             : smallTokenKernel(w, slice) ? detail::smallRowTiles(int(slice))
+                                                          : detail::kWarpsPerBlock;
     return (tiles + perBlock - 1) / perBlock;
 }
 
@@ -85,11 +154,14 @@ int groupShiftOf(const DeviceTiledWeight& w) {
 }
 
 // Chunks per split: for the small-token kernel a whole number of rounds of its 4 warps (a step never straddles
-// two splits, and the warps get equal work).
+// two splits, and the warps get equal work); for the TMA kernel a whole number of stages.
 int chunksPerSplit(const DeviceTiledWeight& w, int64_t slice, int split) {
     const int64_t chunks = w.paddedCols / kChunkCols;
     int64_t per = (chunks + split - 1) / split;
-    if (smallTokenKernel(w, slice)) {
+    if (tmaKernel(w, slice)) {
+        const int stage = detail::tmaConfig().cs;
+        per = (per + stage - 1) / stage * stage;
+    } else if (smallTokenKernel(w, slice)) {
         const int round = detail::kSmallWarps * detail::smallChunksPerStep(groupShiftOf(w));
         per = (per + round - 1) / round * round;
     }
@@ -170,8 +242,11 @@ int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m) {
     if (smallTokenKernel(w, slice)) {
         // As many splits as fit in one wave of resident blocks (a second, partial wave costs more than it saves).
         const int shift = groupShiftOf(w);
-        const int perSm = w.act == ActType::Float16 ? detail::w4SmallBlocksPerSm<__half>(int(slice), shift)
-                                                    : detail::w4SmallBlocksPerSm<__nv_bfloat16>(int(slice), shift);
+        const bool tma = tmaKernel(w, slice), f16 = w.act == ActType::Float16;
+        const int perSm = tma ? (f16 ? detail::w4TmaBlocksPerSm<__half>(int(slice), shift)
+                                     : detail::w4TmaBlocksPerSm<__nv_bfloat16>(int(slice), shift))
+                              : (f16 ? detail::w4SmallBlocksPerSm<__half>(int(slice), shift)
+                                     : detail::w4SmallBlocksPerSm<__nv_bfloat16>(int(slice), shift));
         const int64_t split = std::max<int64_t>(1, int64_t(perSm) * multiprocessors() / across);
         return int(std::min<int64_t>(split, chunks));
     }
@@ -247,7 +322,13 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
         p.groupShift = groupShiftOf(w);
         p.partial = reinterpret_cast<float*>(ws + layout.partial);
         p.counters = reinterpret_cast<int*>(ws + layout.counters);
-        if (smallTokenKernel(w, slice)) {
+        p.clusterReduce = tmaKernel(w, slice) && split > 1 && split <= kMaxClusterSplit && wxa16TmaClusterReduce();
+        if (tmaKernel(w, slice)) {
+            if (w.act == ActType::Float16)
+                detail::launchW4Tma<__half>(p, s);
+            else
+                detail::launchW4Tma<__nv_bfloat16>(p, s);
+        } else if (smallTokenKernel(w, slice)) {
             if (w.act == ActType::Float16)
                 detail::launchW4Small<__half>(p, s);
             else

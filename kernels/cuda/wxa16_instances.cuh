@@ -2,6 +2,7 @@
 // Instantiates the launchers for one activation type; included by wxa16_gemm_f16.cu and wxa16_gemm_bf16.cu so the
 // two types compile in parallel.
 #include "w4_small_m_kernel.cuh"
+#include "w4_tma_kernel.cuh"
 #include "wxa16_kernel.cuh"
 
 namespace cwb::kernels::detail {
@@ -71,6 +72,81 @@ template <typename T>
 int w4SmallBlocksPerSm(int m, int groupShift) {
     return m <= 8 ? launchSmallTokens<T, 1>(nullptr, groupShift, nullptr)
                   : launchSmallTokens<T, 2>(nullptr, groupShift, nullptr);
+}
+
+// The TMA kernel of one shape: raises its dynamic shared-memory limit once and returns the blocks one
+// multiprocessor holds at once (for the split-K choice).
+template <typename T, int NT, int R, int W, int CS, int SL, int CPS>
+int tmaKernelBlocksPerSm() {
+    static const int perSm = [] {
+        const auto kernel = w4TmaKernel<T, NT, R, W, CS, SL, CPS>;
+        constexpr int bytes = TmaSmem<NT, R, W, CS, SL>::kBytes;
+        int blocks = 0;
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, W * 32, bytes) != cudaSuccess) {
+            cudaGetLastError();
+            return 1;
+        }
+        return blocks > 0 ? blocks : 1;
+    }();
+    return perSm;
+}
+
+// With p == nullptr: the blocks per multiprocessor of that kernel; else launches it.
+template <typename T, int NT, int R, int W, int CS, int SL, int CPS>
+int launchTmaShapeCps(const Wxa16Params* p, cudaStream_t stream) {
+    const int perSm = tmaKernelBlocksPerSm<T, NT, R, W, CS, SL, CPS>();
+    if (!p) return perSm;
+    const dim3 grid(unsigned((p->tiles + R - 1) / R), unsigned(p->splitK));
+    constexpr int bytes = TmaSmem<NT, R, W, CS, SL>::kBytes;
+    if (!p->clusterReduce) {
+        w4TmaKernel<T, NT, R, W, CS, SL, CPS><<<grid, W * 32, bytes, stream>>>(*p);
+        return 0;
+    }
+    cudaLaunchConfig_t config{};  // the splits of a row range are one cluster (grid.y == cluster.y)
+    config.gridDim = grid;
+    config.blockDim = dim3(W * 32);
+    config.dynamicSmemBytes = bytes;
+    config.stream = stream;
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = 1;
+    cluster[0].val.clusterDim.y = unsigned(p->splitK);
+    cluster[0].val.clusterDim.z = 1;
+    config.attrs = cluster;
+    config.numAttrs = 1;
+    cudaLaunchKernelEx(&config, w4TmaKernel<T, NT, R, W, CS, SL, CPS>, *p);  // errors: CWB_CUDA_CHECK_LAUNCH
+    return 0;
+}
+
+template <typename T, int NT>
+int launchTmaTokens(const Wxa16Params* p, int groupShift, cudaStream_t stream) {
+    const TmaConfig& c = tmaConfig();
+    const bool pairs = groupShift >= 1;
+#define CWB_TMA_SHAPE(R, W, CS, SL)                                                                          \
+    if (c.r == R && c.w == W && c.cs == CS && c.sl == SL)                                                    \
+        return pairs ? launchTmaShapeCps<T, NT, R, W, CS, SL, 2>(p, stream)                                  \
+                     : launchTmaShapeCps<T, NT, R, W, CS, SL, 1>(p, stream);
+    CWB_TMA_SHAPE(1, 8, 4, 3)
+    CWB_TMA_SHAPE(4, 4, 2, 4)
+    CWB_TMA_SHAPE(1, 4, 4, 4)
+    CWB_TMA_SHAPE(2, 4, 8, 2)
+#undef CWB_TMA_SHAPE
+    return pairs ? launchTmaShapeCps<T, NT, 2, 4, 4, 4, 2>(p, stream) : launchTmaShapeCps<T, NT, 2, 4, 4, 4, 1>(p, stream);
+}
+
+template <typename T>
+void launchW4Tma(const Wxa16Params& p, cudaStream_t stream) {
+    if (p.m <= 8)
+        launchTmaTokens<T, 1>(&p, p.groupShift, stream);
+    else
+        launchTmaTokens<T, 2>(&p, p.groupShift, stream);
+}
+
+template <typename T>
+int w4TmaBlocksPerSm(int m, int groupShift) {
+    return m <= 8 ? launchTmaTokens<T, 1>(nullptr, groupShift, nullptr)
+                  : launchTmaTokens<T, 2>(nullptr, groupShift, nullptr);
 }
 
 template <typename T>

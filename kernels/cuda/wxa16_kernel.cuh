@@ -25,6 +25,7 @@ struct Wxa16Params {
     int groupShift;  // >= 0: group of chunk c is c >> groupShift; -1: read chunkGroup
     float* partial;  // [splitK, m, tiles·16]
     int* counters;   // [gridDim.x]
+    int clusterReduce;  // TMA kernel: the splits of a row range form one cluster and add up in shared memory
 };
 
 template <typename T>
@@ -339,6 +340,10 @@ template <typename T>
 void launchW4Small(const Wxa16Params& p, cudaStream_t stream);  // 4 bits, p.m <= 16: w4_small_m_kernel.cuh
 template <typename T>
 int w4SmallBlocksPerSm(int m, int groupShift);
+template <typename T>
+void launchW4Tma(const Wxa16Params& p, cudaStream_t stream);  // sm_90+: w4_tma_kernel.cuh
+template <typename T>
+int w4TmaBlocksPerSm(int m, int groupShift);
 template <typename T>
 void launchGather(const void* x, int64_t ldx, const int32_t* columnOf, int64_t paddedCols, int m, void* xg,
                   cudaStream_t stream);

@@ -1,6 +1,7 @@
 // GPU test (label `gpu`, exit 77 without a GPU): the W4A16 / W8A16 GEMM against its CPU reference (double
 // accumulation over the same dequantized weights) by normalised MSE, for fp16 and bf16 activations, several token
-// counts (1..64 and a multi-launch 80), group sizes, asymmetric zeros, act-order, padded rows/columns and every
+// counts (1..64 and a multi-launch 80), both W4A16 kernels for m <= 16 (ring; TMA on sm_90) in each of their shapes,
+// group sizes, asymmetric zeros, act-order, padded rows/columns and every
 // split of the input dimension the launcher may choose. The output is poisoned with NaN before each launch.
 #include <cuda_runtime.h>
 
@@ -96,18 +97,42 @@ int main() {
     if (noCudaDevice()) return 77;
     try {
         const std::vector<int64_t> allM = {1, 3, 8, 16, 29, 64, 80};
+        const W4SmallKernel initial = wxa16SmallKernel();
+        std::vector<W4SmallKernel> smallKernels = {W4SmallKernel::Ring};
+        if (wxa16TmaAvailable()) smallKernels.push_back(W4SmallKernel::Tma);
+        else std::printf("-- no sm_90 device: the TMA small-M kernel is not tested here\n");
         for (ActType act : {ActType::Float16, ActType::BFloat16}) {
-            // The 4-bit cases under every shape of the small-M kernel (m <= 16 runs it); the default one last.
-            for (int config = wxa16SmallConfigCount() - 1; config >= 0; --config) {
-                wxa16SetSmallConfig(config);
-                std::printf("-- small-M kernel configuration %d: %s\n", config, wxa16SmallConfigName(config).c_str());
-                const bool first = config == 0;   // m > 16 does not depend on the configuration: once is enough
-                runCase({4, true, 256, 1024, 128, 0}, act, first ? allM : std::vector<int64_t>{1, 3, 8, 16}, 1);
-                runCase({4, false, 200, 576, 64, 0}, act, first ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 16}, 2);
-                runCase({4, false, 128, 512, 128, 1}, act, first ? std::vector<int64_t>{1, 5, 64} : std::vector<int64_t>{1, 5}, 3);
-                runCase({4, true, 64, 640, 128, 2}, act, first ? std::vector<int64_t>{1, 16, 40} : std::vector<int64_t>{1, 16}, 7);
-                runCase({4, true, 100, 320, -1, 0}, act, {1, 16}, 4);
+            // The 4-bit cases under every shape of both small-M kernels (m <= 16 runs them); each default one last.
+            for (W4SmallKernel kernel : smallKernels) {
+                wxa16SetSmallKernel(kernel);
+                const bool tma = kernel == W4SmallKernel::Tma;
+                const int configs = tma ? wxa16TmaConfigCount() : wxa16SmallConfigCount();
+                // TMA: configuration 0 once more (first) with the splits added up through global memory
+                for (int config = configs - 1 + (tma ? 1 : 0); config >= 0; --config) {
+                    const bool globalReduce = tma && config == configs;
+                    if (tma) {
+                        wxa16SetTmaConfig(globalReduce ? 0 : config);
+                        wxa16SetTmaClusterReduce(!globalReduce);
+                    } else {
+                        wxa16SetSmallConfig(config);
+                    }
+                    std::printf("-- small-M kernel %s, configuration %d: %s%s\n", wxa16SmallKernelName(kernel),
+                                globalReduce ? 0 : config,
+                                (tma ? wxa16TmaConfigName(globalReduce ? 0 : config) : wxa16SmallConfigName(config)).c_str(),
+                                tma ? (globalReduce ? ", splits added up in global memory" : ", splits <= 8 in a cluster") : "");
+                    // m > 16 depends on neither kernel nor configuration: once is enough
+                    const bool first = config == 0 && !tma;
+                    runCase({4, true, 256, 1024, 128, 0}, act, first ? allM : std::vector<int64_t>{1, 3, 8, 16}, 1);
+                    runCase({4, false, 200, 576, 64, 0}, act, first ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 16}, 2);
+                    runCase({4, false, 128, 512, 128, 1}, act, first ? std::vector<int64_t>{1, 5, 64} : std::vector<int64_t>{1, 5}, 3);
+                    runCase({4, true, 64, 640, 128, 2}, act, first ? std::vector<int64_t>{1, 16, 40} : std::vector<int64_t>{1, 16}, 7);
+                    runCase({4, true, 100, 320, -1, 0}, act, {1, 16}, 4);
+                    runCase({4, false, 48, 704, 32, 0}, act, {2, 12}, 9);
+                    // Long rows: with one split each warp goes round its ring of stages several times.
+                    runCase({4, false, 80, 8192, 128, 0}, act, {1, 16}, 10);
+                }
             }
+            wxa16SetSmallKernel(initial);
             runCase({8, true, 256, 1024, 128, 0}, act, allM, 5);
             runCase({8, false, 136, 448, 128, 1}, act, {1, 16, 64}, 6);
             runCase({8, true, 48, 384, 64, 2}, act, {1, 9}, 8);

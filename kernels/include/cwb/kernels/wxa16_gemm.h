@@ -55,6 +55,25 @@ int wxa16SmallConfig();
 void wxa16SetSmallConfig(int index);   // throws KernelError outside [0, count)
 std::string wxa16SmallConfigName(int index);
 
+// Which kernel runs W4A16 launches of m <= 16: Ring (registers hold the loads in flight; every GPU) or Tma (sm_90
+// and newer: bulk copies into shared memory; on older GPUs the launcher runs Ring instead). One choice for the
+// whole process (default Ring: faster on most shapes measured); CWB_W4_KERNEL=ring|tma in the environment sets the
+// start value. The Tma kernel has shapes of its own (CWB_W4_TMA_CONFIG sets the start value). Switch between
+// launches, never while another thread launches.
+enum class W4SmallKernel { Ring, Tma };
+W4SmallKernel wxa16SmallKernel();
+void wxa16SetSmallKernel(W4SmallKernel kernel);
+const char* wxa16SmallKernelName(W4SmallKernel kernel);
+bool wxa16TmaAvailable();  // the current device is sm_90 or newer
+int wxa16TmaConfigCount();
+int wxa16TmaConfig();
+void wxa16SetTmaConfig(int index);  // throws KernelError outside [0, count)
+std::string wxa16TmaConfigName(int index);
+// Tma with 2..8 splits adds them up inside a thread-block cluster (default; CWB_W4_TMA_REDUCE=cluster|global sets
+// the start value) instead of through fp32 partial sums in the workspace and the last block of each row range.
+bool wxa16TmaClusterReduce();
+void wxa16SetTmaClusterReduce(bool cluster);
+
 // CPU reference: y[m, rows] = x[m, cols] · dequantizeTiledRef(w, false)^T in double, returned as float.
 void wxa16GemmRef(const TiledIntWeight& w, const float* x, int64_t m, float* y);
 
