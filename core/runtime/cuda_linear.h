@@ -58,6 +58,10 @@ quant::QuantizedWeight concatenateRows(const std::vector<const quant::QuantizedW
 std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear& layer, at::Device device, at::ScalarType dtype,
                                                   std::shared_ptr<NativeWorkspace> workspace, std::string& reason);
 
+// True when CWB_LIBTORCH_ACT_QUANT is set (and not "0"): the native FP8 / W8A8 layers quantize activations (and FP8
+// applies its scales) with the earlier LibTorch ops instead of the act_quant kernels; for before/after measurements.
+bool libTorchActivationQuantization();
+
 // True when this build carries the CUDA kernels.
 bool nativeKernelsBuilt();
 
