@@ -1,6 +1,7 @@
 // One FP8 / W8A8 layer at decode and small-prefill sizes on the GPU, each piece timed inside a CUDA graph (as the
 // decode runs): cuBLAS fp16 GEMM, the cuBLASLt FP8 and int8 GEMMs alone, and the whole native layer (act_quant
-// kernel + GEMM + scales) with outer-vector scales and with the fp32-sums epilogue. Run by hand on a GPU:
+// kernel + GEMM + scales) with outer-vector scales and with the fp32-sums epilogue, and at M <= 4 the small-M
+// kernels (w8_small_m.h). Run by hand on a GPU:
 //   bench_act_quant            (prints one table row per shape, M and path)
 // Weights cycle through enough copies to exceed the L2, so they come from HBM as in a model; values are random
 // (speed only). Time: 50 calls captured in one graph, median of 9 replays, per call.
@@ -17,6 +18,7 @@
 
 #include "cwb/kernels/act_quant.h"
 #include "cwb/kernels/fp8_gemm.h"
+#include "cwb/kernels/w8_small_m.h"
 #include "cwb/kernels/w8a8_gemm.h"
 
 using namespace cwb::kernels;
@@ -112,7 +114,8 @@ int main() {
     const bool haveFp8 = fp8GemmSupported();
     const int64_t maxM = 128;
     std::printf("| K x N | M | path | us per call |\n| --- | --- | --- | --- |\n");
-    for (auto [k, n] : {std::pair<int64_t, int64_t>{4096, 11008}, {11008, 4096}, {4096, 4096}}) {
+    for (const auto& shape : {std::pair<int64_t, int64_t>{4096, 11008}, {11008, 4096}, {4096, 4096}}) {
+        const int64_t k = shape.first, n = shape.second;
         const size_t weights = size_t(k * n);
         const int copies = int(std::max<size_t>(2, (size_t(prop.l2CacheSize) * 4) / weights + 1));
         std::vector<__half*> w16;
@@ -139,7 +142,7 @@ int main() {
         auto row = [&](int64_t m, const char* path, double us) {
             std::printf("| %lld x %lld | %lld | %s | %.2f |\n", (long long)k, (long long)n, (long long)m, path, us);
         };
-        for (int64_t m : {int64_t(1), int64_t(16), int64_t(128)}) {
+        for (int64_t m : {int64_t(1), int64_t(4), int64_t(16), int64_t(128)}) {
             const float alpha = 1.0f, beta = 0.0f;
             row(m, "cuBLAS fp16 GEMM", graphMicroseconds(stream, [&](int i) {
                     cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, w16[size_t(i % copies)],
@@ -171,6 +174,28 @@ int main() {
                     int8.run(reinterpret_cast<const int8_t*>(xq), rowScales, reinterpret_cast<const int8_t*>(w8[size_t(i % copies)]),
                              colScales, y, ActType::Float16, m, n, k, stream);
                 }));
+            if (m <= kSmallMMaxRows) {
+                if (haveFp8)
+                    row(m, "FP8 small-M kernel alone", graphMicroseconds(stream, [&](int i) {
+                            fp8SmallM(xq, rowScales, w8[size_t(i % copies)], colScales, y, ActType::Float16, m, n, k, stream);
+                        }));
+                row(m, "FP8 layer: quantize + small-M kernel", graphMicroseconds(stream, [&](int i) {
+                        quantizeRowsFp8(x, ActType::Float16, m, k, xq, rowScales, stream);
+                        fp8SmallM(xq, rowScales, w8[size_t(i % copies)], colScales, y, ActType::Float16, m, n, k, stream);
+                    }));
+                row(m, "int8 small-M kernel alone", graphMicroseconds(stream, [&](int i) {
+                        w8a8SmallM(reinterpret_cast<const int8_t*>(xq), rowScales,
+                                   reinterpret_cast<const int8_t*>(w8[size_t(i % copies)]), colScales, y, ActType::Float16,
+                                   m, n, k, stream);
+                    }));
+                row(m, "W8A8 layer: quantize x / s + small-M kernel", graphMicroseconds(stream, [&](int i) {
+                        quantizeRowsInt8Divided(x, ActType::Float16, divisor, m, k, reinterpret_cast<int8_t*>(xq), rowScales,
+                                                stream);
+                        w8a8SmallM(reinterpret_cast<const int8_t*>(xq), rowScales,
+                                   reinterpret_cast<const int8_t*>(w8[size_t(i % copies)]), colScales, y, ActType::Float16,
+                                   m, n, k, stream);
+                    }));
+            }
             row(m, "quantize kernel alone (FP8)", graphMicroseconds(stream, [&](int) {
                     quantizeRowsFp8(x, ActType::Float16, m, k, xq, rowScales, stream);
                 }));

@@ -12,6 +12,7 @@
 #include "cwb/kernels/dequant_tiled.h"
 #include "cwb/kernels/device_info.h"
 #include "cwb/kernels/fp8_gemm.h"
+#include "cwb/kernels/w8_small_m.h"
 #include "cwb/kernels/w8a8_gemm.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #include "core/util/torch_stream.h"
@@ -23,6 +24,14 @@ bool libTorchActivationQuantization() {
     static const bool value = [] {
         const char* v = std::getenv("CWB_LIBTORCH_ACT_QUANT");
         return v && *v && std::string(v) != "0";
+    }();
+    return value;
+}
+
+bool smallMActivationKernels() {
+    static const bool value = [] {
+        const char* v = std::getenv("CWB_W8_SMALL_M");
+        return !(v && std::string(v) == "0");
     }();
     return value;
 }
@@ -192,6 +201,9 @@ private:
     size_t mBytes;
 };
 
+// Decode-sized inputs take the small-M kernels (w8_small_m.h) unless CWB_W8_SMALL_M=0.
+bool useSmallM(int64_t tokenRows) { return tokenRows <= kernels::kSmallMMaxRows && smallMActivationKernels(); }
+
 std::vector<int64_t> outputShape(const at::Tensor& x, int64_t rows) {
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = rows;
@@ -217,11 +229,16 @@ public:
         const kernels::ActType act = mDtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16;
         at::Tensor codes = at::empty({m, k}, mCodes.options());
         at::Tensor tokenScales = at::empty({m}, mScales.options());
-        at::Tensor sums = at::empty({m, n}, mScales.options());   // used only without outer-vector scales
         at::Tensor y = at::empty({m, n}, input.options());
         try {
             kernels::quantizeRowsFp8(input.data_ptr(), act, m, k, codes.data_ptr<uint8_t>(), tokenScales.data_ptr<float>(),
                                      torchCurrentStream());
+            if (useSmallM(m)) {
+                kernels::fp8SmallM(codes.data_ptr<uint8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<uint8_t>(),
+                                   mScales.data_ptr<float>(), y.data_ptr(), act, m, n, k, torchCurrentStream());
+                return y.view(outputShape(x, n));
+            }
+            at::Tensor sums = at::empty({m, n}, mScales.options());   // used only without outer-vector scales
             mWorkspace->fp8().runRowwise(codes.data_ptr<uint8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<uint8_t>(),
                                          mScales.data_ptr<float>(), y.data_ptr(), sums.data_ptr<float>(), act, m, n, k,
                                          torchCurrentStream());
@@ -230,7 +247,11 @@ public:
         }
         return y.view(outputShape(x, n));
     }
-    std::string kernelName() const override { return "FP8 E4M3 GEMM"; }
+    std::string kernelName() const override {
+        return libTorchActivationQuantization() ? "FP8 E4M3 GEMM (cuBLASLt; LibTorch activation quantization)"
+               : smallMActivationKernels()      ? "FP8 E4M3 GEMM (small-M kernel for M<=4, cuBLASLt above)"
+                                                : "FP8 E4M3 GEMM (cuBLASLt)";
+    }
     size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel()) * 4; }
 
 private:
@@ -290,6 +311,13 @@ public:
         const int64_t m = codes.size(0);
         at::Tensor y = at::empty({m, n}, mCodes.options().dtype(mDtype));
         try {
+            if (!libTorchActivationQuantization() && useSmallM(m)) {
+                kernels::w8a8SmallM(codes.data_ptr<int8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<int8_t>(),
+                                    mScales.data_ptr<float>(), y.data_ptr(),
+                                    mDtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16, m, n, k,
+                                    torchCurrentStream());
+                return y.view(outputShape(x, n));
+            }
             mWorkspace->w8a8().run(codes.data_ptr<int8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<int8_t>(),
                                    mScales.data_ptr<float>(), y.data_ptr(),
                                    mDtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16, m, n, k,
@@ -299,7 +327,11 @@ public:
         }
         return y.view(outputShape(x, n));
     }
-    std::string kernelName() const override { return "W8A8 int8 GEMM"; }
+    std::string kernelName() const override {
+        return libTorchActivationQuantization() ? "W8A8 int8 GEMM (cuBLASLt; LibTorch activation quantization)"
+               : smallMActivationKernels()      ? "W8A8 int8 GEMM (small-M kernel for M<=4, cuBLASLt above)"
+                                                : "W8A8 int8 GEMM (cuBLASLt)";
+    }
     size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel() + mSmoothing.numel()) * 4; }
 
 private:

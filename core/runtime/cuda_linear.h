@@ -61,6 +61,9 @@ std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear& layer,
 // True when CWB_LIBTORCH_ACT_QUANT is set (and not "0"): the native FP8 / W8A8 layers quantize activations (and FP8
 // applies its scales) with the earlier LibTorch ops instead of the act_quant kernels; for before/after measurements.
 bool libTorchActivationQuantization();
+// False when CWB_W8_SMALL_M is "0": FP8 / W8A8 layers then use the cuBLASLt GEMMs at every M instead of the small-M
+// kernels (w8_small_m.h) for up to 4 token rows; for before/after measurements.
+bool smallMActivationKernels();
 
 // True when this build carries the CUDA kernels.
 bool nativeKernelsBuilt();
