@@ -162,7 +162,7 @@ int main() {
                     });
                     row(m, (std::string("FP8 layer: quantize + GEMM, ") + fp8.rowwisePath(ActType::Float16)).c_str(), us);
                 }
-                fp8.setOuterVectorAllowed(true);
+                fp8.setOuterVectorAllowed(false);   // the default
             }
             row(m, "int8 cuBLASLt GEMM + scale epilogue", graphMicroseconds(stream, [&](int i) {
                     int8.run(reinterpret_cast<const int8_t*>(xq), rowScales, reinterpret_cast<const int8_t*>(w8[size_t(i % copies)]),

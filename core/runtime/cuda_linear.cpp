@@ -201,8 +201,12 @@ private:
     size_t mBytes;
 };
 
-// Decode-sized inputs take the small-M kernels (w8_small_m.h) unless CWB_W8_SMALL_M=0.
-bool useSmallM(int64_t tokenRows) { return tokenRows <= kernels::kSmallMMaxRows && smallMActivationKernels(); }
+// Decode-sized inputs take the small-M kernels (w8_small_m.h) unless CWB_W8_SMALL_M=0. Measured on the H200 per
+// 7B-shaped layer (docs/performance.md, "Per-token activation quantization"): the int8 kernel beats cuBLASLt's int8
+// GEMM up to M = 4; the FP8 one ties cuBLASLt's FP8 GEMM + epilogue at M = 1 (2% less per block) and loses from M = 2
+// (its fp32 FMAs grow with M), so FP8 takes it for one token row only.
+constexpr int64_t kFp8SmallMMaxRows = 1;
+bool useSmallM(int64_t tokenRows, int64_t maxRows) { return tokenRows <= maxRows && smallMActivationKernels(); }
 
 std::vector<int64_t> outputShape(const at::Tensor& x, int64_t rows) {
     std::vector<int64_t> shape = x.sizes().vec();
@@ -210,9 +214,8 @@ std::vector<int64_t> outputShape(const at::Tensor& x, int64_t rows) {
     return shape;
 }
 
-// FP8 E4M3 weights with per-token FP8 activations: one kernel quantizes the rows, cuBLASLt multiplies the codes and
-// applies the per-token and per-channel scales (outer-vector scale mode), or writes fp32 sums that one epilogue
-// kernel scales. CWB_LIBTORCH_ACT_QUANT=1 restores the earlier LibTorch ops (for before/after measurements).
+// FP8 E4M3 weights with per-token FP8 activations: one kernel quantizes the rows; for one row the small-M kernel
+// multiplies and scales, otherwise cuBLASLt writes fp32 sums of the codes that one epilogue kernel scales. CWB_LIBTORCH_ACT_QUANT=1 restores the earlier LibTorch ops (for before/after measurements).
 class KernelFp8Linear : public NativeIntLinear {
 public:
     KernelFp8Linear(at::Tensor codes, at::Tensor scales, at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace)
@@ -233,7 +236,7 @@ public:
         try {
             kernels::quantizeRowsFp8(input.data_ptr(), act, m, k, codes.data_ptr<uint8_t>(), tokenScales.data_ptr<float>(),
                                      torchCurrentStream());
-            if (useSmallM(m)) {
+            if (useSmallM(m, kFp8SmallMMaxRows)) {
                 kernels::fp8SmallM(codes.data_ptr<uint8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<uint8_t>(),
                                    mScales.data_ptr<float>(), y.data_ptr(), act, m, n, k, torchCurrentStream());
                 return y.view(outputShape(x, n));
@@ -249,7 +252,7 @@ public:
     }
     std::string kernelName() const override {
         return libTorchActivationQuantization() ? "FP8 E4M3 GEMM (cuBLASLt; LibTorch activation quantization)"
-               : smallMActivationKernels()      ? "FP8 E4M3 GEMM (small-M kernel for M<=4, cuBLASLt above)"
+               : smallMActivationKernels()      ? "FP8 E4M3 GEMM (small-M kernel for M=1, cuBLASLt above)"
                                                 : "FP8 E4M3 GEMM (cuBLASLt)";
     }
     size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel()) * 4; }
@@ -311,7 +314,7 @@ public:
         const int64_t m = codes.size(0);
         at::Tensor y = at::empty({m, n}, mCodes.options().dtype(mDtype));
         try {
-            if (!libTorchActivationQuantization() && useSmallM(m)) {
+            if (!libTorchActivationQuantization() && useSmallM(m, kernels::kSmallMMaxRows)) {
                 kernels::w8a8SmallM(codes.data_ptr<int8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<int8_t>(),
                                     mScales.data_ptr<float>(), y.data_ptr(),
                                     mDtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16, m, n, k,

@@ -108,7 +108,9 @@ struct Fp8Gemm::State {
     cublasLtHandle_t handle = nullptr;
     void* workspace = nullptr;
     float* ones = nullptr;   // unit per-tensor scales for the fp32 product (device, 16-byte aligned)
-    bool outerVectorAllowed = true;
+    // Off by default: on the H200 (CUDA 13.0) the outer-vector algorithms took 21-41 us per 7B-shaped layer at M = 1..16
+    // against 12-24 us for the fp32 product + epilogue (docs/performance.md, "Per-token activation quantization").
+    bool outerVectorAllowed = false;
     int outerVector[2] = {0, 0};   // per output type (fp16, bf16): 0 not tried, 1 runs, -1 not offered
 };
 
