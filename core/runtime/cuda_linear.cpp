@@ -215,7 +215,8 @@ std::vector<int64_t> outputShape(const at::Tensor& x, int64_t rows) {
 }
 
 // FP8 E4M3 weights with per-token FP8 activations: one kernel quantizes the rows; for one row the small-M kernel
-// multiplies and scales, otherwise cuBLASLt writes fp32 sums of the codes that one epilogue kernel scales. CWB_LIBTORCH_ACT_QUANT=1 restores the earlier LibTorch ops (for before/after measurements).
+// multiplies and scales, otherwise cuBLASLt writes fp32 sums of the codes that one epilogue kernel scales.
+// CWB_LIBTORCH_ACT_QUANT=1 restores the earlier LibTorch ops (for before/after measurements).
 class KernelFp8Linear : public NativeIntLinear {
 public:
     KernelFp8Linear(at::Tensor codes, at::Tensor scales, at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace)
@@ -241,7 +242,7 @@ public:
                                    mScales.data_ptr<float>(), y.data_ptr(), act, m, n, k, torchCurrentStream());
                 return y.view(outputShape(x, n));
             }
-            at::Tensor sums = at::empty({m, n}, mScales.options());   // used only without outer-vector scales
+            at::Tensor sums = at::empty({m, n}, mScales.options());   // fp32 products for the scale epilogue
             mWorkspace->fp8().runRowwise(codes.data_ptr<uint8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<uint8_t>(),
                                          mScales.data_ptr<float>(), y.data_ptr(), sums.data_ptr<float>(), act, m, n, k,
                                          torchCurrentStream());
@@ -283,8 +284,9 @@ private:
     std::shared_ptr<NativeWorkspace> mWorkspace;
 };
 
-// SmoothQuant W8A8: x / s quantized to int8 per token by one kernel, exact int32 products (cuBLASLt IMMA), scales in
-// the GEMM's epilogue kernel. CWB_LIBTORCH_ACT_QUANT=1 quantizes with the earlier LibTorch ops instead.
+// SmoothQuant W8A8: x / s quantized to int8 per token by one kernel, exact int32 products (the small-M dp4a kernel
+// up to 4 rows, cuBLASLt IMMA above), scales fused or in the GEMM's epilogue kernel. CWB_LIBTORCH_ACT_QUANT=1
+// quantizes with the earlier LibTorch ops and uses cuBLASLt at every M.
 class KernelW8a8Linear : public NativeIntLinear {
 public:
     KernelW8a8Linear(at::Tensor codes, at::Tensor scales, at::Tensor smoothing, at::ScalarType dtype,
