@@ -8,15 +8,33 @@
 #include "core/util/error.h"
 
 #ifdef CWB_HAVE_KERNELS
+#include "cwb/kernels/act_quant.h"
 #include "cwb/kernels/dequant_tiled.h"
 #include "cwb/kernels/device_info.h"
 #include "cwb/kernels/fp8_gemm.h"
+#include "cwb/kernels/w8_small_m.h"
 #include "cwb/kernels/w8a8_gemm.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #include "core/util/torch_stream.h"
 #endif
 
 namespace cwb {
+
+bool libTorchActivationQuantization() {
+    static const bool value = [] {
+        const char* v = std::getenv("CWB_LIBTORCH_ACT_QUANT");
+        return v && *v && std::string(v) != "0";
+    }();
+    return value;
+}
+
+bool smallMActivationKernels() {
+    static const bool value = [] {
+        const char* v = std::getenv("CWB_W8_SMALL_M");
+        return !(v && std::string(v) == "0");
+    }();
+    return value;
+}
 
 int64_t defaultDequantAboveTokens() {
     static const int64_t value = [] {
@@ -183,14 +201,22 @@ private:
     size_t mBytes;
 };
 
+// Decode-sized inputs take the small-M kernels (w8_small_m.h) unless CWB_W8_SMALL_M=0. Measured on the H200 per
+// 7B-shaped layer (docs/performance.md, "Per-token activation quantization"): the int8 kernel beats cuBLASLt's int8
+// GEMM up to M = 4; the FP8 one ties cuBLASLt's FP8 GEMM + epilogue at M = 1 (2% less per block) and loses from M = 2
+// (its fp32 FMAs grow with M), so FP8 takes it for one token row only.
+constexpr int64_t kFp8SmallMMaxRows = 1;
+bool useSmallM(int64_t tokenRows, int64_t maxRows) { return tokenRows <= maxRows && smallMActivationKernels(); }
+
 std::vector<int64_t> outputShape(const at::Tensor& x, int64_t rows) {
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = rows;
     return shape;
 }
 
-// FP8 E4M3 weights with per-token FP8 activations: codes × codes through cuBLASLt with unit per-tensor scales into
-// bf16 (the raw sums reach 448² · k, past fp16's range), then the per-token and per-channel scales in float32.
+// FP8 E4M3 weights with per-token FP8 activations: one kernel quantizes the rows; for one row the small-M kernel
+// multiplies and scales, otherwise cuBLASLt writes fp32 sums of the codes that one epilogue kernel scales.
+// CWB_LIBTORCH_ACT_QUANT=1 restores the earlier LibTorch ops (for before/after measurements).
 class KernelFp8Linear : public NativeIntLinear {
 public:
     KernelFp8Linear(at::Tensor codes, at::Tensor scales, at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace)
@@ -200,6 +226,42 @@ public:
 
     at::Tensor forward(const at::Tensor& x) const override {
         c10::DeviceGuard guard(mCodes.device());
+        const int64_t n = mCodes.size(0), k = mCodes.size(1);
+        if (libTorchActivationQuantization()) return forwardLibTorch(x).view(outputShape(x, n));
+        const at::Tensor input = x.reshape({-1, k}).to(mDtype).contiguous();
+        const int64_t m = input.size(0);
+        const kernels::ActType act = mDtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16;
+        at::Tensor codes = at::empty({m, k}, mCodes.options());
+        at::Tensor tokenScales = at::empty({m}, mScales.options());
+        at::Tensor y = at::empty({m, n}, input.options());
+        try {
+            kernels::quantizeRowsFp8(input.data_ptr(), act, m, k, codes.data_ptr<uint8_t>(), tokenScales.data_ptr<float>(),
+                                     torchCurrentStream());
+            if (useSmallM(m, kFp8SmallMMaxRows)) {
+                kernels::fp8SmallM(codes.data_ptr<uint8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<uint8_t>(),
+                                   mScales.data_ptr<float>(), y.data_ptr(), act, m, n, k, torchCurrentStream());
+                return y.view(outputShape(x, n));
+            }
+            at::Tensor sums = at::empty({m, n}, mScales.options());   // fp32 products for the scale epilogue
+            mWorkspace->fp8().runRowwise(codes.data_ptr<uint8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<uint8_t>(),
+                                         mScales.data_ptr<float>(), y.data_ptr(), sums.data_ptr<float>(), act, m, n, k,
+                                         torchCurrentStream());
+        } catch (const kernels::KernelError& e) {
+            throw Error(std::string("native FP8 layer: ") + e.what());
+        }
+        return y.view(outputShape(x, n));
+    }
+    std::string kernelName() const override {
+        return libTorchActivationQuantization() ? "FP8 E4M3 GEMM (cuBLASLt; LibTorch activation quantization)"
+               : smallMActivationKernels()      ? "FP8 E4M3 GEMM (small-M kernel for M=1, cuBLASLt above)"
+                                                : "FP8 E4M3 GEMM (cuBLASLt)";
+    }
+    size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel()) * 4; }
+
+private:
+    // Codes x codes with unit per-tensor scales into bf16 (the raw sums reach 448^2 k, past fp16's range), then the
+    // per-token and per-channel scales in float32 by LibTorch ops.
+    at::Tensor forwardLibTorch(const at::Tensor& x) const {
         const int64_t n = mCodes.size(0), k = mCodes.size(1);
         at::Tensor codes, tokenScales;
         quant::quantizeFp8PerToken(x.reshape({-1, k}), codes, tokenScales);
@@ -212,21 +274,19 @@ public:
         } catch (const kernels::KernelError& e) {
             throw Error(std::string("native FP8 layer: ") + e.what());
         }
-        at::Tensor y = sums.to(at::kFloat).mul_(tokenScales.unsqueeze(1)).mul_(mScales.unsqueeze(0));
-        return y.to(mDtype).view(outputShape(x, n));
+        return sums.to(at::kFloat).mul_(tokenScales.unsqueeze(1)).mul_(mScales.unsqueeze(0)).to(mDtype);
     }
-    std::string kernelName() const override { return "FP8 E4M3 GEMM"; }
-    size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel()) * 4; }
 
-private:
     at::Tensor mCodes;    // uint8 [n, k] on the device
     at::Tensor mScales;   // float32 [n] (a per-tensor scale repeated)
-    at::Tensor mUnit;     // float32 ones: the GEMM's per-tensor scales (16-byte aligned)
+    at::Tensor mUnit;     // float32 ones: the LibTorch path's per-tensor GEMM scales (16-byte aligned)
     at::ScalarType mDtype;
     std::shared_ptr<NativeWorkspace> mWorkspace;
 };
 
-// SmoothQuant W8A8: x / s quantized to int8 per token, exact int32 products (cuBLASLt IMMA), scales in the epilogue.
+// SmoothQuant W8A8: x / s quantized to int8 per token by one kernel, exact int32 products (the small-M dp4a kernel
+// up to 4 rows, cuBLASLt IMMA above), scales fused or in the GEMM's epilogue kernel. CWB_LIBTORCH_ACT_QUANT=1
+// quantizes with the earlier LibTorch ops and uses cuBLASLt at every M.
 class KernelW8a8Linear : public NativeIntLinear {
 public:
     KernelW8a8Linear(at::Tensor codes, at::Tensor scales, at::Tensor smoothing, at::ScalarType dtype,
@@ -238,10 +298,31 @@ public:
         c10::DeviceGuard guard(mCodes.device());
         const int64_t n = mCodes.size(0), k = mCodes.size(1);
         at::Tensor codes, tokenScales;
-        quant::quantizeInt8PerToken(x.reshape({-1, k}).to(at::kFloat) / mSmoothing, codes, tokenScales);
+        if (libTorchActivationQuantization()) {
+            quant::quantizeInt8PerToken(x.reshape({-1, k}).to(at::kFloat) / mSmoothing, codes, tokenScales);
+        } else {
+            const at::Tensor input = x.reshape({-1, k}).to(mDtype).contiguous();
+            codes = at::empty({input.size(0), k}, mCodes.options());
+            tokenScales = at::empty({input.size(0)}, mScales.options());
+            try {
+                kernels::quantizeRowsInt8Divided(input.data_ptr(), mDtype == at::kHalf ? kernels::ActType::Float16
+                                                                                       : kernels::ActType::BFloat16,
+                                                 mSmoothing.data_ptr<float>(), input.size(0), k, codes.data_ptr<int8_t>(),
+                                                 tokenScales.data_ptr<float>(), torchCurrentStream());
+            } catch (const kernels::KernelError& e) {
+                throw Error(std::string("native W8A8 layer: ") + e.what());
+            }
+        }
         const int64_t m = codes.size(0);
         at::Tensor y = at::empty({m, n}, mCodes.options().dtype(mDtype));
         try {
+            if (!libTorchActivationQuantization() && useSmallM(m, kernels::kSmallMMaxRows)) {
+                kernels::w8a8SmallM(codes.data_ptr<int8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<int8_t>(),
+                                    mScales.data_ptr<float>(), y.data_ptr(),
+                                    mDtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16, m, n, k,
+                                    torchCurrentStream());
+                return y.view(outputShape(x, n));
+            }
             mWorkspace->w8a8().run(codes.data_ptr<int8_t>(), tokenScales.data_ptr<float>(), mCodes.data_ptr<int8_t>(),
                                    mScales.data_ptr<float>(), y.data_ptr(),
                                    mDtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16, m, n, k,
@@ -251,7 +332,11 @@ public:
         }
         return y.view(outputShape(x, n));
     }
-    std::string kernelName() const override { return "W8A8 int8 GEMM"; }
+    std::string kernelName() const override {
+        return libTorchActivationQuantization() ? "W8A8 int8 GEMM (cuBLASLt; LibTorch activation quantization)"
+               : smallMActivationKernels()      ? "W8A8 int8 GEMM (small-M kernel for M<=4, cuBLASLt above)"
+                                                : "W8A8 int8 GEMM (cuBLASLt)";
+    }
     size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel() + mSmoothing.numel()) * 4; }
 
 private:

@@ -1,7 +1,8 @@
 #pragma once
 // Bridge from the runtime to the CUDA kernels of kernels/: a compressed linear layer computed on its stored form,
-// integer layers by the W4A16 / W8A16 GEMMs, FP8 layers with dynamic activations by the cuBLASLt FP8 GEMM and
-// SmoothQuant W8A8 layers by the cuBLASLt int8 GEMM. Plain C++ (no CUDA headers). Compiled against the kernels only when the build has
+// integer layers by the W4A16 / W8A16 GEMMs, FP8 layers with dynamic activations and SmoothQuant W8A8 layers by a
+// per-token activation quantization kernel, then the small-M FP8 / int8 kernels (decode) or the cuBLASLt FP8 / int8
+// GEMMs with a scale epilogue kernel. Plain C++ (no CUDA headers). Compiled against the kernels only when the build has
 // CWB_CUDA; otherwise every factory answers "unavailable" and the runtime dequantizes instead.
 #include <cstddef>
 #include <memory>
@@ -34,7 +35,7 @@ public:
     virtual ~NativeIntLinear() = default;
     // x [..., cols] on the layer's device; returns [..., rows] in the runtime's compute type.
     virtual at::Tensor forward(const at::Tensor& x) const = 0;
-    // "W4A16 (M<=32), dequant + cuBLAS (M>32)" (W8A16 likewise), "FP8 E4M3 GEMM" or "W8A8 int8 GEMM"
+    // "W4A16 (M<=32), dequant + cuBLAS (M>32)" (W8A16 likewise), "FP8 E4M3 GEMM (...)" or "W8A8 int8 GEMM (...)"
     virtual std::string kernelName() const = 0;
     virtual size_t deviceBytes() const = 0;       // packed words, scales and tables on the device
 };
@@ -53,10 +54,18 @@ bool canConcatenateRows(const std::vector<const quant::QuantizedWeight*>& parts,
 quant::QuantizedWeight concatenateRows(const std::vector<const quant::QuantizedWeight*>& parts);
 
 // Any compressed layer: IntLinear through makeNativeIntLinear; Fp8Linear with dynamic activations through the FP8
-// GEMM; W8A8Linear through the int8 GEMM. Activations are quantized per token on the device with the CPU path's
-// float32 arithmetic (fp8_math.h, smoothquant_math.h). Returns nullptr and sets `reason` where no kernel applies.
+// GEMM; W8A8Linear through the int8 GEMM. Activations are quantized per token on the device by one kernel
+// (act_quant.h) giving the codes and scales of the CPU path's float32 arithmetic (fp8_math.h, smoothquant_math.h).
+// Returns nullptr and sets `reason` where no kernel applies.
 std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear& layer, at::Device device, at::ScalarType dtype,
                                                   std::shared_ptr<NativeWorkspace> workspace, std::string& reason);
+
+// True when CWB_LIBTORCH_ACT_QUANT is set (and not "0"): the native FP8 / W8A8 layers quantize activations (and FP8
+// applies its scales) with the earlier LibTorch ops instead of the act_quant kernels; for before/after measurements.
+bool libTorchActivationQuantization();
+// False when CWB_W8_SMALL_M is "0": FP8 / W8A8 layers then use the cuBLASLt GEMMs at every M instead of the small-M
+// kernels (w8_small_m.h: FP8 for 1 token row, W8A8 up to 4); for before/after measurements.
+bool smallMActivationKernels();
 
 // True when this build carries the CUDA kernels.
 bool nativeKernelsBuilt();

@@ -37,6 +37,18 @@ public:
     void run(const uint8_t* x, const float* xScale, const uint8_t* w, const float* wScale, void* y, ActType outType,
              int64_t m, int64_t n, int64_t k, Stream stream);
 
+    // Per-token xScale [m] and per-channel wScale [n] (device floats): y[i, j] = (X · W^T)[i, j] · xScale[i] · wScale[j].
+    // By default an fp32 product into `sums` [m, n] (device, the caller's) and the scaleRowsCols epilogue (act_quant.h);
+    // with setOuterVectorAllowed(true), cuBLASLt's outer-vector scale mode (cuBLAS 12.9+) where the library runs it for
+    // this output type (found on the first call and remembered; the epilogue otherwise). No allocation and no
+    // synchronisation either way.
+    void runRowwise(const uint8_t* x, const float* xScale, const uint8_t* w, const float* wScale, void* y, float* sums,
+                    ActType outType, int64_t m, int64_t n, int64_t k, Stream stream);
+    // Off by default: slower than the epilogue on the H200 at decode and prefill sizes (measured, see the .cu).
+    void setOuterVectorAllowed(bool allowed);
+    // "cuBLASLt outer-vector scales", "fp32 product + scale epilogue", or "not run yet" for this output type.
+    const char* rowwisePath(ActType outType) const;
+
 private:
     struct State;
     std::unique_ptr<State> mState;
