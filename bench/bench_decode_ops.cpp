@@ -3,7 +3,9 @@
 // replayed 5 times, the median replay divided by 200. The fused decode kernels (decode_ops.h), with attention at cache
 // capacities 192 (the bench's 128 + 64 tokens), 1024 and 4096; the dense linears through cuBLAS and through the dense
 // GEMV (dense_gemv.h) at M = 1, 4 and 8, each launch reading another copy of the weight so that none is served from
-// L2; then the sum per token of the 32 blocks and the head, GEMVs against the rest, next to the weight-read floor.
+// L2; at M = 1 the linears that follow an RMSNorm (q/k/v, gate/up, head) also as rmsNorm + GEMV (two launches)
+// against the GEMV with the norm folded in (denseGemvRmsNorm) at 1, 2 and 4 weight rows per warp and the default;
+// then the sum per token of the 32 blocks and the head, GEMVs against the rest, next to the weight-read floor.
 // Needs a GPU; prints markdown tables.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -12,6 +14,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cwb/kernels/decode_ops.h"
@@ -102,6 +105,7 @@ struct LinearShape {
     int64_t inputs, outputs;
     bool residual;
     int perToken;   // launches per token in a 32-block model
+    bool normed;    // reads an RMSNorm's output (which denseGemvRmsNorm can fold in)
 };
 
 // Weights for `shape` spread over a pool larger than L2: launch i reads copy i % copies.
@@ -183,17 +187,18 @@ int main() {
         blasOk(cublasSetStream(blas, stream), "cublasSetStream");
         void* blasWorkspace = deviceZeros<uint8_t>(size_t(32) << 20);
         blasOk(cublasSetWorkspace(blas, blasWorkspace, size_t(32) << 20), "cublasSetWorkspace");
-        const LinearShape shapes[] = {{"qkv_proj (fused q, k, v)", hidden, 3 * hidden, false, 32},
-                                      {"o_proj + residual", hidden, hidden, true, 32},
-                                      {"gate_up_proj (fused)", hidden, 2 * ffn, false, 32},
-                                      {"down_proj + residual", ffn, hidden, true, 32},
-                                      {"lm_head", hidden, 32000, false, 1}};
+        const LinearShape shapes[] = {{"qkv_proj (fused q, k, v)", hidden, 3 * hidden, false, 32, true},
+                                      {"o_proj + residual", hidden, hidden, true, 32, false},
+                                      {"gate_up_proj (fused)", hidden, 2 * ffn, false, 32, true},
+                                      {"down_proj + residual", ffn, hidden, true, 32, false},
+                                      {"lm_head", hidden, 32000, false, 1, true}};
         const size_t poolElements = size_t(3) << 29;   // 3 GiB of fp16: every shape has 5+ copies, far past L2
         auto* pool = deviceZeros<uint16_t>(poolElements);
         auto* gx = deviceZeros<uint16_t>(size_t(8 * ffn));
         auto* gy = deviceZeros<uint16_t>(size_t(8 * 32000));
         auto* gr = deviceZeros<uint16_t>(size_t(8 * 32000));
-        double gemvTokenUs = 0, cublasTokenUs = 0, weightBytes = 0;
+        double gemvTokenUs = 0, cublasTokenUs = 0, foldedTokenUs = 0, weightBytes = 0;
+        std::vector<std::string> foldedRows;   // the RMSNorm table, printed after the first
         std::printf("| linear (fp16) | M | cuBLAS µs | GB/s | %% of copy | GEMV µs | GB/s | %% of copy | GEMV speed-up |\n"
                     "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
         for (const LinearShape& l : shapes) {
@@ -225,9 +230,38 @@ int main() {
                 if (m == 1) {
                     gemvTokenUs += l.perToken * gemvUs;
                     cublasTokenUs += l.perToken * cublasUs;
+                    if (!l.normed) foldedTokenUs += l.perToken * gemvUs;
                 }
+                if (m != 1 || !l.normed) continue;
+                // The norm's input is the raw residual stream gr; separately it writes y, which the GEMV then reads.
+                const double separateUs = microsecondsPerLaunch(stream, [&] {
+                    rmsNorm(gr, nullptr, nullptr, weight, gx, 1, l.inputs, 1e-5f, t, stream);
+                    denseGemv(gx, weights.next(), nullptr, nullptr, gy, g, t, stream);
+                });
+                char line[512];
+                int used = std::snprintf(line, sizeof(line), "| %s | %.2f |", l.name, separateUs);
+                double foldedDefaultUs = 0;
+                for (int64_t rowsPerWarp : {int64_t(0), int64_t(1), int64_t(2), int64_t(4)}) {
+                    GemvRmsNorm norm;
+                    norm.weight = weight;
+                    norm.rowsPerWarp = rowsPerWarp;
+                    const double us = microsecondsPerLaunch(stream, [&] {
+                        denseGemvRmsNorm(gr, norm, weights.next(), nullptr, nullptr, gy, g, t, stream);
+                    });
+                    if (rowsPerWarp == 0) foldedDefaultUs = us;
+                    used += std::snprintf(line + used, sizeof(line) - size_t(used), rowsPerWarp == 0 ? " %.2f (%lld) |" : " %.2f |",
+                                          us, (long long)denseGemvRmsNormRowsPerWarp(l.outputs, deviceMultiprocessors()));
+                }
+                std::snprintf(line + used, sizeof(line) - size_t(used), " %.2f | %.2fx |", separateUs - foldedDefaultUs,
+                              separateUs / foldedDefaultUs);
+                foldedRows.push_back(line);
+                foldedTokenUs += l.perToken * foldedDefaultUs;
             }
         }
+        std::printf("\nRMSNorm folded into the GEMV at M = 1 (x read raw; µs per pair or launch in a CUDA graph):\n\n"
+                    "| linear (fp16) | rmsNorm + GEMV µs | with RMSNorm, default µs (rows/warp) | 1 row/warp | 2 | 4 |"
+                    " saved µs | speed-up |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        for (const std::string& line : foldedRows) std::printf("%s\n", line.c_str());
         // Per token: 32 blocks of (2 RMSNorms, RoPE + cache write, attention, SiLU * up) plus the final RMSNorm; the
         // embedding gather and the logits' fp32 cast are left out.
         const double restUs = 32 * (2 * normUs + ropeUs + attentionUs + siluUs) + normUs;
@@ -235,9 +269,13 @@ int main() {
         std::printf("\nPer token, 32 blocks + head, sum of the launches above (attention at 192 keys):\n\n"
                     "| | linears ms | other kernels ms | sum ms | weight-read floor ms | sum / floor |\n"
                     "| --- | ---: | ---: | ---: | ---: | ---: |\n");
-        for (const auto& [name, linearUs] : {std::pair<const char*, double>{"cuBLAS", cublasTokenUs}, {"dense GEMV", gemvTokenUs}})
-            std::printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx |\n", name, linearUs / 1e3, restUs / 1e3,
-                        (linearUs + restUs) / 1e3, floorUs / 1e3, (linearUs + restUs) / floorUs);
+        const double restWithoutNormsUs = 32 * (ropeUs + attentionUs + siluUs);   // the norms are inside the GEMVs
+        for (const auto& [name, linearUs, otherUs] :
+             {std::tuple<const char*, double, double>{"cuBLAS", cublasTokenUs, restUs},
+              {"dense GEMV", gemvTokenUs, restUs},
+              {"dense GEMV, RMSNorm folded in", foldedTokenUs, restWithoutNormsUs}})
+            std::printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx |\n", name, linearUs / 1e3, otherUs / 1e3,
+                        (linearUs + otherUs) / 1e3, floorUs / 1e3, (linearUs + otherUs) / floorUs);
         cublasDestroy(blas);
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());

@@ -3,7 +3,9 @@
 // cache is refused, a reset cache replays correctly over stale slots, and changed weights re-capture. The graph runs
 // the fused decode kernels (RMSNorm, RoPE + cache write, attention, SiLU * up) where the build has them, and is
 // checked the same way with them turned off; both RoPE layouts, q/k/v biases, GQA ratios 2 and 4, head dims 64 and
-// 128, and bf16. Dense linears run the GEMV kernel (dense_gemv.h) by default; it is compared with cuBLAS.
+// 128, and bf16. Dense linears run the GEMV kernel (dense_gemv.h) by default; it is compared with cuBLAS. RMSNorms
+// are folded into the GEMV that follows them by default; that is compared with separate norm kernels on dense models
+// and on models whose attention or MLP layers alone are INT4 (where only some norms can be folded).
 // Exits 77 without a GPU or without a CUDA build of LibTorch.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -17,6 +19,7 @@
 #include "tests/gpu/random_llama.h"
 #include "core/runtime/cuda_linear.h"
 #include "core/runtime/decode_graph.h"
+#include "core/runtime/dense_gemv.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
 
@@ -57,6 +60,17 @@ std::unique_ptr<cwb::Model> int4Variant(const cwb::Model& base) {
         variant->setCompressed(layer, std::make_shared<cwb::IntLinear>(
                                           cwb::quant::quantizeRtn(base.floatTensor(layer + ".weight"), {4, true, 128}),
                                           at::Tensor(), "rtn"));
+    return variant;
+}
+
+// INT4 (RTN g128) for the linear layers whose name contains `part` ("self_attn", "mlp"); the rest stay dense.
+std::unique_ptr<cwb::Model> int4Only(const cwb::Model& base, const std::string& part) {
+    auto variant = base.clone();
+    for (const std::string& layer : base.linearLayers())
+        if (layer.find(part) != std::string::npos)
+            variant->setCompressed(layer, std::make_shared<cwb::IntLinear>(
+                                              cwb::quant::quantizeRtn(base.floatTensor(layer + ".weight"), {4, true, 128}),
+                                              at::Tensor(), "rtn"));
     return variant;
 }
 
@@ -194,6 +208,48 @@ void denseGemvCase(const std::string& caseName, const cwb::Model& model, at::Sca
     check(versusCpu <= tolerance, "decode logits with the GEMV match the CPU path");
 }
 
+// Graph decode with each RMSNorm folded into the dense GEMV after it (RuntimeOptions::fusedNormGemv, the default)
+// against separate norm kernels: the GEMV with RMSNorm launched a whole number of times `foldsPerStep` (norms folded
+// per decode step: each capture runs the step twice) with the switch on and never with it off; same greedy ids,
+// logits within the tolerance of each other and of the CPU path.
+void fusedNormGemvCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype, int64_t foldsPerStep) {
+    const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : ", fp16") + ": RMSNorm in the GEMV on vs off";
+    const double tolerance = dtype == at::kBFloat16 ? kBf16Tolerance : kFp16Tolerance;
+    std::printf("== %s\n", name.c_str());
+    at::Tensor prompt = at::randint(0, model.spec.vocab, {1, kPrompt}, at::kLong);
+    cwb::RuntimeOptions separate = gpuOptions(cwb::DecodeMode::CudaGraph, dtype);
+    separate.fusedNormGemv = false;
+    cwb::Transformer folded(model, gpuOptions(cwb::DecodeMode::CudaGraph, dtype)), unfolded(model, separate);
+    auto foldedCache = folded.makeCache(1, kPrompt + kSteps), unfoldedCache = unfolded.makeCache(1, kPrompt + kSteps);
+    std::vector<int64_t> foldedIds, unfoldedIds;
+    const int64_t before = cwb::denseGemvRmsNormLaunchCount();
+    const at::Tensor foldedLogits = greedy(folded, *foldedCache, prompt, foldedIds);
+    const int64_t foldedLaunches = cwb::denseGemvRmsNormLaunchCount() - before;
+    const at::Tensor unfoldedLogits = greedy(unfolded, *unfoldedCache, prompt, unfoldedIds);
+    const int64_t unfoldedLaunches = cwb::denseGemvRmsNormLaunchCount() - before - foldedLaunches;
+    std::printf("  GEMV-with-RMSNorm launches: %lld on, %lld off (%lld folded norms per step)\n", (long long)foldedLaunches,
+                (long long)unfoldedLaunches, (long long)foldsPerStep);
+    check(foldedLaunches > 0 && foldedLaunches % foldsPerStep == 0 && unfoldedLaunches == 0,
+          "the switch folds " + std::to_string(foldsPerStep) + " norms per step on and none off (" +
+              std::to_string(foldedLaunches) + " and " + std::to_string(unfoldedLaunches) + " launches)");
+    check(foldedCache->graphReplays() == kSteps && unfoldedCache->graphReplays() == kSteps,
+          "both runtimes replayed the graph at every step" +
+              (foldedCache->graphFailure().empty() ? std::string() : " (folded: " + foldedCache->graphFailure() + ")"));
+    int64_t equal = 0;
+    check(sameGreedyIds(foldedIds, unfoldedIds, unfoldedLogits, equal),
+          "greedy ids with and without folded norms agree (" + std::to_string(equal) + " of " + std::to_string(kSteps) +
+              " equal)");
+    if (equal == kSteps) {
+        const double error = normalisedError(unfoldedLogits, foldedLogits);
+        std::printf("  folded vs separate norms: normalised logit error %.3g%s\n", error,
+                    at::equal(unfoldedLogits, foldedLogits) ? " (bit-identical)" : "");
+        check(error <= tolerance, "decode logits with folded norms match those with separate norm kernels");
+    }
+    const double versusCpu = normalisedError(cpuReference(model, prompt, foldedIds), foldedLogits);
+    std::printf("  folded vs CPU: normalised logit error %.3g\n", versusCpu);
+    check(versusCpu <= tolerance, "decode logits with folded norms match the CPU path");
+}
+
 } // namespace
 
 int main() {
@@ -228,6 +284,14 @@ int main() {
         if (kernels) {
             denseGemvCase("GQA 4/2", *makeModel(false), at::kHalf);
             denseGemvCase("GQA 4/1, head dim 128, q/k/v biases", *wide, at::kBFloat16);
+            // Folded per step: both norms of every block and the final norm; with INT4 attention only the MLP's
+            // norm and the final one (the norm before INT4 q/k/v keeps its kernel), with INT4 MLP the reverse.
+            auto gqa = makeModel(false);
+            const int64_t layers = gqa->spec.layers;
+            fusedNormGemvCase("dense, GQA 4/2", *gqa, at::kHalf, 2 * layers + 1);
+            fusedNormGemvCase("dense, GQA 4/1, head dim 128, q/k/v biases", *wide, at::kBFloat16, 2 * layers + 1);
+            fusedNormGemvCase("INT4 attention, dense MLP, q/k/v biases", *int4Only(*wide, "self_attn"), at::kHalf, layers + 1);
+            fusedNormGemvCase("dense attention, INT4 MLP", *int4Only(*gqa, "mlp"), at::kHalf, layers + 1);
         }
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
