@@ -88,65 +88,96 @@ __device__ __forceinline__ void normaliseRows(const T* x, int64_t xStride, const
 
 __host__ __device__ constexpr int64_t normedRowStride(int64_t inputs) { return (inputs + 7) / 8 * 8; }   // keeps shared rows 16-byte aligned
 
-// Without kNorm, one weight row per warp (the grid covers them); with it, x is normalised into shared memory first
-// and each warp takes the rows n, n + warps in the grid, ... (rowsPerWarp of them).
-template <typename T, int M, bool kVector, bool kNorm>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    denseGemvKernel(const T* x, const T* __restrict__ weight, const float* __restrict__ bias,
-                    const T* residual, T* y, int64_t outputs, int64_t inputs, int64_t xStride, int64_t yStride,
-                    int64_t residualStride, const float* __restrict__ normWeight, float eps) {
-    const int lane = threadIdx.x % 32;
-    if constexpr (kNorm) {
-        extern __shared__ uint4 normedStorage[];   // uint4: 16-byte aligned
-        T* normed = reinterpret_cast<T*>(normedStorage);
-        normaliseRows<T, M>(x, xStride, normWeight, eps, inputs, normed, normedRowStride(inputs));
-        x = normed;
-        xStride = normedRowStride(inputs);
+// acc[m] = Σ_k W[n, k] x[m, k]: one weight row, streamed by one warp (this thread is lane `lane`); every lane holds
+// its partial sums.
+template <typename T, int M, bool kVector, bool kSharedX>
+__device__ __forceinline__ void rowProduct(float (&acc)[M], const T* __restrict__ weight, const T* __restrict__ x,
+                                           int64_t xStride, int64_t n, int64_t inputs, int lane) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+    if constexpr (kVector) {
+        const uint4* row = reinterpret_cast<const uint4*>(weight + n * inputs);
+        const int64_t chunks = inputs / 8;
+        int64_t c = lane;
+        for (; c + 32 * (kUnroll - 1) < chunks; c += 32 * kUnroll) {   // every lane's kUnroll chunks exist
+            uint4 w[kUnroll];
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) w[u] = streamLoad(row + c + 32 * u);
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) accumulateChunk<T, M, kSharedX>(acc, w[u], x, xStride, c + 32 * u);
+        }
+        if (c < chunks) {   // the tail, still loaded all at once
+            uint4 w[kUnroll];
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u)
+                if (c + 32 * u < chunks) w[u] = streamLoad(row + c + 32 * u);
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u)
+                if (c + 32 * u < chunks) accumulateChunk<T, M, kSharedX>(acc, w[u], x, xStride, c + 32 * u);
+        }
+    } else {
+        const T* row = weight + n * inputs;
+        for (int64_t k = lane; k < inputs; k += 32) {
+            const float w = toFloat(row[k]);
+#pragma unroll
+            for (int m = 0; m < M; ++m) acc[m] = fmaf(w, toFloat(x[m * xStride + k]), acc[m]);
+        }
     }
+}
+
+// y[m, n] = the warp's sum + bias + residual, rounded once; lane 0 stores.
+template <typename T, int M>
+__device__ __forceinline__ void finishRow(float (&acc)[M], const float* __restrict__ bias, const T* residual, T* y,
+                                          int64_t n, int64_t yStride, int64_t residualStride, int lane) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = warpSum(acc[m]);
+    if (lane != 0) return;
+    const float b = bias ? bias[n] : 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        float v = acc[m] + b;
+        if (residual) v += toFloat(residual[m * residualStride + n]);
+        y[m * yStride + n] = fromFloat<T>(v);
+    }
+}
+
+// One weight row per warp, the grid covering them.
+template <typename T, int M, bool kVector>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    denseGemvKernel(const T* __restrict__ x, const T* __restrict__ weight, const float* __restrict__ bias,
+                    const T* residual, T* y, int64_t outputs, int64_t inputs, int64_t xStride, int64_t yStride,
+                    int64_t residualStride) {
+    const int lane = threadIdx.x % 32;
+    const int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    if (n >= outputs) return;
+    float acc[M];
+    rowProduct<T, M, kVector, false>(acc, weight, x, xStride, n, inputs, lane);
+    finishRow<T, M>(acc, bias, residual, y, n, yStride, residualStride, lane);
+}
+
+// Blocks of the RMSNorm kernel at one row of x that must fit on a multiprocessor: the registers are capped at 64 so
+// that 4 blocks of 8 warps fit, as many as the plain kernel's 58 registers allow. (In a first version both kernels
+// took 76 registers, so 3 blocks, and streamed 20-40% slower on the H200.) More rows of x would spill under the cap.
+template <int M>
+constexpr int rmsNormMinBlocksPerSm() { return M == 1 ? 4 : 1; }
+
+// x normalised into shared memory first (every block), then each warp takes the weight rows n, n + warps in the
+// grid, ... (rowsPerWarp of them at most).
+template <typename T, int M, bool kVector>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, rmsNormMinBlocksPerSm<M>())
+    denseGemvRmsNormKernel(const T* __restrict__ x, const float* __restrict__ normWeight, float eps,
+                           const T* __restrict__ weight, const float* __restrict__ bias, const T* residual, T* y,
+                           int64_t outputs, int64_t inputs, int64_t xStride, int64_t yStride, int64_t residualStride) {
+    extern __shared__ uint4 normedStorage[];   // uint4: 16-byte aligned
+    T* normed = reinterpret_cast<T*>(normedStorage);
+    const int64_t normedStride = normedRowStride(inputs);
+    normaliseRows<T, M>(x, xStride, normWeight, eps, inputs, normed, normedStride);
+    const int lane = threadIdx.x % 32;
     for (int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; n < outputs;
          n += int64_t(gridDim.x) * kWarpsPerBlock) {
         float acc[M];
-#pragma unroll
-        for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-        if constexpr (kVector) {
-            const uint4* row = reinterpret_cast<const uint4*>(weight + n * inputs);
-            const int64_t chunks = inputs / 8;
-            int64_t c = lane;
-            for (; c + 32 * (kUnroll - 1) < chunks; c += 32 * kUnroll) {   // every lane's kUnroll chunks exist
-                uint4 w[kUnroll];
-#pragma unroll
-                for (int u = 0; u < kUnroll; ++u) w[u] = streamLoad(row + c + 32 * u);
-#pragma unroll
-                for (int u = 0; u < kUnroll; ++u) accumulateChunk<T, M, kNorm>(acc, w[u], x, xStride, c + 32 * u);
-            }
-            if (c < chunks) {   // the tail, still loaded all at once
-                uint4 w[kUnroll];
-#pragma unroll
-                for (int u = 0; u < kUnroll; ++u)
-                    if (c + 32 * u < chunks) w[u] = streamLoad(row + c + 32 * u);
-#pragma unroll
-                for (int u = 0; u < kUnroll; ++u)
-                    if (c + 32 * u < chunks) accumulateChunk<T, M, kNorm>(acc, w[u], x, xStride, c + 32 * u);
-            }
-        } else {
-            const T* row = weight + n * inputs;
-            for (int64_t k = lane; k < inputs; k += 32) {
-                const float w = toFloat(row[k]);
-#pragma unroll
-                for (int m = 0; m < M; ++m) acc[m] = fmaf(w, toFloat(x[m * xStride + k]), acc[m]);
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < M; ++m) acc[m] = warpSum(acc[m]);
-        if (lane == 0) {
-            const float b = bias ? bias[n] : 0.0f;
-#pragma unroll
-            for (int m = 0; m < M; ++m) {
-                float v = acc[m] + b;
-                if (residual) v += toFloat(residual[m * residualStride + n]);
-                y[m * yStride + n] = fromFloat<T>(v);
-            }
-        }
+        rowProduct<T, M, kVector, true>(acc, weight, normed, normedStride, n, inputs, lane);
+        finishRow<T, M>(acc, bias, residual, y, n, yStride, residualStride, lane);
     }
 }
 
@@ -164,13 +195,19 @@ void launch(const void* x, const void* weight, const float* bias, const void* re
             const Launch& l, cudaStream_t stream) {
     const int64_t rowsPerBlock = kWarpsPerBlock * l.rowsPerWarp;
     const dim3 grid(unsigned((s.outputs + rowsPerBlock - 1) / rowsPerBlock)), block(kWarpsPerBlock * 32);
-    auto kernel = l.norm ? (l.vector ? denseGemvKernel<T, M, true, true> : denseGemvKernel<T, M, false, true>)
-                         : (l.vector ? denseGemvKernel<T, M, true, false> : denseGemvKernel<T, M, false, false>);
-    const size_t shared = l.norm ? size_t(M * normedRowStride(s.inputs)) * sizeof(T) : 0;
-    kernel<<<grid, block, shared, stream>>>(static_cast<const T*>(x), static_cast<const T*>(weight), bias,
-                                            static_cast<const T*>(residual), static_cast<T*>(y), s.outputs, s.inputs,
-                                            s.xStride, s.yStride, s.residualStride, l.norm ? l.norm->weight : nullptr,
-                                            l.norm ? l.norm->eps : 0.0f);
+    const T* xs = static_cast<const T*>(x);
+    const T* w = static_cast<const T*>(weight);
+    const T* r = static_cast<const T*>(residual);
+    T* ys = static_cast<T*>(y);
+    if (l.norm) {
+        auto kernel = l.vector ? denseGemvRmsNormKernel<T, M, true> : denseGemvRmsNormKernel<T, M, false>;
+        const size_t shared = size_t(M * normedRowStride(s.inputs)) * sizeof(T);
+        kernel<<<grid, block, shared, stream>>>(xs, l.norm->weight, l.norm->eps, w, bias, r, ys, s.outputs, s.inputs,
+                                                s.xStride, s.yStride, s.residualStride);
+    } else {
+        auto kernel = l.vector ? denseGemvKernel<T, M, true> : denseGemvKernel<T, M, false>;
+        kernel<<<grid, block, 0, stream>>>(xs, w, bias, r, ys, s.outputs, s.inputs, s.xStride, s.yStride, s.residualStride);
+    }
 }
 
 template <typename T, int M = 1>
