@@ -13,6 +13,7 @@
 #include "cwb/kernels/decode_ops.h"
 #include "cwb/kernels/dense_gemv.h"
 #include "decode_common.cuh"
+#include "dependent_launch.cuh"
 
 namespace cwb::kernels {
 
@@ -147,6 +148,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     denseGemvKernel(const T* __restrict__ x, const T* __restrict__ weight, const float* __restrict__ bias,
                     const T* residual, T* y, int64_t outputs, int64_t inputs, int64_t xStride, int64_t yStride,
                     int64_t residualStride) {
+    waitForPredecessor();
     const int lane = threadIdx.x % 32;
     const int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
     if (n >= outputs) return;
@@ -168,6 +170,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, rmsNormMinBlocksPerSm<M>(
     denseGemvRmsNormKernel(const T* __restrict__ x, const float* __restrict__ normWeight, float eps,
                            const T* __restrict__ weight, const float* __restrict__ bias, const T* residual, T* y,
                            int64_t outputs, int64_t inputs, int64_t xStride, int64_t yStride, int64_t residualStride) {
+    waitForPredecessor();
     extern __shared__ uint4 normedStorage[];   // uint4: 16-byte aligned
     T* normed = reinterpret_cast<T*>(normedStorage);
     const int64_t normedStride = normedRowStride(inputs);
@@ -202,11 +205,12 @@ void launch(const void* x, const void* weight, const float* bias, const void* re
     if (l.norm) {
         auto kernel = l.vector ? denseGemvRmsNormKernel<T, M, true> : denseGemvRmsNormKernel<T, M, false>;
         const size_t shared = size_t(M * normedRowStride(s.inputs)) * sizeof(T);
-        kernel<<<grid, block, shared, stream>>>(xs, l.norm->weight, l.norm->eps, w, bias, r, ys, s.outputs, s.inputs,
-                                                s.xStride, s.yStride, s.residualStride);
+        CWB_CUDA_CHECK(launchDependent(kernel, grid, block, shared, stream, xs, l.norm->weight, l.norm->eps, w, bias, r,
+                                       ys, s.outputs, s.inputs, s.xStride, s.yStride, s.residualStride));
     } else {
         auto kernel = l.vector ? denseGemvKernel<T, M, true> : denseGemvKernel<T, M, false>;
-        kernel<<<grid, block, 0, stream>>>(xs, w, bias, r, ys, s.outputs, s.inputs, s.xStride, s.yStride, s.residualStride);
+        CWB_CUDA_CHECK(launchDependent(kernel, grid, block, 0, stream, xs, w, bias, r, ys, s.outputs, s.inputs, s.xStride,
+                                       s.yStride, s.residualStride));
     }
 }
 

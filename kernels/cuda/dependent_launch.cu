@@ -45,6 +45,8 @@ bool programmaticDependentLaunch() {
 
 int64_t programmaticDependentLaunches() { return launches.load(); }
 
+bool programmaticDependentLaunchSupported() { return deviceSupportsPdl(); }
+
 namespace detail {
 
 bool useDependentLaunch() {

@@ -5,7 +5,8 @@
 // checked the same way with them turned off; both RoPE layouts, q/k/v biases, GQA ratios 2 and 4, head dims 64 and
 // 128, and bf16. Dense linears run the GEMV kernel (dense_gemv.h) by default; it is compared with cuBLAS. RMSNorms
 // are folded into the GEMV that follows them by default; that is compared with separate norm kernels on dense models
-// and on models whose attention or MLP layers alone are INT4 (where only some norms can be folded).
+// and on models whose attention or MLP layers alone are INT4 (where only some norms can be folded). Programmatic
+// dependent launch of the decode kernels (CWB_PDL) is compared with plain launches, in the graph and without it.
 // Exits 77 without a GPU or without a CUDA build of LibTorch.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -20,6 +21,7 @@
 #include "core/runtime/cuda_linear.h"
 #include "core/runtime/decode_graph.h"
 #include "core/runtime/dense_gemv.h"
+#include "core/runtime/fused_decode.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
 
@@ -250,6 +252,42 @@ void fusedNormGemvCase(const std::string& caseName, const cwb::Model& model, at:
     check(versusCpu <= tolerance, "decode logits with folded norms match the CPU path");
 }
 
+// Decode with programmatic dependent launch (setDecodeDependentLaunch) against plain launches: the same kernels, so
+// the logits must agree to rounding noise (a kernel reading its predecessor's output too early would not), in a
+// captured graph and in fixed-shape steps without one; on a 9.0+ device the launches must have used it.
+void dependentLaunchCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype) {
+    const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : ", fp16") + ": programmatic dependent launch on vs off";
+    std::printf("== %s\n", name.c_str());
+    const bool previous = cwb::decodeDependentLaunch();
+    at::Tensor prompt = at::randint(0, model.spec.vocab, {1, kPrompt}, at::kLong);
+    auto decode = [&](cwb::DecodeMode mode, bool dependent, std::vector<int64_t>& ids, int64_t& replays) {
+        cwb::setDecodeDependentLaunch(dependent);
+        cwb::Transformer runtime(model, gpuOptions(mode, dtype));
+        auto cache = runtime.makeCache(1, kPrompt + kSteps);
+        at::Tensor logits = greedy(runtime, *cache, prompt, ids);
+        replays = cache->graphReplays();
+        return logits;
+    };
+    std::vector<int64_t> offIds, onIds, streamIds;
+    int64_t offReplays = 0, onReplays = 0, streamReplays = 0;
+    const at::Tensor off = decode(cwb::DecodeMode::CudaGraph, false, offIds, offReplays);
+    const int64_t before = cwb::decodeDependentLaunchCount();
+    const at::Tensor on = decode(cwb::DecodeMode::CudaGraph, true, onIds, onReplays);
+    const at::Tensor stream = decode(cwb::DecodeMode::FixedShape, true, streamIds, streamReplays);
+    const int64_t launches = cwb::decodeDependentLaunchCount() - before;
+    cwb::setDecodeDependentLaunch(previous);
+    const bool supported = cwb::decodeDependentLaunchSupported();
+    std::printf("  launches with PDL: %lld (device %s it)\n", (long long)launches, supported ? "supports" : "does not support");
+    check(supported ? launches > 0 : launches == 0, "the setting took effect where the device supports it");
+    check(offReplays == kSteps && onReplays == kSteps && streamReplays == 0,
+          "the graphs replayed every step, fixed-shape steps ran without one");
+    const double graphError = normalisedError(off, on), streamError = normalisedError(off, stream);
+    std::printf("  PDL graph vs plain graph: normalised logit error %.3g%s; PDL without graph: %.3g\n", graphError,
+                at::equal(off, on) ? " (bit-identical)" : "", streamError);
+    check(offIds == onIds && offIds == streamIds, "greedy ids with and without PDL are the same");
+    check(graphError <= 1e-6 && streamError <= 1e-6, "logits with and without PDL agree to rounding noise");
+}
+
 } // namespace
 
 int main() {
@@ -292,6 +330,10 @@ int main() {
             fusedNormGemvCase("dense, GQA 4/1, head dim 128, q/k/v biases", *wide, at::kBFloat16, 2 * layers + 1);
             fusedNormGemvCase("INT4 attention, dense MLP, q/k/v biases", *int4Only(*wide, "self_attn"), at::kHalf, layers + 1);
             fusedNormGemvCase("dense attention, INT4 MLP", *int4Only(*gqa, "mlp"), at::kHalf, layers + 1);
+            dependentLaunchCase("dense, GQA 4/2", *gqa, at::kHalf);
+            dependentLaunchCase("INT4 attention (W4A16 between the decode kernels), q/k/v biases",
+                                *int4Only(*wide, "self_attn"), at::kHalf);
+            dependentLaunchCase("dense, GQA 4/1, head dim 128, q/k/v biases", *wide, at::kBFloat16);
         }
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());

@@ -14,5 +14,7 @@ void setProgrammaticDependentLaunch(bool on);
 bool programmaticDependentLaunch();
 // Launches made with the PDL attribute in this process (tests check that the setting acted).
 int64_t programmaticDependentLaunches();
+// True when the current device can take it (compute capability 9.0 or more).
+bool programmaticDependentLaunchSupported();
 
 } // namespace cwb::kernels
