@@ -133,9 +133,9 @@ void testRmsNormRefusesWideRows() {
         refused = true;
     }
     check(refused, "denseGemvRmsNorm refuses rows too wide for its shared memory");
-    check(denseGemvRmsNormRowsPerWarp(32000, 132) == kDenseGemvRmsNormMaxRowsPerWarp &&
-              denseGemvRmsNormRowsPerWarp(12288, 132) == 2 && denseGemvRmsNormRowsPerWarp(100, 132) == 1,
-          "denseGemvRmsNormRowsPerWarp: 4 for the 7B head, 2 for q/k/v, 1 for a small matrix (132 multiprocessors)");
+    check(denseGemvRmsNormRowsPerWarp(32000, 132) == 4 && denseGemvRmsNormRowsPerWarp(12288, 132) == 4 &&
+              denseGemvRmsNormRowsPerWarp(4224, 132) == 2 && denseGemvRmsNormRowsPerWarp(100, 132) == 1,
+          "denseGemvRmsNormRowsPerWarp: 4 for the 7B head and q/k/v, 2 for 4224 rows, 1 for 100 (132 multiprocessors)");
 }
 
 void testRefusesTooManyRows() {

@@ -49,8 +49,9 @@ constexpr bool denseGemvRmsNormFits(int64_t rows, int64_t inputs) {
 }
 // Rows per warp when GemvRmsNorm::rowsPerWarp is 0: as many as leave at least kDenseGemvRmsNormBlocksPerSm blocks per
 // multiprocessor (at most kDenseGemvRmsNormMaxRowsPerWarp), so the blocks that each normalise x (8 KB of x and 16 KB
-// of norm weight from L2 for a 4096-wide row) stay few beside the weight they stream.
-constexpr int64_t kDenseGemvRmsNormBlocksPerSm = 4;
+// of norm weight from L2 for a 4096-wide row) stay few beside the weight they stream. On the H200 4 rows per warp was
+// the fastest of 1, 2 and 4 for q/k/v, gate/up and the head of Llama-2-7B (bench_decode_ops), so 4 for all three.
+constexpr int64_t kDenseGemvRmsNormBlocksPerSm = 2;
 constexpr int64_t kDenseGemvRmsNormMaxRowsPerWarp = 4;
 int64_t denseGemvRmsNormRowsPerWarp(int64_t outputs, int multiprocessors);
 
