@@ -212,8 +212,8 @@ void denseGemvCase(const std::string& caseName, const cwb::Model& model, at::Sca
 
 // Graph decode with each RMSNorm folded into the dense GEMV after it (RuntimeOptions::fusedNormGemv, the default)
 // against separate norm kernels: the GEMV with RMSNorm launched a whole number of times `foldsPerStep` (norms folded
-// per decode step: each capture runs the step twice) with the switch on and never with it off; same greedy ids,
-// logits within the tolerance of each other and of the CPU path.
+// per decode step; the host runs a step three times to capture it) with the switch on and never with it off; same
+// greedy ids, logits within the tolerance of each other and of the CPU path.
 void fusedNormGemvCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype, int64_t foldsPerStep) {
     const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : ", fp16") + ": RMSNorm in the GEMV on vs off";
     const double tolerance = dtype == at::kBFloat16 ? kBf16Tolerance : kFp16Tolerance;
