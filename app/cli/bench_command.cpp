@@ -9,6 +9,7 @@
 #include "core/compress/pipeline.h"
 #include "core/io/model_format.h"
 #include "core/runtime/cuda_linear.h"
+#include "core/runtime/fused_decode.h"
 #include "core/runtime/latency.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
@@ -130,7 +131,10 @@ int runBench(const std::vector<std::string>& args) {
     }
     nlohmann::json report = {{"device", options.device.str()}, {"dtype", c10::toString(options.dtype)},
                              {"batch", p.batch}, {"prompt_tokens", p.promptTokens}, {"gen_tokens", p.genTokens},
-                             {"model", base->path}, {"layers", base->spec.layers}};
+                             {"model", base->path}, {"layers", base->spec.layers},
+                             {"options", {{"native_kernels", options.nativeKernels}, {"fused_decode", options.fusedDecode},
+                                          {"dense_gemv", options.denseGemv}, {"fused_norm_gemv", options.fusedNormGemv},
+                                          {"dependent_launch", decodeDependentLaunch()}}}};
     std::optional<LatencyResult> variantResult;
     if (variant) {
         if (!json) std::fprintf(stderr, "bench: variant %s\n", variantName.c_str());
