@@ -57,7 +57,9 @@ struct RuntimeOptions {
     int64_t sparseMinRows = -1;
     DecodeMode decode = DecodeMode::CudaGraph;
     // On CUDA in fp16 / bf16, the fixed-shape decode step runs the fused kernels of kernels/decode_ops.h (RMSNorm,
-    // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block); off, or elsewhere, LibTorch operations.
+    // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block, 7-8 with fusedNormGemv); off, or
+    // elsewhere, LibTorch operations. Whether they use programmatic dependent launch is process-wide (CWB_PDL,
+    // setDecodeDependentLaunch in core/runtime/fused_decode.h).
     bool fusedDecode = true;
     // On CUDA in fp16 / bf16, dense linear layers (and the output head) given at most kDenseGemvRuntimeRows rows of
     // input (decode at batch 1) run the GEMV kernel of kernels/dense_gemv.h, the residual add of o_proj / down_proj
