@@ -3,7 +3,12 @@
 // replayed 5 times, the median replay divided by 200. The fused decode kernels (decode_ops.h), with attention at cache
 // capacities 192 (the bench's 128 + 64 tokens), 1024 and 4096; the dense linears through cuBLAS and through the dense
 // GEMV (dense_gemv.h) at M = 1, 4 and 8, each launch reading another copy of the weight so that none is served from
-// L2; then the sum per token of the 32 blocks and the head, GEMVs against the rest, next to the weight-read floor.
+// L2; at M = 1 the linears that follow an RMSNorm (q/k/v, gate/up, head) also as rmsNorm + GEMV (two launches)
+// against the GEMV with the norm folded in (denseGemvRmsNorm) at 1, 2 and 4 weight rows per warp and the default;
+// then the sum per token of the 32 blocks and the head, GEMVs against the rest, next to the weight-read floor; and
+// last, a whole decode step of these kernels (32 blocks + head, 230-300 launches) captured as one graph, with separate
+// or folded RMSNorms and with and without programmatic dependent launch: against the sum of its launches timed one by
+// one, the difference is what the gaps between dependent launches cost.
 // Needs a GPU; prints markdown tables.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -12,10 +17,12 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cwb/kernels/decode_ops.h"
 #include "cwb/kernels/dense_gemv.h"
+#include "cwb/kernels/dependent_launch.h"
 
 using namespace cwb::kernels;
 
@@ -33,9 +40,9 @@ V* deviceZeros(size_t n) {
     return p;
 }
 
-// Microseconds per launch of `launch` (which enqueues one kernel on `stream`) inside a CUDA graph.
-double microsecondsPerLaunch(cudaStream_t stream, const std::function<void()>& launch) {
-    constexpr int kLaunches = 200;
+// Microseconds per call of `launch` (which enqueues one kernel, or a sequence, on `stream`) inside a CUDA graph of
+// kLaunches calls.
+double microsecondsPerLaunch(cudaStream_t stream, const std::function<void()>& launch, int kLaunches = 200) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
@@ -102,6 +109,7 @@ struct LinearShape {
     int64_t inputs, outputs;
     bool residual;
     int perToken;   // launches per token in a 32-block model
+    bool normed;    // reads an RMSNorm's output (which denseGemvRmsNorm can fold in)
 };
 
 // Weights for `shape` spread over a pool larger than L2: launch i reads copy i % copies.
@@ -172,8 +180,6 @@ int main() {
             cudaFree(ws);
             if (capacity == 192) ropeUs = ropeThis, attentionUs = attentionThis;
         }
-        cudaFree(keys);
-        cudaFree(values);
 
         // Dense linears: cuBLAS (what at::linear / at::addmm call) against the GEMV, same data, same run.
         const double copy = copyGBs(stream);
@@ -183,17 +189,18 @@ int main() {
         blasOk(cublasSetStream(blas, stream), "cublasSetStream");
         void* blasWorkspace = deviceZeros<uint8_t>(size_t(32) << 20);
         blasOk(cublasSetWorkspace(blas, blasWorkspace, size_t(32) << 20), "cublasSetWorkspace");
-        const LinearShape shapes[] = {{"qkv_proj (fused q, k, v)", hidden, 3 * hidden, false, 32},
-                                      {"o_proj + residual", hidden, hidden, true, 32},
-                                      {"gate_up_proj (fused)", hidden, 2 * ffn, false, 32},
-                                      {"down_proj + residual", ffn, hidden, true, 32},
-                                      {"lm_head", hidden, 32000, false, 1}};
+        const LinearShape shapes[] = {{"qkv_proj (fused q, k, v)", hidden, 3 * hidden, false, 32, true},
+                                      {"o_proj + residual", hidden, hidden, true, 32, false},
+                                      {"gate_up_proj (fused)", hidden, 2 * ffn, false, 32, true},
+                                      {"down_proj + residual", ffn, hidden, true, 32, false},
+                                      {"lm_head", hidden, 32000, false, 1, true}};
         const size_t poolElements = size_t(3) << 29;   // 3 GiB of fp16: every shape has 5+ copies, far past L2
         auto* pool = deviceZeros<uint16_t>(poolElements);
         auto* gx = deviceZeros<uint16_t>(size_t(8 * ffn));
         auto* gy = deviceZeros<uint16_t>(size_t(8 * 32000));
         auto* gr = deviceZeros<uint16_t>(size_t(8 * 32000));
-        double gemvTokenUs = 0, cublasTokenUs = 0, weightBytes = 0;
+        double gemvTokenUs = 0, cublasTokenUs = 0, foldedTokenUs = 0, weightBytes = 0;
+        std::vector<std::string> foldedRows;   // the RMSNorm table, printed after the first
         std::printf("| linear (fp16) | M | cuBLAS µs | GB/s | %% of copy | GEMV µs | GB/s | %% of copy | GEMV speed-up |\n"
                     "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
         for (const LinearShape& l : shapes) {
@@ -225,9 +232,38 @@ int main() {
                 if (m == 1) {
                     gemvTokenUs += l.perToken * gemvUs;
                     cublasTokenUs += l.perToken * cublasUs;
+                    if (!l.normed) foldedTokenUs += l.perToken * gemvUs;
                 }
+                if (m != 1 || !l.normed) continue;
+                // The norm's input is the raw residual stream gr; separately it writes y, which the GEMV then reads.
+                const double separateUs = microsecondsPerLaunch(stream, [&] {
+                    rmsNorm(gr, nullptr, nullptr, weight, gx, 1, l.inputs, 1e-5f, t, stream);
+                    denseGemv(gx, weights.next(), nullptr, nullptr, gy, g, t, stream);
+                });
+                char line[512];
+                int used = std::snprintf(line, sizeof(line), "| %s | %.2f |", l.name, separateUs);
+                double foldedDefaultUs = 0;
+                for (int64_t rowsPerWarp : {int64_t(0), int64_t(1), int64_t(2), int64_t(4)}) {
+                    GemvRmsNorm norm;
+                    norm.weight = weight;
+                    norm.rowsPerWarp = rowsPerWarp;
+                    const double us = microsecondsPerLaunch(stream, [&] {
+                        denseGemvRmsNorm(gr, norm, weights.next(), nullptr, nullptr, gy, g, t, stream);
+                    });
+                    if (rowsPerWarp == 0) foldedDefaultUs = us;
+                    used += std::snprintf(line + used, sizeof(line) - size_t(used), rowsPerWarp == 0 ? " %.2f (%lld) |" : " %.2f |",
+                                          us, (long long)denseGemvRmsNormRowsPerWarp(l.outputs, deviceMultiprocessors()));
+                }
+                std::snprintf(line + used, sizeof(line) - size_t(used), " %.2f | %.2fx |", separateUs - foldedDefaultUs,
+                              separateUs / foldedDefaultUs);
+                foldedRows.push_back(line);
+                foldedTokenUs += l.perToken * foldedDefaultUs;
             }
         }
+        std::printf("\nRMSNorm folded into the GEMV at M = 1 (x read raw; µs per pair or launch in a CUDA graph):\n\n"
+                    "| linear (fp16) | rmsNorm + GEMV µs | with RMSNorm, default µs (rows/warp) | 1 row/warp | 2 | 4 |"
+                    " saved µs | speed-up |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        for (const std::string& line : foldedRows) std::printf("%s\n", line.c_str());
         // Per token: 32 blocks of (2 RMSNorms, RoPE + cache write, attention, SiLU * up) plus the final RMSNorm; the
         // embedding gather and the logits' fp32 cast are left out.
         const double restUs = 32 * (2 * normUs + ropeUs + attentionUs + siluUs) + normUs;
@@ -235,9 +271,84 @@ int main() {
         std::printf("\nPer token, 32 blocks + head, sum of the launches above (attention at 192 keys):\n\n"
                     "| | linears ms | other kernels ms | sum ms | weight-read floor ms | sum / floor |\n"
                     "| --- | ---: | ---: | ---: | ---: | ---: |\n");
-        for (const auto& [name, linearUs] : {std::pair<const char*, double>{"cuBLAS", cublasTokenUs}, {"dense GEMV", gemvTokenUs}})
-            std::printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx |\n", name, linearUs / 1e3, restUs / 1e3,
-                        (linearUs + restUs) / 1e3, floorUs / 1e3, (linearUs + restUs) / floorUs);
+        const double restWithoutNormsUs = 32 * (ropeUs + attentionUs + siluUs);   // the norms are inside the GEMVs
+        for (const auto& [name, linearUs, otherUs] :
+             {std::tuple<const char*, double, double>{"cuBLAS", cublasTokenUs, restUs},
+              {"dense GEMV", gemvTokenUs, restUs},
+              {"dense GEMV, RMSNorm folded in", foldedTokenUs, restWithoutNormsUs}})
+            std::printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx |\n", name, linearUs / 1e3, otherUs / 1e3,
+                        (linearUs + otherUs) / 1e3, floorUs / 1e3, (linearUs + otherUs) / floorUs);
+        // A whole decode step of the kernels above: every weight read from a new place in the pool (never from L2).
+        const int64_t last = 191;   // 192 keys, as above
+        ok(cudaMemcpy(position, &last, sizeof(last), cudaMemcpyHostToDevice), "position");
+        const DecodeAttentionShape attention{1, heads, heads, hd, 192};
+        const DecodeAttentionPlan plan = planDecodeAttention(attention, deviceMultiprocessors());
+        const size_t workspaceBytes = decodeAttentionWorkspaceBytes(attention, plan);
+        float* workspace = deviceZeros<float>(workspaceBytes / sizeof(float) + 1);
+        auto* cacheKeys = deviceZeros<uint16_t>(size_t(heads * 192 * hd));
+        auto* cacheValues = deviceZeros<uint16_t>(size_t(heads * 192 * hd));
+        size_t cursor = 0;
+        auto weightOf = [&](int64_t elements) {   // consecutive regions of the pool, wrapping around
+            if (cursor + size_t(elements) > poolElements) cursor = 0;
+            const uint16_t* w = pool + cursor;
+            cursor += size_t(elements);
+            return w;
+        };
+        auto gemvShape = [](int64_t inputs, int64_t outputs) {
+            DenseGemvShape g;
+            g.outputs = outputs;
+            g.inputs = g.xStride = inputs;
+            g.yStride = g.residualStride = outputs;
+            return g;
+        };
+        auto* stream_x = residual;   // the residual stream, updated in place by o_proj and down_proj
+        auto normedLinear = [&](bool fold, int64_t outputs, uint16_t* result) {
+            const DenseGemvShape g = gemvShape(hidden, outputs);
+            if (fold) {
+                GemvRmsNorm norm;
+                norm.weight = weight;
+                denseGemvRmsNorm(stream_x, norm, weightOf(hidden * outputs), nullptr, nullptr, result, g, t, stream);
+            } else {
+                rmsNorm(stream_x, nullptr, nullptr, weight, x, 1, hidden, 1e-5f, t, stream);
+                denseGemv(x, weightOf(hidden * outputs), nullptr, nullptr, result, g, t, stream);
+            }
+        };
+        auto decodeStep = [&](bool fold) {
+            for (int layer = 0; layer < 32; ++layer) {
+                normedLinear(fold, 3 * hidden, qkv);
+                ropeKvWrite(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table, maxCapacity,
+                            RopeLayout::HalfSplit, position, qOut, cacheKeys, cacheValues, attention, t, stream);
+                decodeAttention(qOut, cacheKeys, cacheValues, position, out, attention, 0.088f, plan, workspace,
+                                workspaceBytes, t, stream);
+                denseGemv(out, weightOf(hidden * hidden), nullptr, stream_x, stream_x, gemvShape(hidden, hidden), t, stream);
+                normedLinear(fold, 2 * ffn, gateUp);
+                siluMul(gateUp, 2 * ffn, gateUp + ffn, 2 * ffn, out, 1, ffn, t, stream);
+                denseGemv(out, weightOf(ffn * hidden), nullptr, stream_x, stream_x, gemvShape(ffn, hidden), t, stream);
+            }
+            normedLinear(fold, 32000, gy);
+        };
+        std::printf("\nOne decode step of these kernels in one CUDA graph (32 blocks + head, attention at 192 keys; median"
+                    " of 5 replays of 3 steps):\n\n| RMSNorm | launches | ms, PDL off | ms, PDL on | PDL speed-up |\n"
+                    "| --- | ---: | ---: | ---: | ---: |\n");
+        const bool pdlBefore = programmaticDependentLaunch();
+        for (bool fold : {false, true}) {
+            double stepMs[2] = {0, 0};
+            for (bool pdl : {false, true}) {
+                setProgrammaticDependentLaunch(pdl);
+                stepMs[pdl] = microsecondsPerLaunch(stream, [&] { decodeStep(fold); }, 3) / 1e3;
+            }
+            const int launches = 32 * (fold ? 7 : 9) + (plan.splits > 1 ? 32 : 0) + (fold ? 1 : 2);
+            std::printf("| %s | %d | %.3f | %.3f | %.2fx |\n", fold ? "folded into the GEMV" : "separate kernel", launches,
+                        stepMs[0], stepMs[1], stepMs[0] / stepMs[1]);
+        }
+        setProgrammaticDependentLaunch(pdlBefore);
+        std::printf("\n(PDL acts only on compute capability 9.0+: %s here.)\n",
+                    programmaticDependentLaunchSupported() ? "supported" : "not supported");
+        cudaFree(workspace);
+        cudaFree(cacheKeys);
+        cudaFree(cacheValues);
+        cudaFree(keys);
+        cudaFree(values);
         cublasDestroy(blas);
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());

@@ -9,6 +9,7 @@
 #include "core/compress/pipeline.h"
 #include "core/io/model_format.h"
 #include "core/runtime/cuda_linear.h"
+#include "core/runtime/fused_decode.h"
 #include "core/runtime/latency.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
@@ -66,13 +67,15 @@ int runBench(const std::vector<std::string>& args) {
     Arguments a(args,
                 {"recipe", "calib", "samples", "seq-len", "synthetic", "layers", "format", "bits", "group-size", "batch",
                  "prompt-tokens", "gen-tokens", "repeats", "seed", "threads", "tokenizer", "device", "dtype"},
-                {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv"});
+                {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv",
+                 "no-fused-norm-gemv"});
     applyThreads(a.integer("threads", 0));
     RuntimeOptions options = runtimeOptions(a);
     options.nativeKernels = !a.flag("no-native");
     if (a.flag("no-graphs")) options.decode = DecodeMode::Eager;
     options.fusedDecode = !a.flag("no-fused-decode");
     options.denseGemv = !a.flag("no-dense-gemv");
+    options.fusedNormGemv = !a.flag("no-fused-norm-gemv");
     LatencyParams p;
     p.batch = a.integer("batch", 1);
     p.promptTokens = a.integer("prompt-tokens", 128);
@@ -128,7 +131,10 @@ int runBench(const std::vector<std::string>& args) {
     }
     nlohmann::json report = {{"device", options.device.str()}, {"dtype", c10::toString(options.dtype)},
                              {"batch", p.batch}, {"prompt_tokens", p.promptTokens}, {"gen_tokens", p.genTokens},
-                             {"model", base->path}, {"layers", base->spec.layers}};
+                             {"model", base->path}, {"layers", base->spec.layers},
+                             {"options", {{"native_kernels", options.nativeKernels}, {"fused_decode", options.fusedDecode},
+                                          {"dense_gemv", options.denseGemv}, {"fused_norm_gemv", options.fusedNormGemv},
+                                          {"dependent_launch", decodeDependentLaunch()}}}};
     std::optional<LatencyResult> variantResult;
     if (variant) {
         if (!json) std::fprintf(stderr, "bench: variant %s\n", variantName.c_str());

@@ -28,10 +28,11 @@ bool denseGemvApplies(const at::Tensor& x, const at::Tensor& weight, int64_t max
     return rows <= std::min(maxRows, kernels::kDenseGemvMaxRows);
 }
 
-at::Tensor denseGemvLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& residual) {
-    if (!denseGemvApplies(x, weight, kernels::kDenseGemvMaxRows))
-        throw Error("dense GEMV: the input and weight do not fit the kernel (CUDA fp16/bf16, contiguous weight, at most " +
-                    std::to_string(kernels::kDenseGemvMaxRows) + " rows)");
+namespace {
+
+// The product with an optional RMSNorm of x folded in (norm: nullptr for none).
+at::Tensor gemv(const at::Tensor& x, const kernels::GemvRmsNorm* norm, const at::Tensor& weight, const at::Tensor& bias,
+                const at::Tensor& residual) {
     c10::DeviceGuard guard(x.device());
     const int64_t inputs = weight.size(1), outputs = weight.size(0), rows = x.numel() / inputs;
     std::vector<int64_t> shape = x.sizes().vec();
@@ -58,23 +59,67 @@ at::Tensor denseGemvLinear(const at::Tensor& x, const at::Tensor& weight, const 
     s.xStride = xRows.stride(0);
     s.yStride = outputs;
     s.residualStride = r.defined() ? r.stride(0) : 0;
+    const kernels::ActType type = x.scalar_type() == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16;
+    const float* biasData = b.defined() ? b.data_ptr<float>() : nullptr;
+    const void* residualData = r.defined() ? r.data_ptr() : nullptr;
     try {
-        kernels::denseGemv(xRows.data_ptr(), weight.data_ptr(), b.defined() ? b.data_ptr<float>() : nullptr,
-                           r.defined() ? r.data_ptr() : nullptr, y.data_ptr(), s,
-                           x.scalar_type() == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16,
-                           torchCurrentStream());
+        if (norm)
+            kernels::denseGemvRmsNorm(xRows.data_ptr(), *norm, weight.data_ptr(), biasData, residualData, y.data_ptr(), s,
+                                      type, torchCurrentStream());
+        else
+            kernels::denseGemv(xRows.data_ptr(), weight.data_ptr(), biasData, residualData, y.data_ptr(), s, type,
+                               torchCurrentStream());
     } catch (const kernels::KernelError& e) {
         throw Error(std::string("dense GEMV: ") + e.what());
     }
     return y.view(shape);
 }
 
+} // namespace
+
+at::Tensor denseGemvLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& residual) {
+    if (!denseGemvApplies(x, weight, kernels::kDenseGemvMaxRows))
+        throw Error("dense GEMV: the input and weight do not fit the kernel (CUDA fp16/bf16, contiguous weight, at most " +
+                    std::to_string(kernels::kDenseGemvMaxRows) + " rows)");
+    return gemv(x, nullptr, weight, bias, residual);
+}
+
+bool denseGemvRmsNormApplies(const at::Tensor& x, const at::Tensor& weight, int64_t maxRows) {
+    return denseGemvApplies(x, weight, maxRows) && kernels::denseGemvRmsNormFits(x.numel() / x.size(-1), x.size(-1));
+}
+
+at::Tensor denseGemvRmsNormLinear(const at::Tensor& x, const at::Tensor& normWeight, double eps, const at::Tensor& weight,
+                                  const at::Tensor& bias) {
+    if (!denseGemvRmsNormApplies(x, weight, kernels::kDenseGemvMaxRows))
+        throw Error("dense GEMV with RMSNorm: the input and weight do not fit the kernel (CUDA fp16/bf16, contiguous "
+                    "weight, at most " + std::to_string(kernels::kDenseGemvMaxRows) + " rows, rows that fit " +
+                    std::to_string(kernels::kDenseGemvRmsNormSharedBytes) + " bytes of shared memory)");
+    at::Tensor w = normWeight.to(x.device(), at::kFloat).contiguous();
+    if (w.numel() != x.size(-1))
+        throw Error("dense GEMV with RMSNorm: the norm weight has " + std::to_string(w.numel()) + " elements for rows of " +
+                    std::to_string(x.size(-1)));
+    kernels::GemvRmsNorm norm;
+    norm.weight = w.data_ptr<float>();
+    norm.eps = float(eps);
+    return gemv(x, &norm, weight, bias, at::Tensor());
+}
+
+int64_t denseGemvRmsNormLaunchCount() { return kernels::denseGemvRmsNormLaunches(); }
+
 #else   // no kernels in this build
+
+int64_t denseGemvRmsNormLaunchCount() { return 0; }
 
 bool denseGemvApplies(const at::Tensor&, const at::Tensor&, int64_t) { return false; }
 
 at::Tensor denseGemvLinear(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
     throw Error("dense GEMV: this build has no CUDA kernels");
+}
+
+bool denseGemvRmsNormApplies(const at::Tensor&, const at::Tensor&, int64_t) { return false; }
+
+at::Tensor denseGemvRmsNormLinear(const at::Tensor&, const at::Tensor&, double, const at::Tensor&, const at::Tensor&) {
+    throw Error("dense GEMV with RMSNorm: this build has no CUDA kernels");
 }
 
 #endif

@@ -24,4 +24,17 @@ bool denseGemvApplies(const at::Tensor& x, const at::Tensor& weight, int64_t max
 at::Tensor denseGemvLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                            const at::Tensor& residual);
 
+// True when denseGemvRmsNormLinear computes linear(rmsNorm(x), weight) here: denseGemvApplies, and the rows of x fit
+// the kernel's shared memory (kernels::denseGemvRmsNormFits).
+bool denseGemvRmsNormApplies(const at::Tensor& x, const at::Tensor& weight, int64_t maxRows);
+
+// RMSNorm(x) Wᵀ + bias in one kernel: x is the raw residual stream, normalised per row with normWeight (fp32 [K]) and
+// eps and rounded to x's type as fusedRmsNorm (fused_decode.h) rounds it, then multiplied. Returns [..., N] in x's
+// type. Call only where denseGemvRmsNormApplies(x, weight, ...) holds.
+at::Tensor denseGemvRmsNormLinear(const at::Tensor& x, const at::Tensor& normWeight, double eps, const at::Tensor& weight,
+                                  const at::Tensor& bias);
+
+// Launches of the GEMV with RMSNorm in this process so far (tests check that RuntimeOptions::fusedNormGemv acted).
+int64_t denseGemvRmsNormLaunchCount();
+
 } // namespace cwb

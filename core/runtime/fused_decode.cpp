@@ -9,6 +9,7 @@
 
 #ifdef CWB_HAVE_KERNELS
 #include "cwb/kernels/decode_ops.h"
+#include "cwb/kernels/dependent_launch.h"
 #include "core/util/torch_stream.h"
 #endif
 
@@ -136,9 +137,18 @@ at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up) {
     return out;
 }
 
+void setDecodeDependentLaunch(bool on) { kernels::setProgrammaticDependentLaunch(on); }
+bool decodeDependentLaunch() { return kernels::programmaticDependentLaunch(); }
+int64_t decodeDependentLaunchCount() { return kernels::programmaticDependentLaunches(); }
+bool decodeDependentLaunchSupported() { return kernels::programmaticDependentLaunchSupported(); }
+
 #else   // no kernels in this build
 
 bool fusedDecodeAvailable(const at::Device&, at::ScalarType) { return false; }
+void setDecodeDependentLaunch(bool) {}
+bool decodeDependentLaunch() { return false; }
+int64_t decodeDependentLaunchCount() { return 0; }
+bool decodeDependentLaunchSupported() { return false; }
 
 namespace {
 [[noreturn]] void notBuilt() { throw Error("fused decode: this build has no CUDA kernels"); }

@@ -33,4 +33,12 @@ at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const 
 // silu(gate) * up for gate and up [..., width], which may be the two halves of one fused GEMM output.
 at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up);
 
+// Programmatic dependent launch of the decode kernels and the dense GEMV (kernels/dependent_launch.h), process-wide:
+// off unless CWB_PDL=1 is in the environment; tests switch it here. Acts only on compute capability 9.0+ devices,
+// and not at all in a build without the kernels. The count is of launches made with it (0 without the kernels).
+void setDecodeDependentLaunch(bool on);
+bool decodeDependentLaunch();
+int64_t decodeDependentLaunchCount();
+bool decodeDependentLaunchSupported();   // the current CUDA device is of compute capability 9.0+
+
 } // namespace cwb

@@ -60,6 +60,16 @@ struct Transformer::Block {
         if (sparse.count(layer) && sparse.at(layer)->applies(x)) return false;
         return denseGemvApplies(x, tensors.at(layer + ".weight"), denseGemvRows);
     }
+    // A dense layer whose GEMV can normalise x itself (x the raw residual stream, see rmsNormLinear).
+    bool rmsNormGemvFor(const std::string& layer, const at::Tensor& x) const {
+        return denseGemvFor(layer, x) && denseGemvRmsNormApplies(x, tensors.at(layer + ".weight"), denseGemvRows);
+    }
+    // linear(RMSNorm(x)) in one kernel; call where rmsNormGemvFor(layer, x).
+    at::Tensor rmsNormLinear(const std::string& layer, const at::Tensor& x, const at::Tensor& normWeight, double eps) const {
+        auto bias = tensors.find(layer + ".bias");
+        return denseGemvRmsNormLinear(x, normWeight, eps, tensors.at(layer + ".weight"),
+                                      bias == tensors.end() ? at::Tensor() : bias->second);
+    }
     // A dense layer without bias, whose product with the residual added is one addmm.
     bool plainDense(const std::string& layer) const {
         return !native.count(layer) && !compressed.count(layer) && !has(layer + ".bias");
@@ -566,6 +576,10 @@ at::Tensor Transformer::decodeFixedShape(const at::Tensor& ids, KvCache& cache) 
     return step(tokens, at::full({1}, start, at::TensorOptions().dtype(at::kLong).device(mOptions.device)));
 }
 
+bool Transformer::foldNormsIntoGemv() const {
+    return mOptions.fusedNormGemv && mOptions.denseGemv && !mOptions.parameters && fusedDecodeActive();
+}
+
 bool Transformer::fusedDecodeActive() const {
     return mOptions.fusedDecode && fusedDecodeAvailable(mOptions.device, mOptions.dtype);
 }
@@ -574,6 +588,9 @@ at::Tensor Transformer::fixedShapeStep(const at::Tensor& tokens, const at::Tenso
     at::Tensor x = at::embedding(mGlobals->embedding, tokens);   // [batch, 1, hidden]
     if (fusedDecodeActive()) {   // the kernels read the RoPE table and the position themselves
         for (int64_t l = 0; l < mModel.spec.layers; ++l) x = fixedShapeBlock(l, x, at::Tensor(), at::Tensor(), position, cache);
+        if (foldNormsIntoGemv() && denseGemvRmsNormApplies(x, mGlobals->head, kDenseGemvRuntimeRows))
+            return denseGemvRmsNormLinear(x, mGlobals->finalNormWeight, mModel.spec.normEps, mGlobals->head, at::Tensor())
+                .to(at::kFloat);
         return headLinear(fusedRmsNorm(x, mGlobals->finalNormWeight, mModel.spec.normEps)).to(at::kFloat);
     }
     // Shared by every block: this position's RoPE row, and the additive mask over the whole cache (0 up to the
@@ -592,10 +609,15 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     const Block& b = block(layer);
     const int64_t B = x.size(0), heads = s.headsAt(layer), kvHeads = s.kvHeadsAt(layer), hd = s.headDim;
     const bool fused = fusedDecodeActive();   // then rope and mask are undefined: the kernels need neither
-    at::Tensor h = fused ? fusedRmsNorm(x, b["input_layernorm.weight"], s.normEps) : rmsNorm(x, b["input_layernorm.weight"], s.normEps);
+    const bool foldNorms = foldNormsIntoGemv();   // RMSNorm inside the GEMV of dense q/k/v and gate/up
+    const bool foldInputNorm = foldNorms && b.rmsNormGemvFor("self_attn.qkv_proj", x);
+    at::Tensor h;   // the normalised input of q/k/v, then of gate/up, where no GEMV normalises it itself
+    if (!foldInputNorm)
+        h = fused ? fusedRmsNorm(x, b["input_layernorm.weight"], s.normEps) : rmsNorm(x, b["input_layernorm.weight"], s.normEps);
     at::Tensor qk, v;   // [B, 1, (heads + kvHeads) * hd], [B, 1, kvHeads * hd]
-    if (b.hasLinear("self_attn.qkv_proj")) {
-        at::Tensor qkv = b.linear("self_attn.qkv_proj", h);
+    if (foldInputNorm || b.hasLinear("self_attn.qkv_proj")) {
+        at::Tensor qkv = foldInputNorm ? b.rmsNormLinear("self_attn.qkv_proj", x, b["input_layernorm.weight"], s.normEps)
+                                       : b.linear("self_attn.qkv_proj", h);
         qk = qkv.narrow(-1, 0, (heads + kvHeads) * hd);
         v = qkv.narrow(-1, (heads + kvHeads) * hd, kvHeads * hd);
     } else {
@@ -605,10 +627,15 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     at::Tensor& keys = cache.mKeys[static_cast<size_t>(layer)];
     at::Tensor& values = cache.mValues[static_cast<size_t>(layer)];
     at::Tensor out;   // x + attention output
+    bool foldPostNorm = false;   // gate/up's GEMV normalises `out` itself (h stays undefined)
     if (fused) {   // RoPE, cache write and attention in two or three kernels; the residual add joins the norm
         at::Tensor attn = fusedDecodeAttention(qk.narrow(-1, 0, heads * hd), qk.narrow(-1, heads * hd, kvHeads * hd), v,
                                                mRopeTable, s.ropeStyle, position, keys, values, heads);
-        if (b.plainDense("self_attn.o_proj")) {
+        // gate/up's GEMV qualifies by x's shape and type, which `out` shares.
+        foldPostNorm = foldNorms && b.rmsNormGemvFor("mlp.gate_up_proj", x);
+        if (foldPostNorm) {   // x + o_proj(attn), rounded once, as fusedAddRmsNorm's sum
+            out = b.linearPlus("self_attn.o_proj", attn, x);
+        } else if (b.plainDense("self_attn.o_proj")) {
             out = b.linearPlus("self_attn.o_proj", attn, x);
             h = fusedRmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
         } else {
@@ -634,8 +661,9 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
         return fused ? fusedSiluMul(gate, up) : at::silu(gate).mul_(up);
     };
     at::Tensor act;
-    if (b.hasLinear("mlp.gate_up_proj")) {
-        at::Tensor gateUp = b.linear("mlp.gate_up_proj", h);
+    if (foldPostNorm || b.hasLinear("mlp.gate_up_proj")) {
+        at::Tensor gateUp = foldPostNorm ? b.rmsNormLinear("mlp.gate_up_proj", out, b["post_attention_layernorm.weight"], s.normEps)
+                                         : b.linear("mlp.gate_up_proj", h);
         const int64_t ffn = gateUp.size(-1) / 2;
         act = siluTimes(gateUp.narrow(-1, 0, ffn), gateUp.narrow(-1, ffn, ffn));
     } else {

@@ -57,12 +57,18 @@ struct RuntimeOptions {
     int64_t sparseMinRows = -1;
     DecodeMode decode = DecodeMode::CudaGraph;
     // On CUDA in fp16 / bf16, the fixed-shape decode step runs the fused kernels of kernels/decode_ops.h (RMSNorm,
-    // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block); off, or elsewhere, LibTorch operations.
+    // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block, 7-8 with fusedNormGemv); off, or
+    // elsewhere, LibTorch operations. Whether they use programmatic dependent launch is process-wide (CWB_PDL,
+    // setDecodeDependentLaunch in core/runtime/fused_decode.h).
     bool fusedDecode = true;
     // On CUDA in fp16 / bf16, dense linear layers (and the output head) given at most kDenseGemvRuntimeRows rows of
     // input (decode at batch 1) run the GEMV kernel of kernels/dense_gemv.h, the residual add of o_proj / down_proj
     // included; off, or for more rows, cuBLAS (at::linear / at::addmm).
     bool denseGemv = true;
+    // With fusedDecode and denseGemv both active: the fixed-shape decode step folds each RMSNorm into the dense GEMV
+    // that reads its output (q/k/v, gate/up, the output head; kernels::denseGemvRmsNorm), one launch fewer per norm.
+    // Norms before compressed or cuBLAS layers keep their own kernel.
+    bool fusedNormGemv = true;
 };
 
 // How one compressed linear layer computes on this runtime.
@@ -168,6 +174,8 @@ private:
                                const at::Tensor& position, KvCache& cache);
     // The output head on (normed) hidden states, in the compute type: the dense GEMV kernel for decode, else cuBLAS.
     at::Tensor headLinear(const at::Tensor& x) const;
+    // True when fixed-shape steps fold RMSNorms into the dense GEMV (RuntimeOptions::fusedNormGemv where it can act).
+    bool foldNormsIntoGemv() const;
 
     const Model& mModel;
     RuntimeOptions mOptions;

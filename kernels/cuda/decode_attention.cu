@@ -11,6 +11,7 @@
 #include "cuda_check.h"
 #include "cwb/kernels/decode_ops.h"
 #include "decode_common.cuh"
+#include "dependent_launch.cuh"
 
 namespace cwb::kernels {
 
@@ -36,6 +37,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
                           const int64_t* __restrict__ position, T* __restrict__ out, float* __restrict__ partialMax,
                           float* __restrict__ partialSum, float* __restrict__ partialOut, int heads, int kvHeads,
                           int headDim, int64_t capacity, int64_t keysPerSplit, int splits, float scale) {
+    waitForPredecessor();
     extern __shared__ float shared[];
     const int groups = heads / kvHeads;
     float* qs = shared;                                  // [groups][headDim], scaled
@@ -131,6 +133,7 @@ __global__ void mergeSplitsKernel(const float* __restrict__ partialMax, const fl
                                   const float* __restrict__ partialOut, const int64_t* __restrict__ position,
                                   T* __restrict__ out, int heads, int headDim, int64_t capacity, int64_t keysPerSplit,
                                   int splits) {
+    waitForPredecessor();
     const int64_t row = int64_t(blockIdx.y) * heads + blockIdx.x;
     const int used = int(min(int64_t(splits), clampedPosition(position, capacity) / keysPerSplit + 1));
     const float* maxima = partialMax + row * splits;
@@ -204,17 +207,18 @@ void decodeAttention(const void* q, const void* keyCache, const void* valueCache
     dispatch(type, [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
         const dim3 grid(unsigned(plan.splits), unsigned(s.kvHeads), unsigned(s.batch));
-        decodeAttentionKernel<T><<<grid, kAttentionThreads, shared, st>>>(
-            static_cast<const T*>(q), static_cast<const T*>(keyCache), static_cast<const T*>(valueCache), position,
-            static_cast<T*>(out), partialMax, partialSum, partialOut, int(s.heads), int(s.kvHeads), int(s.headDim),
-            s.capacity, plan.keysPerSplit, int(plan.splits), scale);
+        CWB_CUDA_CHECK(launchDependent(
+            decodeAttentionKernel<T>, grid, dim3(kAttentionThreads), shared, st, static_cast<const T*>(q),
+            static_cast<const T*>(keyCache), static_cast<const T*>(valueCache), position, static_cast<T*>(out),
+            partialMax, partialSum, partialOut, int(s.heads), int(s.kvHeads), int(s.headDim), s.capacity,
+            plan.keysPerSplit, int(plan.splits), scale));
         CWB_CUDA_CHECK_LAUNCH("decodeAttention");
         if (split) {
             const dim3 mergeGrid(unsigned(s.heads), unsigned(s.batch));
             const unsigned threads = unsigned(std::min<int64_t>(128, (s.headDim + 31) / 32 * 32));
-            mergeSplitsKernel<T><<<mergeGrid, threads, 0, st>>>(partialMax, partialSum, partialOut, position,
-                                                                static_cast<T*>(out), int(s.heads), int(s.headDim),
-                                                                s.capacity, plan.keysPerSplit, int(plan.splits));
+            CWB_CUDA_CHECK(launchDependent(mergeSplitsKernel<T>, mergeGrid, dim3(threads), 0, st, partialMax, partialSum,
+                                           partialOut, position, static_cast<T*>(out), int(s.heads), int(s.headDim),
+                                           s.capacity, plan.keysPerSplit, int(plan.splits)));
             CWB_CUDA_CHECK_LAUNCH("decodeAttention (merge)");
         }
     });

@@ -7,6 +7,7 @@
 #include "cuda_check.h"
 #include "cwb/kernels/decode_ops.h"
 #include "decode_common.cuh"
+#include "dependent_launch.cuh"
 
 namespace cwb::kernels {
 
@@ -20,6 +21,7 @@ constexpr int kNormThreads = 512;
 template <typename T>
 __global__ void rmsNormKernel(const T* x, const T* residual, T* sum,   // sum may alias x or residual
                               const float* __restrict__ weight, T* __restrict__ y, int64_t dim, float eps) {
+    waitForPredecessor();
     const int64_t row = blockIdx.x;
     const T* in = x + row * dim;
     float squares = 0.0f;
@@ -49,6 +51,7 @@ __global__ void ropeKvWriteKernel(const T* __restrict__ q, int64_t qStride, cons
                                   int64_t tablePositions, bool adjacentPairs, const int64_t* __restrict__ position,
                                   T* __restrict__ qOut, T* __restrict__ keys, T* __restrict__ values, int64_t heads,
                                   int64_t kvHeads, int64_t headDim, int64_t capacity) {
+    waitForPredecessor();
     const int64_t b = blockIdx.y;
     const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     const int64_t qElems = heads * headDim, kElems = kvHeads * headDim;
@@ -77,6 +80,7 @@ __global__ void ropeKvWriteKernel(const T* __restrict__ q, int64_t qStride, cons
 template <typename T>
 __global__ void siluMulKernel(const T* __restrict__ gate, int64_t gateStride, const T* __restrict__ up,
                               int64_t upStride, T* __restrict__ out, int64_t width) {
+    waitForPredecessor();
     const int64_t r = blockIdx.y;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < width; i += int64_t(gridDim.x) * blockDim.x) {
         const float g = toFloat(gate[r * gateStride + i]);
@@ -96,9 +100,9 @@ void rmsNorm(const void* x, const void* residual, void* sum, const float* weight
     require(!residual || sum, "rmsNorm", "a residual needs a sum output");
     dispatch(type, [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
-        rmsNormKernel<T><<<unsigned(rows), kNormThreads, 0, detail::toStream(stream)>>>(
-            static_cast<const T*>(x), static_cast<const T*>(residual), static_cast<T*>(sum), weight,
-            static_cast<T*>(y), dim, eps);
+        CWB_CUDA_CHECK(launchDependent(rmsNormKernel<T>, dim3(unsigned(rows)), dim3(kNormThreads), 0,
+                                       detail::toStream(stream), static_cast<const T*>(x), static_cast<const T*>(residual),
+                                       static_cast<T*>(sum), weight, static_cast<T*>(y), dim, eps));
     });
     CWB_CUDA_CHECK_LAUNCH("rmsNorm");
 }
@@ -114,10 +118,11 @@ void ropeKvWrite(const void* q, int64_t qStride, const void* k, int64_t kStride,
     const dim3 grid(unsigned((elements + 255) / 256), unsigned(s.batch));
     dispatch(type, [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
-        ropeKvWriteKernel<T><<<grid, 256, 0, detail::toStream(stream)>>>(
-            static_cast<const T*>(q), qStride, static_cast<const T*>(k), kStride, static_cast<const T*>(v), vStride,
-            ropeTable, tablePositions, layout == RopeLayout::AdjacentPairs, position, static_cast<T*>(qOut),
-            static_cast<T*>(keyCache), static_cast<T*>(valueCache), s.heads, s.kvHeads, s.headDim, s.capacity);
+        CWB_CUDA_CHECK(launchDependent(
+            ropeKvWriteKernel<T>, grid, dim3(256), 0, detail::toStream(stream), static_cast<const T*>(q), qStride,
+            static_cast<const T*>(k), kStride, static_cast<const T*>(v), vStride, ropeTable, tablePositions,
+            layout == RopeLayout::AdjacentPairs, position, static_cast<T*>(qOut), static_cast<T*>(keyCache),
+            static_cast<T*>(valueCache), s.heads, s.kvHeads, s.headDim, s.capacity));
     });
     CWB_CUDA_CHECK_LAUNCH("ropeKvWrite");
 }
@@ -128,8 +133,9 @@ void siluMul(const void* gate, int64_t gateStride, const void* up, int64_t upStr
     const dim3 grid(unsigned(std::min<int64_t>((width + 255) / 256, 1024)), unsigned(rows));
     dispatch(type, [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
-        siluMulKernel<T><<<grid, 256, 0, detail::toStream(stream)>>>(
-            static_cast<const T*>(gate), gateStride, static_cast<const T*>(up), upStride, static_cast<T*>(out), width);
+        CWB_CUDA_CHECK(launchDependent(siluMulKernel<T>, grid, dim3(256), 0, detail::toStream(stream),
+                                       static_cast<const T*>(gate), gateStride, static_cast<const T*>(up), upStride,
+                                       static_cast<T*>(out), width));
     });
     CWB_CUDA_CHECK_LAUNCH("siluMul");
 }

@@ -4,7 +4,10 @@
 // the fused decode kernels (RMSNorm, RoPE + cache write, attention, SiLU * up) where the build has them, and is
 // checked the same way with them turned off; both RoPE layouts, q/k/v biases, GQA ratios 2 and 4, head dims 64 and
 // 128, and bf16; FP8 (dynamic activations) and SmoothQuant W8A8 layers too. Dense linears run the GEMV kernel
-// (dense_gemv.h) by default; it is compared with cuBLAS.
+// (dense_gemv.h) by default; it is compared with cuBLAS. RMSNorms are folded into the GEMV that follows them by
+// default; that is compared with separate norm kernels on dense models and on models whose attention or MLP layers
+// alone are INT4 (where only some norms can be folded). Programmatic dependent launch of the decode kernels
+// (CWB_PDL) is compared with plain launches, in the graph and without it.
 // Exits 77 without a GPU or without a CUDA build of LibTorch.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -18,6 +21,8 @@
 #include "tests/gpu/random_llama.h"
 #include "core/runtime/cuda_linear.h"
 #include "core/runtime/decode_graph.h"
+#include "core/runtime/dense_gemv.h"
+#include "core/runtime/fused_decode.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
 
@@ -78,6 +83,17 @@ std::unique_ptr<cwb::Model> activationQuantizedVariant(const cwb::Model& base, b
                                               cwb::quant::quantizeInt8PerChannel(w * s.unsqueeze(0)), s));
         }
     }
+    return variant;
+}
+
+// INT4 (RTN g128) for the linear layers whose name contains `part` ("self_attn", "mlp"); the rest stay dense.
+std::unique_ptr<cwb::Model> int4Only(const cwb::Model& base, const std::string& part) {
+    auto variant = base.clone();
+    for (const std::string& layer : base.linearLayers())
+        if (layer.find(part) != std::string::npos)
+            variant->setCompressed(layer, std::make_shared<cwb::IntLinear>(
+                                              cwb::quant::quantizeRtn(base.floatTensor(layer + ".weight"), {4, true, 128}),
+                                              at::Tensor(), "rtn"));
     return variant;
 }
 
@@ -228,6 +244,84 @@ void denseGemvCase(const std::string& caseName, const cwb::Model& model, at::Sca
     check(versusCpu <= tolerance, "decode logits with the GEMV match the CPU path");
 }
 
+// Graph decode with each RMSNorm folded into the dense GEMV after it (RuntimeOptions::fusedNormGemv, the default)
+// against separate norm kernels: the GEMV with RMSNorm launched a whole number of times `foldsPerStep` (norms folded
+// per decode step; the host runs a step three times to capture it) with the switch on and never with it off; same
+// greedy ids, logits within the tolerance of each other and of the CPU path.
+void fusedNormGemvCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype, int64_t foldsPerStep) {
+    const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : ", fp16") + ": RMSNorm in the GEMV on vs off";
+    const double tolerance = dtype == at::kBFloat16 ? kBf16Tolerance : kFp16Tolerance;
+    std::printf("== %s\n", name.c_str());
+    at::Tensor prompt = at::randint(0, model.spec.vocab, {1, kPrompt}, at::kLong);
+    cwb::RuntimeOptions separate = gpuOptions(cwb::DecodeMode::CudaGraph, dtype);
+    separate.fusedNormGemv = false;
+    cwb::Transformer folded(model, gpuOptions(cwb::DecodeMode::CudaGraph, dtype)), unfolded(model, separate);
+    auto foldedCache = folded.makeCache(1, kPrompt + kSteps), unfoldedCache = unfolded.makeCache(1, kPrompt + kSteps);
+    std::vector<int64_t> foldedIds, unfoldedIds;
+    const int64_t before = cwb::denseGemvRmsNormLaunchCount();
+    const at::Tensor foldedLogits = greedy(folded, *foldedCache, prompt, foldedIds);
+    const int64_t foldedLaunches = cwb::denseGemvRmsNormLaunchCount() - before;
+    const at::Tensor unfoldedLogits = greedy(unfolded, *unfoldedCache, prompt, unfoldedIds);
+    const int64_t unfoldedLaunches = cwb::denseGemvRmsNormLaunchCount() - before - foldedLaunches;
+    std::printf("  GEMV-with-RMSNorm launches: %lld on, %lld off (%lld folded norms per step)\n", (long long)foldedLaunches,
+                (long long)unfoldedLaunches, (long long)foldsPerStep);
+    check(foldedLaunches > 0 && foldedLaunches % foldsPerStep == 0 && unfoldedLaunches == 0,
+          "the switch folds " + std::to_string(foldsPerStep) + " norms per step on and none off (" +
+              std::to_string(foldedLaunches) + " and " + std::to_string(unfoldedLaunches) + " launches)");
+    check(foldedCache->graphReplays() == kSteps && unfoldedCache->graphReplays() == kSteps,
+          "both runtimes replayed the graph at every step" +
+              (foldedCache->graphFailure().empty() ? std::string() : " (folded: " + foldedCache->graphFailure() + ")"));
+    int64_t equal = 0;
+    check(sameGreedyIds(foldedIds, unfoldedIds, unfoldedLogits, equal),
+          "greedy ids with and without folded norms agree (" + std::to_string(equal) + " of " + std::to_string(kSteps) +
+              " equal)");
+    if (equal == kSteps) {
+        const double error = normalisedError(unfoldedLogits, foldedLogits);
+        std::printf("  folded vs separate norms: normalised logit error %.3g%s\n", error,
+                    at::equal(unfoldedLogits, foldedLogits) ? " (bit-identical)" : "");
+        check(error <= tolerance, "decode logits with folded norms match those with separate norm kernels");
+    }
+    const double versusCpu = normalisedError(cpuReference(model, prompt, foldedIds), foldedLogits);
+    std::printf("  folded vs CPU: normalised logit error %.3g\n", versusCpu);
+    check(versusCpu <= tolerance, "decode logits with folded norms match the CPU path");
+}
+
+// Decode with programmatic dependent launch (setDecodeDependentLaunch) against plain launches: the same kernels, so
+// the logits must agree to rounding noise (a kernel reading its predecessor's output too early would not), in a
+// captured graph and in fixed-shape steps without one; on a 9.0+ device the launches must have used it.
+void dependentLaunchCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype) {
+    const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : ", fp16") + ": programmatic dependent launch on vs off";
+    std::printf("== %s\n", name.c_str());
+    const bool previous = cwb::decodeDependentLaunch();
+    at::Tensor prompt = at::randint(0, model.spec.vocab, {1, kPrompt}, at::kLong);
+    auto decode = [&](cwb::DecodeMode mode, bool dependent, std::vector<int64_t>& ids, int64_t& replays) {
+        cwb::setDecodeDependentLaunch(dependent);
+        cwb::Transformer runtime(model, gpuOptions(mode, dtype));
+        auto cache = runtime.makeCache(1, kPrompt + kSteps);
+        at::Tensor logits = greedy(runtime, *cache, prompt, ids);
+        replays = cache->graphReplays();
+        return logits;
+    };
+    std::vector<int64_t> offIds, onIds, streamIds;
+    int64_t offReplays = 0, onReplays = 0, streamReplays = 0;
+    const at::Tensor off = decode(cwb::DecodeMode::CudaGraph, false, offIds, offReplays);
+    const int64_t before = cwb::decodeDependentLaunchCount();
+    const at::Tensor on = decode(cwb::DecodeMode::CudaGraph, true, onIds, onReplays);
+    const at::Tensor stream = decode(cwb::DecodeMode::FixedShape, true, streamIds, streamReplays);
+    const int64_t launches = cwb::decodeDependentLaunchCount() - before;
+    cwb::setDecodeDependentLaunch(previous);
+    const bool supported = cwb::decodeDependentLaunchSupported();
+    std::printf("  launches with PDL: %lld (device %s it)\n", (long long)launches, supported ? "supports" : "does not support");
+    check(supported ? launches > 0 : launches == 0, "the setting took effect where the device supports it");
+    check(offReplays == kSteps && onReplays == kSteps && streamReplays == 0,
+          "the graphs replayed every step, fixed-shape steps ran without one");
+    const double graphError = normalisedError(off, on), streamError = normalisedError(off, stream);
+    std::printf("  PDL graph vs plain graph: normalised logit error %.3g%s; PDL without graph: %.3g\n", graphError,
+                at::equal(off, on) ? " (bit-identical)" : "", streamError);
+    check(offIds == onIds && offIds == streamIds, "greedy ids with and without PDL are the same");
+    check(graphError <= 1e-6 && streamError <= 1e-6, "logits with and without PDL agree to rounding noise");
+}
+
 } // namespace
 
 int main() {
@@ -268,6 +362,18 @@ int main() {
                     kQuantizedActivationTolerance);
             runCase("SmoothQuant W8A8, GQA 4/2", *activationQuantizedVariant(*base, false), at::kBFloat16, true,
                     kQuantizedActivationTolerance);
+            // Folded per step: both norms of every block and the final norm; with INT4 attention only the MLP's
+            // norm and the final one (the norm before INT4 q/k/v keeps its kernel), with INT4 MLP the reverse.
+            auto gqa = makeModel(false);
+            const int64_t layers = gqa->spec.layers;
+            fusedNormGemvCase("dense, GQA 4/2", *gqa, at::kHalf, 2 * layers + 1);
+            fusedNormGemvCase("dense, GQA 4/1, head dim 128, q/k/v biases", *wide, at::kBFloat16, 2 * layers + 1);
+            fusedNormGemvCase("INT4 attention, dense MLP, q/k/v biases", *int4Only(*wide, "self_attn"), at::kHalf, layers + 1);
+            fusedNormGemvCase("dense attention, INT4 MLP", *int4Only(*gqa, "mlp"), at::kHalf, layers + 1);
+            dependentLaunchCase("dense, GQA 4/2", *gqa, at::kHalf);
+            dependentLaunchCase("INT4 attention (W4A16 between the decode kernels), q/k/v biases",
+                                *int4Only(*wide, "self_attn"), at::kHalf);
+            dependentLaunchCase("dense, GQA 4/1, head dim 128, q/k/v biases", *wide, at::kBFloat16);
         }
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());

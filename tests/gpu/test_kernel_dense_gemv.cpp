@@ -1,7 +1,9 @@
 // GPU test (label `gpu`, exit 77 without a GPU): the dense GEMV (dense_gemv.h) against its CPU reference, fp16 and
 // bf16, for 1..8 rows of x: the 16-byte path (K a multiple of 8) and the scalar path (odd K, or x not 16-byte
 // aligned), odd N, strided rows of x, with and without bias and residual, and y written over the residual (the
-// runtime's linearPlus). Rows past kDenseGemvMaxRows must be refused.
+// runtime's linearPlus). Rows past kDenseGemvMaxRows must be refused. The same with the RMSNorm folded in
+// (denseGemvRmsNorm) against denseGemvRmsNormRef, with one and several weight rows per warp; rows too wide for its
+// shared memory must be refused.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -74,6 +76,68 @@ void testGemv(ActType t, const GemvCase& c, bool bias, bool residual, bool inPla
     cudaFree(dx), cudaFree(dw), cudaFree(dr), cudaFree(dy), cudaFree(db);
 }
 
+// x of the norm's scale (the raw residual stream), a norm weight around 1: the GEMV sees x normalised and rounded.
+void testGemvRmsNorm(ActType t, const GemvCase& c, int64_t rowsPerWarp, bool bias, bool residual) {
+    const std::string tag = std::string("denseGemvRmsNorm ") + actTypeName(t) + " M=" + std::to_string(c.rows) + " N=" +
+                            std::to_string(c.outputs) + " K=" + std::to_string(c.inputs) +
+                            (c.xPad ? " strided x" : "") + (c.misalignedX ? " misaligned x" : "") +
+                            " rows/warp=" + std::to_string(rowsPerWarp) + (bias ? " + bias" : "") +
+                            (residual ? " + residual" : "");
+    DenseGemvShape s;
+    s.rows = c.rows;
+    s.outputs = c.outputs;
+    s.inputs = c.inputs;
+    s.xStride = c.inputs + c.xPad;
+    s.yStride = s.residualStride = c.outputs;
+    const size_t xOffset = c.misalignedX ? 1 : 0;
+    const size_t xn = size_t(c.rows * s.xStride) + xOffset, wn = size_t(c.outputs * c.inputs), yn = size_t(c.rows * c.outputs);
+    std::vector<float> x = rounded(xn, 21, t, 3.0f), w = rounded(wn, 22, t, 0.05f), r = rounded(yn, 23, t, 1.0f);
+    std::vector<float> b = gaussian(size_t(c.outputs), 24, 0.5f), g = gaussian(size_t(c.inputs), 25, 0.2f);
+    for (float& v : g) v += 1.0f;
+    const float eps = 1e-5f;
+    std::vector<float> ref(yn);
+    denseGemvRmsNormRef(x.data() + xOffset, g.data(), eps, w.data(), bias ? b.data() : nullptr,
+                        residual ? r.data() : nullptr, ref.data(), s, t);
+    uint16_t *dx = upload(x, t), *dw = upload(w, t), *dr = upload(r, t), *dy = upload(std::vector<float>(yn, 0.0f), t);
+    float *db = toDevice(b), *dg = toDevice(g);
+    GemvRmsNorm norm;
+    norm.weight = dg;
+    norm.eps = eps;
+    norm.rowsPerWarp = rowsPerWarp;
+    const int64_t launchesBefore = denseGemvRmsNormLaunches();
+    denseGemvRmsNorm(dx + xOffset, norm, dw, bias ? db : nullptr, residual ? dr : nullptr, dy, s, t, nullptr);
+    check(cudaDeviceSynchronize() == cudaSuccess, (tag + ": ran").c_str());
+    check(denseGemvRmsNormLaunches() == launchesBefore + 1, (tag + ": counted one launch").c_str());
+    const double tolerance = t == ActType::Float16 ? kGemvNmseFp16 : kGemvNmseBf16;
+    const double error = nmse(download(dy, yn, t), ref);
+    check(error <= tolerance, (tag + ": matches the reference (nmse " + std::to_string(error) + ")").c_str());
+    cudaFree(dx), cudaFree(dw), cudaFree(dr), cudaFree(dy), cudaFree(db), cudaFree(dg);
+}
+
+void testRmsNormRefusesWideRows() {
+    DenseGemvShape s;
+    s.rows = 2;
+    s.inputs = kDenseGemvRmsNormSharedBytes / 2;   // two rows of this need twice the shared memory there is
+    s.outputs = 8;
+    s.xStride = s.inputs;
+    s.yStride = 8;
+    check(!denseGemvRmsNormFits(s.rows, s.inputs) && denseGemvRmsNormFits(1, 4096) && denseGemvRmsNormFits(4, 4096),
+          "denseGemvRmsNormFits: 4 rows of 4096 fit, 2 rows of 24576 do not");
+    GemvRmsNorm norm;
+    norm.weight = reinterpret_cast<const float*>(16);
+    bool refused = false;
+    try {
+        denseGemvRmsNorm(reinterpret_cast<void*>(16), norm, reinterpret_cast<void*>(16), nullptr, nullptr,
+                         reinterpret_cast<void*>(16), s, ActType::Float16, nullptr);
+    } catch (const KernelError&) {
+        refused = true;
+    }
+    check(refused, "denseGemvRmsNorm refuses rows too wide for its shared memory");
+    check(denseGemvRmsNormRowsPerWarp(32000, 132) == 4 && denseGemvRmsNormRowsPerWarp(12288, 132) == 4 &&
+              denseGemvRmsNormRowsPerWarp(4224, 132) == 2 && denseGemvRmsNormRowsPerWarp(100, 132) == 1,
+          "denseGemvRmsNormRowsPerWarp: 4 for the 7B head and q/k/v, 2 for 4224 rows, 1 for 100 (132 multiprocessors)");
+}
+
 void testRefusesTooManyRows() {
     DenseGemvShape s;
     s.rows = kDenseGemvMaxRows + 1;
@@ -114,6 +178,22 @@ int main() {
             testGemv(t, cases[3], false, true, true);
         }
         testRefusesTooManyRows();
+        const GemvCase normCases[] = {
+            {1, 300, 4096},          // Llama-2-7B width, 16-byte path, whole batches
+            {1, 257, 4096 + 88},     // partial tail batch, odd N
+            {1, 131, 1001},          // odd K: scalar path, padded shared rows
+            {1, 96, 512, 0, true},   // x off a 16-byte boundary (x is read element by element anyway)
+            {3, 67, 520, 8},         // strided rows of x
+            {8, 33, 264},            // the most rows
+        };
+        for (ActType t : {ActType::Float16, ActType::BFloat16}) {
+            for (const GemvCase& c : normCases) {
+                testGemvRmsNorm(t, c, 1, false, false);
+                testGemvRmsNorm(t, c, 3, true, true);   // warps loop over rows, the last partly past N
+            }
+            testGemvRmsNorm(t, normCases[0], 0, false, false);   // rows per warp from the device
+        }
+        testRmsNormRefusesWideRows();
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

@@ -1,0 +1,60 @@
+// The programmatic dependent launch setting (dependent_launch.h): CWB_PDL at the first use, then the setter.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda_check.h"
+#include "dependent_launch.cuh"
+
+namespace cwb::kernels {
+
+namespace {
+
+std::atomic<int> setting{-1};   // -1: not read from the environment yet
+std::atomic<int64_t> launches{0};
+
+bool fromEnvironment() {
+    const char* value = std::getenv("CWB_PDL");
+    return value && std::strcmp(value, "1") == 0;
+}
+
+bool deviceSupportsPdl() {
+    static std::atomic<int> cached[64];   // 0: not asked yet, 1: no, 2: yes
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (device >= 0 && device < 64 && cached[device].load() != 0) return cached[device].load() == 2;
+    int major = 0;
+    const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
+    if (device >= 0 && device < 64) cached[device].store(yes ? 2 : 1);
+    return yes;
+}
+
+} // namespace
+
+void setProgrammaticDependentLaunch(bool on) { setting.store(on ? 1 : 0); }
+
+bool programmaticDependentLaunch() {
+    int s = setting.load();
+    if (s < 0) {
+        const int fromEnv = fromEnvironment() ? 1 : 0;
+        setting.compare_exchange_strong(s, fromEnv);   // a setter call in between wins
+        s = setting.load();
+    }
+    return s == 1;
+}
+
+int64_t programmaticDependentLaunches() { return launches.load(); }
+
+bool programmaticDependentLaunchSupported() { return deviceSupportsPdl(); }
+
+namespace detail {
+
+bool useDependentLaunch() {
+    if (!programmaticDependentLaunch() || !deviceSupportsPdl()) return false;
+    ++launches;
+    return true;
+}
+
+} // namespace detail
+
+} // namespace cwb::kernels
