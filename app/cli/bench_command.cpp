@@ -68,14 +68,14 @@ int runBench(const std::vector<std::string>& args) {
                 {"recipe", "calib", "samples", "seq-len", "synthetic", "layers", "format", "bits", "group-size", "batch",
                  "prompt-tokens", "gen-tokens", "repeats", "seed", "threads", "tokenizer", "device", "dtype"},
                 {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv",
-                 "no-fused-norm-gemv"});
+                 "fused-norm-gemv"});
     applyThreads(a.integer("threads", 0));
     RuntimeOptions options = runtimeOptions(a);
     options.nativeKernels = !a.flag("no-native");
     if (a.flag("no-graphs")) options.decode = DecodeMode::Eager;
     options.fusedDecode = !a.flag("no-fused-decode");
     options.denseGemv = !a.flag("no-dense-gemv");
-    options.fusedNormGemv = !a.flag("no-fused-norm-gemv");
+    options.fusedNormGemv = a.flag("fused-norm-gemv");
     LatencyParams p;
     p.batch = a.integer("batch", 1);
     p.promptTokens = a.integer("prompt-tokens", 128);

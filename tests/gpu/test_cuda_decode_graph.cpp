@@ -244,7 +244,7 @@ void denseGemvCase(const std::string& caseName, const cwb::Model& model, at::Sca
     check(versusCpu <= tolerance, "decode logits with the GEMV match the CPU path");
 }
 
-// Graph decode with each RMSNorm folded into the dense GEMV after it (RuntimeOptions::fusedNormGemv, the default)
+// Graph decode with each RMSNorm folded into the dense GEMV after it (RuntimeOptions::fusedNormGemv, opt-in)
 // against separate norm kernels: the GEMV with RMSNorm launched a whole number of times `foldsPerStep` (norms folded
 // per decode step; the host runs a step three times to capture it) with the switch on and never with it off; same
 // greedy ids, logits within the tolerance of each other and of the CPU path.
@@ -255,7 +255,9 @@ void fusedNormGemvCase(const std::string& caseName, const cwb::Model& model, at:
     at::Tensor prompt = at::randint(0, model.spec.vocab, {1, kPrompt}, at::kLong);
     cwb::RuntimeOptions separate = gpuOptions(cwb::DecodeMode::CudaGraph, dtype);
     separate.fusedNormGemv = false;
-    cwb::Transformer folded(model, gpuOptions(cwb::DecodeMode::CudaGraph, dtype)), unfolded(model, separate);
+    cwb::RuntimeOptions withFolding = gpuOptions(cwb::DecodeMode::CudaGraph, dtype);
+    withFolding.fusedNormGemv = true;
+    cwb::Transformer folded(model, withFolding), unfolded(model, separate);
     auto foldedCache = folded.makeCache(1, kPrompt + kSteps), unfoldedCache = unfolded.makeCache(1, kPrompt + kSteps);
     std::vector<int64_t> foldedIds, unfoldedIds;
     const int64_t before = cwb::denseGemvRmsNormLaunchCount();
