@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda_check.h"
+#include "element_cast.cuh"
 #include "cwb/kernels/act_quant.h"
 
 namespace cwb::kernels {
@@ -15,19 +16,8 @@ namespace {
 
 constexpr int kRowThreads = 512;
 
-template <typename T>
-__device__ __forceinline__ float toFloat(T v);
-template <>
-__device__ __forceinline__ float toFloat<__half>(__half v) { return __half2float(v); }
-template <>
-__device__ __forceinline__ float toFloat<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T fromFloat(float v);
-template <>
-__device__ __forceinline__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using detail::fromFloat;
+using detail::toFloat;
 
 // max that keeps a NaN, as at::amax does (fmaxf drops it).
 __device__ __forceinline__ float nanMax(float a, float b) { return (a > b || isnan(a)) ? a : b; }

@@ -5,18 +5,12 @@
 #include <cuda_fp16.h>
 
 #include "cwb/kernels/kernel_types.h"
+#include "element_cast.cuh"
 
 namespace cwb::kernels::decode {
 
-__device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
-__device__ __forceinline__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T fromFloat(float v);
-template <>
-__device__ __forceinline__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using detail::fromFloat;
+using detail::toFloat;
 
 __device__ __forceinline__ float warpSum(float v) {
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "cublaslt_objects.h"
 #include "cuda_check.h"
 #include "cwb/kernels/act_quant.h"
 #include "cwb/kernels/fp8_gemm.h"
@@ -29,60 +30,46 @@ enum class Scales { PerTensor, OuterVector };
 bool launchFp8(cublasLtHandle_t handle, void* workspace, const uint8_t* x, const float* xScale, const uint8_t* w,
                const float* wScale, void* y, cudaDataType_t outDt, Scales scales, int64_t m, int64_t n, int64_t k,
                cudaStream_t stream) {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    auto release = [&] {
-        if (pref) cublasLtMatmulPreferenceDestroy(pref);
-        if (c) cublasLtMatrixLayoutDestroy(c);
-        if (b) cublasLtMatrixLayoutDestroy(b);
-        if (a) cublasLtMatrixLayoutDestroy(a);
-        if (op) cublasLtMatmulDescDestroy(op);
-    };
+    detail::LtMatmulObjects lt;
     bool launched = false;
-    try {
-        checkLt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
-        const cublasOperation_t transA = CUBLAS_OP_T, transB = CUBLAS_OP_N;
-        checkLt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transA, sizeof transA), "TRANSA");
-        checkLt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &transB, sizeof transB), "TRANSB");
-        checkLt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &wScale, sizeof wScale), "A scale");
-        checkLt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xScale, sizeof xScale), "B scale");
-        bool modeKnown = scales == Scales::PerTensor;
+    checkLt(cublasLtMatmulDescCreate(&lt.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
+    const cublasOperation_t transA = CUBLAS_OP_T, transB = CUBLAS_OP_N;
+    checkLt(cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_TRANSA, &transA, sizeof transA), "TRANSA");
+    checkLt(cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_TRANSB, &transB, sizeof transB), "TRANSB");
+    checkLt(cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &wScale, sizeof wScale), "A scale");
+    checkLt(cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xScale, sizeof xScale), "B scale");
+    bool modeKnown = scales == Scales::PerTensor;
 #if CUBLAS_VERSION >= 120900
-        if (scales == Scales::OuterVector) {   // A's vector runs along D's rows (n), B's along its columns (m)
-            const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-            modeKnown = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) ==
-                            CUBLAS_STATUS_SUCCESS &&
-                        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode) ==
-                            CUBLAS_STATUS_SUCCESS;
-        }
-#endif
-        if (modeKnown) {
-            checkLt(cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(n), k), "A layout");
-            checkLt(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(m), k), "B layout");
-            checkLt(cublasLtMatrixLayoutCreate(&c, outDt, uint64_t(n), uint64_t(m), n), "C layout");
-            checkLt(cublasLtMatmulPreferenceCreate(&pref), "preference");
-            checkLt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspaceBytes,
-                                                         sizeof kWorkspaceBytes), "workspace preference");
-            cublasLtMatmulHeuristicResult_t heuristic{};
-            int found = 0;
-            const cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, c, c, pref, 1, &heuristic, &found);
-            if (h == CUBLAS_STATUS_SUCCESS && found > 0) {
-                const float alpha = 1.0f, beta = 0.0f;
-                const cublasStatus_t s = cublasLtMatmul(handle, op, &alpha, w, a, x, b, &beta, y, c, y, c, &heuristic.algo,
-                                                        workspace, kWorkspaceBytes, stream);
-                if (s == CUBLAS_STATUS_SUCCESS) launched = true;
-                else if (scales == Scales::PerTensor || s != CUBLAS_STATUS_NOT_SUPPORTED)
-                    checkLt(s, ("cublasLtMatmul " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k)).c_str());
-            } else if (scales == Scales::PerTensor && h != CUBLAS_STATUS_SUCCESS) {
-                checkLt(h, "heuristic");
-            }
-        }
-    } catch (...) {
-        release();
-        throw;
+    if (scales == Scales::OuterVector) {   // A's vector runs along D's rows (n), B's along its columns (m)
+        const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        modeKnown = cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) ==
+                        CUBLAS_STATUS_SUCCESS &&
+                    cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode) ==
+                        CUBLAS_STATUS_SUCCESS;
     }
-    release();
+#endif
+    if (modeKnown) {
+        checkLt(cublasLtMatrixLayoutCreate(&lt.a, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(n), k), "A layout");
+        checkLt(cublasLtMatrixLayoutCreate(&lt.b, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(m), k), "B layout");
+        checkLt(cublasLtMatrixLayoutCreate(&lt.c, outDt, uint64_t(n), uint64_t(m), n), "C layout");
+        checkLt(cublasLtMatmulPreferenceCreate(&lt.pref), "preference");
+        checkLt(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspaceBytes,
+                                                     sizeof kWorkspaceBytes), "workspace preference");
+        cublasLtMatmulHeuristicResult_t heuristic{};
+        int found = 0;
+        const cublasStatus_t h =
+            cublasLtMatmulAlgoGetHeuristic(handle, lt.op, lt.a, lt.b, lt.c, lt.c, lt.pref, 1, &heuristic, &found);
+        if (h == CUBLAS_STATUS_SUCCESS && found > 0) {
+            const float alpha = 1.0f, beta = 0.0f;
+            const cublasStatus_t s = cublasLtMatmul(handle, lt.op, &alpha, w, lt.a, x, lt.b, &beta, y, lt.c, y, lt.c,
+                                                    &heuristic.algo, workspace, kWorkspaceBytes, stream);
+            if (s == CUBLAS_STATUS_SUCCESS) launched = true;
+            else if (scales == Scales::PerTensor || s != CUBLAS_STATUS_NOT_SUPPORTED)
+                checkLt(s, ("cublasLtMatmul " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k)).c_str());
+        } else if (scales == Scales::PerTensor && h != CUBLAS_STATUS_SUCCESS) {
+            checkLt(h, "heuristic");
+        }
+    }
     return launched;
 }
 

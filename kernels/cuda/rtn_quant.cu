@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda_check.h"
+#include "element_cast.cuh"
 #include "cwb/kernels/rtn_quant.h"
 
 namespace cwb::kernels {
@@ -56,12 +57,7 @@ __global__ void rtnQuantizeKernel(const float* __restrict__ w, int64_t rows, int
         levels[r * cols + c] = uint8_t(fminf(fmaxf(__fadd_rn(rintf(__fdiv_rn(x[c], scale)), float(zero)), 0.0f), maxq));
 }
 
-template <typename T>
-__device__ T fromFloat(float v);
-template <>
-__device__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using detail::fromFloat;
 
 template <typename T>
 __global__ void rtnDequantizeKernel(const uint8_t* __restrict__ levels, const float* __restrict__ scales,

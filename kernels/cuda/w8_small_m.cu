@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "cuda_check.h"
+#include "element_cast.cuh"
 #include "cwb/kernels/w8_small_m.h"
 
 namespace cwb::kernels {
@@ -17,12 +18,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = 2;
 
-template <typename T>
-__device__ __forceinline__ T fromFloat(float v);
-template <>
-__device__ __forceinline__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using detail::fromFloat;
 
 // Four E4M3 codes (one 32-bit word) -> four floats equal to the codes' values times 2^-8: moving sign, exponent and
 // mantissa into fp16's fields keeps the significand and lowers the exponent by the bias difference (15 - 7 = 8),

@@ -7,7 +7,9 @@
 #include <cfloat>
 #include <string>
 
+#include "cublaslt_objects.h"
 #include "cuda_check.h"
+#include "element_cast.cuh"
 #include "cwb/kernels/w8a8_gemm.h"
 
 namespace cwb::kernels {
@@ -21,15 +23,8 @@ void checkLt(cublasStatus_t s, const char* what) {
         throw KernelError(std::string("W8a8Gemm: ") + what + " failed with cuBLAS status " + std::to_string(int(s)));
 }
 
-template <typename T>
-__device__ float toFloat(T v) { return float(v); }
-
-template <typename T>
-__device__ T fromFloat(float v);
-template <>
-__device__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using detail::fromFloat;
+using detail::toFloat;
 
 // One block of 256 threads per row: max |x| by block reduction, then the codes.
 template <typename T>
@@ -105,41 +100,27 @@ void W8a8Gemm::run(const int8_t* x, const float* xScale, const int8_t* w, const 
         CWB_CUDA_CHECK(cudaMalloc(&mState->accumulators, size_t(m * n) * sizeof(int32_t)));
         mState->accumulatorCount = size_t(m * n);
     }
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    auto release = [&] {
-        if (pref) cublasLtMatmulPreferenceDestroy(pref);
-        if (c) cublasLtMatrixLayoutDestroy(c);
-        if (b) cublasLtMatrixLayoutDestroy(b);
-        if (a) cublasLtMatrixLayoutDestroy(a);
-        if (op) cublasLtMatmulDescDestroy(op);
-    };
-    try {
-        checkLt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32I, CUDA_R_32I), "matmul descriptor");
-        const cublasOperation_t transA = CUBLAS_OP_T, transB = CUBLAS_OP_N;
-        checkLt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transA, sizeof transA), "TRANSA");
-        checkLt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &transB, sizeof transB), "TRANSB");
-        // Column major: ACC^T [n, m] = (W [k, n])^T · X [k, m].
-        checkLt(cublasLtMatrixLayoutCreate(&a, CUDA_R_8I, uint64_t(k), uint64_t(n), k), "A layout");
-        checkLt(cublasLtMatrixLayoutCreate(&b, CUDA_R_8I, uint64_t(k), uint64_t(m), k), "B layout");
-        checkLt(cublasLtMatrixLayoutCreate(&c, CUDA_R_32I, uint64_t(n), uint64_t(m), n), "C layout");
-        checkLt(cublasLtMatmulPreferenceCreate(&pref), "preference");
-        checkLt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspaceBytes,
-                                                     sizeof kWorkspaceBytes), "workspace preference");
-        cublasLtMatmulHeuristicResult_t heuristic{};
-        int found = 0;
-        checkLt(cublasLtMatmulAlgoGetHeuristic(mState->handle, op, a, b, c, c, pref, 1, &heuristic, &found), "heuristic");
-        if (found == 0) throw KernelError("W8a8Gemm: cuBLASLt has no int8 algorithm for this shape");
-        const int32_t alpha = 1, beta = 0;
-        checkLt(cublasLtMatmul(mState->handle, op, &alpha, w, a, x, b, &beta, mState->accumulators, c,
-                               mState->accumulators, c, &heuristic.algo, mState->workspace, kWorkspaceBytes, s),
-                "cublasLtMatmul");
-    } catch (...) {
-        release();
-        throw;
-    }
-    release();
+    detail::LtMatmulObjects lt;
+    checkLt(cublasLtMatmulDescCreate(&lt.op, CUBLAS_COMPUTE_32I, CUDA_R_32I), "matmul descriptor");
+    const cublasOperation_t transA = CUBLAS_OP_T, transB = CUBLAS_OP_N;
+    checkLt(cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_TRANSA, &transA, sizeof transA), "TRANSA");
+    checkLt(cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_TRANSB, &transB, sizeof transB), "TRANSB");
+    // Column major: ACC^T [n, m] = (W [k, n])^T · X [k, m].
+    checkLt(cublasLtMatrixLayoutCreate(&lt.a, CUDA_R_8I, uint64_t(k), uint64_t(n), k), "A layout");
+    checkLt(cublasLtMatrixLayoutCreate(&lt.b, CUDA_R_8I, uint64_t(k), uint64_t(m), k), "B layout");
+    checkLt(cublasLtMatrixLayoutCreate(&lt.c, CUDA_R_32I, uint64_t(n), uint64_t(m), n), "C layout");
+    checkLt(cublasLtMatmulPreferenceCreate(&lt.pref), "preference");
+    checkLt(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspaceBytes,
+                                                 sizeof kWorkspaceBytes), "workspace preference");
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    checkLt(cublasLtMatmulAlgoGetHeuristic(mState->handle, lt.op, lt.a, lt.b, lt.c, lt.c, lt.pref, 1, &heuristic, &found),
+            "heuristic");
+    if (found == 0) throw KernelError("W8a8Gemm: cuBLASLt has no int8 algorithm for this shape");
+    const int32_t alpha = 1, beta = 0;
+    checkLt(cublasLtMatmul(mState->handle, lt.op, &alpha, w, lt.a, x, lt.b, &beta, mState->accumulators, lt.c,
+                           mState->accumulators, lt.c, &heuristic.algo, mState->workspace, kWorkspaceBytes, s),
+            "cublasLtMatmul");
     const unsigned blocks = unsigned((m * n + 255) / 256);
     if (outType == ActType::Float16)
         scaleEpilogueKernel<__half><<<blocks, 256, 0, s>>>(mState->accumulators, xScale, wScale, m, n, static_cast<__half*>(y));

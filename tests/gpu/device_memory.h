@@ -1,4 +1,5 @@
-// Helpers shared by the kernel tests: copies between host vectors and device buffers, and the skip rule.
+// Helpers shared by the kernel tests: copies between host vectors and device buffers (also as fp16 / bf16 bits), and
+// the skip rule.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -6,6 +7,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "../kernels/kernel_check.h"
 #include "cwb/kernels/kernel_types.h"
 
 namespace cwb::kernels::testing {
@@ -23,6 +25,27 @@ std::vector<V> toHost(const V* d, size_t n) {
     std::vector<V> h(n);
     if (cudaMemcpy(h.data(), d, n * sizeof(V), cudaMemcpyDeviceToHost) != cudaSuccess) throw KernelError("copy back failed");
     return h;
+}
+
+// Gaussian values as the activation type holds them (rounded to it).
+inline std::vector<float> roundedGaussian(size_t n, uint32_t seed, ActType t, float sigma = 1.0f) {
+    std::vector<float> v = gaussian(n, seed, sigma);
+    for (float& x : v) x = actBitsToFloat(floatToActBits(x, t), t);
+    return v;
+}
+
+// Floats to a device buffer of fp16 / bf16 bits, and back.
+inline uint16_t* upload(const std::vector<float>& v, ActType t) {
+    std::vector<uint16_t> bits(v.size());
+    for (size_t i = 0; i < v.size(); ++i) bits[i] = floatToActBits(v[i], t);
+    return toDevice(bits);
+}
+
+inline std::vector<float> download(const uint16_t* d, size_t n, ActType t) {
+    std::vector<uint16_t> bits = toHost(d, n);
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = actBitsToFloat(bits[i], t);
+    return v;
 }
 
 // True (after saying so) when no CUDA device is visible: the test then exits 77, which CTest counts as skipped.

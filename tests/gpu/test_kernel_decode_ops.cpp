@@ -26,26 +26,6 @@ constexpr double kDecodeNmseBf16 = 5e-5;
 
 double tolerance(ActType t) { return t == ActType::Float16 ? kDecodeNmseFp16 : kDecodeNmseBf16; }
 
-// Values as the activation type holds them, and the same on the device.
-std::vector<float> roundedGaussian(size_t n, uint32_t seed, ActType t, float sigma = 1.0f) {
-    std::vector<float> v = gaussian(n, seed, sigma);
-    for (float& x : v) x = actBitsToFloat(floatToActBits(x, t), t);
-    return v;
-}
-
-uint16_t* upload(const std::vector<float>& v, ActType t) {
-    std::vector<uint16_t> bits(v.size());
-    for (size_t i = 0; i < v.size(); ++i) bits[i] = floatToActBits(v[i], t);
-    return toDevice(bits);
-}
-
-std::vector<float> download(const uint16_t* d, size_t n, ActType t) {
-    std::vector<uint16_t> bits = toHost(d, n);
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = actBitsToFloat(bits[i], t);
-    return v;
-}
-
 void synchronised(const std::string& what) { check(cudaDeviceSynchronize() == cudaSuccess, (what + " ran").c_str()); }
 
 void testRmsNorm(ActType t, int64_t rows, int64_t dim, bool residual) {

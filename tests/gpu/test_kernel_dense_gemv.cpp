@@ -23,25 +23,6 @@ namespace {
 constexpr double kGemvNmseFp16 = kGemmNmseFp16;
 constexpr double kGemvNmseBf16 = kGemmNmseBf16;
 
-std::vector<float> rounded(size_t n, uint32_t seed, ActType t, float sigma) {
-    std::vector<float> v = gaussian(n, seed, sigma);
-    for (float& x : v) x = actBitsToFloat(floatToActBits(x, t), t);
-    return v;
-}
-
-uint16_t* upload(const std::vector<float>& v, ActType t) {
-    std::vector<uint16_t> bits(v.size());
-    for (size_t i = 0; i < v.size(); ++i) bits[i] = floatToActBits(v[i], t);
-    return toDevice(bits);
-}
-
-std::vector<float> download(const uint16_t* d, size_t n, ActType t) {
-    std::vector<uint16_t> bits = toHost(d, n);
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = actBitsToFloat(bits[i], t);
-    return v;
-}
-
 struct GemvCase {
     int64_t rows, outputs, inputs;
     int64_t xPad = 0;          // extra elements between rows of x
@@ -61,7 +42,7 @@ void testGemv(ActType t, const GemvCase& c, bool bias, bool residual, bool inPla
     s.yStride = s.residualStride = c.outputs;
     const size_t xOffset = c.misalignedX ? 1 : 0;
     const size_t xn = size_t(c.rows * s.xStride) + xOffset, wn = size_t(c.outputs * c.inputs), yn = size_t(c.rows * c.outputs);
-    std::vector<float> x = rounded(xn, 11, t, 1.0f), w = rounded(wn, 12, t, 0.05f), r = rounded(yn, 13, t, 1.0f);
+    std::vector<float> x = roundedGaussian(xn, 11, t, 1.0f), w = roundedGaussian(wn, 12, t, 0.05f), r = roundedGaussian(yn, 13, t, 1.0f);
     std::vector<float> b = gaussian(size_t(c.outputs), 14, 0.5f);
     std::vector<float> ref(yn);
     denseGemvRef(x.data() + xOffset, w.data(), bias ? b.data() : nullptr, residual ? r.data() : nullptr, ref.data(), s, t);
@@ -91,7 +72,7 @@ void testGemvRmsNorm(ActType t, const GemvCase& c, int64_t rowsPerWarp, bool bia
     s.yStride = s.residualStride = c.outputs;
     const size_t xOffset = c.misalignedX ? 1 : 0;
     const size_t xn = size_t(c.rows * s.xStride) + xOffset, wn = size_t(c.outputs * c.inputs), yn = size_t(c.rows * c.outputs);
-    std::vector<float> x = rounded(xn, 21, t, 3.0f), w = rounded(wn, 22, t, 0.05f), r = rounded(yn, 23, t, 1.0f);
+    std::vector<float> x = roundedGaussian(xn, 21, t, 3.0f), w = roundedGaussian(wn, 22, t, 0.05f), r = roundedGaussian(yn, 23, t, 1.0f);
     std::vector<float> b = gaussian(size_t(c.outputs), 24, 0.5f), g = gaussian(size_t(c.inputs), 25, 0.2f);
     for (float& v : g) v += 1.0f;
     const float eps = 1e-5f;
