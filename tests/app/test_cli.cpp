@@ -22,6 +22,7 @@ private slots:
     void generateJsonIds();
     void evalPrintsPerplexity();
     void errorsNameTheFile();
+    void benchRecordsItsSwitches();
     void methodsAndCompress();
     void scratchGivesTheSameVariant();
     void budgetWithGptq();
@@ -110,6 +111,25 @@ void TestCli::errorsNameTheFile() {
     Result text = run({"eval", model, "--text", "/nonexistent/text.txt"});
     QCOMPARE(text.exitCode, 2);
     QVERIFY(text.err.contains("/nonexistent/text.txt"));
+}
+
+// The decode switches reach the runtime options that `cwb bench --json` reports: the defaults (dense GEMV on, RMSNorm
+// folding off) and each flag flipping its own option only.
+void TestCli::benchRecordsItsSwitches() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    auto optionsOf = [&](QStringList extra) {
+        Result r = run(QStringList{"bench", model, "--prompt-tokens", "8", "--gen-tokens", "2", "--repeats", "1", "--json"} + extra);
+        if (r.exitCode != 0) qWarning("%s", qPrintable(r.err));
+        return QJsonDocument::fromJson(r.out.toUtf8()).object()["options"].toObject();
+    };
+    const QJsonObject defaults = optionsOf({});
+    QCOMPARE(defaults["dense_gemv"].toBool(true), true);
+    QCOMPARE(defaults["fused_norm_gemv"].toBool(true), false);
+    QCOMPARE(defaults["fused_decode"].toBool(false), true);
+    const QJsonObject flipped = optionsOf({"--no-dense-gemv", "--fused-norm-gemv"});
+    QCOMPARE(flipped["dense_gemv"].toBool(true), false);
+    QCOMPARE(flipped["fused_norm_gemv"].toBool(false), true);
+    QCOMPARE(flipped["fused_decode"].toBool(false), true);
 }
 
 void TestCli::methodsAndCompress() {
