@@ -4,7 +4,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "../kernels/kernel_check.h"
@@ -46,6 +49,28 @@ inline std::vector<float> download(const uint16_t* d, size_t n, ActType t) {
     std::vector<float> v(n);
     for (size_t i = 0; i < n; ++i) v[i] = actBitsToFloat(bits[i], t);
     return v;
+}
+
+// An upper-triangular stand-in for GPTQ's / SparseGPT's inverse-Hessian factor [cols, cols]: a positive diagonal and
+// small off-diagonal terms, so the errors feed forward the way they do in those methods without growing.
+inline std::vector<float> upperFactor(int64_t cols, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> diag(0.3f, 1.5f);
+    std::normal_distribution<float> off(0.0f, 0.4f / std::sqrt(float(cols)));
+    std::vector<float> u(size_t(cols * cols), 0.0f);
+    for (int64_t i = 0; i < cols; ++i) {
+        u[size_t(i * cols + i)] = diag(rng);
+        for (int64_t j = i + 1; j < cols; ++j) u[size_t(i * cols + j)] = off(rng);
+    }
+    return u;
+}
+
+// How many elements of a and b differ in their bytes (bit-exact comparison, NaN patterns included).
+template <typename V>
+size_t differences(const std::vector<V>& a, const std::vector<V>& b) {
+    size_t n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(V)) != 0;
+    return n;
 }
 
 // True (after saying so) when no CUDA device is visible: the test then exits 77, which CTest counts as skipped.

@@ -148,9 +148,7 @@ void rowwiseGemmCase(Fp8Gemm& gemm, bool outerVector, int64_t m, int64_t n, int6
     uint16_t* dy = toDevice(std::vector<uint16_t>(ref.size(), 0xFFFF));
     gemm.runRowwise(dx, dxs, dw, dws, dy, dsums, act, m, n, k, nullptr);
     check(cudaDeviceSynchronize() == cudaSuccess, (t + "ran (" + gemm.rowwisePath(act) + ")").c_str());
-    const std::vector<uint16_t> yb = toHost(dy, ref.size());
-    std::vector<float> y(yb.size());
-    for (size_t i = 0; i < yb.size(); ++i) y[i] = actBitsToFloat(yb[i], act);
+    const std::vector<float> y = download(dy, ref.size(), act);
     const double error = nmse(y, ref), tolerance = act == ActType::Float16 ? kFp8GemmNmseFp16 : kFp8GemmNmseBf16;
     std::printf("  normalised error %.3g (tolerance %.0e)\n", error, tolerance);
     check(error < tolerance, (t + "per-token x per-channel scaled product matches the double reference").c_str());

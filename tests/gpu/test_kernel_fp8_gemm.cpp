@@ -30,10 +30,7 @@ void runCase(Fp8Gemm& gemm, int64_t m, int64_t n, int64_t k, uint32_t seed) {
         uint16_t* dy = toDevice(std::vector<uint16_t>(ref.size(), 0xFFFF));
         gemm.run(dx, dxs, dw, dws, dy, act, m, n, k, nullptr);
         if (cudaDeviceSynchronize() != cudaSuccess) throw KernelError("FP8 GEMM failed");
-        std::vector<uint16_t> yb(ref.size());
-        cudaMemcpy(yb.data(), dy, yb.size() * 2, cudaMemcpyDeviceToHost);
-        std::vector<float> y(yb.size());
-        for (size_t i = 0; i < yb.size(); ++i) y[i] = actBitsToFloat(yb[i], act);
+        const std::vector<float> y = download(dy, ref.size(), act);
         const double e = nmse(y, ref), tol = act == ActType::Float16 ? kFp8GemmNmseFp16 : kFp8GemmNmseBf16;
         char what[160];
         std::snprintf(what, sizeof what, "FP8 %lldx%lldx%lld -> %s: nmse %.2e < %.0e", (long long)m, (long long)n,

@@ -68,9 +68,7 @@ void gemmCase(int64_t m, int64_t n, int64_t k, ActType t, bool offsetInput, uint
     gemm.run(dx, dy, m, nullptr);
     gemm.run(dx, dy, m, nullptr);   // the cached plan
     if (cudaDeviceSynchronize() != cudaSuccess) throw KernelError("sparse GEMM failed");
-    std::vector<uint16_t> yb = toHost(dy, ref.size());
-    std::vector<float> y(yb.size());
-    for (size_t i = 0; i < yb.size(); ++i) y[i] = actBitsToFloat(yb[i], t);
+    const std::vector<float> y = download(dy, ref.size(), t);
     const double e = nmse(y, ref), tol = t == ActType::Float16 ? kGemmNmseFp16 : kGemmNmseBf16;
     char what[320];
     std::snprintf(what, sizeof what, "2:4 %lldx%lldx%lld %s (%s)%s: nmse %.2e < %.0e", (long long)m, (long long)n,

@@ -29,25 +29,6 @@ struct Case {
     bool ties;
 };
 
-std::vector<float> upperFactor(int64_t cols, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> diag(0.3f, 1.5f);
-    std::normal_distribution<float> off(0.0f, 0.4f / std::sqrt(float(cols)));
-    std::vector<float> u(size_t(cols * cols), 0.0f);
-    for (int64_t i = 0; i < cols; ++i) {
-        u[size_t(i * cols + i)] = diag(rng);
-        for (int64_t j = i + 1; j < cols; ++j) u[size_t(i * cols + j)] = off(rng);
-    }
-    return u;
-}
-
-template <typename V>
-size_t differences(const std::vector<V>& a, const std::vector<V>& b) {
-    size_t n = 0;
-    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(V)) != 0;
-    return n;
-}
-
 void runCase(const Case& t, uint32_t seed) {
     const int64_t rows = t.rows, cols = t.cols;
     std::vector<float> w = gaussian(size_t(rows * cols), seed, 0.05f);

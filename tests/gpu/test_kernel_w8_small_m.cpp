@@ -75,9 +75,7 @@ void fp8Case(int64_t m, int64_t n, int64_t k, ActType act, uint32_t seed) {
     uint16_t* dy = toDevice(std::vector<uint16_t>(ref.size(), 0xFFFF));
     fp8SmallM(dx, dxs, dw, dws, dy, act, m, n, k, nullptr);
     check(cudaDeviceSynchronize() == cudaSuccess, (t + "kernel ran").c_str());
-    const std::vector<uint16_t> yb = toHost(dy, ref.size());
-    std::vector<float> y(yb.size());
-    for (size_t i = 0; i < yb.size(); ++i) y[i] = actBitsToFloat(yb[i], act);
+    const std::vector<float> y = download(dy, ref.size(), act);
     const double error = nmse(y, ref), tolerance = act == ActType::Float16 ? kFp8GemmNmseFp16 : kFp8GemmNmseBf16;
     std::printf("  normalised error %.3g (tolerance %.0e)\n", error, tolerance);
     check(error < tolerance, (t + "matches the double-precision product of the codes").c_str());
