@@ -7,6 +7,9 @@
 //   --w4-both: at M <= 16 both W4A16 small-M kernels by name (ring; tma on sm_90), beside the same cuBLAS time.
 //   --sweep-tma: the TMA kernel's other shapes (wxa16SetTmaConfig), its default shape at splits 1, 2, 4, 8 (2..8 add
 //   up in a cluster) and at splits 2, 4 added up through global memory (wxa16SetTmaClusterReduce(false)).
+//   --w4-stream: at M <= 16 the stream W4A16 kernel under each of its shapes (wxa16SetStreamConfig) beside the ring
+//   kernel; at M = 1 also three floors timed the same way: an empty kernel, a plain read of the packed weight's bytes
+//   (16-byte loads, no arithmetic) and our dense fp16 GEMV (denseGemv) on the fp16 weight.
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
 // near 0.01, activations random; every buffer is filled on the device. Each timing cycles through enough copies of
 // the weights to exceed the L2 several times, so the weights come from HBM as in a real model. Time: CUDA events
@@ -27,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "cwb/kernels/dense_gemv.h"
 #include "cwb/kernels/dequant_tiled.h"
 #include "cwb/kernels/fp8_gemm.h"
 #include "cwb/kernels/packed_weight.h"
@@ -79,28 +83,87 @@ __global__ void fillE4M3(uint8_t* p, size_t n, uint32_t seed) {
     }
 }
 
+__global__ void emptyKernel() {}
+
+// Reads n 16-byte words once: each thread issues its 8 loads (streaming past L1) before using any, the grid sized to
+// cover n in one pass, so every load of the kernel is in flight at once; one word is written only if the xor of all
+// is a value it never is in practice, so the loads cannot be dropped. The speed of a plain read of those bytes.
+__global__ void readOnce(const uint4* __restrict__ p, size_t n, uint32_t* sink) {
+    const size_t base = blockIdx.x * size_t(blockDim.x) * 8 + threadIdx.x;
+    uint4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+        const size_t i = base + size_t(u) * blockDim.x;
+        if (i < n)
+            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
+                         : "l"(p + i));
+        else
+            v[u] = make_uint4(0, 0, 0, 0);
+    }
+    uint32_t acc = 0;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    if (acc == 0x9E3779B9u) *sink = acc;
+}
+
+// Every timed launch goes to this stream (created in main), so that --graph can capture it.
+cudaStream_t gStream = nullptr;
+
 struct Timer {
     cudaEvent_t a, b;
     double lastHostUs = 0.0;  // host time to issue one call in the last median(): near the GPU time = launch-bound
+    bool graph = false;       // --graph: the batch of calls is captured once into a CUDA graph and replayed
     Timer() { cudaEventCreate(&a); cudaEventCreate(&b); }
     ~Timer() { cudaEventDestroy(a); cudaEventDestroy(b); }
     // Median over batches of the time per call, in microseconds.
     double median(const std::function<void(int)>& call, int perBatch = 100, int batches = 9) {
+        if (graph) return medianGraph(call, perBatch, batches);
         for (int i = 0; i < 20; ++i) call(i);
         CHECK_CUDA(cudaDeviceSynchronize());
         std::vector<double> t, host;
         for (int b_ = 0; b_ < batches; ++b_) {
-            cudaEventRecord(a);
+            cudaEventRecord(a, gStream);
             const auto h0 = std::chrono::steady_clock::now();
             for (int i = 0; i < perBatch; ++i) call(i);
             host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / perBatch);
-            cudaEventRecord(b);
+            cudaEventRecord(b, gStream);
             CHECK_CUDA(cudaEventSynchronize(b));
             float ms = 0;
             cudaEventElapsedTime(&ms, a, b);
             t.push_back(1000.0 * ms / perBatch);
         }
         CHECK_CUDA(cudaGetLastError());
+        std::sort(t.begin(), t.end());
+        std::sort(host.begin(), host.end());
+        lastHostUs = host[host.size() / 2];
+        return t[t.size() / 2];
+    }
+    // The same batch of calls captured into one graph: the GPU time per call without the host's launch rate (the
+    // runtime's decode step runs as a graph too). lastHostUs is then the host time per call of one replay.
+    double medianGraph(const std::function<void(int)>& call, int perBatch, int batches) {
+        cudaGraph_t g = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        CHECK_CUDA(cudaStreamBeginCapture(gStream, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < perBatch; ++i) call(i);
+        CHECK_CUDA(cudaStreamEndCapture(gStream, &g));
+        CHECK_CUDA(cudaGraphInstantiate(&exec, g, nullptr, nullptr, 0));
+        CHECK_CUDA(cudaGraphLaunch(exec, gStream));
+        CHECK_CUDA(cudaStreamSynchronize(gStream));
+        std::vector<double> t, host;
+        for (int b_ = 0; b_ < batches; ++b_) {
+            cudaEventRecord(a, gStream);
+            const auto h0 = std::chrono::steady_clock::now();
+            CHECK_CUDA(cudaGraphLaunch(exec, gStream));
+            host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / perBatch);
+            cudaEventRecord(b, gStream);
+            CHECK_CUDA(cudaEventSynchronize(b));
+            float ms = 0;
+            cudaEventElapsedTime(&ms, a, b);
+            t.push_back(1000.0 * ms / perBatch);
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(g);
         std::sort(t.begin(), t.end());
         std::sort(host.begin(), host.end());
         lastHostUs = host[host.size() / 2];
@@ -114,7 +177,7 @@ double copyBandwidth(Timer& timer) {
     CHECK_CUDA(cudaMalloc(&src, bytes));
     CHECK_CUDA(cudaMalloc(&dst, bytes));
     fillWords<<<1024, 256>>>(static_cast<uint32_t*>(src), bytes / 4, 1);
-    const double us = timer.median([&](int) { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); }, 5, 9);
+    const double us = timer.median([&](int) { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gStream); }, 5, 9);
     cudaFree(src);
     cudaFree(dst);
     return 2.0 * double(bytes) / (us * 1e3);  // GB/s, bytes read + written
@@ -152,7 +215,7 @@ struct Row {
 int main(int argc, char** argv) {
     std::string outPath;
     bool sweep = false, quick = false, smallOnly = false, prefill = false, sweepSmall = false, bothW4 = false,
-         sweepTma = false;
+         sweepTma = false, streamW4 = false, graph = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) outPath = argv[++i];
         else if (!std::strcmp(argv[i], "--sweep-split")) sweep = true;
@@ -162,9 +225,11 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--sweep-small")) sweepSmall = true;
         else if (!std::strcmp(argv[i], "--w4-both")) bothW4 = true;
         else if (!std::strcmp(argv[i], "--sweep-tma")) sweepTma = true;
+        else if (!std::strcmp(argv[i], "--w4-stream")) streamW4 = true;
+        else if (!std::strcmp(argv[i], "--graph")) graph = true;
         else {
             std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m] [--prefill] "
-                                 "[--sweep-small] [--w4-both] [--sweep-tma]\n");
+                                 "[--sweep-small] [--w4-both] [--sweep-tma] [--w4-stream] [--graph]\n");
             return 2;
         }
     }
@@ -175,13 +240,18 @@ int main(int argc, char** argv) {
     }
     cudaDeviceProp prop{};
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&gStream, cudaStreamNonBlocking));
     Timer timer;
     const double copyGBs = copyBandwidth(timer);
+    timer.graph = graph;
+    std::printf("Timing: %s\n", graph ? "M <= 128 as CUDA graphs of 100 calls, replayed (no host launch cost)"
+                                       : "100 back-to-back stream launches per batch");
     std::printf("GPU %s, %d SMs, L2 %d MB; device-to-device copy %.0f GB/s (read + write); W4A16 m <= 16 kernel: %s\n",
                 prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, copyGBs,
-                wxa16SmallKernelName(wxa16TmaAvailable() ? wxa16SmallKernel() : W4SmallKernel::Ring));
+                wxa16SmallKernelName(wxa16SmallKernel()));
     cublasHandle_t handle;
     CHECK_CUBLAS(cublasCreate(&handle));
+    CHECK_CUBLAS(cublasSetStream(handle, gStream));
 
     struct Shape { int64_t k, n; };
     std::vector<Shape> shapes = {{4096, 4096}, {4096, 11008}, {11008, 4096}, {8192, 8192}, {8192, 28672}, {28672, 8192}};
@@ -255,7 +325,7 @@ int main(int argc, char** argv) {
                     void* ws = allocateWorkspace(wsBytes);
                     const int nCopies = int(q.copies.size());
                     const double us = timer.median([&](int i) {
-                        wxa16Gemm(*q.copies[size_t(i % nCopies)], x, y, m, ws, wsBytes, nullptr, split);
+                        wxa16Gemm(*q.copies[size_t(i % nCopies)], x, y, m, ws, wsBytes, gStream, split);
                     });
                     hostUs = timer.lastHostUs;
                     freeWorkspace(ws);
@@ -269,7 +339,7 @@ int main(int argc, char** argv) {
                     void* ws = allocateWorkspace(wsBytes);
                     const int nCopies = int(q.copies.size());
                     const double us = timer.median([&](int i) {
-                        wxa16Gemm(*q.copies[size_t(i % nCopies)], x, y, m, ws, wsBytes, nullptr, split);
+                        wxa16Gemm(*q.copies[size_t(i % nCopies)], x, y, m, ws, wsBytes, gStream, split);
                     });
                     hostUs = timer.lastHostUs;
                     freeWorkspace(ws);
@@ -308,17 +378,54 @@ int main(int argc, char** argv) {
                         timeW4("W4A16 g128 tma s" + std::to_string(split) + " global", split);
                     wxa16SetTmaClusterReduce(true);
                 }
+                // The stream kernel's shapes beside the ring kernel; at M = 1 the floors of this timing method.
+                if (streamW4 && smallW4) {
+                    wxa16SetSmallKernel(W4SmallKernel::Ring);
+                    timeW4("W4A16 g128 ring", 0);
+                    wxa16SetSmallKernel(W4SmallKernel::Stream);
+                    for (int config = 0; config < wxa16StreamConfigCount(); ++config) {
+                        wxa16SetStreamConfig(config);
+                        timeW4("W4A16 g128 stream c" + std::to_string(config), 0);
+                    }
+                    wxa16SetStreamConfig(0);
+                    if (m == 1) {
+                        const double empty = timer.median([&](int) { emptyKernel<<<1, 32, 0, gStream>>>(); });
+                        hostUs = timer.lastHostUs;
+                        add("empty kernel", empty, 0.0);
+                        uint32_t* sink = nullptr;
+                        CHECK_CUDA(cudaMalloc(&sink, 4));
+                        const int nCopies = int(q.copies.size());
+                        const size_t words16 = w0.paddedRows * w0.paddedCols / 32;   // 16-byte words of 4-bit weights
+                        const double read = timer.median([&](int i) {
+                            readOnce<<<unsigned((words16 + 2047) / 2048), 256, 0, gStream>>>(
+                                reinterpret_cast<const uint4*>(q.copies[size_t(i % nCopies)]->words), words16, sink);
+                        });
+                        hostUs = timer.lastHostUs;
+                        add("read W4 bytes only", read, double(words16) * 16.0);
+                        cudaFree(sink);
+                        DenseGemvShape g;
+                        g.outputs = s.n;
+                        g.inputs = s.k;
+                        g.xStride = s.k;
+                        g.yStride = s.n;
+                        const double gemv = timer.median([&](int i) {
+                            denseGemv(x, dense[size_t(i % denseCopies)], nullptr, nullptr, y, g, ActType::Float16, gStream);
+                        });
+                        hostUs = timer.lastHostUs;
+                        add("dense fp16 GEMV", gemv, double(denseBytes) + ioBytes);
+                    }
+                }
                 wxa16SetSmallKernel(defaultKernel);
                 // Prefill path: dequantize into the scratch, then the same cuBLAS call on it.
                 if (prefill && m >= 16) {
                     const int nCopies = int(q.copies.size());
                     if (m == 64) {
-                        const double us = timer.median([&](int i) { dequantizeTiled(*q.copies[size_t(i % nCopies)], scratch, nullptr); });
+                        const double us = timer.median([&](int i) { dequantizeTiled(*q.copies[size_t(i % nCopies)], scratch, gStream); });
                         hostUs = timer.lastHostUs;
                         add("W" + std::to_string(q.bits) + " dequantize only", us, double(q.bytes) + double(denseBytes));
                     }
                     const double us = timer.median([&](int i) {
-                        dequantizeTiled(*q.copies[size_t(i % nCopies)], scratch, nullptr);
+                        dequantizeTiled(*q.copies[size_t(i % nCopies)], scratch, gStream);
                         CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), m, int(s.k), &alpha, scratch,
                                                   CUDA_R_16F, int(s.k), x, CUDA_R_16F, int(s.k), &beta, y, CUDA_R_16F,
                                                   int(s.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -329,6 +436,7 @@ int main(int argc, char** argv) {
             }
         }
         // FP8 E4M3 through cuBLASLt against cuBLAS fp16 where the issue's target is (M >= 2048).
+        timer.graph = false;   // large M is far from launch-bound: always timed as stream launches
         if (!quick && !smallOnly && fp8GemmSupported()) {
             Fp8Gemm fp8;
             uint8_t *w8, *x8;
@@ -352,7 +460,7 @@ int main(int argc, char** argv) {
                 double tFp8 = 0.0;
                 try {
                     tFp8 = timer.median([&](int) {
-                        fp8.run(x8, scales, w8, scales + 64, y, ActType::Float16, m, s.n, s.k, nullptr);
+                        fp8.run(x8, scales, w8, scales + 64, y, ActType::Float16, m, s.n, s.k, gStream);
                     }, 20, 7);
                 } catch (const KernelError& e) {
                     std::printf("%-12s M=%-5d FP8 E4M3 cuBLASLt: %s\n", shape.c_str(), m, e.what());
@@ -384,7 +492,7 @@ int main(int argc, char** argv) {
                 try {
                     t8 = timer.median([&](int) {
                         int8.run(reinterpret_cast<const int8_t*>(x8), rowScales, reinterpret_cast<const int8_t*>(w8),
-                                 colScales, y, ActType::Float16, m, s.n, s.k, nullptr);
+                                 colScales, y, ActType::Float16, m, s.n, s.k, gStream);
                     }, 20, 7);
                 } catch (const KernelError& e) {
                     std::printf("%-12s M=%-5d W8A8 int8: %s\n", shape.c_str(), m, e.what());
@@ -405,6 +513,7 @@ int main(int argc, char** argv) {
             cudaFree(x8);
             cudaFree(scales);
         }
+        timer.graph = graph;
         for (__half* d : dense) cudaFree(d);
         if (scratch) cudaFree(scratch);
         cudaFree(x);
@@ -415,9 +524,9 @@ int main(int argc, char** argv) {
     char date[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
-    std::string md = "GPU: " + std::string(prop.name) + ", " + std::to_string(prop.multiProcessorCount) + " SMs; " + date +
+    std::string md = std::string(graph ? "Timing: M <= 128 as CUDA graphs of 100 calls, replayed. " : "Timing: 100 stream launches per batch. ") + "GPU: " + std::string(prop.name) + ", " + std::to_string(prop.multiProcessorCount) + " SMs; " + date +
                      "; device-to-device copy " + std::to_string(int(copyGBs)) + " GB/s (read + write); W4A16 m <= 16 kernel \"W4A16 g128\": " +
-                     wxa16SmallKernelName(wxa16TmaAvailable() ? wxa16SmallKernel() : W4SmallKernel::Ring) + ".\n\n";
+                     wxa16SmallKernelName(wxa16SmallKernel()) + ".\n\n";
     md += "| K x N | M | kernel | time (us) | TFLOP/s | eff. GB/s | vs cuBLAS fp16 | of copy bw |\n";
     md += "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
     for (const Row& r : rows) {

@@ -7,6 +7,7 @@
 #include "cuda_check.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #include "w4_small_m_kernel.cuh"
+#include "w4_stream_kernel.cuh"
 #include "w4_tma_kernel.cuh"
 #include "wxa16_kernel.cuh"
 
@@ -22,6 +23,14 @@ std::atomic<int>& smallConfigSlot() {  // CWB_W4_SMALL_CONFIG at start; wxa16Set
     }()};
     return index;
 }
+std::atomic<int>& streamConfigSlot() {  // CWB_W4_STREAM_CONFIG at start; wxa16SetStreamConfig afterwards
+    static std::atomic<int> index{[] {
+        const char* v = std::getenv("CWB_W4_STREAM_CONFIG");
+        const int i = v ? std::atoi(v) : 0;
+        return i >= 0 && i < kStreamConfigs ? i : 0;
+    }()};
+    return index;
+}
 std::atomic<int>& tmaConfigSlot() {  // CWB_W4_TMA_CONFIG at start; wxa16SetTmaConfig afterwards
     static std::atomic<int> index{[] {
         const char* v = std::getenv("CWB_W4_TMA_CONFIG");
@@ -30,13 +39,15 @@ std::atomic<int>& tmaConfigSlot() {  // CWB_W4_TMA_CONFIG at start; wxa16SetTmaC
     }()};
     return index;
 }
-// The kernel measured faster on most of issue 7's shapes (docs/performance.md, "W4A16 at M <= 16 through TMA").
-constexpr W4SmallKernel kDefaultSmallKernel = W4SmallKernel::Ring;
+// Per shape, the faster of Ring and Stream as measured on the H200 (docs/performance.md, "W4A16: the stream kernel").
+constexpr W4SmallKernel kDefaultSmallKernel = W4SmallKernel::Auto;
 std::atomic<W4SmallKernel>& smallKernelSlot() {  // CWB_W4_KERNEL=ring|tma at start; wxa16SetSmallKernel afterwards
     static std::atomic<W4SmallKernel> kernel{[] {
         const char* v = std::getenv("CWB_W4_KERNEL");
         if (v && std::string(v) == "ring") return W4SmallKernel::Ring;
         if (v && std::string(v) == "tma") return W4SmallKernel::Tma;
+        if (v && std::string(v) == "stream") return W4SmallKernel::Stream;
+        if (v && std::string(v) == "auto") return W4SmallKernel::Auto;
         return kDefaultSmallKernel;
     }()};
     return kernel;
@@ -51,11 +62,37 @@ std::atomic<bool>& tmaClusterSlot() {  // CWB_W4_TMA_REDUCE=cluster|global at st
 } // namespace
 int smallConfigIndex() { return smallConfigSlot().load(std::memory_order_relaxed); }
 int tmaConfigIndex() { return tmaConfigSlot().load(std::memory_order_relaxed); }
+int streamConfigIndex() { return streamConfigSlot().load(std::memory_order_relaxed); }
 } // namespace detail
 
 W4SmallKernel wxa16SmallKernel() { return detail::smallKernelSlot().load(std::memory_order_relaxed); }
 void wxa16SetSmallKernel(W4SmallKernel kernel) { detail::smallKernelSlot().store(kernel, std::memory_order_relaxed); }
-const char* wxa16SmallKernelName(W4SmallKernel kernel) { return kernel == W4SmallKernel::Tma ? "tma" : "ring"; }
+const char* wxa16SmallKernelName(W4SmallKernel kernel) {
+    switch (kernel) {
+    case W4SmallKernel::Tma: return "tma";
+    case W4SmallKernel::Stream: return "stream";
+    case W4SmallKernel::Auto: return "auto";
+    default: return "ring";
+    }
+}
+
+int wxa16StreamConfigCount() { return detail::kStreamConfigs; }
+int wxa16StreamConfig() { return detail::streamConfigIndex(); }
+void wxa16SetStreamConfig(int index) {
+    if (index < 0 || index >= detail::kStreamConfigs)
+        throw KernelError("wxa16SetStreamConfig: configuration " + std::to_string(index) + " is outside [0, " +
+                          std::to_string(detail::kStreamConfigs) + ")");
+    detail::streamConfigSlot().store(index, std::memory_order_relaxed);
+}
+std::string wxa16StreamConfigName(int index) {
+    if (index < 0 || index >= detail::kStreamConfigs) return "?";
+    const detail::StreamConfig& c = detail::kStreamConfigTable[index];
+    if (c.staged)
+        return "staged in shared memory, " + std::to_string(c.batch) + " steps per warp in flight, up to " +
+               std::to_string(c.maxWarps) + " warps per row tile";
+    return std::to_string(c.batch) + " chunks per batch" + (c.overlap ? " (next batch loaded during this one)" : "") +
+           ", up to " + std::to_string(c.maxWarps) + " warps per row tile";
+}
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call
     static int known[64] = {};  // 0: not asked yet, 1: no, 2: yes
@@ -133,15 +170,31 @@ constexpr size_t kCounterBytes = 64 * 1024;
 bool smallTokenKernel(const DeviceTiledWeight& w, int64_t slice) {
     return w.bits == 4 && slice <= detail::kSmallMaxTokens;
 }
+// Auto's rule, from the H200 runs: the stream kernel (one block per row tile) wins while the row tiles fill about
+// four blocks per multiprocessor at up to 8 tokens (two at up to 16); past that the ring kernel, which shares each
+// activation fragment between two row tiles, reads faster.
+bool autoPicksStream(const DeviceTiledWeight& w, int64_t slice) {
+    const int64_t tiles = w.paddedRows / kTileRows;
+    return tiles <= (slice <= 8 ? 4 : 2) * int64_t(multiprocessors());
+}
+
 // The small-token launch goes through the TMA kernel (selected, and the device has the bulk copy engine).
 bool tmaKernel(const DeviceTiledWeight& w, int64_t slice) {
     return smallTokenKernel(w, slice) && wxa16SmallKernel() == W4SmallKernel::Tma && wxa16TmaAvailable();
 }
 
+// The small-token launch goes through the stream kernel (one block per row tile, no split-K).
+bool streamKernel(const DeviceTiledWeight& w, int64_t slice) {
+    const W4SmallKernel k = wxa16SmallKernel();
+    return smallTokenKernel(w, slice) &&
+           (k == W4SmallKernel::Stream || (k == W4SmallKernel::Auto && autoPicksStream(w, slice)));
+}
+
 // Blocks across the rows (one split-K counter each) for a launch of `slice` tokens.
 int64_t blocksAcross(const DeviceTiledWeight& w, int64_t slice) {
     const int64_t tiles = w.paddedRows / kTileRows;
-    const int64_t perBlock = tmaKernel(w, slice)         ? detail::tmaConfig().r
+    const int64_t perBlock = streamKernel(w, slice)      ? 1
+                             : tmaKernel(w, slice)        ? detail::tmaConfig().r
                              : smallTokenKernel(w, slice) ? detail::smallRowTiles(int(slice))
                                                           : detail::kWarpsPerBlock;
     return (tiles + perBlock - 1) / perBlock;
@@ -172,9 +225,10 @@ int chunksPerSplit(const DeviceTiledWeight& w, int64_t slice, int split) {
 // its rounded chunks per split leave non-empty.
 int resolveSplit(const DeviceTiledWeight& w, int64_t m, int splitK) {
     const int64_t chunks = w.paddedCols / kChunkCols;
+    const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
+    if (streamKernel(w, slice)) return 1;   // the block sums the whole input dimension
     if (splitK <= 0) splitK = wxa16DefaultSplitK(w, m);
     int split = int(std::clamp<int64_t>(splitK, 1, chunks));
-    const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
     if (smallTokenKernel(w, slice)) {
         const int per = chunksPerSplit(w, slice, split);
         split = int((chunks + per - 1) / per);
@@ -236,9 +290,15 @@ DeviceTiledWeight::DeviceTiledWeight(DeviceTiledWeight&& o) noexcept
     o.chunkGroup = o.columnOf = nullptr;
 }
 
+W4SmallKernel wxa16SmallKernelFor(const DeviceTiledWeight& w, int64_t m) {
+    const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
+    return streamKernel(w, slice) ? W4SmallKernel::Stream : tmaKernel(w, slice) ? W4SmallKernel::Tma : W4SmallKernel::Ring;
+}
+
 int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m) {
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
     const int64_t across = blocksAcross(w, slice), chunks = w.paddedCols / kChunkCols;
+    if (streamKernel(w, slice)) return 1;
     if (smallTokenKernel(w, slice)) {
         // As many splits as fit in one wave of resident blocks (a second, partial wave costs more than it saves).
         const int shift = groupShiftOf(w);
@@ -323,7 +383,14 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
         p.partial = reinterpret_cast<float*>(ws + layout.partial);
         p.counters = reinterpret_cast<int*>(ws + layout.counters);
         p.clusterReduce = tmaKernel(w, slice) && split > 1 && split <= kMaxClusterSplit && wxa16TmaClusterReduce();
-        if (tmaKernel(w, slice)) {
+        if (streamKernel(w, slice)) {
+            const detail::StreamSplit cut = detail::streamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1);
+            p.chunksPerSplit = cut.chunksPerWarp;
+            if (w.act == ActType::Float16)
+                detail::launchW4Stream<__half>(p, cut.warps, s);
+            else
+                detail::launchW4Stream<__nv_bfloat16>(p, cut.warps, s);
+        } else if (tmaKernel(w, slice)) {
             if (w.act == ActType::Float16)
                 detail::launchW4Tma<__half>(p, s);
             else

@@ -345,6 +345,8 @@ void launchW4Tma(const Wxa16Params& p, cudaStream_t stream);  // sm_90+: w4_tma_
 template <typename T>
 int w4TmaBlocksPerSm(int m, int groupShift);
 template <typename T>
+void launchW4Stream(const Wxa16Params& p, int warps, cudaStream_t stream);  // w4_stream_kernel.cuh
+template <typename T>
 void launchGather(const void* x, int64_t ldx, const int32_t* columnOf, int64_t paddedCols, int m, void* xg,
                   cudaStream_t stream);
 

@@ -1,6 +1,7 @@
 // GPU test (label `gpu`, exit 77 without a GPU): the W4A16 / W8A16 GEMM against its CPU reference (double
 // accumulation over the same dequantized weights) by normalised MSE, for fp16 and bf16 activations, several token
-// counts (1..64 and a multi-launch 80), both W4A16 kernels for m <= 16 (ring; TMA on sm_90) in each of their shapes,
+// counts (1..64 and a multi-launch 80), every W4A16 kernel for m <= 16 (ring, stream; TMA on sm_90) in each of their
+// shapes, the default (auto) choosing between ring and stream by the number of row tiles,
 // group sizes, asymmetric zeros, act-order, padded rows/columns and every
 // split of the input dimension the launcher may choose. The output is poisoned with NaN before each launch.
 #include <cuda_runtime.h>
@@ -98,30 +99,35 @@ int main() {
     try {
         const std::vector<int64_t> allM = {1, 3, 8, 16, 29, 64, 80};
         const W4SmallKernel initial = wxa16SmallKernel();
-        std::vector<W4SmallKernel> smallKernels = {W4SmallKernel::Ring};
+        std::vector<W4SmallKernel> smallKernels = {W4SmallKernel::Ring, W4SmallKernel::Stream};
         if (wxa16TmaAvailable()) smallKernels.push_back(W4SmallKernel::Tma);
         else std::printf("-- no sm_90 device: the TMA small-M kernel is not tested here\n");
         for (ActType act : {ActType::Float16, ActType::BFloat16}) {
             // The 4-bit cases under every shape of both small-M kernels (m <= 16 runs them); each default one last.
             for (W4SmallKernel kernel : smallKernels) {
                 wxa16SetSmallKernel(kernel);
-                const bool tma = kernel == W4SmallKernel::Tma;
-                const int configs = tma ? wxa16TmaConfigCount() : wxa16SmallConfigCount();
+                const bool tma = kernel == W4SmallKernel::Tma, stream = kernel == W4SmallKernel::Stream;
+                const int configs = tma ? wxa16TmaConfigCount() : stream ? wxa16StreamConfigCount() : wxa16SmallConfigCount();
                 // TMA: configuration 0 once more (first) with the splits added up through global memory
                 for (int config = configs - 1 + (tma ? 1 : 0); config >= 0; --config) {
                     const bool globalReduce = tma && config == configs;
                     if (tma) {
                         wxa16SetTmaConfig(globalReduce ? 0 : config);
                         wxa16SetTmaClusterReduce(!globalReduce);
+                    } else if (stream) {
+                        wxa16SetStreamConfig(config);
                     } else {
                         wxa16SetSmallConfig(config);
                     }
                     std::printf("-- small-M kernel %s, configuration %d: %s%s\n", wxa16SmallKernelName(kernel),
                                 globalReduce ? 0 : config,
-                                (tma ? wxa16TmaConfigName(globalReduce ? 0 : config) : wxa16SmallConfigName(config)).c_str(),
+                                (tma      ? wxa16TmaConfigName(globalReduce ? 0 : config)
+                                 : stream ? wxa16StreamConfigName(config)
+                                          : wxa16SmallConfigName(config))
+                                    .c_str(),
                                 tma ? (globalReduce ? ", splits added up in global memory" : ", splits <= 8 in a cluster") : "");
                     // m > 16 depends on neither kernel nor configuration: once is enough
-                    const bool first = config == 0 && !tma;
+                    const bool first = config == 0 && kernel == W4SmallKernel::Ring;
                     runCase({4, true, 256, 1024, 128, 0}, act, first ? allM : std::vector<int64_t>{1, 3, 8, 16}, 1);
                     runCase({4, false, 200, 576, 64, 0}, act, first ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 16}, 2);
                     runCase({4, false, 128, 512, 128, 1}, act, first ? std::vector<int64_t>{1, 5, 64} : std::vector<int64_t>{1, 5}, 3);
@@ -132,6 +138,21 @@ int main() {
                     runCase({4, false, 80, 8192, 128, 0}, act, {1, 16}, 10);
                 }
             }
+            // Auto: the stream kernel for few row tiles, the ring kernel past four blocks per multiprocessor.
+            wxa16SetSmallKernel(W4SmallKernel::Auto);
+            int sms = 0;
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+            const Case fewTiles{4, true, 256, 1024, 128, 0}, manyTiles{4, false, 16 * (4 * int64_t(sms) + 1), 256, 128, 0};
+            {
+                const DeviceTiledWeight few(makeWeight(fewTiles, act, 11)), many(makeWeight(manyTiles, act, 12));
+                check(wxa16SmallKernelFor(few, 1) == W4SmallKernel::Stream && wxa16SmallKernelFor(few, 16) == W4SmallKernel::Stream,
+                      "auto runs 16 row tiles through the stream kernel at m = 1 and 16");
+                check(wxa16SmallKernelFor(many, 1) == W4SmallKernel::Ring && wxa16SmallKernelFor(many, 9) == W4SmallKernel::Ring,
+                      "auto runs more than 4 row tiles per multiprocessor through the ring kernel at m = 1 and 9");
+                check(wxa16SmallKernelFor(few, 17) == W4SmallKernel::Ring, "m = 17 runs the general kernel (reported as ring)");
+            }
+            runCase(fewTiles, act, {1, 8, 16}, 11);
+            runCase(manyTiles, act, {1, 9}, 12);
             wxa16SetSmallKernel(initial);
             runCase({8, true, 256, 1024, 128, 0}, act, allM, 5);
             runCase({8, false, 136, 448, 128, 1}, act, {1, 16, 64}, 6);

@@ -55,20 +55,29 @@ int wxa16SmallConfig();
 void wxa16SetSmallConfig(int index);   // throws KernelError outside [0, count)
 std::string wxa16SmallConfigName(int index);
 
-// Which kernel runs W4A16 launches of m <= 16: Ring (registers hold the loads in flight; every GPU) or Tma (sm_90
-// and newer: bulk copies into shared memory; on older GPUs the launcher runs Ring instead). One choice for the
-// whole process (default Ring: faster on most shapes measured); CWB_W4_KERNEL=ring|tma in the environment sets the
-// start value. The Tma kernel has shapes of its own (CWB_W4_TMA_CONFIG sets the start value). Switch between
-// launches, never while another thread launches.
-enum class W4SmallKernel { Ring, Tma };
+// Which kernel runs W4A16 launches of m <= 16: Ring (registers hold the loads in flight, split-K across blocks;
+// every GPU), Tma (sm_90 and newer: bulk copies into shared memory; on older GPUs the launcher runs Ring instead),
+// Stream (every GPU: one block per row tile sums the whole input dimension, no split-K) or Auto (the default: Stream
+// where it measured faster on the H200, i.e. few row tiles, else Ring; docs/performance.md, "W4A16: the stream
+// kernel"). One choice for the whole process; CWB_W4_KERNEL=auto|ring|tma|stream in the environment sets the start
+// value. Tma and Stream have shapes of their own (CWB_W4_TMA_CONFIG, CWB_W4_STREAM_CONFIG set the start values).
+// Switch between launches, never while another thread launches.
+enum class W4SmallKernel { Ring, Tma, Stream, Auto };
 W4SmallKernel wxa16SmallKernel();
 void wxa16SetSmallKernel(W4SmallKernel kernel);
 const char* wxa16SmallKernelName(W4SmallKernel kernel);
+// The kernel a launch of m tokens on w runs under the current choice (Auto resolved; Tma without sm_90: Ring; Ring
+// also stands for the general kernel of launches the small-m kernels do not take: 8 bits, m > 16).
+W4SmallKernel wxa16SmallKernelFor(const DeviceTiledWeight& w, int64_t m);
 bool wxa16TmaAvailable();  // the current device is sm_90 or newer
 int wxa16TmaConfigCount();
 int wxa16TmaConfig();
 void wxa16SetTmaConfig(int index);  // throws KernelError outside [0, count)
 std::string wxa16TmaConfigName(int index);
+int wxa16StreamConfigCount();
+int wxa16StreamConfig();
+void wxa16SetStreamConfig(int index);  // throws KernelError outside [0, count)
+std::string wxa16StreamConfigName(int index);
 // Tma with 2..8 splits adds them up inside a thread-block cluster (default; CWB_W4_TMA_REDUCE=cluster|global sets
 // the start value) instead of through fp32 partial sums in the workspace and the last block of each row range.
 bool wxa16TmaClusterReduce();

@@ -1,0 +1,115 @@
+#pragma once
+// Third W4A16 kernel for m <= 16 tokens (internal; CWB_W4_KERNEL=stream). Same tiled16x64 layout and the same
+// folded-zero math as w4_small_m_kernel.cuh; what differs is the work split, modelled on the dense GEMV that streams
+// fp16 weights at 85-100% of copy bandwidth:
+// - one block per row tile; its W warps cut the tile's chunk range into W contiguous pieces, so the whole input
+//   dimension is summed inside the block: no split-K partials, no counters, no last block, no second wave of
+//   round trips at the end;
+// - a warp issues the loads of a whole batch of B chunks (and their scale words) before it computes any, then
+//   computes the batch; most warps have one or two batches, so nearly every load of the kernel is in flight
+//   within the first microsecond.
+#include "w4_small_m_kernel.cuh"
+
+namespace cwb::kernels::detail {
+
+// Shapes. Register batches: chunks per batch (B, a multiple of 2), the most warps a block may have (Wmax: 4, 8 or 16),
+// and whether a warp loads its next batch before computing the current one (two batches of registers). Staged
+// (w4_stage_kernel.cuh): `batch` is the steps (groups of CPS chunks) a warp has in flight in shared memory.
+// CWB_W4_STREAM_CONFIG (0..kStreamConfigs - 1) or wxa16SetStreamConfig picks one.
+struct StreamConfig {
+    int batch, maxWarps;
+    bool overlap, staged;
+};
+constexpr int kStreamConfigs = 6;
+constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {{2, 16, true, false},  {2, 16, false, false},
+                                                             {4, 16, false, false}, {4, 8, false, false},
+                                                             {8, 16, false, true},  {4, 16, false, true}};
+int streamConfigIndex();  // wxa16_gemm.cu
+inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
+
+// Warps per block and chunks per warp for a weight of `chunks` chunks; the warp count is the smallest of 4, 8, 16
+// that gives every warp at most one batch (staged: one round of steps), capped by the configuration.
+struct StreamSplit {
+    int warps, chunksPerWarp;
+};
+inline StreamSplit streamSplit(int chunks, int cps) {
+    const StreamConfig& c = streamConfig();
+    const int perBatch = c.staged ? c.batch * cps : c.batch;
+    const int wanted = (chunks + perBatch - 1) / perBatch;
+    int warps = wanted <= 4 ? 4 : wanted <= 8 ? 8 : 16;
+    warps = warps < c.maxWarps ? warps : c.maxWarps;
+    int per = (chunks + warps - 1) / warps;
+    per = (per + cps - 1) / cps * cps;  // a step (one group when cps = 2) never straddles two warps
+    return {warps, per};
+}
+
+// Registers capped so that many warps fit on a multiprocessor (the loads in flight per SM grow with them): 32 warps
+// for one token tile and 4-chunk batches, 24 with 8-chunk batches (fewer spill at 64 registers), 16 for two tiles.
+template <int NT, int W, int B>
+constexpr int streamMinBlocks() {
+    constexpr int warps = NT == 1 ? (B <= 4 ? 32 : 24) : 16;
+    return warps / W > 0 ? warps / W : 1;
+}
+
+// Grid: one block per row tile; p.chunksPerSplit = chunks per warp; p.splitK = 1. OVERLAP: the loads of batch i + 1
+// are issued before batch i is computed.
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP>
+__global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1)>()) w4StreamKernel(const Wxa16Params p) {
+    constexpr int S = B / CPS;  // steps per batch
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    const int tile = blockIdx.x;
+    const int cBegin = warp * p.chunksPerSplit, cEnd = min(p.chunks, cBegin + p.chunksPerSplit);
+
+    const uint4* wq[1] = {p.words + int64_t(tile) * p.chunks * 32 + lane + int64_t(cBegin) * 32};
+    const uint32_t* sp[1] = {p.scaleZero + int64_t(tile) * p.groups * 16 + g};
+    const int64_t xTokenStride = int64_t(8) * p.ldx;
+    const T* xq = static_cast<const T*>(p.x) + int64_t(g) * p.ldx + tig * 16 + int64_t(cBegin) * 64;
+
+    float acc[1][NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[0][n][j] = 0.0f;
+
+    // Loads / computes the batch that starts `ahead` chunks past c (ahead is a compile-time offset from wq and xq).
+    auto load = [&](SmallStep<1, CPS>(&batch)[S], int c, int ahead) {
+#pragma unroll
+        for (int i = 0; i < S; ++i)
+            if (c + ahead + i * CPS < cEnd)
+                loadSmallStep<NT>(batch[i], p, wq, sp, xq, xTokenStride, g, c + ahead + i * CPS, cEnd, ahead + i * CPS);
+    };
+    auto compute = [&](const SmallStep<1, CPS>(&batch)[S], int c, int ahead) {
+#pragma unroll
+        for (int i = 0; i < S; ++i)
+            if (c + ahead + i * CPS < cEnd)
+                computeSmallStep<T, NT, 1, CPS>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
+                                                c + ahead + i * CPS, cEnd, g, acc);
+    };
+    if constexpr (OVERLAP) {
+        SmallStep<1, CPS> first[S], second[S];
+        int c = cBegin;
+        if (c < cEnd) load(first, c, 0);
+        for (; c < cEnd; c += 2 * B) {
+            if (c + B < cEnd) load(second, c, B);
+            compute(first, c, 0);
+            if (c + B >= cEnd) break;
+            if (c + 2 * B < cEnd) load(first, c, 2 * B);
+            compute(second, c, B);
+            wq[0] += 2 * B * 32;
+            xq += 2 * B * 64;
+        }
+    } else {
+        for (int c = cBegin; c < cEnd; c += B) {
+            SmallStep<1, CPS> batch[S];
+            load(batch, c, 0);
+            compute(batch, c, 0);
+            wq[0] += B * 32;
+            xq += B * 64;
+        }
+    }
+
+    __shared__ float red[W * NT * 4 * 32];
+    finishSmallBlock<T, NT, 1, W>(p, acc, red, tile, 0);
+}
+
+} // namespace cwb::kernels::detail
