@@ -109,25 +109,32 @@ __device__ __forceinline__ void loadSmallStep(SmallStep<R, CPS>& b, const Wxa16P
     }
 }
 
-template <typename T, int NT, int R, int CPS>
+// SPLIT: each chunk of the step accumulates into its own registers, so the dependent mma chains are 4 long instead
+// of 4·CPS (the sums are added before the fold); costs (R + 1)·NT·4·(CPS - 1) registers.
+template <typename T, int NT, int R, int CPS, bool SPLIT = false>
 __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, const Wxa16Params& p, const T* xq,
                                                  int64_t xTokenStride, int c, int cEnd, int g,
                                                  float (&acc)[R][NT][4]) {
-    float t[R][NT][4], xs[NT][4];
+    constexpr int kChains = SPLIT ? CPS : 1;
+    float tc[kChains][R][NT][4], xc[kChains][NT][4];
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
+    for (int k = 0; k < kChains; ++k)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) xs[n][j] = 0.0f;
+        for (int n = 0; n < NT; ++n) {
 #pragma unroll
-        for (int r = 0; r < R; ++r)
+            for (int j = 0; j < 4; ++j) xc[k][n][j] = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 4; ++j) t[r][n][j] = 0.0f;
-    }
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) tc[k][r][n][j] = 0.0f;
+        }
     const uint32_t ones = asWord(typename ActTraits<T>::T2(T(1.0f), T(1.0f)));
     const uint32_t onesA[4] = {ones, ones, ones, ones};
 #pragma unroll
     for (int u = 0; u < CPS; ++u) {
         if (u > 0 && c + u >= cEnd) break;
+        auto& t = tc[SPLIT ? u : 0];
+        auto& xs = xc[SPLIT ? u : 0];
         uint32_t bx[NT][8];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
@@ -156,6 +163,18 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
         }
     }
     // acc += scale · (t - (base + zero) · sum(x)); xs[n][0..1] are the sums of tokens 2·tig + {0,1}.
+    auto& t = tc[0];
+    auto& xs = xc[0];
+#pragma unroll
+    for (int k = 1; k < kChains; ++k)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                xs[n][j] += xc[k][n][j];
+#pragma unroll
+                for (int r = 0; r < R; ++r) t[r][n][j] += tc[k][r][n][j];
+            }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         const FoldedGroup f = foldedGroup<T>(b.sz0[r], b.sz1[r]);

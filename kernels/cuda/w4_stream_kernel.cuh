@@ -12,30 +12,30 @@
 
 namespace cwb::kernels::detail {
 
-// Shapes. Register batches: chunks per batch (B, a multiple of 2), the most warps a block may have (Wmax: 4, 8 or 16),
-// and whether a warp loads its next batch before computing the current one (two batches of registers). Staged
-// (w4_stage_kernel.cuh): `batch` is the steps (groups of CPS chunks) a warp has in flight in shared memory.
-// CWB_W4_STREAM_CONFIG (0..kStreamConfigs - 1) or wxa16SetStreamConfig picks one.
+// Shapes: chunks per batch (B, a multiple of 2), the most warps a block may have (Wmax: 4, 8 or 16), whether a warp
+// loads its next batch before computing the current one (two batches of registers), and whether each chunk of a
+// step sums into its own registers (shorter dependent mma chains). CWB_W4_STREAM_CONFIG (0..kStreamConfigs - 1) or
+// wxa16SetStreamConfig picks one. (A variant that staged up to 16 chunks per warp in shared memory through cp.async
+// measured 1.1-1.6x slower than these on the H200 and was removed: docs/performance.md, "W4A16: the stream kernel".)
 struct StreamConfig {
     int batch, maxWarps;
-    bool overlap, staged;
+    bool overlap, split;
 };
 constexpr int kStreamConfigs = 6;
-constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {{2, 16, true, false},  {2, 16, false, false},
+constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {{2, 16, false, true}, {2, 16, false, false},
                                                              {4, 16, false, false}, {4, 8, false, false},
-                                                             {8, 16, false, true},  {4, 16, false, true}};
+                                                             {2, 16, true, false},  {4, 16, false, true}};
 int streamConfigIndex();  // wxa16_gemm.cu
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
 
 // Warps per block and chunks per warp for a weight of `chunks` chunks; the warp count is the smallest of 4, 8, 16
-// that gives every warp at most one batch (staged: one round of steps), capped by the configuration.
+// that gives every warp at most one batch, capped by the configuration.
 struct StreamSplit {
     int warps, chunksPerWarp;
 };
 inline StreamSplit streamSplit(int chunks, int cps) {
     const StreamConfig& c = streamConfig();
-    const int perBatch = c.staged ? c.batch * cps : c.batch;
-    const int wanted = (chunks + perBatch - 1) / perBatch;
+    const int wanted = (chunks + c.batch - 1) / c.batch;
     int warps = wanted <= 4 ? 4 : wanted <= 8 ? 8 : 16;
     warps = warps < c.maxWarps ? warps : c.maxWarps;
     int per = (chunks + warps - 1) / warps;
@@ -53,7 +53,7 @@ constexpr int streamMinBlocks() {
 
 // Grid: one block per row tile; p.chunksPerSplit = chunks per warp; p.splitK = 1. OVERLAP: the loads of batch i + 1
 // are issued before batch i is computed.
-template <typename T, int NT, int W, int B, int CPS, bool OVERLAP>
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT>
 __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1)>()) w4StreamKernel(const Wxa16Params p) {
     constexpr int S = B / CPS;  // steps per batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
 #pragma unroll
         for (int i = 0; i < S; ++i)
             if (c + ahead + i * CPS < cEnd)
-                computeSmallStep<T, NT, 1, CPS>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
+                computeSmallStep<T, NT, 1, CPS, SPLIT>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
                                                 c + ahead + i * CPS, cEnd, g, acc);
     };
     if constexpr (OVERLAP) {

@@ -87,11 +87,9 @@ void wxa16SetStreamConfig(int index) {
 std::string wxa16StreamConfigName(int index) {
     if (index < 0 || index >= detail::kStreamConfigs) return "?";
     const detail::StreamConfig& c = detail::kStreamConfigTable[index];
-    if (c.staged)
-        return "staged in shared memory, " + std::to_string(c.batch) + " steps per warp in flight, up to " +
-               std::to_string(c.maxWarps) + " warps per row tile";
     return std::to_string(c.batch) + " chunks per batch" + (c.overlap ? " (next batch loaded during this one)" : "") +
-           ", up to " + std::to_string(c.maxWarps) + " warps per row tile";
+           (c.split ? ", one accumulator per chunk" : "") + ", up to " + std::to_string(c.maxWarps) +
+           " warps per row tile";
 }
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call

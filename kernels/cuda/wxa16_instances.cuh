@@ -2,7 +2,6 @@
 // Instantiates the launchers for one activation type; included by wxa16_gemm_f16.cu and wxa16_gemm_bf16.cu so the
 // two types compile in parallel.
 #include "w4_small_m_kernel.cuh"
-#include "w4_stage_kernel.cuh"
 #include "w4_stream_kernel.cuh"
 #include "w4_tma_kernel.cuh"
 #include "wxa16_kernel.cuh"
@@ -151,72 +150,38 @@ int w4TmaBlocksPerSm(int m, int groupShift) {
                   : launchTmaTokens<T, 2>(nullptr, groupShift, nullptr);
 }
 
-template <typename T, int NT, int B, int CPS, bool OVERLAP>
+template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT>
 void launchStreamWarps(const Wxa16Params& p, int warps, cudaStream_t stream) {
     const dim3 grid(unsigned(p.tiles));
     if (warps <= 4)
-        w4StreamKernel<T, NT, 4, B, CPS, OVERLAP><<<grid, 4 * 32, 0, stream>>>(p);
+        w4StreamKernel<T, NT, 4, B, CPS, OVERLAP, SPLIT><<<grid, 4 * 32, 0, stream>>>(p);
     else if (warps <= 8)
-        w4StreamKernel<T, NT, 8, B, CPS, OVERLAP><<<grid, 8 * 32, 0, stream>>>(p);
+        w4StreamKernel<T, NT, 8, B, CPS, OVERLAP, SPLIT><<<grid, 8 * 32, 0, stream>>>(p);
     else
-        w4StreamKernel<T, NT, 16, B, CPS, OVERLAP><<<grid, 16 * 32, 0, stream>>>(p);
+        w4StreamKernel<T, NT, 16, B, CPS, OVERLAP, SPLIT><<<grid, 16 * 32, 0, stream>>>(p);
 }
 
-template <typename T, int NT, int B, bool OVERLAP>
+template <typename T, int NT, int B, bool OVERLAP, bool SPLIT>
 void launchStreamPairs(const Wxa16Params& p, int warps, cudaStream_t stream) {
     if (p.groupShift >= 1)
-        launchStreamWarps<T, NT, B, 2, OVERLAP>(p, warps, stream);
+        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT>(p, warps, stream);
     else
-        launchStreamWarps<T, NT, B, 1, OVERLAP>(p, warps, stream);
-}
-
-// The staged kernel of W warps: raises its dynamic shared-memory limit once, then launches with the shared memory
-// the warps' steps need (fewer than S when a warp has fewer).
-template <typename T, int NT, int W, int S, int CPS>
-void launchStageShape(const Wxa16Params& p, cudaStream_t stream) {
-    const auto kernel = w4StageKernel<T, NT, W, S, CPS>;
-    static const bool raised = [kernel] {
-        const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   int(stageSharedBytes(W, S, CPS)));
-        if (e != cudaSuccess) cudaGetLastError();
-        return e == cudaSuccess;
-    }();
-    (void)raised;  // on failure the launch itself reports the error
-    const int steps = (p.chunksPerSplit + CPS - 1) / CPS;
-    kernel<<<dim3(unsigned(p.tiles)), W * 32, stageSharedBytes(W, steps < S ? steps : S, CPS), stream>>>(p);
-}
-
-template <typename T, int NT, int S, int CPS>
-void launchStageWarps(const Wxa16Params& p, int warps, cudaStream_t stream) {
-    if (warps <= 4)
-        launchStageShape<T, NT, 4, S, CPS>(p, stream);
-    else if (warps <= 8)
-        launchStageShape<T, NT, 8, S, CPS>(p, stream);
-    else
-        launchStageShape<T, NT, 16, S, CPS>(p, stream);
-}
-
-template <typename T, int NT, int S>
-void launchStagePairs(const Wxa16Params& p, int warps, cudaStream_t stream) {
-    if (p.groupShift >= 1)
-        launchStageWarps<T, NT, S, 2>(p, warps, stream);
-    else
-        launchStageWarps<T, NT, S, 1>(p, warps, stream);
+        launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT>(p, warps, stream);
 }
 
 template <typename T, int NT>
 void launchStreamTokens(const Wxa16Params& p, int warps, cudaStream_t stream) {
     const StreamConfig& c = streamConfig();
-    if (c.staged && c.batch == 8)
-        launchStagePairs<T, NT, 8>(p, warps, stream);
-    else if (c.staged)
-        launchStagePairs<T, NT, 4>(p, warps, stream);
-    else if (c.batch == 2 && c.overlap)
-        launchStreamPairs<T, NT, 2, true>(p, warps, stream);
+    if (c.batch == 2 && c.overlap)
+        launchStreamPairs<T, NT, 2, true, false>(p, warps, stream);
+    else if (c.batch == 2 && c.split)
+        launchStreamPairs<T, NT, 2, false, true>(p, warps, stream);
     else if (c.batch == 2)
-        launchStreamPairs<T, NT, 2, false>(p, warps, stream);
+        launchStreamPairs<T, NT, 2, false, false>(p, warps, stream);
+    else if (c.split)
+        launchStreamPairs<T, NT, 4, false, true>(p, warps, stream);
     else
-        launchStreamPairs<T, NT, 4, false>(p, warps, stream);
+        launchStreamPairs<T, NT, 4, false, false>(p, warps, stream);
 }
 
 template <typename T>
