@@ -60,15 +60,18 @@ struct Transformer::Block {
         if (sparse.count(layer) && sparse.at(layer)->applies(x)) return false;
         return denseGemvApplies(x, tensors.at(layer + ".weight"), denseGemvRows);
     }
-    // A dense layer whose GEMV can normalise x itself (x the raw residual stream, see rmsNormLinear).
-    bool rmsNormGemvFor(const std::string& layer, const at::Tensor& x) const {
-        return denseGemvFor(layer, x) && denseGemvRmsNormApplies(x, tensors.at(layer + ".weight"), denseGemvRows);
-    }
-    // linear(RMSNorm(x)) in one kernel; call where rmsNormGemvFor(layer, x).
+    // linear(RMSNorm(x)) in one kernel, x the raw residual stream; call where denseGemvFor(layer, x).
     at::Tensor rmsNormLinear(const std::string& layer, const at::Tensor& x, const at::Tensor& normWeight, double eps) const {
         auto bias = tensors.find(layer + ".bias");
         return denseGemvRmsNormLinear(x, normWeight, eps, tensors.at(layer + ".weight"),
                                       bias == tensors.end() ? at::Tensor() : bias->second);
+    }
+    // silu(gate) * up of a fused [gate; up] layer in one kernel, x normalised first with normWeight (undefined: x is
+    // already normalised); call where denseGemvFor(layer, x).
+    at::Tensor swiGluLinear(const std::string& layer, const at::Tensor& x, const at::Tensor& normWeight, double eps) const {
+        auto bias = tensors.find(layer + ".bias");
+        return denseGemvSwiGluLinear(x, normWeight, eps, tensors.at(layer + ".weight"),
+                                     bias == tensors.end() ? at::Tensor() : bias->second);
     }
     // A dense layer without bias, whose product with the residual added is one addmm.
     bool plainDense(const std::string& layer) const {
@@ -580,6 +583,10 @@ bool Transformer::foldNormsIntoGemv() const {
     return mOptions.fusedNormGemv && mOptions.denseGemv && !mOptions.parameters && fusedDecodeActive();
 }
 
+bool Transformer::swiGluIntoGemv() const {
+    return mOptions.fusedSwiGluGemv && mOptions.denseGemv && !mOptions.parameters && fusedDecodeActive();
+}
+
 bool Transformer::fusedDecodeActive() const {
     return mOptions.fusedDecode && fusedDecodeAvailable(mOptions.device, mOptions.dtype);
 }
@@ -588,7 +595,7 @@ at::Tensor Transformer::fixedShapeStep(const at::Tensor& tokens, const at::Tenso
     at::Tensor x = at::embedding(mGlobals->embedding, tokens);   // [batch, 1, hidden]
     if (fusedDecodeActive()) {   // the kernels read the RoPE table and the position themselves
         for (int64_t l = 0; l < mModel.spec.layers; ++l) x = fixedShapeBlock(l, x, at::Tensor(), at::Tensor(), position, cache);
-        if (foldNormsIntoGemv() && denseGemvRmsNormApplies(x, mGlobals->head, kDenseGemvRuntimeRows))
+        if (foldNormsIntoGemv() && denseGemvApplies(x, mGlobals->head, kDenseGemvRuntimeRows))
             return denseGemvRmsNormLinear(x, mGlobals->finalNormWeight, mModel.spec.normEps, mGlobals->head, at::Tensor())
                 .to(at::kFloat);
         return headLinear(fusedRmsNorm(x, mGlobals->finalNormWeight, mModel.spec.normEps)).to(at::kFloat);
@@ -610,7 +617,7 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     const int64_t B = x.size(0), heads = s.headsAt(layer), kvHeads = s.kvHeadsAt(layer), hd = s.headDim;
     const bool fused = fusedDecodeActive();   // then rope and mask are undefined: the kernels need neither
     const bool foldNorms = foldNormsIntoGemv();   // RMSNorm inside the GEMV of dense q/k/v and gate/up
-    const bool foldInputNorm = foldNorms && b.rmsNormGemvFor("self_attn.qkv_proj", x);
+    const bool foldInputNorm = foldNorms && b.denseGemvFor("self_attn.qkv_proj", x);
     at::Tensor h;   // the normalised input of q/k/v, then of gate/up, where no GEMV normalises it itself
     if (!foldInputNorm)
         h = fused ? fusedRmsNorm(x, b["input_layernorm.weight"], s.normEps) : rmsNorm(x, b["input_layernorm.weight"], s.normEps);
@@ -632,7 +639,7 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
         at::Tensor attn = fusedDecodeAttention(qk.narrow(-1, 0, heads * hd), qk.narrow(-1, heads * hd, kvHeads * hd), v,
                                                mRopeTable, s.ropeStyle, position, keys, values, heads);
         // gate/up's GEMV qualifies by x's shape and type, which `out` shares.
-        foldPostNorm = foldNorms && b.rmsNormGemvFor("mlp.gate_up_proj", x);
+        foldPostNorm = foldNorms && b.denseGemvFor("mlp.gate_up_proj", x);
         if (foldPostNorm) {   // x + o_proj(attn), rounded once, as fusedAddRmsNorm's sum
             out = b.linearPlus("self_attn.o_proj", attn, x);
         } else if (b.plainDense("self_attn.o_proj")) {
@@ -661,7 +668,10 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
         return fused ? fusedSiluMul(gate, up) : at::silu(gate).mul_(up);
     };
     at::Tensor act;
-    if (foldPostNorm || b.hasLinear("mlp.gate_up_proj")) {
+    if (swiGluIntoGemv() && b.denseGemvFor("mlp.gate_up_proj", x)) {   // gate/up, SiLU and * in one kernel
+        act = foldPostNorm ? b.swiGluLinear("mlp.gate_up_proj", out, b["post_attention_layernorm.weight"], s.normEps)
+                           : b.swiGluLinear("mlp.gate_up_proj", h, at::Tensor(), 0.0);
+    } else if (foldPostNorm || b.hasLinear("mlp.gate_up_proj")) {
         at::Tensor gateUp = foldPostNorm ? b.rmsNormLinear("mlp.gate_up_proj", out, b["post_attention_layernorm.weight"], s.normEps)
                                          : b.linear("mlp.gate_up_proj", h);
         const int64_t ffn = gateUp.size(-1) / 2;
