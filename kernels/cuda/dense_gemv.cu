@@ -3,7 +3,7 @@
 // reduction, and the bias and residual added before the one rounding. The RMSNorm (denseGemvRmsNorm) rides along:
 // each warp reads all of x anyway, so it also sums x² and multiplies x by the norm weight as it goes, and scales its
 // sum at the end; no block stages anything before its weight loads. The SwiGLU form (denseGemvSwiGlu) streams the
-// gate row and then the up row in the same warp and writes silu(g) u.
+// gate row and the up row side by side in the same warp and writes silu(g) u.
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +12,7 @@
 
 #include "cuda_check.h"
 #include "cwb/kernels/dense_gemv.h"
+#include "cwb/kernels/dependent_launch.h"
 #include "decode_common.cuh"
 #include "dependent_launch.cuh"
 
@@ -45,17 +46,21 @@ __device__ __forceinline__ float2 pairToFloat(uint32_t bits, const __nv_bfloat16
     return __bfloat1622float2(h);
 }
 
-// acc[m] += Σ over the 8 elements of one 16-byte chunk `c` of the weight row and of row m of x, x read through the
-// read-only cache. With kNorm each element of x is first multiplied by the norm weight (gamma, fp32) and, with
-// kSquares, its square added to squares[m]: the RMSNorm's scale is applied to the whole sum at the end.
-template <typename T, int M, bool kNorm, bool kSquares>
-__device__ __forceinline__ void accumulateChunk(float (&acc)[M], float (&squares)[M], const uint4& w,
+// acc[r][m] += Σ over the 8 elements of one 16-byte chunk `c` of weight row r (w[r]) and of row m of x, x read
+// through the read-only cache once for all kRows weight rows. With kNorm each element of x is first multiplied by the
+// norm weight (gamma, fp32) and its square added to squares[m]: the RMSNorm's scale is applied to the whole sum at
+// the end.
+template <typename T, int M, int kRows, bool kNorm>
+__device__ __forceinline__ void accumulateChunk(float (&acc)[kRows][M], float (&squares)[M], const uint4 (&w)[kRows],
                                                 const T* __restrict__ x, int64_t xStride,
                                                 const float* __restrict__ gamma, int64_t c) {
-    const uint32_t wBits[4] = {w.x, w.y, w.z, w.w};
-    float2 wf[4];
+    float2 wf[kRows][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) wf[i] = pairToFloat(wBits[i], x);
+    for (int r = 0; r < kRows; ++r) {
+        const uint32_t wBits[4] = {w[r].x, w[r].y, w[r].z, w[r].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wf[r][i] = pairToFloat(wBits[i], x);
+    }
     const float2* g = reinterpret_cast<const float2*>(gamma) + 4 * c;   // kNorm: 4 pairs of the norm weight
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -64,63 +69,75 @@ __device__ __forceinline__ void accumulateChunk(float (&acc)[M], float (&squares
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             float2 xf = pairToFloat(xBits[i], x);
-            if constexpr (kSquares) {
+            if constexpr (kNorm) {   // the norm weight loaded where used, so that few registers hold it
                 squares[m] = fmaf(xf.x, xf.x, squares[m]);
                 squares[m] = fmaf(xf.y, xf.y, squares[m]);
-            }
-            if constexpr (kNorm) {   // loaded where used, so that few registers hold it
                 const float2 gp = __ldg(g + i);
                 xf.x *= gp.x;
                 xf.y *= gp.y;
             }
-            acc[m] = fmaf(wf[i].x, xf.x, acc[m]);
-            acc[m] = fmaf(wf[i].y, xf.y, acc[m]);
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                acc[r][m] = fmaf(wf[r][i].x, xf.x, acc[r][m]);
+                acc[r][m] = fmaf(wf[r][i].y, xf.y, acc[r][m]);
+            }
         }
     }
 }
 
-// acc[m] = Σ_k W[n, k] x[m, k] (x[m, k] gamma[k] with kNorm; squares[m] = Σ_k x[m, k]² with kSquares): one weight
-// row, streamed by one warp (this thread is lane `lane`); every lane holds its partial sums.
-template <typename T, int M, bool kVector, bool kNorm, bool kSquares>
-__device__ __forceinline__ void rowProduct(float (&acc)[M], float (&squares)[M], const T* __restrict__ weight,
-                                           const T* __restrict__ x, int64_t xStride, const float* __restrict__ gamma,
-                                           int64_t n, int64_t inputs, int lane) {
+// acc[r][m] = Σ_k W[rows[r], k] x[m, k] (x[m, k] gamma[k] with kNorm, and then squares[m] = Σ_k x[m, k]²): kRows
+// weight rows streamed side by side by one warp (this thread is lane `lane`), kUnroll 16-byte loads in flight per
+// lane in all; every lane holds its partial sums.
+template <typename T, int M, int kRows, bool kVector, bool kNorm>
+__device__ __forceinline__ void rowsProduct(float (&acc)[kRows][M], float (&squares)[M], const T* __restrict__ weight,
+                                            const T* __restrict__ x, int64_t xStride, const float* __restrict__ gamma,
+                                            const int64_t (&rows)[kRows], int64_t inputs, int lane) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-        acc[m] = 0.0f;
-        if constexpr (kSquares) squares[m] = 0.0f;
+        squares[m] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[r][m] = 0.0f;
     }
     if constexpr (kVector) {
-        const uint4* row = reinterpret_cast<const uint4*>(weight + n * inputs);
+        constexpr int kChunks = kUnroll / kRows;   // chunks of each row per lane per batch
+        const uint4* row[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) row[r] = reinterpret_cast<const uint4*>(weight + rows[r] * inputs);
         const int64_t chunks = inputs / 8;
         int64_t c = lane;
-        for (; c + 32 * (kUnroll - 1) < chunks; c += 32 * kUnroll) {   // every lane's kUnroll chunks exist
-            uint4 w[kUnroll];
+        for (; c + 32 * (kChunks - 1) < chunks; c += 32 * kChunks) {   // every lane's kChunks chunks exist
+            uint4 w[kChunks][kRows];
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) w[u] = streamLoad(row + c + 32 * u);
+            for (int u = 0; u < kChunks; ++u)
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
-                accumulateChunk<T, M, kNorm, kSquares>(acc, squares, w[u], x, xStride, gamma, c + 32 * u);
+                for (int r = 0; r < kRows; ++r) w[u][r] = streamLoad(row[r] + c + 32 * u);
+#pragma unroll
+            for (int u = 0; u < kChunks; ++u)
+                accumulateChunk<T, M, kRows, kNorm>(acc, squares, w[u], x, xStride, gamma, c + 32 * u);
         }
         if (c < chunks) {   // the tail, still loaded all at once
-            uint4 w[kUnroll];
+            uint4 w[kChunks][kRows];
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
-                if (c + 32 * u < chunks) w[u] = streamLoad(row + c + 32 * u);
+            for (int u = 0; u < kChunks; ++u)
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
-                if (c + 32 * u < chunks) accumulateChunk<T, M, kNorm, kSquares>(acc, squares, w[u], x, xStride, gamma, c + 32 * u);
+                for (int r = 0; r < kRows; ++r)
+                    if (c + 32 * u < chunks) w[u][r] = streamLoad(row[r] + c + 32 * u);
+#pragma unroll
+            for (int u = 0; u < kChunks; ++u)
+                if (c + 32 * u < chunks) accumulateChunk<T, M, kRows, kNorm>(acc, squares, w[u], x, xStride, gamma, c + 32 * u);
         }
     } else {
-        const T* row = weight + n * inputs;
         for (int64_t k = lane; k < inputs; k += 32) {
-            const float w = toFloat(row[k]);
+            float w[kRows];
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) w[r] = toFloat(weight[rows[r] * inputs + k]);
             const float g = kNorm ? gamma[k] : 1.0f;
 #pragma unroll
             for (int m = 0; m < M; ++m) {
                 const float v = toFloat(x[m * xStride + k]);
-                if constexpr (kSquares) squares[m] = fmaf(v, v, squares[m]);
-                acc[m] = fmaf(w, kNorm ? v * g : v, acc[m]);
+                if constexpr (kNorm) squares[m] = fmaf(v, v, squares[m]);
+#pragma unroll
+                for (int r = 0; r < kRows; ++r) acc[r][m] = fmaf(w[r], kNorm ? v * g : v, acc[r][m]);
             }
         }
     }
@@ -143,45 +160,64 @@ __device__ __forceinline__ void reduceRow(float (&acc)[M], const float (&squares
 template <int M>
 constexpr int minBlocksPerSm() { return M == 1 ? 4 : 1; }
 
+// With programmatic dependent launch the blocks of this kernel may be resident while the kernel before it still
+// runs, waiting in waitForPredecessor. The weights are never written by a decode step, so each warp may ask L2 for
+// the start of its row before that wait (one 128-byte line per lane, the first kUnroll chunks of every lane): the
+// first loads after it then wait on L2 rather than on memory.
+template <typename T>
+__device__ __forceinline__ void prefetchRowStart(const T* weight, int64_t n, int64_t inputs, int lane) {
+    const int64_t offset = int64_t(lane) * 128, bytes = inputs * int64_t(sizeof(T));
+    if (offset < bytes && offset < 32 * kUnroll * 16)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(weight + n * inputs) + offset));
+}
+
 // What the kernel needs besides its pointers.
 struct GemvArgs {
     const float* gamma = nullptr;   // the RMSNorm weight, fp32 [K] (kNorm)
     float eps = 0.0f;
     const float* bias = nullptr;    // fp32 [N] ([2N] with kSwiGlu), may be null
     int64_t outputs = 0, inputs = 0, xStride = 0, yStride = 0, residualStride = 0;
+    bool prefetch = false;          // prefetchRowStart before waiting (when launched with PDL)
 };
 
 // One output row per warp, the grid covering them: y[m, n] = x W[n]ᵀ (x normalised with kNorm) + bias + residual,
-// rounded once. With kSwiGlu, g and u are rows n and n + N of W (the fused [gate; up] weight), one after the other
-// by the same warp, and y[m, n] = silu(g) u. The weight loads start at once: nothing is staged before them.
+// rounded once. With kSwiGlu, g and u are rows n and n + N of W (the fused [gate; up] weight), streamed side by side
+// by the same warp (each chunk of x read once for both), and y[m, n] = silu(g) u. The weight loads start at once:
+// nothing is staged before them.
 template <typename T, int M, bool kVector, bool kNorm, bool kSwiGlu>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, minBlocksPerSm<M>())
     denseGemvKernel(const T* __restrict__ x, const T* __restrict__ weight, const T* residual, T* y, GemvArgs a) {
-    waitForPredecessor();
     const int lane = threadIdx.x % 32;
     const int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    if (a.prefetch && n < a.outputs) {
+        prefetchRowStart(weight, n, a.inputs, lane);
+        if (kSwiGlu) prefetchRowStart(weight, n + a.outputs, a.inputs, lane);
+    }
+    waitForPredecessor();
     if (n >= a.outputs) return;
-    float acc[M], squares[M];
-    rowProduct<T, M, kVector, kNorm, kNorm>(acc, squares, weight, x, a.xStride, a.gamma, n, a.inputs, lane);
+    constexpr int kRows = kSwiGlu ? 2 : 1;   // SwiGLU: the gate row and the up row, side by side
+    int64_t rows[kRows];
+    rows[0] = n;
+    if constexpr (kSwiGlu) rows[kRows - 1] = n + a.outputs;
+    float acc[kRows][M], squares[M];
+    rowsProduct<T, M, kRows, kVector, kNorm>(acc, squares, weight, x, a.xStride, a.gamma, rows, a.inputs, lane);
     if constexpr (kSwiGlu) {
-        float up[M];   // the same x: its squares are summed already
-        rowProduct<T, M, kVector, kNorm, false>(up, squares, weight, x, a.xStride, a.gamma, n + a.outputs, a.inputs, lane);
-        reduceRow<M, kNorm>(acc, squares, a.eps, a.inputs);
-        reduceRow<M, kNorm>(up, squares, a.eps, a.inputs);
+        reduceRow<M, kNorm>(acc[0], squares, a.eps, a.inputs);
+        reduceRow<M, kNorm>(acc[kRows - 1], squares, a.eps, a.inputs);
         if (lane != 0) return;
         const float gateBias = a.bias ? a.bias[n] : 0.0f, upBias = a.bias ? a.bias[n + a.outputs] : 0.0f;
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-            const float g = acc[m] + gateBias;   // siluMulKernel's expression, on g and u not rounded
-            y[m * a.yStride + n] = fromFloat<T>(g / (1.0f + __expf(-g)) * (up[m] + upBias));
+            const float g = acc[0][m] + gateBias;   // siluMulKernel's expression, on g and u not rounded
+            y[m * a.yStride + n] = fromFloat<T>(g / (1.0f + __expf(-g)) * (acc[kRows - 1][m] + upBias));
         }
     } else {
-        reduceRow<M, kNorm>(acc, squares, a.eps, a.inputs);
+        reduceRow<M, kNorm>(acc[0], squares, a.eps, a.inputs);
         if (lane != 0) return;
         const float b = a.bias ? a.bias[n] : 0.0f;
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-            float v = acc[m] + b;
+            float v = acc[0][m] + b;
             if (residual) v += toFloat(residual[m * a.residualStride + n]);
             y[m * a.yStride + n] = fromFloat<T>(v);
         }
@@ -250,6 +286,7 @@ void prepare(const void* x, const GemvRmsNorm* norm, const void* weight, const f
     a.yStride = s.yStride;
     a.residualStride = s.residualStride;
     l.vector = s.inputs % 8 == 0 && aligned16(x) && aligned16(weight) && (s.rows == 1 || s.xStride % 8 == 0);
+    a.prefetch = programmaticDependentLaunch();
     if (norm) {
         a.gamma = norm->weight;
         a.eps = norm->eps;
