@@ -144,7 +144,8 @@ int main() {
         auto* residual = deviceZeros<uint16_t>(hidden);
         auto* sum = deviceZeros<uint16_t>(hidden);
         auto* y = deviceZeros<uint16_t>(2 * ffn);
-        auto* weight = deviceZeros<float>(hidden);
+        auto* weight = deviceZeros<float>(hidden);                    // rmsNorm's weight (fp32)
+        auto* foldedNormWeight = deviceZeros<uint16_t>(hidden);       // the GEMV's (activation type)
         auto* qkv = deviceZeros<uint16_t>(3 * hidden);
         auto* qOut = deviceZeros<uint16_t>(hidden);
         auto* keys = deviceZeros<uint16_t>(size_t(heads * maxCapacity * hd));
@@ -240,7 +241,7 @@ int main() {
                 if (m != 1 || !l.normed) continue;
                 // The norm's input is the raw residual stream gr; separately it writes y, which the GEMV then reads.
                 GemvRmsNorm norm;
-                norm.weight = weight;
+                norm.weight = foldedNormWeight;
                 const bool gateUpShape = l.outputs == 2 * ffn;
                 DenseGemvShape half = g;   // the SwiGLU forms write ffn outputs from the 2 ffn rows
                 half.outputs = half.yStride = ffn;
@@ -326,7 +327,7 @@ int main() {
             const DenseGemvShape g = gemvShape(hidden, outputs);
             if (fold) {
                 GemvRmsNorm norm;
-                norm.weight = weight;
+                norm.weight = foldedNormWeight;
                 denseGemvRmsNorm(stream_x, norm, weightOf(hidden * outputs), nullptr, nullptr, result, g, t, stream);
             } else {
                 rmsNorm(stream_x, nullptr, nullptr, weight, x, 1, hidden, 1e-5f, t, stream);
@@ -345,7 +346,7 @@ int main() {
                 denseGemv(out, weightOf(hidden * hidden), nullptr, stream_x, stream_x, gemvShape(hidden, hidden), t, stream);
                 if (folding == Folding::NormsAndSwiGlu) {
                     GemvRmsNorm norm;
-                    norm.weight = weight;
+                    norm.weight = foldedNormWeight;
                     DenseGemvShape g = gemvShape(hidden, ffn);
                     denseGemvSwiGlu(stream_x, &norm, weightOf(2 * ffn * hidden), nullptr, out, g, t, stream);
                 } else {

@@ -92,9 +92,10 @@ at::Tensor denseGemvLinear(const at::Tensor& x, const at::Tensor& weight, const 
 
 namespace {
 
-// The norm's weight as the kernel reads it (fp32 [K] on x's device); `what` names the caller in errors.
+// The norm's weight as the kernel reads it ([K] in x's type on x's device; a copy when it is not, so callers keep
+// one); `what` names the caller in errors.
 at::Tensor normWeightFor(const at::Tensor& x, const at::Tensor& normWeight, const char* what) {
-    at::Tensor w = normWeight.to(x.device(), at::kFloat).contiguous();
+    at::Tensor w = normWeight.to(x.device(), x.scalar_type()).contiguous();
     if (w.numel() != x.size(-1))
         throw Error(std::string(what) + ": the norm weight has " + std::to_string(w.numel()) + " elements for rows of " +
                     std::to_string(x.size(-1)));
@@ -110,7 +111,7 @@ at::Tensor denseGemvRmsNormLinear(const at::Tensor& x, const at::Tensor& normWei
                     "weight, at most " + std::to_string(kernels::kDenseGemvMaxRows) + " rows)");
     const at::Tensor w = normWeightFor(x, normWeight, "dense GEMV with RMSNorm");
     kernels::GemvRmsNorm norm;
-    norm.weight = w.data_ptr<float>();
+    norm.weight = w.data_ptr();
     norm.eps = float(eps);
     return gemv(x, &norm, false, weight, bias, at::Tensor());
 }
@@ -124,7 +125,7 @@ at::Tensor denseGemvSwiGluLinear(const at::Tensor& x, const at::Tensor& normWeig
     kernels::GemvRmsNorm norm;
     if (normWeight.defined()) {
         w = normWeightFor(x, normWeight, "dense GEMV with SwiGLU");
-        norm.weight = w.data_ptr<float>();
+        norm.weight = w.data_ptr();
         norm.eps = float(eps);
     }
     return gemv(x, normWeight.defined() ? &norm : nullptr, true, gateUpWeight, bias, at::Tensor());

@@ -12,7 +12,6 @@
 
 #include "cuda_check.h"
 #include "cwb/kernels/dense_gemv.h"
-#include "cwb/kernels/dependent_launch.h"
 #include "decode_common.cuh"
 #include "dependent_launch.cuh"
 
@@ -48,12 +47,12 @@ __device__ __forceinline__ float2 pairToFloat(uint32_t bits, const __nv_bfloat16
 
 // acc[r][m] += Σ over the 8 elements of one 16-byte chunk `c` of weight row r (w[r]) and of row m of x, x read
 // through the read-only cache once for all kRows weight rows. With kNorm each element of x is first multiplied by the
-// norm weight (gamma, fp32) and its square added to squares[m]: the RMSNorm's scale is applied to the whole sum at
-// the end.
+// norm weight (gamma, in the activation type: one coalesced 16-byte load per chunk, as for x) and its square added
+// to squares[m]: the RMSNorm's scale is applied to the whole sum at the end.
 template <typename T, int M, int kRows, bool kNorm>
 __device__ __forceinline__ void accumulateChunk(float (&acc)[kRows][M], float (&squares)[M], const uint4 (&w)[kRows],
                                                 const T* __restrict__ x, int64_t xStride,
-                                                const float* __restrict__ gamma, int64_t c) {
+                                                const T* __restrict__ gamma, int64_t c) {
     float2 wf[kRows][4];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -61,7 +60,11 @@ __device__ __forceinline__ void accumulateChunk(float (&acc)[kRows][M], float (&
 #pragma unroll
         for (int i = 0; i < 4; ++i) wf[r][i] = pairToFloat(wBits[i], x);
     }
-    const float2* g = reinterpret_cast<const float2*>(gamma) + 4 * c;   // kNorm: 4 pairs of the norm weight
+    uint32_t gBits[4] = {0, 0, 0, 0};
+    if constexpr (kNorm) {
+        const uint4 gv = __ldg(reinterpret_cast<const uint4*>(gamma) + c);
+        gBits[0] = gv.x, gBits[1] = gv.y, gBits[2] = gv.z, gBits[3] = gv.w;
+    }
 #pragma unroll
     for (int m = 0; m < M; ++m) {
         const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + m * xStride) + c);
@@ -69,12 +72,12 @@ __device__ __forceinline__ void accumulateChunk(float (&acc)[kRows][M], float (&
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             float2 xf = pairToFloat(xBits[i], x);
-            if constexpr (kNorm) {   // the norm weight loaded where used, so that few registers hold it
+            if constexpr (kNorm) {
                 squares[m] = fmaf(xf.x, xf.x, squares[m]);
                 squares[m] = fmaf(xf.y, xf.y, squares[m]);
-                const float2 gp = __ldg(g + i);
-                xf.x *= gp.x;
-                xf.y *= gp.y;
+                const float2 gf = pairToFloat(gBits[i], x);
+                xf.x *= gf.x;
+                xf.y *= gf.y;
             }
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {
@@ -90,7 +93,7 @@ __device__ __forceinline__ void accumulateChunk(float (&acc)[kRows][M], float (&
 // lane in all; every lane holds its partial sums.
 template <typename T, int M, int kRows, bool kVector, bool kNorm>
 __device__ __forceinline__ void rowsProduct(float (&acc)[kRows][M], float (&squares)[M], const T* __restrict__ weight,
-                                            const T* __restrict__ x, int64_t xStride, const float* __restrict__ gamma,
+                                            const T* __restrict__ x, int64_t xStride, const T* __restrict__ gamma,
                                             const int64_t (&rows)[kRows], int64_t inputs, int lane) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -131,7 +134,7 @@ __device__ __forceinline__ void rowsProduct(float (&acc)[kRows][M], float (&squa
             float w[kRows];
 #pragma unroll
             for (int r = 0; r < kRows; ++r) w[r] = toFloat(weight[rows[r] * inputs + k]);
-            const float g = kNorm ? gamma[k] : 1.0f;
+            const float g = kNorm ? toFloat(gamma[k]) : 1.0f;
 #pragma unroll
             for (int m = 0; m < M; ++m) {
                 const float v = toFloat(x[m * xStride + k]);
@@ -160,24 +163,12 @@ __device__ __forceinline__ void reduceRow(float (&acc)[M], const float (&squares
 template <int M>
 constexpr int minBlocksPerSm() { return M == 1 ? 4 : 1; }
 
-// With programmatic dependent launch the blocks of this kernel may be resident while the kernel before it still
-// runs, waiting in waitForPredecessor. The weights are never written by a decode step, so each warp may ask L2 for
-// the start of its row before that wait (one 128-byte line per lane, the first kUnroll chunks of every lane): the
-// first loads after it then wait on L2 rather than on memory.
-template <typename T>
-__device__ __forceinline__ void prefetchRowStart(const T* weight, int64_t n, int64_t inputs, int lane) {
-    const int64_t offset = int64_t(lane) * 128, bytes = inputs * int64_t(sizeof(T));
-    if (offset < bytes && offset < 32 * kUnroll * 16)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(weight + n * inputs) + offset));
-}
-
 // What the kernel needs besides its pointers.
 struct GemvArgs {
-    const float* gamma = nullptr;   // the RMSNorm weight, fp32 [K] (kNorm)
+    const void* gamma = nullptr;    // the RMSNorm weight [K] in the activation type (kNorm)
     float eps = 0.0f;
     const float* bias = nullptr;    // fp32 [N] ([2N] with kSwiGlu), may be null
     int64_t outputs = 0, inputs = 0, xStride = 0, yStride = 0, residualStride = 0;
-    bool prefetch = false;          // prefetchRowStart before waiting (when launched with PDL)
 };
 
 // One output row per warp, the grid covering them: y[m, n] = x W[n]ᵀ (x normalised with kNorm) + bias + residual,
@@ -189,10 +180,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, minBlocksPerSm<M>())
     denseGemvKernel(const T* __restrict__ x, const T* __restrict__ weight, const T* residual, T* y, GemvArgs a) {
     const int lane = threadIdx.x % 32;
     const int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    if (a.prefetch && n < a.outputs) {
-        prefetchRowStart(weight, n, a.inputs, lane);
-        if (kSwiGlu) prefetchRowStart(weight, n + a.outputs, a.inputs, lane);
-    }
     waitForPredecessor();
     if (n >= a.outputs) return;
     constexpr int kRows = kSwiGlu ? 2 : 1;   // SwiGLU: the gate row and the up row, side by side
@@ -200,7 +187,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, minBlocksPerSm<M>())
     rows[0] = n;
     if constexpr (kSwiGlu) rows[kRows - 1] = n + a.outputs;
     float acc[kRows][M], squares[M];
-    rowsProduct<T, M, kRows, kVector, kNorm>(acc, squares, weight, x, a.xStride, a.gamma, rows, a.inputs, lane);
+    rowsProduct<T, M, kRows, kVector, kNorm>(acc, squares, weight, x, a.xStride, static_cast<const T*>(a.gamma), rows,
+                                             a.inputs, lane);
     if constexpr (kSwiGlu) {
         reduceRow<M, kNorm>(acc[0], squares, a.eps, a.inputs);
         reduceRow<M, kNorm>(acc[kRows - 1], squares, a.eps, a.inputs);
@@ -286,7 +274,6 @@ void prepare(const void* x, const GemvRmsNorm* norm, const void* weight, const f
     a.yStride = s.yStride;
     a.residualStride = s.residualStride;
     l.vector = s.inputs % 8 == 0 && aligned16(x) && aligned16(weight) && (s.rows == 1 || s.xStride % 8 == 0);
-    a.prefetch = programmaticDependentLaunch();
     if (norm) {
         a.gamma = norm->weight;
         a.eps = norm->eps;

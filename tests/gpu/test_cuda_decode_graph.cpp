@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <string>
+#include <tuple>
 
 #include "tests/gpu/gpu_check.h"
 #include "core/compress/compressed_layers.h"
@@ -295,13 +296,24 @@ void foldingCase(const std::string& caseName, const cwb::Model& model, at::Scala
           "both runtimes replayed the graph at every step" +
               (foldedCache->graphFailure().empty() ? std::string() : " (folded: " + foldedCache->graphFailure() + ")"));
     int64_t equal = 0;
-    check(sameGreedyIds(foldedIds, unfoldedIds, unfoldedLogits, equal),
-          "greedy ids with and without folding agree (" + std::to_string(equal) + " of " + std::to_string(kSteps) + " equal)");
+    const bool idsAgree = sameGreedyIds(foldedIds, unfoldedIds, unfoldedLogits, equal);
+    check(idsAgree, "greedy ids with and without folding agree (" + std::to_string(equal) + " of " +
+                        std::to_string(kSteps) + " equal)");
     if (equal == kSteps) {
         const double error = normalisedError(unfoldedLogits, foldedLogits);
         std::printf("  folded vs separate: normalised logit error %.3g%s\n", error,
                     at::equal(unfoldedLogits, foldedLogits) ? " (bit-identical)" : "");
         check(error <= tolerance, "decode logits with folding match those with separate kernels");
+    } else {   // which side left the CPU path: each along its own ids, and the step where it is furthest off
+        for (const auto& [side, ids, logits] : {std::tuple<const char*, const std::vector<int64_t>&, const at::Tensor&>{
+                                                    "folded", foldedIds, foldedLogits},
+                                                {"separate", unfoldedIds, unfoldedLogits}}) {
+            const at::Tensor cpu = cpuReference(model, prompt, ids);
+            const at::Tensor perStep = (logits - cpu).abs().amax(-1);
+            std::printf("  %s vs CPU along its own ids: normalised logit error %.3g, largest |difference| %.4g at step"
+                        " %lld\n", side, normalisedError(cpu, logits), perStep.max().item<double>(),
+                        (long long)perStep.argmax().item<int64_t>());
+        }
     }
     const double versusCpu = normalisedError(cpuReference(model, prompt, foldedIds), foldedLogits);
     std::printf("  folded vs CPU: normalised logit error %.3g\n", versusCpu);

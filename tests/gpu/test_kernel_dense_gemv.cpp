@@ -77,8 +77,8 @@ FoldedInputs foldedInputs(ActType t, const GemvCase& c, int64_t weightRows) {
     in.weight = roundedGaussian(size_t(weightRows * c.inputs), 22, t, 0.05f);
     in.residual = roundedGaussian(size_t(c.rows * c.outputs), 23, t, 1.0f);
     in.bias = gaussian(size_t(weightRows), 24, 0.5f);
-    in.normWeight = gaussian(size_t(c.inputs), 25, 0.2f);
-    for (float& v : in.normWeight) v += 1.0f;
+    in.normWeight = gaussian(size_t(c.inputs), 25, 0.2f);   // read in the activation type: rounded to it here
+    for (float& v : in.normWeight) v = actBitsToFloat(floatToActBits(v + 1.0f, t), t);
     return in;
 }
 
@@ -99,7 +99,8 @@ void testGemvRmsNorm(ActType t, const GemvCase& c, bool bias, bool residual) {
                         residual ? in.residual.data() : nullptr, ref.data(), s, t);
     uint16_t *dx = upload(in.x, t), *dw = upload(in.weight, t), *dr = upload(in.residual, t);
     uint16_t* dy = upload(std::vector<float>(yn, 0.0f), t);
-    float *db = toDevice(in.bias), *dg = toDevice(in.normWeight);
+    float* db = toDevice(in.bias);
+    uint16_t* dg = upload(in.normWeight, t);
     GemvRmsNorm norm;
     norm.weight = dg;
     norm.eps = eps;
@@ -125,7 +126,8 @@ void testGemvSwiGlu(ActType t, const GemvCase& c, bool withNorm, bool bias) {
     denseGemvSwiGluRef(in.x.data() + in.xOffset, withNorm ? in.normWeight.data() : nullptr, eps, in.weight.data(),
                        bias ? in.bias.data() : nullptr, ref.data(), s, t);
     uint16_t *dx = upload(in.x, t), *dw = upload(in.weight, t), *dy = upload(std::vector<float>(yn, 0.0f), t);
-    float *db = toDevice(in.bias), *dg = toDevice(in.normWeight);
+    float* db = toDevice(in.bias);
+    uint16_t* dg = upload(in.normWeight, t);
     GemvRmsNorm norm;
     norm.weight = dg;
     norm.eps = eps;
@@ -144,7 +146,7 @@ void testFoldedFormsRefuseOutputOverX() {
     DenseGemvShape s;
     s.outputs = s.inputs = s.xStride = s.yStride = 8;
     GemvRmsNorm norm;
-    norm.weight = reinterpret_cast<const float*>(16);
+    norm.weight = reinterpret_cast<const void*>(16);
     void* same = reinterpret_cast<void*>(16);
     bool normRefused = false, swiGluRefused = false;
     try {

@@ -30,10 +30,11 @@ void denseGemv(const void* x, const void* weight, const float* bias, const void*
 // RMSNorm folded into the product (decode: the norm before q/k/v, gate/up and the output head), so that it needs no
 // launch of its own: y[m, n] = r_m Σ_k W[n, k] (weight[k] x[m, k]) with r_m = 1 / sqrt(mean_k(x[m, k]²) + eps). Each
 // warp sums x² over the same elements of x it multiplies, so nothing is normalised ahead of the weight loads. The
-// normalised x is never rounded to the activation type (rmsNorm of decode_ops.h rounds it before the product), so
-// results differ from rmsNorm + denseGemv by that rounding.
+// norm weight is read in the activation type (coalesced like x; an fp32 one took 2-4 scattered loads per 8 elements
+// and made the kernel L1-bound), and the normalised x is never rounded (rmsNorm of decode_ops.h takes an fp32 weight
+// and rounds x before the product), so results differ from rmsNorm + denseGemv by those two roundings.
 struct GemvRmsNorm {
-    const float* weight = nullptr;   // fp32 [K]
+    const void* weight = nullptr;   // [K], in the activation type
     float eps = 1e-5f;
 };
 
@@ -58,7 +59,8 @@ int64_t denseGemvSwiGluLaunches();
 void denseGemvRef(const float* x, const float* weight, const float* bias, const float* residual, float* y,
                   const DenseGemvShape& shape, ActType type);
 
-// CPU reference of denseGemvRmsNorm: r Σ W (normWeight x) in double, bias and residual added, rounded once.
+// CPU reference of denseGemvRmsNorm (normWeight's values taken as rounded to `type`, like the others): r Σ W
+// (normWeight x) in double, bias and residual added, rounded once.
 void denseGemvRmsNormRef(const float* x, const float* normWeight, float eps, const float* weight, const float* bias,
                          const float* residual, float* y, const DenseGemvShape& shape, ActType type);
 
