@@ -4,11 +4,12 @@
 // capacities 192 (the bench's 128 + 64 tokens), 1024 and 4096; the dense linears through cuBLAS and through the dense
 // GEMV (dense_gemv.h) at M = 1, 4 and 8, each launch reading another copy of the weight so that none is served from
 // L2; at M = 1 the linears that follow an RMSNorm (q/k/v, gate/up, head) also as rmsNorm + GEMV (two launches)
-// against the GEMV with the norm folded in (denseGemvRmsNorm) at 1, 2 and 4 weight rows per warp and the default;
-// then the sum per token of the 32 blocks and the head, GEMVs against the rest, next to the weight-read floor; and
-// last, a whole decode step of these kernels (32 blocks + head, 230-300 launches) captured as one graph, with separate
-// or folded RMSNorms and with and without programmatic dependent launch: against the sum of its launches timed one by
-// one, the difference is what the gaps between dependent launches cost.
+// against the GEMV with the norm folded in (denseGemvRmsNorm), and gate/up as rmsNorm + GEMV + siluMul (three)
+// against rmsNorm + denseGemvSwiGlu and denseGemvSwiGlu with the norm (one); then the sum per token of the 32 blocks
+// and the head, GEMVs against the rest, next to the weight-read floor; and last, a whole decode step of these kernels
+// (32 blocks + head, 200-300 launches) captured as one graph, with separate norms and SiLU, the norms folded, and
+// both folded, with and without programmatic dependent launch: against the sum of its launches timed one by one, the
+// difference is what the gaps between dependent launches cost.
 // Needs a GPU; prints markdown tables.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -143,7 +144,8 @@ int main() {
         auto* residual = deviceZeros<uint16_t>(hidden);
         auto* sum = deviceZeros<uint16_t>(hidden);
         auto* y = deviceZeros<uint16_t>(2 * ffn);
-        auto* weight = deviceZeros<float>(hidden);
+        auto* weight = deviceZeros<float>(hidden);                    // rmsNorm's weight (fp32)
+        auto* foldedNormWeight = deviceZeros<uint16_t>(hidden);       // the GEMV's (activation type)
         auto* qkv = deviceZeros<uint16_t>(3 * hidden);
         auto* qOut = deviceZeros<uint16_t>(hidden);
         auto* keys = deviceZeros<uint16_t>(size_t(heads * maxCapacity * hd));
@@ -199,7 +201,9 @@ int main() {
         auto* gx = deviceZeros<uint16_t>(size_t(8 * ffn));
         auto* gy = deviceZeros<uint16_t>(size_t(8 * 32000));
         auto* gr = deviceZeros<uint16_t>(size_t(8 * 32000));
-        double gemvTokenUs = 0, cublasTokenUs = 0, foldedTokenUs = 0, weightBytes = 0;
+        // Per token at M = 1: every linear's GEMV; with the norms folded (the linears after a norm also count their
+        // siluMul there); with the norms and SiLU * up folded.
+        double gemvTokenUs = 0, cublasTokenUs = 0, foldedTokenUs = 0, allFoldedTokenUs = 0, weightBytes = 0;
         std::vector<std::string> foldedRows;   // the RMSNorm table, printed after the first
         std::printf("| linear (fp16) | M | cuBLAS µs | GB/s | %% of copy | GEMV µs | GB/s | %% of copy | GEMV speed-up |\n"
                     "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
@@ -232,37 +236,52 @@ int main() {
                 if (m == 1) {
                     gemvTokenUs += l.perToken * gemvUs;
                     cublasTokenUs += l.perToken * cublasUs;
-                    if (!l.normed) foldedTokenUs += l.perToken * gemvUs;
+                    if (!l.normed) foldedTokenUs += l.perToken * gemvUs, allFoldedTokenUs += l.perToken * gemvUs;
                 }
                 if (m != 1 || !l.normed) continue;
                 // The norm's input is the raw residual stream gr; separately it writes y, which the GEMV then reads.
+                GemvRmsNorm norm;
+                norm.weight = foldedNormWeight;
+                const bool gateUpShape = l.outputs == 2 * ffn;
+                DenseGemvShape half = g;   // the SwiGLU forms write ffn outputs from the 2 ffn rows
+                half.outputs = half.yStride = ffn;
                 const double separateUs = microsecondsPerLaunch(stream, [&] {
                     rmsNorm(gr, nullptr, nullptr, weight, gx, 1, l.inputs, 1e-5f, t, stream);
                     denseGemv(gx, weights.next(), nullptr, nullptr, gy, g, t, stream);
+                    if (gateUpShape) siluMul(gy, 2 * ffn, gy + ffn, 2 * ffn, out, 1, ffn, t, stream);
+                });
+                const double foldedUs = microsecondsPerLaunch(stream, [&] {
+                    denseGemvRmsNorm(gr, norm, weights.next(), nullptr, nullptr, gy, g, t, stream);
+                    if (gateUpShape) siluMul(gy, 2 * ffn, gy + ffn, 2 * ffn, out, 1, ffn, t, stream);
                 });
                 char line[512];
-                int used = std::snprintf(line, sizeof(line), "| %s | %.2f |", l.name, separateUs);
-                double foldedDefaultUs = 0;
-                for (int64_t rowsPerWarp : {int64_t(0), int64_t(1), int64_t(2), int64_t(4)}) {
-                    GemvRmsNorm norm;
-                    norm.weight = weight;
-                    norm.rowsPerWarp = rowsPerWarp;
-                    const double us = microsecondsPerLaunch(stream, [&] {
-                        denseGemvRmsNorm(gr, norm, weights.next(), nullptr, nullptr, gy, g, t, stream);
+                std::snprintf(line, sizeof(line), "| %s | %.2f | %.2f (%.2fx) |", l.name, separateUs, foldedUs,
+                              separateUs / foldedUs);
+                std::string text = line;
+                if (gateUpShape) {
+                    const double swiGluUs = microsecondsPerLaunch(stream, [&] {
+                        rmsNorm(gr, nullptr, nullptr, weight, gx, 1, l.inputs, 1e-5f, t, stream);
+                        denseGemvSwiGlu(gx, nullptr, weights.next(), nullptr, out, half, t, stream);
                     });
-                    if (rowsPerWarp == 0) foldedDefaultUs = us;
-                    used += std::snprintf(line + used, sizeof(line) - size_t(used), rowsPerWarp == 0 ? " %.2f (%lld) |" : " %.2f |",
-                                          us, (long long)denseGemvRmsNormRowsPerWarp(l.outputs, deviceMultiprocessors()));
+                    const double bothUs = microsecondsPerLaunch(stream, [&] {
+                        denseGemvSwiGlu(gr, &norm, weights.next(), nullptr, out, half, t, stream);
+                    });
+                    std::snprintf(line, sizeof(line), " %.2f (%.2fx) | %.2f (%.2fx) |", swiGluUs, separateUs / swiGluUs,
+                                  bothUs, separateUs / bothUs);
+                    text += line;
+                    allFoldedTokenUs += l.perToken * bothUs;
+                } else {
+                    text += " | |";
+                    allFoldedTokenUs += l.perToken * foldedUs;
                 }
-                std::snprintf(line + used, sizeof(line) - size_t(used), " %.2f | %.2fx |", separateUs - foldedDefaultUs,
-                              separateUs / foldedDefaultUs);
-                foldedRows.push_back(line);
-                foldedTokenUs += l.perToken * foldedDefaultUs;
+                foldedRows.push_back(text);
+                foldedTokenUs += l.perToken * foldedUs;
             }
         }
-        std::printf("\nRMSNorm folded into the GEMV at M = 1 (x read raw; µs per pair or launch in a CUDA graph):\n\n"
-                    "| linear (fp16) | rmsNorm + GEMV µs | with RMSNorm, default µs (rows/warp) | 1 row/warp | 2 | 4 |"
-                    " saved µs | speed-up |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        std::printf("\nRMSNorm (and SiLU * up) folded into the GEMV at M = 1 (x read raw; µs per group of launches in a"
+                    " CUDA graph, speed-up over the separate launches):\n\n"
+                    "| linear (fp16) | rmsNorm + GEMV (+ siluMul) µs | GEMV with RMSNorm (+ siluMul) µs |"
+                    " rmsNorm + GEMV with SwiGLU µs | GEMV with RMSNorm and SwiGLU µs |\n| --- | ---: | ---: | ---: | ---: |\n");
         for (const std::string& line : foldedRows) std::printf("%s\n", line.c_str());
         // Per token: 32 blocks of (2 RMSNorms, RoPE + cache write, attention, SiLU * up) plus the final RMSNorm; the
         // embedding gather and the logits' fp32 cast are left out.
@@ -271,11 +290,13 @@ int main() {
         std::printf("\nPer token, 32 blocks + head, sum of the launches above (attention at 192 keys):\n\n"
                     "| | linears ms | other kernels ms | sum ms | weight-read floor ms | sum / floor |\n"
                     "| --- | ---: | ---: | ---: | ---: | ---: |\n");
-        const double restWithoutNormsUs = 32 * (ropeUs + attentionUs + siluUs);   // the norms are inside the GEMVs
+        // Folded: the norms are inside the GEMVs, and gate/up's siluMul is counted with it above.
+        const double restFoldedUs = 32 * (ropeUs + attentionUs);
         for (const auto& [name, linearUs, otherUs] :
              {std::tuple<const char*, double, double>{"cuBLAS", cublasTokenUs, restUs},
               {"dense GEMV", gemvTokenUs, restUs},
-              {"dense GEMV, RMSNorm folded in", foldedTokenUs, restWithoutNormsUs}})
+              {"dense GEMV, RMSNorm folded in", foldedTokenUs, restFoldedUs},
+              {"dense GEMV, RMSNorm and SiLU * up folded in", allFoldedTokenUs, restFoldedUs}})
             std::printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx |\n", name, linearUs / 1e3, otherUs / 1e3,
                         (linearUs + otherUs) / 1e3, floorUs / 1e3, (linearUs + otherUs) / floorUs);
         // A whole decode step of the kernels above: every weight read from a new place in the pool (never from L2).
@@ -306,14 +327,16 @@ int main() {
             const DenseGemvShape g = gemvShape(hidden, outputs);
             if (fold) {
                 GemvRmsNorm norm;
-                norm.weight = weight;
+                norm.weight = foldedNormWeight;
                 denseGemvRmsNorm(stream_x, norm, weightOf(hidden * outputs), nullptr, nullptr, result, g, t, stream);
             } else {
                 rmsNorm(stream_x, nullptr, nullptr, weight, x, 1, hidden, 1e-5f, t, stream);
                 denseGemv(x, weightOf(hidden * outputs), nullptr, nullptr, result, g, t, stream);
             }
         };
-        auto decodeStep = [&](bool fold) {
+        enum class Folding { None, Norms, NormsAndSwiGlu };
+        auto decodeStep = [&](Folding folding) {
+            const bool fold = folding != Folding::None;
             for (int layer = 0; layer < 32; ++layer) {
                 normedLinear(fold, 3 * hidden, qkv);
                 ropeKvWrite(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table, maxCapacity,
@@ -321,25 +344,36 @@ int main() {
                 decodeAttention(qOut, cacheKeys, cacheValues, position, out, attention, 0.088f, plan, workspace,
                                 workspaceBytes, t, stream);
                 denseGemv(out, weightOf(hidden * hidden), nullptr, stream_x, stream_x, gemvShape(hidden, hidden), t, stream);
-                normedLinear(fold, 2 * ffn, gateUp);
-                siluMul(gateUp, 2 * ffn, gateUp + ffn, 2 * ffn, out, 1, ffn, t, stream);
+                if (folding == Folding::NormsAndSwiGlu) {
+                    GemvRmsNorm norm;
+                    norm.weight = foldedNormWeight;
+                    DenseGemvShape g = gemvShape(hidden, ffn);
+                    denseGemvSwiGlu(stream_x, &norm, weightOf(2 * ffn * hidden), nullptr, out, g, t, stream);
+                } else {
+                    normedLinear(fold, 2 * ffn, gateUp);
+                    siluMul(gateUp, 2 * ffn, gateUp + ffn, 2 * ffn, out, 1, ffn, t, stream);
+                }
                 denseGemv(out, weightOf(ffn * hidden), nullptr, stream_x, stream_x, gemvShape(ffn, hidden), t, stream);
             }
             normedLinear(fold, 32000, gy);
         };
         std::printf("\nOne decode step of these kernels in one CUDA graph (32 blocks + head, attention at 192 keys; median"
-                    " of 5 replays of 3 steps):\n\n| RMSNorm | launches | ms, PDL off | ms, PDL on | PDL speed-up |\n"
+                    " of 5 replays of 3 steps):\n\n| RMSNorm, SiLU * up | launches | ms, PDL off | ms, PDL on | PDL speed-up |\n"
                     "| --- | ---: | ---: | ---: | ---: |\n");
         const bool pdlBefore = programmaticDependentLaunch();
-        for (bool fold : {false, true}) {
+        for (Folding folding : {Folding::None, Folding::Norms, Folding::NormsAndSwiGlu}) {
             double stepMs[2] = {0, 0};
             for (bool pdl : {false, true}) {
                 setProgrammaticDependentLaunch(pdl);
-                stepMs[pdl] = microsecondsPerLaunch(stream, [&] { decodeStep(fold); }, 3) / 1e3;
+                stepMs[pdl] = microsecondsPerLaunch(stream, [&] { decodeStep(folding); }, 3) / 1e3;
             }
-            const int launches = 32 * (fold ? 7 : 9) + (plan.splits > 1 ? 32 : 0) + (fold ? 1 : 2);
-            std::printf("| %s | %d | %.3f | %.3f | %.2fx |\n", fold ? "folded into the GEMV" : "separate kernel", launches,
-                        stepMs[0], stepMs[1], stepMs[0] / stepMs[1]);
+            // Per block: norm, q/k/v, RoPE, attention (+ merge), o_proj, norm, gate/up, siluMul, down_proj.
+            const int perBlock = folding == Folding::None ? 9 : folding == Folding::Norms ? 7 : 6;
+            const int launches = 32 * perBlock + (plan.splits > 1 ? 32 : 0) + (folding == Folding::None ? 2 : 1);
+            const char* name = folding == Folding::None    ? "separate kernels"
+                               : folding == Folding::Norms ? "norms folded into the GEMV"
+                                                           : "norms and SiLU * up folded into the GEMV";
+            std::printf("| %s | %d | %.3f | %.3f | %.2fx |\n", name, launches, stepMs[0], stepMs[1], stepMs[0] / stepMs[1]);
         }
         setProgrammaticDependentLaunch(pdlBefore);
         std::printf("\n(PDL acts only on compute capability 9.0+: %s here.)\n",

@@ -61,6 +61,12 @@ void printRow(const char* name, const nlohmann::json& j) {
         std::printf("         decode without CUDA graphs: %s\n", j["decode_graph_failure"].get<std::string>().c_str());
 }
 
+// An on/off switch given as --NAME or --no-NAME (not both); neither: `fallback`.
+bool onOffFlag(const Arguments& a, const std::string& name, bool fallback) {
+    if (a.flag(name) && a.flag("no-" + name)) throw Error("--" + name + " and --no-" + name + " contradict each other");
+    return a.flag(name) ? true : a.flag("no-" + name) ? false : fallback;
+}
+
 } // namespace
 
 int runBench(const std::vector<std::string>& args) {
@@ -68,14 +74,15 @@ int runBench(const std::vector<std::string>& args) {
                 {"recipe", "calib", "samples", "seq-len", "synthetic", "layers", "format", "bits", "group-size", "batch",
                  "prompt-tokens", "gen-tokens", "repeats", "seed", "threads", "tokenizer", "device", "dtype"},
                 {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv",
-                 "fused-norm-gemv"});
+                 "fused-norm-gemv", "no-fused-norm-gemv", "fused-swiglu-gemv", "no-fused-swiglu-gemv"});
     applyThreads(a.integer("threads", 0));
     RuntimeOptions options = runtimeOptions(a);
     options.nativeKernels = !a.flag("no-native");
     if (a.flag("no-graphs")) options.decode = DecodeMode::Eager;
     options.fusedDecode = !a.flag("no-fused-decode");
     options.denseGemv = !a.flag("no-dense-gemv");
-    options.fusedNormGemv = a.flag("fused-norm-gemv");
+    options.fusedNormGemv = onOffFlag(a, "fused-norm-gemv", options.fusedNormGemv);
+    options.fusedSwiGluGemv = onOffFlag(a, "fused-swiglu-gemv", options.fusedSwiGluGemv);
     LatencyParams p;
     p.batch = a.integer("batch", 1);
     p.promptTokens = a.integer("prompt-tokens", 128);
@@ -134,6 +141,7 @@ int runBench(const std::vector<std::string>& args) {
                              {"model", base->path}, {"layers", base->spec.layers},
                              {"options", {{"native_kernels", options.nativeKernels}, {"fused_decode", options.fusedDecode},
                                           {"dense_gemv", options.denseGemv}, {"fused_norm_gemv", options.fusedNormGemv},
+                                          {"fused_swiglu_gemv", options.fusedSwiGluGemv},
                                           {"dependent_launch", decodeDependentLaunch()}}}};
     std::optional<LatencyResult> variantResult;
     if (variant) {

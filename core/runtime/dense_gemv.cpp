@@ -30,19 +30,22 @@ bool denseGemvApplies(const at::Tensor& x, const at::Tensor& weight, int64_t max
 
 namespace {
 
-// The product with an optional RMSNorm of x folded in (norm: nullptr for none).
-at::Tensor gemv(const at::Tensor& x, const kernels::GemvRmsNorm* norm, const at::Tensor& weight, const at::Tensor& bias,
-                const at::Tensor& residual) {
+// The product with an optional RMSNorm of x folded in (norm: nullptr for none); with swiGlu, silu(gate) * up of the
+// two halves of the weight's rows.
+at::Tensor gemv(const at::Tensor& x, const kernels::GemvRmsNorm* norm, bool swiGlu, const at::Tensor& weight,
+                const at::Tensor& bias, const at::Tensor& residual) {
     c10::DeviceGuard guard(x.device());
-    const int64_t inputs = weight.size(1), outputs = weight.size(0), rows = x.numel() / inputs;
+    const int64_t inputs = weight.size(1), rows = x.numel() / inputs;
+    const int64_t outputs = swiGlu ? weight.size(0) / 2 : weight.size(0);
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = outputs;
     at::Tensor xRows = x.reshape({rows, inputs});
     if (xRows.stride(1) != 1) xRows = xRows.contiguous();
     at::Tensor b;
     if (bias.defined()) {
-        if (bias.numel() != outputs) throw Error("dense GEMV: the bias has " + std::to_string(bias.numel()) +
-                                                 " elements for " + std::to_string(outputs) + " outputs");
+        if (bias.numel() != weight.size(0))
+            throw Error("dense GEMV: the bias has " + std::to_string(bias.numel()) + " elements for " +
+                        std::to_string(weight.size(0)) + " weight rows");
         b = bias.to(x.device(), at::kFloat).contiguous();
     }
     at::Tensor r;
@@ -63,7 +66,10 @@ at::Tensor gemv(const at::Tensor& x, const kernels::GemvRmsNorm* norm, const at:
     const float* biasData = b.defined() ? b.data_ptr<float>() : nullptr;
     const void* residualData = r.defined() ? r.data_ptr() : nullptr;
     try {
-        if (norm)
+        if (swiGlu)
+            kernels::denseGemvSwiGlu(xRows.data_ptr(), norm, weight.data_ptr(), biasData, y.data_ptr(), s, type,
+                                     torchCurrentStream());
+        else if (norm)
             kernels::denseGemvRmsNorm(xRows.data_ptr(), *norm, weight.data_ptr(), biasData, residualData, y.data_ptr(), s,
                                       type, torchCurrentStream());
         else
@@ -81,34 +87,59 @@ at::Tensor denseGemvLinear(const at::Tensor& x, const at::Tensor& weight, const 
     if (!denseGemvApplies(x, weight, kernels::kDenseGemvMaxRows))
         throw Error("dense GEMV: the input and weight do not fit the kernel (CUDA fp16/bf16, contiguous weight, at most " +
                     std::to_string(kernels::kDenseGemvMaxRows) + " rows)");
-    return gemv(x, nullptr, weight, bias, residual);
+    return gemv(x, nullptr, false, weight, bias, residual);
 }
 
-bool denseGemvRmsNormApplies(const at::Tensor& x, const at::Tensor& weight, int64_t maxRows) {
-    return denseGemvApplies(x, weight, maxRows) && kernels::denseGemvRmsNormFits(x.numel() / x.size(-1), x.size(-1));
+namespace {
+
+// The norm's weight as the kernel reads it ([K] in x's type on x's device; a copy when it is not, so callers keep
+// one); `what` names the caller in errors.
+at::Tensor normWeightFor(const at::Tensor& x, const at::Tensor& normWeight, const char* what) {
+    at::Tensor w = normWeight.to(x.device(), x.scalar_type()).contiguous();
+    if (w.numel() != x.size(-1))
+        throw Error(std::string(what) + ": the norm weight has " + std::to_string(w.numel()) + " elements for rows of " +
+                    std::to_string(x.size(-1)));
+    return w;
 }
+
+} // namespace
 
 at::Tensor denseGemvRmsNormLinear(const at::Tensor& x, const at::Tensor& normWeight, double eps, const at::Tensor& weight,
                                   const at::Tensor& bias) {
-    if (!denseGemvRmsNormApplies(x, weight, kernels::kDenseGemvMaxRows))
+    if (!denseGemvApplies(x, weight, kernels::kDenseGemvMaxRows))
         throw Error("dense GEMV with RMSNorm: the input and weight do not fit the kernel (CUDA fp16/bf16, contiguous "
-                    "weight, at most " + std::to_string(kernels::kDenseGemvMaxRows) + " rows, rows that fit " +
-                    std::to_string(kernels::kDenseGemvRmsNormSharedBytes) + " bytes of shared memory)");
-    at::Tensor w = normWeight.to(x.device(), at::kFloat).contiguous();
-    if (w.numel() != x.size(-1))
-        throw Error("dense GEMV with RMSNorm: the norm weight has " + std::to_string(w.numel()) + " elements for rows of " +
-                    std::to_string(x.size(-1)));
+                    "weight, at most " + std::to_string(kernels::kDenseGemvMaxRows) + " rows)");
+    const at::Tensor w = normWeightFor(x, normWeight, "dense GEMV with RMSNorm");
     kernels::GemvRmsNorm norm;
-    norm.weight = w.data_ptr<float>();
+    norm.weight = w.data_ptr();
     norm.eps = float(eps);
-    return gemv(x, &norm, weight, bias, at::Tensor());
+    return gemv(x, &norm, false, weight, bias, at::Tensor());
+}
+
+at::Tensor denseGemvSwiGluLinear(const at::Tensor& x, const at::Tensor& normWeight, double eps,
+                                 const at::Tensor& gateUpWeight, const at::Tensor& bias) {
+    if (!denseGemvApplies(x, gateUpWeight, kernels::kDenseGemvMaxRows) || gateUpWeight.size(0) % 2 != 0)
+        throw Error("dense GEMV with SwiGLU: the input and weight do not fit the kernel (CUDA fp16/bf16, contiguous "
+                    "weight of an even number of rows, at most " + std::to_string(kernels::kDenseGemvMaxRows) + " rows of x)");
+    at::Tensor w;
+    kernels::GemvRmsNorm norm;
+    if (normWeight.defined()) {
+        w = normWeightFor(x, normWeight, "dense GEMV with SwiGLU");
+        norm.weight = w.data_ptr();
+        norm.eps = float(eps);
+    }
+    return gemv(x, normWeight.defined() ? &norm : nullptr, true, gateUpWeight, bias, at::Tensor());
 }
 
 int64_t denseGemvRmsNormLaunchCount() { return kernels::denseGemvRmsNormLaunches(); }
 
+int64_t denseGemvSwiGluLaunchCount() { return kernels::denseGemvSwiGluLaunches(); }
+
 #else   // no kernels in this build
 
 int64_t denseGemvRmsNormLaunchCount() { return 0; }
+
+int64_t denseGemvSwiGluLaunchCount() { return 0; }
 
 bool denseGemvApplies(const at::Tensor&, const at::Tensor&, int64_t) { return false; }
 
@@ -116,10 +147,12 @@ at::Tensor denseGemvLinear(const at::Tensor&, const at::Tensor&, const at::Tenso
     throw Error("dense GEMV: this build has no CUDA kernels");
 }
 
-bool denseGemvRmsNormApplies(const at::Tensor&, const at::Tensor&, int64_t) { return false; }
-
 at::Tensor denseGemvRmsNormLinear(const at::Tensor&, const at::Tensor&, double, const at::Tensor&, const at::Tensor&) {
     throw Error("dense GEMV with RMSNorm: this build has no CUDA kernels");
+}
+
+at::Tensor denseGemvSwiGluLinear(const at::Tensor&, const at::Tensor&, double, const at::Tensor&, const at::Tensor&) {
+    throw Error("dense GEMV with SwiGLU: this build has no CUDA kernels");
 }
 
 #endif

@@ -24,17 +24,23 @@ bool denseGemvApplies(const at::Tensor& x, const at::Tensor& weight, int64_t max
 at::Tensor denseGemvLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                            const at::Tensor& residual);
 
-// True when denseGemvRmsNormLinear computes linear(rmsNorm(x), weight) here: denseGemvApplies, and the rows of x fit
-// the kernel's shared memory (kernels::denseGemvRmsNormFits).
-bool denseGemvRmsNormApplies(const at::Tensor& x, const at::Tensor& weight, int64_t maxRows);
-
-// RMSNorm(x) Wᵀ + bias in one kernel: x is the raw residual stream, normalised per row with normWeight (fp32 [K]) and
-// eps and rounded to x's type as fusedRmsNorm (fused_decode.h) rounds it, then multiplied. Returns [..., N] in x's
-// type. Call only where denseGemvRmsNormApplies(x, weight, ...) holds.
+// RMSNorm(x) Wᵀ + bias in one kernel: x is the raw residual stream, normalised per row with normWeight [K] and eps
+// inside the product (kernels::denseGemvRmsNorm: the normalised x is not rounded to x's type, as fusedRmsNorm rounds
+// it). normWeight should be in x's type already: another type is converted at every call (one more kernel). Returns
+// [..., N] in x's type. Call only where denseGemvApplies(x, weight, ...) holds.
 at::Tensor denseGemvRmsNormLinear(const at::Tensor& x, const at::Tensor& normWeight, double eps, const at::Tensor& weight,
                                   const at::Tensor& bias);
 
-// Launches of the GEMV with RMSNorm in this process so far (tests check that RuntimeOptions::fusedNormGemv acted).
+// silu(gate) * up of the fused [gate; up] projection in one kernel (kernels::denseGemvSwiGlu): gateUpWeight [2F, K],
+// the F gate rows first; bias [2F] or undefined; normWeight ([K]) and eps normalise x as denseGemvRmsNormLinear
+// does, undefined: x is used as it is. Returns [..., F] in x's type. Call only where denseGemvApplies(x,
+// gateUpWeight, ...) holds.
+at::Tensor denseGemvSwiGluLinear(const at::Tensor& x, const at::Tensor& normWeight, double eps,
+                                 const at::Tensor& gateUpWeight, const at::Tensor& bias);
+
+// Launches of the GEMV with RMSNorm / with SwiGLU in this process so far (tests check that RuntimeOptions::
+// fusedNormGemv and fusedSwiGluGemv acted).
 int64_t denseGemvRmsNormLaunchCount();
+int64_t denseGemvSwiGluLaunchCount();
 
 } // namespace cwb

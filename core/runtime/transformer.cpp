@@ -26,6 +26,8 @@ struct Transformer::Block {
     std::map<std::string, std::shared_ptr<const NativeIntLinear>> native;         // layers run by a kernel
     std::map<std::string, std::shared_ptr<const Sparse24Linear>> sparse;          // 2:4 dense layers (cuSPARSELt)
     int64_t denseGemvRows = 0;   // dense layers given at most this many rows of input run the GEMV kernel
+    // The RMSNorm weights ("input_layernorm.weight", ...) in the compute type, as the GEMV that folds a norm reads them.
+    std::map<std::string, at::Tensor> computeTypeNorms;
     const at::Tensor& operator[](const std::string& suffix) const { return tensors.at(suffix); }
     bool has(const std::string& suffix) const { return tensors.count(suffix) != 0; }
     // A dense weight or a native kernel under this name (fused projections have either).
@@ -60,15 +62,18 @@ struct Transformer::Block {
         if (sparse.count(layer) && sparse.at(layer)->applies(x)) return false;
         return denseGemvApplies(x, tensors.at(layer + ".weight"), denseGemvRows);
     }
-    // A dense layer whose GEMV can normalise x itself (x the raw residual stream, see rmsNormLinear).
-    bool rmsNormGemvFor(const std::string& layer, const at::Tensor& x) const {
-        return denseGemvFor(layer, x) && denseGemvRmsNormApplies(x, tensors.at(layer + ".weight"), denseGemvRows);
-    }
-    // linear(RMSNorm(x)) in one kernel; call where rmsNormGemvFor(layer, x).
+    // linear(RMSNorm(x)) in one kernel, x the raw residual stream; call where denseGemvFor(layer, x).
     at::Tensor rmsNormLinear(const std::string& layer, const at::Tensor& x, const at::Tensor& normWeight, double eps) const {
         auto bias = tensors.find(layer + ".bias");
         return denseGemvRmsNormLinear(x, normWeight, eps, tensors.at(layer + ".weight"),
                                       bias == tensors.end() ? at::Tensor() : bias->second);
+    }
+    // silu(gate) * up of a fused [gate; up] layer in one kernel, x normalised first with normWeight (undefined: x is
+    // already normalised); call where denseGemvFor(layer, x).
+    at::Tensor swiGluLinear(const std::string& layer, const at::Tensor& x, const at::Tensor& normWeight, double eps) const {
+        auto bias = tensors.find(layer + ".bias");
+        return denseGemvSwiGluLinear(x, normWeight, eps, tensors.at(layer + ".weight"),
+                                     bias == tensors.end() ? at::Tensor() : bias->second);
     }
     // A dense layer without bias, whose product with the residual added is one addmm.
     bool plainDense(const std::string& layer) const {
@@ -107,6 +112,7 @@ struct Transformer::Block {
 
 struct Transformer::Globals {
     at::Tensor embedding, positions, finalNormWeight, finalNormBias, head;
+    at::Tensor finalNormInComputeType;   // for the head's GEMV when it folds the final norm
 };
 
 namespace {
@@ -241,6 +247,7 @@ Transformer::Transformer(const Model& model, RuntimeOptions options)
     if (s.family == Family::Llama) {
         mGlobals->embedding = load("model.embed_tokens.weight");
         mGlobals->finalNormWeight = load("model.norm.weight");
+        mGlobals->finalNormInComputeType = mGlobals->finalNormWeight.to(mOptions.dtype);
         mGlobals->head = model.has("lm_head.weight") ? load("lm_head.weight") : mGlobals->embedding;
         mInvFreq = ropeInverseFrequencies(s, model).to(options.device);
     } else {
@@ -318,7 +325,11 @@ const Transformer::Block& Transformer::block(int64_t layer) {
         b->fuse({"mlp.gate_proj", "mlp.up_proj"}, "mlp.gate_up_proj");
     }
     if (mOptions.device.is_cuda() && mOptions.nativeKernels && !mOptions.parameters) attachSparse24(*b, prefix);
-    if (mOptions.denseGemv && !mOptions.parameters) b->denseGemvRows = kDenseGemvRuntimeRows;
+    if (mOptions.denseGemv && !mOptions.parameters) {
+        b->denseGemvRows = kDenseGemvRuntimeRows;
+        for (const char* norm : {"input_layernorm.weight", "post_attention_layernorm.weight"})
+            if (b->has(norm)) b->computeTypeNorms[norm] = b->tensors.at(norm).to(mOptions.dtype);
+    }
     if (mOptions.cacheWeights) {
         cached = std::move(b);
         return *cached;
@@ -580,6 +591,10 @@ bool Transformer::foldNormsIntoGemv() const {
     return mOptions.fusedNormGemv && mOptions.denseGemv && !mOptions.parameters && fusedDecodeActive();
 }
 
+bool Transformer::swiGluIntoGemv() const {
+    return mOptions.fusedSwiGluGemv && mOptions.denseGemv && !mOptions.parameters && fusedDecodeActive();
+}
+
 bool Transformer::fusedDecodeActive() const {
     return mOptions.fusedDecode && fusedDecodeAvailable(mOptions.device, mOptions.dtype);
 }
@@ -588,8 +603,8 @@ at::Tensor Transformer::fixedShapeStep(const at::Tensor& tokens, const at::Tenso
     at::Tensor x = at::embedding(mGlobals->embedding, tokens);   // [batch, 1, hidden]
     if (fusedDecodeActive()) {   // the kernels read the RoPE table and the position themselves
         for (int64_t l = 0; l < mModel.spec.layers; ++l) x = fixedShapeBlock(l, x, at::Tensor(), at::Tensor(), position, cache);
-        if (foldNormsIntoGemv() && denseGemvRmsNormApplies(x, mGlobals->head, kDenseGemvRuntimeRows))
-            return denseGemvRmsNormLinear(x, mGlobals->finalNormWeight, mModel.spec.normEps, mGlobals->head, at::Tensor())
+        if (foldNormsIntoGemv() && denseGemvApplies(x, mGlobals->head, kDenseGemvRuntimeRows))
+            return denseGemvRmsNormLinear(x, mGlobals->finalNormInComputeType, mModel.spec.normEps, mGlobals->head, at::Tensor())
                 .to(at::kFloat);
         return headLinear(fusedRmsNorm(x, mGlobals->finalNormWeight, mModel.spec.normEps)).to(at::kFloat);
     }
@@ -610,13 +625,13 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     const int64_t B = x.size(0), heads = s.headsAt(layer), kvHeads = s.kvHeadsAt(layer), hd = s.headDim;
     const bool fused = fusedDecodeActive();   // then rope and mask are undefined: the kernels need neither
     const bool foldNorms = foldNormsIntoGemv();   // RMSNorm inside the GEMV of dense q/k/v and gate/up
-    const bool foldInputNorm = foldNorms && b.rmsNormGemvFor("self_attn.qkv_proj", x);
+    const bool foldInputNorm = foldNorms && b.denseGemvFor("self_attn.qkv_proj", x);
     at::Tensor h;   // the normalised input of q/k/v, then of gate/up, where no GEMV normalises it itself
     if (!foldInputNorm)
         h = fused ? fusedRmsNorm(x, b["input_layernorm.weight"], s.normEps) : rmsNorm(x, b["input_layernorm.weight"], s.normEps);
     at::Tensor qk, v;   // [B, 1, (heads + kvHeads) * hd], [B, 1, kvHeads * hd]
     if (foldInputNorm || b.hasLinear("self_attn.qkv_proj")) {
-        at::Tensor qkv = foldInputNorm ? b.rmsNormLinear("self_attn.qkv_proj", x, b["input_layernorm.weight"], s.normEps)
+        at::Tensor qkv = foldInputNorm ? b.rmsNormLinear("self_attn.qkv_proj", x, b.computeTypeNorms.at("input_layernorm.weight"), s.normEps)
                                        : b.linear("self_attn.qkv_proj", h);
         qk = qkv.narrow(-1, 0, (heads + kvHeads) * hd);
         v = qkv.narrow(-1, (heads + kvHeads) * hd, kvHeads * hd);
@@ -632,7 +647,7 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
         at::Tensor attn = fusedDecodeAttention(qk.narrow(-1, 0, heads * hd), qk.narrow(-1, heads * hd, kvHeads * hd), v,
                                                mRopeTable, s.ropeStyle, position, keys, values, heads);
         // gate/up's GEMV qualifies by x's shape and type, which `out` shares.
-        foldPostNorm = foldNorms && b.rmsNormGemvFor("mlp.gate_up_proj", x);
+        foldPostNorm = foldNorms && b.denseGemvFor("mlp.gate_up_proj", x);
         if (foldPostNorm) {   // x + o_proj(attn), rounded once, as fusedAddRmsNorm's sum
             out = b.linearPlus("self_attn.o_proj", attn, x);
         } else if (b.plainDense("self_attn.o_proj")) {
@@ -661,8 +676,13 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
         return fused ? fusedSiluMul(gate, up) : at::silu(gate).mul_(up);
     };
     at::Tensor act;
-    if (foldPostNorm || b.hasLinear("mlp.gate_up_proj")) {
-        at::Tensor gateUp = foldPostNorm ? b.rmsNormLinear("mlp.gate_up_proj", out, b["post_attention_layernorm.weight"], s.normEps)
+    // With foldPostNorm gate/up's GEMV reads `out` and normalises it itself, else it reads h.
+    const at::Tensor& gateUpInput = foldPostNorm ? out : h;
+    const at::Tensor postNorm = foldPostNorm ? b.computeTypeNorms.at("post_attention_layernorm.weight") : at::Tensor();
+    if (swiGluIntoGemv() && b.denseGemvFor("mlp.gate_up_proj", x)) {   // gate/up, SiLU and * in one kernel
+        act = b.swiGluLinear("mlp.gate_up_proj", gateUpInput, postNorm, s.normEps);
+    } else if (foldPostNorm || b.hasLinear("mlp.gate_up_proj")) {
+        at::Tensor gateUp = foldPostNorm ? b.rmsNormLinear("mlp.gate_up_proj", out, postNorm, s.normEps)
                                          : b.linear("mlp.gate_up_proj", h);
         const int64_t ffn = gateUp.size(-1) / 2;
         act = siluTimes(gateUp.narrow(-1, 0, ffn), gateUp.narrow(-1, ffn, ffn));

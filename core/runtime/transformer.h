@@ -57,9 +57,9 @@ struct RuntimeOptions {
     int64_t sparseMinRows = -1;
     DecodeMode decode = DecodeMode::CudaGraph;
     // On CUDA in fp16 / bf16, the fixed-shape decode step runs the fused kernels of kernels/decode_ops.h (RMSNorm,
-    // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block, 7-8 with fusedNormGemv); off, or
-    // elsewhere, LibTorch operations. Whether they use programmatic dependent launch is process-wide (CWB_PDL,
-    // setDecodeDependentLaunch in core/runtime/fused_decode.h).
+    // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block, 6-7 with fusedNormGemv and
+    // fusedSwiGluGemv); off, or elsewhere, LibTorch operations. Whether they use programmatic dependent launch is
+    // process-wide (CWB_PDL, setDecodeDependentLaunch in core/runtime/fused_decode.h).
     bool fusedDecode = true;
     // On CUDA in fp16 / bf16, dense linear layers (and the output head) given at most kDenseGemvRuntimeRows rows of
     // input (decode at batch 1) run the GEMV kernel of kernels/dense_gemv.h, the residual add of o_proj / down_proj
@@ -67,9 +67,14 @@ struct RuntimeOptions {
     bool denseGemv = true;
     // With fusedDecode and denseGemv both active: the fixed-shape decode step folds each RMSNorm into the dense GEMV
     // that reads its output (q/k/v, gate/up, the output head; kernels::denseGemvRmsNorm), one launch fewer per norm.
-    // Norms before compressed or cuBLAS layers keep their own kernel. Off by default: on the H200 the folded kernel
-    // took 0.64-0.80x the time of norm + GEMV (bench_decode_ops) and 7B decode went from 4.38 to 5.64 ms per token.
-    bool fusedNormGemv = false;
+    // Each warp sums x² beside its product and scales its sum at the end, so the normalised x is never rounded to
+    // the activation type. Norms before compressed or cuBLAS layers keep their own kernel. On the H200 (session 6,
+    // docs/performance.md) 7B fp16 decode took 4.08 ms per token with it against 4.47 without.
+    bool fusedNormGemv = true;
+    // With fusedDecode and denseGemv both active: a dense fused gate/up projection computes silu(gate) * up in its
+    // GEMV (kernels::denseGemvSwiGlu; with fusedNormGemv also the RMSNorm before it), one launch instead of two or
+    // three, and gate and up are never rounded before the product. With both switches 7B fp16 decode took 4.01 ms.
+    bool fusedSwiGluGemv = true;
 };
 
 // How one compressed linear layer computes on this runtime.
@@ -177,6 +182,8 @@ private:
     at::Tensor headLinear(const at::Tensor& x) const;
     // True when fixed-shape steps fold RMSNorms into the dense GEMV (RuntimeOptions::fusedNormGemv where it can act).
     bool foldNormsIntoGemv() const;
+    // True when fixed-shape steps compute SiLU * up inside the dense gate/up GEMV (RuntimeOptions::fusedSwiGluGemv).
+    bool swiGluIntoGemv() const;
 
     const Model& mModel;
     RuntimeOptions mOptions;

@@ -6,34 +6,60 @@
 
 namespace cwb::kernels {
 
+namespace {
+
+float rounded(double v, ActType type) { return actBitsToFloat(floatToActBits(float(v), type), type); }
+
+// Row m of x W[n]ᵀ in double, x scaled element by element by normWeight (nullptr: not) and the sum by `scale`.
+double rowProduct(const float* x, const float* normWeight, double scale, const float* weight, int64_t n,
+                  int64_t inputs) {
+    double sum = 0.0;
+    for (int64_t k = 0; k < inputs; ++k)
+        sum += double(weight[n * inputs + k]) * double(x[k]) * (normWeight ? double(normWeight[k]) : 1.0);
+    return sum * scale;
+}
+
+// 1 / sqrt(mean(x²) + eps) of one row, or 1 without a norm.
+double normScale(const float* x, const float* normWeight, float eps, int64_t inputs) {
+    if (!normWeight) return 1.0;
+    double squares = 0.0;
+    for (int64_t k = 0; k < inputs; ++k) squares += double(x[k]) * double(x[k]);
+    return 1.0 / std::sqrt(squares / double(inputs) + double(eps));
+}
+
+} // namespace
+
 void denseGemvRef(const float* x, const float* weight, const float* bias, const float* residual, float* y,
                   const DenseGemvShape& s, ActType type) {
-    for (int64_t m = 0; m < s.rows; ++m) {
-        for (int64_t n = 0; n < s.outputs; ++n) {
-            double sum = 0.0;
-            for (int64_t k = 0; k < s.inputs; ++k) sum += double(weight[n * s.inputs + k]) * double(x[m * s.xStride + k]);
-            if (bias) sum += double(bias[n]);
-            if (residual) sum += double(residual[m * s.residualStride + n]);
-            y[m * s.yStride + n] = actBitsToFloat(floatToActBits(float(sum), type), type);
-        }
-    }
+    denseGemvRmsNormRef(x, nullptr, 0.0f, weight, bias, residual, y, s, type);
 }
 
 void denseGemvRmsNormRef(const float* x, const float* normWeight, float eps, const float* weight, const float* bias,
                          const float* residual, float* y, const DenseGemvShape& s, ActType type) {
-    std::vector<float> normed(static_cast<size_t>(s.rows * s.inputs));
     for (int64_t m = 0; m < s.rows; ++m) {
         const float* row = x + m * s.xStride;
-        double squares = 0.0;
-        for (int64_t k = 0; k < s.inputs; ++k) squares += double(row[k]) * double(row[k]);
-        const double inverse = 1.0 / std::sqrt(squares / double(s.inputs) + double(eps));
-        for (int64_t k = 0; k < s.inputs; ++k)
-            normed[size_t(m * s.inputs + k)] =
-                actBitsToFloat(floatToActBits(float(double(row[k]) * inverse * double(normWeight[k])), type), type);
+        const double scale = normScale(row, normWeight, eps, s.inputs);
+        for (int64_t n = 0; n < s.outputs; ++n) {
+            double sum = rowProduct(row, normWeight, scale, weight, n, s.inputs);
+            if (bias) sum += double(bias[n]);
+            if (residual) sum += double(residual[m * s.residualStride + n]);
+            y[m * s.yStride + n] = rounded(sum, type);
+        }
     }
-    DenseGemvShape packed = s;
-    packed.xStride = s.inputs;
-    denseGemvRef(normed.data(), weight, bias, residual, y, packed, type);
+}
+
+void denseGemvSwiGluRef(const float* x, const float* normWeight, float eps, const float* weight, const float* bias,
+                        float* y, const DenseGemvShape& s, ActType type) {
+    for (int64_t m = 0; m < s.rows; ++m) {
+        const float* row = x + m * s.xStride;
+        const double scale = normScale(row, normWeight, eps, s.inputs);
+        for (int64_t n = 0; n < s.outputs; ++n) {
+            const double g = rowProduct(row, normWeight, scale, weight, n, s.inputs) + (bias ? double(bias[n]) : 0.0);
+            const double u = rowProduct(row, normWeight, scale, weight, s.outputs + n, s.inputs) +
+                             (bias ? double(bias[s.outputs + n]) : 0.0);
+            y[m * s.yStride + n] = rounded(g / (1.0 + std::exp(-g)) * u, type);
+        }
+    }
 }
 
 } // namespace cwb::kernels

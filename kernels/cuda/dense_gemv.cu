@@ -1,8 +1,9 @@
 // Dense fp16 / bf16 GEMV for decode (dense_gemv.h): one warp per weight row, 16-byte streaming loads of the weight
 // issued kUnroll at a time per lane before any is used, the few rows of x read through the L1 cache, a warp
-// reduction, and the bias and residual added before the one rounding. With the RMSNorm folded in (denseGemvRmsNorm),
-// each block first writes the normalised rows of x to shared memory and its warps then take several weight rows each.
-#include <algorithm>
+// reduction, and the bias and residual added before the one rounding. The RMSNorm (denseGemvRmsNorm) rides along:
+// each warp reads all of x anyway, so it also sums x² and multiplies x by the norm weight as it goes, and scales its
+// sum at the end; no block stages anything before its weight loads. The SwiGLU form (denseGemvSwiGlu) streams the
+// gate row and the up row side by side in the same warp and writes silu(g) u.
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -10,7 +11,6 @@
 #include <type_traits>
 
 #include "cuda_check.h"
-#include "cwb/kernels/decode_ops.h"
 #include "cwb/kernels/dense_gemv.h"
 #include "decode_common.cuh"
 #include "dependent_launch.cuh"
@@ -45,187 +45,215 @@ __device__ __forceinline__ float2 pairToFloat(uint32_t bits, const __nv_bfloat16
     return __bfloat1622float2(h);
 }
 
-// acc[m] += Σ over the 8 elements of one 16-byte chunk `c` of the weight row and of row m of x (in shared memory
-// when kSharedX, else read through the read-only cache).
-template <typename T, int M, bool kSharedX>
-__device__ __forceinline__ void accumulateChunk(float (&acc)[M], const uint4& w, const T* __restrict__ x,
-                                                int64_t xStride, int64_t c) {
-    const uint32_t wBits[4] = {w.x, w.y, w.z, w.w};
-    float2 wf[4];
+// acc[r][m] += Σ over the 8 elements of one 16-byte chunk `c` of weight row r (w[r]) and of row m of x, x read
+// through the read-only cache once for all kRows weight rows. With kNorm each element of x is first multiplied by the
+// norm weight (gamma, in the activation type: one coalesced 16-byte load per chunk, as for x) and its square added
+// to squares[m]: the RMSNorm's scale is applied to the whole sum at the end.
+template <typename T, int M, int kRows, bool kNorm>
+__device__ __forceinline__ void accumulateChunk(float (&acc)[kRows][M], float (&squares)[M], const uint4 (&w)[kRows],
+                                                const T* __restrict__ x, int64_t xStride,
+                                                const T* __restrict__ gamma, int64_t c) {
+    float2 wf[kRows][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) wf[i] = pairToFloat(wBits[i], x);
+    for (int r = 0; r < kRows; ++r) {
+        const uint32_t wBits[4] = {w[r].x, w[r].y, w[r].z, w[r].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wf[r][i] = pairToFloat(wBits[i], x);
+    }
+    uint32_t gBits[4] = {0, 0, 0, 0};
+    if constexpr (kNorm) {
+        const uint4 gv = __ldg(reinterpret_cast<const uint4*>(gamma) + c);
+        gBits[0] = gv.x, gBits[1] = gv.y, gBits[2] = gv.z, gBits[3] = gv.w;
+    }
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-        const uint4* xp = reinterpret_cast<const uint4*>(x + m * xStride) + c;
-        const uint4 xv = kSharedX ? *xp : __ldg(xp);
+        const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + m * xStride) + c);
         const uint32_t xBits[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const float2 xf = pairToFloat(xBits[i], x);
-            acc[m] = fmaf(wf[i].x, xf.x, acc[m]);
-            acc[m] = fmaf(wf[i].y, xf.y, acc[m]);
+            float2 xf = pairToFloat(xBits[i], x);
+            if constexpr (kNorm) {
+                squares[m] = fmaf(xf.x, xf.x, squares[m]);
+                squares[m] = fmaf(xf.y, xf.y, squares[m]);
+                const float2 gf = pairToFloat(gBits[i], x);
+                xf.x *= gf.x;
+                xf.y *= gf.y;
+            }
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                acc[r][m] = fmaf(wf[r][i].x, xf.x, acc[r][m]);
+                acc[r][m] = fmaf(wf[r][i].y, xf.y, acc[r][m]);
+            }
         }
     }
 }
 
-// Rows of x normalised as rmsNormKernel (decode_pointwise.cu) does it, into shared memory rows of `outStride`.
-template <typename T, int M>
-__device__ __forceinline__ void normaliseRows(const T* x, int64_t xStride, const float* __restrict__ normWeight, float eps,
-                                              int64_t dim, T* out, int64_t outStride) {
+// acc[r][m] = Σ_k W[rows[r], k] x[m, k] (x[m, k] gamma[k] with kNorm, and then squares[m] = Σ_k x[m, k]²): kRows
+// weight rows streamed side by side by one warp (this thread is lane `lane`), kUnroll 16-byte loads in flight per
+// lane in all; every lane holds its partial sums.
+template <typename T, int M, int kRows, bool kVector, bool kNorm>
+__device__ __forceinline__ void rowsProduct(float (&acc)[kRows][M], float (&squares)[M], const T* __restrict__ weight,
+                                            const T* __restrict__ x, int64_t xStride, const T* __restrict__ gamma,
+                                            const int64_t (&rows)[kRows], int64_t inputs, int lane) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-        const T* in = x + m * xStride;
-        float squares = 0.0f;
-        for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-            const float v = toFloat(in[i]);
-            squares += v * v;
-        }
-        const float inverse = rsqrtf(blockSum(squares) / float(dim) + eps);
-        for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-            out[m * outStride + i] = fromFloat<T>(toFloat(in[i]) * inverse * normWeight[i]);
-    }
-    __syncthreads();
-}
-
-__host__ __device__ constexpr int64_t normedRowStride(int64_t inputs) { return (inputs + 7) / 8 * 8; }   // keeps shared rows 16-byte aligned
-
-// acc[m] = Σ_k W[n, k] x[m, k]: one weight row, streamed by one warp (this thread is lane `lane`); every lane holds
-// its partial sums.
-template <typename T, int M, bool kVector, bool kSharedX>
-__device__ __forceinline__ void rowProduct(float (&acc)[M], const T* __restrict__ weight, const T* __restrict__ x,
-                                           int64_t xStride, int64_t n, int64_t inputs, int lane) {
+        squares[m] = 0.0f;
 #pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+        for (int r = 0; r < kRows; ++r) acc[r][m] = 0.0f;
+    }
     if constexpr (kVector) {
-        const uint4* row = reinterpret_cast<const uint4*>(weight + n * inputs);
+        constexpr int kChunks = kUnroll / kRows;   // chunks of each row per lane per batch
+        const uint4* row[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) row[r] = reinterpret_cast<const uint4*>(weight + rows[r] * inputs);
         const int64_t chunks = inputs / 8;
         int64_t c = lane;
-        for (; c + 32 * (kUnroll - 1) < chunks; c += 32 * kUnroll) {   // every lane's kUnroll chunks exist
-            uint4 w[kUnroll];
+        for (; c + 32 * (kChunks - 1) < chunks; c += 32 * kChunks) {   // every lane's kChunks chunks exist
+            uint4 w[kChunks][kRows];
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) w[u] = streamLoad(row + c + 32 * u);
+            for (int u = 0; u < kChunks; ++u)
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) accumulateChunk<T, M, kSharedX>(acc, w[u], x, xStride, c + 32 * u);
+                for (int r = 0; r < kRows; ++r) w[u][r] = streamLoad(row[r] + c + 32 * u);
+#pragma unroll
+            for (int u = 0; u < kChunks; ++u)
+                accumulateChunk<T, M, kRows, kNorm>(acc, squares, w[u], x, xStride, gamma, c + 32 * u);
         }
         if (c < chunks) {   // the tail, still loaded all at once
-            uint4 w[kUnroll];
+            uint4 w[kChunks][kRows];
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
-                if (c + 32 * u < chunks) w[u] = streamLoad(row + c + 32 * u);
+            for (int u = 0; u < kChunks; ++u)
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
-                if (c + 32 * u < chunks) accumulateChunk<T, M, kSharedX>(acc, w[u], x, xStride, c + 32 * u);
+                for (int r = 0; r < kRows; ++r)
+                    if (c + 32 * u < chunks) w[u][r] = streamLoad(row[r] + c + 32 * u);
+#pragma unroll
+            for (int u = 0; u < kChunks; ++u)
+                if (c + 32 * u < chunks) accumulateChunk<T, M, kRows, kNorm>(acc, squares, w[u], x, xStride, gamma, c + 32 * u);
         }
     } else {
-        const T* row = weight + n * inputs;
         for (int64_t k = lane; k < inputs; k += 32) {
-            const float w = toFloat(row[k]);
+            float w[kRows];
 #pragma unroll
-            for (int m = 0; m < M; ++m) acc[m] = fmaf(w, toFloat(x[m * xStride + k]), acc[m]);
+            for (int r = 0; r < kRows; ++r) w[r] = toFloat(weight[rows[r] * inputs + k]);
+            const float g = kNorm ? toFloat(gamma[k]) : 1.0f;
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+                const float v = toFloat(x[m * xStride + k]);
+                if constexpr (kNorm) squares[m] = fmaf(v, v, squares[m]);
+#pragma unroll
+                for (int r = 0; r < kRows; ++r) acc[r][m] = fmaf(w[r], kNorm ? v * g : v, acc[r][m]);
+            }
         }
     }
 }
 
-// y[m, n] = the warp's sum + bias + residual, rounded once; lane 0 stores.
-template <typename T, int M>
-__device__ __forceinline__ void finishRow(float (&acc)[M], const float* __restrict__ bias, const T* residual, T* y,
-                                          int64_t n, int64_t yStride, int64_t residualStride, int lane) {
-#pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = warpSum(acc[m]);
-    if (lane != 0) return;
-    const float b = bias ? bias[n] : 0.0f;
+// The warp's sums of acc; with kNorm each scaled by its row's 1 / sqrt(mean(x²) + eps), formed as rmsNormKernel
+// (decode_pointwise.cu) forms it. Every lane gets the results.
+template <int M, bool kNorm>
+__device__ __forceinline__ void reduceRow(float (&acc)[M], const float (&squares)[M], float eps, int64_t inputs) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-        float v = acc[m] + b;
-        if (residual) v += toFloat(residual[m * residualStride + n]);
-        y[m * yStride + n] = fromFloat<T>(v);
+        acc[m] = warpSum(acc[m]);
+        if constexpr (kNorm) acc[m] *= rsqrtf(warpSum(squares[m]) / float(inputs) + eps);
     }
 }
 
-// One weight row per warp, the grid covering them.
-template <typename T, int M, bool kVector>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    denseGemvKernel(const T* __restrict__ x, const T* __restrict__ weight, const float* __restrict__ bias,
-                    const T* residual, T* y, int64_t outputs, int64_t inputs, int64_t xStride, int64_t yStride,
-                    int64_t residualStride) {
-    waitForPredecessor();
+// Blocks per multiprocessor the kernel must allow at one row of x: registers capped at 64 so that 4 blocks of 8 warps
+// fit (a 76-register form streamed 20-40% slower on the H200; every fp16 form at one row now fits 64 with at most
+// 16 bytes spilled, ptxas -v for sm_90). More rows of x would spill under the cap.
+template <int M>
+constexpr int minBlocksPerSm() { return M == 1 ? 4 : 1; }
+
+// What the kernel needs besides its pointers.
+struct GemvArgs {
+    const void* gamma = nullptr;    // the RMSNorm weight [K] in the activation type (kNorm)
+    float eps = 0.0f;
+    const float* bias = nullptr;    // fp32 [N] ([2N] with kSwiGlu), may be null
+    int64_t outputs = 0, inputs = 0, xStride = 0, yStride = 0, residualStride = 0;
+};
+
+// One output row per warp, the grid covering them: y[m, n] = x W[n]ᵀ (x normalised with kNorm) + bias + residual,
+// rounded once. With kSwiGlu, g and u are rows n and n + N of W (the fused [gate; up] weight), streamed side by side
+// by the same warp (each chunk of x read once for both), and y[m, n] = silu(g) u. The weight loads start at once:
+// nothing is staged before them.
+template <typename T, int M, bool kVector, bool kNorm, bool kSwiGlu>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, minBlocksPerSm<M>())
+    denseGemvKernel(const T* __restrict__ x, const T* __restrict__ weight, const T* residual, T* y, GemvArgs a) {
     const int lane = threadIdx.x % 32;
     const int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    if (n >= outputs) return;
-    float acc[M];
-    rowProduct<T, M, kVector, false>(acc, weight, x, xStride, n, inputs, lane);
-    finishRow<T, M>(acc, bias, residual, y, n, yStride, residualStride, lane);
-}
-
-// Blocks of the RMSNorm kernel at one row of x that must fit on a multiprocessor: the registers are capped at 64 so
-// that 4 blocks of 8 warps fit, as many as the plain kernel's 58 registers allow. (In a first version both kernels
-// took 76 registers, so 3 blocks, and streamed 20-40% slower on the H200.) More rows of x would spill under the cap.
-template <int M>
-constexpr int rmsNormMinBlocksPerSm() { return M == 1 ? 4 : 1; }
-
-// x normalised into shared memory first (every block), then each warp takes the weight rows n, n + warps in the
-// grid, ... (rowsPerWarp of them at most).
-template <typename T, int M, bool kVector>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, rmsNormMinBlocksPerSm<M>())
-    denseGemvRmsNormKernel(const T* __restrict__ x, const float* __restrict__ normWeight, float eps,
-                           const T* __restrict__ weight, const float* __restrict__ bias, const T* residual, T* y,
-                           int64_t outputs, int64_t inputs, int64_t xStride, int64_t yStride, int64_t residualStride) {
     waitForPredecessor();
-    extern __shared__ uint4 normedStorage[];   // uint4: 16-byte aligned
-    T* normed = reinterpret_cast<T*>(normedStorage);
-    const int64_t normedStride = normedRowStride(inputs);
-    normaliseRows<T, M>(x, xStride, normWeight, eps, inputs, normed, normedStride);
-    const int lane = threadIdx.x % 32;
-    for (int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; n < outputs;
-         n += int64_t(gridDim.x) * kWarpsPerBlock) {
-        float acc[M];
-        rowProduct<T, M, kVector, true>(acc, weight, normed, normedStride, n, inputs, lane);
-        finishRow<T, M>(acc, bias, residual, y, n, yStride, residualStride, lane);
+    if (n >= a.outputs) return;
+    constexpr int kRows = kSwiGlu ? 2 : 1;   // SwiGLU: the gate row and the up row, side by side
+    int64_t rows[kRows];
+    rows[0] = n;
+    if constexpr (kSwiGlu) rows[kRows - 1] = n + a.outputs;
+    float acc[kRows][M], squares[M];
+    rowsProduct<T, M, kRows, kVector, kNorm>(acc, squares, weight, x, a.xStride, static_cast<const T*>(a.gamma), rows,
+                                             a.inputs, lane);
+    if constexpr (kSwiGlu) {
+        reduceRow<M, kNorm>(acc[0], squares, a.eps, a.inputs);
+        reduceRow<M, kNorm>(acc[kRows - 1], squares, a.eps, a.inputs);
+        if (lane != 0) return;
+        const float gateBias = a.bias ? a.bias[n] : 0.0f, upBias = a.bias ? a.bias[n + a.outputs] : 0.0f;
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+            const float g = acc[0][m] + gateBias;   // siluMulKernel's expression, on g and u not rounded
+            y[m * a.yStride + n] = fromFloat<T>(g / (1.0f + __expf(-g)) * (acc[kRows - 1][m] + upBias));
+        }
+    } else {
+        reduceRow<M, kNorm>(acc[0], squares, a.eps, a.inputs);
+        if (lane != 0) return;
+        const float b = a.bias ? a.bias[n] : 0.0f;
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+            float v = acc[0][m] + b;
+            if (residual) v += toFloat(residual[m * a.residualStride + n]);
+            y[m * a.yStride + n] = fromFloat<T>(v);
+        }
     }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// A launch of the kernel: the norm (nullptr: none) and how many weight rows each warp takes.
+// Which form of the kernel a launch takes.
 struct Launch {
-    const GemvRmsNorm* norm = nullptr;
-    int64_t rowsPerWarp = 1;
-    bool vector = false;
+    bool vector = false;   // 16-byte loads of W, x (and gamma)
+    bool norm = false;
+    bool swiGlu = false;
 };
 
+template <typename T, int M, bool kNorm, bool kSwiGlu>
+void launchForm(const T* x, const T* w, const T* r, T* y, const GemvArgs& a, bool vector, cudaStream_t stream) {
+    const dim3 grid(unsigned((a.outputs + kWarpsPerBlock - 1) / kWarpsPerBlock)), block(kWarpsPerBlock * 32);
+    auto kernel = vector ? denseGemvKernel<T, M, true, kNorm, kSwiGlu> : denseGemvKernel<T, M, false, kNorm, kSwiGlu>;
+    CWB_CUDA_CHECK(launchDependent(kernel, grid, block, 0, stream, x, w, r, y, a));
+}
+
 template <typename T, int M>
-void launch(const void* x, const void* weight, const float* bias, const void* residual, void* y, const DenseGemvShape& s,
-            const Launch& l, cudaStream_t stream) {
-    const int64_t rowsPerBlock = kWarpsPerBlock * l.rowsPerWarp;
-    const dim3 grid(unsigned((s.outputs + rowsPerBlock - 1) / rowsPerBlock)), block(kWarpsPerBlock * 32);
+void launch(const void* x, const void* weight, const void* residual, void* y, const GemvArgs& a, const Launch& l,
+            cudaStream_t stream) {
     const T* xs = static_cast<const T*>(x);
     const T* w = static_cast<const T*>(weight);
     const T* r = static_cast<const T*>(residual);
     T* ys = static_cast<T*>(y);
-    if (l.norm) {
-        auto kernel = l.vector ? denseGemvRmsNormKernel<T, M, true> : denseGemvRmsNormKernel<T, M, false>;
-        const size_t shared = size_t(M * normedRowStride(s.inputs)) * sizeof(T);
-        CWB_CUDA_CHECK(launchDependent(kernel, grid, block, shared, stream, xs, l.norm->weight, l.norm->eps, w, bias, r,
-                                       ys, s.outputs, s.inputs, s.xStride, s.yStride, s.residualStride));
-    } else {
-        auto kernel = l.vector ? denseGemvKernel<T, M, true> : denseGemvKernel<T, M, false>;
-        CWB_CUDA_CHECK(launchDependent(kernel, grid, block, 0, stream, xs, w, bias, r, ys, s.outputs, s.inputs, s.xStride,
-                                       s.yStride, s.residualStride));
+    if (l.swiGlu) {
+        if (l.norm) return launchForm<T, M, true, true>(xs, w, r, ys, a, l.vector, stream);
+        return launchForm<T, M, false, true>(xs, w, r, ys, a, l.vector, stream);
     }
+    if (l.norm) return launchForm<T, M, true, false>(xs, w, r, ys, a, l.vector, stream);
+    launchForm<T, M, false, false>(xs, w, r, ys, a, l.vector, stream);
 }
 
 template <typename T, int M = 1>
-void launchRows(const void* x, const void* weight, const float* bias, const void* residual, void* y,
-                const DenseGemvShape& s, const Launch& l, cudaStream_t stream) {
+void launchRows(const void* x, const void* weight, const void* residual, void* y, int64_t rows, const GemvArgs& a,
+                const Launch& l, cudaStream_t stream) {
     if constexpr (M < kDenseGemvMaxRows) {
-        if (s.rows > M) return launchRows<T, M + 1>(x, weight, bias, residual, y, s, l, stream);
+        if (rows > M) return launchRows<T, M + 1>(x, weight, residual, y, rows, a, l, stream);
     }
-    launch<T, M>(x, weight, bias, residual, y, s, l, stream);
+    launch<T, M>(x, weight, residual, y, a, l, stream);
 }
 
-void checkShape(const char* what, const void* x, const void* weight, const void* residual, const void* y,
+void checkShape(const std::string& name, const void* x, const void* weight, const void* residual, const void* y,
                 const DenseGemvShape& s) {
-    const std::string name(what);
     if (s.rows < 1 || s.rows > kDenseGemvMaxRows)
         throw KernelError(name + ": " + std::to_string(s.rows) + " rows of x, expected 1.." +
                           std::to_string(kDenseGemvMaxRows));
@@ -235,51 +263,77 @@ void checkShape(const char* what, const void* x, const void* weight, const void*
         throw KernelError(name + ": a row stride is shorter than its row");
 }
 
-std::atomic<int64_t> rmsNormLaunches{0};
+// The kernel's arguments and form for a checked shape. x must be 16-byte aligned (and its rows, and gamma) for the
+// vector form: it is read in 16-byte pieces.
+void prepare(const void* x, const GemvRmsNorm* norm, const void* weight, const float* bias, const DenseGemvShape& s,
+             GemvArgs& a, Launch& l) {
+    a.bias = bias;
+    a.outputs = s.outputs;
+    a.inputs = s.inputs;
+    a.xStride = s.xStride;
+    a.yStride = s.yStride;
+    a.residualStride = s.residualStride;
+    l.vector = s.inputs % 8 == 0 && aligned16(x) && aligned16(weight) && (s.rows == 1 || s.xStride % 8 == 0);
+    if (norm) {
+        a.gamma = norm->weight;
+        a.eps = norm->eps;
+        l.norm = true;
+        l.vector = l.vector && aligned16(norm->weight);
+    }
+}
+
+void run(const void* x, const void* weight, const void* residual, void* y, const DenseGemvShape& s, const GemvArgs& a,
+         const Launch& l, ActType type, Stream stream) {
+    const cudaStream_t st = detail::toStream(stream);
+    dispatch(type, [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        launchRows<T>(x, weight, residual, y, s.rows, a, l, st);
+    });
+}
+
+std::atomic<int64_t> rmsNormLaunches{0}, swiGluLaunches{0};
 
 } // namespace
 
 void denseGemv(const void* x, const void* weight, const float* bias, const void* residual, void* y,
                const DenseGemvShape& s, ActType type, Stream stream) {
     checkShape("denseGemv", x, weight, residual, y, s);
+    GemvArgs a;
     Launch l;
-    l.vector = s.inputs % 8 == 0 && aligned16(x) && aligned16(weight) && (s.rows == 1 || s.xStride % 8 == 0);
-    const cudaStream_t st = detail::toStream(stream);
-    dispatch(type, [&](auto* tag) {
-        using T = std::remove_pointer_t<decltype(tag)>;
-        launchRows<T>(x, weight, bias, residual, y, s, l, st);
-    });
+    prepare(x, nullptr, weight, bias, s, a, l);
+    run(x, weight, residual, y, s, a, l, type, stream);
     CWB_CUDA_CHECK_LAUNCH("denseGemv");
-}
-
-int64_t denseGemvRmsNormRowsPerWarp(int64_t outputs, int multiprocessors) {
-    const int64_t warps = (outputs + kWarpsPerBlock - 1) / kWarpsPerBlock;   // blocks at one row per warp
-    const int64_t wanted = kDenseGemvRmsNormBlocksPerSm * std::max(1, multiprocessors);
-    return std::clamp<int64_t>(warps / wanted, 1, kDenseGemvRmsNormMaxRowsPerWarp);
 }
 
 void denseGemvRmsNorm(const void* x, const GemvRmsNorm& norm, const void* weight, const float* bias,
                       const void* residual, void* y, const DenseGemvShape& s, ActType type, Stream stream) {
     checkShape("denseGemvRmsNorm", x, weight, residual, y, s);
     if (!norm.weight) throw KernelError("denseGemvRmsNorm: null norm weight");
-    if (!denseGemvRmsNormFits(s.rows, s.inputs))
-        throw KernelError("denseGemvRmsNorm: " + std::to_string(s.rows) + " normalised rows of " +
-                          std::to_string(s.inputs) + " elements exceed " +
-                          std::to_string(kDenseGemvRmsNormSharedBytes) + " bytes of shared memory");
-    if (norm.rowsPerWarp < 0) throw KernelError("denseGemvRmsNorm: negative rows per warp");
+    if (y == x) throw KernelError("denseGemvRmsNorm: the output overwrites x, which every warp reads");
+    GemvArgs a;
     Launch l;
-    l.norm = &norm;
-    l.rowsPerWarp = norm.rowsPerWarp > 0 ? norm.rowsPerWarp : denseGemvRmsNormRowsPerWarp(s.outputs, deviceMultiprocessors());
-    l.vector = s.inputs % 8 == 0 && aligned16(weight);   // x is read from shared memory, already aligned
-    const cudaStream_t st = detail::toStream(stream);
-    dispatch(type, [&](auto* tag) {
-        using T = std::remove_pointer_t<decltype(tag)>;
-        launchRows<T>(x, weight, bias, residual, y, s, l, st);
-    });
+    prepare(x, &norm, weight, bias, s, a, l);
+    run(x, weight, residual, y, s, a, l, type, stream);
     CWB_CUDA_CHECK_LAUNCH("denseGemvRmsNorm");
     ++rmsNormLaunches;
 }
 
+void denseGemvSwiGlu(const void* x, const GemvRmsNorm* norm, const void* weight, const float* bias, void* y,
+                     const DenseGemvShape& s, ActType type, Stream stream) {
+    checkShape("denseGemvSwiGlu", x, weight, nullptr, y, s);
+    if (norm && !norm->weight) throw KernelError("denseGemvSwiGlu: null norm weight");
+    if (y == x) throw KernelError("denseGemvSwiGlu: the output overwrites x, which every warp reads");
+    GemvArgs a;
+    Launch l;
+    prepare(x, norm, weight, bias, s, a, l);
+    l.swiGlu = true;
+    run(x, weight, nullptr, y, s, a, l, type, stream);
+    CWB_CUDA_CHECK_LAUNCH("denseGemvSwiGlu");
+    ++swiGluLaunches;
+}
+
 int64_t denseGemvRmsNormLaunches() { return rmsNormLaunches.load(); }
+
+int64_t denseGemvSwiGluLaunches() { return swiGluLaunches.load(); }
 
 } // namespace cwb::kernels

@@ -113,8 +113,9 @@ void TestCli::errorsNameTheFile() {
     QVERIFY(text.err.contains("/nonexistent/text.txt"));
 }
 
-// The decode switches reach the runtime options that `cwb bench --json` reports: the defaults (dense GEMV on, RMSNorm
-// folding off) and each flag flipping its own option only.
+// The decode switches reach the runtime options that `cwb bench --json` reports: the defaults (dense GEMV, RMSNorm
+// and SwiGLU folded into it, all on), each --no- flag turning its own option off and each on-flag on, and a switch
+// given both ways refused.
 void TestCli::benchRecordsItsSwitches() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     auto optionsOf = [&](QStringList extra) {
@@ -123,13 +124,24 @@ void TestCli::benchRecordsItsSwitches() {
         return QJsonDocument::fromJson(r.out.toUtf8()).object()["options"].toObject();
     };
     const QJsonObject defaults = optionsOf({});
-    QCOMPARE(defaults["dense_gemv"].toBool(true), true);
-    QCOMPARE(defaults["fused_norm_gemv"].toBool(true), false);
+    QCOMPARE(defaults["dense_gemv"].toBool(false), true);
+    QCOMPARE(defaults["fused_norm_gemv"].toBool(false), true);
+    QCOMPARE(defaults["fused_swiglu_gemv"].toBool(false), true);
     QCOMPARE(defaults["fused_decode"].toBool(false), true);
-    const QJsonObject flipped = optionsOf({"--no-dense-gemv", "--fused-norm-gemv"});
-    QCOMPARE(flipped["dense_gemv"].toBool(true), false);
-    QCOMPARE(flipped["fused_norm_gemv"].toBool(false), true);
-    QCOMPARE(flipped["fused_decode"].toBool(false), true);
+    const QJsonObject off = optionsOf({"--no-dense-gemv", "--no-fused-norm-gemv", "--no-fused-swiglu-gemv"});
+    QCOMPARE(off["dense_gemv"].toBool(true), false);
+    QCOMPARE(off["fused_norm_gemv"].toBool(true), false);
+    QCOMPARE(off["fused_swiglu_gemv"].toBool(true), false);
+    QCOMPARE(off["fused_decode"].toBool(false), true);
+    const QJsonObject normOnly = optionsOf({"--fused-norm-gemv", "--no-fused-swiglu-gemv"});
+    QCOMPARE(normOnly["fused_norm_gemv"].toBool(false), true);
+    QCOMPARE(normOnly["fused_swiglu_gemv"].toBool(true), false);
+    const QJsonObject swiGluOnly = optionsOf({"--no-fused-norm-gemv", "--fused-swiglu-gemv"});
+    QCOMPARE(swiGluOnly["fused_norm_gemv"].toBool(true), false);
+    QCOMPARE(swiGluOnly["fused_swiglu_gemv"].toBool(false), true);
+    Result both = run({"bench", model, "--fused-swiglu-gemv", "--no-fused-swiglu-gemv"});
+    QCOMPARE(both.exitCode, 2);
+    QVERIFY(both.err.contains("--fused-swiglu-gemv and --no-fused-swiglu-gemv contradict each other"));
 }
 
 void TestCli::methodsAndCompress() {

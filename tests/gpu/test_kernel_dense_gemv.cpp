@@ -2,8 +2,8 @@
 // bf16, for 1..8 rows of x: the 16-byte path (K a multiple of 8) and the scalar path (odd K, or x not 16-byte
 // aligned), odd N, strided rows of x, with and without bias and residual, and y written over the residual (the
 // runtime's linearPlus). Rows past kDenseGemvMaxRows must be refused. The same with the RMSNorm folded in
-// (denseGemvRmsNorm) against denseGemvRmsNormRef, with one and several weight rows per warp; rows too wide for its
-// shared memory must be refused.
+// (denseGemvRmsNorm) against denseGemvRmsNormRef, and the SwiGLU form (denseGemvSwiGlu, with and without the norm)
+// against denseGemvSwiGluRef; an output over x must be refused by both.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -57,36 +57,55 @@ void testGemv(ActType t, const GemvCase& c, bool bias, bool residual, bool inPla
     cudaFree(dx), cudaFree(dw), cudaFree(dr), cudaFree(dy), cudaFree(db);
 }
 
-// x of the norm's scale (the raw residual stream), a norm weight around 1: the GEMV sees x normalised and rounded.
-void testGemvRmsNorm(ActType t, const GemvCase& c, int64_t rowsPerWarp, bool bias, bool residual) {
-    const std::string tag = std::string("denseGemvRmsNorm ") + actTypeName(t) + " M=" + std::to_string(c.rows) + " N=" +
-                            std::to_string(c.outputs) + " K=" + std::to_string(c.inputs) +
-                            (c.xPad ? " strided x" : "") + (c.misalignedX ? " misaligned x" : "") +
-                            " rows/warp=" + std::to_string(rowsPerWarp) + (bias ? " + bias" : "") +
-                            (residual ? " + residual" : "");
-    DenseGemvShape s;
+// Inputs of the RMSNorm and SwiGLU forms: x of the norm's scale (the raw residual stream), a norm weight around 1.
+struct FoldedInputs {
+    DenseGemvShape shape;
+    size_t xOffset = 0;
+    std::vector<float> x, weight, residual, bias, normWeight;
+};
+
+FoldedInputs foldedInputs(ActType t, const GemvCase& c, int64_t weightRows) {
+    FoldedInputs in;
+    DenseGemvShape& s = in.shape;
     s.rows = c.rows;
     s.outputs = c.outputs;
     s.inputs = c.inputs;
     s.xStride = c.inputs + c.xPad;
     s.yStride = s.residualStride = c.outputs;
-    const size_t xOffset = c.misalignedX ? 1 : 0;
-    const size_t xn = size_t(c.rows * s.xStride) + xOffset, wn = size_t(c.outputs * c.inputs), yn = size_t(c.rows * c.outputs);
-    std::vector<float> x = roundedGaussian(xn, 21, t, 3.0f), w = roundedGaussian(wn, 22, t, 0.05f), r = roundedGaussian(yn, 23, t, 1.0f);
-    std::vector<float> b = gaussian(size_t(c.outputs), 24, 0.5f), g = gaussian(size_t(c.inputs), 25, 0.2f);
-    for (float& v : g) v += 1.0f;
+    in.xOffset = c.misalignedX ? 1 : 0;
+    in.x = roundedGaussian(size_t(c.rows * s.xStride) + in.xOffset, 21, t, 3.0f);
+    in.weight = roundedGaussian(size_t(weightRows * c.inputs), 22, t, 0.05f);
+    in.residual = roundedGaussian(size_t(c.rows * c.outputs), 23, t, 1.0f);
+    in.bias = gaussian(size_t(weightRows), 24, 0.5f);
+    in.normWeight = gaussian(size_t(c.inputs), 25, 0.2f);   // read in the activation type: rounded to it here
+    for (float& v : in.normWeight) v = actBitsToFloat(floatToActBits(v + 1.0f, t), t);
+    return in;
+}
+
+std::string caseName(const char* kernel, ActType t, const GemvCase& c) {
+    return std::string(kernel) + " " + actTypeName(t) + " M=" + std::to_string(c.rows) + " N=" + std::to_string(c.outputs) +
+           " K=" + std::to_string(c.inputs) + (c.xPad ? " strided x" : "") + (c.misalignedX ? " misaligned x" : "");
+}
+
+// Both sides compute the same sum (the normalised x is rounded by neither), so the GEMV's tolerance applies.
+void testGemvRmsNorm(ActType t, const GemvCase& c, bool bias, bool residual) {
+    const std::string tag = caseName("denseGemvRmsNorm", t, c) + (bias ? " + bias" : "") + (residual ? " + residual" : "");
+    const FoldedInputs in = foldedInputs(t, c, c.outputs);
+    const DenseGemvShape& s = in.shape;
     const float eps = 1e-5f;
+    const size_t yn = size_t(c.rows * c.outputs);
     std::vector<float> ref(yn);
-    denseGemvRmsNormRef(x.data() + xOffset, g.data(), eps, w.data(), bias ? b.data() : nullptr,
-                        residual ? r.data() : nullptr, ref.data(), s, t);
-    uint16_t *dx = upload(x, t), *dw = upload(w, t), *dr = upload(r, t), *dy = upload(std::vector<float>(yn, 0.0f), t);
-    float *db = toDevice(b), *dg = toDevice(g);
+    denseGemvRmsNormRef(in.x.data() + in.xOffset, in.normWeight.data(), eps, in.weight.data(), bias ? in.bias.data() : nullptr,
+                        residual ? in.residual.data() : nullptr, ref.data(), s, t);
+    uint16_t *dx = upload(in.x, t), *dw = upload(in.weight, t), *dr = upload(in.residual, t);
+    uint16_t* dy = upload(std::vector<float>(yn, 0.0f), t);
+    float* db = toDevice(in.bias);
+    uint16_t* dg = upload(in.normWeight, t);
     GemvRmsNorm norm;
     norm.weight = dg;
     norm.eps = eps;
-    norm.rowsPerWarp = rowsPerWarp;
     const int64_t launchesBefore = denseGemvRmsNormLaunches();
-    denseGemvRmsNorm(dx + xOffset, norm, dw, bias ? db : nullptr, residual ? dr : nullptr, dy, s, t, nullptr);
+    denseGemvRmsNorm(dx + in.xOffset, norm, dw, bias ? db : nullptr, residual ? dr : nullptr, dy, s, t, nullptr);
     check(cudaDeviceSynchronize() == cudaSuccess, (tag + ": ran").c_str());
     check(denseGemvRmsNormLaunches() == launchesBefore + 1, (tag + ": counted one launch").c_str());
     const double tolerance = t == ActType::Float16 ? kGemvNmseFp16 : kGemvNmseBf16;
@@ -95,28 +114,52 @@ void testGemvRmsNorm(ActType t, const GemvCase& c, int64_t rowsPerWarp, bool bia
     cudaFree(dx), cudaFree(dw), cudaFree(dr), cudaFree(dy), cudaFree(db), cudaFree(dg);
 }
 
-void testRmsNormRefusesWideRows() {
-    DenseGemvShape s;
-    s.rows = 2;
-    s.inputs = kDenseGemvRmsNormSharedBytes / 2;   // two rows of this need twice the shared memory there is
-    s.outputs = 8;
-    s.xStride = s.inputs;
-    s.yStride = 8;
-    check(!denseGemvRmsNormFits(s.rows, s.inputs) && denseGemvRmsNormFits(1, 4096) && denseGemvRmsNormFits(4, 4096),
-          "denseGemvRmsNormFits: 4 rows of 4096 fit, 2 rows of 24576 do not");
+// W [2N, K]; y [M, N] = silu(g) u, g and u taken unrounded on both sides, so again only the summation and the one
+// final rounding differ.
+void testGemvSwiGlu(ActType t, const GemvCase& c, bool withNorm, bool bias) {
+    const std::string tag = caseName("denseGemvSwiGlu", t, c) + (withNorm ? " + RMSNorm" : "") + (bias ? " + bias" : "");
+    const FoldedInputs in = foldedInputs(t, c, 2 * c.outputs);
+    const DenseGemvShape& s = in.shape;
+    const float eps = 1e-5f;
+    const size_t yn = size_t(c.rows * c.outputs);
+    std::vector<float> ref(yn);
+    denseGemvSwiGluRef(in.x.data() + in.xOffset, withNorm ? in.normWeight.data() : nullptr, eps, in.weight.data(),
+                       bias ? in.bias.data() : nullptr, ref.data(), s, t);
+    uint16_t *dx = upload(in.x, t), *dw = upload(in.weight, t), *dy = upload(std::vector<float>(yn, 0.0f), t);
+    float* db = toDevice(in.bias);
+    uint16_t* dg = upload(in.normWeight, t);
     GemvRmsNorm norm;
-    norm.weight = reinterpret_cast<const float*>(16);
-    bool refused = false;
+    norm.weight = dg;
+    norm.eps = eps;
+    const int64_t launchesBefore = denseGemvSwiGluLaunches();
+    denseGemvSwiGlu(dx + in.xOffset, withNorm ? &norm : nullptr, dw, bias ? db : nullptr, dy, s, t, nullptr);
+    check(cudaDeviceSynchronize() == cudaSuccess, (tag + ": ran").c_str());
+    check(denseGemvSwiGluLaunches() == launchesBefore + 1, (tag + ": counted one launch").c_str());
+    const double tolerance = t == ActType::Float16 ? kGemvNmseFp16 : kGemvNmseBf16;
+    const double error = nmse(download(dy, yn, t), ref);
+    check(error <= tolerance, (tag + ": matches the reference (nmse " + std::to_string(error) + ")").c_str());
+    cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(db), cudaFree(dg);
+}
+
+// Every warp reads all of x, so neither folded form may write its output over it.
+void testFoldedFormsRefuseOutputOverX() {
+    DenseGemvShape s;
+    s.outputs = s.inputs = s.xStride = s.yStride = 8;
+    GemvRmsNorm norm;
+    norm.weight = reinterpret_cast<const void*>(16);
+    void* same = reinterpret_cast<void*>(16);
+    bool normRefused = false, swiGluRefused = false;
     try {
-        denseGemvRmsNorm(reinterpret_cast<void*>(16), norm, reinterpret_cast<void*>(16), nullptr, nullptr,
-                         reinterpret_cast<void*>(16), s, ActType::Float16, nullptr);
+        denseGemvRmsNorm(same, norm, reinterpret_cast<void*>(32), nullptr, nullptr, same, s, ActType::Float16, nullptr);
     } catch (const KernelError&) {
-        refused = true;
+        normRefused = true;
     }
-    check(refused, "denseGemvRmsNorm refuses rows too wide for its shared memory");
-    check(denseGemvRmsNormRowsPerWarp(32000, 132) == 4 && denseGemvRmsNormRowsPerWarp(12288, 132) == 4 &&
-              denseGemvRmsNormRowsPerWarp(4224, 132) == 2 && denseGemvRmsNormRowsPerWarp(100, 132) == 1,
-          "denseGemvRmsNormRowsPerWarp: 4 for the 7B head and q/k/v, 2 for 4224 rows, 1 for 100 (132 multiprocessors)");
+    try {
+        denseGemvSwiGlu(same, nullptr, reinterpret_cast<void*>(32), nullptr, same, s, ActType::Float16, nullptr);
+    } catch (const KernelError&) {
+        swiGluRefused = true;
+    }
+    check(normRefused && swiGluRefused, "denseGemvRmsNorm and denseGemvSwiGlu refuse y over x");
 }
 
 void testRefusesTooManyRows() {
@@ -159,22 +202,24 @@ int main() {
             testGemv(t, cases[3], false, true, true);
         }
         testRefusesTooManyRows();
-        const GemvCase normCases[] = {
+        const GemvCase foldedCases[] = {
             {1, 300, 4096},          // Llama-2-7B width, 16-byte path, whole batches
             {1, 257, 4096 + 88},     // partial tail batch, odd N
-            {1, 131, 1001},          // odd K: scalar path, padded shared rows
-            {1, 96, 512, 0, true},   // x off a 16-byte boundary (x is read element by element anyway)
+            {1, 131, 1001},          // odd K: scalar path
+            {1, 96, 512, 0, true},   // x off a 16-byte boundary: scalar path
             {3, 67, 520, 8},         // strided rows of x
             {8, 33, 264},            // the most rows
         };
         for (ActType t : {ActType::Float16, ActType::BFloat16}) {
-            for (const GemvCase& c : normCases) {
-                testGemvRmsNorm(t, c, 1, false, false);
-                testGemvRmsNorm(t, c, 3, true, true);   // warps loop over rows, the last partly past N
+            for (const GemvCase& c : foldedCases) {
+                testGemvRmsNorm(t, c, false, false);
+                testGemvRmsNorm(t, c, true, true);
+                testGemvSwiGlu(t, c, true, false);
+                testGemvSwiGlu(t, c, false, true);
             }
-            testGemvRmsNorm(t, normCases[0], 0, false, false);   // rows per warp from the device
+            testGemvSwiGlu(t, foldedCases[0], true, true);
         }
-        testRmsNormRefusesWideRows();
+        testFoldedFormsRefuseOutputOverX();
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

@@ -28,49 +28,44 @@ void denseGemv(const void* x, const void* weight, const float* bias, const void*
                const DenseGemvShape& shape, ActType type, Stream stream);
 
 // RMSNorm folded into the product (decode: the norm before q/k/v, gate/up and the output head), so that it needs no
-// launch of its own. Each block first replaces the rows of x by x / sqrt(mean(x²) + eps) * weight, rounded to the
-// activation type element by element exactly as rmsNorm of decode_ops.h rounds its output, in shared memory; the
-// product then reads them from there. The sum of squares is formed in another order than rmsNorm's (its fp32
-// result may differ in the last bit).
+// launch of its own: y[m, n] = r_m Σ_k W[n, k] (weight[k] x[m, k]) with r_m = 1 / sqrt(mean_k(x[m, k]²) + eps). Each
+// warp sums x² over the same elements of x it multiplies, so nothing is normalised ahead of the weight loads. The
+// norm weight is read in the activation type (coalesced like x; an fp32 one took 2-4 scattered loads per 8 elements
+// and made the kernel L1-bound), and the normalised x is never rounded (rmsNorm of decode_ops.h takes an fp32 weight
+// and rounds x before the product), so results differ from rmsNorm + denseGemv by those two roundings.
 struct GemvRmsNorm {
-    const float* weight = nullptr;   // fp32 [K]
+    const void* weight = nullptr;   // [K], in the activation type
     float eps = 1e-5f;
-    // Weight rows each warp computes one after the other: more rows, fewer blocks normalising x again.
-    // 0: denseGemvRmsNormRowsPerWarp.
-    int64_t rowsPerWarp = 0;
 };
 
-// Shared memory the normalised rows of x may take (the default limit of a launch).
-constexpr int64_t kDenseGemvRmsNormSharedBytes = 48 * 1024;
-// True when `rows` normalised rows of `inputs` elements fit in that shared memory.
-constexpr bool denseGemvRmsNormFits(int64_t rows, int64_t inputs) {
-    return rows >= 1 && rows <= kDenseGemvMaxRows && inputs >= 1 &&
-           rows * ((inputs + 7) / 8 * 8) * 2 <= kDenseGemvRmsNormSharedBytes;
-}
-// Rows per warp when GemvRmsNorm::rowsPerWarp is 0: as many as leave at least kDenseGemvRmsNormBlocksPerSm blocks per
-// multiprocessor (at most kDenseGemvRmsNormMaxRowsPerWarp), so the blocks that each normalise x (8 KB of x and 16 KB
-// of norm weight from L2 for a 4096-wide row) stay few beside the weight they stream. On the H200 4 rows per warp was
-// the fastest of 1, 2 and 4 for q/k/v, gate/up and the head of Llama-2-7B (bench_decode_ops), so 4 for all three.
-constexpr int64_t kDenseGemvRmsNormBlocksPerSm = 2;
-constexpr int64_t kDenseGemvRmsNormMaxRowsPerWarp = 4;
-int64_t denseGemvRmsNormRowsPerWarp(int64_t outputs, int multiprocessors);
-
-// y = RMSNorm(x) Wᵀ + bias + residual, in one launch. As denseGemv, except that y must not alias x (every block
-// reads all of x), and rows of x need no alignment (they are read element by element). Throws KernelError when the
-// rows do not fit denseGemvRmsNormFits.
+// y = RMSNorm(x) Wᵀ + bias + residual, in one launch. As denseGemv, except that y must not alias x (every warp reads
+// all of x). x is read in 16-byte pieces when it, its rows and the norm weight allow it, else element by element.
 void denseGemvRmsNorm(const void* x, const GemvRmsNorm& norm, const void* weight, const float* bias,
                       const void* residual, void* y, const DenseGemvShape& shape, ActType type, Stream stream);
 // How many times denseGemvRmsNorm has launched in this process (tests check that a runtime switch took this path).
 int64_t denseGemvRmsNormLaunches();
+
+// SwiGLU of the fused [gate; up] projection in one launch: W is [2N, K] (the N gate rows, then the N up rows), and
+// y[m, n] = silu(g) u with g = (x Wᵀ)[m, n] + bias[n], u = (x Wᵀ)[m, N + n] + bias[N + n], neither rounded before
+// the product (silu(g) = g / (1 + exp(-g)), as siluMul of decode_ops.h). shape.outputs is N, y has N elements per row;
+// bias fp32 [2N] or nullptr. With `norm` (nullptr: none), x is normalised as in denseGemvRmsNorm. y must not alias x.
+void denseGemvSwiGlu(const void* x, const GemvRmsNorm* norm, const void* weight, const float* bias, void* y,
+                     const DenseGemvShape& shape, ActType type, Stream stream);
+// How many times denseGemvSwiGlu has launched in this process.
+int64_t denseGemvSwiGluLaunches();
 
 // CPU reference on float data (values taken as already rounded to `type`): double accumulation, the output rounded
 // to `type` once.
 void denseGemvRef(const float* x, const float* weight, const float* bias, const float* residual, float* y,
                   const DenseGemvShape& shape, ActType type);
 
-// CPU reference of denseGemvRmsNorm: each row normalised as rmsNormRef (decode_ops.h) does it (double sum, each
-// element rounded to `type`), then denseGemvRef.
+// CPU reference of denseGemvRmsNorm (normWeight's values taken as rounded to `type`, like the others): r Σ W
+// (normWeight x) in double, bias and residual added, rounded once.
 void denseGemvRmsNormRef(const float* x, const float* normWeight, float eps, const float* weight, const float* bias,
                          const float* residual, float* y, const DenseGemvShape& shape, ActType type);
+
+// CPU reference of denseGemvSwiGlu (normWeight nullptr: no norm): g and u in double, silu(g) u rounded once.
+void denseGemvSwiGluRef(const float* x, const float* normWeight, float eps, const float* weight, const float* bias,
+                        float* y, const DenseGemvShape& shape, ActType type);
 
 } // namespace cwb::kernels
