@@ -22,7 +22,7 @@ struct StreamConfig {
     bool overlap, split;
 };
 constexpr int kStreamConfigs = 6;
-constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {{2, 16, false, true}, {2, 16, false, false},
+constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {{2, 16, false, false}, {2, 16, false, true},
                                                              {4, 16, false, false}, {4, 8, false, false},
                                                              {2, 16, true, false},  {4, 16, false, true}};
 int streamConfigIndex();  // wxa16_gemm.cu
