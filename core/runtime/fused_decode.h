@@ -34,7 +34,7 @@ at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const 
 at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up);
 
 // Programmatic dependent launch of the decode kernels and the dense GEMV (kernels/dependent_launch.h), process-wide:
-// off unless CWB_PDL=1 is in the environment; tests switch it here. Acts only on compute capability 9.0+ devices,
+// on unless CWB_PDL=0 is in the environment; tests switch it here. Acts only on compute capability 9.0+ devices,
 // and not at all in a build without the kernels. The count is of launches made with it (0 without the kernels).
 void setDecodeDependentLaunch(bool on);
 bool decodeDependentLaunch();

@@ -3,8 +3,8 @@
 // each is launched so that the GPU may start it while the kernel before it in the stream is still finishing, and
 // its blocks wait on the device (griddepcontrol.wait) for that kernel's results before they touch memory. That hides
 // part of the gap between two dependent launches; a CUDA graph captured from the stream keeps the overlap
-// (programmatic edges, CUDA 12.3+). Off unless CWB_PDL=1 is in the environment at the first launch or
-// setProgrammaticDependentLaunch(true) is called; devices below 9.0 launch as usual either way.
+// (programmatic edges, CUDA 12.3+). On unless CWB_PDL=0 is in the environment at the first launch or
+// setProgrammaticDependentLaunch(false) is called; devices below 9.0 launch as usual either way.
 #include <cstdint>
 
 namespace cwb::kernels {
