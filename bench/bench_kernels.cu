@@ -121,23 +121,7 @@ struct Timer {
         if (graph) return medianGraph(call, perBatch, batches);
         for (int i = 0; i < 20; ++i) call(i);
         CHECK_CUDA(cudaDeviceSynchronize());
-        std::vector<double> t, host;
-        for (int b_ = 0; b_ < batches; ++b_) {
-            cudaEventRecord(a, gStream);
-            const auto h0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < perBatch; ++i) call(i);
-            host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / perBatch);
-            cudaEventRecord(b, gStream);
-            CHECK_CUDA(cudaEventSynchronize(b));
-            float ms = 0;
-            cudaEventElapsedTime(&ms, a, b);
-            t.push_back(1000.0 * ms / perBatch);
-        }
-        CHECK_CUDA(cudaGetLastError());
-        std::sort(t.begin(), t.end());
-        std::sort(host.begin(), host.end());
-        lastHostUs = host[host.size() / 2];
-        return t[t.size() / 2];
+        return timeBatches([&] { for (int i = 0; i < perBatch; ++i) call(i); }, perBatch, batches);
     }
     // The same batch of calls captured into one graph: the GPU time per call without the host's launch rate (the
     // runtime's decode step runs as a graph too). lastHostUs is then the host time per call of one replay.
@@ -150,11 +134,20 @@ struct Timer {
         CHECK_CUDA(cudaGraphInstantiate(&exec, g, nullptr, nullptr, 0));
         CHECK_CUDA(cudaGraphLaunch(exec, gStream));
         CHECK_CUDA(cudaStreamSynchronize(gStream));
+        const double us = timeBatches([&] { CHECK_CUDA(cudaGraphLaunch(exec, gStream)); }, perBatch, batches);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(g);
+        return us;
+    }
+
+private:
+    // Median over `batches` runs of issueBatch (perBatch calls) of the time per call; sets lastHostUs.
+    double timeBatches(const std::function<void()>& issueBatch, int perBatch, int batches) {
         std::vector<double> t, host;
         for (int b_ = 0; b_ < batches; ++b_) {
             cudaEventRecord(a, gStream);
             const auto h0 = std::chrono::steady_clock::now();
-            CHECK_CUDA(cudaGraphLaunch(exec, gStream));
+            issueBatch();
             host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / perBatch);
             cudaEventRecord(b, gStream);
             CHECK_CUDA(cudaEventSynchronize(b));
@@ -162,8 +155,7 @@ struct Timer {
             cudaEventElapsedTime(&ms, a, b);
             t.push_back(1000.0 * ms / perBatch);
         }
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(g);
+        CHECK_CUDA(cudaGetLastError());
         std::sort(t.begin(), t.end());
         std::sort(host.begin(), host.end());
         lastHostUs = host[host.size() / 2];
