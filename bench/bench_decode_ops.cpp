@@ -41,6 +41,27 @@ V* deviceZeros(size_t n) {
     return p;
 }
 
+// Median over 5 runs of `enqueue` on `stream`, in milliseconds (CUDA events).
+double medianMilliseconds(cudaStream_t stream, const std::function<void()>& enqueue) {
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    std::vector<float> ms;
+    for (int r = 0; r < 5; ++r) {
+        cudaEventRecord(start, stream);
+        enqueue();
+        cudaEventRecord(stop, stream);
+        ok(cudaEventSynchronize(stop), "synchronise");
+        float t = 0;
+        cudaEventElapsedTime(&t, start, stop);
+        ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return double(ms[ms.size() / 2]);
+}
+
 // Microseconds per call of `launch` (which enqueues one kernel, or a sequence, on `stream`) inside a CUDA graph of
 // kLaunches calls.
 double microsecondsPerLaunch(cudaStream_t stream, const std::function<void()>& launch, int kLaunches = 200) {
@@ -51,25 +72,10 @@ double microsecondsPerLaunch(cudaStream_t stream, const std::function<void()>& l
     ok(cudaStreamEndCapture(stream, &graph), "end capture");
     ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
     ok(cudaGraphLaunch(exec, stream), "warm-up replay");
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    std::vector<float> ms;
-    for (int r = 0; r < 5; ++r) {
-        cudaEventRecord(start, stream);
-        ok(cudaGraphLaunch(exec, stream), "replay");
-        cudaEventRecord(stop, stream);
-        ok(cudaEventSynchronize(stop), "synchronise");
-        float t = 0;
-        cudaEventElapsedTime(&t, start, stop);
-        ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    const double ms = medianMilliseconds(stream, [&] { ok(cudaGraphLaunch(exec, stream), "replay"); });
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    return double(ms[ms.size() / 2]) * 1e3 / kLaunches;
+    return ms * 1e3 / kLaunches;
 }
 
 void blasOk(cublasStatus_t s, const char* what) {
@@ -82,26 +88,12 @@ double copyGBs(cudaStream_t stream) {
     void *a = nullptr, *b = nullptr;
     ok(cudaMalloc(&a, bytes), "cudaMalloc");
     ok(cudaMalloc(&b, bytes), "cudaMalloc");
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
     ok(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream), "copy");
-    std::vector<float> ms;
-    for (int r = 0; r < 5; ++r) {
-        cudaEventRecord(start, stream);
-        ok(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream), "copy");
-        cudaEventRecord(stop, stream);
-        ok(cudaEventSynchronize(stop), "synchronise");
-        float t = 0;
-        cudaEventElapsedTime(&t, start, stop);
-        ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    const double ms =
+        medianMilliseconds(stream, [&] { ok(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream), "copy"); });
     cudaFree(a);
     cudaFree(b);
-    return 2.0 * double(bytes) / (double(ms[2]) * 1e-3) / 1e9;
+    return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
 }
 
 // One dense linear of the decode step: x [M, K] times W [N, K]ᵀ, plus the residual [M, N] where the runtime adds it.
