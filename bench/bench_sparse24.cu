@@ -1,11 +1,14 @@
 // 2:4 sparse GEMM through cuSPARSELt against cuBLAS FP16 (dense, same run) on the issue's six K x N shapes at
-// M = 2048 and 8192 (--sweep adds 256, 512, 1024 and 4096, to place the runtime's sparseMinRows). Run by hand on a
-// GPU:   bench_sparse24 [--sweep] [--quick] [--autotune] [--out results.md]
+// M = 2048 and 8192 (--sweep adds 512, 1024 and 4096, to place the runtime's sparseMinRows). Run by hand on a GPU:
+//   bench_sparse24 [--sweep] [--quick] [--layout row|col] [--no-search] [--out results.md]
+//   bench_sparse24 --configs [--layout row|col] [--shape KxN] [--m M] [--from-config N]
 // Says "cuSPARSELt not found" and exits 0 when the library cannot be loaded (see CWB_CUSPARSELT).
 // Weights are random fp16 with 2 of every 4 zeroed (a random pair per group), activations random; all filled on the
-// device. TFLOP/s counts the dense product's 2·M·N·K for both, so its ratio is the speed-up. 2:4 runs cuSPARSELt's
-// default kernel (what the runtime uses); --autotune runs cusparseLtMatmulSearch first (it crashed with 0.8.0 on the
-// H200: see sparse24_gemm.h). Time: CUDA events around 10 back-to-back calls, median of 5 batches.
+// device. TFLOP/s counts the dense product's 2·M·N·K for both, so its ratio is the speed-up. 2:4 runs what the
+// runtime runs: the configuration our search picks on the first run of each M (the search is outside the timing),
+// or with --no-search cuSPARSELt's default configuration 0. --configs times every configuration, one line each,
+// printed before it runs (a configuration that ends the process is the last line; --from-config resumes).
+// Time: CUDA events around 10 back-to-back calls, median of 5 batches.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -85,18 +88,34 @@ struct Shape {
     int64_t k, n;
 };
 
+const char* layoutName(Sparse24Layout l) { return l == Sparse24Layout::RowMajor ? "row" : "col"; }
+
 } // namespace
 
 int main(int argc, char** argv) {
-    bool sweep = false, quick = false, autotune = false;
+    bool sweep = false, quick = false, configs = false;
+    Sparse24Options options;
     std::string out;
+    Shape onlyShape{0, 0};
+    int64_t onlyM = 0;
+    int fromConfig = 0;
     for (int i = 1; i < argc; ++i) {
+        long long a = 0, b = 0;
         if (!std::strcmp(argv[i], "--sweep")) sweep = true;
         else if (!std::strcmp(argv[i], "--quick")) quick = true;
-        else if (!std::strcmp(argv[i], "--autotune")) autotune = true;
+        else if (!std::strcmp(argv[i], "--configs")) configs = true;
+        else if (!std::strcmp(argv[i], "--no-search")) options.search = false;
+        else if (!std::strcmp(argv[i], "--layout") && i + 1 < argc && (!std::strcmp(argv[i + 1], "row") || !std::strcmp(argv[i + 1], "col")))
+            options.layout = !std::strcmp(argv[++i], "row") ? Sparse24Layout::RowMajor : Sparse24Layout::ColumnMajorTransposed;
+        else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc && std::sscanf(argv[i + 1], "%lldx%lld", &a, &b) == 2) {
+            onlyShape = {a, b};
+            ++i;
+        } else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) onlyM = std::atoll(argv[++i]);
+        else if (!std::strcmp(argv[i], "--from-config") && i + 1 < argc) fromConfig = std::atoi(argv[++i]);
         else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else {
-            std::fprintf(stderr, "usage: bench_sparse24 [--sweep] [--quick] [--autotune] [--out results.md]\n");
+            std::fprintf(stderr, "usage: bench_sparse24 [--sweep] [--quick] [--layout row|col] [--no-search] [--out results.md]\n"
+                                 "       bench_sparse24 --configs [--layout row|col] [--shape KxN] [--m M] [--from-config N]\n");
             return 2;
         }
     }
@@ -113,13 +132,17 @@ int main(int argc, char** argv) {
     if (quick) shapes = {{4096, 11008}, {8192, 28672}};
     std::vector<int64_t> ms = {2048, 8192};
     if (sweep) ms = {512, 1024, 2048, 4096, 8192};
+    if (onlyShape.k) shapes = {onlyShape};
+    if (onlyM) ms = {onlyM};
+    if (configs) options.search = false;
 
     cublasHandle_t handle;
     if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
         std::fprintf(stderr, "cublasCreate failed\n");
         return 1;
     }
-    std::string md = "Device: " + std::string(prop.name) + "; " + lt.detail + ".\n\n"
+    std::string md = "Device: " + std::string(prop.name) + "; " + lt.detail + "; weight layout " +
+                     layoutName(options.layout) + (options.search ? ", searched" : ", configuration 0") + ".\n\n"
                      "| K x N | M | cuBLAS fp16 (us) | TFLOP/s | 2:4 cuSPARSELt (us) | TFLOP/s | 2:4 vs cuBLAS | compress (ms) |\n"
                      "|---|---|---|---|---|---|---|---|\n";
     const int64_t maxM = *std::max_element(ms.begin(), ms.end());
@@ -134,7 +157,7 @@ int main(int argc, char** argv) {
         const std::string shape = std::to_string(s.k) + "x" + std::to_string(s.n);
         try {
             const auto t0 = std::chrono::steady_clock::now();
-            Sparse24Gemm sparse(w, ActType::Float16, s.n, s.k, nullptr, autotune);
+            Sparse24Gemm sparse(w, ActType::Float16, s.n, s.k, nullptr, options);
             CHECK_CUDA(cudaDeviceSynchronize());
             const double compressMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             for (int64_t m : ms) {
@@ -144,15 +167,45 @@ int main(int argc, char** argv) {
                                  int(s.k), x, CUDA_R_16F, int(s.k), &beta, y, CUDA_R_16F, int(s.n), CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT);
                 });
-                sparse.run(x, y, m, nullptr);   // the plan (and with --autotune the search), outside the timing
-                CHECK_CUDA(cudaDeviceSynchronize());
-                const double us = medianUs([&] { sparse.run(x, y, m, nullptr); });
                 const double flop = 2.0 * double(m) * double(s.n) * double(s.k);
                 auto tf = [&](double t) { return flop / (t * 1e6); };
+                if (configs) {
+                    const int count = sparse.configCount(m);
+                    std::printf("%-12s M=%-5lld layout %s: cuBLAS %9.1f us %6.1f TFLOP/s; %d configurations\n", shape.c_str(),
+                                (long long)m, layoutName(options.layout), dense, tf(dense), count);
+                    for (int id = fromConfig; id < count; ++id) {
+                        std::printf("  config %3d ... ", id);
+                        std::fflush(stdout);
+                        try {
+                            sparse.useConfig(m, id);
+                            std::printf("set ... ");
+                            std::fflush(stdout);
+                            sparse.run(x, y, m, nullptr);
+                            CHECK_CUDA(cudaDeviceSynchronize());
+                            std::printf("ran ... ");
+                            const double us = medianUs([&] { sparse.run(x, y, m, nullptr); }, 5, 3);
+                            std::printf("%9.1f us %6.1f TFLOP/s %5.2fx\n", us, tf(us), dense / us);
+                        } catch (const KernelError& e) {
+                            std::printf("refused: %s\n", e.what());
+                        }
+                        std::fflush(stdout);
+                    }
+                    continue;
+                }
+                const auto firstStart = std::chrono::steady_clock::now();
+                sparse.run(x, y, m, nullptr);   // the plan and the search, outside the timing
+                CHECK_CUDA(cudaDeviceSynchronize());
+                const double firstMs =
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - firstStart).count();
+                sparse.run(x, y, m - 17, nullptr);   // another plan (m - 16 padded), same size class: no search
+                CHECK_CUDA(cudaDeviceSynchronize());
+                const double secondPlanMs =
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - firstStart).count() - firstMs;
+                const double us = medianUs([&] { sparse.run(x, y, m, nullptr); });
                 std::printf("%-12s M=%-5lld cuBLAS %9.1f us %6.1f TFLOP/s | 2:4 %9.1f us %6.1f TFLOP/s | %5.2fx | "
-                            "compress %.1f ms | %s\n",
-                            shape.c_str(), (long long)m, dense, tf(dense), us, tf(us), dense / us, compressMs,
-                            sparse.kernelNote(m).c_str());
+                            "compress %.1f ms | first run %.0f ms, first run of M-17 %.0f ms | %s\n",
+                            shape.c_str(), (long long)m, dense, tf(dense), us, tf(us), dense / us, compressMs, firstMs,
+                            secondPlanMs, sparse.kernelNote(m).c_str());
                 std::fflush(stdout);
                 char row[320];
                 std::snprintf(row, sizeof row, "| %s | %lld | %.1f | %.1f | %.1f | %.1f | %.2fx | %.1f |\n", shape.c_str(),

@@ -98,8 +98,8 @@ int runBench(const std::vector<std::string>& args) {
     if (!synthetic.empty()) {
         const SyntheticShape& shape = syntheticShape(synthetic);
         const std::string format = a.value("format", "int");
-        if (format != "int" && format != "fp8" && format != "w8a8")
-            throw Error("--format is int, fp8 or w8a8, got '" + format + "'");
+        if (format != "int" && format != "fp8" && format != "w8a8" && format != "sparse24")
+            throw Error("--format is int, fp8, w8a8 or sparse24, got '" + format + "'");
         const at::Device device = options.device.is_cuda() ? options.device : at::Device(at::kCPU);
         base = syntheticLlama(synthetic, a.integer("layers", shape.defaultLayers), device, p.seed);
         if (format == "int") {
@@ -107,6 +107,9 @@ int runBench(const std::vector<std::string>& args) {
             const int64_t group = a.integer("group-size", 128);
             variant = randomIntVariant(*base, bits, group, device, p.seed);
             variantName = "int" + std::to_string(bits) + " g" + std::to_string(group) + " (random levels)";
+        } else if (format == "sparse24") {
+            variant = sparse24Variant(*base, device);
+            variantName = "2:4 magnitude-pruned fp16";
         } else if (format == "fp8") {
             variant = randomFp8Variant(*base, device, p.seed);
             variantName = "fp8 e4m3, dynamic activations (random codes)";

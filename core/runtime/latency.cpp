@@ -10,6 +10,7 @@
 #include <ATen/Context.h>
 
 #include "core/compress/compressed_layers.h"
+#include "core/compress/prune_math.h"
 #include "core/runtime/cuda_linear.h"
 #include "core/runtime/decode_graph.h"
 #include "core/util/error.h"
@@ -224,6 +225,16 @@ std::unique_ptr<Model> randomIntVariant(const Model& base, int bits, int64_t gro
         q.zeros = at::full({q.rows, groups}, 1 << (bits - 1), at::kInt);
         q.groupIndex = quant::defaultGroupIndex(q.cols, groupSize);
         variant->setCompressed(layer, std::make_shared<IntLinear>(std::move(q), at::Tensor(), "random levels"));
+    }
+    return variant;
+}
+
+std::unique_ptr<Model> sparse24Variant(const Model& base, const at::Device& device) {
+    auto variant = base.clone();
+    for (const std::string& layer : base.linearLayers()) {
+        const at::Tensor w = base.floatTensor(layer + ".weight").to(device);
+        const at::Tensor pruned = w * prune::nmMask(w.abs(), 2, 4).to(w.scalar_type());
+        variant->replaceTensor(layer + ".weight", pruned.to(at::kHalf).to(at::kCPU));
     }
     return variant;
 }

@@ -74,6 +74,10 @@ std::unique_ptr<Model> randomIntVariant(const Model& base, int bits, int64_t gro
 std::unique_ptr<Model> randomFp8Variant(const Model& base, const at::Device& device, uint64_t seed = 0);
 std::unique_ptr<Model> randomW8a8Variant(const Model& base, const at::Device& device, uint64_t seed = 0);
 
+// Every block linear of `base` pruned 2:4 by magnitude (2 largest |w| of each group of 4 kept), still dense fp16:
+// what the runtime runs through cuSPARSELt for long inputs. The mask is computed on `device`.
+std::unique_ptr<Model> sparse24Variant(const Model& base, const at::Device& device);
+
 // Bytes of the matrices one decode step reads: block linears (compressed: their storage) and the output head.
 size_t decodeWeightBytes(const Model& model, at::ScalarType dtype);
 

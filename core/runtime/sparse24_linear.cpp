@@ -59,7 +59,7 @@ Sparse24Decision makeSparse24Linear(const at::Tensor& weight, int64_t minRows) {
         return d;   // cannot tell: treat as an ordinary dense weight
     }
     if (!d.twoFour) return d;
-    if (minRows <= 0) {
+    if (minRows == 0) {
         d.how = kSparse24OffReason;
         return d;
     }
@@ -69,6 +69,18 @@ Sparse24Decision makeSparse24Linear(const at::Tensor& weight, int64_t minRows) {
         // The long form (every path tried) is in cusparseLtAvailability().detail; the report groups identical reasons.
         d.how = lt.detail.rfind("cuSPARSELt not found", 0) == 0 ? "dense cuBLAS: cuSPARSELt not found" : "dense cuBLAS: " + lt.detail;
         return d;
+    }
+    if (minRows < 0) {
+        try {
+            if (kernels::sparse24SearchLimit(&why) < 0) {
+                d.how = "dense cuBLAS: " + why + "; cuSPARSELt's default kernel was slower than cuBLAS on the H200 "
+                        "(CWB_SPARSE24_MIN_ROWS=N uses it anyway)";
+                return d;
+            }
+        } catch (const kernels::KernelError& e) {
+            throw Error(e.what());   // a malformed CWB_SPARSE24_SEARCH_MAX_CONFIG
+        }
+        minRows = kSparse24DefaultMinRows;
     }
     if (!kernels::sparse24ShapeSupported(rows, cols, &why)) {
         d.how = "dense cuBLAS: " + why;
@@ -94,7 +106,7 @@ Sparse24Decision makeSparse24Linear(const at::Tensor&, int64_t) { return {}; }
 int64_t sparse24MinRows(int64_t requested) {
     if (requested >= 0) return requested;
     const char* v = std::getenv("CWB_SPARSE24_MIN_ROWS");
-    if (!v || !*v) return 0;
+    if (!v || !*v) return kSparse24Automatic;
     char* end = nullptr;
     const long long n = std::strtoll(v, &end, 10);
     if (!end || *end != '\0' || n < 0)

@@ -28,17 +28,23 @@ struct Sparse24Decision {
     std::string how;                 // "2:4 cuSPARSELt (M >= 1024)" or "dense cuBLAS: <why not>"
 };
 
-// weight: [rows, cols] fp16 / bf16 on a CUDA device (anything else is never 2:4-checked). Compresses it once;
-// minRows <= 0 only reports a 2:4 weight (kSparse24OffReason) and keeps it dense.
+// sparseMinRows / CWB_SPARSE24_MIN_ROWS unset: use cuSPARSELt for inputs of at least kSparse24DefaultMinRows rows
+// where our kernel-configuration search is known to be safe on this GPU (the searched kernel measured 1.2-1.6x
+// cuBLAS fp16 on the H200 at M >= 2048, docs/performance.md); elsewhere keep 2:4 weights dense, since cuSPARSELt's
+// default kernel measured 0.52-0.73x.
+inline constexpr int64_t kSparse24Automatic = -1;
+inline constexpr int64_t kSparse24DefaultMinRows = 2048;
+
+// weight: [rows, cols] fp16 / bf16 on a CUDA device (anything else is never 2:4-checked). Compresses it once.
+// minRows: > 0 the row threshold; 0 only reports a 2:4 weight (kSparse24OffReason) and keeps it dense;
+// kSparse24Automatic as above.
 Sparse24Decision makeSparse24Linear(const at::Tensor& weight, int64_t minRows);
 
-// cuSPARSELt 0.8's default 2:4 kernel measured 0.52-0.73x of cuBLAS fp16 on the H200 at M = 512..8192
-// (docs/performance.md), so the runtime does not use it unless asked.
 inline constexpr const char* kSparse24OffReason =
-    "dense cuBLAS: 2:4 through cuSPARSELt is off (slower than cuBLAS on the H200; CWB_SPARSE24_MIN_ROWS=N turns it on)";
+    "dense cuBLAS: 2:4 through cuSPARSELt is off (sparseMinRows or CWB_SPARSE24_MIN_ROWS is 0)";
 
 // The row threshold in effect: `requested` when >= 0 (RuntimeOptions::sparseMinRows), else CWB_SPARSE24_MIN_ROWS from
-// the environment, else 0 (off). Throws cwb::Error for a malformed variable.
+// the environment, else kSparse24Automatic. Throws cwb::Error for a malformed variable.
 int64_t sparse24MinRows(int64_t requested);
 
 } // namespace cwb

@@ -52,8 +52,8 @@ struct RuntimeOptions {
     bool fuseNativeProjections = true;
     // With nativeKernels on CUDA in fp16 / bf16: a dense weight with the 2:4 pattern in every row runs through
     // cuSPARSELt (when it can be loaded) for inputs of at least this many rows; fewer rows stay on the dense weight.
-    // 0: never (cuSPARSELt's default kernel was slower than cuBLAS on the H200 at every M measured); -1: take
-    // CWB_SPARSE24_MIN_ROWS from the environment, else 0.
+    // 0: never; -1: take CWB_SPARSE24_MIN_ROWS from the environment, else automatic (2048 rows where the kernel
+    // configuration search is known to be safe, e.g. the H200; elsewhere never: core/runtime/sparse24_linear.h).
     int64_t sparseMinRows = -1;
     DecodeMode decode = DecodeMode::CudaGraph;
     // On CUDA in fp16 / bf16, the fixed-shape decode step runs the fused kernels of kernels/decode_ops.h (RMSNorm,

@@ -77,13 +77,14 @@ Loaded load() {
     bind(lib, "cusparseLtMatDescriptorDestroy", a->matDescriptorDestroy, missing);
     bind(lib, "cusparseLtMatmulDescriptorInit", a->matmulDescriptorInit, missing);
     bind(lib, "cusparseLtMatmulAlgSelectionInit", a->algSelectionInit, missing);
+    bind(lib, "cusparseLtMatmulAlgSetAttribute", a->algSetAttribute, missing);
+    bind(lib, "cusparseLtMatmulAlgGetAttribute", a->algGetAttribute, missing);
     bind(lib, "cusparseLtMatmulPlanInit", a->planInit, missing);
     bind(lib, "cusparseLtMatmulPlanDestroy", a->planDestroy, missing);
     bind(lib, "cusparseLtMatmulGetWorkspace", a->getWorkspace, missing);
     bind(lib, "cusparseLtSpMMACompressedSize2", a->compressedSize2, missing);
     bind(lib, "cusparseLtSpMMACompress2", a->compress2, missing);
     bind(lib, "cusparseLtMatmul", a->matmul, missing);
-    bind(lib, "cusparseLtMatmulSearch", a->matmulSearch, missing);
     std::string optional;
     bind(lib, "cusparseLtGetErrorString", a->errorString, optional);
     if (!missing.empty()) {

@@ -25,11 +25,17 @@ using Plan = Opaque;               // cusparseLtMatmulPlan_t
 
 // Enumerators, passed as int (C enums).
 constexpr int kOrderColumn = 1;          // cusparseOrder_t CUSPARSE_ORDER_COL
+constexpr int kOrderRow = 2;             // CUSPARSE_ORDER_ROW
 constexpr int kOpNonTranspose = 0;       // cusparseOperation_t CUSPARSE_OPERATION_NON_TRANSPOSE
 constexpr int kOpTranspose = 1;          // CUSPARSE_OPERATION_TRANSPOSE
 constexpr int kSparsity50Percent = 0;    // cusparseLtSparsity_t CUSPARSELT_SPARSITY_50_PERCENT (2:4 for 16-bit)
 constexpr int kCompute32F = 2;           // cusparseComputeType CUSPARSE_COMPUTE_32F (0.6+: 32I = 0, 16F = 1, 32F = 2)
 constexpr int kMatmulAlgDefault = 0;     // cusparseLtMatmulAlg_t CUSPARSELT_MATMUL_ALG_DEFAULT
+// cusparseLtMatmulAlgAttribute_t (int32 values): the kernel configuration id, its largest valid value (read only),
+// and the split-K factor.
+constexpr int kAlgConfigId = 0;          // CUSPARSELT_MATMUL_ALG_CONFIG_ID
+constexpr int kAlgConfigMaxId = 1;       // CUSPARSELT_MATMUL_ALG_CONFIG_MAX_ID
+constexpr int kAlgSplitK = 3;            // CUSPARSELT_MATMUL_SPLIT_K
 // cusparseLtGetVersion reports major * 1000 + minor * 100 + patch; the enumerators above hold from 0.6.0 on.
 constexpr int kMinimumVersion = 600;
 
@@ -49,6 +55,8 @@ struct Api {
                                    const MatDescriptor* b, const MatDescriptor* c, const MatDescriptor* d,
                                    int computeType) = nullptr;
     Status (*algSelectionInit)(const Handle*, AlgSelection*, const MatmulDescriptor*, int alg) = nullptr;
+    Status (*algSetAttribute)(const Handle*, AlgSelection*, int attribute, const void* data, size_t bytes) = nullptr;
+    Status (*algGetAttribute)(const Handle*, const AlgSelection*, int attribute, void* data, size_t bytes) = nullptr;
     Status (*planInit)(const Handle*, Plan*, const MatmulDescriptor*, const AlgSelection*) = nullptr;
     Status (*planDestroy)(const Plan*) = nullptr;
     Status (*getWorkspace)(const Handle*, const Plan*, size_t*) = nullptr;
@@ -58,8 +66,6 @@ struct Api {
                         void* compressed, void* compressBuffer, void* stream) = nullptr;
     Status (*matmul)(const Handle*, const Plan*, const void* alpha, const void* a, const void* b, const void* beta,
                      const void* c, void* d, void* workspace, void** streams, int32_t streamCount) = nullptr;
-    Status (*matmulSearch)(const Handle*, Plan*, const void* alpha, const void* a, const void* b, const void* beta,
-                           const void* c, void* d, void* workspace, void** streams, int32_t streamCount) = nullptr;
 };
 
 // The loaded library, or nullptr with `reason` set; tried once per process. `reason` is also set (to what was

@@ -1,10 +1,17 @@
-// 2:4 sparse GEMM through cuSPARSELt (loaded by cusparselt_api.cpp). Layout, all column-major as cuSPARSELt sees
-// it: the weight W [n, k] row-major is A = [k, n] column-major used transposed (the structured operand, its 2:4
-// groups run along k, contiguous in memory); X [m, k] row-major is B = [k, m]; Y [m, n] row-major is D = [n, m].
+// 2:4 sparse GEMM through cuSPARSELt (loaded by cusparselt_api.cpp). Layout as cuSPARSELt sees it: the weight
+// W [n, k] row-major is the structured operand A, described either as [n, k] row-major (not transposed) or as
+// [k, n] column-major (transposed): the same bytes, with its 2:4 groups along k; X [m, k] row-major is B = [k, m]
+// column-major; Y [m, n] row-major is D = [n, m] column-major. The library's default kernel (configuration 0) is
+// far from its best on the H200, so each size class of m times the configurations once and keeps the fastest.
 #include <cuda_runtime.h>
 #include <library_types.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <tuple>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -19,7 +26,6 @@ namespace {
 
 constexpr int64_t kShapeMultiple = 16;    // n and k; m is padded up to it
 constexpr uint32_t kAlignmentBytes = 16;  // what the descriptors promise about every pointer
-constexpr size_t kSearchWorkspaceBytes = size_t(256) << 20;
 
 __global__ void firstBadGroupKernel(const uint16_t* w, int64_t groups, unsigned long long* first) {
     for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups; g += int64_t(gridDim.x) * blockDim.x) {
@@ -102,59 +108,121 @@ bool sparse24ShapeSupported(int64_t n, int64_t k, std::string* why) {
     return false;
 }
 
-// One plan per padded m: descriptors of B and D, the matmul descriptor, the algorithm and its workspace.
+// Rows are padded to a multiple of 16; a size class is the power of two at or above the padded rows. A search's
+// choice holds for its whole class, so a prefill of a new length does not search again.
+int64_t paddedRows(int64_t m) { return (m + kShapeMultiple - 1) / kShapeMultiple * kShapeMultiple; }
+int64_t sizeClass(int64_t m) {
+    int64_t c = kShapeMultiple;
+    while (c < m) c *= 2;
+    return c;
+}
+
+// Configurations searched, keyed by what determines the choice; shared by every weight of the process, so a model
+// searches once per distinct shape, not once per layer.
+struct ChoiceKey {
+    int device;
+    int64_t n, k;
+    int type, layout;
+    int64_t sizeClass;
+    bool operator<(const ChoiceKey& o) const {
+        return std::tie(device, n, k, type, layout, sizeClass) < std::tie(o.device, o.n, o.k, o.type, o.layout, o.sizeClass);
+    }
+};
+
+// One plan per padded m: descriptors of B and D, the matmul descriptor, the algorithm selection (with its
+// configuration id) and the plan with its workspace.
 struct PlanEntry {
     lt::MatDescriptor b, d;
     lt::MatmulDescriptor matmul;
     lt::AlgSelection alg;
     lt::Plan plan;
-    bool descriptorsMade = false, planMade = false, searched = false;
-    std::string note = "default kernel";
+    bool descriptorsMade = false, planMade = false;
+    int configId = -1, maxConfigId = 0;
     void* workspace = nullptr;
     size_t workspaceBytes = 0;
 };
+
+// What a size class runs: a configuration id, and how it was chosen (for kernelNote).
+struct ClassChoice {
+    int configId = 0;
+    std::string how;
+};
+
+std::mutex& sharedChoicesMutex() {
+    static std::mutex m;
+    return m;
+}
+std::map<ChoiceKey, ClassChoice>& sharedChoices() {
+    static std::map<ChoiceKey, ClassChoice> choices;
+    return choices;
+}
 
 struct Sparse24Gemm::State {
     const lt::Api* api = nullptr;
     const lt::Handle* handle = nullptr;
     int64_t n = 0, k = 0;
     ActType type = ActType::Float16;
-    bool autotune = true;
+    Sparse24Options options;
     int device = 0;
     std::unique_ptr<lt::MatDescriptor> sparse = std::make_unique<lt::MatDescriptor>();
     bool sparseMade = false;
     void* compressed = nullptr;
     size_t compressedBytes = 0;
-    std::mutex mutex;
+    mutable std::mutex mutex;
     std::map<int64_t, std::unique_ptr<PlanEntry>> plans;
+    std::map<int64_t, ClassChoice> fixed;   // by size class: useConfig's, for this weight only
     void* xStage = nullptr;   // padded / aligned copies of x and y when m is not a multiple or a pointer is off
     void* yStage = nullptr;
     size_t xStageBytes = 0, yStageBytes = 0;
 
     int valueType() const { return type == ActType::Float16 ? CUDA_R_16F : CUDA_R_16BF; }
+    bool rowMajor() const { return options.layout == Sparse24Layout::RowMajor; }
+    int weightOp() const { return rowMajor() ? lt::kOpNonTranspose : lt::kOpTranspose; }
 
-    // Descriptors, algorithm (cuSPARSELt's default) and plan of one m, with the plan's workspace.
-    void makePlan(PlanEntry& e, int64_t mp) {
-        const std::string shape = std::to_string(mp) + "x" + std::to_string(n) + "x" + std::to_string(k);
-        if (!e.descriptorsMade) {
-            checkLt(*api, api->denseDescriptorInit(handle, &e.b, k, mp, k, kAlignmentBytes, valueType(), lt::kOrderColumn),
-                    "the input descriptor (" + shape + ")");
-            checkLt(*api, api->denseDescriptorInit(handle, &e.d, n, mp, n, kAlignmentBytes, valueType(), lt::kOrderColumn),
-                    "the output descriptor (" + shape + ")");
-            e.descriptorsMade = true;
-            checkLt(*api, api->matmulDescriptorInit(handle, &e.matmul, lt::kOpTranspose, lt::kOpNonTranspose, sparse.get(),
-                                                    &e.b, &e.d, &e.d, lt::kCompute32F),
-                    "the matmul descriptor (" + shape + ")");
-        }
+    std::string shapeText(int64_t mp) const {
+        return std::to_string(mp) + "x" + std::to_string(n) + "x" + std::to_string(k);
+    }
+
+    // Descriptors and algorithm selection of one m; reads how many configurations the library offers.
+    void makeDescriptors(PlanEntry& e, int64_t mp) {
+        const std::string shape = shapeText(mp);
+        checkLt(*api, api->denseDescriptorInit(handle, &e.b, k, mp, k, kAlignmentBytes, valueType(), lt::kOrderColumn),
+                "the input descriptor (" + shape + ")");
+        checkLt(*api, api->denseDescriptorInit(handle, &e.d, n, mp, n, kAlignmentBytes, valueType(), lt::kOrderColumn),
+                "the output descriptor (" + shape + ")");
+        e.descriptorsMade = true;
+        checkLt(*api, api->matmulDescriptorInit(handle, &e.matmul, weightOp(), lt::kOpNonTranspose, sparse.get(), &e.b,
+                                                &e.d, &e.d, lt::kCompute32F),
+                "the matmul descriptor (" + shape + ")");
+        checkLt(*api, api->algSelectionInit(handle, &e.alg, &e.matmul, lt::kMatmulAlgDefault),
+                "the algorithm selection (" + shape + ")");
+        int32_t maxId = 0;
+        checkLt(*api, api->algGetAttribute(handle, &e.alg, lt::kAlgConfigMaxId, &maxId, sizeof maxId),
+                "the configuration count (" + shape + ")");
+        e.maxConfigId = maxId;
+    }
+
+    // Selects configuration `id` and remakes the plan; the library's status (and the plan unmade) when refused.
+    lt::Status applyConfig(PlanEntry& e, int id) {
         if (e.planMade) {
             api->planDestroy(&e.plan);
             e.planMade = false;
         }
-        checkLt(*api, api->algSelectionInit(handle, &e.alg, &e.matmul, lt::kMatmulAlgDefault),
-                "the algorithm selection (" + shape + ")");
-        checkLt(*api, api->planInit(handle, &e.plan, &e.matmul, &e.alg), "the plan (" + shape + ")");
+        e.configId = -1;
+        // A fresh selection each time, as a plan may keep parts of the one it was made from.
+        lt::Status status = api->algSelectionInit(handle, &e.alg, &e.matmul, lt::kMatmulAlgDefault);
+        const int32_t value = id;
+        if (status == lt::kSuccess) status = api->algSetAttribute(handle, &e.alg, lt::kAlgConfigId, &value, sizeof value);
+        if (status == lt::kSuccess) status = api->planInit(handle, &e.plan, &e.matmul, &e.alg);
+        if (status != lt::kSuccess) return status;
         e.planMade = true;
+        e.configId = id;
         growWorkspace(e);
+        return status;
+    }
+
+    void applyConfigOrThrow(PlanEntry& e, int64_t mp, int id) {
+        checkLt(*api, applyConfig(e, id), "configuration " + std::to_string(id) + " (" + shapeText(mp) + ")");
     }
 
     void growWorkspace(PlanEntry& e) {
@@ -169,35 +237,116 @@ struct Sparse24Gemm::State {
         e.workspaceBytes = bytes;
     }
 
-    PlanEntry& planFor(int64_t mp) {
-        auto found = plans.find(mp);
-        if (found != plans.end()) return *found->second;
-        auto& e = *plans.emplace(mp, std::make_unique<PlanEntry>()).first->second;
-        makePlan(e, mp);
-        return e;
+    ChoiceKey keyOf(int64_t mp) const { return {device, n, k, int(type), int(options.layout), sizeClass(mp)}; }
+
+    // The choice for mp's size class: this weight's fixed one, else the process's searched one.
+    bool choiceFor(int64_t mp, ClassChoice& out) const {
+        auto f = fixed.find(sizeClass(mp));
+        if (f != fixed.end()) {
+            out = f->second;
+            return true;
+        }
+        if (!options.search) return false;
+        std::lock_guard<std::mutex> lock(sharedChoicesMutex());
+        auto s = sharedChoices().find(keyOf(mp));
+        if (s == sharedChoices().end()) return false;
+        out = s->second;
+        return true;
     }
 
-    // cusparseLtMatmulSearch on this m (it runs the product several times into d). A failed search leaves the
-    // default kernel, remade from scratch, and says why in the plan's note.
-    void search(PlanEntry& e, int64_t mp, const void* b, void* d, cudaStream_t s) {
-        e.searched = true;
+    // m's plan, running its size class's choice (configuration 0 until one is made).
+    PlanEntry& planFor(int64_t mp) {
+        auto found = plans.find(mp);
+        PlanEntry* e = found != plans.end() ? found->second.get() : nullptr;
+        if (!e) {
+            e = plans.emplace(mp, std::make_unique<PlanEntry>()).first->second.get();
+            makeDescriptors(*e, mp);
+        }
+        ClassChoice choice;
+        const int wanted = choiceFor(mp, choice) ? choice.configId : 0;
+        if (e->configId != wanted) applyConfigOrThrow(*e, mp, wanted);
+        return *e;
+    }
+
+    lt::Status matmul(PlanEntry& e, const void* b, void* d, cudaStream_t s) {
         const float alpha = 1.0f, beta = 0.0f;
         void* streams[1] = {s};
-        // Candidates such as split-K may need more workspace than the default kernel: lend a generous scratch.
-        void* scratch = deviceAlloc(kSearchWorkspaceBytes);
-        lt::Status status =
-            api->matmulSearch(handle, &e.plan, &alpha, compressed, b, &beta, d, d, scratch, streams, 1);
-        cudaError_t synced = cudaStreamSynchronize(s);
-        cudaFree(scratch);
-        CWB_CUDA_CHECK(synced);
-        if (status == lt::kSuccess) {
-            growWorkspace(e);
-            e.note = "autotuned";
-            return;
+        return api->matmul(handle, &e.plan, &alpha, compressed, b, &beta, d, d, e.workspace, streams, 1);
+    }
+
+    // Times the configurations of mp's plan that are safe to try (0 .. limit) on b / d and makes the fastest its
+    // size class's choice for every weight of this shape.
+    std::vector<Sparse24Candidate> search(PlanEntry& e, int64_t mp, const void* b, void* d, cudaStream_t s, int limit) {
+        constexpr int kTimedRuns = 3;
+        std::vector<Sparse24Candidate> list;
+        cudaEvent_t start = nullptr, stop = nullptr;
+        CWB_CUDA_CHECK(cudaEventCreate(&start));
+        CWB_CUDA_CHECK(cudaEventCreate(&stop));
+        int best = -1;
+        double bestUs = 0, firstUs = -1;
+        using Clock = std::chrono::steady_clock;
+        auto microsecondsSince = [](Clock::time_point t) {
+            return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+        };
+        const auto searchStart = Clock::now();
+        try {
+            for (int id = 0; id <= std::min(limit, e.maxConfigId); ++id) {
+                Sparse24Candidate c;
+                c.configId = id;
+                c.microseconds = -1;
+                auto t = Clock::now();
+                lt::Status status = applyConfig(e, id);
+                c.setupMicroseconds = microsecondsSince(t);
+                t = Clock::now();
+                if (status == lt::kSuccess) status = matmul(e, b, d, s);   // warm-up: module load, caches
+                if (status == lt::kSuccess) CWB_CUDA_CHECK(cudaStreamSynchronize(s));
+                c.firstRunMicroseconds = microsecondsSince(t);
+                if (status != lt::kSuccess) {
+                    c.error = lt::statusText(*api, status);
+                    list.push_back(c);
+                    continue;
+                }
+                CWB_CUDA_CHECK(cudaEventRecord(start, s));
+                for (int r = 0; r < kTimedRuns && status == lt::kSuccess; ++r) status = matmul(e, b, d, s);
+                CWB_CUDA_CHECK(cudaEventRecord(stop, s));
+                CWB_CUDA_CHECK(cudaEventSynchronize(stop));
+                if (status != lt::kSuccess) {
+                    c.error = lt::statusText(*api, status);
+                    list.push_back(c);
+                    continue;
+                }
+                float ms = 0;
+                CWB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+                c.microseconds = 1000.0 * ms / kTimedRuns;
+                if (id == 0) firstUs = c.microseconds;
+                if (best < 0 || c.microseconds < bestUs) {
+                    best = id;
+                    bestUs = c.microseconds;
+                }
+                list.push_back(c);
+            }
+        } catch (...) {
+            cudaEventDestroy(start);
+            cudaEventDestroy(stop);
+            throw;
         }
-        cudaGetLastError();   // clear a non-sticky error the failed search may have left
-        makePlan(e, mp);
-        e.note = "autotune failed (" + lt::statusText(*api, status) + "): default kernel";
+        cudaEventDestroy(start);
+        cudaEventDestroy(stop);
+        if (best < 0)
+            throw KernelError("Sparse24Gemm: cuSPARSELt refused every kernel configuration for " + shapeText(mp) +
+                              " (configuration 0: " + (list.empty() ? std::string("none offered") : list[0].error) + ")");
+        applyConfigOrThrow(e, mp, best);
+        char how[200];
+        std::snprintf(how, sizeof how, "searched 0..%d at m=%lld in %.2f s: %.1f us", std::min(limit, e.maxConfigId),
+                      (long long)mp, microsecondsSince(searchStart) * 1e-6, bestUs);
+        std::string text = how;
+        if (best != 0 && firstUs > 0) {
+            std::snprintf(how, sizeof how, " vs configuration 0 %.1f us", firstUs);
+            text += how;
+        }
+        std::lock_guard<std::mutex> lock(sharedChoicesMutex());
+        sharedChoices()[keyOf(mp)] = ClassChoice{best, text};
+        return list;
     }
 
     void* stage(void*& buffer, size_t& have, size_t bytes) {
@@ -210,6 +359,35 @@ struct Sparse24Gemm::State {
             have = bytes;
         }
         return buffer;
+    }
+
+    // The B and D pointers cuSPARSELt gets for x / y: the caller's, or padded / aligned staging copies.
+    struct Operands {
+        const void* b;
+        void* d;
+        bool copyBack;
+    };
+    Operands operands(const void* x, void* y, int64_t m, int64_t mp, cudaStream_t s) {
+        const bool stageX = mp != m || !aligned(x), stageY = mp != m || !aligned(y);
+        const size_t elem = 2, xBytes = size_t(m * k) * elem;
+        Operands o{x, y, stageY};
+        if (stageX) {
+            void* buf = stage(xStage, xStageBytes, size_t(mp * k) * elem);
+            CWB_CUDA_CHECK(cudaMemcpyAsync(buf, x, xBytes, cudaMemcpyDeviceToDevice, s));
+            if (mp != m) CWB_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(buf) + xBytes, 0, size_t(mp * k) * elem - xBytes, s));
+            o.b = buf;
+        }
+        if (stageY) o.d = stage(yStage, yStageBytes, size_t(mp * n) * elem);
+        return o;
+    }
+
+    void checkRun(int64_t m) {
+        if (m <= 0) throw KernelError("Sparse24Gemm::run: m must be positive, got " + std::to_string(m));
+        int current = 0;
+        CWB_CUDA_CHECK(cudaGetDevice(&current));
+        if (current != device)
+            throw KernelError("Sparse24Gemm::run: the weight lives on device " + std::to_string(device) +
+                              ", the current device is " + std::to_string(current));
     }
 
     void release() {
@@ -229,7 +407,38 @@ struct Sparse24Gemm::State {
     }
 };
 
-Sparse24Gemm::Sparse24Gemm(const void* w, ActType type, int64_t n, int64_t k, Stream stream, bool autotune)
+int sparse24SearchLimit(std::string* why) {
+    if (const char* v = std::getenv("CWB_SPARSE24_SEARCH_MAX_CONFIG"); v && *v) {
+        char* end = nullptr;
+        const long n = std::strtol(v, &end, 10);
+        if (!end || *end != '\0' || n < -1 || n > INT_MAX)
+            throw KernelError(std::string("CWB_SPARSE24_SEARCH_MAX_CONFIG must be -1 (no search) or a configuration "
+                                          "id, got '") + v + "'");
+        if (n < 0 && why) *why = "configuration search off (CWB_SPARSE24_SEARCH_MAX_CONFIG=-1)";
+        return int(n);
+    }
+    std::string reason;
+    const lt::Api* a = lt::api(reason);
+    if (!a) {
+        if (why) *why = reason;
+        return -1;
+    }
+    int device = 0;
+    cudaDeviceProp prop{};
+    CWB_CUDA_CHECK(cudaGetDevice(&device));
+    CWB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    // Measured: cuSPARSELt 0.8.0 on the H200 offers configurations 0..52 for fp16 / bf16; 36 and above raise an
+    // illegal instruction, which ends the CUDA context (docs/performance.md, "2:4 ... configuration search").
+    if (a->version / 100 == 8 && prop.major == 9 && prop.minor == 0) return 35;
+    if (why)
+        *why = "no configuration search known to be safe for cuSPARSELt " + std::to_string(a->version / 1000) + "." +
+               std::to_string(a->version % 1000 / 100) + "." + std::to_string(a->version % 100) +
+               " on compute capability " + std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+               " (CWB_SPARSE24_SEARCH_MAX_CONFIG=N searches 0..N)";
+    return -1;
+}
+
+Sparse24Gemm::Sparse24Gemm(const void* w, ActType type, int64_t n, int64_t k, Stream stream, Sparse24Options options)
     : mState(std::make_unique<State>()) {
     std::string why;
     if (!sparse24ShapeSupported(n, k, &why)) throw KernelError("Sparse24Gemm: " + why);
@@ -241,16 +450,20 @@ Sparse24Gemm::Sparse24Gemm(const void* w, ActType type, int64_t n, int64_t k, St
     st.n = n;
     st.k = k;
     st.type = type;
-    st.autotune = autotune;
+    st.options = options;
     const TwoFourCheck check = checkTwoFour(w, n, k, stream);
     if (!check.ok)
         throw KernelError("Sparse24Gemm: the " + std::to_string(n) + "x" + std::to_string(k) +
                           " weight is not 2:4 sparse: " + check.describe());
     const cudaStream_t s = detail::toStream(stream);
     try {
-        checkLt(*st.api, st.api->structuredDescriptorInit(st.handle, st.sparse.get(), k, n, k, kAlignmentBytes,
-                                                          st.valueType(), lt::kOrderColumn, lt::kSparsity50Percent),
-                "the structured weight descriptor");
+        // The same bytes either way: [n, k] row-major, or [k, n] column-major.
+        const lt::Status made =
+            st.rowMajor() ? st.api->structuredDescriptorInit(st.handle, st.sparse.get(), n, k, k, kAlignmentBytes,
+                                                             st.valueType(), lt::kOrderRow, lt::kSparsity50Percent)
+                          : st.api->structuredDescriptorInit(st.handle, st.sparse.get(), k, n, k, kAlignmentBytes,
+                                                             st.valueType(), lt::kOrderColumn, lt::kSparsity50Percent);
+        checkLt(*st.api, made, "the structured weight descriptor");
         st.sparseMade = true;
         size_t compressBufferBytes = 0;
         checkLt(*st.api, st.api->compressedSize2(st.handle, st.sparse.get(), &st.compressedBytes, &compressBufferBytes),
@@ -258,7 +471,7 @@ Sparse24Gemm::Sparse24Gemm(const void* w, ActType type, int64_t n, int64_t k, St
         st.compressed = deviceAlloc(st.compressedBytes);
         void* buffer = deviceAlloc(compressBufferBytes);
         lt::Status compressStatus =
-            st.api->compress2(st.handle, st.sparse.get(), 1, lt::kOpTranspose, w, st.compressed, buffer, s);
+            st.api->compress2(st.handle, st.sparse.get(), 1, st.weightOp(), w, st.compressed, buffer, s);
         cudaError_t done = cudaStreamSynchronize(s);   // the buffer is freed next
         cudaFree(buffer);
         checkLt(*st.api, compressStatus, "cusparseLtSpMMACompress2");
@@ -275,44 +488,75 @@ Sparse24Gemm::~Sparse24Gemm() {
 
 void Sparse24Gemm::run(const void* x, void* y, int64_t m, Stream stream) {
     State& st = *mState;
-    if (m <= 0) throw KernelError("Sparse24Gemm::run: m must be positive, got " + std::to_string(m));
-    int device = 0;
-    CWB_CUDA_CHECK(cudaGetDevice(&device));
-    if (device != st.device)
-        throw KernelError("Sparse24Gemm::run: the weight lives on device " + std::to_string(st.device) +
-                          ", the current device is " + std::to_string(device));
+    st.checkRun(m);
     std::lock_guard<std::mutex> lock(st.mutex);
-    const int64_t mp = (m + kShapeMultiple - 1) / kShapeMultiple * kShapeMultiple;
-    const bool stageX = mp != m || !aligned(x), stageY = mp != m || !aligned(y);
-    const size_t elem = 2, xBytes = size_t(m * st.k) * elem, yBytes = size_t(m * st.n) * elem;
+    const int64_t mp = paddedRows(m);
     const cudaStream_t s = detail::toStream(stream);
-    const void* b = x;
-    void* d = y;
-    if (stageX) {
-        void* buf = st.stage(st.xStage, st.xStageBytes, size_t(mp * st.k) * elem);
-        CWB_CUDA_CHECK(cudaMemcpyAsync(buf, x, xBytes, cudaMemcpyDeviceToDevice, s));
-        if (mp != m) CWB_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(buf) + xBytes, 0, size_t(mp * st.k) * elem - xBytes, s));
-        b = buf;
-    }
-    if (stageY) d = st.stage(st.yStage, st.yStageBytes, size_t(mp * st.n) * elem);
+    const State::Operands o = st.operands(x, y, m, mp, s);
     PlanEntry& e = st.planFor(mp);
-    const float alpha = 1.0f, beta = 0.0f;
-    void* streams[1] = {s};
-    if (st.autotune && !e.searched) st.search(e, mp, b, d, s);
-    checkLt(*st.api, st.api->matmul(st.handle, &e.plan, &alpha, st.compressed, b, &beta, d, d, e.workspace, streams, 1),
+    ClassChoice choice;
+    if (st.options.search && !st.choiceFor(mp, choice)) {
+        const int limit = sparse24SearchLimit();
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        CWB_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+        if (limit >= 0 && capture == cudaStreamCaptureStatusNone) st.search(e, mp, o.b, o.d, s, limit);
+    }
+    checkLt(*st.api, st.matmul(e, o.b, o.d, s),
             "cusparseLtMatmul (" + std::to_string(m) + "x" + std::to_string(st.n) + "x" + std::to_string(st.k) + ")");
-    if (stageY) CWB_CUDA_CHECK(cudaMemcpyAsync(y, d, yBytes, cudaMemcpyDeviceToDevice, s));
+    if (o.copyBack) CWB_CUDA_CHECK(cudaMemcpyAsync(y, o.d, size_t(m * st.n) * 2, cudaMemcpyDeviceToDevice, s));
+}
+
+int Sparse24Gemm::configCount(int64_t m) {
+    State& st = *mState;
+    st.checkRun(m);
+    std::lock_guard<std::mutex> lock(st.mutex);
+    return st.planFor(paddedRows(m)).maxConfigId + 1;
+}
+
+void Sparse24Gemm::useConfig(int64_t m, int configId) {
+    State& st = *mState;
+    st.checkRun(m);
+    std::lock_guard<std::mutex> lock(st.mutex);
+    const int64_t mp = paddedRows(m);
+    PlanEntry& e = st.planFor(mp);
+    st.applyConfigOrThrow(e, mp, configId);
+    st.fixed[sizeClass(mp)] = ClassChoice{configId, "fixed"};
+}
+
+std::vector<Sparse24Candidate> Sparse24Gemm::searchConfigs(const void* x, void* y, int64_t m, Stream stream) {
+    State& st = *mState;
+    st.checkRun(m);
+    std::lock_guard<std::mutex> lock(st.mutex);
+    const int64_t mp = paddedRows(m);
+    const cudaStream_t s = detail::toStream(stream);
+    const State::Operands o = st.operands(x, y, m, mp, s);
+    std::string why;
+    const int limit = sparse24SearchLimit(&why);
+    if (limit < 0) throw KernelError("Sparse24Gemm::searchConfigs: " + why);
+    return st.search(st.planFor(mp), mp, o.b, o.d, s, limit);
 }
 
 std::string Sparse24Gemm::kernelNote(int64_t m) const {
     std::lock_guard<std::mutex> lock(mState->mutex);
-    auto found = mState->plans.find((m + kShapeMultiple - 1) / kShapeMultiple * kShapeMultiple);
-    return found == mState->plans.end() ? "" : found->second->note;
+    const int64_t mp = paddedRows(m);
+    auto found = mState->plans.find(mp);
+    if (found == mState->plans.end() || found->second->configId < 0) return "";
+    const PlanEntry& e = *found->second;
+    ClassChoice choice;
+    std::string how = "default";
+    if (mState->choiceFor(mp, choice)) {
+        how = choice.how;
+    } else if (mState->options.search) {
+        std::string why;
+        if (sparse24SearchLimit(&why) < 0) how = "default; " + why;
+    }
+    return "configuration " + std::to_string(e.configId) + " of 0.." + std::to_string(e.maxConfigId) + " (" + how + ")";
 }
 
 int64_t Sparse24Gemm::rows() const { return mState->n; }
 int64_t Sparse24Gemm::columns() const { return mState->k; }
 ActType Sparse24Gemm::type() const { return mState->type; }
+Sparse24Layout Sparse24Gemm::layout() const { return mState->options.layout; }
 
 size_t Sparse24Gemm::deviceBytes() const {
     std::lock_guard<std::mutex> lock(mState->mutex);

@@ -1,12 +1,13 @@
 // GPU test (label `gpu`): the 2:4 sparse GEMM through cuSPARSELt against the CPU reference (dense product of the
 // same pruned weight, accumulated in double), fp16 and bf16, m = 1, 16, 33 (padded) and 2048, square and non-square
-// weights, an input pointer off the 16-byte alignment (cuSPARSELt's default kernel: its autotuning crashed on the
-// H200 with 0.8.0, see sparse24_gemm.h). Also: the device
+// weights, an input pointer off the 16-byte alignment, both ways of describing the weight, with our search and
+// with the default configuration; and every configuration the search may try (any may win). Also: the device
 // 2:4 checker finds the same first bad group as the CPU one, and a weight that is not 2:4 (or a shape cuSPARSELt
 // cannot take) is refused with a message naming the problem. Exits 77 without a GPU, or (after the checker tests)
 // when cuSPARSELt cannot be loaded, saying why.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -51,7 +52,9 @@ void checkerCases() {
     }
 }
 
-void gemmCase(int64_t m, int64_t n, int64_t k, ActType t, bool offsetInput, uint32_t seed) {
+const char* layoutName(Sparse24Layout l) { return l == Sparse24Layout::RowMajor ? "row-major" : "column-major^T"; }
+
+void gemmCase(int64_t m, int64_t n, int64_t k, ActType t, bool offsetInput, uint32_t seed, Sparse24Options options) {
     std::vector<uint16_t> wb = toBits(prunedWeight(n, k, seed), t);
     std::vector<uint16_t> xb = toBits(gaussian(size_t(m * k), seed + 1), t);
     std::vector<float> ref(size_t(m * n));
@@ -63,18 +66,89 @@ void gemmCase(int64_t m, int64_t n, int64_t k, ActType t, bool offsetInput, uint
     uint16_t* dxAlloc = toDevice(xPadded);
     const uint16_t* dx = dxAlloc + (offsetInput ? 1 : 0);
     uint16_t* dy = toDevice(std::vector<uint16_t>(ref.size(), 0xFFFF));   // NaN in both types
-    Sparse24Gemm gemm(dw, t, n, k, nullptr);
+    Sparse24Gemm gemm(dw, t, n, k, nullptr, options);
     cudaFree(dw);   // the compressed copy is all the GEMM needs
     gemm.run(dx, dy, m, nullptr);
     gemm.run(dx, dy, m, nullptr);   // the cached plan
     if (cudaDeviceSynchronize() != cudaSuccess) throw KernelError("sparse GEMM failed");
     const std::vector<float> y = download(dy, ref.size(), t);
     const double e = nmse(y, ref), tol = t == ActType::Float16 ? kGemmNmseFp16 : kGemmNmseBf16;
-    char what[320];
-    std::snprintf(what, sizeof what, "2:4 %lldx%lldx%lld %s (%s)%s: nmse %.2e < %.0e", (long long)m, (long long)n,
-                  (long long)k, actTypeName(t), gemm.kernelNote(m).c_str(), offsetInput ? " unaligned input" : "", e, tol);
+    const std::string note = gemm.kernelNote(m);
+    char what[400];
+    std::snprintf(what, sizeof what, "2:4 %lldx%lldx%lld %s %s (%s)%s: nmse %.2e < %.0e", (long long)m, (long long)n,
+                  (long long)k, actTypeName(t), layoutName(options.layout), note.c_str(),
+                  offsetInput ? " unaligned input" : "", e, tol);
     check(e < tol, what);
+    const bool searched = note.find("searched") != std::string::npos, byDefault = note.find("(default") != std::string::npos;
+    const bool searchAllowed = sparse24SearchLimit() >= 0;
+    check(options.search && searchAllowed ? searched : byDefault,
+          ("the note says how the configuration was chosen: " + note).c_str());
     cudaFree(dxAlloc);
+    cudaFree(dy);
+}
+
+// Every configuration the search may try for one product, fixed in turn, against the reference (any of them may win
+// a search); then the search itself.
+void everyConfigurationCase(Sparse24Layout layout, ActType t, uint32_t seed) {
+    const int64_t m = 64, n = 256, k = 512;
+    std::vector<uint16_t> wb = toBits(prunedWeight(n, k, seed), t);
+    std::vector<uint16_t> xb = toBits(gaussian(size_t(m * k), seed + 1), t);
+    std::vector<float> ref(size_t(m * n));
+    sparse24GemmRef(xb.data(), wb.data(), t, m, n, k, ref.data());
+    uint16_t* dw = toDevice(wb);
+    uint16_t* dx = toDevice(xb);
+    uint16_t* dy = toDevice(std::vector<uint16_t>(ref.size(), 0xFFFF));
+    Sparse24Options options;
+    options.layout = layout;
+    options.search = false;
+    Sparse24Gemm gemm(dw, t, n, k, nullptr, options);
+    cudaFree(dw);
+    const int count = gemm.configCount(m);
+    std::string why;
+    const int limit = sparse24SearchLimit(&why);
+    if (limit < 0) std::printf("no search on this device: %s; only configuration 0 is checked\n", why.c_str());
+    const int tried = std::min(count, limit + 1 > 0 ? limit + 1 : 1);
+    int accepted = 0;
+    double worst = 0;
+    std::string refused;
+    for (int id = 0; id < tried; ++id) {
+        try {
+            gemm.useConfig(m, id);
+        } catch (const KernelError& e) {
+            refused += " " + std::to_string(id);
+            continue;
+        }
+        ++accepted;
+        gemm.run(dx, dy, m, nullptr);
+        if (cudaDeviceSynchronize() != cudaSuccess) throw KernelError("sparse GEMM failed");
+        const double e = nmse(download(dy, ref.size(), t), ref);
+        worst = std::max(worst, e);
+        char what[200];
+        std::snprintf(what, sizeof what, "configuration %d, %s %s: nmse %.2e", id, actTypeName(t), layoutName(layout), e);
+        check(e < (t == ActType::Float16 ? kGemmNmseFp16 : kGemmNmseBf16), what);
+    }
+    std::vector<Sparse24Candidate> timed;
+    if (limit >= 0) timed = gemm.searchConfigs(dx, dy, m, nullptr);
+    int timedOk = 0;
+    double setupMax = 0, setupSum = 0, firstMax = 0, firstSum = 0;
+    for (const Sparse24Candidate& c : timed) {
+        timedOk += c.microseconds > 0 ? 1 : 0;
+        setupMax = std::max(setupMax, c.setupMicroseconds);
+        setupSum += c.setupMicroseconds;
+        firstMax = std::max(firstMax, c.firstRunMicroseconds);
+        firstSum += c.firstRunMicroseconds;
+    }
+    if (!timed.empty())
+        std::printf("search costs per configuration (host): setup mean %.0f us, max %.0f us; first run mean %.0f us, "
+                    "max %.0f us\n", setupSum / timed.size(), setupMax, firstSum / timed.size(), firstMax);
+    char what[360];
+    std::snprintf(what, sizeof what, "%s %s: %d configurations offered, %d checked, %d accepted (refused:%s), worst "
+                  "nmse %.2e; the search timed %d of %d and chose: %s", actTypeName(t), layoutName(layout), count, tried,
+                  accepted, refused.empty() ? " none" : refused.c_str(), worst, timedOk, int(timed.size()),
+                  gemm.kernelNote(m).c_str());
+    const bool searchedAll = limit < 0 || (int(timed.size()) == tried && timedOk == accepted);
+    check(count >= 1 && accepted >= 1 && searchedAll, what);
+    cudaFree(dx);
     cudaFree(dy);
 }
 
@@ -115,12 +189,21 @@ int main() {
         }
         refusalCases();
         uint32_t seed = 100;
+        // Searches cost ~0.3 s per configuration on the H200 (docs/performance.md): the searched cases use one
+        // layout per type, the other layout runs configuration 0; every configuration is checked once per type.
         for (ActType t : {ActType::Float16, ActType::BFloat16}) {
+            const bool fp16 = t == ActType::Float16;
+            Sparse24Options searched, byDefault;
+            searched.layout = fp16 ? Sparse24Layout::RowMajor : Sparse24Layout::ColumnMajorTransposed;
+            byDefault.layout = fp16 ? Sparse24Layout::ColumnMajorTransposed : Sparse24Layout::RowMajor;
+            byDefault.search = false;
             for (int64_t m : {1, 16, 33, 2048}) {
-                gemmCase(m, 256, 512, t, false, seed++);
-                gemmCase(m, 768, 256, t, false, seed++);
+                gemmCase(m, 256, 512, t, false, seed++, searched);
+                gemmCase(m, 768, 256, t, false, seed++, byDefault);
             }
-            gemmCase(128, 256, 1024, t, true, seed++);
+            gemmCase(128, 256, 1024, t, true, seed++, searched);
+            gemmCase(128, 256, 1024, t, true, seed++, byDefault);
+            everyConfigurationCase(searched.layout, t, seed++);
         }
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cwb/kernels/kernel_types.h"
 
@@ -46,28 +47,69 @@ const CusparseLtAvailability& cusparseLtAvailability();
 // Shapes the wrapper accepts: n and k multiples of 16 (m any: it is padded to a multiple of 16 internally).
 bool sparse24ShapeSupported(int64_t n, int64_t k, std::string* why = nullptr);
 
+// The highest configuration id our search may try on the current device with the loaded cuSPARSELt, or -1 (no
+// search; `why` says why). Configurations are only tried where known to be safe, because a bad one can raise an
+// illegal instruction that ends the CUDA context: with 0.8.0 on compute capability 9.0 (H200) that is 0..35.
+// CWB_SPARSE24_SEARCH_MAX_CONFIG=N overrides (-1: never search); throws KernelError for a malformed value.
+int sparse24SearchLimit(std::string* why = nullptr);
+
+// How the weight is shown to cuSPARSELt. Both describe the same bytes (W [n, k] row-major, compressed once); the
+// library offers different kernels for each.
+enum class Sparse24Layout {
+    RowMajor,               // A = W [n, k] row-major, not transposed
+    ColumnMajorTransposed,  // A = W^T seen as [k, n] column-major, transposed
+};
+
+struct Sparse24Options {
+    Sparse24Layout layout = Sparse24Layout::RowMajor;
+    // On the first run of each size class of m (powers of two), time the kernel configurations cuSPARSELt offers
+    // for the product (those sparse24SearchLimit allows) and keep the fastest for that class, for every weight of
+    // the same shape in the process. cuSPARSELt's own search (cusparseLtMatmulSearch) is not used: it tries every
+    // configuration, and with 0.8.0 on the H200 some raise an illegal instruction. Off, or where no search is known
+    // to be safe: the library's default configuration (id 0). Never searched while the stream is being captured.
+    bool search = true;
+};
+
+// One timed kernel configuration of a search.
+struct Sparse24Candidate {
+    int configId = 0;
+    double microseconds = 0;   // mean of the timed runs; < 0 when the library refused the configuration
+    double setupMicroseconds = 0;      // host time to select it and make its plan
+    double firstRunMicroseconds = 0;   // host time of its first (untimed) run, synchronized
+    std::string error;         // why it was refused
+};
+
 class Sparse24Gemm {
 public:
     // w: device [n, k] row-major fp16 / bf16, 2:4 per row. Compresses it on `stream` (the dense copy is not kept).
-    // autotune: on each plan's first run, cusparseLtMatmulSearch picks the fastest kernel for that m. Off by default:
-    // with cuSPARSELt 0.8.0 on the H200 the search failed with an internal error (no workspace lent) and, with a
-    // 256 MiB workspace, raised an illegal instruction that ends the CUDA context (docs/performance.md).
     // Throws KernelError "cuSPARSELt unavailable: ..." when the library cannot be loaded, naming the first bad
     // group when w is not 2:4, or naming the shape rule it breaks.
-    Sparse24Gemm(const void* w, ActType type, int64_t n, int64_t k, Stream stream, bool autotune = false);
+    Sparse24Gemm(const void* w, ActType type, int64_t n, int64_t k, Stream stream, Sparse24Options options = {});
     ~Sparse24Gemm();
     Sparse24Gemm(const Sparse24Gemm&) = delete;
     Sparse24Gemm& operator=(const Sparse24Gemm&) = delete;
 
-    // x: device [m, k], y: device [m, n], both row-major in the weight's type; runs on `stream`.
+    // x: device [m, k], y: device [m, n], both row-major in the weight's type; runs on `stream`. The first run of
+    // a size class may search (options.search), which synchronizes `stream`.
     void run(const void* x, void* y, int64_t m, Stream stream);
 
-    // The kernel chosen for m: "default kernel", "autotuned", or "autotune failed (<status>): default kernel";
-    // "" before the first run of that m.
+    // Kernel configurations cuSPARSELt offers for m rows (ids 0 .. count - 1).
+    int configCount(int64_t m);
+    // Fixes the configuration of m's size class for this weight (benches, tests); throws KernelError when the
+    // library refuses it.
+    void useConfig(int64_t m, int configId);
+    // Times configurations 0 .. sparse24SearchLimit() for m on x / y (y is overwritten) and returns them all; the
+    // fastest becomes the choice of m's size class for this shape. Synchronous on `stream`; throws KernelError
+    // when no search is allowed.
+    std::vector<Sparse24Candidate> searchConfigs(const void* x, void* y, int64_t m, Stream stream);
+
+    // The kernel chosen for m, e.g. "configuration 27 of 0..52 (searched 0..35 at m=2048: 169.3 us vs
+    // configuration 0 476.4 us)" or "configuration 0 of 0..52 (default)"; "" before the first run of that m.
     std::string kernelNote(int64_t m) const;
     int64_t rows() const;      // n
     int64_t columns() const;   // k
     ActType type() const;
+    Sparse24Layout layout() const;
     size_t deviceBytes() const;   // compressed weight and metadata, plan workspaces and padding buffers
 
 private:
