@@ -52,9 +52,10 @@ struct RuntimeOptions {
     bool fuseNativeProjections = true;
     // With nativeKernels on CUDA in fp16 / bf16: a dense weight with the 2:4 pattern in every row runs through
     // cuSPARSELt (when it can be loaded) for inputs of at least this many rows; fewer rows stay on the dense weight.
-    // 0: never; -1: take CWB_SPARSE24_MIN_ROWS from the environment, else automatic (2048 rows where the kernel
-    // configuration search is known to be safe, e.g. the H200; elsewhere never: core/runtime/sparse24_linear.h).
-    int64_t sparseMinRows = -1;
+    // 0: never; kSparse24Automatic (-1): 2048 rows where the kernel configuration search is known to be safe, e.g.
+    // the H200, elsewhere never (core/runtime/sparse24_linear.h); -2: take CWB_SPARSE24_MIN_ROWS from the
+    // environment (a row count or "auto"), else 0.
+    int64_t sparseMinRows = -2;
     DecodeMode decode = DecodeMode::CudaGraph;
     // On CUDA in fp16 / bf16, the fixed-shape decode step runs the fused kernels of kernels/decode_ops.h (RMSNorm,
     // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block, 6-7 with fusedNormGemv and

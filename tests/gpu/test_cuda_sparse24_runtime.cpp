@@ -13,6 +13,7 @@
 #include "core/compress/prune_math.h"
 #include "core/model/model.h"
 #include "core/runtime/cuda_linear.h"
+#include "core/runtime/sparse24_linear.h"
 #include "core/runtime/transformer.h"
 #include "tests/gpu/random_llama.h"
 
@@ -108,6 +109,23 @@ int main() {
             // Below the threshold the same layers run on their dense weights.
             cwb::Transformer high(*model, cudaOptions(dtype, 1 << 30));
             check(at::equal(high.forward(prompt), denseLogits), type + ": below sparseMinRows the logits are the dense path's");
+
+            // The automatic threshold (2048 rows where the configuration search is known to be safe): a 28 x 80
+            // batch (2240 rows) runs the searched kernels; a smaller one stays dense.
+            cwb::Transformer automatic(*model, cudaOptions(dtype, cwb::kSparse24Automatic));
+            const at::Tensor wide = at::randint(0, model->spec.vocab, {28, 80}, at::kLong);
+            const at::Tensor wideLogits = automatic.forward(wide);
+            const std::string how = automatic.layerPaths().begin()->second.how;
+            std::printf("  %s: automatic: %s\n", type.c_str(), automatic.layerPathSummary().c_str());
+            if (how == "2:4 cuSPARSELt (M >= 2048)") {
+                const double wideError = normalisedError(dense.forward(wide), wideLogits);
+                std::printf("  %s: 2240 rows, searched 2:4 vs dense CUDA %.3g\n", type.c_str(), wideError);
+                check(wideError <= tolerance, type + ": the automatic threshold's searched kernels match the dense path");
+                check(at::equal(automatic.forward(prompt), denseLogits), type + ": below 2048 rows it stays dense");
+            } else {
+                check(how.rfind("dense cuBLAS: no configuration search known to be safe", 0) == 0,
+                      type + ": where no search is known to be safe the automatic threshold keeps 2:4 dense and says so: " + how);
+            }
 
             // Prefill (72 rows) and token-by-token decode (2 rows), both on cuSPARSELt with sparseMinRows 1.
             cwb::Transformer stepwise(*model, cudaOptions(dtype, 1));
