@@ -4,6 +4,7 @@
 #include "w4_small_m_kernel.cuh"
 #include "w4_stream_kernel.cuh"
 #include "w4_tma_kernel.cuh"
+#include "w8_stream_kernel.cuh"
 #include "wxa16_kernel.cuh"
 
 namespace cwb::kernels::detail {
@@ -190,6 +191,48 @@ void launchW4Stream(const Wxa16Params& p, int warps, cudaStream_t stream) {
         launchStreamTokens<T, 1>(p, warps, stream);
     else
         launchStreamTokens<T, 2>(p, warps, stream);
+}
+
+template <typename T, int NT, int B, int CPS, bool OVERLAP>
+void launchW8StreamWarps(const Wxa16Params& p, int warps, cudaStream_t stream) {
+    const dim3 grid(unsigned(p.tiles));
+    if (warps <= 4)
+        w8StreamKernel<T, NT, 4, B, CPS, OVERLAP><<<grid, 4 * 32, 0, stream>>>(p);
+    else if (warps <= 8)
+        w8StreamKernel<T, NT, 8, B, CPS, OVERLAP><<<grid, 8 * 32, 0, stream>>>(p);
+    else
+        w8StreamKernel<T, NT, 16, B, CPS, OVERLAP><<<grid, 16 * 32, 0, stream>>>(p);
+}
+
+template <typename T, int NT, int B, bool OVERLAP>
+void launchW8StreamPairs(const Wxa16Params& p, int warps, cudaStream_t stream) {
+    if (p.groupShift >= 1)
+        launchW8StreamWarps<T, NT, B, 2, OVERLAP>(p, warps, stream);
+    else
+        launchW8StreamWarps<T, NT, B, 1, OVERLAP>(p, warps, stream);
+}
+
+// Two token tiles hold twice the activation and accumulator registers: their batches are half as many chunks
+// (at least 2), so no shape spills.
+template <typename T, int NT>
+void launchW8StreamTokens(const Wxa16Params& p, int warps, cudaStream_t stream) {
+    const W8StreamConfig& c = w8StreamConfig();
+    const int batch = NT == 1 || c.batch <= 2 ? c.batch : c.batch / 2;
+    if (batch == 2 && c.overlap) return launchW8StreamPairs<T, NT, 2, true>(p, warps, stream);
+    if (batch == 2) return launchW8StreamPairs<T, NT, 2, false>(p, warps, stream);
+    if constexpr (NT == 1) {
+        if (batch == 4 && c.overlap) return launchW8StreamPairs<T, NT, 4, true>(p, warps, stream);
+        if (batch == 8) return launchW8StreamPairs<T, NT, 8, false>(p, warps, stream);
+    }
+    launchW8StreamPairs<T, NT, 4, false>(p, warps, stream);
+}
+
+template <typename T>
+void launchW8Stream(const Wxa16Params& p, int warps, cudaStream_t stream) {
+    if (p.m <= 8)
+        launchW8StreamTokens<T, 1>(p, warps, stream);
+    else
+        launchW8StreamTokens<T, 2>(p, warps, stream);
 }
 
 template <typename T>
