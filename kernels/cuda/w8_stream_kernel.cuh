@@ -44,22 +44,32 @@ struct W8Fragments<__nv_bfloat16> {
     }
 };
 
-// Shapes: chunks per batch (B), the most warps per block (4, 8 or 16), whether a warp loads its next batch before
-// computing the current one (two batches of registers). CWB_W8_STREAM_CONFIG or wxa16SetW8StreamConfig picks one.
-struct W8StreamConfig {
+// A shape: chunks per batch (B), the most warps per block (4, 8 or 16), whether a warp loads its next batch before
+// computing the current one (two batches of registers). A configuration has one shape for up to 8 tokens and one for
+// up to 16; CWB_W8_STREAM_CONFIG or wxa16SetW8StreamConfig picks one (0: the fastest of each in the H200 runs,
+// docs/performance.md, "W8A16: the stream kernel").
+struct W8StreamShape {
     int batch, maxWarps;
     bool overlap;
 };
+struct W8StreamConfig {
+    W8StreamShape upTo8, upTo16;
+};
 constexpr int kW8StreamConfigs = 8;
 constexpr W8StreamConfig kW8StreamConfigTable[kW8StreamConfigs] = {
-    {4, 16, false}, {4, 8, false}, {8, 16, false}, {2, 16, true}, {4, 8, true}, {2, 8, true}, {4, 4, false}, {2, 16, false}};
+    {{2, 16, false}, {4, 8, false}}, {{2, 8, false}, {2, 8, false}}, {{2, 4, false}, {2, 4, false}},
+    {{1, 16, true}, {1, 16, true}},  {{1, 8, true}, {1, 8, true}},   {{4, 16, false}, {4, 16, false}},
+    {{4, 8, false}, {2, 8, true}},   {{2, 16, true}, {2, 16, true}}};
 int w8StreamConfigIndex();  // wxa16_gemm.cu
-inline const W8StreamConfig& w8StreamConfig() { return kW8StreamConfigTable[w8StreamConfigIndex()]; }
+inline const W8StreamShape& w8StreamShape(int m) {
+    const W8StreamConfig& c = kW8StreamConfigTable[w8StreamConfigIndex()];
+    return m <= 8 ? c.upTo8 : c.upTo16;
+}
 
-// Warps per block (the smallest of 4, 8, 16 that gives every warp at most one batch, capped by the configuration)
-// and chunks per warp (a multiple of cps, so a group never straddles two warps).
-inline StreamSplit w8StreamSplit(int chunks, int cps) {
-    const W8StreamConfig& c = w8StreamConfig();
+// Warps per block (the smallest of 4, 8, 16 that gives every warp at most one batch, capped by the shape) and chunks
+// per warp (a multiple of cps, so a group never straddles two warps).
+inline StreamSplit w8StreamSplit(int chunks, int cps, int m) {
+    const W8StreamShape& c = w8StreamShape(m);
     const int wanted = (chunks + c.batch - 1) / c.batch;
     int warps = wanted <= 4 ? 4 : wanted <= 8 ? 8 : 16;
     warps = warps < c.maxWarps ? warps : c.maxWarps;
@@ -68,12 +78,14 @@ inline StreamSplit w8StreamSplit(int chunks, int cps) {
     return {warps, per};
 }
 
-// A batch of B chunks holds 8·B registers per thread. Only the smallest shape (one token tile, 2 chunks in flight)
-// is capped, at 64 registers (32 warps per multiprocessor); the others spill under such caps (ptxas -v, sm_90) and
-// run with what they need: about 85 registers with 4 chunks in flight, 120 with 8.
-template <int NT, int W, int B>
+// Registers: a chunk in flight holds 8 per thread. The shapes with at most 2 chunks in flight per warp are capped so
+// that more warps fit on a multiprocessor (the H200 runs: more warps beat more bytes in flight per warp): 64
+// registers (32 warps) for one token tile, 80 (24 warps) for two; the others spill under such caps (ptxas -v, sm_90)
+// and run with what they need (about 85 registers with 4 chunks in flight, 120 with 8).
+template <int NT, int W, int INFLIGHT>
 constexpr int w8StreamMinBlocks() {
-    return NT == 1 && B <= 2 && 32 / W > 0 ? 32 / W : 1;
+    constexpr int warps = INFLIGHT > 2 ? 0 : NT == 1 ? 32 : 24;
+    return warps / W > 0 ? warps / W : 1;
 }
 
 // One step: CPS chunks of one group (CPS = 2 with groups of 128 or more columns) and the group's (scale, zero) words.

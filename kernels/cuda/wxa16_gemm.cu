@@ -61,14 +61,14 @@ std::atomic<int>& w8StreamConfigSlot() {  // CWB_W8_STREAM_CONFIG at start; wxa1
     }()};
     return index;
 }
-// W8A16 at m <= 16: see autoPicksW8Stream for what Auto runs.
-constexpr W8SmallKernel kDefaultW8Kernel = W8SmallKernel::Auto;
-std::atomic<W8SmallKernel>& w8KernelSlot() {  // CWB_W8_KERNEL=auto|old|stream at start; wxa16SetW8Kernel afterwards
+// W8A16 at m <= 16: the stream kernel was faster than the old one on 35 of the 36 (shape, m) points of the H200 runs
+// (docs/performance.md, "W8A16: the stream kernel").
+constexpr W8SmallKernel kDefaultW8Kernel = W8SmallKernel::Stream;
+std::atomic<W8SmallKernel>& w8KernelSlot() {  // CWB_W8_KERNEL=old|stream at start; wxa16SetW8Kernel afterwards
     static std::atomic<W8SmallKernel> kernel{[] {
         const char* v = std::getenv("CWB_W8_KERNEL");
         if (v && std::string(v) == "old") return W8SmallKernel::Old;
         if (v && std::string(v) == "stream") return W8SmallKernel::Stream;
-        if (v && std::string(v) == "auto") return W8SmallKernel::Auto;
         return kDefaultW8Kernel;
     }()};
     return kernel;
@@ -90,11 +90,7 @@ int w8StreamConfigIndex() { return w8StreamConfigSlot().load(std::memory_order_r
 W8SmallKernel wxa16W8Kernel() { return detail::w8KernelSlot().load(std::memory_order_relaxed); }
 void wxa16SetW8Kernel(W8SmallKernel kernel) { detail::w8KernelSlot().store(kernel, std::memory_order_relaxed); }
 const char* wxa16W8KernelName(W8SmallKernel kernel) {
-    switch (kernel) {
-    case W8SmallKernel::Stream: return "stream";
-    case W8SmallKernel::Auto: return "auto";
-    default: return "old";
-    }
+    return kernel == W8SmallKernel::Stream ? "stream" : "old";
 }
 
 int wxa16W8StreamConfigCount() { return detail::kW8StreamConfigs; }
@@ -107,9 +103,13 @@ void wxa16SetW8StreamConfig(int index) {
 }
 std::string wxa16W8StreamConfigName(int index) {
     if (index < 0 || index >= detail::kW8StreamConfigs) return "?";
+    auto shape = [](const detail::W8StreamShape& c) {
+        return std::to_string(c.batch) + (c.batch == 1 ? " chunk" : " chunks") + " per batch" +
+               (c.overlap ? " (next batch loaded during this one)" : "") + ", up to " + std::to_string(c.maxWarps) +
+               " warps per row tile";
+    };
     const detail::W8StreamConfig& c = detail::kW8StreamConfigTable[index];
-    return std::to_string(c.batch) + " chunks per batch" + (c.overlap ? " (next batch loaded during this one)" : "") +
-           ", up to " + std::to_string(c.maxWarps) + " warps per row tile";
+    return "m<=8: " + shape(c.upTo8) + "; m<=16: " + shape(c.upTo16);
 }
 
 W4SmallKernel wxa16SmallKernel() { return detail::smallKernelSlot().load(std::memory_order_relaxed); }
@@ -235,14 +235,9 @@ bool streamKernel(const DeviceTiledWeight& w, int64_t slice) {
            (k == W4SmallKernel::Stream || (k == W4SmallKernel::Auto && autoPicksStream(w, slice)));
 }
 
-// Auto's rule for W8A16 at m <= 16.
-bool autoPicksW8Stream(const DeviceTiledWeight&, int64_t) { return true; }
-
 // The launch goes through the W8A16 stream kernel (one block per row tile, no split-K).
 bool w8StreamChosen(const DeviceTiledWeight& w, int64_t slice) {
-    const W8SmallKernel k = wxa16W8Kernel();
-    return w.bits == 8 && slice <= detail::kSmallMaxTokens &&
-           (k == W8SmallKernel::Stream || (k == W8SmallKernel::Auto && autoPicksW8Stream(w, slice)));
+    return w.bits == 8 && slice <= detail::kSmallMaxTokens && wxa16W8Kernel() == W8SmallKernel::Stream;
 }
 
 // Blocks across the rows (one split-K counter each) for a launch of `slice` tokens.
@@ -443,7 +438,8 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
         p.counters = reinterpret_cast<int*>(ws + layout.counters);
         p.clusterReduce = tmaKernel(w, slice) && split > 1 && split <= kMaxClusterSplit && wxa16TmaClusterReduce();
         if (w8StreamChosen(w, slice)) {
-            const detail::StreamSplit cut = detail::w8StreamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1);
+            const int cps = p.groupShift >= 1 && detail::w8StreamShape(slice).batch >= 2 ? 2 : 1;
+            const detail::StreamSplit cut = detail::w8StreamSplit(p.chunks, cps, slice);
             p.chunksPerSplit = cut.chunksPerWarp;
             if (w.act == ActType::Float16)
                 detail::launchW8Stream<__half>(p, cut.warps, s);

@@ -206,25 +206,20 @@ void launchW8StreamWarps(const Wxa16Params& p, int warps, cudaStream_t stream) {
 
 template <typename T, int NT, int B, bool OVERLAP>
 void launchW8StreamPairs(const Wxa16Params& p, int warps, cudaStream_t stream) {
-    if (p.groupShift >= 1)
-        launchW8StreamWarps<T, NT, B, 2, OVERLAP>(p, warps, stream);
+    if (p.groupShift >= 1 && B >= 2)
+        launchW8StreamWarps<T, NT, B, (B >= 2 ? 2 : 1), OVERLAP>(p, warps, stream);
     else
         launchW8StreamWarps<T, NT, B, 1, OVERLAP>(p, warps, stream);
 }
 
-// Two token tiles hold twice the activation and accumulator registers: their batches are half as many chunks
-// (at least 2), so no shape spills.
+// Only the (batch, overlap) pairs of the configuration table are compiled; anything else runs 2 chunks per batch.
 template <typename T, int NT>
 void launchW8StreamTokens(const Wxa16Params& p, int warps, cudaStream_t stream) {
-    const W8StreamConfig& c = w8StreamConfig();
-    const int batch = NT == 1 || c.batch <= 2 ? c.batch : c.batch / 2;
-    if (batch == 2 && c.overlap) return launchW8StreamPairs<T, NT, 2, true>(p, warps, stream);
-    if (batch == 2) return launchW8StreamPairs<T, NT, 2, false>(p, warps, stream);
-    if constexpr (NT == 1) {
-        if (batch == 4 && c.overlap) return launchW8StreamPairs<T, NT, 4, true>(p, warps, stream);
-        if (batch == 8) return launchW8StreamPairs<T, NT, 8, false>(p, warps, stream);
-    }
-    launchW8StreamPairs<T, NT, 4, false>(p, warps, stream);
+    const W8StreamShape& c = w8StreamShape(p.m);
+    if (c.batch == 1 && c.overlap) return launchW8StreamPairs<T, NT, 1, true>(p, warps, stream);
+    if (c.batch == 2 && c.overlap) return launchW8StreamPairs<T, NT, 2, true>(p, warps, stream);
+    if (c.batch == 4 && !c.overlap) return launchW8StreamPairs<T, NT, 4, false>(p, warps, stream);
+    launchW8StreamPairs<T, NT, 2, false>(p, warps, stream);
 }
 
 template <typename T>

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -156,6 +157,8 @@ int main() {
             wxa16SetSmallKernel(initial);
             // W8A16: the old general kernel (which also runs m > 16), then the stream kernel (m <= 16) in each shape.
             const W8SmallKernel initialW8 = wxa16W8Kernel();
+            if (!std::getenv("CWB_W8_KERNEL"))
+                check(initialW8 == W8SmallKernel::Stream, "W8A16 at m <= 16 runs the stream kernel by default");
             wxa16SetW8Kernel(W8SmallKernel::Old);
             std::printf("-- W8A16 kernel old\n");
             runCase({8, true, 256, 1024, 128, 0}, act, allM, 5);

@@ -78,17 +78,17 @@ int wxa16StreamConfigCount();
 int wxa16StreamConfig();
 void wxa16SetStreamConfig(int index);  // throws KernelError outside [0, count)
 std::string wxa16StreamConfigName(int index);
-// Which kernel runs W8A16 launches of m <= 16: Old (the general kernel of wxa16_kernel.cuh, split-K across blocks),
-// Stream (one block per row tile sums the whole input dimension, as the W4 stream kernel; m <= 16 only) or Auto (the
-// default: the choice measured faster on the H200, docs/performance.md, "W8A16: the stream kernel"). One choice for
-// the whole process; CWB_W8_KERNEL=auto|old|stream in the environment sets the start value, CWB_W8_STREAM_CONFIG
-// the stream kernel's shape. Switch between launches, never while another thread launches.
-enum class W8SmallKernel { Old, Stream, Auto };
+// Which kernel runs W8A16 launches of m <= 16: Stream (the default; w8_stream_kernel.cuh: one block per row tile sums
+// the whole input dimension, as the W4 stream kernel) or Old (the general kernel of wxa16_kernel.cuh, split-K across
+// blocks, which also runs every m > 16). Measured in docs/performance.md, "W8A16: the stream kernel". One choice for
+// the whole process; CWB_W8_KERNEL=old|stream in the environment sets the start value, CWB_W8_STREAM_CONFIG the
+// stream kernel's shapes. Switch between launches, never while another thread launches.
+enum class W8SmallKernel { Old, Stream };
 W8SmallKernel wxa16W8Kernel();
 void wxa16SetW8Kernel(W8SmallKernel kernel);
 const char* wxa16W8KernelName(W8SmallKernel kernel);
-// The kernel a launch of m tokens on the 8-bit weight w runs under the current choice (Auto resolved; m > 16 and
-// 4-bit weights: Old, the general kernel).
+// The kernel a launch of m tokens on the 8-bit weight w runs under the current choice (m > 16 and 4-bit weights:
+// Old, the general kernel).
 W8SmallKernel wxa16W8KernelFor(const DeviceTiledWeight& w, int64_t m);
 int wxa16W8StreamConfigCount();
 int wxa16W8StreamConfig();
