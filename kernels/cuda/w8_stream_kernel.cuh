@@ -44,10 +44,11 @@ struct W8Fragments<__nv_bfloat16> {
     }
 };
 
-// A shape: chunks per batch (B), the most warps per block (4, 8 or 16), whether a warp loads its next batch before
-// computing the current one (two batches of registers). A configuration has one shape for up to 8 tokens and one for
-// up to 16; CWB_W8_STREAM_CONFIG or wxa16SetW8StreamConfig picks one (0: the fastest of each in the H200 runs,
-// docs/performance.md, "W8A16: the stream kernel").
+// A shape: chunks per batch (B), the most warps per block (4, 8 or 16; 0: the most whose blocks all fit on the GPU
+// at once), whether a warp loads its next batch before computing the current one (two batches of registers). A
+// configuration has one shape for up to 8 tokens and one for up to 16; CWB_W8_STREAM_CONFIG or
+// wxa16SetW8StreamConfig picks one (0, the default, measured fastest overall on the H200: docs/performance.md,
+// "W8A16: the stream kernel"; the others are the fixed shapes it was chosen from).
 struct W8StreamShape {
     int batch, maxWarps;
     bool overlap;
@@ -57,25 +58,13 @@ struct W8StreamConfig {
 };
 constexpr int kW8StreamConfigs = 8;
 constexpr W8StreamConfig kW8StreamConfigTable[kW8StreamConfigs] = {
-    {{2, 16, false}, {4, 8, false}}, {{2, 8, false}, {2, 8, false}}, {{2, 4, false}, {2, 4, false}},
-    {{1, 16, true}, {1, 16, true}},  {{1, 8, true}, {1, 8, true}},   {{4, 16, false}, {4, 16, false}},
+    {{2, 0, false}, {2, 0, false}},  {{2, 16, false}, {4, 8, false}}, {{2, 8, false}, {2, 8, false}},
+    {{2, 4, false}, {2, 4, false}},  {{1, 16, true}, {1, 16, true}},  {{4, 16, false}, {4, 16, false}},
     {{4, 8, false}, {2, 8, true}},   {{2, 16, true}, {2, 16, true}}};
 int w8StreamConfigIndex();  // wxa16_gemm.cu
 inline const W8StreamShape& w8StreamShape(int m) {
     const W8StreamConfig& c = kW8StreamConfigTable[w8StreamConfigIndex()];
     return m <= 8 ? c.upTo8 : c.upTo16;
-}
-
-// Warps per block (the smallest of 4, 8, 16 that gives every warp at most one batch, capped by the shape) and chunks
-// per warp (a multiple of cps, so a group never straddles two warps).
-inline StreamSplit w8StreamSplit(int chunks, int cps, int m) {
-    const W8StreamShape& c = w8StreamShape(m);
-    const int wanted = (chunks + c.batch - 1) / c.batch;
-    int warps = wanted <= 4 ? 4 : wanted <= 8 ? 8 : 16;
-    warps = warps < c.maxWarps ? warps : c.maxWarps;
-    int per = (chunks + warps - 1) / warps;
-    per = (per + cps - 1) / cps * cps;
-    return {warps, per};
 }
 
 // Registers: a chunk in flight holds 8 per thread. The shapes with at most 2 chunks in flight per warp are capped so
@@ -95,7 +84,7 @@ struct W8Step {
     uint32_t sz0, sz1;
 };
 
-// Grid: one block per row tile; p.chunksPerSplit = chunks per warp; p.splitK = 1.
+// Grid: one block per row tile; p.chunksPerSplit = chunks per warp (launchW8StreamShape); p.splitK = 1.
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP>
 __global__ void __launch_bounds__(W * 32, w8StreamMinBlocks<NT, W, B*(OVERLAP ? 2 : 1)>()) w8StreamKernel(const Wxa16Params p) {
     constexpr int S = B / CPS;  // steps per batch

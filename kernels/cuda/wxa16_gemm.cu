@@ -105,7 +105,8 @@ std::string wxa16W8StreamConfigName(int index) {
     if (index < 0 || index >= detail::kW8StreamConfigs) return "?";
     auto shape = [](const detail::W8StreamShape& c) {
         return std::to_string(c.batch) + (c.batch == 1 ? " chunk" : " chunks") + " per batch" +
-               (c.overlap ? " (next batch loaded during this one)" : "") + ", up to " + std::to_string(c.maxWarps) +
+               (c.overlap ? " (next batch loaded during this one)" : "") + ", " +
+               (c.maxWarps ? "up to " + std::to_string(c.maxWarps) : std::string("16/8/4 (all blocks resident)")) +
                " warps per row tile";
     };
     const detail::W8StreamConfig& c = detail::kW8StreamConfigTable[index];
@@ -438,13 +439,10 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
         p.counters = reinterpret_cast<int*>(ws + layout.counters);
         p.clusterReduce = tmaKernel(w, slice) && split > 1 && split <= kMaxClusterSplit && wxa16TmaClusterReduce();
         if (w8StreamChosen(w, slice)) {
-            const int cps = p.groupShift >= 1 && detail::w8StreamShape(slice).batch >= 2 ? 2 : 1;
-            const detail::StreamSplit cut = detail::w8StreamSplit(p.chunks, cps, slice);
-            p.chunksPerSplit = cut.chunksPerWarp;
             if (w.act == ActType::Float16)
-                detail::launchW8Stream<__half>(p, cut.warps, s);
+                detail::launchW8Stream<__half>(p, multiprocessors(), s);
             else
-                detail::launchW8Stream<__nv_bfloat16>(p, cut.warps, s);
+                detail::launchW8Stream<__nv_bfloat16>(p, multiprocessors(), s);
         } else if (streamKernel(w, slice)) {
             const detail::StreamSplit cut = detail::streamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1);
             p.chunksPerSplit = cut.chunksPerWarp;

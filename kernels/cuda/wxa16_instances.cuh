@@ -193,41 +193,78 @@ void launchW4Stream(const Wxa16Params& p, int warps, cudaStream_t stream) {
         launchStreamTokens<T, 2>(p, warps, stream);
 }
 
-template <typename T, int NT, int B, int CPS, bool OVERLAP>
-void launchW8StreamWarps(const Wxa16Params& p, int warps, cudaStream_t stream) {
-    const dim3 grid(unsigned(p.tiles));
-    if (warps <= 4)
-        w8StreamKernel<T, NT, 4, B, CPS, OVERLAP><<<grid, 4 * 32, 0, stream>>>(p);
-    else if (warps <= 8)
-        w8StreamKernel<T, NT, 8, B, CPS, OVERLAP><<<grid, 8 * 32, 0, stream>>>(p);
-    else
-        w8StreamKernel<T, NT, 16, B, CPS, OVERLAP><<<grid, 16 * 32, 0, stream>>>(p);
+// Blocks of one W8A16 stream shape that a multiprocessor holds at once (asked once per kernel).
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP>
+int w8StreamBlocksPerSm() {
+    static const int perSm = [] {
+        int blocks = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, w8StreamKernel<T, NT, W, B, CPS, OVERLAP>, W * 32, 0) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            return 1;
+        }
+        return blocks > 0 ? blocks : 1;
+    }();
+    return perSm;
 }
 
-template <typename T, int NT, int B, bool OVERLAP>
-void launchW8StreamPairs(const Wxa16Params& p, int warps, cudaStream_t stream) {
-    if (p.groupShift >= 1 && B >= 2)
-        launchW8StreamWarps<T, NT, B, (B >= 2 ? 2 : 1), OVERLAP>(p, warps, stream);
+// One block per row tile; its W warps take equal pieces of the chunks, each a multiple of CPS.
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP>
+void launchW8StreamShape(Wxa16Params p, cudaStream_t stream) {
+    const int per = (p.chunks + W - 1) / W;
+    p.chunksPerSplit = (per + CPS - 1) / CPS * CPS;
+    p.splitK = 1;
+    w8StreamKernel<T, NT, W, B, CPS, OVERLAP><<<unsigned(p.tiles), W * 32, 0, stream>>>(p);
+}
+
+// Warps per block: never more than give every warp one batch; with maxWarps = 0 (auto) the most of 16, 8, 4 whose
+// blocks (one per row tile) all fit on the GPU at once, else 4 (in the H200 runs a second wave of blocks cost more
+// than the longer pieces of fewer warps per tile).
+template <typename T, int NT, int B, int CPS, bool OVERLAP>
+void launchW8StreamWarps(const Wxa16Params& p, int maxWarps, int multiprocessors, cudaStream_t stream) {
+    const int wanted = (p.chunks + B - 1) / B;
+    const int byBatch = wanted <= 4 ? 4 : wanted <= 8 ? 8 : 16;
+    int warps = maxWarps;
+    if (maxWarps == 0) {
+        const int64_t tiles = p.tiles;
+        warps = tiles <= int64_t(w8StreamBlocksPerSm<T, NT, 16, B, CPS, OVERLAP>()) * multiprocessors ? 16
+                : tiles <= int64_t(w8StreamBlocksPerSm<T, NT, 8, B, CPS, OVERLAP>()) * multiprocessors ? 8
+                                                                                                      : 4;
+    }
+    warps = warps < byBatch ? warps : byBatch;
+    if (warps <= 4)
+        launchW8StreamShape<T, NT, 4, B, CPS, OVERLAP>(p, stream);
+    else if (warps <= 8)
+        launchW8StreamShape<T, NT, 8, B, CPS, OVERLAP>(p, stream);
     else
-        launchW8StreamWarps<T, NT, B, 1, OVERLAP>(p, warps, stream);
+        launchW8StreamShape<T, NT, 16, B, CPS, OVERLAP>(p, stream);
+}
+
+// Groups of two or more chunks are computed two chunks per step (one scale fold per group) when a batch holds two.
+template <typename T, int NT, int B, bool OVERLAP>
+void launchW8StreamPairs(const Wxa16Params& p, int maxWarps, int multiprocessors, cudaStream_t stream) {
+    if (p.groupShift >= 1 && B >= 2)
+        launchW8StreamWarps<T, NT, B, (B >= 2 ? 2 : 1), OVERLAP>(p, maxWarps, multiprocessors, stream);
+    else
+        launchW8StreamWarps<T, NT, B, 1, OVERLAP>(p, maxWarps, multiprocessors, stream);
 }
 
 // Only the (batch, overlap) pairs of the configuration table are compiled; anything else runs 2 chunks per batch.
 template <typename T, int NT>
-void launchW8StreamTokens(const Wxa16Params& p, int warps, cudaStream_t stream) {
+void launchW8StreamTokens(const Wxa16Params& p, int multiprocessors, cudaStream_t stream) {
     const W8StreamShape& c = w8StreamShape(p.m);
-    if (c.batch == 1 && c.overlap) return launchW8StreamPairs<T, NT, 1, true>(p, warps, stream);
-    if (c.batch == 2 && c.overlap) return launchW8StreamPairs<T, NT, 2, true>(p, warps, stream);
-    if (c.batch == 4 && !c.overlap) return launchW8StreamPairs<T, NT, 4, false>(p, warps, stream);
-    launchW8StreamPairs<T, NT, 2, false>(p, warps, stream);
+    if (c.batch == 1 && c.overlap) return launchW8StreamPairs<T, NT, 1, true>(p, c.maxWarps, multiprocessors, stream);
+    if (c.batch == 2 && c.overlap) return launchW8StreamPairs<T, NT, 2, true>(p, c.maxWarps, multiprocessors, stream);
+    if (c.batch == 4 && !c.overlap) return launchW8StreamPairs<T, NT, 4, false>(p, c.maxWarps, multiprocessors, stream);
+    launchW8StreamPairs<T, NT, 2, false>(p, c.maxWarps, multiprocessors, stream);
 }
 
 template <typename T>
-void launchW8Stream(const Wxa16Params& p, int warps, cudaStream_t stream) {
+void launchW8Stream(const Wxa16Params& p, int multiprocessors, cudaStream_t stream) {
     if (p.m <= 8)
-        launchW8StreamTokens<T, 1>(p, warps, stream);
+        launchW8StreamTokens<T, 1>(p, multiprocessors, stream);
     else
-        launchW8StreamTokens<T, 2>(p, warps, stream);
+        launchW8StreamTokens<T, 2>(p, multiprocessors, stream);
 }
 
 template <typename T>

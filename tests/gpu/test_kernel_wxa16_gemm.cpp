@@ -177,6 +177,11 @@ int main() {
                 runCase({8, true, 24, 1088, 64, 0}, act, {3, 16}, 15);    // 17 chunks: warps' pieces end early
                 runCase({8, false, 80, 8192, 128, 0}, act, {1, 16}, 10);  // 128 chunks: several batches per warp
             }
+            // Configuration 0 gives a row tile 16, 8 or 4 warps by how many row tiles fit on the GPU at once: weights of
+            // one row tile more than 2 blocks of 16 warps per multiprocessor hold (8 warps), and than 4 of 8 (4 warps).
+            wxa16SetW8StreamConfig(0);
+            runCase({8, false, 16 * (2 * int64_t(sms) + 1), 2048, 128, 0}, act, {1, 9}, 16);
+            runCase({8, true, 16 * (4 * int64_t(sms) + 1), 2048, 128, 1}, act, {1, 9}, 17);
             {
                 const DeviceTiledWeight w8(makeWeight({8, true, 256, 1024, 128, 0}, act, 5));
                 const DeviceTiledWeight w4(makeWeight({4, true, 256, 1024, 128, 0}, act, 1));
