@@ -218,8 +218,9 @@ void launchW8StreamShape(Wxa16Params p, cudaStream_t stream) {
 }
 
 // Warps per block: never more than give every warp one batch; with maxWarps = 0 (auto) the most of 16, 8, 4 whose
-// blocks (one per row tile) all fit on the GPU at once, else 4 (in the H200 runs a second wave of blocks cost more
-// than the longer pieces of fewer warps per tile).
+// blocks (one per row tile) all fit on the GPU at once (in the H200 runs a second wave of blocks cost more than the
+// longer pieces of fewer warps per tile); when none fit, 4 for up to 8 tokens and 8 for up to 16 (8192x28672, the
+// one such shape measured: 4 warps fastest at m <= 4, 8 warps 9% faster than 4 at m = 16).
 template <typename T, int NT, int B, int CPS, bool OVERLAP>
 void launchW8StreamWarps(const Wxa16Params& p, int maxWarps, int multiprocessors, cudaStream_t stream) {
     const int wanted = (p.chunks + B - 1) / B;
@@ -227,9 +228,11 @@ void launchW8StreamWarps(const Wxa16Params& p, int maxWarps, int multiprocessors
     int warps = maxWarps;
     if (maxWarps == 0) {
         const int64_t tiles = p.tiles;
-        warps = tiles <= int64_t(w8StreamBlocksPerSm<T, NT, 16, B, CPS, OVERLAP>()) * multiprocessors ? 16
+        warps = tiles <= int64_t(w8StreamBlocksPerSm<T, NT, 16, B, CPS, OVERLAP>()) * multiprocessors  ? 16
                 : tiles <= int64_t(w8StreamBlocksPerSm<T, NT, 8, B, CPS, OVERLAP>()) * multiprocessors ? 8
-                                                                                                      : 4;
+                : tiles <= int64_t(w8StreamBlocksPerSm<T, NT, 4, B, CPS, OVERLAP>()) * multiprocessors ? 4
+                : NT == 1                                                                               ? 4
+                                                                                                        : 8;
     }
     warps = warps < byBatch ? warps : byBatch;
     if (warps <= 4)

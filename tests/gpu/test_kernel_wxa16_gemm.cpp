@@ -178,10 +178,12 @@ int main() {
                 runCase({8, false, 80, 8192, 128, 0}, act, {1, 16}, 10);  // 128 chunks: several batches per warp
             }
             // Configuration 0 gives a row tile 16, 8 or 4 warps by how many row tiles fit on the GPU at once: weights of
-            // one row tile more than 2 blocks of 16 warps per multiprocessor hold (8 warps), and than 4 of 8 (4 warps).
+            // one row tile more than 2 blocks of 16 warps per multiprocessor hold (8 warps), than 4 of 8 (4 warps), and
+            // (m = 9) than 6 of 4 (none fit: 8 warps at m > 8).
             wxa16SetW8StreamConfig(0);
             runCase({8, false, 16 * (2 * int64_t(sms) + 1), 2048, 128, 0}, act, {1, 9}, 16);
             runCase({8, true, 16 * (4 * int64_t(sms) + 1), 2048, 128, 1}, act, {1, 9}, 17);
+            runCase({8, false, 16 * (6 * int64_t(sms) + 1), 2048, 128, 0}, act, {9}, 18);
             {
                 const DeviceTiledWeight w8(makeWeight({8, true, 256, 1024, 128, 0}, act, 5));
                 const DeviceTiledWeight w4(makeWeight({4, true, 256, 1024, 128, 0}, act, 1));
