@@ -67,7 +67,8 @@ W4SmallKernel wxa16SmallKernel();
 void wxa16SetSmallKernel(W4SmallKernel kernel);
 const char* wxa16SmallKernelName(W4SmallKernel kernel);
 // The kernel a launch of m tokens on w runs under the current choice (Auto resolved; Tma without sm_90: Ring; Ring
-// also stands for the general kernel of launches the small-m kernels do not take: 8 bits, m > 16).
+// also stands for the general kernel of launches the small-m kernels do not take: 8 bits, m > 16; for 8-bit
+// launches see wxa16W8KernelFor).
 W4SmallKernel wxa16SmallKernelFor(const DeviceTiledWeight& w, int64_t m);
 bool wxa16TmaAvailable();  // the current device is sm_90 or newer
 int wxa16TmaConfigCount();
