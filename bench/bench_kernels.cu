@@ -10,6 +10,8 @@
 //   --w4-stream: at M <= 16 the stream W4A16 kernel under each of its shapes (wxa16SetStreamConfig) beside the ring
 //   kernel; at M = 1 also three floors timed the same way: an empty kernel, a plain read of the packed weight's bytes
 //   (16-byte loads, no arithmetic) and our dense fp16 GEMV (denseGemv) on the fp16 weight.
+//   --w8-stream: at M <= 16 both W8A16 kernels by name (old; stream under each of its shapes, wxa16SetW8StreamConfig)
+//   beside the same cuBLAS time; at M = 1 also a plain read of the packed 8-bit weight's bytes, timed the same way.
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
 // near 0.01, activations random; every buffer is filled on the device. Each timing cycles through enough copies of
 // the weights to exceed the L2 several times, so the weights come from HBM as in a real model. Time: CUDA events
@@ -207,7 +209,7 @@ struct Row {
 int main(int argc, char** argv) {
     std::string outPath;
     bool sweep = false, quick = false, smallOnly = false, prefill = false, sweepSmall = false, bothW4 = false,
-         sweepTma = false, streamW4 = false, graph = false;
+         sweepTma = false, streamW4 = false, streamW8 = false, graph = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) outPath = argv[++i];
         else if (!std::strcmp(argv[i], "--sweep-split")) sweep = true;
@@ -218,10 +220,11 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--w4-both")) bothW4 = true;
         else if (!std::strcmp(argv[i], "--sweep-tma")) sweepTma = true;
         else if (!std::strcmp(argv[i], "--w4-stream")) streamW4 = true;
+        else if (!std::strcmp(argv[i], "--w8-stream")) streamW8 = true;
         else if (!std::strcmp(argv[i], "--graph")) graph = true;
         else {
             std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m] [--prefill] "
-                                 "[--sweep-small] [--w4-both] [--sweep-tma] [--w4-stream] [--graph]\n");
+                                 "[--sweep-small] [--w4-both] [--sweep-tma] [--w4-stream] [--w8-stream] [--graph]\n");
             return 2;
         }
     }
@@ -238,9 +241,10 @@ int main(int argc, char** argv) {
     timer.graph = graph;
     std::printf("Timing: %s\n", graph ? "M <= 128 as CUDA graphs of 100 calls, replayed (no host launch cost)"
                                        : "100 back-to-back stream launches per batch");
-    std::printf("GPU %s, %d SMs, L2 %d MB; device-to-device copy %.0f GB/s (read + write); W4A16 m <= 16 kernel: %s\n",
+    std::printf("GPU %s, %d SMs, L2 %d MB; device-to-device copy %.0f GB/s (read + write); W4A16 m <= 16 kernel: %s; "
+                "W8A16 m <= 16 kernel: %s\n",
                 prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, copyGBs,
-                wxa16SmallKernelName(wxa16SmallKernel()));
+                wxa16SmallKernelName(wxa16SmallKernel()), wxa16W8KernelName(wxa16W8Kernel()));
     cublasHandle_t handle;
     CHECK_CUBLAS(cublasCreate(&handle));
     CHECK_CUBLAS(cublasSetStream(handle, gStream));
@@ -325,7 +329,21 @@ int main(int argc, char** argv) {
                     if (sweep) name += " s" + std::to_string(split ? split : chosen) + (split ? "" : "*");
                     add(name, us, double(q.bytes) + ioBytes);
                 }
-                // One W4A16 timing under the small-M kernel, configuration and split in force.
+                // A kernel that only reads the packed weight's bytes once (no arithmetic), timed the same way.
+                auto timeRead = [&] {
+                    uint32_t* sink = nullptr;
+                    CHECK_CUDA(cudaMalloc(&sink, 4));
+                    const int nCopies = int(q.copies.size());
+                    const size_t words16 = size_t(w0.paddedRows * w0.paddedCols * q.bits / 128);  // 16-byte words
+                    const double read = timer.median([&](int i) {
+                        readOnce<<<unsigned((words16 + 2047) / 2048), 256, 0, gStream>>>(
+                            reinterpret_cast<const uint4*>(q.copies[size_t(i % nCopies)]->words), words16, sink);
+                    });
+                    hostUs = timer.lastHostUs;
+                    add("read W" + std::to_string(q.bits) + " bytes only", read, double(words16) * 16.0);
+                    cudaFree(sink);
+                };
+                // One W4A16 / W8A16 timing under the small-M kernels, configuration and split in force.
                 auto timeW4 = [&](const std::string& name, int split) {
                     const size_t wsBytes = wxa16WorkspaceBytes(w0, m, split);
                     void* ws = allocateWorkspace(wsBytes);
@@ -384,17 +402,7 @@ int main(int argc, char** argv) {
                         const double empty = timer.median([&](int) { emptyKernel<<<1, 32, 0, gStream>>>(); });
                         hostUs = timer.lastHostUs;
                         add("empty kernel", empty, 0.0);
-                        uint32_t* sink = nullptr;
-                        CHECK_CUDA(cudaMalloc(&sink, 4));
-                        const int nCopies = int(q.copies.size());
-                        const size_t words16 = w0.paddedRows * w0.paddedCols / 32;   // 16-byte words of 4-bit weights
-                        const double read = timer.median([&](int i) {
-                            readOnce<<<unsigned((words16 + 2047) / 2048), 256, 0, gStream>>>(
-                                reinterpret_cast<const uint4*>(q.copies[size_t(i % nCopies)]->words), words16, sink);
-                        });
-                        hostUs = timer.lastHostUs;
-                        add("read W4 bytes only", read, double(words16) * 16.0);
-                        cudaFree(sink);
+                        timeRead();
                         DenseGemvShape g;
                         g.outputs = s.n;
                         g.inputs = s.k;
@@ -408,6 +416,21 @@ int main(int argc, char** argv) {
                     }
                 }
                 wxa16SetSmallKernel(defaultKernel);
+                // Both W8A16 kernels by name at M <= 16: old, then the stream kernel in each shape; at M = 1 the read floor.
+                if (streamW8 && q.bits == 8 && m <= 16) {
+                    const W8SmallKernel defaultW8 = wxa16W8Kernel();
+                    const int defaultConfig = wxa16W8StreamConfig();
+                    wxa16SetW8Kernel(W8SmallKernel::Old);
+                    timeW4("W8A16 g128 old", 0);
+                    wxa16SetW8Kernel(W8SmallKernel::Stream);
+                    for (int config = 0; config < wxa16W8StreamConfigCount(); ++config) {
+                        wxa16SetW8StreamConfig(config);
+                        timeW4("W8A16 g128 stream c" + std::to_string(config), 0);
+                    }
+                    wxa16SetW8StreamConfig(defaultConfig);
+                    wxa16SetW8Kernel(defaultW8);
+                    if (m == 1) timeRead();
+                }
                 // Prefill path: dequantize into the scratch, then the same cuBLAS call on it.
                 if (prefill && m >= 16) {
                     const int nCopies = int(q.copies.size());
@@ -518,7 +541,8 @@ int main(int argc, char** argv) {
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
     std::string md = std::string(graph ? "Timing: M <= 128 as CUDA graphs of 100 calls, replayed. " : "Timing: 100 stream launches per batch. ") + "GPU: " + std::string(prop.name) + ", " + std::to_string(prop.multiProcessorCount) + " SMs; " + date +
                      "; device-to-device copy " + std::to_string(int(copyGBs)) + " GB/s (read + write); W4A16 m <= 16 kernel \"W4A16 g128\": " +
-                     wxa16SmallKernelName(wxa16SmallKernel()) + ".\n\n";
+                     wxa16SmallKernelName(wxa16SmallKernel()) + "; W8A16 m <= 16 kernel \"W8A16 g128\": " +
+                     wxa16W8KernelName(wxa16W8Kernel()) + ".\n\n";
     md += "| K x N | M | kernel | time (us) | TFLOP/s | eff. GB/s | vs cuBLAS fp16 | of copy bw |\n";
     md += "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
     for (const Row& r : rows) {

@@ -1,5 +1,6 @@
 #pragma once
-// The W4A16 kernel for m <= 16 tokens (internal; m > 16 and 8-bit weights use wxa16_kernel.cuh). Same tiled16x64
+// The W4A16 kernel for m <= 16 tokens (internal; m > 16 uses wxa16_kernel.cuh, 8-bit weights at m <= 16
+// w8_stream_kernel.cuh unless CWB_W8_KERNEL=old). Same tiled16x64
 // layout (include/cwb/kernels/packed_weight.h). What makes it cheaper per weight than the general kernel:
 // - a warp owns R row tiles (16·R output rows), so each activation fragment, each all-ones mma that sums the
 //   activations and the loop's address arithmetic serve R tiles;

@@ -9,6 +9,7 @@
 #include "w4_small_m_kernel.cuh"
 #include "w4_stream_kernel.cuh"
 #include "w4_tma_kernel.cuh"
+#include "w8_stream_kernel.cuh"
 #include "wxa16_kernel.cuh"
 
 namespace cwb::kernels {
@@ -52,6 +53,26 @@ std::atomic<W4SmallKernel>& smallKernelSlot() {  // CWB_W4_KERNEL=ring|tma at st
     }()};
     return kernel;
 }
+std::atomic<int>& w8StreamConfigSlot() {  // CWB_W8_STREAM_CONFIG at start; wxa16SetW8StreamConfig afterwards
+    static std::atomic<int> index{[] {
+        const char* v = std::getenv("CWB_W8_STREAM_CONFIG");
+        const int i = v ? std::atoi(v) : 0;
+        return i >= 0 && i < kW8StreamConfigs ? i : 0;
+    }()};
+    return index;
+}
+// W8A16 at m <= 16: the stream kernel was faster than the old one on 35 of the 36 (shape, m) points of the H200 runs
+// (docs/performance.md, "W8A16: the stream kernel").
+constexpr W8SmallKernel kDefaultW8Kernel = W8SmallKernel::Stream;
+std::atomic<W8SmallKernel>& w8KernelSlot() {  // CWB_W8_KERNEL=old|stream at start; wxa16SetW8Kernel afterwards
+    static std::atomic<W8SmallKernel> kernel{[] {
+        const char* v = std::getenv("CWB_W8_KERNEL");
+        if (v && std::string(v) == "old") return W8SmallKernel::Old;
+        if (v && std::string(v) == "stream") return W8SmallKernel::Stream;
+        return kDefaultW8Kernel;
+    }()};
+    return kernel;
+}
 std::atomic<bool>& tmaClusterSlot() {  // CWB_W4_TMA_REDUCE=cluster|global at start; wxa16SetTmaClusterReduce afterwards
     static std::atomic<bool> cluster{[] {
         const char* v = std::getenv("CWB_W4_TMA_REDUCE");
@@ -63,7 +84,34 @@ std::atomic<bool>& tmaClusterSlot() {  // CWB_W4_TMA_REDUCE=cluster|global at st
 int smallConfigIndex() { return smallConfigSlot().load(std::memory_order_relaxed); }
 int tmaConfigIndex() { return tmaConfigSlot().load(std::memory_order_relaxed); }
 int streamConfigIndex() { return streamConfigSlot().load(std::memory_order_relaxed); }
+int w8StreamConfigIndex() { return w8StreamConfigSlot().load(std::memory_order_relaxed); }
 } // namespace detail
+
+W8SmallKernel wxa16W8Kernel() { return detail::w8KernelSlot().load(std::memory_order_relaxed); }
+void wxa16SetW8Kernel(W8SmallKernel kernel) { detail::w8KernelSlot().store(kernel, std::memory_order_relaxed); }
+const char* wxa16W8KernelName(W8SmallKernel kernel) {
+    return kernel == W8SmallKernel::Stream ? "stream" : "old";
+}
+
+int wxa16W8StreamConfigCount() { return detail::kW8StreamConfigs; }
+int wxa16W8StreamConfig() { return detail::w8StreamConfigIndex(); }
+void wxa16SetW8StreamConfig(int index) {
+    if (index < 0 || index >= detail::kW8StreamConfigs)
+        throw KernelError("wxa16SetW8StreamConfig: configuration " + std::to_string(index) + " is outside [0, " +
+                          std::to_string(detail::kW8StreamConfigs) + ")");
+    detail::w8StreamConfigSlot().store(index, std::memory_order_relaxed);
+}
+std::string wxa16W8StreamConfigName(int index) {
+    if (index < 0 || index >= detail::kW8StreamConfigs) return "?";
+    auto shape = [](const detail::W8StreamShape& c) {
+        return std::to_string(c.batch) + (c.batch == 1 ? " chunk" : " chunks") + " per batch" +
+               (c.overlap ? " (next batch loaded during this one)" : "") + ", " +
+               (c.maxWarps ? "up to " + std::to_string(c.maxWarps) : std::string("16/8/4 (all blocks resident)")) +
+               " warps per row tile";
+    };
+    const detail::W8StreamConfig& c = detail::kW8StreamConfigTable[index];
+    return "m<=8: " + shape(c.upTo8) + "; m<=16: " + shape(c.upTo16);
+}
 
 W4SmallKernel wxa16SmallKernel() { return detail::smallKernelSlot().load(std::memory_order_relaxed); }
 void wxa16SetSmallKernel(W4SmallKernel kernel) { detail::smallKernelSlot().store(kernel, std::memory_order_relaxed); }
@@ -188,10 +236,15 @@ bool streamKernel(const DeviceTiledWeight& w, int64_t slice) {
            (k == W4SmallKernel::Stream || (k == W4SmallKernel::Auto && autoPicksStream(w, slice)));
 }
 
+// The launch goes through the W8A16 stream kernel (one block per row tile, no split-K).
+bool w8StreamChosen(const DeviceTiledWeight& w, int64_t slice) {
+    return w.bits == 8 && slice <= detail::kSmallMaxTokens && wxa16W8Kernel() == W8SmallKernel::Stream;
+}
+
 // Blocks across the rows (one split-K counter each) for a launch of `slice` tokens.
 int64_t blocksAcross(const DeviceTiledWeight& w, int64_t slice) {
     const int64_t tiles = w.paddedRows / kTileRows;
-    const int64_t perBlock = streamKernel(w, slice)      ? 1
+    const int64_t perBlock = streamKernel(w, slice) || w8StreamChosen(w, slice) ? 1
                              : tmaKernel(w, slice)        ? detail::tmaConfig().r
                              : smallTokenKernel(w, slice) ? detail::smallRowTiles(int(slice))
                                                           : detail::kWarpsPerBlock;
@@ -224,7 +277,7 @@ int chunksPerSplit(const DeviceTiledWeight& w, int64_t slice, int split) {
 int resolveSplit(const DeviceTiledWeight& w, int64_t m, int splitK) {
     const int64_t chunks = w.paddedCols / kChunkCols;
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
-    if (streamKernel(w, slice)) return 1;   // the block sums the whole input dimension
+    if (streamKernel(w, slice) || w8StreamChosen(w, slice)) return 1;   // the block sums the whole input dimension
     if (splitK <= 0) splitK = wxa16DefaultSplitK(w, m);
     int split = int(std::clamp<int64_t>(splitK, 1, chunks));
     if (smallTokenKernel(w, slice)) {
@@ -293,10 +346,14 @@ W4SmallKernel wxa16SmallKernelFor(const DeviceTiledWeight& w, int64_t m) {
     return streamKernel(w, slice) ? W4SmallKernel::Stream : tmaKernel(w, slice) ? W4SmallKernel::Tma : W4SmallKernel::Ring;
 }
 
+W8SmallKernel wxa16W8KernelFor(const DeviceTiledWeight& w, int64_t m) {
+    return w8StreamChosen(w, std::min<int64_t>(m, detail::kMaxTokensPerLaunch)) ? W8SmallKernel::Stream : W8SmallKernel::Old;
+}
+
 int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m) {
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
     const int64_t across = blocksAcross(w, slice), chunks = w.paddedCols / kChunkCols;
-    if (streamKernel(w, slice)) return 1;
+    if (streamKernel(w, slice) || w8StreamChosen(w, slice)) return 1;
     if (smallTokenKernel(w, slice)) {
         // As many splits as fit in one wave of resident blocks (a second, partial wave costs more than it saves).
         const int shift = groupShiftOf(w);
@@ -381,7 +438,12 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
         p.partial = reinterpret_cast<float*>(ws + layout.partial);
         p.counters = reinterpret_cast<int*>(ws + layout.counters);
         p.clusterReduce = tmaKernel(w, slice) && split > 1 && split <= kMaxClusterSplit && wxa16TmaClusterReduce();
-        if (streamKernel(w, slice)) {
+        if (w8StreamChosen(w, slice)) {
+            if (w.act == ActType::Float16)
+                detail::launchW8Stream<__half>(p, multiprocessors(), s);
+            else
+                detail::launchW8Stream<__nv_bfloat16>(p, multiprocessors(), s);
+        } else if (streamKernel(w, slice)) {
             const detail::StreamSplit cut = detail::streamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1);
             p.chunksPerSplit = cut.chunksPerWarp;
             if (w.act == ActType::Float16)

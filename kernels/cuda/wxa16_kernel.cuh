@@ -347,6 +347,8 @@ int w4TmaBlocksPerSm(int m, int groupShift);
 template <typename T>
 void launchW4Stream(const Wxa16Params& p, int warps, cudaStream_t stream);  // w4_stream_kernel.cuh
 template <typename T>
+void launchW8Stream(const Wxa16Params& p, int multiprocessors, cudaStream_t stream);  // 8 bits, p.m <= 16: w8_stream_kernel.cuh
+template <typename T>
 void launchGather(const void* x, int64_t ldx, const int32_t* columnOf, int64_t paddedCols, int m, void* xg,
                   cudaStream_t stream);
 

@@ -1,12 +1,13 @@
 // GPU test (label `gpu`, exit 77 without a GPU): the W4A16 / W8A16 GEMM against its CPU reference (double
 // accumulation over the same dequantized weights) by normalised MSE, for fp16 and bf16 activations, several token
 // counts (1..64 and a multi-launch 80), every W4A16 kernel for m <= 16 (ring, stream; TMA on sm_90) in each of their
-// shapes, the default (auto) choosing between ring and stream by the number of row tiles,
-// group sizes, asymmetric zeros, act-order, padded rows/columns and every
+// shapes, the default (auto) choosing between ring and stream by the number of row tiles, both W8A16 kernels for
+// m <= 16 (old, stream in each of its shapes), group sizes, asymmetric zeros, act-order, padded rows/columns and every
 // split of the input dimension the launcher may choose. The output is poisoned with NaN before each launch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -154,9 +155,60 @@ int main() {
             runCase(fewTiles, act, {1, 8, 16}, 11);
             runCase(manyTiles, act, {1, 9}, 12);
             wxa16SetSmallKernel(initial);
+            // W8A16: the old general kernel (which also runs m > 16), then the stream kernel (m <= 16) in each shape.
+            const W8SmallKernel initialW8 = wxa16W8Kernel();
+            if (!std::getenv("CWB_W8_KERNEL"))
+                check(initialW8 == W8SmallKernel::Stream, "W8A16 at m <= 16 runs the stream kernel by default");
+            wxa16SetW8Kernel(W8SmallKernel::Old);
+            std::printf("-- W8A16 kernel old\n");
             runCase({8, true, 256, 1024, 128, 0}, act, allM, 5);
             runCase({8, false, 136, 448, 128, 1}, act, {1, 16, 64}, 6);
             runCase({8, true, 48, 384, 64, 2}, act, {1, 9}, 8);
+            wxa16SetW8Kernel(W8SmallKernel::Stream);
+            const std::vector<int64_t> smallM = {1, 3, 8, 16};
+            for (int config = wxa16W8StreamConfigCount() - 1; config >= 0; --config) {
+                wxa16SetW8StreamConfig(config);
+                std::printf("-- W8A16 kernel stream, configuration %d: %s\n", config, wxa16W8StreamConfigName(config).c_str());
+                runCase({8, true, 256, 1024, 128, 0}, act, smallM, 5);    // groups of two chunks
+                runCase({8, false, 136, 448, 128, 1}, act, smallM, 6);    // act-order (gathered x), padded rows
+                runCase({8, true, 48, 384, 64, 2}, act, smallM, 8);       // random groups: the chunk's group from the table
+                runCase({8, false, 100, 320, -1, 0}, act, {1, 16}, 13);   // one group of 5 chunks per row
+                runCase({8, false, 40, 1000, 128, 0}, act, {1, 8}, 14);   // padded columns, padded rows
+                runCase({8, true, 24, 1088, 64, 0}, act, {3, 16}, 15);    // 17 chunks: warps' pieces end early
+                runCase({8, false, 80, 8192, 128, 0}, act, {1, 16}, 10);  // 128 chunks: several batches per warp
+            }
+            // Configuration 0 gives a row tile 16, 8 or 4 warps by how many row tiles fit on the GPU at once: weights of
+            // one row tile more than 2 blocks of 16 warps per multiprocessor hold (8 warps), than 4 of 8 (4 warps), and
+            // (m = 9) than 6 of 4 (none fit: 8 warps at m > 8).
+            wxa16SetW8StreamConfig(0);
+            runCase({8, false, 16 * (2 * int64_t(sms) + 1), 2048, 128, 0}, act, {1, 9}, 16);
+            runCase({8, true, 16 * (4 * int64_t(sms) + 1), 2048, 128, 1}, act, {1, 9}, 17);
+            runCase({8, false, 16 * (6 * int64_t(sms) + 1), 2048, 128, 0}, act, {9}, 18);
+            {
+                const DeviceTiledWeight w8(makeWeight({8, true, 256, 1024, 128, 0}, act, 5));
+                const DeviceTiledWeight w4(makeWeight({4, true, 256, 1024, 128, 0}, act, 1));
+                check(wxa16W8KernelFor(w8, 1) == W8SmallKernel::Stream && wxa16W8KernelFor(w8, 16) == W8SmallKernel::Stream,
+                      "stream runs W8A16 at m = 1 and 16");
+                check(wxa16W8KernelFor(w8, 17) == W8SmallKernel::Old && wxa16W8KernelFor(w4, 1) == W8SmallKernel::Old,
+                      "m = 17 and 4-bit weights are not run by the W8A16 stream kernel");
+                void* dx = nullptr;
+                void* dy = nullptr;
+                cudaMalloc(&dx, 4 * 1024 * 2 + 16);
+                cudaMalloc(&dy, 4 * 256 * 2);
+                const size_t bytes = wxa16WorkspaceBytes(w8, 4);
+                void* ws = allocateWorkspace(bytes);
+                bool rejected = false;
+                try {
+                    wxa16Gemm(w8, static_cast<char*>(dx) + 2, dy, 4, ws, bytes, nullptr);
+                } catch (const KernelError&) {
+                    rejected = true;
+                }
+                check(rejected, "W8A16 stream: activations not 16-byte aligned are rejected");
+                freeWorkspace(ws);
+                cudaFree(dx);
+                cudaFree(dy);
+            }
+            wxa16SetW8Kernel(initialW8);
         }
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());

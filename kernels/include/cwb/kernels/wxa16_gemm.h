@@ -67,7 +67,8 @@ W4SmallKernel wxa16SmallKernel();
 void wxa16SetSmallKernel(W4SmallKernel kernel);
 const char* wxa16SmallKernelName(W4SmallKernel kernel);
 // The kernel a launch of m tokens on w runs under the current choice (Auto resolved; Tma without sm_90: Ring; Ring
-// also stands for the general kernel of launches the small-m kernels do not take: 8 bits, m > 16).
+// also stands for the general kernel of launches the small-m kernels do not take: 8 bits, m > 16; for 8-bit
+// launches see wxa16W8KernelFor).
 W4SmallKernel wxa16SmallKernelFor(const DeviceTiledWeight& w, int64_t m);
 bool wxa16TmaAvailable();  // the current device is sm_90 or newer
 int wxa16TmaConfigCount();
@@ -78,6 +79,22 @@ int wxa16StreamConfigCount();
 int wxa16StreamConfig();
 void wxa16SetStreamConfig(int index);  // throws KernelError outside [0, count)
 std::string wxa16StreamConfigName(int index);
+// Which kernel runs W8A16 launches of m <= 16: Stream (the default; w8_stream_kernel.cuh: one block per row tile sums
+// the whole input dimension, as the W4 stream kernel) or Old (the general kernel of wxa16_kernel.cuh, split-K across
+// blocks, which also runs every m > 16). Measured in docs/performance.md, "W8A16: the stream kernel". One choice for
+// the whole process; CWB_W8_KERNEL=old|stream in the environment sets the start value, CWB_W8_STREAM_CONFIG the
+// stream kernel's shapes. Switch between launches, never while another thread launches.
+enum class W8SmallKernel { Old, Stream };
+W8SmallKernel wxa16W8Kernel();
+void wxa16SetW8Kernel(W8SmallKernel kernel);
+const char* wxa16W8KernelName(W8SmallKernel kernel);
+// The kernel a launch of m tokens on the 8-bit weight w runs under the current choice (m > 16 and 4-bit weights:
+// Old, the general kernel).
+W8SmallKernel wxa16W8KernelFor(const DeviceTiledWeight& w, int64_t m);
+int wxa16W8StreamConfigCount();
+int wxa16W8StreamConfig();
+void wxa16SetW8StreamConfig(int index);  // throws KernelError outside [0, count)
+std::string wxa16W8StreamConfigName(int index);
 // Tma with 2..8 splits adds them up inside a thread-block cluster (default; CWB_W4_TMA_REDUCE=cluster|global sets
 // the start value) instead of through fp32 partial sums in the workspace and the last block of each row range.
 bool wxa16TmaClusterReduce();
