@@ -533,7 +533,12 @@ std::vector<Sparse24Candidate> Sparse24Gemm::searchConfigs(const void* x, void* 
     std::string why;
     const int limit = sparse24SearchLimit(&why);
     if (limit < 0) throw KernelError("Sparse24Gemm::searchConfigs: " + why);
-    return st.search(st.planFor(mp), mp, o.b, o.d, s, limit);
+    st.fixed.erase(sizeClass(mp));
+    std::vector<Sparse24Candidate> list = st.search(st.planFor(mp), mp, o.b, o.d, s, limit);
+    // This weight keeps the result whether or not its options search (and over an earlier useConfig).
+    std::lock_guard<std::mutex> shared(sharedChoicesMutex());
+    st.fixed[sizeClass(mp)] = sharedChoices()[st.keyOf(mp)];
+    return list;
 }
 
 std::string Sparse24Gemm::kernelNote(int64_t m) const {
