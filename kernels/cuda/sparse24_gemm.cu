@@ -423,17 +423,17 @@ int sparse24SearchLimit(std::string* why) {
         if (why) *why = reason;
         return -1;
     }
-    int device = 0;
-    cudaDeviceProp prop{};
+    int device = 0, major = 0, minor = 0;   // attributes, not cudaGetDeviceProperties: this runs on every unsearched run
     CWB_CUDA_CHECK(cudaGetDevice(&device));
-    CWB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    // Measured: cuSPARSELt 0.8.0 on the H200 offers configurations 0..52 for fp16 / bf16; 36 and above raise an
-    // illegal instruction, which ends the CUDA context (docs/performance.md, "2:4 ... configuration search").
-    if (a->version / 100 == 8 && prop.major == 9 && prop.minor == 0) return 35;
+    CWB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CWB_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    // Measured: cuSPARSELt 0.8.0 on the H200 offers configurations 0..52 for fp16 (0..21 for bf16); 36 and above
+    // raise an illegal instruction, which ends the CUDA context (docs/performance.md, "2:4: a configuration search").
+    if (a->version / 100 == 8 && major == 9 && minor == 0) return 35;
     if (why)
         *why = "no configuration search known to be safe for cuSPARSELt " + std::to_string(a->version / 1000) + "." +
                std::to_string(a->version % 1000 / 100) + "." + std::to_string(a->version % 100) +
-               " on compute capability " + std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+               " on compute capability " + std::to_string(major) + "." + std::to_string(minor) +
                " (CWB_SPARSE24_SEARCH_MAX_CONFIG=N searches 0..N)";
     return -1;
 }

@@ -16,28 +16,22 @@ namespace cwb::kernels {
 
 namespace detail {
 namespace {
+// A configuration index from the environment: 0 when unset or outside 0..count - 1.
+int configFromEnvironment(const char* name, int count) {
+    const char* v = std::getenv(name);
+    const int i = v ? std::atoi(v) : 0;
+    return i >= 0 && i < count ? i : 0;
+}
 std::atomic<int>& smallConfigSlot() {  // CWB_W4_SMALL_CONFIG at start; wxa16SetSmallConfig afterwards
-    static std::atomic<int> index{[] {
-        const char* v = std::getenv("CWB_W4_SMALL_CONFIG");
-        const int i = v ? std::atoi(v) : 0;
-        return i >= 0 && i < kSmallConfigs ? i : 0;
-    }()};
+    static std::atomic<int> index{configFromEnvironment("CWB_W4_SMALL_CONFIG", kSmallConfigs)};
     return index;
 }
 std::atomic<int>& streamConfigSlot() {  // CWB_W4_STREAM_CONFIG at start; wxa16SetStreamConfig afterwards
-    static std::atomic<int> index{[] {
-        const char* v = std::getenv("CWB_W4_STREAM_CONFIG");
-        const int i = v ? std::atoi(v) : 0;
-        return i >= 0 && i < kStreamConfigs ? i : 0;
-    }()};
+    static std::atomic<int> index{configFromEnvironment("CWB_W4_STREAM_CONFIG", kStreamConfigs)};
     return index;
 }
 std::atomic<int>& tmaConfigSlot() {  // CWB_W4_TMA_CONFIG at start; wxa16SetTmaConfig afterwards
-    static std::atomic<int> index{[] {
-        const char* v = std::getenv("CWB_W4_TMA_CONFIG");
-        const int i = v ? std::atoi(v) : 0;
-        return i >= 0 && i < kTmaConfigs ? i : 0;
-    }()};
+    static std::atomic<int> index{configFromEnvironment("CWB_W4_TMA_CONFIG", kTmaConfigs)};
     return index;
 }
 // Per shape, the faster of Ring and Stream as measured on the H200 (docs/performance.md, "W4A16: the stream kernel").
@@ -54,11 +48,7 @@ std::atomic<W4SmallKernel>& smallKernelSlot() {  // CWB_W4_KERNEL=ring|tma at st
     return kernel;
 }
 std::atomic<int>& w8StreamConfigSlot() {  // CWB_W8_STREAM_CONFIG at start; wxa16SetW8StreamConfig afterwards
-    static std::atomic<int> index{[] {
-        const char* v = std::getenv("CWB_W8_STREAM_CONFIG");
-        const int i = v ? std::atoi(v) : 0;
-        return i >= 0 && i < kW8StreamConfigs ? i : 0;
-    }()};
+    static std::atomic<int> index{configFromEnvironment("CWB_W8_STREAM_CONFIG", kW8StreamConfigs)};
     return index;
 }
 // W8A16 at m <= 16: the stream kernel was faster than the old one on 35 of the 36 (shape, m) points of the H200 runs
