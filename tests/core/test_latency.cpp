@@ -21,6 +21,7 @@ private slots:
     void measuresPrefillAndDecode();
     void randomVariantCompressesEveryLinear();
     void randomEightBitVariantsCompressEveryLinear();
+    void sparse24VariantKeepsTheTwoLargestOfFour();
     void sparse24ThresholdIsOffUnlessAsked();
     void syntheticShapes();
 };
@@ -104,6 +105,30 @@ void TestLatency::randomEightBitVariantsCompressEveryLinear() {
         Transformer rt(*variant);
         QVERIFY(rt.forward(at::tensor(std::vector<int64_t>{1, 2}, at::kLong).unsqueeze(0)).isfinite().all().item<bool>());
     }
+}
+
+// `cwb bench --format sparse24`: every block linear keeps exactly the 2 largest |w| of each group of 4 (ties aside),
+// in fp16; the other tensors are the base's.
+void TestLatency::sparse24VariantKeepsTheTwoLargestOfFour() {
+    QTemporaryDir dir;
+    auto model = tinyModel(dir);
+    auto variant = sparse24Variant(*model, at::kCPU);
+    const auto layers = model->linearLayers();
+    QVERIFY(!layers.empty());
+    for (const auto& layer : layers) {
+        const at::Tensor base = model->floatTensor(layer + ".weight");
+        const at::Tensor pruned = variant->floatTensor(layer + ".weight");
+        QCOMPARE(variant->tensor(layer + ".weight").type, ggml::Type::F16);
+        const at::Tensor groups = base.reshape({base.size(0), -1, 4}), kept = pruned.reshape(groups.sizes());
+        const at::Tensor nonzero = (kept != 0).sum(-1);
+        QVERIFY2(nonzero.le(2).all().item<bool>(), layer.c_str());
+        // Every kept value is the base's, and no dropped |w| exceeds a kept one in its group.
+        QVERIFY2(at::equal(kept.masked_select(kept != 0), groups.masked_select(kept != 0)), layer.c_str());
+        const at::Tensor smallestKept = at::where(kept != 0, groups.abs(), at::full({}, 1e30, at::kFloat)).amin(-1);
+        const at::Tensor largestDropped = at::where(kept == 0, groups.abs(), at::zeros({}, at::kFloat)).amax(-1);
+        QVERIFY2(largestDropped.le(smallestKept).all().item<bool>(), layer.c_str());
+    }
+    QVERIFY(at::equal(model->floatTensor("model.embed_tokens.weight"), variant->floatTensor("model.embed_tokens.weight")));
 }
 
 // 2:4 through cuSPARSELt stays off unless the options or the environment give a row threshold or ask for the
