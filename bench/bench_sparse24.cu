@@ -6,7 +6,8 @@
 // Weights are random fp16 with 2 of every 4 zeroed (a random pair per group), activations random; all filled on the
 // device. TFLOP/s counts the dense product's 2·M·N·K for both, so its ratio is the speed-up. 2:4 runs what the
 // runtime runs: the configuration our search picks on the first run of each M (the search is outside the timing),
-// or with --no-search cuSPARSELt's default configuration 0. --configs times every configuration, one line each,
+// or with --no-search cuSPARSELt's default configuration 0 (never the configuration file: each run searches).
+// --configs times every configuration, one line each,
 // printed before it runs (a configuration that ends the process is the last line; --from-config resumes).
 // Time: CUDA events around 10 back-to-back calls, median of 5 batches.
 #include <cublas_v2.h>
@@ -119,6 +120,7 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    setenv("CWB_SPARSE24_CACHE", "off", 1);   // every run searches: the first-run figures include it
     const CusparseLtAvailability& lt = cusparseLtAvailability();
     if (!lt.available) {
         std::printf("%s\nskipped: 2:4 needs cuSPARSELt\n", lt.detail.c_str());

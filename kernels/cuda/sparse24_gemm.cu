@@ -18,6 +18,7 @@
 
 #include "cuda_check.h"
 #include "cusparselt_api.h"
+#include "cwb/kernels/sparse24_config_file.h"
 #include "cwb/kernels/sparse24_gemm.h"
 
 namespace cwb::kernels {
@@ -349,6 +350,47 @@ struct Sparse24Gemm::State {
         return list;
     }
 
+    // What the configuration file knows this choice by.
+    Sparse24ConfigKey fileKey(int64_t mp, int limit) const {
+        Sparse24ConfigKey key;
+        key.library = "cuSPARSELt " + std::to_string(api->version / 1000) + "." + std::to_string(api->version % 1000 / 100) +
+                      "." + std::to_string(api->version % 100);
+        cudaDeviceProp prop{};
+        if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+            key.device = std::string(prop.name) + " (" + std::to_string(prop.major) + "." + std::to_string(prop.minor) + ")";
+        key.n = n;
+        key.k = k;
+        key.type = int(type);
+        key.layout = int(options.layout);
+        key.sizeClass = sizeClass(mp);
+        key.searchLimit = limit;
+        return key;
+    }
+
+    // The choice an earlier process searched for this shape and size class, when the file has one the library
+    // still accepts; it becomes the process's choice.
+    bool choiceFromFile(PlanEntry& e, int64_t mp, int limit) {
+        const Sparse24ConfigFile file(Sparse24ConfigFile::defaultPath());
+        const Sparse24ConfigKey key = fileKey(mp, limit);
+        const int id = key.device.empty() ? -1 : file.find(key);
+        if (id < 0 || id > std::min(limit, e.maxConfigId) || applyConfig(e, id) != lt::kSuccess) return false;
+        std::lock_guard<std::mutex> lock(sharedChoicesMutex());
+        sharedChoices()[keyOf(mp)] = ClassChoice{id, "searched earlier, from " + file.path()};
+        return true;
+    }
+
+    void saveChoice(int64_t mp, int limit) {
+        ClassChoice choice;
+        {
+            std::lock_guard<std::mutex> lock(sharedChoicesMutex());
+            auto found = sharedChoices().find(keyOf(mp));
+            if (found == sharedChoices().end()) return;
+            choice = found->second;
+        }
+        const Sparse24ConfigKey key = fileKey(mp, limit);
+        if (!key.device.empty()) Sparse24ConfigFile(Sparse24ConfigFile::defaultPath()).store(key, choice.configId);
+    }
+
     void* stage(void*& buffer, size_t& have, size_t bytes) {
         if (bytes > have) {
             CWB_CUDA_CHECK(cudaDeviceSynchronize());   // an earlier run may still read the old buffer
@@ -406,6 +448,11 @@ struct Sparse24Gemm::State {
         cudaFree(yStage);
     }
 };
+
+void sparse24ForgetSearches() {
+    std::lock_guard<std::mutex> lock(sharedChoicesMutex());
+    sharedChoices().clear();
+}
 
 int sparse24SearchLimit(std::string* why) {
     if (const char* v = std::getenv("CWB_SPARSE24_SEARCH_MAX_CONFIG"); v && *v) {
@@ -499,7 +546,10 @@ void Sparse24Gemm::run(const void* x, void* y, int64_t m, Stream stream) {
         const int limit = sparse24SearchLimit();
         cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
         CWB_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-        if (limit >= 0 && capture == cudaStreamCaptureStatusNone) st.search(e, mp, o.b, o.d, s, limit);
+        if (limit >= 0 && capture == cudaStreamCaptureStatusNone && !st.choiceFromFile(e, mp, limit)) {
+            st.search(e, mp, o.b, o.d, s, limit);
+            st.saveChoice(mp, limit);
+        }
     }
     checkLt(*st.api, st.matmul(e, o.b, o.d, s),
             "cusparseLtMatmul (" + std::to_string(m) + "x" + std::to_string(st.n) + "x" + std::to_string(st.k) + ")");

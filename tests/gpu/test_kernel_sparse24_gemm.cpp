@@ -1,14 +1,19 @@
 // GPU test (label `gpu`): the 2:4 sparse GEMM through cuSPARSELt against the CPU reference (dense product of the
 // same pruned weight, accumulated in double), fp16 and bf16, m = 1, 16, 33 (padded) and 2048, square and non-square
 // weights, an input pointer off the 16-byte alignment, both ways of describing the weight, with our search and
-// with the default configuration; and every configuration the search may try (any may win). Also: the device
+// with the default configuration; every configuration the search may try (any may win); and the configuration file
+// that lets a later process skip the search. Also: the device
 // 2:4 checker finds the same first bad group as the CPU one, and a weight that is not 2:4 (or a shape cuSPARSELt
 // cannot take) is refused with a message naming the problem. Exits 77 without a GPU, or (after the checker tests)
 // when cuSPARSELt cannot be loaded, saying why.
 #include <cuda_runtime.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -153,6 +158,55 @@ void everyConfigurationCase(Sparse24Layout layout, ActType t, uint32_t seed) {
     cudaFree(dy);
 }
 
+// A search's choice is written to the configuration file, and a later process (here: after forgetting this
+// process's searches) takes it from there instead of searching again.
+void configurationFileCase(uint32_t seed) {
+    std::string why;
+    if (sparse24SearchLimit(&why) < 0) {
+        std::printf("configuration file not checked: no search on this device (%s)\n", why.c_str());
+        return;
+    }
+    char folder[] = "/tmp/cwb-sparse24-gpu-XXXXXX";
+    if (!mkdtemp(folder)) throw KernelError("no temporary folder");
+    const std::string file = std::string(folder) + "/configs.txt";
+    setenv("CWB_SPARSE24_CACHE", file.c_str(), 1);
+    const int64_t m = 48, n = 512, k = 256;   // a shape no other case uses
+    const std::vector<uint16_t> wb = toBits(prunedWeight(n, k, seed), ActType::Float16);
+    const std::vector<uint16_t> xb = toBits(gaussian(size_t(m * k), seed + 1), ActType::Float16);
+    std::vector<float> ref(size_t(m * n));
+    sparse24GemmRef(xb.data(), wb.data(), ActType::Float16, m, n, k, ref.data());
+    uint16_t* dx = toDevice(xb);
+    uint16_t* dy = toDevice(std::vector<uint16_t>(ref.size(), 0xFFFF));
+    std::string first, second;
+    double error = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1) sparse24ForgetSearches();
+        uint16_t* dw = toDevice(wb);
+        Sparse24Gemm gemm(dw, ActType::Float16, n, k, nullptr);
+        cudaFree(dw);
+        gemm.run(dx, dy, m, nullptr);
+        if (cudaDeviceSynchronize() != cudaSuccess) throw KernelError("sparse GEMM failed");
+        error = std::max(error, nmse(download(dy, ref.size(), ActType::Float16), ref));
+        (pass == 0 ? first : second) = gemm.kernelNote(m);
+    }
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);
+    check(first.find("searched 0..") != std::string::npos, ("the first run searches: " + first).c_str());
+    check(!line.empty() && line.find("\t512\t256\t") != std::string::npos,
+          ("and writes its choice to the file: " + line).c_str());
+    check(second.find("searched earlier, from " + file) != std::string::npos,
+          ("a later run takes it from the file: " + second).c_str());
+    check(first.substr(0, first.find(' ', 14)) == second.substr(0, second.find(' ', 14)),
+          "the same configuration both times");
+    check(error < kGemmNmseFp16, "both match the reference");
+    unsetenv("CWB_SPARSE24_CACHE");
+    std::remove(file.c_str());
+    rmdir(folder);
+    cudaFree(dx);
+    cudaFree(dy);
+}
+
 void refusalCases() {
     const int64_t n = 32, k = 64;
     std::vector<uint16_t> dense = toBits(gaussian(size_t(n * k), 21), ActType::Float16);
@@ -189,6 +243,8 @@ int main() {
             return failures() ? 1 : 77;
         }
         refusalCases();
+        // Every other case searches afresh: no configuration file.
+        setenv("CWB_SPARSE24_CACHE", "off", 1);
         uint32_t seed = 100;
         // Searches cost ~0.3 s per configuration on the H200 (docs/performance.md): the searched cases use one
         // layout per type, the other layout runs configuration 0; every configuration is checked once per type.
@@ -206,6 +262,7 @@ int main() {
             gemmCase(128, 256, 1024, t, true, seed++, byDefault);
             everyConfigurationCase(searched.layout, t, seed++);
         }
+        configurationFileCase(seed++);
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

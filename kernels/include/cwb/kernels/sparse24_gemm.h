@@ -53,6 +53,9 @@ bool sparse24ShapeSupported(int64_t n, int64_t k, std::string* why = nullptr);
 // CWB_SPARSE24_SEARCH_MAX_CONFIG=N overrides (-1: never search); throws KernelError for a malformed value.
 int sparse24SearchLimit(std::string* why = nullptr);
 
+// Forgets the configurations searched in this process (not the configuration file): tests, benchmarks.
+void sparse24ForgetSearches();
+
 // How the weight is shown to cuSPARSELt. Both describe the same bytes (W [n, k] row-major, compressed once); the
 // library offers different kernels for each.
 enum class Sparse24Layout {
@@ -64,7 +67,8 @@ struct Sparse24Options {
     Sparse24Layout layout = Sparse24Layout::RowMajor;
     // On the first run of each size class of m (powers of two), time the kernel configurations cuSPARSELt offers
     // for the product (those sparse24SearchLimit allows) and keep the fastest for that class, for every weight of
-    // the same shape in the process. cuSPARSELt's own search (cusparseLtMatmulSearch) is not used: it tries every
+    // the same shape in the process, and in the configuration file (sparse24_config_file.h) for later processes,
+    // which then skip the search. cuSPARSELt's own search (cusparseLtMatmulSearch) is not used: it tries every
     // configuration, and with 0.8.0 on the H200 some raise an illegal instruction. Off, or where no search is known
     // to be safe: the library's default configuration (id 0). Never searched while the stream is being captured.
     bool search = true;
