@@ -8,6 +8,8 @@
 #include "app/cli/commands.h"
 #include "core/compress/pipeline.h"
 #include "core/io/model_format.h"
+#include "core/project/project.h"
+#include "core/project/project_runner.h"
 #include "core/runtime/cuda_linear.h"
 #include "core/runtime/fused_decode.h"
 #include "core/runtime/latency.h"
@@ -71,7 +73,8 @@ bool onOffFlag(const Arguments& a, const std::string& name, bool fallback) {
 
 int runBench(const std::vector<std::string>& args) {
     Arguments a(args,
-                {"recipe", "calib", "samples", "seq-len", "synthetic", "layers", "format", "bits", "group-size", "batch",
+                {"recipe", "variant", "model", "calib", "samples", "seq-len", "synthetic", "layers", "format", "bits",
+                 "group-size", "batch",
                  "prompt-tokens", "gen-tokens", "repeats", "seed", "threads", "tokenizer", "device", "dtype"},
                 {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv",
                  "fused-norm-gemv", "no-fused-norm-gemv", "fused-swiglu-gemv", "no-fused-swiglu-gemv"});
@@ -117,10 +120,27 @@ int runBench(const std::vector<std::string>& args) {
             variant = randomW8a8Variant(*base, device, p.seed);
             variantName = "w8a8 smoothquant (random codes)";
         }
+    } else if (isProjectPath(a.positional().empty() ? "" : a.positional().front())) {
+        // A project: its model, and with --variant one of its variants built by its pipeline.
+        if (a.has("recipe")) throw Error("--recipe applies to a model; a project's variants carry their own recipes");
+        const std::string path = a.positional().front();
+        Project project = Project::open(path);
+        base = loadModel(a.value("model", project.model().path));
+        const std::string name = a.value("variant", "base");
+        if (name != "base") {
+            CallbackFeedback build;
+            build.logCallback = [json](const std::string& line) {
+                if (!json) std::fprintf(stderr, "  %s\n", line.c_str());
+            };
+            ProjectRunner runner(project, *base);
+            variant = runner.build(name, &build);
+            variantName = path + " variant " + name;
+        }
     } else {
+        if (a.has("variant")) throw Error("--variant needs a project (.cwbproj); for a model use --recipe");
         LoadOptions load;
         load.tokenizerPath = a.value("tokenizer");
-        const std::string path = a.requirePositional("MODEL (or --synthetic llama-7b|llama-70b)");
+        const std::string path = a.requirePositional("MODEL (or PROJECT, or --synthetic llama-7b|llama-70b)");
         base = loadModel(path, load);
         if (a.has("recipe")) {
             CalibrationSpec calib;

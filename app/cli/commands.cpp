@@ -32,7 +32,7 @@ const std::vector<Command>& commands() {
          "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|gguf [--type T] [--shard-size BYTES] [--scratch DIR|auto|off] --out PATH [--json]",
          "write a model or variant as a Hugging Face folder (dense, GPTQ, AWQ) or a GGUF file", runExport},
         {"bench",
-         "cwb bench MODEL|--synthetic llama-7b|llama-70b [--layers N] [--recipe R.json [--calib F]] [--format int|fp8|w8a8|sparse24] [--bits 4|8] [--group-size G] "
+         "cwb bench MODEL|PROJECT|--synthetic llama-7b|llama-70b [--layers N] [--recipe R.json [--calib F]] [--variant V] [--model M] [--format int|fp8|w8a8|sparse24] [--bits 4|8] [--group-size G] "
          "[--device cuda] [--dtype f16|bf16] [--batch B] [--prompt-tokens P] [--gen-tokens G] [--no-native] [--no-graphs] [--no-fused-decode] [--no-dense-gemv] [--[no-]fused-norm-gemv] [--[no-]fused-swiglu-gemv] [--json]",
          "prefill tokens/s, decode ms/token (p50, p99; on CUDA with and without CUDA graphs) and peak GPU memory of the base and the variant", runBench},
         {"methods", "cwb methods [--json]", "compression methods with their parameters, ranges and defaults", runMethods},
@@ -86,6 +86,11 @@ at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, c
 void applyThreads(int64_t threads) {
     if (threads < 0) throw Error("--threads must be 0 or more");
     if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+}
+
+bool isProjectPath(const std::string& path) {
+    const std::string ext = ".cwbproj";
+    return path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
 }
 
 } // namespace cwb::cli

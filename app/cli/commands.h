@@ -27,6 +27,9 @@ int runBudget(const std::vector<std::string>& args);
 int runExport(const std::vector<std::string>& args);
 int runBench(const std::vector<std::string>& args);
 
+// Whether a command's input names a project (.cwbproj) rather than a model.
+bool isProjectPath(const std::string& path);
+
 class Arguments;
 // --device cpu|cuda[:N] and --dtype f32|f16|bf16 (default: f32 on CPU, f16 on CUDA); refuses CUDA when absent.
 RuntimeOptions runtimeOptions(const Arguments& args);

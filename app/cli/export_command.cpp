@@ -16,11 +16,6 @@ namespace cwb::cli {
 
 namespace {
 
-bool isProjectPath(const std::string& path) {
-    const std::string ext = ".cwbproj";
-    return path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
-}
-
 void progressToStderr(CallbackFeedback& feedback, bool quiet, const char* what) {
     if (quiet) return;
     feedback.progressCallback = [what, last = -1](double f) mutable {

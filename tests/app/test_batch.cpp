@@ -45,6 +45,7 @@ private slots:
     void tamperedResultIsReported();
     void movedModelNeedsModelOption();
     void batchWritesExports();
+    void benchRunsAProjectVariant();
 };
 
 void TestBatch::initTestCase() {
@@ -193,6 +194,26 @@ void TestBatch::movedModelNeedsModelOption() {
 }
 
 // Export entries in the project are written by --batch; one the format cannot hold fails the run with the reason.
+// `cwb bench PROJECT --variant V`: the project's model against the variant its pipeline builds; an unknown variant
+// and --variant on a plain model are refused with what is wrong.
+void TestBatch::benchRunsAProjectVariant() {
+    Result r = run({"bench", mProject, "--variant", "rtn-w4g32", "--prompt-tokens", "8", "--gen-tokens", "2",
+                    "--repeats", "1", "--threads", "1", "--json"});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QVERIFY(j["base"].toObject()["decode_ms_p50"].toDouble() > 0);
+    QVERIFY(j["variant"].toObject()["decode_ms_p50"].toDouble() > 0);
+    QVERIFY(j["variant"].toObject()["name"].toString().endsWith("variant rtn-w4g32"));
+    // The 4-bit variant's block linears read fewer bytes per decode step than the base's.
+    QVERIFY(j["variant"].toObject()["decode_weight_bytes"].toDouble() < j["base"].toObject()["decode_weight_bytes"].toDouble());
+    Result unknown = run({"bench", mProject, "--variant", "no-such-variant", "--threads", "1"});
+    QVERIFY(unknown.exitCode != 0);
+    QVERIFY2(unknown.err.contains("no-such-variant"), qPrintable(unknown.err));
+    Result onModel = run({"bench", mModel, "--variant", "rtn-w4g32"});
+    QVERIFY(onModel.exitCode != 0);
+    QVERIFY2(onModel.err.contains("--variant needs a project"), qPrintable(onModel.err));
+}
+
 void TestBatch::batchWritesExports() {
     const QString copy = mDir.filePath("exports.cwbproj");
     QVERIFY(QFile::copy(mProject, copy));
