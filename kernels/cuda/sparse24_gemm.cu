@@ -172,6 +172,7 @@ struct Sparse24Gemm::State {
     mutable std::mutex mutex;
     std::map<int64_t, std::unique_ptr<PlanEntry>> plans;
     std::map<int64_t, ClassChoice> fixed;   // by size class: useConfig's, for this weight only
+    int searchLimit = -2;                    // sparse24SearchLimit(), asked once per weight (-2: not yet)
     void* xStage = nullptr;   // padded / aligned copies of x and y when m is not a multiple or a pointer is off
     void* yStage = nullptr;
     size_t xStageBytes = 0, yStageBytes = 0;
@@ -543,7 +544,8 @@ void Sparse24Gemm::run(const void* x, void* y, int64_t m, Stream stream) {
     PlanEntry& e = st.planFor(mp);
     ClassChoice choice;
     if (st.options.search && !st.choiceFor(mp, choice)) {
-        const int limit = sparse24SearchLimit();
+        if (st.searchLimit == -2) st.searchLimit = sparse24SearchLimit();   // not on every run where none is allowed
+        const int limit = st.searchLimit;
         cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
         CWB_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
         if (limit >= 0 && capture == cudaStreamCaptureStatusNone && !st.choiceFromFile(e, mp, limit)) {
