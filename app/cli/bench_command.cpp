@@ -76,13 +76,14 @@ int runBench(const std::vector<std::string>& args) {
                 {"recipe", "variant", "model", "calib", "samples", "seq-len", "synthetic", "layers", "format", "bits",
                  "group-size", "batch",
                  "prompt-tokens", "gen-tokens", "repeats", "seed", "threads", "tokenizer", "device", "dtype"},
-                {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv",
+                {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv", "no-fused-attention",
                  "fused-norm-gemv", "no-fused-norm-gemv", "fused-swiglu-gemv", "no-fused-swiglu-gemv"});
     applyThreads(a.integer("threads", 0));
     RuntimeOptions options = runtimeOptions(a);
     options.nativeKernels = !a.flag("no-native");
     if (a.flag("no-graphs")) options.decode = DecodeMode::Eager;
     options.fusedDecode = !a.flag("no-fused-decode");
+    options.fusedAttention = !a.flag("no-fused-attention");
     options.denseGemv = !a.flag("no-dense-gemv");
     options.fusedNormGemv = onOffFlag(a, "fused-norm-gemv", options.fusedNormGemv);
     options.fusedSwiGluGemv = onOffFlag(a, "fused-swiglu-gemv", options.fusedSwiGluGemv);
@@ -159,13 +160,17 @@ int runBench(const std::vector<std::string>& args) {
         at::empty({1}, at::TensorOptions().device(options.device)).zero_();   // creates the CUDA context
         p.deviceMemoryBaseline = deviceMemoryUsedBytes();
     }
+    // Prefill attention through scaled_dot_product_attention where RuntimeOptions::fusedAttention applies.
+    const bool fusedAttention = options.fusedAttention && Transformer::fusedAttentionAvailable() &&
+                                options.device.is_cuda() && options.dtype != at::kFloat;
     nlohmann::json report = {{"device", options.device.str()}, {"dtype", c10::toString(options.dtype)},
                              {"batch", p.batch}, {"prompt_tokens", p.promptTokens}, {"gen_tokens", p.genTokens},
                              {"model", base->path}, {"layers", base->spec.layers},
                              {"options", {{"native_kernels", options.nativeKernels}, {"fused_decode", options.fusedDecode},
                                           {"dense_gemv", options.denseGemv}, {"fused_norm_gemv", options.fusedNormGemv},
                                           {"fused_swiglu_gemv", options.fusedSwiGluGemv},
-                                          {"dependent_launch", decodeDependentLaunch()}}}};
+                                          {"dependent_launch", decodeDependentLaunch()},
+                                          {"fused_attention", fusedAttention}}}};
     std::optional<LatencyResult> variantResult;
     if (variant) {
         if (!json) std::fprintf(stderr, "bench: variant %s\n", variantName.c_str());
@@ -191,6 +196,9 @@ int runBench(const std::vector<std::string>& args) {
                 static_cast<long long>(base->spec.layers), options.device.str().c_str(), c10::toString(options.dtype),
                 static_cast<long long>(p.batch), static_cast<long long>(p.promptTokens), static_cast<long long>(p.genTokens));
     if (copyBandwidth > 0) std::printf("device copy bandwidth %.0f GB/s (read + write)\n", copyBandwidth / 1e9);
+    if (options.device.is_cuda())
+        std::printf("prefill attention: %s\n", fusedAttention ? "scaled_dot_product_attention"
+                                                              : "reference (fp32 scores and softmax)");
     printRow("base", report["base"]);
     if (report.contains("variant")) {
         printRow("variant", report["variant"]);

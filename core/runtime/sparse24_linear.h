@@ -18,7 +18,7 @@ public:
     virtual bool applies(const at::Tensor& x) const = 0;
     // x [..., cols] in the weight's type on its device; returns [..., rows] without bias.
     virtual at::Tensor forward(const at::Tensor& x) const = 0;
-    virtual size_t deviceBytes() const = 0;   // compressed weight, metadata and workspaces (the dense weight is kept too)
+    virtual size_t deviceBytes() const = 0;   // compressed weight and metadata (the dense weight is kept too)
 };
 
 // What the runtime found for one dense weight.

@@ -18,6 +18,8 @@
 #include "core/util/error.h"
 #include "core/util/scratch_file.h"
 
+#include <torch/version.h>
+
 namespace cwb {
 
 struct Transformer::Block {
@@ -454,20 +456,48 @@ at::Tensor Transformer::attention(int64_t layer, const at::Tensor& q, const at::
         keys = keys.repeat_interleave(groups, 1);
         values = values.repeat_interleave(groups, 1);
     }
-    const int64_t total = keys.size(2);
-    at::Tensor scores = at::matmul(q.to(at::kFloat), keys.to(at::kFloat).transpose(-2, -1)) / std::sqrt(double(s.headDim));
-    // Query i (absolute position start + i) sees keys 0 .. start + i.
-    at::Tensor mask = at::ones({tokens, total}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(start + 1);
-    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-    at::Tensor probs = at::softmax(scores, -1);
-    if (observer && observer->wantsAttentionProbs()) observer->onAttentionProbs(layer, probs);
-    at::Tensor out = at::matmul(probs, values.to(at::kFloat)).to(q.scalar_type());   // [B, H, T, hd]
+    at::Tensor out;   // [B, H, T, hd]
+    const bool fused = mOptions.fusedAttention && fusedAttentionAvailable() && q.is_cuda() &&
+                       (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16) &&
+                       !(observer && observer->wantsAttentionProbs());
+    if (fused) {
+#if TORCH_VERSION_MAJOR >= 2
+        const int64_t total = keys.size(2);
+        // Query i (absolute position start + i) sees keys 0 .. start + i: SDPA's own causal mask when the queries
+        // are all the keys, none for one query, else an explicit one (true: attend).
+        if (tokens == total) {
+            out = at::scaled_dot_product_attention(q, keys, values, {}, 0.0, /*is_causal=*/true);
+        } else if (tokens == 1) {
+            out = at::scaled_dot_product_attention(q, keys, values);
+        } else {
+            const at::Tensor allowed =
+                at::ones({tokens, total}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril(start);
+            out = at::scaled_dot_product_attention(q, keys, values, allowed);
+        }
+#endif
+    } else {
+        out = referenceAttention(layer, q, keys, values, start, observer);
+    }
     if (mOptions.headGates && layer < static_cast<int64_t>(mOptions.headGates->size())) {
         const at::Tensor& gate = (*mOptions.headGates)[static_cast<size_t>(layer)];
         if (gate.defined()) out = out * gate.to(out.device(), out.scalar_type()).reshape({gate.dim() == 2 ? gate.size(0) : 1, heads, 1, 1});
     }
     if (observer && observer->wantsHeads()) observer->onAttentionHeads(layer, out.transpose(1, 2));
     return out.transpose(1, 2).reshape({q.size(0), tokens, heads * s.headDim});
+}
+
+bool Transformer::fusedAttentionAvailable() { return TORCH_VERSION_MAJOR >= 2; }
+
+at::Tensor Transformer::referenceAttention(int64_t layer, const at::Tensor& q, const at::Tensor& keys,
+                                           const at::Tensor& values, int64_t start, ActivationObserver* observer) const {
+    const int64_t tokens = q.size(2), total = keys.size(2);
+    at::Tensor scores = at::matmul(q.to(at::kFloat), keys.to(at::kFloat).transpose(-2, -1)) / std::sqrt(double(q.size(3)));
+    // Query i (absolute position start + i) sees keys 0 .. start + i.
+    at::Tensor mask = at::ones({tokens, total}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(start + 1);
+    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    at::Tensor probs = at::softmax(scores, -1);
+    if (observer && observer->wantsAttentionProbs()) observer->onAttentionProbs(layer, probs);
+    return at::matmul(probs, values.to(at::kFloat)).to(q.scalar_type());   // [B, H, T, hd]
 }
 
 at::Tensor Transformer::llamaBlock(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start,

@@ -57,6 +57,11 @@ struct RuntimeOptions {
     // environment (a row count or "auto"), else 0.
     int64_t sparseMinRows = -2;
     DecodeMode decode = DecodeMode::CudaGraph;
+    // On CUDA in fp16 / bf16 with LibTorch 2.x: attention over more than one query (prefill, evaluation) runs
+    // through at::scaled_dot_product_attention (flash / memory-efficient kernels: no [tokens x keys] score matrix
+    // in fp32); off, with LibTorch 1.13, on the CPU, in fp32, or when an observer wants the probabilities, the
+    // reference path (fp32 scores, mask, softmax). fusedAttentionAvailable() says whether this build has it.
+    bool fusedAttention = true;
     // On CUDA in fp16 / bf16, the fixed-shape decode step runs the fused kernels of kernels/decode_ops.h (RMSNorm,
     // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block, 6-7 with fusedNormGemv and
     // fusedSwiGluGemv); off, or elsewhere, LibTorch operations. Whether they use programmatic dependent launch is
@@ -148,6 +153,8 @@ public:
     void setDecodeMode(DecodeMode mode) { mOptions.decode = mode; }
     // True when fixed-shape (CUDA graph) decode steps run the fused kernels: RuntimeOptions::fusedDecode where they apply.
     bool fusedDecodeActive() const;
+    // Whether this build's LibTorch has scaled_dot_product_attention (2.x), which RuntimeOptions::fusedAttention uses.
+    static bool fusedAttentionAvailable();
 
     // The path of each compressed layer of the blocks loaded so far (all of them after one forward), by layer name.
     const std::map<std::string, LayerPath>& layerPaths() const { return mLayerPaths; }
@@ -169,6 +176,10 @@ private:
     const at::Tensor* parameter(const std::string& name) const;   // from options.parameters, or null
     at::Tensor attention(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          KvCache* cache, int64_t start, ActivationObserver* observer) const;
+    // fp32 scores, causal mask from `start`, softmax, values: [B, H, T, hd] in q's type (keys / values already
+    // repeated to q's heads).
+    at::Tensor referenceAttention(int64_t layer, const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                                  int64_t start, ActivationObserver* observer) const;
     at::Tensor embedAt(const at::Tensor& tokens, int64_t start) const;
     at::Tensor applyRope(const at::Tensor& x, int64_t start);
     at::Tensor llamaBlock(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start, ActivationObserver* observer);

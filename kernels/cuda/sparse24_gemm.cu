@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <tuple>
+#include <iterator>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -130,18 +132,92 @@ struct ChoiceKey {
     }
 };
 
-// One plan per padded m: descriptors of B and D, the matmul descriptor, the algorithm selection (with its
-// configuration id) and the plan with its workspace.
+// A plan for one product shape (n, k, padded m, type, layout) and one kernel configuration: its own structured
+// descriptor (the same parameters as every weight's), the descriptors of B and D, the matmul descriptor, the
+// algorithm selection and the plan. The plan does not depend on the weight's values (they come with each matmul
+// call), so every weight of that shape shares one: making one costs ~0.1-0.4 s on the H200, which per layer of a 7B
+// model was most of a 2:4 model's first prefill. The workspace is not in the plan but in the stream's scratch.
 struct PlanEntry {
-    lt::MatDescriptor b, d;
+    const lt::Api* api = nullptr;
+    const lt::Handle* handle = nullptr;
+    lt::MatDescriptor sparse, b, d;
     lt::MatmulDescriptor matmul;
     lt::AlgSelection alg;
     lt::Plan plan;
-    bool descriptorsMade = false, planMade = false;
+    bool sparseMade = false, descriptorsMade = false, planMade = false;
     int configId = -1, maxConfigId = 0;
-    void* workspace = nullptr;
     size_t workspaceBytes = 0;
+
+    PlanEntry() = default;
+    PlanEntry(const PlanEntry&) = delete;
+    PlanEntry& operator=(const PlanEntry&) = delete;
+    ~PlanEntry() {
+        if (planMade) api->planDestroy(&plan);
+        if (descriptorsMade) {
+            api->matDescriptorDestroy(&b);
+            api->matDescriptorDestroy(&d);
+        }
+        if (sparseMade) api->matDescriptorDestroy(&sparse);
+    }
 };
+
+// What identifies a shared plan.
+struct PlanKey {
+    int device;
+    int64_t n, k;
+    int type, layout;
+    int64_t mp;
+    int configId;
+    bool operator<(const PlanKey& o) const {
+        return std::tie(device, n, k, type, layout, mp, configId) <
+               std::tie(o.device, o.n, o.k, o.type, o.layout, o.mp, o.configId);
+    }
+};
+
+// Plans alive in the process; an entry dies with the last weight that holds it.
+std::mutex& sharedPlansMutex() {
+    static std::mutex m;
+    return m;
+}
+std::map<PlanKey, std::weak_ptr<PlanEntry>>& sharedPlans() {
+    static auto* plans = new std::map<PlanKey, std::weak_ptr<PlanEntry>>();   // never destroyed: no exit-time CUDA calls
+    return *plans;
+}
+
+// Per device and stream: the padded / aligned copies of x and y and the plan workspace. Runs on one stream are
+// ordered, so every weight can use the same buffers; buffers only grow (after a device synchronization, since an
+// earlier run may still use the old ones). Held for the process, like cuBLAS's workspaces.
+struct Scratch {
+    void* x = nullptr;
+    void* y = nullptr;
+    void* workspace = nullptr;
+    size_t xBytes = 0, yBytes = 0, workspaceBytes = 0;
+};
+std::mutex& scratchMutex() {   // held for the whole of a run: what it enqueues uses the buffers
+    static std::mutex m;
+    return m;
+}
+std::map<std::pair<int, cudaStream_t>, Scratch>& scratches() {
+    static auto* all = new std::map<std::pair<int, cudaStream_t>, Scratch>();   // never destroyed, as sharedPlans
+    return *all;
+}
+Scratch& scratchFor(int device, cudaStream_t stream) { return scratches()[{device, stream}]; }
+size_t scratchTotal() {
+    size_t bytes = 0;
+    for (const auto& [where, s] : scratches()) bytes += s.xBytes + s.yBytes + s.workspaceBytes;
+    return bytes;
+}
+void* grow(void*& buffer, size_t& have, size_t bytes) {
+    if (bytes > have) {
+        CWB_CUDA_CHECK(cudaDeviceSynchronize());
+        cudaFree(buffer);
+        buffer = nullptr;
+        have = 0;
+        buffer = deviceAlloc(bytes);
+        have = bytes;
+    }
+    return buffer;
+}
 
 // What a size class runs: a configuration id, and how it was chosen (for kernelNote).
 struct ClassChoice {
@@ -170,12 +246,9 @@ struct Sparse24Gemm::State {
     void* compressed = nullptr;
     size_t compressedBytes = 0;
     mutable std::mutex mutex;
-    std::map<int64_t, std::unique_ptr<PlanEntry>> plans;
+    std::map<int64_t, std::shared_ptr<PlanEntry>> plans;   // by padded m: the plan this weight runs
     std::map<int64_t, ClassChoice> fixed;   // by size class: useConfig's, for this weight only
     int searchLimit = -2;                    // sparse24SearchLimit(), asked once per weight (-2: not yet)
-    void* xStage = nullptr;   // padded / aligned copies of x and y when m is not a multiple or a pointer is off
-    void* yStage = nullptr;
-    size_t xStageBytes = 0, yStageBytes = 0;
 
     int valueType() const { return type == ActType::Float16 ? CUDA_R_16F : CUDA_R_16BF; }
     bool rowMajor() const { return options.layout == Sparse24Layout::RowMajor; }
@@ -185,27 +258,43 @@ struct Sparse24Gemm::State {
         return std::to_string(mp) + "x" + std::to_string(n) + "x" + std::to_string(k);
     }
 
-    // Descriptors and algorithm selection of one m; reads how many configurations the library offers.
-    void makeDescriptors(PlanEntry& e, int64_t mp) {
-        const std::string shape = shapeText(mp);
-        checkLt(*api, api->denseDescriptorInit(handle, &e.b, k, mp, k, kAlignmentBytes, valueType(), lt::kOrderColumn),
-                "the input descriptor (" + shape + ")");
-        checkLt(*api, api->denseDescriptorInit(handle, &e.d, n, mp, n, kAlignmentBytes, valueType(), lt::kOrderColumn),
-                "the output descriptor (" + shape + ")");
-        e.descriptorsMade = true;
-        checkLt(*api, api->matmulDescriptorInit(handle, &e.matmul, weightOp(), lt::kOpNonTranspose, sparse.get(), &e.b,
-                                                &e.d, &e.d, lt::kCompute32F),
-                "the matmul descriptor (" + shape + ")");
-        checkLt(*api, api->algSelectionInit(handle, &e.alg, &e.matmul, lt::kMatmulAlgDefault),
-                "the algorithm selection (" + shape + ")");
-        int32_t maxId = 0;
-        checkLt(*api, api->algGetAttribute(handle, &e.alg, lt::kAlgConfigMaxId, &maxId, sizeof maxId),
-                "the configuration count (" + shape + ")");
-        e.maxConfigId = maxId;
+    // The weight's structured descriptor: [n, k] row-major, or the same bytes as [k, n] column-major.
+    lt::Status initSparseDescriptor(lt::MatDescriptor* descriptor) const {
+        return rowMajor() ? api->structuredDescriptorInit(handle, descriptor, n, k, k, kAlignmentBytes, valueType(),
+                                                          lt::kOrderRow, lt::kSparsity50Percent)
+                          : api->structuredDescriptorInit(handle, descriptor, k, n, k, kAlignmentBytes, valueType(),
+                                                          lt::kOrderColumn, lt::kSparsity50Percent);
     }
 
-    // Selects configuration `id` and remakes the plan; the library's status (and the plan unmade) when refused.
-    lt::Status applyConfig(PlanEntry& e, int id) {
+    // A plan entry's descriptors and algorithm selection for mp rows; reads how many configurations the library
+    // offers. No plan yet (applyConfig makes it).
+    std::unique_ptr<PlanEntry> newEntry(int64_t mp) const {
+        auto e = std::make_unique<PlanEntry>();
+        e->api = api;
+        e->handle = handle;
+        const std::string shape = shapeText(mp);
+        checkLt(*api, initSparseDescriptor(&e->sparse), "the structured weight descriptor (" + shape + ")");
+        e->sparseMade = true;
+        checkLt(*api, api->denseDescriptorInit(handle, &e->b, k, mp, k, kAlignmentBytes, valueType(), lt::kOrderColumn),
+                "the input descriptor (" + shape + ")");
+        checkLt(*api, api->denseDescriptorInit(handle, &e->d, n, mp, n, kAlignmentBytes, valueType(), lt::kOrderColumn),
+                "the output descriptor (" + shape + ")");
+        e->descriptorsMade = true;
+        checkLt(*api, api->matmulDescriptorInit(handle, &e->matmul, weightOp(), lt::kOpNonTranspose, &e->sparse, &e->b,
+                                                &e->d, &e->d, lt::kCompute32F),
+                "the matmul descriptor (" + shape + ")");
+        checkLt(*api, api->algSelectionInit(handle, &e->alg, &e->matmul, lt::kMatmulAlgDefault),
+                "the algorithm selection (" + shape + ")");
+        int32_t maxId = 0;
+        checkLt(*api, api->algGetAttribute(handle, &e->alg, lt::kAlgConfigMaxId, &maxId, sizeof maxId),
+                "the configuration count (" + shape + ")");
+        e->maxConfigId = maxId;
+        return e;
+    }
+
+    // Selects configuration `id` and remakes the entry's plan; the library's status (and the plan unmade) when
+    // refused.
+    lt::Status applyConfig(PlanEntry& e, int id) const {
         if (e.planMade) {
             api->planDestroy(&e.plan);
             e.planMade = false;
@@ -219,24 +308,26 @@ struct Sparse24Gemm::State {
         if (status != lt::kSuccess) return status;
         e.planMade = true;
         e.configId = id;
-        growWorkspace(e);
+        size_t bytes = 0;
+        checkLt(*api, api->getWorkspace(handle, &e.plan, &bytes), "the workspace query");
+        e.workspaceBytes = bytes;
         return status;
     }
 
-    void applyConfigOrThrow(PlanEntry& e, int64_t mp, int id) {
-        checkLt(*api, applyConfig(e, id), "configuration " + std::to_string(id) + " (" + shapeText(mp) + ")");
-    }
-
-    void growWorkspace(PlanEntry& e) {
-        size_t bytes = 0;
-        checkLt(*api, api->getWorkspace(handle, &e.plan, &bytes), "the workspace query");
-        if (bytes <= e.workspaceBytes) return;
-        CWB_CUDA_CHECK(cudaDeviceSynchronize());   // an earlier run may still use the old one
-        cudaFree(e.workspace);
-        e.workspace = nullptr;
-        e.workspaceBytes = 0;
-        e.workspace = deviceAlloc(bytes);
-        e.workspaceBytes = bytes;
+    // The process's plan for mp rows and configuration `id`, made when no live weight holds one; throws
+    // KernelError when the library refuses the configuration.
+    std::shared_ptr<PlanEntry> sharedPlan(int64_t mp, int id) const {
+        const PlanKey key{device, n, k, int(type), int(options.layout), mp, id};
+        std::lock_guard<std::mutex> lock(sharedPlansMutex());
+        auto& plans = sharedPlans();
+        if (auto found = plans.find(key); found != plans.end()) {
+            if (std::shared_ptr<PlanEntry> live = found->second.lock()) return live;
+        }
+        std::shared_ptr<PlanEntry> made = newEntry(mp);
+        checkLt(*api, applyConfig(*made, id), "configuration " + std::to_string(id) + " (" + shapeText(mp) + ")");
+        for (auto it = plans.begin(); it != plans.end();) it = it->second.expired() ? plans.erase(it) : std::next(it);
+        plans[key] = made;
+        return made;
     }
 
     ChoiceKey keyOf(int64_t mp) const { return {device, n, k, int(type), int(options.layout), sizeClass(mp)}; }
@@ -258,49 +349,48 @@ struct Sparse24Gemm::State {
 
     // m's plan, running its size class's choice (configuration 0 until one is made).
     PlanEntry& planFor(int64_t mp) {
-        auto found = plans.find(mp);
-        PlanEntry* e = found != plans.end() ? found->second.get() : nullptr;
-        if (!e) {
-            e = plans.emplace(mp, std::make_unique<PlanEntry>()).first->second.get();
-            makeDescriptors(*e, mp);
-        }
         ClassChoice choice;
         const int wanted = choiceFor(mp, choice) ? choice.configId : 0;
-        if (e->configId != wanted) applyConfigOrThrow(*e, mp, wanted);
-        return *e;
+        std::shared_ptr<PlanEntry>& slot = plans[mp];
+        if (!slot || slot->configId != wanted) slot = sharedPlan(mp, wanted);
+        return *slot;
     }
 
-    lt::Status matmul(PlanEntry& e, const void* b, void* d, cudaStream_t s) {
+    lt::Status matmul(const PlanEntry& e, const void* b, void* d, cudaStream_t s) {
         const float alpha = 1.0f, beta = 0.0f;
         void* streams[1] = {s};
-        return api->matmul(handle, &e.plan, &alpha, compressed, b, &beta, d, d, e.workspace, streams, 1);
+        Scratch& scratch = scratchFor(device, s);
+        void* workspace = grow(scratch.workspace, scratch.workspaceBytes, e.workspaceBytes);
+        return api->matmul(handle, &e.plan, &alpha, compressed, b, &beta, d, d, workspace, streams, 1);
     }
 
-    // Times the configurations of mp's plan that are safe to try (0 .. limit) on b / d and makes the fastest its
-    // size class's choice for every weight of this shape.
-    std::vector<Sparse24Candidate> search(PlanEntry& e, int64_t mp, const void* b, void* d, cudaStream_t s, int limit) {
+    // Times the configurations for mp rows that are safe to try (0 .. limit) on b / d, on a plan of its own, and
+    // makes the fastest its size class's choice for every weight of this shape.
+    std::vector<Sparse24Candidate> search(int64_t mp, const void* b, void* d, cudaStream_t s, int limit) {
         constexpr int kTimedRuns = 3;
         std::vector<Sparse24Candidate> list;
-        cudaEvent_t start = nullptr, stop = nullptr;
-        CWB_CUDA_CHECK(cudaEventCreate(&start));
-        CWB_CUDA_CHECK(cudaEventCreate(&stop));
-        int best = -1;
-        double bestUs = 0, firstUs = -1;
         using Clock = std::chrono::steady_clock;
         auto microsecondsSince = [](Clock::time_point t) {
             return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
         };
         const auto searchStart = Clock::now();
+        std::unique_ptr<PlanEntry> trial = newEntry(mp);
+        const int last = std::min(limit, trial->maxConfigId);
+        cudaEvent_t start = nullptr, stop = nullptr;
+        CWB_CUDA_CHECK(cudaEventCreate(&start));
+        CWB_CUDA_CHECK(cudaEventCreate(&stop));
+        int best = -1;
+        double bestUs = 0, firstUs = -1;
         try {
-            for (int id = 0; id <= std::min(limit, e.maxConfigId); ++id) {
+            for (int id = 0; id <= last; ++id) {
                 Sparse24Candidate c;
                 c.configId = id;
                 c.microseconds = -1;
                 auto t = Clock::now();
-                lt::Status status = applyConfig(e, id);
+                lt::Status status = applyConfig(*trial, id);
                 c.setupMicroseconds = microsecondsSince(t);
                 t = Clock::now();
-                if (status == lt::kSuccess) status = matmul(e, b, d, s);   // warm-up: module load, caches
+                if (status == lt::kSuccess) status = matmul(*trial, b, d, s);   // warm-up: module load, caches
                 if (status == lt::kSuccess) CWB_CUDA_CHECK(cudaStreamSynchronize(s));
                 c.firstRunMicroseconds = microsecondsSince(t);
                 if (status != lt::kSuccess) {
@@ -309,7 +399,7 @@ struct Sparse24Gemm::State {
                     continue;
                 }
                 CWB_CUDA_CHECK(cudaEventRecord(start, s));
-                for (int r = 0; r < kTimedRuns && status == lt::kSuccess; ++r) status = matmul(e, b, d, s);
+                for (int r = 0; r < kTimedRuns && status == lt::kSuccess; ++r) status = matmul(*trial, b, d, s);
                 CWB_CUDA_CHECK(cudaEventRecord(stop, s));
                 CWB_CUDA_CHECK(cudaEventSynchronize(stop));
                 if (status != lt::kSuccess) {
@@ -337,17 +427,19 @@ struct Sparse24Gemm::State {
         if (best < 0)
             throw KernelError("Sparse24Gemm: cuSPARSELt refused every kernel configuration for " + shapeText(mp) +
                               " (configuration 0: " + (list.empty() ? std::string("none offered") : list[0].error) + ")");
-        applyConfigOrThrow(e, mp, best);
         char how[200];
-        std::snprintf(how, sizeof how, "searched 0..%d at m=%lld in %.2f s: %.1f us", std::min(limit, e.maxConfigId),
-                      (long long)mp, microsecondsSince(searchStart) * 1e-6, bestUs);
+        std::snprintf(how, sizeof how, "searched 0..%d at m=%lld in %.2f s: %.1f us", last, (long long)mp,
+                      microsecondsSince(searchStart) * 1e-6, bestUs);
         std::string text = how;
         if (best != 0 && firstUs > 0) {
             std::snprintf(how, sizeof how, " vs configuration 0 %.1f us", firstUs);
             text += how;
         }
-        std::lock_guard<std::mutex> lock(sharedChoicesMutex());
-        sharedChoices()[keyOf(mp)] = ClassChoice{best, text};
+        {
+            std::lock_guard<std::mutex> lock(sharedChoicesMutex());
+            sharedChoices()[keyOf(mp)] = ClassChoice{best, text};
+        }
+        plans[mp] = sharedPlan(mp, best);
         return list;
     }
 
@@ -370,11 +462,16 @@ struct Sparse24Gemm::State {
 
     // The choice an earlier process searched for this shape and size class, when the file has one the library
     // still accepts; it becomes the process's choice.
-    bool choiceFromFile(PlanEntry& e, int64_t mp, int limit) {
+    bool choiceFromFile(int64_t mp, int limit) {
         const Sparse24ConfigFile file(Sparse24ConfigFile::defaultPath());
         const Sparse24ConfigKey key = fileKey(mp, limit);
         const int id = key.device.empty() ? -1 : file.find(key);
-        if (id < 0 || id > std::min(limit, e.maxConfigId) || applyConfig(e, id) != lt::kSuccess) return false;
+        if (id < 0 || id > limit) return false;
+        try {
+            plans[mp] = sharedPlan(mp, id);
+        } catch (const KernelError&) {
+            return false;   // past this library's configurations, or refused: search instead
+        }
         std::lock_guard<std::mutex> lock(sharedChoicesMutex());
         sharedChoices()[keyOf(mp)] = ClassChoice{id, "searched earlier, from " + file.path()};
         return true;
@@ -392,19 +489,8 @@ struct Sparse24Gemm::State {
         if (!key.device.empty()) Sparse24ConfigFile(Sparse24ConfigFile::defaultPath()).store(key, choice.configId);
     }
 
-    void* stage(void*& buffer, size_t& have, size_t bytes) {
-        if (bytes > have) {
-            CWB_CUDA_CHECK(cudaDeviceSynchronize());   // an earlier run may still read the old buffer
-            cudaFree(buffer);
-            buffer = nullptr;
-            have = 0;
-            buffer = deviceAlloc(bytes);
-            have = bytes;
-        }
-        return buffer;
-    }
-
-    // The B and D pointers cuSPARSELt gets for x / y: the caller's, or padded / aligned staging copies.
+    // The B and D pointers cuSPARSELt gets for x / y: the caller's, or padded / aligned copies in the stream's
+    // scratch (the caller holds scratchMutex()).
     struct Operands {
         const void* b;
         void* d;
@@ -414,13 +500,14 @@ struct Sparse24Gemm::State {
         const bool stageX = mp != m || !aligned(x), stageY = mp != m || !aligned(y);
         const size_t elem = 2, xBytes = size_t(m * k) * elem;
         Operands o{x, y, stageY};
+        Scratch& scratch = scratchFor(device, s);
         if (stageX) {
-            void* buf = stage(xStage, xStageBytes, size_t(mp * k) * elem);
+            void* buf = grow(scratch.x, scratch.xBytes, size_t(mp * k) * elem);
             CWB_CUDA_CHECK(cudaMemcpyAsync(buf, x, xBytes, cudaMemcpyDeviceToDevice, s));
             if (mp != m) CWB_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(buf) + xBytes, 0, size_t(mp * k) * elem - xBytes, s));
             o.b = buf;
         }
-        if (stageY) o.d = stage(yStage, yStageBytes, size_t(mp * n) * elem);
+        if (stageY) o.d = grow(scratch.y, scratch.yBytes, size_t(mp * n) * elem);
         return o;
     }
 
@@ -434,19 +521,9 @@ struct Sparse24Gemm::State {
     }
 
     void release() {
-        for (auto& [m, e] : plans) {
-            if (e->planMade) api->planDestroy(&e->plan);
-            if (e->descriptorsMade) {
-                api->matDescriptorDestroy(&e->b);
-                api->matDescriptorDestroy(&e->d);
-            }
-            cudaFree(e->workspace);
-        }
         plans.clear();
         if (sparseMade) api->matDescriptorDestroy(sparse.get());
         cudaFree(compressed);
-        cudaFree(xStage);
-        cudaFree(yStage);
     }
 };
 
@@ -505,12 +582,7 @@ Sparse24Gemm::Sparse24Gemm(const void* w, ActType type, int64_t n, int64_t k, St
                           " weight is not 2:4 sparse: " + check.describe());
     const cudaStream_t s = detail::toStream(stream);
     try {
-        // The same bytes either way: [n, k] row-major, or [k, n] column-major.
-        const lt::Status made =
-            st.rowMajor() ? st.api->structuredDescriptorInit(st.handle, st.sparse.get(), n, k, k, kAlignmentBytes,
-                                                             st.valueType(), lt::kOrderRow, lt::kSparsity50Percent)
-                          : st.api->structuredDescriptorInit(st.handle, st.sparse.get(), k, n, k, kAlignmentBytes,
-                                                             st.valueType(), lt::kOrderColumn, lt::kSparsity50Percent);
+        const lt::Status made = st.initSparseDescriptor(st.sparse.get());
         checkLt(*st.api, made, "the structured weight descriptor");
         st.sparseMade = true;
         size_t compressBufferBytes = 0;
@@ -538,21 +610,22 @@ void Sparse24Gemm::run(const void* x, void* y, int64_t m, Stream stream) {
     State& st = *mState;
     st.checkRun(m);
     std::lock_guard<std::mutex> lock(st.mutex);
+    std::lock_guard<std::mutex> scratchLock(scratchMutex());
     const int64_t mp = paddedRows(m);
     const cudaStream_t s = detail::toStream(stream);
     const State::Operands o = st.operands(x, y, m, mp, s);
-    PlanEntry& e = st.planFor(mp);
     ClassChoice choice;
     if (st.options.search && !st.choiceFor(mp, choice)) {
         if (st.searchLimit == -2) st.searchLimit = sparse24SearchLimit();   // not on every run where none is allowed
         const int limit = st.searchLimit;
         cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
         CWB_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-        if (limit >= 0 && capture == cudaStreamCaptureStatusNone && !st.choiceFromFile(e, mp, limit)) {
-            st.search(e, mp, o.b, o.d, s, limit);
+        if (limit >= 0 && capture == cudaStreamCaptureStatusNone && !st.choiceFromFile(mp, limit)) {
+            st.search(mp, o.b, o.d, s, limit);
             st.saveChoice(mp, limit);
         }
     }
+    const PlanEntry& e = st.planFor(mp);
     checkLt(*st.api, st.matmul(e, o.b, o.d, s),
             "cusparseLtMatmul (" + std::to_string(m) + "x" + std::to_string(st.n) + "x" + std::to_string(st.k) + ")");
     if (o.copyBack) CWB_CUDA_CHECK(cudaMemcpyAsync(y, o.d, size_t(m * st.n) * 2, cudaMemcpyDeviceToDevice, s));
@@ -570,8 +643,7 @@ void Sparse24Gemm::useConfig(int64_t m, int configId) {
     st.checkRun(m);
     std::lock_guard<std::mutex> lock(st.mutex);
     const int64_t mp = paddedRows(m);
-    PlanEntry& e = st.planFor(mp);
-    st.applyConfigOrThrow(e, mp, configId);
+    st.plans[mp] = st.sharedPlan(mp, configId);   // throws when refused, leaving the choice as it was
     st.fixed[sizeClass(mp)] = ClassChoice{configId, "fixed"};
 }
 
@@ -579,6 +651,7 @@ std::vector<Sparse24Candidate> Sparse24Gemm::searchConfigs(const void* x, void* 
     State& st = *mState;
     st.checkRun(m);
     std::lock_guard<std::mutex> lock(st.mutex);
+    std::lock_guard<std::mutex> scratchLock(scratchMutex());
     const int64_t mp = paddedRows(m);
     const cudaStream_t s = detail::toStream(stream);
     const State::Operands o = st.operands(x, y, m, mp, s);
@@ -586,7 +659,7 @@ std::vector<Sparse24Candidate> Sparse24Gemm::searchConfigs(const void* x, void* 
     const int limit = sparse24SearchLimit(&why);
     if (limit < 0) throw KernelError("Sparse24Gemm::searchConfigs: " + why);
     st.fixed.erase(sizeClass(mp));
-    std::vector<Sparse24Candidate> list = st.search(st.planFor(mp), mp, o.b, o.d, s, limit);
+    std::vector<Sparse24Candidate> list = st.search(mp, o.b, o.d, s, limit);
     // This weight keeps the result whether or not its options search (and over an earlier useConfig).
     std::lock_guard<std::mutex> shared(sharedChoicesMutex());
     st.fixed[sizeClass(mp)] = sharedChoices()[st.keyOf(mp)];
@@ -597,7 +670,7 @@ std::string Sparse24Gemm::kernelNote(int64_t m) const {
     std::lock_guard<std::mutex> lock(mState->mutex);
     const int64_t mp = paddedRows(m);
     auto found = mState->plans.find(mp);
-    if (found == mState->plans.end() || found->second->configId < 0) return "";
+    if (found == mState->plans.end() || !found->second || found->second->configId < 0) return "";
     const PlanEntry& e = *found->second;
     ClassChoice choice;
     std::string how = "default";
@@ -617,9 +690,19 @@ Sparse24Layout Sparse24Gemm::layout() const { return mState->options.layout; }
 
 size_t Sparse24Gemm::deviceBytes() const {
     std::lock_guard<std::mutex> lock(mState->mutex);
-    size_t bytes = mState->compressedBytes + mState->xStageBytes + mState->yStageBytes;
-    for (const auto& [m, e] : mState->plans) bytes += e->workspaceBytes;
-    return bytes;
+    return mState->compressedBytes;
+}
+
+size_t sparse24LivePlanCount() {
+    std::lock_guard<std::mutex> lock(sharedPlansMutex());
+    size_t live = 0;
+    for (const auto& [key, plan] : sharedPlans()) live += plan.expired() ? 0 : 1;
+    return live;
+}
+
+size_t sparse24ScratchBytes() {
+    std::lock_guard<std::mutex> lock(scratchMutex());
+    return scratchTotal();
 }
 
 } // namespace cwb::kernels

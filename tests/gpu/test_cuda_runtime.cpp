@@ -1,9 +1,11 @@
-// GPU test (plain executable, CTest label `gpu`): the runtime and evaluation on CUDA agree with the CPU.
+// GPU test (plain executable, CTest label `gpu`): the runtime and evaluation on CUDA agree with the CPU, and fused
+// (scaled_dot_product_attention) prefill attention agrees with the reference path.
 // Exits 77 (skipped) without a GPU or without the fixtures. Regression: evaluation on CUDA once failed because
 // the scored logits stayed on the GPU while the targets were on the CPU.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +19,50 @@
 
 namespace {
 using cwb::testing::check;
+
+double normalisedError(const at::Tensor& got, const at::Tensor& want) {
+    const at::Tensor g = got.to(at::kCPU, at::kDouble), w = want.to(at::kCPU, at::kDouble);
+    return (g - w).pow(2).mean().item<double>() / std::max(w.pow(2).mean().item<double>(), 1e-30);
+}
+
+// Attention through scaled_dot_product_attention (RuntimeOptions::fusedAttention) against the reference path on
+// the same GPU, in fp16 and bf16, on the fixture's GQA model (8 query heads, 4 key/value heads): a whole prompt
+// (SDPA's causal mask), a second chunk after a cached one (explicit mask), and one decode step (no mask).
+void fusedAttentionCases(const cwb::Model& m) {
+    if (!cwb::Transformer::fusedAttentionAvailable()) {
+        std::printf("fused attention not checked: this LibTorch has no scaled_dot_product_attention\n");
+        return;
+    }
+    const at::Tensor prompt = at::randint(3, m.spec.vocab, {2, 64}, at::kLong);
+    for (auto dtype : {at::kHalf, at::kBFloat16}) {
+        cwb::RuntimeOptions o;
+        o.device = at::Device(at::kCUDA);
+        o.dtype = dtype;
+        o.decode = cwb::DecodeMode::Eager;
+        cwb::RuntimeOptions ref = o;
+        ref.fusedAttention = false;
+        cwb::Transformer fused(m, o), reference(m, ref);
+        const double tolerance = dtype == at::kHalf ? 1e-3 : 1e-2;
+        const std::string type = c10::toString(dtype);
+        auto compare = [&](const at::Tensor& a, const at::Tensor& b, const std::string& what) {
+            const double e = normalisedError(a, b);
+            char line[200];
+            std::snprintf(line, sizeof line, "%s, %s: normalised logit error %.2e <= %.0e", what.c_str(), type.c_str(), e, tolerance);
+            check(e <= tolerance, line);
+            return a.to(at::kCPU).equal(b.to(at::kCPU));
+        };
+        const bool same = compare(fused.forward(prompt), reference.forward(prompt), "fused attention, whole prompt of 64");
+        check(!same, "the fused path ran (its logits are not bit-identical to the reference's), " + type);
+        auto cacheA = fused.makeCache(2, 96), cacheB = reference.makeCache(2, 96);
+        fused.forward(prompt.narrow(1, 0, 40), cacheA.get());
+        reference.forward(prompt.narrow(1, 0, 40), cacheB.get());
+        compare(fused.forward(prompt.narrow(1, 40, 24), cacheA.get()),
+                reference.forward(prompt.narrow(1, 40, 24), cacheB.get()), "fused attention, 24 tokens after 40 cached");
+        const at::Tensor next = prompt.narrow(1, 5, 1);
+        compare(fused.forward(next, cacheA.get()), reference.forward(next, cacheB.get()),
+                "fused attention, one eager decode step after 64 cached");
+    }
+}
 } // namespace
 
 int main() {
@@ -50,6 +96,7 @@ int main() {
             cwb::DivergenceResult d = cwb::compareModels(cpu, gpu, tokens, m->tokenizer->bos(), p);
             check(d.klMean < (dtype == at::kFloat ? 1e-6 : 1e-3), "KL between CPU and CUDA runs is tiny");
         }
+        fusedAttentionCases(*m);
         cwb::RuntimeOptions o;
         o.device = at::Device(at::kCUDA);
         cwb::Transformer gpu(*m, o);

@@ -2,7 +2,7 @@
 // same pruned weight, accumulated in double), fp16 and bf16, m = 1, 16, 33 (padded) and 2048, square and non-square
 // weights, an input pointer off the 16-byte alignment, both ways of describing the weight, with our search and
 // with the default configuration; every configuration the search may try (any may win); and the configuration file
-// that lets a later process skip the search. Also: the device
+// that lets a later process skip the search; weights of one shape sharing plans and padding buffers. Also: the device
 // 2:4 checker finds the same first bad group as the CPU one, and a weight that is not 2:4 (or a shape cuSPARSELt
 // cannot take) is refused with a message naming the problem. Exits 77 without a GPU, or (after the checker tests)
 // when cuSPARSELt cannot be loaded, saying why.
@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -207,6 +208,57 @@ void configurationFileCase(uint32_t seed) {
     cudaFree(dy);
 }
 
+// Weights of one shape share a plan per padded m and configuration, yet each gives its own product; runs of two
+// weights back to back share the padding buffers; a plan outlives the weight that made it and dies with the last.
+void sharedPlanCase(uint32_t seed) {
+    const int64_t n = 256, k = 384;   // a shape no other case uses
+    const ActType t = ActType::Float16;
+    Sparse24Options options;
+    options.search = false;
+    const size_t plansBefore = sparse24LivePlanCount();
+    std::vector<std::unique_ptr<Sparse24Gemm>> gemms;
+    std::vector<std::vector<uint16_t>> weights;
+    for (int i = 0; i < 2; ++i) {
+        weights.push_back(toBits(prunedWeight(n, k, seed + i), t));
+        uint16_t* dw = toDevice(weights.back());
+        gemms.push_back(std::make_unique<Sparse24Gemm>(dw, t, n, k, nullptr, options));
+        cudaFree(dw);
+    }
+    auto checkRuns = [&](const std::vector<int>& which, int64_t m, const char* when) {
+        const std::vector<uint16_t> xb = toBits(gaussian(size_t(m * k), seed + 7), t);
+        uint16_t* dx = toDevice(xb);
+        std::vector<uint16_t*> dys;
+        for (int w : which) {
+            dys.push_back(toDevice(std::vector<uint16_t>(size_t(m * n), 0xFFFF)));
+            gemms[size_t(w)]->run(dx, dys.back(), m, nullptr);   // no synchronization between the weights
+        }
+        if (cudaDeviceSynchronize() != cudaSuccess) throw KernelError("sparse GEMM failed");
+        for (size_t i = 0; i < which.size(); ++i) {
+            std::vector<float> ref(size_t(m * n));
+            sparse24GemmRef(xb.data(), weights[size_t(which[i])].data(), t, m, n, k, ref.data());
+            const double e = nmse(download(dys[i], ref.size(), t), ref);
+            char what[200];
+            std::snprintf(what, sizeof what, "shared plan, weight %d of 2, m = %lld, %s: nmse %.2e", which[i] + 1,
+                          (long long)m, when, e);
+            check(e < kGemmNmseFp16, what);
+            cudaFree(dys[i]);
+        }
+        cudaFree(dx);
+    };
+    checkRuns({0, 1, 0}, 33, "back to back");
+    checkRuns({1, 0}, 64, "back to back");
+    char what[160];
+    std::snprintf(what, sizeof what, "two weights of one shape at two m hold two plans (live plans %zu -> %zu)",
+                  plansBefore, sparse24LivePlanCount());
+    check(sparse24LivePlanCount() == plansBefore + 2, what);
+    gemms[0].reset();   // made both plans
+    checkRuns({1}, 33, "after the first weight is gone");
+    check(sparse24LivePlanCount() == plansBefore + 2, "the second weight keeps both plans alive");
+    gemms[1].reset();
+    check(sparse24LivePlanCount() == plansBefore, "the plans die with the last weight that held them");
+    check(sparse24ScratchBytes() >= size_t(64 * (n + k)) * 2, "the padding buffers are accounted as shared scratch");
+}
+
 void refusalCases() {
     const int64_t n = 32, k = 64;
     std::vector<uint16_t> dense = toBits(gaussian(size_t(n * k), 21), ActType::Float16);
@@ -263,6 +315,8 @@ int main() {
             everyConfigurationCase(searched.layout, t, seed++);
         }
         configurationFileCase(seed++);
+        sharedPlanCase(seed);
+        seed += 8;
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

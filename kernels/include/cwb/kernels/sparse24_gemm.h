@@ -56,6 +56,14 @@ int sparse24SearchLimit(std::string* why = nullptr);
 // Forgets the configurations searched in this process (not the configuration file): tests, benchmarks.
 void sparse24ForgetSearches();
 
+// Kernel plans alive in the process. Weights of one shape share a plan per padded m and configuration (plans do
+// not depend on the weight's values), so a model needs one per distinct shape and m, not one per layer.
+size_t sparse24LivePlanCount();
+
+// Device bytes of the buffers all weights share, per device and stream: padded copies of x and y and the plan
+// workspace. They grow to the largest run and are kept for the process.
+size_t sparse24ScratchBytes();
+
 // How the weight is shown to cuSPARSELt. Both describe the same bytes (W [n, k] row-major, compressed once); the
 // library offers different kernels for each.
 enum class Sparse24Layout {
@@ -114,7 +122,7 @@ public:
     int64_t columns() const;   // k
     ActType type() const;
     Sparse24Layout layout() const;
-    size_t deviceBytes() const;   // compressed weight and metadata, plan workspaces and padding buffers
+    size_t deviceBytes() const;   // compressed weight and metadata (the shared buffers: sparse24ScratchBytes)
 
 private:
     struct State;
