@@ -106,8 +106,7 @@ Sparse24Decision makeSparse24Linear(const at::Tensor&, int64_t) { return {}; }
 int64_t sparse24MinRows(int64_t requested) {
     if (requested >= 0 || requested == kSparse24Automatic) return requested;
     const char* v = std::getenv("CWB_SPARSE24_MIN_ROWS");
-    if (!v || !*v) return 0;
-    if (std::string(v) == "auto") return kSparse24Automatic;
+    if (!v || !*v || std::string(v) == "auto") return kSparse24Automatic;
     char* end = nullptr;
     const long long n = std::strtoll(v, &end, 10);
     if (!end || *end != '\0' || n < 0)

@@ -28,11 +28,11 @@ struct Sparse24Decision {
     std::string how;                 // "2:4 cuSPARSELt (M >= 1024)" or "dense cuBLAS: <why not>"
 };
 
-// kSparse24Automatic (CWB_SPARSE24_MIN_ROWS=auto): use cuSPARSELt for inputs of at least kSparse24DefaultMinRows
-// rows where our kernel-configuration search is known to be safe on this GPU (the searched kernel measured
-// 1.37-1.73x cuBLAS fp16 on the H200 at M >= 2048, docs/performance.md); elsewhere keep 2:4 weights dense, since
-// cuSPARSELt's default kernel measured 0.52-0.73x. Not the default yet: the runtime path with the search has not
-// run on a GPU, and its one-time cost (a search of ~10 s per weight shape measured in the bench) is unmeasured there.
+// kSparse24Automatic (the default; CWB_SPARSE24_MIN_ROWS=auto): use cuSPARSELt for inputs of at least
+// kSparse24DefaultMinRows rows where our kernel-configuration search is known to be safe on this GPU (the searched
+// kernel measured 1.37-1.73x cuBLAS fp16 on the H200 at M >= 2048, docs/performance.md); elsewhere keep 2:4 weights
+// dense, since cuSPARSELt's default kernel measured 0.52-0.73x. The compressed copy is kept beside the dense weight
+// (fewer rows run on it), about 56% more device memory for those layers; CWB_SPARSE24_MIN_ROWS=0 turns it off.
 inline constexpr int64_t kSparse24Automatic = -1;
 inline constexpr int64_t kSparse24DefaultMinRows = 2048;
 
@@ -42,10 +42,10 @@ inline constexpr int64_t kSparse24DefaultMinRows = 2048;
 Sparse24Decision makeSparse24Linear(const at::Tensor& weight, int64_t minRows);
 
 inline constexpr const char* kSparse24OffReason =
-    "dense cuBLAS: 2:4 through cuSPARSELt is off (CWB_SPARSE24_MIN_ROWS=N or =auto turns it on)";
+    "dense cuBLAS: 2:4 through cuSPARSELt is off (CWB_SPARSE24_MIN_ROWS=0; =N or =auto turns it on)";
 
 // The row threshold in effect: `requested` when >= 0 or kSparse24Automatic (RuntimeOptions::sparseMinRows), else
-// CWB_SPARSE24_MIN_ROWS from the environment (a row count, or "auto"), else 0 (off). Throws cwb::Error for a
+// CWB_SPARSE24_MIN_ROWS from the environment (a row count, 0 for off, or "auto"), else kSparse24Automatic. Throws cwb::Error for a
 // malformed variable.
 int64_t sparse24MinRows(int64_t requested);
 

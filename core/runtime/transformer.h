@@ -54,7 +54,7 @@ struct RuntimeOptions {
     // cuSPARSELt (when it can be loaded) for inputs of at least this many rows; fewer rows stay on the dense weight.
     // 0: never; kSparse24Automatic (-1): 2048 rows where the kernel configuration search is known to be safe, e.g.
     // the H200, elsewhere never (core/runtime/sparse24_linear.h); -2: take CWB_SPARSE24_MIN_ROWS from the
-    // environment (a row count or "auto"), else 0.
+    // environment (a row count, 0, or "auto"), else kSparse24Automatic.
     int64_t sparseMinRows = -2;
     DecodeMode decode = DecodeMode::CudaGraph;
     // On CUDA in fp16 / bf16 with LibTorch 2.x: attention over more than one query (prefill, evaluation) runs

@@ -22,7 +22,7 @@ private slots:
     void randomVariantCompressesEveryLinear();
     void randomEightBitVariantsCompressEveryLinear();
     void sparse24VariantKeepsTheTwoLargestOfFour();
-    void sparse24ThresholdIsOffUnlessAsked();
+    void sparse24ThresholdIsAutomaticByDefault();
     void syntheticShapes();
 };
 
@@ -131,11 +131,13 @@ void TestLatency::sparse24VariantKeepsTheTwoLargestOfFour() {
     QVERIFY(at::equal(model->floatTensor("model.embed_tokens.weight"), variant->floatTensor("model.embed_tokens.weight")));
 }
 
-// 2:4 through cuSPARSELt stays off unless the options or the environment give a row threshold or ask for the
-// automatic one (the runtime path with the configuration search has not been measured end to end on a GPU).
-void TestLatency::sparse24ThresholdIsOffUnlessAsked() {
+// 2:4 through cuSPARSELt uses the automatic threshold unless the options or the environment give a row count
+// (0: off).
+void TestLatency::sparse24ThresholdIsAutomaticByDefault() {
     const int64_t fromEnvironment = RuntimeOptions().sparseMinRows;
     qunsetenv("CWB_SPARSE24_MIN_ROWS");
+    QCOMPARE(sparse24MinRows(fromEnvironment), kSparse24Automatic);   // the default
+    qputenv("CWB_SPARSE24_MIN_ROWS", "0");
     QCOMPARE(sparse24MinRows(fromEnvironment), int64_t(0));
     QCOMPARE(sparse24MinRows(4096), int64_t(4096));
     QCOMPARE(sparse24MinRows(0), int64_t(0));
