@@ -69,6 +69,6 @@ run w8 300 "$build/bench/bench_kernels" --small-m --w8-stream --graph
 run sparse24 400 "$build/bench/bench_sparse24"
 run decode_ops 300 "$build/bench/bench_decode_ops"
 run decode7b 400 "$build/app/cwb" bench --synthetic llama-7b --device cuda --prompt-tokens 128 --gen-tokens 64
-run sparse7b 600 env CWB_SPARSE24_MIN_ROWS=auto "$build/app/cwb" bench --synthetic llama-7b --format sparse24 \
+run sparse7b 600 "$build/app/cwb" bench --synthetic llama-7b --format sparse24 \
     --device cuda --prompt-tokens 2048 --gen-tokens 16
 grep -hE "tests passed|FAIL" "$out/tests.log" 2>/dev/null | head -5 | tee -a "$summary"
