@@ -1,5 +1,6 @@
 // cwb: the Compression Workbench. main() only parses the command line and hands off; --help and
 // --version are answered before any setup, and no Qt object exists on the CLI paths.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -11,6 +12,7 @@
 #include <ATen/Context.h>
 
 #include "core/project/project.h"
+#include "core/runtime/sparse24_linear.h"
 #include "core/util/error.h"
 #include "core/version.h"
 #ifdef CWB_WITH_GUI
@@ -48,6 +50,9 @@ int main(int argc, char** argv) {
         std::printf("cwb %s (LibTorch %s)\n", cwb::versionString(), cwb::torchVersionString());
         return 0;
     }
+    // A 2:4 kernel-configuration search takes seconds inside a forward pass: say so on the command line.
+    const bool quiet = std::find(args.begin(), args.end(), "--quiet") != args.end();
+    if (!quiet) cwb::setSparse24SearchLog([](const std::string& line) { std::fprintf(stderr, "cwb: %s\n", line.c_str()); });
     if (args[0] == "--batch") {
         try {
             std::vector<std::string> rest(args.begin() + 1, args.end());

@@ -170,7 +170,8 @@ int runBench(const std::vector<std::string>& args) {
                                           {"dense_gemv", options.denseGemv}, {"fused_norm_gemv", options.fusedNormGemv},
                                           {"fused_swiglu_gemv", options.fusedSwiGluGemv},
                                           {"dependent_launch", decodeDependentLaunch()},
-                                          {"fused_attention", fusedAttention}}}};
+                                          {"fused_attention", options.fusedAttention}}},
+                             {"prefill_attention", fusedAttention ? "scaled_dot_product_attention" : "reference"}};
     std::optional<LatencyResult> variantResult;
     if (variant) {
         if (!json) std::fprintf(stderr, "bench: variant %s\n", variantName.c_str());

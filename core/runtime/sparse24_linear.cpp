@@ -103,6 +103,14 @@ Sparse24Decision makeSparse24Linear(const at::Tensor&, int64_t) { return {}; }
 
 #endif
 
+void setSparse24SearchLog(std::function<void(const std::string&)> log) {
+#ifdef CWB_HAVE_KERNELS
+    kernels::setSparse24SearchLog(std::move(log));
+#else
+    (void)log;
+#endif
+}
+
 int64_t sparse24MinRows(int64_t requested) {
     if (requested >= 0 || requested == kSparse24Automatic) return requested;
     const char* v = std::getenv("CWB_SPARSE24_MIN_ROWS");

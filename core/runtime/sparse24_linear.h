@@ -4,6 +4,7 @@
 // smaller inputs stay on the dense weight (cuBLAS), where the sparse kernel does not pay. Plain C++ (no CUDA
 // headers); without the kernels in the build every weight stays dense.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -43,6 +44,10 @@ Sparse24Decision makeSparse24Linear(const at::Tensor& weight, int64_t minRows);
 
 inline constexpr const char* kSparse24OffReason =
     "dense cuBLAS: 2:4 through cuSPARSELt is off (CWB_SPARSE24_MIN_ROWS=0; =N or =auto turns it on)";
+
+// Lines from the 2:4 kernel-configuration search (kernels::setSparse24SearchLog): where a first prefill spends its
+// seconds. Process-wide; does nothing in builds without the kernels.
+void setSparse24SearchLog(std::function<void(const std::string&)> log);
 
 // The row threshold in effect: `requested` when >= 0 or kSparse24Automatic (RuntimeOptions::sparseMinRows), else
 // CWB_SPARSE24_MIN_ROWS from the environment (a row count, 0 for off, or "auto"), else kSparse24Automatic. Throws cwb::Error for a

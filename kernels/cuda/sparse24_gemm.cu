@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <tuple>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -217,6 +218,23 @@ void* grow(void*& buffer, size_t& have, size_t bytes) {
         have = bytes;
     }
     return buffer;
+}
+
+std::mutex& searchLogMutex() {
+    static std::mutex m;
+    return m;
+}
+std::function<void(const std::string&)>& searchLogFunction() {
+    static auto* log = new std::function<void(const std::string&)>();
+    return *log;
+}
+void searchLog(const std::string& line) {
+    std::function<void(const std::string&)> log;
+    {
+        std::lock_guard<std::mutex> lock(searchLogMutex());
+        log = searchLogFunction();
+    }
+    if (log) log(line);
 }
 
 // What a size class runs: a configuration id, and how it was chosen (for kernelNote).
@@ -621,8 +639,16 @@ void Sparse24Gemm::run(const void* x, void* y, int64_t m, Stream stream) {
         cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
         CWB_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
         if (limit >= 0 && capture == cudaStreamCaptureStatusNone && !st.choiceFromFile(mp, limit)) {
+            const std::string product = st.shapeText(mp) + " " + actTypeName(st.type);
+            const std::string file = Sparse24ConfigFile::defaultPath();
+            searchLog("2:4: timing cuSPARSELt kernel configurations 0.." + std::to_string(limit) + " for " + product +
+                      " (once per weight shape and size of M; " +
+                      (file.empty() ? std::string("no configuration file") : "the choice is saved in " + file) + ")");
             st.search(mp, o.b, o.d, s, limit);
             st.saveChoice(mp, limit);
+            ClassChoice made;
+            if (st.choiceFor(mp, made))
+                searchLog("2:4: " + product + ": configuration " + std::to_string(made.configId) + ", " + made.how);
         }
     }
     const PlanEntry& e = st.planFor(mp);
@@ -691,6 +717,11 @@ Sparse24Layout Sparse24Gemm::layout() const { return mState->options.layout; }
 size_t Sparse24Gemm::deviceBytes() const {
     std::lock_guard<std::mutex> lock(mState->mutex);
     return mState->compressedBytes;
+}
+
+void setSparse24SearchLog(std::function<void(const std::string&)> log) {
+    std::lock_guard<std::mutex> lock(searchLogMutex());
+    searchLogFunction() = std::move(log);
 }
 
 size_t sparse24LivePlanCount() {

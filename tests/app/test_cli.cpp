@@ -113,9 +113,9 @@ void TestCli::errorsNameTheFile() {
     QVERIFY(text.err.contains("/nonexistent/text.txt"));
 }
 
-// The decode switches reach the runtime options that `cwb bench --json` reports: the defaults (dense GEMV, RMSNorm
-// and SwiGLU folded into it, all on), each --no- flag turning its own option off and each on-flag on, and a switch
-// given both ways refused.
+// The decode and attention switches reach the runtime options that `cwb bench --json` reports: the defaults (dense
+// GEMV, RMSNorm and SwiGLU folded into it, fused attention, all on), each --no- flag turning its own option off and
+// each on-flag on, and a switch given both ways refused.
 void TestCli::benchRecordsItsSwitches() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     auto optionsOf = [&](QStringList extra) {
@@ -123,11 +123,16 @@ void TestCli::benchRecordsItsSwitches() {
         if (r.exitCode != 0) qWarning("%s", qPrintable(r.err));
         return QJsonDocument::fromJson(r.out.toUtf8()).object()["options"].toObject();
     };
+    // On the CPU prefill attention is always the reference path, whatever the switch says.
+    Result cpu = run({"bench", model, "--prompt-tokens", "8", "--gen-tokens", "2", "--repeats", "1", "--json"});
+    QCOMPARE(QJsonDocument::fromJson(cpu.out.toUtf8()).object()["prefill_attention"].toString(), QString("reference"));
     const QJsonObject defaults = optionsOf({});
     QCOMPARE(defaults["dense_gemv"].toBool(false), true);
     QCOMPARE(defaults["fused_norm_gemv"].toBool(false), true);
     QCOMPARE(defaults["fused_swiglu_gemv"].toBool(false), true);
     QCOMPARE(defaults["fused_decode"].toBool(false), true);
+    QCOMPARE(defaults["fused_attention"].toBool(false), true);
+    QCOMPARE(optionsOf({"--no-fused-attention"})["fused_attention"].toBool(true), false);
     const QJsonObject off = optionsOf({"--no-dense-gemv", "--no-fused-norm-gemv", "--no-fused-swiglu-gemv"});
     QCOMPARE(off["dense_gemv"].toBool(true), false);
     QCOMPARE(off["fused_norm_gemv"].toBool(true), false);

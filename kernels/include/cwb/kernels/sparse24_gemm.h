@@ -7,6 +7,7 @@
 // path. The CPU side (pattern checker, pruning, reference product) needs no CUDA.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,11 @@ int sparse24SearchLimit(std::string* why = nullptr);
 
 // Forgets the configurations searched in this process (not the configuration file): tests, benchmarks.
 void sparse24ForgetSearches();
+
+// Receives a line before each configuration search a run starts (7-9 s per shape and size class on the H200) and
+// one with its result; process-wide, nothing by default. The command line prints them, so a first prefill that
+// searches does not look hung.
+void setSparse24SearchLog(std::function<void(const std::string&)> log);
 
 // Kernel plans alive in the process. Weights of one shape share a plan per padded m and configuration (plans do
 // not depend on the weight's values), so a model needs one per distinct shape and m, not one per layer.
