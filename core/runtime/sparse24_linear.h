@@ -33,7 +33,8 @@ struct Sparse24Decision {
 // kSparse24DefaultMinRows rows where our kernel-configuration search is known to be safe on this GPU (the searched
 // kernel measured 1.37-1.73x cuBLAS fp16 on the H200 at M >= 2048, docs/performance.md); elsewhere keep 2:4 weights
 // dense, since cuSPARSELt's default kernel measured 0.52-0.73x. The compressed copy is kept beside the dense weight
-// (fewer rows run on it), about 54% more device memory for those layers on a 7B shape; CWB_SPARSE24_MIN_ROWS=0 turns it off.
+// (fewer rows run on it): about 54% more device memory for those layers on a 7B shape. CWB_SPARSE24_MIN_ROWS=0
+// turns it off.
 inline constexpr int64_t kSparse24Automatic = -1;
 inline constexpr int64_t kSparse24DefaultMinRows = 2048;
 
