@@ -160,9 +160,7 @@ int runBench(const std::vector<std::string>& args) {
         at::empty({1}, at::TensorOptions().device(options.device)).zero_();   // creates the CUDA context
         p.deviceMemoryBaseline = deviceMemoryUsedBytes();
     }
-    // Prefill attention through scaled_dot_product_attention where RuntimeOptions::fusedAttention applies.
-    const bool fusedAttention = options.fusedAttention && Transformer::fusedAttentionAvailable() &&
-                                options.device.is_cuda() && options.dtype != at::kFloat;
+    const bool fusedAttention = Transformer::fusedAttentionFor(options);
     nlohmann::json report = {{"device", options.device.str()}, {"dtype", c10::toString(options.dtype)},
                              {"batch", p.batch}, {"prompt_tokens", p.promptTokens}, {"gen_tokens", p.genTokens},
                              {"model", base->path}, {"layers", base->spec.layers},

@@ -51,8 +51,8 @@ inline constexpr const char* kSparse24OffReason =
 void setSparse24SearchLog(std::function<void(const std::string&)> log);
 
 // The row threshold in effect: `requested` when >= 0 or kSparse24Automatic (RuntimeOptions::sparseMinRows), else
-// CWB_SPARSE24_MIN_ROWS from the environment (a row count, 0 for off, or "auto"), else kSparse24Automatic. Throws cwb::Error for a
-// malformed variable.
+// CWB_SPARSE24_MIN_ROWS from the environment (a row count, 0 for off, or "auto"), else kSparse24Automatic. Throws
+// cwb::Error for a malformed variable.
 int64_t sparse24MinRows(int64_t requested);
 
 } // namespace cwb

@@ -459,9 +459,8 @@ at::Tensor Transformer::attention(int64_t layer, const at::Tensor& q, const at::
     at::Tensor out;   // [B, H, T, hd]
     // One query (eager decode) keeps the reference path: through SDPA it measured ~30 us slower per layer on the
     // H200 (7B eager decode 14.8 against 12.7 ms per token).
-    const bool fused = mOptions.fusedAttention && fusedAttentionAvailable() && q.is_cuda() && tokens > 1 &&
-                       (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16) &&
-                       !(observer && observer->wantsAttentionProbs());
+    const bool fused = fusedAttentionFor(mOptions) && q.is_cuda() && q.scalar_type() == mOptions.dtype &&
+                       tokens > 1 && !(observer && observer->wantsAttentionProbs());
     if (fused) {
 #if TORCH_VERSION_MAJOR >= 2
         const int64_t total = keys.size(2);
@@ -487,6 +486,11 @@ at::Tensor Transformer::attention(int64_t layer, const at::Tensor& q, const at::
 }
 
 bool Transformer::fusedAttentionAvailable() { return TORCH_VERSION_MAJOR >= 2; }
+
+bool Transformer::fusedAttentionFor(const RuntimeOptions& options) {
+    return options.fusedAttention && fusedAttentionAvailable() && options.device.is_cuda() &&
+           (options.dtype == at::kHalf || options.dtype == at::kBFloat16);
+}
 
 at::Tensor Transformer::referenceAttention(int64_t layer, const at::Tensor& q, const at::Tensor& keys,
                                            const at::Tensor& values, int64_t start, ActivationObserver* observer) const {

@@ -156,6 +156,9 @@ public:
     bool fusedDecodeActive() const;
     // Whether this build's LibTorch has scaled_dot_product_attention (2.x), which RuntimeOptions::fusedAttention uses.
     static bool fusedAttentionAvailable();
+    // Whether prefill attention (more than one query, no observer asking for the probabilities) runs through it
+    // with these options: fusedAttention on, available, on CUDA in fp16 / bf16.
+    static bool fusedAttentionFor(const RuntimeOptions& options);
 
     // The path of each compressed layer of the blocks loaded so far (all of them after one forward), by layer name.
     const std::map<std::string, LayerPath>& layerPaths() const { return mLayerPaths; }
