@@ -12,6 +12,8 @@
 //   (16-byte loads, no arithmetic) and our dense fp16 GEMV (denseGemv) on the fp16 weight.
 //   --w8-stream: at M <= 16 both W8A16 kernels by name (old; stream under each of its shapes, wxa16SetW8StreamConfig)
 //   beside the same cuBLAS time; at M = 1 also a plain read of the packed 8-bit weight's bytes, timed the same way.
+//   --w4-stream also times the stream-K kernel in each of its shapes (wxa16SetStreamKConfig).
+//   --shape KxN, --m M: only that shape of the six, only that M (for a profiler, or a quick look).
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
 // near 0.01, activations random; every buffer is filled on the device. Each timing cycles through enough copies of
 // the weights to exceed the L2 several times, so the weights come from HBM as in a real model. Time: CUDA events
@@ -207,7 +209,8 @@ struct Row {
 } // namespace
 
 int main(int argc, char** argv) {
-    std::string outPath;
+    std::string outPath, onlyShape;
+    int onlyM = 0;
     bool sweep = false, quick = false, smallOnly = false, prefill = false, sweepSmall = false, bothW4 = false,
          sweepTma = false, streamW4 = false, streamW8 = false, graph = false;
     for (int i = 1; i < argc; ++i) {
@@ -222,9 +225,12 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--w4-stream")) streamW4 = true;
         else if (!std::strcmp(argv[i], "--w8-stream")) streamW8 = true;
         else if (!std::strcmp(argv[i], "--graph")) graph = true;
+        else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) onlyShape = argv[++i];
+        else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) onlyM = std::atoi(argv[++i]);
         else {
             std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m] [--prefill] "
-                                 "[--sweep-small] [--w4-both] [--sweep-tma] [--w4-stream] [--w8-stream] [--graph]\n");
+                                 "[--sweep-small] [--w4-both] [--sweep-tma] [--w4-stream] [--w8-stream] [--graph] "
+                                 "[--shape KxN] [--m M]\n");
             return 2;
         }
     }
@@ -254,6 +260,11 @@ int main(int argc, char** argv) {
     if (quick) shapes = {{4096, 4096}, {4096, 11008}};
     std::vector<int> ms = {1, 4, 16, 64};
     if (prefill) ms = {1, 4, 16, 32, 48, 64, 128};
+    if (!onlyShape.empty())
+        shapes.erase(std::remove_if(shapes.begin(), shapes.end(),
+                                    [&](const Shape& s) { return std::to_string(s.k) + "x" + std::to_string(s.n) != onlyShape; }),
+                     shapes.end());
+    if (onlyM > 0) ms = {onlyM};
     const double l2 = double(prop.l2CacheSize);
     std::vector<Row> rows;
 
@@ -398,6 +409,12 @@ int main(int argc, char** argv) {
                         timeW4("W4A16 g128 stream c" + std::to_string(config), 0);
                     }
                     wxa16SetStreamConfig(0);
+                    wxa16SetSmallKernel(W4SmallKernel::StreamK);
+                    for (int config = 0; config < wxa16StreamKConfigCount(); ++config) {
+                        wxa16SetStreamKConfig(config);
+                        timeW4("W4A16 g128 streamk c" + std::to_string(config), 0);
+                    }
+                    wxa16SetStreamKConfig(0);
                     if (m == 1) {
                         const double empty = timer.median([&](int) { emptyKernel<<<1, 32, 0, gStream>>>(); });
                         hostUs = timer.lastHostUs;

@@ -63,13 +63,13 @@ template <typename T>
 __device__ __forceinline__ void magicStep(uint32_t q, uint32_t* a) {
     if constexpr (kSixteenTrick<T, 4>) {
         const uint32_t q8 = q >> 8;
-        a[0] = (q & 0x000F000Fu) | 0x64006400u;
-        a[1] = (q & 0x00F000F0u) | 0x64006400u;
-        a[2] = (q8 & 0x000F000Fu) | 0x64006400u;
-        a[3] = (q8 & 0x00F000F0u) | 0x64006400u;
+        a[0] = andOr<0x000F000Fu, 0x64006400u>(q);
+        a[1] = andOr<0x00F000F0u, 0x64006400u>(q);
+        a[2] = andOr<0x000F000Fu, 0x64006400u>(q8);
+        a[3] = andOr<0x00F000F0u, 0x64006400u>(q8);
     } else {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = ((q >> (4 * i)) & 0x000F000Fu) | ActTraits<T>::kMagic4;
+        for (int i = 0; i < 4; ++i) a[i] = andOr<0x000F000Fu, ActTraits<T>::kMagic4>(q >> (4 * i));
     }
 }
 

@@ -3,6 +3,7 @@
 // two types compile in parallel.
 #include "w4_small_m_kernel.cuh"
 #include "w4_stream_kernel.cuh"
+#include "w4_streamk_kernel.cuh"
 #include "w4_tma_kernel.cuh"
 #include "w8_stream_kernel.cuh"
 #include "wxa16_kernel.cuh"
@@ -183,6 +184,49 @@ void launchStreamTokens(const Wxa16Params& p, int warps, cudaStream_t stream) {
         launchStreamPairs<T, NT, 4, false, true>(p, warps, stream);
     else
         launchStreamPairs<T, NT, 4, false, false>(p, warps, stream);
+}
+
+// With p == nullptr: the blocks of that shape one multiprocessor holds at once (asked once per kernel); else the
+// launch, ceil(p->streamKWarps / kStreamKWarps) blocks.
+template <typename T, int NT, int S, bool SUB>
+int launchStreamKShape(const Wxa16Params* p, cudaStream_t stream) {
+    if (!p) {
+        static const int perSm = [] {
+            int blocks = 0;
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, w4StreamKKernel<T, NT, S, SUB>, kStreamKWarps * 32,
+                                                              0) != cudaSuccess) {
+                cudaGetLastError();
+                return 1;
+            }
+            return blocks > 0 ? blocks : 1;
+        }();
+        return perSm;
+    }
+    const unsigned blocks = unsigned((p->streamKWarps + kStreamKWarps - 1) / kStreamKWarps);
+    w4StreamKKernel<T, NT, S, SUB><<<blocks, kStreamKWarps * 32, 0, stream>>>(*p);
+    return 0;
+}
+
+template <typename T, int NT>
+int launchStreamKTokens(const Wxa16Params* p, cudaStream_t stream) {
+    const StreamKConfig& c = streamKConfig();
+    if (c.depth == 3) return launchStreamKShape<T, NT, 3, true>(p, stream);
+    if (c.depth == 6) return launchStreamKShape<T, NT, 6, true>(p, stream);
+    if (!c.subtractZero) return launchStreamKShape<T, NT, 4, false>(p, stream);
+    return launchStreamKShape<T, NT, 4, true>(p, stream);
+}
+
+template <typename T>
+void launchW4StreamK(const Wxa16Params& p, cudaStream_t stream) {
+    if (p.m <= 8)
+        launchStreamKTokens<T, 1>(&p, stream);
+    else
+        launchStreamKTokens<T, 2>(&p, stream);
+}
+
+template <typename T>
+int w4StreamKBlocksPerSm(int m) {
+    return m <= 8 ? launchStreamKTokens<T, 1>(nullptr, nullptr) : launchStreamKTokens<T, 2>(nullptr, nullptr);
 }
 
 template <typename T>

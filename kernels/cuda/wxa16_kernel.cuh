@@ -26,6 +26,7 @@ struct Wxa16Params {
     float* partial;  // [splitK, m, tiles·16]
     int* counters;   // [gridDim.x]
     int clusterReduce;  // TMA kernel: the splits of a row range form one cluster and add up in shared memory
+    int streamKWarps, streamKPer, streamKSlots;  // stream-K kernel: warps launched, steps per warp, slots in partial
 };
 
 template <typename T>
@@ -61,6 +62,15 @@ __device__ __forceinline__ void mma16816<__nv_bfloat16>(float* c, const uint32_t
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// (q & MASK) | MAGIC in one LOP3: written as C++, nvcc emits an AND and an OR (two LOP3s; seen in the SASS of the
+// small-M kernels, about a fifth of their instructions per chunk).
+template <uint32_t MASK, uint32_t MAGIC>
+__device__ __forceinline__ uint32_t andOr(uint32_t q) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(q), "n"(MASK), "n"(MAGIC));  // 0xEA: (a & b) | c
+    return r;
 }
 
 __device__ __forceinline__ uint4 loadStreaming(const uint4* p) {
@@ -124,15 +134,15 @@ __device__ __forceinline__ void dequantStep(const uint32_t* w, int s, const Grou
     auto sub = [](T2 h, T2 z) { if constexpr (FOLD) return h; else return __hsub2(h, z); };
     if constexpr (kSixteenTrick<T, BITS>) {
         const uint32_t q = w[s], q8 = q >> 8;
-        a[0] = asWord(sub(asPair<T2>((q & 0x000F000Fu) | 0x64006400u), gp.z0));
-        a[1] = asWord(sub(asPair<T2>((q & 0x00F000F0u) | 0x64006400u), gp.z1));
-        a[2] = asWord(sub(asPair<T2>((q8 & 0x000F000Fu) | 0x64006400u), gp.z0));
-        a[3] = asWord(sub(asPair<T2>((q8 & 0x00F000F0u) | 0x64006400u), gp.z1));
+        a[0] = asWord(sub(asPair<T2>(andOr<0x000F000Fu, 0x64006400u>(q)), gp.z0));
+        a[1] = asWord(sub(asPair<T2>(andOr<0x00F000F0u, 0x64006400u>(q)), gp.z1));
+        a[2] = asWord(sub(asPair<T2>(andOr<0x000F000Fu, 0x64006400u>(q8)), gp.z0));
+        a[3] = asWord(sub(asPair<T2>(andOr<0x00F000F0u, 0x64006400u>(q8)), gp.z1));
     } else if constexpr (BITS == 4) {
         const uint32_t q = w[s];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const uint32_t h = ((q >> (4 * i)) & 0x000F000Fu) | ActTraits<T>::kMagic4;
+            const uint32_t h = andOr<0x000F000Fu, ActTraits<T>::kMagic4>(q >> (4 * i));
             a[i] = asWord(sub(asPair<T2>(h), (i % 2) ? gp.z1 : gp.z0));
         }
     } else if constexpr (std::is_same<T, __half>::value) {
@@ -346,6 +356,10 @@ template <typename T>
 int w4TmaBlocksPerSm(int m, int groupShift);
 template <typename T>
 void launchW4Stream(const Wxa16Params& p, int warps, cudaStream_t stream);  // w4_stream_kernel.cuh
+template <typename T>
+void launchW4StreamK(const Wxa16Params& p, cudaStream_t stream);  // w4_streamk_kernel.cuh
+template <typename T>
+int w4StreamKBlocksPerSm(int m);
 template <typename T>
 void launchW8Stream(const Wxa16Params& p, int multiprocessors, cudaStream_t stream);  // 8 bits, p.m <= 16: w8_stream_kernel.cuh
 template <typename T>
