@@ -12,7 +12,6 @@
 //   (16-byte loads, no arithmetic) and our dense fp16 GEMV (denseGemv) on the fp16 weight.
 //   --w8-stream: at M <= 16 both W8A16 kernels by name (old; stream under each of its shapes, wxa16SetW8StreamConfig)
 //   beside the same cuBLAS time; at M = 1 also a plain read of the packed 8-bit weight's bytes, timed the same way.
-//   --w4-stream also times the stream-K kernel in each of its shapes (wxa16SetStreamKConfig).
 //   --shape KxN, --m M: only that shape of the six, only that M (for a profiler, or a quick look).
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
 // near 0.01, activations random; every buffer is filled on the device. Each timing cycles through enough copies of
@@ -404,17 +403,12 @@ int main(int argc, char** argv) {
                     wxa16SetSmallKernel(W4SmallKernel::Ring);
                     timeW4("W4A16 g128 ring", 0);
                     wxa16SetSmallKernel(W4SmallKernel::Stream);
+                    const int defaultStreamConfig = wxa16StreamConfig();
                     for (int config = 0; config < wxa16StreamConfigCount(); ++config) {
                         wxa16SetStreamConfig(config);
                         timeW4("W4A16 g128 stream c" + std::to_string(config), 0);
                     }
-                    wxa16SetStreamConfig(0);
-                    wxa16SetSmallKernel(W4SmallKernel::StreamK);
-                    for (int config = 0; config < wxa16StreamKConfigCount(); ++config) {
-                        wxa16SetStreamKConfig(config);
-                        timeW4("W4A16 g128 streamk c" + std::to_string(config), 0);
-                    }
-                    wxa16SetStreamKConfig(0);
+                    wxa16SetStreamConfig(defaultStreamConfig);
                     if (m == 1) {
                         const double empty = timer.median([&](int) { emptyKernel<<<1, 32, 0, gStream>>>(); });
                         hostUs = timer.lastHostUs;

@@ -20,12 +20,16 @@ constexpr int kSmallMaxTokens = 16;
 // environment variable CWB_W4_SMALL_CONFIG (0..kSmallConfigs - 1) or wxa16SetSmallConfig picks another for
 // benchmarking. 4 and 5 hold one row tile per warp with a deeper ring: fewer registers per buffer, so more loads
 // in flight per SM and more (smaller) blocks to fill the multiprocessors.
+// `subtract`: the zero is subtracted from the weights before the mma (computeSubtractedStep) instead of folded after
+// it through the activation sums.
 struct SmallConfig {
     int r8, s8, r16, s16;
+    bool subtract;
 };
-constexpr int kSmallConfigs = 6;
-constexpr SmallConfig kSmallConfigTable[kSmallConfigs] = {{2, 3, 2, 2}, {2, 4, 2, 3}, {4, 2, 2, 4},
-                                                          {4, 3, 2, 2}, {1, 4, 1, 4}, {1, 6, 1, 6}};
+constexpr int kSmallConfigs = 7;
+constexpr SmallConfig kSmallConfigTable[kSmallConfigs] = {{2, 3, 2, 2, false}, {2, 4, 2, 3, false}, {4, 2, 2, 4, false},
+                                                          {4, 3, 2, 2, false}, {1, 4, 1, 4, false}, {1, 6, 1, 6, false},
+                                                          {2, 3, 2, 2, true}};
 int smallConfigIndex();  // wxa16_gemm.cu
 inline int smallRowTiles(int m) {
     const SmallConfig& c = kSmallConfigTable[smallConfigIndex()];
@@ -189,6 +193,79 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
     }
 }
 
+// The same step with the zero subtracted before the mma: A = (base + level) - (base + zero), exact in T (rows g + 8:
+// 16·(level - zero) with the fp16 trick), so the mma sums exact integers times x: four HSUB2 per word instead of one
+// all-ones mma per k-step and the fold.
+template <typename T, int NT, int R, int CPS>
+__device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b, const Wxa16Params& p, const T* xq,
+                                                      int64_t xTokenStride, int c, int cEnd, int g,
+                                                      float (&acc)[R][NT][4]) {
+    using T2 = typename ActTraits<T>::T2;
+    FoldedGroup f[R];
+    T2 z0[R], z1[R];
+    float t[R][NT][4];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        f[r] = foldedGroup<T>(b.sz0[r], b.sz1[r]);
+        z0[r] = T2(T(f[r].zf0), T(f[r].zf0));  // base + zero: exact in T
+        z1[r] = T2(T(f[r].zf1), T(f[r].zf1));
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) t[r][n][j] = 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < CPS; ++u) {
+        if (u > 0 && c + u >= cEnd) break;
+        uint32_t bx[NT][8];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            if (n * 8 + g < p.m) {
+                const uint4* xp = reinterpret_cast<const uint4*>(xq + n * xTokenStride + u * 64);
+                const uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
+                bx[n][0] = v0.x; bx[n][1] = v0.y; bx[n][2] = v0.z; bx[n][3] = v0.w;
+                bx[n][4] = v1.x; bx[n][5] = v1.y; bx[n][6] = v1.z; bx[n][7] = v1.w;
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) bx[n][j] = 0u;
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const uint32_t* w = reinterpret_cast<const uint32_t*>(&b.w[r][u]);
+                uint32_t a[4];
+                magicStep<T>(w[s], a);
+                a[0] = asWord(__hsub2(asPair<T2>(a[0]), z0[r]));  // a[0], a[2]: row g; a[1], a[3]: row g + 8
+                a[1] = asWord(__hsub2(asPair<T2>(a[1]), z1[r]));
+                a[2] = asWord(__hsub2(asPair<T2>(a[2]), z0[r]));
+                a[3] = asWord(__hsub2(asPair<T2>(a[3]), z1[r]));
+#pragma unroll
+                for (int n = 0; n < NT; ++n) mma16816<T>(t[r][n], a, bx[n][2 * s], bx[n][2 * s + 1]);
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            acc[r][n][0] = fmaf(t[r][n][0], f[r].s0, acc[r][n][0]);
+            acc[r][n][1] = fmaf(t[r][n][1], f[r].s0, acc[r][n][1]);
+            acc[r][n][2] = fmaf(t[r][n][2], f[r].s1, acc[r][n][2]);
+            acc[r][n][3] = fmaf(t[r][n][3], f[r].s1, acc[r][n][3]);
+        }
+}
+
+// The step under the kernel's zero handling.
+template <typename T, int NT, int R, int CPS, bool SUB, bool SPLIT = false>
+__device__ __forceinline__ void computeStep(const SmallStep<R, CPS>& b, const Wxa16Params& p, const T* xq,
+                                            int64_t xTokenStride, int c, int cEnd, int g, float (&acc)[R][NT][4]) {
+    if constexpr (SUB)
+        computeSubtractedStep<T, NT, R, CPS>(b, p, xq, xTokenStride, c, cEnd, g, acc);
+    else
+        computeSmallStep<T, NT, R, CPS, SPLIT>(b, p, xq, xTokenStride, c, cEnd, g, acc);
+}
+
 // End of a block of W warps that share R row tiles: the warps' sums add up through `red` (W·R·NT·4·32 floats of
 // shared memory; element (r, n, j) of lane l of warp w at red[((w·R + r)·NT + n)·4 + j][l]), then Y is written
 // (one split) or the fp32 partial sums, and the last block of a row range to finish adds those up.
@@ -248,7 +325,7 @@ __device__ __forceinline__ void finishSmallBlock(const Wxa16Params& p, const flo
 // Grid: x = groups of R row tiles, y = splits of the chunks (each a multiple of CPS chunks). Warp w of a block
 // takes the block's steps w, w + 4, ...; p.tiles need not be a multiple of R (the last warp's extra tiles re-read
 // the last tile and are not stored).
-template <typename T, int NT, int R, int S, int CPS>
+template <typename T, int NT, int R, int S, int CPS, bool SUB>
 __global__ void __launch_bounds__(kSmallWarps * 32) w4SmallKernel(const Wxa16Params p) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     const int tile0 = blockIdx.x * R;
@@ -295,7 +372,7 @@ __global__ void __launch_bounds__(kSmallWarps * 32) w4SmallKernel(const Wxa16Par
                 constexpr int ahead = (S - 1) * stride;
                 if (c + ahead < cEnd)
                     loadSmallStep<NT>(ring[(i + S - 1) % S], p, wq, sp, xq, xTokenStride, g, c + ahead, cEnd, ahead);
-                computeSmallStep<T, NT, R, CPS>(ring[i], p, xq, xTokenStride, c, cEnd, g, acc);
+                computeStep<T, NT, R, CPS, SUB>(ring[i], p, xq, xTokenStride, c, cEnd, g, acc);
 #pragma unroll
                 for (int r = 0; r < R; ++r) wq[r] += stride * 32;
                 xq += stride * 64;

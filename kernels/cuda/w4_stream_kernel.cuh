@@ -15,16 +15,20 @@ namespace cwb::kernels::detail {
 // Shapes: chunks per batch (B, a multiple of 2), the most warps a block may have (Wmax: 4, 8 or 16), whether a warp
 // loads its next batch before computing the current one (two batches of registers), and whether each chunk of a
 // step sums into its own registers (shorter dependent mma chains). CWB_W4_STREAM_CONFIG (0..kStreamConfigs - 1) or
-// wxa16SetStreamConfig picks one. (A variant that staged up to 16 chunks per warp in shared memory through cp.async
+// wxa16SetStreamConfig picks one (default kDefaultStreamConfig). (A variant that staged up to 16 chunks per warp in shared memory through cp.async
 // measured 1.1-1.6x slower than these on the H200 and was removed: docs/performance.md, "W4A16: the stream kernel".)
+// `subtract`: the zero subtracted from the weights before the mma (computeSubtractedStep; one accumulator per tile).
 struct StreamConfig {
     int batch, maxWarps;
-    bool overlap, split;
+    bool overlap, split, subtract;
 };
-constexpr int kStreamConfigs = 6;
-constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {{2, 16, false, false}, {2, 16, false, true},
-                                                             {4, 16, false, false}, {4, 8, false, false},
-                                                             {2, 16, true, false},  {4, 16, false, true}};
+constexpr int kStreamConfigs = 7;
+constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
+    {2, 16, false, false, false}, {2, 16, false, true, false}, {4, 16, false, false, false},
+    {4, 8, false, false, false},  {2, 16, true, false, false}, {4, 16, false, true, false},
+    {2, 16, false, false, true}};
+// The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16.
+constexpr int kDefaultStreamConfig = 6;
 int streamConfigIndex();  // wxa16_gemm.cu
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
 
@@ -53,7 +57,7 @@ constexpr int streamMinBlocks() {
 
 // Grid: one block per row tile; p.chunksPerSplit = chunks per warp; p.splitK = 1. OVERLAP: the loads of batch i + 1
 // are issued before batch i is computed.
-template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT>
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB>
 __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1)>()) w4StreamKernel(const Wxa16Params p) {
     constexpr int S = B / CPS;  // steps per batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
@@ -82,8 +86,8 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
 #pragma unroll
         for (int i = 0; i < S; ++i)
             if (c + ahead + i * CPS < cEnd)
-                computeSmallStep<T, NT, 1, CPS, SPLIT>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
-                                                c + ahead + i * CPS, cEnd, g, acc);
+                computeStep<T, NT, 1, CPS, SUB, SPLIT>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
+                                                       c + ahead + i * CPS, cEnd, g, acc);
     };
     if constexpr (OVERLAP) {
         SmallStep<1, CPS> first[S], second[S];

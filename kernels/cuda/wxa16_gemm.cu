@@ -8,7 +8,6 @@
 #include "cwb/kernels/wxa16_gemm.h"
 #include "w4_small_m_kernel.cuh"
 #include "w4_stream_kernel.cuh"
-#include "w4_streamk_kernel.cuh"
 #include "w4_tma_kernel.cuh"
 #include "w8_stream_kernel.cuh"
 #include "wxa16_kernel.cuh"
@@ -18,21 +17,17 @@ namespace cwb::kernels {
 namespace detail {
 namespace {
 // A configuration index from the environment: 0 when unset or outside 0..count - 1.
-int configFromEnvironment(const char* name, int count) {
+int configFromEnvironment(const char* name, int count, int fallback = 0) {
     const char* v = std::getenv(name);
-    const int i = v ? std::atoi(v) : 0;
-    return i >= 0 && i < count ? i : 0;
+    const int i = v ? std::atoi(v) : fallback;
+    return i >= 0 && i < count ? i : fallback;
 }
 std::atomic<int>& smallConfigSlot() {  // CWB_W4_SMALL_CONFIG at start; wxa16SetSmallConfig afterwards
     static std::atomic<int> index{configFromEnvironment("CWB_W4_SMALL_CONFIG", kSmallConfigs)};
     return index;
 }
 std::atomic<int>& streamConfigSlot() {  // CWB_W4_STREAM_CONFIG at start; wxa16SetStreamConfig afterwards
-    static std::atomic<int> index{configFromEnvironment("CWB_W4_STREAM_CONFIG", kStreamConfigs)};
-    return index;
-}
-std::atomic<int>& streamKConfigSlot() {  // CWB_W4_STREAMK_CONFIG at start; wxa16SetStreamKConfig afterwards
-    static std::atomic<int> index{configFromEnvironment("CWB_W4_STREAMK_CONFIG", kStreamKConfigs)};
+    static std::atomic<int> index{configFromEnvironment("CWB_W4_STREAM_CONFIG", kStreamConfigs, kDefaultStreamConfig)};
     return index;
 }
 std::atomic<int>& tmaConfigSlot() {  // CWB_W4_TMA_CONFIG at start; wxa16SetTmaConfig afterwards
@@ -48,7 +43,6 @@ std::atomic<W4SmallKernel>& smallKernelSlot() {  // CWB_W4_KERNEL=ring|tma at st
         if (v && std::string(v) == "tma") return W4SmallKernel::Tma;
         if (v && std::string(v) == "stream") return W4SmallKernel::Stream;
         if (v && std::string(v) == "auto") return W4SmallKernel::Auto;
-        if (v && std::string(v) == "streamk") return W4SmallKernel::StreamK;
         return kDefaultSmallKernel;
     }()};
     return kernel;
@@ -80,7 +74,6 @@ std::atomic<bool>& tmaClusterSlot() {  // CWB_W4_TMA_REDUCE=cluster|global at st
 int smallConfigIndex() { return smallConfigSlot().load(std::memory_order_relaxed); }
 int tmaConfigIndex() { return tmaConfigSlot().load(std::memory_order_relaxed); }
 int streamConfigIndex() { return streamConfigSlot().load(std::memory_order_relaxed); }
-int streamKConfigIndex() { return streamKConfigSlot().load(std::memory_order_relaxed); }
 int w8StreamConfigIndex() { return w8StreamConfigSlot().load(std::memory_order_relaxed); }
 } // namespace detail
 
@@ -117,7 +110,6 @@ const char* wxa16SmallKernelName(W4SmallKernel kernel) {
     case W4SmallKernel::Tma: return "tma";
     case W4SmallKernel::Stream: return "stream";
     case W4SmallKernel::Auto: return "auto";
-    case W4SmallKernel::StreamK: return "streamk";
     default: return "ring";
     }
 }
@@ -135,22 +127,7 @@ std::string wxa16StreamConfigName(int index) {
     const detail::StreamConfig& c = detail::kStreamConfigTable[index];
     return std::to_string(c.batch) + " chunks per batch" + (c.overlap ? " (next batch loaded during this one)" : "") +
            (c.split ? ", one accumulator per chunk" : "") + ", up to " + std::to_string(c.maxWarps) +
-           " warps per row tile";
-}
-
-int wxa16StreamKConfigCount() { return detail::kStreamKConfigs; }
-int wxa16StreamKConfig() { return detail::streamKConfigIndex(); }
-void wxa16SetStreamKConfig(int index) {
-    if (index < 0 || index >= detail::kStreamKConfigs)
-        throw KernelError("wxa16SetStreamKConfig: configuration " + std::to_string(index) + " is outside [0, " +
-                          std::to_string(detail::kStreamKConfigs) + ")");
-    detail::streamKConfigSlot().store(index, std::memory_order_relaxed);
-}
-std::string wxa16StreamKConfigName(int index) {
-    if (index < 0 || index >= detail::kStreamKConfigs) return "?";
-    const detail::StreamKConfig& c = detail::kStreamKConfigTable[index];
-    return "ring of " + std::to_string(c.depth) + " steps, zero " +
-           (c.subtractZero ? "subtracted before the mma" : "folded after the mma");
+           " warps per row tile" + (c.subtract ? ", zero subtracted before the mma" : "");
 }
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call
@@ -193,7 +170,7 @@ std::string wxa16SmallConfigName(int index) {
     if (index < 0 || index >= detail::kSmallConfigs) return "?";
     const detail::SmallConfig& c = detail::kSmallConfigTable[index];
     return "m<=8: " + std::to_string(c.r8) + " tiles x " + std::to_string(c.s8) + " buffers, m<=16: " +
-           std::to_string(c.r16) + " x " + std::to_string(c.s16);
+           std::to_string(c.r16) + " x " + std::to_string(c.s16) + (c.subtract ? ", zero subtracted before the mma" : "");
 }
 
 namespace {
@@ -229,43 +206,18 @@ constexpr size_t kCounterBytes = 64 * 1024;
 bool smallTokenKernel(const DeviceTiledWeight& w, int64_t slice) {
     return w.bits == 4 && slice <= detail::kSmallMaxTokens;
 }
-// Auto's rule, from the H200 runs: the stream kernel (one block per row tile) wins while the row tiles fill about
-// four blocks per multiprocessor at up to 8 tokens (two at up to 16); past that the ring kernel, which shares each
-// activation fragment between two row tiles, reads faster.
+// Auto's rule, from the H200 runs (docs/performance.md, "W4A16: one LOP3 per register, the zero subtracted before
+// the mma"): up to 8 tokens the stream kernel (one block per row tile) in its default shape was faster than the ring
+// kernel on all six shapes at m = 1 and 4; at up to 16 tokens only while the row tiles fill about two blocks per
+// multiprocessor; past that the ring kernel, which shares each activation fragment between two row tiles.
 bool autoPicksStream(const DeviceTiledWeight& w, int64_t slice) {
     const int64_t tiles = w.paddedRows / kTileRows;
-    return tiles <= (slice <= 8 ? 4 : 2) * int64_t(multiprocessors());
+    return slice <= 8 || tiles <= 2 * int64_t(multiprocessors());
 }
 
 // The small-token launch goes through the TMA kernel (selected, and the device has the bulk copy engine).
 bool tmaKernel(const DeviceTiledWeight& w, int64_t slice) {
     return smallTokenKernel(w, slice) && wxa16SmallKernel() == W4SmallKernel::Tma && wxa16TmaAvailable();
-}
-
-// The small-token launch goes through the stream-K kernel: selected, every step (two chunks) inside one group and one
-// row tile, and the groups of a row tile exactly its chunks (so a step's group is its flat index shifted).
-bool streamKKernel(const DeviceTiledWeight& w, int64_t slice) {
-    const int64_t chunks = w.paddedCols / kChunkCols;
-    const int cpg = w.chunksPerGroup;
-    return smallTokenKernel(w, slice) && wxa16SmallKernel() == W4SmallKernel::StreamK && cpg >= 2 &&
-           (cpg & (cpg - 1)) == 0 && chunks == w.groups * cpg && w.paddedRows / kTileRows * (chunks / 2) < (int64_t(1) << 30);
-}
-
-// The stream-K cut: steps per warp so that the warps the GPU holds at once cover the weight; the warps that get
-// steps; and the most warps whose ranges meet in one row tile (the slots of fp32 sums in the workspace).
-struct StreamKCut {
-    int per = 0, warps = 0, slots = 0;
-};
-StreamKCut streamKCut(const DeviceTiledWeight& w, int64_t slice) {
-    const int64_t perTile = w.paddedCols / kChunkCols / 2, total = w.paddedRows / kTileRows * perTile;
-    const int perSm = w.act == ActType::Float16 ? detail::w4StreamKBlocksPerSm<__half>(int(slice))
-                                                : detail::w4StreamKBlocksPerSm<__nv_bfloat16>(int(slice));
-    const int64_t resident = int64_t(perSm) * multiprocessors() * detail::kStreamKWarps;
-    StreamKCut cut;
-    cut.per = int((total + resident - 1) / resident);
-    cut.warps = int((total + cut.per - 1) / cut.per);
-    cut.slots = int(std::min<int64_t>(cut.warps, (perTile - 1) / cut.per + 2));
-    return cut;
 }
 
 // The small-token launch goes through the stream kernel (one block per row tile, no split-K).
@@ -283,7 +235,7 @@ bool w8StreamChosen(const DeviceTiledWeight& w, int64_t slice) {
 // Blocks across the rows (one split-K counter each) for a launch of `slice` tokens.
 int64_t blocksAcross(const DeviceTiledWeight& w, int64_t slice) {
     const int64_t tiles = w.paddedRows / kTileRows;
-    const int64_t perBlock = streamKernel(w, slice) || w8StreamChosen(w, slice) || streamKKernel(w, slice) ? 1
+    const int64_t perBlock = streamKernel(w, slice) || w8StreamChosen(w, slice) ? 1
                              : tmaKernel(w, slice)        ? detail::tmaConfig().r
                              : smallTokenKernel(w, slice) ? detail::smallRowTiles(int(slice))
                                                           : detail::kWarpsPerBlock;
@@ -316,8 +268,7 @@ int chunksPerSplit(const DeviceTiledWeight& w, int64_t slice, int split) {
 int resolveSplit(const DeviceTiledWeight& w, int64_t m, int splitK) {
     const int64_t chunks = w.paddedCols / kChunkCols;
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
-    if (streamKernel(w, slice) || w8StreamChosen(w, slice) || streamKKernel(w, slice))
-        return 1;  // no split of the input dimension in the launch's own sense
+    if (streamKernel(w, slice) || w8StreamChosen(w, slice)) return 1;   // the block sums the whole input dimension
     if (splitK <= 0) splitK = wxa16DefaultSplitK(w, m);
     int split = int(std::clamp<int64_t>(splitK, 1, chunks));
     if (smallTokenKernel(w, slice)) {
@@ -336,8 +287,7 @@ WorkspaceLayout layoutFor(const DeviceTiledWeight& w, int64_t m, int split) {
     WorkspaceLayout l;
     l.counters = 0;
     l.partial = kCounterBytes;
-    const size_t slots = streamKKernel(w, slice) ? size_t(streamKCut(w, slice).slots) : split > 1 ? size_t(split) : 0;
-    l.gathered = l.partial + align256(slots * size_t(slice) * size_t(w.paddedRows) * 4);
+    l.gathered = l.partial + align256(split > 1 ? size_t(split) * size_t(slice) * size_t(w.paddedRows) * 4 : 0);
     l.total = l.gathered + (w.columnOf ? align256(size_t(slice) * size_t(w.paddedCols) * 2) : 0);
     return l;
 }
@@ -384,10 +334,7 @@ DeviceTiledWeight::DeviceTiledWeight(DeviceTiledWeight&& o) noexcept
 
 W4SmallKernel wxa16SmallKernelFor(const DeviceTiledWeight& w, int64_t m) {
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
-    return streamKKernel(w, slice) ? W4SmallKernel::StreamK
-           : streamKernel(w, slice)  ? W4SmallKernel::Stream
-           : tmaKernel(w, slice)     ? W4SmallKernel::Tma
-                                     : W4SmallKernel::Ring;
+    return streamKernel(w, slice) ? W4SmallKernel::Stream : tmaKernel(w, slice) ? W4SmallKernel::Tma : W4SmallKernel::Ring;
 }
 
 W8SmallKernel wxa16W8KernelFor(const DeviceTiledWeight& w, int64_t m) {
@@ -397,7 +344,7 @@ W8SmallKernel wxa16W8KernelFor(const DeviceTiledWeight& w, int64_t m) {
 int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m) {
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
     const int64_t across = blocksAcross(w, slice), chunks = w.paddedCols / kChunkCols;
-    if (streamKernel(w, slice) || w8StreamChosen(w, slice) || streamKKernel(w, slice)) return 1;
+    if (streamKernel(w, slice) || w8StreamChosen(w, slice)) return 1;
     if (smallTokenKernel(w, slice)) {
         // As many splits as fit in one wave of resident blocks (a second, partial wave costs more than it saves).
         const int shift = groupShiftOf(w);
@@ -487,15 +434,6 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
                 detail::launchW8Stream<__half>(p, multiprocessors(), s);
             else
                 detail::launchW8Stream<__nv_bfloat16>(p, multiprocessors(), s);
-        } else if (streamKKernel(w, slice)) {
-            const StreamKCut cut = streamKCut(w, slice);
-            p.streamKWarps = cut.warps;
-            p.streamKPer = cut.per;
-            p.streamKSlots = cut.slots;
-            if (w.act == ActType::Float16)
-                detail::launchW4StreamK<__half>(p, s);
-            else
-                detail::launchW4StreamK<__nv_bfloat16>(p, s);
         } else if (streamKernel(w, slice)) {
             const detail::StreamSplit cut = detail::streamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1);
             p.chunksPerSplit = cut.chunksPerWarp;

@@ -3,7 +3,6 @@
 // two types compile in parallel.
 #include "w4_small_m_kernel.cuh"
 #include "w4_stream_kernel.cuh"
-#include "w4_streamk_kernel.cuh"
 #include "w4_tma_kernel.cuh"
 #include "w8_stream_kernel.cuh"
 #include "wxa16_kernel.cuh"
@@ -31,9 +30,9 @@ void launchWxa16(const Wxa16Params& p, int bits, dim3 grid, cudaStream_t stream)
 }
 
 // With p == nullptr: the blocks of that kernel one multiprocessor holds at once (for the split-K choice).
-template <typename T, int NT, int R, int S>
+template <typename T, int NT, int R, int S, bool SUB = false>
 int launchSmallShape(const Wxa16Params* p, int groupShift, cudaStream_t stream) {
-    auto kernel = groupShift >= 1 ? w4SmallKernel<T, NT, R, S, 2> : w4SmallKernel<T, NT, R, S, 1>;
+    auto kernel = groupShift >= 1 ? w4SmallKernel<T, NT, R, S, 2, SUB> : w4SmallKernel<T, NT, R, S, 1, SUB>;
     if (!p) {  // asked once per kernel (the launcher runs on every call; the answer is the same for one GPU model)
         static const int perSm = [kernel] {
             int blocks = 0;
@@ -54,6 +53,7 @@ template <typename T, int NT>
 int launchSmallTokens(const Wxa16Params* p, int groupShift, cudaStream_t stream) {
     const SmallConfig& c = kSmallConfigTable[smallConfigIndex()];
     const int r = NT == 1 ? c.r8 : c.r16, st = NT == 1 ? c.s8 : c.s16;
+    if (c.subtract) return launchSmallShape<T, NT, 2, NT == 1 ? 3 : 2, true>(p, groupShift, stream);
     if (r == 4 && st == 2) return launchSmallShape<T, NT, 4, 2>(p, groupShift, stream);
     if (r == 4 && st == 3) return launchSmallShape<T, NT, 4, 3>(p, groupShift, stream);
     if (r == 2 && st == 2) return launchSmallShape<T, NT, 2, 2>(p, groupShift, stream);
@@ -152,29 +152,31 @@ int w4TmaBlocksPerSm(int m, int groupShift) {
                   : launchTmaTokens<T, 2>(nullptr, groupShift, nullptr);
 }
 
-template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT>
+template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB>
 void launchStreamWarps(const Wxa16Params& p, int warps, cudaStream_t stream) {
     const dim3 grid(unsigned(p.tiles));
     if (warps <= 4)
-        w4StreamKernel<T, NT, 4, B, CPS, OVERLAP, SPLIT><<<grid, 4 * 32, 0, stream>>>(p);
+        w4StreamKernel<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB><<<grid, 4 * 32, 0, stream>>>(p);
     else if (warps <= 8)
-        w4StreamKernel<T, NT, 8, B, CPS, OVERLAP, SPLIT><<<grid, 8 * 32, 0, stream>>>(p);
+        w4StreamKernel<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB><<<grid, 8 * 32, 0, stream>>>(p);
     else
-        w4StreamKernel<T, NT, 16, B, CPS, OVERLAP, SPLIT><<<grid, 16 * 32, 0, stream>>>(p);
+        w4StreamKernel<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB><<<grid, 16 * 32, 0, stream>>>(p);
 }
 
-template <typename T, int NT, int B, bool OVERLAP, bool SPLIT>
+template <typename T, int NT, int B, bool OVERLAP, bool SPLIT, bool SUB = false>
 void launchStreamPairs(const Wxa16Params& p, int warps, cudaStream_t stream) {
     if (p.groupShift >= 1)
-        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT>(p, warps, stream);
+        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB>(p, warps, stream);
     else
-        launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT>(p, warps, stream);
+        launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB>(p, warps, stream);
 }
 
 template <typename T, int NT>
 void launchStreamTokens(const Wxa16Params& p, int warps, cudaStream_t stream) {
     const StreamConfig& c = streamConfig();
-    if (c.batch == 2 && c.overlap)
+    if (c.subtract)
+        launchStreamPairs<T, NT, 2, false, false, true>(p, warps, stream);
+    else if (c.batch == 2 && c.overlap)
         launchStreamPairs<T, NT, 2, true, false>(p, warps, stream);
     else if (c.batch == 2 && c.split)
         launchStreamPairs<T, NT, 2, false, true>(p, warps, stream);
@@ -184,49 +186,6 @@ void launchStreamTokens(const Wxa16Params& p, int warps, cudaStream_t stream) {
         launchStreamPairs<T, NT, 4, false, true>(p, warps, stream);
     else
         launchStreamPairs<T, NT, 4, false, false>(p, warps, stream);
-}
-
-// With p == nullptr: the blocks of that shape one multiprocessor holds at once (asked once per kernel); else the
-// launch, ceil(p->streamKWarps / kStreamKWarps) blocks.
-template <typename T, int NT, int S, bool SUB>
-int launchStreamKShape(const Wxa16Params* p, cudaStream_t stream) {
-    if (!p) {
-        static const int perSm = [] {
-            int blocks = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, w4StreamKKernel<T, NT, S, SUB>, kStreamKWarps * 32,
-                                                              0) != cudaSuccess) {
-                cudaGetLastError();
-                return 1;
-            }
-            return blocks > 0 ? blocks : 1;
-        }();
-        return perSm;
-    }
-    const unsigned blocks = unsigned((p->streamKWarps + kStreamKWarps - 1) / kStreamKWarps);
-    w4StreamKKernel<T, NT, S, SUB><<<blocks, kStreamKWarps * 32, 0, stream>>>(*p);
-    return 0;
-}
-
-template <typename T, int NT>
-int launchStreamKTokens(const Wxa16Params* p, cudaStream_t stream) {
-    const StreamKConfig& c = streamKConfig();
-    if (c.depth == 3) return launchStreamKShape<T, NT, 3, true>(p, stream);
-    if (c.depth == 6) return launchStreamKShape<T, NT, 6, true>(p, stream);
-    if (!c.subtractZero) return launchStreamKShape<T, NT, 4, false>(p, stream);
-    return launchStreamKShape<T, NT, 4, true>(p, stream);
-}
-
-template <typename T>
-void launchW4StreamK(const Wxa16Params& p, cudaStream_t stream) {
-    if (p.m <= 8)
-        launchStreamKTokens<T, 1>(&p, stream);
-    else
-        launchStreamKTokens<T, 2>(&p, stream);
-}
-
-template <typename T>
-int w4StreamKBlocksPerSm(int m) {
-    return m <= 8 ? launchStreamKTokens<T, 1>(nullptr, nullptr) : launchStreamKTokens<T, 2>(nullptr, nullptr);
 }
 
 template <typename T>

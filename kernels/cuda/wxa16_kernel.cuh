@@ -26,7 +26,6 @@ struct Wxa16Params {
     float* partial;  // [splitK, m, tiles·16]
     int* counters;   // [gridDim.x]
     int clusterReduce;  // TMA kernel: the splits of a row range form one cluster and add up in shared memory
-    int streamKWarps, streamKPer, streamKSlots;  // stream-K kernel: warps launched, steps per warp, slots in partial
 };
 
 template <typename T>
@@ -356,10 +355,6 @@ template <typename T>
 int w4TmaBlocksPerSm(int m, int groupShift);
 template <typename T>
 void launchW4Stream(const Wxa16Params& p, int warps, cudaStream_t stream);  // w4_stream_kernel.cuh
-template <typename T>
-void launchW4StreamK(const Wxa16Params& p, cudaStream_t stream);  // w4_streamk_kernel.cuh
-template <typename T>
-int w4StreamKBlocksPerSm(int m);
 template <typename T>
 void launchW8Stream(const Wxa16Params& p, int multiprocessors, cudaStream_t stream);  // 8 bits, p.m <= 16: w8_stream_kernel.cuh
 template <typename T>

@@ -1,6 +1,6 @@
 // GPU test (label `gpu`, exit 77 without a GPU): the W4A16 / W8A16 GEMM against its CPU reference (double
 // accumulation over the same dequantized weights) by normalised MSE, for fp16 and bf16 activations, several token
-// counts (1..64 and a multi-launch 80), every W4A16 kernel for m <= 16 (ring, stream, stream-K; TMA on sm_90) in each of their
+// counts (1..64 and a multi-launch 80), every W4A16 kernel for m <= 16 (ring, stream; TMA on sm_90) in each of their
 // shapes, the default (auto) choosing between ring and stream by the number of row tiles, both W8A16 kernels for
 // m <= 16 (old, stream in each of its shapes), group sizes, asymmetric zeros, act-order, padded rows/columns and every
 // split of the input dimension the launcher may choose. The output is poisoned with NaN before each launch.
@@ -100,19 +100,18 @@ int main() {
     try {
         const std::vector<int64_t> allM = {1, 3, 8, 16, 29, 64, 80};
         const W4SmallKernel initial = wxa16SmallKernel();
-        std::vector<W4SmallKernel> smallKernels = {W4SmallKernel::Ring, W4SmallKernel::Stream, W4SmallKernel::StreamK};
+        const int initialStreamConfig = wxa16StreamConfig();
+        if (!std::getenv("CWB_W4_STREAM_CONFIG"))
+            check(initialStreamConfig == 6, "the stream kernel's default shape is 6 (zero subtracted before the mma)");
+        std::vector<W4SmallKernel> smallKernels = {W4SmallKernel::Ring, W4SmallKernel::Stream};
         if (wxa16TmaAvailable()) smallKernels.push_back(W4SmallKernel::Tma);
         else std::printf("-- no sm_90 device: the TMA small-M kernel is not tested here\n");
         for (ActType act : {ActType::Float16, ActType::BFloat16}) {
             // The 4-bit cases under every shape of both small-M kernels (m <= 16 runs them); each default one last.
             for (W4SmallKernel kernel : smallKernels) {
                 wxa16SetSmallKernel(kernel);
-                const bool tma = kernel == W4SmallKernel::Tma, stream = kernel == W4SmallKernel::Stream,
-                           streamK = kernel == W4SmallKernel::StreamK;
-                const int configs = tma       ? wxa16TmaConfigCount()
-                                    : stream  ? wxa16StreamConfigCount()
-                                    : streamK ? wxa16StreamKConfigCount()
-                                              : wxa16SmallConfigCount();
+                const bool tma = kernel == W4SmallKernel::Tma, stream = kernel == W4SmallKernel::Stream;
+                const int configs = tma ? wxa16TmaConfigCount() : stream ? wxa16StreamConfigCount() : wxa16SmallConfigCount();
                 // TMA: configuration 0 once more (first) with the splits added up through global memory
                 for (int config = configs - 1 + (tma ? 1 : 0); config >= 0; --config) {
                     const bool globalReduce = tma && config == configs;
@@ -121,17 +120,14 @@ int main() {
                         wxa16SetTmaClusterReduce(!globalReduce);
                     } else if (stream) {
                         wxa16SetStreamConfig(config);
-                    } else if (streamK) {
-                        wxa16SetStreamKConfig(config);
                     } else {
                         wxa16SetSmallConfig(config);
                     }
                     std::printf("-- small-M kernel %s, configuration %d: %s%s\n", wxa16SmallKernelName(kernel),
                                 globalReduce ? 0 : config,
-                                (tma       ? wxa16TmaConfigName(globalReduce ? 0 : config)
-                                 : stream  ? wxa16StreamConfigName(config)
-                                 : streamK ? wxa16StreamKConfigName(config)
-                                           : wxa16SmallConfigName(config))
+                                (tma      ? wxa16TmaConfigName(globalReduce ? 0 : config)
+                                 : stream ? wxa16StreamConfigName(config)
+                                          : wxa16SmallConfigName(config))
                                     .c_str(),
                                 tma ? (globalReduce ? ", splits added up in global memory" : ", splits <= 8 in a cluster") : "");
                     // m > 16 depends on neither kernel nor configuration: once is enough
@@ -144,32 +140,11 @@ int main() {
                     runCase({4, false, 48, 704, 32, 0}, act, {2, 12}, 9);
                     // Long rows: with one split each warp goes round its ring of stages several times.
                     runCase({4, false, 80, 8192, 128, 0}, act, {1, 16}, 10);
-                    if (streamK) {
-                        // Which weights it takes: groups of 128 and 256 columns; g64, per channel, uneven groups and
-                        // an odd chunk count run the ring kernel.
-                        const DeviceTiledWeight g128(makeWeight({4, true, 64, 512, 128, 0}, act, 20)),
-                            g256(makeWeight({4, true, 64, 512, 256, 0}, act, 20)),
-                            g64(makeWeight({4, true, 64, 512, 64, 0}, act, 20)),
-                            odd(makeWeight({4, true, 64, 576, 128, 0}, act, 20));
-                        check(wxa16SmallKernelFor(g128, 1) == W4SmallKernel::StreamK &&
-                                  wxa16SmallKernelFor(g256, 16) == W4SmallKernel::StreamK,
-                              "streamk takes groups of 128 and 256 columns");
-                        check(wxa16SmallKernelFor(g64, 1) == W4SmallKernel::Ring &&
-                                  wxa16SmallKernelFor(odd, 1) == W4SmallKernel::Ring &&
-                                  wxa16SmallKernelFor(g128, 17) == W4SmallKernel::Ring,
-                              "streamk leaves g64, 9 chunks per row and m = 17 to the other kernels");
-                        // Many row tiles with a few steps each: warps' ranges cross tile boundaries, so most tiles
-                        // are added up from slots by their last warp.
-                        runCase({4, true, 16 * 300 + 5, 2048, 128, 0}, act, {1, 8, 16}, 21);
-                        // Few tiles with long rows: one step per warp, up to 64 warps meet in one tile.
-                        runCase({4, false, 64, 16384, 128, 0}, act, {1, 16}, 22);
-                        // Groups of 256 columns (two steps per group); act-order with equal groups (gathered x).
-                        runCase({4, false, 16 * 2000, 512, 256, 0}, act, {1, 16}, 23);
-                        runCase({4, false, 96, 1024, 128, 1}, act, {1, 9}, 24);
-                    }
                 }
             }
-            // Auto: the stream kernel for few row tiles, the ring kernel past four blocks per multiprocessor.
+            wxa16SetStreamConfig(initialStreamConfig);  // the configuration loop above ends at 0
+            // Auto: the stream kernel up to 8 tokens, and at up to 16 for few row tiles; the ring kernel past two
+            // blocks per multiprocessor at 9..16 tokens.
             wxa16SetSmallKernel(W4SmallKernel::Auto);
             int sms = 0;
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -178,12 +153,14 @@ int main() {
                 const DeviceTiledWeight few(makeWeight(fewTiles, act, 11)), many(makeWeight(manyTiles, act, 12));
                 check(wxa16SmallKernelFor(few, 1) == W4SmallKernel::Stream && wxa16SmallKernelFor(few, 16) == W4SmallKernel::Stream,
                       "auto runs 16 row tiles through the stream kernel at m = 1 and 16");
-                check(wxa16SmallKernelFor(many, 1) == W4SmallKernel::Ring && wxa16SmallKernelFor(many, 9) == W4SmallKernel::Ring,
-                      "auto runs more than 4 row tiles per multiprocessor through the ring kernel at m = 1 and 9");
+                check(wxa16SmallKernelFor(many, 1) == W4SmallKernel::Stream && wxa16SmallKernelFor(many, 8) == W4SmallKernel::Stream,
+                      "auto runs more than 4 row tiles per multiprocessor through the stream kernel at m = 1 and 8");
+                check(wxa16SmallKernelFor(many, 9) == W4SmallKernel::Ring && wxa16SmallKernelFor(many, 16) == W4SmallKernel::Ring,
+                      "auto runs more than 2 row tiles per multiprocessor through the ring kernel at m = 9 and 16");
                 check(wxa16SmallKernelFor(few, 17) == W4SmallKernel::Ring, "m = 17 runs the general kernel (reported as ring)");
             }
             runCase(fewTiles, act, {1, 8, 16}, 11);
-            runCase(manyTiles, act, {1, 9}, 12);
+            runCase(manyTiles, act, {1, 8, 9}, 12);
             wxa16SetSmallKernel(initial);
             // W8A16: the old general kernel (which also runs m > 16), then the stream kernel (m <= 16) in each shape.
             const W8SmallKernel initialW8 = wxa16W8Kernel();

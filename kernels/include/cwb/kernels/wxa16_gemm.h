@@ -58,13 +58,11 @@ std::string wxa16SmallConfigName(int index);
 // Which kernel runs W4A16 launches of m <= 16: Ring (registers hold the loads in flight, split-K across blocks;
 // every GPU), Tma (sm_90 and newer: bulk copies into shared memory; on older GPUs the launcher runs Ring instead),
 // Stream (every GPU: one block per row tile sums the whole input dimension, no split-K) or Auto (the default: Stream
-// where it measured faster on the H200, i.e. few row tiles, else Ring; docs/performance.md, "W4A16: the stream
-// kernel"), or StreamK (every GPU: a persistent grid, each warp one equal contiguous range of the weight's steps
-// across row tiles; weights with groups of a power of two >= 128 columns and an even chunk count, others run Ring).
-// One choice for the whole process; CWB_W4_KERNEL=auto|ring|tma|stream|streamk in the environment sets the start
-// value. Tma, Stream and StreamK have shapes of their own (CWB_W4_TMA_CONFIG, CWB_W4_STREAM_CONFIG,
-// CWB_W4_STREAMK_CONFIG set the start values). Switch between launches, never while another thread launches.
-enum class W4SmallKernel { Ring, Tma, Stream, Auto, StreamK };
+// where it measured faster on the H200, i.e. up to 8 tokens, or few row tiles at up to 16, else Ring;
+// docs/performance.md, "W4A16: one LOP3 per register, the zero subtracted before the mma"). One choice for the whole process; CWB_W4_KERNEL=auto|ring|tma|stream in the environment sets the start
+// value. Tma and Stream have shapes of their own (CWB_W4_TMA_CONFIG, CWB_W4_STREAM_CONFIG set the start values).
+// Switch between launches, never while another thread launches.
+enum class W4SmallKernel { Ring, Tma, Stream, Auto };
 W4SmallKernel wxa16SmallKernel();
 void wxa16SetSmallKernel(W4SmallKernel kernel);
 const char* wxa16SmallKernelName(W4SmallKernel kernel);
@@ -81,10 +79,6 @@ int wxa16StreamConfigCount();
 int wxa16StreamConfig();
 void wxa16SetStreamConfig(int index);  // throws KernelError outside [0, count)
 std::string wxa16StreamConfigName(int index);
-int wxa16StreamKConfigCount();
-int wxa16StreamKConfig();
-void wxa16SetStreamKConfig(int index);  // throws KernelError outside [0, count)
-std::string wxa16StreamKConfigName(int index);
 // Which kernel runs W8A16 launches of m <= 16: Stream (the default; w8_stream_kernel.cuh: one block per row tile sums
 // the whole input dimension, as the W4 stream kernel) or Old (the general kernel of wxa16_kernel.cuh, split-K across
 // blocks, which also runs every m > 16). Measured in docs/performance.md, "W8A16: the stream kernel". One choice for
