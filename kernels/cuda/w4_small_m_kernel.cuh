@@ -105,7 +105,8 @@ __device__ __forceinline__ void loadSmallStep(SmallStep<R, CPS>& b, const Wxa16P
 #pragma unroll
         for (int u = 0; u < CPS; ++u)
             b.w[r][u] = (u == 0 || c + u < cEnd) ? loadStreaming(wq[r] + (ahead + u) * 32) : make_uint4(0, 0, 0, 0);
-    const int group = p.groupShift >= 0 ? c >> p.groupShift : __ldg(p.chunkGroup + c);
+    // Two chunks per step only with groups of 2^groupShift >= 2 chunks: no table, no branch.
+    const int group = CPS == 2 || p.groupShift >= 0 ? c >> p.groupShift : __ldg(p.chunkGroup + c);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         const uint32_t* s = sp[r] + group * 16;

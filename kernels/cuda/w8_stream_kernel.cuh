@@ -5,7 +5,8 @@
 // - one block per row tile of 16 outputs; its W warps cut the tile's chunks into W contiguous pieces, so the block
 //   sums the whole input dimension and writes Y itself (no split-K partials, counters or last block);
 // - a warp issues the loads of a batch of B chunks (and their scale words) before computing any of them.
-// Dequantization keeps the zero out of the A fragments and folds it after the mma, as the W4 kernels do:
+// Dequantization keeps the zero out of the A fragments and folds it after the mma (or, in the shapes marked
+// `subtract`, takes it off each A register with one exact HSUB2):
 // - fp16: one byte_perm per register gives the pair (1024 + q0, 1024 + q1), exact;
 // - bf16: 1024 + q is not exact in bf16, so the fragment is q - 128 (exact): with v = 0x43 q-byte per 16-bit lane,
 //   (v & 0x437F) is 128 + (q & 127) and (v & 0x0080) ^ 0x4380 is 128 when q >= 128 else 256; their difference is
@@ -49,18 +50,22 @@ struct W8Fragments<__nv_bfloat16> {
 // configuration has one shape for up to 8 tokens and one for up to 16; CWB_W8_STREAM_CONFIG or
 // wxa16SetW8StreamConfig picks one (0, the default, measured fastest overall on the H200: docs/performance.md,
 // "W8A16: the stream kernel"; the others are the fixed shapes it was chosen from).
+// `subtract`: the zero is subtracted from the A fragments (one HSUB2 per register, exact) instead of folded after the
+// mma through the activation sums (one all-ones mma per k-step).
 struct W8StreamShape {
     int batch, maxWarps;
-    bool overlap;
+    bool overlap, subtract;
 };
 struct W8StreamConfig {
     W8StreamShape upTo8, upTo16;
 };
-constexpr int kW8StreamConfigs = 8;
+constexpr int kW8StreamConfigs = 9;
 constexpr W8StreamConfig kW8StreamConfigTable[kW8StreamConfigs] = {
-    {{2, 0, false}, {2, 0, false}},  {{2, 16, false}, {4, 8, false}}, {{2, 8, false}, {2, 8, false}},
-    {{2, 4, false}, {2, 4, false}},  {{1, 16, true}, {1, 16, true}},  {{4, 16, false}, {4, 16, false}},
-    {{4, 8, false}, {2, 8, true}},   {{2, 16, true}, {2, 16, true}}};
+    {{2, 0, false, false}, {2, 0, false, false}},  {{2, 16, false, false}, {4, 8, false, false}},
+    {{2, 8, false, false}, {2, 8, false, false}},  {{2, 4, false, false}, {2, 4, false, false}},
+    {{1, 16, true, false}, {1, 16, true, false}},  {{4, 16, false, false}, {4, 16, false, false}},
+    {{4, 8, false, false}, {2, 8, true, false}},   {{2, 16, true, false}, {2, 16, true, false}},
+    {{2, 0, false, true}, {2, 0, false, true}}};
 int w8StreamConfigIndex();  // wxa16_gemm.cu
 inline const W8StreamShape& w8StreamShape(int m) {
     const W8StreamConfig& c = kW8StreamConfigTable[w8StreamConfigIndex()];
@@ -85,7 +90,7 @@ struct W8Step {
 };
 
 // Grid: one block per row tile; p.chunksPerSplit = chunks per warp (launchW8StreamShape); p.splitK = 1.
-template <typename T, int NT, int W, int B, int CPS, bool OVERLAP>
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SUB>
 __global__ void __launch_bounds__(W * 32, w8StreamMinBlocks<NT, W, B*(OVERLAP ? 2 : 1)>()) w8StreamKernel(const Wxa16Params p) {
     constexpr int S = B / CPS;  // steps per batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
@@ -118,7 +123,7 @@ __global__ void __launch_bounds__(W * 32, w8StreamMinBlocks<NT, W, B*(OVERLAP ? 
 #pragma unroll
             for (int v = 0; v < 2; ++v)
                 s.w[u][v] = (u == 0 || c + u < cEnd) ? loadStreaming(wq + (ahead + u) * 64 + v * 32) : make_uint4(0, 0, 0, 0);
-        const int group = p.groupShift >= 0 ? c >> p.groupShift : __ldg(p.chunkGroup + c);
+        const int group = CPS == 2 || p.groupShift >= 0 ? c >> p.groupShift : __ldg(p.chunkGroup + c);  // CPS 2: shift >= 1
         s.sz0 = __ldg(sp + group * 16);
         s.sz1 = __ldg(sp + group * 16 + 8);
     };
@@ -131,6 +136,10 @@ __global__ void __launch_bounds__(W * 32, w8StreamMinBlocks<NT, W, B*(OVERLAP ? 
             for (int j = 0; j < 4; ++j) t[n][j] = xs[n][j] = 0.0f;
         const uint32_t ones = asWord(T2(T(1.0f), T(1.0f)));
         const uint32_t onesA[4] = {ones, ones, ones, ones};
+        const T2 p0 = asPair<T2>(s.sz0), p1 = asPair<T2>(s.sz1);  // (scale, zero) of rows g and g+8
+        const float s0 = float(p0.x), s1 = float(p1.x);
+        const float zf0 = W8Fragments<T>::kBase + float(p0.y), zf1 = W8Fragments<T>::kBase + float(p1.y);
+        const T2 z0 = T2(T(zf0), T(zf0)), z1 = T2(T(zf1), T(zf1));  // exact: 1024 + zero (fp16), zero - 128 (bf16)
 #pragma unroll
         for (int u = 0; u < CPS; ++u) {
             if (u > 0 && c + u >= cEnd) break;
@@ -154,19 +163,30 @@ __global__ void __launch_bounds__(W * 32, w8StreamMinBlocks<NT, W, B*(OVERLAP ? 
             for (int k = 0; k < 4; ++k) {
                 uint32_t a[4];
                 W8Fragments<T>::step(w[2 * k], w[2 * k + 1], a);
+                if constexpr (SUB) {  // a[0], a[2]: row g; a[1], a[3]: row g + 8
+                    a[0] = asWord(__hsub2(asPair<T2>(a[0]), z0));
+                    a[1] = asWord(__hsub2(asPair<T2>(a[1]), z1));
+                    a[2] = asWord(__hsub2(asPair<T2>(a[2]), z0));
+                    a[3] = asWord(__hsub2(asPair<T2>(a[3]), z1));
+                }
 #pragma unroll
                 for (int n = 0; n < NT; ++n) {
                     mma16816<T>(t[n], a, bx[n][2 * k], bx[n][2 * k + 1]);
-                    mma16816<T>(xs[n], onesA, bx[n][2 * k], bx[n][2 * k + 1]);
+                    if constexpr (!SUB) mma16816<T>(xs[n], onesA, bx[n][2 * k], bx[n][2 * k + 1]);
                 }
             }
         }
-        // acc += scale · (t - (base + zero) · sum(x)); xs[n][0..1] are the sums of tokens 2·tig + {0,1}.
-        const T2 p0 = asPair<T2>(s.sz0), p1 = asPair<T2>(s.sz1);  // (scale, zero) of rows g and g+8
-        const float s0 = float(p0.x), s1 = float(p1.x);
-        const float zf0 = W8Fragments<T>::kBase + float(p0.y), zf1 = W8Fragments<T>::kBase + float(p1.y);
+        // acc += scale · (t - (base + zero) · sum(x)); xs[n][0..1] are the sums of tokens 2·tig + {0,1}. With SUB the
+        // zero is already out of t.
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
+            if constexpr (SUB) {
+                acc[0][n][0] = fmaf(t[n][0], s0, acc[0][n][0]);
+                acc[0][n][1] = fmaf(t[n][1], s0, acc[0][n][1]);
+                acc[0][n][2] = fmaf(t[n][2], s1, acc[0][n][2]);
+                acc[0][n][3] = fmaf(t[n][3], s1, acc[0][n][3]);
+                continue;
+            }
             acc[0][n][0] = fmaf(fmaf(-zf0, xs[n][0], t[n][0]), s0, acc[0][n][0]);
             acc[0][n][1] = fmaf(fmaf(-zf0, xs[n][1], t[n][1]), s0, acc[0][n][1]);
             acc[0][n][2] = fmaf(fmaf(-zf1, xs[n][0], t[n][2]), s1, acc[0][n][2]);

@@ -97,7 +97,7 @@ std::string wxa16W8StreamConfigName(int index) {
         return std::to_string(c.batch) + (c.batch == 1 ? " chunk" : " chunks") + " per batch" +
                (c.overlap ? " (next batch loaded during this one)" : "") + ", " +
                (c.maxWarps ? "up to " + std::to_string(c.maxWarps) : std::string("16/8/4 (all blocks resident)")) +
-               " warps per row tile";
+               " warps per row tile" + (c.subtract ? ", zero subtracted before the mma" : "");
     };
     const detail::W8StreamConfig& c = detail::kW8StreamConfigTable[index];
     return "m<=8: " + shape(c.upTo8) + "; m<=16: " + shape(c.upTo16);

@@ -197,11 +197,11 @@ void launchW4Stream(const Wxa16Params& p, int warps, cudaStream_t stream) {
 }
 
 // Blocks of one W8A16 stream shape that a multiprocessor holds at once (asked once per kernel).
-template <typename T, int NT, int W, int B, int CPS, bool OVERLAP>
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SUB>
 int w8StreamBlocksPerSm() {
     static const int perSm = [] {
         int blocks = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, w8StreamKernel<T, NT, W, B, CPS, OVERLAP>, W * 32, 0) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, w8StreamKernel<T, NT, W, B, CPS, OVERLAP, SUB>, W * 32, 0) !=
             cudaSuccess) {
             cudaGetLastError();
             return 1;
@@ -212,53 +212,54 @@ int w8StreamBlocksPerSm() {
 }
 
 // One block per row tile; its W warps take equal pieces of the chunks, each a multiple of CPS.
-template <typename T, int NT, int W, int B, int CPS, bool OVERLAP>
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SUB>
 void launchW8StreamShape(Wxa16Params p, cudaStream_t stream) {
     const int per = (p.chunks + W - 1) / W;
     p.chunksPerSplit = (per + CPS - 1) / CPS * CPS;
     p.splitK = 1;
-    w8StreamKernel<T, NT, W, B, CPS, OVERLAP><<<unsigned(p.tiles), W * 32, 0, stream>>>(p);
+    w8StreamKernel<T, NT, W, B, CPS, OVERLAP, SUB><<<unsigned(p.tiles), W * 32, 0, stream>>>(p);
 }
 
 // Warps per block: never more than give every warp one batch; with maxWarps = 0 (auto) the most of 16, 8, 4 whose
 // blocks (one per row tile) all fit on the GPU at once (in the H200 runs a second wave of blocks cost more than the
 // longer pieces of fewer warps per tile); when none fit, 4 for up to 8 tokens and 8 for up to 16 (8192x28672, the
 // one such shape measured: 4 warps fastest at m <= 4, 8 warps 9% faster than 4 at m = 16).
-template <typename T, int NT, int B, int CPS, bool OVERLAP>
+template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SUB>
 void launchW8StreamWarps(const Wxa16Params& p, int maxWarps, int multiprocessors, cudaStream_t stream) {
     const int wanted = (p.chunks + B - 1) / B;
     const int byBatch = wanted <= 4 ? 4 : wanted <= 8 ? 8 : 16;
     int warps = maxWarps;
     if (maxWarps == 0) {
         const int64_t tiles = p.tiles;
-        warps = tiles <= int64_t(w8StreamBlocksPerSm<T, NT, 16, B, CPS, OVERLAP>()) * multiprocessors  ? 16
-                : tiles <= int64_t(w8StreamBlocksPerSm<T, NT, 8, B, CPS, OVERLAP>()) * multiprocessors ? 8
-                : tiles <= int64_t(w8StreamBlocksPerSm<T, NT, 4, B, CPS, OVERLAP>()) * multiprocessors ? 4
+        warps = tiles <= int64_t(w8StreamBlocksPerSm<T, NT, 16, B, CPS, OVERLAP, SUB>()) * multiprocessors  ? 16
+                : tiles <= int64_t(w8StreamBlocksPerSm<T, NT, 8, B, CPS, OVERLAP, SUB>()) * multiprocessors ? 8
+                : tiles <= int64_t(w8StreamBlocksPerSm<T, NT, 4, B, CPS, OVERLAP, SUB>()) * multiprocessors ? 4
                 : NT == 1                                                                               ? 4
                                                                                                         : 8;
     }
     warps = warps < byBatch ? warps : byBatch;
     if (warps <= 4)
-        launchW8StreamShape<T, NT, 4, B, CPS, OVERLAP>(p, stream);
+        launchW8StreamShape<T, NT, 4, B, CPS, OVERLAP, SUB>(p, stream);
     else if (warps <= 8)
-        launchW8StreamShape<T, NT, 8, B, CPS, OVERLAP>(p, stream);
+        launchW8StreamShape<T, NT, 8, B, CPS, OVERLAP, SUB>(p, stream);
     else
-        launchW8StreamShape<T, NT, 16, B, CPS, OVERLAP>(p, stream);
+        launchW8StreamShape<T, NT, 16, B, CPS, OVERLAP, SUB>(p, stream);
 }
 
 // Groups of two or more chunks are computed two chunks per step (one scale fold per group) when a batch holds two.
-template <typename T, int NT, int B, bool OVERLAP>
+template <typename T, int NT, int B, bool OVERLAP, bool SUB = false>
 void launchW8StreamPairs(const Wxa16Params& p, int maxWarps, int multiprocessors, cudaStream_t stream) {
     if (p.groupShift >= 1 && B >= 2)
-        launchW8StreamWarps<T, NT, B, (B >= 2 ? 2 : 1), OVERLAP>(p, maxWarps, multiprocessors, stream);
+        launchW8StreamWarps<T, NT, B, (B >= 2 ? 2 : 1), OVERLAP, SUB>(p, maxWarps, multiprocessors, stream);
     else
-        launchW8StreamWarps<T, NT, B, 1, OVERLAP>(p, maxWarps, multiprocessors, stream);
+        launchW8StreamWarps<T, NT, B, 1, OVERLAP, SUB>(p, maxWarps, multiprocessors, stream);
 }
 
 // Only the (batch, overlap) pairs of the configuration table are compiled; anything else runs 2 chunks per batch.
 template <typename T, int NT>
 void launchW8StreamTokens(const Wxa16Params& p, int multiprocessors, cudaStream_t stream) {
     const W8StreamShape& c = w8StreamShape(p.m);
+    if (c.subtract) return launchW8StreamPairs<T, NT, 2, false, true>(p, c.maxWarps, multiprocessors, stream);
     if (c.batch == 1 && c.overlap) return launchW8StreamPairs<T, NT, 1, true>(p, c.maxWarps, multiprocessors, stream);
     if (c.batch == 2 && c.overlap) return launchW8StreamPairs<T, NT, 2, true>(p, c.maxWarps, multiprocessors, stream);
     if (c.batch == 4 && !c.overlap) return launchW8StreamPairs<T, NT, 4, false>(p, c.maxWarps, multiprocessors, stream);
