@@ -142,18 +142,7 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
         auto& t = tc[SPLIT ? u : 0];
         auto& xs = xc[SPLIT ? u : 0];
         uint32_t bx[NT][8];
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            if (n * 8 + g < p.m) {
-                const uint4* xp = reinterpret_cast<const uint4*>(xq + n * xTokenStride + u * 64);
-                const uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
-                bx[n][0] = v0.x; bx[n][1] = v0.y; bx[n][2] = v0.z; bx[n][3] = v0.w;
-                bx[n][4] = v1.x; bx[n][5] = v1.y; bx[n][6] = v1.z; bx[n][7] = v1.w;
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; ++j) bx[n][j] = 0u;
-            }
-        }
+        loadXFragments<T, NT>(xq + u * 64, xTokenStride, g, p.m, bx);
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
 #pragma unroll
@@ -219,18 +208,7 @@ __device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b
     for (int u = 0; u < CPS; ++u) {
         if (u > 0 && c + u >= cEnd) break;
         uint32_t bx[NT][8];
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            if (n * 8 + g < p.m) {
-                const uint4* xp = reinterpret_cast<const uint4*>(xq + n * xTokenStride + u * 64);
-                const uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
-                bx[n][0] = v0.x; bx[n][1] = v0.y; bx[n][2] = v0.z; bx[n][3] = v0.w;
-                bx[n][4] = v1.x; bx[n][5] = v1.y; bx[n][6] = v1.z; bx[n][7] = v1.w;
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; ++j) bx[n][j] = 0u;
-            }
-        }
+        loadXFragments<T, NT>(xq + u * 64, xTokenStride, g, p.m, bx);
 #pragma unroll
         for (int s = 0; s < 4; ++s)
 #pragma unroll

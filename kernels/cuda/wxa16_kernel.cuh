@@ -80,6 +80,24 @@ __device__ __forceinline__ uint4 loadStreaming(const uint4* p) {
     return v;
 }
 
+// B fragments of one chunk for NT token tiles: the lane's 16 activations of token n·8 + g (two 16-byte loads through
+// L1; xq is token g's, tokenStride the step to token g + 8), zeros past the last of the m tokens.
+template <typename T, int NT>
+__device__ __forceinline__ void loadXFragments(const T* xq, int64_t tokenStride, int g, int m, uint32_t (&bx)[NT][8]) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        if (n * 8 + g < m) {
+            const uint4* xp = reinterpret_cast<const uint4*>(xq + n * tokenStride);
+            const uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
+            bx[n][0] = v0.x; bx[n][1] = v0.y; bx[n][2] = v0.z; bx[n][3] = v0.w;
+            bx[n][4] = v1.x; bx[n][5] = v1.y; bx[n][6] = v1.z; bx[n][7] = v1.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) bx[n][j] = 0u;
+        }
+    }
+}
+
 // Per group: the zero bases subtracted from the magic-number weights (so the mma sees the exact integers
 // level - zero, or 16·(level - zero)), and the float scales applied to the mma result of each chunk.
 template <typename T>
@@ -197,18 +215,7 @@ __device__ __forceinline__ void computeBatch(const Batch<U, V>& b, const Wxa16Pa
     for (int u = 0; u < U; ++u) {
         const int chunk = c0 + u;
         uint32_t bx[NT][8];
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            if (n * 8 + g < p.m) {
-                const uint4* xp = reinterpret_cast<const uint4*>(xLane + n * 8 * p.ldx + chunk * 64);
-                const uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
-                bx[n][0] = v0.x; bx[n][1] = v0.y; bx[n][2] = v0.z; bx[n][3] = v0.w;
-                bx[n][4] = v1.x; bx[n][5] = v1.y; bx[n][6] = v1.z; bx[n][7] = v1.w;
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; ++j) bx[n][j] = 0u;
-            }
-        }
+        loadXFragments<T, NT>(xLane + chunk * 64, int64_t(8) * p.ldx, g, p.m, bx);
         const GroupParams<T> gp = makeGroup<T, BITS>(b.sz0[u], b.sz1[u]);
         const uint32_t* w = reinterpret_cast<const uint32_t*>(&b.w[u][0]);
         constexpr bool fold = kFoldZero<T, BITS, NT>;
