@@ -53,6 +53,11 @@ template <typename T, int NT>
 int launchSmallTokens(const Wxa16Params* p, int groupShift, cudaStream_t stream) {
     const SmallConfig& c = kSmallConfigTable[smallConfigIndex()];
     const int r = NT == 1 ? c.r8 : c.r16, st = NT == 1 ? c.s8 : c.s16;
+    // The subtract shape is compiled for one (tiles, buffers) pair only: the table's entry must name that pair.
+    static_assert(kSmallConfigTable[kSmallConfigs - 1].subtract && kSmallConfigTable[kSmallConfigs - 1].r8 == 2 &&
+                      kSmallConfigTable[kSmallConfigs - 1].s8 == 3 && kSmallConfigTable[kSmallConfigs - 1].r16 == 2 &&
+                      kSmallConfigTable[kSmallConfigs - 1].s16 == 2,
+                  "the subtract shape launches 2 tiles x 3 buffers (m <= 8) and 2 x 2 (m <= 16)");
     if (c.subtract) return launchSmallShape<T, NT, 2, NT == 1 ? 3 : 2, true>(p, groupShift, stream);
     if (r == 4 && st == 2) return launchSmallShape<T, NT, 4, 2>(p, groupShift, stream);
     if (r == 4 && st == 3) return launchSmallShape<T, NT, 4, 3>(p, groupShift, stream);
