@@ -9,7 +9,8 @@
 // and the head, GEMVs against the rest, next to the weight-read floor; and last, a whole decode step of these kernels
 // (32 blocks + head, 200-300 launches) captured as one graph, with separate norms and SiLU, the norms folded, and
 // both folded, with and without programmatic dependent launch: against the sum of its launches timed one by one, the
-// difference is what the gaps between dependent launches cost.
+// difference is what the gaps between dependent launches cost; last, the same step with INT4 (W4A16) block linears,
+// with the norms and residual adds as separate kernels and inside the W4A16 launches.
 // Needs a GPU; prints markdown tables.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -24,6 +26,8 @@
 #include "cwb/kernels/decode_ops.h"
 #include "cwb/kernels/dense_gemv.h"
 #include "cwb/kernels/dependent_launch.h"
+#include "cwb/kernels/packed_weight.h"
+#include "cwb/kernels/wxa16_gemm.h"
 
 using namespace cwb::kernels;
 
@@ -116,6 +120,28 @@ struct WeightPool {
     }
     size_t cursor = 0;
 };
+
+// A random 4-bit g128 packed weight [outputs, inputs] (any word is a valid tiled16x64 weight), scales near 0.01,
+// zero 8: for timing only.
+TiledIntWeight randomInt4(int64_t inputs, int64_t outputs, uint32_t seed) {
+    TiledIntWeight t;
+    t.bits = 4;
+    t.act = ActType::Float16;
+    t.rows = outputs;
+    t.cols = inputs;
+    t.paddedRows = (outputs + 15) / 16 * 16;
+    t.paddedCols = (inputs + 63) / 64 * 64;
+    t.groups = (inputs + 127) / 128;
+    t.words.resize(size_t(t.tiles() * t.chunks() * 32 * 4));
+    uint32_t state = seed * 2654435761u + 1u;
+    for (uint32_t& w : t.words) w = state = state * 1664525u + 1013904223u;
+    t.scaleZero.resize(size_t(t.tiles() * t.groups * 16));
+    const uint32_t zero = floatToHalfBits(8.0f);
+    for (size_t i = 0; i < t.scaleZero.size(); ++i)
+        t.scaleZero[i] = floatToHalfBits(0.01f * (1.0f + float(i % 7) / 7.0f)) | (zero << 16);
+    for (int64_t c = 0; c < t.chunks(); ++c) t.chunkGroup.push_back(int32_t(c * 64 / 128));
+    return t;
+}
 
 } // namespace
 
@@ -366,6 +392,76 @@ int main() {
                                : folding == Folding::Norms ? "norms folded into the GEMV"
                                                            : "norms and SiLU * up folded into the GEMV";
             std::printf("| %s | %d | %.3f | %.3f | %.2fx |\n", name, launches, stepMs[0], stepMs[1], stepMs[0] / stepMs[1]);
+        }
+        // The same step with INT4 (W4A16 g128) block linears, the head dense: as the runtime ran it before
+        // (rmsNorm before q/k/v; o_proj, then rmsNorm adding the residual; siluMul; down_proj, then the residual add,
+        // here rmsNorm's add standing in for at::add) and with the norms and residual adds inside the W4A16 launches
+        // (Wxa16Fusion). Two copies of each weight alternate: 200 MB between two reads of one, far past L2.
+        {
+            struct Int4Linear { std::vector<std::unique_ptr<DeviceTiledWeight>> copies; int next = 0; };
+            auto make = [&](int64_t inputs, int64_t outputs, uint32_t seed) {
+                Int4Linear l;
+                const TiledIntWeight host = randomInt4(inputs, outputs, seed);
+                for (int c = 0; c < 2; ++c) l.copies.push_back(std::make_unique<DeviceTiledWeight>(host));
+                return l;
+            };
+            Int4Linear qkvW = make(hidden, 3 * hidden, 1), oW = make(hidden, hidden, 2), gateUpW = make(hidden, 2 * ffn, 3),
+                       downW = make(ffn, hidden, 4);
+            const size_t wsBytes = size_t(64) << 20;
+            void* ws = allocateWorkspace(wsBytes);
+            auto w4 = [&](Int4Linear& l, const void* in, void* result, const Wxa16Fusion& fusion) {
+                const DeviceTiledWeight& w = *l.copies[size_t(l.next++ % 2)];
+                wxa16Gemm(w, in, result, 1, ws, wsBytes, stream, 0, fusion);
+            };
+            Wxa16Fusion none, normed, plusResidual;
+            normed.normWeight = weight;
+            plusResidual.residual = stream_x;
+            auto int4Step = [&](bool fold) {
+                for (int layer = 0; layer < 32; ++layer) {
+                    if (fold) {
+                        w4(qkvW, stream_x, qkv, normed);
+                    } else {
+                        rmsNorm(stream_x, nullptr, nullptr, weight, x, 1, hidden, 1e-5f, t, stream);
+                        w4(qkvW, x, qkv, none);
+                    }
+                    ropeKvWrite(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table, maxCapacity,
+                                RopeLayout::HalfSplit, position, qOut, cacheKeys, cacheValues, attention, t, stream);
+                    decodeAttention(qOut, cacheKeys, cacheValues, position, out, attention, 0.088f, plan, workspace,
+                                    workspaceBytes, t, stream);
+                    if (fold) {
+                        w4(oW, out, stream_x, plusResidual);
+                        w4(gateUpW, stream_x, gateUp, normed);
+                    } else {
+                        w4(oW, out, y, none);
+                        rmsNorm(y, stream_x, stream_x, weight, x, 1, hidden, 1e-5f, t, stream);
+                        w4(gateUpW, x, gateUp, none);
+                    }
+                    siluMul(gateUp, 2 * ffn, gateUp + ffn, 2 * ffn, out, 1, ffn, t, stream);
+                    if (fold) {
+                        w4(downW, out, stream_x, plusResidual);
+                    } else {
+                        w4(downW, out, y, none);
+                        rmsNorm(y, stream_x, stream_x, weight, x, 1, hidden, 1e-5f, t, stream);   // stands in for the add
+                    }
+                }
+                normedLinear(true, 32000, gy);
+            };
+            std::printf("\nOne INT4 decode step (W4A16 g128 block linears, dense head with its norm folded; same"
+                        " timing):\n\n| norms and residual adds | launches | ms, PDL off | ms, PDL on | PDL speed-up |\n"
+                        "| --- | ---: | ---: | ---: | ---: |\n");
+            for (bool fold : {false, true}) {
+                double stepMs[2] = {0, 0};
+                for (bool pdl : {false, true}) {
+                    setProgrammaticDependentLaunch(pdl);
+                    stepMs[pdl] = microsecondsPerLaunch(stream, [&] { int4Step(fold); }, 3) / 1e3;
+                }
+                const int perBlock = fold ? 7 : 10;   // attention's merge counted below
+                const int launches = 32 * perBlock + (plan.splits > 1 ? 32 : 0) + 1;
+                std::printf("| %s | %d | %.3f | %.3f | %.2fx |\n",
+                            fold ? "inside the W4A16 launches" : "separate kernels", launches, stepMs[0], stepMs[1],
+                            stepMs[0] / stepMs[1]);
+            }
+            freeWorkspace(ws);
         }
         setProgrammaticDependentLaunch(pdlBefore);
         std::printf("\n(PDL acts only on compute capability 9.0+: %s here.)\n",

@@ -13,6 +13,8 @@
 //   --w8-stream: at M <= 16 both W8A16 kernels by name (old; stream under each of its shapes, wxa16SetW8StreamConfig)
 //   beside the same cuBLAS time; at M = 1 also a plain read of the packed 8-bit weight's bytes, timed the same way.
 //   --shape KxN, --m M: only that shape of the six, only that M (for a profiler, or a quick look).
+//   --pdl: launch the W4A16 stream kernel with programmatic dependent launch (the runtime's default), so that each
+//   launch loads its first weights while the one before it finishes; off by default here, since cuBLAS cannot.
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
 // near 0.01, activations random; every buffer is filled on the device. Each timing cycles through enough copies of
 // the weights to exceed the L2 several times, so the weights come from HBM as in a real model. Time: CUDA events
@@ -34,6 +36,7 @@
 #include <vector>
 
 #include "cwb/kernels/dense_gemv.h"
+#include "cwb/kernels/dependent_launch.h"
 #include "cwb/kernels/dequant_tiled.h"
 #include "cwb/kernels/fp8_gemm.h"
 #include "cwb/kernels/packed_weight.h"
@@ -211,7 +214,7 @@ int main(int argc, char** argv) {
     std::string outPath, onlyShape;
     int onlyM = 0;
     bool sweep = false, quick = false, smallOnly = false, prefill = false, sweepSmall = false, bothW4 = false,
-         sweepTma = false, streamW4 = false, streamW8 = false, graph = false;
+         sweepTma = false, streamW4 = false, streamW8 = false, graph = false, pdl = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) outPath = argv[++i];
         else if (!std::strcmp(argv[i], "--sweep-split")) sweep = true;
@@ -224,12 +227,13 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--w4-stream")) streamW4 = true;
         else if (!std::strcmp(argv[i], "--w8-stream")) streamW8 = true;
         else if (!std::strcmp(argv[i], "--graph")) graph = true;
+        else if (!std::strcmp(argv[i], "--pdl")) pdl = true;
         else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) onlyShape = argv[++i];
         else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) onlyM = std::atoi(argv[++i]);
         else {
             std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m] [--prefill] "
                                  "[--sweep-small] [--w4-both] [--sweep-tma] [--w4-stream] [--w8-stream] [--graph] "
-                                 "[--shape KxN] [--m M]\n");
+                                 "[--shape KxN] [--m M] [--pdl]\n");
             return 2;
         }
     }
@@ -241,11 +245,14 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     CHECK_CUDA(cudaStreamCreateWithFlags(&gStream, cudaStreamNonBlocking));
+    setProgrammaticDependentLaunch(pdl);
     Timer timer;
     const double copyGBs = copyBandwidth(timer);
     timer.graph = graph;
-    std::printf("Timing: %s\n", graph ? "M <= 128 as CUDA graphs of 100 calls, replayed (no host launch cost)"
-                                       : "100 back-to-back stream launches per batch");
+    std::printf("Timing: %s; programmatic dependent launch of the W4A16 stream kernel %s\n",
+                graph ? "M <= 128 as CUDA graphs of 100 calls, replayed (no host launch cost)"
+                      : "100 back-to-back stream launches per batch",
+                pdl ? "on (--pdl)" : "off");
     std::printf("GPU %s, %d SMs, L2 %d MB; device-to-device copy %.0f GB/s (read + write); W4A16 m <= 16 kernel: %s; "
                 "W8A16 m <= 16 kernel: %s\n",
                 prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, copyGBs,

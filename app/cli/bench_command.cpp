@@ -77,7 +77,8 @@ int runBench(const std::vector<std::string>& args) {
                  "group-size", "batch",
                  "prompt-tokens", "gen-tokens", "repeats", "seed", "threads", "tokenizer", "device", "dtype"},
                 {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv", "no-fused-attention",
-                 "fused-norm-gemv", "no-fused-norm-gemv", "fused-swiglu-gemv", "no-fused-swiglu-gemv"});
+                 "fused-norm-gemv", "no-fused-norm-gemv", "fused-swiglu-gemv", "no-fused-swiglu-gemv",
+                 "fused-int-linear", "no-fused-int-linear"});
     applyThreads(a.integer("threads", 0));
     RuntimeOptions options = runtimeOptions(a);
     options.nativeKernels = !a.flag("no-native");
@@ -87,6 +88,7 @@ int runBench(const std::vector<std::string>& args) {
     options.denseGemv = !a.flag("no-dense-gemv");
     options.fusedNormGemv = onOffFlag(a, "fused-norm-gemv", options.fusedNormGemv);
     options.fusedSwiGluGemv = onOffFlag(a, "fused-swiglu-gemv", options.fusedSwiGluGemv);
+    options.fusedIntLinear = onOffFlag(a, "fused-int-linear", options.fusedIntLinear);
     LatencyParams p;
     p.batch = a.integer("batch", 1);
     p.promptTokens = a.integer("prompt-tokens", 128);
@@ -167,6 +169,7 @@ int runBench(const std::vector<std::string>& args) {
                              {"options", {{"native_kernels", options.nativeKernels}, {"fused_decode", options.fusedDecode},
                                           {"dense_gemv", options.denseGemv}, {"fused_norm_gemv", options.fusedNormGemv},
                                           {"fused_swiglu_gemv", options.fusedSwiGluGemv},
+                                          {"fused_int_linear", options.fusedIntLinear},
                                           {"dependent_launch", decodeDependentLaunch()},
                                           {"fused_attention", options.fusedAttention}}},
                              {"prefill_attention", fusedAttention ? "scaled_dot_product_attention" : "reference"}};

@@ -1,10 +1,12 @@
 #include "core/runtime/cuda_linear.h"
 
+#include <atomic>
 #include <cstdlib>
 
 #include <c10/core/DeviceGuard.h>
 
 #include "core/compress/compressed_layers.h"
+#include "core/runtime/fused_decode.h"
 #include "core/util/error.h"
 
 #ifdef CWB_HAVE_KERNELS
@@ -19,6 +21,19 @@
 #endif
 
 namespace cwb {
+
+namespace {
+std::atomic<int64_t> normFolds{0}, residualFolds{0};
+} // namespace
+
+int64_t nativeNormFoldCount() { return normFolds.load(); }
+int64_t nativeResidualFoldCount() { return residualFolds.load(); }
+
+at::Tensor NativeIntLinear::forwardFused(const at::Tensor& x, const at::Tensor& normWeight, double eps,
+                                         const at::Tensor& residual) const {
+    at::Tensor y = forward(normWeight.defined() ? fusedRmsNorm(x, normWeight, eps) : x);
+    return residual.defined() ? residual + y.to(residual.scalar_type()) : y;
+}
 
 bool libTorchActivationQuantization() {
     static const bool value = [] {
@@ -159,32 +174,13 @@ public:
         : mWeight(std::move(weight)), mInputScale(std::move(inputScale)), mDevice(device), mDtype(dtype),
           mWorkspace(std::move(workspace)), mBytes(bytes) {}
 
-    at::Tensor forward(const at::Tensor& x) const override {
-        c10::DeviceGuard guard(mDevice);
-        at::Tensor input = x.reshape({-1, mWeight.cols});
-        input = mInputScale.defined() ? (input.to(at::kFloat) / mInputScale).to(mDtype) : input.to(mDtype);
-        input = input.contiguous();
-        if (reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 != 0) input = input.clone();   // the kernel loads 16 bytes
-        const int64_t m = input.size(0);
-        std::vector<int64_t> shape = x.sizes().vec();
-        shape.back() = mWeight.rows;
-        if (m > mWorkspace->dequantAboveTokens()) {   // prefill: dequantize once, then cuBLAS at full tensor-core rate
-            at::Tensor dense = mWorkspace->denseScratch(mWeight.rows, mWeight.cols, input.options());
-            try {
-                kernels::dequantizeTiled(mWeight, dense.data_ptr(), torchCurrentStream());
-            } catch (const kernels::KernelError& e) {
-                throw Error(std::string("native ") + kernelName() + " layer: " + e.what());
-            }
-            return at::linear(input, dense).view(shape);
-        }
-        at::Tensor y = at::empty({m, mWeight.rows}, input.options());
-        try {
-            void* ws = mWorkspace->reserve(kernels::wxa16WorkspaceBytes(mWeight, m));
-            kernels::wxa16Gemm(mWeight, input.data_ptr(), y.data_ptr(), m, ws, mWorkspace->bytes(), torchCurrentStream());
-        } catch (const kernels::KernelError& e) {
-            throw Error(std::string("native ") + kernelName() + " layer: " + e.what());
-        }
-        return y.view(shape);
+    at::Tensor forward(const at::Tensor& x) const override { return run(x, at::Tensor(), 0.0, at::Tensor()); }
+
+    at::Tensor forwardFused(const at::Tensor& x, const at::Tensor& normWeight, double eps,
+                            const at::Tensor& residual) const override {
+        if (normWeight.defined() && mInputScale.defined())   // AWQ divides the normalised input: the norm comes first
+            return run(fusedRmsNorm(x, normWeight, eps), at::Tensor(), 0.0, residual);
+        return run(x, normWeight, eps, residual);
     }
     std::string kernelName() const override {
         const std::string limit = std::to_string(mWorkspace->dequantAboveTokens());
@@ -193,6 +189,57 @@ public:
     size_t deviceBytes() const override { return mBytes; }
 
 private:
+    // residual + linear(norm(x)) with the norm (γ fp32 [cols], or undefined) and the residual (or undefined) inside
+    // the kernel launch; mInputScale and normWeight are never both defined here.
+    at::Tensor run(const at::Tensor& x, const at::Tensor& normWeight, double eps, const at::Tensor& residual) const {
+        c10::DeviceGuard guard(mDevice);
+        at::Tensor input = x.reshape({-1, mWeight.cols});
+        input = mInputScale.defined() ? (input.to(at::kFloat) / mInputScale).to(mDtype) : input.to(mDtype);
+        input = input.contiguous();
+        if (reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 != 0) input = input.clone();   // the kernel loads 16 bytes
+        const int64_t m = input.size(0);
+        std::vector<int64_t> shape = x.sizes().vec();
+        shape.back() = mWeight.rows;
+        at::Tensor gamma, add;
+        if (normWeight.defined()) {
+            gamma = normWeight.to(mDevice, at::kFloat).contiguous();
+            if (gamma.numel() != mWeight.cols)
+                throw Error("native " + kernelName() + " layer: the norm weight has " + std::to_string(gamma.numel()) +
+                            " elements for " + std::to_string(mWeight.cols) + " input columns");
+        }
+        if (residual.defined()) {
+            if (residual.numel() != m * mWeight.rows)
+                throw Error("native " + kernelName() + " layer: the residual has " + std::to_string(residual.numel()) +
+                            " elements for " + std::to_string(m) + " x " + std::to_string(mWeight.rows) + " outputs");
+            add = residual.to(mDtype).contiguous();
+        }
+        if (m > mWorkspace->dequantAboveTokens()) {   // prefill: dequantize once, then cuBLAS at full tensor-core rate
+            if (gamma.defined()) input = fusedRmsNorm(input, gamma, eps);
+            at::Tensor dense = mWorkspace->denseScratch(mWeight.rows, mWeight.cols, input.options());
+            try {
+                kernels::dequantizeTiled(mWeight, dense.data_ptr(), torchCurrentStream());
+            } catch (const kernels::KernelError& e) {
+                throw Error(std::string("native ") + kernelName() + " layer: " + e.what());
+            }
+            if (add.defined()) return at::addmm(add.view({m, mWeight.rows}), input, dense.t()).view(shape);
+            return at::linear(input, dense).view(shape);
+        }
+        at::Tensor y = at::empty({m, mWeight.rows}, input.options());
+        try {
+            kernels::Wxa16Fusion fusion;
+            fusion.normWeight = gamma.defined() ? gamma.data_ptr<float>() : nullptr;
+            fusion.normEps = float(eps);
+            fusion.residual = add.defined() ? add.data_ptr() : nullptr;
+            void* ws = mWorkspace->reserve(kernels::wxa16WorkspaceBytes(mWeight, m, 0, gamma.defined()));
+            kernels::wxa16Gemm(mWeight, input.data_ptr(), y.data_ptr(), m, ws, mWorkspace->bytes(), torchCurrentStream(), 0,
+                               fusion);
+            if (gamma.defined() && kernels::wxa16FoldsNorm(mWeight, m)) ++normFolds;
+            if (add.defined()) ++residualFolds;
+        } catch (const kernels::KernelError& e) {
+            throw Error(std::string("native ") + kernelName() + " layer: " + e.what());
+        }
+        return y.view(shape);
+    }
     kernels::DeviceTiledWeight mWeight;
     at::Tensor mInputScale;   // fp32 on the device, or undefined
     at::Device mDevice;

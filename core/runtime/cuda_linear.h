@@ -35,6 +35,12 @@ public:
     virtual ~NativeIntLinear() = default;
     // x [..., cols] on the layer's device; returns [..., rows] in the runtime's compute type.
     virtual at::Tensor forward(const at::Tensor& x) const = 0;
+    // residual + forward(RMSNorm(x) · γ): normWeight γ fp32 [cols] on the device (undefined: x as it is), residual
+    // [..., rows] (undefined: none). The W4A16 / W8A16 layers take both into their kernel launch (the W4A16 stream
+    // kernel forms the norm itself, kernels::wxa16FoldsNorm); here, for the others, the fused RMSNorm kernel and an
+    // add around forward().
+    virtual at::Tensor forwardFused(const at::Tensor& x, const at::Tensor& normWeight, double eps,
+                                    const at::Tensor& residual) const;
     // "W4A16 (M<=32), dequant + cuBLAS (M>32)" (W8A16 likewise), "FP8 E4M3 GEMM (...)" or "W8A8 int8 GEMM (...)"
     virtual std::string kernelName() const = 0;
     virtual size_t deviceBytes() const = 0;       // packed words, scales and tables on the device
@@ -66,6 +72,11 @@ bool libTorchActivationQuantization();
 // False when CWB_W8_SMALL_M is "0": FP8 / W8A8 layers then use the cuBLASLt GEMMs at every M instead of the small-M
 // kernels (w8_small_m.h: FP8 for 1 token row, W8A8 up to 4); for before/after measurements.
 bool smallMActivationKernels();
+
+// Launches of the W4A16 / W8A16 kernels in this process that took an RMSNorm inside (the stream kernel formed it)
+// and that added a residual (NativeIntLinear::forwardFused); tests check that the folding acted.
+int64_t nativeNormFoldCount();
+int64_t nativeResidualFoldCount();
 
 // True when this build carries the CUDA kernels.
 bool nativeKernelsBuilt();

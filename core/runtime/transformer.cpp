@@ -77,6 +77,18 @@ struct Transformer::Block {
         return denseGemvSwiGluLinear(x, normWeight, eps, tensors.at(layer + ".weight"),
                                      bias == tensors.end() ? at::Tensor() : bias->second);
     }
+    // A layer run by a kernel on its stored form for this input (not the 2:4 path).
+    bool nativeFor(const std::string& layer, const at::Tensor& x) const {
+        return native.count(layer) && !(sparse.count(layer) && sparse.at(layer)->applies(x));
+    }
+    // residual + linear(RMSNorm(x) · γ) through a native layer, norm and residual inside its launch where the kernel
+    // takes them (NativeIntLinear::forwardFused); normWeight or residual undefined: without it. The bias comes after.
+    at::Tensor nativeFused(const std::string& layer, const at::Tensor& x, const at::Tensor& normWeight, double eps,
+                           const at::Tensor& residual) const {
+        at::Tensor y = native.at(layer)->forwardFused(x, normWeight, eps, residual).to(x.scalar_type());
+        auto bias = tensors.find(layer + ".bias");
+        return bias == tensors.end() ? y : y + bias->second.to(y.scalar_type());
+    }
     // A dense layer without bias, whose product with the residual added is one addmm.
     bool plainDense(const std::string& layer) const {
         return !native.count(layer) && !compressed.count(layer) && !has(layer + ".bias");
@@ -629,6 +641,10 @@ bool Transformer::swiGluIntoGemv() const {
     return mOptions.fusedSwiGluGemv && mOptions.denseGemv && !mOptions.parameters && fusedDecodeActive();
 }
 
+bool Transformer::intLinearFused() const {
+    return mOptions.fusedIntLinear && !mOptions.parameters && fusedDecodeActive();
+}
+
 bool Transformer::fusedDecodeActive() const {
     return mOptions.fusedDecode && fusedDecodeAvailable(mOptions.device, mOptions.dtype);
 }
@@ -660,13 +676,22 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     const bool fused = fusedDecodeActive();   // then rope and mask are undefined: the kernels need neither
     const bool foldNorms = foldNormsIntoGemv();   // RMSNorm inside the GEMV of dense q/k/v and gate/up
     const bool foldInputNorm = foldNorms && b.denseGemvFor("self_attn.qkv_proj", x);
+    const bool intFused = fused && intLinearFused();   // native integer layers take norms and residuals
+    const bool nativeInputNorm = intFused && !foldInputNorm && b.nativeFor("self_attn.qkv_proj", x);
     at::Tensor h;   // the normalised input of q/k/v, then of gate/up, where no GEMV normalises it itself
-    if (!foldInputNorm)
+    if (!foldInputNorm && !nativeInputNorm)
         h = fused ? fusedRmsNorm(x, b["input_layernorm.weight"], s.normEps) : rmsNorm(x, b["input_layernorm.weight"], s.normEps);
+    // residual + linear(input), in one launch where the layer is native and intFused
+    auto plus = [&](const std::string& layer, const at::Tensor& input, const at::Tensor& residual) {
+        return intFused && b.nativeFor(layer, input) ? b.nativeFused(layer, input, at::Tensor(), 0.0, residual)
+                                                     : b.linearPlus(layer, input, residual);
+    };
     at::Tensor qk, v;   // [B, 1, (heads + kvHeads) * hd], [B, 1, kvHeads * hd]
-    if (foldInputNorm || b.hasLinear("self_attn.qkv_proj")) {
+    if (foldInputNorm || nativeInputNorm || b.hasLinear("self_attn.qkv_proj")) {
         at::Tensor qkv = foldInputNorm ? b.rmsNormLinear("self_attn.qkv_proj", x, b.computeTypeNorms.at("input_layernorm.weight"), s.normEps)
-                                       : b.linear("self_attn.qkv_proj", h);
+                         : nativeInputNorm
+                             ? b.nativeFused("self_attn.qkv_proj", x, b["input_layernorm.weight"], s.normEps, at::Tensor())
+                             : b.linear("self_attn.qkv_proj", h);
         qk = qkv.narrow(-1, 0, (heads + kvHeads) * hd);
         v = qkv.narrow(-1, (heads + kvHeads) * hd, kvHeads * hd);
     } else {
@@ -676,16 +701,18 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     at::Tensor& keys = cache.mKeys[static_cast<size_t>(layer)];
     at::Tensor& values = cache.mValues[static_cast<size_t>(layer)];
     at::Tensor out;   // x + attention output
-    bool foldPostNorm = false;   // gate/up's GEMV normalises `out` itself (h stays undefined)
+    bool foldPostNorm = false;     // gate/up's dense GEMV normalises `out` itself (h stays undefined)
+    bool nativePostNorm = false;   // so does gate/up's native kernel launch
     if (fused) {   // RoPE, cache write and attention in two or three kernels; the residual add joins the norm
         at::Tensor attn = fusedDecodeAttention(qk.narrow(-1, 0, heads * hd), qk.narrow(-1, heads * hd, kvHeads * hd), v,
                                                mRopeTable, s.ropeStyle, position, keys, values, heads);
         // gate/up's GEMV qualifies by x's shape and type, which `out` shares.
         foldPostNorm = foldNorms && b.denseGemvFor("mlp.gate_up_proj", x);
-        if (foldPostNorm) {   // x + o_proj(attn), rounded once, as fusedAddRmsNorm's sum
-            out = b.linearPlus("self_attn.o_proj", attn, x);
-        } else if (b.plainDense("self_attn.o_proj")) {
-            out = b.linearPlus("self_attn.o_proj", attn, x);
+        nativePostNorm = intFused && !foldPostNorm && b.nativeFor("mlp.gate_up_proj", x);
+        if (foldPostNorm || nativePostNorm) {   // x + o_proj(attn), rounded once, as fusedAddRmsNorm's sum
+            out = plus("self_attn.o_proj", attn, x);
+        } else if (b.plainDense("self_attn.o_proj") || (intFused && b.nativeFor("self_attn.o_proj", attn))) {
+            out = plus("self_attn.o_proj", attn, x);
             h = fusedRmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
         } else {
             std::tie(out, h) = fusedAddRmsNorm(b.linear("self_attn.o_proj", attn), x, b["post_attention_layernorm.weight"], s.normEps);
@@ -715,6 +742,10 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     const at::Tensor postNorm = foldPostNorm ? b.computeTypeNorms.at("post_attention_layernorm.weight") : at::Tensor();
     if (swiGluIntoGemv() && b.denseGemvFor("mlp.gate_up_proj", x)) {   // gate/up, SiLU and * in one kernel
         act = b.swiGluLinear("mlp.gate_up_proj", gateUpInput, postNorm, s.normEps);
+    } else if (nativePostNorm) {
+        at::Tensor gateUp = b.nativeFused("mlp.gate_up_proj", out, b["post_attention_layernorm.weight"], s.normEps, at::Tensor());
+        const int64_t ffn = gateUp.size(-1) / 2;
+        act = siluTimes(gateUp.narrow(-1, 0, ffn), gateUp.narrow(-1, ffn, ffn));
     } else if (foldPostNorm || b.hasLinear("mlp.gate_up_proj")) {
         at::Tensor gateUp = foldPostNorm ? b.rmsNormLinear("mlp.gate_up_proj", out, postNorm, s.normEps)
                                          : b.linear("mlp.gate_up_proj", h);
@@ -723,7 +754,7 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     } else {
         act = siluTimes(b.linear("mlp.gate_proj", h), b.linear("mlp.up_proj", h));
     }
-    return b.linearPlus("mlp.down_proj", act, out);
+    return plus("mlp.down_proj", act, out);
 }
 
 at::Tensor Transformer::embedAt(const at::Tensor& tokens, int64_t start) const {

@@ -82,6 +82,11 @@ struct RuntimeOptions {
     // GEMV (kernels::denseGemvSwiGlu; with fusedNormGemv also the RMSNorm before it), one launch instead of two or
     // three, and gate and up are never rounded before the product. With both switches 7B fp16 decode took 4.01 ms.
     bool fusedSwiGluGemv = true;
+    // With fusedDecode active: native integer layers (W4A16 / W8A16 kernels) take the RMSNorm before them (q/k/v,
+    // gate/up) and the residual add after them (o_proj, down_proj) into their own launch
+    // (NativeIntLinear::forwardFused): 7 launches per INT4 block instead of 10 (+ attention's merge) where the W4A16 stream kernel forms
+    // the norm itself (kernels::wxa16FoldsNorm), else the norm stays a separate kernel.
+    bool fusedIntLinear = true;
 };
 
 // How one compressed linear layer computes on this runtime.
@@ -198,6 +203,9 @@ private:
     at::Tensor headLinear(const at::Tensor& x) const;
     // True when fixed-shape steps fold RMSNorms into the dense GEMV (RuntimeOptions::fusedNormGemv where it can act).
     bool foldNormsIntoGemv() const;
+    // True when fixed-shape steps give native integer layers the norm before and the residual after them
+    // (RuntimeOptions::fusedIntLinear).
+    bool intLinearFused() const;
     // True when fixed-shape steps compute SiLU * up inside the dense gate/up GEMV (RuntimeOptions::fusedSwiGluGemv).
     bool swiGluIntoGemv() const;
 

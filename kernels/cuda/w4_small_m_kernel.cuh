@@ -90,13 +90,14 @@ struct SmallStep {
 // cEnd is not read.
 // The step's activations are only prefetched into L1 (no registers held): computeSmallStep reads them S - 1 steps
 // later, so their L2 latency is off the critical path.
-template <int NT, int R, int CPS, typename T>
+// PREFETCH_X false: weights and scales only (what a kernel may load before waiting for the kernel that writes x).
+template <int NT, int R, int CPS, typename T, bool PREFETCH_X = true>
 __device__ __forceinline__ void loadSmallStep(SmallStep<R, CPS>& b, const Wxa16Params& p, const uint4* const* wq,
                                               const uint32_t* const* sp, const T* xq, int64_t xTokenStride, int g,
                                               int c, int cEnd, int ahead) {
 #pragma unroll
     for (int n = 0; n < NT; ++n)
-        if (n * 8 + g < p.m)
+        if (PREFETCH_X && n * 8 + g < p.m)
 #pragma unroll
             for (int u = 0; u < CPS; ++u)
                 if (u == 0 || c + u < cEnd)
@@ -187,7 +188,7 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
 // The same step with the zero subtracted before the mma: A = (base + level) - (base + zero), exact in T (rows g + 8:
 // 16·(level - zero) with the fp16 trick), so the mma sums exact integers times x: four HSUB2 per word instead of one
 // all-ones mma per k-step and the fold.
-template <typename T, int NT, int R, int CPS>
+template <typename T, int NT, int R, int CPS, bool XS = false>
 __device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b, const Wxa16Params& p, const T* xq,
                                                       int64_t xTokenStride, int c, int cEnd, int g,
                                                       float (&acc)[R][NT][4]) {
@@ -209,7 +210,7 @@ __device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b
     for (int u = 0; u < CPS; ++u) {
         if (u > 0 && c + u >= cEnd) break;
         uint32_t bx[NT][8];
-        loadXFragments<T, NT>(xq + u * 64, xTokenStride, g, p.m, bx);
+        loadXFragments<T, NT, XS>(xq + u * 64, xTokenStride, g, p.m, bx);
 #pragma unroll
         for (int s = 0; s < 4; ++s)
 #pragma unroll
@@ -236,12 +237,13 @@ __device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b
         }
 }
 
-// The step under the kernel's zero handling.
-template <typename T, int NT, int R, int CPS, bool SUB, bool SPLIT = false>
+// The step under the kernel's zero handling; XS: xq points into shared memory (subtracted steps only).
+template <typename T, int NT, int R, int CPS, bool SUB, bool SPLIT = false, bool XS = false>
 __device__ __forceinline__ void computeStep(const SmallStep<R, CPS>& b, const Wxa16Params& p, const T* xq,
                                             int64_t xTokenStride, int c, int cEnd, int g, float (&acc)[R][NT][4]) {
+    static_assert(SUB || !XS, "activations from shared memory: subtracted steps only");
     if constexpr (SUB)
-        computeSubtractedStep<T, NT, R, CPS>(b, p, xq, xTokenStride, c, cEnd, g, acc);
+        computeSubtractedStep<T, NT, R, CPS, XS>(b, p, xq, xTokenStride, c, cEnd, g, acc);
     else
         computeSmallStep<T, NT, R, CPS, SPLIT>(b, p, xq, xTokenStride, c, cEnd, g, acc);
 }
@@ -262,7 +264,6 @@ __device__ __forceinline__ void finishSmallBlock(const Wxa16Params& p, const flo
             for (int j = 0; j < 4; ++j) red[(warp * kPerWarp + (r * NT + n) * 4 + j) * 32 + lane] = acc[r][n][j];
     __syncthreads();
 
-    T* y = static_cast<T*>(p.y);
     const int paddedRows = p.tiles * 16;
     for (int i = threadIdx.x; i < kPerWarp * 32; i += blockDim.x) {
         const int e = i / 32, l = i % 32;
@@ -274,7 +275,7 @@ __device__ __forceinline__ void finishSmallBlock(const Wxa16Params& p, const flo
 #pragma unroll
         for (int w = 0; w < W; ++w) sum += red[(w * kPerWarp + e) * 32 + l];
         if (p.splitK == 1) {
-            if (row < p.rows) y[tok * p.ldy + row] = T(sum);
+            if (row < p.rows) storeOutput<T>(p, tok, row, sum);
         } else {
             p.partial[(int64_t(split) * p.m + tok) * paddedRows + row] = sum;
         }
@@ -297,7 +298,7 @@ __device__ __forceinline__ void finishSmallBlock(const Wxa16Params& p, const flo
         float sum = 0.0f;
 #pragma unroll 8
         for (int s = 0; s < p.splitK; ++s) sum += __ldcg(src + s * stride);
-        y[tok * p.ldy + row] = T(sum);
+        storeOutput<T>(p, tok, row, sum);
     }
     if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;
 }

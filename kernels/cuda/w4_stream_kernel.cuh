@@ -8,6 +8,7 @@
 // - a warp issues the loads of a whole batch of B chunks (and their scale words) before it computes any, then
 //   computes the batch; most warps have one or two batches, so nearly every load of the kernel is in flight
 //   within the first microsecond.
+#include "dependent_launch.cuh"
 #include "w4_small_m_kernel.cuh"
 
 namespace cwb::kernels::detail {
@@ -55,10 +56,64 @@ constexpr int streamMinBlocks() {
     return warps / W > 0 ? warps / W : 1;
 }
 
+// The folded RMSNorm (NORM) of the stream kernel: x[t] := round(x[t]·r_t·γ), r_t = 1/sqrt(Σx[t]²/cols + eps), as
+// rmsNorm() (decode_ops.h) computes it, into `hs` (shared memory, [m][ldh]; zeros past p.cols). Each warp sums the
+// squares over its own columns, the block adds the warps' sums, then each warp writes and later reads only its own
+// columns: one __syncthreads, then a __syncwarp. x and γ are 16-byte aligned, cols a multiple of 8 (the launcher).
+template <typename T, int W>
+__device__ __forceinline__ void normIntoShared(const Wxa16Params& p, int cBegin, int cEnd, T* hs, int ldh) {
+    __shared__ float squares[W][kSmallMaxTokens];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const T* x = static_cast<const T*>(p.x);
+    const int colBegin = cBegin * 64 + lane * 8, colEnd = cEnd * 64;
+    for (int t = 0; t < p.m; ++t) {
+        float sum = 0.0f;
+        for (int col = colBegin; col < colEnd && col < p.cols; col += 256) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + int64_t(t) * p.ldx + col));
+            const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) sum = fmaf(float(e[i]), float(e[i]), sum);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) squares[warp][t] = sum;
+    }
+    __syncthreads();
+    for (int t = 0; t < p.m; ++t) {
+        float total = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) total += squares[w][t];
+        const float inverse = rsqrtf(total / float(p.cols) + p.normEps);
+        for (int col = colBegin; col < colEnd; col += 256) {
+            uint4 out = make_uint4(0u, 0u, 0u, 0u);
+            if (col < p.cols) {
+                const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + int64_t(t) * p.ldx + col));
+                const float4 g0 = __ldg(reinterpret_cast<const float4*>(p.normWeight + col));
+                const float4 g1 = __ldg(reinterpret_cast<const float4*>(p.normWeight + col + 4));
+                const float gamma[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+                const T* e = reinterpret_cast<const T*>(&v);
+                T* o = reinterpret_cast<T*>(&out);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) o[i] = T(float(e[i]) * inverse * gamma[i]);
+            }
+            *reinterpret_cast<uint4*>(hs + t * ldh + col) = out;
+        }
+    }
+    __syncwarp();
+}
+
+// Row stride (elements) of the folded norm's activations in shared memory: 16 bytes past a multiple of 128, so the
+// lanes' 16-byte fragment loads of tokens g and g + 1 fall in different banks.
+__host__ __device__ inline int normSharedStride(int chunks) { return chunks * 64 + 8; }
+
 // Grid: one block per row tile; p.chunksPerSplit = chunks per warp; p.splitK = 1. OVERLAP: the loads of batch i + 1
-// are issued before batch i is computed.
-template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB>
+// are issued before batch i is computed. The first batch's weights are loaded before the kernel waits for the one
+// before it (programmatic dependent launch: the weights never change; x, the residual and y are touched only after).
+// NORM (SUB shapes only): x is RMSNorm(x)·γ, formed in the prologue into dynamic shared memory
+// (p.m · normSharedStride(p.chunks) elements).
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, bool NORM = false>
 __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1)>()) w4StreamKernel(const Wxa16Params p) {
+    static_assert(SUB || !NORM, "the folded norm reads x from shared memory: subtracted steps only");
     constexpr int S = B / CPS;  // steps per batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     const int tile = blockIdx.x;
@@ -66,8 +121,6 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
 
     const uint4* wq[1] = {p.words + int64_t(tile) * p.chunks * 32 + lane + int64_t(cBegin) * 32};
     const uint32_t* sp[1] = {p.scaleZero + int64_t(tile) * p.groups * 16 + g};
-    const int64_t xTokenStride = int64_t(8) * p.ldx;
-    const T* xq = static_cast<const T*>(p.x) + int64_t(g) * p.ldx + tig * 16 + int64_t(cBegin) * 64;
 
     float acc[1][NT][4];
 #pragma unroll
@@ -76,24 +129,45 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         for (int j = 0; j < 4; ++j) acc[0][n][j] = 0.0f;
 
     // Loads / computes the batch that starts `ahead` chunks past c (ahead is a compile-time offset from wq and xq).
+    const T* xq = nullptr;
+    int64_t xTokenStride = 0;
     auto load = [&](SmallStep<1, CPS>(&batch)[S], int c, int ahead) {
 #pragma unroll
         for (int i = 0; i < S; ++i)
             if (c + ahead + i * CPS < cEnd)
-                loadSmallStep<NT>(batch[i], p, wq, sp, xq, xTokenStride, g, c + ahead + i * CPS, cEnd, ahead + i * CPS);
+                loadSmallStep<NT, 1, CPS, T, !NORM>(batch[i], p, wq, sp, xq, xTokenStride, g, c + ahead + i * CPS, cEnd,
+                                                    ahead + i * CPS);
+    };
+    auto loadWeightsOnly = [&](SmallStep<1, CPS>(&batch)[S], int c) {
+#pragma unroll
+        for (int i = 0; i < S; ++i)
+            if (c + i * CPS < cEnd)
+                loadSmallStep<NT, 1, CPS, T, false>(batch[i], p, wq, sp, xq, xTokenStride, g, c + i * CPS, cEnd, i * CPS);
     };
     auto compute = [&](const SmallStep<1, CPS>(&batch)[S], int c, int ahead) {
 #pragma unroll
         for (int i = 0; i < S; ++i)
             if (c + ahead + i * CPS < cEnd)
-                computeStep<T, NT, 1, CPS, SUB, SPLIT>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
-                                                       c + ahead + i * CPS, cEnd, g, acc);
+                computeStep<T, NT, 1, CPS, SUB, SPLIT, NORM>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
+                                                             c + ahead + i * CPS, cEnd, g, acc);
     };
+    SmallStep<1, CPS> first[S];
+    if (cBegin < cEnd) loadWeightsOnly(first, cBegin);
+    waitForPredecessor();
+    if constexpr (NORM) {
+        extern __shared__ __align__(16) unsigned char normShared[];
+        T* hs = reinterpret_cast<T*>(normShared);
+        const int ldh = normSharedStride(p.chunks);
+        normIntoShared<T, W>(p, cBegin, cEnd, hs, ldh);
+        xq = hs + g * ldh + tig * 16 + cBegin * 64;
+        xTokenStride = int64_t(8) * ldh;
+    } else {
+        xq = static_cast<const T*>(p.x) + int64_t(g) * p.ldx + tig * 16 + int64_t(cBegin) * 64;
+        xTokenStride = int64_t(8) * p.ldx;
+    }
     if constexpr (OVERLAP) {
-        SmallStep<1, CPS> first[S], second[S];
-        int c = cBegin;
-        if (c < cEnd) load(first, c, 0);
-        for (; c < cEnd; c += 2 * B) {
+        SmallStep<1, CPS> second[S];
+        for (int c = cBegin; c < cEnd; c += 2 * B) {
             if (c + B < cEnd) load(second, c, B);
             compute(first, c, 0);
             if (c + B >= cEnd) break;
@@ -104,9 +178,8 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         }
     } else {
         for (int c = cBegin; c < cEnd; c += B) {
-            SmallStep<1, CPS> batch[S];
-            load(batch, c, 0);
-            compute(batch, c, 0);
+            if (c != cBegin) load(first, c, 0);
+            compute(first, c, 0);
             wq[0] += B * 32;
             xq += B * 64;
         }

@@ -94,7 +94,6 @@ __device__ __forceinline__ void finishClusterBlock(const Wxa16Params& p, const f
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
     const int ranks = int(cluster.num_blocks()), me = int(cluster.block_rank());
-    T* y = static_cast<T*>(p.y);
     for (int i = me * blockDim.x + threadIdx.x; i < kPerWarp * 32; i += ranks * blockDim.x) {
         const int e = i / 32, l = i % 32;
         const int r = e / (NT * 4), n = (e / 4) % NT, j = e % 4;
@@ -103,7 +102,7 @@ __device__ __forceinline__ void finishClusterBlock(const Wxa16Params& p, const f
         if (tok >= p.m || tile >= p.tiles || row >= p.rows) continue;
         float sum = 0.0f;
         for (int k = 0; k < ranks; ++k) sum += cluster.map_shared_rank(red, k)[i];
-        y[tok * p.ldy + row] = T(sum);
+        storeOutput<T>(p, tok, row, sum);
     }
     cluster.sync();  // a block's shared memory must outlive the other blocks' reads of it
 }

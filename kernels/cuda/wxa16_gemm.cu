@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cuda_check.h"
+#include "cwb/kernels/decode_ops.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #include "w4_small_m_kernel.cuh"
 #include "w4_stream_kernel.cuh"
@@ -279,17 +280,24 @@ int resolveSplit(const DeviceTiledWeight& w, int64_t m, int splitK) {
 }
 
 struct WorkspaceLayout {
-    size_t counters = 0, partial = 0, gathered = 0, total = 0;
+    size_t counters = 0, partial = 0, gathered = 0, normed = 0, total = 0;
 };
 
-WorkspaceLayout layoutFor(const DeviceTiledWeight& w, int64_t m, int split) {
+// `norm`: room for one slice of normalised activations (the norm run as its own kernel).
+WorkspaceLayout layoutFor(const DeviceTiledWeight& w, int64_t m, int split, bool norm) {
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
     WorkspaceLayout l;
     l.counters = 0;
     l.partial = kCounterBytes;
     l.gathered = l.partial + align256(split > 1 ? size_t(split) * size_t(slice) * size_t(w.paddedRows) * 4 : 0);
-    l.total = l.gathered + (w.columnOf ? align256(size_t(slice) * size_t(w.paddedCols) * 2) : 0);
+    l.normed = l.gathered + (w.columnOf ? align256(size_t(slice) * size_t(w.paddedCols) * 2) : 0);
+    l.total = l.normed + (norm ? align256(size_t(slice) * size_t(w.cols) * 2) : 0);
     return l;
+}
+
+bool foldsNorm(const DeviceTiledWeight& w, int64_t slice) {
+    const size_t shared = size_t(slice) * size_t(detail::normSharedStride(int(w.paddedCols / kChunkCols))) * 2;
+    return streamKernel(w, slice) && !w.columnOf && detail::streamConfig().subtract && shared <= kNormFoldSharedBytes;
 }
 
 } // namespace
@@ -366,8 +374,12 @@ int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m) {
     return int(split);
 }
 
-size_t wxa16WorkspaceBytes(const DeviceTiledWeight& w, int64_t m, int splitK) {
-    return layoutFor(w, m, resolveSplit(w, m, splitK)).total;
+size_t wxa16WorkspaceBytes(const DeviceTiledWeight& w, int64_t m, int splitK, bool norm) {
+    return layoutFor(w, m, resolveSplit(w, m, splitK), norm).total;
+}
+
+bool wxa16FoldsNorm(const DeviceTiledWeight& w, int64_t m) {
+    return foldsNorm(w, std::min<int64_t>(m, detail::kMaxTokensPerLaunch));
 }
 
 void* allocateWorkspace(size_t bytes) {
@@ -380,17 +392,22 @@ void* allocateWorkspace(size_t bytes) {
 void freeWorkspace(void* p) { cudaFree(p); }
 
 void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, void* workspace, size_t workspaceBytes,
-               Stream stream, int splitK) {
+               Stream stream, int splitK, const Wxa16Fusion& fusion) {
     if (m <= 0) return;
     if (!x || !y || !workspace) throw KernelError("wxa16Gemm: x, y and workspace must be device pointers");
     if (w.bits != 4 && w.bits != 8) throw KernelError("wxa16Gemm: bits must be 4 or 8");
     if (reinterpret_cast<uintptr_t>(x) % 16) throw KernelError("wxa16Gemm: x must be 16-byte aligned");
     if (!w.columnOf && w.cols % 8) throw KernelError("wxa16Gemm: cols must be a multiple of 8");
+    const bool norm = fusion.normWeight != nullptr;
+    if (norm && !(fusion.normEps >= 0.0f)) throw KernelError("wxa16Gemm: the norm's epsilon must be >= 0");
+    if (fusion.residual && reinterpret_cast<uintptr_t>(fusion.residual) % 2)
+        throw KernelError("wxa16Gemm: the residual must be aligned to its element");
     const int split = resolveSplit(w, m, splitK);
-    const WorkspaceLayout layout = layoutFor(w, m, split);
+    const WorkspaceLayout layout = layoutFor(w, m, split, norm);
     if (workspaceBytes < layout.total)
         throw KernelError("wxa16Gemm: the workspace has " + std::to_string(workspaceBytes) + " bytes, " +
-                          std::to_string(layout.total) + " are needed (wxa16WorkspaceBytes with the same m and splitK)");
+                          std::to_string(layout.total) +
+                          " are needed (wxa16WorkspaceBytes with the same m, splitK and norm)");
     char* ws = static_cast<char*>(workspace);
     const cudaStream_t s = detail::toStream(stream);
     const int64_t chunks = w.paddedCols / kChunkCols;
@@ -400,6 +417,12 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
     for (int64_t done = 0; done < m; done += detail::kMaxTokensPerLaunch) {
         const int slice = int(std::min<int64_t>(m - done, detail::kMaxTokensPerLaunch));
         const char* xs = static_cast<const char*>(x) + done * w.cols * 2;
+        const bool fold = norm && foldsNorm(w, slice) && reinterpret_cast<uintptr_t>(fusion.normWeight) % 16 == 0;
+        if (norm && !fold) {   // the norm as its own kernel, into the workspace
+            void* normed = ws + layout.normed;
+            rmsNorm(xs, nullptr, nullptr, fusion.normWeight, normed, slice, w.cols, fusion.normEps, w.act, stream);
+            xs = static_cast<const char*>(normed);
+        }
         detail::Wxa16Params p{};
         p.words = reinterpret_cast<const uint4*>(w.words);
         p.scaleZero = w.scaleZero;
@@ -417,6 +440,10 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
             p.ldx = w.paddedCols;
         }
         p.y = static_cast<char*>(y) + done * w.rows * 2;
+        p.residual = fusion.residual ? static_cast<const char*>(fusion.residual) + done * w.rows * 2 : nullptr;
+        p.cols = int(w.cols);
+        p.normWeight = fold ? fusion.normWeight : nullptr;
+        p.normEps = fusion.normEps;
         p.ldy = w.rows;
         p.m = slice;
         p.rows = int(w.rows);

@@ -1,6 +1,7 @@
 #pragma once
 // Instantiates the launchers for one activation type; included by wxa16_gemm_f16.cu and wxa16_gemm_bf16.cu so the
 // two types compile in parallel.
+#include "cuda_check.h"
 #include "w4_small_m_kernel.cuh"
 #include "w4_stream_kernel.cuh"
 #include "w4_tma_kernel.cuh"
@@ -157,29 +158,39 @@ int w4TmaBlocksPerSm(int m, int groupShift) {
                   : launchTmaTokens<T, 2>(nullptr, groupShift, nullptr);
 }
 
-template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB>
+// Launched with programmatic dependent launch (dependent_launch.h) where enabled: the kernel loads its first weights
+// before it waits for the kernel before it. NORM: the folded RMSNorm, with its dynamic shared memory.
+template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, bool NORM = false>
 void launchStreamWarps(const Wxa16Params& p, int warps, cudaStream_t stream) {
     const dim3 grid(unsigned(p.tiles));
+    const size_t shared = NORM ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0;
     if (warps <= 4)
-        w4StreamKernel<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB><<<grid, 4 * 32, 0, stream>>>(p);
+        CWB_CUDA_CHECK(launchDependent(w4StreamKernel<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, NORM>, grid, dim3(4 * 32),
+                                       shared, stream, p));
     else if (warps <= 8)
-        w4StreamKernel<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB><<<grid, 8 * 32, 0, stream>>>(p);
+        CWB_CUDA_CHECK(launchDependent(w4StreamKernel<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, NORM>, grid, dim3(8 * 32),
+                                       shared, stream, p));
     else
-        w4StreamKernel<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB><<<grid, 16 * 32, 0, stream>>>(p);
+        CWB_CUDA_CHECK(launchDependent(w4StreamKernel<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, NORM>, grid,
+                                       dim3(16 * 32), shared, stream, p));
 }
 
-template <typename T, int NT, int B, bool OVERLAP, bool SPLIT, bool SUB = false>
+template <typename T, int NT, int B, bool OVERLAP, bool SPLIT, bool SUB = false, bool NORM = false>
 void launchStreamPairs(const Wxa16Params& p, int warps, cudaStream_t stream) {
     if (p.groupShift >= 1)
-        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB>(p, warps, stream);
+        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, NORM>(p, warps, stream);
     else
-        launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB>(p, warps, stream);
+        launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB, NORM>(p, warps, stream);
 }
 
+// p.normWeight set: the norm is folded, which only the subtract shape compiles (the launcher checks
+// streamFoldsNorm first).
 template <typename T, int NT>
 void launchStreamTokens(const Wxa16Params& p, int warps, cudaStream_t stream) {
     const StreamConfig& c = streamConfig();
-    if (c.subtract)
+    if (c.subtract && p.normWeight)
+        launchStreamPairs<T, NT, 2, false, false, true, true>(p, warps, stream);
+    else if (c.subtract)
         launchStreamPairs<T, NT, 2, false, false, true>(p, warps, stream);
     else if (c.batch == 2 && c.overlap)
         launchStreamPairs<T, NT, 2, true, false>(p, warps, stream);

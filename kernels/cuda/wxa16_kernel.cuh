@@ -26,7 +26,19 @@ struct Wxa16Params {
     float* partial;  // [splitK, m, tiles·16]
     int* counters;   // [gridDim.x]
     int clusterReduce;  // TMA kernel: the splits of a row range form one cluster and add up in shared memory
+    int cols;                 // real columns of x (the norm's mean and the zero padding of the folded norm)
+    const void* residual;     // [m, ldy] or nullptr: y = x·W^T + residual (may be y itself)
+    const float* normWeight;  // stream kernel with the norm folded: x := RMSNorm(x)·γ in its prologue
+    float normEps;
 };
+
+// y[tok, row] = sum (+ residual[tok, row]), rounded once; the one store of every kernel's output.
+template <typename T>
+__device__ __forceinline__ void storeOutput(const Wxa16Params& p, int tok, int row, float sum) {
+    const int64_t at = int64_t(tok) * p.ldy + row;
+    if (p.residual) sum += float(static_cast<const T*>(p.residual)[at]);
+    static_cast<T*>(p.y)[at] = T(sum);
+}
 
 template <typename T>
 struct ActTraits;
@@ -81,14 +93,15 @@ __device__ __forceinline__ uint4 loadStreaming(const uint4* p) {
 }
 
 // B fragments of one chunk for NT token tiles: the lane's 16 activations of token n·8 + g (two 16-byte loads through
-// L1; xq is token g's, tokenStride the step to token g + 8), zeros past the last of the m tokens.
-template <typename T, int NT>
+// L1, or from shared memory with SHARED; xq is token g's, tokenStride the step to token g + 8), zeros past the last
+// of the m tokens.
+template <typename T, int NT, bool SHARED = false>
 __device__ __forceinline__ void loadXFragments(const T* xq, int64_t tokenStride, int g, int m, uint32_t (&bx)[NT][8]) {
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
         if (n * 8 + g < m) {
             const uint4* xp = reinterpret_cast<const uint4*>(xq + n * tokenStride);
-            const uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
+            const uint4 v0 = SHARED ? xp[0] : __ldg(xp), v1 = SHARED ? xp[1] : __ldg(xp + 1);
             bx[n][0] = v0.x; bx[n][1] = v0.y; bx[n][2] = v0.z; bx[n][3] = v0.w;
             bx[n][4] = v1.x; bx[n][5] = v1.y; bx[n][6] = v1.z; bx[n][7] = v1.w;
         } else {
@@ -299,7 +312,6 @@ __global__ void __launch_bounds__(256) wxa16Kernel(const Wxa16Params p) {
 
     // acc[n]: (row g, tokens 8n + 2·tig + {0,1}) and (row g+8, same tokens).
     const int rowBase = tile * 16 + g;
-    T* y = static_cast<T*>(p.y);
     if (p.splitK == 1) {
         if (tile >= p.tiles) return;
 #pragma unroll
@@ -307,7 +319,7 @@ __global__ void __launch_bounds__(256) wxa16Kernel(const Wxa16Params p) {
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const int tok = n * 8 + 2 * tig + (j % 2), row = rowBase + (j / 2) * 8;
-                if (tok < p.m && row < p.rows) y[tok * p.ldy + row] = T(acc[n][j]);
+                if (tok < p.m && row < p.rows) storeOutput<T>(p, tok, row, acc[n][j]);
             }
         return;
     }
@@ -334,7 +346,7 @@ __global__ void __launch_bounds__(256) wxa16Kernel(const Wxa16Params p) {
         if (row >= p.rows) continue;
         float sum = 0.0f;
         for (int s = 0; s < p.splitK; ++s) sum += __ldcg(p.partial + (int64_t(s) * p.m + tok) * paddedRows + row);
-        y[tok * p.ldy + row] = T(sum);
+        storeOutput<T>(p, tok, row, sum);
     }
     if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;
 }

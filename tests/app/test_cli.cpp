@@ -130,6 +130,8 @@ void TestCli::benchRecordsItsSwitches() {
     QCOMPARE(defaults["dense_gemv"].toBool(false), true);
     QCOMPARE(defaults["fused_norm_gemv"].toBool(false), true);
     QCOMPARE(defaults["fused_swiglu_gemv"].toBool(false), true);
+    QCOMPARE(defaults["fused_int_linear"].toBool(false), true);
+    QCOMPARE(optionsOf({"--no-fused-int-linear"})["fused_int_linear"].toBool(true), false);
     QCOMPARE(defaults["fused_decode"].toBool(false), true);
     QCOMPARE(defaults["fused_attention"].toBool(false), true);
     QCOMPARE(optionsOf({"--no-fused-attention"})["fused_attention"].toBool(true), false);

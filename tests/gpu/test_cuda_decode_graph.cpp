@@ -6,7 +6,9 @@
 // 128, and bf16; FP8 (dynamic activations) and SmoothQuant W8A8 layers too. Dense linears run the GEMV kernel
 // (dense_gemv.h) by default; it is compared with cuBLAS. RMSNorms are folded into the GEMV that follows them, and
 // SiLU * up into the dense gate/up GEMV, by default; each and both are compared with separate kernels on dense models
-// and on models whose attention or MLP layers alone are INT4 (where only some can be folded). Programmatic dependent launch of the decode kernels
+// and on models whose attention or MLP layers alone are INT4 (where only some can be folded); INT4 layers take the
+// norm before them and the residual after them into their launch, compared with separate kernels. Programmatic
+// dependent launch of the decode kernels
 // (CWB_PDL) is compared with plain launches, in the graph and without it.
 // Exits 77 without a GPU or without a CUDA build of LibTorch.
 #include <ATen/ATen.h>
@@ -334,6 +336,56 @@ void foldingCase(const std::string& caseName, const cwb::Model& model, at::Scala
     check(versusCpu <= tolerance, "decode logits with folding match the CPU path");
 }
 
+// Native integer layers with the block's norms and residual adds inside their launches (RuntimeOptions::
+// fusedIntLinear, the default) against separate kernels: per decode step `normsPerStep` norms formed inside the W4A16
+// stream kernel and `residualsPerStep` residuals added by the W4A16 / W8A16 kernels, none with the switch off; same
+// greedy ids (or each side on the CPU path along its own), logits within tolerance of each other and of the CPU.
+void intLinearCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype, int64_t normsPerStep,
+                   int64_t residualsPerStep) {
+    const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : ", fp16") + ": norms and residuals in the integer kernels on vs off";
+    const double tolerance = dtype == at::kBFloat16 ? kBf16Tolerance : kFp16Tolerance;
+    std::printf("== %s\n", name.c_str());
+    at::Tensor prompt = at::randint(0, model.spec.vocab, {1, kPrompt}, at::kLong);
+    cwb::RuntimeOptions onOptions = gpuOptions(cwb::DecodeMode::CudaGraph, dtype), offOptions = onOptions;
+    onOptions.fusedIntLinear = true;
+    offOptions.fusedIntLinear = false;
+    cwb::Transformer on(model, onOptions), off(model, offOptions);
+    auto onCache = on.makeCache(1, kPrompt + kSteps), offCache = off.makeCache(1, kPrompt + kSteps);
+    std::vector<int64_t> onIds, offIds;
+    const int64_t norms0 = cwb::nativeNormFoldCount(), residuals0 = cwb::nativeResidualFoldCount();
+    const at::Tensor onLogits = greedy(on, *onCache, prompt, onIds);
+    const int64_t normsOn = cwb::nativeNormFoldCount() - norms0, residualsOn = cwb::nativeResidualFoldCount() - residuals0;
+    const at::Tensor offLogits = greedy(off, *offCache, prompt, offIds);
+    const int64_t normsOff = cwb::nativeNormFoldCount() - norms0 - normsOn;
+    const int64_t residualsOff = cwb::nativeResidualFoldCount() - residuals0 - residualsOn;
+    std::printf("  norms formed in the kernel: %lld on, %lld off (%lld per step); residuals added: %lld on, %lld off (%lld"
+                " per step)\n", (long long)normsOn, (long long)normsOff, (long long)normsPerStep, (long long)residualsOn,
+                (long long)residualsOff, (long long)residualsPerStep);
+    check(wholeSteps(normsOn, normsPerStep) && normsOff == 0,
+          "the switch folds " + std::to_string(normsPerStep) + " norms per step into integer kernels on and none off");
+    check(wholeSteps(residualsOn, residualsPerStep) && residualsOff == 0,
+          "the switch adds " + std::to_string(residualsPerStep) + " residuals per step in integer kernels on and none off");
+    check(onCache->graphReplays() == kSteps && offCache->graphReplays() == kSteps,
+          "both runtimes replayed the graph at every step" +
+              (onCache->graphFailure().empty() ? std::string() : " (on: " + onCache->graphFailure() + ")"));
+    int64_t equal = 0;
+    const bool idsAgree = sameGreedyIds(onIds, offIds, offLogits, tieMargin(dtype), equal);
+    check(idsAgree, "greedy ids with and without the folding agree (" + std::to_string(equal) + " of " +
+                        std::to_string(kSteps) + " equal)");
+    if (equal == kSteps) {
+        const double error = normalisedError(offLogits, onLogits);
+        std::printf("  folded vs separate: normalised logit error %.3g\n", error);
+        check(error <= tolerance, "decode logits with the folding match those with separate kernels");
+    }
+    for (const auto& [side, ids, logits] : {std::tuple<const char*, const std::vector<int64_t>&, const at::Tensor&>{
+                                                "folded", onIds, onLogits},
+                                            {"separate", offIds, offLogits}}) {
+        const double error = normalisedError(cpuReference(model, prompt, ids), logits);
+        std::printf("  %s vs CPU along its own ids: normalised logit error %.3g\n", side, error);
+        check(error <= tolerance, std::string(side) + " decode matches the CPU path");
+    }
+}
+
 // Decode with programmatic dependent launch (setDecodeDependentLaunch) against plain launches: the same kernels, so
 // the logits must agree to rounding noise (a kernel reading its predecessor's output too early would not), in a
 // captured graph and in fixed-shape steps without one; on a 9.0+ device the launches must have used it.
@@ -425,6 +477,14 @@ int main() {
             foldingCase("INT4 attention, dense MLP, q/k/v biases", *int4Attention, at::kHalf, {true, false, layers + 1, 0});
             foldingCase("INT4 attention, dense MLP, q/k/v biases", *int4Attention, at::kHalf, {true, true, 1, layers});
             foldingCase("dense attention, INT4 MLP", *int4Mlp, at::kHalf, {true, true, layers + 1, 0});
+            // Every linear INT4 (q/k/v and gate/up fused natively): both norms and both residuals of every block.
+            intLinearCase("INT4 g128, GQA 4/2", *int4Variant(*gqa), at::kHalf, 2 * layers, 2 * layers);
+            intLinearCase("INT4 g128, GQA 4/1, head dim 128, q/k/v biases", *int4Variant(*wide), at::kBFloat16,
+                          2 * layers, 2 * layers);
+            // INT4 attention only: the input norm and o_proj's residual; INT4 MLP only: the post-attention norm and
+            // down_proj's residual.
+            intLinearCase("INT4 attention, dense MLP, q/k/v biases", *int4Attention, at::kHalf, layers, layers);
+            intLinearCase("dense attention, INT4 MLP", *int4Mlp, at::kHalf, layers, layers);
             dependentLaunchCase("dense, GQA 4/2", *gqa, at::kHalf);
             dependentLaunchCase("INT4 attention (W4A16 between the decode kernels), q/k/v biases",
                                 *int4Only(*wide, "self_attn"), at::kHalf);

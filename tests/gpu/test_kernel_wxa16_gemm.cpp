@@ -14,6 +14,8 @@
 
 #include "../kernels/kernel_check.h"
 #include "device_memory.h"
+#include "cwb/kernels/decode_ops.h"
+#include "cwb/kernels/dependent_launch.h"
 #include "cwb/kernels/rtn_quant.h"
 #include "cwb/kernels/wxa16_gemm.h"
 
@@ -93,6 +95,109 @@ void runCase(const Case& c, ActType act, const std::vector<int64_t>& ms, uint32_
     }
 }
 
+// What a fused launch takes besides X · W^T (Wxa16Fusion).
+struct Fusion {
+    bool norm, residual, inPlace;  // inPlace: the residual is y itself
+};
+
+// Y = RMSNorm(X)·γ · W^T (+ residual) against rmsNormRef, then wxa16GemmRef, then the residual added in double.
+// `folds`: whether the norm must run inside the kernel (wxa16FoldsNorm); with programmatic dependent launch on (and
+// an sm_90 device) the launch count says so: the stream kernel is one such launch, a separate rmsNorm another.
+void runFusedCase(const Case& c, ActType act, const std::vector<int64_t>& ms, uint32_t seed, Fusion f, bool folds) {
+    const TiledIntWeight host = makeWeight(c, act, seed);
+    DeviceTiledWeight dev(host);
+    const double tol = act == ActType::Float16 ? kGemmNmseFp16 : kGemmNmseBf16;
+    const float eps = 1e-5f;
+    std::vector<float> gamma = gaussian(size_t(c.cols), seed + 100, 0.4f);
+    for (float& g : gamma) g += 1.0f;
+    float* dGamma = toDevice(gamma);
+    for (int64_t m : ms) {
+        const std::vector<float> x = roundedGaussian(size_t(m * c.cols), seed + uint32_t(m), act, 3.0f);
+        const std::vector<float> res = roundedGaussian(size_t(m * c.rows), seed + 50 + uint32_t(m), act, 2.0f);
+        std::vector<float> h = x;
+        if (f.norm) rmsNormRef(x.data(), nullptr, nullptr, gamma.data(), h.data(), m, c.cols, eps, act);
+        std::vector<float> ref(size_t(m * c.rows));
+        wxa16GemmRef(host, h.data(), m, ref.data());
+        if (f.residual)
+            for (size_t i = 0; i < ref.size(); ++i) ref[i] = float(double(ref[i]) + double(res[i]));
+        uint16_t* dx = upload(x, act);
+        uint16_t* dRes = upload(res, act);
+        uint16_t* dy = upload(std::vector<float>(ref.size(), 0.0f), act);
+        const size_t bytes = wxa16WorkspaceBytes(dev, m, 0, f.norm);
+        void* ws = allocateWorkspace(bytes);
+        Wxa16Fusion fusion;
+        fusion.normWeight = f.norm ? dGamma : nullptr;
+        fusion.normEps = eps;
+        fusion.residual = !f.residual ? nullptr : f.inPlace ? static_cast<const void*>(dy) : static_cast<const void*>(dRes);
+        if (f.inPlace) cudaMemcpy(dy, dRes, ref.size() * 2, cudaMemcpyDeviceToDevice);
+        else cudaMemset(dy, 0xFF, ref.size() * 2);
+        const int64_t before = programmaticDependentLaunches();
+        wxa16Gemm(dev, dx, dy, m, ws, bytes, nullptr, 0, fusion);
+        if (cudaDeviceSynchronize() != cudaSuccess) throw KernelError("fused wxa16Gemm launch failed");
+        const int64_t launches = programmaticDependentLaunches() - before;
+        const bool stream = c.bits == 4 ? wxa16SmallKernelFor(dev, m) == W4SmallKernel::Stream : false;
+        const double err = nmse(download(dy, ref.size(), act), ref);
+        char what[240];
+        std::snprintf(what, sizeof what, "fused int%d %s g%lld%s %lldx%lld m=%lld%s%s%s (%s): nmse %.2e < %.0e", c.bits,
+                      actTypeName(act), (long long)c.groupSize, c.order == 1 ? " act-order" : "", (long long)c.rows,
+                      (long long)c.cols, (long long)m, f.norm ? " +norm" : "", f.residual ? " +residual" : "",
+                      f.inPlace ? " (in place)" : "", f.norm ? (folds ? "folded" : "separate norm") : "no norm", err, tol);
+        check(err < tol, what);
+        if (f.norm) {
+            std::snprintf(what, sizeof what, "fused %lldx%lld m=%lld: wxa16FoldsNorm is %s", (long long)c.rows,
+                          (long long)c.cols, (long long)m, folds ? "true" : "false");
+            check(wxa16FoldsNorm(dev, m) == folds, what);
+        }
+        if (programmaticDependentLaunch() && programmaticDependentLaunchSupported()) {
+            const int64_t expected = (stream ? 1 : 0) + (f.norm && !folds ? 1 : 0);
+            std::snprintf(what, sizeof what, "fused %lldx%lld m=%lld: %lld launches with PDL, %lld expected",
+                          (long long)c.rows, (long long)c.cols, (long long)m, (long long)launches, (long long)expected);
+            check(launches == expected, what);
+        }
+        freeWorkspace(ws);
+        cudaFree(dx);
+        cudaFree(dRes);
+        cudaFree(dy);
+    }
+    cudaFree(dGamma);
+}
+
+void runFusedCases(ActType act) {
+    const W4SmallKernel initial = wxa16SmallKernel();
+    const int initialStream = wxa16StreamConfig();
+    const Fusion both{true, true, false}, normOnly{true, false, false}, residualOnly{false, true, false},
+        inPlace{true, true, true};
+    wxa16SetSmallKernel(W4SmallKernel::Auto);
+    wxa16SetStreamConfig(6);
+    std::printf("-- fused norm / residual: auto, stream configuration 6\n");
+    for (Fusion f : {both, normOnly, residualOnly, inPlace}) runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 2, 4}, 21, f, true);
+    runFusedCase({4, false, 40, 1000, 128, 0}, act, {1, 3}, 22, both, true);      // padded columns: zeros past cols
+    runFusedCase({4, false, 80, 8192, 128, 0}, act, {1}, 23, both, true);         // 16 KB of x in shared memory
+    runFusedCase({4, false, 80, 8192, 128, 0}, act, {4}, 23, both, false);        // 64 KB: the norm runs first
+    runFusedCase({4, false, 128, 512, 128, 1}, act, {1}, 24, both, false);        // act-order: norm, then the gather
+    runFusedCase({4, true, 64, 256, 128, 0}, act, {16}, 25, inPlace, true);       // 16 tokens (two token tiles)
+    runFusedCase({4, true, 256, 1024, 128, 0}, act, {40}, 26, inPlace, false);    // m > 16: the general kernel
+    wxa16SetStreamConfig(0);   // a shape without the subtracted zero: the norm runs first
+    runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 27, both, false);
+    wxa16SetStreamConfig(initialStream);
+    std::printf("-- fused norm / residual: ring kernel (split-K, last block adds the residual)\n");
+    wxa16SetSmallKernel(W4SmallKernel::Ring);
+    runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 9}, 28, inPlace, false);
+    runFusedCase({4, true, 256, 1024, 128, 0}, act, {3}, 28, both, false);
+    if (wxa16TmaAvailable()) {
+        std::printf("-- fused norm / residual: TMA kernel (cluster and global reduce)\n");
+        wxa16SetSmallKernel(W4SmallKernel::Tma);
+        runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 9}, 29, both, false);
+        wxa16SetTmaClusterReduce(false);
+        runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 29, inPlace, false);
+        wxa16SetTmaClusterReduce(true);
+    }
+    wxa16SetSmallKernel(initial);
+    std::printf("-- fused norm / residual: W8A16 (stream, and the general kernel past 16 tokens)\n");
+    runFusedCase({8, true, 256, 1024, 128, 0}, act, {1, 20}, 30, both, false);
+    runFusedCase({8, false, 136, 448, 128, 1}, act, {3}, 31, inPlace, false);
+}
+
 } // namespace
 
 int main() {
@@ -106,7 +211,37 @@ int main() {
         std::vector<W4SmallKernel> smallKernels = {W4SmallKernel::Ring, W4SmallKernel::Stream};
         if (wxa16TmaAvailable()) smallKernels.push_back(W4SmallKernel::Tma);
         else std::printf("-- no sm_90 device: the TMA small-M kernel is not tested here\n");
+        {   // refused: a workspace sized without the norm's room, and a negative epsilon
+            const DeviceTiledWeight w4(makeWeight({4, true, 256, 1024, 128, 0}, ActType::Float16, 1));
+            void* dx = nullptr;
+            void* dy = nullptr;
+            float* gamma = nullptr;
+            cudaMalloc(&dx, 4 * 1024 * 2);
+            cudaMalloc(&dy, 4 * 256 * 2);
+            cudaMalloc(&gamma, 1024 * 4);
+            const size_t bytes = wxa16WorkspaceBytes(w4, 4);
+            void* ws = allocateWorkspace(bytes);
+            Wxa16Fusion fusion;
+            fusion.normWeight = gamma;
+            auto refused = [&](const Wxa16Fusion& f, size_t b) {
+                try {
+                    wxa16Gemm(w4, dx, dy, 4, ws, b, nullptr, 0, f);
+                } catch (const KernelError&) {
+                    return true;
+                }
+                return false;
+            };
+            check(wxa16WorkspaceBytes(w4, 4, 0, true) > bytes, "the norm needs workspace room for one slice of x");
+            check(refused(fusion, bytes), "a workspace sized without the norm is refused");
+            fusion.normEps = -1.0f;
+            check(refused(fusion, wxa16WorkspaceBytes(w4, 4, 0, true)), "a negative epsilon is refused");
+            freeWorkspace(ws);
+            cudaFree(dx);
+            cudaFree(dy);
+            cudaFree(gamma);
+        }
         for (ActType act : {ActType::Float16, ActType::BFloat16}) {
+            runFusedCases(act);
             // The 4-bit cases under every shape of both small-M kernels (m <= 16 runs them); each default one last.
             for (W4SmallKernel kernel : smallKernels) {
                 wxa16SetSmallKernel(kernel);

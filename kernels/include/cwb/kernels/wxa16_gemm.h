@@ -33,16 +33,35 @@ public:
     const int32_t* columnOf = nullptr;  // nullptr: identity
 };
 
-// Workspace (device memory) a launch with m rows needs; it must be zero-filled before its first use (the kernels
-// leave it so again) and not be used by two launches at once. allocateWorkspace returns such memory.
-size_t wxa16WorkspaceBytes(const DeviceTiledWeight& w, int64_t m, int splitK = 0);
+// What a launch may take into the product besides X · W^T (decode: one launch instead of two or three).
+struct Wxa16Fusion {
+    // X := RMSNorm(X) · γ first, rounded to the activation type as rmsNorm() (decode_ops.h) rounds it: γ [cols] fp32
+    // on the device, r = 1/sqrt(mean(x²) + normEps) per token. The W4A16 stream kernel forms it in its prologue where
+    // wxa16FoldsNorm says so; otherwise rmsNorm runs first, into the workspace.
+    const float* normWeight = nullptr;
+    float normEps = 1e-5f;
+    // Y := X · W^T + residual, rounded once: [m, rows] in the activation type, may be y itself.
+    const void* residual = nullptr;
+};
+
+// Workspace (device memory) a launch with m rows needs (`norm`: with Wxa16Fusion::normWeight); it must be
+// zero-filled before its first use (the kernels leave it so again) and not be used by two launches at once.
+// allocateWorkspace returns such memory.
+size_t wxa16WorkspaceBytes(const DeviceTiledWeight& w, int64_t m, int splitK = 0, bool norm = false);
 void* allocateWorkspace(size_t bytes);
 void freeWorkspace(void* p);
 
 // splitK = 0 picks the split of the input dimension across blocks from the shape and the device; the workspace must
-// have been sized with the same m and splitK.
+// have been sized with the same m, splitK and norm. The W4A16 stream kernel is launched with programmatic dependent
+// launch where that is on (dependent_launch.h): it loads its first weights while the kernel before it finishes.
 void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, void* workspace, size_t workspaceBytes,
-               Stream stream, int splitK = 0);
+               Stream stream, int splitK = 0, const Wxa16Fusion& fusion = {});
+
+// Whether a launch of m tokens on w with a norm forms it inside the kernel (the W4A16 stream kernel in its default,
+// zero-subtracting shape, no act-order, and m rows of x fitting in kNormFoldSharedBytes of shared memory), given a
+// 16-byte aligned γ; otherwise the norm is a separate launch.
+constexpr size_t kNormFoldSharedBytes = 32 * 1024;
+bool wxa16FoldsNorm(const DeviceTiledWeight& w, int64_t m);
 
 // The split wxa16Gemm would choose (for reports).
 int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m);
