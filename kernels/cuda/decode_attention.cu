@@ -20,6 +20,9 @@ namespace {
 using namespace decode;
 
 constexpr int kAttentionThreads = 128;
+// Keys (rows of K or V) a warp or thread loads before it uses the first: the loads of one block's chunk go out
+// together instead of one latency after another (a 32-key chunk at 4 warps is then one round of key loads).
+constexpr int kKeysInFlight = 8;
 constexpr int kMaxHeadDim = 256;
 constexpr size_t kSharedBudget = 40 * 1024;   // below the 48 KB a launch gets without opting in
 
@@ -51,32 +54,49 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int firstHead = kvHead * groups;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
 
+    const int64_t cacheHead = (int64_t(b) * kvHeads + kvHead) * capacity;
+    const T* keyRows = keys + (cacheHead + start) * headDim;
+    const T* valueRows = values + (cacheHead + start) * headDim;
+    // The values are read only after the softmax: start bringing this chunk's rows into L2 now.
+    const char* valueBytes = reinterpret_cast<const char*>(valueRows);
+    const int valueLines = int((int64_t(count) * headDim * int64_t(sizeof(T)) + 127) / 128);
+    for (int l = threadIdx.x; l < valueLines; l += blockDim.x)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(valueBytes + int64_t(l) * 128));
+
     const T* qRows = q + (int64_t(b) * heads + firstHead) * headDim;
     for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) qs[e] = toFloat(qRows[e]) * scale;
     __syncthreads();
 
-    // Scores: a warp per key; each lane holds up to 8 of the key's elements (pairs 2 * lane + 64 j).
-    const int64_t cacheHead = (int64_t(b) * kvHeads + kvHead) * capacity;
-    const T* keyRows = keys + (cacheHead + start) * headDim;
-    for (int t = warp; t < count; t += warps) {
-        const T* key = keyRows + int64_t(t) * headDim;
-        float k[8];
+    // Scores: a warp per key, kKeysInFlight keys at a time whose loads are all issued before any is used; each lane
+    // holds up to 8 of a key's elements (pairs 2 * lane + 64 j, one 4-byte load each: the head dimension is even).
+    for (int t0 = warp * kKeysInFlight; t0 < count; t0 += warps * kKeysInFlight) {
+        uint32_t k[kKeysInFlight][4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int i = 2 * lane + 64 * j;
-            k[2 * j] = i < headDim ? toFloat(key[i]) : 0.0f;
-            k[2 * j + 1] = i < headDim ? toFloat(key[i + 1]) : 0.0f;
-        }
-        for (int g = 0; g < groups; ++g) {
-            const float* qg = qs + g * headDim;
-            float dot = 0.0f;
+        for (int u = 0; u < kKeysInFlight; ++u)
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const int i = 2 * lane + 64 * j;
-                if (i < headDim) dot += qg[i] * k[2 * j] + qg[i + 1] * k[2 * j + 1];
+                k[u][j] = t0 + u < count && i < headDim
+                              ? __ldg(reinterpret_cast<const unsigned int*>(keyRows + int64_t(t0 + u) * headDim + i))
+                              : 0u;
             }
-            dot = warpSum(dot);
-            if (lane == 0) scores[g * keysPerSplit + t] = dot;
+#pragma unroll
+        for (int u = 0; u < kKeysInFlight; ++u) {
+            if (t0 + u >= count) break;
+            for (int g = 0; g < groups; ++g) {
+                const float* qg = qs + g * headDim;
+                float dot = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int i = 2 * lane + 64 * j;
+                    if (i < headDim) {
+                        const T* pair = reinterpret_cast<const T*>(&k[u][j]);
+                        dot += qg[i] * toFloat(pair[0]) + qg[i + 1] * toFloat(pair[1]);
+                    }
+                }
+                dot = warpSum(dot);
+                if (lane == 0) scores[g * keysPerSplit + t0 + u] = dot;
+            }
         }
     }
     __syncthreads();
@@ -101,16 +121,19 @@ __global__ void __launch_bounds__(kAttentionThreads)
     }
     __syncthreads();
 
-    // Weighted values: a thread per (query head, element); consecutive threads read consecutive elements of a row.
-    const T* valueRows = values + (cacheHead + start) * headDim;
+    // Weighted values: a thread per (query head, element); consecutive threads read consecutive elements of a row,
+    // kKeysInFlight rows' loads issued before they are summed.
     for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) {
         const int g = e / headDim, i = e % headDim;
         const float* weights = scores + g * keysPerSplit;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         int t = 0;
-        for (; t + 4 <= count; t += 4) {
+        for (; t + kKeysInFlight <= count; t += kKeysInFlight) {
+            T v[kKeysInFlight];
 #pragma unroll
-            for (int u = 0; u < 4; ++u) acc[u] += weights[t + u] * toFloat(valueRows[int64_t(t + u) * headDim + i]);
+            for (int u = 0; u < kKeysInFlight; ++u) v[u] = valueRows[int64_t(t + u) * headDim + i];
+#pragma unroll
+            for (int u = 0; u < kKeysInFlight; ++u) acc[u % 4] += weights[t + u] * toFloat(v[u]);
         }
         for (; t < count; ++t) acc[0] += weights[t] * toFloat(valueRows[int64_t(t) * headDim + i]);
         const float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);

@@ -57,7 +57,8 @@ constexpr int streamMinBlocks() {
 }
 
 // The folded RMSNorm (NORM) of the stream kernel: x[t] := round(x[t]·r_t·γ), r_t = 1/sqrt(Σx[t]²/cols + eps), as
-// rmsNorm() (decode_ops.h) computes it, into `hs` (shared memory, [m][ldh]; zeros past p.cols). Each warp sums the
+// rmsNorm() (decode_ops.h) computes it, into `hs` (shared memory, [m][ldh]; zeros past p.cols, which only a
+// weight without a column table could have: the packer gives padded columns one). Each warp sums the
 // squares over its own columns, the block adds the warps' sums, then each warp writes and later reads only its own
 // columns: one __syncthreads, then a __syncwarp. x and γ are 16-byte aligned, cols a multiple of 8 (the launcher).
 template <typename T, int W>

@@ -165,10 +165,12 @@ int main() {
             // Short caches run in one chunk; long ones (or few heads) split over the sequence.
             // Short caches (at most 32 keys) run in one chunk; caches past 1024 keys always split; Llama-2-7B's
             // shape at a 192-token cache splits as the device's multiprocessor count decides.
+            // Head dims 96 (lanes past the row's end) and 256 (every lane's four pairs).
             const AttentionCase attention[] = {{1, 32, 32, 128, 32},   {1, 4, 1, 64, 24},    {1, 8, 8, 128, 2048},
-                                               {2, 8, 2, 64, 1500},    {1, 32, 8, 128, 4096}, {1, 32, 32, 128, 192}};
-            const int splits[] = {0, 0, 1, 1, 1, -1};
-            for (size_t i = 0; i < 6; ++i) {
+                                               {2, 8, 2, 64, 1500},    {1, 32, 8, 128, 4096}, {1, 32, 32, 128, 192},
+                                               {1, 4, 2, 96, 70},      {1, 2, 1, 256, 300}};
+            const int splits[] = {0, 0, 1, 1, 1, -1, -1, 1};
+            for (size_t i = 0; i < 8; ++i) {
                 const AttentionCase& c = attention[i];
                 for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testAttention(t, c, p, splits[i]);
             }

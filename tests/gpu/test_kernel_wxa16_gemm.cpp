@@ -171,7 +171,8 @@ void runFusedCases(ActType act) {
     wxa16SetStreamConfig(6);
     std::printf("-- fused norm / residual: auto, stream configuration 6\n");
     for (Fusion f : {both, normOnly, residualOnly, inPlace}) runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 2, 4}, 21, f, true);
-    runFusedCase({4, false, 40, 1000, 128, 0}, act, {1, 3}, 22, both, true);      // padded columns: zeros past cols
+    // Columns padded to a whole chunk pack with a column table (the gather writes the zeros): the norm runs first.
+    runFusedCase({4, false, 40, 1000, 128, 0}, act, {1, 3}, 22, both, false);
     runFusedCase({4, false, 80, 8192, 128, 0}, act, {1}, 23, both, true);         // 16 KB of x in shared memory
     runFusedCase({4, false, 80, 8192, 128, 0}, act, {4}, 23, both, false);        // 64 KB: the norm runs first
     runFusedCase({4, false, 128, 512, 128, 1}, act, {1}, 24, both, false);        // act-order: norm, then the gather
