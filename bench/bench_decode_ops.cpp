@@ -182,7 +182,7 @@ int main() {
         const double normUs = row("rmsNorm 4096", [&] { rmsNorm(x, nullptr, nullptr, weight, y, 1, hidden, 1e-5f, t, stream); });
         row("rmsNorm 4096 + residual", [&] { rmsNorm(x, residual, sum, weight, y, 1, hidden, 1e-5f, t, stream); });
         const double siluUs = row("siluMul 11008", [&] { siluMul(gateUp, 2 * ffn, gateUp + ffn, 2 * ffn, out, 1, ffn, t, stream); });
-        double ropeUs = 0, attentionUs = 0;   // at capacity 192, as in `cwb bench --prompt-tokens 128 --gen-tokens 64`
+        double ropeUs = 0, attentionUs = 0, ropeAttentionUs = 0;   // at capacity 192, as in `cwb bench --prompt-tokens 128 --gen-tokens 64`
         for (int64_t capacity : {int64_t(192), int64_t(1024), maxCapacity}) {
             const DecodeAttentionShape s{1, heads, heads, hd, capacity};
             const int64_t last = capacity - 1;
@@ -197,8 +197,15 @@ int main() {
             const double attentionThis = row("decodeAttention 32/32 heads of 128, " + std::to_string(last + 1) + " keys (" + std::to_string(plan.splits) +
                     " splits of " + std::to_string(plan.keysPerSplit) + ", merge included)",
                 [&] { decodeAttention(qOut, keys, values, position, out, s, 0.088f, plan, ws, bytes, t, stream); });
+            const double fusedThis = row("ropeDecodeAttention (RoPE, cache write and attention in one launch + merge), " +
+                                             std::to_string(last + 1) + " keys",
+                [&] {
+                    ropeDecodeAttention(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table,
+                                        maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s, 0.088f, plan,
+                                        ws, bytes, t, stream);
+                });
             cudaFree(ws);
-            if (capacity == 192) ropeUs = ropeThis, attentionUs = attentionThis;
+            if (capacity == 192) ropeUs = ropeThis, attentionUs = attentionThis, ropeAttentionUs = fusedThis;
         }
 
         // Dense linears: cuBLAS (what at::linear / at::addmm call) against the GEMV, same data, same run.
@@ -303,13 +310,15 @@ int main() {
         for (const std::string& line : foldedRows) std::printf("%s\n", line.c_str());
         // Per token: 32 blocks of (2 RMSNorms, RoPE + cache write, attention, SiLU * up) plus the final RMSNorm; the
         // embedding gather and the logits' fp32 cast are left out.
-        const double restUs = 32 * (2 * normUs + ropeUs + attentionUs + siluUs) + normUs;
+        const double restUs = 32 * (2 * normUs + ropeAttentionUs + siluUs) + normUs;   // RoPE fused into attention
         const double floorUs = weightBytes / (copy * 1e3);
         std::printf("\nPer token, 32 blocks + head, sum of the launches above (attention at 192 keys):\n\n"
                     "| | linears ms | other kernels ms | sum ms | weight-read floor ms | sum / floor |\n"
                     "| --- | ---: | ---: | ---: | ---: | ---: |\n");
         // Folded: the norms are inside the GEMVs, and gate/up's siluMul is counted with it above.
-        const double restFoldedUs = 32 * (ropeUs + attentionUs);
+        const double restFoldedUs = 32 * ropeAttentionUs;
+        std::printf("\n(RoPE + cache write and attention: %.2f + %.2f us as two launches, %.2f us as one.)\n", ropeUs,
+                    attentionUs, ropeAttentionUs);
         for (const auto& [name, linearUs, otherUs] :
              {std::tuple<const char*, double, double>{"cuBLAS", cublasTokenUs, restUs},
               {"dense GEMV", gemvTokenUs, restUs},
@@ -352,15 +361,17 @@ int main() {
                 denseGemv(x, weightOf(hidden * outputs), nullptr, nullptr, result, g, t, stream);
             }
         };
+        auto ropeAttention = [&] {   // as the runtime runs it: one launch (+ the merge)
+            ropeDecodeAttention(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table, maxCapacity,
+                                RopeLayout::HalfSplit, position, cacheKeys, cacheValues, out, attention, 0.088f, plan,
+                                workspace, workspaceBytes, t, stream);
+        };
         enum class Folding { None, Norms, NormsAndSwiGlu };
         auto decodeStep = [&](Folding folding) {
             const bool fold = folding != Folding::None;
             for (int layer = 0; layer < 32; ++layer) {
                 normedLinear(fold, 3 * hidden, qkv);
-                ropeKvWrite(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table, maxCapacity,
-                            RopeLayout::HalfSplit, position, qOut, cacheKeys, cacheValues, attention, t, stream);
-                decodeAttention(qOut, cacheKeys, cacheValues, position, out, attention, 0.088f, plan, workspace,
-                                workspaceBytes, t, stream);
+                ropeAttention();
                 denseGemv(out, weightOf(hidden * hidden), nullptr, stream_x, stream_x, gemvShape(hidden, hidden), t, stream);
                 if (folding == Folding::NormsAndSwiGlu) {
                     GemvRmsNorm norm;
@@ -385,8 +396,8 @@ int main() {
                 setProgrammaticDependentLaunch(pdl);
                 stepMs[pdl] = microsecondsPerLaunch(stream, [&] { decodeStep(folding); }, 3) / 1e3;
             }
-            // Per block: norm, q/k/v, RoPE, attention (+ merge), o_proj, norm, gate/up, siluMul, down_proj.
-            const int perBlock = folding == Folding::None ? 9 : folding == Folding::Norms ? 7 : 6;
+            // Per block: norm, q/k/v, RoPE with attention (+ merge), o_proj, norm, gate/up, siluMul, down_proj.
+            const int perBlock = folding == Folding::None ? 8 : folding == Folding::Norms ? 6 : 5;
             const int launches = 32 * perBlock + (plan.splits > 1 ? 32 : 0) + (folding == Folding::None ? 2 : 1);
             const char* name = folding == Folding::None    ? "separate kernels"
                                : folding == Folding::Norms ? "norms folded into the GEMV"
@@ -424,10 +435,7 @@ int main() {
                         rmsNorm(stream_x, nullptr, nullptr, weight, x, 1, hidden, 1e-5f, t, stream);
                         w4(qkvW, x, qkv, none);
                     }
-                    ropeKvWrite(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table, maxCapacity,
-                                RopeLayout::HalfSplit, position, qOut, cacheKeys, cacheValues, attention, t, stream);
-                    decodeAttention(qOut, cacheKeys, cacheValues, position, out, attention, 0.088f, plan, workspace,
-                                    workspaceBytes, t, stream);
+                    ropeAttention();
                     if (fold) {
                         w4(oW, out, stream_x, plusResidual);
                         w4(gateUpW, stream_x, gateUp, normed);
@@ -455,7 +463,7 @@ int main() {
                     setProgrammaticDependentLaunch(pdl);
                     stepMs[pdl] = microsecondsPerLaunch(stream, [&] { int4Step(fold); }, 3) / 1e3;
                 }
-                const int perBlock = fold ? 7 : 10;   // attention's merge counted below
+                const int perBlock = fold ? 6 : 9;   // attention's merge counted below
                 const int launches = 32 * perBlock + (plan.splits > 1 ? 32 : 0) + 1;
                 std::printf("| %s | %d | %.3f | %.3f | %.2fx |\n",
                             fold ? "inside the W4A16 launches" : "separate kernels", launches, stepMs[0], stepMs[1],

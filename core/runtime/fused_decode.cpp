@@ -101,21 +101,18 @@ at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const 
     at::Tensor qRows = rowsOf(q, s.batch, heads * s.headDim);
     at::Tensor kRows = rowsOf(k, s.batch, s.kvHeads * s.headDim);
     at::Tensor vRows = rowsOf(v, s.batch, s.kvHeads * s.headDim);
-    at::Tensor rotated = at::empty({s.batch, heads, s.headDim}, q.options());
     at::Tensor out = at::empty({s.batch, 1, heads * s.headDim}, q.options());
     const kernels::RopeLayout layout =
         style == RopeStyle::AdjacentPairs ? kernels::RopeLayout::AdjacentPairs : kernels::RopeLayout::HalfSplit;
-    launching("attention", [&] {
-        kernels::ropeKvWrite(qRows.data_ptr(), qRows.stride(0), kRows.data_ptr(), kRows.stride(0), vRows.data_ptr(),
-                             vRows.stride(0), ropeTable.data_ptr<float>(), ropeTable.size(0), layout,
-                             position.data_ptr<int64_t>(), rotated.data_ptr(), keys.data_ptr(), values.data_ptr(), s,
-                             type, torchCurrentStream());
+    launching("attention", [&] {   // RoPE, the cache write and attention in one launch (+ the merge of the splits)
         const kernels::DecodeAttentionPlan plan = kernels::planDecodeAttention(s, kernels::deviceMultiprocessors());
         const size_t bytes = kernels::decodeAttentionWorkspaceBytes(s, plan);
         at::Tensor workspace = at::empty({int64_t(bytes / sizeof(float)) + 1}, q.options().dtype(at::kFloat));
-        kernels::decodeAttention(rotated.data_ptr(), keys.data_ptr(), values.data_ptr(), position.data_ptr<int64_t>(),
-                                 out.data_ptr(), s, float(1.0 / std::sqrt(double(s.headDim))), plan,
-                                 workspace.data_ptr<float>(), bytes, type, torchCurrentStream());
+        kernels::ropeDecodeAttention(qRows.data_ptr(), qRows.stride(0), kRows.data_ptr(), kRows.stride(0), vRows.data_ptr(),
+                                     vRows.stride(0), ropeTable.data_ptr<float>(), ropeTable.size(0), layout,
+                                     position.data_ptr<int64_t>(), keys.data_ptr(), values.data_ptr(), out.data_ptr(), s,
+                                     float(1.0 / std::sqrt(double(s.headDim))), plan, workspace.data_ptr<float>(), bytes,
+                                     type, torchCurrentStream());
         return 0;
     });
     return out;

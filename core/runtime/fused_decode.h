@@ -24,8 +24,8 @@ std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor& x, const at:
 // One decode step's attention: RoPE on q [batch, 1, heads * headDim] and k [batch, 1, kvHeads * headDim] at the
 // device position `position` (int64 [1]), the rotated keys and v written to the caches [batch, kvHeads, capacity,
 // headDim] at that position, then attention of every query head over the cache up to it. q, k and v may be views
-// of one fused GEMM output. ropeTable is the runtime's fp32 [positions, 2, headDim] (ropeTable()).
-// Returns [batch, 1, heads * headDim].
+// of one fused GEMM output. ropeTable is the runtime's fp32 [positions, 2, headDim] (ropeTable()). One launch
+// (kernels::ropeDecodeAttention), two when the cache is split over the sequence. Returns [batch, 1, heads * headDim].
 at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& ropeTable, RopeStyle style, const at::Tensor& position,
                                 at::Tensor& keys, at::Tensor& values, int64_t heads);

@@ -703,7 +703,7 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     at::Tensor out;   // x + attention output
     bool foldPostNorm = false;     // gate/up's dense GEMV normalises `out` itself (h stays undefined)
     bool nativePostNorm = false;   // so does gate/up's native kernel launch
-    if (fused) {   // RoPE, cache write and attention in two or three kernels; the residual add joins the norm
+    if (fused) {   // RoPE, cache write and attention in one or two kernels; the residual add joins the norm
         at::Tensor attn = fusedDecodeAttention(qk.narrow(-1, 0, heads * hd), qk.narrow(-1, heads * hd, kvHeads * hd), v,
                                                mRopeTable, s.ropeStyle, position, keys, values, heads);
         // gate/up's GEMV qualifies by x's shape and type, which `out` shares.

@@ -64,7 +64,7 @@ struct RuntimeOptions {
     // build has it. On the H200 it made 7B fp16 prefill of 2048 tokens 2.5x faster (docs/performance.md).
     bool fusedAttention = true;
     // On CUDA in fp16 / bf16, the fixed-shape decode step runs the fused kernels of kernels/decode_ops.h (RMSNorm,
-    // RoPE + cache write, attention, SiLU * up: 9-10 launches per dense block, 6-7 with fusedNormGemv and
+    // RoPE + cache write + attention in one, SiLU * up: 8-9 launches per dense block, 5-6 with fusedNormGemv and
     // fusedSwiGluGemv); off, or elsewhere, LibTorch operations. Whether they use programmatic dependent launch is
     // process-wide (CWB_PDL, setDecodeDependentLaunch in core/runtime/fused_decode.h).
     bool fusedDecode = true;
@@ -84,7 +84,7 @@ struct RuntimeOptions {
     bool fusedSwiGluGemv = true;
     // With fusedDecode active: native integer layers (W4A16 / W8A16 kernels) take the RMSNorm before them (q/k/v,
     // gate/up) and the residual add after them (o_proj, down_proj) into their own launch
-    // (NativeIntLinear::forwardFused): 7 launches per INT4 block instead of 10 (+ attention's merge) where the W4A16 stream kernel forms
+    // (NativeIntLinear::forwardFused): 6 launches per INT4 block instead of 9 (+ attention's merge) where the W4A16 stream kernel forms
     // the norm itself (kernels::wxa16FoldsNorm), else the norm stays a separate kernel.
     bool fusedIntLinear = true;
 };

@@ -26,26 +26,55 @@ constexpr int kKeysInFlight = 8;
 constexpr int kMaxHeadDim = 256;
 constexpr size_t kSharedBudget = 40 * 1024;   // below the 48 KB a launch gets without opting in
 
+// The query heads of one kv head, their chunk's scores and statistics (floats), then, for the fused RoPE, the
+// position's new key and value (headDim elements each of the 2-byte activation type: headDim floats).
 size_t sharedBytes(int64_t groups, int64_t headDim, int64_t keysPerSplit) {
-    return size_t(groups * (headDim + keysPerSplit + 2)) * sizeof(float);
+    return size_t(groups * (headDim + keysPerSplit + 2) + headDim) * sizeof(float);
+}
+
+// The fused RoPE's inputs (ropeDecodeAttention): the raw q, k, v rows (strided as ropeKvWrite's), the cos / signed-sin
+// table and the caches to write the position's key and value into.
+template <typename T>
+struct RopeInputs {
+    const T* q;
+    const T* k;
+    const T* v;
+    int64_t qStride, kStride, vStride;
+    const float* table;
+    int64_t tablePositions;
+    bool adjacentPairs;
+    T* keyCache;
+    T* valueCache;
+};
+
+// Element i of a head rotated by the table row `cos` (cos[0..hd), signed sin [hd..2hd)), rounded as ropeKvWrite does.
+template <typename T>
+__device__ __forceinline__ T rotatedElement(const T* head, int i, int headDim, bool adjacentPairs, const float* cos) {
+    const int partner = adjacentPairs ? (i ^ 1) : (i + headDim / 2) % headDim;
+    return fromFloat<T>(toFloat(head[i]) * cos[i] + toFloat(head[partner]) * cos[headDim + i]);
 }
 
 __device__ __forceinline__ int64_t clampedPosition(const int64_t* position, int64_t capacity) {
     return min(max(*position, int64_t(0)), capacity - 1);
 }
 
-template <typename T>
+// ROPE (ropeDecodeAttention): q is rotated here from rope.q, and the block whose chunk holds the position rotates
+// that position's key, writes it and the value to the caches, and reads both from shared memory (the other blocks
+// never read that slot: it lies in one chunk). Without ROPE, q is already rotated and the caches already written.
+template <typename T, bool ROPE>
 __global__ void __launch_bounds__(kAttentionThreads)
-    decodeAttentionKernel(const T* __restrict__ q, const T* __restrict__ keys, const T* __restrict__ values,
-                          const int64_t* __restrict__ position, T* __restrict__ out, float* __restrict__ partialMax,
-                          float* __restrict__ partialSum, float* __restrict__ partialOut, int heads, int kvHeads,
-                          int headDim, int64_t capacity, int64_t keysPerSplit, int splits, float scale) {
+    decodeAttentionKernel(const T* q, const T* keys, const T* values, const int64_t* __restrict__ position,
+                          T* __restrict__ out, float* __restrict__ partialMax, float* __restrict__ partialSum,
+                          float* __restrict__ partialOut, int heads, int kvHeads, int headDim, int64_t capacity,
+                          int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope) {
     waitForPredecessor();
     extern __shared__ float shared[];
     const int groups = heads / kvHeads;
     float* qs = shared;                                  // [groups][headDim], scaled
     float* scores = qs + groups * headDim;               // [groups][keysPerSplit]: scores, then exp(score - max)
     float* stats = scores + groups * keysPerSplit;       // [groups] maxima, then [groups] sums
+    T* newKey = reinterpret_cast<T*>(stats + 2 * groups);   // ROPE: the position's rotated key, then its value
+    T* newValue = newKey + headDim;
     const int split = blockIdx.x, kvHead = blockIdx.y, b = blockIdx.z;
     const int64_t p = clampedPosition(position, capacity);
     const int64_t start = int64_t(split) * keysPerSplit;
@@ -63,8 +92,31 @@ __global__ void __launch_bounds__(kAttentionThreads)
     for (int l = threadIdx.x; l < valueLines; l += blockDim.x)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(valueBytes + int64_t(l) * 128));
 
-    const T* qRows = q + (int64_t(b) * heads + firstHead) * headDim;
-    for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) qs[e] = toFloat(qRows[e]) * scale;
+    int local = -1;   // ROPE: the position's index in this chunk, when this block writes it
+    if constexpr (ROPE) {
+        const int64_t raw = *position;
+        const bool valid = raw >= 0 && raw < capacity && raw < rope.tablePositions;
+        const float* cos = rope.table + min(p, rope.tablePositions - 1) * 2 * headDim;
+        for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) {
+            const T* head = rope.q + int64_t(b) * rope.qStride + int64_t(firstHead + e / headDim) * headDim;
+            qs[e] = toFloat(rotatedElement(head, e % headDim, headDim, rope.adjacentPairs, cos)) * scale;
+        }
+        if (valid && p - start < count) {   // this chunk holds the position (blocks past it returned above)
+            local = int(p - start);
+            const T* keyIn = rope.k + int64_t(b) * rope.kStride + int64_t(kvHead) * headDim;
+            const T* valueIn = rope.v + int64_t(b) * rope.vStride + int64_t(kvHead) * headDim;
+            const int64_t slot = ((int64_t(b) * kvHeads + kvHead) * capacity + p) * headDim;
+            for (int i = threadIdx.x; i < headDim; i += blockDim.x) {
+                newKey[i] = rotatedElement(keyIn, i, headDim, rope.adjacentPairs, cos);
+                newValue[i] = valueIn[i];
+                rope.keyCache[slot + i] = newKey[i];
+                rope.valueCache[slot + i] = newValue[i];
+            }
+        }
+    } else {
+        const T* qRows = q + (int64_t(b) * heads + firstHead) * headDim;
+        for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) qs[e] = toFloat(qRows[e]) * scale;
+    }
     __syncthreads();
 
     // Scores: a warp per key, kKeysInFlight keys at a time whose loads are all issued before any is used; each lane
@@ -80,6 +132,14 @@ __global__ void __launch_bounds__(kAttentionThreads)
                               ? __ldg(reinterpret_cast<const unsigned int*>(keyRows + int64_t(t0 + u) * headDim + i))
                               : 0u;
             }
+        if (ROPE && local >= t0 && local < t0 + kKeysInFlight)   // the new key, from shared memory
+#pragma unroll
+            for (int u = 0; u < kKeysInFlight; ++u)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int i = 2 * lane + 64 * j;
+                    if (t0 + u == local && i < headDim) k[u][j] = *reinterpret_cast<const unsigned int*>(newKey + i);
+                }
 #pragma unroll
         for (int u = 0; u < kKeysInFlight; ++u) {
             if (t0 + u >= count) break;
@@ -132,10 +192,12 @@ __global__ void __launch_bounds__(kAttentionThreads)
             T v[kKeysInFlight];
 #pragma unroll
             for (int u = 0; u < kKeysInFlight; ++u) v[u] = valueRows[int64_t(t + u) * headDim + i];
+            if (ROPE && local >= t && local < t + kKeysInFlight) v[local - t] = newValue[i];
 #pragma unroll
             for (int u = 0; u < kKeysInFlight; ++u) acc[u % 4] += weights[t + u] * toFloat(v[u]);
         }
-        for (; t < count; ++t) acc[0] += weights[t] * toFloat(valueRows[int64_t(t) * headDim + i]);
+        for (; t < count; ++t)
+            acc[0] += weights[t] * toFloat(ROPE && t == local ? newValue[i] : valueRows[int64_t(t) * headDim + i]);
         const float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         const int64_t row = int64_t(b) * heads + firstHead + g;
         if (splits == 1)
@@ -205,9 +267,12 @@ size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& s, const Decode
     return size_t(s.batch * s.heads * plan.splits * (s.headDim + 2)) * sizeof(float);
 }
 
-void decodeAttention(const void* q, const void* keyCache, const void* valueCache, const int64_t* position, void* out,
+namespace {
+
+// Both entry points: the attention kernel (with the RoPE of ropeDecodeAttention when `rope`), then the merge.
+void launchAttention(const void* q, const void* keyCache, const void* valueCache, const int64_t* position, void* out,
                      const DecodeAttentionShape& s, float scale, const DecodeAttentionPlan& plan, float* workspace,
-                     size_t workspaceBytes, ActType type, Stream stream) {
+                     size_t workspaceBytes, ActType type, Stream stream, const RopeInputs<uint16_t>* rope) {
     require(s.batch > 0 && s.heads > 0 && s.kvHeads > 0 && s.capacity > 0, "empty shape");
     require(s.heads % s.kvHeads == 0, std::to_string(s.heads) + " query heads do not divide into " +
                                           std::to_string(s.kvHeads) + " kv heads");
@@ -230,11 +295,17 @@ void decodeAttention(const void* q, const void* keyCache, const void* valueCache
     dispatch(type, [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
         const dim3 grid(unsigned(plan.splits), unsigned(s.kvHeads), unsigned(s.batch));
+        RopeInputs<T> r{};
+        if (rope)
+            r = {reinterpret_cast<const T*>(rope->q), reinterpret_cast<const T*>(rope->k),
+                 reinterpret_cast<const T*>(rope->v), rope->qStride, rope->kStride, rope->vStride, rope->table,
+                 rope->tablePositions, rope->adjacentPairs, reinterpret_cast<T*>(rope->keyCache),
+                 reinterpret_cast<T*>(rope->valueCache)};
         CWB_CUDA_CHECK(launchDependent(
-            decodeAttentionKernel<T>, grid, dim3(kAttentionThreads), shared, st, static_cast<const T*>(q),
-            static_cast<const T*>(keyCache), static_cast<const T*>(valueCache), position, static_cast<T*>(out),
-            partialMax, partialSum, partialOut, int(s.heads), int(s.kvHeads), int(s.headDim), s.capacity,
-            plan.keysPerSplit, int(plan.splits), scale));
+            rope ? decodeAttentionKernel<T, true> : decodeAttentionKernel<T, false>, grid, dim3(kAttentionThreads),
+            shared, st, static_cast<const T*>(q), static_cast<const T*>(keyCache), static_cast<const T*>(valueCache),
+            position, static_cast<T*>(out), partialMax, partialSum, partialOut, int(s.heads), int(s.kvHeads),
+            int(s.headDim), s.capacity, plan.keysPerSplit, int(plan.splits), scale, r));
         CWB_CUDA_CHECK_LAUNCH("decodeAttention");
         if (split) {
             const dim3 mergeGrid(unsigned(s.heads), unsigned(s.batch));
@@ -245,6 +316,29 @@ void decodeAttention(const void* q, const void* keyCache, const void* valueCache
             CWB_CUDA_CHECK_LAUNCH("decodeAttention (merge)");
         }
     });
+}
+
+} // namespace
+
+void decodeAttention(const void* q, const void* keyCache, const void* valueCache, const int64_t* position, void* out,
+                     const DecodeAttentionShape& s, float scale, const DecodeAttentionPlan& plan, float* workspace,
+                     size_t workspaceBytes, ActType type, Stream stream) {
+    require(q, "null pointer");
+    launchAttention(q, keyCache, valueCache, position, out, s, scale, plan, workspace, workspaceBytes, type, stream, nullptr);
+}
+
+void ropeDecodeAttention(const void* q, int64_t qStride, const void* k, int64_t kStride, const void* v, int64_t vStride,
+                         const float* ropeTable, int64_t tablePositions, RopeLayout layout, const int64_t* position,
+                         void* keyCache, void* valueCache, void* out, const DecodeAttentionShape& s, float scale,
+                         const DecodeAttentionPlan& plan, float* workspace, size_t workspaceBytes, ActType type,
+                         Stream stream) {
+    require(q && k && v && ropeTable && tablePositions > 0, "null pointer or empty RoPE table");
+    const RopeInputs<uint16_t> rope{static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k),
+                                    static_cast<const uint16_t*>(v), qStride, kStride, vStride, ropeTable,
+                                    tablePositions, layout == RopeLayout::AdjacentPairs,
+                                    static_cast<uint16_t*>(keyCache), static_cast<uint16_t*>(valueCache)};
+    // q is not read as rotated queries here; any non-null pointer passes launchAttention's checks.
+    launchAttention(q, keyCache, valueCache, position, out, s, scale, plan, workspace, workspaceBytes, type, stream, &rope);
 }
 
 } // namespace cwb::kernels

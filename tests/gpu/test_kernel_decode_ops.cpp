@@ -1,6 +1,7 @@
 // GPU test (label `gpu`, exit 77 without a GPU): the fused decode kernels (decode_ops.h) against their CPU
 // references: RMSNorm with and without the residual add; RoPE + KV-cache write for both RoPE layouts at positions 0,
-// mid and capacity - 1 (and a position past the cache, which must write nothing); single-token GQA attention over
+// mid and capacity - 1 (and a position past the cache, which must write nothing); the same RoPE and cache write fused
+// into attention (ropeDecodeAttention) against both references in turn; single-token GQA attention over
 // the cache, unsplit and split over the sequence; SiLU(gate) * up on a fused [gate; up] row. fp16 and bf16, GQA
 // ratios 1 and 4, head dimensions 64 and 128, batch 1 and 2.
 #include <cuda_runtime.h>
@@ -133,6 +134,70 @@ void testAttention(ActType t, const AttentionCase& c, int64_t position, int expe
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dpos), cudaFree(ws);
 }
 
+// ropeDecodeAttention (RoPE, cache write and attention in one launch) against ropeKvWriteRef then decodeAttentionRef:
+// the output, the position's key and value in the caches, every other slot untouched; the slots past the position
+// hold huge values that would dominate the output if they were read. A position past the cache writes nothing.
+void testRopeAttention(ActType t, const AttentionCase& c, RopeLayout layout, int64_t position) {
+    const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
+    const DecodeAttentionPlan plan = planDecodeAttention(s, deviceMultiprocessors());
+    const std::string tag = "ropeDecodeAttention " + describe(c, t) +
+                            (layout == RopeLayout::AdjacentPairs ? ", adjacent" : ", half-split") + ", position " +
+                            std::to_string(position) + ", " + std::to_string(plan.splits) + " splits of " +
+                            std::to_string(plan.keysPerSplit);
+    const int64_t width = (c.heads + 2 * c.kvHeads) * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
+    std::vector<float> qkv = roundedGaussian(size_t(c.batch * width), 11, t);
+    std::vector<float> keys = roundedGaussian(size_t(cacheSize), 12, t, 0.5f), values = roundedGaussian(size_t(cacheSize), 13, t);
+    for (int64_t row = 0; row < c.batch * c.kvHeads; ++row)
+        for (int64_t slot = position + 1; slot < c.capacity; ++slot)
+            for (int64_t i = 0; i < c.headDim; ++i) {
+                keys[size_t((row * c.capacity + slot) * c.headDim + i)] = 8.0f;
+                values[size_t((row * c.capacity + slot) * c.headDim + i)] = 1000.0f;
+            }
+    std::vector<float> table(size_t(c.capacity * 2 * c.headDim));
+    ropeTableRef(10000.0, c.headDim, c.capacity, layout, table.data());
+    std::vector<float> refQ(size_t(c.batch * c.heads * c.headDim), 0.0f), refKeys = keys, refValues = values;
+    const float* q = qkv.data();
+    ropeKvWriteRef(q, width, q + c.heads * c.headDim, width, q + (c.heads + c.kvHeads) * c.headDim, width, table.data(),
+                   c.capacity, layout, position, refQ.data(), refKeys.data(), refValues.data(), s, t);
+    const float scale = float(1.0 / std::sqrt(double(c.headDim)));
+    std::vector<float> ref(refQ.size());
+    const bool inside = position >= 0 && position < c.capacity;
+    if (inside) decodeAttentionRef(refQ.data(), refKeys.data(), refValues.data(), position, ref.data(), s, scale, t);
+    uint16_t *dqkv = upload(qkv, t), *dk = upload(keys, t), *dv = upload(values, t);
+    uint16_t* dout = upload(std::vector<float>(ref.size(), NAN), t);
+    float* dtable = toDevice(table);
+    int64_t* dpos = toDevice(std::vector<int64_t>{position});
+    const size_t bytes = decodeAttentionWorkspaceBytes(s, plan);
+    float* ws = bytes ? toDevice(std::vector<float>(bytes / sizeof(float), NAN)) : nullptr;   // poisoned
+    ropeDecodeAttention(dqkv, width, dqkv + c.heads * c.headDim, width, dqkv + (c.heads + c.kvHeads) * c.headDim, width,
+                        dtable, c.capacity, layout, dpos, dk, dv, dout, s, scale, plan, ws, bytes, t, nullptr);
+    synchronised(tag);
+    if (inside) {
+        const double error = nmse(download(dout, ref.size(), t), ref);
+        std::printf("  %s: nmse %.3g\n", tag.c_str(), error);
+        check(error <= tolerance(t), (tag + ": output matches the reference").c_str());
+    }
+    // The rotated key at the position within rounding (the kernel may fuse x·cos + y·sin), every other slot exact.
+    const std::vector<float> gotKeys = download(dk, size_t(cacheSize), t);
+    std::vector<float> gotAtPosition, refAtPosition;
+    size_t otherSlotsChanged = 0;
+    for (int64_t row = 0; row < c.batch * c.kvHeads; ++row)
+        for (int64_t slot = 0; slot < c.capacity; ++slot)
+            for (int64_t i = 0; i < c.headDim; ++i) {
+                const size_t e = size_t((row * c.capacity + slot) * c.headDim + i);
+                if (slot != position) {
+                    otherSlotsChanged += gotKeys[e] != keys[e];
+                } else {
+                    gotAtPosition.push_back(gotKeys[e]);
+                    refAtPosition.push_back(refKeys[e]);
+                }
+            }
+    if (inside) check(nmse(gotAtPosition, refAtPosition) <= tolerance(t), (tag + ": rotated keys at the position").c_str());
+    check(otherSlotsChanged == 0, (tag + ": other key slots untouched").c_str());
+    check(download(dv, size_t(cacheSize), t) == refValues, (tag + ": values: the value at the position, all else untouched").c_str());
+    cudaFree(dqkv), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dtable), cudaFree(dpos), cudaFree(ws);
+}
+
 void testSiluMul(ActType t, int64_t rows, int64_t width) {
     const std::string tag = std::string("siluMul ") + actTypeName(t) + " " + std::to_string(rows) + "x" + std::to_string(width);
     std::vector<float> gateUp = roundedGaussian(size_t(rows * 2 * width), 10, t, 2.0f), ref(size_t(rows * width));
@@ -173,6 +238,14 @@ int main() {
             for (size_t i = 0; i < 8; ++i) {
                 const AttentionCase& c = attention[i];
                 for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testAttention(t, c, p, splits[i]);
+            }
+            // RoPE, the cache write and attention in one launch: split and unsplit caches, GQA, batch 2, both layouts.
+            const AttentionCase fused[] = {{1, 32, 32, 128, 192}, {1, 4, 1, 64, 24}, {2, 8, 2, 64, 1500},
+                                           {1, 4, 2, 96, 70},     {1, 2, 1, 256, 300}};
+            for (const AttentionCase& c : fused) {
+                for (RopeLayout layout : {RopeLayout::HalfSplit, RopeLayout::AdjacentPairs})
+                    for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testRopeAttention(t, c, layout, p);
+                testRopeAttention(t, c, RopeLayout::HalfSplit, c.capacity);   // past the cache: nothing written
             }
         }
     } catch (const std::exception& e) {

@@ -57,6 +57,16 @@ void decodeAttention(const void* q, const void* keyCache, const void* valueCache
                      const DecodeAttentionShape& shape, float scale, const DecodeAttentionPlan& plan, float* workspace,
                      size_t workspaceBytes, ActType type, Stream stream);
 
+// ropeKvWrite and decodeAttention in one launch (the runtime's decode step): each block rotates its query heads
+// itself, and the block whose chunk holds the position rotates that position's key, writes it and the value to the
+// caches and reads both from shared memory. Arguments as in the two calls (no qOut); the same results. A position
+// outside [0, capacity) or past the table writes nothing to the caches, and the output is then not meaningful.
+void ropeDecodeAttention(const void* q, int64_t qStride, const void* k, int64_t kStride, const void* v, int64_t vStride,
+                         const float* ropeTable, int64_t tablePositions, RopeLayout layout, const int64_t* position,
+                         void* keyCache, void* valueCache, void* out, const DecodeAttentionShape& shape, float scale,
+                         const DecodeAttentionPlan& plan, float* workspace, size_t workspaceBytes, ActType type,
+                         Stream stream);
+
 // out[r, i] = silu(gate[r, i]) * up[r, i] for `rows` rows of `width`; element (r, i) of gate is gate[r * gateStride
 // + i] (so one fused [gate; up] GEMM output serves as both, with up = gate + width). out is contiguous.
 void siluMul(const void* gate, int64_t gateStride, const void* up, int64_t upStride, void* out, int64_t rows,
