@@ -67,7 +67,10 @@ __global__ void __launch_bounds__(kAttentionThreads)
                           T* __restrict__ out, float* __restrict__ partialMax, float* __restrict__ partialSum,
                           float* __restrict__ partialOut, int heads, int kvHeads, int headDim, int64_t capacity,
                           int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope) {
-    waitForPredecessor();
+    // Without ROPE the kernel before this one wrote the position's key: wait first. With it, that kernel only made
+    // q, k and v; the position and every earlier slot of the caches are older, so the cache reads start before the
+    // wait and overlap that kernel's end (programmatic dependent launch).
+    if constexpr (!ROPE) waitForPredecessor();
     extern __shared__ float shared[];
     const int groups = heads / kvHeads;
     float* qs = shared;                                  // [groups][headDim], scaled
@@ -78,7 +81,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int split = blockIdx.x, kvHead = blockIdx.y, b = blockIdx.z;
     const int64_t p = clampedPosition(position, capacity);
     const int64_t start = int64_t(split) * keysPerSplit;
-    if (start > p) return;   // the merge does not read chunks past the position
+    if (start > p) return;   // the merge does not read chunks past the position (an exit counts as the PDL trigger)
     const int count = int(min(keysPerSplit, p + 1 - start));
     const int firstHead = kvHead * groups;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -91,6 +94,25 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int valueLines = int((int64_t(count) * headDim * int64_t(sizeof(T)) + 127) / 128);
     for (int l = threadIdx.x; l < valueLines; l += blockDim.x)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(valueBytes + int64_t(l) * 128));
+
+    // Scores: a warp per key, kKeysInFlight keys at a time whose loads are all issued before any is used; each lane
+    // holds up to 8 of a key's elements (pairs 2 * lane + 64 j, one 4-byte load each: the head dimension is even).
+    // The first batch is loaded before the queries are set up.
+    const int firstKey = warp * kKeysInFlight;
+    uint32_t k[kKeysInFlight][4];
+    auto loadKeys = [&](int t0) {
+#pragma unroll
+        for (int u = 0; u < kKeysInFlight; ++u)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int i = 2 * lane + 64 * j;
+                k[u][j] = t0 + u < count && i < headDim
+                              ? __ldg(reinterpret_cast<const unsigned int*>(keyRows + int64_t(t0 + u) * headDim + i))
+                              : 0u;
+            }
+    };
+    loadKeys(firstKey);
+    if constexpr (ROPE) waitForPredecessor();
 
     int local = -1;   // ROPE: the position's index in this chunk, when this block writes it
     if constexpr (ROPE) {
@@ -119,19 +141,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
     }
     __syncthreads();
 
-    // Scores: a warp per key, kKeysInFlight keys at a time whose loads are all issued before any is used; each lane
-    // holds up to 8 of a key's elements (pairs 2 * lane + 64 j, one 4-byte load each: the head dimension is even).
-    for (int t0 = warp * kKeysInFlight; t0 < count; t0 += warps * kKeysInFlight) {
-        uint32_t k[kKeysInFlight][4];
-#pragma unroll
-        for (int u = 0; u < kKeysInFlight; ++u)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int i = 2 * lane + 64 * j;
-                k[u][j] = t0 + u < count && i < headDim
-                              ? __ldg(reinterpret_cast<const unsigned int*>(keyRows + int64_t(t0 + u) * headDim + i))
-                              : 0u;
-            }
+    for (int t0 = firstKey; t0 < count; t0 += warps * kKeysInFlight) {
+        if (t0 != firstKey) loadKeys(t0);
         if (ROPE && local >= t0 && local < t0 + kKeysInFlight)   // the new key, from shared memory
 #pragma unroll
             for (int u = 0; u < kKeysInFlight; ++u)
