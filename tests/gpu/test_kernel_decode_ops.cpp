@@ -56,6 +56,28 @@ std::string describe(const AttentionCase& c, ActType t) {
            std::to_string(c.kvHeads) + " heads of " + std::to_string(c.headDim) + ", capacity " + std::to_string(c.capacity);
 }
 
+// The key cache after a write at `position`: that slot holds the reference's rotated key within rounding (the
+// kernels may fuse x·cos + y·sin), every other slot its value before, exactly (a position outside the cache: all).
+void checkKeySlots(const std::string& tag, ActType t, const AttentionCase& c, int64_t position,
+                   const std::vector<float>& got, const std::vector<float>& before, const std::vector<float>& ref) {
+    std::vector<float> gotAtPosition, refAtPosition;
+    size_t otherSlotsChanged = 0;
+    for (int64_t row = 0; row < c.batch * c.kvHeads; ++row)
+        for (int64_t slot = 0; slot < c.capacity; ++slot)
+            for (int64_t i = 0; i < c.headDim; ++i) {
+                const size_t e = size_t((row * c.capacity + slot) * c.headDim + i);
+                if (slot != position) {
+                    otherSlotsChanged += got[e] != before[e];
+                } else {
+                    gotAtPosition.push_back(got[e]);
+                    refAtPosition.push_back(ref[e]);
+                }
+            }
+    if (!gotAtPosition.empty())
+        check(nmse(gotAtPosition, refAtPosition) <= tolerance(t), (tag + ": rotated keys at the position").c_str());
+    check(otherSlotsChanged == 0, (tag + ": other key slots untouched").c_str());
+}
+
 // RoPE + cache write from a fused [q | k | v] row per sequence, at `position`; the caches start full of other values.
 void testRopeKvWrite(ActType t, const AttentionCase& c, RopeLayout layout, int64_t position) {
     const std::string tag = "ropeKvWrite " + describe(c, t) + (layout == RopeLayout::AdjacentPairs ? ", adjacent" : ", half-split") +
@@ -79,23 +101,7 @@ void testRopeKvWrite(ActType t, const AttentionCase& c, RopeLayout layout, int64
     synchronised(tag);
     const bool inside = position >= 0 && position < c.capacity;
     if (inside) check(nmse(download(dq, refQ.size(), t), refQ) <= tolerance(t), (tag + ": rotated queries").c_str());
-    // The position's slots hold the rotated keys; every other slot keeps its value exactly.
-    const std::vector<float> gotKeys = download(dk, size_t(cacheSize), t);
-    std::vector<float> gotAtPosition, refAtPosition;
-    size_t otherSlotsChanged = 0;
-    for (int64_t row = 0; row < c.batch * c.kvHeads; ++row)
-        for (int64_t slot = 0; slot < c.capacity; ++slot)
-            for (int64_t i = 0; i < c.headDim; ++i) {
-                const size_t e = size_t((row * c.capacity + slot) * c.headDim + i);
-                if (slot != position) {
-                    otherSlotsChanged += gotKeys[e] != keys[e];
-                } else {
-                    gotAtPosition.push_back(gotKeys[e]);
-                    refAtPosition.push_back(refKeys[e]);
-                }
-            }
-    if (inside) check(nmse(gotAtPosition, refAtPosition) <= tolerance(t), (tag + ": rotated keys at the position").c_str());
-    check(otherSlotsChanged == 0, (tag + ": other cache slots untouched").c_str());
+    checkKeySlots(tag, t, c, position, download(dk, size_t(cacheSize), t), keys, refKeys);
     check(download(dv, size_t(cacheSize), t) == refValues, (tag + ": values written exactly at the position").c_str());
     cudaFree(dqkv), cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dtable), cudaFree(dpos);
 }
@@ -177,23 +183,7 @@ void testRopeAttention(ActType t, const AttentionCase& c, RopeLayout layout, int
         std::printf("  %s: nmse %.3g\n", tag.c_str(), error);
         check(error <= tolerance(t), (tag + ": output matches the reference").c_str());
     }
-    // The rotated key at the position within rounding (the kernel may fuse x·cos + y·sin), every other slot exact.
-    const std::vector<float> gotKeys = download(dk, size_t(cacheSize), t);
-    std::vector<float> gotAtPosition, refAtPosition;
-    size_t otherSlotsChanged = 0;
-    for (int64_t row = 0; row < c.batch * c.kvHeads; ++row)
-        for (int64_t slot = 0; slot < c.capacity; ++slot)
-            for (int64_t i = 0; i < c.headDim; ++i) {
-                const size_t e = size_t((row * c.capacity + slot) * c.headDim + i);
-                if (slot != position) {
-                    otherSlotsChanged += gotKeys[e] != keys[e];
-                } else {
-                    gotAtPosition.push_back(gotKeys[e]);
-                    refAtPosition.push_back(refKeys[e]);
-                }
-            }
-    if (inside) check(nmse(gotAtPosition, refAtPosition) <= tolerance(t), (tag + ": rotated keys at the position").c_str());
-    check(otherSlotsChanged == 0, (tag + ": other key slots untouched").c_str());
+    checkKeySlots(tag, t, c, position, download(dk, size_t(cacheSize), t), keys, refKeys);
     check(download(dv, size_t(cacheSize), t) == refValues, (tag + ": values: the value at the position, all else untouched").c_str());
     cudaFree(dqkv), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dtable), cudaFree(dpos), cudaFree(ws);
 }
