@@ -182,6 +182,7 @@ public:
             return run(fusedRmsNorm(x, normWeight, eps), at::Tensor(), 0.0, residual);
         return run(x, normWeight, eps, residual);
     }
+    bool fusesNormAndResidual() const override { return true; }
     std::string kernelName() const override {
         const std::string limit = std::to_string(mWorkspace->dequantAboveTokens());
         return std::string(mWeight.bits == 4 ? "W4A16" : "W8A16") + " (M<=" + limit + "), dequant + cuBLAS (M>" + limit + ")";

@@ -41,6 +41,9 @@ public:
     // add around forward().
     virtual at::Tensor forwardFused(const at::Tensor& x, const at::Tensor& normWeight, double eps,
                                     const at::Tensor& residual) const;
+    // True when forwardFused takes the norm and the residual into the layer's own launch (W4A16 / W8A16); the
+    // runtime then routes the block through it, and otherwise keeps its fused norm-and-add kernel.
+    virtual bool fusesNormAndResidual() const { return false; }
     // "W4A16 (M<=32), dequant + cuBLAS (M>32)" (W8A16 likewise), "FP8 E4M3 GEMM (...)" or "W8A8 int8 GEMM (...)"
     virtual std::string kernelName() const = 0;
     virtual size_t deviceBytes() const = 0;       // packed words, scales and tables on the device

@@ -77,9 +77,12 @@ struct Transformer::Block {
         return denseGemvSwiGluLinear(x, normWeight, eps, tensors.at(layer + ".weight"),
                                      bias == tensors.end() ? at::Tensor() : bias->second);
     }
-    // A layer run by a kernel on its stored form for this input (not the 2:4 path).
-    bool nativeFor(const std::string& layer, const at::Tensor& x) const {
-        return native.count(layer) && !(sparse.count(layer) && sparse.at(layer)->applies(x));
+    // A layer run by a kernel on its stored form for this input (not the 2:4 path) that takes the norm before it and
+    // the residual after it into its own launch (W4A16 / W8A16; FP8 and W8A8 layers keep the runtime's fused kernels).
+    bool nativeFusingFor(const std::string& layer, const at::Tensor& x) const {
+        auto kernel = native.find(layer);
+        return kernel != native.end() && kernel->second->fusesNormAndResidual() &&
+               !(sparse.count(layer) && sparse.at(layer)->applies(x));
     }
     // residual + linear(RMSNorm(x) · γ) through a native layer, norm and residual inside its launch where the kernel
     // takes them (NativeIntLinear::forwardFused); normWeight or residual undefined: without it. The bias comes after.
@@ -677,13 +680,13 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     const bool foldNorms = foldNormsIntoGemv();   // RMSNorm inside the GEMV of dense q/k/v and gate/up
     const bool foldInputNorm = foldNorms && b.denseGemvFor("self_attn.qkv_proj", x);
     const bool intFused = fused && intLinearFused();   // native integer layers take norms and residuals
-    const bool nativeInputNorm = intFused && !foldInputNorm && b.nativeFor("self_attn.qkv_proj", x);
+    const bool nativeInputNorm = intFused && !foldInputNorm && b.nativeFusingFor("self_attn.qkv_proj", x);
     at::Tensor h;   // the normalised input of q/k/v, then of gate/up, where no GEMV normalises it itself
     if (!foldInputNorm && !nativeInputNorm)
         h = fused ? fusedRmsNorm(x, b["input_layernorm.weight"], s.normEps) : rmsNorm(x, b["input_layernorm.weight"], s.normEps);
     // residual + linear(input), in one launch where the layer is native and intFused
     auto plus = [&](const std::string& layer, const at::Tensor& input, const at::Tensor& residual) {
-        return intFused && b.nativeFor(layer, input) ? b.nativeFused(layer, input, at::Tensor(), 0.0, residual)
+        return intFused && b.nativeFusingFor(layer, input) ? b.nativeFused(layer, input, at::Tensor(), 0.0, residual)
                                                      : b.linearPlus(layer, input, residual);
     };
     at::Tensor qk, v;   // [B, 1, (heads + kvHeads) * hd], [B, 1, kvHeads * hd]
@@ -708,10 +711,10 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
                                                mRopeTable, s.ropeStyle, position, keys, values, heads);
         // gate/up's GEMV qualifies by x's shape and type, which `out` shares.
         foldPostNorm = foldNorms && b.denseGemvFor("mlp.gate_up_proj", x);
-        nativePostNorm = intFused && !foldPostNorm && b.nativeFor("mlp.gate_up_proj", x);
+        nativePostNorm = intFused && !foldPostNorm && b.nativeFusingFor("mlp.gate_up_proj", x);
         if (foldPostNorm || nativePostNorm) {   // x + o_proj(attn), rounded once, as fusedAddRmsNorm's sum
             out = plus("self_attn.o_proj", attn, x);
-        } else if (b.plainDense("self_attn.o_proj") || (intFused && b.nativeFor("self_attn.o_proj", attn))) {
+        } else if (b.plainDense("self_attn.o_proj") || (intFused && b.nativeFusingFor("self_attn.o_proj", attn))) {
             out = plus("self_attn.o_proj", attn, x);
             h = fusedRmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
         } else {

@@ -82,8 +82,8 @@ struct RuntimeOptions {
     // GEMV (kernels::denseGemvSwiGlu; with fusedNormGemv also the RMSNorm before it), one launch instead of two or
     // three, and gate and up are never rounded before the product. With both switches 7B fp16 decode took 4.01 ms.
     bool fusedSwiGluGemv = true;
-    // With fusedDecode active: native integer layers (W4A16 / W8A16 kernels) take the RMSNorm before them (q/k/v,
-    // gate/up) and the residual add after them (o_proj, down_proj) into their own launch
+    // With fusedDecode active: native integer layers (W4A16 / W8A16 kernels; not FP8 or W8A8) take the RMSNorm before
+    // them (q/k/v, gate/up) and the residual add after them (o_proj, down_proj) into their own launch
     // (NativeIntLinear::forwardFused): 6 launches per INT4 block instead of 9 (+ attention's merge) where the W4A16 stream kernel forms
     // the norm itself (kernels::wxa16FoldsNorm), else the norm stays a separate kernel.
     bool fusedIntLinear = true;
