@@ -1,5 +1,6 @@
 #include "core/runtime/fused_decode.h"
 
+#include <atomic>
 #include <cmath>
 #include <string>
 
@@ -18,6 +19,8 @@ namespace cwb {
 #ifdef CWB_HAVE_KERNELS
 
 namespace {
+
+std::atomic<int64_t> addNormCalls{0};
 
 kernels::ActType actType(const at::Tensor& t, const char* what) {
     if (!t.is_cuda()) throw Error(std::string("fused decode: ") + what + " is not on a CUDA device");
@@ -72,6 +75,7 @@ at::Tensor fusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double ep
 std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
                                                   double eps) {
     if (!x.sizes().equals(residual.sizes())) throw Error("fused decode: residual and input differ in shape");
+    ++addNormCalls;
     at::Tensor sum;
     at::Tensor y = normed(x, &residual, &sum, weight, eps);
     return {sum, y};
@@ -137,6 +141,7 @@ at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up) {
 void setDecodeDependentLaunch(bool on) { kernels::setProgrammaticDependentLaunch(on); }
 bool decodeDependentLaunch() { return kernels::programmaticDependentLaunch(); }
 int64_t decodeDependentLaunchCount() { return kernels::programmaticDependentLaunches(); }
+int64_t fusedAddRmsNormCount() { return addNormCalls.load(); }
 bool decodeDependentLaunchSupported() { return kernels::programmaticDependentLaunchSupported(); }
 
 #else   // no kernels in this build
@@ -145,6 +150,7 @@ bool fusedDecodeAvailable(const at::Device&, at::ScalarType) { return false; }
 void setDecodeDependentLaunch(bool) {}
 bool decodeDependentLaunch() { return false; }
 int64_t decodeDependentLaunchCount() { return 0; }
+int64_t fusedAddRmsNormCount() { return 0; }
 bool decodeDependentLaunchSupported() { return false; }
 
 namespace {

@@ -18,6 +18,7 @@ bool fusedDecodeAvailable(const at::Device& device, at::ScalarType dtype);
 at::Tensor fusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // sum = x + residual (rounded to their type) and RMSNorm(sum) in one kernel. Returns {sum, normed}.
+// fusedAddRmsNormCount(): its calls in this process (tests check which path a decode block took).
 std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor& x, const at::Tensor& residual,
                                                   const at::Tensor& weight, double eps);
 
@@ -39,6 +40,7 @@ at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up);
 void setDecodeDependentLaunch(bool on);
 bool decodeDependentLaunch();
 int64_t decodeDependentLaunchCount();
+int64_t fusedAddRmsNormCount();
 bool decodeDependentLaunchSupported();   // the current CUDA device is of compute capability 9.0+
 
 } // namespace cwb

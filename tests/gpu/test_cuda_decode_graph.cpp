@@ -386,6 +386,25 @@ void intLinearCase(const std::string& caseName, const cwb::Model& model, at::Sca
     }
 }
 
+// FP8 / W8A8 layers take no norm or residual into their own launch: with fusedIntLinear on (the default) each block
+// still runs the fused add-norm kernel after o_proj (a regression test: the first version of the switch routed them
+// through forward + add + norm, one launch more) and no integer kernel folds anything.
+void activationQuantizedRoutingCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype) {
+    std::printf("== %s: the fused add-norm kernel after o_proj, nothing folded into the layers\n", caseName.c_str());
+    at::Tensor prompt = at::randint(0, model.spec.vocab, {1, kPrompt}, at::kLong);
+    cwb::Transformer runtime(model, gpuOptions(cwb::DecodeMode::CudaGraph, dtype));
+    auto cache = runtime.makeCache(1, kPrompt + kSteps);
+    std::vector<int64_t> ids;
+    const int64_t addNorms0 = cwb::fusedAddRmsNormCount(), norms0 = cwb::nativeNormFoldCount();
+    const int64_t residuals0 = cwb::nativeResidualFoldCount();
+    greedy(runtime, *cache, prompt, ids);
+    const int64_t addNorms = cwb::fusedAddRmsNormCount() - addNorms0;
+    std::printf("  fused add-norm calls: %lld (%lld per step)\n", (long long)addNorms, (long long)model.spec.layers);
+    check(wholeSteps(addNorms, model.spec.layers), "one fused add-norm per block and step");
+    check(cwb::nativeNormFoldCount() == norms0 && cwb::nativeResidualFoldCount() == residuals0,
+          "no norm or residual taken into an FP8 / W8A8 launch");
+}
+
 // Decode with programmatic dependent launch (setDecodeDependentLaunch) against plain launches: the same kernels, so
 // the logits must agree to rounding noise (a kernel reading its predecessor's output too early would not), in a
 // captured graph and in fixed-shape steps without one; on a 9.0+ device the launches must have used it.
@@ -462,6 +481,8 @@ int main() {
                     kQuantizedActivationTolerance);
             runCase("SmoothQuant W8A8, GQA 4/2", *activationQuantizedVariant(*base, false), at::kBFloat16, true,
                     kQuantizedActivationTolerance);
+            activationQuantizedRoutingCase("FP8 E4M3 dynamic activations, GQA 4/2", *activationQuantizedVariant(*base, true),
+                                           at::kHalf);
             // Folded per step, with the norms alone: both norms of every block and the final norm; with INT4 attention
             // only the MLP's norm and the final one (the norm before INT4 q/k/v keeps its kernel), with INT4 MLP the
             // reverse. With SwiGLU too, every dense gate/up runs the SwiGLU GEMV, its norm inside it.
