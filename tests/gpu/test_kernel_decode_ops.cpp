@@ -78,6 +78,23 @@ void checkKeySlots(const std::string& tag, ActType t, const AttentionCase& c, in
     check(otherSlotsChanged == 0, (tag + ": other key slots untouched").c_str());
 }
 
+// The RoPE table, and ropeKvWriteRef's rotated queries and caches for fused [q | k | v] rows at `position`.
+struct RopeReference {
+    std::vector<float> table, q, keys, values;
+};
+RopeReference ropeReference(const AttentionCase& c, RopeLayout layout, int64_t position, const std::vector<float>& qkv,
+                            const std::vector<float>& keys, const std::vector<float>& values, ActType t) {
+    const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
+    const int64_t width = (c.heads + 2 * c.kvHeads) * c.headDim;
+    RopeReference r{std::vector<float>(size_t(c.capacity * 2 * c.headDim)),
+                    std::vector<float>(size_t(c.batch * c.heads * c.headDim), 0.0f), keys, values};
+    ropeTableRef(10000.0, c.headDim, c.capacity, layout, r.table.data());
+    const float* q = qkv.data();
+    ropeKvWriteRef(q, width, q + c.heads * c.headDim, width, q + (c.heads + c.kvHeads) * c.headDim, width, r.table.data(),
+                   c.capacity, layout, position, r.q.data(), r.keys.data(), r.values.data(), s, t);
+    return r;
+}
+
 // RoPE + cache write from a fused [q | k | v] row per sequence, at `position`; the caches start full of other values.
 void testRopeKvWrite(ActType t, const AttentionCase& c, RopeLayout layout, int64_t position) {
     const std::string tag = "ropeKvWrite " + describe(c, t) + (layout == RopeLayout::AdjacentPairs ? ", adjacent" : ", half-split") +
@@ -86,12 +103,8 @@ void testRopeKvWrite(ActType t, const AttentionCase& c, RopeLayout layout, int64
     const int64_t width = (c.heads + 2 * c.kvHeads) * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
     std::vector<float> qkv = roundedGaussian(size_t(c.batch * width), 4, t);
     std::vector<float> keys = roundedGaussian(size_t(cacheSize), 5, t), values = roundedGaussian(size_t(cacheSize), 6, t);
-    std::vector<float> table(size_t(c.capacity * 2 * c.headDim));
-    ropeTableRef(10000.0, c.headDim, c.capacity, layout, table.data());
-    std::vector<float> refQ(size_t(c.batch * c.heads * c.headDim), 0.0f), refKeys = keys, refValues = values;
-    const float* q = qkv.data();
-    ropeKvWriteRef(q, width, q + c.heads * c.headDim, width, q + (c.heads + c.kvHeads) * c.headDim, width, table.data(),
-                   c.capacity, layout, position, refQ.data(), refKeys.data(), refValues.data(), s, t);
+    const RopeReference r = ropeReference(c, layout, position, qkv, keys, values, t);
+    const std::vector<float>&table = r.table, &refQ = r.q, &refKeys = r.keys, &refValues = r.values;
     uint16_t *dqkv = upload(qkv, t), *dq = upload(std::vector<float>(refQ.size(), 0.0f), t);
     uint16_t *dk = upload(keys, t), *dv = upload(values, t);
     float* dtable = toDevice(table);
@@ -106,6 +119,16 @@ void testRopeKvWrite(ActType t, const AttentionCase& c, RopeLayout layout, int64
     cudaFree(dqkv), cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dtable), cudaFree(dpos);
 }
 
+// Cache slots past the position hold huge values that would dominate the attention output if they were read.
+void poisonPastPosition(const AttentionCase& c, int64_t position, std::vector<float>& keys, std::vector<float>& values) {
+    for (int64_t row = 0; row < c.batch * c.kvHeads; ++row)
+        for (int64_t slot = position + 1; slot < c.capacity; ++slot)
+            for (int64_t i = 0; i < c.headDim; ++i) {
+                keys[size_t((row * c.capacity + slot) * c.headDim + i)] = 8.0f;
+                values[size_t((row * c.capacity + slot) * c.headDim + i)] = 1000.0f;
+            }
+}
+
 // expectSplit: 1 split over the sequence whatever the device, 0 never, -1 as the device's size decides.
 void testAttention(ActType t, const AttentionCase& c, int64_t position, int expectSplit) {
     const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
@@ -116,15 +139,9 @@ void testAttention(ActType t, const AttentionCase& c, int64_t position, int expe
         check((plan.splits > 1) == (expectSplit == 1), (tag + ": " + (expectSplit ? "split" : "not split") + " as intended").c_str());
     const int64_t qSize = c.batch * c.heads * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
     std::vector<float> q = roundedGaussian(size_t(qSize), 7, t);
-    // Keys large enough that the softmax is far from uniform; slots past the position hold huge values that would
-    // dominate the result if they were read.
+    // Keys large enough that the softmax is far from uniform.
     std::vector<float> keys = roundedGaussian(size_t(cacheSize), 8, t, 0.5f), values = roundedGaussian(size_t(cacheSize), 9, t);
-    for (int64_t row = 0; row < c.batch * c.kvHeads; ++row)
-        for (int64_t slot = position + 1; slot < c.capacity; ++slot)
-            for (int64_t i = 0; i < c.headDim; ++i) {
-                keys[size_t((row * c.capacity + slot) * c.headDim + i)] = 8.0f;
-                values[size_t((row * c.capacity + slot) * c.headDim + i)] = 1000.0f;
-            }
+    poisonPastPosition(c, position, keys, values);
     const float scale = float(1.0 / std::sqrt(double(c.headDim)));
     std::vector<float> ref(static_cast<size_t>(qSize));
     decodeAttentionRef(q.data(), keys.data(), values.data(), position, ref.data(), s, scale, t);
@@ -153,18 +170,9 @@ void testRopeAttention(ActType t, const AttentionCase& c, RopeLayout layout, int
     const int64_t width = (c.heads + 2 * c.kvHeads) * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
     std::vector<float> qkv = roundedGaussian(size_t(c.batch * width), 11, t);
     std::vector<float> keys = roundedGaussian(size_t(cacheSize), 12, t, 0.5f), values = roundedGaussian(size_t(cacheSize), 13, t);
-    for (int64_t row = 0; row < c.batch * c.kvHeads; ++row)
-        for (int64_t slot = position + 1; slot < c.capacity; ++slot)
-            for (int64_t i = 0; i < c.headDim; ++i) {
-                keys[size_t((row * c.capacity + slot) * c.headDim + i)] = 8.0f;
-                values[size_t((row * c.capacity + slot) * c.headDim + i)] = 1000.0f;
-            }
-    std::vector<float> table(size_t(c.capacity * 2 * c.headDim));
-    ropeTableRef(10000.0, c.headDim, c.capacity, layout, table.data());
-    std::vector<float> refQ(size_t(c.batch * c.heads * c.headDim), 0.0f), refKeys = keys, refValues = values;
-    const float* q = qkv.data();
-    ropeKvWriteRef(q, width, q + c.heads * c.headDim, width, q + (c.heads + c.kvHeads) * c.headDim, width, table.data(),
-                   c.capacity, layout, position, refQ.data(), refKeys.data(), refValues.data(), s, t);
+    poisonPastPosition(c, position, keys, values);
+    const RopeReference r = ropeReference(c, layout, position, qkv, keys, values, t);
+    const std::vector<float>&table = r.table, &refQ = r.q, &refKeys = r.keys, &refValues = r.values;
     const float scale = float(1.0 / std::sqrt(double(c.headDim)));
     std::vector<float> ref(refQ.size());
     const bool inside = position >= 0 && position < c.capacity;
