@@ -47,12 +47,6 @@ struct RopeInputs {
     T* valueCache;
 };
 
-// Element i of a head rotated by the table row `cos` (cos[0..hd), signed sin [hd..2hd)), rounded as ropeKvWrite does.
-template <typename T>
-__device__ __forceinline__ T rotatedElement(const T* head, int i, int headDim, bool adjacentPairs, const float* cos) {
-    const int partner = adjacentPairs ? (i ^ 1) : (i + headDim / 2) % headDim;
-    return fromFloat<T>(toFloat(head[i]) * cos[i] + toFloat(head[partner]) * cos[headDim + i]);
-}
 
 __device__ __forceinline__ int64_t clampedPosition(const int64_t* position, int64_t capacity) {
     return min(max(*position, int64_t(0)), capacity - 1);

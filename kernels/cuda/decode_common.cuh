@@ -34,6 +34,15 @@ __device__ __forceinline__ float blockSum(float v) {
     return warpSum(v);
 }
 
+// Element i of a head rotated by the RoPE table row `cos` (cos [0, headDim), signed sin [headDim, 2 headDim)),
+// rounded to the activation type: ropeKvWrite's and ropeDecodeAttention's one formula.
+template <typename T>
+__device__ __forceinline__ T rotatedElement(const T* head, int64_t i, int64_t headDim, bool adjacentPairs,
+                                            const float* cos) {
+    const int64_t partner = adjacentPairs ? (i ^ 1) : (i + headDim / 2) % headDim;
+    return fromFloat<T>(toFloat(head[i]) * cos[i] + toFloat(head[partner]) * cos[headDim + i]);
+}
+
 // Calls f with a null pointer of the element type `type` names (f(static_cast<__half*>(nullptr)) etc.).
 template <typename F>
 void dispatch(ActType type, F&& f) {

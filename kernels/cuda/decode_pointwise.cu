@@ -66,9 +66,7 @@ __global__ void ropeKvWriteKernel(const T* __restrict__ q, int64_t qStride, cons
     const bool isQuery = e < qElems;
     const int64_t j = isQuery ? e : e - qElems, i = j % headDim;
     const T* row = isQuery ? q + b * qStride : k + b * kStride;
-    const int64_t partner = j - i + (adjacentPairs ? (i ^ 1) : (i + headDim / 2) % headDim);
-    const float* cos = table + p * 2 * headDim;
-    const T rotated = fromFloat<T>(toFloat(row[j]) * cos[i] + toFloat(row[partner]) * cos[headDim + i]);
+    const T rotated = rotatedElement(row + (j - i), i, headDim, adjacentPairs, table + p * 2 * headDim);
     if (isQuery) {
         qOut[b * qElems + j] = rotated;
     } else {

@@ -8,6 +8,7 @@
 // - a warp issues the loads of a whole batch of B chunks (and their scale words) before it computes any, then
 //   computes the batch; most warps have one or two batches, so nearly every load of the kernel is in flight
 //   within the first microsecond.
+#include "decode_common.cuh"
 #include "dependent_launch.cuh"
 #include "w4_small_m_kernel.cuh"
 
@@ -75,8 +76,7 @@ __device__ __forceinline__ void normIntoShared(const Wxa16Params& p, int cBegin,
 #pragma unroll
             for (int i = 0; i < 8; ++i) sum = fmaf(float(e[i]), float(e[i]), sum);
         }
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        sum = decode::warpSum(sum);
         if (lane == 0) squares[warp][t] = sum;
     }
     __syncthreads();
