@@ -20,18 +20,28 @@ namespace cwb::kernels::detail {
 // wxa16SetStreamConfig picks one (default kDefaultStreamConfig). (A variant that staged up to 16 chunks per warp in shared memory through cp.async
 // measured 1.1-1.6x slower than these on the H200 and was removed: docs/performance.md, "W4A16: the stream kernel".)
 // `subtract`: the zero subtracted from the weights before the mma (computeSubtractedStep; one accumulator per tile).
+// `persist`: a block takes row tiles tile, tile + grid, ... and loads the next tile's first batch before it adds up the
+// current one across its warps, so the loads stay in flight through the reduction and the store (0: one tile per
+// block; 1: k = ceil(tiles / resident blocks) tiles per block, ceil(tiles / k) blocks, so every block has k or k - 1;
+// 2: as many blocks as are resident at once).
 struct StreamConfig {
     int batch, maxWarps;
     bool overlap, split, subtract;
+    int persist;
 };
-constexpr int kStreamConfigs = 7;
+constexpr int kStreamConfigs = 10;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
-    {2, 16, false, false, false}, {2, 16, false, true, false}, {4, 16, false, false, false},
-    {4, 8, false, false, false},  {2, 16, true, false, false}, {4, 16, false, true, false},
-    {2, 16, false, false, true}};
-// The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16.
-constexpr int kDefaultStreamConfig = 6;
+    {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
+    {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
+    {2, 16, false, false, true, 0},  {2, 16, false, false, true, 1}, {2, 16, false, false, true, 2},
+    {2, 8, false, false, true, 1}};
+// The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
+// 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
+// took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
+// (docs/performance.md, "W4A16: a persistent stream kernel").
+constexpr int kDefaultStreamConfig = 8;
 int streamConfigIndex();  // wxa16_gemm.cu
+int streamResidentCap();  // wxa16_gemm.cu: wxa16SetStreamResidentCap, 0 for none
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
 
 // Warps per block and chunks per warp for a weight of `chunks` chunks; the warp count is the smallest of 4, 8, 16
@@ -107,21 +117,29 @@ __device__ __forceinline__ void normIntoShared(const Wxa16Params& p, int cBegin,
 // lanes' 16-byte fragment loads of tokens g and g + 1 fall in different banks.
 __host__ __device__ inline int normSharedStride(int chunks) { return chunks * 64 + 8; }
 
-// Grid: one block per row tile; p.chunksPerSplit = chunks per warp; p.splitK = 1. OVERLAP: the loads of batch i + 1
-// are issued before batch i is computed. The first batch's weights are loaded before the kernel waits for the one
-// before it (programmatic dependent launch: the weights never change; x, the residual and y are touched only after).
-// NORM (SUB shapes only): x is RMSNorm(x)·γ, formed in the prologue into dynamic shared memory
-// (p.m · normSharedStride(p.chunks) elements).
-template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, bool NORM = false>
+// Grid: one block per row tile (PERSIST: any number of blocks; block b takes tiles b, b + grid, ...); p.chunksPerSplit =
+// chunks per warp; p.splitK = 1. OVERLAP: the loads of batch i + 1 are issued before batch i is computed. The first
+// batch's weights are loaded before the kernel waits for the one before it (programmatic dependent launch: the
+// weights never change; x, the residual and y are touched only after). NORM (SUB shapes only): x is RMSNorm(x)·γ,
+// formed in the prologue into dynamic shared memory (p.m · normSharedStride(p.chunks) elements), once per block.
+// PERSIST (not with OVERLAP): after its last batch of a tile a warp loads its first batch of the next tile, then the
+// warps add up the tile through one of two shared buffers (one barrier per tile), so those loads are in flight
+// through the reduction and the store.
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, bool NORM = false,
+          bool PERSIST = false>
 __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1)>()) w4StreamKernel(const Wxa16Params p) {
     static_assert(SUB || !NORM, "the folded norm reads x from shared memory: subtracted steps only");
+    static_assert(!(PERSIST && OVERLAP), "the persistent loop keeps one batch of registers");
     constexpr int S = B / CPS;  // steps per batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-    const int tile = blockIdx.x;
+    int tile = blockIdx.x;
     const int cBegin = warp * p.chunksPerSplit, cEnd = min(p.chunks, cBegin + p.chunksPerSplit);
 
-    const uint4* wq[1] = {p.words + int64_t(tile) * p.chunks * 32 + lane + int64_t(cBegin) * 32};
-    const uint32_t* sp[1] = {p.scaleZero + int64_t(tile) * p.groups * 16 + g};
+    // The lane's words of chunk cBegin and (scale, zero) words of tile t.
+    auto tileWords = [&](int t) { return p.words + int64_t(t) * p.chunks * 32 + lane + int64_t(cBegin) * 32; };
+    auto tileScales = [&](int t) { return p.scaleZero + int64_t(t) * p.groups * 16 + g; };
+    const uint4* wq[1] = {tileWords(tile)};
+    const uint32_t* sp[1] = {tileScales(tile)};
 
     float acc[1][NT][4];
 #pragma unroll
@@ -155,17 +173,19 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     SmallStep<1, CPS> first[S];
     if (cBegin < cEnd) loadWeightsOnly(first, cBegin);
     waitForPredecessor();
+    const T* xBegin;
     if constexpr (NORM) {
         extern __shared__ __align__(16) unsigned char normShared[];
         T* hs = reinterpret_cast<T*>(normShared);
         const int ldh = normSharedStride(p.chunks);
         normIntoShared<T, W>(p, cBegin, cEnd, hs, ldh);
-        xq = hs + g * ldh + tig * 16 + cBegin * 64;
+        xBegin = hs + g * ldh + tig * 16 + cBegin * 64;
         xTokenStride = int64_t(8) * ldh;
     } else {
-        xq = static_cast<const T*>(p.x) + int64_t(g) * p.ldx + tig * 16 + int64_t(cBegin) * 64;
+        xBegin = static_cast<const T*>(p.x) + int64_t(g) * p.ldx + tig * 16 + int64_t(cBegin) * 64;
         xTokenStride = int64_t(8) * p.ldx;
     }
+    xq = xBegin;
     if constexpr (OVERLAP) {
         SmallStep<1, CPS> second[S];
         for (int c = cBegin; c < cEnd; c += 2 * B) {
@@ -177,7 +197,7 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
             wq[0] += 2 * B * 32;
             xq += 2 * B * 64;
         }
-    } else {
+    } else if constexpr (!PERSIST) {
         for (int c = cBegin; c < cEnd; c += B) {
             if (c != cBegin) load(first, c, 0);
             compute(first, c, 0);
@@ -186,8 +206,34 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         }
     }
 
-    __shared__ float red[W * NT * 4 * 32];
-    finishSmallBlock<T, NT, 1, W>(p, acc, red, tile, 0);
+    if constexpr (PERSIST) {
+        __shared__ float red[2][W * NT * 4 * 32];
+        for (int parity = 0;; parity ^= 1) {
+            for (int c = cBegin; c < cEnd; c += B) {
+                if (c != cBegin) load(first, c, 0);
+                compute(first, c, 0);
+                wq[0] += B * 32;
+                xq += B * 64;
+            }
+            const int next = tile + int(gridDim.x);
+            if (next < p.tiles && cBegin < cEnd) {
+                wq[0] = tileWords(next);
+                sp[0] = tileScales(next);
+                loadWeightsOnly(first, cBegin);
+            }
+            finishSmallBlock<T, NT, 1, W>(p, acc, red[parity], tile, 0);
+            if (next >= p.tiles) break;
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[0][n][j] = 0.0f;
+            tile = next;
+            xq = xBegin;
+        }
+    } else {
+        __shared__ float red[W * NT * 4 * 32];
+        finishSmallBlock<T, NT, 1, W>(p, acc, red, tile, 0);
+    }
 }
 
 } // namespace cwb::kernels::detail

@@ -75,6 +75,11 @@ std::atomic<bool>& tmaClusterSlot() {  // CWB_W4_TMA_REDUCE=cluster|global at st
 int smallConfigIndex() { return smallConfigSlot().load(std::memory_order_relaxed); }
 int tmaConfigIndex() { return tmaConfigSlot().load(std::memory_order_relaxed); }
 int streamConfigIndex() { return streamConfigSlot().load(std::memory_order_relaxed); }
+std::atomic<int>& streamResidentCapSlot() {
+    static std::atomic<int> cap{0};
+    return cap;
+}
+int streamResidentCap() { return streamResidentCapSlot().load(std::memory_order_relaxed); }
 int w8StreamConfigIndex() { return w8StreamConfigSlot().load(std::memory_order_relaxed); }
 } // namespace detail
 
@@ -123,12 +128,20 @@ void wxa16SetStreamConfig(int index) {
                           std::to_string(detail::kStreamConfigs) + ")");
     detail::streamConfigSlot().store(index, std::memory_order_relaxed);
 }
+int wxa16StreamResidentCap() { return detail::streamResidentCap(); }
+void wxa16SetStreamResidentCap(int blocks) {
+    if (blocks < 0) throw KernelError("wxa16SetStreamResidentCap: " + std::to_string(blocks) + " blocks is below 0");
+    detail::streamResidentCapSlot().store(blocks, std::memory_order_relaxed);
+}
 std::string wxa16StreamConfigName(int index) {
     if (index < 0 || index >= detail::kStreamConfigs) return "?";
     const detail::StreamConfig& c = detail::kStreamConfigTable[index];
     return std::to_string(c.batch) + " chunks per batch" + (c.overlap ? " (next batch loaded during this one)" : "") +
            (c.split ? ", one accumulator per chunk" : "") + ", up to " + std::to_string(c.maxWarps) +
-           " warps per row tile" + (c.subtract ? ", zero subtracted before the mma" : "");
+           " warps per row tile" + (c.subtract ? ", zero subtracted before the mma" : "") +
+           (c.persist == 1   ? ", persistent (k tiles per block)"
+            : c.persist == 2 ? ", persistent (all resident blocks)"
+                             : "");
 }
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call
@@ -465,9 +478,9 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
             const detail::StreamSplit cut = detail::streamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1);
             p.chunksPerSplit = cut.chunksPerWarp;
             if (w.act == ActType::Float16)
-                detail::launchW4Stream<__half>(p, cut.warps, s);
+                detail::launchW4Stream<__half>(p, cut.warps, multiprocessors(), s);
             else
-                detail::launchW4Stream<__nv_bfloat16>(p, cut.warps, s);
+                detail::launchW4Stream<__nv_bfloat16>(p, cut.warps, multiprocessors(), s);
         } else if (tmaKernel(w, slice)) {
             if (w.act == ActType::Float16)
                 detail::launchW4Tma<__half>(p, s);

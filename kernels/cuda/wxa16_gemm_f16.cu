@@ -6,7 +6,7 @@ template void launchW4Small<__half>(const Wxa16Params&, cudaStream_t);
 template int w4SmallBlocksPerSm<__half>(int, int);
 template void launchW4Tma<__half>(const Wxa16Params&, cudaStream_t);
 template int w4TmaBlocksPerSm<__half>(int, int);
-template void launchW4Stream<__half>(const Wxa16Params&, int, cudaStream_t);
+template void launchW4Stream<__half>(const Wxa16Params&, int, int, cudaStream_t);
 template void launchW8Stream<__half>(const Wxa16Params&, int, cudaStream_t);
 template void launchGather<__half>(const void*, int64_t, const int32_t*, int64_t, int, void*, cudaStream_t);
 } // namespace cwb::kernels::detail

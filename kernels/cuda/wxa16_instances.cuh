@@ -2,6 +2,7 @@
 // Instantiates the launchers for one activation type; included by wxa16_gemm_f16.cu and wxa16_gemm_bf16.cu so the
 // two types compile in parallel.
 #include "cuda_check.h"
+#include "cwb/kernels/wxa16_gemm.h"
 #include "w4_small_m_kernel.cuh"
 #include "w4_stream_kernel.cuh"
 #include "w4_tma_kernel.cuh"
@@ -158,58 +159,94 @@ int w4TmaBlocksPerSm(int m, int groupShift) {
                   : launchTmaTokens<T, 2>(nullptr, groupShift, nullptr);
 }
 
-// Launched with programmatic dependent launch (dependent_launch.h) where enabled: the kernel loads its first weights
-// before it waits for the kernel before it. NORM: the folded RMSNorm, with its dynamic shared memory.
-template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, bool NORM = false>
-void launchStreamWarps(const Wxa16Params& p, int warps, cudaStream_t stream) {
-    const dim3 grid(unsigned(p.tiles));
-    const size_t shared = NORM ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0;
-    if (warps <= 4)
-        CWB_CUDA_CHECK(launchDependent(w4StreamKernel<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, NORM>, grid, dim3(4 * 32),
-                                       shared, stream, p));
-    else if (warps <= 8)
-        CWB_CUDA_CHECK(launchDependent(w4StreamKernel<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, NORM>, grid, dim3(8 * 32),
-                                       shared, stream, p));
-    else
-        CWB_CUDA_CHECK(launchDependent(w4StreamKernel<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, NORM>, grid,
-                                       dim3(16 * 32), shared, stream, p));
+// Blocks of a persistent launch (StreamConfig::persist) over `tiles` row tiles with `resident` blocks at once.
+inline int64_t persistentGrid(int64_t tiles, int64_t resident, int persist) {
+    if (persist == 2 || tiles <= resident) return tiles < resident ? tiles : resident;
+    const int64_t perBlock = (tiles + resident - 1) / resident;
+    return (tiles + perBlock - 1) / perBlock;
 }
 
-template <typename T, int NT, int B, bool OVERLAP, bool SPLIT, bool SUB = false, bool NORM = false>
-void launchStreamPairs(const Wxa16Params& p, int warps, cudaStream_t stream) {
-    if (p.groupShift >= 1)
-        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, NORM>(p, warps, stream);
+// One stream kernel, launched with programmatic dependent launch (dependent_launch.h) where enabled: it loads its
+// first weights before it waits for the kernel before it. NORM: the folded RMSNorm, with its dynamic shared memory.
+// PERSIST: the grid from persistentGrid, given the blocks a multiprocessor holds at once with the most dynamic shared
+// memory the folded norm may take. That most is allowed to the kernel here, since with its two reduction buffers the
+// static and dynamic shared memory together may pass the 48 KB a kernel gets without asking. Asked once per device.
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, bool NORM, bool PERSIST>
+void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, cudaStream_t stream) {
+    const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, NORM, PERSIST>;
+    const size_t shared = NORM ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0;
+    dim3 grid(unsigned(p.tiles));
+    if constexpr (PERSIST) {
+        static int perDevice[64] = {};
+        int device = 0;
+        CWB_CUDA_CHECK(cudaGetDevice(&device));
+        int perSm = device < 64 ? perDevice[device] : 0;
+        if (perSm == 0) {
+            const size_t most = NORM ? kNormFoldSharedBytes : 0;
+            if (NORM)
+                CWB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)));
+            CWB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, W * 32, most));
+            perSm = perSm > 0 ? perSm : 1;
+            if (device < 64) perDevice[device] = perSm;
+        }
+        int64_t resident = int64_t(perSm) * multiprocessors;
+        if (streamResidentCap() > 0 && streamResidentCap() < resident) resident = streamResidentCap();
+        grid.x = unsigned(persistentGrid(p.tiles, resident, persist));
+    }
+    CWB_CUDA_CHECK(launchDependent(kernel, grid, dim3(W * 32), shared, stream, p));
+}
+
+// PERSIST only for blocks of 8 or 16 warps; 4-warp blocks (8 chunks or fewer) take one tile each.
+template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, bool NORM = false, bool PERSIST = false>
+void launchStreamWarps(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
+    if (warps <= 4)
+        launchStreamShape<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, NORM, false>(p, 0, multiprocessors, stream);
+    else if (warps <= 8)
+        launchStreamShape<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, NORM, PERSIST>(p, persist, multiprocessors, stream);
     else
-        launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB, NORM>(p, warps, stream);
+        launchStreamShape<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, NORM, PERSIST>(p, persist, multiprocessors, stream);
+}
+
+template <typename T, int NT, int B, bool OVERLAP, bool SPLIT, bool SUB = false, bool NORM = false, bool PERSIST = false>
+void launchStreamPairs(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
+    if (p.groupShift >= 1)
+        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, NORM, PERSIST>(p, warps, persist, multiprocessors, stream);
+    else
+        launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB, NORM, PERSIST>(p, warps, persist, multiprocessors, stream);
 }
 
 // p.normWeight set: the norm is folded, which only the subtract shape compiles (the launcher checks
 // streamFoldsNorm first).
 template <typename T, int NT>
-void launchStreamTokens(const Wxa16Params& p, int warps, cudaStream_t stream) {
+void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cudaStream_t stream) {
     const StreamConfig& c = streamConfig();
-    if (c.subtract && p.normWeight)
-        launchStreamPairs<T, NT, 2, false, false, true, true>(p, warps, stream);
+    const int sms = multiprocessors;
+    if (c.subtract && c.persist && p.normWeight)
+        launchStreamPairs<T, NT, 2, false, false, true, true, true>(p, warps, c.persist, sms, stream);
+    else if (c.subtract && c.persist)
+        launchStreamPairs<T, NT, 2, false, false, true, false, true>(p, warps, c.persist, sms, stream);
+    else if (c.subtract && p.normWeight)
+        launchStreamPairs<T, NT, 2, false, false, true, true>(p, warps, 0, sms, stream);
     else if (c.subtract)
-        launchStreamPairs<T, NT, 2, false, false, true>(p, warps, stream);
+        launchStreamPairs<T, NT, 2, false, false, true>(p, warps, 0, sms, stream);
     else if (c.batch == 2 && c.overlap)
-        launchStreamPairs<T, NT, 2, true, false>(p, warps, stream);
+        launchStreamPairs<T, NT, 2, true, false>(p, warps, 0, sms, stream);
     else if (c.batch == 2 && c.split)
-        launchStreamPairs<T, NT, 2, false, true>(p, warps, stream);
+        launchStreamPairs<T, NT, 2, false, true>(p, warps, 0, sms, stream);
     else if (c.batch == 2)
-        launchStreamPairs<T, NT, 2, false, false>(p, warps, stream);
+        launchStreamPairs<T, NT, 2, false, false>(p, warps, 0, sms, stream);
     else if (c.split)
-        launchStreamPairs<T, NT, 4, false, true>(p, warps, stream);
+        launchStreamPairs<T, NT, 4, false, true>(p, warps, 0, sms, stream);
     else
-        launchStreamPairs<T, NT, 4, false, false>(p, warps, stream);
+        launchStreamPairs<T, NT, 4, false, false>(p, warps, 0, sms, stream);
 }
 
 template <typename T>
-void launchW4Stream(const Wxa16Params& p, int warps, cudaStream_t stream) {
+void launchW4Stream(const Wxa16Params& p, int warps, int multiprocessors, cudaStream_t stream) {
     if (p.m <= 8)
-        launchStreamTokens<T, 1>(p, warps, stream);
+        launchStreamTokens<T, 1>(p, warps, multiprocessors, stream);
     else
-        launchStreamTokens<T, 2>(p, warps, stream);
+        launchStreamTokens<T, 2>(p, warps, multiprocessors, stream);
 }
 
 // Blocks of one W8A16 stream shape that a multiprocessor holds at once (asked once per kernel).

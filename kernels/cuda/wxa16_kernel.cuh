@@ -373,7 +373,7 @@ void launchW4Tma(const Wxa16Params& p, cudaStream_t stream);  // sm_90+: w4_tma_
 template <typename T>
 int w4TmaBlocksPerSm(int m, int groupShift);
 template <typename T>
-void launchW4Stream(const Wxa16Params& p, int warps, cudaStream_t stream);  // w4_stream_kernel.cuh
+void launchW4Stream(const Wxa16Params& p, int warps, int multiprocessors, cudaStream_t stream);  // wxa16_instances.cuh
 template <typename T>
 void launchW8Stream(const Wxa16Params& p, int multiprocessors, cudaStream_t stream);  // 8 bits, p.m <= 16: w8_stream_kernel.cuh
 template <typename T>

@@ -180,6 +180,19 @@ void runFusedCases(ActType act) {
     runFusedCase({4, true, 256, 1024, 128, 0}, act, {40}, 26, inPlace, false);    // m > 16: the general kernel
     wxa16SetStreamConfig(0);   // a shape without the subtracted zero: the norm runs first
     runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 27, both, false);
+    // Persistent shapes: the norm formed once per block serves each of its row tiles (3 blocks for 16 or 5 tiles).
+    for (int config = 0; config < wxa16StreamConfigCount(); ++config) {
+        if (wxa16StreamConfigName(config).find("persistent") == std::string::npos) continue;
+        wxa16SetStreamConfig(config);
+        wxa16SetStreamResidentCap(3);
+        std::printf("-- fused norm / residual: stream configuration %d (%s), 3 blocks\n", config,
+                    wxa16StreamConfigName(config).c_str());
+        for (Fusion f : {both, inPlace}) runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 4}, 32, f, true);
+        runFusedCase({4, true, 256, 1024, 128, 0}, act, {12}, 33, inPlace, true);   // two token tiles
+        runFusedCase({4, false, 80, 8192, 128, 0}, act, {1}, 34, both, true);        // 16 warps, 16 KB of x
+        wxa16SetStreamResidentCap(0);
+        runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 35, both, true);        // one tile per block
+    }
     wxa16SetStreamConfig(initialStream);
     std::printf("-- fused norm / residual: ring kernel (split-K, last block adds the residual)\n");
     wxa16SetSmallKernel(W4SmallKernel::Ring);
@@ -208,7 +221,8 @@ int main() {
         const W4SmallKernel initial = wxa16SmallKernel();
         const int initialStreamConfig = wxa16StreamConfig();
         if (!std::getenv("CWB_W4_STREAM_CONFIG"))
-            check(initialStreamConfig == 6, "the stream kernel's default shape is 6 (zero subtracted before the mma)");
+            check(initialStreamConfig == 8 && wxa16StreamConfigName(8).find("persistent") != std::string::npos,
+                  "the stream kernel's default shape is 8 (zero subtracted before the mma, persistent)");
         std::vector<W4SmallKernel> smallKernels = {W4SmallKernel::Ring, W4SmallKernel::Stream};
         if (wxa16TmaAvailable()) smallKernels.push_back(W4SmallKernel::Tma);
         else std::printf("-- no sm_90 device: the TMA small-M kernel is not tested here\n");
@@ -276,6 +290,20 @@ int main() {
                     runCase({4, false, 48, 704, 32, 0}, act, {2, 12}, 9);
                     // Long rows: with one split each warp goes round its ring of stages several times.
                     runCase({4, false, 80, 8192, 128, 0}, act, {1, 16}, 10);
+                    // Persistent stream shapes: the cases above had a block per row tile; here 3 blocks take them
+                    // all (5 to 40 tiles each), so a block's loads of its next tile overlap its reduction.
+                    if (stream && wxa16StreamConfigName(config).find("persistent") != std::string::npos) {
+                        wxa16SetStreamResidentCap(3);
+                        std::printf("-- the same shape with 3 blocks\n");
+                        runCase({4, true, 256, 1024, 128, 0}, act, {1, 3, 8, 16}, 1);
+                        runCase({4, false, 200, 576, 64, 0}, act, {1, 16}, 2);
+                        runCase({4, false, 128, 512, 128, 1}, act, {1, 5}, 3);
+                        runCase({4, true, 64, 640, 128, 2}, act, {1, 16}, 7);
+                        runCase({4, false, 48, 704, 32, 0}, act, {2, 12}, 9);
+                        runCase({4, false, 80, 8192, 128, 0}, act, {1, 16}, 10);
+                        runCase({4, true, 640, 2048, 128, 0}, act, {1, 9}, 11);
+                        wxa16SetStreamResidentCap(0);
+                    }
                 }
             }
             wxa16SetStreamConfig(initialStreamConfig);  // the configuration loop above ends at 0

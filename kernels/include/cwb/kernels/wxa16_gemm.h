@@ -98,6 +98,10 @@ int wxa16StreamConfigCount();
 int wxa16StreamConfig();
 void wxa16SetStreamConfig(int index);  // throws KernelError outside [0, count)
 std::string wxa16StreamConfigName(int index);
+// The persistent stream shapes size their grid by the blocks the GPU holds at once; a cap > 0 lowers that count
+// (for tests, so that blocks take several row tiles on small weights; and for benchmarks). 0: no cap.
+int wxa16StreamResidentCap();
+void wxa16SetStreamResidentCap(int blocks);  // throws KernelError below 0
 // Which kernel runs W8A16 launches of m <= 16: Stream (the default; w8_stream_kernel.cuh: one block per row tile sums
 // the whole input dimension, as the W4 stream kernel) or Old (the general kernel of wxa16_kernel.cuh, split-K across
 // blocks, which also runs every m > 16). Measured in docs/performance.md, "W8A16: the stream kernel". One choice for
