@@ -172,6 +172,9 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     };
     SmallStep<1, CPS> first[S];
     if (cBegin < cEnd) loadWeightsOnly(first, cBegin);
+    if constexpr (NORM)   // γ is a weight too: bring the warp's part into L1 before the wait, off the norm's path
+        for (int col = cBegin * 64 + lane * 8; col < cEnd * 64 && col < p.cols; col += 256)
+            asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p.normWeight + col));
     waitForPredecessor();
     const T* xBegin;
     if constexpr (NORM) {
