@@ -9,128 +9,15 @@
 #include <tuple>
 
 #include "core/compress/compressed_layers.h"
-#include "core/model/compressed_linear.h"
-#include "core/runtime/cuda_linear.h"
 #include "core/runtime/decode_graph.h"
-#include "core/runtime/dense_gemv.h"
 #include "core/runtime/fused_decode.h"
-#include "core/runtime/sparse24_linear.h"
+#include "core/runtime/transformer_parts.h"
 #include "core/util/error.h"
 #include "core/util/scratch_file.h"
 
 #include <torch/version.h>
 
 namespace cwb {
-
-struct Transformer::Block {
-    std::map<std::string, at::Tensor> tensors;   // suffix ("self_attn.q_proj.weight") -> tensor on device
-    std::map<std::string, std::shared_ptr<const CompressedLinear>> compressed;   // suffix ("self_attn.q_proj")
-    std::map<std::string, std::shared_ptr<const NativeIntLinear>> native;         // layers run by a kernel
-    std::map<std::string, std::shared_ptr<const Sparse24Linear>> sparse;          // 2:4 dense layers (cuSPARSELt)
-    int64_t denseGemvRows = 0;   // dense layers given at most this many rows of input run the GEMV kernel
-    // The RMSNorm weights ("input_layernorm.weight", ...) in the compute type, as the GEMV that folds a norm reads them.
-    std::map<std::string, at::Tensor> computeTypeNorms;
-    const at::Tensor& operator[](const std::string& suffix) const { return tensors.at(suffix); }
-    bool has(const std::string& suffix) const { return tensors.count(suffix) != 0; }
-    // A dense weight or a native kernel under this name (fused projections have either).
-    bool hasLinear(const std::string& layer) const { return has(layer + ".weight") || native.count(layer) != 0; }
-    int64_t outputRows(const std::string& layer) const {
-        auto w = tensors.find(layer + ".weight");
-        return w != tensors.end() ? w->second.size(0) : compressed.at(layer)->rows();
-    }
-    // y = linear(prepareInput(x), W) + b through the layer's compressed form when it has one.
-    at::Tensor linear(const std::string& layer, const at::Tensor& x) const {
-        auto bias = tensors.find(layer + ".bias");
-        auto kernel = native.find(layer);
-        auto twoFour = sparse.find(layer);
-        if (twoFour != sparse.end() && twoFour->second->applies(x)) {
-            at::Tensor y = twoFour->second->forward(x);
-            return bias == tensors.end() ? y : y + bias->second.to(x.scalar_type());
-        }
-        if (kernel != native.end()) {
-            at::Tensor y = kernel->second->forward(x).to(x.scalar_type());
-            return bias == tensors.end() ? y : y + bias->second.to(x.scalar_type());
-        }
-        auto it = compressed.find(layer);
-        at::Tensor input = it == compressed.end() ? x : it->second->prepareInput(x.to(at::kFloat)).to(x.scalar_type());
-        const at::Tensor& w = tensors.at(layer + ".weight");
-        if (denseGemvRows > 0 && denseGemvApplies(input, w, denseGemvRows))
-            return denseGemvLinear(input, w, bias == tensors.end() ? at::Tensor() : bias->second, at::Tensor());
-        return at::linear(input, w, bias == tensors.end() ? at::Tensor() : bias->second.to(x.scalar_type()));
-    }
-    // A dense layer (no kernel, no compressed input transform) that the GEMV kernel computes for this input.
-    bool denseGemvFor(const std::string& layer, const at::Tensor& x) const {
-        if (denseGemvRows <= 0 || native.count(layer) || compressed.count(layer) || !has(layer + ".weight")) return false;
-        if (sparse.count(layer) && sparse.at(layer)->applies(x)) return false;
-        return denseGemvApplies(x, tensors.at(layer + ".weight"), denseGemvRows);
-    }
-    // linear(RMSNorm(x)) in one kernel, x the raw residual stream; call where denseGemvFor(layer, x).
-    at::Tensor rmsNormLinear(const std::string& layer, const at::Tensor& x, const at::Tensor& normWeight, double eps) const {
-        auto bias = tensors.find(layer + ".bias");
-        return denseGemvRmsNormLinear(x, normWeight, eps, tensors.at(layer + ".weight"),
-                                      bias == tensors.end() ? at::Tensor() : bias->second);
-    }
-    // silu(gate) * up of a fused [gate; up] layer in one kernel, x normalised first with normWeight (undefined: x is
-    // already normalised); call where denseGemvFor(layer, x).
-    at::Tensor swiGluLinear(const std::string& layer, const at::Tensor& x, const at::Tensor& normWeight, double eps) const {
-        auto bias = tensors.find(layer + ".bias");
-        return denseGemvSwiGluLinear(x, normWeight, eps, tensors.at(layer + ".weight"),
-                                     bias == tensors.end() ? at::Tensor() : bias->second);
-    }
-    // A layer run by a kernel on its stored form for this input (not the 2:4 path) that takes the norm before it and
-    // the residual after it into its own launch (W4A16 / W8A16; FP8 and W8A8 layers keep the runtime's fused kernels).
-    bool nativeFusingFor(const std::string& layer, const at::Tensor& x) const {
-        auto kernel = native.find(layer);
-        return kernel != native.end() && kernel->second->fusesNormAndResidual() &&
-               !(sparse.count(layer) && sparse.at(layer)->applies(x));
-    }
-    // residual + linear(RMSNorm(x) · γ) through a native layer, norm and residual inside its launch where the kernel
-    // takes them (NativeIntLinear::forwardFused); normWeight or residual undefined: without it. The bias comes after.
-    at::Tensor nativeFused(const std::string& layer, const at::Tensor& x, const at::Tensor& normWeight, double eps,
-                           const at::Tensor& residual) const {
-        at::Tensor y = native.at(layer)->forwardFused(x, normWeight, eps, residual).to(x.scalar_type());
-        auto bias = tensors.find(layer + ".bias");
-        return bias == tensors.end() ? y : y + bias->second.to(y.scalar_type());
-    }
-    // A dense layer without bias, whose product with the residual added is one addmm.
-    bool plainDense(const std::string& layer) const {
-        return !native.count(layer) && !compressed.count(layer) && !has(layer + ".bias");
-    }
-    // residual + linear(x): one addmm for a dense layer without bias.
-    at::Tensor linearPlus(const std::string& layer, const at::Tensor& x, const at::Tensor& residual) const {
-        if (denseGemvFor(layer, x)) {   // product, bias and residual in one kernel
-            auto bias = tensors.find(layer + ".bias");
-            return denseGemvLinear(x, tensors.at(layer + ".weight"), bias == tensors.end() ? at::Tensor() : bias->second,
-                                   residual);
-        }
-        if (!plainDense(layer) || (sparse.count(layer) && sparse.at(layer)->applies(x))) return residual + linear(layer, x);
-        const at::Tensor& w = tensors.at(layer + ".weight");
-        return at::addmm(residual.reshape({-1, w.size(0)}), x.reshape({-1, w.size(1)}), w.t()).view(residual.sizes());
-    }
-    // Dense layers read the same input through one matrix: [q; k; v] and [gate; up]. The parts become views of it.
-    void fuse(const std::vector<std::string>& parts, const std::string& fused) {
-        const bool bias = has(parts.front() + ".bias");
-        for (const auto& part : parts)
-            if (!has(part + ".weight") || compressed.count(part) || native.count(part) || has(part + ".bias") != bias) return;
-        for (const char* kind : {".weight", ".bias"}) {
-            if (!bias && std::string(kind) == ".bias") continue;
-            std::vector<at::Tensor> pieces;
-            for (const auto& part : parts) pieces.push_back(tensors.at(part + kind));
-            at::Tensor whole = at::cat(pieces, 0);
-            int64_t offset = 0;
-            for (size_t i = 0; i < parts.size(); ++i) {
-                tensors[parts[i] + kind] = whole.narrow(0, offset, pieces[i].size(0));
-                offset += pieces[i].size(0);
-            }
-            tensors[fused + kind] = whole;
-        }
-    }
-};
-
-struct Transformer::Globals {
-    at::Tensor embedding, positions, finalNormWeight, finalNormBias, head;
-    at::Tensor finalNormInComputeType;   // for the head's GEMV when it folds the final norm
-};
 
 namespace {
 
@@ -158,14 +45,6 @@ std::string layerPrefix(const ArchSpec& spec, int64_t layer) {
     return spec.family == Family::Llama ? names::llamaLayer(layer, "") : names::gpt2Layer(layer, "");
 }
 
-// In fp32, in few operations (each is a launch in decode): ‖x‖ in one reduction, then rsqrt(‖x‖² / n + eps).
-at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-    const int64_t lastDim[] = {-1};
-    at::Tensor norm = at::linalg_vector_norm(x, 2, at::IntArrayRef(lastDim), /*keepdim=*/true, at::kFloat);
-    at::Tensor inverse = at::addcmul(at::full({1}, eps, norm.options()), norm, norm, 1.0 / double(x.size(-1))).rsqrt_();
-    return (x * inverse).mul_(weight.to(at::kFloat)).to(x.scalar_type());
-}
-
 uint64_t nextRuntimeId() {
     static std::atomic<uint64_t> next{1};
     return next++;
@@ -177,6 +56,13 @@ at::Tensor layerNorm(const at::Tensor& x, const at::Tensor& weight, const at::Te
 }
 
 } // namespace
+
+at::Tensor runtimeRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+    const int64_t lastDim[] = {-1};
+    at::Tensor norm = at::linalg_vector_norm(x, 2, at::IntArrayRef(lastDim), /*keepdim=*/true, at::kFloat);
+    at::Tensor inverse = at::addcmul(at::full({1}, eps, norm.options()), norm, norm, 1.0 / double(x.size(-1))).rsqrt_();
+    return (x * inverse).mul_(weight.to(at::kFloat)).to(x.scalar_type());
+}
 
 // Inverse frequencies of RoPE with the model's scaling applied (Llama 3 rule as in Hugging Face).
 at::Tensor ropeInverseFrequencies(const ArchSpec& s, const Model& model) {
@@ -547,7 +433,7 @@ at::Tensor Transformer::llamaBlock(int64_t layer, const at::Tensor& x, KvCache* 
         return outputs;
     };
     const int64_t B = x.size(0), T = x.size(1), heads = s.headsAt(layer), kvHeads = s.kvHeadsAt(layer);
-    at::Tensor h = rmsNorm(x, b["input_layernorm.weight"], s.normEps);
+    at::Tensor h = runtimeRmsNorm(x, b["input_layernorm.weight"], s.normEps);
     auto qkv = fused("self_attn.qkv_proj", h, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
     at::Tensor q = qkv[0].reshape({B, T, heads, s.headDim}).transpose(1, 2);
     at::Tensor k = qkv[1].reshape({B, T, kvHeads, s.headDim}).transpose(1, 2);
@@ -556,7 +442,7 @@ at::Tensor Transformer::llamaBlock(int64_t layer, const at::Tensor& x, KvCache* 
     k = applyRope(k, start);
     at::Tensor attn = attention(layer, q, k, v, cache, start, observer);
     at::Tensor out = x + lin("self_attn.o_proj", attn);
-    h = rmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
+    h = runtimeRmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
     auto gateUp = fused("mlp.gate_up_proj", h, {"mlp.gate_proj", "mlp.up_proj"});
     return out + lin("mlp.down_proj", at::silu(gateUp[0]) * gateUp[1]);
 }
@@ -613,153 +499,6 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, KvCache* cache, Activa
     return logits(x);
 }
 
-bool Transformer::fixedShapeDecodeApplies(const ActivationObserver* observer) const {
-    return mModel.spec.family == Family::Llama && !observer && !mOptions.headGates && !mOptions.parameters &&
-           mOptions.cacheWeights;
-}
-
-at::Tensor Transformer::decodeFixedShape(const at::Tensor& ids, KvCache& cache) {
-    const int64_t start = cache.length();
-    ropeRows(cache.capacity());   // the table must not grow (be replaced) while a graph reads it
-    at::Tensor tokens = ids.to(mOptions.device);
-    auto step = [&](const at::Tensor& t, const at::Tensor& position) { return fixedShapeStep(t, position, cache); };
-    if (mOptions.decode == DecodeMode::CudaGraph && cache.mGraphFailure.empty()) {
-        if (!cache.mGraph || !cache.mGraph->capturedFor(mRuntimeId, mWeightsVersion, cache.batch()))
-            cache.mGraph = std::make_unique<DecodeGraph>(mOptions.device, cache.batch(), mRuntimeId, mWeightsVersion);
-        try {
-            return cache.mGraph->run(tokens, start, step);
-        } catch (const Error& e) {   // this cache decodes without a graph from now on; graphFailure() says why
-            cache.mGraphFailure = e.what();
-            cache.mGraph.reset();
-        }
-    }
-    return step(tokens, at::full({1}, start, at::TensorOptions().dtype(at::kLong).device(mOptions.device)));
-}
-
-bool Transformer::foldNormsIntoGemv() const {
-    return mOptions.fusedNormGemv && mOptions.denseGemv && !mOptions.parameters && fusedDecodeActive();
-}
-
-bool Transformer::swiGluIntoGemv() const {
-    return mOptions.fusedSwiGluGemv && mOptions.denseGemv && !mOptions.parameters && fusedDecodeActive();
-}
-
-bool Transformer::intLinearFused() const {
-    return mOptions.fusedIntLinear && !mOptions.parameters && fusedDecodeActive();
-}
-
-bool Transformer::fusedDecodeActive() const {
-    return mOptions.fusedDecode && fusedDecodeAvailable(mOptions.device, mOptions.dtype);
-}
-
-at::Tensor Transformer::fixedShapeStep(const at::Tensor& tokens, const at::Tensor& position, KvCache& cache) {
-    at::Tensor x = at::embedding(mGlobals->embedding, tokens);   // [batch, 1, hidden]
-    if (fusedDecodeActive()) {   // the kernels read the RoPE table and the position themselves
-        for (int64_t l = 0; l < mModel.spec.layers; ++l) x = fixedShapeBlock(l, x, at::Tensor(), at::Tensor(), position, cache);
-        if (foldNormsIntoGemv() && denseGemvApplies(x, mGlobals->head, kDenseGemvRuntimeRows))
-            return denseGemvRmsNormLinear(x, mGlobals->finalNormInComputeType, mModel.spec.normEps, mGlobals->head, at::Tensor())
-                .to(at::kFloat);
-        return headLinear(fusedRmsNorm(x, mGlobals->finalNormWeight, mModel.spec.normEps)).to(at::kFloat);
-    }
-    // Shared by every block: this position's RoPE row, and the additive mask over the whole cache (0 up to the
-    // position, -inf after), both computed on the device from `position`.
-    at::Tensor rope = mRopeTable.index_select(0, position);   // [1, 2, headDim]
-    at::Tensor slots = at::arange(cache.capacity(), position.options());
-    at::Tensor mask = at::zeros({1, 1, cache.capacity()}, x.options())
-                          .masked_fill_(slots.gt(position).view({1, 1, -1}), -std::numeric_limits<float>::infinity());
-    for (int64_t l = 0; l < mModel.spec.layers; ++l) x = fixedShapeBlock(l, x, rope, mask, position, cache);
-    return logits(x);
-}
-
-at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, const at::Tensor& rope, const at::Tensor& mask,
-                                        const at::Tensor& position, KvCache& cache) {
-    const ArchSpec& s = mModel.spec;
-    const Block& b = block(layer);
-    const int64_t B = x.size(0), heads = s.headsAt(layer), kvHeads = s.kvHeadsAt(layer), hd = s.headDim;
-    const bool fused = fusedDecodeActive();   // then rope and mask are undefined: the kernels need neither
-    const bool foldNorms = foldNormsIntoGemv();   // RMSNorm inside the GEMV of dense q/k/v and gate/up
-    const bool foldInputNorm = foldNorms && b.denseGemvFor("self_attn.qkv_proj", x);
-    const bool intFused = fused && intLinearFused();   // native integer layers take norms and residuals
-    const bool nativeInputNorm = intFused && !foldInputNorm && b.nativeFusingFor("self_attn.qkv_proj", x);
-    at::Tensor h;   // the normalised input of q/k/v, then of gate/up, where no GEMV normalises it itself
-    if (!foldInputNorm && !nativeInputNorm)
-        h = fused ? fusedRmsNorm(x, b["input_layernorm.weight"], s.normEps) : rmsNorm(x, b["input_layernorm.weight"], s.normEps);
-    // residual + linear(input), in one launch where the layer is native and intFused
-    auto plus = [&](const std::string& layer, const at::Tensor& input, const at::Tensor& residual) {
-        return intFused && b.nativeFusingFor(layer, input) ? b.nativeFused(layer, input, at::Tensor(), 0.0, residual)
-                                                     : b.linearPlus(layer, input, residual);
-    };
-    at::Tensor qk, v;   // [B, 1, (heads + kvHeads) * hd], [B, 1, kvHeads * hd]
-    if (foldInputNorm || nativeInputNorm || b.hasLinear("self_attn.qkv_proj")) {
-        at::Tensor qkv = foldInputNorm ? b.rmsNormLinear("self_attn.qkv_proj", x, b.computeTypeNorms.at("input_layernorm.weight"), s.normEps)
-                         : nativeInputNorm
-                             ? b.nativeFused("self_attn.qkv_proj", x, b["input_layernorm.weight"], s.normEps, at::Tensor())
-                             : b.linear("self_attn.qkv_proj", h);
-        qk = qkv.narrow(-1, 0, (heads + kvHeads) * hd);
-        v = qkv.narrow(-1, (heads + kvHeads) * hd, kvHeads * hd);
-    } else {
-        qk = at::cat({b.linear("self_attn.q_proj", h), b.linear("self_attn.k_proj", h)}, -1);
-        v = b.linear("self_attn.v_proj", h);
-    }
-    at::Tensor& keys = cache.mKeys[static_cast<size_t>(layer)];
-    at::Tensor& values = cache.mValues[static_cast<size_t>(layer)];
-    at::Tensor out;   // x + attention output
-    bool foldPostNorm = false;     // gate/up's dense GEMV normalises `out` itself (h stays undefined)
-    bool nativePostNorm = false;   // so does gate/up's native kernel launch
-    if (fused) {   // RoPE, cache write and attention in one or two kernels; the residual add joins the norm
-        at::Tensor attn = fusedDecodeAttention(qk.narrow(-1, 0, heads * hd), qk.narrow(-1, heads * hd, kvHeads * hd), v,
-                                               mRopeTable, s.ropeStyle, position, keys, values, heads);
-        // gate/up's GEMV qualifies by x's shape and type, which `out` shares.
-        foldPostNorm = foldNorms && b.denseGemvFor("mlp.gate_up_proj", x);
-        nativePostNorm = intFused && !foldPostNorm && b.nativeFusingFor("mlp.gate_up_proj", x);
-        if (foldPostNorm || nativePostNorm) {   // x + o_proj(attn), rounded once, as fusedAddRmsNorm's sum
-            out = plus("self_attn.o_proj", attn, x);
-        } else if (b.plainDense("self_attn.o_proj") || (intFused && b.nativeFusingFor("self_attn.o_proj", attn))) {
-            out = plus("self_attn.o_proj", attn, x);
-            h = fusedRmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
-        } else {
-            std::tie(out, h) = fusedAddRmsNorm(b.linear("self_attn.o_proj", attn), x, b["post_attention_layernorm.weight"], s.normEps);
-        }
-    } else {
-        // RoPE on queries and keys at once, in fp32.
-        at::Tensor qkf = qk.reshape({B, heads + kvHeads, hd}).to(at::kFloat);
-        at::Tensor rotated = (qkf * rope.select(1, 0)).addcmul_(swapRopePartners(qkf, s.ropeStyle), rope.select(1, 1)).to(x.scalar_type());
-        keys.index_copy_(2, position, rotated.narrow(1, heads, kvHeads).unsqueeze(2));
-        values.index_copy_(2, position, v.reshape({B, kvHeads, 1, hd}));
-        // Attention over the whole capacity; each kv head serves `groups` query heads without repeating the cache.
-        const int64_t groups = heads / kvHeads, capacity = keys.size(2);
-        at::Tensor q = rotated.narrow(1, 0, heads).reshape({B * kvHeads, groups, hd});
-        at::Tensor scores = at::baddbmm(mask, q, keys.view({B * kvHeads, capacity, hd}).transpose(1, 2), 1.0,
-                                        1.0 / std::sqrt(double(hd)));
-        at::Tensor probs = at::softmax(scores, -1);
-        at::Tensor attn = at::bmm(probs, values.view({B * kvHeads, capacity, hd})).view({B, 1, heads * hd});
-        out = b.linearPlus("self_attn.o_proj", attn, x);
-        h = rmsNorm(out, b["post_attention_layernorm.weight"], s.normEps);
-    }
-    auto siluTimes = [&](const at::Tensor& gate, const at::Tensor& up) {
-        return fused ? fusedSiluMul(gate, up) : at::silu(gate).mul_(up);
-    };
-    at::Tensor act;
-    // With foldPostNorm gate/up's GEMV reads `out` and normalises it itself, else it reads h.
-    const at::Tensor& gateUpInput = foldPostNorm ? out : h;
-    const at::Tensor postNorm = foldPostNorm ? b.computeTypeNorms.at("post_attention_layernorm.weight") : at::Tensor();
-    if (swiGluIntoGemv() && b.denseGemvFor("mlp.gate_up_proj", x)) {   // gate/up, SiLU and * in one kernel
-        act = b.swiGluLinear("mlp.gate_up_proj", gateUpInput, postNorm, s.normEps);
-    } else if (nativePostNorm) {
-        at::Tensor gateUp = b.nativeFused("mlp.gate_up_proj", out, b["post_attention_layernorm.weight"], s.normEps, at::Tensor());
-        const int64_t ffn = gateUp.size(-1) / 2;
-        act = siluTimes(gateUp.narrow(-1, 0, ffn), gateUp.narrow(-1, ffn, ffn));
-    } else if (foldPostNorm || b.hasLinear("mlp.gate_up_proj")) {
-        at::Tensor gateUp = foldPostNorm ? b.rmsNormLinear("mlp.gate_up_proj", out, postNorm, s.normEps)
-                                         : b.linear("mlp.gate_up_proj", h);
-        const int64_t ffn = gateUp.size(-1) / 2;
-        act = siluTimes(gateUp.narrow(-1, 0, ffn), gateUp.narrow(-1, ffn, ffn));
-    } else {
-        act = siluTimes(b.linear("mlp.gate_proj", h), b.linear("mlp.up_proj", h));
-    }
-    return plus("mlp.down_proj", act, out);
-}
-
 at::Tensor Transformer::embedAt(const at::Tensor& tokens, int64_t start) const {
     const ArchSpec& s = mModel.spec;
     const int64_t T = tokens.size(1);
@@ -786,7 +525,7 @@ at::Tensor Transformer::runBlock(int64_t layer, const at::Tensor& x, ActivationO
 
 at::Tensor Transformer::logits(const at::Tensor& hidden) const {
     const ArchSpec& s = mModel.spec;
-    at::Tensor x = s.family == Family::Llama ? rmsNorm(hidden, mGlobals->finalNormWeight, s.normEps)
+    at::Tensor x = s.family == Family::Llama ? runtimeRmsNorm(hidden, mGlobals->finalNormWeight, s.normEps)
                                              : layerNorm(hidden, mGlobals->finalNormWeight, mGlobals->finalNormBias, s.normEps);
     return headLinear(x).to(at::kFloat);
 }
