@@ -2,7 +2,6 @@
 // never changes, so that a CUDA graph can replay it; with the fused decode kernels, norms, RoPE, attention and the
 // residual adds run in the runtime's own launches (fused_decode.h), and native integer layers take norms and residuals
 // inside theirs.
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <tuple>
@@ -23,18 +22,6 @@ at::Tensor Transformer::decodeFixedShape(const at::Tensor& ids, KvCache& cache) 
     const int64_t start = cache.length();
     ropeRows(cache.capacity());   // the table must not grow (be replaced) while a graph reads it
     at::Tensor tokens = ids.to(mOptions.device);
-    if (fusedDecodeActive()) {   // the attention workspace, sized for the largest layer, zeroed outside any capture
-        const ArchSpec& s = mModel.spec;
-        int64_t floats = 0;
-        for (int64_t l = 0; l < s.layers; ++l)
-            floats = std::max(floats, fusedDecodeAttentionWorkspaceFloats(cache.batch(), s.headsAt(l), s.kvHeadsAt(l),
-                                                                         s.headDim, cache.capacity()));
-        if (floats > 0 && (!cache.mAttentionWorkspace.defined() || cache.mAttentionWorkspace.numel() < floats)) {
-            cache.mAttentionWorkspace =
-                at::zeros({floats}, at::TensorOptions().dtype(at::kFloat).device(mOptions.device));
-            cache.mGraph.reset();   // a graph captured before read the old workspace
-        }
-    }
     auto step = [&](const at::Tensor& t, const at::Tensor& position) { return fixedShapeStep(t, position, cache); };
     if (mOptions.decode == DecodeMode::CudaGraph && cache.mGraphFailure.empty()) {
         if (!cache.mGraph || !cache.mGraph->capturedFor(mRuntimeId, mWeightsVersion, cache.batch()))
@@ -121,8 +108,7 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     bool nativePostNorm = false;   // so does gate/up's native kernel launch
     if (fused) {   // RoPE, cache write and attention in one or two kernels; the residual add joins the norm
         at::Tensor attn = fusedDecodeAttention(qk.narrow(-1, 0, heads * hd), qk.narrow(-1, heads * hd, kvHeads * hd), v,
-                                               mRopeTable, s.ropeStyle, position, keys, values, heads,
-                                               cache.mAttentionWorkspace);
+                                               mRopeTable, s.ropeStyle, position, keys, values, heads);
         // gate/up's GEMV qualifies by x's shape and type, which `out` shares.
         foldPostNorm = foldNorms && b.denseGemvFor("mlp.gate_up_proj", x);
         nativePostNorm = intFused && !foldPostNorm && b.nativeFusingFor("mlp.gate_up_proj", x);

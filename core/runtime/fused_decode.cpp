@@ -83,7 +83,7 @@ std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor& x, const at:
 
 at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& ropeTable,
                                 RopeStyle style, const at::Tensor& position, at::Tensor& keys, at::Tensor& values,
-                                int64_t heads, const at::Tensor& workspace) {
+                                int64_t heads) {
     const kernels::ActType type = actType(q, "the query");
     if (k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type() || keys.scalar_type() != q.scalar_type() ||
         values.scalar_type() != q.scalar_type())
@@ -108,33 +108,18 @@ at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const 
     at::Tensor out = at::empty({s.batch, 1, heads * s.headDim}, q.options());
     const kernels::RopeLayout layout =
         style == RopeStyle::AdjacentPairs ? kernels::RopeLayout::AdjacentPairs : kernels::RopeLayout::HalfSplit;
-    const kernels::DecodeAttentionPlan plan = kernels::planDecodeAttention(s, kernels::deviceMultiprocessors());
-    const size_t bytes = kernels::decodeAttentionWorkspaceBytes(s, plan);
-    if (bytes > 0 && (!workspace.defined() || workspace.scalar_type() != at::kFloat || workspace.device() != q.device() ||
-                      !workspace.is_contiguous() || size_t(workspace.numel()) * sizeof(float) < bytes))
-        throw Error("fused decode: the attention workspace holds fewer than the " + std::to_string(bytes / sizeof(float)) +
-                    " fp32 elements a cache of this shape needs, or is not fp32 on the query's device");
-    launching("attention", [&] {   // RoPE, the cache write and attention in one launch; its last blocks merge
+    launching("attention", [&] {   // RoPE, the cache write and attention in one launch (+ the merge of the splits)
+        const kernels::DecodeAttentionPlan plan = kernels::planDecodeAttention(s, kernels::deviceMultiprocessors());
+        const size_t bytes = kernels::decodeAttentionWorkspaceBytes(s, plan);
+        at::Tensor workspace = at::empty({int64_t(bytes / sizeof(float)) + 1}, q.options().dtype(at::kFloat));
         kernels::ropeDecodeAttention(qRows.data_ptr(), qRows.stride(0), kRows.data_ptr(), kRows.stride(0), vRows.data_ptr(),
                                      vRows.stride(0), ropeTable.data_ptr<float>(), ropeTable.size(0), layout,
                                      position.data_ptr<int64_t>(), keys.data_ptr(), values.data_ptr(), out.data_ptr(), s,
-                                     float(1.0 / std::sqrt(double(s.headDim))), plan,
-                                     bytes ? workspace.data_ptr<float>() : nullptr, bytes, type, torchCurrentStream());
+                                     float(1.0 / std::sqrt(double(s.headDim))), plan, workspace.data_ptr<float>(), bytes,
+                                     type, torchCurrentStream());
         return 0;
     });
     return out;
-}
-
-int64_t fusedDecodeAttentionWorkspaceFloats(int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim,
-                                            int64_t capacity) {
-    kernels::DecodeAttentionShape s;
-    s.batch = batch;
-    s.heads = heads;
-    s.kvHeads = kvHeads;
-    s.headDim = headDim;
-    s.capacity = capacity;
-    const kernels::DecodeAttentionPlan plan = kernels::planDecodeAttention(s, kernels::deviceMultiprocessors());
-    return int64_t((kernels::decodeAttentionWorkspaceBytes(s, plan) + sizeof(float) - 1) / sizeof(float));
 }
 
 at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up) {
@@ -175,10 +160,9 @@ namespace {
 at::Tensor fusedRmsNorm(const at::Tensor&, const at::Tensor&, double) { notBuilt(); }
 std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor&, const at::Tensor&, const at::Tensor&, double) { notBuilt(); }
 at::Tensor fusedDecodeAttention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, RopeStyle,
-                                const at::Tensor&, at::Tensor&, at::Tensor&, int64_t, const at::Tensor&) {
+                                const at::Tensor&, at::Tensor&, at::Tensor&, int64_t) {
     notBuilt();
 }
-int64_t fusedDecodeAttentionWorkspaceFloats(int64_t, int64_t, int64_t, int64_t, int64_t) { return 0; }
 at::Tensor fusedSiluMul(const at::Tensor&, const at::Tensor&) { notBuilt(); }
 
 #endif

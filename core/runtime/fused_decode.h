@@ -26,16 +26,10 @@ std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor& x, const at:
 // device position `position` (int64 [1]), the rotated keys and v written to the caches [batch, kvHeads, capacity,
 // headDim] at that position, then attention of every query head over the cache up to it. q, k and v may be views
 // of one fused GEMM output. ropeTable is the runtime's fp32 [positions, 2, headDim] (ropeTable()). One launch
-// (kernels::ropeDecodeAttention; its last blocks merge the splits of the cache). `workspace`: fp32 on the query's
-// device, at least fusedDecodeAttentionWorkspaceFloats long, zeroed once when allocated (outside a CUDA graph
-// capture) and then reused by every call, one at a time: each call leaves its merge counters zero. The KV cache
-// owns one. Throws cwb::Error when it is smaller. Returns [batch, 1, heads * headDim].
+// (kernels::ropeDecodeAttention), two when the cache is split over the sequence. Returns [batch, 1, heads * headDim].
 at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& ropeTable, RopeStyle style, const at::Tensor& position,
-                                at::Tensor& keys, at::Tensor& values, int64_t heads, const at::Tensor& workspace);
-// The workspace fusedDecodeAttention needs for a cache of this shape (0 in a build without the kernels).
-int64_t fusedDecodeAttentionWorkspaceFloats(int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim,
-                                            int64_t capacity);
+                                at::Tensor& keys, at::Tensor& values, int64_t heads);
 
 // silu(gate) * up for gate and up [..., width], which may be the two halves of one fused GEMM output.
 at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up);

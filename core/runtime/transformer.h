@@ -131,9 +131,6 @@ private:
     int64_t mLength = 0;
     int64_t mCapacity = 0;
     std::unique_ptr<DecodeGraph> mGraph;   // captured against these tensors and one runtime's weights
-    // The fused decode attention's scratch, shared by the layers (fusedDecodeAttention): zeroed when allocated, before
-    // any graph capture, since its merge counters must start at zero.
-    at::Tensor mAttentionWorkspace;
     std::string mGraphFailure;
 };
 

@@ -1,8 +1,7 @@
 // Single-token attention over the KV cache, flash-decoding style: the cache is cut into chunks, one block per
 // (chunk, kv head, sequence) scores its keys for every query head of the kv head's group, takes the softmax of the
-// chunk in fp32 and sums the values; the last block of a (kv head, sequence) to finish merges the chunks (running
-// maxima and sums), found through a counter in the workspace that it sets back to zero. The position comes from
-// device memory, so chunks past it exit at once and the launch shape never changes.
+// chunk in fp32 and sums the values; a second small kernel merges the chunks (running maxima and sums). The
+// position comes from device memory, so chunks past it exit at once and the launch shape never changes.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -60,9 +59,8 @@ template <typename T, bool ROPE>
 __global__ void __launch_bounds__(kAttentionThreads)
     decodeAttentionKernel(const T* q, const T* keys, const T* values, const int64_t* __restrict__ position,
                           T* __restrict__ out, float* __restrict__ partialMax, float* __restrict__ partialSum,
-                          float* __restrict__ partialOut, int* __restrict__ counters, int heads, int kvHeads,
-                          int headDim, int64_t capacity, int64_t keysPerSplit, int splits, float scale,
-                          RopeInputs<T> rope) {
+                          float* __restrict__ partialOut, int heads, int kvHeads, int headDim, int64_t capacity,
+                          int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope) {
     // Without ROPE the kernel before this one wrote the position's key: wait first. With it, that kernel only made
     // q, k and v; the position and every earlier slot of the caches are older, so the cache reads start before the
     // wait and overlap that kernel's end (programmatic dependent launch).
@@ -212,38 +210,32 @@ __global__ void __launch_bounds__(kAttentionThreads)
         else
             partialOut[(row * splits + split) * headDim + i] = sum;
     }
-    if (splits == 1) return;
-    if (int(threadIdx.x) < groups) {
+    if (splits > 1 && int(threadIdx.x) < groups) {
         const int64_t row = int64_t(b) * heads + firstHead + threadIdx.x;
         partialMax[row * splits + split] = stats[threadIdx.x];
         partialSum[row * splits + split] = stats[groups + threadIdx.x];
     }
+}
 
-    // The chunks up to the position each add one to the counter; the last to do so merges them all, rescaled to
-    // their common maximum (partials read from L2: other blocks wrote them), and sets the counter back to zero.
-    __threadfence();
-    __syncthreads();
-    __shared__ bool isLast;
-    const int used = int(min(int64_t(splits), p / keysPerSplit + 1));
-    int* counter = counters + int64_t(b) * kvHeads + kvHead;
-    if (threadIdx.x == 0) isLast = atomicAdd(counter, 1) == used - 1;
-    __syncthreads();
-    if (!isLast) return;
-    __threadfence();
-    for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) {
-        const int64_t row = int64_t(b) * heads + firstHead + e / headDim;
-        const float* maxima = partialMax + row * splits;
-        float top = -INFINITY;
-        for (int s = 0; s < used; ++s) top = fmaxf(top, __ldcg(maxima + s));
-        float total = 0.0f, acc = 0.0f;
-        for (int s = 0; s < used; ++s) {
-            const float weight = expf(__ldcg(maxima + s) - top);
-            total += __ldcg(partialSum + row * splits + s) * weight;
-            acc += __ldcg(partialOut + (row * splits + s) * headDim + e % headDim) * weight;
-        }
-        out[row * headDim + e % headDim] = fromFloat<T>(acc / total);
+// One block per (query head, sequence): the chunks up to the position, rescaled to their common maximum.
+template <typename T>
+__global__ void mergeSplitsKernel(const float* __restrict__ partialMax, const float* __restrict__ partialSum,
+                                  const float* __restrict__ partialOut, const int64_t* __restrict__ position,
+                                  T* __restrict__ out, int heads, int headDim, int64_t capacity, int64_t keysPerSplit,
+                                  int splits) {
+    waitForPredecessor();
+    const int64_t row = int64_t(blockIdx.y) * heads + blockIdx.x;
+    const int used = int(min(int64_t(splits), clampedPosition(position, capacity) / keysPerSplit + 1));
+    const float* maxima = partialMax + row * splits;
+    float top = -INFINITY;
+    for (int s = 0; s < used; ++s) top = fmaxf(top, maxima[s]);
+    float total = 0.0f;
+    for (int s = 0; s < used; ++s) total += partialSum[row * splits + s] * expf(maxima[s] - top);
+    for (int i = threadIdx.x; i < headDim; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < used; ++s) acc += partialOut[(row * splits + s) * headDim + i] * expf(maxima[s] - top);
+        out[row * headDim + i] = fromFloat<T>(acc / total);
     }
-    if (threadIdx.x == 0) *counter = 0;
 }
 
 void require(bool ok, const std::string& what) {
@@ -275,19 +267,14 @@ DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& s, int multi
     return {(s.capacity + keys - 1) / keys, keys};
 }
 
-size_t decodeAttentionCounterBytes(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan) {
-    return plan.splits <= 1 ? 0 : size_t(s.batch * s.kvHeads) * sizeof(int);
-}
-
 size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan) {
     if (plan.splits <= 1) return 0;
-    return size_t(s.batch * s.heads * plan.splits * (s.headDim + 2)) * sizeof(float) +
-           decodeAttentionCounterBytes(s, plan);
+    return size_t(s.batch * s.heads * plan.splits * (s.headDim + 2)) * sizeof(float);
 }
 
 namespace {
 
-// Both entry points: the attention kernel (with the RoPE of ropeDecodeAttention when `rope`); its last blocks merge.
+// Both entry points: the attention kernel (with the RoPE of ropeDecodeAttention when `rope`), then the merge.
 void launchAttention(const void* q, const void* keyCache, const void* valueCache, const int64_t* position, void* out,
                      const DecodeAttentionShape& s, float scale, const DecodeAttentionPlan& plan, float* workspace,
                      size_t workspaceBytes, ActType type, Stream stream, const RopeInputs<uint16_t>* rope) {
@@ -309,9 +296,6 @@ void launchAttention(const void* q, const void* keyCache, const void* valueCache
     float* partialMax = split ? workspace : nullptr;
     float* partialSum = split ? workspace + rows : nullptr;
     float* partialOut = split ? workspace + 2 * rows : nullptr;
-    int* counters = split ? reinterpret_cast<int*>(reinterpret_cast<char*>(workspace) + decodeAttentionWorkspaceBytes(s, plan) -
-                                                   decodeAttentionCounterBytes(s, plan))
-                          : nullptr;
     const cudaStream_t st = detail::toStream(stream);
     dispatch(type, [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
@@ -325,9 +309,17 @@ void launchAttention(const void* q, const void* keyCache, const void* valueCache
         CWB_CUDA_CHECK(launchDependent(
             rope ? decodeAttentionKernel<T, true> : decodeAttentionKernel<T, false>, grid, dim3(kAttentionThreads),
             shared, st, static_cast<const T*>(q), static_cast<const T*>(keyCache), static_cast<const T*>(valueCache),
-            position, static_cast<T*>(out), partialMax, partialSum, partialOut, counters, int(s.heads),
-            int(s.kvHeads), int(s.headDim), s.capacity, plan.keysPerSplit, int(plan.splits), scale, r));
+            position, static_cast<T*>(out), partialMax, partialSum, partialOut, int(s.heads), int(s.kvHeads),
+            int(s.headDim), s.capacity, plan.keysPerSplit, int(plan.splits), scale, r));
         CWB_CUDA_CHECK_LAUNCH("decodeAttention");
+        if (split) {
+            const dim3 mergeGrid(unsigned(s.heads), unsigned(s.batch));
+            const unsigned threads = unsigned(std::min<int64_t>(128, (s.headDim + 31) / 32 * 32));
+            CWB_CUDA_CHECK(launchDependent(mergeSplitsKernel<T>, mergeGrid, dim3(threads), 0, st, partialMax, partialSum,
+                                           partialOut, position, static_cast<T*>(out), int(s.heads), int(s.headDim),
+                                           s.capacity, plan.keysPerSplit, int(plan.splits)));
+            CWB_CUDA_CHECK_LAUNCH("decodeAttention (merge)");
+        }
     });
 }
 

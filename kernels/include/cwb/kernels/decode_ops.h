@@ -45,19 +45,14 @@ struct DecodeAttentionPlan {
 DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& shape, int multiprocessors);
 // Multiprocessors of the current device (cached per device).
 int deviceMultiprocessors();
-// Scratch decodeAttention needs for a plan, 0 when unsplit: fp32 partial maxima, sums and outputs per split, then
-// decodeAttentionCounterBytes of int32 counters (one per kv head and sequence), which end at
-// decodeAttentionWorkspaceBytes from the workspace's start. The counters must be zero before a workspace's first
-// call (cudaMemset once); every call leaves them zero, since the last block of each (kv head, sequence) that merges
-// the splits sets its counter back.
+// fp32 scratch decodeAttention needs for a plan (partial maxima, sums and outputs per split); 0 when unsplit.
 size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& shape, const DecodeAttentionPlan& plan);
-size_t decodeAttentionCounterBytes(const DecodeAttentionShape& shape, const DecodeAttentionPlan& plan);
 
 // out[b, h] = softmax(q[b, h] · K[b, h / groups, 0..p]ᵀ * scale) · V[b, h / groups, 0..p] with p = *position, for
 // q [batch, heads, headDim] and out [batch, heads, headDim] contiguous; groups = heads / kvHeads query heads share
 // each kv head (GQA) without repeating the cache. Scores, softmax and sums in fp32. headDim a multiple of 2, at
-// most 256. The workspace is decodeAttentionWorkspaceBytes(shape, plan) long, its counters zeroed once before, and
-// not used by two launches at once. One launch: the last block of each kv head merges the splits.
+// most 256. The workspace is fp32, decodeAttentionWorkspaceBytes(shape, plan) long, and not used by two launches
+// at once.
 void decodeAttention(const void* q, const void* keyCache, const void* valueCache, const int64_t* position, void* out,
                      const DecodeAttentionShape& shape, float scale, const DecodeAttentionPlan& plan, float* workspace,
                      size_t workspaceBytes, ActType type, Stream stream);
