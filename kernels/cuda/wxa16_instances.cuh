@@ -1,6 +1,8 @@
 #pragma once
 // Instantiates the launchers for one activation type; included by wxa16_gemm_f16.cu and wxa16_gemm_bf16.cu so the
 // two types compile in parallel.
+#include <atomic>
+
 #include "cuda_check.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #include "w4_small_m_kernel.cuh"
@@ -167,31 +169,36 @@ inline int64_t persistentGrid(int64_t tiles, int64_t resident, int persist) {
 }
 
 // One stream kernel, launched with programmatic dependent launch (dependent_launch.h) where enabled: it loads its
-// first weights before it waits for the kernel before it. NORM: the folded RMSNorm, with its dynamic shared memory.
-// PERSIST: the grid from persistentGrid, given the blocks a multiprocessor holds at once with the most dynamic shared
-// memory the folded norm may take. That most is allowed to the kernel here, since with its two reduction buffers the
-// static and dynamic shared memory together may pass the 48 KB a kernel gets without asking. Asked once per device.
+// first weights before it waits for the kernel before it. NORM: the folded RMSNorm, with its dynamic shared memory,
+// up to kNormFoldSharedBytes: that most is allowed to the kernel here, since with the reduction buffers the static
+// and dynamic shared memory together may pass the 48 KB a kernel gets without asking (16 warps and two token tiles:
+// 17 KB static, 33 KB with PERSIST's two buffers). PERSIST: the grid from persistentGrid, given the blocks a
+// multiprocessor holds at once with that most. Both asked once per device and kernel.
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, bool NORM, bool PERSIST>
 void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, cudaStream_t stream) {
     const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, NORM, PERSIST>;
     const size_t shared = NORM ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0;
     dim3 grid(unsigned(p.tiles));
-    if constexpr (PERSIST) {
-        static int perDevice[64] = {};
+    if constexpr (NORM || PERSIST) {
+        static std::atomic<int> perDevice[64];   // 0: not prepared yet; then the blocks a multiprocessor holds
         int device = 0;
         CWB_CUDA_CHECK(cudaGetDevice(&device));
-        int perSm = device < 64 ? perDevice[device] : 0;
+        int perSm = device >= 0 && device < 64 ? perDevice[device].load(std::memory_order_relaxed) : 0;
         if (perSm == 0) {
             const size_t most = NORM ? kNormFoldSharedBytes : 0;
             if (NORM)
                 CWB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)));
-            CWB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, W * 32, most));
+            perSm = 1;
+            if (PERSIST) CWB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, W * 32, most));
             perSm = perSm > 0 ? perSm : 1;
-            if (device < 64) perDevice[device] = perSm;
+            if (device >= 0 && device < 64) perDevice[device].store(perSm, std::memory_order_relaxed);
         }
-        int64_t resident = int64_t(perSm) * multiprocessors;
-        if (streamResidentCap() > 0 && streamResidentCap() < resident) resident = streamResidentCap();
-        grid.x = unsigned(persistentGrid(p.tiles, resident, persist));
+        if constexpr (PERSIST) {
+            int64_t resident = int64_t(perSm) * multiprocessors;
+            const int cap = streamResidentCap();   // read once: a test may change it between launches
+            if (cap > 0 && cap < resident) resident = cap;
+            grid.x = unsigned(persistentGrid(p.tiles, resident, persist));
+        }
     }
     CWB_CUDA_CHECK(launchDependent(kernel, grid, dim3(W * 32), shared, stream, p));
 }

@@ -178,6 +178,9 @@ void runFusedCases(ActType act) {
     runFusedCase({4, false, 128, 512, 128, 1}, act, {1}, 24, both, false);        // act-order: norm, then the gather
     runFusedCase({4, true, 64, 256, 128, 0}, act, {16}, 25, inPlace, true);       // 16 tokens (two token tiles)
     runFusedCase({4, true, 256, 1024, 128, 0}, act, {40}, 26, inPlace, false);    // m > 16: the general kernel
+    // Regression: 16 warps, two token tiles, 32,400 bytes of x (17 KB static): past 48 KB, which launched only once the
+    // launcher allowed the kernel more dynamic shared memory (it failed with an invalid argument before).
+    runFusedCase({4, true, 64, 1792, 128, 0}, act, {9}, 36, both, true);
     wxa16SetStreamConfig(0);   // a shape without the subtracted zero: the norm runs first
     runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 27, both, false);
     // Persistent shapes: the norm formed once per block serves each of its row tiles (3 blocks for 16 or 5 tiles).
@@ -190,6 +193,9 @@ void runFusedCases(ActType act) {
         for (Fusion f : {both, inPlace}) runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 4}, 32, f, true);
         runFusedCase({4, true, 256, 1024, 128, 0}, act, {12}, 33, inPlace, true);   // two token tiles
         runFusedCase({4, false, 80, 8192, 128, 0}, act, {1}, 34, both, true);        // 16 warps, 16 KB of x
+        // 16 warps and two token tiles: 33 KB of reduction buffers + 28 KB of x, past the 48 KB allowed unasked
+        runFusedCase({4, true, 80, 1152, 128, 0}, act, {12}, 37, inPlace, true);
+        runFusedCase({4, false, 80, 1088, 128, 0}, act, {1}, 38, both, true);         // 16 warps, seven with no chunks
         wxa16SetStreamResidentCap(0);
         runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 35, both, true);        // one tile per block
     }
@@ -291,7 +297,9 @@ int main() {
                     // Long rows: with one split each warp goes round its ring of stages several times.
                     runCase({4, false, 80, 8192, 128, 0}, act, {1, 16}, 10);
                     // Persistent stream shapes: the cases above had a block per row tile; here 3 blocks take them
-                    // all (5 to 40 tiles each), so a block's loads of its next tile overlap its reduction.
+                    // all (up to 14 tiles each where the weight has more than 8 chunks; 4-warp blocks, for 8 chunks
+                    // or fewer, stay one tile per block), so a block's loads of its next tile overlap its reduction.
+                    // Then, uncapped, more row tiles than the GPU holds blocks of 16 warps at once.
                     if (stream && wxa16StreamConfigName(config).find("persistent") != std::string::npos) {
                         wxa16SetStreamResidentCap(3);
                         std::printf("-- the same shape with 3 blocks\n");
@@ -303,6 +311,7 @@ int main() {
                         runCase({4, false, 80, 8192, 128, 0}, act, {1, 16}, 10);
                         runCase({4, true, 640, 2048, 128, 0}, act, {1, 9}, 11);
                         wxa16SetStreamResidentCap(0);
+                        runCase({4, true, 4800, 1152, 128, 0}, act, {1, 9}, 12);   // 300 tiles
                     }
                 }
             }

@@ -37,7 +37,9 @@ public:
 struct Wxa16Fusion {
     // X := RMSNorm(X) · γ first, rounded to the activation type as rmsNorm() (decode_ops.h) rounds it: γ [cols] fp32
     // on the device, r = 1/sqrt(mean(x²) + normEps) per token. The W4A16 stream kernel forms it in its prologue where
-    // wxa16FoldsNorm says so; otherwise rmsNorm runs first, into the workspace.
+    // wxa16FoldsNorm says so; otherwise rmsNorm runs first, into the workspace. Like the packed weight, γ is read
+    // before the stream kernel waits for the kernel before it (programmatic dependent launch): it must not be written
+    // by the launch just before this one.
     const float* normWeight = nullptr;
     float normEps = 1e-5f;
     // Y := X · W^T + residual, rounded once: [m, rows] in the activation type, may be y itself.
@@ -99,7 +101,8 @@ int wxa16StreamConfig();
 void wxa16SetStreamConfig(int index);  // throws KernelError outside [0, count)
 std::string wxa16StreamConfigName(int index);
 // The persistent stream shapes size their grid by the blocks the GPU holds at once; a cap > 0 lowers that count
-// (for tests, so that blocks take several row tiles on small weights; and for benchmarks). 0: no cap.
+// (for tests, so that blocks take several row tiles on small weights; and for benchmarks). 0: no cap. Set it between
+// launches, never while another thread launches.
 int wxa16StreamResidentCap();
 void wxa16SetStreamResidentCap(int blocks);  // throws KernelError below 0
 // Which kernel runs W8A16 launches of m <= 16: Stream (the default; w8_stream_kernel.cuh: one block per row tile sums
