@@ -161,6 +161,29 @@ bool sameGreedyIds(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
     return true;
 }
 
+// Two runtimes' greedy decodes of one prompt, `on` with a switch on and `off` with it off (`what`: the switch): both
+// replayed the graph at every step, their ids agree up to a near tie, and where every id agrees so do the logits,
+// within `tolerance`. Returns how many steps' ids were equal (kSteps: the logits were compared).
+int64_t compareSwitchedDecodes(const std::string& what, const cwb::KvCache& onCache, const cwb::KvCache& offCache,
+                               const std::vector<int64_t>& onIds, const std::vector<int64_t>& offIds,
+                               const at::Tensor& onLogits, const at::Tensor& offLogits, double tolerance,
+                               at::ScalarType dtype) {
+    check(onCache.graphReplays() == kSteps && offCache.graphReplays() == kSteps,
+          "both runtimes replayed the graph at every step" +
+              (onCache.graphFailure().empty() ? std::string() : " (" + what + ": " + onCache.graphFailure() + ")"));
+    int64_t equal = 0;
+    const bool idsAgree = sameGreedyIds(onIds, offIds, offLogits, tieMargin(dtype), equal);
+    check(idsAgree, "greedy ids with and without " + what + " agree (" + std::to_string(equal) + " of " +
+                        std::to_string(kSteps) + " equal)");
+    if (equal == kSteps) {
+        const double error = normalisedError(offLogits, onLogits);
+        std::printf("  %s on vs off: normalised logit error %.3g%s\n", what.c_str(), error,
+                    at::equal(offLogits, onLogits) ? " (bit-identical)" : "");
+        check(error <= tolerance, "decode logits with " + what + " match those without");
+    }
+    return equal;
+}
+
 void runCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype, bool fusedDecode,
              double cpuTolerance = 0.0) {
     const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : "") + (fusedDecode ? ", fused decode kernels" : ", LibTorch decode ops");
@@ -242,19 +265,10 @@ void denseGemvCase(const std::string& caseName, const cwb::Model& model, at::Sca
     std::vector<int64_t> gemvIds, cublasIds;
     const at::Tensor gemvLogits = greedy(gemv, *gemvCache, prompt, gemvIds);
     const at::Tensor cublasLogits = greedy(cublas, *cublasCache, prompt, cublasIds);
-    check(gemvCache->graphReplays() == kSteps && cublasCache->graphReplays() == kSteps,
-          "both runtimes replayed the graph at every step" +
-              (gemvCache->graphFailure().empty() ? std::string() : " (GEMV: " + gemvCache->graphFailure() + ")"));
-    int64_t equal = 0;
-    const bool idsAgree = sameGreedyIds(gemvIds, cublasIds, cublasLogits, tieMargin(dtype), equal);
-    check(idsAgree, "greedy ids with and without the GEMV agree (" + std::to_string(equal) + " of " +
-                        std::to_string(kSteps) + " equal)");
-    if (equal == kSteps) {
-        const double error = normalisedError(cublasLogits, gemvLogits);
-        std::printf("  GEMV vs cuBLAS: normalised logit error %.3g\n", error);
-        check(error <= tolerance, "decode logits with the GEMV match those with cuBLAS");
+    const int64_t equal = compareSwitchedDecodes("the GEMV", *gemvCache, *cublasCache, gemvIds, cublasIds, gemvLogits,
+                                                 cublasLogits, tolerance, dtype);
+    if (equal == kSteps)
         check(!at::equal(cublasLogits, gemvLogits), "the GEMV switch changes the kernel (logits not bit-identical)");
-    }
     const double versusCpu = normalisedError(cpuReference(model, prompt, gemvIds), gemvLogits);
     std::printf("  GEMV vs CPU: normalised logit error %.3g\n", versusCpu);
     check(versusCpu <= tolerance, "decode logits with the GEMV match the CPU path");
@@ -307,19 +321,9 @@ void foldingCase(const std::string& caseName, const cwb::Model& model, at::Scala
     check(wholeSteps(swiGluOn, folding.swiGluGemvsPerStep) && swiGluOff == 0,
           "the switches run " + std::to_string(folding.swiGluGemvsPerStep) + " SwiGLU GEMVs per step on and none off (" +
               std::to_string(swiGluOn) + " and " + std::to_string(swiGluOff) + " launches)");
-    check(foldedCache->graphReplays() == kSteps && unfoldedCache->graphReplays() == kSteps,
-          "both runtimes replayed the graph at every step" +
-              (foldedCache->graphFailure().empty() ? std::string() : " (folded: " + foldedCache->graphFailure() + ")"));
-    int64_t equal = 0;
-    const bool idsAgree = sameGreedyIds(foldedIds, unfoldedIds, unfoldedLogits, tieMargin(dtype), equal);
-    check(idsAgree, "greedy ids with and without folding agree (" + std::to_string(equal) + " of " +
-                        std::to_string(kSteps) + " equal)");
-    if (equal == kSteps) {
-        const double error = normalisedError(unfoldedLogits, foldedLogits);
-        std::printf("  folded vs separate: normalised logit error %.3g%s\n", error,
-                    at::equal(unfoldedLogits, foldedLogits) ? " (bit-identical)" : "");
-        check(error <= tolerance, "decode logits with folding match those with separate kernels");
-    } else {   // diverged at a near tie: each side must still follow the CPU path along its own ids
+    const int64_t equal = compareSwitchedDecodes("folding into the GEMV", *foldedCache, *unfoldedCache, foldedIds,
+                                                 unfoldedIds, foldedLogits, unfoldedLogits, tolerance, dtype);
+    if (equal != kSteps) {   // diverged at a near tie: each side must still follow the CPU path along its own ids
         for (const auto& [side, ids, logits] : {std::tuple<const char*, const std::vector<int64_t>&, const at::Tensor&>{
                                                     "folded", foldedIds, foldedLogits},
                                                 {"separate", unfoldedIds, unfoldedLogits}}) {
@@ -365,18 +369,8 @@ void intLinearCase(const std::string& caseName, const cwb::Model& model, at::Sca
           "the switch folds " + std::to_string(normsPerStep) + " norms per step into integer kernels on and none off");
     check(wholeSteps(residualsOn, residualsPerStep) && residualsOff == 0,
           "the switch adds " + std::to_string(residualsPerStep) + " residuals per step in integer kernels on and none off");
-    check(onCache->graphReplays() == kSteps && offCache->graphReplays() == kSteps,
-          "both runtimes replayed the graph at every step" +
-              (onCache->graphFailure().empty() ? std::string() : " (on: " + onCache->graphFailure() + ")"));
-    int64_t equal = 0;
-    const bool idsAgree = sameGreedyIds(onIds, offIds, offLogits, tieMargin(dtype), equal);
-    check(idsAgree, "greedy ids with and without the folding agree (" + std::to_string(equal) + " of " +
-                        std::to_string(kSteps) + " equal)");
-    if (equal == kSteps) {
-        const double error = normalisedError(offLogits, onLogits);
-        std::printf("  folded vs separate: normalised logit error %.3g\n", error);
-        check(error <= tolerance, "decode logits with the folding match those with separate kernels");
-    }
+    compareSwitchedDecodes("norms and residuals in the integer kernels", *onCache, *offCache, onIds, offIds, onLogits,
+                           offLogits, tolerance, dtype);
     for (const auto& [side, ids, logits] : {std::tuple<const char*, const std::vector<int64_t>&, const at::Tensor&>{
                                                 "folded", onIds, onLogits},
                                             {"separate", offIds, offLogits}}) {
