@@ -204,6 +204,21 @@ int main() {
                                         maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s, 0.088f, plan,
                                         ws, bytes, t, stream);
                 });
+            // Both kernels forced (the rows above are Auto's choice): the scalar one (2- and 4-byte loads; the only
+            // one before session 12) and the 16-byte-row one, same data, same run.
+            for (DecodeAttentionKernel k : {DecodeAttentionKernel::Scalar, DecodeAttentionKernel::Wide}) {
+                const std::string kernel = k == DecodeAttentionKernel::Scalar ? "scalar" : "16-byte-row";
+                setDecodeAttentionKernel(k);
+                row("  decodeAttention, " + kernel + " kernel",
+                    [&] { decodeAttention(qOut, keys, values, position, out, s, 0.088f, plan, ws, bytes, t, stream); });
+                row("  ropeDecodeAttention, " + kernel + " kernel", [&] {
+                    ropeDecodeAttention(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table,
+                                        maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s, 0.088f,
+                                        plan, ws, bytes, t, stream);
+                });
+            }
+            setDecodeAttentionKernel(DecodeAttentionKernel::Auto);
+            std::printf("| (keys and values read at this position: %.1f MB) | |\n", 2.0 * double(heads * capacity * hd * 2) / 1e6);
             cudaFree(ws);
             if (capacity == 192) ropeUs = ropeThis, attentionUs = attentionThis, ropeAttentionUs = fusedThis;
         }

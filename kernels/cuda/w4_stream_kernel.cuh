@@ -24,25 +24,36 @@ namespace cwb::kernels::detail {
 // current one across its warps, so the loads stay in flight through the reduction and the store (0: one tile per
 // block; 1: k = ceil(tiles / resident blocks) tiles per block, ceil(tiles / k) blocks, so every block has k or k - 1;
 // 2: as many blocks as are resident at once).
+// `manyTilesBatch` (persistent subtract shapes; 0: none): the batch used instead when a launch has more row tiles than
+// two per multiprocessor, so that most blocks take several tiles (the next tile's batch is then loaded during the
+// reduction of this one, and a bigger batch keeps more of it in flight).
 struct StreamConfig {
     int batch, maxWarps;
     bool overlap, split, subtract;
     int persist;
+    int manyTilesBatch = 0;
 };
-constexpr int kStreamConfigs = 10;
+constexpr int kStreamConfigs = 13;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
     {2, 16, false, false, true, 0},  {2, 16, false, false, true, 1}, {2, 16, false, false, true, 2},
-    {2, 8, false, false, true, 1}};
+    {2, 8, false, false, true, 1},   {4, 16, false, false, true, 2}, {8, 8, false, false, true, 2},
+    {2, 16, false, false, true, 2, 4}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
-// (docs/performance.md, "W4A16: a persistent stream kernel").
-constexpr int kDefaultStreamConfig = 8;
+// (docs/performance.md, "W4A16: a persistent stream kernel"). 12 is 8 with 4-chunk batches where blocks take several
+// row tiles: 7B INT4 decode 1.95 against 2.00-2.12 ms, 4096x11008 m = 1 8% faster, the other shapes as 8
+// (docs/performance.md, "W4A16: bigger batches where blocks take several row tiles").
+constexpr int kDefaultStreamConfig = 12;
 int streamConfigIndex();  // wxa16_gemm.cu
 int streamResidentCap();  // wxa16_gemm.cu: wxa16SetStreamResidentCap, 0 for none
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
+// The chunks per batch of a launch over `tiles` row tiles (StreamConfig::manyTilesBatch).
+inline int streamBatch(const StreamConfig& c, int64_t tiles, int multiprocessors) {
+    return c.manyTilesBatch > 0 && tiles > 2 * int64_t(multiprocessors) ? c.manyTilesBatch : c.batch;
+}
 
 // Warps per block and chunks per warp for a weight of `chunks` chunks; the warp count is the smallest of 4, 8, 16
 // that gives every warp at most one batch, capped by the configuration.

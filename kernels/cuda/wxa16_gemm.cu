@@ -141,7 +141,8 @@ std::string wxa16StreamConfigName(int index) {
            " warps per row tile" + (c.subtract ? ", zero subtracted before the mma" : "") +
            (c.persist == 1   ? ", persistent (k tiles per block)"
             : c.persist == 2 ? ", persistent (all resident blocks)"
-                             : "");
+                             : "") +
+           (c.manyTilesBatch ? "; " + std::to_string(c.manyTilesBatch) + " per batch past 2 row tiles per SM" : "");
 }
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call

@@ -222,16 +222,28 @@ void launchStreamPairs(const Wxa16Params& p, int warps, int persist, int multipr
         launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB, NORM, PERSIST>(p, warps, persist, multiprocessors, stream);
 }
 
+// The persistent subtract shapes, with and without the folded norm, for batches of B chunks.
+template <typename T, int NT, int B>
+void launchPersistentBatch(const Wxa16Params& p, int warps, int persist, int sms, cudaStream_t stream) {
+    if (p.normWeight)
+        launchStreamPairs<T, NT, B, false, false, true, true, true>(p, warps, persist, sms, stream);
+    else
+        launchStreamPairs<T, NT, B, false, false, true, false, true>(p, warps, persist, sms, stream);
+}
+
 // p.normWeight set: the norm is folded, which only the subtract shape compiles (the launcher checks
 // streamFoldsNorm first).
 template <typename T, int NT>
 void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cudaStream_t stream) {
     const StreamConfig& c = streamConfig();
     const int sms = multiprocessors;
-    if (c.subtract && c.persist && p.normWeight)
-        launchStreamPairs<T, NT, 2, false, false, true, true, true>(p, warps, c.persist, sms, stream);
+    const int batch = streamBatch(c, p.tiles, sms);
+    if (c.subtract && c.persist && batch == 4)
+        launchPersistentBatch<T, NT, 4>(p, warps, c.persist, sms, stream);
+    else if (c.subtract && c.persist && batch == 8)
+        launchPersistentBatch<T, NT, 8>(p, warps, c.persist, sms, stream);
     else if (c.subtract && c.persist)
-        launchStreamPairs<T, NT, 2, false, false, true, false, true>(p, warps, c.persist, sms, stream);
+        launchPersistentBatch<T, NT, 2>(p, warps, c.persist, sms, stream);
     else if (c.subtract && p.normWeight)
         launchStreamPairs<T, NT, 2, false, false, true, true>(p, warps, 0, sms, stream);
     else if (c.subtract)

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,15 @@ void testRmsNorm(ActType t, int64_t rows, int64_t dim, bool residual) {
 struct AttentionCase {
     int64_t batch, heads, kvHeads, headDim, capacity;
 };
+
+// The attention kernel the cases run under (setDecodeAttentionKernel), for their messages.
+std::string attentionKernelTag() {
+    switch (currentDecodeAttentionKernel()) {
+    case DecodeAttentionKernel::Wide: return ", 16-byte-row kernel";
+    case DecodeAttentionKernel::Scalar: return ", scalar kernel";
+    default: return ", auto";
+    }
+}
 
 std::string describe(const AttentionCase& c, ActType t) {
     return std::string(actTypeName(t)) + " batch " + std::to_string(c.batch) + ", " + std::to_string(c.heads) + "/" +
@@ -134,7 +144,8 @@ void testAttention(ActType t, const AttentionCase& c, int64_t position, int expe
     const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
     const DecodeAttentionPlan plan = planDecodeAttention(s, deviceMultiprocessors());
     const std::string tag = "decodeAttention " + describe(c, t) + ", position " + std::to_string(position) + ", " +
-                            std::to_string(plan.splits) + " splits of " + std::to_string(plan.keysPerSplit);
+                            std::to_string(plan.splits) + " splits of " + std::to_string(plan.keysPerSplit) +
+                            attentionKernelTag();
     if (expectSplit >= 0)
         check((plan.splits > 1) == (expectSplit == 1), (tag + ": " + (expectSplit ? "split" : "not split") + " as intended").c_str());
     const int64_t qSize = c.batch * c.heads * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
@@ -166,7 +177,7 @@ void testRopeAttention(ActType t, const AttentionCase& c, RopeLayout layout, int
     const std::string tag = "ropeDecodeAttention " + describe(c, t) +
                             (layout == RopeLayout::AdjacentPairs ? ", adjacent" : ", half-split") + ", position " +
                             std::to_string(position) + ", " + std::to_string(plan.splits) + " splits of " +
-                            std::to_string(plan.keysPerSplit);
+                            std::to_string(plan.keysPerSplit) + attentionKernelTag();
     const int64_t width = (c.heads + 2 * c.kvHeads) * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
     std::vector<float> qkv = roundedGaussian(size_t(c.batch * width), 11, t);
     std::vector<float> keys = roundedGaussian(size_t(cacheSize), 12, t, 0.5f), values = roundedGaussian(size_t(cacheSize), 13, t);
@@ -225,26 +236,35 @@ int main() {
                     for (int64_t p : {int64_t(0), c.capacity / 2, c.capacity - 1}) testRopeKvWrite(t, c, layout, p);
                 testRopeKvWrite(t, c, RopeLayout::HalfSplit, c.capacity);   // past the cache: nothing written
             }
-            // Short caches run in one chunk; long ones (or few heads) split over the sequence.
             // Short caches (at most 32 keys) run in one chunk; caches past 1024 keys always split; Llama-2-7B's
             // shape at a 192-token cache splits as the device's multiprocessor count decides.
-            // Head dims 96 (lanes past the row's end) and 256 (every lane's four pairs).
-            const AttentionCase attention[] = {{1, 32, 32, 128, 32},   {1, 4, 1, 64, 24},    {1, 8, 8, 128, 2048},
-                                               {2, 8, 2, 64, 1500},    {1, 32, 8, 128, 4096}, {1, 32, 32, 128, 192},
-                                               {1, 4, 2, 96, 70},      {1, 2, 1, 256, 300}};
-            const int splits[] = {0, 0, 1, 1, 1, -1, -1, 1};
-            for (size_t i = 0; i < 8; ++i) {
-                const AttentionCase& c = attention[i];
-                for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testAttention(t, c, p, splits[i]);
-            }
+            // Head dims 96 (lanes past the row's end) and 256 (every lane's four pairs); in the 16-byte-row kernel
+            // 8 is 32 rows per warp, 96 12 of 16 lanes per row, 256 a warp per row; 36 (not a multiple of 8) runs
+            // the scalar kernel under every choice; 5 query heads per kv head: two passes of at most four.
+            const AttentionCase attention[] = {{1, 32, 32, 128, 32},  {1, 4, 1, 64, 24},     {1, 8, 8, 128, 2048},
+                                               {2, 8, 2, 64, 1500},   {1, 32, 8, 128, 4096}, {1, 32, 32, 128, 192},
+                                               {1, 4, 2, 96, 70},     {1, 2, 1, 256, 300},   {1, 4, 2, 36, 100},
+                                               {1, 8, 4, 8, 600},     {1, 10, 2, 64, 333}};
+            const int splits[] = {0, 0, 1, 1, 1, -1, -1, 1, -1, -1, -1};
             // RoPE, the cache write and attention in one launch: split and unsplit caches, GQA, batch 2, both layouts.
-            const AttentionCase fused[] = {{1, 32, 32, 128, 192}, {1, 4, 1, 64, 24}, {2, 8, 2, 64, 1500},
-                                           {1, 4, 2, 96, 70},     {1, 2, 1, 256, 300}};
-            for (const AttentionCase& c : fused) {
-                for (RopeLayout layout : {RopeLayout::HalfSplit, RopeLayout::AdjacentPairs})
-                    for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testRopeAttention(t, c, layout, p);
-                testRopeAttention(t, c, RopeLayout::HalfSplit, c.capacity);   // past the cache: nothing written
+            const AttentionCase fused[] = {{1, 32, 32, 128, 192}, {1, 4, 1, 64, 24},    {2, 8, 2, 64, 1500},
+                                           {1, 4, 2, 96, 70},     {1, 2, 1, 256, 300},  {1, 4, 2, 36, 100},
+                                           {1, 8, 4, 8, 600},     {1, 10, 2, 64, 333},  {1, 32, 8, 128, 4096}};
+            // Every case under each kernel (Wide: 4 warps below 128 keys per chunk, 8 from there), then Auto.
+            for (DecodeAttentionKernel k :
+                 {DecodeAttentionKernel::Wide, DecodeAttentionKernel::Scalar, DecodeAttentionKernel::Auto}) {
+                setDecodeAttentionKernel(k);
+                for (size_t i = 0; i < std::size(attention); ++i) {
+                    const AttentionCase& c = attention[i];
+                    for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testAttention(t, c, p, splits[i]);
+                }
+                for (const AttentionCase& c : fused) {
+                    for (RopeLayout layout : {RopeLayout::HalfSplit, RopeLayout::AdjacentPairs})
+                        for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testRopeAttention(t, c, layout, p);
+                    testRopeAttention(t, c, RopeLayout::HalfSplit, c.capacity);   // past the cache: nothing written
+                }
             }
+            check(currentDecodeAttentionKernel() == DecodeAttentionKernel::Auto, "the attention kernel choice is back to Auto");
         }
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());

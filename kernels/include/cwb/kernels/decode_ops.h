@@ -57,6 +57,15 @@ void decodeAttention(const void* q, const void* keyCache, const void* valueCache
                      const DecodeAttentionShape& shape, float scale, const DecodeAttentionPlan& plan, float* workspace,
                      size_t workspaceBytes, ActType type, Stream stream);
 
+// Which attention kernel decodeAttention and ropeDecodeAttention launch. Wide reads 16-byte rows, where the head
+// dimension is a multiple of 8 and the caches are 16-byte aligned (else the scalar kernel runs); Scalar reads 2 and 4
+// bytes at a time; Auto (the default) takes Wide for chunks of at least 128 keys, where it measured 1.3-1.5x faster
+// on the H200, and Scalar for shorter ones, where Wide measured slower (9.9 against 8.5 us at 32 keys per chunk).
+// Process-wide; the other two are for benchmarks and tests.
+enum class DecodeAttentionKernel { Auto, Scalar, Wide };
+void setDecodeAttentionKernel(DecodeAttentionKernel kernel);
+DecodeAttentionKernel currentDecodeAttentionKernel();
+
 // ropeKvWrite and decodeAttention in one launch (the runtime's decode step): each block rotates its query heads
 // itself, and the block whose chunk holds the position rotates that position's key, writes it and the value to the
 // caches and reads both from shared memory. Arguments as in the two calls (no qOut); the same results. A position
