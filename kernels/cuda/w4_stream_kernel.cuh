@@ -33,20 +33,21 @@ struct StreamConfig {
     int persist;
     int manyTilesBatch = 0;
 };
-constexpr int kStreamConfigs = 13;
+constexpr int kStreamConfigs = 12;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
     {2, 16, false, false, true, 0},  {2, 16, false, false, true, 1}, {2, 16, false, false, true, 2},
-    {2, 8, false, false, true, 1},   {4, 16, false, false, true, 2}, {8, 8, false, false, true, 2},
+    {2, 8, false, false, true, 1},   {4, 16, false, false, true, 2},
     {2, 16, false, false, true, 2, 4}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
-// (docs/performance.md, "W4A16: a persistent stream kernel"). 12 is 8 with 4-chunk batches where blocks take several
+// (docs/performance.md, "W4A16: a persistent stream kernel"). 11 is 8 with 4-chunk batches where blocks take several
 // row tiles: 7B INT4 decode 1.95 against 2.00-2.12 ms, 4096x11008 m = 1 8% faster, the other shapes as 8
-// (docs/performance.md, "W4A16: bigger batches where blocks take several row tiles").
-constexpr int kDefaultStreamConfig = 12;
+// (docs/performance.md, "W4A16: bigger batches where blocks take several row tiles"; 8-chunk batches were slower on
+// every shape and were removed).
+constexpr int kDefaultStreamConfig = 11;
 int streamConfigIndex();  // wxa16_gemm.cu
 int streamResidentCap();  // wxa16_gemm.cu: wxa16SetStreamResidentCap, 0 for none
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }

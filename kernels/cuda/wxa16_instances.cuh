@@ -240,8 +240,6 @@ void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cu
     const int batch = streamBatch(c, p.tiles, sms);
     if (c.subtract && c.persist && batch == 4)
         launchPersistentBatch<T, NT, 4>(p, warps, c.persist, sms, stream);
-    else if (c.subtract && c.persist && batch == 8)
-        launchPersistentBatch<T, NT, 8>(p, warps, c.persist, sms, stream);
     else if (c.subtract && c.persist)
         launchPersistentBatch<T, NT, 2>(p, warps, c.persist, sms, stream);
     else if (c.subtract && p.normWeight)

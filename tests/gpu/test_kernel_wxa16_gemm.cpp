@@ -198,7 +198,7 @@ void runFusedCases(ActType act) {
         runFusedCase({4, false, 80, 1088, 128, 0}, act, {1}, 38, both, true);         // 16 warps, seven with no chunks
         wxa16SetStreamResidentCap(0);
         runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 35, both, true);        // one tile per block
-        // 300 row tiles: several per block (configuration 12 takes 4-chunk batches there); m <= 8, since at 9..16
+        // 300 row tiles: several per block (configuration 11 takes 4-chunk batches there); m <= 8, since at 9..16
         // tokens `auto` gives that many row tiles to the ring kernel
         runFusedCase({4, true, 4800, 1152, 128, 0}, act, {1, 4}, 39, inPlace, true);
     }
@@ -230,9 +230,9 @@ int main() {
         const W4SmallKernel initial = wxa16SmallKernel();
         const int initialStreamConfig = wxa16StreamConfig();
         if (!std::getenv("CWB_W4_STREAM_CONFIG"))
-            check(initialStreamConfig == 12 && wxa16StreamConfigName(12).find("persistent") != std::string::npos &&
-                      wxa16StreamConfigName(12).find("4 per batch past") != std::string::npos,
-                  "the stream kernel's default shape is 12 (persistent; 4-chunk batches past 2 row tiles per SM)");
+            check(initialStreamConfig == 11 && wxa16StreamConfigName(11).find("persistent") != std::string::npos &&
+                      wxa16StreamConfigName(11).find("4 per batch past") != std::string::npos,
+                  "the stream kernel's default shape is 11 (persistent; 4-chunk batches past 2 row tiles per SM)");
         std::vector<W4SmallKernel> smallKernels = {W4SmallKernel::Ring, W4SmallKernel::Stream};
         if (wxa16TmaAvailable()) smallKernels.push_back(W4SmallKernel::Tma);
         else std::printf("-- no sm_90 device: the TMA small-M kernel is not tested here\n");
