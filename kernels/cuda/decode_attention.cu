@@ -56,6 +56,38 @@ __device__ __forceinline__ int64_t clampedPosition(const int64_t* position, int6
     return min(max(*position, int64_t(0)), capacity - 1);
 }
 
+// Starts bringing `elements` elements from p into L2, the block's threads taking 128-byte lines in turn.
+template <typename T>
+__device__ __forceinline__ void prefetchToL2(const T* p, int64_t elements) {
+    const char* bytes = reinterpret_cast<const char*>(p);
+    const int64_t lines = (elements * int64_t(sizeof(T)) + 127) / 128;
+    for (int64_t l = threadIdx.x; l < lines; l += blockDim.x)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(bytes + l * 128));
+}
+
+// Softmax of a chunk's scores [groups][keysPerSplit] in place (exp(score - max)), one warp per query head; the maxima
+// to stats[0, groups) and the sums to stats[groups, 2 groups).
+__device__ __forceinline__ void chunkSoftmax(float* scores, float* stats, int groups, int count, int64_t keysPerSplit) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int g = warp; g < groups; g += warps) {
+        float* row = scores + g * keysPerSplit;
+        float top = -INFINITY;
+        for (int t = lane; t < count; t += 32) top = fmaxf(top, row[t]);
+        top = warpMax(top);
+        float total = 0.0f;
+        for (int t = lane; t < count; t += 32) {
+            const float e = expf(row[t] - top);
+            row[t] = e;
+            total += e;
+        }
+        total = warpSum(total);
+        if (lane == 0) {
+            stats[g] = top;
+            stats[groups + g] = total;
+        }
+    }
+}
+
 // The block's query heads, scaled, into qs [groups][headDim] (fp32). ROPE: q is rotated here from rope.q, and the block
 // whose chunk holds the position rotates that position's key, writes it and the value to the caches and to newKey /
 // newValue in shared memory (the other blocks never read that slot: it lies in one chunk); returns the position's
@@ -124,11 +156,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int64_t cacheHead = (int64_t(b) * kvHeads + kvHead) * capacity;
     const T* keyRows = keys + (cacheHead + start) * headDim;
     const T* valueRows = values + (cacheHead + start) * headDim;
-    // The values are read only after the softmax: start bringing this chunk's rows into L2 now.
-    const char* valueBytes = reinterpret_cast<const char*>(valueRows);
-    const int valueLines = int((int64_t(count) * headDim * int64_t(sizeof(T)) + 127) / 128);
-    for (int l = threadIdx.x; l < valueLines; l += blockDim.x)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(valueBytes + int64_t(l) * 128));
+    prefetchToL2(valueRows, int64_t(count) * headDim);   // read only after the softmax
 
     // Scores: a warp per key, kKeysInFlight keys at a time whose loads are all issued before any is used; each lane
     // holds up to 8 of a key's elements (pairs 2 * lane + 64 j, one 4-byte load each: the head dimension is even).
@@ -184,24 +212,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     }
     __syncthreads();
 
-    // Softmax of the chunk, one warp per query head.
-    for (int g = warp; g < groups; g += warps) {
-        float* row = scores + g * keysPerSplit;
-        float top = -INFINITY;
-        for (int t = lane; t < count; t += 32) top = fmaxf(top, row[t]);
-        top = warpMax(top);
-        float total = 0.0f;
-        for (int t = lane; t < count; t += 32) {
-            const float e = expf(row[t] - top);
-            row[t] = e;
-            total += e;
-        }
-        total = warpSum(total);
-        if (lane == 0) {
-            stats[g] = top;
-            stats[groups + g] = total;
-        }
-    }
+    chunkSoftmax(scores, stats, groups, count, keysPerSplit);
     __syncthreads();
 
     // Weighted values: a thread per (query head, element); consecutive threads read consecutive elements of a row,
@@ -281,10 +292,7 @@ __global__ void __launch_bounds__(kWideThreads)
     const int64_t cacheHead = (int64_t(b) * kvHeads + kvHead) * capacity;
     const T* keyRows = keys + (cacheHead + start) * headDim;
     const T* valueRows = values + (cacheHead + start) * headDim;
-    const char* valueBytes = reinterpret_cast<const char*>(valueRows);
-    const int valueLines = int((int64_t(count) * headDim * int64_t(sizeof(T)) + 127) / 128);
-    for (int l = threadIdx.x; l < valueLines; l += blockDim.x)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(valueBytes + int64_t(l) * 128));
+    prefetchToL2(valueRows, int64_t(count) * headDim);
 
     // Row u of a round at t0 for this lane; warp-uniform test for whether the warp has any row there.
     auto rowOf = [&](int t0, int u) { return t0 + (u * warps + warp) * perWarp + sub; };
@@ -336,23 +344,7 @@ __global__ void __launch_bounds__(kWideThreads)
     __syncthreads();
 
     for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) qs[e] = 0.0f;   // the queries are done with
-    for (int g = warp; g < groups; g += warps) {
-        float* row = scores + g * keysPerSplit;
-        float top = -INFINITY;
-        for (int t = lane; t < count; t += 32) top = fmaxf(top, row[t]);
-        top = warpMax(top);
-        float total = 0.0f;
-        for (int t = lane; t < count; t += 32) {
-            const float e = expf(row[t] - top);
-            row[t] = e;
-            total += e;
-        }
-        total = warpSum(total);
-        if (lane == 0) {
-            stats[g] = top;
-            stats[groups + g] = total;
-        }
-    }
+    chunkSoftmax(scores, stats, groups, count, keysPerSplit);
     __syncthreads();
 
     for (int g0 = 0; g0 < groups; g0 += 4) {

@@ -140,9 +140,11 @@ void poisonPastPosition(const AttentionCase& c, int64_t position, std::vector<fl
 }
 
 // expectSplit: 1 split over the sequence whatever the device, 0 never, -1 as the device's size decides.
-void testAttention(ActType t, const AttentionCase& c, int64_t position, int expectSplit) {
+// `forced`: that plan instead of planDecodeAttention's (longer chunks than this device's plans give).
+void testAttention(ActType t, const AttentionCase& c, int64_t position, int expectSplit,
+                   const DecodeAttentionPlan* forced = nullptr) {
     const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
-    const DecodeAttentionPlan plan = planDecodeAttention(s, deviceMultiprocessors());
+    const DecodeAttentionPlan plan = forced ? *forced : planDecodeAttention(s, deviceMultiprocessors());
     const std::string tag = "decodeAttention " + describe(c, t) + ", position " + std::to_string(position) + ", " +
                             std::to_string(plan.splits) + " splits of " + std::to_string(plan.keysPerSplit) +
                             attentionKernelTag();
@@ -171,9 +173,10 @@ void testAttention(ActType t, const AttentionCase& c, int64_t position, int expe
 // ropeDecodeAttention (RoPE, cache write and attention in one launch) against ropeKvWriteRef then decodeAttentionRef:
 // the output, the position's key and value in the caches, every other slot untouched; the slots past the position
 // hold huge values that would dominate the output if they were read. A position past the cache writes nothing.
-void testRopeAttention(ActType t, const AttentionCase& c, RopeLayout layout, int64_t position) {
+void testRopeAttention(ActType t, const AttentionCase& c, RopeLayout layout, int64_t position,
+                       const DecodeAttentionPlan* forced = nullptr) {
     const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
-    const DecodeAttentionPlan plan = planDecodeAttention(s, deviceMultiprocessors());
+    const DecodeAttentionPlan plan = forced ? *forced : planDecodeAttention(s, deviceMultiprocessors());
     const std::string tag = "ropeDecodeAttention " + describe(c, t) +
                             (layout == RopeLayout::AdjacentPairs ? ", adjacent" : ", half-split") + ", position " +
                             std::to_string(position) + ", " + std::to_string(plan.splits) + " splits of " +
@@ -244,13 +247,15 @@ int main() {
             const AttentionCase attention[] = {{1, 32, 32, 128, 32},  {1, 4, 1, 64, 24},     {1, 8, 8, 128, 2048},
                                                {2, 8, 2, 64, 1500},   {1, 32, 8, 128, 4096}, {1, 32, 32, 128, 192},
                                                {1, 4, 2, 96, 70},     {1, 2, 1, 256, 300},   {1, 4, 2, 36, 100},
-                                               {1, 8, 4, 8, 600},     {1, 10, 2, 64, 333}};
-            const int splits[] = {0, 0, 1, 1, 1, -1, -1, 1, -1, -1, -1};
+                                               {1, 8, 4, 8, 600},     {1, 10, 2, 64, 333},   {1, 32, 32, 128, 4096}};
+            const int splits[] = {0, 0, 1, 1, 1, -1, -1, 1, -1, -1, -1, 1};
             // RoPE, the cache write and attention in one launch: split and unsplit caches, GQA, batch 2, both layouts.
             const AttentionCase fused[] = {{1, 32, 32, 128, 192}, {1, 4, 1, 64, 24},    {2, 8, 2, 64, 1500},
                                            {1, 4, 2, 96, 70},     {1, 2, 1, 256, 300},  {1, 4, 2, 36, 100},
-                                           {1, 8, 4, 8, 600},     {1, 10, 2, 64, 333},  {1, 32, 8, 128, 4096}};
+                                           {1, 8, 4, 8, 600},     {1, 10, 2, 64, 333},  {1, 32, 8, 128, 4096},
+                                           {1, 32, 32, 128, 4096}};
             // Every case under each kernel (Wide: 4 warps below 128 keys per chunk, 8 from there), then Auto.
+            check(std::size(splits) == std::size(attention), "one split expectation per attention case");
             for (DecodeAttentionKernel k :
                  {DecodeAttentionKernel::Wide, DecodeAttentionKernel::Scalar, DecodeAttentionKernel::Auto}) {
                 setDecodeAttentionKernel(k);
@@ -262,6 +267,16 @@ int main() {
                     for (RopeLayout layout : {RopeLayout::HalfSplit, RopeLayout::AdjacentPairs})
                         for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testRopeAttention(t, c, layout, p);
                     testRopeAttention(t, c, RopeLayout::HalfSplit, c.capacity);   // past the cache: nothing written
+                }
+                // Chunks of several rounds of rows (a 16-byte-row block holds 128 rows of 128 per round at 8 warps):
+                // 1024 keys per chunk with 8 query heads per kv head (two full passes), positions in the first,
+                // a middle and a partial last round of a chunk. (32 kv heads at 4096 keys above: 480 per chunk on
+                // 132 multiprocessors.)
+                const AttentionCase longChunks{1, 32, 4, 128, 4096};
+                const DecodeAttentionPlan fourChunks{4, 1024};
+                for (int64_t p : {int64_t(100), int64_t(1024 + 300), int64_t(3 * 1024 + 1000), int64_t(4095)}) {
+                    testAttention(t, longChunks, p, 1, &fourChunks);
+                    testRopeAttention(t, longChunks, RopeLayout::HalfSplit, p, &fourChunks);
                 }
             }
             check(currentDecodeAttentionKernel() == DecodeAttentionKernel::Auto, "the attention kernel choice is back to Auto");
