@@ -217,6 +217,19 @@ int main() {
                                         plan, ws, bytes, t, stream);
                 });
             }
+            // One chunk per head: 32 blocks and no merge launch (the planner aims at two blocks per multiprocessor
+            // and merges the chunks in a second kernel), under both kernels.
+            const DecodeAttentionPlan whole{1, capacity};
+            for (DecodeAttentionKernel k : {DecodeAttentionKernel::Scalar, DecodeAttentionKernel::Wide}) {
+                setDecodeAttentionKernel(k);
+                row(std::string("  ropeDecodeAttention, one chunk per head (no merge), ") +
+                        (k == DecodeAttentionKernel::Scalar ? "scalar" : "16-byte-row") + " kernel",
+                    [&] {
+                        ropeDecodeAttention(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden,
+                                            table, maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s,
+                                            0.088f, whole, nullptr, 0, t, stream);
+                    });
+            }
             setDecodeAttentionKernel(DecodeAttentionKernel::Auto);
             std::printf("| (keys and values read at this position: %.1f MB) | |\n", 2.0 * double(heads * capacity * hd * 2) / 1e6);
             cudaFree(ws);
