@@ -452,10 +452,15 @@ int main() {
                 const DeviceTiledWeight& w = *l.copies[size_t(l.next++ % 2)];
                 wxa16Gemm(w, in, result, 1, ws, wsBytes, stream, 0, fusion);
             };
-            Wxa16Fusion none, normed, plusResidual;
+            Wxa16Fusion none, normed, plusResidual, swigluPlusResidual;
             normed.normWeight = weight;
             plusResidual.residual = stream_x;
-            auto int4Step = [&](bool fold) {
+            swigluPlusResidual.residual = stream_x;   // SiLU(gate) * up formed in down_proj's prologue
+            swigluPlusResidual.swigluUp = gateUp + ffn;
+            swigluPlusResidual.swigluRowStride = 2 * ffn;
+            enum class Int4Folding { None, NormsAndAdds, AlsoSwiGlu };
+            auto int4Step = [&](Int4Folding folding) {
+                const bool fold = folding != Int4Folding::None;
                 for (int layer = 0; layer < 32; ++layer) {
                     if (fold) {
                         w4(qkvW, stream_x, qkv, normed);
@@ -472,6 +477,10 @@ int main() {
                         rmsNorm(y, stream_x, stream_x, weight, x, 1, hidden, 1e-5f, t, stream);
                         w4(gateUpW, x, gateUp, none);
                     }
+                    if (folding == Int4Folding::AlsoSwiGlu) {
+                        w4(downW, gateUp, stream_x, swigluPlusResidual);
+                        continue;
+                    }
                     siluMul(gateUp, 2 * ffn, gateUp + ffn, 2 * ffn, out, 1, ffn, t, stream);
                     if (fold) {
                         w4(downW, out, stream_x, plusResidual);
@@ -483,19 +492,24 @@ int main() {
                 normedLinear(true, 32000, gy);
             };
             std::printf("\nOne INT4 decode step (W4A16 g128 block linears, dense head with its norm folded; same"
-                        " timing):\n\n| norms and residual adds | launches | ms, PDL off | ms, PDL on | PDL speed-up |\n"
-                        "| --- | ---: | ---: | ---: | ---: |\n");
-            for (bool fold : {false, true}) {
+                        " timing):\n\n| norms and residual adds (SiLU * up) | launches | ms, PDL off | ms, PDL on |"
+                        " PDL speed-up |\n| --- | ---: | ---: | ---: | ---: |\n");
+            std::printf("(down_proj %s SiLU * up in its prologue at one token here.)\n",
+                        wxa16FoldsSwiGlu(*downW.copies[0], 1) ? "forms" : "does NOT form (siluMul runs first)");
+            for (Int4Folding folding : {Int4Folding::None, Int4Folding::NormsAndAdds, Int4Folding::AlsoSwiGlu}) {
                 double stepMs[2] = {0, 0};
                 for (bool pdl : {false, true}) {
                     setProgrammaticDependentLaunch(pdl);
-                    stepMs[pdl] = microsecondsPerLaunch(stream, [&] { int4Step(fold); }, 3) / 1e3;
+                    stepMs[pdl] = microsecondsPerLaunch(stream, [&] { int4Step(folding); }, 3) / 1e3;
                 }
-                const int perBlock = fold ? 6 : 9;   // attention's merge counted below
+                // attention's merge counted below
+                const int perBlock = folding == Int4Folding::None ? 9 : folding == Int4Folding::NormsAndAdds ? 6 : 5;
                 const int launches = 32 * perBlock + (plan.splits > 1 ? 32 : 0) + 1;
                 std::printf("| %s | %d | %.3f | %.3f | %.2fx |\n",
-                            fold ? "inside the W4A16 launches" : "separate kernels", launches, stepMs[0], stepMs[1],
-                            stepMs[0] / stepMs[1]);
+                            folding == Int4Folding::None           ? "separate kernels"
+                            : folding == Int4Folding::NormsAndAdds ? "inside the W4A16 launches"
+                                                                   : "inside the W4A16 launches, SiLU * up too",
+                            launches, stepMs[0], stepMs[1], stepMs[0] / stepMs[1]);
             }
             freeWorkspace(ws);
         }

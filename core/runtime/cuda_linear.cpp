@@ -23,16 +23,27 @@
 namespace cwb {
 
 namespace {
-std::atomic<int64_t> normFolds{0}, residualFolds{0};
+std::atomic<int64_t> normFolds{0}, residualFolds{0}, swigluFolds{0};
+
+// silu(gate) · up of a fused [..., 2F] input, in one kernel.
+at::Tensor swigluOf(const at::Tensor& gateUp) {
+    const int64_t ffn = gateUp.size(-1) / 2;
+    return fusedSiluMul(gateUp.narrow(-1, 0, ffn), gateUp.narrow(-1, ffn, ffn));
+}
 } // namespace
 
 int64_t nativeNormFoldCount() { return normFolds.load(); }
 int64_t nativeResidualFoldCount() { return residualFolds.load(); }
+int64_t nativeSwiGluFoldCount() { return swigluFolds.load(); }
 
 at::Tensor NativeIntLinear::forwardFused(const at::Tensor& x, const at::Tensor& normWeight, double eps,
                                          const at::Tensor& residual) const {
     at::Tensor y = forward(normWeight.defined() ? fusedRmsNorm(x, normWeight, eps) : x);
     return residual.defined() ? residual + y.to(residual.scalar_type()) : y;
+}
+
+at::Tensor NativeIntLinear::forwardSwiGlu(const at::Tensor& gateUp, const at::Tensor& residual) const {
+    return forwardFused(swigluOf(gateUp), at::Tensor(), 0.0, residual);
 }
 
 bool libTorchActivationQuantization() {
@@ -182,6 +193,11 @@ public:
             return run(fusedRmsNorm(x, normWeight, eps), at::Tensor(), 0.0, residual);
         return run(x, normWeight, eps, residual);
     }
+    at::Tensor forwardSwiGlu(const at::Tensor& gateUp, const at::Tensor& residual) const override {
+        if (mInputScale.defined() || gateUp.size(-1) != 2 * mWeight.cols || mWeight.cols % 8 != 0)
+            return NativeIntLinear::forwardSwiGlu(gateUp, residual);   // AWQ divides silu(gate) · up: formed first
+        return run(gateUp, at::Tensor(), 0.0, residual, true);
+    }
     bool fusesNormAndResidual() const override { return true; }
     std::string kernelName() const override {
         const std::string limit = std::to_string(mWorkspace->dequantAboveTokens());
@@ -191,10 +207,14 @@ public:
 
 private:
     // residual + linear(norm(x)) with the norm (γ fp32 [cols], or undefined) and the residual (or undefined) inside
-    // the kernel launch; mInputScale and normWeight are never both defined here.
-    at::Tensor run(const at::Tensor& x, const at::Tensor& normWeight, double eps, const at::Tensor& residual) const {
+    // the kernel launch; mInputScale and normWeight are never both defined here. swiglu: x is a fused [gate | up]
+    // input [..., 2 cols] and the product is linear(silu(gate) · up), SiLU · up inside the launch where the kernel
+    // folds it (kernels::wxa16FoldsSwiGlu; mInputScale undefined, normWeight undefined).
+    at::Tensor run(const at::Tensor& x, const at::Tensor& normWeight, double eps, const at::Tensor& residual,
+                   bool swiglu = false) const {
         c10::DeviceGuard guard(mDevice);
-        at::Tensor input = x.reshape({-1, mWeight.cols});
+        const int64_t width = swiglu ? 2 * mWeight.cols : mWeight.cols;
+        at::Tensor input = x.reshape({-1, width});
         input = mInputScale.defined() ? (input.to(at::kFloat) / mInputScale).to(mDtype) : input.to(mDtype);
         input = input.contiguous();
         if (reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 != 0) input = input.clone();   // the kernel loads 16 bytes
@@ -216,6 +236,7 @@ private:
         }
         if (m > mWorkspace->dequantAboveTokens()) {   // prefill: dequantize once, then cuBLAS at full tensor-core rate
             if (gamma.defined()) input = fusedRmsNorm(input, gamma, eps);
+            if (swiglu) input = swigluOf(input);
             at::Tensor dense = mWorkspace->denseScratch(mWeight.rows, mWeight.cols, input.options());
             try {
                 kernels::dequantizeTiled(mWeight, dense.data_ptr(), torchCurrentStream());
@@ -231,10 +252,15 @@ private:
             fusion.normWeight = gamma.defined() ? gamma.data_ptr<float>() : nullptr;
             fusion.normEps = float(eps);
             fusion.residual = add.defined() ? add.data_ptr() : nullptr;
-            void* ws = mWorkspace->reserve(kernels::wxa16WorkspaceBytes(mWeight, m, 0, gamma.defined()));
+            if (swiglu) {   // gate and up are the two halves of each input row
+                fusion.swigluUp = static_cast<const char*>(input.data_ptr()) + mWeight.cols * input.element_size();
+                fusion.swigluRowStride = width;
+            }
+            void* ws = mWorkspace->reserve(kernels::wxa16WorkspaceBytes(mWeight, m, 0, gamma.defined() || swiglu));
             kernels::wxa16Gemm(mWeight, input.data_ptr(), y.data_ptr(), m, ws, mWorkspace->bytes(), torchCurrentStream(), 0,
                                fusion);
             if (gamma.defined() && kernels::wxa16FoldsNorm(mWeight, m)) ++normFolds;
+            if (swiglu && kernels::wxa16FoldsSwiGlu(mWeight, m)) ++swigluFolds;
             if (add.defined()) ++residualFolds;
         } catch (const kernels::KernelError& e) {
             throw Error(std::string("native ") + kernelName() + " layer: " + e.what());

@@ -125,6 +125,37 @@ __device__ __forceinline__ void normIntoShared(const Wxa16Params& p, int cBegin,
     __syncwarp();
 }
 
+// The folded SwiGLU (kSwiGluX): x[t] := round(silu(x[t])·up[t]) elementwise, as siluMul() (decode_ops.h) computes it,
+// into `hs` as normIntoShared does (zeros past p.cols). Each warp forms and later reads only its own columns, so no
+// barrier: a __syncwarp. x and up are 16-byte aligned with row stride p.ldx, cols a multiple of 8 (the launcher).
+template <typename T>
+__device__ __forceinline__ void swigluIntoShared(const Wxa16Params& p, int cBegin, int cEnd, T* hs, int ldh) {
+    const int lane = threadIdx.x % 32;
+    const T* gate = static_cast<const T*>(p.x);
+    const T* up = static_cast<const T*>(p.swigluUp);
+    for (int t = 0; t < p.m; ++t)
+        for (int col = cBegin * 64 + lane * 8; col < cEnd * 64; col += 256) {
+            uint4 out = make_uint4(0u, 0u, 0u, 0u);
+            if (col < p.cols) {
+                const uint4 gv = __ldg(reinterpret_cast<const uint4*>(gate + int64_t(t) * p.ldx + col));
+                const uint4 uv = __ldg(reinterpret_cast<const uint4*>(up + int64_t(t) * p.ldx + col));
+                const T* ge = reinterpret_cast<const T*>(&gv);
+                const T* ue = reinterpret_cast<const T*>(&uv);
+                T* o = reinterpret_cast<T*>(&out);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const float g = float(ge[i]);
+                    o[i] = T(g / (1.0f + __expf(-g)) * float(ue[i]));
+                }
+            }
+            *reinterpret_cast<uint4*>(hs + t * ldh + col) = out;
+        }
+    __syncwarp();
+}
+
+// What the stream kernel multiplies: x as given, or formed in shared memory by its prologue from x (and γ or up).
+enum StreamPrologue : int { kPlainX = 0, kNormX = 1, kSwiGluX = 2 };
+
 // Row stride (elements) of the folded norm's activations in shared memory: 16 bytes past a multiple of 128, so the
 // lanes' 16-byte fragment loads of tokens g and g + 1 fall in different banks.
 __host__ __device__ inline int normSharedStride(int chunks) { return chunks * 64 + 8; }
@@ -132,15 +163,17 @@ __host__ __device__ inline int normSharedStride(int chunks) { return chunks * 64
 // Grid: one block per row tile (PERSIST: any number of blocks; block b takes tiles b, b + grid, ...); p.chunksPerSplit =
 // chunks per warp; p.splitK = 1. OVERLAP: the loads of batch i + 1 are issued before batch i is computed. The first
 // batch's weights are loaded before the kernel waits for the one before it (programmatic dependent launch: the
-// weights never change; x, the residual and y are touched only after). NORM (SUB shapes only): x is RMSNorm(x)·γ,
-// formed in the prologue into dynamic shared memory (p.m · normSharedStride(p.chunks) elements), once per block.
+// weights never change; x, the residual and y are touched only after). PRO (SUB shapes only): kNormX, x is
+// RMSNorm(x)·γ; kSwiGluX, x is silu(x)·up; either formed in the prologue into dynamic shared memory
+// (p.m · normSharedStride(p.chunks) elements), once per block.
 // PERSIST (not with OVERLAP): after its last batch of a tile a warp loads its first batch of the next tile, then the
 // warps add up the tile through one of two shared buffers (one barrier per tile), so those loads are in flight
 // through the reduction and the store.
-template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, bool NORM = false,
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX,
           bool PERSIST = false>
 __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1)>()) w4StreamKernel(const Wxa16Params p) {
-    static_assert(SUB || !NORM, "the folded norm reads x from shared memory: subtracted steps only");
+    constexpr bool NORM = PRO != kPlainX;   // x read from shared memory
+    static_assert(SUB || !NORM, "the folded prologue reads x from shared memory: subtracted steps only");
     static_assert(!(PERSIST && OVERLAP), "the persistent loop keeps one batch of registers");
     constexpr int S = B / CPS;  // steps per batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
@@ -184,7 +217,7 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     };
     SmallStep<1, CPS> first[S];
     if (cBegin < cEnd) loadWeightsOnly(first, cBegin);
-    if constexpr (NORM)   // γ is a weight too: bring the warp's part into L1 before the wait, off the norm's path
+    if constexpr (PRO == kNormX)   // γ is a weight too: bring the warp's part into L1 before the wait, off the norm's path
         for (int col = cBegin * 64 + lane * 8; col < cEnd * 64 && col < p.cols; col += 256)
             asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p.normWeight + col));
     waitForPredecessor();
@@ -193,7 +226,10 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         extern __shared__ __align__(16) unsigned char normShared[];
         T* hs = reinterpret_cast<T*>(normShared);
         const int ldh = normSharedStride(p.chunks);
-        normIntoShared<T, W>(p, cBegin, cEnd, hs, ldh);
+        if constexpr (PRO == kNormX)
+            normIntoShared<T, W>(p, cBegin, cEnd, hs, ldh);
+        else
+            swigluIntoShared<T>(p, cBegin, cEnd, hs, ldh);
         xBegin = hs + g * ldh + tig * 16 + cBegin * 64;
         xTokenStride = int64_t(8) * ldh;
     } else {

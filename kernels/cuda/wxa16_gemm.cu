@@ -297,7 +297,7 @@ struct WorkspaceLayout {
     size_t counters = 0, partial = 0, gathered = 0, normed = 0, total = 0;
 };
 
-// `norm`: room for one slice of normalised activations (the norm run as its own kernel).
+// `norm`: room for one slice of normalised (or SwiGLU) activations (the prologue run as its own kernel).
 WorkspaceLayout layoutFor(const DeviceTiledWeight& w, int64_t m, int split, bool norm) {
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
     WorkspaceLayout l;
@@ -312,6 +312,11 @@ WorkspaceLayout layoutFor(const DeviceTiledWeight& w, int64_t m, int split, bool
 bool foldsNorm(const DeviceTiledWeight& w, int64_t slice) {
     const size_t shared = size_t(slice) * size_t(detail::normSharedStride(int(w.paddedCols / kChunkCols))) * 2;
     return streamKernel(w, slice) && !w.columnOf && detail::streamConfig().subtract && shared <= kNormFoldSharedBytes;
+}
+
+// SwiGLU's prologue is compiled for the persistent subtract shapes only (the default; launchPersistentBatch).
+bool foldsSwiGlu(const DeviceTiledWeight& w, int64_t slice) {
+    return foldsNorm(w, slice) && detail::streamConfig().persist != 0;
 }
 
 } // namespace
@@ -388,12 +393,16 @@ int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m) {
     return int(split);
 }
 
-size_t wxa16WorkspaceBytes(const DeviceTiledWeight& w, int64_t m, int splitK, bool norm) {
-    return layoutFor(w, m, resolveSplit(w, m, splitK), norm).total;
+size_t wxa16WorkspaceBytes(const DeviceTiledWeight& w, int64_t m, int splitK, bool prologue) {
+    return layoutFor(w, m, resolveSplit(w, m, splitK), prologue).total;
 }
 
 bool wxa16FoldsNorm(const DeviceTiledWeight& w, int64_t m) {
     return foldsNorm(w, std::min<int64_t>(m, detail::kMaxTokensPerLaunch));
+}
+
+bool wxa16FoldsSwiGlu(const DeviceTiledWeight& w, int64_t m) {
+    return foldsSwiGlu(w, std::min<int64_t>(m, detail::kMaxTokensPerLaunch));
 }
 
 void* allocateWorkspace(size_t bytes) {
@@ -412,16 +421,22 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
     if (w.bits != 4 && w.bits != 8) throw KernelError("wxa16Gemm: bits must be 4 or 8");
     if (reinterpret_cast<uintptr_t>(x) % 16) throw KernelError("wxa16Gemm: x must be 16-byte aligned");
     if (!w.columnOf && w.cols % 8) throw KernelError("wxa16Gemm: cols must be a multiple of 8");
+    const bool swiglu = fusion.swigluUp != nullptr;
     const bool norm = fusion.normWeight != nullptr;
     if (norm && !(fusion.normEps >= 0.0f)) throw KernelError("wxa16Gemm: the norm's epsilon must be >= 0");
+    if (norm && swiglu) throw KernelError("wxa16Gemm: a norm and SwiGLU cannot both come before one product");
+    const int64_t xStride = swiglu && fusion.swigluRowStride > 0 ? fusion.swigluRowStride : w.cols;
+    if (swiglu && (xStride < w.cols || reinterpret_cast<uintptr_t>(fusion.swigluUp) % 16 != 0 || xStride % 8 != 0))
+        throw KernelError("wxa16Gemm: SwiGLU's up must be 16-byte aligned with a row stride of at least cols, a "
+                          "multiple of 8");
     if (fusion.residual && reinterpret_cast<uintptr_t>(fusion.residual) % 2)
         throw KernelError("wxa16Gemm: the residual must be aligned to its element");
     const int split = resolveSplit(w, m, splitK);
-    const WorkspaceLayout layout = layoutFor(w, m, split, norm);
+    const WorkspaceLayout layout = layoutFor(w, m, split, norm || swiglu);
     if (workspaceBytes < layout.total)
         throw KernelError("wxa16Gemm: the workspace has " + std::to_string(workspaceBytes) + " bytes, " +
                           std::to_string(layout.total) +
-                          " are needed (wxa16WorkspaceBytes with the same m, splitK and norm)");
+                          " are needed (wxa16WorkspaceBytes with the same m and splitK, and prologue = norm or SwiGLU)");
     char* ws = static_cast<char*>(workspace);
     const cudaStream_t s = detail::toStream(stream);
     const int64_t chunks = w.paddedCols / kChunkCols;
@@ -430,19 +445,28 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
 
     for (int64_t done = 0; done < m; done += detail::kMaxTokensPerLaunch) {
         const int slice = int(std::min<int64_t>(m - done, detail::kMaxTokensPerLaunch));
-        const char* xs = static_cast<const char*>(x) + done * w.cols * 2;
+        const char* xs = static_cast<const char*>(x) + done * xStride * 2;
+        const char* up = swiglu ? static_cast<const char*>(fusion.swigluUp) + done * xStride * 2 : nullptr;
+        int64_t ldx = w.cols;
         const bool fold = norm && foldsNorm(w, slice) && reinterpret_cast<uintptr_t>(fusion.normWeight) % 16 == 0;
+        const bool foldSwiGlu = swiglu && foldsSwiGlu(w, slice);
         if (norm && !fold) {   // the norm as its own kernel, into the workspace
             void* normed = ws + layout.normed;
             rmsNorm(xs, nullptr, nullptr, fusion.normWeight, normed, slice, w.cols, fusion.normEps, w.act, stream);
             xs = static_cast<const char*>(normed);
+        } else if (swiglu && !foldSwiGlu) {   // SiLU · up as its own kernel, into the workspace
+            void* product = ws + layout.normed;
+            siluMul(xs, xStride, up, xStride, product, slice, w.cols, w.act, stream);
+            xs = static_cast<const char*>(product);
+        } else if (foldSwiGlu) {
+            ldx = xStride;
         }
         detail::Wxa16Params p{};
         p.words = reinterpret_cast<const uint4*>(w.words);
         p.scaleZero = w.scaleZero;
         p.chunkGroup = w.chunkGroup;
         p.x = xs;
-        p.ldx = w.cols;
+        p.ldx = ldx;
         if (w.columnOf) {
             void* xg = ws + layout.gathered;
             if (w.act == ActType::Float16)
@@ -458,6 +482,7 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
         p.cols = int(w.cols);
         p.normWeight = fold ? fusion.normWeight : nullptr;
         p.normEps = fusion.normEps;
+        p.swigluUp = foldSwiGlu ? up : nullptr;
         p.ldy = w.rows;
         p.m = slice;
         p.rows = int(w.rows);

@@ -44,6 +44,7 @@ using cwb::testing::check;
 
 struct Shape {
     int64_t heads = 4, kvHeads = 2, headDim = 64;
+    int64_t ffn = 0;   // 0: smallLlamaSpec's 688
 };
 
 // Llama-shaped GQA model (by default 4 query heads of 64 over 2 kv heads), optionally with q/k/v biases.
@@ -56,6 +57,7 @@ std::unique_ptr<cwb::Model> makeModel(bool bias, cwb::RopeStyle style = cwb::Rop
     s.heads = shape.heads;
     s.kvHeads = shape.kvHeads;
     s.headDim = shape.headDim;
+    if (shape.ffn > 0) s.ffn = shape.ffn;
     s.ropeStyle = style;
     s.attentionBias = bias;
     m->path = "test:decode-graph";
@@ -342,10 +344,11 @@ void foldingCase(const std::string& caseName, const cwb::Model& model, at::Scala
 
 // Native integer layers with the block's norms and residual adds inside their launches (RuntimeOptions::
 // fusedIntLinear, the default) against separate kernels: per decode step `normsPerStep` norms formed inside the W4A16
-// stream kernel and `residualsPerStep` residuals added by the W4A16 / W8A16 kernels, none with the switch off; same
-// greedy ids (or each side on the CPU path along its own), logits within tolerance of each other and of the CPU.
+// stream kernel, `residualsPerStep` residuals added by the W4A16 / W8A16 kernels and `swiGlusPerStep` SiLU · up
+// formed in down_proj's W4A16 prologue, none with the switch off; same greedy ids (or each side on the CPU path along
+// its own), logits within tolerance of each other and of the CPU.
 void intLinearCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype, int64_t normsPerStep,
-                   int64_t residualsPerStep) {
+                   int64_t residualsPerStep, int64_t swiGlusPerStep) {
     const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : ", fp16") + ": norms and residuals in the integer kernels on vs off";
     const double tolerance = dtype == at::kBFloat16 ? kBf16Tolerance : kFp16Tolerance;
     std::printf("== %s\n", name.c_str());
@@ -357,11 +360,18 @@ void intLinearCase(const std::string& caseName, const cwb::Model& model, at::Sca
     auto onCache = on.makeCache(1, kPrompt + kSteps), offCache = off.makeCache(1, kPrompt + kSteps);
     std::vector<int64_t> onIds, offIds;
     const int64_t norms0 = cwb::nativeNormFoldCount(), residuals0 = cwb::nativeResidualFoldCount();
+    const int64_t swiGlus0 = cwb::nativeSwiGluFoldCount();
     const at::Tensor onLogits = greedy(on, *onCache, prompt, onIds);
     const int64_t normsOn = cwb::nativeNormFoldCount() - norms0, residualsOn = cwb::nativeResidualFoldCount() - residuals0;
+    const int64_t swiGlusOn = cwb::nativeSwiGluFoldCount() - swiGlus0;
     const at::Tensor offLogits = greedy(off, *offCache, prompt, offIds);
     const int64_t normsOff = cwb::nativeNormFoldCount() - norms0 - normsOn;
     const int64_t residualsOff = cwb::nativeResidualFoldCount() - residuals0 - residualsOn;
+    const int64_t swiGlusOff = cwb::nativeSwiGluFoldCount() - swiGlus0 - swiGlusOn;
+    std::printf("  SiLU * up formed in down_proj's kernel: %lld on, %lld off (%lld per step)\n", (long long)swiGlusOn,
+                (long long)swiGlusOff, (long long)swiGlusPerStep);
+    check(wholeSteps(swiGlusOn, swiGlusPerStep) && swiGlusOff == 0,
+          "the switch forms " + std::to_string(swiGlusPerStep) + " SiLU * up per step in down_proj's kernel on and none off");
     std::printf("  norms formed in the kernel: %lld on, %lld off (%lld per step); residuals added: %lld on, %lld off (%lld"
                 " per step)\n", (long long)normsOn, (long long)normsOff, (long long)normsPerStep, (long long)residualsOn,
                 (long long)residualsOff, (long long)residualsPerStep);
@@ -390,13 +400,14 @@ void activationQuantizedRoutingCase(const std::string& caseName, const cwb::Mode
     auto cache = runtime.makeCache(1, kPrompt + kSteps);
     std::vector<int64_t> ids;
     const int64_t addNorms0 = cwb::fusedAddRmsNormCount(), norms0 = cwb::nativeNormFoldCount();
-    const int64_t residuals0 = cwb::nativeResidualFoldCount();
+    const int64_t residuals0 = cwb::nativeResidualFoldCount(), swiGlus0 = cwb::nativeSwiGluFoldCount();
     greedy(runtime, *cache, prompt, ids);
     const int64_t addNorms = cwb::fusedAddRmsNormCount() - addNorms0;
     std::printf("  fused add-norm calls: %lld (%lld per step)\n", (long long)addNorms, (long long)model.spec.layers);
     check(wholeSteps(addNorms, model.spec.layers), "one fused add-norm per block and step");
-    check(cwb::nativeNormFoldCount() == norms0 && cwb::nativeResidualFoldCount() == residuals0,
-          "no norm or residual taken into an FP8 / W8A8 launch");
+    check(cwb::nativeNormFoldCount() == norms0 && cwb::nativeResidualFoldCount() == residuals0 &&
+              cwb::nativeSwiGluFoldCount() == swiGlus0,
+          "no norm, residual or SiLU * up taken into an FP8 / W8A8 launch");
 }
 
 // Decode with programmatic dependent launch (setDecodeDependentLaunch) against plain launches: the same kernels, so
@@ -463,7 +474,9 @@ int main() {
             }
         }
         // GQA ratio 4 with head dim 128, and bf16 activations.
-        auto wide = makeModel(true, cwb::RopeStyle::Halves, Shape{4, 1, 128});
+        // ffn 704, a whole number of 64-column chunks: an INT4 down_proj forms SiLU · up in its prologue (688 packs
+        // with a column table, and siluMul runs first)
+        auto wide = makeModel(true, cwb::RopeStyle::Halves, Shape{4, 1, 128, 704});
         runCase("dense fp16, GQA 4/1, head dim 128, q/k/v biases", *wide, at::kHalf, kernels);
         runCase("dense, GQA 4/2", *makeModel(false), at::kBFloat16, kernels);
         if (kernels) {
@@ -492,14 +505,17 @@ int main() {
             foldingCase("INT4 attention, dense MLP, q/k/v biases", *int4Attention, at::kHalf, {true, false, layers + 1, 0});
             foldingCase("INT4 attention, dense MLP, q/k/v biases", *int4Attention, at::kHalf, {true, true, 1, layers});
             foldingCase("dense attention, INT4 MLP", *int4Mlp, at::kHalf, {true, true, layers + 1, 0});
-            // Every linear INT4 (q/k/v and gate/up fused natively): both norms and both residuals of every block.
-            intLinearCase("INT4 g128, GQA 4/2", *int4Variant(*gqa), at::kHalf, 2 * layers, 2 * layers);
-            intLinearCase("INT4 g128, GQA 4/1, head dim 128, q/k/v biases", *int4Variant(*wide), at::kBFloat16,
-                          2 * layers, 2 * layers);
-            // INT4 attention only: the input norm and o_proj's residual; INT4 MLP only: the post-attention norm and
-            // down_proj's residual.
-            intLinearCase("INT4 attention, dense MLP, q/k/v biases", *int4Attention, at::kHalf, layers, layers);
-            intLinearCase("dense attention, INT4 MLP", *int4Mlp, at::kHalf, layers, layers);
+            // Every linear INT4 (q/k/v and gate/up fused natively): both norms and both residuals of every block, and
+            // SiLU · up in every down_proj of 704 inputs (none at 688: siluMul runs first there).
+            intLinearCase("INT4 g128, GQA 4/2, ffn 688", *int4Variant(*gqa), at::kHalf, 2 * layers, 2 * layers, 0);
+            intLinearCase("INT4 g128, GQA 4/1, head dim 128, q/k/v biases, ffn 704", *int4Variant(*wide), at::kBFloat16,
+                          2 * layers, 2 * layers, layers);
+            // INT4 attention only: the input norm and o_proj's residual; INT4 MLP only: the post-attention norm,
+            // down_proj's residual and SiLU · up.
+            intLinearCase("INT4 attention, dense MLP, q/k/v biases", *int4Attention, at::kHalf, layers, layers, 0);
+            intLinearCase("dense attention, INT4 MLP, ffn 688", *int4Mlp, at::kHalf, layers, layers, 0);
+            intLinearCase("dense attention, INT4 MLP, ffn 704, q/k/v biases", *int4Only(*wide, "mlp"), at::kHalf, layers,
+                          layers, layers);
             dependentLaunchCase("dense, GQA 4/2", *gqa, at::kHalf);
             dependentLaunchCase("INT4 attention (W4A16 between the decode kernels), q/k/v biases",
                                 *int4Only(*wide, "self_attn"), at::kHalf);
