@@ -452,12 +452,11 @@ int main() {
                 const DeviceTiledWeight& w = *l.copies[size_t(l.next++ % 2)];
                 wxa16Gemm(w, in, result, 1, ws, wsBytes, stream, 0, fusion);
             };
-            Wxa16Fusion none, normed, plusResidual, swigluPlusResidual;
+            Wxa16Fusion none, normed, plusResidual, normedGlu;
             normed.normWeight = weight;
             plusResidual.residual = stream_x;
-            swigluPlusResidual.residual = stream_x;   // SiLU(gate) * up formed in down_proj's prologue
-            swigluPlusResidual.swigluUp = gateUp + ffn;
-            swigluPlusResidual.swigluRowStride = 2 * ffn;
+            normedGlu.normWeight = weight;   // gate/up writes silu(gate) * up
+            normedGlu.swiglu = true;
             enum class Int4Folding { None, NormsAndAdds, AlsoSwiGlu };
             auto int4Step = [&](Int4Folding folding) {
                 const bool fold = folding != Int4Folding::None;
@@ -469,6 +468,12 @@ int main() {
                         w4(qkvW, x, qkv, none);
                     }
                     ropeAttention();
+                    if (folding == Int4Folding::AlsoSwiGlu) {
+                        w4(oW, out, stream_x, plusResidual);
+                        w4(gateUpW, stream_x, out, normedGlu);
+                        w4(downW, out, stream_x, plusResidual);
+                        continue;
+                    }
                     if (fold) {
                         w4(oW, out, stream_x, plusResidual);
                         w4(gateUpW, stream_x, gateUp, normed);
@@ -476,10 +481,6 @@ int main() {
                         w4(oW, out, y, none);
                         rmsNorm(y, stream_x, stream_x, weight, x, 1, hidden, 1e-5f, t, stream);
                         w4(gateUpW, x, gateUp, none);
-                    }
-                    if (folding == Int4Folding::AlsoSwiGlu) {
-                        w4(downW, gateUp, stream_x, swigluPlusResidual);
-                        continue;
                     }
                     siluMul(gateUp, 2 * ffn, gateUp + ffn, 2 * ffn, out, 1, ffn, t, stream);
                     if (fold) {
@@ -494,8 +495,8 @@ int main() {
             std::printf("\nOne INT4 decode step (W4A16 g128 block linears, dense head with its norm folded; same"
                         " timing):\n\n| norms and residual adds (SiLU * up) | launches | ms, PDL off | ms, PDL on |"
                         " PDL speed-up |\n| --- | ---: | ---: | ---: | ---: |\n");
-            std::printf("(down_proj %s SiLU * up in its prologue at one token here.)\n",
-                        wxa16FoldsSwiGlu(*downW.copies[0], 1) ? "forms" : "does NOT form (siluMul runs first)");
+            std::printf("(gate/up %s silu(gate) * up itself at one token here.)\n",
+                        wxa16FoldsSwiGlu(*gateUpW.copies[0], 1) ? "writes" : "does NOT write (siluMul runs after it)");
             for (Int4Folding folding : {Int4Folding::None, Int4Folding::NormsAndAdds, Int4Folding::AlsoSwiGlu}) {
                 double stepMs[2] = {0, 0};
                 for (bool pdl : {false, true}) {

@@ -42,8 +42,8 @@ at::Tensor NativeIntLinear::forwardFused(const at::Tensor& x, const at::Tensor& 
     return residual.defined() ? residual + y.to(residual.scalar_type()) : y;
 }
 
-at::Tensor NativeIntLinear::forwardSwiGlu(const at::Tensor& gateUp, const at::Tensor& residual) const {
-    return forwardFused(swigluOf(gateUp), at::Tensor(), 0.0, residual);
+at::Tensor NativeIntLinear::forwardGlu(const at::Tensor& x, const at::Tensor& normWeight, double eps) const {
+    return swigluOf(forwardFused(x, normWeight, eps, at::Tensor()));
 }
 
 bool libTorchActivationQuantization() {
@@ -193,10 +193,11 @@ public:
             return run(fusedRmsNorm(x, normWeight, eps), at::Tensor(), 0.0, residual);
         return run(x, normWeight, eps, residual);
     }
-    at::Tensor forwardSwiGlu(const at::Tensor& gateUp, const at::Tensor& residual) const override {
-        if (mInputScale.defined() || gateUp.size(-1) != 2 * mWeight.cols || mWeight.cols % 8 != 0)
-            return NativeIntLinear::forwardSwiGlu(gateUp, residual);   // AWQ divides silu(gate) · up: formed first
-        return run(gateUp, at::Tensor(), 0.0, residual, true);
+    at::Tensor forwardGlu(const at::Tensor& x, const at::Tensor& normWeight, double eps) const override {
+        if (mWeight.rows % 2 != 0) return NativeIntLinear::forwardGlu(x, normWeight, eps);
+        if (normWeight.defined() && mInputScale.defined())   // AWQ divides the normalised input: the norm comes first
+            return run(fusedRmsNorm(x, normWeight, eps), at::Tensor(), 0.0, at::Tensor(), true);
+        return run(x, normWeight, eps, at::Tensor(), true);
     }
     bool fusesNormAndResidual() const override { return true; }
     std::string kernelName() const override {
@@ -207,20 +208,20 @@ public:
 
 private:
     // residual + linear(norm(x)) with the norm (γ fp32 [cols], or undefined) and the residual (or undefined) inside
-    // the kernel launch; mInputScale and normWeight are never both defined here. swiglu: x is a fused [gate | up]
-    // input [..., 2 cols] and the product is linear(silu(gate) · up), SiLU · up inside the launch where the kernel
-    // folds it (kernels::wxa16FoldsSwiGlu; mInputScale undefined, normWeight undefined).
+    // the kernel launch; mInputScale and normWeight are never both defined here. glu: the rows are [gate; up] and
+    // the result silu(gate) · up [..., rows / 2], formed in the launch where the kernel does (kernels::
+    // wxa16FoldsSwiGlu), else by siluMul after it; never with a residual.
     at::Tensor run(const at::Tensor& x, const at::Tensor& normWeight, double eps, const at::Tensor& residual,
-                   bool swiglu = false) const {
+                   bool glu = false) const {
         c10::DeviceGuard guard(mDevice);
-        const int64_t width = swiglu ? 2 * mWeight.cols : mWeight.cols;
-        at::Tensor input = x.reshape({-1, width});
+        at::Tensor input = x.reshape({-1, mWeight.cols});
         input = mInputScale.defined() ? (input.to(at::kFloat) / mInputScale).to(mDtype) : input.to(mDtype);
         input = input.contiguous();
         if (reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 != 0) input = input.clone();   // the kernel loads 16 bytes
         const int64_t m = input.size(0);
+        const int64_t outRows = glu ? mWeight.rows / 2 : mWeight.rows;
         std::vector<int64_t> shape = x.sizes().vec();
-        shape.back() = mWeight.rows;
+        shape.back() = outRows;
         at::Tensor gamma, add;
         if (normWeight.defined()) {
             gamma = normWeight.to(mDevice, at::kFloat).contiguous();
@@ -236,7 +237,6 @@ private:
         }
         if (m > mWorkspace->dequantAboveTokens()) {   // prefill: dequantize once, then cuBLAS at full tensor-core rate
             if (gamma.defined()) input = fusedRmsNorm(input, gamma, eps);
-            if (swiglu) input = swigluOf(input);
             at::Tensor dense = mWorkspace->denseScratch(mWeight.rows, mWeight.cols, input.options());
             try {
                 kernels::dequantizeTiled(mWeight, dense.data_ptr(), torchCurrentStream());
@@ -244,23 +244,21 @@ private:
                 throw Error(std::string("native ") + kernelName() + " layer: " + e.what());
             }
             if (add.defined()) return at::addmm(add.view({m, mWeight.rows}), input, dense.t()).view(shape);
+            if (glu) return swigluOf(at::linear(input, dense)).view(shape);
             return at::linear(input, dense).view(shape);
         }
-        at::Tensor y = at::empty({m, mWeight.rows}, input.options());
+        at::Tensor y = at::empty({m, outRows}, input.options());
         try {
             kernels::Wxa16Fusion fusion;
             fusion.normWeight = gamma.defined() ? gamma.data_ptr<float>() : nullptr;
             fusion.normEps = float(eps);
             fusion.residual = add.defined() ? add.data_ptr() : nullptr;
-            if (swiglu) {   // gate and up are the two halves of each input row
-                fusion.swigluUp = static_cast<const char*>(input.data_ptr()) + mWeight.cols * input.element_size();
-                fusion.swigluRowStride = width;
-            }
-            void* ws = mWorkspace->reserve(kernels::wxa16WorkspaceBytes(mWeight, m, 0, gamma.defined() || swiglu));
+            fusion.swiglu = glu;
+            void* ws = mWorkspace->reserve(kernels::wxa16WorkspaceBytes(mWeight, m, 0, gamma.defined(), glu));
             kernels::wxa16Gemm(mWeight, input.data_ptr(), y.data_ptr(), m, ws, mWorkspace->bytes(), torchCurrentStream(), 0,
                                fusion);
             if (gamma.defined() && kernels::wxa16FoldsNorm(mWeight, m)) ++normFolds;
-            if (swiglu && kernels::wxa16FoldsSwiGlu(mWeight, m)) ++swigluFolds;
+            if (glu && kernels::wxa16FoldsSwiGlu(mWeight, m)) ++swigluFolds;
             if (add.defined()) ++residualFolds;
         } catch (const kernels::KernelError& e) {
             throw Error(std::string("native ") + kernelName() + " layer: " + e.what());

@@ -41,10 +41,10 @@ public:
     // add around forward().
     virtual at::Tensor forwardFused(const at::Tensor& x, const at::Tensor& normWeight, double eps,
                                     const at::Tensor& residual) const;
-    // residual + forward(silu(gate) · up) for a fused [gate | up] input gateUp [..., 2·cols] (residual undefined:
-    // none). The W4A16 layers form SiLU · up inside their kernel launch where the stream kernel folds it
-    // (kernels::wxa16FoldsSwiGlu); otherwise, and for the other layers, the fused siluMul kernel runs first.
-    virtual at::Tensor forwardSwiGlu(const at::Tensor& gateUp, const at::Tensor& residual) const;
+    // silu(gate) · up of [gate | up] = forward(RMSNorm(x) · γ) for a fused [gate; up] layer (rows = 2F): [..., F].
+    // normWeight as in forwardFused. The W4A16 layers write silu(gate) · up from their kernel launch where the stream
+    // kernel does (kernels::wxa16FoldsSwiGlu); otherwise, and for the other layers, the fused siluMul kernel runs after.
+    virtual at::Tensor forwardGlu(const at::Tensor& x, const at::Tensor& normWeight, double eps) const;
     // True when forwardFused takes the norm and the residual into the layer's own launch (W4A16 / W8A16); the
     // runtime then routes the block through it, and otherwise keeps its fused norm-and-add kernel.
     virtual bool fusesNormAndResidual() const { return false; }
@@ -84,7 +84,7 @@ bool smallMActivationKernels();
 // and that added a residual (NativeIntLinear::forwardFused); tests check that the folding acted.
 int64_t nativeNormFoldCount();
 int64_t nativeResidualFoldCount();
-// Launches of the W4A16 kernels in this process that formed SiLU · up in their prologue (forwardSwiGlu).
+// Launches of the W4A16 kernels in this process that wrote silu(gate) · up instead of [gate | up] (forwardGlu).
 int64_t nativeSwiGluFoldCount();
 
 // True when this build carries the CUDA kernels.

@@ -145,10 +145,10 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     const at::Tensor postNorm = foldPostNorm ? b.computeTypeNorms.at("post_attention_layernorm.weight") : at::Tensor();
     if (swiGluIntoGemv() && b.denseGemvFor("mlp.gate_up_proj", x)) {   // gate/up, SiLU and * in one kernel
         act = b.swiGluLinear("mlp.gate_up_proj", gateUpInput, postNorm, s.normEps);
+    } else if (nativePostNorm && !b.has("mlp.gate_up_proj.bias")) {   // norm, gate/up, SiLU and * in one launch
+        act = b.nativeGlu("mlp.gate_up_proj", out, b["post_attention_layernorm.weight"], s.normEps);
     } else if (nativePostNorm) {
         at::Tensor gateUp = b.nativeFused("mlp.gate_up_proj", out, b["post_attention_layernorm.weight"], s.normEps, at::Tensor());
-        if (b.nativeFusingFor("mlp.down_proj", gateUp))   // SiLU · up and the residual inside down_proj's launch
-            return b.nativeSwiGlu("mlp.down_proj", gateUp, out);
         const int64_t ffn = gateUp.size(-1) / 2;
         act = siluTimes(gateUp.narrow(-1, 0, ffn), gateUp.narrow(-1, ffn, ffn));
     } else if (foldPostNorm || b.hasLinear("mlp.gate_up_proj")) {

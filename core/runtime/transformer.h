@@ -84,10 +84,10 @@ struct RuntimeOptions {
     bool fusedSwiGluGemv = true;
     // With fusedDecode active: native integer layers (W4A16 / W8A16 kernels; not FP8 or W8A8) take the RMSNorm before
     // them (q/k/v, gate/up) and the residual add after them (o_proj, down_proj) into their own launch
-    // (NativeIntLinear::forwardFused), and down_proj takes silu(gate) · up of the fused gate/up output into its
-    // launch (NativeIntLinear::forwardSwiGlu): 5 launches per INT4 block instead of 9 (+ attention's merge) where the
-    // W4A16 stream kernel forms the norm and SiLU · up itself (kernels::wxa16FoldsNorm, wxa16FoldsSwiGlu), else those
-    // stay separate kernels.
+    // (NativeIntLinear::forwardFused), and a fused gate/up writes silu(gate) · up instead of [gate | up]
+    // (NativeIntLinear::forwardGlu): 5 launches per INT4 block instead of 9 (+ attention's merge) where the W4A16
+    // stream kernel forms the norm and SiLU · up itself (kernels::wxa16FoldsNorm, wxa16FoldsSwiGlu), else those stay
+    // separate kernels.
     bool fusedIntLinear = true;
 };
 

@@ -84,12 +84,10 @@ struct Transformer::Block {
         auto bias = tensors.find(layer + ".bias");
         return bias == tensors.end() ? y : y + bias->second.to(y.scalar_type());
     }
-    // residual + linear(silu(gate) · up) of a fused [gate | up] input through a native layer, SiLU · up inside its
-    // launch where the kernel takes it (NativeIntLinear::forwardSwiGlu). The bias comes after.
-    at::Tensor nativeSwiGlu(const std::string& layer, const at::Tensor& gateUp, const at::Tensor& residual) const {
-        at::Tensor y = native.at(layer)->forwardSwiGlu(gateUp, residual).to(gateUp.scalar_type());
-        auto bias = tensors.find(layer + ".bias");
-        return bias == tensors.end() ? y : y + bias->second.to(y.scalar_type());
+    // silu(gate) · up of a fused [gate; up] native layer without bias, RMSNorm(x) · γ before it (normWeight undefined:
+    // x as it is); SiLU · up inside the layer's launch where the kernel takes it (NativeIntLinear::forwardGlu).
+    at::Tensor nativeGlu(const std::string& layer, const at::Tensor& x, const at::Tensor& normWeight, double eps) const {
+        return native.at(layer)->forwardGlu(x, normWeight, eps).to(x.scalar_type());
     }
     // A dense layer without bias, whose product with the residual added is one addmm.
     bool plainDense(const std::string& layer) const {

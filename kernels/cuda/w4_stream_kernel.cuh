@@ -125,36 +125,42 @@ __device__ __forceinline__ void normIntoShared(const Wxa16Params& p, int cBegin,
     __syncwarp();
 }
 
-// The folded SwiGLU (kSwiGluX): x[t] := round(silu(x[t])·up[t]) elementwise, as siluMul() (decode_ops.h) computes it,
-// into `hs` as normIntoShared does (zeros past p.cols). Each warp forms and later reads only its own columns, so no
-// barrier: a __syncwarp. x and up are 16-byte aligned with row stride p.ldx, cols a multiple of 8 (the launcher).
-template <typename T>
-__device__ __forceinline__ void swigluIntoShared(const Wxa16Params& p, int cBegin, int cEnd, T* hs, int ldh) {
-    const int lane = threadIdx.x % 32;
-    const T* gate = static_cast<const T*>(p.x);
-    const T* up = static_cast<const T*>(p.swigluUp);
-    for (int t = 0; t < p.m; ++t)
-        for (int col = cBegin * 64 + lane * 8; col < cEnd * 64; col += 256) {
-            uint4 out = make_uint4(0u, 0u, 0u, 0u);
-            if (col < p.cols) {
-                const uint4 gv = __ldg(reinterpret_cast<const uint4*>(gate + int64_t(t) * p.ldx + col));
-                const uint4 uv = __ldg(reinterpret_cast<const uint4*>(up + int64_t(t) * p.ldx + col));
-                const T* ge = reinterpret_cast<const T*>(&gv);
-                const T* ue = reinterpret_cast<const T*>(&uv);
-                T* o = reinterpret_cast<T*>(&out);
-#pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    const float g = float(ge[i]);
-                    o[i] = T(g / (1.0f + __expf(-g)) * float(ue[i]));
-                }
-            }
-            *reinterpret_cast<uint4*>(hs + t * ldh + col) = out;
-        }
-    __syncwarp();
-}
+// What the stream kernel multiplies: x as given, or RMSNorm(x)·γ formed in shared memory by its prologue.
+enum StreamPrologue : int { kPlainX = 0, kNormX = 1 };
 
-// What the stream kernel multiplies: x as given, or formed in shared memory by its prologue from x (and γ or up).
-enum StreamPrologue : int { kPlainX = 0, kNormX = 1, kSwiGluX = 2 };
+// The end of a tile of a GLU launch (p.swiglu: the weight's rows are [gate; up], `pairs` row tiles each): the warps'
+// sums add up through `red` as in finishSmallBlock; a gate tile's 16 rows, rounded to T, go to `gate` (shared), and
+// an up tile's rows, rounded to T, become y[tok, q·16 + r] = silu(gate)·up, rounded, as siluMul() (decode_ops.h)
+// computes it from the rounded [gate | up] output. The up tile's barrier orders its reads after the gate tile's writes.
+template <typename T, int NT, int W>
+__device__ __forceinline__ void finishGluTile(const Wxa16Params& p, const float (&acc)[1][NT][4], float* red, int tile,
+                                              int pairs, float (*gate)[16]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    constexpr int kPerWarp = NT * 4;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) red[(warp * kPerWarp + n * 4 + j) * 32 + lane] = acc[0][n][j];
+    __syncthreads();
+    const bool up = tile >= pairs;
+    const int q = up ? tile - pairs : tile;
+    for (int i = threadIdx.x; i < kPerWarp * 32; i += blockDim.x) {
+        const int e = i / 32, l = i % 32;
+        const int n = e / 4, j = e % 4;
+        const int tok = n * 8 + 2 * (l % 4) + (j % 2), r = l / 4 + (j / 2) * 8;
+        if (tok >= p.m) continue;
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) sum += red[(w * kPerWarp + e) * 32 + l];
+        const float rounded = float(T(sum));
+        if (!up) {
+            gate[tok][r] = rounded;
+        } else {
+            const float g = gate[tok][r];
+            static_cast<T*>(p.y)[int64_t(tok) * p.ldy + q * 16 + r] = T(g / (1.0f + __expf(-g)) * rounded);
+        }
+    }
+}
 
 // Row stride (elements) of the folded norm's activations in shared memory: 16 bytes past a multiple of 128, so the
 // lanes' 16-byte fragment loads of tokens g and g + 1 fall in different banks.
@@ -164,16 +170,18 @@ __host__ __device__ inline int normSharedStride(int chunks) { return chunks * 64
 // chunks per warp; p.splitK = 1. OVERLAP: the loads of batch i + 1 are issued before batch i is computed. The first
 // batch's weights are loaded before the kernel waits for the one before it (programmatic dependent launch: the
 // weights never change; x, the residual and y are touched only after). PRO (SUB shapes only): kNormX, x is
-// RMSNorm(x)·γ; kSwiGluX, x is silu(x)·up; either formed in the prologue into dynamic shared memory
-// (p.m · normSharedStride(p.chunks) elements), once per block.
+// RMSNorm(x)·γ, formed in the prologue into dynamic shared memory (p.m · normSharedStride(p.chunks) elements), once
+// per block. GLU (PERSIST only): the weight is [gate; up] (p.tiles = 2 · pairs) and y [m, pairs · 16] is
+// silu(gate)·up; block b takes gate tile q then up tile q + pairs for q = b, b + grid, ... < pairs (finishGluTile).
 // PERSIST (not with OVERLAP): after its last batch of a tile a warp loads its first batch of the next tile, then the
 // warps add up the tile through one of two shared buffers (one barrier per tile), so those loads are in flight
 // through the reduction and the store.
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX,
-          bool PERSIST = false>
+          bool PERSIST = false, bool GLU = false>
 __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1)>()) w4StreamKernel(const Wxa16Params p) {
     constexpr bool NORM = PRO != kPlainX;   // x read from shared memory
     static_assert(SUB || !NORM, "the folded prologue reads x from shared memory: subtracted steps only");
+    static_assert(PERSIST || !GLU, "a GLU block takes a gate tile and an up tile: the persistent loop");
     static_assert(!(PERSIST && OVERLAP), "the persistent loop keeps one batch of registers");
     constexpr int S = B / CPS;  // steps per batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
@@ -226,10 +234,7 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         extern __shared__ __align__(16) unsigned char normShared[];
         T* hs = reinterpret_cast<T*>(normShared);
         const int ldh = normSharedStride(p.chunks);
-        if constexpr (PRO == kNormX)
-            normIntoShared<T, W>(p, cBegin, cEnd, hs, ldh);
-        else
-            swigluIntoShared<T>(p, cBegin, cEnd, hs, ldh);
+        normIntoShared<T, W>(p, cBegin, cEnd, hs, ldh);
         xBegin = hs + g * ldh + tig * 16 + cBegin * 64;
         xTokenStride = int64_t(8) * ldh;
     } else {
@@ -259,6 +264,8 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
 
     if constexpr (PERSIST) {
         __shared__ float red[2][W * NT * 4 * 32];
+        __shared__ float gluGate[GLU ? kSmallMaxTokens : 1][16];
+        const int pairs = p.tiles / 2;
         for (int parity = 0;; parity ^= 1) {
             for (int c = cBegin; c < cEnd; c += B) {
                 if (c != cBegin) load(first, c, 0);
@@ -266,14 +273,22 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
                 wq[0] += B * 32;
                 xq += B * 64;
             }
-            const int next = tile + int(gridDim.x);
-            if (next < p.tiles && cBegin < cEnd) {
+            int next = tile + int(gridDim.x);
+            bool more = next < p.tiles;
+            if constexpr (GLU) {   // gate tile q, up tile q + pairs, gate tile q + grid, ...
+                next = tile < pairs ? tile + pairs : tile - pairs + int(gridDim.x);
+                more = tile < pairs || next < pairs;
+            }
+            if (more && cBegin < cEnd) {
                 wq[0] = tileWords(next);
                 sp[0] = tileScales(next);
                 loadWeightsOnly(first, cBegin);
             }
-            finishSmallBlock<T, NT, 1, W>(p, acc, red[parity], tile, 0);
-            if (next >= p.tiles) break;
+            if constexpr (GLU)
+                finishGluTile<T, NT, W>(p, acc, red[parity], tile, pairs, gluGate);
+            else
+                finishSmallBlock<T, NT, 1, W>(p, acc, red[parity], tile, 0);
+            if (!more) break;
 #pragma unroll
             for (int n = 0; n < NT; ++n)
 #pragma unroll

@@ -294,18 +294,20 @@ int resolveSplit(const DeviceTiledWeight& w, int64_t m, int splitK) {
 }
 
 struct WorkspaceLayout {
-    size_t counters = 0, partial = 0, gathered = 0, normed = 0, total = 0;
+    size_t counters = 0, partial = 0, gathered = 0, normed = 0, product = 0, total = 0;
 };
 
-// `norm`: room for one slice of normalised (or SwiGLU) activations (the prologue run as its own kernel).
-WorkspaceLayout layoutFor(const DeviceTiledWeight& w, int64_t m, int split, bool norm) {
+// `norm`: room for one slice of normalised activations (the norm run as its own kernel); `swiglu`: for one slice of
+// the [gate | up] product (siluMul run after the product).
+WorkspaceLayout layoutFor(const DeviceTiledWeight& w, int64_t m, int split, bool norm, bool swiglu) {
     const int64_t slice = std::min<int64_t>(m, detail::kMaxTokensPerLaunch);
     WorkspaceLayout l;
     l.counters = 0;
     l.partial = kCounterBytes;
     l.gathered = l.partial + align256(split > 1 ? size_t(split) * size_t(slice) * size_t(w.paddedRows) * 4 : 0);
     l.normed = l.gathered + (w.columnOf ? align256(size_t(slice) * size_t(w.paddedCols) * 2) : 0);
-    l.total = l.normed + (norm ? align256(size_t(slice) * size_t(w.cols) * 2) : 0);
+    l.product = l.normed + (norm ? align256(size_t(slice) * size_t(w.cols) * 2) : 0);
+    l.total = l.product + (swiglu ? align256(size_t(slice) * size_t(w.rows) * 2) : 0);
     return l;
 }
 
@@ -314,9 +316,11 @@ bool foldsNorm(const DeviceTiledWeight& w, int64_t slice) {
     return streamKernel(w, slice) && !w.columnOf && detail::streamConfig().subtract && shared <= kNormFoldSharedBytes;
 }
 
-// SwiGLU's prologue is compiled for the persistent subtract shapes only (the default; launchPersistentBatch).
+// The GLU epilogue is compiled for the persistent subtract shapes only (the default; launchPersistentBatch); the
+// gate and the up half each take whole row tiles.
 bool foldsSwiGlu(const DeviceTiledWeight& w, int64_t slice) {
-    return foldsNorm(w, slice) && detail::streamConfig().persist != 0;
+    const detail::StreamConfig& c = detail::streamConfig();
+    return streamKernel(w, slice) && c.subtract && c.persist != 0 && w.rows % (2 * kTileRows) == 0;
 }
 
 } // namespace
@@ -393,8 +397,8 @@ int wxa16DefaultSplitK(const DeviceTiledWeight& w, int64_t m) {
     return int(split);
 }
 
-size_t wxa16WorkspaceBytes(const DeviceTiledWeight& w, int64_t m, int splitK, bool prologue) {
-    return layoutFor(w, m, resolveSplit(w, m, splitK), prologue).total;
+size_t wxa16WorkspaceBytes(const DeviceTiledWeight& w, int64_t m, int splitK, bool norm, bool swiglu) {
+    return layoutFor(w, m, resolveSplit(w, m, splitK), norm, swiglu).total;
 }
 
 bool wxa16FoldsNorm(const DeviceTiledWeight& w, int64_t m) {
@@ -421,22 +425,20 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
     if (w.bits != 4 && w.bits != 8) throw KernelError("wxa16Gemm: bits must be 4 or 8");
     if (reinterpret_cast<uintptr_t>(x) % 16) throw KernelError("wxa16Gemm: x must be 16-byte aligned");
     if (!w.columnOf && w.cols % 8) throw KernelError("wxa16Gemm: cols must be a multiple of 8");
-    const bool swiglu = fusion.swigluUp != nullptr;
+    const bool swiglu = fusion.swiglu;
     const bool norm = fusion.normWeight != nullptr;
     if (norm && !(fusion.normEps >= 0.0f)) throw KernelError("wxa16Gemm: the norm's epsilon must be >= 0");
-    if (norm && swiglu) throw KernelError("wxa16Gemm: a norm and SwiGLU cannot both come before one product");
-    const int64_t xStride = swiglu && fusion.swigluRowStride > 0 ? fusion.swigluRowStride : w.cols;
-    if (swiglu && (xStride < w.cols || reinterpret_cast<uintptr_t>(fusion.swigluUp) % 16 != 0 || xStride % 8 != 0))
-        throw KernelError("wxa16Gemm: SwiGLU's up must be 16-byte aligned with a row stride of at least cols, a "
-                          "multiple of 8");
+    if (swiglu && (fusion.residual || w.rows % 2))
+        throw KernelError("wxa16Gemm: SwiGLU needs an even number of rows ([gate; up]) and no residual");
+    const int64_t outRows = swiglu ? w.rows / 2 : w.rows;   // y's row length
     if (fusion.residual && reinterpret_cast<uintptr_t>(fusion.residual) % 2)
         throw KernelError("wxa16Gemm: the residual must be aligned to its element");
     const int split = resolveSplit(w, m, splitK);
-    const WorkspaceLayout layout = layoutFor(w, m, split, norm || swiglu);
+    const WorkspaceLayout layout = layoutFor(w, m, split, norm, swiglu);
     if (workspaceBytes < layout.total)
         throw KernelError("wxa16Gemm: the workspace has " + std::to_string(workspaceBytes) + " bytes, " +
                           std::to_string(layout.total) +
-                          " are needed (wxa16WorkspaceBytes with the same m and splitK, and prologue = norm or SwiGLU)");
+                          " are needed (wxa16WorkspaceBytes with the same m, splitK, norm and swiglu)");
     char* ws = static_cast<char*>(workspace);
     const cudaStream_t s = detail::toStream(stream);
     const int64_t chunks = w.paddedCols / kChunkCols;
@@ -445,28 +447,21 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
 
     for (int64_t done = 0; done < m; done += detail::kMaxTokensPerLaunch) {
         const int slice = int(std::min<int64_t>(m - done, detail::kMaxTokensPerLaunch));
-        const char* xs = static_cast<const char*>(x) + done * xStride * 2;
-        const char* up = swiglu ? static_cast<const char*>(fusion.swigluUp) + done * xStride * 2 : nullptr;
-        int64_t ldx = w.cols;
+        const char* xs = static_cast<const char*>(x) + done * w.cols * 2;
         const bool fold = norm && foldsNorm(w, slice) && reinterpret_cast<uintptr_t>(fusion.normWeight) % 16 == 0;
-        const bool foldSwiGlu = swiglu && foldsSwiGlu(w, slice);
+        const bool foldGlu = swiglu && foldsSwiGlu(w, slice);
         if (norm && !fold) {   // the norm as its own kernel, into the workspace
             void* normed = ws + layout.normed;
             rmsNorm(xs, nullptr, nullptr, fusion.normWeight, normed, slice, w.cols, fusion.normEps, w.act, stream);
             xs = static_cast<const char*>(normed);
-        } else if (swiglu && !foldSwiGlu) {   // SiLU · up as its own kernel, into the workspace
-            void* product = ws + layout.normed;
-            siluMul(xs, xStride, up, xStride, product, slice, w.cols, w.act, stream);
-            xs = static_cast<const char*>(product);
-        } else if (foldSwiGlu) {
-            ldx = xStride;
         }
+        char* ys = static_cast<char*>(y) + done * outRows * 2;   // this slice's rows of y
         detail::Wxa16Params p{};
         p.words = reinterpret_cast<const uint4*>(w.words);
         p.scaleZero = w.scaleZero;
         p.chunkGroup = w.chunkGroup;
         p.x = xs;
-        p.ldx = ldx;
+        p.ldx = w.cols;
         if (w.columnOf) {
             void* xg = ws + layout.gathered;
             if (w.act == ActType::Float16)
@@ -477,13 +472,14 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
             p.x = xg;
             p.ldx = w.paddedCols;
         }
-        p.y = static_cast<char*>(y) + done * w.rows * 2;
+        // SwiGLU not in the kernel: the [gate | up] product into the workspace, siluMul from there into y below.
+        p.y = swiglu && !foldGlu ? static_cast<void*>(ws + layout.product) : static_cast<void*>(ys);
         p.residual = fusion.residual ? static_cast<const char*>(fusion.residual) + done * w.rows * 2 : nullptr;
         p.cols = int(w.cols);
         p.normWeight = fold ? fusion.normWeight : nullptr;
         p.normEps = fusion.normEps;
-        p.swigluUp = foldSwiGlu ? up : nullptr;
-        p.ldy = w.rows;
+        p.swiglu = foldGlu ? 1 : 0;
+        p.ldy = foldGlu ? outRows : w.rows;
         p.m = slice;
         p.rows = int(w.rows);
         p.tiles = int(w.paddedRows / kTileRows);
@@ -525,6 +521,10 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
                 detail::launchWxa16<__nv_bfloat16>(p, w.bits, grid, s);
         }
         CWB_CUDA_CHECK_LAUNCH("wxa16Gemm");
+        if (swiglu && !foldGlu) {
+            const char* product = ws + layout.product;
+            siluMul(product, w.rows, product + outRows * 2, w.rows, ys, slice, outRows, w.act, stream);
+        }
     }
 }
 

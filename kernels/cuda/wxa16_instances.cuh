@@ -173,11 +173,13 @@ inline int64_t persistentGrid(int64_t tiles, int64_t resident, int persist) {
 // dynamic shared memory, up to kNormFoldSharedBytes: that most is allowed to the kernel here, since with the reduction buffers the static
 // and dynamic shared memory together may pass the 48 KB a kernel gets without asking (16 warps and two token tiles:
 // 17 KB static, 33 KB with PERSIST's two buffers). PERSIST: the grid from persistentGrid, given the blocks a
-// multiprocessor holds at once with that most. Both asked once per device and kernel.
-template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO, bool PERSIST>
+// multiprocessor holds at once with that most (GLU: over the pairs of gate and up tiles). Both asked once per device
+// and kernel.
+template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO, bool PERSIST,
+          bool GLU = false>
 void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, cudaStream_t stream) {
     constexpr bool NORM = PRO != kPlainX;   // a prologue into dynamic shared memory
-    const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST>;
+    const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU>;
     const size_t shared = NORM ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0;
     dim3 grid(unsigned(p.tiles));
     if constexpr (NORM || PERSIST) {
@@ -198,45 +200,51 @@ void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, c
             int64_t resident = int64_t(perSm) * multiprocessors;
             const int cap = streamResidentCap();   // read once: a test may change it between launches
             if (cap > 0 && cap < resident) resident = cap;
-            grid.x = unsigned(persistentGrid(p.tiles, resident, persist));
+            grid.x = unsigned(persistentGrid(GLU ? p.tiles / 2 : p.tiles, resident, persist));
         }
     }
     CWB_CUDA_CHECK(launchDependent(kernel, grid, dim3(W * 32), shared, stream, p));
 }
 
-// PERSIST only for blocks of 8 or 16 warps; 4-warp blocks (8 chunks or fewer) take one tile each.
-template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX, bool PERSIST = false>
+// PERSIST only for blocks of 8 or 16 warps; 4-warp blocks (8 chunks or fewer) take one tile each, except under GLU,
+// whose blocks always take a gate tile and an up tile.
+template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX, bool PERSIST = false,
+          bool GLU = false>
 void launchStreamWarps(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
     if (warps <= 4)
-        launchStreamShape<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, PRO, false>(p, 0, multiprocessors, stream);
+        launchStreamShape<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, PRO, GLU, GLU>(p, GLU ? persist : 0, multiprocessors, stream);
     else if (warps <= 8)
-        launchStreamShape<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST>(p, persist, multiprocessors, stream);
+        launchStreamShape<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU>(p, persist, multiprocessors, stream);
     else
-        launchStreamShape<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST>(p, persist, multiprocessors, stream);
+        launchStreamShape<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU>(p, persist, multiprocessors, stream);
 }
 
-template <typename T, int NT, int B, bool OVERLAP, bool SPLIT, bool SUB = false, int PRO = kPlainX, bool PERSIST = false>
+template <typename T, int NT, int B, bool OVERLAP, bool SPLIT, bool SUB = false, int PRO = kPlainX, bool PERSIST = false,
+          bool GLU = false>
 void launchStreamPairs(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
     if (p.groupShift >= 1)
-        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, PRO, PERSIST>(p, warps, persist, multiprocessors, stream);
+        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU>(p, warps, persist, multiprocessors, stream);
     else
-        launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB, PRO, PERSIST>(p, warps, persist, multiprocessors, stream);
+        launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU>(p, warps, persist, multiprocessors, stream);
 }
 
-// The persistent subtract shapes, with the folded norm, the folded SwiGLU or neither, for batches of B chunks.
+// The persistent subtract shapes, with and without the folded norm, with and without the GLU epilogue, for batches
+// of B chunks.
 template <typename T, int NT, int B>
 void launchPersistentBatch(const Wxa16Params& p, int warps, int persist, int sms, cudaStream_t stream) {
-    if (p.normWeight)
+    if (p.normWeight && p.swiglu)
+        launchStreamPairs<T, NT, B, false, false, true, kNormX, true, true>(p, warps, persist, sms, stream);
+    else if (p.normWeight)
         launchStreamPairs<T, NT, B, false, false, true, kNormX, true>(p, warps, persist, sms, stream);
-    else if (p.swigluUp)
-        launchStreamPairs<T, NT, B, false, false, true, kSwiGluX, true>(p, warps, persist, sms, stream);
+    else if (p.swiglu)
+        launchStreamPairs<T, NT, B, false, false, true, kPlainX, true, true>(p, warps, persist, sms, stream);
     else
         launchStreamPairs<T, NT, B, false, false, true, kPlainX, true>(p, warps, persist, sms, stream);
 }
 
 // p.normWeight set: the norm is folded, which only the subtract shape compiles (the launcher checks foldsNorm first);
-// p.swigluUp set: SwiGLU is folded, which only the persistent subtract shapes compile (the launcher checks
-// foldsSwiGlu first).
+// p.swiglu set: the GLU epilogue, which only the persistent subtract shapes compile (the launcher checks foldsSwiGlu
+// first).
 template <typename T, int NT>
 void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cudaStream_t stream) {
     const StreamConfig& c = streamConfig();

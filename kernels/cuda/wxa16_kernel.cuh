@@ -30,7 +30,7 @@ struct Wxa16Params {
     const void* residual;     // [m, ldy] or nullptr: y = x·W^T + residual (may be y itself)
     const float* normWeight;  // stream kernel with the norm folded: x := RMSNorm(x)·γ in its prologue
     float normEps;
-    const void* swigluUp;     // stream kernel with SwiGLU folded: x := silu(x)·up in its prologue ([m, ldx] as x)
+    int swiglu;               // stream kernel, GLU: rows are [gate; up], y [m, ldy] is silu(gate)·up (w4StreamKernel)
 };
 
 // y[tok, row] = sum (+ residual[tok, row]), rounded once; the one store of every kernel's output.

@@ -44,7 +44,6 @@ using cwb::testing::check;
 
 struct Shape {
     int64_t heads = 4, kvHeads = 2, headDim = 64;
-    int64_t ffn = 0;   // 0: smallLlamaSpec's 688
 };
 
 // Llama-shaped GQA model (by default 4 query heads of 64 over 2 kv heads), optionally with q/k/v biases.
@@ -57,7 +56,6 @@ std::unique_ptr<cwb::Model> makeModel(bool bias, cwb::RopeStyle style = cwb::Rop
     s.heads = shape.heads;
     s.kvHeads = shape.kvHeads;
     s.headDim = shape.headDim;
-    if (shape.ffn > 0) s.ffn = shape.ffn;
     s.ropeStyle = style;
     s.attentionBias = bias;
     m->path = "test:decode-graph";
@@ -344,8 +342,8 @@ void foldingCase(const std::string& caseName, const cwb::Model& model, at::Scala
 
 // Native integer layers with the block's norms and residual adds inside their launches (RuntimeOptions::
 // fusedIntLinear, the default) against separate kernels: per decode step `normsPerStep` norms formed inside the W4A16
-// stream kernel, `residualsPerStep` residuals added by the W4A16 / W8A16 kernels and `swiGlusPerStep` SiLU · up
-// formed in down_proj's W4A16 prologue, none with the switch off; same greedy ids (or each side on the CPU path along
+// stream kernel, `residualsPerStep` residuals added by the W4A16 / W8A16 kernels and `swiGlusPerStep` gate/up launches
+// writing silu(gate) · up, none with the switch off; same greedy ids (or each side on the CPU path along
 // its own), logits within tolerance of each other and of the CPU.
 void intLinearCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype, int64_t normsPerStep,
                    int64_t residualsPerStep, int64_t swiGlusPerStep) {
@@ -368,10 +366,10 @@ void intLinearCase(const std::string& caseName, const cwb::Model& model, at::Sca
     const int64_t normsOff = cwb::nativeNormFoldCount() - norms0 - normsOn;
     const int64_t residualsOff = cwb::nativeResidualFoldCount() - residuals0 - residualsOn;
     const int64_t swiGlusOff = cwb::nativeSwiGluFoldCount() - swiGlus0 - swiGlusOn;
-    std::printf("  SiLU * up formed in down_proj's kernel: %lld on, %lld off (%lld per step)\n", (long long)swiGlusOn,
+    std::printf("  silu(gate) * up written by gate/up's kernel: %lld on, %lld off (%lld per step)\n", (long long)swiGlusOn,
                 (long long)swiGlusOff, (long long)swiGlusPerStep);
     check(wholeSteps(swiGlusOn, swiGlusPerStep) && swiGlusOff == 0,
-          "the switch forms " + std::to_string(swiGlusPerStep) + " SiLU * up per step in down_proj's kernel on and none off");
+          "the switch writes " + std::to_string(swiGlusPerStep) + " silu(gate) * up per step from gate/up's kernel on and none off");
     std::printf("  norms formed in the kernel: %lld on, %lld off (%lld per step); residuals added: %lld on, %lld off (%lld"
                 " per step)\n", (long long)normsOn, (long long)normsOff, (long long)normsPerStep, (long long)residualsOn,
                 (long long)residualsOff, (long long)residualsPerStep);
@@ -474,9 +472,7 @@ int main() {
             }
         }
         // GQA ratio 4 with head dim 128, and bf16 activations.
-        // ffn 704, a whole number of 64-column chunks: an INT4 down_proj forms SiLU · up in its prologue (688 packs
-        // with a column table, and siluMul runs first)
-        auto wide = makeModel(true, cwb::RopeStyle::Halves, Shape{4, 1, 128, 704});
+        auto wide = makeModel(true, cwb::RopeStyle::Halves, Shape{4, 1, 128});
         runCase("dense fp16, GQA 4/1, head dim 128, q/k/v biases", *wide, at::kHalf, kernels);
         runCase("dense, GQA 4/2", *makeModel(false), at::kBFloat16, kernels);
         if (kernels) {
@@ -506,16 +502,14 @@ int main() {
             foldingCase("INT4 attention, dense MLP, q/k/v biases", *int4Attention, at::kHalf, {true, true, 1, layers});
             foldingCase("dense attention, INT4 MLP", *int4Mlp, at::kHalf, {true, true, layers + 1, 0});
             // Every linear INT4 (q/k/v and gate/up fused natively): both norms and both residuals of every block, and
-            // SiLU · up in every down_proj of 704 inputs (none at 688: siluMul runs first there).
-            intLinearCase("INT4 g128, GQA 4/2, ffn 688", *int4Variant(*gqa), at::kHalf, 2 * layers, 2 * layers, 0);
-            intLinearCase("INT4 g128, GQA 4/1, head dim 128, q/k/v biases, ffn 704", *int4Variant(*wide), at::kBFloat16,
+            // silu(gate) · up written by every gate/up launch.
+            intLinearCase("INT4 g128, GQA 4/2", *int4Variant(*gqa), at::kHalf, 2 * layers, 2 * layers, layers);
+            intLinearCase("INT4 g128, GQA 4/1, head dim 128, q/k/v biases", *int4Variant(*wide), at::kBFloat16,
                           2 * layers, 2 * layers, layers);
             // INT4 attention only: the input norm and o_proj's residual; INT4 MLP only: the post-attention norm,
-            // down_proj's residual and SiLU · up.
+            // SiLU · up and down_proj's residual.
             intLinearCase("INT4 attention, dense MLP, q/k/v biases", *int4Attention, at::kHalf, layers, layers, 0);
-            intLinearCase("dense attention, INT4 MLP, ffn 688", *int4Mlp, at::kHalf, layers, layers, 0);
-            intLinearCase("dense attention, INT4 MLP, ffn 704, q/k/v biases", *int4Only(*wide, "mlp"), at::kHalf, layers,
-                          layers, layers);
+            intLinearCase("dense attention, INT4 MLP", *int4Mlp, at::kHalf, layers, layers, layers);
             dependentLaunchCase("dense, GQA 4/2", *gqa, at::kHalf);
             dependentLaunchCase("INT4 attention (W4A16 between the decode kernels), q/k/v biases",
                                 *int4Only(*wide, "self_attn"), at::kHalf);

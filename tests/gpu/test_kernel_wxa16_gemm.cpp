@@ -98,14 +98,14 @@ void runCase(const Case& c, ActType act, const std::vector<int64_t>& ms, uint32_
 // What a fused launch takes besides X · W^T (Wxa16Fusion).
 struct Fusion {
     bool norm, residual, inPlace;  // inPlace: the residual is y itself
-    bool swiglu = false;           // x is a fused [gate | up] row pair [m, 2 cols]: X = silu(gate) · up
+    bool swiglu = false;           // rows are [gate; up]: Y = silu(gate) · up, [m, rows / 2] (no residual)
 };
 
 // Y = RMSNorm(X)·γ · W^T (+ residual) against rmsNormRef, then wxa16GemmRef, then the residual added in double; with
-// f.swiglu, Y = (silu(gate) · up) · W^T (+ residual) against siluMulRef instead of the norm.
-// `folds`: whether the norm (SwiGLU) must run inside the kernel (wxa16FoldsNorm, wxa16FoldsSwiGlu); with programmatic
-// dependent launch on (and an sm_90 device) the launch count says so: the stream kernel is one such launch, a
-// separate rmsNorm or siluMul another.
+// f.swiglu, Y = silu(G) · U for [G | U] = X·W^T rounded to the activation type, against siluMulRef.
+// `folds`: whether the norm must run inside the kernel (wxa16FoldsNorm), with f.swiglu whether silu(G) · U must
+// (wxa16FoldsSwiGlu); with programmatic dependent launch on (and an sm_90 device) the launch count says so: the
+// stream kernel is one such launch, a separate rmsNorm or siluMul another.
 void runFusedCase(const Case& c, ActType act, const std::vector<int64_t>& ms, uint32_t seed, Fusion f, bool folds) {
     const TiledIntWeight host = makeWeight(c, act, seed);
     DeviceTiledWeight dev(host);
@@ -115,26 +115,30 @@ void runFusedCase(const Case& c, ActType act, const std::vector<int64_t>& ms, ui
     for (float& g : gamma) g += 1.0f;
     float* dGamma = toDevice(gamma);
     for (int64_t m : ms) {
-        const int64_t xWidth = f.swiglu ? 2 * c.cols : c.cols;
-        const std::vector<float> x = roundedGaussian(size_t(m * xWidth), seed + uint32_t(m), act, 3.0f);
-        const std::vector<float> res = roundedGaussian(size_t(m * c.rows), seed + 50 + uint32_t(m), act, 2.0f);
-        std::vector<float> h = f.swiglu ? std::vector<float>(size_t(m * c.cols)) : x;
+        const int64_t outRows = f.swiglu ? c.rows / 2 : c.rows;
+        const std::vector<float> x = roundedGaussian(size_t(m * c.cols), seed + uint32_t(m), act, 3.0f);
+        const std::vector<float> res = roundedGaussian(size_t(m * outRows), seed + 50 + uint32_t(m), act, 2.0f);
+        std::vector<float> h = x;
         if (f.norm) rmsNormRef(x.data(), nullptr, nullptr, gamma.data(), h.data(), m, c.cols, eps, act);
-        if (f.swiglu) siluMulRef(x.data(), xWidth, x.data() + c.cols, xWidth, h.data(), m, c.cols, act);
         std::vector<float> ref(size_t(m * c.rows));
         wxa16GemmRef(host, h.data(), m, ref.data());
+        if (f.swiglu) {   // [gate | up] as the activation type holds it, then SiLU · up
+            for (float& v : ref) v = actBitsToFloat(floatToActBits(v, act), act);
+            std::vector<float> glu(size_t(m * outRows));
+            siluMulRef(ref.data(), c.rows, ref.data() + outRows, c.rows, glu.data(), m, outRows, act);
+            ref = glu;
+        }
         if (f.residual)
             for (size_t i = 0; i < ref.size(); ++i) ref[i] = float(double(ref[i]) + double(res[i]));
         uint16_t* dx = upload(x, act);
         uint16_t* dRes = upload(res, act);
         uint16_t* dy = upload(std::vector<float>(ref.size(), 0.0f), act);
-        const size_t bytes = wxa16WorkspaceBytes(dev, m, 0, f.norm || f.swiglu);
+        const size_t bytes = wxa16WorkspaceBytes(dev, m, 0, f.norm, f.swiglu);
         void* ws = allocateWorkspace(bytes);
         Wxa16Fusion fusion;
         fusion.normWeight = f.norm ? dGamma : nullptr;
         fusion.normEps = eps;
-        fusion.swigluUp = f.swiglu ? static_cast<const void*>(dx + c.cols) : nullptr;
-        fusion.swigluRowStride = f.swiglu ? xWidth : 0;
+        fusion.swiglu = f.swiglu;
         fusion.residual = !f.residual ? nullptr : f.inPlace ? static_cast<const void*>(dy) : static_cast<const void*>(dRes);
         if (f.inPlace) cudaMemcpy(dy, dRes, ref.size() * 2, cudaMemcpyDeviceToDevice);
         else cudaMemset(dy, 0xFF, ref.size() * 2);
@@ -145,21 +149,21 @@ void runFusedCase(const Case& c, ActType act, const std::vector<int64_t>& ms, ui
         const bool stream = c.bits == 4 ? wxa16SmallKernelFor(dev, m) == W4SmallKernel::Stream : false;
         const double err = nmse(download(dy, ref.size(), act), ref);
         char what[240];
-        const char* prologue = f.norm     ? (folds ? "folded norm" : "separate norm")
-                               : f.swiglu ? (folds ? "folded SwiGLU" : "separate siluMul")
-                                          : "no prologue";
+        const bool normFolds = f.norm && (f.swiglu ? wxa16FoldsNorm(dev, m) : folds);
+        const std::string prologue = std::string(f.norm ? (normFolds ? "folded norm" : "separate norm") : "no norm") +
+                                     (f.swiglu ? (folds ? ", SwiGLU in the kernel" : ", separate siluMul") : "");
         std::snprintf(what, sizeof what, "fused int%d %s g%lld%s %lldx%lld m=%lld%s%s%s%s (%s): nmse %.2e < %.0e", c.bits,
                       actTypeName(act), (long long)c.groupSize, c.order == 1 ? " act-order" : "", (long long)c.rows,
                       (long long)c.cols, (long long)m, f.norm ? " +norm" : "", f.swiglu ? " +SwiGLU" : "",
-                      f.residual ? " +residual" : "", f.inPlace ? " (in place)" : "", prologue, err, tol);
+                      f.residual ? " +residual" : "", f.inPlace ? " (in place)" : "", prologue.c_str(), err, tol);
         check(err < tol, what);
         if (f.norm || f.swiglu) {
             std::snprintf(what, sizeof what, "fused %lldx%lld m=%lld: wxa16Folds%s is %s", (long long)c.rows,
-                          (long long)c.cols, (long long)m, f.norm ? "Norm" : "SwiGlu", folds ? "true" : "false");
-            check((f.norm ? wxa16FoldsNorm(dev, m) : wxa16FoldsSwiGlu(dev, m)) == folds, what);
+                          (long long)c.cols, (long long)m, f.swiglu ? "SwiGlu" : "Norm", folds ? "true" : "false");
+            check((f.swiglu ? wxa16FoldsSwiGlu(dev, m) : wxa16FoldsNorm(dev, m)) == folds, what);
         }
         if (programmaticDependentLaunch() && programmaticDependentLaunchSupported()) {
-            const int64_t expected = (stream ? 1 : 0) + ((f.norm || f.swiglu) && !folds ? 1 : 0);
+            const int64_t expected = (stream ? 1 : 0) + (f.norm && !normFolds ? 1 : 0) + (f.swiglu && !folds ? 1 : 0);
             std::snprintf(what, sizeof what, "fused %lldx%lld m=%lld: %lld launches with PDL, %lld expected",
                           (long long)c.rows, (long long)c.cols, (long long)m, (long long)launches, (long long)expected);
             check(launches == expected, what);
@@ -177,9 +181,8 @@ void runFusedCases(ActType act) {
     const int initialStream = wxa16StreamConfig();
     const Fusion both{true, true, false}, normOnly{true, false, false}, residualOnly{false, true, false},
         inPlace{true, true, true};
-    // SwiGLU before the product (down_proj of a fused [gate | up] output), with and without the residual
-    const Fusion swigluResidual{false, true, false, true}, swigluOnly{false, false, false, true},
-        swigluInPlace{false, true, true, true};
+    // silu(gate) · up written instead of [gate | up] (a fused gate/up weight), with and without the norm before
+    const Fusion gluNorm{true, false, false, true}, gluOnly{false, false, false, true};
     wxa16SetSmallKernel(W4SmallKernel::Auto);
     wxa16SetStreamConfig(6);
     std::printf("-- fused norm / residual: auto, stream configuration 6\n");
@@ -194,10 +197,9 @@ void runFusedCases(ActType act) {
     // Regression: 16 warps, two token tiles, 32,400 bytes of x (17 KB static): past 48 KB, which launched only once the
     // launcher allowed the kernel more dynamic shared memory (it failed with an invalid argument before).
     runFusedCase({4, true, 64, 1792, 128, 0}, act, {9}, 36, both, true);
-    // SwiGLU folds in the persistent shapes only: configuration 6 runs siluMul first, as act-order does (then the gather)
-    runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 4}, 41, swigluResidual, false);
-    runFusedCase({4, false, 128, 512, 128, 1}, act, {1}, 46, swigluResidual, false);
-    runFusedCase({4, true, 256, 1024, 128, 0}, act, {40}, 48, swigluInPlace, false);   // m > 16: the general kernel
+    // SiLU · up is written by the persistent shapes only: configuration 6 runs siluMul after the product
+    runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 4}, 41, gluNorm, false);
+    runFusedCase({4, true, 256, 1024, 128, 0}, act, {40}, 48, gluOnly, false);   // m > 16: the general kernel
     wxa16SetStreamConfig(0);   // a shape without the subtracted zero: the norm runs first
     runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 27, both, false);
     // Persistent shapes: the norm formed once per block serves each of its row tiles (3 blocks for 16 or 5 tiles).
@@ -213,14 +215,16 @@ void runFusedCases(ActType act) {
         // 16 warps and two token tiles: 33 KB of reduction buffers + 28 KB of x, past the 48 KB allowed unasked
         runFusedCase({4, true, 80, 1152, 128, 0}, act, {12}, 37, inPlace, true);
         runFusedCase({4, false, 80, 1088, 128, 0}, act, {1}, 38, both, true);         // 16 warps, seven with no chunks
-        for (Fusion f : {swigluResidual, swigluOnly}) runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 4}, 42, f, true);
-        runFusedCase({4, false, 80, 1088, 128, 0}, act, {1}, 43, swigluInPlace, true);   // warps with no chunks
+        // SiLU · up written by the kernel: 8 pairs of gate and up tiles over 3 blocks; two token tiles; 16 warps, seven
+        // without chunks; act-order (the gather first); 4-warp blocks (4 chunks), persistent for the pairs
+        for (Fusion f : {gluNorm, gluOnly}) runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 4}, 42, f, true);
+        runFusedCase({4, true, 256, 1024, 128, 0}, act, {12}, 43, gluNorm, true);
+        runFusedCase({4, false, 96, 1088, 128, 0}, act, {1}, 44, gluNorm, true);
+        runFusedCase({4, false, 128, 512, 128, 1}, act, {1}, 45, gluOnly, true);
+        runFusedCase({4, true, 64, 256, 128, 0}, act, {1, 3}, 46, gluNorm, true);
+        runFusedCase({4, false, 80, 1088, 128, 0}, act, {1}, 47, gluNorm, false);   // 80 rows: 40 is no whole tile
         wxa16SetStreamResidentCap(0);
-        // Llama-2-7B's down_proj input (11008): 22 KB of SiLU · up per token in shared memory, so one token folds and
-        // two run siluMul first
-        runFusedCase({4, true, 64, 11008, 128, 0}, act, {1}, 44, swigluInPlace, true);
-        runFusedCase({4, true, 64, 11008, 128, 0}, act, {2}, 44, swigluInPlace, false);
-        runFusedCase({4, true, 4800, 1152, 128, 0}, act, {1}, 45, swigluResidual, true);   // several tiles per block
+        runFusedCase({4, true, 1408, 4096, 128, 0}, act, {1}, 50, gluNorm, true);   // 704 features, resident blocks
         runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 35, both, true);        // one tile per block
         // 300 row tiles: several per block (configuration 11 takes 4-chunk batches there); m <= 8, since at 9..16
         // tokens `auto` gives that many row tiles to the ring kernel
@@ -231,7 +235,7 @@ void runFusedCases(ActType act) {
     wxa16SetSmallKernel(W4SmallKernel::Ring);
     runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 9}, 28, inPlace, false);
     runFusedCase({4, true, 256, 1024, 128, 0}, act, {3}, 28, both, false);
-    runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 9}, 47, swigluResidual, false);
+    runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 9}, 51, gluNorm, false);
     if (wxa16TmaAvailable()) {
         std::printf("-- fused norm / residual: TMA kernel (cluster and global reduce)\n");
         wxa16SetSmallKernel(W4SmallKernel::Tma);
@@ -244,7 +248,7 @@ void runFusedCases(ActType act) {
     std::printf("-- fused norm / residual: W8A16 (stream, and the general kernel past 16 tokens)\n");
     runFusedCase({8, true, 256, 1024, 128, 0}, act, {1, 20}, 30, both, false);
     runFusedCase({8, false, 136, 448, 128, 1}, act, {3}, 31, inPlace, false);
-    runFusedCase({8, true, 256, 1024, 128, 0}, act, {1, 20}, 49, swigluResidual, false);
+    runFusedCase({8, true, 256, 1024, 128, 0}, act, {1, 20}, 49, gluNorm, false);
 }
 
 } // namespace
@@ -286,15 +290,12 @@ int main() {
             check(refused(fusion, bytes), "a workspace sized without the norm is refused");
             fusion.normEps = -1.0f;
             check(refused(fusion, wxa16WorkspaceBytes(w4, 4, 0, true)), "a negative epsilon is refused");
-            fusion.normEps = 1e-5f;
-            fusion.swigluUp = dx;
-            check(refused(fusion, wxa16WorkspaceBytes(w4, 4, 0, true)), "a norm and SwiGLU together are refused");
             Wxa16Fusion swiglu;
-            swiglu.swigluUp = static_cast<char*>(dx) + 2;
-            check(refused(swiglu, wxa16WorkspaceBytes(w4, 1, 0, true)), "SwiGLU's up off 16-byte alignment is refused");
-            swiglu.swigluUp = dx;
-            swiglu.swigluRowStride = 512;
-            check(refused(swiglu, wxa16WorkspaceBytes(w4, 1, 0, true)), "SwiGLU rows closer than cols are refused");
+            swiglu.swiglu = true;
+            check(wxa16WorkspaceBytes(w4, 4, 0, false, true) > bytes, "SwiGLU needs workspace room for one slice of the product");
+            check(refused(swiglu, bytes), "a workspace sized without SwiGLU's room is refused");
+            swiglu.residual = dy;
+            check(refused(swiglu, wxa16WorkspaceBytes(w4, 4, 0, false, true)), "SwiGLU with a residual is refused");
             freeWorkspace(ws);
             cudaFree(dx);
             cudaFree(dy);

@@ -44,19 +44,18 @@ struct Wxa16Fusion {
     float normEps = 1e-5f;
     // Y := X · W^T + residual, rounded once: [m, rows] in the activation type, may be y itself.
     const void* residual = nullptr;
-    // X := silu(X) · U first, elementwise, rounded to the activation type as siluMul() (decode_ops.h) rounds it (not
-    // with a norm). U = swigluUp; X's and U's rows are swigluRowStride elements apart (0: cols), so that one fused
-    // [gate | up] output [m, 2·cols] serves as both: x = gateUp, swigluUp = gateUp + cols, swigluRowStride = 2·cols.
-    // Both 16-byte aligned. The W4A16 stream kernel forms it in its prologue where wxa16FoldsSwiGlu says so; otherwise
-    // siluMul runs first, into the workspace (sized with prologue = true).
-    const void* swigluUp = nullptr;
-    int64_t swigluRowStride = 0;
+    // Y := silu(G) · U instead of [G | U] = X · W^T, for a fused [gate; up] weight (its first rows / 2 rows the gate's,
+    // the rest the up's): y is [m, rows / 2]. G and U are rounded to the activation type first, as a separate
+    // siluMul() (decode_ops.h) after the product would see them. Not with a residual. The W4A16 stream kernel forms it
+    // as it writes its output where wxa16FoldsSwiGlu says so; otherwise the product goes to the workspace (sized with
+    // swiglu = true) and siluMul runs after it.
+    bool swiglu = false;
 };
 
-// Workspace (device memory) a launch with m rows needs (`prologue`: with Wxa16Fusion::normWeight or swigluUp); it
-// must be zero-filled before its first use (the kernels leave it so again) and not be used by two launches at once.
-// allocateWorkspace returns such memory.
-size_t wxa16WorkspaceBytes(const DeviceTiledWeight& w, int64_t m, int splitK = 0, bool prologue = false);
+// Workspace (device memory) a launch with m rows needs (`norm`: with Wxa16Fusion::normWeight; `swiglu`: with
+// Wxa16Fusion::swiglu); it must be zero-filled before its first use (the kernels leave it so again) and not be used
+// by two launches at once. allocateWorkspace returns such memory.
+size_t wxa16WorkspaceBytes(const DeviceTiledWeight& w, int64_t m, int splitK = 0, bool norm = false, bool swiglu = false);
 void* allocateWorkspace(size_t bytes);
 void freeWorkspace(void* p);
 
@@ -71,7 +70,8 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
 // 16-byte aligned γ; otherwise the norm is a separate launch.
 constexpr size_t kNormFoldSharedBytes = 32 * 1024;
 bool wxa16FoldsNorm(const DeviceTiledWeight& w, int64_t m);
-// The same for SwiGLU (Wxa16Fusion::swigluUp), which the stream kernel's persistent shapes (the default) fold.
+// Whether a launch of m tokens on w with Wxa16Fusion::swiglu forms silu(gate)·up inside the kernel: the W4A16 stream
+// kernel in a persistent shape (the default) and rows a multiple of 32; otherwise siluMul is a separate launch.
 bool wxa16FoldsSwiGlu(const DeviceTiledWeight& w, int64_t m);
 
 // The split wxa16Gemm would choose (for reports).
