@@ -492,11 +492,11 @@ int main() {
                 }
                 normedLinear(true, 32000, gy);
             };
+            std::printf("\n(gate/up %s silu(gate) * up itself at one token here.)\n",
+                        wxa16FoldsSwiGlu(*gateUpW.copies[0], 1) ? "writes" : "does NOT write (siluMul runs after it)");
             std::printf("\nOne INT4 decode step (W4A16 g128 block linears, dense head with its norm folded; same"
                         " timing):\n\n| norms and residual adds (SiLU * up) | launches | ms, PDL off | ms, PDL on |"
                         " PDL speed-up |\n| --- | ---: | ---: | ---: | ---: |\n");
-            std::printf("(gate/up %s silu(gate) * up itself at one token here.)\n",
-                        wxa16FoldsSwiGlu(*gateUpW.copies[0], 1) ? "writes" : "does NOT write (siluMul runs after it)");
             for (Int4Folding folding : {Int4Folding::None, Int4Folding::NormsAndAdds, Int4Folding::AlsoSwiGlu}) {
                 double stepMs[2] = {0, 0};
                 for (bool pdl : {false, true}) {
