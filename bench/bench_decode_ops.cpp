@@ -217,20 +217,22 @@ int main() {
                                         plan, ws, bytes, t, stream);
                 });
             }
-            // One chunk per head: 32 blocks and no merge launch (the planner aims at two blocks per multiprocessor
-            // and merges the chunks in a second kernel), under both kernels.
-            const DecodeAttentionPlan whole{1, capacity};
-            for (DecodeAttentionKernel k : {DecodeAttentionKernel::Scalar, DecodeAttentionKernel::Wide}) {
-                setDecodeAttentionKernel(k);
-                row(std::string("  ropeDecodeAttention, one chunk per head (no merge), ") +
-                        (k == DecodeAttentionKernel::Scalar ? "scalar" : "16-byte-row") + " kernel",
-                    [&] {
-                        ropeDecodeAttention(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden,
-                                            table, maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s,
-                                            0.088f, whole, nullptr, 0, t, stream);
-                    });
-            }
             setDecodeAttentionKernel(DecodeAttentionKernel::Auto);
+            // The same plan with the chunks merged by the last block of each head inside the attention launch (no
+            // merge launch; its counters start zeroed). One chunk per head, the other way to drop the merge launch,
+            // measured slower at every length in session 13 (docs/performance.md) and is no longer timed.
+            if (plan.splits > 1) {
+                DecodeAttentionPlan merged = plan;
+                merged.mergeInKernel = true;
+                const size_t mergedBytes = decodeAttentionWorkspaceBytes(s, merged);
+                float* mergedWs = deviceZeros<float>(mergedBytes / sizeof(float) + 1);
+                row("  ropeDecodeAttention, merged by the last block (no merge launch)", [&] {
+                    ropeDecodeAttention(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table,
+                                        maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s, 0.088f,
+                                        merged, mergedWs, mergedBytes, t, stream);
+                });
+                cudaFree(mergedWs);
+            }
             std::printf("| (keys and values read at this position: %.1f MB) | |\n", 2.0 * double(heads * capacity * hd * 2) / 1e6);
             cudaFree(ws);
             if (capacity == 192) ropeUs = ropeThis, attentionUs = attentionThis, ropeAttentionUs = fusedThis;
@@ -361,6 +363,10 @@ int main() {
         const DecodeAttentionPlan plan = planDecodeAttention(attention, deviceMultiprocessors());
         const size_t workspaceBytes = decodeAttentionWorkspaceBytes(attention, plan);
         float* workspace = deviceZeros<float>(workspaceBytes / sizeof(float) + 1);
+        DecodeAttentionPlan mergedPlan = plan;   // the chunks merged inside the attention launch (counters zeroed)
+        mergedPlan.mergeInKernel = plan.splits > 1;
+        const size_t mergedBytes = decodeAttentionWorkspaceBytes(attention, mergedPlan);
+        float* mergedWorkspace = deviceZeros<float>(mergedBytes / sizeof(float) + 1);
         auto* cacheKeys = deviceZeros<uint16_t>(size_t(heads * 192 * hd));
         auto* cacheValues = deviceZeros<uint16_t>(size_t(heads * 192 * hd));
         size_t cursor = 0;
@@ -389,10 +395,12 @@ int main() {
                 denseGemv(x, weightOf(hidden * outputs), nullptr, nullptr, result, g, t, stream);
             }
         };
-        auto ropeAttention = [&] {   // as the runtime runs it: one launch (+ the merge)
+        bool mergeInKernel = false;
+        auto ropeAttention = [&] {   // as the runtime runs it: one launch (+ the merge, unless mergeInKernel)
             ropeDecodeAttention(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table, maxCapacity,
-                                RopeLayout::HalfSplit, position, cacheKeys, cacheValues, out, attention, 0.088f, plan,
-                                workspace, workspaceBytes, t, stream);
+                                RopeLayout::HalfSplit, position, cacheKeys, cacheValues, out, attention, 0.088f,
+                                mergeInKernel ? mergedPlan : plan, mergeInKernel ? mergedWorkspace : workspace,
+                                mergeInKernel ? mergedBytes : workspaceBytes, t, stream);
         };
         enum class Folding { None, Norms, NormsAndSwiGlu };
         auto decodeStep = [&](Folding folding) {
@@ -457,7 +465,7 @@ int main() {
             plusResidual.residual = stream_x;
             normedGlu.normWeight = weight;   // gate/up writes silu(gate) * up
             normedGlu.swiglu = true;
-            enum class Int4Folding { None, NormsAndAdds, AlsoSwiGlu };
+            enum class Int4Folding { None, NormsAndAdds, AlsoSwiGlu, AlsoMerge };
             auto int4Step = [&](Int4Folding folding) {
                 const bool fold = folding != Int4Folding::None;
                 for (int layer = 0; layer < 32; ++layer) {
@@ -468,7 +476,7 @@ int main() {
                         w4(qkvW, x, qkv, none);
                     }
                     ropeAttention();
-                    if (folding == Int4Folding::AlsoSwiGlu) {
+                    if (folding == Int4Folding::AlsoSwiGlu || folding == Int4Folding::AlsoMerge) {
                         w4(oW, out, stream_x, plusResidual);
                         w4(gateUpW, stream_x, out, normedGlu);
                         w4(downW, out, stream_x, plusResidual);
@@ -497,19 +505,23 @@ int main() {
             std::printf("\nOne INT4 decode step (W4A16 g128 block linears, dense head with its norm folded; same"
                         " timing):\n\n| norms and residual adds (SiLU * up) | launches | ms, PDL off | ms, PDL on |"
                         " PDL speed-up |\n| --- | ---: | ---: | ---: | ---: |\n");
-            for (Int4Folding folding : {Int4Folding::None, Int4Folding::NormsAndAdds, Int4Folding::AlsoSwiGlu}) {
+            for (Int4Folding folding :
+                 {Int4Folding::None, Int4Folding::NormsAndAdds, Int4Folding::AlsoSwiGlu, Int4Folding::AlsoMerge}) {
                 double stepMs[2] = {0, 0};
+                mergeInKernel = folding == Int4Folding::AlsoMerge;
                 for (bool pdl : {false, true}) {
                     setProgrammaticDependentLaunch(pdl);
                     stepMs[pdl] = microsecondsPerLaunch(stream, [&] { int4Step(folding); }, 3) / 1e3;
                 }
+                mergeInKernel = false;
                 // attention's merge counted below
                 const int perBlock = folding == Int4Folding::None ? 9 : folding == Int4Folding::NormsAndAdds ? 6 : 5;
-                const int launches = 32 * perBlock + (plan.splits > 1 ? 32 : 0) + 1;
+                const int launches = 32 * perBlock + (plan.splits > 1 && folding != Int4Folding::AlsoMerge ? 32 : 0) + 1;
                 std::printf("| %s | %d | %.3f | %.3f | %.2fx |\n",
                             folding == Int4Folding::None           ? "separate kernels"
                             : folding == Int4Folding::NormsAndAdds ? "inside the W4A16 launches"
-                                                                   : "inside the W4A16 launches, SiLU * up too",
+                            : folding == Int4Folding::AlsoSwiGlu   ? "inside the W4A16 launches, SiLU * up too"
+                                                                   : "the same, attention merged in its launch",
                             launches, stepMs[0], stepMs[1], stepMs[0] / stepMs[1]);
             }
             freeWorkspace(ws);
@@ -518,6 +530,7 @@ int main() {
         std::printf("\n(PDL acts only on compute capability 9.0+: %s here.)\n",
                     programmaticDependentLaunchSupported() ? "supported" : "not supported");
         cudaFree(workspace);
+        cudaFree(mergedWorkspace);
         cudaFree(cacheKeys);
         cudaFree(cacheValues);
         cudaFree(keys);

@@ -125,15 +125,48 @@ __device__ int prepareQueries(const T* q, const RopeInputs<T>& rope, const int64
     return local;
 }
 
+// The merge inside the attention launch (DecodeAttentionPlan::mergeInKernel): after its partials are written, the
+// last block of a (sequence, kv head) to arrive adds up the chunks of its query heads exactly as mergeSplitsKernel does,
+// then resets the counter to zero for the next launch. Every block runs it (it has barriers); p is the clamped position.
+template <typename T>
+__device__ void mergeIfLast(const float* partialMax, const float* partialSum, const float* partialOut, int* counters,
+                            T* out, int64_t p, int b, int kvHead, int heads, int kvHeads, int headDim,
+                            int64_t keysPerSplit, int splits) {
+    __shared__ bool last;
+    __threadfence();   // this thread's partials, device-wide, before the block's arrival is counted
+    __syncthreads();
+    const int used = int(min(int64_t(splits), p / keysPerSplit + 1));   // the chunks whose blocks did not exit
+    int* counter = counters + b * kvHeads + kvHead;
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1) == used - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int groups = heads / kvHeads;
+    for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) {
+        const int g = e / headDim, i = e % headDim;
+        const int64_t row = int64_t(b) * heads + int64_t(kvHead) * groups + g;
+        const float* maxima = partialMax + row * splits;
+        float top = -INFINITY;
+        for (int s = 0; s < used; ++s) top = fmaxf(top, __ldcg(maxima + s));
+        float total = 0.0f, acc = 0.0f;
+        for (int s = 0; s < used; ++s) total += __ldcg(partialSum + row * splits + s) * expf(__ldcg(maxima + s) - top);
+        for (int s = 0; s < used; ++s)
+            acc += __ldcg(partialOut + (row * splits + s) * headDim + i) * expf(__ldcg(maxima + s) - top);
+        out[row * headDim + i] = fromFloat<T>(acc / total);
+    }
+    if (threadIdx.x == 0) *counter = 0;
+}
+
 // ROPE (ropeDecodeAttention): q is rotated here from rope.q, and the block whose chunk holds the position rotates
 // that position's key, writes it and the value to the caches, and reads both from shared memory (the other blocks
 // never read that slot: it lies in one chunk). Without ROPE, q is already rotated and the caches already written.
+// counters (split plans with mergeInKernel, else nullptr): the last block of each kv head merges (mergeIfLast).
 template <typename T, bool ROPE>
 __global__ void __launch_bounds__(kAttentionThreads)
     decodeAttentionKernel(const T* q, const T* keys, const T* values, const int64_t* __restrict__ position,
                           T* __restrict__ out, float* __restrict__ partialMax, float* __restrict__ partialSum,
-                          float* __restrict__ partialOut, int heads, int kvHeads, int headDim, int64_t capacity,
-                          int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope) {
+                          float* __restrict__ partialOut, int* counters, int heads, int kvHeads, int headDim,
+                          int64_t capacity, int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope) {
     // Without ROPE the kernel before this one wrote the position's key: wait first. With it, that kernel only made
     // q, k and v; the position and every earlier slot of the caches are older, so the cache reads start before the
     // wait and overlap that kernel's end (programmatic dependent launch).
@@ -244,6 +277,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
         partialMax[row * splits + split] = stats[threadIdx.x];
         partialSum[row * splits + split] = stats[groups + threadIdx.x];
     }
+    if (counters)
+        mergeIfLast<T>(partialMax, partialSum, partialOut, counters, out, p, b, kvHead, heads, kvHeads, headDim,
+                       keysPerSplit, splits);
 }
 
 // The same attention for head dimensions that are a multiple of 8, with 16-byte loads: `width` lanes (the power of
@@ -266,8 +302,8 @@ template <typename T, bool ROPE>
 __global__ void __launch_bounds__(kWideThreads)
     decodeAttentionWideKernel(const T* q, const T* keys, const T* values, const int64_t* __restrict__ position,
                               T* __restrict__ out, float* __restrict__ partialMax, float* __restrict__ partialSum,
-                              float* __restrict__ partialOut, int heads, int kvHeads, int headDim, int64_t capacity,
-                              int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope) {
+                              float* __restrict__ partialOut, int* counters, int heads, int kvHeads, int headDim,
+                              int64_t capacity, int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope) {
     if constexpr (!ROPE) waitForPredecessor();   // as in decodeAttentionKernel
     extern __shared__ __align__(16) float wideShared[];
     const int groups = heads / kvHeads;
@@ -398,6 +434,9 @@ __global__ void __launch_bounds__(kWideThreads)
         partialMax[row * splits + split] = stats[threadIdx.x];
         partialSum[row * splits + split] = stats[groups + threadIdx.x];
     }
+    if (counters)
+        mergeIfLast<T>(partialMax, partialSum, partialOut, counters, out, p, b, kvHead, heads, kvHeads, headDim,
+                       keysPerSplit, splits);
 }
 
 // One block per (query head, sequence): the chunks up to the position, rescaled to their common maximum.
@@ -452,7 +491,8 @@ DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& s, int multi
 
 size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan) {
     if (plan.splits <= 1) return 0;
-    return size_t(s.batch * s.heads * plan.splits * (s.headDim + 2)) * sizeof(float);
+    const size_t partials = size_t(s.batch * s.heads * plan.splits * (s.headDim + 2)) * sizeof(float);
+    return partials + (plan.mergeInKernel ? size_t(s.batch * s.kvHeads) * sizeof(int) : 0);
 }
 
 namespace {
@@ -494,6 +534,9 @@ void launchAttention(const void* q, const void* keyCache, const void* valueCache
     float* partialMax = split ? workspace : nullptr;
     float* partialSum = split ? workspace + rows : nullptr;
     float* partialOut = split ? workspace + 2 * rows : nullptr;
+    // The merge's counters follow the partial outputs (decodeAttentionWorkspaceBytes).
+    const bool mergeHere = split && plan.mergeInKernel;
+    int* counters = mergeHere ? reinterpret_cast<int*>(workspace + rows * (s.headDim + 2)) : nullptr;
     const cudaStream_t st = detail::toStream(stream);
     dispatch(type, [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
@@ -512,10 +555,10 @@ void launchAttention(const void* q, const void* keyCache, const void* valueCache
         CWB_CUDA_CHECK(launchDependent(
             kernel, grid, dim3(threads), shared, st, static_cast<const T*>(q),
             static_cast<const T*>(keyCache), static_cast<const T*>(valueCache), position, static_cast<T*>(out),
-            partialMax, partialSum, partialOut, int(s.heads), int(s.kvHeads), int(s.headDim), s.capacity,
+            partialMax, partialSum, partialOut, counters, int(s.heads), int(s.kvHeads), int(s.headDim), s.capacity,
             plan.keysPerSplit, int(plan.splits), scale, r));
         CWB_CUDA_CHECK_LAUNCH("decodeAttention");
-        if (split) {
+        if (split && !mergeHere) {
             const dim3 mergeGrid(unsigned(s.heads), unsigned(s.batch));
             const unsigned threads = unsigned(std::min<int64_t>(128, (s.headDim + 31) / 32 * 32));
             CWB_CUDA_CHECK(launchDependent(mergeSplitsKernel<T>, mergeGrid, dim3(threads), 0, st, partialMax, partialSum,

@@ -154,15 +154,40 @@ void poisonPastPosition(const AttentionCase& c, int64_t position, std::vector<fl
             }
 }
 
+// Split plans merge their chunks inside the attention launch (DecodeAttentionPlan::mergeInKernel) while this is set.
+bool mergeSplitsInKernel = false;
+
+// A poisoned workspace for `plan`: NaN where the partials go, zeros where mergeInKernel's counters are (they must
+// start at zero).
+float* poisonedWorkspace(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan, size_t bytes) {
+    if (!bytes) return nullptr;
+    std::vector<float> ws(bytes / sizeof(float), NAN);
+    if (plan.mergeInKernel)
+        for (size_t i = ws.size() - size_t(s.batch * s.kvHeads); i < ws.size(); ++i) ws[i] = 0.0f;
+    return toDevice(ws);
+}
+
+// With mergeInKernel: the counters are back at zero after a launch (the next launch relies on it).
+void checkCountersReset(const std::string& tag, const DecodeAttentionShape& s, const DecodeAttentionPlan& plan,
+                        const float* ws, size_t bytes) {
+    if (!plan.mergeInKernel) return;
+    const size_t words = bytes / sizeof(float), counters = size_t(s.batch * s.kvHeads);
+    const std::vector<float> tail = toHost(ws + (words - counters), counters);
+    size_t nonzero = 0;
+    for (float v : tail) nonzero += v != 0.0f;
+    check(nonzero == 0, (tag + ": merge counters reset to zero").c_str());
+}
+
 // expectSplit: 1 split over the sequence whatever the device, 0 never, -1 as the device's size decides.
 // `forced`: that plan instead of planDecodeAttention's (longer chunks than this device's plans give).
 void testAttention(ActType t, const AttentionCase& c, int64_t position, int expectSplit,
                    const DecodeAttentionPlan* forced = nullptr) {
     const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
-    const DecodeAttentionPlan plan = forced ? *forced : planDecodeAttention(s, deviceMultiprocessors());
+    DecodeAttentionPlan plan = forced ? *forced : planDecodeAttention(s, deviceMultiprocessors());
+    plan.mergeInKernel = mergeSplitsInKernel && plan.splits > 1;
     const std::string tag = "decodeAttention " + describe(c, t) + ", position " + std::to_string(position) + ", " +
                             std::to_string(plan.splits) + " splits of " + std::to_string(plan.keysPerSplit) +
-                            attentionKernelTag();
+                            (plan.mergeInKernel ? " merged in the launch" : "") + attentionKernelTag();
     if (expectSplit >= 0)
         check((plan.splits > 1) == (expectSplit == 1), (tag + ": " + (expectSplit ? "split" : "not split") + " as intended").c_str());
     const int64_t qSize = c.batch * c.heads * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
@@ -176,12 +201,17 @@ void testAttention(ActType t, const AttentionCase& c, int64_t position, int expe
     uint16_t *dq = upload(q, t), *dk = upload(keys, t), *dv = upload(values, t), *dout = upload(std::vector<float>(ref.size(), NAN), t);
     int64_t* dpos = toDevice(std::vector<int64_t>{position});
     const size_t bytes = decodeAttentionWorkspaceBytes(s, plan);
-    float* ws = bytes ? toDevice(std::vector<float>(bytes / sizeof(float), NAN)) : nullptr;   // poisoned
-    decodeAttention(dq, dk, dv, dpos, dout, s, scale, plan, ws, bytes, t, nullptr);
-    synchronised(tag);
-    const double error = nmse(download(dout, ref.size(), t), ref);
-    std::printf("  %s: nmse %.3g\n", tag.c_str(), error);
-    check(error <= tolerance(t), (tag + ": output matches the reference").c_str());
+    float* ws = poisonedWorkspace(s, plan, bytes);
+    // Twice with an in-launch merge: the second launch runs on the counters the first left.
+    for (int run = 0; run < (plan.mergeInKernel ? 2 : 1); ++run) {
+        if (run) cudaMemset(dout, 0xFF, ref.size() * 2);
+        decodeAttention(dq, dk, dv, dpos, dout, s, scale, plan, ws, bytes, t, nullptr);
+        synchronised(tag);
+        const double error = nmse(download(dout, ref.size(), t), ref);
+        std::printf("  %s%s: nmse %.3g\n", tag.c_str(), run ? " (second launch)" : "", error);
+        check(error <= tolerance(t), (tag + (run ? " (second launch)" : "") + ": output matches the reference").c_str());
+        checkCountersReset(tag, s, plan, ws, bytes);
+    }
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dpos), cudaFree(ws);
 }
 
@@ -191,11 +221,13 @@ void testAttention(ActType t, const AttentionCase& c, int64_t position, int expe
 void testRopeAttention(ActType t, const AttentionCase& c, RopeLayout layout, int64_t position,
                        const DecodeAttentionPlan* forced = nullptr) {
     const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
-    const DecodeAttentionPlan plan = forced ? *forced : planDecodeAttention(s, deviceMultiprocessors());
+    DecodeAttentionPlan plan = forced ? *forced : planDecodeAttention(s, deviceMultiprocessors());
+    plan.mergeInKernel = mergeSplitsInKernel && plan.splits > 1;
     const std::string tag = "ropeDecodeAttention " + describe(c, t) +
                             (layout == RopeLayout::AdjacentPairs ? ", adjacent" : ", half-split") + ", position " +
                             std::to_string(position) + ", " + std::to_string(plan.splits) + " splits of " +
-                            std::to_string(plan.keysPerSplit) + attentionKernelTag();
+                            std::to_string(plan.keysPerSplit) + (plan.mergeInKernel ? " merged in the launch" : "") +
+                            attentionKernelTag();
     const int64_t width = (c.heads + 2 * c.kvHeads) * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
     std::vector<float> qkv = roundedGaussian(size_t(c.batch * width), 11, t);
     std::vector<float> keys = sameGaussian(size_t(cacheSize), 12, t, 0.5f), values = sameGaussian(size_t(cacheSize), 13, t);
@@ -211,7 +243,7 @@ void testRopeAttention(ActType t, const AttentionCase& c, RopeLayout layout, int
     float* dtable = toDevice(table);
     int64_t* dpos = toDevice(std::vector<int64_t>{position});
     const size_t bytes = decodeAttentionWorkspaceBytes(s, plan);
-    float* ws = bytes ? toDevice(std::vector<float>(bytes / sizeof(float), NAN)) : nullptr;   // poisoned
+    float* ws = poisonedWorkspace(s, plan, bytes);
     ropeDecodeAttention(dqkv, width, dqkv + c.heads * c.headDim, width, dqkv + (c.heads + c.kvHeads) * c.headDim, width,
                         dtable, c.capacity, layout, dpos, dk, dv, dout, s, scale, plan, ws, bytes, t, nullptr);
     synchronised(tag);
@@ -220,6 +252,7 @@ void testRopeAttention(ActType t, const AttentionCase& c, RopeLayout layout, int
         std::printf("  %s: nmse %.3g\n", tag.c_str(), error);
         check(error <= tolerance(t), (tag + ": output matches the reference").c_str());
     }
+    checkCountersReset(tag, s, plan, ws, bytes);
     checkKeySlots(tag, t, c, position, download(dk, size_t(cacheSize), t), keys, refKeys);
     check(download(dv, size_t(cacheSize), t) == refValues, (tag + ": values: the value at the position, all else untouched").c_str());
     cudaFree(dqkv), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dtable), cudaFree(dpos), cudaFree(ws);
@@ -295,6 +328,21 @@ int main() {
                 }
             }
             check(currentDecodeAttentionKernel() == DecodeAttentionKernel::Auto, "the attention kernel choice is back to Auto");
+            // The split cases once more with the chunks merged by the last block of each kv head (Auto: the scalar
+            // kernel for short chunks, the 16-byte-row one from 128 keys per chunk), the multi-round plan included.
+            mergeSplitsInKernel = true;
+            for (size_t i = 0; i < std::size(attention); ++i) {
+                const AttentionCase& c = attention[i];
+                for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testAttention(t, c, p, splits[i]);
+            }
+            for (const AttentionCase& c : fused)
+                for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testRopeAttention(t, c, RopeLayout::HalfSplit, p);
+            {
+                const AttentionCase longChunks{1, 32, 4, 128, 4096};
+                const DecodeAttentionPlan fourChunks{4, 1024};
+                for (int64_t p : {int64_t(100), int64_t(3 * 1024 + 1000)}) testRopeAttention(t, longChunks, RopeLayout::HalfSplit, p, &fourChunks);
+            }
+            mergeSplitsInKernel = false;
         }
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());

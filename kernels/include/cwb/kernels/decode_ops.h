@@ -38,14 +38,20 @@ void ropeKvWrite(const void* q, int64_t qStride, const void* k, int64_t kStride,
                  Stream stream);
 
 // How decodeAttention splits the cache: `splits` chunks of `keysPerSplit` keys, so that about twice as many blocks
-// as the device has multiprocessors work even at batch 1. Chunks past the position exit at once.
+// as the device has multiprocessors work even at batch 1. Chunks past the position exit at once. The chunks are
+// merged by a second small kernel, or with mergeInKernel by the last block of each kv head to finish, in the same
+// launch (no second launch; the workspace then also holds one counter per sequence and kv head, which must be zero
+// before the first launch, e.g. by cudaMemset, and which every launch leaves zero). planDecodeAttention leaves
+// mergeInKernel off: it has not been measured yet.
 struct DecodeAttentionPlan {
     int64_t splits = 1, keysPerSplit = 0;
+    bool mergeInKernel = false;
 };
 DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& shape, int multiprocessors);
 // Multiprocessors of the current device (cached per device).
 int deviceMultiprocessors();
-// fp32 scratch decodeAttention needs for a plan (partial maxima, sums and outputs per split); 0 when unsplit.
+// Scratch decodeAttention needs for a plan (fp32 partial maxima, sums and outputs per split, then with mergeInKernel
+// the int counters); 0 when unsplit.
 size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& shape, const DecodeAttentionPlan& plan);
 
 // out[b, h] = softmax(q[b, h] · K[b, h / groups, 0..p]ᵀ * scale) · V[b, h / groups, 0..p] with p = *position, for
