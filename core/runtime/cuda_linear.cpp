@@ -27,6 +27,9 @@ std::atomic<int64_t> normFolds{0}, residualFolds{0}, swigluFolds{0};
 
 // silu(gate) · up of a fused [..., 2F] input, in one kernel.
 at::Tensor swigluOf(const at::Tensor& gateUp) {
+    if (gateUp.size(-1) % 2 != 0)
+        throw Error("SwiGLU: a fused gate/up output of " + std::to_string(gateUp.size(-1)) +
+                    " columns does not split into gate and up halves");
     const int64_t ffn = gateUp.size(-1) / 2;
     return fusedSiluMul(gateUp.narrow(-1, 0, ffn), gateUp.narrow(-1, ffn, ffn));
 }
@@ -194,7 +197,6 @@ public:
         return run(x, normWeight, eps, residual);
     }
     at::Tensor forwardGlu(const at::Tensor& x, const at::Tensor& normWeight, double eps) const override {
-        if (mWeight.rows % 2 != 0) return NativeIntLinear::forwardGlu(x, normWeight, eps);
         if (normWeight.defined() && mInputScale.defined())   // AWQ divides the normalised input: the norm comes first
             return run(fusedRmsNorm(x, normWeight, eps), at::Tensor(), 0.0, at::Tensor(), true);
         return run(x, normWeight, eps, at::Tensor(), true);

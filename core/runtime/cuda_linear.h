@@ -84,7 +84,8 @@ bool smallMActivationKernels();
 // and that added a residual (NativeIntLinear::forwardFused); tests check that the folding acted.
 int64_t nativeNormFoldCount();
 int64_t nativeResidualFoldCount();
-// Launches of the W4A16 kernels in this process that wrote silu(gate) · up instead of [gate | up] (forwardGlu).
+// Launches of the W4A16 kernels in this process that wrote silu(gate) · up instead of [gate | up] (forwardGlu). Like
+// the norm count, it follows the choice for the first slice of 64 tokens of a call.
 int64_t nativeSwiGluFoldCount();
 
 // True when this build carries the CUDA kernels.

@@ -108,7 +108,8 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     bool nativePostNorm = false;   // so does gate/up's native kernel launch
     if (fused) {   // RoPE, cache write and attention in one or two kernels; the residual add joins the norm
         at::Tensor attn = fusedDecodeAttention(qk.narrow(-1, 0, heads * hd), qk.narrow(-1, heads * hd, kvHeads * hd), v,
-                                               mRopeTable, s.ropeStyle, position, keys, values, heads);
+                                               mRopeTable, s.ropeStyle, position, keys, values, heads,
+                                               cache.mAttentionWorkspace);
         // gate/up's GEMV qualifies by x's shape and type, which `out` shares.
         foldPostNorm = foldNorms && b.denseGemvFor("mlp.gate_up_proj", x);
         nativePostNorm = intFused && !foldPostNorm && b.nativeFusingFor("mlp.gate_up_proj", x);

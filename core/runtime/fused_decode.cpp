@@ -83,7 +83,7 @@ std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor& x, const at:
 
 at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& ropeTable,
                                 RopeStyle style, const at::Tensor& position, at::Tensor& keys, at::Tensor& values,
-                                int64_t heads) {
+                                int64_t heads, at::Tensor& workspace) {
     const kernels::ActType type = actType(q, "the query");
     if (k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type() || keys.scalar_type() != q.scalar_type() ||
         values.scalar_type() != q.scalar_type())
@@ -111,11 +111,19 @@ at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const 
     launching("attention", [&] {   // RoPE, the cache write and attention in one launch (+ the merge of the splits)
         const kernels::DecodeAttentionPlan plan = kernels::planDecodeAttention(s, kernels::deviceMultiprocessors());
         const size_t bytes = kernels::decodeAttentionWorkspaceBytes(s, plan);
-        at::Tensor workspace = at::empty({int64_t(bytes / sizeof(float)) + 1}, q.options().dtype(at::kFloat));
+        const int64_t words = int64_t(bytes / sizeof(float)) + 1;
+        at::Tensor scratch;
+        if (plan.mergeInKernel) {   // counters that must start at zero and persist: the caller's buffer
+            if (!workspace.defined() || workspace.numel() < words || workspace.device() != q.device())
+                workspace = at::zeros({words}, q.options().dtype(at::kFloat));
+            scratch = workspace;
+        } else {
+            scratch = at::empty({words}, q.options().dtype(at::kFloat));
+        }
         kernels::ropeDecodeAttention(qRows.data_ptr(), qRows.stride(0), kRows.data_ptr(), kRows.stride(0), vRows.data_ptr(),
                                      vRows.stride(0), ropeTable.data_ptr<float>(), ropeTable.size(0), layout,
                                      position.data_ptr<int64_t>(), keys.data_ptr(), values.data_ptr(), out.data_ptr(), s,
-                                     float(1.0 / std::sqrt(double(s.headDim))), plan, workspace.data_ptr<float>(), bytes,
+                                     float(1.0 / std::sqrt(double(s.headDim))), plan, scratch.data_ptr<float>(), bytes,
                                      type, torchCurrentStream());
         return 0;
     });
@@ -138,6 +146,8 @@ at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up) {
     return out;
 }
 
+void setDecodeAttentionMergeInKernel(bool on) { kernels::setDecodeAttentionMergeInKernel(on); }
+bool decodeAttentionMergeInKernel() { return kernels::decodeAttentionMergeInKernel(); }
 void setDecodeDependentLaunch(bool on) { kernels::setProgrammaticDependentLaunch(on); }
 bool decodeDependentLaunch() { return kernels::programmaticDependentLaunch(); }
 int64_t decodeDependentLaunchCount() { return kernels::programmaticDependentLaunches(); }
@@ -147,6 +157,8 @@ bool decodeDependentLaunchSupported() { return kernels::programmaticDependentLau
 #else   // no kernels in this build
 
 bool fusedDecodeAvailable(const at::Device&, at::ScalarType) { return false; }
+void setDecodeAttentionMergeInKernel(bool) {}
+bool decodeAttentionMergeInKernel() { return false; }
 void setDecodeDependentLaunch(bool) {}
 bool decodeDependentLaunch() { return false; }
 int64_t decodeDependentLaunchCount() { return 0; }
@@ -160,7 +172,7 @@ namespace {
 at::Tensor fusedRmsNorm(const at::Tensor&, const at::Tensor&, double) { notBuilt(); }
 std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor&, const at::Tensor&, const at::Tensor&, double) { notBuilt(); }
 at::Tensor fusedDecodeAttention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, RopeStyle,
-                                const at::Tensor&, at::Tensor&, at::Tensor&, int64_t) {
+                                const at::Tensor&, at::Tensor&, at::Tensor&, int64_t, at::Tensor&) {
     notBuilt();
 }
 at::Tensor fusedSiluMul(const at::Tensor&, const at::Tensor&) { notBuilt(); }

@@ -26,10 +26,19 @@ std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor& x, const at:
 // device position `position` (int64 [1]), the rotated keys and v written to the caches [batch, kvHeads, capacity,
 // headDim] at that position, then attention of every query head over the cache up to it. q, k and v may be views
 // of one fused GEMM output. ropeTable is the runtime's fp32 [positions, 2, headDim] (ropeTable()). One launch
-// (kernels::ropeDecodeAttention), two when the cache is split over the sequence. Returns [batch, 1, heads * headDim].
+// (kernels::ropeDecodeAttention), two when the cache is split over the sequence, unless the plan merges the chunks
+// inside the launch (kernels::decodeAttentionMergeInKernel). That merge keeps counters across launches in
+// `workspace`, which the caller owns and keeps (the KV cache's); it is made here, zeroed, when undefined or too small,
+// so the first (eager) step allocates it, never a captured one. Returns [batch, 1, heads * headDim].
 at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& ropeTable, RopeStyle style, const at::Tensor& position,
-                                at::Tensor& keys, at::Tensor& values, int64_t heads);
+                                at::Tensor& keys, at::Tensor& values, int64_t heads, at::Tensor& workspace);
+
+// Whether split decode attention merges its chunks inside the attention launch (kernels::
+// setDecodeAttentionMergeInKernel), process-wide; off unless CWB_ATTENTION_MERGE_IN_KERNEL=1. No-ops (false) in a
+// build without the kernels.
+void setDecodeAttentionMergeInKernel(bool on);
+bool decodeAttentionMergeInKernel();
 
 // silu(gate) * up for gate and up [..., width], which may be the two halves of one fused GEMM output.
 at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up);

@@ -130,6 +130,7 @@ private:
     friend class Transformer;
     std::vector<at::Tensor> mKeys;     // per layer [batch, kvHeads, capacity, headDim]
     std::vector<at::Tensor> mValues;
+    at::Tensor mAttentionWorkspace;   // fused decode attention's merge counters, kept across steps (fusedDecodeAttention)
     int64_t mLength = 0;
     int64_t mCapacity = 0;
     std::unique_ptr<DecodeGraph> mGraph;   // captured against these tensors and one runtime's weights

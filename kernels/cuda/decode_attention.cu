@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -486,8 +487,21 @@ DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& s, int multi
     int64_t keys = (s.capacity + wanted - 1) / wanted;
     keys = std::min(maxKeys, std::max<int64_t>(32, (keys + 31) / 32 * 32));
     if (keys >= s.capacity) return {1, std::max<int64_t>(1, s.capacity)};
-    return {(s.capacity + keys - 1) / keys, keys};
+    return {(s.capacity + keys - 1) / keys, keys, decodeAttentionMergeInKernel()};
 }
+
+namespace {
+std::atomic<bool>& mergeInKernelSlot() {
+    static std::atomic<bool> slot{[] {
+        const char* v = std::getenv("CWB_ATTENTION_MERGE_IN_KERNEL");
+        return v && *v && std::string(v) != "0";
+    }()};
+    return slot;
+}
+} // namespace
+
+void setDecodeAttentionMergeInKernel(bool on) { mergeInKernelSlot().store(on, std::memory_order_relaxed); }
+bool decodeAttentionMergeInKernel() { return mergeInKernelSlot().load(std::memory_order_relaxed); }
 
 size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan) {
     if (plan.splits <= 1) return 0;

@@ -125,7 +125,8 @@ __device__ __forceinline__ void normIntoShared(const Wxa16Params& p, int cBegin,
     __syncwarp();
 }
 
-// What the stream kernel multiplies: x as given, or RMSNorm(x)·γ formed in shared memory by its prologue.
+// What the stream kernel multiplies: x as given, or RMSNorm(x)·γ formed in shared memory by its prologue (an enum
+// rather than a bool so that another prologue can join without a new template parameter).
 enum StreamPrologue : int { kPlainX = 0, kNormX = 1 };
 
 // The end of a tile of a GLU launch (p.swiglu: the weight's rows are [gate; up], `pairs` row tiles each): the warps'

@@ -497,6 +497,9 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
             else
                 detail::launchW8Stream<__nv_bfloat16>(p, multiprocessors(), s);
         } else if (streamKernel(w, slice)) {
+            // One block sums the whole input dimension. `split` was resolved for the first slice: a last slice of
+            // m > 64 tokens that comes here must not inherit a split (its blocks would write partial sums, never y).
+            p.splitK = 1;
             const detail::StreamSplit cut = detail::streamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1);
             p.chunksPerSplit = cut.chunksPerWarp;
             if (w.act == ActType::Float16)

@@ -169,10 +169,10 @@ inline int64_t persistentGrid(int64_t tiles, int64_t resident, int persist) {
 }
 
 // One stream kernel, launched with programmatic dependent launch (dependent_launch.h) where enabled: it loads its
-// first weights before it waits for the kernel before it. PRO: a prologue (the folded RMSNorm or SwiGLU), with its
-// dynamic shared memory, up to kNormFoldSharedBytes: that most is allowed to the kernel here, since with the reduction buffers the static
-// and dynamic shared memory together may pass the 48 KB a kernel gets without asking (16 warps and two token tiles:
-// 17 KB static, 33 KB with PERSIST's two buffers). PERSIST: the grid from persistentGrid, given the blocks a
+// first weights before it waits for the kernel before it. PRO: the prologue (kNormX, the folded RMSNorm), with its
+// dynamic shared memory, up to kNormFoldSharedBytes: that most is allowed to the kernel here, since with the reduction
+// buffers the static and dynamic shared memory together may pass the 48 KB a kernel gets without asking (16 warps and
+// two token tiles: 17 KB static, 33 KB with PERSIST's two buffers, 1 KB more for GLU's gate sums). PERSIST: the grid from persistentGrid, given the blocks a
 // multiprocessor holds at once with that most (GLU: over the pairs of gate and up tiles). Both asked once per device
 // and kernel.
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO, bool PERSIST,

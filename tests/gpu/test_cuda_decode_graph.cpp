@@ -63,14 +63,15 @@ std::unique_ptr<cwb::Model> makeModel(bool bias, cwb::RopeStyle style = cwb::Rop
     return m;
 }
 
-std::unique_ptr<cwb::Model> int4Variant(const cwb::Model& base) {
+std::unique_ptr<cwb::Model> intVariant(const cwb::Model& base, int bits) {
     auto variant = base.clone();
     for (const std::string& layer : base.linearLayers())
         variant->setCompressed(layer, std::make_shared<cwb::IntLinear>(
-                                          cwb::quant::quantizeRtn(base.floatTensor(layer + ".weight"), {4, true, 128}),
+                                          cwb::quant::quantizeRtn(base.floatTensor(layer + ".weight"), {bits, true, 128}),
                                           at::Tensor(), "rtn"));
     return variant;
 }
+std::unique_ptr<cwb::Model> int4Variant(const cwb::Model& base) { return intVariant(base, 4); }
 
 // FP8 E4M3 per-channel weights with dynamic per-token FP8 activations, or SmoothQuant W8A8 with smoothing scales
 // in [0.5, 2]: both run through the act_quant kernels and cuBLASLt inside the graph.
@@ -388,6 +389,38 @@ void intLinearCase(const std::string& caseName, const cwb::Model& model, at::Sca
     }
 }
 
+// Split decode attention with its chunks merged inside the attention launch (setDecodeAttentionMergeInKernel; the
+// counters live in the KV cache across steps and graph replays) against the merge kernel: a 128-slot cache splits
+// into chunks of 32 on any GPU of 4+ multiprocessors, and a 64-token prompt puts the 20 decoded positions in the
+// third chunk, so two or three chunks are merged at each step. Same greedy ids, logits within tolerance.
+void attentionMergeCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype) {
+    const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : ", fp16") +
+                             ": attention chunks merged inside the launch vs by the merge kernel";
+    const double tolerance = dtype == at::kBFloat16 ? kBf16Tolerance : kFp16Tolerance;
+    std::printf("== %s\n", name.c_str());
+    const bool previous = cwb::decodeAttentionMergeInKernel();
+    at::Tensor prompt = at::randint(0, model.spec.vocab, {1, 64}, at::kLong);
+    auto decode = [&](bool inKernel, std::vector<int64_t>& ids, std::unique_ptr<cwb::KvCache>& cache) {
+        cwb::setDecodeAttentionMergeInKernel(inKernel);
+        cwb::Transformer runtime(model, gpuOptions(cwb::DecodeMode::CudaGraph, dtype));
+        cache = runtime.makeCache(1, model.spec.context);
+        return greedy(runtime, *cache, prompt, ids);
+    };
+    std::vector<int64_t> onIds, offIds;
+    std::unique_ptr<cwb::KvCache> onCache, offCache;
+    at::Tensor onLogits, offLogits;
+    try {
+        onLogits = decode(true, onIds, onCache);
+        offLogits = decode(false, offIds, offCache);
+    } catch (...) {
+        cwb::setDecodeAttentionMergeInKernel(previous);
+        throw;
+    }
+    cwb::setDecodeAttentionMergeInKernel(previous);
+    compareSwitchedDecodes("attention merged in its launch", *onCache, *offCache, onIds, offIds, onLogits, offLogits,
+                           tolerance, dtype);
+}
+
 // FP8 / W8A8 layers take no norm or residual into their own launch: with fusedIntLinear on (the default) each block
 // still runs the fused add-norm kernel after o_proj (a regression test: the first version of the switch routed them
 // through forward + add + norm, one launch more) and no integer kernel folds anything.
@@ -510,6 +543,11 @@ int main() {
             // SiLU · up and down_proj's residual.
             intLinearCase("INT4 attention, dense MLP, q/k/v biases", *int4Attention, at::kHalf, layers, layers, 0);
             intLinearCase("dense attention, INT4 MLP", *int4Mlp, at::kHalf, layers, layers, layers);
+            // INT8: the W8A16 kernels add both residuals; the norms and SiLU · up stay separate kernels (run inside
+            // wxa16Gemm's launch sequence, siluMul after gate/up's product).
+            intLinearCase("INT8 g128, GQA 4/2", *intVariant(*gqa, 8), at::kHalf, 0, 2 * layers, 0);
+            attentionMergeCase("dense, GQA 4/2", *gqa, at::kHalf);
+            attentionMergeCase("INT4 g128, GQA 4/1, head dim 128, q/k/v biases", *int4Variant(*wide), at::kBFloat16);
             dependentLaunchCase("dense, GQA 4/2", *gqa, at::kHalf);
             dependentLaunchCase("INT4 attention (W4A16 between the decode kernels), q/k/v biases",
                                 *int4Only(*wide, "self_attn"), at::kHalf);

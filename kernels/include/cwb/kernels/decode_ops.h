@@ -41,13 +41,17 @@ void ropeKvWrite(const void* q, int64_t qStride, const void* k, int64_t kStride,
 // as the device has multiprocessors work even at batch 1. Chunks past the position exit at once. The chunks are
 // merged by a second small kernel, or with mergeInKernel by the last block of each kv head to finish, in the same
 // launch (no second launch; the workspace then also holds one counter per sequence and kv head, which must be zero
-// before the first launch, e.g. by cudaMemset, and which every launch leaves zero). planDecodeAttention leaves
-// mergeInKernel off: it has not been measured yet.
+// before the first launch, e.g. by cudaMemset, and which every launch leaves zero). planDecodeAttention sets
+// mergeInKernel on split plans where decodeAttentionMergeInKernel() is true: off by default until measured.
 struct DecodeAttentionPlan {
     int64_t splits = 1, keysPerSplit = 0;
     bool mergeInKernel = false;
 };
 DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& shape, int multiprocessors);
+// Process-wide choice planDecodeAttention follows; CWB_ATTENTION_MERGE_IN_KERNEL=1 in the environment sets the start
+// value (for before/after runs of `cwb bench`). Switch between launches, never while another thread plans.
+void setDecodeAttentionMergeInKernel(bool on);
+bool decodeAttentionMergeInKernel();
 // Multiprocessors of the current device (cached per device).
 int deviceMultiprocessors();
 // Scratch decodeAttention needs for a plan (fp32 partial maxima, sums and outputs per split, then with mergeInKernel

@@ -60,7 +60,7 @@ void* allocateWorkspace(size_t bytes);
 void freeWorkspace(void* p);
 
 // splitK = 0 picks the split of the input dimension across blocks from the shape and the device; the workspace must
-// have been sized with the same m, splitK and norm. The W4A16 stream kernel is launched with programmatic dependent
+// have been sized with the same m, splitK, norm and swiglu. The W4A16 stream kernel is launched with programmatic dependent
 // launch where that is on (dependent_launch.h): it loads its first weights while the kernel before it finishes.
 void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, void* workspace, size_t workspaceBytes,
                Stream stream, int splitK = 0, const Wxa16Fusion& fusion = {});
