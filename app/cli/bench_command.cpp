@@ -26,7 +26,8 @@ nlohmann::json toJson(const LatencyResult& r, size_t weightBytes, double copyBan
                         {"decode_ms_p50", r.decodeP50Ms},      {"decode_ms_p99", r.decodeP99Ms},
                         {"decode_ms_mean", r.decodeMeanMs},    {"decode_weight_bytes", weightBytes},
                         {"peak_device_bytes", r.peakDeviceBytes}, {"compressed_layers", r.layerPaths},
-                        {"decode_graphs", r.decodeGraphs}, {"first_decode_step_ms", r.firstDecodeMs}};
+                        {"decode_graphs", r.decodeGraphs}, {"first_decode_step_ms", r.firstDecodeMs},
+                        {"prefill_warmup_runs", r.prefillWarmupRuns}};
     if (!r.decodeGraphFailure.empty()) j["decode_graph_failure"] = r.decodeGraphFailure;
     if (r.eagerDecodeP50Ms >= 0) {
         j["decode_eager_ms_p50"] = r.eagerDecodeP50Ms;
@@ -75,7 +76,7 @@ int runBench(const std::vector<std::string>& args) {
     Arguments a(args,
                 {"recipe", "variant", "model", "calib", "samples", "seq-len", "synthetic", "layers", "format", "bits",
                  "group-size", "batch",
-                 "prompt-tokens", "gen-tokens", "repeats", "seed", "threads", "tokenizer", "device", "dtype"},
+                 "prompt-tokens", "gen-tokens", "repeats", "prefill-warmup", "seed", "threads", "tokenizer", "device", "dtype"},
                 {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv", "no-fused-attention",
                  "fused-norm-gemv", "no-fused-norm-gemv", "fused-swiglu-gemv", "no-fused-swiglu-gemv",
                  "fused-int-linear", "no-fused-int-linear"});
@@ -94,6 +95,7 @@ int runBench(const std::vector<std::string>& args) {
     p.promptTokens = a.integer("prompt-tokens", 128);
     p.genTokens = a.integer("gen-tokens", 64);
     p.prefillRepeats = a.integer("repeats", 3);
+    p.prefillWarmupSeconds = a.number("prefill-warmup", p.prefillWarmupSeconds);
     p.seed = static_cast<uint64_t>(a.integer("seed", 0));
     const bool json = a.flag("json");
 

@@ -42,6 +42,7 @@ int64_t memoryNow(bool cuda) { return cuda ? deviceMemoryUsedBytes() : -1; }
 LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, const LatencyParams& p, Feedback* feedback) {
     if (p.batch < 1 || p.promptTokens < 1 || p.genTokens < 1 || p.prefillRepeats < 1)
         throw Error("bench: batch, prompt tokens, generated tokens and repeats must be at least 1");
+    if (!(p.prefillWarmupSeconds >= 0)) throw Error("bench: the prefill warm-up must be 0 seconds or more");
     if (p.promptTokens + p.genTokens > model.spec.context)
         throw Error("bench: " + std::to_string(p.promptTokens + p.genTokens) + " tokens exceed the model's context of " +
                     std::to_string(model.spec.context));
@@ -71,6 +72,15 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
         return next;
     };
     at::Tensor next;
+    if (cuda && p.prefillWarmupSeconds > 0) {   // the GPU back at working clocks before any prefill is timed
+        const auto warmupStart = Clock::now();
+        while (r.prefillWarmupRuns < 100 && secondsSince(warmupStart) < p.prefillWarmupSeconds) {
+            if (feedback) feedback->throwIfCancelled();
+            prefillOnce();
+            ++r.prefillWarmupRuns;
+        }
+        prefill.clear();
+    }
     for (int64_t i = 0; i < p.prefillRepeats; ++i) {
         if (feedback) feedback->throwIfCancelled();
         next = prefillOnce();

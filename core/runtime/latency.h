@@ -18,6 +18,10 @@ struct LatencyParams {
     int64_t promptTokens = 128;
     int64_t genTokens = 64;
     int64_t prefillRepeats = 3;   // prefill timed this many times (median); one untimed pass loads the weights first
+    // On CUDA, untimed prefills after that pass until this many seconds have gone by (at most 100 passes): loading
+    // keeps the GPU idle for seconds, and prefills timed while its clocks climb back measured 4391-10488 tok/s for
+    // one 7B INT4 model (docs/performance.md, session 13). 0: none. Not on CPU, where one prefill may take seconds.
+    double prefillWarmupSeconds = 0.5;
     uint64_t seed = 0;            // prompt token ids are drawn from it
     // Device bytes in use before any model was loaded (deviceMemoryUsedBytes()); -1: sampled when the call starts.
     // Measuring several models in one process, pass one baseline: LibTorch keeps freed blocks cached, so a model
@@ -35,6 +39,7 @@ struct LatencyResult {
     bool decodeGraphs = false;           // decode steps were replayed from a CUDA graph
     std::string decodeGraphFailure;      // why a graph was wanted but not captured, else ""
     double firstDecodeMs = 0;            // the untimed first decode step (it captures the graph)
+    int64_t prefillWarmupRuns = 0;       // untimed prefills between the load pass and the timed ones
     // With graphs: the same decode without them (DecodeMode::Eager) on the same loaded model; -1: not measured.
     double eagerDecodeP50Ms = -1, eagerDecodeP99Ms = -1;
 };

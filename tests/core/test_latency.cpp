@@ -65,6 +65,10 @@ void TestLatency::measuresPrefillAndDecode() {
     QVERIFY(r.layerPaths.empty());              // no compressed layers
     QVERIFY(!r.decodeGraphs);                   // CPU: no CUDA graphs, so no second (eager) timing either
     QCOMPARE(r.eagerDecodeP50Ms, -1.0);
+    QCOMPARE(r.prefillWarmupRuns, int64_t(0));  // the warm-up is for a GPU's clocks: none on the CPU
+    p.prefillWarmupSeconds = -1.0;
+    QVERIFY_THROWS_EXCEPTION(Error, measureLatency(*model, RuntimeOptions{}, p));
+    p.prefillWarmupSeconds = 0.5;
     p.promptTokens = model->spec.context;       // prompt + generated tokens past the context
     QVERIFY_THROWS_EXCEPTION(Error, measureLatency(*model, RuntimeOptions{}, p));
 }

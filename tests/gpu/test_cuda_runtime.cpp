@@ -15,6 +15,7 @@
 #include "core/eval/perplexity.h"
 #include "core/io/model_format.h"
 #include "core/runtime/generate.h"
+#include "core/runtime/latency.h"
 #include "core/runtime/transformer.h"
 
 namespace {
@@ -112,6 +113,16 @@ int main() {
         cwb::Transformer cpuAgain(*m);
         check(cwb::generate(gpu, *m->tokenizer, g).generatedIds == cwb::generate(cpuAgain, *m->tokenizer, g).generatedIds,
               "greedy generation on CUDA f32 gives the CPU's ids");
+        // cwb bench's measurement on CUDA: untimed prefills for the warm-up time first, then the timed ones.
+        cwb::LatencyParams lp;
+        lp.promptTokens = 32;
+        lp.genTokens = 8;
+        lp.prefillWarmupSeconds = 0.05;
+        const cwb::LatencyResult r = cwb::measureLatency(*m, o, lp);
+        std::printf("  bench on CUDA: %lld warm-up prefills, prefill %.0f tok/s, decode p50 %.3f ms\n",
+                    (long long)r.prefillWarmupRuns, r.prefillTokensPerSecond, r.decodeP50Ms);
+        check(r.prefillWarmupRuns >= 1 && r.prefillWarmupRuns <= 100 && r.prefillSeconds > 0 && r.decodeP50Ms > 0,
+              "the CUDA latency run warms up with untimed prefills, then times prefill and decode");
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;
