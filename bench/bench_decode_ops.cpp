@@ -191,7 +191,8 @@ int main() {
                 ropeKvWrite(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table, maxCapacity,
                             RopeLayout::HalfSplit, position, qOut, keys, values, s, t, stream);
             });
-            const DecodeAttentionPlan plan = planDecodeAttention(s, deviceMultiprocessors());
+            DecodeAttentionPlan plan = planDecodeAttention(s, deviceMultiprocessors());
+            plan.mergeInKernel = false;   // these rows: the merge kernel, whatever CWB_ATTENTION_MERGE_IN_KERNEL says
             const size_t bytes = decodeAttentionWorkspaceBytes(s, plan);
             float* ws = deviceZeros<float>(bytes / sizeof(float) + 1);
             const double attentionThis = row("decodeAttention 32/32 heads of 128, " + std::to_string(last + 1) + " keys (" + std::to_string(plan.splits) +
@@ -360,7 +361,8 @@ int main() {
         const int64_t last = 191;   // 192 keys, as above
         ok(cudaMemcpy(position, &last, sizeof(last), cudaMemcpyHostToDevice), "position");
         const DecodeAttentionShape attention{1, heads, heads, hd, 192};
-        const DecodeAttentionPlan plan = planDecodeAttention(attention, deviceMultiprocessors());
+        DecodeAttentionPlan plan = planDecodeAttention(attention, deviceMultiprocessors());
+        plan.mergeInKernel = false;   // the merge kernel, except in the step that says otherwise
         const size_t workspaceBytes = decodeAttentionWorkspaceBytes(attention, plan);
         float* workspace = deviceZeros<float>(workspaceBytes / sizeof(float) + 1);
         DecodeAttentionPlan mergedPlan = plan;   // the chunks merged inside the attention launch (counters zeroed)
@@ -507,6 +509,7 @@ int main() {
                         " PDL speed-up |\n| --- | ---: | ---: | ---: | ---: |\n");
             for (Int4Folding folding :
                  {Int4Folding::None, Int4Folding::NormsAndAdds, Int4Folding::AlsoSwiGlu, Int4Folding::AlsoMerge}) {
+                if (folding == Int4Folding::AlsoMerge && plan.splits == 1) continue;   // nothing to merge
                 double stepMs[2] = {0, 0};
                 mergeInKernel = folding == Int4Folding::AlsoMerge;
                 for (bool pdl : {false, true}) {

@@ -109,7 +109,7 @@ at::Tensor Transformer::fixedShapeBlock(int64_t layer, const at::Tensor& x, cons
     if (fused) {   // RoPE, cache write and attention in one or two kernels; the residual add joins the norm
         at::Tensor attn = fusedDecodeAttention(qk.narrow(-1, 0, heads * hd), qk.narrow(-1, heads * hd, kvHeads * hd), v,
                                                mRopeTable, s.ropeStyle, position, keys, values, heads,
-                                               cache.mAttentionWorkspace);
+                                               cache.mAttentionWorkspaces[static_cast<size_t>(layer)]);
         // gate/up's GEMV qualifies by x's shape and type, which `out` shares.
         foldPostNorm = foldNorms && b.denseGemvFor("mlp.gate_up_proj", x);
         nativePostNorm = intFused && !foldPostNorm && b.nativeFusingFor("mlp.gate_up_proj", x);

@@ -20,7 +20,7 @@ namespace cwb {
 
 namespace {
 
-std::atomic<int64_t> addNormCalls{0};
+std::atomic<int64_t> addNormCalls{0}, mergedLaunches{0};
 
 kernels::ActType actType(const at::Tensor& t, const char* what) {
     if (!t.is_cuda()) throw Error(std::string("fused decode: ") + what + " is not on a CUDA device");
@@ -117,6 +117,7 @@ at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const 
             if (!workspace.defined() || workspace.numel() < words || workspace.device() != q.device())
                 workspace = at::zeros({words}, q.options().dtype(at::kFloat));
             scratch = workspace;
+            ++mergedLaunches;
         } else {
             scratch = at::empty({words}, q.options().dtype(at::kFloat));
         }
@@ -148,6 +149,7 @@ at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up) {
 
 void setDecodeAttentionMergeInKernel(bool on) { kernels::setDecodeAttentionMergeInKernel(on); }
 bool decodeAttentionMergeInKernel() { return kernels::decodeAttentionMergeInKernel(); }
+int64_t fusedAttentionMergedLaunches() { return mergedLaunches.load(); }
 void setDecodeDependentLaunch(bool on) { kernels::setProgrammaticDependentLaunch(on); }
 bool decodeDependentLaunch() { return kernels::programmaticDependentLaunch(); }
 int64_t decodeDependentLaunchCount() { return kernels::programmaticDependentLaunches(); }
@@ -159,6 +161,7 @@ bool decodeDependentLaunchSupported() { return kernels::programmaticDependentLau
 bool fusedDecodeAvailable(const at::Device&, at::ScalarType) { return false; }
 void setDecodeAttentionMergeInKernel(bool) {}
 bool decodeAttentionMergeInKernel() { return false; }
+int64_t fusedAttentionMergedLaunches() { return 0; }
 void setDecodeDependentLaunch(bool) {}
 bool decodeDependentLaunch() { return false; }
 int64_t decodeDependentLaunchCount() { return 0; }

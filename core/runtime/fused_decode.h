@@ -28,8 +28,10 @@ std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor& x, const at:
 // of one fused GEMM output. ropeTable is the runtime's fp32 [positions, 2, headDim] (ropeTable()). One launch
 // (kernels::ropeDecodeAttention), two when the cache is split over the sequence, unless the plan merges the chunks
 // inside the launch (kernels::decodeAttentionMergeInKernel). That merge keeps counters across launches in
-// `workspace`, which the caller owns and keeps (the KV cache's); it is made here, zeroed, when undefined or too small,
-// so the first (eager) step allocates it, never a captured one. Returns [batch, 1, heads * headDim].
+// `workspace`, which the caller owns and keeps, one per layer (the KV cache's); it is made here, zeroed, when undefined
+// or too small, so the first (eager) step allocates it, never a captured one (a layer's need is fixed for a cache:
+// batch, capacity and heads). fusedAttentionMergedLaunches(): launches in this process that merged inside.
+// Returns [batch, 1, heads * headDim].
 at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& ropeTable, RopeStyle style, const at::Tensor& position,
                                 at::Tensor& keys, at::Tensor& values, int64_t heads, at::Tensor& workspace);
@@ -39,6 +41,7 @@ at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const 
 // build without the kernels.
 void setDecodeAttentionMergeInKernel(bool on);
 bool decodeAttentionMergeInKernel();
+int64_t fusedAttentionMergedLaunches();
 
 // silu(gate) * up for gate and up [..., width], which may be the two halves of one fused GEMM output.
 at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up);

@@ -129,6 +129,7 @@ KvCache::KvCache(const ArchSpec& spec, int64_t batch, int64_t capacity, const Ru
         mKeys.push_back(at::zeros({batch, spec.kvHeadsAt(l), capacity, spec.headDim}, opts));
         mValues.push_back(at::zeros({batch, spec.kvHeadsAt(l), capacity, spec.headDim}, opts));
     }
+    mAttentionWorkspaces.resize(static_cast<size_t>(spec.layers));   // made on first use (fusedDecodeAttention)
 }
 
 KvCache::~KvCache() = default;

@@ -130,7 +130,10 @@ private:
     friend class Transformer;
     std::vector<at::Tensor> mKeys;     // per layer [batch, kvHeads, capacity, headDim]
     std::vector<at::Tensor> mValues;
-    at::Tensor mAttentionWorkspace;   // fused decode attention's merge counters, kept across steps (fusedDecodeAttention)
+    // Per layer: fused decode attention's workspace where the chunks merge inside its launch (fusedDecodeAttention),
+    // whose counters must persist across steps; one per layer, since a layer's counters follow its own partials and
+    // layers may differ in head counts.
+    std::vector<at::Tensor> mAttentionWorkspaces;
     int64_t mLength = 0;
     int64_t mCapacity = 0;
     std::unique_ptr<DecodeGraph> mGraph;   // captured against these tensors and one runtime's weights

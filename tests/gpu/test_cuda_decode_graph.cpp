@@ -390,16 +390,17 @@ void intLinearCase(const std::string& caseName, const cwb::Model& model, at::Sca
 }
 
 // Split decode attention with its chunks merged inside the attention launch (setDecodeAttentionMergeInKernel; the
-// counters live in the KV cache across steps and graph replays) against the merge kernel: a 128-slot cache splits
-// into chunks of 32 on any GPU of 4+ multiprocessors, and a 64-token prompt puts the 20 decoded positions in the
-// third chunk, so two or three chunks are merged at each step. Same greedy ids, logits within tolerance.
+// counters live in the KV cache across steps and graph replays, one workspace per layer) against the merge kernel: a
+// 128-slot cache splits into 4 chunks of 32 on any GPU of 4+ multiprocessors, and an 80-token prompt puts the 20
+// decoded positions (80..99) across the third and fourth chunks, so 3, then 4 chunks are merged. Same greedy ids,
+// logits within tolerance; the merged launches counted on and none off.
 void attentionMergeCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype) {
     const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : ", fp16") +
                              ": attention chunks merged inside the launch vs by the merge kernel";
     const double tolerance = dtype == at::kBFloat16 ? kBf16Tolerance : kFp16Tolerance;
     std::printf("== %s\n", name.c_str());
     const bool previous = cwb::decodeAttentionMergeInKernel();
-    at::Tensor prompt = at::randint(0, model.spec.vocab, {1, 64}, at::kLong);
+    at::Tensor prompt = at::randint(0, model.spec.vocab, {1, 80}, at::kLong);
     auto decode = [&](bool inKernel, std::vector<int64_t>& ids, std::unique_ptr<cwb::KvCache>& cache) {
         cwb::setDecodeAttentionMergeInKernel(inKernel);
         cwb::Transformer runtime(model, gpuOptions(cwb::DecodeMode::CudaGraph, dtype));
@@ -409,14 +410,21 @@ void attentionMergeCase(const std::string& caseName, const cwb::Model& model, at
     std::vector<int64_t> onIds, offIds;
     std::unique_ptr<cwb::KvCache> onCache, offCache;
     at::Tensor onLogits, offLogits;
+    const int64_t merged0 = cwb::fusedAttentionMergedLaunches();
+    int64_t mergedOn = 0, mergedOff = 0;
     try {
         onLogits = decode(true, onIds, onCache);
+        mergedOn = cwb::fusedAttentionMergedLaunches() - merged0;
         offLogits = decode(false, offIds, offCache);
+        mergedOff = cwb::fusedAttentionMergedLaunches() - merged0 - mergedOn;
     } catch (...) {
         cwb::setDecodeAttentionMergeInKernel(previous);
         throw;
     }
     cwb::setDecodeAttentionMergeInKernel(previous);
+    std::printf("  attention launches that merged inside: %lld on, %lld off\n", (long long)mergedOn, (long long)mergedOff);
+    check(mergedOn >= model.spec.layers * kSteps && mergedOff == 0,
+          "the switch merges inside the attention launch of every layer and step on, never off");
     compareSwitchedDecodes("attention merged in its launch", *onCache, *offCache, onIds, offIds, onLogits, offLogits,
                            tolerance, dtype);
 }

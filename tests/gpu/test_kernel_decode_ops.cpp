@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 #include <iterator>
 #include <map>
 #include <string>
@@ -172,9 +173,9 @@ void checkCountersReset(const std::string& tag, const DecodeAttentionShape& s, c
                         const float* ws, size_t bytes) {
     if (!plan.mergeInKernel) return;
     const size_t words = bytes / sizeof(float), counters = size_t(s.batch * s.kvHeads);
-    const std::vector<float> tail = toHost(ws + (words - counters), counters);
+    const std::vector<int32_t> tail = toHost(reinterpret_cast<const int32_t*>(ws + (words - counters)), counters);
     size_t nonzero = 0;
-    for (float v : tail) nonzero += v != 0.0f;
+    for (int32_t v : tail) nonzero += v != 0;
     check(nonzero == 0, (tag + ": merge counters reset to zero").c_str());
 }
 
@@ -335,8 +336,11 @@ int main() {
                 const AttentionCase& c = attention[i];
                 for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testAttention(t, c, p, splits[i]);
             }
-            for (const AttentionCase& c : fused)
-                for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testRopeAttention(t, c, RopeLayout::HalfSplit, p);
+            for (const AttentionCase& c : fused) {
+                // a position past the cache last: nothing written, and the counters must still come back to zero
+                for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1, c.capacity})
+                    testRopeAttention(t, c, RopeLayout::HalfSplit, p);
+            }
             {
                 const AttentionCase longChunks{1, 32, 4, 128, 4096};
                 const DecodeAttentionPlan fourChunks{4, 1024};
