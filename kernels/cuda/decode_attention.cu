@@ -158,6 +158,24 @@ __device__ void mergeIfLast(const float* partialMax, const float* partialSum, co
     if (threadIdx.x == 0) *counter = 0;
 }
 
+// The end of both attention kernels once the chunk's outputs are written: a split plan's chunk maxima and sums
+// (stats: [groups] maxima, then [groups] sums), then, with counters, the merge by the last block (mergeIfLast).
+template <typename T>
+__device__ __forceinline__ void finishChunk(const float* stats, float* partialMax, float* partialSum,
+                                            const float* partialOut, int* counters, T* out, int64_t p, int b,
+                                            int kvHead, int split, int heads, int kvHeads, int headDim,
+                                            int64_t keysPerSplit, int splits) {
+    const int groups = heads / kvHeads;
+    if (splits > 1 && int(threadIdx.x) < groups) {
+        const int64_t row = int64_t(b) * heads + int64_t(kvHead) * groups + threadIdx.x;
+        partialMax[row * splits + split] = stats[threadIdx.x];
+        partialSum[row * splits + split] = stats[groups + threadIdx.x];
+    }
+    if (counters)
+        mergeIfLast<T>(partialMax, partialSum, partialOut, counters, out, p, b, kvHead, heads, kvHeads, headDim,
+                       keysPerSplit, splits);
+}
+
 // ROPE (ropeDecodeAttention): q is rotated here from rope.q, and the block whose chunk holds the position rotates
 // that position's key, writes it and the value to the caches, and reads both from shared memory (the other blocks
 // never read that slot: it lies in one chunk). Without ROPE, q is already rotated and the caches already written.
@@ -273,14 +291,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
         else
             partialOut[(row * splits + split) * headDim + i] = sum;
     }
-    if (splits > 1 && int(threadIdx.x) < groups) {
-        const int64_t row = int64_t(b) * heads + firstHead + threadIdx.x;
-        partialMax[row * splits + split] = stats[threadIdx.x];
-        partialSum[row * splits + split] = stats[groups + threadIdx.x];
-    }
-    if (counters)
-        mergeIfLast<T>(partialMax, partialSum, partialOut, counters, out, p, b, kvHead, heads, kvHeads, headDim,
-                       keysPerSplit, splits);
+    finishChunk<T>(stats, partialMax, partialSum, partialOut, counters, out, p, b, kvHead, split, heads, kvHeads,
+                   headDim, keysPerSplit, splits);
 }
 
 // The same attention for head dimensions that are a multiple of 8, with 16-byte loads: `width` lanes (the power of
@@ -430,14 +442,8 @@ __global__ void __launch_bounds__(kWideThreads)
         else
             partialOut[(row * splits + split) * headDim + i] = qs[e];
     }
-    if (splits > 1 && int(threadIdx.x) < groups) {
-        const int64_t row = int64_t(b) * heads + firstHead + threadIdx.x;
-        partialMax[row * splits + split] = stats[threadIdx.x];
-        partialSum[row * splits + split] = stats[groups + threadIdx.x];
-    }
-    if (counters)
-        mergeIfLast<T>(partialMax, partialSum, partialOut, counters, out, p, b, kvHead, heads, kvHeads, headDim,
-                       keysPerSplit, splits);
+    finishChunk<T>(stats, partialMax, partialSum, partialOut, counters, out, p, b, kvHead, split, heads, kvHeads,
+                   headDim, keysPerSplit, splits);
 }
 
 // One block per (query head, sequence): the chunks up to the position, rescaled to their common maximum.
