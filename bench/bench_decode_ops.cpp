@@ -357,6 +357,55 @@ int main() {
               {"dense GEMV, RMSNorm and SiLU * up folded in", allFoldedTokenUs, restFoldedUs}})
             std::printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx |\n", name, linearUs / 1e3, otherUs / 1e3,
                         (linearUs + otherUs) / 1e3, floorUs / 1e3, (linearUs + otherUs) / floorUs);
+        // The 2:4 GEMV on packed rows (values K/2 + positions K/16 words per row) against the dense GEMV, in the forms
+        // decode uses: q/k/v and gate/up with the RMSNorm folded in (gate/up with SwiGLU too), o/down with the
+        // residual. The pool's zeros are a valid packed weight; the kernels' work does not depend on the values.
+        std::printf("\n2:4 GEMV on packed rows (1.125 K bytes per row) against the dense GEMV, decode forms, µs per launch"
+                    " in a CUDA graph (GB/s of the bytes each reads):\n\n"
+                    "| linear (fp16) | M | dense GEMV µs | GB/s | 2:4 GEMV µs | GB/s | %% of copy | speed-up |\n"
+                    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        double denseBlockUs = 0, sparseBlockUs = 0;
+        for (const LinearShape& l : shapes) {
+            if (l.perToken != 32) continue;   // the block linears (a pruned model keeps its head dense)
+            const size_t elements = size_t(l.inputs * l.outputs), packedHalves = elements / 2 + elements / 16;
+            WeightPool dense{pool, poolElements / elements, elements};
+            const size_t packedCopies = poolElements / packedHalves;
+            size_t packedCursor = 0;
+            auto nextPacked = [&] {
+                const uint16_t* base = pool + (packedCursor++ % packedCopies) * packedHalves;
+                return Sparse24RowsWeight{base, base + elements / 2};
+            };
+            const bool gateUpShape = l.outputs == 2 * ffn;
+            for (int64_t m : {int64_t(1), int64_t(4)}) {
+                DenseGemvShape g;
+                g.rows = m;
+                g.outputs = gateUpShape ? ffn : l.outputs;
+                g.inputs = l.inputs;
+                g.xStride = l.inputs;
+                g.yStride = g.residualStride = g.outputs;
+                GemvRmsNorm norm;
+                norm.weight = foldedNormWeight;
+                uint16_t* y = gy;   // room for 8 rows of every shape
+                const double denseUs = microsecondsPerLaunch(stream, [&] {
+                    if (gateUpShape) denseGemvSwiGlu(gr, &norm, dense.next(), nullptr, y, g, t, stream);
+                    else if (l.normed) denseGemvRmsNorm(gr, norm, dense.next(), nullptr, nullptr, y, g, t, stream);
+                    else denseGemv(gx, dense.next(), nullptr, gr, y, g, t, stream);
+                });
+                const double sparseUs = microsecondsPerLaunch(stream, [&] {
+                    if (gateUpShape) sparse24GemvSwiGlu(gr, &norm, nextPacked(), nullptr, y, g, t, stream);
+                    else if (l.normed) sparse24GemvRmsNorm(gr, norm, nextPacked(), nullptr, nullptr, y, g, t, stream);
+                    else sparse24Gemv(gx, nextPacked(), nullptr, gr, y, g, t, stream);
+                });
+                const double denseGBs = double(elements) * 2.0 / (denseUs * 1e3);
+                const double sparseGBs = double(packedHalves) * 2.0 / (sparseUs * 1e3);
+                std::printf("| %s %lldx%lld | %lld | %.2f | %.0f | %.2f | %.0f | %.0f%% | %.2fx |\n", l.name,
+                            (long long)l.inputs, (long long)l.outputs, (long long)m, denseUs, denseGBs, sparseUs,
+                            sparseGBs, 100.0 * sparseGBs / copy, denseUs / sparseUs);
+                if (m == 1) denseBlockUs += l.perToken * denseUs, sparseBlockUs += l.perToken * sparseUs;
+            }
+        }
+        std::printf("\nPer token at M = 1, the 32 blocks' linears: dense GEMV %.3f ms, 2:4 GEMV %.3f ms (%.2fx)\n",
+                    denseBlockUs / 1e3, sparseBlockUs / 1e3, denseBlockUs / sparseBlockUs);
         // A whole decode step of the kernels above: every weight read from a new place in the pool (never from L2).
         const int64_t last = 191;   // 192 keys, as above
         ok(cudaMemcpy(position, &last, sizeof(last), cudaMemcpyHostToDevice), "position");

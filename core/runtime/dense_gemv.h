@@ -4,6 +4,7 @@
 // synchronisation, so a CUDA graph captures it. Plain C++ (no CUDA headers); in a build without the kernels
 // denseGemvApplies() is false and denseGemvLinear throws cwb::Error.
 #include <cstdint>
+#include <string>
 
 #include <ATen/ATen.h>
 
@@ -37,6 +38,36 @@ at::Tensor denseGemvRmsNormLinear(const at::Tensor& x, const at::Tensor& normWei
 // gateUpWeight, ...) holds.
 at::Tensor denseGemvSwiGluLinear(const at::Tensor& x, const at::Tensor& normWeight, double eps,
                                  const at::Tensor& gateUpWeight, const at::Tensor& bias);
+
+// A dense 2:4 weight [N, K] in the GEMV's packed rows (kernels::packSparse24Rows' layout), on the weight's device:
+// decode then reads 1.125 K bytes per row instead of 2 K.
+struct Sparse24Rows {
+    at::Tensor values;   // [N, K/2] in the weight's type
+    at::Tensor meta;     // [N, K/16] int16: 4 bits of positions per group of 4 columns
+    int64_t rows() const { return values.size(0); }
+    int64_t cols() const { return values.size(1) * 2; }
+    size_t bytes() const { return values.nbytes() + meta.nbytes(); }
+};
+
+// Packs a 2:4 weight (fp16 / bf16, [N, K] on a CUDA device) with tensor operations on its device, a slice of rows at
+// a time. Throws cwb::Error naming `what` when K is not a multiple of 16, the type or device does not fit, or a group
+// of 4 columns holds more than two non-zeros.
+Sparse24Rows packSparse24Rows(const at::Tensor& weight, const std::string& what);
+// The dense weight again ([N, K], zeros where nothing is stored).
+at::Tensor unpackSparse24Rows(const Sparse24Rows& packed);
+
+// As denseGemvApplies, for a packed 2:4 weight.
+bool sparse24GemvApplies(const at::Tensor& x, const Sparse24Rows& weight, int64_t maxRows);
+// denseGemvLinear, denseGemvRmsNormLinear and denseGemvSwiGluLinear on a packed 2:4 weight (kernels::sparse24Gemv,
+// ...RmsNorm, ...SwiGlu). Call only where sparse24GemvApplies(x, weight, ...) holds.
+at::Tensor sparse24GemvLinear(const at::Tensor& x, const Sparse24Rows& weight, const at::Tensor& bias,
+                              const at::Tensor& residual);
+at::Tensor sparse24GemvRmsNormLinear(const at::Tensor& x, const at::Tensor& normWeight, double eps,
+                                     const Sparse24Rows& weight, const at::Tensor& bias);
+at::Tensor sparse24GemvSwiGluLinear(const at::Tensor& x, const at::Tensor& normWeight, double eps,
+                                    const Sparse24Rows& gateUpWeight, const at::Tensor& bias);
+// Launches of the three in this process so far.
+int64_t sparse24GemvLaunchCount();
 
 // Launches of the GEMV with RMSNorm / with SwiGLU in this process so far (tests check that RuntimeOptions::
 // fusedNormGemv and fusedSwiGluGemv acted).

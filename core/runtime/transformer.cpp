@@ -303,13 +303,23 @@ void Transformer::attachSparse24(Block& b, const std::string& prefix) {
         Sparse24Decision d = makeSparse24Linear(tensor, minRows);
         if (!d.twoFour) continue;
         if (d.kernel) b.sparse[layer] = d.kernel;
-        mLayerPaths[prefix + layer] = LayerPath{d.kernel != nullptr, d.how, true};
+        LayerPath path{d.kernel != nullptr, d.how, true};
+        // Packed once per cached block (a block rebuilt at every forward would pack at every forward).
+        if (mOptions.denseGemv && mOptions.sparse24Gemv && mOptions.cacheWeights && tensor.size(1) % 16 == 0) {
+            b.packed24[layer] = packSparse24Rows(tensor, prefix + layer);
+            path.twoFourGemv = true;
+        }
+        mLayerPaths[prefix + layer] = path;
     }
 }
 
 std::string Transformer::layerPathSummary() const {
     std::map<std::string, int64_t> native, fallback, dense;
-    for (const auto& [name, path] : mLayerPaths) ++(path.native ? native : path.twoFour ? dense : fallback)[path.how];
+    int64_t gemv24 = 0;
+    for (const auto& [name, path] : mLayerPaths) {
+        ++(path.native ? native : path.twoFour ? dense : fallback)[path.how];
+        gemv24 += path.twoFourGemv ? 1 : 0;
+    }
     auto list = [](const std::map<std::string, int64_t>& counts) {
         std::string text;
         for (const auto& [how, n] : counts) text += (text.empty() ? "" : "; ") + std::to_string(n) + " " + how;
@@ -319,6 +329,8 @@ std::string Transformer::layerPathSummary() const {
     if (!native.empty()) text = "native: " + list(native);
     if (!fallback.empty()) text += std::string(text.empty() ? "" : " | ") + "dequantized: " + list(fallback);
     if (!dense.empty()) text += std::string(text.empty() ? "" : " | ") + "2:4 kept dense: " + list(dense);
+    if (gemv24 > 0)
+        text += std::string(text.empty() ? "" : " | ") + "2:4 GEMV on packed rows (decode): " + std::to_string(gemv24) + " layers";
     return text;
 }
 

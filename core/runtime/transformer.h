@@ -82,6 +82,11 @@ struct RuntimeOptions {
     // GEMV (kernels::denseGemvSwiGlu; with fusedNormGemv also the RMSNorm before it), one launch instead of two or
     // three, and gate and up are never rounded before the product. With both switches 7B fp16 decode took 4.01 ms.
     bool fusedSwiGluGemv = true;
+    // With denseGemv and nativeKernels on CUDA in fp16 / bf16: a dense weight with the 2:4 pattern in every row
+    // (K a multiple of 16) is also packed into the GEMV's 2:4 rows (core/runtime/dense_gemv.h), and the rows the
+    // GEMV takes (decode at batch 1) read only its kept values and their positions: 1.125 K bytes per row instead of
+    // 2 K. The dense weight stays for more rows (cuBLAS, or cuSPARSELt from sparseMinRows).
+    bool sparse24Gemv = true;
     // With fusedDecode active: native integer layers (W4A16 / W8A16 kernels; not FP8 or W8A8) take the RMSNorm before
     // them (q/k/v, gate/up) and the residual add after them (o_proj, down_proj) into their own launch
     // (NativeIntLinear::forwardFused), and a fused gate/up writes silu(gate) · up instead of [gate | up]
@@ -96,6 +101,7 @@ struct LayerPath {
     bool native = false;   // true: a kernel on the packed weights; false: dequantized to a dense weight
     std::string how;       // the kernel ("W4A16") or why there was none
     bool twoFour = false;  // a pruned dense layer with the 2:4 pattern (cuSPARSELt or, failing that, dense cuBLAS)
+    bool twoFourGemv = false;   // 2:4 and packed for the GEMV (RuntimeOptions::sparse24Gemv): decode reads the packed rows
 };
 
 // Receives activations during a forward pass; the calibration of compression methods builds on it.

@@ -19,6 +19,7 @@ struct Transformer::Block {
     std::map<std::string, std::shared_ptr<const CompressedLinear>> compressed;   // suffix ("self_attn.q_proj")
     std::map<std::string, std::shared_ptr<const NativeIntLinear>> native;         // layers run by a kernel
     std::map<std::string, std::shared_ptr<const Sparse24Linear>> sparse;          // 2:4 dense layers (cuSPARSELt)
+    std::map<std::string, Sparse24Rows> packed24;   // 2:4 dense layers packed for the GEMV (decode reads only these)
     int64_t denseGemvRows = 0;   // dense layers given at most this many rows of input run the GEMV kernel
     // The RMSNorm weights ("input_layernorm.weight", ...) in the compute type, as the GEMV that folds a norm reads them.
     std::map<std::string, at::Tensor> computeTypeNorms;
@@ -47,7 +48,7 @@ struct Transformer::Block {
         at::Tensor input = it == compressed.end() ? x : it->second->prepareInput(x.to(at::kFloat)).to(x.scalar_type());
         const at::Tensor& w = tensors.at(layer + ".weight");
         if (denseGemvRows > 0 && denseGemvApplies(input, w, denseGemvRows))
-            return denseGemvLinear(input, w, bias == tensors.end() ? at::Tensor() : bias->second, at::Tensor());
+            return gemvLinear(layer, input, bias == tensors.end() ? at::Tensor() : bias->second, at::Tensor());
         return at::linear(input, w, bias == tensors.end() ? at::Tensor() : bias->second.to(x.scalar_type()));
     }
     // A dense layer (no kernel, no compressed input transform) that the GEMV kernel computes for this input.
@@ -56,18 +57,31 @@ struct Transformer::Block {
         if (sparse.count(layer) && sparse.at(layer)->applies(x)) return false;
         return denseGemvApplies(x, tensors.at(layer + ".weight"), denseGemvRows);
     }
+    // The packed 2:4 rows of a layer when the 2:4 GEMV takes x, else nullptr (the dense GEMV reads the weight).
+    const Sparse24Rows* packedFor(const std::string& layer, const at::Tensor& x) const {
+        auto packed = packed24.find(layer);
+        return packed != packed24.end() && sparse24GemvApplies(x, packed->second, denseGemvRows) ? &packed->second : nullptr;
+    }
+    // x Wᵀ + bias + residual through the GEMV: the 2:4 one on the packed rows where the layer has them.
+    at::Tensor gemvLinear(const std::string& layer, const at::Tensor& x, const at::Tensor& bias,
+                          const at::Tensor& residual) const {
+        if (const Sparse24Rows* packed = packedFor(layer, x)) return sparse24GemvLinear(x, *packed, bias, residual);
+        return denseGemvLinear(x, tensors.at(layer + ".weight"), bias, residual);
+    }
     // linear(RMSNorm(x)) in one kernel, x the raw residual stream; call where denseGemvFor(layer, x).
     at::Tensor rmsNormLinear(const std::string& layer, const at::Tensor& x, const at::Tensor& normWeight, double eps) const {
         auto bias = tensors.find(layer + ".bias");
-        return denseGemvRmsNormLinear(x, normWeight, eps, tensors.at(layer + ".weight"),
-                                      bias == tensors.end() ? at::Tensor() : bias->second);
+        const at::Tensor b = bias == tensors.end() ? at::Tensor() : bias->second;
+        if (const Sparse24Rows* packed = packedFor(layer, x)) return sparse24GemvRmsNormLinear(x, normWeight, eps, *packed, b);
+        return denseGemvRmsNormLinear(x, normWeight, eps, tensors.at(layer + ".weight"), b);
     }
     // silu(gate) * up of a fused [gate; up] layer in one kernel, x normalised first with normWeight (undefined: x is
     // already normalised); call where denseGemvFor(layer, x).
     at::Tensor swiGluLinear(const std::string& layer, const at::Tensor& x, const at::Tensor& normWeight, double eps) const {
         auto bias = tensors.find(layer + ".bias");
-        return denseGemvSwiGluLinear(x, normWeight, eps, tensors.at(layer + ".weight"),
-                                     bias == tensors.end() ? at::Tensor() : bias->second);
+        const at::Tensor b = bias == tensors.end() ? at::Tensor() : bias->second;
+        if (const Sparse24Rows* packed = packedFor(layer, x)) return sparse24GemvSwiGluLinear(x, normWeight, eps, *packed, b);
+        return denseGemvSwiGluLinear(x, normWeight, eps, tensors.at(layer + ".weight"), b);
     }
     // A layer run by a kernel on its stored form for this input (not the 2:4 path) that takes the norm before it and
     // the residual after it into its own launch (W4A16 / W8A16; FP8 and W8A8 layers keep the runtime's fused kernels).
@@ -97,8 +111,7 @@ struct Transformer::Block {
     at::Tensor linearPlus(const std::string& layer, const at::Tensor& x, const at::Tensor& residual) const {
         if (denseGemvFor(layer, x)) {   // product, bias and residual in one kernel
             auto bias = tensors.find(layer + ".bias");
-            return denseGemvLinear(x, tensors.at(layer + ".weight"), bias == tensors.end() ? at::Tensor() : bias->second,
-                                   residual);
+            return gemvLinear(layer, x, bias == tensors.end() ? at::Tensor() : bias->second, residual);
         }
         if (!plainDense(layer) || (sparse.count(layer) && sparse.at(layer)->applies(x))) return residual + linear(layer, x);
         const at::Tensor& w = tensors.at(layer + ".weight");

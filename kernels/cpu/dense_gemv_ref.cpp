@@ -1,6 +1,7 @@
 // CPU reference of the dense GEMV (dense_gemv.h): double sums, one rounding to the activation type.
 #include "cwb/kernels/dense_gemv.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -58,6 +59,55 @@ void denseGemvSwiGluRef(const float* x, const float* normWeight, float eps, cons
             const double u = rowProduct(row, normWeight, scale, weight, s.outputs + n, s.inputs) +
                              (bias ? double(bias[s.outputs + n]) : 0.0);
             y[m * s.yStride + n] = rounded(g / (1.0 + std::exp(-g)) * u, type);
+        }
+    }
+}
+
+} // namespace cwb::kernels
+
+namespace cwb::kernels {
+
+bool packSparse24Rows(const float* dense, int64_t rows, int64_t cols, float* values, uint16_t* meta, std::string* why) {
+    if (cols <= 0 || cols % kSparse24RowsColumnMultiple != 0) {
+        if (why) *why = std::to_string(cols) + " columns, not a positive multiple of " +
+                        std::to_string(kSparse24RowsColumnMultiple);
+        return false;
+    }
+    const int64_t groups = cols / 4;
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t g = 0; g < groups; ++g) {
+            const float* e = dense + r * cols + 4 * g;
+            int kept[2], count = 0;
+            for (int i = 0; i < 4; ++i)
+                if (e[i] != 0.0f) {
+                    if (count == 2) {
+                        if (why) *why = "row " + std::to_string(r) + ", columns " + std::to_string(4 * g) + ".." +
+                                        std::to_string(4 * g + 3) + ": more than two non-zeros";
+                        return false;
+                    }
+                    kept[count++] = i;
+                }
+            for (int i = 0; i < 4 && count < 2; ++i)   // fewer than two: the first free positions
+                if (e[i] == 0.0f && (count == 0 || kept[0] != i)) kept[count++] = i;
+            if (kept[0] > kept[1]) std::swap(kept[0], kept[1]);
+            values[r * (cols / 2) + 2 * g] = e[kept[0]];
+            values[r * (cols / 2) + 2 * g + 1] = e[kept[1]];
+            uint16_t& word = meta[r * (cols / 16) + g / 4];
+            if (g % 4 == 0) word = 0;
+            word = uint16_t(word | ((kept[0] | (kept[1] << 2)) << (4 * (g % 4))));
+        }
+    }
+    return true;
+}
+
+void unpackSparse24Rows(const float* values, const uint16_t* meta, int64_t rows, int64_t cols, float* dense) {
+    const int64_t groups = cols / 4;
+    for (int64_t r = 0; r < rows; ++r) {
+        std::fill(dense + r * cols, dense + (r + 1) * cols, 0.0f);
+        for (int64_t g = 0; g < groups; ++g) {
+            const int nibble = (meta[r * (cols / 16) + g / 4] >> (4 * (g % 4))) & 15;
+            dense[r * cols + 4 * g + (nibble & 3)] += values[r * (cols / 2) + 2 * g];
+            dense[r * cols + 4 * g + (nibble >> 2)] += values[r * (cols / 2) + 2 * g + 1];
         }
     }
 }

@@ -23,6 +23,9 @@ using namespace decode;
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kUnroll = 8;   // 16-byte weight loads in flight per lane
+// The same for packed 2:4 rows (each 16-byte load also has its positions word, and twice the elements of x per chunk;
+// 8 spilled under the 64-register cap of one row of x).
+constexpr int kSparseUnroll = 4;
 
 // Weights are read once per token: bypass L1 and read through the non-coherent path.
 __device__ __forceinline__ uint4 streamLoad(const uint4* p) {
@@ -30,6 +33,13 @@ __device__ __forceinline__ uint4 streamLoad(const uint4* p) {
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
+    return v;
+}
+
+// One 16-bit word of 2:4 positions, read like the weights.
+__device__ __forceinline__ uint32_t streamLoad(const uint16_t* p) {
+    unsigned short v;
+    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
     return v;
 }
 
@@ -88,12 +98,82 @@ __device__ __forceinline__ void accumulateChunk(float (&acc)[kRows][M], float (&
     }
 }
 
+// Sixteen consecutive elements 16c..16c+15 of p (x or the norm weight) as floats: two 16-byte loads through the
+// read-only cache when kVector, else one element at a time.
+template <typename T, bool kVector>
+__device__ __forceinline__ void loadSixteen(const T* __restrict__ p, int64_t c, float (&out)[16]) {
+    if constexpr (kVector) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + 2 * c + half);
+            const uint32_t bits[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 f = pairToFloat(bits[i], p);
+                out[8 * half + 2 * i] = f.x;
+                out[8 * half + 2 * i + 1] = f.y;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) out[i] = toFloat(p[16 * c + i]);
+    }
+}
+
+// Element i (0..3) of a group of four registers, by selects (a dynamic index would put the array in local memory).
+__device__ __forceinline__ float pickOfFour(const float* a, uint32_t i) {
+    const float low = (i & 1) ? a[1] : a[0], high = (i & 1) ? a[3] : a[2];
+    return (i & 2) ? high : low;
+}
+
+// The 2:4 form of accumulateChunk: chunk c of a packed row is 16 bytes of kept values (8 of them, two per group of
+// four columns) covering columns 16c..16c+15, and one 16-bit word of their positions (dense_gemv.h). The 16 elements
+// of x are read whole (the norm's sum of squares needs them all), and each kept value picks its element.
+template <typename T, int M, int kRows, bool kNorm, bool kVector>
+__device__ __forceinline__ void accumulateSparseChunk(float (&acc)[kRows][M], float (&squares)[M],
+                                                      const uint4 (&w)[kRows], const uint32_t (&meta)[kRows],
+                                                      const T* __restrict__ x, int64_t xStride,
+                                                      const T* __restrict__ gamma, int64_t c) {
+    float2 wf[kRows][4];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const uint32_t wBits[4] = {w[r].x, w[r].y, w[r].z, w[r].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wf[r][i] = pairToFloat(wBits[i], x);
+    }
+    float g[16];
+    if constexpr (kNorm) loadSixteen<T, kVector>(gamma, c, g);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        float xf[16];
+        loadSixteen<T, kVector>(x + m * xStride, c, xf);
+        if constexpr (kNorm) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                squares[m] = fmaf(xf[i], xf[i], squares[m]);
+                xf[i] *= g[i];
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const uint32_t positions = meta[r] >> (4 * j);
+                acc[r][m] = fmaf(wf[r][j].x, pickOfFour(xf + 4 * j, positions & 3), acc[r][m]);
+                acc[r][m] = fmaf(wf[r][j].y, pickOfFour(xf + 4 * j, (positions >> 2) & 3), acc[r][m]);
+            }
+    }
+}
+
 // acc[r][m] = Σ_k W[rows[r], k] x[m, k] (x[m, k] gamma[k] with kNorm, and then squares[m] = Σ_k x[m, k]²): kRows
 // weight rows streamed side by side by one warp (this thread is lane `lane`), kUnroll 16-byte loads in flight per
 // lane in all; every lane holds its partial sums.
-template <typename T, int M, int kRows, bool kVector, bool kNorm>
+// kSparse: W in packed 2:4 rows (weight: the values, meta: the positions), always read in 16-byte pieces; kVector
+// then says how x and gamma are read.
+template <typename T, int M, int kRows, bool kVector, bool kNorm, bool kSparse>
 __device__ __forceinline__ void rowsProduct(float (&acc)[kRows][M], float (&squares)[M], const T* __restrict__ weight,
-                                            const T* __restrict__ x, int64_t xStride, const T* __restrict__ gamma,
+                                            const uint16_t* __restrict__ meta, const T* __restrict__ x,
+                                            int64_t xStride, const T* __restrict__ gamma,
                                             const int64_t (&rows)[kRows], int64_t inputs, int lane) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -101,7 +181,50 @@ __device__ __forceinline__ void rowsProduct(float (&acc)[kRows][M], float (&squa
 #pragma unroll
         for (int r = 0; r < kRows; ++r) acc[r][m] = 0.0f;
     }
-    if constexpr (kVector) {
+    if constexpr (kSparse) {
+        constexpr int kChunks = kSparseUnroll / kRows;
+        const uint4* row[kRows];
+        const uint16_t* rowMeta[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            row[r] = reinterpret_cast<const uint4*>(weight + rows[r] * (inputs / 2));
+            rowMeta[r] = meta + rows[r] * (inputs / 16);
+        }
+        const int64_t chunks = inputs / 16;
+        int64_t c = lane;
+        for (; c + 32 * (kChunks - 1) < chunks; c += 32 * kChunks) {
+            uint4 w[kChunks][kRows];
+            uint32_t positions[kChunks][kRows];
+#pragma unroll
+            for (int u = 0; u < kChunks; ++u)
+#pragma unroll
+                for (int r = 0; r < kRows; ++r) {
+                    w[u][r] = streamLoad(row[r] + c + 32 * u);
+                    positions[u][r] = streamLoad(rowMeta[r] + c + 32 * u);
+                }
+#pragma unroll
+            for (int u = 0; u < kChunks; ++u)
+                accumulateSparseChunk<T, M, kRows, kNorm, kVector>(acc, squares, w[u], positions[u], x, xStride, gamma,
+                                                                   c + 32 * u);
+        }
+        if (c < chunks) {
+            uint4 w[kChunks][kRows];
+            uint32_t positions[kChunks][kRows];
+#pragma unroll
+            for (int u = 0; u < kChunks; ++u)
+#pragma unroll
+                for (int r = 0; r < kRows; ++r)
+                    if (c + 32 * u < chunks) {
+                        w[u][r] = streamLoad(row[r] + c + 32 * u);
+                        positions[u][r] = streamLoad(rowMeta[r] + c + 32 * u);
+                    }
+#pragma unroll
+            for (int u = 0; u < kChunks; ++u)
+                if (c + 32 * u < chunks)
+                    accumulateSparseChunk<T, M, kRows, kNorm, kVector>(acc, squares, w[u], positions[u], x, xStride,
+                                                                       gamma, c + 32 * u);
+        }
+    } else if constexpr (kVector) {
         constexpr int kChunks = kUnroll / kRows;   // chunks of each row per lane per batch
         const uint4* row[kRows];
 #pragma unroll
@@ -168,6 +291,7 @@ struct GemvArgs {
     const void* gamma = nullptr;    // the RMSNorm weight [K] in the activation type (kNorm)
     float eps = 0.0f;
     const float* bias = nullptr;    // fp32 [N] ([2N] with kSwiGlu), may be null
+    const uint16_t* meta = nullptr; // kSparse: the 2:4 positions [N, K/16] ([2N, K/16] with kSwiGlu)
     int64_t outputs = 0, inputs = 0, xStride = 0, yStride = 0, residualStride = 0;
 };
 
@@ -175,7 +299,7 @@ struct GemvArgs {
 // rounded once. With kSwiGlu, g and u are rows n and n + N of W (the fused [gate; up] weight), streamed side by side
 // by the same warp (each chunk of x read once for both), and y[m, n] = silu(g) u. The weight loads start at once:
 // nothing is staged before them.
-template <typename T, int M, bool kVector, bool kNorm, bool kSwiGlu>
+template <typename T, int M, bool kVector, bool kNorm, bool kSwiGlu, bool kSparse>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, minBlocksPerSm<M>())
     denseGemvKernel(const T* __restrict__ x, const T* __restrict__ weight, const T* residual, T* y, GemvArgs a) {
     const int lane = threadIdx.x % 32;
@@ -187,8 +311,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, minBlocksPerSm<M>())
     rows[0] = n;
     if constexpr (kSwiGlu) rows[kRows - 1] = n + a.outputs;
     float acc[kRows][M], squares[M];
-    rowsProduct<T, M, kRows, kVector, kNorm>(acc, squares, weight, x, a.xStride, static_cast<const T*>(a.gamma), rows,
-                                             a.inputs, lane);
+    rowsProduct<T, M, kRows, kVector, kNorm, kSparse>(acc, squares, weight, a.meta, x, a.xStride,
+                                                      static_cast<const T*>(a.gamma), rows, a.inputs, lane);
     if constexpr (kSwiGlu) {
         reduceRow<M, kNorm>(acc[0], squares, a.eps, a.inputs);
         reduceRow<M, kNorm>(acc[kRows - 1], squares, a.eps, a.inputs);
@@ -216,16 +340,28 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // Which form of the kernel a launch takes.
 struct Launch {
-    bool vector = false;   // 16-byte loads of W, x (and gamma)
+    bool vector = false;   // 16-byte loads of W, x (and gamma); with sparse, of x and gamma (W always)
     bool norm = false;
     bool swiGlu = false;
+    bool sparse = false;   // W in packed 2:4 rows
 };
 
-template <typename T, int M, bool kNorm, bool kSwiGlu>
+template <typename T, int M, bool kNorm, bool kSwiGlu, bool kSparse>
 void launchForm(const T* x, const T* w, const T* r, T* y, const GemvArgs& a, bool vector, cudaStream_t stream) {
     const dim3 grid(unsigned((a.outputs + kWarpsPerBlock - 1) / kWarpsPerBlock)), block(kWarpsPerBlock * 32);
-    auto kernel = vector ? denseGemvKernel<T, M, true, kNorm, kSwiGlu> : denseGemvKernel<T, M, false, kNorm, kSwiGlu>;
+    auto kernel = vector ? denseGemvKernel<T, M, true, kNorm, kSwiGlu, kSparse>
+                         : denseGemvKernel<T, M, false, kNorm, kSwiGlu, kSparse>;
     CWB_CUDA_CHECK(launchDependent(kernel, grid, block, 0, stream, x, w, r, y, a));
+}
+
+template <typename T, int M, bool kSparse>
+void launchSparsity(const T* x, const T* w, const T* r, T* y, const GemvArgs& a, const Launch& l, cudaStream_t stream) {
+    if (l.swiGlu) {
+        if (l.norm) return launchForm<T, M, true, true, kSparse>(x, w, r, y, a, l.vector, stream);
+        return launchForm<T, M, false, true, kSparse>(x, w, r, y, a, l.vector, stream);
+    }
+    if (l.norm) return launchForm<T, M, true, false, kSparse>(x, w, r, y, a, l.vector, stream);
+    launchForm<T, M, false, false, kSparse>(x, w, r, y, a, l.vector, stream);
 }
 
 template <typename T, int M>
@@ -235,12 +371,8 @@ void launch(const void* x, const void* weight, const void* residual, void* y, co
     const T* w = static_cast<const T*>(weight);
     const T* r = static_cast<const T*>(residual);
     T* ys = static_cast<T*>(y);
-    if (l.swiGlu) {
-        if (l.norm) return launchForm<T, M, true, true>(xs, w, r, ys, a, l.vector, stream);
-        return launchForm<T, M, false, true>(xs, w, r, ys, a, l.vector, stream);
-    }
-    if (l.norm) return launchForm<T, M, true, false>(xs, w, r, ys, a, l.vector, stream);
-    launchForm<T, M, false, false>(xs, w, r, ys, a, l.vector, stream);
+    if (l.sparse) return launchSparsity<T, M, true>(xs, w, r, ys, a, l, stream);
+    launchSparsity<T, M, false>(xs, w, r, ys, a, l, stream);
 }
 
 template <typename T, int M = 1>
@@ -291,9 +423,65 @@ void run(const void* x, const void* weight, const void* residual, void* y, const
     });
 }
 
-std::atomic<int64_t> rmsNormLaunches{0}, swiGluLaunches{0};
+// prepare() for W in packed 2:4 rows: the values are always read in 16-byte pieces, so they must allow it; x and
+// gamma are read in 16-byte pieces when they allow it.
+void prepareSparse(const std::string& name, const void* x, const GemvRmsNorm* norm, const Sparse24RowsWeight& w,
+                   const float* bias, const DenseGemvShape& s, GemvArgs& a, Launch& l) {
+    if (!w.meta) throw KernelError(name + ": null 2:4 positions");
+    if (s.inputs % kSparse24RowsColumnMultiple != 0)
+        throw KernelError(name + ": " + std::to_string(s.inputs) + " columns, not a multiple of " +
+                          std::to_string(kSparse24RowsColumnMultiple) + " (packed 2:4 rows)");
+    if (!aligned16(w.values) || reinterpret_cast<uintptr_t>(w.meta) % 2 != 0)
+        throw KernelError(name + ": the packed 2:4 values are not 16-byte aligned (or the positions 2-byte aligned)");
+    prepare(x, norm, w.values, bias, s, a, l);
+    a.meta = w.meta;
+    l.sparse = true;
+    l.vector = aligned16(x) && (s.rows == 1 || s.xStride % 8 == 0) && (!norm || aligned16(norm->weight));
+}
+
+std::atomic<int64_t> rmsNormLaunches{0}, swiGluLaunches{0}, sparseLaunches{0};
 
 } // namespace
+
+void sparse24Gemv(const void* x, const Sparse24RowsWeight& weight, const float* bias, const void* residual, void* y,
+                  const DenseGemvShape& s, ActType type, Stream stream) {
+    checkShape("sparse24Gemv", x, weight.values, residual, y, s);
+    GemvArgs a;
+    Launch l;
+    prepareSparse("sparse24Gemv", x, nullptr, weight, bias, s, a, l);
+    run(x, weight.values, residual, y, s, a, l, type, stream);
+    CWB_CUDA_CHECK_LAUNCH("sparse24Gemv");
+    ++sparseLaunches;
+}
+
+void sparse24GemvRmsNorm(const void* x, const GemvRmsNorm& norm, const Sparse24RowsWeight& weight, const float* bias,
+                         const void* residual, void* y, const DenseGemvShape& s, ActType type, Stream stream) {
+    checkShape("sparse24GemvRmsNorm", x, weight.values, residual, y, s);
+    if (!norm.weight) throw KernelError("sparse24GemvRmsNorm: null norm weight");
+    if (y == x) throw KernelError("sparse24GemvRmsNorm: the output overwrites x, which every warp reads");
+    GemvArgs a;
+    Launch l;
+    prepareSparse("sparse24GemvRmsNorm", x, &norm, weight, bias, s, a, l);
+    run(x, weight.values, residual, y, s, a, l, type, stream);
+    CWB_CUDA_CHECK_LAUNCH("sparse24GemvRmsNorm");
+    ++sparseLaunches;
+}
+
+void sparse24GemvSwiGlu(const void* x, const GemvRmsNorm* norm, const Sparse24RowsWeight& weight, const float* bias,
+                        void* y, const DenseGemvShape& s, ActType type, Stream stream) {
+    checkShape("sparse24GemvSwiGlu", x, weight.values, nullptr, y, s);
+    if (norm && !norm->weight) throw KernelError("sparse24GemvSwiGlu: null norm weight");
+    if (y == x) throw KernelError("sparse24GemvSwiGlu: the output overwrites x, which every warp reads");
+    GemvArgs a;
+    Launch l;
+    prepareSparse("sparse24GemvSwiGlu", x, norm, weight, bias, s, a, l);
+    l.swiGlu = true;
+    run(x, weight.values, nullptr, y, s, a, l, type, stream);
+    CWB_CUDA_CHECK_LAUNCH("sparse24GemvSwiGlu");
+    ++sparseLaunches;
+}
+
+int64_t sparse24GemvLaunches() { return sparseLaunches.load(); }
 
 void denseGemv(const void* x, const void* weight, const float* bias, const void* residual, void* y,
                const DenseGemvShape& s, ActType type, Stream stream) {

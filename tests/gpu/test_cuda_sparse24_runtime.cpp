@@ -3,17 +3,22 @@
 // dense CUDA path and of the fp32 CPU path; Transformer::layerPaths names the kernel of each 2:4 layer, leaves the
 // dense layer out, and below RuntimeOptions::sparseMinRows the layers run on their dense weights (the same logits
 // as the dense run, bit for bit). Exits 77 without a GPU or the kernels, or when cuSPARSELt cannot be loaded (after
-// checking that the layers then say "dense cuBLAS: ..." with the reason).
+// checking that the layers then say "dense cuBLAS: ..." with the reason). Before that, with or without cuSPARSELt:
+// batch-1 decode with the 2:4 GEMV on packed rows (RuntimeOptions::sparse24Gemv) in fixed-shape steps and in a CUDA
+// graph, against the dense GEMV and the CPU, and the device packer's round trip.
 #include <ATen/ATen.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "tests/gpu/gpu_check.h"
 #include "core/compress/prune_math.h"
 #include "core/model/model.h"
 #include "core/runtime/cuda_linear.h"
+#include "core/runtime/dense_gemv.h"
+#include "core/util/error.h"
 #include "core/runtime/sparse24_linear.h"
 #include "core/runtime/transformer.h"
 #include "tests/gpu/random_llama.h"
@@ -53,6 +58,83 @@ cwb::RuntimeOptions cudaOptions(at::ScalarType dtype, int64_t sparseMinRows) {
     return o;
 }
 
+// Teacher-forced batch-1 decode (a prefill of 6 tokens, then one token per step) with the 2:4 GEMV on packed rows
+// against the same runtime with the dense GEMV (sparse24Gemv off) and the CPU. cuSPARSELt is off (sparseMinRows 0),
+// so this runs wherever the kernels are built.
+void packedGemvCase(const cwb::Model& model, at::ScalarType dtype, double tolerance) {
+    const std::string type = c10::toString(dtype);
+    constexpr int64_t kPrefill = 6, kLength = 14;
+    const at::Tensor prompt = at::randint(0, model.spec.vocab, {1, kLength}, at::kLong);
+    const at::Tensor reference = cwb::Transformer(model).forward(prompt);
+    for (cwb::DecodeMode mode : {cwb::DecodeMode::FixedShape, cwb::DecodeMode::CudaGraph}) {
+        const std::string tag = type + (mode == cwb::DecodeMode::FixedShape ? ", fixed-shape steps" : ", CUDA graph");
+        auto decode = [&](bool packed, int64_t& launches) {
+            cwb::RuntimeOptions o = cudaOptions(dtype, 0);
+            o.decode = mode;
+            o.sparse24Gemv = packed;
+            cwb::Transformer runtime(model, o);
+            auto cache = runtime.makeCache(1, kLength);
+            const int64_t before = cwb::sparse24GemvLaunchCount();
+            std::vector<at::Tensor> steps = {runtime.forward(prompt.narrow(1, 0, kPrefill), cache.get())};
+            for (int64_t t = kPrefill; t < kLength; ++t) steps.push_back(runtime.forward(prompt.narrow(1, t, 1), cache.get()));
+            launches = cwb::sparse24GemvLaunchCount() - before;
+            int64_t gemvLayers = 0;
+            for (const auto& [name, path] : runtime.layerPaths()) gemvLayers += path.twoFourGemv ? 1 : 0;
+            const std::string summary = runtime.layerPathSummary();
+            if (packed) {
+                std::printf("  %s: %s\n", tag.c_str(), summary.c_str());
+                check(gemvLayers == 7 && summary.find("2:4 GEMV on packed rows (decode): 7 layers") != std::string::npos,
+                      tag + ": the 7 pruned matrices are packed for the GEMV, and the summary says so");
+            } else {
+                check(gemvLayers == 0 && summary.find("2:4 GEMV") == std::string::npos,
+                      tag + ": with sparse24Gemv off nothing is packed");
+            }
+            return at::cat(steps, 1);
+        };
+        int64_t onLaunches = 0, offLaunches = 0;
+        const at::Tensor on = decode(true, onLaunches), off = decode(false, offLaunches);
+        const int64_t steps = kLength - kPrefill;
+        std::printf("  %s: 2:4 GEMV launches %lld on, %lld off\n", tag.c_str(), (long long)onLaunches, (long long)offLaunches);
+        // Host-side counts: fixed-shape steps launch every step; a graph counts the steps the host ran to capture it.
+        const bool counted = mode == cwb::DecodeMode::FixedShape ? onLaunches == 7 * steps
+                                                                 : onLaunches > 0 && onLaunches % 7 == 0;
+        check(counted && offLaunches == 0, tag + ": the 7 packed layers ran the 2:4 GEMV at each step on, never off");
+        const double versusCpu = normalisedError(reference, on), versusDense = normalisedError(off, on);
+        std::printf("  %s: packed 2:4 decode vs CPU %.3g, vs the dense GEMV %.3g (tolerance %.0e)\n", tag.c_str(),
+                    versusCpu, versusDense, tolerance);
+        check(versusCpu <= tolerance && versusDense <= tolerance, tag + ": packed 2:4 decode matches the dense GEMV and the CPU");
+    }
+}
+
+// The device packer (tensor operations) against the weight: the packed rows unpack to it exactly; a weight that is
+// not 2:4, or of 24 columns, is refused with the layer's name.
+void devicePackerCase(const cwb::Model& model, at::ScalarType dtype) {
+    const std::string type = c10::toString(dtype);
+    const std::string layer = "model.layers.0.mlp.gate_proj";
+    const at::Tensor w = model.floatTensor(layer + ".weight").to(at::Device(at::kCUDA), dtype);
+    const cwb::Sparse24Rows packed = cwb::packSparse24Rows(w, layer);
+    check(packed.values.sizes() == at::IntArrayRef({w.size(0), w.size(1) / 2}) &&
+              packed.meta.sizes() == at::IntArrayRef({w.size(0), w.size(1) / 16}) && packed.bytes() * 16 == size_t(w.nbytes()) * 9,
+          type + ": packed rows hold K/2 values and K/16 position words per row (9/16 of the dense bytes)");
+    check(at::equal(cwb::unpackSparse24Rows(packed), w), type + ": the device-packed rows unpack to the weight");
+    std::string notTwoFour, narrow;
+    try {
+        at::Tensor dense = w.clone();
+        dense[3].fill_(1.0);
+        cwb::packSparse24Rows(dense, layer);
+    } catch (const cwb::Error& e) {
+        notTwoFour = e.what();
+    }
+    try {
+        cwb::packSparse24Rows(w.narrow(1, 0, 24).contiguous(), layer);
+    } catch (const cwb::Error& e) {
+        narrow = e.what();
+    }
+    check(notTwoFour.find(layer) != std::string::npos && notTwoFour.find("row 3, columns 0..3") != std::string::npos,
+          type + ": a dense row is refused, named: " + notTwoFour);
+    check(narrow.find("24 columns") != std::string::npos, type + ": 24 columns are refused: " + narrow);
+}
+
 } // namespace
 
 int main() {
@@ -71,6 +153,10 @@ int main() {
         const at::Tensor prompt = at::randint(0, model->spec.vocab, {2, 40}, at::kLong);   // 80 rows
         cwb::Transformer cpu(*model);
         const at::Tensor reference = cpu.forward(prompt);
+        for (auto dtype : {at::kHalf, at::kBFloat16}) {
+            devicePackerCase(*model, dtype);
+            packedGemvCase(*model, dtype, dtype == at::kHalf ? kFp16Tolerance : kBf16Tolerance);
+        }
         for (auto dtype : {at::kHalf, at::kBFloat16}) {
             const double tolerance = dtype == at::kHalf ? kFp16Tolerance : kBf16Tolerance;
             const std::string type = c10::toString(dtype);

@@ -3,7 +3,10 @@
 // aligned), odd N, strided rows of x, with and without bias and residual, and y written over the residual (the
 // runtime's linearPlus). Rows past kDenseGemvMaxRows must be refused. The same with the RMSNorm folded in
 // (denseGemvRmsNorm) against denseGemvRmsNormRef, and the SwiGLU form (denseGemvSwiGlu, with and without the norm)
-// against denseGemvSwiGluRef; an output over x must be refused by both.
+// against denseGemvSwiGluRef; an output over x must be refused by both. The 2:4 forms (sparse24Gemv, ...RmsNorm,
+// ...SwiGlu) on packed rows against the dense references of the unpacked weight: groups with two, one and no
+// non-zeros, aligned and misaligned x, partial tail batches; K not a multiple of 16 refused by the kernel and the
+// packer, and a row with three non-zeros in a group refused by the packer.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -177,6 +180,121 @@ void testRefusesTooManyRows() {
     check(refused, "denseGemv refuses more rows than kDenseGemvMaxRows");
 }
 
+// A 2:4 weight [rows, cols] from rounded Gaussians: in most groups two of the four columns are zeroed (which two
+// varies), in some three and in some all four, so the packer's filled positions are exercised too.
+std::vector<float> twoFourWeight(int64_t rows, int64_t cols, uint32_t seed, ActType t) {
+    std::vector<float> w = roundedGaussian(size_t(rows * cols), seed, t, 0.05f);
+    static const int kPairs[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
+    for (int64_t g = 0; g < rows * cols / 4; ++g) {
+        float* e = w.data() + 4 * g;
+        const int* zeroed = kPairs[(g * 7 + g / 5) % 6];
+        e[zeroed[0]] = e[zeroed[1]] = 0.0f;
+        if (g % 11 == 3) {   // one non-zero left: zero the first column still set
+            int i = 0;
+            while (e[i] == 0.0f) ++i;
+            e[i] = 0.0f;
+        }
+        if (g % 13 == 5) e[0] = e[1] = e[2] = e[3] = 0.0f;
+    }
+    return w;
+}
+
+// The packed form of a 2:4 weight on the device; the packer's round trip is checked on the way.
+struct PackedOnDevice {
+    uint16_t* values = nullptr;
+    uint16_t* meta = nullptr;
+    Sparse24RowsWeight weight() const { return {values, meta}; }
+    ~PackedOnDevice() { cudaFree(values), cudaFree(meta); }
+};
+
+void packToDevice(const std::vector<float>& dense, int64_t rows, int64_t cols, ActType t, PackedOnDevice& out,
+                  const std::string& tag) {
+    std::vector<float> values(size_t(rows * cols / 2));
+    std::vector<uint16_t> meta(size_t(rows * cols / 16));
+    std::string why;
+    const bool packed = packSparse24Rows(dense.data(), rows, cols, values.data(), meta.data(), &why);
+    check(packed, (tag + ": packs" + (packed ? "" : " (" + why + ")")).c_str());
+    std::vector<float> back(dense.size());
+    unpackSparse24Rows(values.data(), meta.data(), rows, cols, back.data());
+    check(back == dense, (tag + ": unpacks to the same weight").c_str());
+    out.values = upload(values, t);
+    out.meta = toDevice(meta);
+}
+
+enum class SparseForm { Plain, Norm, SwiGlu, NormSwiGlu };
+
+void testSparse24Gemv(ActType t, const GemvCase& c, SparseForm form, bool bias, bool residual) {
+    const bool glu = form == SparseForm::SwiGlu || form == SparseForm::NormSwiGlu;
+    const bool withNorm = form == SparseForm::Norm || form == SparseForm::NormSwiGlu;
+    const char* kernel = glu ? "sparse24GemvSwiGlu" : withNorm ? "sparse24GemvRmsNorm" : "sparse24Gemv";
+    const std::string tag = caseName(kernel, t, c) + (glu && withNorm ? " + RMSNorm" : "") + (bias ? " + bias" : "") +
+                            (residual ? " + residual" : "");
+    FoldedInputs in = foldedInputs(t, c, glu ? 2 * c.outputs : c.outputs);
+    in.weight = twoFourWeight(glu ? 2 * c.outputs : c.outputs, c.inputs, 31, t);
+    const DenseGemvShape& s = in.shape;
+    const float eps = 1e-5f;
+    const size_t yn = size_t(c.rows * c.outputs);
+    std::vector<float> ref(yn);
+    const float* x = in.x.data() + in.xOffset;
+    if (glu)
+        denseGemvSwiGluRef(x, withNorm ? in.normWeight.data() : nullptr, eps, in.weight.data(), bias ? in.bias.data() : nullptr,
+                           ref.data(), s, t);
+    else
+        denseGemvRmsNormRef(x, withNorm ? in.normWeight.data() : nullptr, eps, in.weight.data(),
+                            bias ? in.bias.data() : nullptr, residual ? in.residual.data() : nullptr, ref.data(), s, t);
+    PackedOnDevice packed;
+    packToDevice(in.weight, glu ? 2 * c.outputs : c.outputs, c.inputs, t, packed, tag);
+    uint16_t *dx = upload(in.x, t), *dr = upload(in.residual, t), *dy = upload(std::vector<float>(yn, 0.0f), t);
+    float* db = toDevice(in.bias);
+    uint16_t* dg = upload(in.normWeight, t);
+    GemvRmsNorm norm;
+    norm.weight = dg;
+    norm.eps = eps;
+    const int64_t launchesBefore = sparse24GemvLaunches();
+    if (glu)
+        sparse24GemvSwiGlu(dx + in.xOffset, withNorm ? &norm : nullptr, packed.weight(), bias ? db : nullptr, dy, s, t,
+                           nullptr);
+    else if (withNorm)
+        sparse24GemvRmsNorm(dx + in.xOffset, norm, packed.weight(), bias ? db : nullptr, residual ? dr : nullptr, dy, s, t,
+                            nullptr);
+    else
+        sparse24Gemv(dx + in.xOffset, packed.weight(), bias ? db : nullptr, residual ? dr : nullptr, dy, s, t, nullptr);
+    check(cudaDeviceSynchronize() == cudaSuccess, (tag + ": ran").c_str());
+    check(sparse24GemvLaunches() == launchesBefore + 1, (tag + ": counted one launch").c_str());
+    const double tolerance = t == ActType::Float16 ? kGemvNmseFp16 : kGemvNmseBf16;
+    const double error = nmse(download(dy, yn, t), ref);
+    check(error <= tolerance, (tag + ": matches the reference (nmse " + std::to_string(error) + ")").c_str());
+    cudaFree(dx), cudaFree(dr), cudaFree(dy), cudaFree(db), cudaFree(dg);
+}
+
+void testSparse24Refusals() {
+    std::vector<float> values(8 * 24 / 2);
+    std::vector<uint16_t> meta(8 * 24 / 16 + 1);
+    std::string why;
+    const bool oddColumns = packSparse24Rows(std::vector<float>(8 * 24, 0.0f).data(), 8, 24, values.data(), meta.data(), &why);
+    check(!oddColumns && why.find("24 columns") != std::string::npos,
+          ("packSparse24Rows refuses 24 columns (" + why + ")").c_str());
+    std::vector<float> dense(4 * 32, 0.0f);
+    dense[2 * 32 + 8] = dense[2 * 32 + 9] = dense[2 * 32 + 11] = 1.0f;   // row 2, group 2: three non-zeros
+    std::vector<float> v2(4 * 16);
+    std::vector<uint16_t> m2(4 * 2);
+    const bool threeKept = packSparse24Rows(dense.data(), 4, 32, v2.data(), m2.data(), &why);
+    check(!threeKept && why.find("row 2") != std::string::npos && why.find("columns 8..11") != std::string::npos,
+          ("packSparse24Rows refuses three non-zeros in a group and names where (" + why + ")").c_str());
+    DenseGemvShape s;
+    s.outputs = 8;
+    s.inputs = s.xStride = 24;
+    s.yStride = 8;
+    bool refused = false;
+    try {
+        sparse24Gemv(reinterpret_cast<void*>(16), {reinterpret_cast<void*>(16), reinterpret_cast<const uint16_t*>(16)},
+                     nullptr, nullptr, reinterpret_cast<void*>(16), s, ActType::Float16, nullptr);
+    } catch (const KernelError& e) {
+        refused = std::string(e.what()).find("multiple of 16") != std::string::npos;
+    }
+    check(refused, "sparse24Gemv refuses K = 24 (not a multiple of 16)");
+}
+
 } // namespace
 
 int main() {
@@ -220,6 +338,24 @@ int main() {
             testGemvSwiGlu(t, foldedCases[0], true, true);
         }
         testFoldedFormsRefuseOutputOverX();
+        const GemvCase sparseCases[] = {
+            {1, 257, 1024},          // odd N, whole unrolled batches
+            {1, 300, 4096 + 96},     // a partial tail batch
+            {1, 96, 512, 0, true},   // x off a 16-byte boundary: x read element by element
+            {3, 67, 528, 8},         // strided rows of x
+            {4, 129, 11008},         // Llama-2-7B down_proj width
+            {8, 33, 256},            // the most rows
+        };
+        for (ActType t : {ActType::Float16, ActType::BFloat16}) {
+            for (const GemvCase& c : sparseCases) {
+                testSparse24Gemv(t, c, SparseForm::Plain, false, false);
+                testSparse24Gemv(t, c, SparseForm::Plain, true, true);
+                testSparse24Gemv(t, c, SparseForm::Norm, true, true);
+                testSparse24Gemv(t, c, SparseForm::SwiGlu, true, false);
+                testSparse24Gemv(t, c, SparseForm::NormSwiGlu, false, false);
+            }
+        }
+        testSparse24Refusals();
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

@@ -5,6 +5,7 @@
 // x read from cache, no split-K pass. Rows whose K, strides or addresses do not allow 16-byte loads take a scalar
 // path (same results up to summation order). The launcher takes the stream; nothing here needs the CUDA headers.
 #include <cstdint>
+#include <string>
 
 #include "cwb/kernels/kernel_types.h"
 
@@ -53,6 +54,43 @@ void denseGemvSwiGlu(const void* x, const GemvRmsNorm* norm, const void* weight,
                      const DenseGemvShape& shape, ActType type, Stream stream);
 // How many times denseGemvSwiGlu has launched in this process.
 int64_t denseGemvSwiGluLaunches();
+
+// 2:4 sparse weights in packed rows, for the same GEMV (decode of pruned 2:4 layers without a dense copy): every group
+// of 4 columns of a row holds at most 2 non-zeros, and only those are read, with 4 bits of positions per group, so a
+// row costs 1.125 K bytes instead of 2 K. Layout for W [N, K] (K a multiple of kSparse24RowsColumnMultiple):
+// - values [N, K/2] in the activation type: group g (columns 4g..4g+3) stores its kept elements at 2g and 2g + 1, in
+//   column order (zeros where a group has fewer than two non-zeros);
+// - meta [N, K/16] 16-bit words: bits 4j..4j+3 of word w describe group 4w + j, bits 0-1 the column (0..3) in the
+//   group of value 2g and bits 2-3 that of value 2g + 1 (always the larger of the two).
+// Both contiguous and 16-byte aligned (each row of values is a whole number of 16-byte pieces).
+constexpr int64_t kSparse24RowsColumnMultiple = 16;
+
+struct Sparse24RowsWeight {
+    const void* values = nullptr;     // [N, K/2] activation type
+    const uint16_t* meta = nullptr;   // [N, K/16]
+};
+
+// y = x Wᵀ + bias + residual for W in packed 2:4 rows; as denseGemv otherwise (rows of x up to kDenseGemvMaxRows,
+// y may alias residual). Throws KernelError when K is not a multiple of kSparse24RowsColumnMultiple or the values
+// are not 16-byte aligned.
+void sparse24Gemv(const void* x, const Sparse24RowsWeight& weight, const float* bias, const void* residual, void* y,
+                  const DenseGemvShape& shape, ActType type, Stream stream);
+// As denseGemvRmsNorm, for W in packed 2:4 rows.
+void sparse24GemvRmsNorm(const void* x, const GemvRmsNorm& norm, const Sparse24RowsWeight& weight, const float* bias,
+                         const void* residual, void* y, const DenseGemvShape& shape, ActType type, Stream stream);
+// As denseGemvSwiGlu, for the fused [gate; up] W [2N, K] in packed 2:4 rows.
+void sparse24GemvSwiGlu(const void* x, const GemvRmsNorm* norm, const Sparse24RowsWeight& weight, const float* bias,
+                        void* y, const DenseGemvShape& shape, ActType type, Stream stream);
+// How many times one of the three has launched in this process (tests check that the runtime took this path).
+int64_t sparse24GemvLaunches();
+
+// Packs a dense W [rows, cols] (float values, taken as already in the activation type) into the layout above:
+// values [rows, cols/2], meta [rows, cols/16]. Returns false with `why` (the first row and group that break it, or
+// the column count) when a group has more than two non-zeros or cols is not a multiple of 16; nothing is then valid.
+// Where a group has fewer than two non-zeros the positions are the first free ones, in column order.
+bool packSparse24Rows(const float* dense, int64_t rows, int64_t cols, float* values, uint16_t* meta, std::string* why);
+// The inverse: dense [rows, cols], zeros where nothing is stored.
+void unpackSparse24Rows(const float* values, const uint16_t* meta, int64_t rows, int64_t cols, float* dense);
 
 // CPU reference on float data (values taken as already rounded to `type`): double accumulation, the output rounded
 // to `type` once.
