@@ -56,6 +56,21 @@ Sparse24Rows packSparse24Rows(const at::Tensor& weight, const std::string& what)
 at::Tensor unpackSparse24Rows(const Sparse24Rows& packed) {
     const int64_t rows = packed.rows(), cols = packed.cols();
     c10::DeviceGuard guard(packed.values.device());
+#ifdef CWB_HAVE_KERNELS
+    if (packed.values.is_cuda()) {   // one kernel instead of a dozen tensor operations on [N, K/4] int64 scratch
+        at::Tensor dense = at::empty({rows, cols}, packed.values.options());
+        try {
+            kernels::sparse24UnpackRows({packed.values.data_ptr(), static_cast<const uint16_t*>(packed.meta.data_ptr())},
+                                        dense.data_ptr(), rows, cols,
+                                        packed.values.scalar_type() == at::kHalf ? kernels::ActType::Float16
+                                                                                 : kernels::ActType::BFloat16,
+                                        torchCurrentStream());
+        } catch (const kernels::KernelError& e) {
+            throw Error(std::string("2:4 unpack: ") + e.what());
+        }
+        return dense;
+    }
+#endif
     const at::TensorOptions longs = packed.meta.options().dtype(at::kLong);
     at::Tensor words = packed.meta.to(at::kLong);
     words = words + words.lt(0).to(at::kLong) * 65536;
@@ -63,7 +78,7 @@ at::Tensor unpackSparse24Rows(const Sparse24Rows& packed) {
                                    .reshape({rows, cols / 4, 1});
     const at::Tensor positions = at::cat({nibbles.remainder(4), nibbles.div(4, "floor")}, -1);
     return at::zeros({rows, cols / 4, 4}, packed.values.options())
-        .scatter_add_(-1, positions, packed.values.reshape({rows, cols / 4, 2}))
+        .scatter_(-1, positions, packed.values.reshape({rows, cols / 4, 2}))
         .reshape({rows, cols});
 }
 

@@ -127,6 +127,7 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
     r.decodeMeanMs = sum / double(steps.size());
     r.peakDeviceBytes = cuda && memoryAtStart >= 0 ? peak - memoryAtStart : -1;
     r.layerPaths = runtime.layerPathSummary();
+    r.decodeBytesSavedByPacking = runtime.decodeBytesSavedByPacking();
     return r;
 }
 

@@ -228,7 +228,10 @@ const Transformer::Block& Transformer::block(int64_t layer) {
         b->fuse({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, "self_attn.qkv_proj");
         b->fuse({"mlp.gate_proj", "mlp.up_proj"}, "mlp.gate_up_proj");
     }
-    if (mOptions.device.is_cuda() && mOptions.nativeKernels && !mOptions.parameters) attachSparse24(*b, prefix);
+    if (mOptions.device.is_cuda() && mOptions.nativeKernels && !mOptions.parameters) {
+        attachSparse24(*b, prefix);
+        dropPackedDenseWeights(*b);
+    }
     if (mOptions.denseGemv && !mOptions.parameters) {
         b->denseGemvRows = kDenseGemvRuntimeRows;
         for (const char* norm : {"input_layernorm.weight", "post_attention_layernorm.weight"})
@@ -307,18 +310,39 @@ void Transformer::attachSparse24(Block& b, const std::string& prefix) {
         // Packed once per cached block (a block rebuilt at every forward would pack at every forward).
         if (mOptions.denseGemv && mOptions.sparse24Gemv && mOptions.cacheWeights && tensor.size(1) % 16 == 0) {
             b.packed24[layer] = packSparse24Rows(tensor, prefix + layer);
+            mPackedSavedBytes += size_t(tensor.nbytes()) - b.packed24[layer].bytes();
             path.twoFourGemv = true;
+            path.denseDropped = !mOptions.sparse24KeepDense;
         }
         mLayerPaths[prefix + layer] = path;
     }
 }
 
+void Transformer::dropPackedDenseWeights(Block& b) {
+    if (mOptions.sparse24KeepDense) return;
+    const std::map<std::string, std::vector<std::string>> fusedParts = {
+        {"self_attn.qkv_proj", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
+        {"mlp.gate_up_proj", {"mlp.gate_proj", "mlp.up_proj"}}};
+    for (const auto& [layer, packed] : b.packed24) {
+        b.tensors.erase(layer + ".weight");
+        auto parts = fusedParts.find(layer);
+        if (parts == fusedParts.end()) continue;
+        for (const auto& part : parts->second) {   // views of the fused weight: they would keep its memory
+            auto view = b.tensors.find(part + ".weight");
+            if (view == b.tensors.end()) continue;
+            b.droppedPartRows[part] = view->second.size(0);
+            b.tensors.erase(view);
+        }
+    }
+}
+
 std::string Transformer::layerPathSummary() const {
     std::map<std::string, int64_t> native, fallback, dense;
-    int64_t gemv24 = 0;
+    int64_t gemv24 = 0, dropped = 0;
     for (const auto& [name, path] : mLayerPaths) {
         ++(path.native ? native : path.twoFour ? dense : fallback)[path.how];
         gemv24 += path.twoFourGemv ? 1 : 0;
+        dropped += path.denseDropped ? 1 : 0;
     }
     auto list = [](const std::map<std::string, int64_t>& counts) {
         std::string text;
@@ -328,9 +352,13 @@ std::string Transformer::layerPathSummary() const {
     std::string text;
     if (!native.empty()) text = "native: " + list(native);
     if (!fallback.empty()) text += std::string(text.empty() ? "" : " | ") + "dequantized: " + list(fallback);
-    if (!dense.empty()) text += std::string(text.empty() ? "" : " | ") + "2:4 kept dense: " + list(dense);
+    if (!dense.empty())
+        text += std::string(text.empty() ? "" : " | ") + (gemv24 > 0 && dropped == gemv24 ? "2:4 without cuSPARSELt: " : "2:4 kept dense: ") +
+                list(dense);
     if (gemv24 > 0)
-        text += std::string(text.empty() ? "" : " | ") + "2:4 GEMV on packed rows (decode): " + std::to_string(gemv24) + " layers";
+        text += std::string(text.empty() ? "" : " | ") + "2:4 GEMV on packed rows (decode): " + std::to_string(gemv24) +
+                " layers" + (dropped == gemv24 ? ", no dense copy (other row counts below cuSPARSELt's unpack them per call)"
+                                               : dropped > 0 ? ", " + std::to_string(dropped) + " without a dense copy" : "");
     return text;
 }
 

@@ -85,8 +85,13 @@ struct RuntimeOptions {
     // With denseGemv and nativeKernels on CUDA in fp16 / bf16: a dense weight with the 2:4 pattern in every row
     // (K a multiple of 16) is also packed into the GEMV's 2:4 rows (core/runtime/dense_gemv.h), and the rows the
     // GEMV takes (decode at batch 1) read only its kept values and their positions: 1.125 K bytes per row instead of
-    // 2 K. The dense weight stays for more rows (cuBLAS, or cuSPARSELt from sparseMinRows).
+    // 2 K.
     bool sparse24Gemv = true;
+    // With sparse24Gemv: keep the dense copy of a packed 2:4 weight. Off (the default), only the packed rows (and
+    // cuSPARSELt's compressed copy from sparseMinRows rows) stay on the device, so a 2:4 layer holds 9/16 of its dense
+    // bytes (twice that with cuSPARSELt); inputs of more rows than the GEMV takes and fewer than sparseMinRows unpack
+    // the rows into a temporary dense weight for cuBLAS at each call (kernels::sparse24UnpackRows).
+    bool sparse24KeepDense = false;
     // With fusedDecode active: native integer layers (W4A16 / W8A16 kernels; not FP8 or W8A8) take the RMSNorm before
     // them (q/k/v, gate/up) and the residual add after them (o_proj, down_proj) into their own launch
     // (NativeIntLinear::forwardFused), and a fused gate/up writes silu(gate) · up instead of [gate | up]
@@ -102,6 +107,7 @@ struct LayerPath {
     std::string how;       // the kernel ("W4A16") or why there was none
     bool twoFour = false;  // a pruned dense layer with the 2:4 pattern (cuSPARSELt or, failing that, dense cuBLAS)
     bool twoFourGemv = false;   // 2:4 and packed for the GEMV (RuntimeOptions::sparse24Gemv): decode reads the packed rows
+    bool denseDropped = false;  // ... and its dense copy was dropped (RuntimeOptions::sparse24KeepDense off)
 };
 
 // Receives activations during a forward pass; the calibration of compression methods builds on it.
@@ -182,6 +188,9 @@ public:
     // "native: n W4A16 (M<=32), dequant + cuBLAS (M>32); m ... | dequantized: k reason; ..." (entries of a kind
     // split by "; ", the two kinds by " | "), or "" when there are no compressed layers.
     std::string layerPathSummary() const;
+    // Bytes a decode step does not read because 2:4 layers read packed rows instead of their dense weight (dense
+    // bytes minus packed bytes, over the blocks packed so far).
+    size_t decodeBytesSavedByPacking() const { return mPackedSavedBytes; }
 
 private:
     struct Block;
@@ -193,6 +202,7 @@ private:
     bool fuseNativeProjection(std::map<std::string, std::shared_ptr<const NativeIntLinear>>& native,
                               const std::string& prefix, const std::vector<std::string>& parts, const std::string& fused);
     void attachSparse24(Block& block, const std::string& prefix);   // 2:4 dense weights -> cuSPARSELt
+    void dropPackedDenseWeights(Block& block);   // RuntimeOptions::sparse24KeepDense off: packed 2:4 rows only
     at::Tensor weight(const std::string& name) const;
     const at::Tensor* parameter(const std::string& name) const;   // from options.parameters, or null
     at::Tensor attention(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -234,6 +244,7 @@ private:
     uint64_t mWeightsVersion = 0;      // bumped by invalidateBlock: graphs captured before it are stale
     std::shared_ptr<NativeWorkspace> mNativeWorkspace;
     std::map<std::string, LayerPath> mLayerPaths;
+    size_t mPackedSavedBytes = 0;   // decodeBytesSavedByPacking()
 };
 
 // Inverse frequencies of RoPE (float32 [headDim / 2]) with the model's scaling and rope_freqs.weight applied.

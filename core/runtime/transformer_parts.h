@@ -20,16 +20,23 @@ struct Transformer::Block {
     std::map<std::string, std::shared_ptr<const NativeIntLinear>> native;         // layers run by a kernel
     std::map<std::string, std::shared_ptr<const Sparse24Linear>> sparse;          // 2:4 dense layers (cuSPARSELt)
     std::map<std::string, Sparse24Rows> packed24;   // 2:4 dense layers packed for the GEMV (decode reads only these)
+    // Output rows of fused parts ("self_attn.q_proj") whose dense views went with their packed whole's dense weight.
+    std::map<std::string, int64_t> droppedPartRows;
     int64_t denseGemvRows = 0;   // dense layers given at most this many rows of input run the GEMV kernel
     // The RMSNorm weights ("input_layernorm.weight", ...) in the compute type, as the GEMV that folds a norm reads them.
     std::map<std::string, at::Tensor> computeTypeNorms;
     const at::Tensor& operator[](const std::string& suffix) const { return tensors.at(suffix); }
     bool has(const std::string& suffix) const { return tensors.count(suffix) != 0; }
-    // A dense weight or a native kernel under this name (fused projections have either).
-    bool hasLinear(const std::string& layer) const { return has(layer + ".weight") || native.count(layer) != 0; }
+    // A dense weight, packed 2:4 rows or a native kernel under this name (fused projections have one of them).
+    bool hasLinear(const std::string& layer) const {
+        return has(layer + ".weight") || native.count(layer) != 0 || packed24.count(layer) != 0;
+    }
     int64_t outputRows(const std::string& layer) const {
         auto w = tensors.find(layer + ".weight");
-        return w != tensors.end() ? w->second.size(0) : compressed.at(layer)->rows();
+        if (w != tensors.end()) return w->second.size(0);
+        if (auto packed = packed24.find(layer); packed != packed24.end()) return packed->second.rows();
+        if (auto part = droppedPartRows.find(layer); part != droppedPartRows.end()) return part->second;
+        return compressed.at(layer)->rows();
     }
     // y = linear(prepareInput(x), W) + b through the layer's compressed form when it has one.
     at::Tensor linear(const std::string& layer, const at::Tensor& x) const {
@@ -44,6 +51,11 @@ struct Transformer::Block {
             at::Tensor y = kernel->second->forward(x).to(x.scalar_type());
             return bias == tensors.end() ? y : y + bias->second.to(x.scalar_type());
         }
+        if (!has(layer + ".weight") && packed24.count(layer)) {   // 2:4 kept only as packed rows
+            const at::Tensor b = bias == tensors.end() ? at::Tensor() : bias->second;
+            if (packedFor(layer, x)) return gemvLinear(layer, x, b, at::Tensor());
+            return at::linear(x, unpackSparse24Rows(packed24.at(layer)), b.defined() ? b.to(x.scalar_type()) : b);
+        }
         auto it = compressed.find(layer);
         at::Tensor input = it == compressed.end() ? x : it->second->prepareInput(x.to(at::kFloat)).to(x.scalar_type());
         const at::Tensor& w = tensors.at(layer + ".weight");
@@ -53,9 +65,10 @@ struct Transformer::Block {
     }
     // A dense layer (no kernel, no compressed input transform) that the GEMV kernel computes for this input.
     bool denseGemvFor(const std::string& layer, const at::Tensor& x) const {
-        if (denseGemvRows <= 0 || native.count(layer) || compressed.count(layer) || !has(layer + ".weight")) return false;
+        if (denseGemvRows <= 0 || native.count(layer) || compressed.count(layer)) return false;
         if (sparse.count(layer) && sparse.at(layer)->applies(x)) return false;
-        return denseGemvApplies(x, tensors.at(layer + ".weight"), denseGemvRows);
+        if (packedFor(layer, x)) return true;
+        return has(layer + ".weight") && denseGemvApplies(x, tensors.at(layer + ".weight"), denseGemvRows);
     }
     // The packed 2:4 rows of a layer when the 2:4 GEMV takes x, else nullptr (the dense GEMV reads the weight).
     const Sparse24Rows* packedFor(const std::string& layer, const at::Tensor& x) const {
@@ -113,7 +126,8 @@ struct Transformer::Block {
             auto bias = tensors.find(layer + ".bias");
             return gemvLinear(layer, x, bias == tensors.end() ? at::Tensor() : bias->second, residual);
         }
-        if (!plainDense(layer) || (sparse.count(layer) && sparse.at(layer)->applies(x))) return residual + linear(layer, x);
+        if (!plainDense(layer) || (sparse.count(layer) && sparse.at(layer)->applies(x)) || !has(layer + ".weight"))
+            return residual + linear(layer, x);
         const at::Tensor& w = tensors.at(layer + ".weight");
         return at::addmm(residual.reshape({-1, w.size(0)}), x.reshape({-1, w.size(1)}), w.t()).view(residual.sizes());
     }

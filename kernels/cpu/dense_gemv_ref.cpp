@@ -106,8 +106,8 @@ void unpackSparse24Rows(const float* values, const uint16_t* meta, int64_t rows,
         std::fill(dense + r * cols, dense + (r + 1) * cols, 0.0f);
         for (int64_t g = 0; g < groups; ++g) {
             const int nibble = (meta[r * (cols / 16) + g / 4] >> (4 * (g % 4))) & 15;
-            dense[r * cols + 4 * g + (nibble & 3)] += values[r * (cols / 2) + 2 * g];
-            dense[r * cols + 4 * g + (nibble >> 2)] += values[r * (cols / 2) + 2 * g + 1];
+            dense[r * cols + 4 * g + (nibble & 3)] = values[r * (cols / 2) + 2 * g];   // one column named twice:
+            dense[r * cols + 4 * g + (nibble >> 2)] = values[r * (cols / 2) + 2 * g + 1];   // the later value, as on the GPU
         }
     }
 }

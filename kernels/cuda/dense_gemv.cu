@@ -483,6 +483,50 @@ void sparse24GemvSwiGlu(const void* x, const GemvRmsNorm* norm, const Sparse24Ro
 
 int64_t sparse24GemvLaunches() { return sparseLaunches.load(); }
 
+namespace {
+
+// One thread per chunk of 16 columns: its 8 kept values (16 bytes) and position word in, 16 elements out. Positions
+// are read as written by packSparse24Rows; a hostile word naming one column twice keeps the later value there.
+__global__ void sparse24UnpackKernel(const uint4* __restrict__ values, const uint16_t* __restrict__ meta,
+                                     uint4* __restrict__ dense, int64_t chunks) {
+    const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (c >= chunks) return;
+    const uint4 v = __ldg(values + c);
+    const uint32_t positions = __ldg(meta + c);
+    const uint16_t kept[8] = {uint16_t(v.x), uint16_t(v.x >> 16), uint16_t(v.y), uint16_t(v.y >> 16),
+                              uint16_t(v.z), uint16_t(v.z >> 16), uint16_t(v.w), uint16_t(v.w >> 16)};
+    uint16_t out[16] = {};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const uint32_t p = positions >> (4 * j);
+        out[4 * j + (p & 3)] = kept[2 * j];
+        out[4 * j + ((p >> 2) & 3)] = kept[2 * j + 1];
+    }
+    uint4 first, second;
+    memcpy(&first, out, 16);
+    memcpy(&second, out + 8, 16);
+    dense[2 * c] = first;
+    dense[2 * c + 1] = second;
+}
+
+} // namespace
+
+void sparse24UnpackRows(const Sparse24RowsWeight& weight, void* dense, int64_t rows, int64_t cols, ActType type,
+                        Stream stream) {
+    (void)type;   // the bits are moved, not converted: the same code for fp16 and bf16
+    if (!weight.values || !weight.meta || !dense) throw KernelError("sparse24UnpackRows: null values, positions or output");
+    if (rows < 1 || cols < 1 || cols % kSparse24RowsColumnMultiple != 0)
+        throw KernelError("sparse24UnpackRows: " + std::to_string(rows) + " x " + std::to_string(cols) +
+                          ", columns not a positive multiple of " + std::to_string(kSparse24RowsColumnMultiple));
+    if (!aligned16(weight.values) || !aligned16(dense) || reinterpret_cast<uintptr_t>(weight.meta) % 2 != 0)
+        throw KernelError("sparse24UnpackRows: the values and the output must be 16-byte aligned");
+    const int64_t chunks = rows * cols / 16;
+    constexpr int kThreads = 256;
+    sparse24UnpackKernel<<<unsigned((chunks + kThreads - 1) / kThreads), kThreads, 0, detail::toStream(stream)>>>(
+        static_cast<const uint4*>(weight.values), weight.meta, static_cast<uint4*>(dense), chunks);
+    CWB_CUDA_CHECK_LAUNCH("sparse24UnpackRows");
+}
+
 void denseGemv(const void* x, const void* weight, const float* bias, const void* residual, void* y,
                const DenseGemvShape& s, ActType type, Stream stream) {
     checkShape("denseGemv", x, weight, residual, y, s);

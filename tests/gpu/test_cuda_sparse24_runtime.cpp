@@ -68,31 +68,42 @@ void packedGemvCase(const cwb::Model& model, at::ScalarType dtype, double tolera
     const at::Tensor reference = cwb::Transformer(model).forward(prompt);
     for (cwb::DecodeMode mode : {cwb::DecodeMode::FixedShape, cwb::DecodeMode::CudaGraph}) {
         const std::string tag = type + (mode == cwb::DecodeMode::FixedShape ? ", fixed-shape steps" : ", CUDA graph");
-        auto decode = [&](bool packed, int64_t& launches) {
+        auto decode = [&](bool packed, bool keepDense, int64_t& launches) {
             cwb::RuntimeOptions o = cudaOptions(dtype, 0);
             o.decode = mode;
             o.sparse24Gemv = packed;
+            o.sparse24KeepDense = keepDense;
             cwb::Transformer runtime(model, o);
             auto cache = runtime.makeCache(1, kLength);
             const int64_t before = cwb::sparse24GemvLaunchCount();
             std::vector<at::Tensor> steps = {runtime.forward(prompt.narrow(1, 0, kPrefill), cache.get())};
             for (int64_t t = kPrefill; t < kLength; ++t) steps.push_back(runtime.forward(prompt.narrow(1, t, 1), cache.get()));
             launches = cwb::sparse24GemvLaunchCount() - before;
-            int64_t gemvLayers = 0;
-            for (const auto& [name, path] : runtime.layerPaths()) gemvLayers += path.twoFourGemv ? 1 : 0;
+            int64_t gemvLayers = 0, dropped = 0;
+            for (const auto& [name, path] : runtime.layerPaths()) {
+                gemvLayers += path.twoFourGemv ? 1 : 0;
+                dropped += path.denseDropped ? 1 : 0;
+            }
             const std::string summary = runtime.layerPathSummary();
             if (packed) {
-                std::printf("  %s: %s\n", tag.c_str(), summary.c_str());
+                std::printf("  %s%s: %s\n", tag.c_str(), keepDense ? " (dense kept)" : "", summary.c_str());
                 check(gemvLayers == 7 && summary.find("2:4 GEMV on packed rows (decode): 7 layers") != std::string::npos,
                       tag + ": the 7 pruned matrices are packed for the GEMV, and the summary says so");
+                check(dropped == (keepDense ? 0 : 7) &&
+                          (summary.find("no dense copy") != std::string::npos) == !keepDense,
+                      tag + (keepDense ? ": sparse24KeepDense keeps the dense copies" : ": the dense copies are dropped by default"));
             } else {
                 check(gemvLayers == 0 && summary.find("2:4 GEMV") == std::string::npos,
                       tag + ": with sparse24Gemv off nothing is packed");
             }
             return at::cat(steps, 1);
         };
-        int64_t onLaunches = 0, offLaunches = 0;
-        const at::Tensor on = decode(true, onLaunches), off = decode(false, offLaunches);
+        int64_t onLaunches = 0, offLaunches = 0, keptLaunches = 0;
+        // The prefill (6 rows) unpacks the packed rows for cuBLAS where the dense copy was dropped.
+        const at::Tensor on = decode(true, false, onLaunches), off = decode(false, false, offLaunches);
+        const at::Tensor kept = decode(true, true, keptLaunches);
+        check(at::equal(on, kept) && keptLaunches == onLaunches,
+              tag + ": with the dense copy kept the logits and launches are the same (prefill on unpacked rows = dense)");
         const int64_t steps = kLength - kPrefill;
         std::printf("  %s: 2:4 GEMV launches %lld on, %lld off\n", tag.c_str(), (long long)onLaunches, (long long)offLaunches);
         // Host-side counts: fixed-shape steps launch every step; a graph counts the steps the host ran to capture it.

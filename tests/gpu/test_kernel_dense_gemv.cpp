@@ -267,6 +267,28 @@ void testSparse24Gemv(ActType t, const GemvCase& c, SparseForm form, bool bias, 
     cudaFree(dx), cudaFree(dr), cudaFree(dy), cudaFree(db), cudaFree(dg);
 }
 
+// The device unpack against the CPU one, bit for bit, including a hostile position word that names one column twice.
+void testSparse24Unpack(ActType t) {
+    const int64_t rows = 37, cols = 4096 + 48;
+    const std::string tag = std::string("sparse24UnpackRows ") + actTypeName(t) + " " + std::to_string(rows) + "x" +
+                            std::to_string(cols);
+    const std::vector<float> w = twoFourWeight(rows, cols, 41, t);
+    std::vector<float> values(size_t(rows * cols / 2));
+    std::vector<uint16_t> meta(size_t(rows * cols / 16));
+    std::string why;
+    check(packSparse24Rows(w.data(), rows, cols, values.data(), meta.data(), &why), (tag + ": packs").c_str());
+    meta[5] = uint16_t((meta[5] & 0xFFF0u) | 0x5u);   // group 0 of chunk 5: column 1 twice
+    std::vector<float> expected(w.size());
+    unpackSparse24Rows(values.data(), meta.data(), rows, cols, expected.data());
+    uint16_t* dv = upload(values, t);
+    uint16_t* dm = toDevice(meta);
+    uint16_t* dd = upload(std::vector<float>(w.size(), 7.0f), t);   // every element must be written
+    sparse24UnpackRows({dv, dm}, dd, rows, cols, t, nullptr);
+    check(cudaDeviceSynchronize() == cudaSuccess, (tag + ": ran").c_str());
+    check(download(dd, w.size(), t) == expected, (tag + ": equals the CPU unpack, a column named twice included").c_str());
+    cudaFree(dv), cudaFree(dm), cudaFree(dd);
+}
+
 void testSparse24Refusals() {
     std::vector<float> values(8 * 24 / 2);
     std::vector<uint16_t> meta(8 * 24 / 16 + 1);
@@ -356,6 +378,7 @@ int main() {
             }
         }
         testSparse24Refusals();
+        for (ActType t : {ActType::Float16, ActType::BFloat16}) testSparse24Unpack(t);
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

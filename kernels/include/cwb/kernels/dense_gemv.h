@@ -84,12 +84,18 @@ void sparse24GemvSwiGlu(const void* x, const GemvRmsNorm* norm, const Sparse24Ro
 // How many times one of the three has launched in this process (tests check that the runtime took this path).
 int64_t sparse24GemvLaunches();
 
+// The dense weight [rows, cols] (contiguous, activation type) of packed 2:4 rows, zeros where nothing is stored: one
+// 16-byte read of values and one position word per 16 columns, two 16-byte writes. For inputs of more rows than the
+// GEMV takes, when the runtime keeps no dense copy. Same requirements as sparse24Gemv; `dense` 16-byte aligned.
+void sparse24UnpackRows(const Sparse24RowsWeight& weight, void* dense, int64_t rows, int64_t cols, ActType type,
+                        Stream stream);
+
 // Packs a dense W [rows, cols] (float values, taken as already in the activation type) into the layout above:
 // values [rows, cols/2], meta [rows, cols/16]. Returns false with `why` (the first row and group that break it, or
 // the column count) when a group has more than two non-zeros or cols is not a multiple of 16; nothing is then valid.
 // Where a group has fewer than two non-zeros the positions are the first free ones, in column order.
 bool packSparse24Rows(const float* dense, int64_t rows, int64_t cols, float* values, uint16_t* meta, std::string* why);
-// The inverse: dense [rows, cols], zeros where nothing is stored.
+// The inverse: dense [rows, cols], zeros where nothing is stored (a column named twice holds the later value).
 void unpackSparse24Rows(const float* values, const uint16_t* meta, int64_t rows, int64_t cols, float* dense);
 
 // CPU reference on float data (values taken as already rounded to `type`): double accumulation, the output rounded
