@@ -79,7 +79,8 @@ int runBench(const std::vector<std::string>& args) {
                  "prompt-tokens", "gen-tokens", "repeats", "prefill-warmup", "seed", "threads", "tokenizer", "device", "dtype"},
                 {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv", "no-fused-attention",
                  "fused-norm-gemv", "no-fused-norm-gemv", "fused-swiglu-gemv", "no-fused-swiglu-gemv",
-                 "fused-int-linear", "no-fused-int-linear"});
+                 "fused-int-linear", "no-fused-int-linear", "sparse24-gemv", "no-sparse24-gemv", "sparse24-keep-dense",
+                 "no-sparse24-keep-dense"});
     applyThreads(a.integer("threads", 0));
     RuntimeOptions options = runtimeOptions(a);
     options.nativeKernels = !a.flag("no-native");
@@ -90,6 +91,8 @@ int runBench(const std::vector<std::string>& args) {
     options.fusedNormGemv = onOffFlag(a, "fused-norm-gemv", options.fusedNormGemv);
     options.fusedSwiGluGemv = onOffFlag(a, "fused-swiglu-gemv", options.fusedSwiGluGemv);
     options.fusedIntLinear = onOffFlag(a, "fused-int-linear", options.fusedIntLinear);
+    options.sparse24Gemv = onOffFlag(a, "sparse24-gemv", options.sparse24Gemv);
+    options.sparse24KeepDense = onOffFlag(a, "sparse24-keep-dense", options.sparse24KeepDense);
     LatencyParams p;
     p.batch = a.integer("batch", 1);
     p.promptTokens = a.integer("prompt-tokens", 128);
@@ -172,6 +175,8 @@ int runBench(const std::vector<std::string>& args) {
                                           {"dense_gemv", options.denseGemv}, {"fused_norm_gemv", options.fusedNormGemv},
                                           {"fused_swiglu_gemv", options.fusedSwiGluGemv},
                                           {"fused_int_linear", options.fusedIntLinear},
+                                          {"sparse24_gemv", options.sparse24Gemv},
+                                          {"sparse24_keep_dense", options.sparse24KeepDense},
                                           {"dependent_launch", decodeDependentLaunch()},
                                           {"fused_attention", options.fusedAttention}}},
                              {"prefill_attention", fusedAttention ? "scaled_dot_product_attention" : "reference"}};

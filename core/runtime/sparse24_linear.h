@@ -1,7 +1,8 @@
 #pragma once
 // A dense linear layer whose weight has the 2:4 pattern in every row (after prune.2:4, SparseGPT 2:4 or Wanda 2:4)
 // multiplied through cuSPARSELt (kernels/sparse24_gemm.h) when the input has at least `minRows` rows (prefill);
-// smaller inputs stay on the dense weight (cuBLAS), where the sparse kernel does not pay. Plain C++ (no CUDA
+// smaller inputs take the 2:4 GEMV on packed rows at one row (RuntimeOptions::sparse24Gemv) and cuBLAS on the dense
+// weight (kept, or unpacked per call) otherwise, where the sparse kernel does not pay. Plain C++ (no CUDA
 // headers); without the kernels in the build every weight stays dense.
 #include <cstdint>
 #include <functional>
@@ -19,7 +20,7 @@ public:
     virtual bool applies(const at::Tensor& x) const = 0;
     // x [..., cols] in the weight's type on its device; returns [..., rows] without bias.
     virtual at::Tensor forward(const at::Tensor& x) const = 0;
-    virtual size_t deviceBytes() const = 0;   // compressed weight and metadata (the dense weight is kept too)
+    virtual size_t deviceBytes() const = 0;   // compressed weight and metadata (cuSPARSELt's own copy)
 };
 
 // What the runtime found for one dense weight.
@@ -32,9 +33,9 @@ struct Sparse24Decision {
 // kSparse24Automatic (the default; CWB_SPARSE24_MIN_ROWS=auto): use cuSPARSELt for inputs of at least
 // kSparse24DefaultMinRows rows where our kernel-configuration search is known to be safe on this GPU (the searched
 // kernel measured 1.37-1.73x cuBLAS fp16 on the H200 at M >= 2048, docs/performance.md); elsewhere keep 2:4 weights
-// dense, since cuSPARSELt's default kernel measured 0.52-0.73x. The compressed copy is kept beside the dense weight
-// (fewer rows run on it): about 54% more device memory for those layers on a 7B shape. CWB_SPARSE24_MIN_ROWS=0
-// turns it off.
+// dense, since cuSPARSELt's default kernel measured 0.52-0.73x. cuSPARSELt's compressed copy (about 54% of the dense
+// bytes on a 7B shape) is kept beside the runtime's own form of the weight (packed 2:4 rows, or the dense weight).
+// CWB_SPARSE24_MIN_ROWS=0 turns it off.
 inline constexpr int64_t kSparse24Automatic = -1;
 inline constexpr int64_t kSparse24DefaultMinRows = 2048;
 
