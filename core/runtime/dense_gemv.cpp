@@ -220,6 +220,12 @@ at::Tensor denseGemvSwiGluLinear(const at::Tensor& x, const at::Tensor& normWeig
 
 bool sparse24GemvApplies(const at::Tensor& x, const Sparse24Rows& weight, int64_t maxRows) {
     if (!x.defined() || !weight.values.defined() || !x.is_cuda() || x.device() != weight.values.device()) return false;
+    // The layout the kernels read: contiguous [N, K/2] values and [N, K/16] int16 words on the same device.
+    const at::Tensor& v = weight.values;
+    const at::Tensor& m = weight.meta;
+    if (v.dim() != 2 || !v.is_contiguous() || !m.defined() || m.scalar_type() != at::kShort || m.device() != v.device() ||
+        m.dim() != 2 || !m.is_contiguous() || m.size(0) != v.size(0) || m.size(1) * 8 != v.size(1))
+        return false;
     if (x.scalar_type() != weight.values.scalar_type() || x.requires_grad() || x.dim() < 1 ||
         x.size(-1) != weight.cols() || x.numel() == 0)
         return false;
@@ -230,9 +236,9 @@ namespace {
 
 void requireSparse24Gemv(const at::Tensor& x, const Sparse24Rows& weight, const char* what) {
     if (!sparse24GemvApplies(x, weight, kernels::kDenseGemvMaxRows))
-        throw Error(std::string(what) + ": the input does not fit the packed 2:4 weight (CUDA, the weight's type, " +
-                    std::to_string(weight.cols()) + " columns, at most " + std::to_string(kernels::kDenseGemvMaxRows) +
-                    " rows)");
+        throw Error(std::string(what) + ": the input does not fit the packed 2:4 weight (contiguous values [N, K/2] and "
+                    "int16 positions [N, K/16] on x's CUDA device, x in the values' type with K columns, at most " +
+                    std::to_string(kernels::kDenseGemvMaxRows) + " rows)");
 }
 
 } // namespace

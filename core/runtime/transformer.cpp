@@ -310,7 +310,7 @@ void Transformer::attachSparse24(Block& b, const std::string& prefix) {
         // Packed once per cached block (a block rebuilt at every forward would pack at every forward).
         if (mOptions.denseGemv && mOptions.sparse24Gemv && mOptions.cacheWeights && tensor.size(1) % 16 == 0) {
             b.packed24[layer] = packSparse24Rows(tensor, prefix + layer);
-            mPackedSavedBytes += size_t(tensor.nbytes()) - b.packed24[layer].bytes();
+            b.packedSavedBytes += size_t(tensor.nbytes()) - b.packed24[layer].bytes();
             path.twoFourGemv = true;
             path.denseDropped = !mOptions.sparse24KeepDense;
         }
@@ -336,11 +336,18 @@ void Transformer::dropPackedDenseWeights(Block& b) {
     }
 }
 
+size_t Transformer::decodeBytesSavedByPacking() const {
+    size_t saved = 0;
+    for (const auto& block : mBlocks)
+        if (block) saved += block->packedSavedBytes;
+    return saved;
+}
+
 std::string Transformer::layerPathSummary() const {
-    std::map<std::string, int64_t> native, fallback, dense;
+    std::map<std::string, int64_t> native, fallback, dense, unpacked;
     int64_t gemv24 = 0, dropped = 0;
     for (const auto& [name, path] : mLayerPaths) {
-        ++(path.native ? native : path.twoFour ? dense : fallback)[path.how];
+        ++(path.native ? native : path.denseDropped ? unpacked : path.twoFour ? dense : fallback)[path.how];
         gemv24 += path.twoFourGemv ? 1 : 0;
         dropped += path.denseDropped ? 1 : 0;
     }
@@ -352,12 +359,11 @@ std::string Transformer::layerPathSummary() const {
     std::string text;
     if (!native.empty()) text = "native: " + list(native);
     if (!fallback.empty()) text += std::string(text.empty() ? "" : " | ") + "dequantized: " + list(fallback);
-    if (!dense.empty())
-        text += std::string(text.empty() ? "" : " | ") + (gemv24 > 0 && dropped == gemv24 ? "2:4 without cuSPARSELt: " : "2:4 kept dense: ") +
-                list(dense);
+    if (!dense.empty()) text += std::string(text.empty() ? "" : " | ") + "2:4 kept dense: " + list(dense);
+    if (!unpacked.empty()) text += std::string(text.empty() ? "" : " | ") + "2:4 without cuSPARSELt: " + list(unpacked);
     if (gemv24 > 0)
         text += std::string(text.empty() ? "" : " | ") + "2:4 GEMV on packed rows (decode): " + std::to_string(gemv24) +
-                " layers" + (dropped == gemv24 ? ", no dense copy (other row counts below cuSPARSELt's unpack them per call)"
+                " layers" + (dropped == gemv24 ? ", no dense copy (other row counts cuSPARSELt does not take unpack them per call)"
                                                : dropped > 0 ? ", " + std::to_string(dropped) + " without a dense copy" : "");
     return text;
 }

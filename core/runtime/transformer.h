@@ -87,11 +87,13 @@ struct RuntimeOptions {
     // GEMV takes (decode at batch 1) read only its kept values and their positions: 1.125 K bytes per row instead of
     // 2 K.
     bool sparse24Gemv = true;
-    // With sparse24Gemv: keep the dense copy of a packed 2:4 weight. Off (the default), only the packed rows (and
-    // cuSPARSELt's compressed copy from sparseMinRows rows) stay on the device, so a 2:4 layer holds 9/16 of its dense
-    // bytes (twice that with cuSPARSELt); inputs of more rows than the GEMV takes and fewer than sparseMinRows unpack
-    // the rows into a temporary dense weight for cuBLAS at each call (kernels::sparse24UnpackRows).
-    bool sparse24KeepDense = false;
+    // With sparse24Gemv: keep the dense copy of a packed 2:4 weight (the default). Off, only the packed rows (and
+    // cuSPARSELt's compressed copy where it runs) stay on the device, so a 2:4 layer holds 9/16 of its dense bytes
+    // (twice that with cuSPARSELt), but every input of more rows than the GEMV takes that cuSPARSELt does not take
+    // (batched decode, short prefills, evaluation chunks; every multi-row input without cuSPARSELt) unpacks the rows
+    // into a temporary dense weight for cuBLAS at each call (kernels::sparse24UnpackRows): 7B prefill of 128 tokens
+    // measured 2x slower on the H200.
+    bool sparse24KeepDense = true;
     // With fusedDecode active: native integer layers (W4A16 / W8A16 kernels; not FP8 or W8A8) take the RMSNorm before
     // them (q/k/v, gate/up) and the residual add after them (o_proj, down_proj) into their own launch
     // (NativeIntLinear::forwardFused), and a fused gate/up writes silu(gate) · up instead of [gate | up]
@@ -190,7 +192,7 @@ public:
     std::string layerPathSummary() const;
     // Bytes a decode step does not read because 2:4 layers read packed rows instead of their dense weight (dense
     // bytes minus packed bytes, over the blocks packed so far).
-    size_t decodeBytesSavedByPacking() const { return mPackedSavedBytes; }
+    size_t decodeBytesSavedByPacking() const;
 
 private:
     struct Block;
@@ -244,7 +246,6 @@ private:
     uint64_t mWeightsVersion = 0;      // bumped by invalidateBlock: graphs captured before it are stale
     std::shared_ptr<NativeWorkspace> mNativeWorkspace;
     std::map<std::string, LayerPath> mLayerPaths;
-    size_t mPackedSavedBytes = 0;   // decodeBytesSavedByPacking()
 };
 
 // Inverse frequencies of RoPE (float32 [headDim / 2]) with the model's scaling and rope_freqs.weight applied.

@@ -22,6 +22,7 @@ struct Transformer::Block {
     std::map<std::string, Sparse24Rows> packed24;   // 2:4 dense layers packed for the GEMV (decode reads only these)
     // Output rows of fused parts ("self_attn.q_proj") whose dense views went with their packed whole's dense weight.
     std::map<std::string, int64_t> droppedPartRows;
+    size_t packedSavedBytes = 0;   // dense bytes minus packed bytes of packed24 (what one-row decode does not read)
     int64_t denseGemvRows = 0;   // dense layers given at most this many rows of input run the GEMV kernel
     // The RMSNorm weights ("input_layernorm.weight", ...) in the compute type, as the GEMV that folds a norm reads them.
     std::map<std::string, at::Tensor> computeTypeNorms;

@@ -495,16 +495,18 @@ __global__ void sparse24UnpackKernel(const uint4* __restrict__ values, const uin
     const uint32_t positions = __ldg(meta + c);
     const uint16_t kept[8] = {uint16_t(v.x), uint16_t(v.x >> 16), uint16_t(v.y), uint16_t(v.y >> 16),
                               uint16_t(v.z), uint16_t(v.z >> 16), uint16_t(v.w), uint16_t(v.w >> 16)};
-    uint16_t out[16] = {};
+    uint32_t pairs[8];   // output elements 2i, 2i + 1; selects, not a dynamically indexed array (local memory)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        const uint32_t p = positions >> (4 * j);
-        out[4 * j + (p & 3)] = kept[2 * j];
-        out[4 * j + ((p >> 2) & 3)] = kept[2 * j + 1];
+        const uint32_t p = positions >> (4 * j), low = p & 3, high = (p >> 2) & 3;
+        uint32_t e[4];
+#pragma unroll
+        for (uint32_t i = 0; i < 4; ++i) e[i] = high == i ? kept[2 * j + 1] : low == i ? kept[2 * j] : 0u;
+        pairs[2 * j] = e[0] | (e[1] << 16);
+        pairs[2 * j + 1] = e[2] | (e[3] << 16);
     }
-    uint4 first, second;
-    memcpy(&first, out, 16);
-    memcpy(&second, out + 8, 16);
+    const uint4 first = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+    const uint4 second = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
     dense[2 * c] = first;
     dense[2 * c + 1] = second;
 }

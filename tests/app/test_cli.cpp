@@ -133,10 +133,10 @@ void TestCli::benchRecordsItsSwitches() {
     QCOMPARE(defaults["fused_int_linear"].toBool(false), true);
     QCOMPARE(optionsOf({"--no-fused-int-linear"})["fused_int_linear"].toBool(true), false);
     QCOMPARE(defaults["sparse24_gemv"].toBool(false), true);
-    QCOMPARE(defaults["sparse24_keep_dense"].toBool(true), false);
-    const QJsonObject twoFour = optionsOf({"--no-sparse24-gemv", "--sparse24-keep-dense"});
+    QCOMPARE(defaults["sparse24_keep_dense"].toBool(false), true);
+    const QJsonObject twoFour = optionsOf({"--no-sparse24-gemv", "--no-sparse24-keep-dense"});
     QCOMPARE(twoFour["sparse24_gemv"].toBool(true), false);
-    QCOMPARE(twoFour["sparse24_keep_dense"].toBool(false), true);
+    QCOMPARE(twoFour["sparse24_keep_dense"].toBool(true), false);
     QCOMPARE(defaults["fused_decode"].toBool(false), true);
     QCOMPARE(defaults["fused_attention"].toBool(false), true);
     QCOMPARE(optionsOf({"--no-fused-attention"})["fused_attention"].toBool(true), false);

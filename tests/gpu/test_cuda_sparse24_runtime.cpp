@@ -70,6 +70,7 @@ void packedGemvCase(const cwb::Model& model, at::ScalarType dtype, double tolera
         const std::string tag = type + (mode == cwb::DecodeMode::FixedShape ? ", fixed-shape steps" : ", CUDA graph");
         auto decode = [&](bool packed, bool keepDense, int64_t& launches) {
             cwb::RuntimeOptions o = cudaOptions(dtype, 0);
+            check(o.sparse24Gemv && o.sparse24KeepDense, "the defaults: the 2:4 GEMV on, the dense copy kept");
             o.decode = mode;
             o.sparse24Gemv = packed;
             o.sparse24KeepDense = keepDense;
@@ -91,7 +92,7 @@ void packedGemvCase(const cwb::Model& model, at::ScalarType dtype, double tolera
                       tag + ": the 7 pruned matrices are packed for the GEMV, and the summary says so");
                 check(dropped == (keepDense ? 0 : 7) &&
                           (summary.find("no dense copy") != std::string::npos) == !keepDense,
-                      tag + (keepDense ? ": sparse24KeepDense keeps the dense copies" : ": the dense copies are dropped by default"));
+                      tag + (keepDense ? ": sparse24KeepDense keeps the dense copies" : ": with sparse24KeepDense off the dense copies are dropped"));
             } else {
                 check(gemvLayers == 0 && summary.find("2:4 GEMV") == std::string::npos,
                       tag + ": with sparse24Gemv off nothing is packed");
