@@ -55,6 +55,17 @@ __device__ __forceinline__ float2 pairToFloat(uint32_t bits, const __nv_bfloat16
     return __bfloat1622float2(h);
 }
 
+// The 8 fp16 / bf16 elements of each row's 16-byte chunk as four pairs of floats (T from x's type).
+template <typename T, int kRows>
+__device__ __forceinline__ void weightPairs(const uint4 (&w)[kRows], float2 (&wf)[kRows][4], const T* x) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const uint32_t wBits[4] = {w[r].x, w[r].y, w[r].z, w[r].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wf[r][i] = pairToFloat(wBits[i], x);
+    }
+}
+
 // acc[r][m] += Σ over the 8 elements of one 16-byte chunk `c` of weight row r (w[r]) and of row m of x, x read
 // through the read-only cache once for all kRows weight rows. With kNorm each element of x is first multiplied by the
 // norm weight (gamma, in the activation type: one coalesced 16-byte load per chunk, as for x) and its square added
@@ -64,12 +75,7 @@ __device__ __forceinline__ void accumulateChunk(float (&acc)[kRows][M], float (&
                                                 const T* __restrict__ x, int64_t xStride,
                                                 const T* __restrict__ gamma, int64_t c) {
     float2 wf[kRows][4];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-        const uint32_t wBits[4] = {w[r].x, w[r].y, w[r].z, w[r].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) wf[r][i] = pairToFloat(wBits[i], x);
-    }
+    weightPairs(w, wf, x);
     uint32_t gBits[4] = {0, 0, 0, 0};
     if constexpr (kNorm) {
         const uint4 gv = __ldg(reinterpret_cast<const uint4*>(gamma) + c);
@@ -135,12 +141,7 @@ __device__ __forceinline__ void accumulateSparseChunk(float (&acc)[kRows][M], fl
                                                       const T* __restrict__ x, int64_t xStride,
                                                       const T* __restrict__ gamma, int64_t c) {
     float2 wf[kRows][4];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-        const uint32_t wBits[4] = {w[r].x, w[r].y, w[r].z, w[r].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) wf[r][i] = pairToFloat(wBits[i], x);
-    }
+    weightPairs(w, wf, x);
     float g[16];
     if constexpr (kNorm) loadSixteen<T, kVector>(gamma, c, g);
 #pragma unroll
