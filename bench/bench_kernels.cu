@@ -13,6 +13,7 @@
 //   --w8-stream: at M <= 16 both W8A16 kernels by name (old; stream under each of its shapes, wxa16SetW8StreamConfig)
 //   beside the same cuBLAS time; at M = 1 also a plain read of the packed 8-bit weight's bytes, timed the same way.
 //   --shape KxN, --m M: only that shape of the six, only that M (for a profiler, or a quick look).
+//   --stream-configs LIST: with --w4-stream, only these stream shapes (comma-separated indices, e.g. 11,12,15).
 //   --pdl: launch the W4A16 stream kernel with programmatic dependent launch (the runtime's default), so that each
 //   launch loads its first weights while the one before it finishes; off by default here, since cuBLAS cannot.
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
@@ -213,6 +214,7 @@ struct Row {
 int main(int argc, char** argv) {
     std::string outPath, onlyShape;
     int onlyM = 0;
+    std::vector<int> streamConfigs;   // empty: every stream shape
     bool sweep = false, quick = false, smallOnly = false, prefill = false, sweepSmall = false, bothW4 = false,
          sweepTma = false, streamW4 = false, streamW8 = false, graph = false, pdl = false;
     for (int i = 1; i < argc; ++i) {
@@ -230,10 +232,22 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--pdl")) pdl = true;
         else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) onlyShape = argv[++i];
         else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) onlyM = std::atoi(argv[++i]);
-        else {
+        else if (!std::strcmp(argv[i], "--stream-configs") && i + 1 < argc) {
+            for (const char* c = argv[++i]; *c;) {
+                char* end = nullptr;
+                const long v = std::strtol(c, &end, 10);
+                if (end == c || v < 0 || v >= wxa16StreamConfigCount()) {
+                    std::fprintf(stderr, "bench_kernels: --stream-configs takes indices in [0, %d), comma-separated\n",
+                                 wxa16StreamConfigCount());
+                    return 2;
+                }
+                streamConfigs.push_back(int(v));
+                c = *end == ',' ? end + 1 : end;
+            }
+        } else {
             std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m] [--prefill] "
                                  "[--sweep-small] [--w4-both] [--sweep-tma] [--w4-stream] [--w8-stream] [--graph] "
-                                 "[--shape KxN] [--m M] [--pdl]\n");
+                                 "[--shape KxN] [--m M] [--pdl] [--stream-configs LIST]\n");
             return 2;
         }
     }
@@ -412,6 +426,9 @@ int main(int argc, char** argv) {
                     wxa16SetSmallKernel(W4SmallKernel::Stream);
                     const int defaultStreamConfig = wxa16StreamConfig();
                     for (int config = 0; config < wxa16StreamConfigCount(); ++config) {
+                        if (!streamConfigs.empty() &&
+                            std::find(streamConfigs.begin(), streamConfigs.end(), config) == streamConfigs.end())
+                            continue;
                         wxa16SetStreamConfig(config);
                         timeW4("W4A16 g128 stream c" + std::to_string(config), 0);
                     }

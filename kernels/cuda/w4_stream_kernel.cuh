@@ -27,33 +27,63 @@ namespace cwb::kernels::detail {
 // `manyTilesBatch` (persistent subtract shapes; 0: none): the batch used instead when a launch has more row tiles than
 // two per multiprocessor, so that most blocks take several tiles (the next tile's batch is then loaded during the
 // reduction of this one, and a bigger batch keeps more of it in flight).
+// `rowTiles8`, `rowTiles16` (persistent subtract shapes, plain x; 1, 2 or 4): row tiles a block takes at once for up to 8
+// and for 9..16 tokens. Each activation fragment a warp loads then serves that many tiles: at 16 tokens x is 4x the
+// int4 weight's bytes per row tile, so one tile per block reads 4 bytes of x through L1/L2 per byte of weight. With
+// more than one tile the norm and the GLU epilogue are not folded (separate launches).
 struct StreamConfig {
     int batch, maxWarps;
     bool overlap, split, subtract;
     int persist;
     int manyTilesBatch = 0;
+    int rowTiles8 = 1, rowTiles16 = 1;
 };
-constexpr int kStreamConfigs = 12;
+constexpr int kStreamConfigs = 18;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
     {2, 16, false, false, true, 0},  {2, 16, false, false, true, 1}, {2, 16, false, false, true, 2},
     {2, 8, false, false, true, 1},   {4, 16, false, false, true, 2},
-    {2, 16, false, false, true, 2, 4}};
+    {2, 16, false, false, true, 2, 4},
+    {2, 16, false, false, true, 2, 0, 2, 2}, {4, 16, false, false, true, 2, 0, 2, 2},
+    {2, 8, false, false, true, 2, 0, 4, 4}, {2, 16, false, false, true, 2, 4, 1, 2},
+    {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
 // (docs/performance.md, "W4A16: a persistent stream kernel"). 11 is 8 with 4-chunk batches where blocks take several
 // row tiles: 7B INT4 decode 1.95 against 2.00-2.12 ms, 4096x11008 m = 1 8% faster, the other shapes as 8
 // (docs/performance.md, "W4A16: bigger batches where blocks take several row tiles"; 8-chunk batches were slower on
-// every shape and were removed).
-constexpr int kDefaultStreamConfig = 11;
+// every shape and were removed). 15 is 11 up to 8 tokens and two row tiles per block in 2-chunk batches at 9..16 (the
+// kernel of 12 there): at m = 16 12 ran 2.05x, 1.71x, 2.26x, 1.99x, 2.18x, 2.20x cuBLAS on the bench's six shapes,
+// 11 1.80x, 1.67x, 1.63x, 1.48x, 1.59x, 1.40x and the ring kernel 1.05x-2.03x (docs/performance.md, "W4A16 at 16
+// tokens: two row tiles per block").
+constexpr int kDefaultStreamConfig = 15;
+// Four row tiles per block need at most 8 warps (the launcher compiles no 16-warp block of them), several row tiles
+// only the persistent subtract shapes, and the persistent overlap is compiled for 2-chunk batches of 1 or 2 tiles.
+constexpr bool streamTableConsistent() {
+    for (const StreamConfig& c : kStreamConfigTable) {
+        const int most = c.rowTiles8 > c.rowTiles16 ? c.rowTiles8 : c.rowTiles16;
+        if (most >= 4 && c.maxWarps > 8) return false;
+        if (most > 1 && !(c.subtract && c.persist)) return false;
+        if (c.persist && c.overlap && !(c.subtract && c.batch == 2 && c.manyTilesBatch == 0 && most <= 2)) return false;
+        for (int r : {c.rowTiles8, c.rowTiles16})
+            if (r != 1 && r != 2 && r != 4) return false;
+    }
+    return true;
+}
+static_assert(streamTableConsistent(), "stream configurations: row tiles 1, 2 or 4; 4 with at most 8 warps; >1 persistent; "
+                                       "persistent overlap: subtracted, 2-chunk batches, at most 2 row tiles");
 int streamConfigIndex();  // wxa16_gemm.cu
 int streamResidentCap();  // wxa16_gemm.cu: wxa16SetStreamResidentCap, 0 for none
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
-// The chunks per batch of a launch over `tiles` row tiles (StreamConfig::manyTilesBatch).
-inline int streamBatch(const StreamConfig& c, int64_t tiles, int multiprocessors) {
-    return c.manyTilesBatch > 0 && tiles > 2 * int64_t(multiprocessors) ? c.manyTilesBatch : c.batch;
+// Row tiles per block of a launch of m tokens (StreamConfig::rowTiles8, rowTiles16).
+inline int streamRowTiles(const StreamConfig& c, int m) { return m <= 8 ? c.rowTiles8 : c.rowTiles16; }
+// The chunks per batch of a launch of m tokens over `tiles` row tiles (StreamConfig::manyTilesBatch, which launches
+// of one row tile per block take; with two, 2-chunk batches measured faster at 16 tokens on 4 of the 6 shapes).
+inline int streamBatch(const StreamConfig& c, int64_t tiles, int m, int multiprocessors) {
+    return c.manyTilesBatch > 0 && streamRowTiles(c, m) == 1 && tiles > 2 * int64_t(multiprocessors) ? c.manyTilesBatch
+                                                                                                       : c.batch;
 }
 
 // Warps per block and chunks per warp for a weight of `chunks` chunks; the warp count is the smallest of 4, 8, 16
@@ -73,9 +103,13 @@ inline StreamSplit streamSplit(int chunks, int cps) {
 
 // Registers capped so that many warps fit on a multiprocessor (the loads in flight per SM grow with them): 32 warps
 // for one token tile and 4-chunk batches, 24 with 8-chunk batches (fewer spill at 64 registers), 16 for two tiles.
-template <int NT, int W, int B>
+// With R > 1 row tiles per block a warp holds B·R chunks and R tiles' sums: 24 warps (one token tile, B·R = 4), else 16
+// (one token tile) or 8 (two token tiles and B·R = 8), the counts at which ptxas spilled nothing (sm_90, CUDA 13.0).
+template <int NT, int W, int B, int R = 1>
 constexpr int streamMinBlocks() {
-    constexpr int warps = NT == 1 ? (B <= 4 ? 32 : 24) : 16;
+    constexpr int warps = R == 1   ? (NT == 1 ? (B <= 4 ? 32 : 24) : 16)
+                          : NT == 1 ? (B * R <= 4 ? 24 : 16)
+                                    : (B * R <= 4 ? 16 : 8);
     return warps / W > 0 ? warps / W : 1;
 }
 
@@ -174,57 +208,80 @@ __host__ __device__ inline int normSharedStride(int chunks) { return chunks * 64
 // RMSNorm(x)·γ, formed in the prologue into dynamic shared memory (p.m · normSharedStride(p.chunks) elements), once
 // per block. GLU (PERSIST only): the weight is [gate; up] (p.tiles = 2 · pairs) and y [m, pairs · 16] is
 // silu(gate)·up; block b takes gate tile q then up tile q + pairs for q = b, b + grid, ... < pairs (finishGluTile).
-// PERSIST (not with OVERLAP): after its last batch of a tile a warp loads its first batch of the next tile, then the
-// warps add up the tile through one of two shared buffers (one barrier per tile), so those loads are in flight
-// through the reduction and the store.
+// PERSIST: after its last batch of a tile a warp loads its first batch of the next tile, then the warps add up the
+// tile through one of two shared buffers (one barrier per tile), so those loads are in flight through the reduction
+// and the store. PERSIST with OVERLAP (plain subtracted shapes): two batches of registers inside each tile as well.
+// R > 1 (PERSIST, SUB, plain x, no GLU): a block's item is R consecutive row tiles (the last item's tiles past p.tiles
+// re-read the last tile and store nothing); each activation fragment serves all R. Its reduction buffer is R times
+// larger, so there is one, with a barrier before each item's sums are written into it.
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX,
-          bool PERSIST = false, bool GLU = false>
-__global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1)>()) w4StreamKernel(const Wxa16Params p) {
+          bool PERSIST = false, bool GLU = false, int R = 1>
+__global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1), R>()) w4StreamKernel(const Wxa16Params p) {
     constexpr bool NORM = PRO != kPlainX;   // x read from shared memory
     static_assert(SUB || !NORM, "the folded prologue reads x from shared memory: subtracted steps only");
     static_assert(PERSIST || !GLU, "a GLU block takes a gate tile and an up tile: the persistent loop");
-    static_assert(!(PERSIST && OVERLAP), "the persistent loop keeps one batch of registers");
+    static_assert(!(PERSIST && OVERLAP) || (SUB && !NORM && !GLU), "the persistent overlap: plain subtracted shapes only");
+    static_assert(R == 1 || (PERSIST && SUB && !NORM && !GLU), "several row tiles per block: persistent plain shapes");
     constexpr int S = B / CPS;  // steps per batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-    int tile = blockIdx.x;
+    int item = blockIdx.x;   // a row tile (R = 1) or R consecutive row tiles
+    const int items = (p.tiles + R - 1) / R;
     const int cBegin = warp * p.chunksPerSplit, cEnd = min(p.chunks, cBegin + p.chunksPerSplit);
 
-    // The lane's words of chunk cBegin and (scale, zero) words of tile t.
+    // The lane's words of chunk cBegin and (scale, zero) words of row tile t.
     auto tileWords = [&](int t) { return p.words + int64_t(t) * p.chunks * 32 + lane + int64_t(cBegin) * 32; };
     auto tileScales = [&](int t) { return p.scaleZero + int64_t(t) * p.groups * 16 + g; };
-    const uint4* wq[1] = {tileWords(tile)};
-    const uint32_t* sp[1] = {tileScales(tile)};
+    const uint4* wq[R];
+    const uint32_t* sp[R];
+    auto pointAt = [&](int it) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int t = R == 1 ? it : min(it * R + r, p.tiles - 1);
+            wq[r] = tileWords(t);
+            sp[r] = tileScales(t);
+        }
+    };
+    pointAt(item);
 
-    float acc[1][NT][4];
+    float acc[R][NT][4];
+    auto clearAcc = [&] {
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
+        for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[0][n][j] = 0.0f;
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[r][n][j] = 0.0f;
+    };
+    clearAcc();
+    auto advance = [&](int chunks) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) wq[r] += chunks * 32;
+    };
 
     // Loads / computes the batch that starts `ahead` chunks past c (ahead is a compile-time offset from wq and xq).
     const T* xq = nullptr;
     int64_t xTokenStride = 0;
-    auto load = [&](SmallStep<1, CPS>(&batch)[S], int c, int ahead) {
+    auto load = [&](SmallStep<R, CPS>(&batch)[S], int c, int ahead) {
 #pragma unroll
         for (int i = 0; i < S; ++i)
             if (c + ahead + i * CPS < cEnd)
-                loadSmallStep<NT, 1, CPS, T, !NORM>(batch[i], p, wq, sp, xq, xTokenStride, g, c + ahead + i * CPS, cEnd,
+                loadSmallStep<NT, R, CPS, T, !NORM>(batch[i], p, wq, sp, xq, xTokenStride, g, c + ahead + i * CPS, cEnd,
                                                     ahead + i * CPS);
     };
-    auto loadWeightsOnly = [&](SmallStep<1, CPS>(&batch)[S], int c) {
+    auto loadWeightsOnly = [&](SmallStep<R, CPS>(&batch)[S], int c) {
 #pragma unroll
         for (int i = 0; i < S; ++i)
             if (c + i * CPS < cEnd)
-                loadSmallStep<NT, 1, CPS, T, false>(batch[i], p, wq, sp, xq, xTokenStride, g, c + i * CPS, cEnd, i * CPS);
+                loadSmallStep<NT, R, CPS, T, false>(batch[i], p, wq, sp, xq, xTokenStride, g, c + i * CPS, cEnd, i * CPS);
     };
-    auto compute = [&](const SmallStep<1, CPS>(&batch)[S], int c, int ahead) {
+    auto compute = [&](const SmallStep<R, CPS>(&batch)[S], int c, int ahead) {
 #pragma unroll
         for (int i = 0; i < S; ++i)
             if (c + ahead + i * CPS < cEnd)
-                computeStep<T, NT, 1, CPS, SUB, SPLIT, NORM>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
+                computeStep<T, NT, R, CPS, SUB, SPLIT, NORM>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
                                                              c + ahead + i * CPS, cEnd, g, acc);
     };
-    SmallStep<1, CPS> first[S];
+    SmallStep<R, CPS> first[S];
     if (cBegin < cEnd) loadWeightsOnly(first, cBegin);
     if constexpr (PRO == kNormX)   // γ is a weight too: bring the warp's part into L1 before the wait, off the norm's path
         for (int col = cBegin * 64 + lane * 8; col < cEnd * 64 && col < p.cols; col += 256)
@@ -243,63 +300,77 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         xTokenStride = int64_t(8) * p.ldx;
     }
     xq = xBegin;
-    if constexpr (OVERLAP) {
-        SmallStep<1, CPS> second[S];
+    if constexpr (OVERLAP && !PERSIST) {
+        SmallStep<R, CPS> second[S];
         for (int c = cBegin; c < cEnd; c += 2 * B) {
             if (c + B < cEnd) load(second, c, B);
             compute(first, c, 0);
             if (c + B >= cEnd) break;
             if (c + 2 * B < cEnd) load(first, c, 2 * B);
             compute(second, c, B);
-            wq[0] += 2 * B * 32;
+            advance(2 * B);
             xq += 2 * B * 64;
         }
     } else if constexpr (!PERSIST) {
         for (int c = cBegin; c < cEnd; c += B) {
             if (c != cBegin) load(first, c, 0);
             compute(first, c, 0);
-            wq[0] += B * 32;
+            advance(B);
             xq += B * 64;
         }
     }
 
     if constexpr (PERSIST) {
-        __shared__ float red[2][W * NT * 4 * 32];
+        constexpr int kBuffers = R == 1 ? 2 : 1;
+        __shared__ float red[kBuffers][W * R * NT * 4 * 32];
         __shared__ float gluGate[GLU ? kSmallMaxTokens : 1][16];
         const int pairs = p.tiles / 2;
         for (int parity = 0;; parity ^= 1) {
-            for (int c = cBegin; c < cEnd; c += B) {
-                if (c != cBegin) load(first, c, 0);
-                compute(first, c, 0);
-                wq[0] += B * 32;
-                xq += B * 64;
+            if constexpr (OVERLAP) {   // batch i + 1 in flight while batch i is computed; `first` is free after
+                SmallStep<R, CPS> second[S];
+                for (int c = cBegin; c < cEnd; c += 2 * B) {
+                    if (c + B < cEnd) load(second, c, B);
+                    compute(first, c, 0);
+                    if (c + B >= cEnd) break;
+                    if (c + 2 * B < cEnd) load(first, c, 2 * B);
+                    compute(second, c, B);
+                    advance(2 * B);
+                    xq += 2 * B * 64;
+                }
+            } else {
+                for (int c = cBegin; c < cEnd; c += B) {
+                    if (c != cBegin) load(first, c, 0);
+                    compute(first, c, 0);
+                    advance(B);
+                    xq += B * 64;
+                }
             }
-            int next = tile + int(gridDim.x);
-            bool more = next < p.tiles;
+            int next = item + int(gridDim.x);
+            bool more = next < items;
             if constexpr (GLU) {   // gate tile q, up tile q + pairs, gate tile q + grid, ...
-                next = tile < pairs ? tile + pairs : tile - pairs + int(gridDim.x);
-                more = tile < pairs || next < pairs;
+                next = item < pairs ? item + pairs : item - pairs + int(gridDim.x);
+                more = item < pairs || next < pairs;
             }
             if (more && cBegin < cEnd) {
-                wq[0] = tileWords(next);
-                sp[0] = tileScales(next);
+                pointAt(next);
                 loadWeightsOnly(first, cBegin);
             }
-            if constexpr (GLU)
-                finishGluTile<T, NT, W>(p, acc, red[parity], tile, pairs, gluGate);
-            else
-                finishSmallBlock<T, NT, 1, W>(p, acc, red[parity], tile, 0);
+            if constexpr (GLU) {
+                finishGluTile<T, NT, W>(p, acc, red[parity], item, pairs, gluGate);
+            } else if constexpr (R == 1) {
+                finishSmallBlock<T, NT, 1, W>(p, acc, red[parity], item, 0);
+            } else {
+                __syncthreads();   // the one buffer: the last item's sums have been read
+                finishSmallBlock<T, NT, R, W>(p, acc, red[0], item * R, 0);
+            }
             if (!more) break;
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) acc[0][n][j] = 0.0f;
-            tile = next;
+            clearAcc();
+            item = next;
             xq = xBegin;
         }
     } else {
         __shared__ float red[W * NT * 4 * 32];
-        finishSmallBlock<T, NT, 1, W>(p, acc, red, tile, 0);
+        finishSmallBlock<T, NT, 1, W>(p, acc, red, item, 0);
     }
 }
 

@@ -133,6 +133,12 @@ void wxa16SetStreamResidentCap(int blocks) {
     if (blocks < 0) throw KernelError("wxa16SetStreamResidentCap: " + std::to_string(blocks) + " blocks is below 0");
     detail::streamResidentCapSlot().store(blocks, std::memory_order_relaxed);
 }
+int wxa16StreamRowTiles(int index, int64_t m) {
+    if (index < 0 || index >= detail::kStreamConfigs)
+        throw KernelError("wxa16StreamRowTiles: configuration " + std::to_string(index) + " is outside [0, " +
+                          std::to_string(detail::kStreamConfigs) + ")");
+    return detail::streamRowTiles(detail::kStreamConfigTable[index], int(std::min<int64_t>(m, detail::kSmallMaxTokens)));
+}
 std::string wxa16StreamConfigName(int index) {
     if (index < 0 || index >= detail::kStreamConfigs) return "?";
     const detail::StreamConfig& c = detail::kStreamConfigTable[index];
@@ -142,7 +148,11 @@ std::string wxa16StreamConfigName(int index) {
            (c.persist == 1   ? ", persistent (k tiles per block)"
             : c.persist == 2 ? ", persistent (all resident blocks)"
                              : "") +
-           (c.manyTilesBatch ? "; " + std::to_string(c.manyTilesBatch) + " per batch past 2 row tiles per SM" : "");
+           (c.manyTilesBatch ? "; " + std::to_string(c.manyTilesBatch) + " per batch past 2 row tiles per SM" : "") +
+           (c.rowTiles8 > 1 || c.rowTiles16 > 1
+                ? "; " + std::to_string(c.rowTiles8) + " row tiles per block up to 8 tokens, " +
+                      std::to_string(c.rowTiles16) + " at 9..16"
+                : "");
 }
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call
@@ -223,11 +233,14 @@ bool smallTokenKernel(const DeviceTiledWeight& w, int64_t slice) {
 }
 // Auto's rule, from the H200 runs (docs/performance.md, "W4A16: one LOP3 per register, the zero subtracted before
 // the mma"): up to 8 tokens the stream kernel (one block per row tile) in its default shape was faster than the ring
-// kernel on all six shapes at m = 1 and 4; at up to 16 tokens only while the row tiles fill about two blocks per
-// multiprocessor; past that the ring kernel, which shares each activation fragment between two row tiles.
+// kernel on all six shapes at m = 1 and 4; at up to 16 tokens with one row tile per block only while the row tiles
+// fill about two blocks per multiprocessor (past that the ring kernel, which shares each activation fragment between
+// two row tiles, was faster); with two row tiles per block (the default shape at 9..16 tokens) the stream kernel was
+// faster on all six shapes at m = 16 ("W4A16 at 16 tokens: two row tiles per block", session 15).
 bool autoPicksStream(const DeviceTiledWeight& w, int64_t slice) {
     const int64_t tiles = w.paddedRows / kTileRows;
-    return slice <= 8 || tiles <= 2 * int64_t(multiprocessors());
+    return slice <= 8 || tiles <= 2 * int64_t(multiprocessors()) ||
+           detail::streamRowTiles(detail::streamConfig(), int(slice)) > 1;
 }
 
 // The small-token launch goes through the TMA kernel (selected, and the device has the bulk copy engine).
@@ -313,14 +326,17 @@ WorkspaceLayout layoutFor(const DeviceTiledWeight& w, int64_t m, int split, bool
 
 bool foldsNorm(const DeviceTiledWeight& w, int64_t slice) {
     const size_t shared = size_t(slice) * size_t(detail::normSharedStride(int(w.paddedCols / kChunkCols))) * 2;
-    return streamKernel(w, slice) && !w.columnOf && detail::streamConfig().subtract && shared <= kNormFoldSharedBytes;
+    const detail::StreamConfig& c = detail::streamConfig();
+    return streamKernel(w, slice) && !w.columnOf && c.subtract && !c.overlap && detail::streamRowTiles(c, int(slice)) == 1 &&
+           shared <= kNormFoldSharedBytes;
 }
 
 // The GLU epilogue is compiled for the persistent subtract shapes only (the default; launchPersistentBatch); the
 // gate and the up half each take whole row tiles.
 bool foldsSwiGlu(const DeviceTiledWeight& w, int64_t slice) {
     const detail::StreamConfig& c = detail::streamConfig();
-    return streamKernel(w, slice) && c.subtract && c.persist != 0 && w.rows % (2 * kTileRows) == 0;
+    return streamKernel(w, slice) && c.subtract && c.persist != 0 && !c.overlap &&
+           detail::streamRowTiles(c, int(slice)) == 1 && w.rows % (2 * kTileRows) == 0;
 }
 
 } // namespace

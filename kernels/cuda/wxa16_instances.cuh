@@ -173,13 +173,13 @@ inline int64_t persistentGrid(int64_t tiles, int64_t resident, int persist) {
 // dynamic shared memory, up to kNormFoldSharedBytes: that most is allowed to the kernel here, since with the reduction
 // buffers the static and dynamic shared memory together may pass the 48 KB a kernel gets without asking (16 warps and
 // two token tiles: 17 KB static, 33 KB with PERSIST's two buffers, 1 KB more for GLU's gate sums). PERSIST: the grid from persistentGrid, given the blocks a
-// multiprocessor holds at once with that most (GLU: over the pairs of gate and up tiles). Both asked once per device
-// and kernel.
+// multiprocessor holds at once with that most (GLU: over the pairs of gate and up tiles; R > 1: over the groups of R
+// row tiles). Both asked once per device and kernel.
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO, bool PERSIST,
-          bool GLU = false>
+          bool GLU = false, int R = 1>
 void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, cudaStream_t stream) {
     constexpr bool NORM = PRO != kPlainX;   // a prologue into dynamic shared memory
-    const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU>;
+    const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>;
     const size_t shared = NORM ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0;
     dim3 grid(unsigned(p.tiles));
     if constexpr (NORM || PERSIST) {
@@ -200,32 +200,36 @@ void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, c
             int64_t resident = int64_t(perSm) * multiprocessors;
             const int cap = streamResidentCap();   // read once: a test may change it between launches
             if (cap > 0 && cap < resident) resident = cap;
-            grid.x = unsigned(persistentGrid(GLU ? p.tiles / 2 : p.tiles, resident, persist));
+            const int64_t items = GLU ? p.tiles / 2 : (int64_t(p.tiles) + R - 1) / R;
+            grid.x = unsigned(persistentGrid(items, resident, persist));
         }
     }
     CWB_CUDA_CHECK(launchDependent(kernel, grid, dim3(W * 32), shared, stream, p));
 }
 
 // PERSIST only for blocks of 8 or 16 warps; 4-warp blocks (8 chunks or fewer) take one tile each, except under GLU,
-// whose blocks always take a gate tile and an up tile.
+// whose blocks always take a gate tile and an up tile, and with R > 1 row tiles per block (the persistent loop only).
+// Four row tiles per block run at most 8 warps (their reduction buffer: 32 KB at 16 tokens).
 template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX, bool PERSIST = false,
-          bool GLU = false>
+          bool GLU = false, int R = 1>
 void launchStreamWarps(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
+    constexpr bool small = GLU || R > 1;   // 4-warp blocks persistent
     if (warps <= 4)
-        launchStreamShape<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, PRO, GLU, GLU>(p, GLU ? persist : 0, multiprocessors, stream);
+        launchStreamShape<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, PRO, small, GLU, R>(p, small ? persist : 0, multiprocessors,
+                                                                                    stream);
     else if (warps <= 8)
-        launchStreamShape<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU>(p, persist, multiprocessors, stream);
-    else
-        launchStreamShape<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU>(p, persist, multiprocessors, stream);
+        launchStreamShape<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, persist, multiprocessors, stream);
+    else if constexpr (R < 4)   // kStreamConfigTable caps 4-tile shapes at 8 warps (static_assert there)
+        launchStreamShape<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, persist, multiprocessors, stream);
 }
 
 template <typename T, int NT, int B, bool OVERLAP, bool SPLIT, bool SUB = false, int PRO = kPlainX, bool PERSIST = false,
-          bool GLU = false>
+          bool GLU = false, int R = 1>
 void launchStreamPairs(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
     if (p.groupShift >= 1)
-        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU>(p, warps, persist, multiprocessors, stream);
+        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, warps, persist, multiprocessors, stream);
     else
-        launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU>(p, warps, persist, multiprocessors, stream);
+        launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, warps, persist, multiprocessors, stream);
 }
 
 // The persistent subtract shapes, with and without the folded norm, with and without the GLU epilogue, for batches
@@ -242,6 +246,29 @@ void launchPersistentBatch(const Wxa16Params& p, int warps, int persist, int sms
         launchStreamPairs<T, NT, B, false, false, true, kPlainX, true>(p, warps, persist, sms, stream);
 }
 
+// The persistent subtract shapes with R > 1 row tiles per block: plain x only (the launcher folds neither the norm nor
+// the GLU epilogue into them, wxa16FoldsNorm / wxa16FoldsSwiGlu). Compiled: (R, B) = (2, 2), (2, 4), (4, 2).
+template <typename T, int NT>
+void launchPersistentRows(const Wxa16Params& p, int rowTiles, int batch, int warps, int persist, int sms,
+                          cudaStream_t stream) {
+    if (rowTiles >= 4)
+        launchStreamPairs<T, NT, 2, false, false, true, kPlainX, true, false, 4>(p, warps, persist, sms, stream);
+    else if (batch >= 4)
+        launchStreamPairs<T, NT, 4, false, false, true, kPlainX, true, false, 2>(p, warps, persist, sms, stream);
+    else
+        launchStreamPairs<T, NT, 2, false, false, true, kPlainX, true, false, 2>(p, warps, persist, sms, stream);
+}
+
+// The persistent subtract shapes with two batches of registers (StreamConfig::overlap): 2-chunk batches, 1 or 2 row
+// tiles per block, plain x only (the launcher folds neither the norm nor the GLU epilogue into them).
+template <typename T, int NT>
+void launchPersistentOverlap(const Wxa16Params& p, int rowTiles, int warps, int persist, int sms, cudaStream_t stream) {
+    if (rowTiles >= 2)
+        launchStreamPairs<T, NT, 2, true, false, true, kPlainX, true, false, 2>(p, warps, persist, sms, stream);
+    else
+        launchStreamPairs<T, NT, 2, true, false, true, kPlainX, true, false, 1>(p, warps, persist, sms, stream);
+}
+
 // p.normWeight set: the norm is folded, which only the subtract shape compiles (the launcher checks foldsNorm first);
 // p.swiglu set: the GLU epilogue, which only the persistent subtract shapes compile (the launcher checks foldsSwiGlu
 // first).
@@ -249,8 +276,13 @@ template <typename T, int NT>
 void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cudaStream_t stream) {
     const StreamConfig& c = streamConfig();
     const int sms = multiprocessors;
-    const int batch = streamBatch(c, p.tiles, sms);
-    if (c.subtract && c.persist && batch == 4)
+    const int batch = streamBatch(c, p.tiles, p.m, sms);
+    const int rowTiles = streamRowTiles(c, p.m);
+    if (c.subtract && c.persist && c.overlap && !p.normWeight && !p.swiglu)
+        launchPersistentOverlap<T, NT>(p, rowTiles, warps, c.persist, sms, stream);
+    else if (c.subtract && c.persist && rowTiles > 1 && !p.normWeight && !p.swiglu)
+        launchPersistentRows<T, NT>(p, rowTiles, batch, warps, c.persist, sms, stream);
+    else if (c.subtract && c.persist && batch == 4)
         launchPersistentBatch<T, NT, 4>(p, warps, c.persist, sms, stream);
     else if (c.subtract && c.persist)
         launchPersistentBatch<T, NT, 2>(p, warps, c.persist, sms, stream);

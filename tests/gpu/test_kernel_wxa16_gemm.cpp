@@ -210,34 +210,39 @@ void runFusedCases(ActType act) {
     for (int config = 0; config < wxa16StreamConfigCount(); ++config) {
         if (wxa16StreamConfigName(config).find("persistent") == std::string::npos) continue;
         wxa16SetStreamConfig(config);
+        // Shapes that give a block several row tiles, or two batches of registers, fold neither the norm nor SwiGLU
+        // (separate launches, same result).
+        const bool overlap = wxa16StreamConfigName(config).find("next batch loaded") != std::string::npos;
+        const bool f8 = !overlap && wxa16StreamRowTiles(config, 8) == 1;
+        const bool f16 = !overlap && wxa16StreamRowTiles(config, 16) == 1;
         wxa16SetStreamResidentCap(3);
         std::printf("-- fused norm / residual: stream configuration %d (%s), 3 blocks\n", config,
                     wxa16StreamConfigName(config).c_str());
-        for (Fusion f : {both, inPlace}) runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 4}, 32, f, true);
-        runFusedCase({4, true, 256, 1024, 128, 0}, act, {12}, 33, inPlace, true);   // two token tiles
-        runFusedCase({4, false, 80, 8192, 128, 0}, act, {1}, 34, both, true);        // 16 warps, 16 KB of x
+        for (Fusion f : {both, inPlace}) runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 4}, 32, f, f8);
+        runFusedCase({4, true, 256, 1024, 128, 0}, act, {12}, 33, inPlace, f16);   // two token tiles
+        runFusedCase({4, false, 80, 8192, 128, 0}, act, {1}, 34, both, f8);        // 16 warps, 16 KB of x
         // 16 warps and two token tiles: 33 KB of reduction buffers + 28 KB of x, past the 48 KB allowed unasked
-        runFusedCase({4, true, 80, 1152, 128, 0}, act, {12}, 37, inPlace, true);
-        runFusedCase({4, false, 80, 1088, 128, 0}, act, {1}, 38, both, true);         // 16 warps, seven with no chunks
+        runFusedCase({4, true, 80, 1152, 128, 0}, act, {12}, 37, inPlace, f16);
+        runFusedCase({4, false, 80, 1088, 128, 0}, act, {1}, 38, both, f8);         // 16 warps, seven with no chunks
         // SiLU · up written by the kernel: 8 pairs of gate and up tiles over 3 blocks; two token tiles; 16 warps, seven
         // without chunks; act-order (the gather first); 4-warp blocks (4 chunks), persistent for the pairs
-        for (Fusion f : {gluNorm, gluOnly}) runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 4}, 42, f, true);
-        runFusedCase({4, true, 256, 1024, 128, 0}, act, {12}, 43, gluNorm, true);
-        runFusedCase({4, false, 96, 1088, 128, 0}, act, {1}, 44, gluNorm, true);
-        runFusedCase({4, false, 128, 512, 128, 1}, act, {1}, 45, gluOnly, true);
-        runFusedCase({4, true, 64, 256, 128, 0}, act, {1, 3}, 46, gluNorm, true);
+        for (Fusion f : {gluNorm, gluOnly}) runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 4}, 42, f, f8);
+        runFusedCase({4, true, 256, 1024, 128, 0}, act, {12}, 43, gluNorm, f16);
+        runFusedCase({4, false, 96, 1088, 128, 0}, act, {1}, 44, gluNorm, f8);
+        runFusedCase({4, false, 128, 512, 128, 1}, act, {1}, 45, gluOnly, f8);
+        runFusedCase({4, true, 64, 256, 128, 0}, act, {1, 3}, 46, gluNorm, f8);
         runFusedCase({4, false, 80, 1088, 128, 0}, act, {1}, 47, gluNorm, false);   // 80 rows: 40 is no whole tile
         wxa16SetStreamResidentCap(0);
-        runFusedCase({4, true, 1408, 4096, 128, 0}, act, {1}, 50, gluNorm, true);   // 704 features, resident blocks
+        runFusedCase({4, true, 1408, 4096, 128, 0}, act, {1}, 50, gluNorm, f8);   // 704 features, resident blocks
         // 300 row tiles (150 pairs): past 2 per multiprocessor, so configuration 11 takes 4-chunk batches, as for 7B's
         // gate/up (1376 tiles)
-        runFusedCase({4, true, 4800, 1152, 128, 0}, act, {1, 4}, 52, gluNorm, true);
+        runFusedCase({4, true, 4800, 1152, 128, 0}, act, {1, 4}, 52, gluNorm, f8);
         // 70 tokens: a slice of 64 (the general kernel, then siluMul), then one of 6 that writes silu(gate) · up itself
         runFusedCase({4, true, 256, 1024, 128, 0}, act, {70}, 54, gluNorm, false);
-        runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 35, both, true);        // one tile per block
+        runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 35, both, f8);        // one tile per block
         // 300 row tiles: several per block (configuration 11 takes 4-chunk batches there); m <= 8, since at 9..16
         // tokens `auto` gives that many row tiles to the ring kernel
-        runFusedCase({4, true, 4800, 1152, 128, 0}, act, {1, 4}, 39, inPlace, true);
+        runFusedCase({4, true, 4800, 1152, 128, 0}, act, {1, 4}, 39, inPlace, f8);
     }
     wxa16SetStreamConfig(initialStream);
     std::printf("-- fused norm / residual: ring kernel (split-K, last block adds the residual)\n");
@@ -269,9 +274,22 @@ int main() {
         const W4SmallKernel initial = wxa16SmallKernel();
         const int initialStreamConfig = wxa16StreamConfig();
         if (!std::getenv("CWB_W4_STREAM_CONFIG"))
-            check(initialStreamConfig == 11 && wxa16StreamConfigName(11).find("persistent") != std::string::npos &&
-                      wxa16StreamConfigName(11).find("4 per batch past") != std::string::npos,
-                  "the stream kernel's default shape is 11 (persistent; 4-chunk batches past 2 row tiles per SM)");
+            check(initialStreamConfig == 15 && wxa16StreamConfigName(15).find("persistent") != std::string::npos &&
+                      wxa16StreamConfigName(15).find("4 per batch past") != std::string::npos &&
+                      wxa16StreamRowTiles(15, 8) == 1 && wxa16StreamRowTiles(15, 9) == 2,
+                  "the stream kernel's default shape is 15 (persistent; up to 8 tokens one row tile per block, 4-chunk "
+                  "batches past 2 row tiles per SM; at 9..16 two row tiles per block)");
+        {
+            bool threw = false;
+            try {
+                wxa16StreamRowTiles(wxa16StreamConfigCount(), 1);
+            } catch (const KernelError&) {
+                threw = true;
+            }
+            check(threw, "wxa16StreamRowTiles refuses a configuration past the table");
+            check(wxa16StreamRowTiles(11, 1) == 1 && wxa16StreamRowTiles(11, 16) == 1,
+                  "the default stream shape takes one row tile per block");
+        }
         std::vector<W4SmallKernel> smallKernels = {W4SmallKernel::Ring, W4SmallKernel::Stream};
         if (wxa16TmaAvailable()) smallKernels.push_back(W4SmallKernel::Tma);
         else std::printf("-- no sm_90 device: the TMA small-M kernel is not tested here\n");
@@ -365,8 +383,8 @@ int main() {
                 }
             }
             wxa16SetStreamConfig(initialStreamConfig);  // the configuration loop above ends at 0
-            // Auto: the stream kernel up to 8 tokens, and at up to 16 for few row tiles; the ring kernel past two
-            // blocks per multiprocessor at 9..16 tokens.
+            // Auto: the stream kernel up to 8 tokens; at 9..16 too when the stream shape takes several row tiles per
+            // block (the default), else only for few row tiles (the ring kernel past two blocks per multiprocessor).
             wxa16SetSmallKernel(W4SmallKernel::Auto);
             int sms = 0;
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -377,8 +395,16 @@ int main() {
                       "auto runs 16 row tiles through the stream kernel at m = 1 and 16");
                 check(wxa16SmallKernelFor(many, 1) == W4SmallKernel::Stream && wxa16SmallKernelFor(many, 8) == W4SmallKernel::Stream,
                       "auto runs more than 4 row tiles per multiprocessor through the stream kernel at m = 1 and 8");
-                check(wxa16SmallKernelFor(many, 9) == W4SmallKernel::Ring && wxa16SmallKernelFor(many, 16) == W4SmallKernel::Ring,
-                      "auto runs more than 2 row tiles per multiprocessor through the ring kernel at m = 9 and 16");
+                // The default shape takes two row tiles per block at 9..16 tokens, which beat the ring kernel on every
+                // shape measured; a shape of one row tile per block leaves many row tiles to the ring kernel there.
+                check(wxa16SmallKernelFor(many, 9) == W4SmallKernel::Stream && wxa16SmallKernelFor(many, 16) == W4SmallKernel::Stream,
+                      "auto (default shape) runs more than 2 row tiles per multiprocessor through the stream kernel at m = 9 and 16");
+                const int defaultShape = wxa16StreamConfig();
+                wxa16SetStreamConfig(11);
+                check(wxa16SmallKernelFor(many, 9) == W4SmallKernel::Ring && wxa16SmallKernelFor(many, 16) == W4SmallKernel::Ring &&
+                          wxa16SmallKernelFor(few, 16) == W4SmallKernel::Stream,
+                      "auto under shape 11 (one row tile per block) runs many row tiles through the ring kernel at m = 9 and 16");
+                wxa16SetStreamConfig(defaultShape);
                 check(wxa16SmallKernelFor(few, 17) == W4SmallKernel::Ring, "m = 17 runs the general kernel (reported as ring)");
             }
             runCase(fewTiles, act, {1, 8, 16}, 11);

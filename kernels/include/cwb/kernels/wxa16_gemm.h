@@ -66,12 +66,14 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
                Stream stream, int splitK = 0, const Wxa16Fusion& fusion = {});
 
 // Whether a launch of m tokens on w with a norm forms it inside the kernel (the W4A16 stream kernel in its default,
-// zero-subtracting shape, no act-order, and m rows of x fitting in kNormFoldSharedBytes of shared memory), given a
-// 16-byte aligned γ; otherwise the norm is a separate launch.
+// zero-subtracting shape with one row tile per block and one batch of registers, no act-order, and m rows of x fitting in kNormFoldSharedBytes
+// of shared memory), given a 16-byte aligned γ; otherwise the norm is a separate launch.
 constexpr size_t kNormFoldSharedBytes = 32 * 1024;
 bool wxa16FoldsNorm(const DeviceTiledWeight& w, int64_t m);
 // Whether a launch of m tokens on w with Wxa16Fusion::swiglu forms silu(gate)·up inside the kernel: the W4A16 stream
-// kernel in a persistent shape (the default) and rows a multiple of 32; otherwise siluMul is a separate launch.
+// kernel in a persistent shape (the default) with one row tile per block and one batch of registers, and rows a
+// multiple of 32; otherwise
+// siluMul is a separate launch.
 bool wxa16FoldsSwiGlu(const DeviceTiledWeight& w, int64_t m);
 
 // The split wxa16Gemm would choose (for reports).
@@ -109,6 +111,10 @@ int wxa16StreamConfigCount();
 int wxa16StreamConfig();
 void wxa16SetStreamConfig(int index);  // throws KernelError outside [0, count)
 std::string wxa16StreamConfigName(int index);
+// Row tiles (of 16 output rows) a block of the stream kernel takes at once under configuration `index` for m tokens:
+// 1, or 2 / 4 in the shapes that share each activation fragment between tiles (these fold neither the norm nor SwiGLU).
+// Throws KernelError for an index outside [0, count).
+int wxa16StreamRowTiles(int index, int64_t m);
 // The persistent stream shapes size their grid by the blocks the GPU holds at once; a cap > 0 lowers that count
 // (for tests, so that blocks take several row tiles on small weights; and for benchmarks). 0: no cap. Set it between
 // launches, never while another thread launches.
