@@ -38,7 +38,10 @@ struct StreamConfig {
     int manyTilesBatch = 0;
     int rowTiles8 = 1, rowTiles16 = 1;
 };
-constexpr int kStreamConfigs = 18;
+// 12-18 (several row tiles per block, or two batches of registers; docs/performance.md, "W4A16 at 16 tokens: two row
+// tiles per block"): 12 R = 2; 13 R = 2 in 4-chunk batches; 14 R = 4, at most 8 warps; 15 = 11 up to 8 tokens, R = 2
+// at 9..16; 16 two batches, R = 2 at 9..16; 17 two batches, R = 2; 18 = 15 with at most 8 warps (two blocks per SM).
+constexpr int kStreamConfigs = 19;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
@@ -47,7 +50,8 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, true, 2, 4},
     {2, 16, false, false, true, 2, 0, 2, 2}, {4, 16, false, false, true, 2, 0, 2, 2},
     {2, 8, false, false, true, 2, 0, 4, 4}, {2, 16, false, false, true, 2, 4, 1, 2},
-    {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2}};
+    {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2},
+    {2, 8, false, false, true, 2, 4, 1, 2}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
