@@ -133,6 +133,21 @@ void wxa16SetStreamResidentCap(int blocks) {
     if (blocks < 0) throw KernelError("wxa16SetStreamResidentCap: " + std::to_string(blocks) + " blocks is below 0");
     detail::streamResidentCapSlot().store(blocks, std::memory_order_relaxed);
 }
+namespace detail {
+namespace {
+std::atomic<int64_t> streamLaunches[3][2];   // [1, 2, 4 row tiles][one batch, two batches]
+int rowTilesSlot(int rowTiles) { return rowTiles == 1 ? 0 : rowTiles == 2 ? 1 : rowTiles == 4 ? 2 : -1; }
+} // namespace
+void countStreamLaunch(int rowTiles, bool overlap) {
+    const int slot = rowTilesSlot(rowTiles);
+    if (slot >= 0) streamLaunches[slot][overlap ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
+}
+} // namespace detail
+int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap) {
+    const int slot = detail::rowTilesSlot(rowTiles);
+    if (slot < 0) throw KernelError("wxa16StreamLaunchCount: row tiles must be 1, 2 or 4, not " + std::to_string(rowTiles));
+    return detail::streamLaunches[slot][overlap ? 1 : 0].load(std::memory_order_relaxed);
+}
 int wxa16StreamRowTiles(int index, int64_t m) {
     if (index < 0 || index >= detail::kStreamConfigs)
         throw KernelError("wxa16StreamRowTiles: configuration " + std::to_string(index) + " is outside [0, " +

@@ -168,6 +168,8 @@ inline int64_t persistentGrid(int64_t tiles, int64_t resident, int persist) {
     return (tiles + perBlock - 1) / perBlock;
 }
 
+void countStreamLaunch(int rowTiles, bool overlap);   // wxa16_gemm.cu (wxa16StreamLaunchCount)
+
 // One stream kernel, launched with programmatic dependent launch (dependent_launch.h) where enabled: it loads its
 // first weights before it waits for the kernel before it. PRO: the prologue (kNormX, the folded RMSNorm), with its
 // dynamic shared memory, up to kNormFoldSharedBytes: that most is allowed to the kernel here, since with the reduction
@@ -205,6 +207,7 @@ void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, c
         }
     }
     CWB_CUDA_CHECK(launchDependent(kernel, grid, dim3(W * 32), shared, stream, p));
+    countStreamLaunch(R, PERSIST && OVERLAP);
 }
 
 // PERSIST only for blocks of 8 or 16 warps; 4-warp blocks (8 chunks or fewer) take one tile each, except under GLU,
@@ -221,6 +224,8 @@ void launchStreamWarps(const Wxa16Params& p, int warps, int persist, int multipr
         launchStreamShape<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, persist, multiprocessors, stream);
     else if constexpr (R < 4)   // kStreamConfigTable caps 4-tile shapes at 8 warps (static_assert there)
         launchStreamShape<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, persist, multiprocessors, stream);
+    else   // reachable only if the configuration changed between streamSplit and this launch
+        throw KernelError("wxa16Gemm: " + std::to_string(warps) + " warps for a stream shape of 4 row tiles (at most 8)");
 }
 
 template <typename T, int NT, int B, bool OVERLAP, bool SPLIT, bool SUB = false, int PRO = kPlainX, bool PERSIST = false,

@@ -240,8 +240,8 @@ void runFusedCases(ActType act) {
         // 70 tokens: a slice of 64 (the general kernel, then siluMul), then one of 6 that writes silu(gate) · up itself
         runFusedCase({4, true, 256, 1024, 128, 0}, act, {70}, 54, gluNorm, false);
         runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 35, both, f8);        // one tile per block
-        // 300 row tiles: several per block (configuration 11 takes 4-chunk batches there); m <= 8, since at 9..16
-        // tokens `auto` gives that many row tiles to the ring kernel
+        // 300 row tiles: several per block (configurations 11 and 15 take 4-chunk batches there); m <= 8, since at
+        // 9..16 tokens `auto` gives that many row tiles to the ring kernel under the shapes of one row tile per block
         runFusedCase({4, true, 4800, 1152, 128, 0}, act, {1, 4}, 39, inPlace, f8);
     }
     wxa16SetStreamConfig(initialStream);
@@ -288,7 +288,7 @@ int main() {
             }
             check(threw, "wxa16StreamRowTiles refuses a configuration past the table");
             check(wxa16StreamRowTiles(11, 1) == 1 && wxa16StreamRowTiles(11, 16) == 1,
-                  "the default stream shape takes one row tile per block");
+                  "stream shape 11 (the default before shape 15) takes one row tile per block");
         }
         std::vector<W4SmallKernel> smallKernels = {W4SmallKernel::Ring, W4SmallKernel::Stream};
         if (wxa16TmaAvailable()) smallKernels.push_back(W4SmallKernel::Tma);
@@ -355,6 +355,25 @@ int main() {
                                 tma ? (globalReduce ? ", splits added up in global memory" : ", splits <= 8 in a cluster") : "");
                     // m > 16 depends on neither kernel nor configuration: once is enough
                     const bool first = config == 0 && kernel == W4SmallKernel::Ring;
+                    // The stream shape's own kernel ran (row tiles per block, two batches) at m <= 8 and at 9..16.
+                    const bool streamOverlap =
+                        stream && wxa16StreamConfigName(config).find("persistent") != std::string::npos &&
+                        wxa16StreamConfigName(config).find("next batch loaded") != std::string::npos;
+                    const int tiles8 = stream ? wxa16StreamRowTiles(config, 8) : 1;
+                    const int tiles16 = stream ? wxa16StreamRowTiles(config, 16) : 1;
+                    const int64_t launches8 = wxa16StreamLaunchCount(tiles8, streamOverlap);
+                    if (stream) {
+                        runCase({4, true, 256, 1024, 128, 0}, act, {8}, 60);
+                        const bool ran8 = wxa16StreamLaunchCount(tiles8, streamOverlap) > launches8;
+                        const int64_t mid16 = wxa16StreamLaunchCount(tiles16, streamOverlap);
+                        runCase({4, true, 256, 1024, 128, 0}, act, {16}, 60);
+                        const bool ran16 = wxa16StreamLaunchCount(tiles16, streamOverlap) > mid16;
+                        char what[200];
+                        std::snprintf(what, sizeof what,
+                                      "stream configuration %d launched its kernel (%d / %d row tiles per block%s) at m = 8 and 16",
+                                      config, tiles8, tiles16, streamOverlap ? ", two batches" : "");
+                        check(ran8 && ran16, what);
+                    }
                     runCase({4, true, 256, 1024, 128, 0}, act, first ? allM : std::vector<int64_t>{1, 3, 8, 16}, 1);
                     runCase({4, false, 200, 576, 64, 0}, act, first ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 16}, 2);
                     runCase({4, false, 128, 512, 128, 1}, act, first ? std::vector<int64_t>{1, 5, 64} : std::vector<int64_t>{1, 5}, 3);

@@ -115,6 +115,10 @@ std::string wxa16StreamConfigName(int index);
 // 1, or 2 / 4 in the shapes that share each activation fragment between tiles (these fold neither the norm nor SwiGLU).
 // Throws KernelError for an index outside [0, count).
 int wxa16StreamRowTiles(int index, int64_t m);
+// Launches of the W4A16 stream kernel in this process with `rowTiles` row tiles per block (1, 2 or 4; else
+// KernelError) and, `overlap`, two batches of registers in the persistent loop (host-side counts, for tests: a CUDA
+// graph's launches are counted when it is captured, not when it is replayed).
+int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap);
 // The persistent stream shapes size their grid by the blocks the GPU holds at once; a cap > 0 lowers that count
 // (for tests, so that blocks take several row tiles on small weights; and for benchmarks). 0: no cap. Set it between
 // launches, never while another thread launches.
