@@ -392,25 +392,29 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         xTokenStride = int64_t(8) * p.ldx;
     }
     xq = xBegin;
-    if constexpr (OVERLAP && !PERSIST) {
-        SmallStep<R, CPS> second[S];
-        for (int c = cBegin; c < cEnd; c += 2 * B) {
-            if (c + B < cEnd) load(second, c, B);
-            compute(first, c, 0);
-            if (c + B >= cEnd) break;
-            if (c + 2 * B < cEnd) load(first, c, 2 * B);
-            compute(second, c, B);
-            advance(2 * B);
-            xq += 2 * B * 64;
+    // The warp's part of the current item: `first` holds its first batch on entry and is free on return.
+    auto streamItem = [&] {
+        if constexpr (OVERLAP) {   // batch i + 1 in flight while batch i is computed
+            SmallStep<R, CPS> second[S];
+            for (int c = cBegin; c < cEnd; c += 2 * B) {
+                if (c + B < cEnd) load(second, c, B);
+                compute(first, c, 0);
+                if (c + B >= cEnd) break;
+                if (c + 2 * B < cEnd) load(first, c, 2 * B);
+                compute(second, c, B);
+                advance(2 * B);
+                xq += 2 * B * 64;
+            }
+        } else {
+            for (int c = cBegin; c < cEnd; c += B) {
+                if (c != cBegin) load(first, c, 0);
+                compute(first, c, 0);
+                advance(B);
+                xq += B * 64;
+            }
         }
-    } else if constexpr (!PERSIST) {
-        for (int c = cBegin; c < cEnd; c += B) {
-            if (c != cBegin) load(first, c, 0);
-            compute(first, c, 0);
-            advance(B);
-            xq += B * 64;
-        }
-    }
+    };
+    if constexpr (!PERSIST) streamItem();
 
     if constexpr (PERSIST) {
         constexpr int kBuffers = R == 1 ? 2 : 1;
@@ -418,25 +422,7 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         __shared__ float gluGate[GLU ? kSmallMaxTokens : 1][16];
         const int pairs = p.tiles / 2;
         for (int parity = 0;; parity ^= 1) {
-            if constexpr (OVERLAP) {   // batch i + 1 in flight while batch i is computed; `first` is free after
-                SmallStep<R, CPS> second[S];
-                for (int c = cBegin; c < cEnd; c += 2 * B) {
-                    if (c + B < cEnd) load(second, c, B);
-                    compute(first, c, 0);
-                    if (c + B >= cEnd) break;
-                    if (c + 2 * B < cEnd) load(first, c, 2 * B);
-                    compute(second, c, B);
-                    advance(2 * B);
-                    xq += 2 * B * 64;
-                }
-            } else {
-                for (int c = cBegin; c < cEnd; c += B) {
-                    if (c != cBegin) load(first, c, 0);
-                    compute(first, c, 0);
-                    advance(B);
-                    xq += B * 64;
-                }
-            }
+            streamItem();
             int next = item + int(gridDim.x);
             bool more = next < items;
             if constexpr (GLU) {   // gate tile q, up tile q + pairs, gate tile q + grid, ...
