@@ -48,7 +48,7 @@ struct StreamConfig {
 // tiles per block"): 12 R = 2; 13 R = 2 in 4-chunk batches; 14 R = 4, at most 8 warps; 15 = 11 up to 8 tokens, R = 2
 // at 9..16; 16 two batches, R = 2 at 9..16; 17 two batches, R = 2; 18 = 15 with at most 8 warps (two blocks per SM).
 // 19 = 15 with x sums per block for plain x; 20 = 19 without the 4-chunk batches; 21 = 19 with x sums for the folded
-// norm and GLU launches too.
+// norm and GLU launches too (19-21 measured 1-69% slower than 15 on the H200: docs/performance.md, session 17).
 constexpr int kStreamConfigs = 22;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
