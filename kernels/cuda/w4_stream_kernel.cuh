@@ -36,6 +36,9 @@ namespace cwb::kernels::detail {
 // sums of x per step formed once per block, in place of the four HSUB2 per weight word; launches with the norm or the
 // GLU epilogue stay on the subtract kernel, so those folds are kept. 2: those take x sums as well (kNormSumsX: the
 // sums of the normalised x; the GLU epilogue unchanged).
+// `overlapLongRows` (persistent subtract shapes of one batch, 0: none): launches of one token and plain x whose warps
+// have at least this many chunks take the two-batch persistent kernel of one row tile per block (shape 16's at m = 1),
+// which measured 2-8% faster than 15 there at K >= 8192 and 4-7% slower at K = 4096 (H200, sessions 15 and 17).
 struct StreamConfig {
     int batch, maxWarps;
     bool overlap, split, subtract;
@@ -43,13 +46,15 @@ struct StreamConfig {
     int manyTilesBatch = 0;
     int rowTiles8 = 1, rowTiles16 = 1;
     int sums = 0;
+    int overlapLongRows = 0;
 };
 // 12-18 (several row tiles per block, or two batches of registers; docs/performance.md, "W4A16 at 16 tokens: two row
 // tiles per block"): 12 R = 2; 13 R = 2 in 4-chunk batches; 14 R = 4, at most 8 warps; 15 = 11 up to 8 tokens, R = 2
 // at 9..16; 16 two batches, R = 2 at 9..16; 17 two batches, R = 2; 18 = 15 with at most 8 warps (two blocks per SM).
 // 19 = 15 with x sums per block for plain x; 20 = 19 without the 4-chunk batches; 21 = 19 with x sums for the folded
 // norm and GLU launches too (19-21 measured 1-69% slower than 15 on the H200: docs/performance.md, session 17).
-constexpr int kStreamConfigs = 22;
+// 22 = 15 with two batches of registers at one token where warps have 8 or more chunks (plain x).
+constexpr int kStreamConfigs = 23;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
@@ -61,7 +66,8 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2},
     {2, 8, false, false, true, 2, 4, 1, 2},
     {2, 16, false, false, true, 2, 4, 1, 2, 1}, {2, 16, false, false, true, 2, 0, 1, 2, 1},
-    {2, 16, false, false, true, 2, 4, 1, 2, 2}};
+    {2, 16, false, false, true, 2, 4, 1, 2, 2},
+    {2, 16, false, false, true, 2, 4, 1, 2, 0, 8}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
@@ -85,6 +91,9 @@ constexpr bool streamTableConsistent() {
         if (c.sums && !(c.subtract && c.persist && !c.overlap && !c.split && c.batch == 2 && c.rowTiles8 == 1 &&
                         c.rowTiles16 == 2 && (c.manyTilesBatch == 0 || c.manyTilesBatch == 4)))
             return false;
+        if (c.overlapLongRows < 0 ||
+            (c.overlapLongRows > 0 && !(c.subtract && c.persist && !c.overlap && !c.split && c.batch == 2 && !c.sums)))
+            return false;
         for (int r : {c.rowTiles8, c.rowTiles16})
             if (r != 1 && r != 2 && r != 4) return false;
     }
@@ -92,7 +101,8 @@ constexpr bool streamTableConsistent() {
 }
 static_assert(streamTableConsistent(), "stream configurations: row tiles 1, 2 or 4; 4 with at most 8 warps; >1 persistent; "
                                        "persistent overlap: subtracted, 2-chunk batches, at most 2 row tiles; x sums: "
-                                       "persistent, one batch, 1 row tile up to 8 tokens and 2 at 9..16");
+                                       "persistent, one batch, 1 row tile up to 8 tokens and 2 at 9..16; two batches "
+                                       "on long rows: persistent subtracted shapes of 2-chunk batches without x sums");
 int streamConfigIndex();  // wxa16_gemm.cu
 int streamResidentCap();  // wxa16_gemm.cu: wxa16SetStreamResidentCap, 0 for none
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }

@@ -177,7 +177,10 @@ std::string wxa16StreamConfigName(int index) {
                 : "") +
            (c.sums == 1   ? "; plain x: zero folded with x sums formed once per block"
             : c.sums == 2 ? "; zero folded with x sums formed once per block (of the normalised x where the norm is folded)"
-                          : "");
+                          : "") +
+           (c.overlapLongRows > 0 ? "; two batches of registers at one token where a warp has " +
+                                        std::to_string(c.overlapLongRows) + "+ chunks (plain x)"
+                                  : "");
 }
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call

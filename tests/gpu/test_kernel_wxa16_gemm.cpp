@@ -413,6 +413,29 @@ int main() {
                         runCase({4, false, 80, 1088, 128, 0}, act, {1, 16}, 63);
                         wxa16SetStreamResidentCap(0);
                     }
+                    if (stream && wxa16StreamConfigName(config).find("two batches of registers at one token") != std::string::npos) {
+                        // 8192 columns: 128 chunks, 8 per warp of 16, so one token takes the two-batch kernel (as
+                        // shape 16 at m = 1), with 5 row tiles on 3 blocks as well, act-order, and a residual added;
+                        // not 2 tokens, nor 4096 columns (4 chunks per warp), nor a launch with the norm folded.
+                        auto twoBatches = [] { return wxa16StreamLaunchCount(1, true); };
+                        auto oneBatch = [] { return wxa16StreamLaunchCount(1, false); };
+                        int64_t two = twoBatches(), one = oneBatch();
+                        runCase({4, false, 80, 8192, 128, 0}, act, {1}, 64);
+                        wxa16SetStreamResidentCap(3);
+                        runCase({4, false, 80, 8192, 128, 0}, act, {1}, 65);
+                        wxa16SetStreamResidentCap(0);
+                        runCase({4, true, 64, 8192, 128, 1}, act, {1}, 66);
+                        runFusedCase({4, true, 64, 8192, 128, 0}, act, {1}, 67, Fusion{false, true, false}, false);
+                        check(twoBatches() >= two + 4 && oneBatch() == one,
+                              "long rows at one token (8 chunks per warp): the two-batch kernel ran, plain and with a residual");
+                        two = twoBatches();
+                        one = oneBatch();
+                        runCase({4, false, 80, 8192, 128, 0}, act, {2}, 68);
+                        runCase({4, false, 80, 4096, 128, 0}, act, {1}, 69);
+                        runFusedCase({4, false, 80, 8192, 128, 0}, act, {1}, 70, Fusion{true, true, false}, true);
+                        check(twoBatches() == two && oneBatch() >= one + 3,
+                              "two tokens, 4 chunks per warp, or the norm folded: the one-batch kernel ran");
+                    }
                     runCase({4, true, 256, 1024, 128, 0}, act, first ? allM : std::vector<int64_t>{1, 3, 8, 16}, 1);
                     runCase({4, false, 200, 576, 64, 0}, act, first ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 16}, 2);
                     runCase({4, false, 128, 512, 128, 1}, act, first ? std::vector<int64_t>{1, 5, 64} : std::vector<int64_t>{1, 5}, 3);
