@@ -36,9 +36,10 @@ namespace cwb::kernels::detail {
 // sums of x per step formed once per block, in place of the four HSUB2 per weight word; launches with the norm or the
 // GLU epilogue stay on the subtract kernel, so those folds are kept. 2: those take x sums as well (kNormSumsX: the
 // sums of the normalised x; the GLU epilogue unchanged).
-// `overlapLongRows` (persistent subtract shapes of one batch, 0: none): launches of one token and plain x whose warps
-// have at least this many chunks take the two-batch persistent kernel of one row tile per block (shape 16's at m = 1),
-// which measured 2-8% faster than 15 there at K >= 8192 and 4-7% slower at K = 4096 (H200, sessions 15 and 17).
+// `overlapLongRows` (persistent subtract shapes of one batch, 16 warps, one row tile up to 8 tokens; 0: none): launches
+// of one token and plain x with at least this many chunks per warp on average (chunks >= overlapLongRows * warps)
+// take the two-batch persistent kernel of one row tile per block (shape 16's at m = 1), which measured 2-8% faster
+// than 15 there at K >= 8192 and 4-7% slower at K = 4096 (H200, sessions 15 and 17).
 struct StreamConfig {
     int batch, maxWarps;
     bool overlap, split, subtract;
@@ -92,7 +93,8 @@ constexpr bool streamTableConsistent() {
                         c.rowTiles16 == 2 && (c.manyTilesBatch == 0 || c.manyTilesBatch == 4)))
             return false;
         if (c.overlapLongRows < 0 ||
-            (c.overlapLongRows > 0 && !(c.subtract && c.persist && !c.overlap && !c.split && c.batch == 2 && !c.sums)))
+            (c.overlapLongRows > 0 && !(c.subtract && c.persist && !c.overlap && !c.split && c.batch == 2 && !c.sums &&
+                                        c.maxWarps == 16 && c.rowTiles8 == 1)))
             return false;
         for (int r : {c.rowTiles8, c.rowTiles16})
             if (r != 1 && r != 2 && r != 4) return false;

@@ -344,7 +344,7 @@ void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cu
         launchPersistentSums<T, NT>(p, rowTiles, batch, warps, c.persist, sms, stream);
     else if (c.subtract && c.persist && c.overlap && !p.normWeight && !p.swiglu)
         launchPersistentOverlap<T, NT>(p, rowTiles, warps, c.persist, sms, stream);
-    else if (c.overlapLongRows > 0 && p.m == 1 && !folds && p.chunksPerSplit >= c.overlapLongRows)
+    else if (c.overlapLongRows > 0 && p.m == 1 && !folds && p.chunks >= int64_t(c.overlapLongRows) * warps)
         launchPersistentOverlap<T, NT>(p, 1, warps, c.persist, sms, stream);
     else if (c.subtract && c.persist && rowTiles > 1 && !p.normWeight && !p.swiglu)
         launchPersistentRows<T, NT>(p, rowTiles, batch, warps, c.persist, sms, stream);
