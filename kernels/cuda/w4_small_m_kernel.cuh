@@ -119,16 +119,10 @@ __device__ __forceinline__ void loadSmallStep(SmallStep<R, CPS>& b, const Wxa16P
 
 // SPLIT: each chunk of the step accumulates into its own registers, so the dependent mma chains are 4 long instead
 // of 4·CPS (the sums are added before the fold); costs (R + 1)·NT·4·(CPS - 1) registers.
-// SUMS: sum(x) over the step's columns is read from `stepSums` (shared memory, formed once per block: the stream
-// kernel's kSumsX prologue; stepSums[n·8 + {0, 1}] are the sums of tokens n·8 + 2·tig + {0, 1}) instead of from an
-// all-ones mma per k-step, so the zero is folded with no extra instruction per weight word.
-// XS: xq points into shared memory (the folded norm's output; with SUMS only).
-template <typename T, int NT, int R, int CPS, bool SPLIT = false, bool SUMS = false, bool XS = false>
+template <typename T, int NT, int R, int CPS, bool SPLIT = false>
 __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, const Wxa16Params& p, const T* xq,
                                                  int64_t xTokenStride, int c, int cEnd, int g,
-                                                 float (&acc)[R][NT][4], const float* stepSums = nullptr) {
-    static_assert(!(SPLIT && SUMS), "one accumulator per chunk: the all-ones mma path only");
-    static_assert(SUMS || !XS, "activations from shared memory: with the x sums only (the all-ones mma reads x as given)");
+                                                 float (&acc)[R][NT][4]) {
     constexpr int kChains = SPLIT ? CPS : 1;
     float tc[kChains][R][NT][4], xc[kChains][NT][4];
 #pragma unroll
@@ -143,20 +137,18 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
                 for (int j = 0; j < 4; ++j) tc[k][r][n][j] = 0.0f;
         }
     const uint32_t ones = asWord(typename ActTraits<T>::T2(T(1.0f), T(1.0f)));
-    [[maybe_unused]] const uint32_t onesA[4] = {ones, ones, ones, ones};
+    const uint32_t onesA[4] = {ones, ones, ones, ones};
 #pragma unroll
     for (int u = 0; u < CPS; ++u) {
         if (u > 0 && c + u >= cEnd) break;
         auto& t = tc[SPLIT ? u : 0];
         auto& xs = xc[SPLIT ? u : 0];
         uint32_t bx[NT][8];
-        loadXFragments<T, NT, XS>(xq + u * 64, xTokenStride, g, p.m, bx);
+        loadXFragments<T, NT>(xq + u * 64, xTokenStride, g, p.m, bx);
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-            if constexpr (!SUMS) {
 #pragma unroll
-                for (int n = 0; n < NT; ++n) mma16816<T>(xs[n], onesA, bx[n][2 * s], bx[n][2 * s + 1]);
-            }
+            for (int n = 0; n < NT; ++n) mma16816<T>(xs[n], onesA, bx[n][2 * s], bx[n][2 * s + 1]);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 const uint32_t* w = reinterpret_cast<const uint32_t*>(&b.w[r][u]);
@@ -170,14 +162,6 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
     // acc += scale · (t - (base + zero) · sum(x)); xs[n][0..1] are the sums of tokens 2·tig + {0,1}.
     auto& t = tc[0];
     auto& xs = xc[0];
-    if constexpr (SUMS) {
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            const float2 sum = *reinterpret_cast<const float2*>(stepSums + n * 8);
-            xs[n][0] = sum.x;
-            xs[n][1] = sum.y;
-        }
-    }
 #pragma unroll
     for (int k = 1; k < kChains; ++k)
 #pragma unroll

@@ -31,11 +31,6 @@ namespace cwb::kernels::detail {
 // and for 9..16 tokens. Each activation fragment a warp loads then serves that many tiles: at 16 tokens x is 4x the
 // int4 weight's bytes per row tile, so one tile per block reads 4 bytes of x through L1/L2 per byte of weight. With
 // more than one tile the norm and the GLU epilogue are not folded (separate launches).
-// `sums` (persistent subtract shapes with one tile per block up to 8 tokens, two at 9..16, 2-chunk batches): 1, launches
-// of plain x (no folded norm, no GLU epilogue) take the kSumsX kernel instead: the zero folded after the mma with the
-// sums of x per step formed once per block, in place of the four HSUB2 per weight word; launches with the norm or the
-// GLU epilogue stay on the subtract kernel, so those folds are kept. 2: those take x sums as well (kNormSumsX: the
-// sums of the normalised x; the GLU epilogue unchanged).
 // `overlapLongRows` (persistent subtract shapes of one batch, 16 warps, one row tile up to 8 tokens; 0: none): launches
 // of one token and plain x with at least this many chunks per warp on average (chunks >= overlapLongRows * warps)
 // take the two-batch persistent kernel of one row tile per block (shape 16's at m = 1), which measured 2-8% faster
@@ -46,16 +41,15 @@ struct StreamConfig {
     int persist;
     int manyTilesBatch = 0;
     int rowTiles8 = 1, rowTiles16 = 1;
-    int sums = 0;
     int overlapLongRows = 0;
 };
 // 12-18 (several row tiles per block, or two batches of registers; docs/performance.md, "W4A16 at 16 tokens: two row
 // tiles per block"): 12 R = 2; 13 R = 2 in 4-chunk batches; 14 R = 4, at most 8 warps; 15 = 11 up to 8 tokens, R = 2
 // at 9..16; 16 two batches, R = 2 at 9..16; 17 two batches, R = 2; 18 = 15 with at most 8 warps (two blocks per SM).
-// 19 = 15 with x sums per block for plain x; 20 = 19 without the 4-chunk batches; 21 = 19 with x sums for the folded
-// norm and GLU launches too (19-21 measured 1-69% slower than 15 on the H200: docs/performance.md, session 17).
-// 22 = 15 with two batches of registers at one token where warps have 8 or more chunks (plain x).
-constexpr int kStreamConfigs = 23;
+// 19 = 15 with two batches of registers at one token where warps have 8 or more chunks (plain x). (Shapes that folded
+// the zero with sums of x formed once per block measured 1-69% slower than 15 and were removed: docs/performance.md,
+// "W4A16 x sums measured".)
+constexpr int kStreamConfigs = 20;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
@@ -66,9 +60,7 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 8, false, false, true, 2, 0, 4, 4}, {2, 16, false, false, true, 2, 4, 1, 2},
     {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2},
     {2, 8, false, false, true, 2, 4, 1, 2},
-    {2, 16, false, false, true, 2, 4, 1, 2, 1}, {2, 16, false, false, true, 2, 0, 1, 2, 1},
-    {2, 16, false, false, true, 2, 4, 1, 2, 2},
-    {2, 16, false, false, true, 2, 4, 1, 2, 0, 8}};
+    {2, 16, false, false, true, 2, 4, 1, 2, 8}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
@@ -88,13 +80,8 @@ constexpr bool streamTableConsistent() {
         if (most >= 4 && c.maxWarps > 8) return false;
         if (most > 1 && !(c.subtract && c.persist)) return false;
         if (c.persist && c.overlap && !(c.subtract && c.batch == 2 && c.manyTilesBatch == 0 && most <= 2)) return false;
-        if (c.sums < 0 || c.sums > 2) return false;
-        if (c.sums && !(c.subtract && c.persist && !c.overlap && !c.split && c.batch == 2 && c.rowTiles8 == 1 &&
-                        c.rowTiles16 == 2 && (c.manyTilesBatch == 0 || c.manyTilesBatch == 4)))
-            return false;
-        if (c.overlapLongRows < 0 ||
-            (c.overlapLongRows > 0 && !(c.subtract && c.persist && !c.overlap && !c.split && c.batch == 2 && !c.sums &&
-                                        c.maxWarps == 16 && c.rowTiles8 == 1)))
+        if (c.overlapLongRows < 0 || (c.overlapLongRows > 0 && !(c.subtract && c.persist && !c.overlap && !c.split &&
+                                                                 c.batch == 2 && c.maxWarps == 16 && c.rowTiles8 == 1)))
             return false;
         for (int r : {c.rowTiles8, c.rowTiles16})
             if (r != 1 && r != 2 && r != 4) return false;
@@ -102,9 +89,8 @@ constexpr bool streamTableConsistent() {
     return true;
 }
 static_assert(streamTableConsistent(), "stream configurations: row tiles 1, 2 or 4; 4 with at most 8 warps; >1 persistent; "
-                                       "persistent overlap: subtracted, 2-chunk batches, at most 2 row tiles; x sums: "
-                                       "persistent, one batch, 1 row tile up to 8 tokens and 2 at 9..16; two batches "
-                                       "on long rows: persistent subtracted shapes of 2-chunk batches without x sums");
+                                       "persistent overlap: subtracted, 2-chunk batches, at most 2 row tiles; two "
+                                       "batches on long rows: persistent subtracted 2-chunk shapes of 16 warps, 1 tile");
 int streamConfigIndex();  // wxa16_gemm.cu
 int streamResidentCap();  // wxa16_gemm.cu: wxa16SetStreamResidentCap, 0 for none
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
@@ -190,57 +176,9 @@ __device__ __forceinline__ void normIntoShared(const Wxa16Params& p, int cBegin,
     __syncwarp();
 }
 
-// What the stream kernel's prologue forms: nothing (x as given), RMSNorm(x)·γ in shared memory (kNormX), the sums
-// of x over each step's columns in shared memory (kSumsX: x as given, the zero folded after the mma with those sums;
-// stepSumsIntoShared), or both (kNormSumsX: the sums of the normalised x, behind it in shared memory).
-enum StreamPrologue : int { kPlainX = 0, kNormX = 1, kSumsX = 2, kNormSumsX = 3 };
-constexpr bool prologueNorms(int pro) { return pro == kNormX || pro == kNormSumsX; }
-constexpr bool prologueSums(int pro) { return pro == kSumsX || pro == kNormSumsX; }
-
-// Dynamic shared memory of the kSumsX prologue: one float per token of NT token tiles for each step of CPS chunks.
-__host__ __device__ inline size_t stepSumsBytes(int chunks, int cps, int nt) {
-    return size_t((chunks + cps - 1) / cps) * size_t(nt) * 8 * sizeof(float);
-}
-
-// The kSumsX prologue: sums[(c / CPS)·NT·8 + t] := the sum of x[t] over the columns of the step at chunk c, for the
-// warp's own steps (cBegin, cEnd are multiples of CPS but for the end of the weight), in fp32; tokens m..NT·8-1 get 0.
-// The step's columns are those its mma reads: chunks c .. min(c + CPS, cEnd) - 1, 64 columns each. Each lane sums
-// 8 columns (16 bytes) and the CPS·8 lanes of a step add up by shuffles. The (token, round of 32 slices) pairs are
-// taken kDepth at a time, their loads issued before any is summed, so 16 tokens cost 4 round trips to L2, not 16.
-// Formed once per block, so the row tiles a persistent block takes share it; the warp reads back only what it wrote.
-// XS: x is the folded norm's output in shared memory (`x`, row stride `ld`), else global memory.
-template <typename T, int NT, int CPS, bool XS = false>
-__device__ __forceinline__ void stepSumsIntoShared(const Wxa16Params& p, const T* x, int64_t ld, int cBegin, int cEnd,
-                                                   float* sums) {
-    constexpr int kSlices = CPS * 8, kTokens = NT * 8, kDepth = 4;
-    const int lane = threadIdx.x % 32;
-    const int begin = cBegin * 8, end = cEnd * 8;   // 8-column slices
-    const int rounds = (end - begin + 31) / 32, pairs = p.m * rounds;
-    for (int first = 0; first < pairs; first += kDepth) {
-        uint4 v[kDepth];
-#pragma unroll
-        for (int d = 0; d < kDepth; ++d) {
-            const int pair = first + d, t = pair / rounds, slice = begin + (pair % rounds) * 32 + lane;
-            const uint4* at = reinterpret_cast<const uint4*>(x + int64_t(t) * ld + int64_t(slice) * 8);
-            v[d] = pair < pairs && slice < end ? (XS ? *at : __ldg(at)) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int d = 0; d < kDepth; ++d) {
-            const int pair = first + d, t = pair / rounds, slice = begin + (pair % rounds) * 32 + lane;
-            const T* e = reinterpret_cast<const T*>(&v[d]);
-            float sum = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) sum += float(e[i]);
-#pragma unroll
-            for (int offset = kSlices / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-            if (pair < pairs && slice % kSlices == 0 && slice < end) sums[(slice / kSlices) * kTokens + t] = sum;
-        }
-    }
-    const int firstStep = cBegin / CPS, steps = (cEnd + CPS - 1) / CPS - firstStep;
-    for (int i = lane; i < steps * kTokens; i += 32)
-        if (i % kTokens >= p.m) sums[firstStep * kTokens + i] = 0.0f;
-    __syncwarp();
-}
+// What the stream kernel multiplies: x as given, or RMSNorm(x)·γ formed in shared memory by its prologue (an enum
+// rather than a bool so that another prologue can join without a new template parameter).
+enum StreamPrologue : int { kPlainX = 0, kNormX = 1 };
 
 // The end of a tile of a GLU launch (p.swiglu: the weight's rows are [gate; up], `pairs` row tiles each): the warps'
 // sums add up through `red` as in finishSmallBlock; a gate tile's 16 rows, rounded to T, go to `gate` (shared), and
@@ -283,31 +221,24 @@ __host__ __device__ inline int normSharedStride(int chunks) { return chunks * 64
 // Grid: one block per row tile (PERSIST: any number of blocks; block b takes tiles b, b + grid, ...); p.chunksPerSplit =
 // chunks per warp; p.splitK = 1. OVERLAP: the loads of batch i + 1 are issued before batch i is computed. The first
 // batch's weights are loaded before the kernel waits for the one before it (programmatic dependent launch: the
-// weights never change; x, the residual and y are touched only after). PRO (SUB shapes, or with x sums): kNormX, x is
+// weights never change; x, the residual and y are touched only after). PRO (SUB shapes only): kNormX, x is
 // RMSNorm(x)·γ, formed in the prologue into dynamic shared memory (p.m · normSharedStride(p.chunks) elements), once
 // per block. GLU (PERSIST only): the weight is [gate; up] (p.tiles = 2 · pairs) and y [m, pairs · 16] is
 // silu(gate)·up; block b takes gate tile q then up tile q + pairs for q = b, b + grid, ... < pairs (finishGluTile).
 // PERSIST: after its last batch of a tile a warp loads its first batch of the next tile, then the warps add up the
 // tile through one of two shared buffers (one barrier per tile), so those loads are in flight through the reduction
 // and the store. PERSIST with OVERLAP (plain subtracted shapes): two batches of registers inside each tile as well.
-// R > 1 (PERSIST, SUB or kSumsX, plain x, no GLU): a block's item is R consecutive row tiles (the last item's tiles
-// past p.tiles re-read the last tile and store nothing); each activation fragment serves all R. Its reduction buffer
-// is R times larger, so there is one, with a barrier before each item's sums are written into it.
-// PRO = kSumsX (PERSIST, !SUB, one batch): after the wait each warp forms the sums of x over its steps into dynamic
-// shared memory (stepSumsBytes(p.chunks, CPS, NT); stepSumsIntoShared), and every row tile the block takes folds its
-// zero with them (computeSmallStep with SUMS). kNormSumsX: the same sums of the normalised x, placed after it
-// (p.m · normSharedStride(p.chunks) elements, a multiple of 16 bytes).
+// R > 1 (PERSIST, SUB, plain x, no GLU): a block's item is R consecutive row tiles (the last item's tiles past p.tiles
+// re-read the last tile and store nothing); each activation fragment serves all R. Its reduction buffer is R times
+// larger, so there is one, with a barrier before each item's sums are written into it.
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX,
           bool PERSIST = false, bool GLU = false, int R = 1>
 __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1), R>()) w4StreamKernel(const Wxa16Params p) {
-    constexpr bool NORM = prologueNorms(PRO);   // x read from shared memory
-    constexpr bool SUMS = prologueSums(PRO);    // sum(x) per step read from shared memory
-    static_assert(SUB || SUMS || !NORM, "the folded norm: x from shared memory in subtracted steps or with x sums");
-    static_assert(!SUMS || (!SUB && !SPLIT && PERSIST && !OVERLAP),
-                  "x sums per block: the folded zero, persistent shapes with one batch of registers");
+    constexpr bool NORM = PRO != kPlainX;   // x read from shared memory
+    static_assert(SUB || !NORM, "the folded prologue reads x from shared memory: subtracted steps only");
     static_assert(PERSIST || !GLU, "a GLU block takes a gate tile and an up tile: the persistent loop");
     static_assert(!(PERSIST && OVERLAP) || (SUB && !NORM && !GLU), "the persistent overlap: plain subtracted shapes only");
-    static_assert(R == 1 || (PERSIST && (SUB || SUMS) && !NORM && !GLU), "several row tiles per block: persistent plain shapes");
+    static_assert(R == 1 || (PERSIST && SUB && !NORM && !GLU), "several row tiles per block: persistent plain shapes");
     constexpr int S = B / CPS;  // steps per batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     int item = blockIdx.x;   // a row tile (R = 1) or R consecutive row tiles
@@ -347,7 +278,6 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     // Loads / computes the batch that starts `ahead` chunks past c (ahead is a compile-time offset from wq and xq).
     const T* xq = nullptr;
     int64_t xTokenStride = 0;
-    const float* laneSums = nullptr;   // SUMS: the block's step sums, at this lane's tokens 2·tig, 2·tig + 1
     auto load = [&](SmallStep<R, CPS>(&batch)[S], int c, int ahead) {
 #pragma unroll
         for (int i = 0; i < S; ++i)
@@ -363,20 +293,14 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     };
     auto compute = [&](const SmallStep<R, CPS>(&batch)[S], int c, int ahead) {
 #pragma unroll
-        for (int i = 0; i < S; ++i) {
-            if (c + ahead + i * CPS >= cEnd) continue;
-            if constexpr (SUMS)
-                computeSmallStep<T, NT, R, CPS, false, true, NORM>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
-                                                                   c + ahead + i * CPS, cEnd, g, acc,
-                                                                   laneSums + ((c + ahead + i * CPS) / CPS) * (NT * 8));
-            else
+        for (int i = 0; i < S; ++i)
+            if (c + ahead + i * CPS < cEnd)
                 computeStep<T, NT, R, CPS, SUB, SPLIT, NORM>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
                                                              c + ahead + i * CPS, cEnd, g, acc);
-        }
     };
     SmallStep<R, CPS> first[S];
     if (cBegin < cEnd) loadWeightsOnly(first, cBegin);
-    if constexpr (NORM)   // γ is a weight too: bring the warp's part into L1 before the wait, off the norm's path
+    if constexpr (PRO == kNormX)   // γ is a weight too: bring the warp's part into L1 before the wait, off the norm's path
         for (int col = cBegin * 64 + lane * 8; col < cEnd * 64 && col < p.cols; col += 256)
             asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p.normWeight + col));
     waitForPredecessor();
@@ -386,20 +310,9 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         T* hs = reinterpret_cast<T*>(normShared);
         const int ldh = normSharedStride(p.chunks);
         normIntoShared<T, W>(p, cBegin, cEnd, hs, ldh);
-        if constexpr (SUMS) {
-            float* sums = reinterpret_cast<float*>(normShared + size_t(p.m) * size_t(ldh) * sizeof(T));
-            if (cBegin < cEnd) stepSumsIntoShared<T, NT, CPS, true>(p, hs, ldh, cBegin, cEnd, sums);
-            laneSums = sums + 2 * tig;
-        }
         xBegin = hs + g * ldh + tig * 16 + cBegin * 64;
         xTokenStride = int64_t(8) * ldh;
     } else {
-        if constexpr (SUMS) {
-            extern __shared__ __align__(16) unsigned char sumsShared[];
-            float* sums = reinterpret_cast<float*>(sumsShared);
-            if (cBegin < cEnd) stepSumsIntoShared<T, NT, CPS>(p, static_cast<const T*>(p.x), p.ldx, cBegin, cEnd, sums);
-            laneSums = sums + 2 * tig;
-        }
         xBegin = static_cast<const T*>(p.x) + int64_t(g) * p.ldx + tig * 16 + int64_t(cBegin) * 64;
         xTokenStride = int64_t(8) * p.ldx;
     }

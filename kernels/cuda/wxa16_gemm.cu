@@ -135,21 +135,18 @@ void wxa16SetStreamResidentCap(int blocks) {
 }
 namespace detail {
 namespace {
-// [1, 2, 4 row tiles][one batch, two batches, x sums per block]
-std::atomic<int64_t> streamLaunches[3][3];
+std::atomic<int64_t> streamLaunches[3][2];   // [1, 2, 4 row tiles][one batch, two batches]
 int rowTilesSlot(int rowTiles) { return rowTiles == 1 ? 0 : rowTiles == 2 ? 1 : rowTiles == 4 ? 2 : -1; }
-int variantSlot(bool overlap, bool sums) { return sums ? 2 : overlap ? 1 : 0; }
 } // namespace
-void countStreamLaunch(int rowTiles, bool overlap, bool sums) {
+void countStreamLaunch(int rowTiles, bool overlap) {
     const int slot = rowTilesSlot(rowTiles);
-    if (slot >= 0) streamLaunches[slot][variantSlot(overlap, sums)].fetch_add(1, std::memory_order_relaxed);
+    if (slot >= 0) streamLaunches[slot][overlap ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
 }
 } // namespace detail
-int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap, bool sums) {
+int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap) {
     const int slot = detail::rowTilesSlot(rowTiles);
     if (slot < 0) throw KernelError("wxa16StreamLaunchCount: row tiles must be 1, 2 or 4, not " + std::to_string(rowTiles));
-    if (overlap && sums) throw KernelError("wxa16StreamLaunchCount: no shape has both two batches and x sums");
-    return detail::streamLaunches[slot][detail::variantSlot(overlap, sums)].load(std::memory_order_relaxed);
+    return detail::streamLaunches[slot][overlap ? 1 : 0].load(std::memory_order_relaxed);
 }
 int wxa16StreamRowTiles(int index, int64_t m) {
     if (index < 0 || index >= detail::kStreamConfigs)
@@ -162,11 +159,7 @@ std::string wxa16StreamConfigName(int index) {
     const detail::StreamConfig& c = detail::kStreamConfigTable[index];
     return std::to_string(c.batch) + " chunks per batch" + (c.overlap ? " (next batch loaded during this one)" : "") +
            (c.split ? ", one accumulator per chunk" : "") + ", up to " + std::to_string(c.maxWarps) +
-           " warps per row tile" +
-           (c.sums == 1  ? ", zero subtracted before the mma where the norm or SwiGLU is folded or the x sums do not fit"
-            : c.sums == 2 ? ", zero subtracted before the mma where the x sums do not fit"
-            : c.subtract ? ", zero subtracted before the mma"
-                         : "") +
+           " warps per row tile" + (c.subtract ? ", zero subtracted before the mma" : "") +
            (c.persist == 1   ? ", persistent (k tiles per block)"
             : c.persist == 2 ? ", persistent (all resident blocks)"
                              : "") +
@@ -175,9 +168,6 @@ std::string wxa16StreamConfigName(int index) {
                 ? "; " + std::to_string(c.rowTiles8) + " row tiles per block up to 8 tokens, " +
                       std::to_string(c.rowTiles16) + " at 9..16"
                 : "") +
-           (c.sums == 1   ? "; plain x: zero folded with x sums formed once per block"
-            : c.sums == 2 ? "; zero folded with x sums formed once per block (of the normalised x where the norm is folded)"
-                          : "") +
            (c.overlapLongRows > 0 ? "; two batches of registers at one token where a warp has " +
                                         std::to_string(c.overlapLongRows) + "+ chunks (plain x)"
                                   : "");
@@ -359,9 +349,8 @@ bool foldsNorm(const DeviceTiledWeight& w, int64_t slice) {
            shared <= kNormFoldSharedBytes;
 }
 
-// The GLU epilogue is compiled for the persistent subtract shapes (the default; launchPersistentBatch), which with
-// StreamConfig::sums = 2 run it in their x-sums kernel (launchSumsBatch); the gate and the up half each take whole row
-// tiles.
+// The GLU epilogue is compiled for the persistent subtract shapes only (the default; launchPersistentBatch); the
+// gate and the up half each take whole row tiles.
 bool foldsSwiGlu(const DeviceTiledWeight& w, int64_t slice) {
     const detail::StreamConfig& c = detail::streamConfig();
     return streamKernel(w, slice) && c.subtract && c.persist != 0 && !c.overlap &&

@@ -168,11 +168,11 @@ inline int64_t persistentGrid(int64_t tiles, int64_t resident, int persist) {
     return (tiles + perBlock - 1) / perBlock;
 }
 
-void countStreamLaunch(int rowTiles, bool overlap, bool sums);   // wxa16_gemm.cu (wxa16StreamLaunchCount)
+void countStreamLaunch(int rowTiles, bool overlap);   // wxa16_gemm.cu (wxa16StreamLaunchCount)
 
 // One stream kernel, launched with programmatic dependent launch (dependent_launch.h) where enabled: it loads its
-// first weights before it waits for the kernel before it. PRO: the prologue (kNormX, the folded RMSNorm; kSumsX, the
-// sums of x per step), with its dynamic shared memory, up to kNormFoldSharedBytes: that most is allowed to the kernel here, since with the reduction
+// first weights before it waits for the kernel before it. PRO: the prologue (kNormX, the folded RMSNorm), with its
+// dynamic shared memory, up to kNormFoldSharedBytes: that most is allowed to the kernel here, since with the reduction
 // buffers the static and dynamic shared memory together may pass the 48 KB a kernel gets without asking (16 warps and
 // two token tiles: 17 KB static, 33 KB with PERSIST's two buffers, 1 KB more for GLU's gate sums). PERSIST: the grid from persistentGrid, given the blocks a
 // multiprocessor holds at once with that most (GLU: over the pairs of gate and up tiles; R > 1: over the groups of R
@@ -180,19 +180,18 @@ void countStreamLaunch(int rowTiles, bool overlap, bool sums);   // wxa16_gemm.c
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO, bool PERSIST,
           bool GLU = false, int R = 1>
 void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, cudaStream_t stream) {
-    constexpr bool PROLOGUE = PRO != kPlainX;   // a prologue into dynamic shared memory
+    constexpr bool NORM = PRO != kPlainX;   // a prologue into dynamic shared memory
     const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>;
-    const size_t shared = (prologueNorms(PRO) ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0) +
-                          (prologueSums(PRO) ? stepSumsBytes(p.chunks, CPS, NT) : 0);
+    const size_t shared = NORM ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0;
     dim3 grid(unsigned(p.tiles));
-    if constexpr (PROLOGUE || PERSIST) {
+    if constexpr (NORM || PERSIST) {
         static std::atomic<int> perDevice[64];   // 0: not prepared yet; then the blocks a multiprocessor holds
         int device = 0;
         CWB_CUDA_CHECK(cudaGetDevice(&device));
         int perSm = device >= 0 && device < 64 ? perDevice[device].load(std::memory_order_relaxed) : 0;
         if (perSm == 0) {
-            const size_t most = PROLOGUE ? kNormFoldSharedBytes : 0;
-            if (PROLOGUE)
+            const size_t most = NORM ? kNormFoldSharedBytes : 0;
+            if (NORM)
                 CWB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)));
             perSm = 1;
             if (PERSIST) CWB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, W * 32, most));
@@ -208,17 +207,16 @@ void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, c
         }
     }
     CWB_CUDA_CHECK(launchDependent(kernel, grid, dim3(W * 32), shared, stream, p));
-    countStreamLaunch(R, PERSIST && OVERLAP, prologueSums(PRO));
+    countStreamLaunch(R, PERSIST && OVERLAP);
 }
 
 // PERSIST only for blocks of 8 or 16 warps; 4-warp blocks (8 chunks or fewer) take one tile each, except under GLU,
-// whose blocks always take a gate tile and an up tile, with R > 1 row tiles per block and with x sums (the persistent
-// loop only).
+// whose blocks always take a gate tile and an up tile, and with R > 1 row tiles per block (the persistent loop only).
 // Four row tiles per block run at most 8 warps (their reduction buffer: 32 KB at 16 tokens).
 template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX, bool PERSIST = false,
           bool GLU = false, int R = 1>
 void launchStreamWarps(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
-    constexpr bool small = GLU || R > 1 || prologueSums(PRO);   // 4-warp blocks persistent
+    constexpr bool small = GLU || R > 1;   // 4-warp blocks persistent
     if (warps <= 4)
         launchStreamShape<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, PRO, small, GLU, R>(p, small ? persist : 0, multiprocessors,
                                                                                     stream);
@@ -276,75 +274,19 @@ void launchPersistentOverlap(const Wxa16Params& p, int rowTiles, int warps, int 
         launchStreamPairs<T, NT, 2, true, false, true, kPlainX, true, false, 1>(p, warps, persist, sms, stream);
 }
 
-// One x-sums shape of one row tile per block: 4-chunk batches are compiled for 2-chunk steps only (with one-chunk steps
-// they spilled 16-32 bytes under the 64-register cap, ptxas sm_90; launchPersistentSums gives those 2-chunk batches).
-template <typename T, int B, int PRO, bool GLU>
-void launchSumsShape(const Wxa16Params& p, int warps, int persist, int sms, cudaStream_t stream) {
-    if constexpr (B == 4)
-        launchStreamWarps<T, 1, 4, 2, false, false, false, PRO, true, GLU, 1>(p, warps, persist, sms, stream);
-    else
-        launchStreamPairs<T, 1, B, false, false, false, PRO, true, GLU>(p, warps, persist, sms, stream);
-}
-
-// The shapes with x sums per block (StreamConfig::sums) for batches of B chunks of one row tile per block: plain x, the
-// folded norm (kNormSumsX), the GLU epilogue, or both.
-template <typename T, int B>
-void launchSumsBatch(const Wxa16Params& p, int warps, int persist, int sms, cudaStream_t stream) {
-    if (p.normWeight && p.swiglu)
-        launchSumsShape<T, B, kNormSumsX, true>(p, warps, persist, sms, stream);
-    else if (p.normWeight)
-        launchSumsShape<T, B, kNormSumsX, false>(p, warps, persist, sms, stream);
-    else if (p.swiglu)
-        launchSumsShape<T, B, kSumsX, true>(p, warps, persist, sms, stream);
-    else
-        launchSumsShape<T, B, kSumsX, false>(p, warps, persist, sms, stream);
-}
-
-// The shapes with x sums: one row tile per block in batches of 2 or 4 chunks up to 8 tokens (with or without the
-// folded norm and the GLU epilogue), two row tiles in 2-chunk batches of plain x at 9..16 (the only ones the table
-// allows; the launcher folds nothing into launches of two row tiles).
-template <typename T, int NT>
-void launchPersistentSums(const Wxa16Params& p, int rowTiles, int batch, int warps, int persist, int sms,
-                          cudaStream_t stream) {
-    constexpr int R = NT == 1 ? 1 : 2;
-    if (rowTiles != R || (R > 1 && (p.normWeight || p.swiglu)))
-        throw KernelError("wxa16Gemm: " + std::to_string(rowTiles) + " row tiles per block" +
-                          (p.normWeight || p.swiglu ? " with a folded norm or SwiGLU" : "") +
-                          " for a shape with x sums (compiled: 1 row tile up to 8 tokens, 2 of plain x at 9..16)");
-    if constexpr (NT == 1) {
-        if (batch >= 4 && p.groupShift >= 1)   // 4-chunk batches: 2-chunk steps only (launchSumsShape)
-            launchSumsBatch<T, 4>(p, warps, persist, sms, stream);
-        else
-            launchSumsBatch<T, 2>(p, warps, persist, sms, stream);
-    } else {
-        launchStreamPairs<T, NT, 2, false, false, false, kSumsX, true, false, R>(p, warps, persist, sms, stream);
-    }
-}
-
-// The x sums of a launch (behind the folded norm's x where p.normWeight is set) fit in the dynamic shared memory the
-// stream launcher allows.
-template <typename T>
-bool streamSumsFit(const Wxa16Params& p, int nt) {
-    const size_t norm = p.normWeight ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0;
-    return norm + stepSumsBytes(p.chunks, p.groupShift >= 1 ? 2 : 1, nt) <= kNormFoldSharedBytes;
-}
-
-// p.normWeight set: the norm is folded, which the subtract shapes compile, and the x-sums shapes of one row tile per
-// block (the launcher checks foldsNorm first, which asks for the subtract shape: 19-21 are subtract shapes whose
-// eligible launches take x sums); p.swiglu set: the GLU epilogue, compiled for the same persistent shapes (the launcher
-// checks foldsSwiGlu first).
+// p.normWeight set: the norm is folded, which only the subtract shape compiles (the launcher checks foldsNorm first);
+// p.swiglu set: the GLU epilogue, which only the persistent subtract shapes compile (the launcher checks foldsSwiGlu
+// first).
 template <typename T, int NT>
 void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cudaStream_t stream) {
     const StreamConfig& c = streamConfig();
     const int sms = multiprocessors;
     const int batch = streamBatch(c, p.tiles, p.m, sms);
     const int rowTiles = streamRowTiles(c, p.m);
-    const bool folds = p.normWeight || p.swiglu;
-    if (c.sums && (c.sums == 2 || !folds) && streamSumsFit<T>(p, NT))
-        launchPersistentSums<T, NT>(p, rowTiles, batch, warps, c.persist, sms, stream);
-    else if (c.subtract && c.persist && c.overlap && !p.normWeight && !p.swiglu)
+    if (c.subtract && c.persist && c.overlap && !p.normWeight && !p.swiglu)
         launchPersistentOverlap<T, NT>(p, rowTiles, warps, c.persist, sms, stream);
-    else if (c.overlapLongRows > 0 && p.m == 1 && !folds && p.chunks >= int64_t(c.overlapLongRows) * warps)
+    else if (c.overlapLongRows > 0 && p.m == 1 && !p.normWeight && !p.swiglu &&
+             p.chunks >= int64_t(c.overlapLongRows) * warps)
         launchPersistentOverlap<T, NT>(p, 1, warps, c.persist, sms, stream);
     else if (c.subtract && c.persist && rowTiles > 1 && !p.normWeight && !p.swiglu)
         launchPersistentRows<T, NT>(p, rowTiles, batch, warps, c.persist, sms, stream);

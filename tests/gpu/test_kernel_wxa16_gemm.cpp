@@ -244,23 +244,6 @@ void runFusedCases(ActType act) {
         // 9..16 tokens `auto` gives that many row tiles to the ring kernel under the shapes of one row tile per block
         runFusedCase({4, true, 4800, 1152, 128, 0}, act, {1, 4}, 39, inPlace, f8);
     }
-    // x sums of the normalised x (the shapes whose names say so): a launch with the norm and SwiGLU folded at one token
-    // runs the x-sums kernel; with 240 chunks the normalised x (30.7 KB) and its sums (3.8 KB) pass 32 KB together, so
-    // the subtract kernel folds the norm instead.
-    for (int config = 0; config < wxa16StreamConfigCount(); ++config) {
-        if (wxa16StreamConfigName(config).find("of the normalised x") == std::string::npos) continue;
-        wxa16SetStreamConfig(config);
-        std::printf("-- fused norm / SwiGLU with x sums: stream configuration %d\n", config);
-        const int64_t sumsBefore = wxa16StreamLaunchCount(1, false, true);
-        runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 55, gluNorm, true);
-        runFusedCase({4, false, 80, 8192, 128, 0}, act, {1}, 55, both, true);   // 16 KB of x, 2 KB of sums
-        check(wxa16StreamLaunchCount(1, false, true) >= sumsBefore + 2,
-              "the launches with the norm (and SwiGLU) folded took the x-sums kernel");
-        const int64_t sums = wxa16StreamLaunchCount(1, false, true), subtract = wxa16StreamLaunchCount(1, false, false);
-        runFusedCase({4, false, 32, 15360, 128, 0}, act, {1}, 56, both, true);
-        check(wxa16StreamLaunchCount(1, false, true) == sums && wxa16StreamLaunchCount(1, false, false) > subtract,
-              "the normalised x and its sums past 32 KB: the subtract kernel folded the norm");
-    }
     wxa16SetStreamConfig(initialStream);
     std::printf("-- fused norm / residual: ring kernel (split-K, last block adds the residual)\n");
     wxa16SetSmallKernel(W4SmallKernel::Ring);
@@ -376,42 +359,20 @@ int main() {
                     const bool streamOverlap =
                         stream && wxa16StreamConfigName(config).find("persistent") != std::string::npos &&
                         wxa16StreamConfigName(config).find("next batch loaded") != std::string::npos;
-                    const bool streamSums = stream && wxa16StreamConfigName(config).find("x sums") != std::string::npos;
                     const int tiles8 = stream ? wxa16StreamRowTiles(config, 8) : 1;
                     const int tiles16 = stream ? wxa16StreamRowTiles(config, 16) : 1;
-                    const int64_t launches8 = wxa16StreamLaunchCount(tiles8, streamOverlap, streamSums);
+                    const int64_t launches8 = wxa16StreamLaunchCount(tiles8, streamOverlap);
                     if (stream) {
                         runCase({4, true, 256, 1024, 128, 0}, act, {8}, 60);
-                        const bool ran8 = wxa16StreamLaunchCount(tiles8, streamOverlap, streamSums) > launches8;
-                        const int64_t mid16 = wxa16StreamLaunchCount(tiles16, streamOverlap, streamSums);
+                        const bool ran8 = wxa16StreamLaunchCount(tiles8, streamOverlap) > launches8;
+                        const int64_t mid16 = wxa16StreamLaunchCount(tiles16, streamOverlap);
                         runCase({4, true, 256, 1024, 128, 0}, act, {16}, 60);
-                        const bool ran16 = wxa16StreamLaunchCount(tiles16, streamOverlap, streamSums) > mid16;
+                        const bool ran16 = wxa16StreamLaunchCount(tiles16, streamOverlap) > mid16;
                         char what[200];
                         std::snprintf(what, sizeof what,
                                       "stream configuration %d launched its kernel (%d / %d row tiles per block%s) at m = 8 and 16",
-                                      config, tiles8, tiles16,
-                                      streamOverlap ? ", two batches" : streamSums ? ", x sums" : "");
+                                      config, tiles8, tiles16, streamOverlap ? ", two batches" : "");
                         check(ran8 && ran16, what);
-                    }
-                    if (streamSums) {
-                        // 513 one-chunk steps (groups of 64) at 16 tokens: 32,832 bytes of sums, past the 32 KB the
-                        // launcher allows, so the subtract kernel of the same row tiles runs instead (and is right).
-                        const int64_t sumsBefore = wxa16StreamLaunchCount(2, false, true);
-                        const int64_t subtractBefore = wxa16StreamLaunchCount(2, false, false);
-                        runCase({4, false, 32, 32832, 64, 0}, act, {16}, 61);
-                        check(wxa16StreamLaunchCount(2, false, true) == sumsBefore &&
-                                  wxa16StreamLaunchCount(2, false, false) > subtractBefore,
-                              "x sums past 32 KB of shared memory: the subtract kernel ran instead");
-                        // 512 steps fit exactly (32 KB)
-                        const int64_t fitBefore = wxa16StreamLaunchCount(2, false, true);
-                        runCase({4, false, 32, 32768, 64, 0}, act, {16}, 62);
-                        check(wxa16StreamLaunchCount(2, false, true) > fitBefore, "x sums of exactly 32 KB: kept");
-                        // 17 chunks in 2-chunk steps: the last warp's step has one chunk (its sums stop there); 16 warps
-                        // at 16 tokens, seven of them with no chunks. Then several tiles per block (3 blocks).
-                        runCase({4, false, 80, 1088, 128, 0}, act, {1, 16}, 63);
-                        wxa16SetStreamResidentCap(3);
-                        runCase({4, false, 80, 1088, 128, 0}, act, {1, 16}, 63);
-                        wxa16SetStreamResidentCap(0);
                     }
                     if (stream && wxa16StreamConfigName(config).find("two batches of registers at one token") != std::string::npos) {
                         // 8192 columns: 128 chunks, 8 per warp of 16, so one token takes the two-batch kernel (as
@@ -446,8 +407,7 @@ int main() {
                     runCase({4, false, 80, 8192, 128, 0}, act, {1, 16}, 10);
                     // Persistent stream shapes: the cases above had a block per row tile; here 3 blocks take them
                     // all (up to 14 tiles each where the weight has more than 8 chunks; 4-warp blocks, for 8 chunks
-                    // or fewer, stay one tile per block unless the shape takes several row tiles per block or x
-                    // sums), so a block's loads of its next tile overlap its reduction.
+                    // or fewer, stay one tile per block), so a block's loads of its next tile overlap its reduction.
                     // Then, uncapped, more row tiles than the GPU holds blocks of 16 warps at once.
                     if (stream && wxa16StreamConfigName(config).find("persistent") != std::string::npos) {
                         wxa16SetStreamResidentCap(3);

@@ -65,8 +65,8 @@ void freeWorkspace(void* p);
 void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, void* workspace, size_t workspaceBytes,
                Stream stream, int splitK = 0, const Wxa16Fusion& fusion = {});
 
-// Whether a launch of m tokens on w with a norm forms it inside the kernel (the W4A16 stream kernel in a
-// zero-subtracting shape, the default among them, or one with x sums, with one row tile per block and one batch of registers, no act-order, and m rows of x fitting in kNormFoldSharedBytes
+// Whether a launch of m tokens on w with a norm forms it inside the kernel (the W4A16 stream kernel in its default,
+// zero-subtracting shape with one row tile per block and one batch of registers, no act-order, and m rows of x fitting in kNormFoldSharedBytes
 // of shared memory), given a 16-byte aligned γ; otherwise the norm is a separate launch.
 constexpr size_t kNormFoldSharedBytes = 32 * 1024;
 bool wxa16FoldsNorm(const DeviceTiledWeight& w, int64_t m);
@@ -116,11 +116,9 @@ std::string wxa16StreamConfigName(int index);
 // Throws KernelError for an index outside [0, count).
 int wxa16StreamRowTiles(int index, int64_t m);
 // Launches of the W4A16 stream kernel in this process with `rowTiles` row tiles per block (1, 2 or 4; else
-// KernelError) and, `overlap`, two batches of registers in the persistent loop, or, `sums`, the zero folded with x
-// sums formed once per block (the shapes whose names say "x sums": their plain-x launches, and under StreamConfig::sums
-// = 2 those with the folded norm or SwiGLU too; KernelError with `overlap` as well).
-// Host-side counts, for tests: a CUDA graph's launches are counted when it is captured, not when it is replayed.
-int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap, bool sums = false);
+// KernelError) and, `overlap`, two batches of registers in the persistent loop (host-side counts, for tests: a CUDA
+// graph's launches are counted when it is captured, not when it is replayed).
+int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap);
 // The persistent stream shapes size their grid by the blocks the GPU holds at once; a cap > 0 lowers that count
 // (for tests, so that blocks take several row tiles on small weights; and for benchmarks). 0: no cap. Set it between
 // launches, never while another thread launches.
