@@ -2,15 +2,15 @@
 # Builds cwb without Qt on a GPU machine and runs the GPU tests and the issue-7 benchmarks, each step under a time
 # limit, writing one log per step into OUT (default ./gpu-checks). Run by hand from the checkout:
 #   bash bench/gpu_checks.sh [--out DIR] [--build DIR] [--steps LIST] [--build-only]
-# LIST is a comma-separated subset of: tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c19,sparse7b
-# (default: all; decode7b_c19 is decode7b under stream shape 19, two batches of registers at one token on long rows).
+# LIST is a comma-separated subset of: tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,sparse7b
+# (default: all; decode7b_c15 is decode7b under stream shape 15, the default before session 18).
 # Environment: TORCH_PREFIX (else asked of python3's torch), SQLITE_INCLUDE (a folder holding sqlite3.h when the
 # system has none), NLOHMANN_DIR (nlohmann_jsonConfig.cmake's folder when the system has none), CUDA_ARCHS
 # (default 90), CWB_CUSPARSELT (else looked up in python3's site-packages).
 set -u
 out=gpu-checks
 build=build-gpu
-steps=tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c19,sparse7b
+steps=tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,sparse7b
 build_only=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -70,7 +70,7 @@ run w8 300 "$build/bench/bench_kernels" --small-m --w8-stream --graph
 run sparse24 400 "$build/bench/bench_sparse24"
 run decode_ops 300 "$build/bench/bench_decode_ops"
 run decode7b 400 "$build/app/cwb" bench --synthetic llama-7b --device cuda --prompt-tokens 128 --gen-tokens 64
-run decode7b_c19 400 env CWB_W4_STREAM_CONFIG=19 "$build/app/cwb" bench --synthetic llama-7b --device cuda \
+run decode7b_c15 400 env CWB_W4_STREAM_CONFIG=15 "$build/app/cwb" bench --synthetic llama-7b --device cuda \
     --prompt-tokens 128 --gen-tokens 64
 run sparse7b 600 "$build/app/cwb" bench --synthetic llama-7b --format sparse24 \
     --device cuda --prompt-tokens 2048 --gen-tokens 16

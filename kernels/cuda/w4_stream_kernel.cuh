@@ -35,6 +35,14 @@ namespace cwb::kernels::detail {
 // of one token and plain x with at least this many chunks per warp on average (chunks >= overlapLongRows * warps)
 // take the two-batch persistent kernel of one row tile per block (shape 16's at m = 1), which measured 2-8% faster
 // than 15 there at K >= 8192 and 4-7% slower at K = 4096 (H200, sessions 15 and 17).
+// `longRowsTokens` (1..8): the most tokens of a launch that overlapLongRows applies to (shape 16 at m = 2 measured 3-7%
+// faster than 15 on the four shapes with K >= 8192, 2-3% slower at K = 4096; session 18).
+// `overlapFromTokens` (same shapes as overlapLongRows; 0: none): launches of overlapFromTokens..8 tokens and plain x take
+// that two-batch kernel whatever their rows (shape 16 at m = 4 and 8 measured 3-10% faster than 15 on 5 of the 6
+// shapes, 2% slower to 0% on 4096x11008; session 18).
+// `warps16ManyItems` (4 or 8 below maxWarps; 0: none): at 9..16 tokens, where a launch has more groups of rowTiles16 row
+// tiles than the GPU has multiprocessors, blocks of at most this many warps (two blocks per multiprocessor: shape 18 at
+// m = 16 measured 1-10% faster than 15 on the four shapes with 256+ groups, 13-25% slower on those of 128; session 18).
 struct StreamConfig {
     int batch, maxWarps;
     bool overlap, split, subtract;
@@ -42,14 +50,19 @@ struct StreamConfig {
     int manyTilesBatch = 0;
     int rowTiles8 = 1, rowTiles16 = 1;
     int overlapLongRows = 0;
+    int overlapFromTokens = 0;
+    int warps16ManyItems = 0;
+    int longRowsTokens = 1;
 };
 // 12-18 (several row tiles per block, or two batches of registers; docs/performance.md, "W4A16 at 16 tokens: two row
 // tiles per block"): 12 R = 2; 13 R = 2 in 4-chunk batches; 14 R = 4, at most 8 warps; 15 = 11 up to 8 tokens, R = 2
 // at 9..16; 16 two batches, R = 2 at 9..16; 17 two batches, R = 2; 18 = 15 with at most 8 warps (two blocks per SM).
-// 19 = 15 with two batches of registers at one token where warps have 8 or more chunks (plain x). (Shapes that folded
+// 19 = 15 with two batches of registers at one token where warps have 8 or more chunks (plain x); 20 = 19 with that
+// rule up to 2 tokens, two batches at 3..8 tokens (plain x) and 8-warp blocks at 9..16 tokens past one pair of row
+// tiles per SM. (Shapes that folded
 // the zero with sums of x formed once per block measured 1-69% slower than 15 and were removed: docs/performance.md,
 // "W4A16 x sums measured".)
-constexpr int kStreamConfigs = 20;
+constexpr int kStreamConfigs = 21;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
@@ -60,7 +73,8 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 8, false, false, true, 2, 0, 4, 4}, {2, 16, false, false, true, 2, 4, 1, 2},
     {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2},
     {2, 8, false, false, true, 2, 4, 1, 2},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8}};
+    {2, 16, false, false, true, 2, 4, 1, 2, 8},
+    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
@@ -71,7 +85,11 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
 // kernel of 12 there): at m = 16 12 ran 2.05x, 1.71x, 2.26x, 1.99x, 2.18x, 2.20x cuBLAS on the bench's six shapes,
 // 11 1.80x, 1.67x, 1.63x, 1.48x, 1.59x, 1.40x and the ring kernel 1.05x-2.03x (docs/performance.md, "W4A16 at 16
 // tokens: two row tiles per block").
-constexpr int kDefaultStreamConfig = 15;
+// 20 is 15 with two batches of registers where they measured faster (long rows at 1..2 tokens, plain x at 3..8) and
+// 8-warp blocks at 9..16 tokens past one pair of row tiles per SM: on the bench's six shapes at m = 1, 2, 4, 8, 16 it ran
+// within 1% of the fastest of 15, 16 and 18 but for 4096x11008 at m = 4 (2% behind 15), and up to 11% ahead of 15
+// (docs/performance.md, "W4A16: one stream shape per token count").
+constexpr int kDefaultStreamConfig = 20;
 // Four row tiles per block need at most 8 warps (the launcher compiles no 16-warp block of them), several row tiles
 // only the persistent subtract shapes, and the persistent overlap is compiled for 2-chunk batches of 1 or 2 tiles.
 constexpr bool streamTableConsistent() {
@@ -80,8 +98,14 @@ constexpr bool streamTableConsistent() {
         if (most >= 4 && c.maxWarps > 8) return false;
         if (most > 1 && !(c.subtract && c.persist)) return false;
         if (c.persist && c.overlap && !(c.subtract && c.batch == 2 && c.manyTilesBatch == 0 && most <= 2)) return false;
-        if (c.overlapLongRows < 0 || (c.overlapLongRows > 0 && !(c.subtract && c.persist && !c.overlap && !c.split &&
-                                                                 c.batch == 2 && c.maxWarps == 16 && c.rowTiles8 == 1)))
+        const bool overlapsSome = c.overlapLongRows > 0 || c.overlapFromTokens > 0;
+        if (c.overlapLongRows < 0 || c.overlapFromTokens < 0 || c.overlapFromTokens > kSmallMaxTokens / 2 ||
+            c.longRowsTokens < 1 || c.longRowsTokens > kSmallMaxTokens / 2 ||
+            (overlapsSome && !(c.subtract && c.persist && !c.overlap && !c.split && c.batch == 2 && c.maxWarps == 16 &&
+                               c.rowTiles8 == 1)))
+            return false;
+        if (c.warps16ManyItems != 0 &&
+            !((c.warps16ManyItems == 4 || c.warps16ManyItems == 8) && c.warps16ManyItems < c.maxWarps))
             return false;
         for (int r : {c.rowTiles8, c.rowTiles16})
             if (r != 1 && r != 2 && r != 4) return false;
@@ -90,7 +114,8 @@ constexpr bool streamTableConsistent() {
 }
 static_assert(streamTableConsistent(), "stream configurations: row tiles 1, 2 or 4; 4 with at most 8 warps; >1 persistent; "
                                        "persistent overlap: subtracted, 2-chunk batches, at most 2 row tiles; two "
-                                       "batches on long rows: persistent subtracted 2-chunk shapes of 16 warps, 1 tile");
+                                       "batches on long rows or few tokens: persistent subtracted 2-chunk shapes of 16 "
+                                       "warps, 1 tile; fewer warps at 9..16: 4 or 8");
 int streamConfigIndex();  // wxa16_gemm.cu
 int streamResidentCap();  // wxa16_gemm.cu: wxa16SetStreamResidentCap, 0 for none
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
@@ -103,16 +128,25 @@ inline int streamBatch(const StreamConfig& c, int64_t tiles, int m, int multipro
                                                                                                        : c.batch;
 }
 
-// Warps per block and chunks per warp for a weight of `chunks` chunks; the warp count is the smallest of 4, 8, 16
-// that gives every warp at most one batch, capped by the configuration.
+// Warps per block and chunks per warp for a launch of m tokens over `tiles` row tiles of `chunks` chunks; the warp
+// count is the smallest of 4, 8, 16 that gives every warp at most one batch, capped by the configuration
+// (StreamConfig::maxWarps, and warps16ManyItems at 9..16 tokens past one group of row tiles per multiprocessor).
 struct StreamSplit {
     int warps, chunksPerWarp;
 };
-inline StreamSplit streamSplit(int chunks, int cps) {
+inline int streamMaxWarps(const StreamConfig& c, int m, int64_t tiles, int multiprocessors) {
+    if (c.warps16ManyItems > 0 && m > 8) {
+        const int r = streamRowTiles(c, m);
+        if ((tiles + r - 1) / r > int64_t(multiprocessors)) return c.warps16ManyItems;
+    }
+    return c.maxWarps;
+}
+inline StreamSplit streamSplit(int chunks, int cps, int m, int64_t tiles, int multiprocessors) {
     const StreamConfig& c = streamConfig();
     const int wanted = (chunks + c.batch - 1) / c.batch;
     int warps = wanted <= 4 ? 4 : wanted <= 8 ? 8 : 16;
-    warps = warps < c.maxWarps ? warps : c.maxWarps;
+    const int most = streamMaxWarps(c, m, tiles, multiprocessors);
+    warps = warps < most ? warps : most;
     int per = (chunks + warps - 1) / warps;
     per = (per + cps - 1) / cps * cps;  // a step (one group when cps = 2) never straddles two warps
     return {warps, per};

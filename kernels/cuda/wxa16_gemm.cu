@@ -136,13 +136,16 @@ void wxa16SetStreamResidentCap(int blocks) {
 namespace detail {
 namespace {
 std::atomic<int64_t> streamLaunches[3][2];   // [1, 2, 4 row tiles][one batch, two batches]
+std::atomic<int> streamLastWarps{0};
 int rowTilesSlot(int rowTiles) { return rowTiles == 1 ? 0 : rowTiles == 2 ? 1 : rowTiles == 4 ? 2 : -1; }
 } // namespace
-void countStreamLaunch(int rowTiles, bool overlap) {
+void countStreamLaunch(int rowTiles, bool overlap, int warps) {
     const int slot = rowTilesSlot(rowTiles);
     if (slot >= 0) streamLaunches[slot][overlap ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
+    streamLastWarps.store(warps, std::memory_order_relaxed);
 }
 } // namespace detail
+int wxa16StreamLastWarps() { return detail::streamLastWarps.load(std::memory_order_relaxed); }
 int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap) {
     const int slot = detail::rowTilesSlot(rowTiles);
     if (slot < 0) throw KernelError("wxa16StreamLaunchCount: row tiles must be 1, 2 or 4, not " + std::to_string(rowTiles));
@@ -168,9 +171,18 @@ std::string wxa16StreamConfigName(int index) {
                 ? "; " + std::to_string(c.rowTiles8) + " row tiles per block up to 8 tokens, " +
                       std::to_string(c.rowTiles16) + " at 9..16"
                 : "") +
-           (c.overlapLongRows > 0 ? "; two batches of registers at one token where a warp has " +
+           (c.overlapLongRows > 0 ? "; two batches of registers at " +
+                                        (c.longRowsTokens == 1 ? std::string("one token")
+                                                               : "1.." + std::to_string(c.longRowsTokens) + " tokens") +
+                                        " where a warp has " +
                                         std::to_string(c.overlapLongRows) + "+ chunks (plain x)"
-                                  : "");
+                                  : "") +
+           (c.overlapFromTokens > 0 ? "; two batches of registers at " + std::to_string(c.overlapFromTokens) +
+                                          "..8 tokens (plain x)"
+                                    : "") +
+           (c.warps16ManyItems > 0 ? "; up to " + std::to_string(c.warps16ManyItems) +
+                                         " warps at 9..16 tokens past one group of row tiles per SM"
+                                   : "");
 }
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call
@@ -534,7 +546,8 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
             // One block sums the whole input dimension. `split` was resolved for the first slice: a last slice of
             // m > 64 tokens that comes here must not inherit a split (its blocks would write partial sums, never y).
             p.splitK = 1;
-            const detail::StreamSplit cut = detail::streamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1);
+            const detail::StreamSplit cut = detail::streamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1, p.m, p.tiles,
+                                                                       multiprocessors());
             p.chunksPerSplit = cut.chunksPerWarp;
             if (w.act == ActType::Float16)
                 detail::launchW4Stream<__half>(p, cut.warps, multiprocessors(), s);

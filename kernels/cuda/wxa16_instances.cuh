@@ -168,7 +168,7 @@ inline int64_t persistentGrid(int64_t tiles, int64_t resident, int persist) {
     return (tiles + perBlock - 1) / perBlock;
 }
 
-void countStreamLaunch(int rowTiles, bool overlap);   // wxa16_gemm.cu (wxa16StreamLaunchCount)
+void countStreamLaunch(int rowTiles, bool overlap, int warps);   // wxa16_gemm.cu (wxa16StreamLaunchCount)
 
 // One stream kernel, launched with programmatic dependent launch (dependent_launch.h) where enabled: it loads its
 // first weights before it waits for the kernel before it. PRO: the prologue (kNormX, the folded RMSNorm), with its
@@ -207,7 +207,7 @@ void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, c
         }
     }
     CWB_CUDA_CHECK(launchDependent(kernel, grid, dim3(W * 32), shared, stream, p));
-    countStreamLaunch(R, PERSIST && OVERLAP);
+    countStreamLaunch(R, PERSIST && OVERLAP, W);
 }
 
 // PERSIST only for blocks of 8 or 16 warps; 4-warp blocks (8 chunks or fewer) take one tile each, except under GLU,
@@ -285,8 +285,9 @@ void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cu
     const int rowTiles = streamRowTiles(c, p.m);
     if (c.subtract && c.persist && c.overlap && !p.normWeight && !p.swiglu)
         launchPersistentOverlap<T, NT>(p, rowTiles, warps, c.persist, sms, stream);
-    else if (c.overlapLongRows > 0 && p.m == 1 && !p.normWeight && !p.swiglu &&
-             p.chunks >= int64_t(c.overlapLongRows) * warps)
+    else if (!p.normWeight && !p.swiglu &&
+             ((c.overlapLongRows > 0 && p.m <= c.longRowsTokens && p.chunks >= int64_t(c.overlapLongRows) * warps) ||
+              (c.overlapFromTokens > 0 && p.m >= c.overlapFromTokens && p.m <= 8)))
         launchPersistentOverlap<T, NT>(p, 1, warps, c.persist, sms, stream);
     else if (c.subtract && c.persist && rowTiles > 1 && !p.normWeight && !p.swiglu)
         launchPersistentRows<T, NT>(p, rowTiles, batch, warps, c.persist, sms, stream);

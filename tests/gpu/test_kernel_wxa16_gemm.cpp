@@ -274,11 +274,15 @@ int main() {
         const W4SmallKernel initial = wxa16SmallKernel();
         const int initialStreamConfig = wxa16StreamConfig();
         if (!std::getenv("CWB_W4_STREAM_CONFIG"))
-            check(initialStreamConfig == 15 && wxa16StreamConfigName(15).find("persistent") != std::string::npos &&
-                      wxa16StreamConfigName(15).find("4 per batch past") != std::string::npos &&
-                      wxa16StreamRowTiles(15, 8) == 1 && wxa16StreamRowTiles(15, 9) == 2,
-                  "the stream kernel's default shape is 15 (persistent; up to 8 tokens one row tile per block, 4-chunk "
-                  "batches past 2 row tiles per SM; at 9..16 two row tiles per block)");
+            check(initialStreamConfig == 20 && wxa16StreamConfigName(20).find("persistent") != std::string::npos &&
+                      wxa16StreamConfigName(20).find("4 per batch past") != std::string::npos &&
+                      wxa16StreamConfigName(20).find("at 1..2 tokens where a warp has 8+ chunks") != std::string::npos &&
+                      wxa16StreamConfigName(20).find("at 3..8 tokens (plain x)") != std::string::npos &&
+                      wxa16StreamConfigName(20).find("up to 8 warps at 9..16 tokens") != std::string::npos &&
+                      wxa16StreamRowTiles(20, 8) == 1 && wxa16StreamRowTiles(20, 9) == 2,
+                  "the stream kernel's default shape is 20 (persistent; up to 8 tokens one row tile per block, 4-chunk "
+                  "batches past 2 row tiles per SM, two batches of registers on long rows at 1..2 tokens and for plain "
+                  "x at 3..8; at 9..16 two row tiles per block, 8-warp blocks past one pair per SM)");
         {
             bool threw = false;
             try {
@@ -355,29 +359,35 @@ int main() {
                                 tma ? (globalReduce ? ", splits added up in global memory" : ", splits <= 8 in a cluster") : "");
                     // m > 16 depends on neither kernel nor configuration: once is enough
                     const bool first = config == 0 && kernel == W4SmallKernel::Ring;
-                    // The stream shape's own kernel ran (row tiles per block, two batches) at m <= 8 and at 9..16.
-                    const bool streamOverlap =
-                        stream && wxa16StreamConfigName(config).find("persistent") != std::string::npos &&
-                        wxa16StreamConfigName(config).find("next batch loaded") != std::string::npos;
+                    // The stream shape's own kernel ran (row tiles per block, two batches) at m <= 8 and at 9..16
+                    // (at 8 tokens of plain x the two-batch kernel for shapes that take it at 3..8 tokens).
+                    const std::string shapeName = stream ? wxa16StreamConfigName(config) : std::string();
+                    const auto has = [&](const char* words) { return shapeName.find(words) != std::string::npos; };
+                    const bool streamOverlap = stream && has("persistent") && has("next batch loaded");
+                    const bool overlapFew = stream && has("3..8 tokens (plain x)");
+                    const bool longRows = stream && has("where a warp has 8+ chunks");
+                    const bool longRowsTwo = longRows && has("at 1..2 tokens where");
+                    const bool fewerWarps16 = stream && has("up to 8 warps at 9..16 tokens");
                     const int tiles8 = stream ? wxa16StreamRowTiles(config, 8) : 1;
                     const int tiles16 = stream ? wxa16StreamRowTiles(config, 16) : 1;
-                    const int64_t launches8 = wxa16StreamLaunchCount(tiles8, streamOverlap);
+                    const int64_t launches8 = wxa16StreamLaunchCount(tiles8, streamOverlap || overlapFew);
                     if (stream) {
                         runCase({4, true, 256, 1024, 128, 0}, act, {8}, 60);
-                        const bool ran8 = wxa16StreamLaunchCount(tiles8, streamOverlap) > launches8;
+                        const bool ran8 = wxa16StreamLaunchCount(tiles8, streamOverlap || overlapFew) > launches8;
                         const int64_t mid16 = wxa16StreamLaunchCount(tiles16, streamOverlap);
                         runCase({4, true, 256, 1024, 128, 0}, act, {16}, 60);
                         const bool ran16 = wxa16StreamLaunchCount(tiles16, streamOverlap) > mid16;
                         char what[200];
                         std::snprintf(what, sizeof what,
                                       "stream configuration %d launched its kernel (%d / %d row tiles per block%s) at m = 8 and 16",
-                                      config, tiles8, tiles16, streamOverlap ? ", two batches" : "");
+                                      config, tiles8, tiles16, streamOverlap ? ", two batches" : overlapFew ? ", two batches at 8" : "");
                         check(ran8 && ran16, what);
                     }
-                    if (stream && wxa16StreamConfigName(config).find("two batches of registers at one token") != std::string::npos) {
+                    if (longRows) {
                         // 8192 columns: 128 chunks, 8 per warp of 16, so one token takes the two-batch kernel (as
                         // shape 16 at m = 1), with 5 row tiles on 3 blocks as well, act-order, and a residual added;
-                        // not 2 tokens, nor 4096 columns (4 chunks per warp), nor a launch with the norm folded.
+                        // 2 tokens too where the rule covers them; not 4096 columns (4 chunks per warp), nor a launch
+                        // with the norm folded.
                         auto twoBatches = [] { return wxa16StreamLaunchCount(1, true); };
                         auto oneBatch = [] { return wxa16StreamLaunchCount(1, false); };
                         int64_t two = twoBatches(), one = oneBatch();
@@ -387,15 +397,65 @@ int main() {
                         wxa16SetStreamResidentCap(0);
                         runCase({4, true, 64, 8192, 128, 1}, act, {1}, 66);
                         runFusedCase({4, true, 64, 8192, 128, 0}, act, {1}, 67, Fusion{false, true, false}, false);
-                        check(twoBatches() >= two + 4 && oneBatch() == one,
-                              "long rows at one token (8 chunks per warp): the two-batch kernel ran, plain and with a residual");
+                        if (longRowsTwo) runCase({4, false, 80, 8192, 128, 0}, act, {2}, 68);
+                        check(twoBatches() >= two + (longRowsTwo ? 5 : 4) && oneBatch() == one,
+                              longRowsTwo ? "long rows at 1 and 2 tokens (8 chunks per warp): the two-batch kernel ran, "
+                                            "plain and with a residual"
+                                          : "long rows at one token (8 chunks per warp): the two-batch kernel ran, plain "
+                                            "and with a residual");
                         two = twoBatches();
                         one = oneBatch();
-                        runCase({4, false, 80, 8192, 128, 0}, act, {2}, 68);
-                        runCase({4, false, 80, 4096, 128, 0}, act, {1}, 69);
+                        // the first token count past the rule: one batch, unless the 3..8 rule takes it
+                        runCase({4, false, 80, 8192, 128, 0}, act, {longRowsTwo ? 3 : 2}, 68);
+                        const bool pastTwo = twoBatches() > two, pastOne = oneBatch() > one;
+                        check(overlapFew ? pastTwo && !pastOne : pastOne && !pastTwo,
+                              overlapFew ? "long rows at 3 tokens: the two-batch kernel of the 3..8 rule ran"
+                                         : "long rows past the rule's tokens: the one-batch kernel ran");
+                        two = twoBatches();
+                        one = oneBatch();
+                        runCase({4, false, 80, 4096, 128, 0}, act, {1, 2}, 69);
                         runFusedCase({4, false, 80, 8192, 128, 0}, act, {1}, 70, Fusion{true, true, false}, true);
                         check(twoBatches() == two && oneBatch() >= one + 3,
-                              "two tokens, 4 chunks per warp, or the norm folded: the one-batch kernel ran");
+                              "short rows (4 chunks per warp) at 1 and 2 tokens, or the norm folded: the one-batch kernel ran");
+                    }
+                    if (overlapFew) {
+                        // 3..8 tokens of plain x take the two-batch kernel whatever the rows' length (4 chunks per
+                        // warp here), with act-order and a residual too; not with the norm folded, nor at 9 tokens.
+                        auto twoBatches = [] { return wxa16StreamLaunchCount(1, true); };
+                        auto oneBatch = [] { return wxa16StreamLaunchCount(1, false); };
+                        int64_t two = twoBatches(), one = oneBatch();
+                        runCase({4, false, 80, 4096, 128, 0}, act, {3, 8}, 71);
+                        runCase({4, true, 64, 8192, 128, 1}, act, {5}, 72);
+                        runFusedCase({4, true, 64, 4096, 128, 0}, act, {3}, 73, Fusion{false, true, false}, false);
+                        check(twoBatches() >= two + 4 && oneBatch() == one,
+                              "3..8 tokens of plain x (4 and 8 chunks per warp, act-order, a residual): the two-batch kernel ran");
+                        two = twoBatches();
+                        one = oneBatch();
+                        runFusedCase({4, false, 80, 4096, 128, 0}, act, {2}, 74, Fusion{true, true, false}, true);
+                        runCase({4, false, 80, 4096, 128, 0}, act, {9}, 75);
+                        check(twoBatches() == two && oneBatch() >= one + 1,
+                              "the norm folded at 2 tokens: the one-batch kernel ran; 9 tokens: neither one-tile kernel");
+                    }
+                    if (fewerWarps16) {
+                        // At 9..16 tokens blocks of at most 8 warps once pairs of row tiles outnumber the
+                        // multiprocessors (32 chunks: 16 warps otherwise); 16 warps at 8 tokens and for few row tiles.
+                        int sms = 0;
+                        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+                        const Case manyPairs{4, true, 16 * (2 * int64_t(sms) + 2), 2048, 128, 0};
+                        runCase(manyPairs, act, {16}, 76);
+                        const int many16 = wxa16StreamLastWarps();
+                        runCase(manyPairs, act, {10}, 76);
+                        const int many10 = wxa16StreamLastWarps();
+                        runCase(manyPairs, act, {8}, 76);
+                        const int many8 = wxa16StreamLastWarps();
+                        runCase({4, true, 256, 2048, 128, 0}, act, {16}, 77);
+                        const int few16 = wxa16StreamLastWarps();
+                        char what[240];
+                        std::snprintf(what, sizeof what,
+                                      "%lld row tiles of 32 chunks: 8 warps at m = 16 and 10 (got %d, %d), 16 at m = 8 (%d); "
+                                      "16 row tiles: 16 warps at m = 16 (%d)",
+                                      (long long)(manyPairs.rows / 16), many16, many10, many8, few16);
+                        check(many16 == 8 && many10 == 8 && many8 == 16 && few16 == 16, what);
                     }
                     runCase({4, true, 256, 1024, 128, 0}, act, first ? allM : std::vector<int64_t>{1, 3, 8, 16}, 1);
                     runCase({4, false, 200, 576, 64, 0}, act, first ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 16}, 2);

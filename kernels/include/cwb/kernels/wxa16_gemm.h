@@ -119,6 +119,8 @@ int wxa16StreamRowTiles(int index, int64_t m);
 // KernelError) and, `overlap`, two batches of registers in the persistent loop (host-side counts, for tests: a CUDA
 // graph's launches are counted when it is captured, not when it is replayed).
 int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap);
+// Warps per block of this process's last W4A16 stream launch (0 before the first; host-side, for tests).
+int wxa16StreamLastWarps();
 // The persistent stream shapes size their grid by the blocks the GPU holds at once; a cap > 0 lowers that count
 // (for tests, so that blocks take several row tiles on small weights; and for benchmarks). 0: no cap. Set it between
 // launches, never while another thread launches.
