@@ -32,17 +32,17 @@ namespace cwb::kernels::detail {
 // int4 weight's bytes per row tile, so one tile per block reads 4 bytes of x through L1/L2 per byte of weight. With
 // more than one tile the norm and the GLU epilogue are not folded (separate launches).
 // `overlapLongRows` (persistent subtract shapes of one batch, 16 warps, one row tile up to 8 tokens; 0: none): launches
-// of one token and plain x with at least this many chunks per warp on average (chunks >= overlapLongRows * warps)
-// take the two-batch persistent kernel of one row tile per block (shape 16's at m = 1), which measured 2-8% faster
-// than 15 there at K >= 8192 and 4-7% slower at K = 4096 (H200, sessions 15 and 17).
-// `longRowsTokens` (1..8): the most tokens of a launch that overlapLongRows applies to (shape 16 at m = 2 measured 3-7%
+// of up to longRowsTokens tokens and plain x with at least this many chunks per warp on average (chunks >=
+// overlapLongRows * warps) take the two-batch persistent kernel of one row tile per block (shape 16's at m = 1), which
+// measured 2-8% faster than 15 there at K >= 8192 and 4-7% slower at K = 4096 (H200, sessions 15 and 17).
+// `longRowsTokens` (1..8): the most tokens of a launch that overlapLongRows applies to (shape 16 at m = 2 measured 3-8%
 // faster than 15 on the four shapes with K >= 8192, 2-3% slower at K = 4096; session 18).
 // `overlapFromTokens` (same shapes as overlapLongRows; 0: none): launches of overlapFromTokens..8 tokens and plain x take
 // that two-batch kernel whatever their rows (shape 16 at m = 4 and 8 measured 3-10% faster than 15 on 5 of the 6
 // shapes, 2% slower to 0% on 4096x11008; session 18).
 // `warps16ManyItems` (4 or 8 below maxWarps; 0: none): at 9..16 tokens, where a launch has more groups of rowTiles16 row
 // tiles than the GPU has multiprocessors, blocks of at most this many warps (two blocks per multiprocessor: shape 18 at
-// m = 16 measured 1-10% faster than 15 on the four shapes with 256+ groups, 13-25% slower on those of 128; session 18).
+// m = 16 measured 1-11% faster than 15 on the four shapes with 256+ groups, 12-24% slower on those of 128; session 18).
 struct StreamConfig {
     int batch, maxWarps;
     bool overlap, split, subtract;
@@ -87,7 +87,7 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
 // tokens: two row tiles per block").
 // 20 is 15 with two batches of registers where they measured faster (long rows at 1..2 tokens, plain x at 3..8) and
 // 8-warp blocks at 9..16 tokens past one pair of row tiles per SM: on the bench's six shapes at m = 1, 2, 4, 8, 16 it ran
-// within 1% of the fastest of 15, 16 and 18 but for 4096x11008 at m = 4 (2% behind 15), and up to 11% ahead of 15
+// within 1.2% of the fastest of 15, 16 and 18 but for 4096x11008 at m = 4 (1.8% behind 15), and up to 11% ahead of 15
 // (docs/performance.md, "W4A16: one stream shape per token count").
 constexpr int kDefaultStreamConfig = 20;
 // Four row tiles per block need at most 8 warps (the launcher compiles no 16-warp block of them), several row tiles

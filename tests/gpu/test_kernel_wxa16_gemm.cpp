@@ -431,30 +431,33 @@ int main() {
                               "3..8 tokens of plain x (4 and 8 chunks per warp, act-order, a residual): the two-batch kernel ran");
                         two = twoBatches();
                         one = oneBatch();
-                        runFusedCase({4, false, 80, 4096, 128, 0}, act, {2}, 74, Fusion{true, true, false}, true);
+                        runFusedCase({4, false, 80, 4096, 128, 0}, act, {3}, 74, Fusion{true, true, false}, true);
                         runCase({4, false, 80, 4096, 128, 0}, act, {9}, 75);
                         check(twoBatches() == two && oneBatch() >= one + 1,
-                              "the norm folded at 2 tokens: the one-batch kernel ran; 9 tokens: neither one-tile kernel");
+                              "the norm folded at 3 tokens: the one-batch kernel ran; 9 tokens: neither one-tile kernel");
                     }
                     if (fewerWarps16) {
                         // At 9..16 tokens blocks of at most 8 warps once pairs of row tiles outnumber the
-                        // multiprocessors (32 chunks: 16 warps otherwise); 16 warps at 8 tokens and for few row tiles.
+                        // multiprocessors (32 chunks: 16 warps otherwise): 2·SMs + 1 row tiles make SMs + 1 pairs (the
+                        // last one a single tile), 2·SMs exactly SMs; 16 warps at 8 tokens whatever the pairs.
                         int sms = 0;
                         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-                        const Case manyPairs{4, true, 16 * (2 * int64_t(sms) + 2), 2048, 128, 0};
+                        const Case manyPairs{4, true, 16 * (2 * int64_t(sms) + 1), 2048, 128, 0};
+                        const Case onePairPerSm{4, true, 16 * (2 * int64_t(sms)), 2048, 128, 0};
                         runCase(manyPairs, act, {16}, 76);
                         const int many16 = wxa16StreamLastWarps();
                         runCase(manyPairs, act, {10}, 76);
                         const int many10 = wxa16StreamLastWarps();
                         runCase(manyPairs, act, {8}, 76);
                         const int many8 = wxa16StreamLastWarps();
-                        runCase({4, true, 256, 2048, 128, 0}, act, {16}, 77);
+                        runCase(onePairPerSm, act, {16}, 77);
                         const int few16 = wxa16StreamLastWarps();
-                        char what[240];
+                        char what[260];
                         std::snprintf(what, sizeof what,
                                       "%lld row tiles of 32 chunks: 8 warps at m = 16 and 10 (got %d, %d), 16 at m = 8 (%d); "
-                                      "16 row tiles: 16 warps at m = 16 (%d)",
-                                      (long long)(manyPairs.rows / 16), many16, many10, many8, few16);
+                                      "%lld row tiles: 16 warps at m = 16 (%d)",
+                                      (long long)(manyPairs.rows / 16), many16, many10, many8,
+                                      (long long)(onePairPerSm.rows / 16), few16);
                         check(many16 == 8 && many10 == 8 && many8 == 16 && few16 == 16, what);
                     }
                     runCase({4, true, 256, 1024, 128, 0}, act, first ? allM : std::vector<int64_t>{1, 3, 8, 16}, 1);
