@@ -59,9 +59,8 @@ struct StreamConfig {
 // at 9..16; 16 two batches, R = 2 at 9..16; 17 two batches, R = 2; 18 = 15 with at most 8 warps (two blocks per SM).
 // 19 = 15 with two batches of registers at one token where warps have 8 or more chunks (plain x); 20 = 19 with that
 // rule up to 2 tokens, two batches at 3..8 tokens (plain x) and 8-warp blocks at 9..16 tokens past one pair of row
-// tiles per SM. (Shapes that folded
-// the zero with sums of x formed once per block measured 1-69% slower than 15 and were removed: docs/performance.md,
-// "W4A16 x sums measured".)
+// tiles per SM. (Shapes that folded the zero with sums of x formed once per block measured 1-69% slower than 15 and
+// were removed: docs/performance.md, "W4A16 x sums measured".)
 constexpr int kStreamConfigs = 21;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},

@@ -368,6 +368,9 @@ int main() {
                     const bool longRows = stream && has("where a warp has 8+ chunks");
                     const bool longRowsTwo = longRows && has("at 1..2 tokens where");
                     const bool fewerWarps16 = stream && has("up to 8 warps at 9..16 tokens");
+                    // launches of one row tile per block with two batches of registers, and with one
+                    const auto twoBatches = [] { return wxa16StreamLaunchCount(1, true); };
+                    const auto oneBatch = [] { return wxa16StreamLaunchCount(1, false); };
                     const int tiles8 = stream ? wxa16StreamRowTiles(config, 8) : 1;
                     const int tiles16 = stream ? wxa16StreamRowTiles(config, 16) : 1;
                     const int64_t launches8 = wxa16StreamLaunchCount(tiles8, streamOverlap || overlapFew);
@@ -388,8 +391,6 @@ int main() {
                         // shape 16 at m = 1), with 5 row tiles on 3 blocks as well, act-order, and a residual added;
                         // 2 tokens too where the rule covers them; not 4096 columns (4 chunks per warp), nor a launch
                         // with the norm folded.
-                        auto twoBatches = [] { return wxa16StreamLaunchCount(1, true); };
-                        auto oneBatch = [] { return wxa16StreamLaunchCount(1, false); };
                         int64_t two = twoBatches(), one = oneBatch();
                         runCase({4, false, 80, 8192, 128, 0}, act, {1}, 64);
                         wxa16SetStreamResidentCap(3);
@@ -421,8 +422,6 @@ int main() {
                     if (overlapFew) {
                         // 3..8 tokens of plain x take the two-batch kernel whatever the rows' length (4 chunks per
                         // warp here), with act-order and a residual too; not with the norm folded, nor at 9 tokens.
-                        auto twoBatches = [] { return wxa16StreamLaunchCount(1, true); };
-                        auto oneBatch = [] { return wxa16StreamLaunchCount(1, false); };
                         int64_t two = twoBatches(), one = oneBatch();
                         runCase({4, false, 80, 4096, 128, 0}, act, {3, 8}, 71);
                         runCase({4, true, 64, 8192, 128, 1}, act, {5}, 72);
