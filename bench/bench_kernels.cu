@@ -12,7 +12,8 @@
 //   (16-byte loads, no arithmetic) and our dense fp16 GEMV (denseGemv) on the fp16 weight.
 //   --w8-stream: at M <= 16 both W8A16 kernels by name (old; stream under each of its shapes, wxa16SetW8StreamConfig)
 //   beside the same cuBLAS time; at M = 1 also a plain read of the packed 8-bit weight's bytes, timed the same way.
-//   --shape KxN, --m M: only that shape of the six, only that M (for a profiler, or a quick look).
+//   --shape KxN[,KxN...], --m M: only these shapes (any, not only the six), only that M (for a profiler, or to
+//   see how time follows the row tiles' rounds of resident blocks).
 //   --stream-configs LIST: with --w4-stream, only these stream shapes (comma-separated indices, e.g. 11,12,15).
 //   --pdl: launch the W4A16 stream kernel with programmatic dependent launch (the runtime's default), so that each
 //   launch loads its first weights while the one before it finishes; off by default here, since cuBLAS cannot.
@@ -280,10 +281,21 @@ int main(int argc, char** argv) {
     if (quick) shapes = {{4096, 4096}, {4096, 11008}};
     std::vector<int> ms = {1, 4, 16, 64};
     if (prefill) ms = {1, 4, 16, 32, 48, 64, 128};
-    if (!onlyShape.empty())
-        shapes.erase(std::remove_if(shapes.begin(), shapes.end(),
-                                    [&](const Shape& s) { return std::to_string(s.k) + "x" + std::to_string(s.n) != onlyShape; }),
-                     shapes.end());
+    if (!onlyShape.empty()) {   // "KxN[,KxN...]": any K a multiple of 128 and N of 16, not only the issue's six
+        shapes.clear();
+        for (const char* c = onlyShape.c_str(); *c;) {
+            char* end = nullptr;
+            const long long k = std::strtoll(c, &end, 10);
+            const long long n = (end != c && *end == 'x') ? std::strtoll(end + 1, &end, 10) : 0;
+            if (k <= 0 || n <= 0 || k % 128 != 0 || n % 16 != 0 || (*end != ',' && *end != '\0')) {
+                std::fprintf(stderr, "bench_kernels: --shape takes KxN[,KxN...] with K a multiple of 128 and N of 16 "
+                                     "(got \"%s\")\n", onlyShape.c_str());
+                return 2;
+            }
+            shapes.push_back({k, n});
+            c = *end == ',' ? end + 1 : end;
+        }
+    }
     if (onlyM > 0) ms = {onlyM};
     const double l2 = double(prop.l2CacheSize);
     std::vector<Row> rows;
