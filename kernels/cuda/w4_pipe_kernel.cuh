@@ -8,8 +8,8 @@
 // register buffers: the load of batch j + D is issued as soon as batch j has been computed, before the row tile's
 // reduction, so D - 1 batches stay in flight through the compute and D through the reduction and the store.
 // Every warp runs the same number of batches per row tile (batches past its chunk range load nothing and add zero), so
-// the warps meet at each tile's barrier; a batch is whole or skipped (p.chunks a multiple of B), so its loads of x and
-// its mma chains are scheduled across its steps without branches.
+// the warps meet at each tile's barrier; a batch never branches on its chunks (loads are predicated, x past the range is
+// zero), so its loads of x and the mma chains can be scheduled across its steps.
 #include "w4_stream_kernel.cuh"
 
 namespace cwb::kernels::detail {
@@ -22,14 +22,15 @@ constexpr int pipeMinBlocks() {
     return warps / W > 0 ? warps / W : 1;
 }
 
-// One step (one group of CPS = 2 chunks) of a row tile: weights and (scale, zero) words.
+// One step (one group of CPS = 2 chunks) of row tile `tile` at absolute chunk c: weights and (scale, zero) words, or
+// zeros past cEnd.
 struct PipeStep {
     uint4 w[2];
     uint32_t sz0, sz1;
 };
 
 // Grid: any number of blocks (the launcher: the resident ones); block b takes row tiles b, b + grid, ...;
-// p.chunks and p.chunksPerSplit (chunks per warp) multiples of B; p.splitK = 1.
+// p.chunksPerSplit = chunks per warp, a multiple of B; p.splitK = 1.
 template <typename T, int NT, int W, int B, int D>
 __global__ void __launch_bounds__(W * 32, pipeMinBlocks<NT, W, B, D>()) w4PipeKernel(const Wxa16Params p) {
     constexpr int CPS = 2;
@@ -42,33 +43,21 @@ __global__ void __launch_bounds__(W * 32, pipeMinBlocks<NT, W, B, D>()) w4PipeKe
     const int tiles = (p.tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);   // this block's
     const int total = tiles * perTile;
 
-    // Batch j = (k, b): row tile blockIdx.x + k·grid, chunks c0 = cBegin + b·B ... c0 + B - 1, all inside the warp's
-    // range or all past it (p.chunks and chunksPerSplit are multiples of B), so only whole batches are skipped.
-    // X_L1: bring the batch's activations into L1 as well (only after the wait for the kernel that writes them).
-    const T* xRow[NT];   // the lane's token n·8 + g; past p.m the last token's row, whose sums are never stored
-#pragma unroll
-    for (int n = 0; n < NT; ++n) xRow[n] = static_cast<const T*>(p.x) + int64_t(min(n * 8 + g, p.m - 1)) * p.ldx + tig * 16;
-    auto loadBatch = [&](PipeStep (&batch)[S], int k, int b, bool xIntoL1) {
-        const int c0 = cBegin + b * B;
-        if (c0 >= cEnd) return;
+    // Batch j = (k, b): row tile blockIdx.x + k·grid, chunks cBegin + b·B ... + B - 1.
+    auto loadBatch = [&](PipeStep (&batch)[S], int k, int b) {
         const int tile = int(blockIdx.x) + k * int(gridDim.x);
-        const uint4* words = p.words + (int64_t(tile) * p.chunks + c0) * 32 + lane;
+        const uint4* words = p.words + int64_t(tile) * p.chunks * 32 + lane;
         const uint32_t* scales = p.scaleZero + int64_t(tile) * p.groups * 16 + g;
 #pragma unroll
         for (int i = 0; i < S; ++i) {
-            batch[i].w[0] = loadStreaming(words + (i * CPS) * 32);
-            batch[i].w[1] = loadStreaming(words + (i * CPS + 1) * 32);
-            const uint32_t* s = scales + ((c0 + i * CPS) >> p.groupShift) * 16;
-            batch[i].sz0 = __ldg(s);
-            batch[i].sz1 = __ldg(s + 8);
+            const int c = cBegin + b * B + i * CPS;
+            const bool in0 = c < cEnd, in1 = c + 1 < cEnd;
+            batch[i].w[0] = in0 ? loadStreaming(words + int64_t(c) * 32) : make_uint4(0u, 0u, 0u, 0u);
+            batch[i].w[1] = in1 ? loadStreaming(words + int64_t(c + 1) * 32) : make_uint4(0u, 0u, 0u, 0u);
+            const uint32_t* s = scales + (c >> p.groupShift) * 16;
+            batch[i].sz0 = in0 ? __ldg(s) : 0u;
+            batch[i].sz1 = in0 ? __ldg(s + 8) : 0u;
         }
-        if (xIntoL1)
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-                if (n * 8 + g < p.m)
-#pragma unroll
-                    for (int u = 0; u < B; ++u)
-                        asm volatile("prefetch.global.L1 [%0];\n" ::"l"(xRow[n] + int64_t(c0 + u) * 64));
     };
     float acc[1][NT][4];
     auto clearAcc = [&] {
@@ -77,14 +66,13 @@ __global__ void __launch_bounds__(W * 32, pipeMinBlocks<NT, W, B, D>()) w4PipeKe
 #pragma unroll
             for (int j = 0; j < 4; ++j) acc[0][n][j] = 0.0f;
     };
-    auto computeBatch = [&](const PipeStep (&batch)[S], int b) {
-        const int c0 = cBegin + b * B;
-        if (c0 >= cEnd) return;
-        const T* xq[NT];
+    const T* xRow[NT];   // the lane's token n·8 + g (the last token past p.m: read, then zeroed)
 #pragma unroll
-        for (int n = 0; n < NT; ++n) xq[n] = xRow[n] + int64_t(c0) * 64;
+    for (int n = 0; n < NT; ++n) xRow[n] = static_cast<const T*>(p.x) + int64_t(min(n * 8 + g, p.m - 1)) * p.ldx + tig * 16;
+    auto computeBatch = [&](const PipeStep (&batch)[S], int b) {
 #pragma unroll
         for (int i = 0; i < S; ++i) {
+            const int c = cBegin + b * B + i * CPS;
             const FoldedGroup f = foldedGroup<T>(batch[i].sz0, batch[i].sz1);
             const T2 z0 = T2(T(f.zf0), T(f.zf0)), z1 = T2(T(f.zf1), T(f.zf1));
             float t[NT][4];
@@ -97,8 +85,11 @@ __global__ void __launch_bounds__(W * 32, pipeMinBlocks<NT, W, B, D>()) w4PipeKe
                 uint32_t bx[NT][8];
 #pragma unroll
                 for (int n = 0; n < NT; ++n) {
-                    const uint4* xp = reinterpret_cast<const uint4*>(xq[n] + (i * CPS + u) * 64);
-                    const uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
+                    // Read from a valid address whatever the chunk and token (so no branch), then zeroed.
+                    const bool in = c + u < cEnd && n * 8 + g < p.m;
+                    const uint4* xp = reinterpret_cast<const uint4*>(xRow[n] + int64_t(min(c + u, p.chunks - 1)) * 64);
+                    uint4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
+                    if (!in) v0 = v1 = make_uint4(0u, 0u, 0u, 0u);
                     bx[n][0] = v0.x, bx[n][1] = v0.y, bx[n][2] = v0.z, bx[n][3] = v0.w;
                     bx[n][4] = v1.x, bx[n][5] = v1.y, bx[n][6] = v1.z, bx[n][7] = v1.w;
                 }
@@ -129,15 +120,8 @@ __global__ void __launch_bounds__(W * 32, pipeMinBlocks<NT, W, B, D>()) w4PipeKe
     PipeStep buffer[D][S];
 #pragma unroll
     for (int d = 0; d < D; ++d)
-        if (d < total) loadBatch(buffer[d], d / perTile, d % perTile, false);
+        if (d < total) loadBatch(buffer[d], d / perTile, d % perTile);
     waitForPredecessor();
-    for (int d = 0; d < D && d < perTile; ++d)   // their activations (of the first row tile: the same for every tile)
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-            if (n * 8 + g < p.m && cBegin + d * B < cEnd)
-#pragma unroll
-                for (int u = 0; u < B; ++u)
-                    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(xRow[n] + int64_t(cBegin + d * B + u) * 64));
     clearAcc();
     __shared__ float red[2][W * NT * 4 * 32];
     int k = 0, b = 0;                              // the batch computed next
@@ -149,7 +133,7 @@ __global__ void __launch_bounds__(W * 32, pipeMinBlocks<NT, W, B, D>()) w4PipeKe
             if (j < total) {   // the same in every warp of the block
                 computeBatch(buffer[d], b);
                 if (j + D < total) {
-                    loadBatch(buffer[d], loadK, loadB, true);
+                    loadBatch(buffer[d], loadK, loadB);
                     if (++loadB == perTile) loadB = 0, ++loadK;
                 }
                 if (++b == perTile) {

@@ -158,10 +158,10 @@ inline int streamMaxWarps(const StreamConfig& c, int m, int64_t tiles, int multi
     }
     return c.maxWarps;
 }
-// Whether a launch of m tokens over `chunks` chunks runs the pipelined kernel (StreamConfig::pipeDepth): plain x (no
-// norm or SwiGLU folded), up to 8 tokens, groups of whole pairs of chunks, whole batches.
-inline bool streamPiped(const StreamConfig& c, int m, int chunks, bool normFolded, bool swiglu, int groupShift) {
-    return c.pipeDepth > 0 && m <= 8 && !normFolded && !swiglu && groupShift >= 1 && chunks % c.pipeBatch == 0;
+// Whether a launch of m tokens runs the pipelined kernel (StreamConfig::pipeDepth): plain x (no norm or SwiGLU folded),
+// up to 8 tokens, groups of whole pairs of chunks.
+inline bool streamPiped(const StreamConfig& c, int m, bool normFolded, bool swiglu, int groupShift) {
+    return c.pipeDepth > 0 && m <= 8 && !normFolded && !swiglu && groupShift >= 1;
 }
 // Pipelined launches: pipeWarps warps, each a whole number of batches.
 inline StreamSplit streamSplit(int chunks, int cps, int m, int64_t tiles, int multiprocessors, bool piped = false) {

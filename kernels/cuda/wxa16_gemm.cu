@@ -560,7 +560,7 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
             // One block sums the whole input dimension. `split` was resolved for the first slice: a last slice of
             // m > 64 tokens that comes here must not inherit a split (its blocks would write partial sums, never y).
             p.splitK = 1;
-            const bool piped = detail::streamPiped(detail::streamConfig(), p.m, p.chunks, p.normWeight != nullptr, p.swiglu != 0,
+            const bool piped = detail::streamPiped(detail::streamConfig(), p.m, p.normWeight != nullptr, p.swiglu != 0,
                                                    p.groupShift);
             const detail::StreamSplit cut = detail::streamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1, p.m, p.tiles,
                                                                        multiprocessors(), piped);

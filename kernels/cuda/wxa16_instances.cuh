@@ -327,7 +327,7 @@ void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cu
     const int batch = streamBatch(c, p.tiles, p.m, sms);
     const int rowTiles = streamRowTiles(c, p.m);
     if constexpr (NT == 1)
-        if (streamPiped(c, p.m, p.chunks, p.normWeight != nullptr, p.swiglu != 0, p.groupShift)) return launchPipe<T>(p, c, sms, stream);
+        if (streamPiped(c, p.m, p.normWeight != nullptr, p.swiglu != 0, p.groupShift)) return launchPipe<T>(p, c, sms, stream);
     if (c.subtract && c.persist && c.overlap && !p.normWeight && !p.swiglu)
         launchPersistentOverlap<T, NT>(p, rowTiles, warps, c.persist, sms, stream);
     else if (!p.normWeight && !p.swiglu &&
