@@ -6,7 +6,6 @@
 #include "cuda_check.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #include "w4_small_m_kernel.cuh"
-#include "w4_pipe_kernel.cuh"
 #include "w4_stream_kernel.cuh"
 #include "w4_tma_kernel.cuh"
 #include "w8_stream_kernel.cuh"
@@ -275,48 +274,6 @@ void launchPersistentOverlap(const Wxa16Params& p, int rowTiles, int warps, int 
         launchStreamPairs<T, NT, 2, true, false, true, kPlainX, true, false, 1>(p, warps, persist, sms, stream);
 }
 
-void countPipeLaunch(int warps);   // wxa16_gemm.cu (wxa16StreamPipeLaunchCount)
-
-// The pipelined kernel (w4_pipe_kernel.cuh) over as many blocks as are resident at once (or the resident cap), at
-// most one per row tile; asked once per device and shape.
-template <typename T, int W, int B, int D>
-void launchPipeShape(const Wxa16Params& p, int multiprocessors, cudaStream_t stream) {
-    const auto kernel = w4PipeKernel<T, 1, W, B, D>;
-    static std::atomic<int> perDevice[64];
-    int device = 0;
-    CWB_CUDA_CHECK(cudaGetDevice(&device));
-    int perSm = device >= 0 && device < 64 ? perDevice[device].load(std::memory_order_relaxed) : 0;
-    if (perSm == 0) {
-        CWB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, W * 32, 0));
-        perSm = perSm > 0 ? perSm : 1;
-        if (device >= 0 && device < 64) perDevice[device].store(perSm, std::memory_order_relaxed);
-    }
-    int64_t resident = int64_t(perSm) * multiprocessors;
-    const int cap = streamResidentCap();
-    if (cap > 0 && cap < resident) resident = cap;
-    const dim3 grid(unsigned(std::min<int64_t>(p.tiles, resident)));
-    CWB_CUDA_CHECK(launchDependent(kernel, grid, dim3(W * 32), 0, stream, p));
-    countPipeLaunch(W);
-}
-
-// The compiled (depth, batch, warps) shapes (pipeCompiled).
-template <typename T>
-void launchPipe(const Wxa16Params& p, const StreamConfig& c, int multiprocessors, cudaStream_t stream) {
-    if (c.pipeDepth == 2 && c.pipeBatch == 2 && c.pipeWarps == 16)
-        launchPipeShape<T, 16, 2, 2>(p, multiprocessors, stream);
-    else if (c.pipeDepth == 3 && c.pipeBatch == 2 && c.pipeWarps == 16)
-        launchPipeShape<T, 16, 2, 3>(p, multiprocessors, stream);
-    else if (c.pipeDepth == 2 && c.pipeBatch == 4 && c.pipeWarps == 8)
-        launchPipeShape<T, 8, 4, 2>(p, multiprocessors, stream);
-    else if (c.pipeDepth == 3 && c.pipeBatch == 2 && c.pipeWarps == 8)
-        launchPipeShape<T, 8, 2, 3>(p, multiprocessors, stream);
-    else if (c.pipeDepth == 2 && c.pipeBatch == 4 && c.pipeWarps == 16)
-        launchPipeShape<T, 16, 4, 2>(p, multiprocessors, stream);
-    else   // kStreamConfigTable allows only these (static_assert there)
-        throw KernelError("wxa16Gemm: no pipelined stream kernel of depth " + std::to_string(c.pipeDepth) + ", batch " +
-                          std::to_string(c.pipeBatch) + ", " + std::to_string(c.pipeWarps) + " warps");
-}
-
 // p.normWeight set: the norm is folded, which only the subtract shape compiles (the launcher checks foldsNorm first);
 // p.swiglu set: the GLU epilogue, which only the persistent subtract shapes compile (the launcher checks foldsSwiGlu
 // first).
@@ -326,8 +283,6 @@ void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cu
     const int sms = multiprocessors;
     const int batch = streamBatch(c, p.tiles, p.m, sms);
     const int rowTiles = streamRowTiles(c, p.m);
-    if constexpr (NT == 1)
-        if (streamPiped(c, p.m, p.normWeight != nullptr, p.swiglu != 0, p.groupShift)) return launchPipe<T>(p, c, sms, stream);
     if (c.subtract && c.persist && c.overlap && !p.normWeight && !p.swiglu)
         launchPersistentOverlap<T, NT>(p, rowTiles, warps, c.persist, sms, stream);
     else if (!p.normWeight && !p.swiglu &&

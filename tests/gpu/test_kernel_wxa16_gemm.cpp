@@ -368,9 +368,6 @@ int main() {
                     const bool longRows = stream && has("where a warp has 8+ chunks");
                     const bool longRowsTwo = longRows && has("at 1..2 tokens where");
                     const bool fewerWarps16 = stream && has("up to 8 warps at 9..16 tokens");
-                    const bool piped = stream && has("pipelined up to 8 tokens");
-                    int pipeWarps = 0;   // "..., N warps" closes the pipelined shape's name
-                    if (piped) std::sscanf(shapeName.c_str() + shapeName.find("across row tiles, ") + 18, "%d", &pipeWarps);
                     // launches of one row tile per block with two batches of registers, and with one
                     const auto twoBatches = [] { return wxa16StreamLaunchCount(1, true); };
                     const auto oneBatch = [] { return wxa16StreamLaunchCount(1, false); };
@@ -378,21 +375,15 @@ int main() {
                     const int tiles16 = stream ? wxa16StreamRowTiles(config, 16) : 1;
                     const int64_t launches8 = wxa16StreamLaunchCount(tiles8, streamOverlap || overlapFew);
                     if (stream) {
-                        const int64_t pipes8 = wxa16StreamPipeLaunchCount();
                         runCase({4, true, 256, 1024, 128, 0}, act, {8}, 60);
-                        const bool ran8 = piped ? wxa16StreamPipeLaunchCount() > pipes8
-                                                : wxa16StreamLaunchCount(tiles8, streamOverlap || overlapFew) > launches8;
+                        const bool ran8 = wxa16StreamLaunchCount(tiles8, streamOverlap || overlapFew) > launches8;
                         const int64_t mid16 = wxa16StreamLaunchCount(tiles16, streamOverlap);
                         runCase({4, true, 256, 1024, 128, 0}, act, {16}, 60);
                         const bool ran16 = wxa16StreamLaunchCount(tiles16, streamOverlap) > mid16;
                         char what[200];
                         std::snprintf(what, sizeof what,
                                       "stream configuration %d launched its kernel (%d / %d row tiles per block%s) at m = 8 and 16",
-                                      config, tiles8, tiles16,
-                                      piped           ? ", pipelined at 8"
-                                      : streamOverlap ? ", two batches"
-                                      : overlapFew    ? ", two batches at 8"
-                                                      : "");
+                                      config, tiles8, tiles16, streamOverlap ? ", two batches" : overlapFew ? ", two batches at 8" : "");
                         check(ran8 && ran16, what);
                     }
                     if (longRows) {
@@ -466,40 +457,7 @@ int main() {
                                       "%lld row tiles: 16 warps at m = 16 (%d)",
                                       (long long)(manyPairs.rows / 16), many16, many10, many8,
                                       (long long)(onePairPerSm.rows / 16), few16);
-                        check(many16 == 8 && many10 == 8 && many8 == (piped ? pipeWarps : 16) && few16 == 16, what);
-                    }
-                    if (piped) {
-                        // Plain x at 1..8 tokens with groups of 2+ chunks: the pipelined kernel, over 3 blocks (several
-                        // row tiles each, so a warp's next tile is loaded during this one's reduction) and uncapped;
-                        // chunk counts that leave a warp part of a batch or nothing (17, 172); act-order; a residual.
-                        int64_t pipes = wxa16StreamPipeLaunchCount();
-                        const int64_t one = oneBatch(), two = twoBatches();
-                        wxa16SetStreamResidentCap(3);
-                        runCase({4, true, 640, 4096, 128, 0}, act, {1, 2, 8}, 80);   // 40 row tiles
-                        runCase({4, false, 96, 1088, 128, 0}, act, {1}, 81);
-                        runCase({4, true, 160, 11008, 128, 0}, act, {1, 4}, 82);
-                        runCase({4, true, 64, 8192, 128, 1}, act, {5}, 83);
-                        wxa16SetStreamResidentCap(0);
-                        runCase({4, true, 4800, 1152, 128, 0}, act, {1, 7}, 84);    // 300 row tiles, resident blocks
-                        runFusedCase({4, true, 64, 4096, 128, 0}, act, {3}, 85, Fusion{false, true, false}, false);
-                        const int lastWarps = wxa16StreamLastWarps();
-                        char what[200];
-                        std::snprintf(what, sizeof what,
-                                      "stream configuration %d: the pipelined kernel ran for plain x at 1..8 tokens "
-                                      "(%lld launches, %d warps; one-tile kernels %lld)",
-                                      config, (long long)(wxa16StreamPipeLaunchCount() - pipes), lastWarps,
-                                      (long long)(oneBatch() + twoBatches() - one - two));
-                        check(wxa16StreamPipeLaunchCount() >= pipes + 11 && lastWarps == pipeWarps &&
-                                  oneBatch() == one && twoBatches() == two,
-                              what);
-                        // Not at 9 tokens, with groups of one chunk (64 columns), or with the norm or SwiGLU folded.
-                        pipes = wxa16StreamPipeLaunchCount();
-                        runCase({4, true, 256, 1024, 128, 0}, act, {9}, 86);
-                        runCase({4, false, 200, 576, 64, 0}, act, {1}, 87);
-                        runFusedCase({4, false, 80, 4096, 128, 0}, act, {1}, 88, Fusion{true, true, false}, true);
-                        runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 89, Fusion{false, false, false, true}, true);
-                        check(wxa16StreamPipeLaunchCount() == pipes,
-                              "9 tokens, groups of 64 columns, the norm or SwiGLU folded: not the pipelined kernel");
+                        check(many16 == 8 && many10 == 8 && many8 == 16 && few16 == 16, what);
                     }
                     runCase({4, true, 256, 1024, 128, 0}, act, first ? allM : std::vector<int64_t>{1, 3, 8, 16}, 1);
                     runCase({4, false, 200, 576, 64, 0}, act, first ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 16}, 2);
