@@ -53,10 +53,6 @@ struct StreamConfig {
     int overlapFromTokens = 0;
     int warps16ManyItems = 0;
     int longRowsTokens = 1;
-    // `bulkSlots` (0: none): on sm_90, launches of plain x, up to 8 tokens, groups of 2+ chunks and rows of at most
-    // bulkSlots · 64 chunks run w4_bulk_kernel.cuh with that many 64-chunk slots of shared memory and blocks of
-    // `bulkWarps` warps; the other launches follow the fields above.
-    int bulkSlots = 0, bulkWarps = 0;
 };
 // 12-18 (several row tiles per block, or two batches of registers; docs/performance.md, "W4A16 at 16 tokens: two row
 // tiles per block"): 12 R = 2; 13 R = 2 in 4-chunk batches; 14 R = 4, at most 8 warps; 15 = 11 up to 8 tokens, R = 2
@@ -65,9 +61,7 @@ struct StreamConfig {
 // rule up to 2 tokens, two batches at 3..8 tokens (plain x) and 8-warp blocks at 9..16 tokens past one pair of row
 // tiles per SM. (Shapes that folded the zero with sums of x formed once per block measured 1-69% slower than 15 and
 // were removed: docs/performance.md, "W4A16 x sums measured".)
-// 21-23 (weights staged in shared memory by bulk copies, session 19): 20's routing at 9..16 tokens and for the norm
-// and GLU launches, plain x up to 8 tokens in w4_bulk_kernel.cuh with (slots, warps) (6, 16), (5, 32), (4, 16).
-constexpr int kStreamConfigs = 24;
+constexpr int kStreamConfigs = 21;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
@@ -79,10 +73,7 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2},
     {2, 8, false, false, true, 2, 4, 1, 2},
     {2, 16, false, false, true, 2, 4, 1, 2, 8},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2},
-    {2, 16, false, false, true, 2, 4, 1, 2, 0, 0, 8, 1, 6, 16},
-    {2, 16, false, false, true, 2, 4, 1, 2, 0, 0, 8, 1, 5, 32},
-    {2, 16, false, false, true, 2, 4, 1, 2, 0, 0, 8, 1, 4, 16}};
+    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
@@ -98,10 +89,6 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
 // within 1.2% of the fastest of 15, 16 and 18 but for 4096x11008 at m = 4 (1.8% behind 15), and up to 11% ahead of 15
 // (docs/performance.md, "W4A16: one stream shape per token count").
 constexpr int kDefaultStreamConfig = 20;
-// The (slots, warps) shapes of w4_bulk_kernel.cuh that wxa16_instances.cuh compiles.
-constexpr bool bulkCompiled(int slots, int warps) {
-    return (slots == 6 && warps == 16) || (slots == 5 && warps == 32) || (slots == 4 && warps == 16);
-}
 // Four row tiles per block need at most 8 warps (the launcher compiles no 16-warp block of them), several row tiles
 // only the persistent subtract shapes, and the persistent overlap is compiled for 2-chunk batches of 1 or 2 tiles.
 constexpr bool streamTableConsistent() {
@@ -121,14 +108,13 @@ constexpr bool streamTableConsistent() {
             return false;
         for (int r : {c.rowTiles8, c.rowTiles16})
             if (r != 1 && r != 2 && r != 4) return false;
-        if (c.bulkSlots != 0 && !bulkCompiled(c.bulkSlots, c.bulkWarps)) return false;
     }
     return true;
 }
 static_assert(streamTableConsistent(), "stream configurations: row tiles 1, 2 or 4; 4 with at most 8 warps; >1 persistent; "
                                        "persistent overlap: subtracted, 2-chunk batches, at most 2 row tiles; two "
                                        "batches on long rows or few tokens: persistent subtracted 2-chunk shapes of 16 "
-                                       "warps, 1 tile; fewer warps at 9..16: 4 or 8; staged: a compiled shape");
+                                       "warps, 1 tile; fewer warps at 9..16: 4 or 8");
 int streamConfigIndex();  // wxa16_gemm.cu
 int streamResidentCap();  // wxa16_gemm.cu: wxa16SetStreamResidentCap, 0 for none
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
@@ -154,17 +140,8 @@ inline int streamMaxWarps(const StreamConfig& c, int m, int64_t tiles, int multi
     }
     return c.maxWarps;
 }
-// Whether a launch of m tokens over `chunks` chunks per row runs the staged kernel (StreamConfig::bulkSlots): sm_90,
-// plain x (no norm or SwiGLU folded), up to 8 tokens, groups of 2+ chunks, a row tile's pieces all in the slots.
-inline bool streamStaged(const StreamConfig& c, int m, int chunks, bool normFolded, bool swiglu, int groupShift,
-                         bool sm90) {
-    return c.bulkSlots > 0 && sm90 && m <= 8 && !normFolded && !swiglu && groupShift >= 1 &&
-           (chunks + 63) / 64 <= c.bulkSlots;
-}
-// Staged launches: bulkWarps warps (each computes 64 / bulkWarps chunks of every piece).
-inline StreamSplit streamSplit(int chunks, int cps, int m, int64_t tiles, int multiprocessors, bool staged = false) {
+inline StreamSplit streamSplit(int chunks, int cps, int m, int64_t tiles, int multiprocessors) {
     const StreamConfig& c = streamConfig();
-    if (staged) return {c.bulkWarps, 64 / c.bulkWarps};
     const int wanted = (chunks + c.batch - 1) / c.batch;
     int warps = wanted <= 4 ? 4 : wanted <= 8 ? 8 : 16;
     const int most = streamMaxWarps(c, m, tiles, multiprocessors);

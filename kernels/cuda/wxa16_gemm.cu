@@ -145,17 +145,7 @@ void countStreamLaunch(int rowTiles, bool overlap, int warps) {
     streamLastWarps.store(warps, std::memory_order_relaxed);
 }
 } // namespace detail
-namespace detail {
-namespace {
-std::atomic<int64_t> streamStagedLaunches{0};
-} // namespace
-void countStagedLaunch(int warps) {
-    streamStagedLaunches.fetch_add(1, std::memory_order_relaxed);
-    streamLastWarps.store(warps, std::memory_order_relaxed);
-}
-} // namespace detail
 int wxa16StreamLastWarps() { return detail::streamLastWarps.load(std::memory_order_relaxed); }
-int64_t wxa16StreamStagedLaunchCount() { return detail::streamStagedLaunches.load(std::memory_order_relaxed); }
 int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap) {
     const int slot = detail::rowTilesSlot(rowTiles);
     if (slot < 0) throw KernelError("wxa16StreamLaunchCount: row tiles must be 1, 2 or 4, not " + std::to_string(rowTiles));
@@ -192,11 +182,7 @@ std::string wxa16StreamConfigName(int index) {
                                     : "") +
            (c.warps16ManyItems > 0 ? "; up to " + std::to_string(c.warps16ManyItems) +
                                          " warps at 9..16 tokens past one group of row tiles per SM"
-                                   : "") +
-           (c.bulkSlots > 0 ? "; up to 8 tokens (plain x, sm_90) weights staged in shared memory by bulk copies: " +
-                                  std::to_string(c.bulkSlots) + " slots of 64 chunks, " + std::to_string(c.bulkWarps) +
-                                  " warps"
-                            : "");
+                                   : "");
 }
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call
@@ -560,10 +546,8 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
             // One block sums the whole input dimension. `split` was resolved for the first slice: a last slice of
             // m > 64 tokens that comes here must not inherit a split (its blocks would write partial sums, never y).
             p.splitK = 1;
-            const bool staged = detail::streamStaged(detail::streamConfig(), p.m, p.chunks, p.normWeight != nullptr,
-                                                     p.swiglu != 0, p.groupShift, wxa16TmaAvailable());
             const detail::StreamSplit cut = detail::streamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1, p.m, p.tiles,
-                                                                       multiprocessors(), staged);
+                                                                       multiprocessors());
             p.chunksPerSplit = cut.chunksPerWarp;
             if (w.act == ActType::Float16)
                 detail::launchW4Stream<__half>(p, cut.warps, multiprocessors(), s);

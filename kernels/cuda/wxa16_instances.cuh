@@ -5,7 +5,6 @@
 
 #include "cuda_check.h"
 #include "cwb/kernels/wxa16_gemm.h"
-#include "w4_bulk_kernel.cuh"
 #include "w4_small_m_kernel.cuh"
 #include "w4_stream_kernel.cuh"
 #include "w4_tma_kernel.cuh"
@@ -275,45 +274,6 @@ void launchPersistentOverlap(const Wxa16Params& p, int rowTiles, int warps, int 
         launchStreamPairs<T, NT, 2, true, false, true, kPlainX, true, false, 1>(p, warps, persist, sms, stream);
 }
 
-void countStagedLaunch(int warps);   // wxa16_gemm.cu (wxa16StreamStagedLaunchCount)
-
-// The staged kernel (w4_bulk_kernel.cuh) over as many blocks as are resident at once (or the resident cap), at most
-// one per row tile; its shared memory allowed and the blocks per SM asked once per device and shape.
-template <typename T, int W, int SL>
-void launchStagedShape(const Wxa16Params& p, int multiprocessors, cudaStream_t stream) {
-    const auto kernel = w4BulkKernel<T, W, SL>;
-    constexpr int bytes = BulkSmem<W, SL>::kBytes;
-    static std::atomic<int> perDevice[64];
-    int device = 0;
-    CWB_CUDA_CHECK(cudaGetDevice(&device));
-    int perSm = device >= 0 && device < 64 ? perDevice[device].load(std::memory_order_relaxed) : 0;
-    if (perSm == 0) {
-        CWB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        CWB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, W * 32, bytes));
-        perSm = perSm > 0 ? perSm : 1;
-        if (device >= 0 && device < 64) perDevice[device].store(perSm, std::memory_order_relaxed);
-    }
-    int64_t resident = int64_t(perSm) * multiprocessors;
-    const int cap = streamResidentCap();
-    if (cap > 0 && cap < resident) resident = cap;
-    const dim3 grid(unsigned(std::min<int64_t>(p.tiles, resident)));
-    CWB_CUDA_CHECK(launchDependent(kernel, grid, dim3(W * 32), size_t(bytes), stream, p));
-    countStagedLaunch(W);
-}
-
-template <typename T>
-void launchStaged(const Wxa16Params& p, const StreamConfig& c, int multiprocessors, cudaStream_t stream) {
-    if (c.bulkSlots == 6 && c.bulkWarps == 16)
-        launchStagedShape<T, 16, 6>(p, multiprocessors, stream);
-    else if (c.bulkSlots == 5 && c.bulkWarps == 32)
-        launchStagedShape<T, 32, 5>(p, multiprocessors, stream);
-    else if (c.bulkSlots == 4 && c.bulkWarps == 16)
-        launchStagedShape<T, 16, 4>(p, multiprocessors, stream);
-    else   // kStreamConfigTable allows only these (static_assert there)
-        throw KernelError("wxa16Gemm: no staged stream kernel of " + std::to_string(c.bulkSlots) + " slots, " +
-                          std::to_string(c.bulkWarps) + " warps");
-}
-
 // p.normWeight set: the norm is folded, which only the subtract shape compiles (the launcher checks foldsNorm first);
 // p.swiglu set: the GLU epilogue, which only the persistent subtract shapes compile (the launcher checks foldsSwiGlu
 // first).
@@ -323,9 +283,6 @@ void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cu
     const int sms = multiprocessors;
     const int batch = streamBatch(c, p.tiles, p.m, sms);
     const int rowTiles = streamRowTiles(c, p.m);
-    if constexpr (NT == 1)
-        if (streamStaged(c, p.m, p.chunks, p.normWeight != nullptr, p.swiglu != 0, p.groupShift, wxa16TmaAvailable()))
-            return launchStaged<T>(p, c, sms, stream);
     if (c.subtract && c.persist && c.overlap && !p.normWeight && !p.swiglu)
         launchPersistentOverlap<T, NT>(p, rowTiles, warps, c.persist, sms, stream);
     else if (!p.normWeight && !p.swiglu &&

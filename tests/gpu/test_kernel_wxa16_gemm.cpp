@@ -368,10 +368,6 @@ int main() {
                     const bool longRows = stream && has("where a warp has 8+ chunks");
                     const bool longRowsTwo = longRows && has("at 1..2 tokens where");
                     const bool fewerWarps16 = stream && has("up to 8 warps at 9..16 tokens");
-                    // Weights staged in shared memory by bulk copies (sm_90 only; elsewhere the shape's other rules)
-                    const bool staged = stream && has("weights staged in shared memory") && wxa16TmaAvailable();
-                    int stagedWarps = 0;   // "..., N warps" closes the staged shape's name
-                    if (staged) std::sscanf(shapeName.c_str() + shapeName.rfind(" slots of 64 chunks, ") + 21, "%d", &stagedWarps);
                     // launches of one row tile per block with two batches of registers, and with one
                     const auto twoBatches = [] { return wxa16StreamLaunchCount(1, true); };
                     const auto oneBatch = [] { return wxa16StreamLaunchCount(1, false); };
@@ -379,21 +375,15 @@ int main() {
                     const int tiles16 = stream ? wxa16StreamRowTiles(config, 16) : 1;
                     const int64_t launches8 = wxa16StreamLaunchCount(tiles8, streamOverlap || overlapFew);
                     if (stream) {
-                        const int64_t staged8 = wxa16StreamStagedLaunchCount();
                         runCase({4, true, 256, 1024, 128, 0}, act, {8}, 60);
-                        const bool ran8 = staged ? wxa16StreamStagedLaunchCount() > staged8
-                                                 : wxa16StreamLaunchCount(tiles8, streamOverlap || overlapFew) > launches8;
+                        const bool ran8 = wxa16StreamLaunchCount(tiles8, streamOverlap || overlapFew) > launches8;
                         const int64_t mid16 = wxa16StreamLaunchCount(tiles16, streamOverlap);
                         runCase({4, true, 256, 1024, 128, 0}, act, {16}, 60);
                         const bool ran16 = wxa16StreamLaunchCount(tiles16, streamOverlap) > mid16;
                         char what[200];
                         std::snprintf(what, sizeof what,
                                       "stream configuration %d launched its kernel (%d / %d row tiles per block%s) at m = 8 and 16",
-                                      config, tiles8, tiles16,
-                                      staged          ? ", weights staged at 8"
-                                      : streamOverlap ? ", two batches"
-                                      : overlapFew    ? ", two batches at 8"
-                                                      : "");
+                                      config, tiles8, tiles16, streamOverlap ? ", two batches" : overlapFew ? ", two batches at 8" : "");
                         check(ran8 && ran16, what);
                     }
                     if (longRows) {
@@ -467,43 +457,7 @@ int main() {
                                       "%lld row tiles: 16 warps at m = 16 (%d)",
                                       (long long)(manyPairs.rows / 16), many16, many10, many8,
                                       (long long)(onePairPerSm.rows / 16), few16);
-                        check(many16 == 8 && many10 == 8 && many8 == (staged ? stagedWarps : 16) && few16 == 16, what);
-                    }
-                    if (staged) {
-                        // Plain x at 1..8 tokens with groups of 2+ chunks: the staged kernel, over 3 blocks (each slot
-                        // refilled many times) and uncapped; rows of one piece, of 17 chunks (a part piece, a last
-                        // group of one chunk) and of 172 (three pieces, the last part-full); act-order; a residual.
-                        int64_t stagedBefore = wxa16StreamStagedLaunchCount();
-                        const int64_t one = oneBatch(), two = twoBatches();
-                        wxa16SetStreamResidentCap(3);
-                        runCase({4, true, 640, 4096, 128, 0}, act, {1, 2, 8}, 80);   // 40 row tiles
-                        runCase({4, false, 96, 1088, 128, 0}, act, {1}, 81);
-                        runCase({4, true, 160, 11008, 128, 0}, act, {1, 4}, 82);
-                        runCase({4, true, 64, 8192, 128, 1}, act, {5}, 83);
-                        wxa16SetStreamResidentCap(0);
-                        runCase({4, true, 4800, 1152, 128, 0}, act, {1, 7}, 84);    // 300 row tiles, resident blocks
-                        runFusedCase({4, true, 64, 4096, 128, 0}, act, {3}, 85, Fusion{false, true, false}, false);
-                        const int lastWarps = wxa16StreamLastWarps();
-                        char what[220];
-                        std::snprintf(what, sizeof what,
-                                      "stream configuration %d: the staged kernel ran for plain x at 1..8 tokens "
-                                      "(%lld launches, %d warps; one-tile kernels %lld)",
-                                      config, (long long)(wxa16StreamStagedLaunchCount() - stagedBefore), lastWarps,
-                                      (long long)(oneBatch() + twoBatches() - one - two));
-                        check(wxa16StreamStagedLaunchCount() >= stagedBefore + 11 && lastWarps == stagedWarps &&
-                                  oneBatch() == one && twoBatches() == two,
-                              what);
-                        // Not at 9 tokens, with groups of one chunk (64 columns), with the norm or SwiGLU folded, or
-                        // for rows of more pieces than slots (448 chunks: 7 pieces).
-                        stagedBefore = wxa16StreamStagedLaunchCount();
-                        runCase({4, true, 256, 1024, 128, 0}, act, {9}, 86);
-                        runCase({4, false, 200, 576, 64, 0}, act, {1}, 87);
-                        runFusedCase({4, false, 80, 4096, 128, 0}, act, {1}, 88, Fusion{true, true, false}, true);
-                        runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 89, Fusion{false, false, false, true}, true);
-                        runCase({4, true, 32, 28672, 128, 0}, act, {1}, 90);
-                        check(wxa16StreamStagedLaunchCount() == stagedBefore,
-                              "9 tokens, groups of 64 columns, the norm or SwiGLU folded, 7 pieces per row: not the "
-                              "staged kernel");
+                        check(many16 == 8 && many10 == 8 && many8 == 16 && few16 == 16, what);
                     }
                     runCase({4, true, 256, 1024, 128, 0}, act, first ? allM : std::vector<int64_t>{1, 3, 8, 16}, 1);
                     runCase({4, false, 200, 576, 64, 0}, act, first ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 16}, 2);

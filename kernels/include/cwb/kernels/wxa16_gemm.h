@@ -121,9 +121,6 @@ int wxa16StreamRowTiles(int index, int64_t m);
 int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap);
 // Warps per block of this process's last W4A16 stream launch (0 before the first; host-side, for tests).
 int wxa16StreamLastWarps();
-// Launches in this process of the W4A16 stream kernel whose weights are staged in shared memory by bulk copies (the
-// shapes with slots; host-side, for tests, counted as wxa16StreamLaunchCount).
-int64_t wxa16StreamStagedLaunchCount();
 // The persistent stream shapes size their grid by the blocks the GPU holds at once; a cap > 0 lowers that count
 // (for tests, so that blocks take several row tiles on small weights; and for benchmarks). 0: no cap. Set it between
 // launches, never while another thread launches.
