@@ -91,13 +91,14 @@ struct SmallStep {
 // The step's activations are only prefetched into L1 (no registers held): computeSmallStep reads them S - 1 steps
 // later, so their L2 latency is off the critical path.
 // PREFETCH_X false: weights and scales only (what a kernel may load before waiting for the kernel that writes x).
-template <int NT, int R, int CPS, typename T, bool PREFETCH_X = true>
+// ALL_ROWS: xq is valid for every lane (loadXFragments), so the prefetch needs no check.
+template <int NT, int R, int CPS, typename T, bool PREFETCH_X = true, bool ALL_ROWS = false>
 __device__ __forceinline__ void loadSmallStep(SmallStep<R, CPS>& b, const Wxa16Params& p, const uint4* const* wq,
                                               const uint32_t* const* sp, const T* xq, int64_t xTokenStride, int g,
                                               int c, int cEnd, int ahead) {
 #pragma unroll
     for (int n = 0; n < NT; ++n)
-        if (PREFETCH_X && n * 8 + g < p.m)
+        if (PREFETCH_X && (ALL_ROWS || n * 8 + g < p.m))
 #pragma unroll
             for (int u = 0; u < CPS; ++u)
                 if (u == 0 || c + u < cEnd)
@@ -188,7 +189,7 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
 // The same step with the zero subtracted before the mma: A = (base + level) - (base + zero), exact in T (rows g + 8:
 // 16·(level - zero) with the fp16 trick), so the mma sums exact integers times x: four HSUB2 per word instead of one
 // all-ones mma per k-step and the fold.
-template <typename T, int NT, int R, int CPS, bool XS = false>
+template <typename T, int NT, int R, int CPS, bool XS = false, bool ALL_ROWS = false>
 __device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b, const Wxa16Params& p, const T* xq,
                                                       int64_t xTokenStride, int c, int cEnd, int g,
                                                       float (&acc)[R][NT][4]) {
@@ -210,7 +211,7 @@ __device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b
     for (int u = 0; u < CPS; ++u) {
         if (u > 0 && c + u >= cEnd) break;
         uint32_t bx[NT][8];
-        loadXFragments<T, NT, XS>(xq + u * 64, xTokenStride, g, p.m, bx);
+        loadXFragments<T, NT, XS, ALL_ROWS>(xq + u * 64, xTokenStride, g, p.m, bx);
 #pragma unroll
         for (int s = 0; s < 4; ++s)
 #pragma unroll
@@ -237,13 +238,15 @@ __device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b
         }
 }
 
-// The step under the kernel's zero handling; XS: xq points into shared memory (subtracted steps only).
-template <typename T, int NT, int R, int CPS, bool SUB, bool SPLIT = false, bool XS = false>
+// The step under the kernel's zero handling; XS: xq points into shared memory (subtracted steps only); ALL_ROWS: xq
+// valid for every lane (loadXFragments; subtracted steps only).
+template <typename T, int NT, int R, int CPS, bool SUB, bool SPLIT = false, bool XS = false, bool ALL_ROWS = false>
 __device__ __forceinline__ void computeStep(const SmallStep<R, CPS>& b, const Wxa16Params& p, const T* xq,
                                             int64_t xTokenStride, int c, int cEnd, int g, float (&acc)[R][NT][4]) {
     static_assert(SUB || !XS, "activations from shared memory: subtracted steps only");
+    static_assert(SUB || !ALL_ROWS, "every lane's activations valid: subtracted steps only");
     if constexpr (SUB)
-        computeSubtractedStep<T, NT, R, CPS, XS>(b, p, xq, xTokenStride, c, cEnd, g, acc);
+        computeSubtractedStep<T, NT, R, CPS, XS, ALL_ROWS>(b, p, xq, xTokenStride, c, cEnd, g, acc);
     else
         computeSmallStep<T, NT, R, CPS, SPLIT>(b, p, xq, xTokenStride, c, cEnd, g, acc);
 }

@@ -95,12 +95,13 @@ __device__ __forceinline__ uint4 loadStreaming(const uint4* p) {
 
 // B fragments of one chunk for NT token tiles: the lane's 16 activations of token n·8 + g (two 16-byte loads through
 // L1, or from shared memory with SHARED; xq is token g's, tokenStride the step to token g + 8), zeros past the last
-// of the m tokens.
-template <typename T, int NT, bool SHARED = false>
+// of the m tokens. ALL_ROWS: xq is valid for every lane (the caller points lanes past the last token at its row,
+// whose sums are never stored), so there is no check and no zeroing.
+template <typename T, int NT, bool SHARED = false, bool ALL_ROWS = false>
 __device__ __forceinline__ void loadXFragments(const T* xq, int64_t tokenStride, int g, int m, uint32_t (&bx)[NT][8]) {
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
-        if (n * 8 + g < m) {
+        if (ALL_ROWS || n * 8 + g < m) {
             const uint4* xp = reinterpret_cast<const uint4*>(xq + n * tokenStride);
             const uint4 v0 = SHARED ? xp[0] : __ldg(xp), v1 = SHARED ? xp[1] : __ldg(xp + 1);
             bx[n][0] = v0.x; bx[n][1] = v0.y; bx[n][2] = v0.z; bx[n][3] = v0.w;
