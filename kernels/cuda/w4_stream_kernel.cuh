@@ -61,7 +61,10 @@ struct StreamConfig {
 // rule up to 2 tokens, two batches at 3..8 tokens (plain x) and 8-warp blocks at 9..16 tokens past one pair of row
 // tiles per SM. (Shapes that folded the zero with sums of x formed once per block measured 1-69% slower than 15 and
 // were removed: docs/performance.md, "W4A16 x sums measured".)
-constexpr int kStreamConfigs = 21;
+// 21 = 15 up to 8 tokens (the one-batch kernel for every launch) with 20's 8-warp blocks at 9..16 tokens: once the
+// one-batch kernel ran fewer instructions per chunk (session 19) it beat 20's two-batch routes on 9 of 12 shape and
+// token pairs at 1 and 4 tokens (docs/performance.md, "W4A16: time follows rounds of row tiles").
+constexpr int kStreamConfigs = 22;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
@@ -73,7 +76,8 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2},
     {2, 8, false, false, true, 2, 4, 1, 2},
     {2, 16, false, false, true, 2, 4, 1, 2, 8},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2}};
+    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2},
+    {2, 16, false, false, true, 2, 4, 1, 2, 0, 0, 8, 1}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
@@ -270,7 +274,8 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     constexpr bool NORM = PRO != kPlainX;   // x read from shared memory
     // One token tile of plain x: lanes past the last token read its row (their sums are never stored), so the loads of
     // x need no check and no zeros.
-    constexpr bool ALL_ROWS = SUB && !NORM && NT == 1;
+    // (Not in the two-batch kernel: there the shorter code measured slower, H200, session 19.)
+    constexpr bool ALL_ROWS = SUB && !NORM && NT == 1 && !OVERLAP;
     static_assert(SUB || !NORM, "the folded prologue reads x from shared memory: subtracted steps only");
     static_assert(PERSIST || !GLU, "a GLU block takes a gate tile and an up tile: the persistent loop");
     static_assert(!(PERSIST && OVERLAP) || (SUB && !NORM && !GLU), "the persistent overlap: plain subtracted shapes only");
@@ -315,9 +320,10 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     // A batch wholly inside the warp's chunks (nearly all of them) takes a path without per-step and per-chunk checks:
     // each step is told its range ends at its own last chunk, which the compiler folds away, so the batch's loads and
     // steps are one block of code (no branches and reconvergence per step; measured ~15% of the instructions per chunk).
-    // (Only for steps of one group of two chunks: with one chunk per step there is no check per chunk to drop, and the
-    // second copy of the code made ptxas spill in some of those instances.)
-    constexpr bool WHOLE = CPS == 2;
+    // Only for one token tile, one batch of registers and steps of one group of two chunks: with one chunk per step
+    // there is no check per chunk to drop and the second copy of the code made ptxas spill in some instances; the
+    // two-batch kernel (1..8 tokens) and the 9..16-token kernels measured 1-7% slower with it (H200, session 19).
+    constexpr bool WHOLE = CPS == 2 && NT == 1 && !OVERLAP;
     const T* xq = nullptr;
     int64_t xTokenStride = 0;
     auto load = [&](SmallStep<R, CPS>(&batch)[S], int c, int ahead) {
