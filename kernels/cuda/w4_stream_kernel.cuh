@@ -319,53 +319,40 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     // Loads / computes the batch that starts `ahead` chunks past c (ahead is a compile-time offset from wq and xq).
     // A batch wholly inside the warp's chunks (nearly all of them) takes a path without per-step and per-chunk checks:
     // each step is told its range ends at its own last chunk, which the compiler folds away, so the batch's loads and
-    // steps are one block of code (no branches and reconvergence per step; measured ~15% of the instructions per chunk).
+    // steps are one block of code (no branches and reconvergence per step; 12% fewer instructions at one token).
     // Only for one token tile, one batch of registers and steps of one group of two chunks: with one chunk per step
     // there is no check per chunk to drop and the second copy of the code made ptxas spill in some instances; the
     // two-batch kernel (1..8 tokens) and the 9..16-token kernels measured 1-7% slower with it (H200, session 19).
     constexpr bool WHOLE = CPS == 2 && NT == 1 && !OVERLAP;
+    // step(i, chunk, end) for the batch's steps from chunk c on, `end` the chunk its range ends before.
+    auto forSteps = [&](int c, auto&& step) {
+        if (WHOLE && c + B <= cEnd) {
+#pragma unroll
+            for (int i = 0; i < S; ++i) step(i, c + i * CPS, c + i * CPS + CPS);
+            return;
+        }
+#pragma unroll
+        for (int i = 0; i < S; ++i)
+            if (c + i * CPS < cEnd) step(i, c + i * CPS, cEnd);
+    };
     const T* xq = nullptr;
     int64_t xTokenStride = 0;
     auto load = [&](SmallStep<R, CPS>(&batch)[S], int c, int ahead) {
-        if (WHOLE && c + ahead + B <= cEnd) {
-#pragma unroll
-            for (int i = 0; i < S; ++i)
-                loadSmallStep<NT, R, CPS, T, !NORM, ALL_ROWS>(batch[i], p, wq, sp, xq, xTokenStride, g, c + ahead + i * CPS,
-                                                    c + ahead + i * CPS + CPS, ahead + i * CPS);
-            return;
-        }
-#pragma unroll
-        for (int i = 0; i < S; ++i)
-            if (c + ahead + i * CPS < cEnd)
-                loadSmallStep<NT, R, CPS, T, !NORM, ALL_ROWS>(batch[i], p, wq, sp, xq, xTokenStride, g, c + ahead + i * CPS, cEnd,
-                                                    ahead + i * CPS);
+        forSteps(c + ahead, [&](int i, int chunk, int end) {
+            loadSmallStep<NT, R, CPS, T, !NORM, ALL_ROWS>(batch[i], p, wq, sp, xq, xTokenStride, g, chunk, end,
+                                                          ahead + i * CPS);
+        });
     };
     auto loadWeightsOnly = [&](SmallStep<R, CPS>(&batch)[S], int c) {
-        if (WHOLE && c + B <= cEnd) {
-#pragma unroll
-            for (int i = 0; i < S; ++i)
-                loadSmallStep<NT, R, CPS, T, false>(batch[i], p, wq, sp, xq, xTokenStride, g, c + i * CPS,
-                                                    c + i * CPS + CPS, i * CPS);
-            return;
-        }
-#pragma unroll
-        for (int i = 0; i < S; ++i)
-            if (c + i * CPS < cEnd)
-                loadSmallStep<NT, R, CPS, T, false>(batch[i], p, wq, sp, xq, xTokenStride, g, c + i * CPS, cEnd, i * CPS);
+        forSteps(c, [&](int i, int chunk, int end) {
+            loadSmallStep<NT, R, CPS, T, false>(batch[i], p, wq, sp, xq, xTokenStride, g, chunk, end, i * CPS);
+        });
     };
     auto compute = [&](const SmallStep<R, CPS>(&batch)[S], int c, int ahead) {
-        if (WHOLE && c + ahead + B <= cEnd) {
-#pragma unroll
-            for (int i = 0; i < S; ++i)
-                computeStep<T, NT, R, CPS, SUB, SPLIT, NORM, ALL_ROWS>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
-                                                             c + ahead + i * CPS, c + ahead + i * CPS + CPS, g, acc);
-            return;
-        }
-#pragma unroll
-        for (int i = 0; i < S; ++i)
-            if (c + ahead + i * CPS < cEnd)
-                computeStep<T, NT, R, CPS, SUB, SPLIT, NORM, ALL_ROWS>(batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride,
-                                                             c + ahead + i * CPS, cEnd, g, acc);
+        forSteps(c + ahead, [&](int i, int chunk, int end) {
+            computeStep<T, NT, R, CPS, SUB, SPLIT, NORM, ALL_ROWS>(batch[i], p, xq + (ahead + i * CPS) * 64,
+                                                                   xTokenStride, chunk, end, g, acc);
+        });
     };
     SmallStep<R, CPS> first[S];
     if (cBegin < cEnd) loadWeightsOnly(first, cBegin);
