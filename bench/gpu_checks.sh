@@ -2,9 +2,8 @@
 # Builds cwb without Qt on a GPU machine and runs the GPU tests and the issue-7 benchmarks, each step under a time
 # limit, writing one log per step into OUT (default ./gpu-checks). Run by hand from the checkout:
 #   bash bench/gpu_checks.sh [--out DIR] [--build DIR] [--steps LIST] [--build-only]
-# LIST is a comma-separated subset of: tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,decode7b_c21,sparse7b,
-# profile16 (default: all; decode7b_c15 / _c21 are decode7b under stream shape 15, the default before session 18, and
-# 21, session 19's candidate for the default; profile16 reads the
+# LIST is a comma-separated subset of: tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,sparse7b,
+# profile16 (default: all; decode7b_c15 is decode7b under stream shape 15, the default before session 18; profile16 reads the
 # hardware counters of the W4A16 stream kernel at 16 tokens on 4096x11008, the shape furthest from its target, where
 # ncu is installed).
 # Environment: TORCH_PREFIX (else asked of python3's torch), SQLITE_INCLUDE (a folder holding sqlite3.h when the
@@ -13,7 +12,7 @@
 set -u
 out=gpu-checks
 build=build-gpu
-steps=tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,decode7b_c21,sparse7b,profile16
+steps=tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,sparse7b,profile16
 build_only=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -74,8 +73,6 @@ run sparse24 400 "$build/bench/bench_sparse24"
 run decode_ops 300 "$build/bench/bench_decode_ops"
 run decode7b 400 "$build/app/cwb" bench --synthetic llama-7b --device cuda --prompt-tokens 128 --gen-tokens 64
 run decode7b_c15 400 env CWB_W4_STREAM_CONFIG=15 "$build/app/cwb" bench --synthetic llama-7b --device cuda \
-    --prompt-tokens 128 --gen-tokens 64
-run decode7b_c21 400 env CWB_W4_STREAM_CONFIG=21 "$build/app/cwb" bench --synthetic llama-7b --device cuda \
     --prompt-tokens 128 --gen-tokens 64
 run sparse7b 600 "$build/app/cwb" bench --synthetic llama-7b --format sparse24 \
     --device cuda --prompt-tokens 2048 --gen-tokens 16

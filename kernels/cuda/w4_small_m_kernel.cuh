@@ -254,11 +254,13 @@ __device__ __forceinline__ void computeStep(const SmallStep<R, CPS>& b, const Wx
 // End of a block of W warps that share R row tiles: the warps' sums add up through `red` (W·R·NT·4·32 floats of
 // shared memory; element (r, n, j) of lane l of warp w at red[((w·R + r)·NT + n)·4 + j][l]), then Y is written
 // (one split) or the fp32 partial sums, and the last block of a row range to finish adds those up.
-template <typename T, int NT, int R, int W>
+// SPLITS false: the caller launches one split (p.splitK = 1; the stream kernels), so the split-K tail is not compiled.
+// The thread's index is split unsigned: its divisions by powers of two are then shifts, not signed-rounding sequences.
+template <typename T, int NT, int R, int W, bool SPLITS = true>
 __device__ __forceinline__ void finishSmallBlock(const Wxa16Params& p, const float (&acc)[R][NT][4], float* red,
                                                  int tile0, int split) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    constexpr int kPerWarp = R * NT * 4;
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    constexpr unsigned kPerWarp = R * NT * 4;
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -268,22 +270,22 @@ __device__ __forceinline__ void finishSmallBlock(const Wxa16Params& p, const flo
     __syncthreads();
 
     const int paddedRows = p.tiles * 16;
-    for (int i = threadIdx.x; i < kPerWarp * 32; i += blockDim.x) {
-        const int e = i / 32, l = i % 32;
-        const int r = e / (NT * 4), n = (e / 4) % NT, j = e % 4;
+    for (unsigned i = threadIdx.x; i < kPerWarp * 32; i += blockDim.x) {
+        const int e = int(i / 32), l = int(i % 32);
+        const int r = int(unsigned(e) / (NT * 4)), n = int(unsigned(e) / 4 % NT), j = int(unsigned(e) % 4);
         const int tok = n * 8 + 2 * (l % 4) + (j % 2);
         const int tile = tile0 + r, row = tile * 16 + l / 4 + (j / 2) * 8;
         if (tok >= p.m || tile >= p.tiles) continue;
-        float sum = 0.0f;
+        float sum = red[i];   // warp 0's (i = e·32 + l)
 #pragma unroll
-        for (int w = 0; w < W; ++w) sum += red[(w * kPerWarp + e) * 32 + l];
-        if (p.splitK == 1) {
+        for (int w = 1; w < W; ++w) sum += red[w * int(kPerWarp) * 32 + int(i)];
+        if (!SPLITS || p.splitK == 1) {
             if (row < p.rows) storeOutput<T>(p, tok, row, sum);
         } else {
             p.partial[(int64_t(split) * p.m + tok) * paddedRows + row] = sum;
         }
     }
-    if (p.splitK == 1) return;
+    if (!SPLITS || p.splitK == 1) return;
 
     __threadfence();
     __syncthreads();

@@ -61,10 +61,10 @@ struct StreamConfig {
 // rule up to 2 tokens, two batches at 3..8 tokens (plain x) and 8-warp blocks at 9..16 tokens past one pair of row
 // tiles per SM. (Shapes that folded the zero with sums of x formed once per block measured 1-69% slower than 15 and
 // were removed: docs/performance.md, "W4A16 x sums measured".)
-// 21 = 15 up to 8 tokens (the one-batch kernel for every launch) with 20's 8-warp blocks at 9..16 tokens: once the
-// one-batch kernel ran fewer instructions per chunk (session 19) it beat 20's two-batch routes on 9 of 12 shape and
-// token pairs at 1 and 4 tokens (docs/performance.md, "W4A16: time follows rounds of row tiles").
-constexpr int kStreamConfigs = 22;
+// (Session 20 measured and removed three routings of these kernels, each faster than 20 on some shapes and slower on
+// others or in 7B decode: 15's one batch up to 8 tokens, 20 without its long-row rule, and 20's 3..8-token rule only
+// up to two row tiles per SM: docs/performance.md, "W4A16: shorter per-tile code".)
+constexpr int kStreamConfigs = 21;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
@@ -76,8 +76,7 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2},
     {2, 8, false, false, true, 2, 4, 1, 2},
     {2, 16, false, false, true, 2, 4, 1, 2, 8},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2},
-    {2, 16, false, false, true, 2, 4, 1, 2, 0, 0, 8, 1}};
+    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
@@ -403,6 +402,10 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         __shared__ float red[kBuffers][W * R * NT * 4 * 32];
         __shared__ float gluGate[GLU ? kSmallMaxTokens : 1][16];
         const int pairs = p.tiles / 2;
+        // R = 1: the next item's pointers are this item's plus whole tiles (not formed again from the lane and the
+        // warp's first chunk: fewer instructions per tile where warps have few chunks).
+        const uint4* wqItem = wq[0];
+        const int64_t wordsPerTile = int64_t(p.chunks) * 32, scalesPerTile = int64_t(p.groups) * 16;
         for (int parity = 0;; parity ^= 1) {
             streamItem();
             int next = item + int(gridDim.x);
@@ -412,16 +415,23 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
                 more = item < pairs || next < pairs;
             }
             if (more && cBegin < cEnd) {
-                pointAt(next);
+                if constexpr (R == 1) {   // one tile: the item's first words and scales moved by whole tiles
+                    const int64_t tiles = next - item;
+                    wqItem += tiles * wordsPerTile;
+                    wq[0] = wqItem;
+                    sp[0] += tiles * scalesPerTile;   // (the scale pointer does not move inside an item)
+                } else {
+                    pointAt(next);
+                }
                 loadWeightsOnly(first, cBegin);
             }
             if constexpr (GLU) {
                 finishGluTile<T, NT, W>(p, acc, red[parity], item, pairs, gluGate);
             } else if constexpr (R == 1) {
-                finishSmallBlock<T, NT, 1, W>(p, acc, red[parity], item, 0);
+                finishSmallBlock<T, NT, 1, W, false>(p, acc, red[parity], item, 0);
             } else {
                 __syncthreads();   // the one buffer: the last item's sums have been read
-                finishSmallBlock<T, NT, R, W>(p, acc, red[0], item * R, 0);
+                finishSmallBlock<T, NT, R, W, false>(p, acc, red[0], item * R, 0);
             }
             if (!more) break;
             clearAcc();
@@ -430,7 +440,7 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         }
     } else {
         __shared__ float red[W * NT * 4 * 32];
-        finishSmallBlock<T, NT, 1, W>(p, acc, red, item, 0);
+        finishSmallBlock<T, NT, 1, W, false>(p, acc, red, item, 0);
     }
 }
 
