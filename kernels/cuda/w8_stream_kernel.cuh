@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(W * 32, w8StreamMinBlocks<NT, W, B*(OVERLAP ? 
     }
 
     __shared__ float red[W * NT * 4 * 32];
-    finishSmallBlock<T, NT, 1, W>(p, acc, red, tile, 0);
+    finishSmallBlock<T, NT, 1, W, false>(p, acc, red, tile, 0);   // one split (launchW8StreamShape)
 }
 
 } // namespace cwb::kernels::detail
