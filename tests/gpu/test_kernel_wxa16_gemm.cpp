@@ -50,7 +50,8 @@ TiledIntWeight makeWeight(const Case& c, ActType act, uint32_t seed) {
     return packTiled({c.bits, c.rows, c.cols, groups, words.data(), scales.data(), zeros.data(), gidx.data()}, act);
 }
 
-void runCase(const Case& c, ActType act, const std::vector<int64_t>& ms, uint32_t seed) {
+// xMean: added to every activation (all of one sign when large, as after a SiLU: sums of x that dwarf the result).
+void runCase(const Case& c, ActType act, const std::vector<int64_t>& ms, uint32_t seed, float xMean = 0.0f) {
     const TiledIntWeight host = makeWeight(c, act, seed);
     DeviceTiledWeight dev(host);
     const double tol = act == ActType::Float16 ? kGemmNmseFp16 : kGemmNmseBf16;
@@ -58,7 +59,7 @@ void runCase(const Case& c, ActType act, const std::vector<int64_t>& ms, uint32_
         std::vector<float> xf = gaussian(size_t(m * c.cols), seed + uint32_t(m));
         std::vector<uint16_t> xb(xf.size());
         for (size_t i = 0; i < xf.size(); ++i) {
-            xb[i] = floatToActBits(xf[i], act);
+            xb[i] = floatToActBits(xf[i] + xMean, act);
             xf[i] = actBitsToFloat(xb[i], act);  // the reference sees the rounded activations
         }
         std::vector<float> ref(size_t(m * c.rows));
@@ -84,9 +85,10 @@ void runCase(const Case& c, ActType act, const std::vector<int64_t>& ms, uint32_
             }
             freeWorkspace(ws);
             char what[200];
-            std::snprintf(what, sizeof what, "int%d %s %s g%lld%s %lldx%lld m=%lld split=%d%s: nmse %.2e < %.0e",
+            std::snprintf(what, sizeof what, "int%d %s %s g%lld%s %lldx%lld m=%lld%s split=%d%s: nmse %.2e < %.0e",
                           c.bits, c.symmetric ? "sym" : "asym", actTypeName(act), (long long)c.groupSize,
                           c.order == 1 ? " act-order" : c.order == 2 ? " random-groups" : "", (long long)c.rows, (long long)c.cols, (long long)m,
+                          xMean != 0.0f ? (" x mean " + std::to_string(xMean)).c_str() : "",
                           split ? split : chosen, split ? "" : " (auto)", worst, tol);
             check(worst < tol, what);
         }
@@ -434,6 +436,31 @@ int main() {
                         runCase({4, false, 80, 4096, 128, 0}, act, {9}, 75);
                         check(twoBatches() == two && oneBatch() >= one + 1,
                               "the norm folded at 3 tokens: the one-batch kernel ran; 9 tokens: neither one-tile kernel");
+                    }
+                    if (stream && has("sums of x")) {
+                        // The zero folded through sums of x: plain x in groups of 128+ columns takes the sums kernels
+                        // (one batch, 4-chunk batches past 2 row tiles per SM, two batches on long rows and at 3..8
+                        // tokens, two row tiles at 9..16), also with act-order (gathered x), an odd chunk count (the
+                        // last step one chunk), blocks taking many tiles, and x of mean 4 (sums ~500x a group's
+                        // result); groups of 64 columns (one-chunk steps), the folded norm and SwiGLU do not.
+                        const int64_t before = wxa16StreamSumsLaunchCount();
+                        runCase({4, true, 256, 1024, 128, 0}, act, {1, 4, 9, 16}, 80);
+                        runCase({4, false, 80, 8192, 128, 0}, act, {1, 3}, 81);
+                        runCase({4, true, 96, 576, 128, 0}, act, {1, 16}, 82);
+                        wxa16SetStreamResidentCap(3);
+                        runCase({4, false, 640, 2048, 128, 1}, act, {1, 16}, 83);
+                        wxa16SetStreamResidentCap(0);
+                        runCase({4, false, 4352, 4096, 128, 0}, act, {1, 16}, 84, 4.0f);   // 272 row tiles (H200: > 2 per SM)
+                        runCase({4, false, 64, 8192, 128, 0}, act, {1, 8}, 85, 4.0f);
+                        const int64_t after = wxa16StreamSumsLaunchCount();
+                        char what[160];
+                        std::snprintf(what, sizeof what, "plain x in groups of 128: the sums kernels ran (%lld launches)",
+                                      (long long)(after - before));
+                        check(after - before == 14 * 8, what);   // 14 token counts, 4 splits x 2 launches each (split ignored)
+                        runCase({4, false, 200, 576, 64, 0}, act, {1, 16}, 86);
+                        runFusedCase({4, true, 256, 1024, 128, 0}, act, {1, 3}, 87, Fusion{true, false, false}, true);
+                        check(wxa16StreamSumsLaunchCount() == after,
+                              "groups of 64 columns and the folded norm: the subtract kernels ran, not the sums kernels");
                     }
                     if (fewerWarps16) {
                         // At 9..16 tokens blocks of at most 8 warps once pairs of row tiles outnumber the
