@@ -189,26 +189,19 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
 // The same step with the zero subtracted before the mma: A = (base + level) - (base + zero), exact in T (rows g + 8:
 // 16·(level - zero) with the fp16 trick), so the mma sums exact integers times x: four HSUB2 per word instead of one
 // all-ones mma per k-step and the fold.
-// SUMS: the zero folded instead, through sums of x that the caller formed once (writeStepSums): the mma takes the
-// magic-number values as they are and (base + zero)·sum(x) is taken off its result, so neither the HSUB2 nor the
-// all-ones mma is paid per word. The scale and zero are unpacked after the mma chain, so that only their packed words
-// are held through it. `sums` points at this step's sums of token tile 0 for the lane's column pair (tokens 2·tig,
-// 2·tig + 1); tile n is 4 float2 further per n.
-template <typename T, int NT, int R, int CPS, bool XS = false, bool ALL_ROWS = false, bool SUMS = false>
+template <typename T, int NT, int R, int CPS, bool XS = false, bool ALL_ROWS = false>
 __device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b, const Wxa16Params& p, const T* xq,
                                                       int64_t xTokenStride, int c, int cEnd, int g,
-                                                      float (&acc)[R][NT][4], const float2* sums = nullptr) {
+                                                      float (&acc)[R][NT][4]) {
     using T2 = typename ActTraits<T>::T2;
     FoldedGroup f[R];
     T2 z0[R], z1[R];
     float t[R][NT][4];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-        if constexpr (!SUMS) {
-            f[r] = foldedGroup<T>(b.sz0[r], b.sz1[r]);
-            z0[r] = T2(T(f[r].zf0), T(f[r].zf0));  // base + zero: exact in T
-            z1[r] = T2(T(f[r].zf1), T(f[r].zf1));
-        }
+        f[r] = foldedGroup<T>(b.sz0[r], b.sz1[r]);
+        z0[r] = T2(T(f[r].zf0), T(f[r].zf0));  // base + zero: exact in T
+        z1[r] = T2(T(f[r].zf1), T(f[r].zf1));
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -226,31 +219,13 @@ __device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b
                 const uint32_t* w = reinterpret_cast<const uint32_t*>(&b.w[r][u]);
                 uint32_t a[4];
                 magicStep<T>(w[s], a);
-                if constexpr (!SUMS) {
-                    a[0] = asWord(__hsub2(asPair<T2>(a[0]), z0[r]));  // a[0], a[2]: row g; a[1], a[3]: row g + 8
-                    a[1] = asWord(__hsub2(asPair<T2>(a[1]), z1[r]));
-                    a[2] = asWord(__hsub2(asPair<T2>(a[2]), z0[r]));
-                    a[3] = asWord(__hsub2(asPair<T2>(a[3]), z1[r]));
-                }
+                a[0] = asWord(__hsub2(asPair<T2>(a[0]), z0[r]));  // a[0], a[2]: row g; a[1], a[3]: row g + 8
+                a[1] = asWord(__hsub2(asPair<T2>(a[1]), z1[r]));
+                a[2] = asWord(__hsub2(asPair<T2>(a[2]), z0[r]));
+                a[3] = asWord(__hsub2(asPair<T2>(a[3]), z1[r]));
 #pragma unroll
                 for (int n = 0; n < NT; ++n) mma16816<T>(t[r][n], a, bx[n][2 * s], bx[n][2 * s + 1]);
             }
-    }
-    if constexpr (SUMS) {
-        float2 xs[NT];
-#pragma unroll
-        for (int n = 0; n < NT; ++n) xs[n] = sums[n * 4];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            f[r] = foldedGroup<T>(b.sz0[r], b.sz1[r]);
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                t[r][n][0] = fmaf(-f[r].zf0, xs[n].x, t[r][n][0]);
-                t[r][n][1] = fmaf(-f[r].zf0, xs[n].y, t[r][n][1]);
-                t[r][n][2] = fmaf(-f[r].zf1, xs[n].x, t[r][n][2]);
-                t[r][n][3] = fmaf(-f[r].zf1, xs[n].y, t[r][n][3]);
-            }
-        }
     }
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -264,60 +239,16 @@ __device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b
 }
 
 // The step under the kernel's zero handling; XS: xq points into shared memory (subtracted steps only); ALL_ROWS: xq
-// valid for every lane (loadXFragments; subtracted steps only); SUMS: the zero folded through the caller's sums of x
-// (computeSubtractedStep).
-template <typename T, int NT, int R, int CPS, bool SUB, bool SPLIT = false, bool XS = false, bool ALL_ROWS = false,
-          bool SUMS = false>
+// valid for every lane (loadXFragments; subtracted steps only).
+template <typename T, int NT, int R, int CPS, bool SUB, bool SPLIT = false, bool XS = false, bool ALL_ROWS = false>
 __device__ __forceinline__ void computeStep(const SmallStep<R, CPS>& b, const Wxa16Params& p, const T* xq,
-                                            int64_t xTokenStride, int c, int cEnd, int g, float (&acc)[R][NT][4],
-                                            const float2* sums = nullptr) {
+                                            int64_t xTokenStride, int c, int cEnd, int g, float (&acc)[R][NT][4]) {
     static_assert(SUB || !XS, "activations from shared memory: subtracted steps only");
     static_assert(SUB || !ALL_ROWS, "every lane's activations valid: subtracted steps only");
-    static_assert(SUB || !SUMS, "sums of x formed by the caller: the subtracted step's code");
     if constexpr (SUB)
-        computeSubtractedStep<T, NT, R, CPS, XS, ALL_ROWS, SUMS>(b, p, xq, xTokenStride, c, cEnd, g, acc, sums);
+        computeSubtractedStep<T, NT, R, CPS, XS, ALL_ROWS>(b, p, xq, xTokenStride, c, cEnd, g, acc);
     else
         computeSmallStep<T, NT, R, CPS, SPLIT>(b, p, xq, xTokenStride, c, cEnd, g, acc);
-}
-
-// The sums of x that a SUMS step starts from: for each step of the warp's chunks [cBegin, cEnd) (CPS chunks, the last
-// one may be short) and token tile n, sum(x[tok, step's columns]) in fp32 for tokens 2·tig and 2·tig + 1, written to
-// sums[(step·NT + n)·4 + tig] by the lanes of g = 0. An all-ones mma forms them in the accumulator layout, with the
-// same fragments (and the same zeros or ALL_ROWS rows) that the steps read. The lines are prefetched into L1 first so
-// that the loop's loads do not wait one L2 trip each; those lines then serve the warp's first tile too.
-template <typename T, int NT, int CPS, bool XS, bool ALL_ROWS>
-__device__ __forceinline__ void writeStepSums(const Wxa16Params& p, const T* xBegin, int64_t xTokenStride, int cBegin,
-                                              int cEnd, int g, int tig, float2* sums) {
-    if constexpr (!XS)
-        for (int c = cBegin; c < cEnd; ++c)
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-                if (ALL_ROWS || n * 8 + g < p.m)
-                    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(xBegin + n * xTokenStride + (c - cBegin) * 64));
-    const uint32_t ones = asWord(typename ActTraits<T>::T2(T(1.0f), T(1.0f)));
-    const uint32_t onesA[4] = {ones, ones, ones, ones};
-#pragma unroll 1   // one step's fragments at a time: the caller holds its first batch of weights meanwhile
-    for (int c = cBegin, step = 0; c < cEnd; c += CPS, ++step) {
-        float xs[NT][4];
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) xs[n][j] = 0.0f;
-#pragma unroll
-        for (int u = 0; u < CPS; ++u) {
-            if (u > 0 && c + u >= cEnd) break;
-            uint32_t bx[NT][8];
-            loadXFragments<T, NT, XS, ALL_ROWS>(xBegin + (c - cBegin + u) * 64, xTokenStride, g, p.m, bx);
-#pragma unroll
-            for (int s = 0; s < 4; ++s)
-#pragma unroll
-                for (int n = 0; n < NT; ++n) mma16816<T>(xs[n], onesA, bx[n][2 * s], bx[n][2 * s + 1]);
-        }
-        if (g == 0)
-#pragma unroll
-            for (int n = 0; n < NT; ++n) sums[(step * NT + n) * 4 + tig] = make_float2(xs[n][0], xs[n][1]);
-    }
-    __syncwarp();
 }
 
 // End of a block of W warps that share R row tiles: the warps' sums add up through `red` (W·R·NT·4·32 floats of

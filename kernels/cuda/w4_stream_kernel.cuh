@@ -53,7 +53,6 @@ struct StreamConfig {
     int overlapFromTokens = 0;
     int warps16ManyItems = 0;
     int longRowsTokens = 1;
-    bool sums = false;
 };
 // 12-18 (several row tiles per block, or two batches of registers; docs/performance.md, "W4A16 at 16 tokens: two row
 // tiles per block"): 12 R = 2; 13 R = 2 in 4-chunk batches; 14 R = 4, at most 8 warps; 15 = 11 up to 8 tokens, R = 2
@@ -65,8 +64,7 @@ struct StreamConfig {
 // (Session 20 measured and removed three routings of these kernels, each faster than 20 on some shapes and slower on
 // others or in 7B decode: 15's one batch up to 8 tokens, 20 without its long-row rule, and 20's 3..8-token rule only
 // up to two row tiles per SM: docs/performance.md, "W4A16: shorter per-tile code".)
-// 21 = 20 with the zero folded through sums of x formed once per block (StreamConfig::sums) in its plain-x launches.
-constexpr int kStreamConfigs = 22;
+constexpr int kStreamConfigs = 21;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
@@ -78,8 +76,7 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2},
     {2, 8, false, false, true, 2, 4, 1, 2},
     {2, 16, false, false, true, 2, 4, 1, 2, 8},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2, true}};
+    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
@@ -109,7 +106,6 @@ constexpr bool streamTableConsistent() {
             (overlapsSome && !(c.subtract && c.persist && !c.overlap && !c.split && c.batch == 2 && c.maxWarps == 16 &&
                                c.rowTiles8 == 1)))
             return false;
-        if (c.sums && !(c.subtract && c.persist && !c.overlap)) return false;
         if (c.warps16ManyItems != 0 &&
             !((c.warps16ManyItems == 4 || c.warps16ManyItems == 8) && c.warps16ManyItems < c.maxWarps))
             return false;
@@ -258,13 +254,6 @@ __device__ __forceinline__ void finishGluTile(const Wxa16Params& p, const float 
 // lanes' 16-byte fragment loads of tokens g and g + 1 fall in different banks.
 __host__ __device__ inline int normSharedStride(int chunks) { return chunks * 64 + 8; }
 
-// Dynamic shared memory of the sums of x (SUMS): per warp and step of cps chunks, NT·4 float2; launches that would
-// need more than kStreamSumsMaxBytes subtract the zero instead (16 warps: 32+ steps each at one token tile).
-constexpr size_t kStreamSumsMaxBytes = 16384;
-__host__ __device__ inline size_t streamSumsBytes(int warps, int chunksPerWarp, int cps, int nt) {
-    return size_t(warps) * size_t(chunksPerWarp / cps) * size_t(nt) * 4 * sizeof(float2);
-}
-
 // Grid: one block per row tile (PERSIST: any number of blocks; block b takes tiles b, b + grid, ...); p.chunksPerSplit =
 // chunks per warp; p.splitK = 1. OVERLAP: the loads of batch i + 1 are issued before batch i is computed. The first
 // batch's weights are loaded before the kernel waits for the one before it (programmatic dependent launch: the
@@ -278,11 +267,8 @@ __host__ __device__ inline size_t streamSumsBytes(int warps, int chunksPerWarp, 
 // R > 1 (PERSIST, SUB, plain x, no GLU): a block's item is R consecutive row tiles (the last item's tiles past p.tiles
 // re-read the last tile and store nothing); each activation fragment serves all R. Its reduction buffer is R times
 // larger, so there is one, with a barrier before each item's sums are written into it.
-// SUMS (SUB, plain x, no GLU): the zero folded through sums of x formed once per block (writeStepSums, into dynamic
-// shared memory, streamSumsBytes) instead of subtracted from every weight word; a warp's columns are the same in every
-// row tile it takes, so a persistent block forms them once for all its tiles.
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX,
-          bool PERSIST = false, bool GLU = false, int R = 1, bool SUMS = false>
+          bool PERSIST = false, bool GLU = false, int R = 1>
 __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1), R>()) w4StreamKernel(const Wxa16Params p) {
     constexpr bool NORM = PRO != kPlainX;   // x read from shared memory
     // One token tile of plain x: lanes past the last token read its row (their sums are never stored), so the loads of
@@ -293,7 +279,6 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     static_assert(PERSIST || !GLU, "a GLU block takes a gate tile and an up tile: the persistent loop");
     static_assert(!(PERSIST && OVERLAP) || (SUB && !NORM && !GLU), "the persistent overlap: plain subtracted shapes only");
     static_assert(R == 1 || (PERSIST && SUB && !NORM && !GLU), "several row tiles per block: persistent plain shapes");
-    static_assert(!SUMS || (SUB && !NORM && !GLU), "sums of x formed once per block: plain subtracted shapes");
     constexpr int S = B / CPS;  // steps per batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     int item = blockIdx.x;   // a row tile (R = 1) or R consecutive row tiles
@@ -350,11 +335,7 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
             if (c + i * CPS < cEnd) step(i, c + i * CPS, cEnd);
     };
     const T* xq = nullptr;
-    // SUMS: the sums of step s (chunks s·CPS ...) for token tile n and column pair tig at [(s·NT + n)·4 + tig]; indexed
-    // by the chunk itself (warps start at multiples of CPS), so no pointer is kept across the loop.
-    extern __shared__ __align__(16) float2 streamSums[];
     int64_t xTokenStride = 0;
-    constexpr int kSumsPerStep = NT * 4;   // float2 per step: [token tile][tig]
     auto load = [&](SmallStep<R, CPS>(&batch)[S], int c, int ahead) {
         forSteps(c + ahead, [&](int i, int chunk, int end) {
             loadSmallStep<NT, R, CPS, T, !NORM, ALL_ROWS>(batch[i], p, wq, sp, xq, xTokenStride, g, chunk, end,
@@ -368,9 +349,8 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     };
     auto compute = [&](const SmallStep<R, CPS>(&batch)[S], int c, int ahead) {
         forSteps(c + ahead, [&](int i, int chunk, int end) {
-            computeStep<T, NT, R, CPS, SUB, SPLIT, NORM, ALL_ROWS, SUMS>(
-                batch[i], p, xq + (ahead + i * CPS) * 64, xTokenStride, chunk, end, g, acc,
-                SUMS ? streamSums + (chunk / CPS) * kSumsPerStep + tig : nullptr);
+            computeStep<T, NT, R, CPS, SUB, SPLIT, NORM, ALL_ROWS>(batch[i], p, xq + (ahead + i * CPS) * 64,
+                                                                   xTokenStride, chunk, end, g, acc);
         });
     };
     SmallStep<R, CPS> first[S];
@@ -393,9 +373,6 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         xTokenStride = int64_t(8) * p.ldx;
     }
     xq = xBegin;
-    if constexpr (SUMS)
-        writeStepSums<T, NT, CPS, false, ALL_ROWS>(p, xBegin, xTokenStride, cBegin, cEnd, g, tig,
-                                                   streamSums + (cBegin / CPS) * kSumsPerStep);
     // The warp's part of the current item: `first` holds its first batch on entry and is free on return.
     auto streamItem = [&] {
         if constexpr (OVERLAP) {   // batch i + 1 in flight while batch i is computed

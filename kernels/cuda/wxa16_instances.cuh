@@ -168,7 +168,7 @@ inline int64_t persistentGrid(int64_t tiles, int64_t resident, int persist) {
     return (tiles + perBlock - 1) / perBlock;
 }
 
-void countStreamLaunch(int rowTiles, bool overlap, int warps, bool sums);   // wxa16_gemm.cu (wxa16StreamLaunchCount)
+void countStreamLaunch(int rowTiles, bool overlap, int warps);   // wxa16_gemm.cu (wxa16StreamLaunchCount)
 
 // One stream kernel, launched with programmatic dependent launch (dependent_launch.h) where enabled: it loads its
 // first weights before it waits for the kernel before it. PRO: the prologue (kNormX, the folded RMSNorm), with its
@@ -176,25 +176,22 @@ void countStreamLaunch(int rowTiles, bool overlap, int warps, bool sums);   // w
 // buffers the static and dynamic shared memory together may pass the 48 KB a kernel gets without asking (16 warps and
 // two token tiles: 17 KB static, 33 KB with PERSIST's two buffers, 1 KB more for GLU's gate sums). PERSIST: the grid from persistentGrid, given the blocks a
 // multiprocessor holds at once with that most (GLU: over the pairs of gate and up tiles; R > 1: over the groups of R
-// row tiles). Both asked once per device and kernel. SUMS: the sums of x in dynamic shared memory (streamSumsBytes,
-// up to kStreamSumsMaxBytes; the caller checks).
+// row tiles). Both asked once per device and kernel.
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO, bool PERSIST,
-          bool GLU = false, int R = 1, bool SUMS = false>
+          bool GLU = false, int R = 1>
 void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, cudaStream_t stream) {
     constexpr bool NORM = PRO != kPlainX;   // a prologue into dynamic shared memory
-    const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R, SUMS>;
-    const size_t shared = NORM   ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T)
-                          : SUMS ? streamSumsBytes(W, p.chunksPerSplit, CPS, NT)
-                                 : 0;
+    const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>;
+    const size_t shared = NORM ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0;
     dim3 grid(unsigned(p.tiles));
-    if constexpr (NORM || PERSIST || SUMS) {
+    if constexpr (NORM || PERSIST) {
         static std::atomic<int> perDevice[64];   // 0: not prepared yet; then the blocks a multiprocessor holds
         int device = 0;
         CWB_CUDA_CHECK(cudaGetDevice(&device));
         int perSm = device >= 0 && device < 64 ? perDevice[device].load(std::memory_order_relaxed) : 0;
         if (perSm == 0) {
-            const size_t most = NORM ? kNormFoldSharedBytes : SUMS ? kStreamSumsMaxBytes : 0;
-            if (NORM || SUMS)
+            const size_t most = NORM ? kNormFoldSharedBytes : 0;
+            if (NORM)
                 CWB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)));
             perSm = 1;
             if (PERSIST) CWB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, W * 32, most));
@@ -210,43 +207,39 @@ void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, c
         }
     }
     CWB_CUDA_CHECK(launchDependent(kernel, grid, dim3(W * 32), shared, stream, p));
-    countStreamLaunch(R, PERSIST && OVERLAP, W, SUMS);
+    countStreamLaunch(R, PERSIST && OVERLAP, W);
 }
 
 // PERSIST only for blocks of 8 or 16 warps; 4-warp blocks (8 chunks or fewer) take one tile each, except under GLU,
 // whose blocks always take a gate tile and an up tile, and with R > 1 row tiles per block (the persistent loop only).
 // Four row tiles per block run at most 8 warps (their reduction buffer: 32 KB at 16 tokens).
 template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX, bool PERSIST = false,
-          bool GLU = false, int R = 1, bool SUMS = false>
+          bool GLU = false, int R = 1>
 void launchStreamWarps(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
     constexpr bool small = GLU || R > 1;   // 4-warp blocks persistent
     if (warps <= 4)
-        launchStreamShape<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, PRO, small, GLU, R, SUMS>(p, small ? persist : 0,
-                                                                                          multiprocessors, stream);
+        launchStreamShape<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, PRO, small, GLU, R>(p, small ? persist : 0, multiprocessors,
+                                                                                    stream);
     else if (warps <= 8)
-        launchStreamShape<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R, SUMS>(p, persist, multiprocessors,
-                                                                                            stream);
+        launchStreamShape<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, persist, multiprocessors, stream);
     else if constexpr (R < 4)   // kStreamConfigTable caps 4-tile shapes at 8 warps (static_assert there)
-        launchStreamShape<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R, SUMS>(p, persist, multiprocessors,
-                                                                                             stream);
+        launchStreamShape<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, persist, multiprocessors, stream);
     else   // reachable only if the configuration changed between streamSplit and this launch
         throw KernelError("wxa16Gemm: " + std::to_string(warps) + " warps for a stream shape of 4 row tiles (at most 8)");
 }
 
-// SUMS: compiled for steps of two chunks (groups of 128+ columns) only; the caller asks for it only there.
 template <typename T, int NT, int B, bool OVERLAP, bool SPLIT, bool SUB = false, int PRO = kPlainX, bool PERSIST = false,
-          bool GLU = false, int R = 1, bool SUMS = false>
+          bool GLU = false, int R = 1>
 void launchStreamPairs(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
     if (p.groupShift >= 1)
-        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R, SUMS>(p, warps, persist, multiprocessors,
-                                                                                       stream);
+        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, warps, persist, multiprocessors, stream);
     else
         launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, warps, persist, multiprocessors, stream);
 }
 
 // The persistent subtract shapes, with and without the folded norm, with and without the GLU epilogue, for batches
 // of B chunks.
-template <typename T, int NT, int B, bool SUMS = false>
+template <typename T, int NT, int B>
 void launchPersistentBatch(const Wxa16Params& p, int warps, int persist, int sms, cudaStream_t stream) {
     if (p.normWeight && p.swiglu)
         launchStreamPairs<T, NT, B, false, false, true, kNormX, true, true>(p, warps, persist, sms, stream);
@@ -255,57 +248,41 @@ void launchPersistentBatch(const Wxa16Params& p, int warps, int persist, int sms
     else if (p.swiglu)
         launchStreamPairs<T, NT, B, false, false, true, kPlainX, true, true>(p, warps, persist, sms, stream);
     else
-        launchStreamPairs<T, NT, B, false, false, true, kPlainX, true, false, 1, SUMS>(p, warps, persist, sms, stream);
+        launchStreamPairs<T, NT, B, false, false, true, kPlainX, true>(p, warps, persist, sms, stream);
 }
 
 // The persistent subtract shapes with R > 1 row tiles per block: plain x only (the launcher folds neither the norm nor
 // the GLU epilogue into them, wxa16FoldsNorm / wxa16FoldsSwiGlu). Compiled: (R, B) = (2, 2), (2, 4), (4, 2).
-template <typename T, int NT, bool SUMS = false>
+template <typename T, int NT>
 void launchPersistentRows(const Wxa16Params& p, int rowTiles, int batch, int warps, int persist, int sms,
                           cudaStream_t stream) {
     if (rowTiles >= 4)
-        launchStreamPairs<T, NT, 2, false, false, true, kPlainX, true, false, 4, SUMS>(p, warps, persist, sms, stream);
+        launchStreamPairs<T, NT, 2, false, false, true, kPlainX, true, false, 4>(p, warps, persist, sms, stream);
     else if (batch >= 4)
-        launchStreamPairs<T, NT, 4, false, false, true, kPlainX, true, false, 2, SUMS>(p, warps, persist, sms, stream);
+        launchStreamPairs<T, NT, 4, false, false, true, kPlainX, true, false, 2>(p, warps, persist, sms, stream);
     else
-        launchStreamPairs<T, NT, 2, false, false, true, kPlainX, true, false, 2, SUMS>(p, warps, persist, sms, stream);
+        launchStreamPairs<T, NT, 2, false, false, true, kPlainX, true, false, 2>(p, warps, persist, sms, stream);
 }
 
 // The persistent subtract shapes with two batches of registers (StreamConfig::overlap): 2-chunk batches, 1 or 2 row
 // tiles per block, plain x only (the launcher folds neither the norm nor the GLU epilogue into them).
-template <typename T, int NT, bool SUMS = false>
+template <typename T, int NT>
 void launchPersistentOverlap(const Wxa16Params& p, int rowTiles, int warps, int persist, int sms, cudaStream_t stream) {
     if (rowTiles >= 2)
-        launchStreamPairs<T, NT, 2, true, false, true, kPlainX, true, false, 2, SUMS>(p, warps, persist, sms, stream);
+        launchStreamPairs<T, NT, 2, true, false, true, kPlainX, true, false, 2>(p, warps, persist, sms, stream);
     else
-        launchStreamPairs<T, NT, 2, true, false, true, kPlainX, true, false, 1, SUMS>(p, warps, persist, sms, stream);
+        launchStreamPairs<T, NT, 2, true, false, true, kPlainX, true, false, 1>(p, warps, persist, sms, stream);
 }
 
 // p.normWeight set: the norm is folded, which only the subtract shape compiles (the launcher checks foldsNorm first);
 // p.swiglu set: the GLU epilogue, which only the persistent subtract shapes compile (the launcher checks foldsSwiGlu
 // first).
-// StreamConfig::sums: the persistent plain-x launches of groups of 128+ columns whose sums fit kStreamSumsMaxBytes
-// take the SUMS instances of the same kernels.
 template <typename T, int NT>
 void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cudaStream_t stream) {
     const StreamConfig& c = streamConfig();
     const int sms = multiprocessors;
     const int batch = streamBatch(c, p.tiles, p.m, sms);
     const int rowTiles = streamRowTiles(c, p.m);
-    const bool sums = c.sums && c.subtract && c.persist && !c.overlap && !p.normWeight && !p.swiglu &&
-                      p.groupShift >= 1 && streamSumsBytes(warps, p.chunksPerSplit, 2, NT) <= kStreamSumsMaxBytes;
-    if (sums) {
-        if ((c.overlapLongRows > 0 && p.m <= c.longRowsTokens && p.chunks >= int64_t(c.overlapLongRows) * warps) ||
-            (c.overlapFromTokens > 0 && p.m >= c.overlapFromTokens && p.m <= 8))
-            launchPersistentOverlap<T, NT, true>(p, 1, warps, c.persist, sms, stream);
-        else if (rowTiles > 1)
-            launchPersistentRows<T, NT, true>(p, rowTiles, batch, warps, c.persist, sms, stream);
-        else if (batch == 4)
-            launchPersistentBatch<T, NT, 4, true>(p, warps, c.persist, sms, stream);
-        else
-            launchPersistentBatch<T, NT, 2, true>(p, warps, c.persist, sms, stream);
-        return;
-    }
     if (c.subtract && c.persist && c.overlap && !p.normWeight && !p.swiglu)
         launchPersistentOverlap<T, NT>(p, rowTiles, warps, c.persist, sms, stream);
     else if (!p.normWeight && !p.swiglu &&

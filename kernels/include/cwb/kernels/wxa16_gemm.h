@@ -119,9 +119,6 @@ int wxa16StreamRowTiles(int index, int64_t m);
 // KernelError) and, `overlap`, two batches of registers in the persistent loop (host-side counts, for tests: a CUDA
 // graph's launches are counted when it is captured, not when it is replayed).
 int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap);
-// Launches of the W4A16 stream kernel in this process that folded the zero through sums of x formed once per block
-// (StreamConfig::sums; host-side, counted as wxa16StreamLaunchCount).
-int64_t wxa16StreamSumsLaunchCount();
 // Warps per block of this process's last W4A16 stream launch (0 before the first; host-side, for tests).
 int wxa16StreamLastWarps();
 // The persistent stream shapes size their grid by the blocks the GPU holds at once; a cap > 0 lowers that count
