@@ -45,14 +45,20 @@ struct FoldedGroup {
     float zf0, zf1;  // base + zero of the magic-number values
 };
 
-template <typename T>
+// SIXTEENS (magicStep's): rows g read 16·level as well.
+template <typename T, bool SIXTEENS = false>
 __device__ __forceinline__ FoldedGroup foldedGroup(uint32_t sz0, uint32_t sz1) {
     using T2 = typename ActTraits<T>::T2;
     const T2 p0 = asPair<T2>(sz0), p1 = asPair<T2>(sz1);  // (scale, zero)
     FoldedGroup f;
     constexpr float base = ActTraits<T>::kBase4;
-    f.s0 = float(p0.x);
-    f.zf0 = base + float(p0.y);
+    if constexpr (SIXTEENS && kSixteenTrick<T, 4>) {
+        f.s0 = float(p0.x) * 0.0625f;
+        f.zf0 = fmaf(float(p0.y), 16.0f, base);
+    } else {
+        f.s0 = float(p0.x);
+        f.zf0 = base + float(p0.y);
+    }
     if constexpr (kSixteenTrick<T, 4>) {
         f.s1 = float(p1.x) * 0.0625f;
         f.zf1 = fmaf(float(p1.y), 16.0f, base);
@@ -64,9 +70,19 @@ __device__ __forceinline__ FoldedGroup foldedGroup(uint32_t sz0, uint32_t sz1) {
 }
 
 // A fragments of k-step s from the lane's word: base + level (rows g+8: base + 16·level with the fp16 trick).
-template <typename T>
+// SIXTEENS (fp16; the zero folded after the mma, computeSmallStep): rows g read base + 16·level too, two more shifts
+// per word. The mma's fp32 sums then carry base·sum(x) against 16·level·x instead of level·x, 16x less of the
+// result lost to it: with x of mean 4 the fold measured nmse 4.5-4.9e-5 with base + level, against 4.5-6.7e-8 for
+// the subtracted zero (H200, session 21).
+template <typename T, bool SIXTEENS = false>
 __device__ __forceinline__ void magicStep(uint32_t q, uint32_t* a) {
-    if constexpr (kSixteenTrick<T, 4>) {
+    if constexpr (SIXTEENS && kSixteenTrick<T, 4>) {
+        const uint32_t q8 = q >> 8;
+        a[0] = andOr<0x00F000F0u, 0x64006400u>(q << 4);
+        a[1] = andOr<0x00F000F0u, 0x64006400u>(q);
+        a[2] = andOr<0x00F000F0u, 0x64006400u>(q >> 4);
+        a[3] = andOr<0x00F000F0u, 0x64006400u>(q8);
+    } else if constexpr (kSixteenTrick<T, 4>) {
         const uint32_t q8 = q >> 8;
         a[0] = andOr<0x000F000Fu, 0x64006400u>(q);
         a[1] = andOr<0x00F000F0u, 0x64006400u>(q);
@@ -154,7 +170,7 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
             for (int r = 0; r < R; ++r) {
                 const uint32_t* w = reinterpret_cast<const uint32_t*>(&b.w[r][u]);
                 uint32_t a[4];
-                magicStep<T>(w[s], a);
+                magicStep<T, true>(w[s], a);
 #pragma unroll
                 for (int n = 0; n < NT; ++n) mma16816<T>(t[r][n], a, bx[n][2 * s], bx[n][2 * s + 1]);
             }
@@ -175,7 +191,7 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
             }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-        const FoldedGroup f = foldedGroup<T>(b.sz0[r], b.sz1[r]);
+        const FoldedGroup f = foldedGroup<T, true>(b.sz0[r], b.sz1[r]);
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
             acc[r][n][0] = fmaf(fmaf(-f.zf0, xs[n][0], t[r][n][0]), f.s0, acc[r][n][0]);
