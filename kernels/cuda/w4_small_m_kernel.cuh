@@ -5,7 +5,8 @@
 // - a warp owns R row tiles (16·R output rows), so each activation fragment, each all-ones mma that sums the
 //   activations and the loop's address arithmetic serve R tiles;
 // - the zero point is folded after the mma: the A fragments are the magic-number values base + level (one LOP3
-//   per register, no subtraction), and (base + zero) · sum(x) is subtracted once per group; or, in the shapes marked
+//   per register, no subtraction; fp16: base + 16·level, magicStep's SIXTEENS), and (base + zero) · sum(x) is
+//   subtracted once per group; or, in the shapes marked
 //   `subtract` (the stream kernel's default), taken off each A register with one exact HSUB2, no sum(x) needed;
 // - with groups of 128 or more columns the scale is applied once per pair of chunks (one group), not per chunk;
 // - the 4 warps of a block split the block's chunk range and add up through shared memory, so the global split-K
