@@ -15,9 +15,6 @@
 
 namespace cwb::kernels::detail {
 
-// The shared-memory window address of p (a pointer into shared memory), as cp.async and mbarrier operands take it.
-__device__ __forceinline__ uint32_t sharedAddress(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
 constexpr int kSmallWarps = 4;
 constexpr int kSmallMaxTokens = 16;
 

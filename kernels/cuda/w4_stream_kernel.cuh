@@ -40,10 +40,6 @@ namespace cwb::kernels::detail {
 // `overlapFromTokens` (same shapes as overlapLongRows; 0: none): launches of overlapFromTokens..8 tokens and plain x take
 // that two-batch kernel whatever their rows (shape 16 at m = 4 and 8 measured 3-10% faster than 15 on 5 of the 6
 // shapes, 2% slower to 0% on 4096x11008; session 18).
-// `stageNext` (persistent subtract shapes with manyTilesBatch 4): the one-batch kernel at up to 8 tokens with 4-chunk
-// batches (blocks of several row tiles) copies the first batch of the row tile after next into shared memory with
-// cp.async while it computes the current one, so two tiles' loads are in flight per warp without more registers (ncu,
-// session 21: a third to half of the one-token kernel's stall samples waited on the loads issued one reduction ahead).
 // `warps16ManyItems` (4 or 8 below maxWarps; 0: none): at 9..16 tokens, where a launch has more groups of rowTiles16 row
 // tiles than the GPU has multiprocessors, blocks of at most this many warps (two blocks per multiprocessor: shape 18 at
 // m = 16 measured 1-11% faster than 15 on the four shapes with 256+ groups, 12-24% slower on those of 128; session 18).
@@ -57,7 +53,6 @@ struct StreamConfig {
     int overlapFromTokens = 0;
     int warps16ManyItems = 0;
     int longRowsTokens = 1;
-    bool stageNext = false;
 };
 // 12-18 (several row tiles per block, or two batches of registers; docs/performance.md, "W4A16 at 16 tokens: two row
 // tiles per block"): 12 R = 2; 13 R = 2 in 4-chunk batches; 14 R = 4, at most 8 warps; 15 = 11 up to 8 tokens, R = 2
@@ -69,8 +64,7 @@ struct StreamConfig {
 // (Session 20 measured and removed three routings of these kernels, each faster than 20 on some shapes and slower on
 // others or in 7B decode: 15's one batch up to 8 tokens, 20 without its long-row rule, and 20's 3..8-token rule only
 // up to two row tiles per SM: docs/performance.md, "W4A16: shorter per-tile code".)
-// 21 = 20 with stageNext.
-constexpr int kStreamConfigs = 22;
+constexpr int kStreamConfigs = 21;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
@@ -82,8 +76,7 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2},
     {2, 8, false, false, true, 2, 4, 1, 2},
     {2, 16, false, false, true, 2, 4, 1, 2, 8},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2, true}};
+    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
@@ -118,16 +111,13 @@ constexpr bool streamTableConsistent() {
             return false;
         for (int r : {c.rowTiles8, c.rowTiles16})
             if (r != 1 && r != 2 && r != 4) return false;
-        if (c.stageNext && !(c.subtract && c.persist && !c.overlap && c.manyTilesBatch == 4 && c.rowTiles8 == 1))
-            return false;
     }
     return true;
 }
 static_assert(streamTableConsistent(), "stream configurations: row tiles 1, 2 or 4; 4 with at most 8 warps; >1 persistent; "
                                        "persistent overlap: subtracted, 2-chunk batches, at most 2 row tiles; two "
                                        "batches on long rows or few tokens: persistent subtracted 2-chunk shapes of 16 "
-                                       "warps, 1 tile; fewer warps at 9..16: 4 or 8; staging: persistent subtracted "
-                                       "one-batch shapes of 4-chunk batches past 2 tiles per SM, 1 tile up to 8 tokens");
+                                       "warps, 1 tile; fewer warps at 9..16: 4 or 8");
 int streamConfigIndex();  // wxa16_gemm.cu
 int streamResidentCap();  // wxa16_gemm.cu: wxa16SetStreamResidentCap, 0 for none
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
@@ -264,31 +254,6 @@ __device__ __forceinline__ void finishGluTile(const Wxa16Params& p, const float 
 // lanes' 16-byte fragment loads of tokens g and g + 1 fall in different banks.
 __host__ __device__ inline int normSharedStride(int chunks) { return chunks * 64 + 8; }
 
-// A warp's first batch of a row tile, staged in shared memory (StreamConfig::stageNext): chunk k of the batch at
-// w[k][lane], step s's (scale, zero) words of rows g and g + 8 at sz[s][0 or 1][lane], each lane's own bytes, so a
-// lane reads back only what it copied (no barrier) and a warp's 16-byte reads are 512 contiguous bytes.
-template <int B, int S>
-struct StagedBatch {
-    uint4 w[B][32];
-    uint32_t sz[S][2][32];
-};
-// Each warp holds two (the row tile after next is copied into one while the other is read back).
-template <int W, int B, int CPS>
-constexpr size_t stagedSharedBytes() { return size_t(W) * 2 * sizeof(StagedBatch<B, B / CPS>); }
-// The most dynamic shared memory a staged kernel's folded norm may take: with a 16-warp block's 80 KB of stages and
-// its static reduction buffers, two blocks still fit a multiprocessor (228 KB on sm_90). Past it the launcher runs
-// the kernel without stages.
-constexpr size_t kStagedNormSharedBytes = 14 * 1024;
-
-__device__ __forceinline__ void copyAsync16(const void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sharedAddress(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void copyAsync4(const void* dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sharedAddress(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void copyAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void copyAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
 // Grid: one block per row tile (PERSIST: any number of blocks; block b takes tiles b, b + grid, ...); p.chunksPerSplit =
 // chunks per warp; p.splitK = 1. OVERLAP: the loads of batch i + 1 are issued before batch i is computed. The first
 // batch's weights are loaded before the kernel waits for the one before it (programmatic dependent launch: the
@@ -302,11 +267,8 @@ __device__ __forceinline__ void copyAsyncWaitAll() { asm volatile("cp.async.wait
 // R > 1 (PERSIST, SUB, plain x, no GLU): a block's item is R consecutive row tiles (the last item's tiles past p.tiles
 // re-read the last tile and store nothing); each activation fragment serves all R. Its reduction buffer is R times
 // larger, so there is one, with a barrier before each item's sums are written into it.
-// STAGE (PERSIST, SUB, one batch, R = 1, one token tile, 2-chunk steps): the first batch of the item after next is copied
-// into the warp's StagedBatch (dynamic shared memory past the norm's activations) while this item is computed; at the
-// end of an item the next one's batch is read from its stage into registers and the following item's copy issued.
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX,
-          bool PERSIST = false, bool GLU = false, int R = 1, bool STAGE = false>
+          bool PERSIST = false, bool GLU = false, int R = 1>
 __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1), R>()) w4StreamKernel(const Wxa16Params p) {
     constexpr bool NORM = PRO != kPlainX;   // x read from shared memory
     // One token tile of plain x: lanes past the last token read its row (their sums are never stored), so the loads of
@@ -317,10 +279,7 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     static_assert(PERSIST || !GLU, "a GLU block takes a gate tile and an up tile: the persistent loop");
     static_assert(!(PERSIST && OVERLAP) || (SUB && !NORM && !GLU), "the persistent overlap: plain subtracted shapes only");
     static_assert(R == 1 || (PERSIST && SUB && !NORM && !GLU), "several row tiles per block: persistent plain shapes");
-    static_assert(!STAGE || (PERSIST && SUB && !OVERLAP && R == 1 && NT == 1 && CPS == 2),
-                  "stages: the persistent one-batch subtracted kernel, one row tile, one token tile, 2-chunk steps");
     constexpr int S = B / CPS;  // steps per batch
-    extern __shared__ __align__(16) unsigned char dynamicShared[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     int item = blockIdx.x;   // a row tile (R = 1) or R consecutive row tiles
     const int items = (p.tiles + R - 1) / R;
@@ -396,61 +355,14 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     };
     SmallStep<R, CPS> first[S];
     if (cBegin < cEnd) loadWeightsOnly(first, cBegin);
-    // The item a block takes after `it` (GLU: gate tile q, up tile q + pairs, gate tile q + grid, ...); `more` false past
-    // the block's last.
-    const int pairs = p.tiles / 2;
-    auto nextItem = [&](int it, bool& more) {
-        if constexpr (GLU) {
-            const int next = it < pairs ? it + pairs : it - pairs + int(gridDim.x);
-            more = it < pairs || next < pairs;
-            return next;
-        } else {
-            more = it + int(gridDim.x) < items;
-            return it + int(gridDim.x);
-        }
-    };
-    // STAGE: the warp's two stages, and the copy of item t's first batch into one of them (one commit group).
-    StagedBatch<B, S>* stages = nullptr;
-    if constexpr (STAGE)
-        stages = reinterpret_cast<StagedBatch<B, S>*>(
-                     dynamicShared + (NORM ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0)) +
-                 2 * warp;
-    auto stageItem = [&](StagedBatch<B, S>& stage, int t) {
-        const uint4* w = tileWords(t);
-        const uint32_t* s = tileScales(t);
-        forSteps(cBegin, [&](int i, int chunk, int end) {
-#pragma unroll
-            for (int u = 0; u < CPS; ++u)
-                if (u == 0 || chunk + u < end) copyAsync16(&stage.w[i * CPS + u][lane], w + (i * CPS + u) * 32);
-            const uint32_t* sg = s + (chunk >> p.groupShift) * 16;
-            copyAsync4(&stage.sz[i][0][lane], sg);
-            copyAsync4(&stage.sz[i][1][lane], sg + 8);
-        });
-        copyAsyncCommit();
-    };
-    auto unstage = [&](const StagedBatch<B, S>& stage, SmallStep<R, CPS>(&batch)[S]) {
-        copyAsyncWaitAll();
-        forSteps(cBegin, [&](int i, int chunk, int end) {
-#pragma unroll
-            for (int u = 0; u < CPS; ++u)
-                batch[i].w[0][u] = (u == 0 || chunk + u < end) ? stage.w[i * CPS + u][lane] : make_uint4(0, 0, 0, 0);
-            batch[i].sz0[0] = stage.sz[i][0][lane];
-            batch[i].sz1[0] = stage.sz[i][1][lane];
-        });
-    };
-    int stageSlot = 0;
-    if constexpr (STAGE) {
-        bool more = false;
-        const int second = nextItem(item, more);
-        if (more && cBegin < cEnd) stageItem(stages[0], second);
-    }
     if constexpr (PRO == kNormX)   // γ is a weight too: bring the warp's part into L1 before the wait, off the norm's path
         for (int col = cBegin * 64 + lane * 8; col < cEnd * 64 && col < p.cols; col += 256)
             asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p.normWeight + col));
     waitForPredecessor();
     const T* xBegin;
     if constexpr (NORM) {
-        T* hs = reinterpret_cast<T*>(dynamicShared);
+        extern __shared__ __align__(16) unsigned char normShared[];
+        T* hs = reinterpret_cast<T*>(normShared);
         const int ldh = normSharedStride(p.chunks);
         normIntoShared<T, W>(p, cBegin, cEnd, hs, ldh);
         xBegin = hs + g * ldh + tig * 16 + cBegin * 64;
@@ -489,35 +401,29 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         constexpr int kBuffers = R == 1 ? 2 : 1;
         __shared__ float red[kBuffers][W * R * NT * 4 * 32];
         __shared__ float gluGate[GLU ? kSmallMaxTokens : 1][16];
+        const int pairs = p.tiles / 2;
         // R = 1: the next item's pointers are this item's plus whole tiles (not formed again from the lane and the
         // warp's first chunk: fewer instructions per tile where warps have few chunks).
         const uint4* wqItem = wq[0];
         const int64_t wordsPerTile = int64_t(p.chunks) * 32, scalesPerTile = int64_t(p.groups) * 16;
         for (int parity = 0;; parity ^= 1) {
             streamItem();
-            bool more = false;
-            const int next = nextItem(item, more);
+            int next = item + int(gridDim.x);
+            bool more = next < items;
+            if constexpr (GLU) {   // gate tile q, up tile q + pairs, gate tile q + grid, ...
+                next = item < pairs ? item + pairs : item - pairs + int(gridDim.x);
+                more = item < pairs || next < pairs;
+            }
             if (more && cBegin < cEnd) {
-                if constexpr (STAGE) {   // the next item's batch from its stage; the one after it into the other
-                    const int64_t tiles = next - item;
-                    wqItem += tiles * wordsPerTile;
-                    wq[0] = wqItem;
-                    sp[0] += tiles * scalesPerTile;
-                    unstage(stages[stageSlot], first);
-                    stageSlot ^= 1;
-                    bool later = false;
-                    const int after = nextItem(next, later);
-                    if (later) stageItem(stages[stageSlot], after);
-                } else if constexpr (R == 1) {   // one tile: the item's first words and scales moved by whole tiles
+                if constexpr (R == 1) {   // one tile: the item's first words and scales moved by whole tiles
                     const int64_t tiles = next - item;
                     wqItem += tiles * wordsPerTile;
                     wq[0] = wqItem;
                     sp[0] += tiles * scalesPerTile;   // (the scale pointer does not move inside an item)
-                    loadWeightsOnly(first, cBegin);
                 } else {
                     pointAt(next);
-                    loadWeightsOnly(first, cBegin);
                 }
+                loadWeightsOnly(first, cBegin);
             }
             if constexpr (GLU) {
                 finishGluTile<T, NT, W>(p, acc, red[parity], item, pairs, gluGate);

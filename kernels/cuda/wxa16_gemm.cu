@@ -137,18 +137,15 @@ namespace detail {
 namespace {
 std::atomic<int64_t> streamLaunches[3][2];   // [1, 2, 4 row tiles][one batch, two batches]
 std::atomic<int> streamLastWarps{0};
-std::atomic<int64_t> stagedStreamLaunches{0};
 int rowTilesSlot(int rowTiles) { return rowTiles == 1 ? 0 : rowTiles == 2 ? 1 : rowTiles == 4 ? 2 : -1; }
 } // namespace
-void countStreamLaunch(int rowTiles, bool overlap, int warps, bool staged) {
+void countStreamLaunch(int rowTiles, bool overlap, int warps) {
     const int slot = rowTilesSlot(rowTiles);
     if (slot >= 0) streamLaunches[slot][overlap ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
-    if (staged) stagedStreamLaunches.fetch_add(1, std::memory_order_relaxed);
     streamLastWarps.store(warps, std::memory_order_relaxed);
 }
 } // namespace detail
 int wxa16StreamLastWarps() { return detail::streamLastWarps.load(std::memory_order_relaxed); }
-int64_t wxa16StreamStagedLaunchCount() { return detail::stagedStreamLaunches.load(std::memory_order_relaxed); }
 int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap) {
     const int slot = detail::rowTilesSlot(rowTiles);
     if (slot < 0) throw KernelError("wxa16StreamLaunchCount: row tiles must be 1, 2 or 4, not " + std::to_string(rowTiles));
@@ -185,8 +182,7 @@ std::string wxa16StreamConfigName(int index) {
                                     : "") +
            (c.warps16ManyItems > 0 ? "; up to " + std::to_string(c.warps16ManyItems) +
                                          " warps at 9..16 tokens past one group of row tiles per SM"
-                                   : "") +
-           (c.stageNext ? "; the row tile after next staged in shared memory (cp.async)" : "");
+                                   : "");
 }
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call

@@ -168,7 +168,7 @@ inline int64_t persistentGrid(int64_t tiles, int64_t resident, int persist) {
     return (tiles + perBlock - 1) / perBlock;
 }
 
-void countStreamLaunch(int rowTiles, bool overlap, int warps, bool staged);   // wxa16_gemm.cu (wxa16StreamLaunchCount)
+void countStreamLaunch(int rowTiles, bool overlap, int warps);   // wxa16_gemm.cu (wxa16StreamLaunchCount)
 
 // One stream kernel, launched with programmatic dependent launch (dependent_launch.h) where enabled: it loads its
 // first weights before it waits for the kernel before it. PRO: the prologue (kNormX, the folded RMSNorm), with its
@@ -177,15 +177,12 @@ void countStreamLaunch(int rowTiles, bool overlap, int warps, bool staged);   //
 // two token tiles: 17 KB static, 33 KB with PERSIST's two buffers, 1 KB more for GLU's gate sums). PERSIST: the grid from persistentGrid, given the blocks a
 // multiprocessor holds at once with that most (GLU: over the pairs of gate and up tiles; R > 1: over the groups of R
 // row tiles). Both asked once per device and kernel.
-// STAGE: the warps' stages (stagedSharedBytes) follow the norm's activations, which may then take at most
-// kStagedNormSharedBytes (the caller checks).
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO, bool PERSIST,
-          bool GLU = false, int R = 1, bool STAGE = false>
+          bool GLU = false, int R = 1>
 void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, cudaStream_t stream) {
     constexpr bool NORM = PRO != kPlainX;   // a prologue into dynamic shared memory
-    const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R, STAGE>;
-    constexpr size_t stageBytes = STAGE ? stagedSharedBytes<W, B, CPS>() : 0;
-    const size_t shared = (NORM ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0) + stageBytes;
+    const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>;
+    const size_t shared = NORM ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0;
     dim3 grid(unsigned(p.tiles));
     if constexpr (NORM || PERSIST) {
         static std::atomic<int> perDevice[64];   // 0: not prepared yet; then the blocks a multiprocessor holds
@@ -193,12 +190,9 @@ void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, c
         CWB_CUDA_CHECK(cudaGetDevice(&device));
         int perSm = device >= 0 && device < 64 ? perDevice[device].load(std::memory_order_relaxed) : 0;
         if (perSm == 0) {
-            const size_t most = (NORM ? (STAGE ? kStagedNormSharedBytes : kNormFoldSharedBytes) : 0) + stageBytes;
-            if (most > 0)
+            const size_t most = NORM ? kNormFoldSharedBytes : 0;
+            if (NORM)
                 CWB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)));
-            if (STAGE)   // two blocks' stages per multiprocessor: ask for the largest shared-memory carveout
-                CWB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                    int(cudaSharedmemCarveoutMaxShared)));
             perSm = 1;
             if (PERSIST) CWB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, W * 32, most));
             perSm = perSm > 0 ? perSm : 1;
@@ -213,59 +207,48 @@ void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, c
         }
     }
     CWB_CUDA_CHECK(launchDependent(kernel, grid, dim3(W * 32), shared, stream, p));
-    countStreamLaunch(R, PERSIST && OVERLAP, W, STAGE);
+    countStreamLaunch(R, PERSIST && OVERLAP, W);
 }
 
 // PERSIST only for blocks of 8 or 16 warps; 4-warp blocks (8 chunks or fewer) take one tile each, except under GLU,
 // whose blocks always take a gate tile and an up tile, and with R > 1 row tiles per block (the persistent loop only).
 // Four row tiles per block run at most 8 warps (their reduction buffer: 32 KB at 16 tokens).
-// STAGE: 4-warp blocks (one tile each but under GLU) take the kernel without stages.
 template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX, bool PERSIST = false,
-          bool GLU = false, int R = 1, bool STAGE = false>
+          bool GLU = false, int R = 1>
 void launchStreamWarps(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
     constexpr bool small = GLU || R > 1;   // 4-warp blocks persistent
     if (warps <= 4)
-        launchStreamShape<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, PRO, small, GLU, R, STAGE && small>(
-            p, small ? persist : 0, multiprocessors, stream);
+        launchStreamShape<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, PRO, small, GLU, R>(p, small ? persist : 0, multiprocessors,
+                                                                                    stream);
     else if (warps <= 8)
-        launchStreamShape<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R, STAGE>(p, persist, multiprocessors,
-                                                                                             stream);
+        launchStreamShape<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, persist, multiprocessors, stream);
     else if constexpr (R < 4)   // kStreamConfigTable caps 4-tile shapes at 8 warps (static_assert there)
-        launchStreamShape<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R, STAGE>(p, persist, multiprocessors,
-                                                                                              stream);
+        launchStreamShape<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, persist, multiprocessors, stream);
     else   // reachable only if the configuration changed between streamSplit and this launch
         throw KernelError("wxa16Gemm: " + std::to_string(warps) + " warps for a stream shape of 4 row tiles (at most 8)");
 }
 
-// STAGE: 2-chunk steps only (one-chunk groups take the kernel without stages).
 template <typename T, int NT, int B, bool OVERLAP, bool SPLIT, bool SUB = false, int PRO = kPlainX, bool PERSIST = false,
-          bool GLU = false, int R = 1, bool STAGE = false>
+          bool GLU = false, int R = 1>
 void launchStreamPairs(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
     if (p.groupShift >= 1)
-        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R, STAGE>(p, warps, persist, multiprocessors,
-                                                                                         stream);
+        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, warps, persist, multiprocessors, stream);
     else
         launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, warps, persist, multiprocessors, stream);
 }
 
 // The persistent subtract shapes, with and without the folded norm, with and without the GLU epilogue, for batches
-// of B chunks. STAGE (StreamConfig::stageNext; one token tile, 4-chunk batches): the first batch of the row tile after
-// next staged in shared memory, unless the folded norm's activations pass kStagedNormSharedBytes.
-template <typename T, int NT, int B, bool STAGE = false>
+// of B chunks.
+template <typename T, int NT, int B>
 void launchPersistentBatch(const Wxa16Params& p, int warps, int persist, int sms, cudaStream_t stream) {
-    if constexpr (STAGE) {
-        static_assert(NT == 1 && B == 4, "stages: one token tile, 4-chunk batches");
-        const size_t normBytes = size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T);
-        if (p.normWeight && normBytes > kStagedNormSharedBytes) return launchPersistentBatch<T, NT, B>(p, warps, persist, sms, stream);
-    }
     if (p.normWeight && p.swiglu)
-        launchStreamPairs<T, NT, B, false, false, true, kNormX, true, true, 1, STAGE>(p, warps, persist, sms, stream);
+        launchStreamPairs<T, NT, B, false, false, true, kNormX, true, true>(p, warps, persist, sms, stream);
     else if (p.normWeight)
-        launchStreamPairs<T, NT, B, false, false, true, kNormX, true, false, 1, STAGE>(p, warps, persist, sms, stream);
+        launchStreamPairs<T, NT, B, false, false, true, kNormX, true>(p, warps, persist, sms, stream);
     else if (p.swiglu)
-        launchStreamPairs<T, NT, B, false, false, true, kPlainX, true, true, 1, STAGE>(p, warps, persist, sms, stream);
+        launchStreamPairs<T, NT, B, false, false, true, kPlainX, true, true>(p, warps, persist, sms, stream);
     else
-        launchStreamPairs<T, NT, B, false, false, true, kPlainX, true, false, 1, STAGE>(p, warps, persist, sms, stream);
+        launchStreamPairs<T, NT, B, false, false, true, kPlainX, true>(p, warps, persist, sms, stream);
 }
 
 // The persistent subtract shapes with R > 1 row tiles per block: plain x only (the launcher folds neither the norm nor
@@ -308,8 +291,6 @@ void launchStreamTokens(const Wxa16Params& p, int warps, int multiprocessors, cu
         launchPersistentOverlap<T, NT>(p, 1, warps, c.persist, sms, stream);
     else if (c.subtract && c.persist && rowTiles > 1 && !p.normWeight && !p.swiglu)
         launchPersistentRows<T, NT>(p, rowTiles, batch, warps, c.persist, sms, stream);
-    else if (c.subtract && c.persist && batch == 4 && NT == 1 && c.stageNext)
-        launchPersistentBatch<T, 1, 4, true>(p, warps, c.persist, sms, stream);
     else if (c.subtract && c.persist && batch == 4)
         launchPersistentBatch<T, NT, 4>(p, warps, c.persist, sms, stream);
     else if (c.subtract && c.persist)

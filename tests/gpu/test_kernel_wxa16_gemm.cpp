@@ -242,24 +242,6 @@ void runFusedCases(ActType act) {
         runFusedCase({4, true, 4800, 1152, 128, 0}, act, {1, 4}, 52, gluNorm, f8);
         // 70 tokens: a slice of 64 (the general kernel, then siluMul), then one of 6 that writes silu(gate) · up itself
         runFusedCase({4, true, 256, 1024, 128, 0}, act, {70}, 54, gluNorm, false);
-        if (wxa16StreamConfigName(config).find("staged in shared memory") != std::string::npos) {
-            // Stages with the folded norm and with SilU · up: 300 row tiles on 3 blocks; the gate/up pairs alternate
-            // tiles q and q + 150. 7168 columns: the norm's 14,352 bytes of x pass kStagedNormSharedBytes, so that launch
-            // runs without stages (the norm still folded).
-            const int64_t before = wxa16StreamStagedLaunchCount();
-            wxa16SetStreamResidentCap(3);
-            for (Fusion f : {both, inPlace, gluNorm, gluOnly}) runFusedCase({4, true, 4800, 1152, 128, 0}, act, {1}, 55, f, true);
-            wxa16SetStreamResidentCap(0);
-            const int64_t stagedFour = wxa16StreamStagedLaunchCount() - before;
-            int sms = 0;
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-            runFusedCase({4, true, 16 * (2 * int64_t(sms) + 2), 7168, 128, 0}, act, {1}, 56, both, true);
-            char what[200];
-            std::snprintf(what, sizeof what,
-                          "stream configuration %d: 4 fused launches staged (%lld); the norm past 14 KB not staged (%lld)",
-                          config, (long long)stagedFour, (long long)(wxa16StreamStagedLaunchCount() - before - stagedFour));
-            check(stagedFour == 4 && wxa16StreamStagedLaunchCount() - before == 4, what);
-        }
         runFusedCase({4, true, 256, 1024, 128, 0}, act, {1}, 35, both, f8);        // one tile per block
         // 300 row tiles: several per block (configurations 11 and 15 take 4-chunk batches there); m <= 8, since at
         // 9..16 tokens `auto` gives that many row tiles to the ring kernel under the shapes of one row tile per block
@@ -392,8 +374,6 @@ int main() {
                     // launches of one row tile per block with two batches of registers, and with one
                     const auto twoBatches = [] { return wxa16StreamLaunchCount(1, true); };
                     const auto oneBatch = [] { return wxa16StreamLaunchCount(1, false); };
-                    const bool staged = stream && has("staged in shared memory");
-                    const int64_t stagedBefore = wxa16StreamStagedLaunchCount();
                     const int tiles8 = stream ? wxa16StreamRowTiles(config, 8) : 1;
                     const int tiles16 = stream ? wxa16StreamRowTiles(config, 16) : 1;
                     const int64_t launches8 = wxa16StreamLaunchCount(tiles8, streamOverlap || overlapFew);
@@ -508,24 +488,6 @@ int main() {
                         runCase({4, true, 640, 2048, 128, 0}, act, {1, 9}, 11);
                         wxa16SetStreamResidentCap(0);
                         runCase({4, true, 4800, 1152, 128, 0}, act, {1, 9}, 12);   // 300 tiles
-                    }
-                    if (staged) {
-                        // 300 row tiles (4-chunk batches) on 3 blocks: each warp's two stages are refilled 50 times;
-                        // 2 tokens too; 5 warps of 8 have chunks, the last only 2 of its 4.
-                        const int64_t before = wxa16StreamStagedLaunchCount();
-                        wxa16SetStreamResidentCap(3);
-                        runCase({4, true, 4800, 1152, 128, 0}, act, {1, 2}, 15);
-                        runCase({4, false, 4800, 1152, 128, 0}, act, {1}, 16, 4.0f);
-                        wxa16SetStreamResidentCap(0);
-                        runCase({4, true, 4800, 1152, 128, 0}, act, {1}, 12);   // 36 of 264 blocks take a second tile
-                        char what[160];
-                        std::snprintf(what, sizeof what, "stream configuration %d: the staged kernel ran (%lld launches, 4 expected)",
-                                      config, (long long)(wxa16StreamStagedLaunchCount() - before));
-                        check(wxa16StreamStagedLaunchCount() - before == 4, what);
-                    } else if (stream) {
-                        char what[160];
-                        std::snprintf(what, sizeof what, "stream configuration %d (no stages): no staged launch", config);
-                        check(wxa16StreamStagedLaunchCount() == stagedBefore, what);
                     }
                 }
             }

@@ -121,9 +121,6 @@ int wxa16StreamRowTiles(int index, int64_t m);
 int64_t wxa16StreamLaunchCount(int rowTiles, bool overlap);
 // Warps per block of this process's last W4A16 stream launch (0 before the first; host-side, for tests).
 int wxa16StreamLastWarps();
-// Launches of the stream kernel that stage the first batch of the row tile after next in shared memory (shapes with
-// that option, one token tile, 4-chunk batches; host-side, for tests).
-int64_t wxa16StreamStagedLaunchCount();
 // The persistent stream shapes size their grid by the blocks the GPU holds at once; a cap > 0 lowers that count
 // (for tests, so that blocks take several row tiles on small weights; and for benchmarks). 0: no cap. Set it between
 // launches, never while another thread launches.
