@@ -40,11 +40,6 @@ namespace cwb::kernels::detail {
 // `overlapFromTokens` (same shapes as overlapLongRows; 0: none): launches of overlapFromTokens..8 tokens and plain x take
 // that two-batch kernel whatever their rows (shape 16 at m = 4 and 8 measured 3-10% faster than 15 on 5 of the 6
 // shapes, 2% slower to 0% on 4096x11008; session 18).
-// `awaitBatch` (shapes whose persistent two-batch kernel runs at one token tile; 0: none): in that kernel a warp issues
-// the loads of its next batch only once the batch before it has arrived (1: its last word, the step's second scale
-// word; 2: its first weight word), not at once. All of a round's loads issued together come back together, so no
-// warp can compute before the round's last bytes arrive; loads issued behind the first ones keep the memory busy
-// while the first are computed (session 22).
 // `warps16ManyItems` (4 or 8 below maxWarps; 0: none): at 9..16 tokens, where a launch has more groups of rowTiles16 row
 // tiles than the GPU has multiprocessors, blocks of at most this many warps (two blocks per multiprocessor: shape 18 at
 // m = 16 measured 1-11% faster than 15 on the four shapes with 256+ groups, 12-24% slower on those of 128; session 18).
@@ -58,7 +53,6 @@ struct StreamConfig {
     int overlapFromTokens = 0;
     int warps16ManyItems = 0;
     int longRowsTokens = 1;
-    int awaitBatch = 0;
 };
 // 12-18 (several row tiles per block, or two batches of registers; docs/performance.md, "W4A16 at 16 tokens: two row
 // tiles per block"): 12 R = 2; 13 R = 2 in 4-chunk batches; 14 R = 4, at most 8 warps; 15 = 11 up to 8 tokens, R = 2
@@ -70,8 +64,7 @@ struct StreamConfig {
 // (Session 20 measured and removed three routings of these kernels, each faster than 20 on some shapes and slower on
 // others or in 7B decode: 15's one batch up to 8 tokens, 20 without its long-row rule, and 20's 3..8-token rule only
 // up to two row tiles per SM: docs/performance.md, "W4A16: shorter per-tile code".)
-// 21 = 20 with two batches of registers at 1..2 tokens on every row length; 22, 23 = 21 with awaitBatch 1, 2.
-constexpr int kStreamConfigs = 24;
+constexpr int kStreamConfigs = 21;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
@@ -83,10 +76,7 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2},
     {2, 8, false, false, true, 2, 4, 1, 2},
     {2, 16, false, false, true, 2, 4, 1, 2, 8},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2},
-    {2, 16, false, false, true, 2, 4, 1, 2, 1, 3, 8, 2},
-    {2, 16, false, false, true, 2, 4, 1, 2, 1, 3, 8, 2, 1},
-    {2, 16, false, false, true, 2, 4, 1, 2, 1, 3, 8, 2, 2}};
+    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
@@ -121,15 +111,13 @@ constexpr bool streamTableConsistent() {
             return false;
         for (int r : {c.rowTiles8, c.rowTiles16})
             if (r != 1 && r != 2 && r != 4) return false;
-        if (c.awaitBatch < 0 || c.awaitBatch > 2 || (c.awaitBatch != 0 && !overlapsSome)) return false;
     }
     return true;
 }
 static_assert(streamTableConsistent(), "stream configurations: row tiles 1, 2 or 4; 4 with at most 8 warps; >1 persistent; "
                                        "persistent overlap: subtracted, 2-chunk batches, at most 2 row tiles; two "
                                        "batches on long rows or few tokens: persistent subtracted 2-chunk shapes of 16 "
-                                       "warps, 1 tile; fewer warps at 9..16: 4 or 8; awaited batches: 0..2, shapes "
-                                       "with the two-batch rules");
+                                       "warps, 1 tile; fewer warps at 9..16: 4 or 8");
 int streamConfigIndex();  // wxa16_gemm.cu
 int streamResidentCap();  // wxa16_gemm.cu: wxa16SetStreamResidentCap, 0 for none
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
@@ -262,14 +250,6 @@ __device__ __forceinline__ void finishGluTile(const Wxa16Params& p, const float 
     }
 }
 
-// 0, once v has arrived: zeroAtRunTime is 0 when the kernel runs (p.splitK - 1), which ptxas cannot fold, so an address
-// offset by the result makes the load wait for v (a warp issues in order: all that follows waits too).
-__device__ __forceinline__ int zeroOnceArrived(uint32_t v, int zeroAtRunTime) {
-    int r;
-    asm volatile("and.b32 %0, %1, %2;\n" : "=r"(r) : "r"(v), "r"(zeroAtRunTime));
-    return r;
-}
-
 // Row stride (elements) of the folded norm's activations in shared memory: 16 bytes past a multiple of 128, so the
 // lanes' 16-byte fragment loads of tokens g and g + 1 fall in different banks.
 __host__ __device__ inline int normSharedStride(int chunks) { return chunks * 64 + 8; }
@@ -288,7 +268,7 @@ __host__ __device__ inline int normSharedStride(int chunks) { return chunks * 64
 // re-read the last tile and store nothing); each activation fragment serves all R. Its reduction buffer is R times
 // larger, so there is one, with a barrier before each item's sums are written into it.
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX,
-          bool PERSIST = false, bool GLU = false, int R = 1, int AWAIT = 0>
+          bool PERSIST = false, bool GLU = false, int R = 1>
 __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 2 : 1), R>()) w4StreamKernel(const Wxa16Params p) {
     constexpr bool NORM = PRO != kPlainX;   // x read from shared memory
     // One token tile of plain x: lanes past the last token read its row (their sums are never stored), so the loads of
@@ -299,7 +279,6 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     static_assert(PERSIST || !GLU, "a GLU block takes a gate tile and an up tile: the persistent loop");
     static_assert(!(PERSIST && OVERLAP) || (SUB && !NORM && !GLU), "the persistent overlap: plain subtracted shapes only");
     static_assert(R == 1 || (PERSIST && SUB && !NORM && !GLU), "several row tiles per block: persistent plain shapes");
-    static_assert(AWAIT == 0 || (OVERLAP && R == 1), "awaited batches: the two-batch kernel of one row tile");
     constexpr int S = B / CPS;  // steps per batch
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     int item = blockIdx.x;   // a row tile (R = 1) or R consecutive row tiles
@@ -398,22 +377,11 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     auto streamItem = [&] {
         if constexpr (OVERLAP) {   // batch i + 1 in flight while batch i is computed
             SmallStep<R, CPS> second[S];
-            // AWAIT: the next batch's loads wait for the given one's last (1) or first (2) word
-            auto await = [&](const SmallStep<R, CPS>(&batch)[S]) {
-                if constexpr (AWAIT != 0)
-                    wq[0] += zeroOnceArrived(AWAIT == 1 ? batch[S - 1].sz1[0] : batch[0].w[0][0].x, p.splitK - 1);
-            };
             for (int c = cBegin; c < cEnd; c += 2 * B) {
-                if (c + B < cEnd) {
-                    await(first);
-                    load(second, c, B);
-                }
+                if (c + B < cEnd) load(second, c, B);
                 compute(first, c, 0);
                 if (c + B >= cEnd) break;
-                if (c + 2 * B < cEnd) {
-                    await(second);
-                    load(first, c, 2 * B);
-                }
+                if (c + 2 * B < cEnd) load(first, c, 2 * B);
                 compute(second, c, B);
                 advance(2 * B);
                 xq += 2 * B * 64;

@@ -182,10 +182,7 @@ std::string wxa16StreamConfigName(int index) {
                                     : "") +
            (c.warps16ManyItems > 0 ? "; up to " + std::to_string(c.warps16ManyItems) +
                                          " warps at 9..16 tokens past one group of row tiles per SM"
-                                   : "") +
-           (c.awaitBatch == 1   ? "; two-batch loads issued once the batch before has arrived (its last word)"
-            : c.awaitBatch == 2 ? "; two-batch loads issued once the batch before has arrived (its first word)"
-                                : "");
+                                   : "");
 }
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call

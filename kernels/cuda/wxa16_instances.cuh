@@ -178,10 +178,10 @@ void countStreamLaunch(int rowTiles, bool overlap, int warps);   // wxa16_gemm.c
 // multiprocessor holds at once with that most (GLU: over the pairs of gate and up tiles; R > 1: over the groups of R
 // row tiles). Both asked once per device and kernel.
 template <typename T, int NT, int W, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO, bool PERSIST,
-          bool GLU = false, int R = 1, int AWAIT = 0>
+          bool GLU = false, int R = 1>
 void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, cudaStream_t stream) {
     constexpr bool NORM = PRO != kPlainX;   // a prologue into dynamic shared memory
-    const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R, AWAIT>;
+    const auto kernel = w4StreamKernel<T, NT, W, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>;
     const size_t shared = NORM ? size_t(p.m) * size_t(normSharedStride(p.chunks)) * sizeof(T) : 0;
     dim3 grid(unsigned(p.tiles));
     if constexpr (NORM || PERSIST) {
@@ -213,31 +213,26 @@ void launchStreamShape(const Wxa16Params& p, int persist, int multiprocessors, c
 // PERSIST only for blocks of 8 or 16 warps; 4-warp blocks (8 chunks or fewer) take one tile each, except under GLU,
 // whose blocks always take a gate tile and an up tile, and with R > 1 row tiles per block (the persistent loop only).
 // Four row tiles per block run at most 8 warps (their reduction buffer: 32 KB at 16 tokens).
-// AWAIT: 4-warp blocks (one row tile each) take the kernel without it.
 template <typename T, int NT, int B, int CPS, bool OVERLAP, bool SPLIT, bool SUB, int PRO = kPlainX, bool PERSIST = false,
-          bool GLU = false, int R = 1, int AWAIT = 0>
+          bool GLU = false, int R = 1>
 void launchStreamWarps(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
     constexpr bool small = GLU || R > 1;   // 4-warp blocks persistent
     if (warps <= 4)
         launchStreamShape<T, NT, 4, B, CPS, OVERLAP, SPLIT, SUB, PRO, small, GLU, R>(p, small ? persist : 0, multiprocessors,
                                                                                     stream);
     else if (warps <= 8)
-        launchStreamShape<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R, AWAIT>(p, persist, multiprocessors,
-                                                                                             stream);
+        launchStreamShape<T, NT, 8, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, persist, multiprocessors, stream);
     else if constexpr (R < 4)   // kStreamConfigTable caps 4-tile shapes at 8 warps (static_assert there)
-        launchStreamShape<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R, AWAIT>(p, persist, multiprocessors,
-                                                                                              stream);
+        launchStreamShape<T, NT, 16, B, CPS, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, persist, multiprocessors, stream);
     else   // reachable only if the configuration changed between streamSplit and this launch
         throw KernelError("wxa16Gemm: " + std::to_string(warps) + " warps for a stream shape of 4 row tiles (at most 8)");
 }
 
-// AWAIT: 2-chunk steps only (one-chunk groups take the kernel without it).
 template <typename T, int NT, int B, bool OVERLAP, bool SPLIT, bool SUB = false, int PRO = kPlainX, bool PERSIST = false,
-          bool GLU = false, int R = 1, int AWAIT = 0>
+          bool GLU = false, int R = 1>
 void launchStreamPairs(const Wxa16Params& p, int warps, int persist, int multiprocessors, cudaStream_t stream) {
     if (p.groupShift >= 1)
-        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R, AWAIT>(p, warps, persist, multiprocessors,
-                                                                                         stream);
+        launchStreamWarps<T, NT, B, 2, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, warps, persist, multiprocessors, stream);
     else
         launchStreamWarps<T, NT, B, 1, OVERLAP, SPLIT, SUB, PRO, PERSIST, GLU, R>(p, warps, persist, multiprocessors, stream);
 }
@@ -271,16 +266,10 @@ void launchPersistentRows(const Wxa16Params& p, int rowTiles, int batch, int war
 
 // The persistent subtract shapes with two batches of registers (StreamConfig::overlap): 2-chunk batches, 1 or 2 row
 // tiles per block, plain x only (the launcher folds neither the norm nor the GLU epilogue into them).
-// awaitBatch (one token tile, one row tile): the next batch's loads wait for the batch before it.
 template <typename T, int NT>
 void launchPersistentOverlap(const Wxa16Params& p, int rowTiles, int warps, int persist, int sms, cudaStream_t stream) {
-    const int awaited = NT == 1 && rowTiles == 1 ? streamConfig().awaitBatch : 0;
     if (rowTiles >= 2)
         launchStreamPairs<T, NT, 2, true, false, true, kPlainX, true, false, 2>(p, warps, persist, sms, stream);
-    else if (awaited == 1)
-        launchStreamPairs<T, 1, 2, true, false, true, kPlainX, true, false, 1, 1>(p, warps, persist, sms, stream);
-    else if (awaited == 2)
-        launchStreamPairs<T, 1, 2, true, false, true, kPlainX, true, false, 1, 2>(p, warps, persist, sms, stream);
     else
         launchStreamPairs<T, NT, 2, true, false, true, kPlainX, true, false, 1>(p, warps, persist, sms, stream);
 }

@@ -422,13 +422,6 @@ int main() {
                         check(twoBatches() == two && oneBatch() >= one + 3,
                               "short rows (4 chunks per warp) at 1 and 2 tokens, or the norm folded: the one-batch kernel ran");
                     }
-                    if (stream && has("where a warp has 1+ chunks")) {
-                        // the two-batch rule on every row length: 4 chunks per warp at 1 and 2 tokens take it too
-                        const int64_t two = twoBatches();
-                        runCase({4, false, 80, 4096, 128, 0}, act, {1, 2}, 69);
-                        check(twoBatches() >= two + 2, "two batches on rows of any length: the two-batch kernel ran at 1 and 2 "
-                                                       "tokens on 4 chunks per warp");
-                    }
                     if (overlapFew) {
                         // 3..8 tokens of plain x take the two-batch kernel whatever the rows' length (4 chunks per
                         // warp here), with act-order and a residual too; not with the norm folded, nor at 9 tokens.
