@@ -40,10 +40,6 @@ namespace cwb::kernels::detail {
 // `overlapFromTokens` (same shapes as overlapLongRows; 0: none): launches of overlapFromTokens..8 tokens and plain x take
 // that two-batch kernel whatever their rows (shape 16 at m = 4 and 8 measured 3-10% faster than 15 on 5 of the 6
 // shapes, 2% slower to 0% on 4096x11008; session 18).
-// `prefetchNext` (persistent shapes, one row tile per block): once a warp's first batch of a row tile has arrived, it
-// asks L2 for its part of the block's next row tile (cp.async.bulk.prefetch.L2 on sm_90: one instruction for the
-// words, one for the scales), so that tile's loads, issued after this tile is computed, find their bytes in L2. No
-// registers or shared memory are held for it, and the prefetch goes out behind the current tile's loads.
 // `warps16ManyItems` (4 or 8 below maxWarps; 0: none): at 9..16 tokens, where a launch has more groups of rowTiles16 row
 // tiles than the GPU has multiprocessors, blocks of at most this many warps (two blocks per multiprocessor: shape 18 at
 // m = 16 measured 1-11% faster than 15 on the four shapes with 256+ groups, 12-24% slower on those of 128; session 18).
@@ -57,7 +53,6 @@ struct StreamConfig {
     int overlapFromTokens = 0;
     int warps16ManyItems = 0;
     int longRowsTokens = 1;
-    bool prefetchNext = false;
 };
 // 12-18 (several row tiles per block, or two batches of registers; docs/performance.md, "W4A16 at 16 tokens: two row
 // tiles per block"): 12 R = 2; 13 R = 2 in 4-chunk batches; 14 R = 4, at most 8 warps; 15 = 11 up to 8 tokens, R = 2
@@ -69,8 +64,7 @@ struct StreamConfig {
 // (Session 20 measured and removed three routings of these kernels, each faster than 20 on some shapes and slower on
 // others or in 7B decode: 15's one batch up to 8 tokens, 20 without its long-row rule, and 20's 3..8-token rule only
 // up to two row tiles per SM: docs/performance.md, "W4A16: shorter per-tile code".)
-// 21 = 20 with prefetchNext.
-constexpr int kStreamConfigs = 22;
+constexpr int kStreamConfigs = 21;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
@@ -82,8 +76,7 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2},
     {2, 8, false, false, true, 2, 4, 1, 2},
     {2, 16, false, false, true, 2, 4, 1, 2, 8},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2, true}};
+    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
@@ -118,14 +111,13 @@ constexpr bool streamTableConsistent() {
             return false;
         for (int r : {c.rowTiles8, c.rowTiles16})
             if (r != 1 && r != 2 && r != 4) return false;
-        if (c.prefetchNext && !c.persist) return false;
     }
     return true;
 }
 static_assert(streamTableConsistent(), "stream configurations: row tiles 1, 2 or 4; 4 with at most 8 warps; >1 persistent; "
                                        "persistent overlap: subtracted, 2-chunk batches, at most 2 row tiles; two "
                                        "batches on long rows or few tokens: persistent subtracted 2-chunk shapes of 16 "
-                                       "warps, 1 tile; fewer warps at 9..16: 4 or 8; L2 prefetch: persistent shapes");
+                                       "warps, 1 tile; fewer warps at 9..16: 4 or 8");
 int streamConfigIndex();  // wxa16_gemm.cu
 int streamResidentCap();  // wxa16_gemm.cu: wxa16SetStreamResidentCap, 0 for none
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
@@ -256,27 +248,6 @@ __device__ __forceinline__ void finishGluTile(const Wxa16Params& p, const float 
             static_cast<T*>(p.y)[int64_t(tok) * p.ldy + q * 16 + r] = T(g / (1.0f + __expf(-g)) * rounded);
         }
     }
-}
-
-// 0, once v has arrived: zeroAtRunTime is 0 when the kernel runs, which ptxas cannot fold, so what is formed from the
-// result waits for v (a warp issues in order: all that follows waits too).
-__device__ __forceinline__ int zeroOnceArrived(uint32_t v, int zeroAtRunTime) {
-    int r;
-    asm volatile("and.b32 %0, %1, %2;\n" : "=r"(r) : "r"(v), "r"(zeroAtRunTime));
-    return r;
-}
-
-// Asks L2 for `bytes` (a multiple of 16) from `at` (16-byte aligned), one lane of the warp (sm_90: one bulk prefetch;
-// before it, one prefetch per 128-byte line from the lanes in turn, called by every lane).
-__device__ __forceinline__ void prefetchIntoL2(const void* at, uint32_t bytes, int lane, int issuer) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (lane == issuer && bytes > 0)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(at), "r"(bytes) : "memory");
-#else
-    (void)issuer;
-    for (uint32_t off = uint32_t(lane) * 128; off < bytes; off += 32 * 128)
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(at) + off));
-#endif
 }
 
 // Row stride (elements) of the folded norm's activations in shared memory: 16 bytes past a multiple of 128, so the
@@ -435,35 +406,14 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         // warp's first chunk: fewer instructions per tile where warps have few chunks).
         const uint4* wqItem = wq[0];
         const int64_t wordsPerTile = int64_t(p.chunks) * 32, scalesPerTile = int64_t(p.groups) * 16;
-        // The block's item after `it` (GLU: gate tile q, up tile q + pairs, gate tile q + grid, ...).
-        auto nextItem = [&](int it, bool& more) {
-            if constexpr (GLU) {
-                const int n = it < pairs ? it + pairs : it - pairs + int(gridDim.x);
-                more = it < pairs || n < pairs;
-                return n;
-            } else {
-                more = it + int(gridDim.x) < items;
-                return it + int(gridDim.x);
-            }
-        };
         for (int parity = 0;; parity ^= 1) {
-            if constexpr (R == 1) {
-                if (p.prefetchNext && cBegin < cEnd) {   // behind this tile's loads: issued once its first batch is in
-                    bool later = false;
-                    const int64_t upcoming = nextItem(item, later) + zeroOnceArrived(first[S - 1].sz1[0], p.splitK - 1);
-                    if (later) {
-                        const int groupFirst = cBegin >> (p.groupShift > 0 ? p.groupShift : 0);
-                        const int groupLast = (cEnd - 1) >> (p.groupShift > 0 ? p.groupShift : 0);
-                        const bool byTable = p.groupShift < 0;   // act-order or uneven groups: all the tile's scales
-                        prefetchIntoL2(p.words + (upcoming * p.chunks + cBegin) * 32, uint32_t(cEnd - cBegin) * 512u, lane, 0);
-                        prefetchIntoL2(p.scaleZero + (upcoming * p.groups + (byTable ? 0 : groupFirst)) * 16,
-                                       uint32_t(byTable ? p.groups : groupLast - groupFirst + 1) * 64u, lane, 1);
-                    }
-                }
-            }
             streamItem();
-            bool more = false;
-            const int next = nextItem(item, more);
+            int next = item + int(gridDim.x);
+            bool more = next < items;
+            if constexpr (GLU) {   // gate tile q, up tile q + pairs, gate tile q + grid, ...
+                next = item < pairs ? item + pairs : item - pairs + int(gridDim.x);
+                more = item < pairs || next < pairs;
+            }
             if (more && cBegin < cEnd) {
                 if constexpr (R == 1) {   // one tile: the item's first words and scales moved by whole tiles
                     const int64_t tiles = next - item;

@@ -182,8 +182,7 @@ std::string wxa16StreamConfigName(int index) {
                                     : "") +
            (c.warps16ManyItems > 0 ? "; up to " + std::to_string(c.warps16ManyItems) +
                                          " warps at 9..16 tokens past one group of row tiles per SM"
-                                   : "") +
-           (c.prefetchNext ? "; the next row tile prefetched into L2" : "");
+                                   : "");
 }
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call
@@ -550,7 +549,6 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
             const detail::StreamSplit cut = detail::streamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1, p.m, p.tiles,
                                                                        multiprocessors());
             p.chunksPerSplit = cut.chunksPerWarp;
-            p.prefetchNext = detail::streamConfig().prefetchNext ? 1 : 0;
             if (w.act == ActType::Float16)
                 detail::launchW4Stream<__half>(p, cut.warps, multiprocessors(), s);
             else
