@@ -64,6 +64,9 @@ struct StreamConfig {
 // (Session 20 measured and removed three routings of these kernels, each faster than 20 on some shapes and slower on
 // others or in 7B decode: 15's one batch up to 8 tokens, 20 without its long-row rule, and 20's 3..8-token rule only
 // up to two row tiles per SM: docs/performance.md, "W4A16: shorter per-tile code".)
+// (Session 22 measured and removed three ways of moving the next row tile's bytes earlier: the tile after next staged
+// in shared memory by cp.async, two batches of registers at 1..2 tokens on every row length, and an L2 prefetch of the
+// next tile; 5-26% slower: docs/performance.md, "W4A16: three ways of getting the next row tile's bytes moving".)
 constexpr int kStreamConfigs = 21;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
