@@ -15,6 +15,8 @@
 //   --shape KxN[,KxN...], --m M: only these shapes (any, not only the six), only that M (for a profiler, or to
 //   see how time follows the row tiles' rounds of resident blocks).
 //   --stream-configs LIST: with --w4-stream, only these stream shapes (comma-separated indices, e.g. 11,12,15).
+//   --l2-resident: one copy of every weight, so that the timed calls read it from L2 where it fits (60 MB on the H200):
+//   how fast a kernel runs when the bytes come back at L2 latency, against the same kernel on bytes from HBM.
 //   --pdl: launch the W4A16 stream kernel with programmatic dependent launch (the runtime's default), so that each
 //   launch loads its first weights while the one before it finishes; off by default here, since cuBLAS cannot.
 // Weights are random packed words (any word is a valid tiled16x64 weight; correctness is tests/gpu's job), scales
@@ -217,7 +219,7 @@ int main(int argc, char** argv) {
     int onlyM = 0;
     std::vector<int> streamConfigs;   // empty: every stream shape
     bool sweep = false, quick = false, smallOnly = false, prefill = false, sweepSmall = false, bothW4 = false,
-         sweepTma = false, streamW4 = false, streamW8 = false, graph = false, pdl = false;
+         sweepTma = false, streamW4 = false, streamW8 = false, graph = false, pdl = false, l2Resident = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) outPath = argv[++i];
         else if (!std::strcmp(argv[i], "--sweep-split")) sweep = true;
@@ -231,6 +233,7 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--w8-stream")) streamW8 = true;
         else if (!std::strcmp(argv[i], "--graph")) graph = true;
         else if (!std::strcmp(argv[i], "--pdl")) pdl = true;
+        else if (!std::strcmp(argv[i], "--l2-resident")) l2Resident = true;
         else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) onlyShape = argv[++i];
         else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) onlyM = std::atoi(argv[++i]);
         else if (!std::strcmp(argv[i], "--stream-configs") && i + 1 < argc) {
@@ -248,7 +251,7 @@ int main(int argc, char** argv) {
         } else {
             std::fprintf(stderr, "usage: bench_kernels [--out FILE.md] [--sweep-split] [--quick] [--small-m] [--prefill] "
                                  "[--sweep-small] [--w4-both] [--sweep-tma] [--w4-stream] [--w8-stream] [--graph] "
-                                 "[--shape KxN] [--m M] [--pdl] [--stream-configs LIST]\n");
+                                 "[--shape KxN] [--m M] [--pdl] [--l2-resident] [--stream-configs LIST]\n");
             return 2;
         }
     }
@@ -264,10 +267,12 @@ int main(int argc, char** argv) {
     Timer timer;
     const double copyGBs = copyBandwidth(timer);
     timer.graph = graph;
-    std::printf("Timing: %s; programmatic dependent launch of the W4A16 stream kernel %s\n",
+    std::printf("Timing: %s; programmatic dependent launch of the W4A16 stream kernel %s; %s\n",
                 graph ? "M <= 128 as CUDA graphs of 100 calls, replayed (no host launch cost)"
                       : "100 back-to-back stream launches per batch",
-                pdl ? "on (--pdl)" : "off");
+                pdl ? "on (--pdl)" : "off",
+                l2Resident ? "one copy of each weight (--l2-resident: read from L2 where it fits)"
+                           : "weights cycled past the L2 (read from HBM)");
     std::printf("GPU %s, %d SMs, L2 %d MB; device-to-device copy %.0f GB/s (read + write); W4A16 m <= 16 kernel: %s; "
                 "W8A16 m <= 16 kernel: %s\n",
                 prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, copyGBs,
@@ -304,7 +309,7 @@ int main(int argc, char** argv) {
         const std::string shape = std::to_string(s.k) + "x" + std::to_string(s.n);
         // fp16 weights for cuBLAS, [n, k] row-major, copies cycling past the L2.
         const size_t denseBytes = size_t(s.k * s.n * 2);
-        const int denseCopies = int(std::clamp(3.0 * l2 / double(denseBytes) + 1.0, 1.0, 16.0));
+        const int denseCopies = l2Resident ? 1 : int(std::clamp(3.0 * l2 / double(denseBytes) + 1.0, 1.0, 16.0));
         std::vector<__half*> dense(static_cast<size_t>(denseCopies));
         for (int c = 0; c < denseCopies; ++c) {
             CHECK_CUDA(cudaMalloc(&dense[size_t(c)], denseBytes));
@@ -325,7 +330,7 @@ int main(int argc, char** argv) {
             Quant q{bits, {}, 0};
             const TiledIntWeight host = randomTiledShape(bits, s.k, s.n, 128);
             q.bytes = host.weightBytes();
-            const int copies = int(std::clamp(3.0 * l2 / double(q.bytes) + 1.0, 1.0, 32.0));
+            const int copies = l2Resident ? 1 : int(std::clamp(3.0 * l2 / double(q.bytes) + 1.0, 1.0, 32.0));
             for (int c = 0; c < copies; ++c) {
                 q.copies.push_back(std::make_unique<DeviceTiledWeight>(host));
                 fillWords<<<1024, 256>>>(const_cast<uint32_t*>(q.copies.back()->words), host.words.size(), 1000u + c);
@@ -587,6 +592,7 @@ int main(int argc, char** argv) {
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
     std::string md = std::string(graph ? "Timing: M <= 128 as CUDA graphs of 100 calls, replayed. " : "Timing: 100 stream launches per batch. ") + "GPU: " + std::string(prop.name) + ", " + std::to_string(prop.multiProcessorCount) + " SMs; " + date +
+                     (l2Resident ? "; one copy of each weight (L2-resident where it fits)" : "") +
                      "; device-to-device copy " + std::to_string(int(copyGBs)) + " GB/s (read + write); W4A16 m <= 16 kernel \"W4A16 g128\": " +
                      wxa16SmallKernelName(wxa16SmallKernel()) + "; W8A16 m <= 16 kernel \"W8A16 g128\": " +
                      wxa16W8KernelName(wxa16W8Kernel()) + ".\n\n";
