@@ -40,15 +40,6 @@ namespace cwb::kernels::detail {
 // `overlapFromTokens` (same shapes as overlapLongRows; 0: none): launches of overlapFromTokens..8 tokens and plain x take
 // that two-batch kernel whatever their rows (shape 16 at m = 4 and 8 measured 3-10% faster than 15 on 5 of the 6
 // shapes, 2% slower to 0% on 4096x11008; session 18).
-// `prefetchAhead` (persistent shapes, one row tile per block): whenever a warp issues the loads of its part of a row
-// tile, it also asks L2 for its part of the block's row tile after that one (cp.async.bulk.prefetch.L2 on sm_90: one
-// instruction for the words, one for the scales), so the loads of every tile but the first find their bytes in L2,
-// fetched one whole tile ahead, with no registers or shared memory held for them. (Session 22's prefetch waited for
-// the warp's first batch before asking and was 11-26% slower than 20.)
-// `lastWarpReduces` (persistent shapes, one row tile per block): no barrier per tile. A warp writes its sums of a
-// tile to its slot and counts itself in (a shared-memory atomic); the warp that arrives last adds the slots in warp
-// order (the same sums as the barrier's reduction, bit for bit) and stores the tile, while the others go on to their
-// next tile. A warp waits only when it would overwrite a slot whose tile two items back is not added up yet.
 // `warps16ManyItems` (4 or 8 below maxWarps; 0: none): at 9..16 tokens, where a launch has more groups of rowTiles16 row
 // tiles than the GPU has multiprocessors, blocks of at most this many warps (two blocks per multiprocessor: shape 18 at
 // m = 16 measured 1-11% faster than 15 on the four shapes with 256+ groups, 12-24% slower on those of 128; session 18).
@@ -62,11 +53,7 @@ struct StreamConfig {
     int overlapFromTokens = 0;
     int warps16ManyItems = 0;
     int longRowsTokens = 1;
-    bool prefetchAhead = false;
-    bool lastWarpReduces = false;
 };
-// Wxa16Params::streamFlags, from StreamConfig::prefetchAhead and lastWarpReduces.
-constexpr int kStreamPrefetchAhead = 1, kStreamLastWarpReduces = 2;
 // 12-18 (several row tiles per block, or two batches of registers; docs/performance.md, "W4A16 at 16 tokens: two row
 // tiles per block"): 12 R = 2; 13 R = 2 in 4-chunk batches; 14 R = 4, at most 8 warps; 15 = 11 up to 8 tokens, R = 2
 // at 9..16; 16 two batches, R = 2 at 9..16; 17 two batches, R = 2; 18 = 15 with at most 8 warps (two blocks per SM).
@@ -80,8 +67,10 @@ constexpr int kStreamPrefetchAhead = 1, kStreamLastWarpReduces = 2;
 // (Session 22 measured and removed three ways of moving the next row tile's bytes earlier: the tile after next staged
 // in shared memory by cp.async, two batches of registers at 1..2 tokens on every row length, and an L2 prefetch of the
 // next tile; 5-26% slower: docs/performance.md, "W4A16: three ways of getting the next row tile's bytes moving".)
-// 21 = 20 with prefetchAhead, 22 = 20 with lastWarpReduces (session 23, under measurement).
-constexpr int kStreamConfigs = 23;
+// (Session 23 measured and removed two more: an L2 prefetch of the tile after the next, issued with each tile's loads,
+// 0-26% slower, and tiles added up by the last warp to arrive instead of a barrier, 1-8% slower: docs/performance.md,
+// "W4A16: an earlier L2 prefetch and a reduction without a barrier".)
+constexpr int kStreamConfigs = 21;
 constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, false, false, false, 0}, {2, 16, false, true, false, 0}, {4, 16, false, false, false, 0},
     {4, 8, false, false, false, 0},  {2, 16, true, false, false, 0}, {4, 16, false, true, false, 0},
@@ -93,9 +82,7 @@ constexpr StreamConfig kStreamConfigTable[kStreamConfigs] = {
     {2, 16, true, false, true, 2, 0, 1, 2},  {2, 16, true, false, true, 2, 0, 2, 2},
     {2, 8, false, false, true, 2, 4, 1, 2},
     {2, 16, false, false, true, 2, 4, 1, 2, 8},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2, true, false},
-    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2, false, true}};
+    {2, 16, false, false, true, 2, 4, 1, 2, 8, 3, 8, 2}};
 // The default shape: 6 (two-chunk batches, zero subtracted) was 1-10% faster than 0 on every shape at m = 1, 4, 16;
 // 8 is 6 made persistent: within 1% of 6 on the bench's shapes alone at m = 1 (faster at m = 16), but 7B INT4 decode
 // took 1.98 against 2.28 ms per token, since the folded norm is formed once per block, not once per row tile
@@ -130,15 +117,13 @@ constexpr bool streamTableConsistent() {
             return false;
         for (int r : {c.rowTiles8, c.rowTiles16})
             if (r != 1 && r != 2 && r != 4) return false;
-        if ((c.prefetchAhead || c.lastWarpReduces) && !c.persist) return false;
     }
     return true;
 }
 static_assert(streamTableConsistent(), "stream configurations: row tiles 1, 2 or 4; 4 with at most 8 warps; >1 persistent; "
                                        "persistent overlap: subtracted, 2-chunk batches, at most 2 row tiles; two "
                                        "batches on long rows or few tokens: persistent subtracted 2-chunk shapes of 16 "
-                                       "warps, 1 tile; fewer warps at 9..16: 4 or 8; prefetch ahead, last warp "
-                                       "reduces: persistent shapes");
+                                       "warps, 1 tile; fewer warps at 9..16: 4 or 8");
 int streamConfigIndex();  // wxa16_gemm.cu
 int streamResidentCap();  // wxa16_gemm.cu: wxa16SetStreamResidentCap, 0 for none
 inline const StreamConfig& streamConfig() { return kStreamConfigTable[streamConfigIndex()]; }
@@ -271,65 +256,6 @@ __device__ __forceinline__ void finishGluTile(const Wxa16Params& p, const float 
     }
 }
 
-// Asks L2 for `bytes` (a multiple of 16) from `at` (16-byte aligned): lane `issuer` alone on sm_90 (one bulk
-// prefetch); below sm_90 every lane of the warp calls it and the lanes take one 128-byte line each in turn.
-__device__ __forceinline__ void prefetchIntoL2(const void* at, uint32_t bytes, int lane, int issuer) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (lane == issuer && bytes > 0)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(at), "r"(bytes) : "memory");
-#else
-    (void)issuer;
-    for (uint32_t off = uint32_t(lane) * 128; off < bytes; off += 32 * 128)
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(at) + off));
-#endif
-}
-
-// The end of a row tile without a block barrier (StreamConfig::lastWarpReduces): the warp writes its sums to its slot
-// of `red` (as finishSmallBlock lays them out) and counts itself into `arrivals`; the last of the W warps adds the
-// slots in warp order and hands each (token, row-in-tile, sum) to `store`, then resets `arrivals` and marks the
-// buffer's use `use` as read in `freedUses`. A warp first waits until the buffer's previous use has been read (its
-// slot is still an input of that sum until then); the uses of a buffer are 0, 1, 2, ... in every warp.
-template <int NT, int W, typename Store>
-__device__ __forceinline__ void finishByLastWarp(const Wxa16Params& p, const float (&acc)[1][NT][4], float* red,
-                                                 int* arrivals, volatile int* freedUses, int use, Store&& store) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    constexpr int kPerWarp = NT * 4;
-    while (*freedUses < use) {
-    }
-    __threadfence_block();
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) red[(warp * kPerWarp + n * 4 + j) * 32 + lane] = acc[0][n][j];
-    __syncwarp();
-    int before = 0;
-    if (lane == 0) {
-        __threadfence_block();
-        before = atomicAdd(arrivals, 1);
-    }
-    before = __shfl_sync(0xffffffffu, before, 0);
-    if (before != W - 1) return;
-    __threadfence_block();
-    __syncwarp();
-#pragma unroll
-    for (int e = 0; e < kPerWarp; ++e) {
-        const int n = e / 4, j = e % 4;
-        const int tok = n * 8 + 2 * (lane % 4) + (j % 2), r = lane / 4 + (j / 2) * 8;
-        if (tok >= p.m) continue;
-        const float* slot = red + e * 32 + lane;
-        float sum = slot[0];
-#pragma unroll
-        for (int w = 1; w < W; ++w) sum += slot[w * kPerWarp * 32];
-        store(tok, r, sum);
-    }
-    __syncwarp();
-    if (lane == 0) {
-        *arrivals = 0;
-        __threadfence_block();
-        *freedUses = use + 1;
-    }
-}
-
 // Row stride (elements) of the folded norm's activations in shared memory: 16 bytes past a multiple of 128, so the
 // lanes' 16-byte fragment loads of tokens g and g + 1 fall in different banks.
 __host__ __device__ inline int normSharedStride(int chunks) { return chunks * 64 + 8; }
@@ -433,33 +359,8 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
                                                                    xTokenStride, chunk, end, g, acc);
         });
     };
-    // The block's item after `it`, and whether there is one (GLU: gate tile q, up tile q + pairs, gate tile q + grid).
-    const int pairs = p.tiles / 2;
-    auto itemAfter = [&](int it, bool& more) {
-        if constexpr (GLU) {
-            more = it < pairs || it - pairs + int(gridDim.x) < pairs;
-            return it < pairs ? it + pairs : it - pairs + int(gridDim.x);
-        } else {
-            more = it + int(gridDim.x) < items;
-            return it + int(gridDim.x);
-        }
-    };
-    // StreamConfig::prefetchAhead: the warp's words and scale words of row tile `it` asked of L2.
-    const bool prefetchAhead = PERSIST && R == 1 && (p.streamFlags & kStreamPrefetchAhead) != 0 && cBegin < cEnd;
-    auto prefetchAfter = [&](int it) {
-        bool later = false;
-        const int after = itemAfter(it, later);
-        if (!later) return;
-        const int shift = p.groupShift > 0 ? p.groupShift : 0;
-        const bool byTable = p.groupShift < 0;   // act-order or uneven groups: all the tile's scales
-        const int groupFirst = byTable ? 0 : cBegin >> shift;
-        const int groupCount = byTable ? p.groups : ((cEnd - 1) >> shift) - groupFirst + 1;
-        prefetchIntoL2(p.words + (int64_t(after) * p.chunks + cBegin) * 32, uint32_t(cEnd - cBegin) * 512u, lane, 0);
-        prefetchIntoL2(p.scaleZero + (int64_t(after) * p.groups + groupFirst) * 16, uint32_t(groupCount) * 64u, lane, 1);
-    };
     SmallStep<R, CPS> first[S];
     if (cBegin < cEnd) loadWeightsOnly(first, cBegin);
-    if (prefetchAhead) prefetchAfter(item);
     if constexpr (PRO == kNormX)   // γ is a weight too: bring the warp's part into L1 before the wait, off the norm's path
         for (int col = cBegin * 64 + lane * 8; col < cEnd * 64 && col < p.cols; col += 256)
             asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p.normWeight + col));
@@ -506,21 +407,19 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
         constexpr int kBuffers = R == 1 ? 2 : 1;
         __shared__ float red[kBuffers][W * R * NT * 4 * 32];
         __shared__ float gluGate[GLU ? kSmallMaxTokens : 1][16];
-        // StreamConfig::lastWarpReduces (finishByLastWarp): per buffer, the warps counted in and the uses read.
-        __shared__ int arrivals[2], freedUses[2];
-        const bool lastWarpReduces = R == 1 && (p.streamFlags & kStreamLastWarpReduces) != 0;
-        if (lastWarpReduces) {
-            if (threadIdx.x < 2) arrivals[threadIdx.x] = freedUses[threadIdx.x] = 0;
-            __syncthreads();
-        }
+        const int pairs = p.tiles / 2;
         // R = 1: the next item's pointers are this item's plus whole tiles (not formed again from the lane and the
         // warp's first chunk: fewer instructions per tile where warps have few chunks).
         const uint4* wqItem = wq[0];
         const int64_t wordsPerTile = int64_t(p.chunks) * 32, scalesPerTile = int64_t(p.groups) * 16;
-        for (int parity = 0, use2 = 0;; parity ^= 1, ++use2) {
+        for (int parity = 0;; parity ^= 1) {
             streamItem();
-            bool more = false;
-            const int next = itemAfter(item, more);
+            int next = item + int(gridDim.x);
+            bool more = next < items;
+            if constexpr (GLU) {   // gate tile q, up tile q + pairs, gate tile q + grid, ...
+                next = item < pairs ? item + pairs : item - pairs + int(gridDim.x);
+                more = item < pairs || next < pairs;
+            }
             if (more && cBegin < cEnd) {
                 if constexpr (R == 1) {   // one tile: the item's first words and scales moved by whole tiles
                     const int64_t tiles = next - item;
@@ -531,37 +430,11 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
                     pointAt(next);
                 }
                 loadWeightsOnly(first, cBegin);
-                if (prefetchAhead) prefetchAfter(next);
             }
-            if constexpr (R == 1) {
-                if (lastWarpReduces) {
-                    const int use = use2 >> 1;   // uses of buffer `parity` before this one
-                    if constexpr (GLU) {
-                        const bool up = item >= pairs;
-                        const int q = up ? item - pairs : item;
-                        finishByLastWarp<NT, W>(p, acc, red[parity], &arrivals[parity], &freedUses[parity], use,
-                                                [&](int tok, int r, float sum) {
-                                                    const float rounded = float(T(sum));
-                                                    if (!up) {
-                                                        gluGate[tok][r] = rounded;
-                                                    } else {
-                                                        const float g = gluGate[tok][r];
-                                                        static_cast<T*>(p.y)[int64_t(tok) * p.ldy + q * 16 + r] =
-                                                            T(g / (1.0f + __expf(-g)) * rounded);
-                                                    }
-                                                });
-                    } else {
-                        finishByLastWarp<NT, W>(p, acc, red[parity], &arrivals[parity], &freedUses[parity], use,
-                                                [&](int tok, int r, float sum) {
-                                                    const int row = item * 16 + r;
-                                                    if (row < p.rows) storeOutput<T>(p, tok, row, sum);
-                                                });
-                    }
-                } else if constexpr (GLU) {
-                    finishGluTile<T, NT, W>(p, acc, red[parity], item, pairs, gluGate);
-                } else {
-                    finishSmallBlock<T, NT, 1, W, false>(p, acc, red[parity], item, 0);
-                }
+            if constexpr (GLU) {
+                finishGluTile<T, NT, W>(p, acc, red[parity], item, pairs, gluGate);
+            } else if constexpr (R == 1) {
+                finishSmallBlock<T, NT, 1, W, false>(p, acc, red[parity], item, 0);
             } else {
                 __syncthreads();   // the one buffer: the last item's sums have been read
                 finishSmallBlock<T, NT, R, W, false>(p, acc, red[0], item * R, 0);

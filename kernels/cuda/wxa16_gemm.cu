@@ -182,9 +182,7 @@ std::string wxa16StreamConfigName(int index) {
                                     : "") +
            (c.warps16ManyItems > 0 ? "; up to " + std::to_string(c.warps16ManyItems) +
                                          " warps at 9..16 tokens past one group of row tiles per SM"
-                                   : "") +
-           (c.prefetchAhead ? "; the row tile after the next prefetched into L2" : "") +
-           (c.lastWarpReduces ? "; no barrier per row tile (the last warp adds it up)" : "");
+                                   : "");
 }
 
 bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call
@@ -551,8 +549,6 @@ void wxa16Gemm(const DeviceTiledWeight& w, const void* x, void* y, int64_t m, vo
             const detail::StreamSplit cut = detail::streamSplit(p.chunks, p.groupShift >= 1 ? 2 : 1, p.m, p.tiles,
                                                                        multiprocessors());
             p.chunksPerSplit = cut.chunksPerWarp;
-            p.streamFlags = (detail::streamConfig().prefetchAhead ? detail::kStreamPrefetchAhead : 0) |
-                            (detail::streamConfig().lastWarpReduces ? detail::kStreamLastWarpReduces : 0);
             if (w.act == ActType::Float16)
                 detail::launchW4Stream<__half>(p, cut.warps, multiprocessors(), s);
             else

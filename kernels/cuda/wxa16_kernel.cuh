@@ -31,7 +31,6 @@ struct Wxa16Params {
     const float* normWeight;  // stream kernel with the norm folded: x := RMSNorm(x)·γ in its prologue
     float normEps;
     int swiglu;               // stream kernel, GLU: rows are [gate; up], y [m, ldy] is silu(gate)·up (w4StreamKernel)
-    int streamFlags;          // persistent stream kernel: kStreamPrefetchAhead | kStreamLastWarpReduces (StreamConfig)
 };
 
 // y[tok, row] = sum (+ residual[tok, row]), rounded once; the one store of every kernel's output.

@@ -268,69 +268,6 @@ void runFusedCases(ActType act) {
     runFusedCase({8, true, 256, 1024, 128, 0}, act, {1, 20}, 49, gluNorm, false);
 }
 
-// Stream shapes that differ from the default only in when bytes are asked for (an L2 prefetch) or in who adds up a
-// row tile (the last warp to arrive, no barrier) must give y bit for bit as the default does, launch after launch:
-// the same products summed in the same order. Each case also runs on 3 blocks (many tiles each, so a warp reuses
-// its reduction slots while others may still be a tile behind) and at several token counts of one token tile.
-void runSameBitsAsDefault(ActType act) {
-    const int initialConfig = wxa16StreamConfig();
-    const W4SmallKernel initialKernel = wxa16SmallKernel();
-    wxa16SetSmallKernel(W4SmallKernel::Stream);
-    const int reference = 20;
-    const Case cases[] = {{4, true, 256, 1024, 128, 0}, {4, false, 4800, 1152, 128, 0}, {4, true, 640, 4096, 128, 1},
-                          {4, false, 80, 8192, 128, 0}};
-    for (int config = 0; config < wxa16StreamConfigCount(); ++config) {
-        const std::string name = wxa16StreamConfigName(config);
-        if (name.find("prefetched into L2") == std::string::npos &&
-            name.find("no barrier per row tile") == std::string::npos)
-            continue;
-        for (const Case& c : cases) {
-            const TiledIntWeight host = makeWeight(c, act, 90);
-            DeviceTiledWeight dev(host);
-            for (int cap : {3, 0}) {
-                wxa16SetStreamResidentCap(cap);
-                for (int64_t m : {1, 2, 5, 8}) {
-                    std::vector<float> xf = gaussian(size_t(m * c.cols), 91u + uint32_t(m));
-                    std::vector<uint16_t> xb(xf.size());
-                    for (size_t i = 0; i < xf.size(); ++i) xb[i] = floatToActBits(xf[i], act);
-                    void *dx = nullptr, *dy = nullptr;
-                    cudaMalloc(&dx, xb.size() * 2);
-                    cudaMalloc(&dy, size_t(m * c.rows) * 2);
-                    cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice);
-                    auto run = [&](int shape) {
-                        wxa16SetStreamConfig(shape);
-                        const size_t bytes = wxa16WorkspaceBytes(dev, m, 0);
-                        void* ws = allocateWorkspace(bytes);
-                        cudaMemset(dy, 0xFF, size_t(m * c.rows) * 2);
-                        wxa16Gemm(dev, dx, dy, m, ws, bytes, nullptr, 0);
-                        const bool ran = cudaDeviceSynchronize() == cudaSuccess;
-                        freeWorkspace(ws);
-                        if (!ran) throw KernelError("wxa16Gemm launch failed");
-                        std::vector<uint16_t> yb(size_t(m * c.rows));
-                        cudaMemcpy(yb.data(), dy, yb.size() * 2, cudaMemcpyDeviceToHost);
-                        return yb;
-                    };
-                    const std::vector<uint16_t> expected = run(reference);
-                    bool same = true;
-                    for (int rep = 0; rep < 4; ++rep) same = same && run(config) == expected;
-                    char what[240];
-                    std::snprintf(what, sizeof what,
-                                  "stream configuration %d, %s %lldx%lld m=%lld%s: y bit for bit as configuration %d, "
-                                  "four launches",
-                                  config, actTypeName(act), (long long)c.rows, (long long)c.cols, (long long)m,
-                                  cap ? ", 3 blocks" : "", reference);
-                    check(same, what);
-                    cudaFree(dx);
-                    cudaFree(dy);
-                }
-            }
-        }
-    }
-    wxa16SetStreamResidentCap(0);
-    wxa16SetStreamConfig(initialConfig);
-    wxa16SetSmallKernel(initialKernel);
-}
-
 } // namespace
 
 int main() {
@@ -400,7 +337,6 @@ int main() {
         }
         for (ActType act : {ActType::Float16, ActType::BFloat16}) {
             runFusedCases(act);
-            runSameBitsAsDefault(act);
             // The 4-bit cases under every shape of both small-M kernels (m <= 16 runs them); each default one last.
             for (W4SmallKernel kernel : smallKernels) {
                 wxa16SetSmallKernel(kernel);
