@@ -109,10 +109,14 @@ struct SmallStep {
 // later, so their L2 latency is off the critical path.
 // PREFETCH_X false: weights and scales only (what a kernel may load before waiting for the kernel that writes x).
 // ALL_ROWS: xq is valid for every lane (loadXFragments), so the prefetch needs no check.
-template <int NT, int R, int CPS, typename T, bool PREFETCH_X = true, bool ALL_ROWS = false>
+// FROM_GROUP (CPS = 2 only): sp[r] points at group `firstGroup` (the caller's first), not at group 0, and the step's
+// group is found as an unsigned offset from it: one 32-bit offset and one wide add per step, not 64-bit arithmetic
+// from the tile's start (which the persistent stream kernel formed again for every row tile).
+template <int NT, int R, int CPS, typename T, bool PREFETCH_X = true, bool ALL_ROWS = false, bool FROM_GROUP = false>
 __device__ __forceinline__ void loadSmallStep(SmallStep<R, CPS>& b, const Wxa16Params& p, const uint4* const* wq,
                                               const uint32_t* const* sp, const T* xq, int64_t xTokenStride, int g,
-                                              int c, int cEnd, int ahead) {
+                                              int c, int cEnd, int ahead, int firstGroup = 0) {
+    static_assert(!FROM_GROUP || CPS == 2, "offsets from the first group: steps of one group");
 #pragma unroll
     for (int n = 0; n < NT; ++n)
         if (PREFETCH_X && (ALL_ROWS || n * 8 + g < p.m))
@@ -127,9 +131,10 @@ __device__ __forceinline__ void loadSmallStep(SmallStep<R, CPS>& b, const Wxa16P
             b.w[r][u] = (u == 0 || c + u < cEnd) ? loadStreaming(wq[r] + (ahead + u) * 32) : make_uint4(0, 0, 0, 0);
     // Two chunks per step only with groups of 2^groupShift >= 2 chunks: no table, no branch.
     const int group = CPS == 2 || p.groupShift >= 0 ? c >> p.groupShift : __ldg(p.chunkGroup + c);
+    const unsigned fromFirst = unsigned(group - firstGroup) * 16u;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-        const uint32_t* s = sp[r] + group * 16;
+        const uint32_t* s = FROM_GROUP ? sp[r] + fromFirst : sp[r] + group * 16;
         b.sz0[r] = __ldg(s);
         b.sz1[r] = __ldg(s + 8);
     }
@@ -203,27 +208,60 @@ __device__ __forceinline__ void computeSmallStep(const SmallStep<R, CPS>& b, con
     }
 }
 
-// The same step with the zero subtracted before the mma: A = (base + level) - (base + zero), exact in T (rows g + 8:
-// 16·(level - zero) with the fp16 trick), so the mma sums exact integers times x: four HSUB2 per word instead of one
-// all-ones mma per k-step and the fold.
+// Per row tile and group of a subtracted step: what the mma's A registers are corrected by, and the scales.
+// Formed in T2 arithmetic from the (scale, zero) words: the zero's half broadcast into an HADD2 (one instruction
+// each) and the scales widened (one each), not through fp32 and back (the one-token persistent kernel: 808 SASS
+// instructions against 832; 0-3% faster at one token, H200, session 24).
+// fp16 (the sixteen trick): rows g + 8 hold base + 16·level, and take one HFMA2, (base + 16·level)/16 - (base/16 +
+// zero) = level - zero, exact, in place of the HSUB2; so their scale needs no 1/16 either.
+template <typename T>
+struct SubtractedGroup {
+    typename ActTraits<T>::T2 z0;   // base + zero, both halves (rows g)
+    typename ActTraits<T>::T2 z1;   // rows g + 8: base + zero, or -(base/16 + zero) with the sixteen trick
+    float s0, s1;
+};
+template <typename T2>
+__device__ __forceinline__ T2 highBoth(T2 v);
+template <>
+__device__ __forceinline__ __half2 highBoth<__half2>(__half2 v) { return __high2half2(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat162 highBoth<__nv_bfloat162>(__nv_bfloat162 v) { return __high2bfloat162(v); }
+
+template <typename T>
+__device__ __forceinline__ SubtractedGroup<T> subtractedGroup(uint32_t sz0, uint32_t sz1) {
+    using T2 = typename ActTraits<T>::T2;
+    constexpr float base = ActTraits<T>::kBase4;
+    const T2 p0 = asPair<T2>(sz0), p1 = asPair<T2>(sz1);  // (scale, zero)
+    SubtractedGroup<T> f;
+    f.z0 = __hadd2(highBoth(p0), T2(T(base), T(base)));
+    if constexpr (kSixteenTrick<T, 4>)
+        f.z1 = __hsub2(T2(T(-base / 16), T(-base / 16)), highBoth(p1));
+    else
+        f.z1 = __hadd2(highBoth(p1), T2(T(base), T(base)));
+    f.s0 = __low2float(p0);
+    f.s1 = __low2float(p1);
+    return f;
+}
+
+// The same step with the zero subtracted before the mma: A = (base + level) - (base + zero), exact in T (rows g + 8
+// under the sixteen trick: one HFMA2, subtractedGroup), so the mma sums exact integers times x: four HSUB2 / HFMA2
+// per word instead of one all-ones mma per k-step and the fold.
 template <typename T, int NT, int R, int CPS, bool XS = false, bool ALL_ROWS = false>
 __device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b, const Wxa16Params& p, const T* xq,
                                                       int64_t xTokenStride, int c, int cEnd, int g,
                                                       float (&acc)[R][NT][4]) {
     using T2 = typename ActTraits<T>::T2;
-    FoldedGroup f[R];
-    T2 z0[R], z1[R];
+    SubtractedGroup<T> f[R];
     float t[R][NT][4];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-        f[r] = foldedGroup<T>(b.sz0[r], b.sz1[r]);
-        z0[r] = T2(T(f[r].zf0), T(f[r].zf0));  // base + zero: exact in T
-        z1[r] = T2(T(f[r].zf1), T(f[r].zf1));
+        f[r] = subtractedGroup<T>(b.sz0[r], b.sz1[r]);
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int j = 0; j < 4; ++j) t[r][n][j] = 0.0f;
     }
+    const T2 sixteenth = T2(T(0.0625f), T(0.0625f));
 #pragma unroll
     for (int u = 0; u < CPS; ++u) {
         if (u > 0 && c + u >= cEnd) break;
@@ -236,10 +274,15 @@ __device__ __forceinline__ void computeSubtractedStep(const SmallStep<R, CPS>& b
                 const uint32_t* w = reinterpret_cast<const uint32_t*>(&b.w[r][u]);
                 uint32_t a[4];
                 magicStep<T>(w[s], a);
-                a[0] = asWord(__hsub2(asPair<T2>(a[0]), z0[r]));  // a[0], a[2]: row g; a[1], a[3]: row g + 8
-                a[1] = asWord(__hsub2(asPair<T2>(a[1]), z1[r]));
-                a[2] = asWord(__hsub2(asPair<T2>(a[2]), z0[r]));
-                a[3] = asWord(__hsub2(asPair<T2>(a[3]), z1[r]));
+                a[0] = asWord(__hsub2(asPair<T2>(a[0]), f[r].z0));  // a[0], a[2]: row g; a[1], a[3]: row g + 8
+                a[2] = asWord(__hsub2(asPair<T2>(a[2]), f[r].z0));
+                if constexpr (kSixteenTrick<T, 4>) {
+                    a[1] = asWord(__hfma2(asPair<T2>(a[1]), sixteenth, f[r].z1));
+                    a[3] = asWord(__hfma2(asPair<T2>(a[3]), sixteenth, f[r].z1));
+                } else {
+                    a[1] = asWord(__hsub2(asPair<T2>(a[1]), f[r].z1));
+                    a[3] = asWord(__hsub2(asPair<T2>(a[3]), f[r].z1));
+                }
 #pragma unroll
                 for (int n = 0; n < NT; ++n) mma16816<T>(t[r][n], a, bx[n][2 * s], bx[n][2 * s + 1]);
             }

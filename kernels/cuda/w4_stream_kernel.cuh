@@ -291,9 +291,14 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     const int items = (p.tiles + R - 1) / R;
     const int cBegin = warp * p.chunksPerSplit, cEnd = min(p.chunks, cBegin + p.chunksPerSplit);
 
-    // The lane's words of chunk cBegin and (scale, zero) words of row tile t.
+    // The lane's words of chunk cBegin and (scale, zero) words of row tile t: of the warp's first group where steps
+    // are one group and there is one batch of registers (loadSmallStep's FROM_GROUP), else of group 0. (FROM_GROUP
+    // made the one-batch kernel 1.5-4% faster at one token on K = 4096 and the two-batch kernel 0.3-1% slower on the
+    // long rows it takes: H200, session 24.)
+    constexpr bool FROM_GROUP = CPS == 2 && !OVERLAP;
+    const int firstGroup = FROM_GROUP ? cBegin >> p.groupShift : 0;
     auto tileWords = [&](int t) { return p.words + int64_t(t) * p.chunks * 32 + lane + int64_t(cBegin) * 32; };
-    auto tileScales = [&](int t) { return p.scaleZero + int64_t(t) * p.groups * 16 + g; };
+    auto tileScales = [&](int t) { return p.scaleZero + int64_t(t) * p.groups * 16 + g + int64_t(firstGroup) * 16; };
     const uint4* wq[R];
     const uint32_t* sp[R];
     auto pointAt = [&](int it) {
@@ -344,13 +349,14 @@ __global__ void __launch_bounds__(W * 32, streamMinBlocks<NT, W, B * (OVERLAP ? 
     int64_t xTokenStride = 0;
     auto load = [&](SmallStep<R, CPS>(&batch)[S], int c, int ahead) {
         forSteps(c + ahead, [&](int i, int chunk, int end) {
-            loadSmallStep<NT, R, CPS, T, !NORM, ALL_ROWS>(batch[i], p, wq, sp, xq, xTokenStride, g, chunk, end,
-                                                          ahead + i * CPS);
+            loadSmallStep<NT, R, CPS, T, !NORM, ALL_ROWS, FROM_GROUP>(batch[i], p, wq, sp, xq, xTokenStride, g, chunk,
+                                                                      end, ahead + i * CPS, firstGroup);
         });
     };
     auto loadWeightsOnly = [&](SmallStep<R, CPS>(&batch)[S], int c) {
         forSteps(c, [&](int i, int chunk, int end) {
-            loadSmallStep<NT, R, CPS, T, false>(batch[i], p, wq, sp, xq, xTokenStride, g, chunk, end, i * CPS);
+            loadSmallStep<NT, R, CPS, T, false, false, FROM_GROUP>(batch[i], p, wq, sp, xq, xTokenStride, g, chunk, end,
+                                                                   i * CPS, firstGroup);
         });
     };
     auto compute = [&](const SmallStep<R, CPS>(&batch)[S], int c, int ahead) {
