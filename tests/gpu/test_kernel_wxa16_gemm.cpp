@@ -463,6 +463,13 @@ int main() {
                         check(many16 == 8 && many10 == 8 && many8 == 16 && few16 == 16, what);
                     }
                     runCase({4, true, 256, 1024, 128, 0}, act, first ? allM : std::vector<int64_t>{1, 3, 8, 16}, 1);
+                    // Groups of 4, 8 and 16 chunks, where the stream kernels find a step's scale words from the warp's
+                    // first group (loadSmallStep's FROM_GROUP): warps of 2, 4 and 4 chunks that start inside a
+                    // group, and of 8 chunks that span two.
+                    runCase({4, false, 80, 2048, 256, 0}, act, {1, 16}, 80);
+                    runCase({4, true, 64, 4096, 512, 0}, act, {1, 4, 16}, 81);
+                    runCase({4, false, 48, 3072, 1024, 0}, act, {1, 9}, 82);
+                    runCase({4, true, 64, 8192, 256, 0}, act, {1, 4, 16}, 83);
                     runCase({4, false, 200, 576, 64, 0}, act, first ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 16}, 2);
                     runCase({4, false, 128, 512, 128, 1}, act, first ? std::vector<int64_t>{1, 5, 64} : std::vector<int64_t>{1, 5}, 3);
                     runCase({4, true, 64, 640, 128, 2}, act, first ? std::vector<int64_t>{1, 16, 40} : std::vector<int64_t>{1, 16}, 7);
@@ -486,6 +493,8 @@ int main() {
                         runCase({4, false, 48, 704, 32, 0}, act, {2, 12}, 9);
                         runCase({4, false, 80, 8192, 128, 0}, act, {1, 16}, 10);
                         runCase({4, true, 640, 2048, 128, 0}, act, {1, 9}, 11);
+                        runCase({4, false, 80, 2048, 256, 0}, act, {1, 16}, 80);
+                        runCase({4, false, 48, 3072, 1024, 0}, act, {1, 9}, 82);
                         wxa16SetStreamResidentCap(0);
                         runCase({4, true, 4800, 1152, 128, 0}, act, {1, 9}, 12);   // 300 tiles
                     }
