@@ -233,6 +233,17 @@ int main() {
                                         merged, mergedWs, mergedBytes, t, stream);
                 });
                 cudaFree(mergedWs);
+                if (plan.splits <= kMaxClusterSplits && deviceRunsClusters()) {
+                    DecodeAttentionPlan cluster = plan;   // merged through shared memory in clusters: no workspace
+                    cluster.mergeInCluster = true;
+                    row("  decodeAttention, merged in clusters (no merge launch)",
+                        [&] { decodeAttention(qOut, keys, values, position, out, s, 0.088f, cluster, nullptr, 0, t, stream); });
+                    row("  ropeDecodeAttention, merged in clusters (no merge launch)", [&] {
+                        ropeDecodeAttention(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table,
+                                            maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s, 0.088f,
+                                            cluster, nullptr, 0, t, stream);
+                    });
+                }
             }
             std::printf("| (keys and values read at this position: %.1f MB) | |\n", 2.0 * double(heads * capacity * hd * 2) / 1e6);
             cudaFree(ws);
@@ -418,6 +429,8 @@ int main() {
         mergedPlan.mergeInKernel = plan.splits > 1;
         const size_t mergedBytes = decodeAttentionWorkspaceBytes(attention, mergedPlan);
         float* mergedWorkspace = deviceZeros<float>(mergedBytes / sizeof(float) + 1);
+        DecodeAttentionPlan clusterPlan = plan;   // the chunks merged in thread-block clusters (sm_90+, no workspace)
+        clusterPlan.mergeInCluster = plan.splits > 1 && plan.splits <= kMaxClusterSplits && deviceRunsClusters();
         auto* cacheKeys = deviceZeros<uint16_t>(size_t(heads * 192 * hd));
         auto* cacheValues = deviceZeros<uint16_t>(size_t(heads * 192 * hd));
         size_t cursor = 0;
@@ -446,12 +459,13 @@ int main() {
                 denseGemv(x, weightOf(hidden * outputs), nullptr, nullptr, result, g, t, stream);
             }
         };
-        bool mergeInKernel = false;
-        auto ropeAttention = [&] {   // as the runtime runs it: one launch (+ the merge, unless mergeInKernel)
+        bool mergeInKernel = false, mergeInCluster = false;
+        auto ropeAttention = [&] {   // as the runtime runs it: one launch (+ the merge, unless merged in the launch)
             ropeDecodeAttention(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table, maxCapacity,
                                 RopeLayout::HalfSplit, position, cacheKeys, cacheValues, out, attention, 0.088f,
-                                mergeInKernel ? mergedPlan : plan, mergeInKernel ? mergedWorkspace : workspace,
-                                mergeInKernel ? mergedBytes : workspaceBytes, t, stream);
+                                mergeInCluster ? clusterPlan : mergeInKernel ? mergedPlan : plan,
+                                mergeInKernel ? mergedWorkspace : workspace, mergeInKernel ? mergedBytes : workspaceBytes,
+                                t, stream);
         };
         enum class Folding { None, Norms, NormsAndSwiGlu };
         auto decodeStep = [&](Folding folding) {
@@ -516,7 +530,7 @@ int main() {
             plusResidual.residual = stream_x;
             normedGlu.normWeight = weight;   // gate/up writes silu(gate) * up
             normedGlu.swiglu = true;
-            enum class Int4Folding { None, NormsAndAdds, AlsoSwiGlu, AlsoMerge };
+            enum class Int4Folding { None, NormsAndAdds, AlsoSwiGlu, AlsoMerge, AlsoClusterMerge };
             auto int4Step = [&](Int4Folding folding) {
                 const bool fold = folding != Int4Folding::None;
                 for (int layer = 0; layer < 32; ++layer) {
@@ -527,7 +541,8 @@ int main() {
                         w4(qkvW, x, qkv, none);
                     }
                     ropeAttention();
-                    if (folding == Int4Folding::AlsoSwiGlu || folding == Int4Folding::AlsoMerge) {
+                    if (folding == Int4Folding::AlsoSwiGlu || folding == Int4Folding::AlsoMerge ||
+                        folding == Int4Folding::AlsoClusterMerge) {
                         w4(oW, out, stream_x, plusResidual);
                         w4(gateUpW, stream_x, out, normedGlu);
                         w4(downW, out, stream_x, plusResidual);
@@ -556,24 +571,28 @@ int main() {
             std::printf("\nOne INT4 decode step (W4A16 g128 block linears, dense head with its norm folded; same"
                         " timing):\n\n| norms and residual adds (SiLU * up) | launches | ms, PDL off | ms, PDL on |"
                         " PDL speed-up |\n| --- | ---: | ---: | ---: | ---: |\n");
-            for (Int4Folding folding :
-                 {Int4Folding::None, Int4Folding::NormsAndAdds, Int4Folding::AlsoSwiGlu, Int4Folding::AlsoMerge}) {
-                if (folding == Int4Folding::AlsoMerge && plan.splits == 1) continue;   // nothing to merge
+            for (Int4Folding folding : {Int4Folding::None, Int4Folding::NormsAndAdds, Int4Folding::AlsoSwiGlu,
+                                        Int4Folding::AlsoMerge, Int4Folding::AlsoClusterMerge}) {
+                const bool inLaunch = folding == Int4Folding::AlsoMerge || folding == Int4Folding::AlsoClusterMerge;
+                if (inLaunch && plan.splits == 1) continue;   // nothing to merge
+                if (folding == Int4Folding::AlsoClusterMerge && !clusterPlan.mergeInCluster) continue;
                 double stepMs[2] = {0, 0};
                 mergeInKernel = folding == Int4Folding::AlsoMerge;
+                mergeInCluster = folding == Int4Folding::AlsoClusterMerge;
                 for (bool pdl : {false, true}) {
                     setProgrammaticDependentLaunch(pdl);
                     stepMs[pdl] = microsecondsPerLaunch(stream, [&] { int4Step(folding); }, 3) / 1e3;
                 }
-                mergeInKernel = false;
+                mergeInKernel = mergeInCluster = false;
                 // attention's merge counted below
                 const int perBlock = folding == Int4Folding::None ? 9 : folding == Int4Folding::NormsAndAdds ? 6 : 5;
-                const int launches = 32 * perBlock + (plan.splits > 1 && folding != Int4Folding::AlsoMerge ? 32 : 0) + 1;
+                const int launches = 32 * perBlock + (plan.splits > 1 && !inLaunch ? 32 : 0) + 1;
                 std::printf("| %s | %d | %.3f | %.3f | %.2fx |\n",
                             folding == Int4Folding::None           ? "separate kernels"
                             : folding == Int4Folding::NormsAndAdds ? "inside the W4A16 launches"
                             : folding == Int4Folding::AlsoSwiGlu   ? "inside the W4A16 launches, SiLU * up too"
-                                                                   : "the same, attention merged in its launch",
+                            : folding == Int4Folding::AlsoMerge    ? "the same, attention merged in its launch"
+                                                                   : "the same, attention merged in clusters",
                             launches, stepMs[0], stepMs[1], stepMs[0] / stepMs[1]);
             }
             freeWorkspace(ws);

@@ -20,7 +20,7 @@ namespace cwb {
 
 namespace {
 
-std::atomic<int64_t> addNormCalls{0}, mergedLaunches{0};
+std::atomic<int64_t> addNormCalls{0}, mergedLaunches{0}, clusterLaunches{0};
 
 kernels::ActType actType(const at::Tensor& t, const char* what) {
     if (!t.is_cuda()) throw Error(std::string("fused decode: ") + what + " is not on a CUDA device");
@@ -113,7 +113,9 @@ at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const 
         const size_t bytes = kernels::decodeAttentionWorkspaceBytes(s, plan);
         const int64_t words = int64_t(bytes / sizeof(float)) + 1;
         at::Tensor scratch;
-        if (plan.mergeInKernel) {   // counters that must start at zero and persist: the caller's buffer
+        if (plan.mergeInCluster) {   // no workspace
+            ++clusterLaunches;
+        } else if (plan.mergeInKernel) {   // counters that must start at zero and persist: the caller's buffer
             if (!workspace.defined() || workspace.numel() < words || workspace.device() != q.device())
                 workspace = at::zeros({words}, q.options().dtype(at::kFloat));
             scratch = workspace;
@@ -124,7 +126,8 @@ at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const 
         kernels::ropeDecodeAttention(qRows.data_ptr(), qRows.stride(0), kRows.data_ptr(), kRows.stride(0), vRows.data_ptr(),
                                      vRows.stride(0), ropeTable.data_ptr<float>(), ropeTable.size(0), layout,
                                      position.data_ptr<int64_t>(), keys.data_ptr(), values.data_ptr(), out.data_ptr(), s,
-                                     float(1.0 / std::sqrt(double(s.headDim))), plan, scratch.data_ptr<float>(), bytes,
+                                     float(1.0 / std::sqrt(double(s.headDim))), plan,
+                                     scratch.defined() ? scratch.data_ptr<float>() : nullptr, bytes,
                                      type, torchCurrentStream());
         return 0;
     });
@@ -150,6 +153,10 @@ at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up) {
 void setDecodeAttentionMergeInKernel(bool on) { kernels::setDecodeAttentionMergeInKernel(on); }
 bool decodeAttentionMergeInKernel() { return kernels::decodeAttentionMergeInKernel(); }
 int64_t fusedAttentionMergedLaunches() { return mergedLaunches.load(); }
+void setDecodeAttentionClusterMerge(bool on) { kernels::setDecodeAttentionClusterMerge(on); }
+bool decodeAttentionClusterMerge() { return kernels::decodeAttentionClusterMerge(); }
+int64_t fusedAttentionClusterLaunches() { return clusterLaunches.load(); }
+bool decodeAttentionClustersSupported() { return kernels::deviceRunsClusters(); }
 void setDecodeDependentLaunch(bool on) { kernels::setProgrammaticDependentLaunch(on); }
 bool decodeDependentLaunch() { return kernels::programmaticDependentLaunch(); }
 int64_t decodeDependentLaunchCount() { return kernels::programmaticDependentLaunches(); }
@@ -162,6 +169,10 @@ bool fusedDecodeAvailable(const at::Device&, at::ScalarType) { return false; }
 void setDecodeAttentionMergeInKernel(bool) {}
 bool decodeAttentionMergeInKernel() { return false; }
 int64_t fusedAttentionMergedLaunches() { return 0; }
+void setDecodeAttentionClusterMerge(bool) {}
+bool decodeAttentionClusterMerge() { return false; }
+int64_t fusedAttentionClusterLaunches() { return 0; }
+bool decodeAttentionClustersSupported() { return false; }
 void setDecodeDependentLaunch(bool) {}
 bool decodeDependentLaunch() { return false; }
 int64_t decodeDependentLaunchCount() { return 0; }

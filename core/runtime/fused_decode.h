@@ -42,6 +42,15 @@ at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const 
 void setDecodeAttentionMergeInKernel(bool on);
 bool decodeAttentionMergeInKernel();
 int64_t fusedAttentionMergedLaunches();
+// Whether split decode attention runs each head's chunks as one thread-block cluster that merges them through shared
+// memory, in the launch and with no workspace (kernels::setDecodeAttentionClusterMerge; compute capability 9.0+, at
+// most kernels::kMaxClusterSplits chunks), process-wide; the start value is CWB_ATTENTION_CLUSTER_MERGE's.
+// fusedAttentionClusterLaunches(): launches in this process that merged so; decodeAttentionClustersSupported(): the
+// current device runs clusters. No-ops (false, 0) without the kernels.
+void setDecodeAttentionClusterMerge(bool on);
+bool decodeAttentionClusterMerge();
+int64_t fusedAttentionClusterLaunches();
+bool decodeAttentionClustersSupported();
 
 // silu(gate) * up for gate and up [..., width], which may be the two halves of one fused GEMM output.
 at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up);

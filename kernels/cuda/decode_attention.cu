@@ -158,13 +158,74 @@ __device__ void mergeIfLast(const float* partialMax, const float* partialSum, co
     if (threadIdx.x == 0) *counter = 0;
 }
 
-// The end of both attention kernels once the chunk's outputs are written: a split plan's chunk maxima and sums
-// (stats: [groups] maxima, then [groups] sums), then, with counters, the merge by the last block (mergeIfLast).
+// Thread-block clusters (sm_90+; the launcher never asks for them below): a barrier over every thread of the
+// cluster that makes shared-memory writes before it visible to reads after it, and a float read from the shared
+// memory of block `rank` of the cluster at the address `local` has in this block.
+__device__ __forceinline__ void clusterBarrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ float clusterSharedLoad(const float* local, int rank) {
+    float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned address = unsigned(__cvta_generic_to_shared(local));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+#endif
+    return v;
+}
+
+// The merge inside a cluster (DecodeAttentionPlan::mergeInCluster): the splits of one (sequence, kv head) are one
+// cluster, block x of it chunk x. Each block has left its chunk's weighted sums in `sums` [groups][headDim] and its
+// maxima and totals in `stats`, in shared memory; after a cluster barrier each block adds up an equal share of the
+// elements from every used chunk, exactly as mergeSplitsKernel does, and a second barrier keeps every block's shared
+// memory alive until the last read. Blocks whose chunk lies past the position run it too, with nothing of their own.
 template <typename T>
-__device__ __forceinline__ void finishChunk(const float* stats, float* partialMax, float* partialSum,
+__device__ void mergeInCluster(const float* sums, const float* stats, T* out, int64_t p, int b, int kvHead, int heads,
+                               int kvHeads, int headDim, int64_t keysPerSplit, int splits) {
+    clusterBarrier();
+    const int groups = heads / kvHeads, elements = groups * headDim;
+    const int used = int(min(int64_t(splits), p / keysPerSplit + 1));
+    const int share = (elements + splits - 1) / splits;
+    const int first = int(blockIdx.x) * share, end = min(elements, first + share);
+    T* rows = out + (int64_t(b) * heads + int64_t(kvHead) * groups) * headDim;
+    for (int e = first + int(threadIdx.x); e < end; e += blockDim.x) {
+        const int g = e / headDim;
+        float maxima[kMaxClusterSplits];
+        float top = -INFINITY;
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s)
+            if (s < used) {
+                maxima[s] = clusterSharedLoad(stats + g, s);
+                top = fmaxf(top, maxima[s]);
+            }
+        float total = 0.0f, acc = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s)
+            if (s < used) {
+                const float w = expf(maxima[s] - top);
+                total += clusterSharedLoad(stats + groups + g, s) * w;
+                acc += clusterSharedLoad(sums + e, s) * w;
+            }
+        rows[e] = fromFloat<T>(acc / total);
+    }
+    clusterBarrier();
+}
+
+// The end of both attention kernels once the chunk's outputs are written: in a cluster plan the merge there (the
+// chunk's sums in `sums`, shared memory); else a split plan's chunk maxima and sums (stats: [groups] maxima, then
+// [groups] sums), then, with counters, the merge by the last block (mergeIfLast).
+template <typename T>
+__device__ __forceinline__ void finishChunk(const float* sums, const float* stats, float* partialMax, float* partialSum,
                                             const float* partialOut, int* counters, T* out, int64_t p, int b,
                                             int kvHead, int split, int heads, int kvHeads, int headDim,
-                                            int64_t keysPerSplit, int splits) {
+                                            int64_t keysPerSplit, int splits, bool clusterMerge) {
+    if (clusterMerge) {
+        mergeInCluster<T>(sums, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
+        return;
+    }
     const int groups = heads / kvHeads;
     if (splits > 1 && int(threadIdx.x) < groups) {
         const int64_t row = int64_t(b) * heads + int64_t(kvHead) * groups + threadIdx.x;
@@ -185,7 +246,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
     decodeAttentionKernel(const T* q, const T* keys, const T* values, const int64_t* __restrict__ position,
                           T* __restrict__ out, float* __restrict__ partialMax, float* __restrict__ partialSum,
                           float* __restrict__ partialOut, int* counters, int heads, int kvHeads, int headDim,
-                          int64_t capacity, int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope) {
+                          int64_t capacity, int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope,
+                          bool clusterMerge) {
     // Without ROPE the kernel before this one wrote the position's key: wait first. With it, that kernel only made
     // q, k and v; the position and every earlier slot of the caches are older, so the cache reads start before the
     // wait and overlap that kernel's end (programmatic dependent launch).
@@ -200,7 +262,13 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int split = blockIdx.x, kvHead = blockIdx.y, b = blockIdx.z;
     const int64_t p = clampedPosition(position, capacity);
     const int64_t start = int64_t(split) * keysPerSplit;
-    if (start > p) return;   // the merge does not read chunks past the position (an exit counts as the PDL trigger)
+    if (start > p) {   // the merge does not read chunks past the position (an exit counts as the PDL trigger)
+        if (clusterMerge) {   // but a cluster's barriers need every block, and its share of the merge
+            if constexpr (ROPE) waitForPredecessor();
+            mergeInCluster<T>(qs, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
+        }
+        return;
+    }
     const int count = int(min(keysPerSplit, p + 1 - start));
     const int firstHead = kvHead * groups;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -288,11 +356,13 @@ __global__ void __launch_bounds__(kAttentionThreads)
         const int64_t row = int64_t(b) * heads + firstHead + g;
         if (splits == 1)
             out[row * headDim + i] = fromFloat<T>(sum / stats[groups + g]);
+        else if (clusterMerge)
+            qs[e] = sum;   // the queries were last read before the softmax's barriers
         else
             partialOut[(row * splits + split) * headDim + i] = sum;
     }
-    finishChunk<T>(stats, partialMax, partialSum, partialOut, counters, out, p, b, kvHead, split, heads, kvHeads,
-                   headDim, keysPerSplit, splits);
+    finishChunk<T>(qs, stats, partialMax, partialSum, partialOut, counters, out, p, b, kvHead, split, heads, kvHeads,
+                   headDim, keysPerSplit, splits, clusterMerge);
 }
 
 // The same attention for head dimensions that are a multiple of 8, with 16-byte loads: `width` lanes (the power of
@@ -316,7 +386,8 @@ __global__ void __launch_bounds__(kWideThreads)
     decodeAttentionWideKernel(const T* q, const T* keys, const T* values, const int64_t* __restrict__ position,
                               T* __restrict__ out, float* __restrict__ partialMax, float* __restrict__ partialSum,
                               float* __restrict__ partialOut, int* counters, int heads, int kvHeads, int headDim,
-                              int64_t capacity, int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope) {
+                              int64_t capacity, int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope,
+                          bool clusterMerge) {
     if constexpr (!ROPE) waitForPredecessor();   // as in decodeAttentionKernel
     extern __shared__ __align__(16) float wideShared[];
     const int groups = heads / kvHeads;
@@ -328,7 +399,13 @@ __global__ void __launch_bounds__(kWideThreads)
     const int split = blockIdx.x, kvHead = blockIdx.y, b = blockIdx.z;
     const int64_t p = clampedPosition(position, capacity);
     const int64_t start = int64_t(split) * keysPerSplit;
-    if (start > p) return;
+    if (start > p) {   // as in decodeAttentionKernel
+        if (clusterMerge) {
+            if constexpr (ROPE) waitForPredecessor();
+            mergeInCluster<T>(qs, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
+        }
+        return;
+    }
     const int count = int(min(keysPerSplit, p + 1 - start));
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     const int slices = headDim / 8;
@@ -434,7 +511,7 @@ __global__ void __launch_bounds__(kWideThreads)
     __syncthreads();
 
     const int firstHead = kvHead * groups;
-    for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) {
+    for (int e = threadIdx.x; !clusterMerge && e < groups * headDim; e += blockDim.x) {   // clusters: qs read there
         const int g = e / headDim, i = e % headDim;
         const int64_t row = int64_t(b) * heads + firstHead + g;
         if (splits == 1)
@@ -442,8 +519,8 @@ __global__ void __launch_bounds__(kWideThreads)
         else
             partialOut[(row * splits + split) * headDim + i] = qs[e];
     }
-    finishChunk<T>(stats, partialMax, partialSum, partialOut, counters, out, p, b, kvHead, split, heads, kvHeads,
-                   headDim, keysPerSplit, splits);
+    finishChunk<T>(qs, stats, partialMax, partialSum, partialOut, counters, out, p, b, kvHead, split, heads, kvHeads,
+                   headDim, keysPerSplit, splits, clusterMerge);
 }
 
 // One block per (query head, sequence): the chunks up to the position, rescaled to their common maximum.
@@ -493,7 +570,9 @@ DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& s, int multi
     int64_t keys = (s.capacity + wanted - 1) / wanted;
     keys = std::min(maxKeys, std::max<int64_t>(32, (keys + 31) / 32 * 32));
     if (keys >= s.capacity) return {1, std::max<int64_t>(1, s.capacity)};
-    return {(s.capacity + keys - 1) / keys, keys, decodeAttentionMergeInKernel()};
+    DecodeAttentionPlan plan{(s.capacity + keys - 1) / keys, keys, decodeAttentionMergeInKernel()};
+    plan.mergeInCluster = plan.splits <= kMaxClusterSplits && decodeAttentionClusterMerge() && deviceRunsClusters();
+    return plan;
 }
 
 namespace {
@@ -504,13 +583,33 @@ std::atomic<bool>& mergeInKernelSlot() {
     }()};
     return slot;
 }
+std::atomic<bool>& clusterMergeSlot() {
+    static std::atomic<bool> slot{[] {
+        const char* v = std::getenv("CWB_ATTENTION_CLUSTER_MERGE");
+        return v && *v && std::string(v) != "0";
+    }()};
+    return slot;
+}
 } // namespace
 
 void setDecodeAttentionMergeInKernel(bool on) { mergeInKernelSlot().store(on, std::memory_order_relaxed); }
 bool decodeAttentionMergeInKernel() { return mergeInKernelSlot().load(std::memory_order_relaxed); }
+void setDecodeAttentionClusterMerge(bool on) { clusterMergeSlot().store(on, std::memory_order_relaxed); }
+bool decodeAttentionClusterMerge() { return clusterMergeSlot().load(std::memory_order_relaxed); }
+
+bool deviceRunsClusters() {
+    static std::atomic<int> cached[64];   // 0: not asked yet, 1: no, 2: yes
+    int device = 0;
+    CWB_CUDA_CHECK(cudaGetDevice(&device));
+    if (device >= 0 && device < 64 && cached[device].load() != 0) return cached[device].load() == 2;
+    int major = 0;
+    CWB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    if (device >= 0 && device < 64) cached[device].store(major >= 9 ? 2 : 1);
+    return major >= 9;
+}
 
 size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan) {
-    if (plan.splits <= 1) return 0;
+    if (plan.splits <= 1 || plan.mergeInCluster) return 0;
     const size_t partials = size_t(s.batch * s.heads * plan.splits * (s.headDim + 2)) * sizeof(float);
     return partials + (plan.mergeInKernel ? size_t(s.batch * s.kvHeads) * sizeof(int) : 0);
 }
@@ -548,7 +647,11 @@ void launchAttention(const void* q, const void* keyCache, const void* valueCache
     const size_t shared = sharedBytes(groups, s.headDim, plan.keysPerSplit);
     require(shared <= 48 * 1024, "a group of " + std::to_string(groups) + " heads of " + std::to_string(s.headDim) +
                                      " needs " + std::to_string(shared) + " bytes of shared memory");
-    const bool split = plan.splits > 1;
+    const bool cluster = plan.splits > 1 && plan.mergeInCluster;
+    require(!cluster || plan.splits <= kMaxClusterSplits,
+            std::to_string(plan.splits) + " splits do not fit one cluster of at most " + std::to_string(kMaxClusterSplits));
+    require(!cluster || deviceRunsClusters(), "a cluster merge needs compute capability 9.0 or more");
+    const bool split = plan.splits > 1 && !cluster;   // partials in the workspace
     require(!split || (workspace && workspaceBytes >= decodeAttentionWorkspaceBytes(s, plan)), "workspace too small");
     const int64_t rows = s.batch * s.heads * plan.splits;
     float* partialMax = split ? workspace : nullptr;
@@ -572,11 +675,11 @@ void launchAttention(const void* q, const void* keyCache, const void* valueCache
         const unsigned threads = !wide ? kAttentionThreads : plan.keysPerSplit >= kWideMinKeys ? kWideThreads : 128;
         const auto kernel = wide ? (rope ? decodeAttentionWideKernel<T, true> : decodeAttentionWideKernel<T, false>)
                                  : (rope ? decodeAttentionKernel<T, true> : decodeAttentionKernel<T, false>);
-        CWB_CUDA_CHECK(launchDependent(
-            kernel, grid, dim3(threads), shared, st, static_cast<const T*>(q),
+        CWB_CUDA_CHECK(launchDependentInClusters(
+            cluster ? unsigned(plan.splits) : 0u, kernel, grid, dim3(threads), shared, st, static_cast<const T*>(q),
             static_cast<const T*>(keyCache), static_cast<const T*>(valueCache), position, static_cast<T*>(out),
             partialMax, partialSum, partialOut, counters, int(s.heads), int(s.kvHeads), int(s.headDim), s.capacity,
-            plan.keysPerSplit, int(plan.splits), scale, r));
+            plan.keysPerSplit, int(plan.splits), scale, r, cluster));
         CWB_CUDA_CHECK_LAUNCH("decodeAttention");
         if (split && !mergeHere) {
             const dim3 mergeGrid(unsigned(s.heads), unsigned(s.batch));

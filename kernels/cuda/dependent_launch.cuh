@@ -25,22 +25,40 @@ __device__ __forceinline__ void waitForPredecessor() {
 #endif
 }
 
-// kernel<<<grid, block, shared, stream>>>(args...), with the PDL attribute where detail::useDependentLaunch().
-// The kernel must begin with waitForPredecessor(). Returns the launch's error.
+// kernel<<<grid, block, shared, stream>>>(args...), with the PDL attribute where detail::useDependentLaunch(), and
+// with clusterWidth > 0 as thread-block clusters of clusterWidth x 1 x 1 blocks (compute capability 9.0+; grid.x a
+// multiple of it). The kernel must begin with waitForPredecessor(). Returns the launch's error.
 template <typename... Params, typename... Args>
-cudaError_t launchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
-                            Args&&... args) {
-    cudaLaunchAttribute attribute[1] = {};
-    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+cudaError_t launchDependentInClusters(unsigned clusterWidth, void (*kernel)(Params...), dim3 grid, dim3 block,
+                                      size_t shared, cudaStream_t stream, Args&&... args) {
+    cudaLaunchAttribute attributes[2] = {};
+    unsigned count = 0;
+    if (detail::useDependentLaunch()) {
+        attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attributes[count].val.programmaticStreamSerializationAllowed = 1;
+        ++count;
+    }
+    if (clusterWidth > 0) {
+        attributes[count].id = cudaLaunchAttributeClusterDimension;
+        attributes[count].val.clusterDim.x = clusterWidth;
+        attributes[count].val.clusterDim.y = 1;
+        attributes[count].val.clusterDim.z = 1;
+        ++count;
+    }
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = shared;
     config.stream = stream;
-    config.attrs = attribute;
-    config.numAttrs = detail::useDependentLaunch() ? 1 : 0;
+    config.attrs = attributes;
+    config.numAttrs = count;
     return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+template <typename... Params, typename... Args>
+cudaError_t launchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
+                            Args&&... args) {
+    return launchDependentInClusters(0, kernel, grid, block, shared, stream, std::forward<Args>(args)...);
 }
 
 } // namespace cwb::kernels

@@ -389,20 +389,27 @@ void intLinearCase(const std::string& caseName, const cwb::Model& model, at::Sca
     }
 }
 
-// Split decode attention with its chunks merged inside the attention launch (setDecodeAttentionMergeInKernel; the
-// counters live in the KV cache across steps and graph replays, one workspace per layer) against the merge kernel: a
-// 128-slot cache splits into 4 chunks of 32 on any GPU of 4+ multiprocessors, and an 80-token prompt puts the 20
-// decoded positions (80..99) across the third and fourth chunks, so 3, then 4 chunks are merged. Same greedy ids,
-// logits within tolerance; the merged launches counted on and none off.
-void attentionMergeCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype) {
-    const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : ", fp16") +
-                             ": attention chunks merged inside the launch vs by the merge kernel";
+// Split decode attention with its chunks merged inside the attention launch against the merge kernel: by the last
+// block (setDecodeAttentionMergeInKernel; the counters live in the KV cache across steps and graph replays, one
+// workspace per layer), or in thread-block clusters through shared memory (setDecodeAttentionClusterMerge, compute
+// capability 9.0+). A 128-slot cache splits into 4 chunks of 32 on any GPU of 4+ multiprocessors, and an 80-token
+// prompt puts the 20 decoded positions (80..99) across the third and fourth chunks, so 3, then 4 chunks are merged.
+// Same greedy ids, logits within tolerance; the merged launches counted on and none off.
+enum class InLaunchMerge { LastBlock, Cluster };
+void attentionMergeCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype, InLaunchMerge how) {
+    const bool cluster = how == InLaunchMerge::Cluster;
+    const std::string name = caseName + (dtype == at::kBFloat16 ? ", bf16" : ", fp16") + ": attention chunks merged " +
+                             (cluster ? "in clusters" : "inside the launch") + " vs by the merge kernel";
     const double tolerance = dtype == at::kBFloat16 ? kBf16Tolerance : kFp16Tolerance;
     std::printf("== %s\n", name.c_str());
-    const bool previous = cwb::decodeAttentionMergeInKernel();
+    auto set = [&](bool on) {
+        cluster ? cwb::setDecodeAttentionClusterMerge(on) : cwb::setDecodeAttentionMergeInKernel(on);
+    };
+    auto launches = [&] { return cluster ? cwb::fusedAttentionClusterLaunches() : cwb::fusedAttentionMergedLaunches(); };
+    const bool previous = cluster ? cwb::decodeAttentionClusterMerge() : cwb::decodeAttentionMergeInKernel();
     at::Tensor prompt = at::randint(0, model.spec.vocab, {1, 80}, at::kLong);
-    auto decode = [&](bool inKernel, std::vector<int64_t>& ids, std::unique_ptr<cwb::KvCache>& cache) {
-        cwb::setDecodeAttentionMergeInKernel(inKernel);
+    auto decode = [&](bool inLaunch, std::vector<int64_t>& ids, std::unique_ptr<cwb::KvCache>& cache) {
+        set(inLaunch);
         cwb::Transformer runtime(model, gpuOptions(cwb::DecodeMode::CudaGraph, dtype));
         cache = runtime.makeCache(1, model.spec.context);
         return greedy(runtime, *cache, prompt, ids);
@@ -410,24 +417,26 @@ void attentionMergeCase(const std::string& caseName, const cwb::Model& model, at
     std::vector<int64_t> onIds, offIds;
     std::unique_ptr<cwb::KvCache> onCache, offCache;
     at::Tensor onLogits, offLogits;
-    const int64_t merged0 = cwb::fusedAttentionMergedLaunches();
+    const int64_t merged0 = launches();
     int64_t mergedOn = 0, mergedOff = 0;
     try {
         onLogits = decode(true, onIds, onCache);
-        mergedOn = cwb::fusedAttentionMergedLaunches() - merged0;
+        mergedOn = launches() - merged0;
         offLogits = decode(false, offIds, offCache);
-        mergedOff = cwb::fusedAttentionMergedLaunches() - merged0 - mergedOn;
+        mergedOff = launches() - merged0 - mergedOn;
     } catch (...) {
-        cwb::setDecodeAttentionMergeInKernel(previous);
+        set(previous);
         throw;
     }
-    cwb::setDecodeAttentionMergeInKernel(previous);
-    std::printf("  attention launches that merged inside: %lld on, %lld off\n", (long long)mergedOn, (long long)mergedOff);
+    set(previous);
+    std::printf("  attention launches that merged %s: %lld on, %lld off\n", cluster ? "in clusters" : "inside",
+                (long long)mergedOn, (long long)mergedOff);
     // Host-side counts: a graph's launches are counted when the host runs a step to capture it, not at replays.
-    check(wholeSteps(mergedOn, model.spec.layers) && mergedOff == 0,
-          "the switch merges inside the attention launch of every layer on, never off");
-    compareSwitchedDecodes("attention merged in its launch", *onCache, *offCache, onIds, offIds, onLogits, offLogits,
-                           tolerance, dtype);
+    check(wholeSteps(mergedOn, model.spec.layers) && mergedOn > 0 && mergedOff == 0,
+          std::string("the switch merges ") + (cluster ? "in clusters" : "inside the attention launch") +
+              " in every layer on, never off");
+    compareSwitchedDecodes(cluster ? "attention merged in clusters" : "attention merged in its launch", *onCache,
+                           *offCache, onIds, offIds, onLogits, offLogits, tolerance, dtype);
 }
 
 // FP8 / W8A8 layers take no norm or residual into their own launch: with fusedIntLinear on (the default) each block
@@ -555,8 +564,16 @@ int main() {
             // INT8: the W8A16 kernels add both residuals; the norms and SiLU · up stay separate kernels (run inside
             // wxa16Gemm's launch sequence, siluMul after gate/up's product).
             intLinearCase("INT8 g128, GQA 4/2", *intVariant(*gqa, 8), at::kHalf, 0, 2 * layers, 0);
-            attentionMergeCase("dense, GQA 4/2", *gqa, at::kHalf);
-            attentionMergeCase("INT4 g128, GQA 4/1, head dim 128, q/k/v biases", *int4Variant(*wide), at::kBFloat16);
+            attentionMergeCase("dense, GQA 4/2", *gqa, at::kHalf, InLaunchMerge::LastBlock);
+            attentionMergeCase("INT4 g128, GQA 4/1, head dim 128, q/k/v biases", *int4Variant(*wide), at::kBFloat16,
+                               InLaunchMerge::LastBlock);
+            if (cwb::decodeAttentionClustersSupported()) {
+                attentionMergeCase("dense, GQA 4/2", *gqa, at::kHalf, InLaunchMerge::Cluster);
+                attentionMergeCase("INT4 g128, GQA 4/1, head dim 128, q/k/v biases", *int4Variant(*wide),
+                                   at::kBFloat16, InLaunchMerge::Cluster);
+            } else {
+                std::printf("  cluster merge not run: this device is below compute capability 9.0\n");
+            }
             dependentLaunchCase("dense, GQA 4/2", *gqa, at::kHalf);
             dependentLaunchCase("INT4 attention (W4A16 between the decode kernels), q/k/v biases",
                                 *int4Only(*wide, "self_attn"), at::kHalf);

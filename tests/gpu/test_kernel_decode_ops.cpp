@@ -155,15 +155,29 @@ void poisonPastPosition(const AttentionCase& c, int64_t position, std::vector<fl
             }
 }
 
-// Split plans merge their chunks inside the attention launch (DecodeAttentionPlan::mergeInKernel) while this is set.
+// Split plans merge their chunks inside the attention launch (DecodeAttentionPlan::mergeInKernel) while this is set,
+// or, where they have at most kMaxClusterSplits chunks, in thread-block clusters (mergeInCluster) while that is.
 bool mergeSplitsInKernel = false;
+bool mergeSplitsInCluster = false;
+int64_t clusterPlansRun = 0;
+
+// The merge the cases ask for, on a plan of planDecodeAttention's (which follows decodeAttentionClusterMerge(), off
+// in this test) or a forced one (`forced`: its own mergeInKernel is kept, so a cluster can be shown to win over it).
+void chooseMerge(DecodeAttentionPlan& plan, bool forced) {
+    plan.mergeInKernel = (mergeSplitsInKernel || (forced && plan.mergeInKernel)) && plan.splits > 1;
+    plan.mergeInCluster = mergeSplitsInCluster && plan.splits > 1 && plan.splits <= kMaxClusterSplits;
+    clusterPlansRun += plan.mergeInCluster;
+}
+std::string mergeTag(const DecodeAttentionPlan& plan) {
+    return plan.mergeInCluster ? " merged in a cluster" : plan.mergeInKernel ? " merged in the launch" : "";
+}
 
 // A poisoned workspace for `plan`: NaN where the partials go, zeros where mergeInKernel's counters are (they must
 // start at zero).
 float* poisonedWorkspace(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan, size_t bytes) {
     if (!bytes) return nullptr;
     std::vector<float> ws(bytes / sizeof(float), NAN);
-    if (plan.mergeInKernel)
+    if (plan.mergeInKernel && !plan.mergeInCluster)
         for (size_t i = ws.size() - size_t(s.batch * s.kvHeads); i < ws.size(); ++i) ws[i] = 0.0f;
     return toDevice(ws);
 }
@@ -171,7 +185,7 @@ float* poisonedWorkspace(const DecodeAttentionShape& s, const DecodeAttentionPla
 // With mergeInKernel: the counters are back at zero after a launch (the next launch relies on it).
 void checkCountersReset(const std::string& tag, const DecodeAttentionShape& s, const DecodeAttentionPlan& plan,
                         const float* ws, size_t bytes) {
-    if (!plan.mergeInKernel) return;
+    if (!plan.mergeInKernel || plan.mergeInCluster) return;   // no counters
     const size_t words = bytes / sizeof(float), counters = size_t(s.batch * s.kvHeads);
     const std::vector<int32_t> tail = toHost(reinterpret_cast<const int32_t*>(ws + (words - counters)), counters);
     size_t nonzero = 0;
@@ -185,10 +199,10 @@ void testAttention(ActType t, const AttentionCase& c, int64_t position, int expe
                    const DecodeAttentionPlan* forced = nullptr) {
     const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
     DecodeAttentionPlan plan = forced ? *forced : planDecodeAttention(s, deviceMultiprocessors());
-    plan.mergeInKernel = mergeSplitsInKernel && plan.splits > 1;
+    chooseMerge(plan, forced != nullptr);
     const std::string tag = "decodeAttention " + describe(c, t) + ", position " + std::to_string(position) + ", " +
                             std::to_string(plan.splits) + " splits of " + std::to_string(plan.keysPerSplit) +
-                            (plan.mergeInKernel ? " merged in the launch" : "") + attentionKernelTag();
+                            mergeTag(plan) + attentionKernelTag();
     if (expectSplit >= 0)
         check((plan.splits > 1) == (expectSplit == 1), (tag + ": " + (expectSplit ? "split" : "not split") + " as intended").c_str());
     const int64_t qSize = c.batch * c.heads * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
@@ -223,11 +237,11 @@ void testRopeAttention(ActType t, const AttentionCase& c, RopeLayout layout, int
                        const DecodeAttentionPlan* forced = nullptr) {
     const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
     DecodeAttentionPlan plan = forced ? *forced : planDecodeAttention(s, deviceMultiprocessors());
-    plan.mergeInKernel = mergeSplitsInKernel && plan.splits > 1;
+    chooseMerge(plan, forced != nullptr);
     const std::string tag = "ropeDecodeAttention " + describe(c, t) +
                             (layout == RopeLayout::AdjacentPairs ? ", adjacent" : ", half-split") + ", position " +
                             std::to_string(position) + ", " + std::to_string(plan.splits) + " splits of " +
-                            std::to_string(plan.keysPerSplit) + (plan.mergeInKernel ? " merged in the launch" : "") +
+                            std::to_string(plan.keysPerSplit) + mergeTag(plan) +
                             attentionKernelTag();
     const int64_t width = (c.heads + 2 * c.kvHeads) * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
     std::vector<float> qkv = roundedGaussian(size_t(c.batch * width), 11, t);
@@ -347,6 +361,46 @@ int main() {
                 for (int64_t p : {int64_t(100), int64_t(3 * 1024 + 1000)}) testRopeAttention(t, longChunks, RopeLayout::HalfSplit, p, &fourChunks);
             }
             mergeSplitsInKernel = false;
+            // And merged in clusters (sm_90+): every case of at most 8 chunks, under both kernels, a plan of 8 chunks
+            // of several rounds (1024 keys of 8 query heads per kv head), and a mergeInKernel plan the cluster wins.
+            if (deviceRunsClusters()) {
+                check(!planDecodeAttention({1, 32, 32, 128, 192}, deviceMultiprocessors()).mergeInCluster,
+                      "plans merge in clusters only when asked (decodeAttentionClusterMerge is off here)");
+                setDecodeAttentionClusterMerge(true);
+                const DecodeAttentionPlan asked = planDecodeAttention({1, 32, 32, 128, 192}, deviceMultiprocessors());
+                const DecodeAttentionPlan tooMany = planDecodeAttention({1, 8, 2, 64, 4096}, deviceMultiprocessors());
+                setDecodeAttentionClusterMerge(false);
+                check(asked.mergeInCluster == (asked.splits > 1 && asked.splits <= kMaxClusterSplits),
+                      "a 192-key 7B plan merges in clusters when asked and its chunks fit one");
+                check(tooMany.splits > kMaxClusterSplits && !tooMany.mergeInCluster,
+                      "a plan of more chunks than a cluster holds keeps the merge kernel");
+                check(decodeAttentionWorkspaceBytes({1, 32, 32, 128, 192}, asked) == 0 || !asked.mergeInCluster,
+                      "a cluster plan needs no workspace");
+                mergeSplitsInCluster = true;
+                const int64_t before = clusterPlansRun;
+                for (DecodeAttentionKernel k : {DecodeAttentionKernel::Wide, DecodeAttentionKernel::Scalar}) {
+                    setDecodeAttentionKernel(k);
+                    for (size_t i = 0; i < std::size(attention); ++i) {
+                        const AttentionCase& c = attention[i];
+                        for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) testAttention(t, c, p, splits[i]);
+                    }
+                    for (const AttentionCase& c : fused)
+                        for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1, c.capacity})
+                            testRopeAttention(t, c, RopeLayout::AdjacentPairs, p);
+                    const AttentionCase longChunks{1, 64, 8, 128, 8192};
+                    const DecodeAttentionPlan eightChunks{8, 1024, true};
+                    for (int64_t p : {int64_t(5), int64_t(1024 + 300), int64_t(5 * 1024 + 1000), int64_t(8191)}) {
+                        testAttention(t, longChunks, p, 1, &eightChunks);
+                        testRopeAttention(t, longChunks, RopeLayout::HalfSplit, p, &eightChunks);
+                    }
+                }
+                setDecodeAttentionKernel(DecodeAttentionKernel::Auto);
+                mergeSplitsInCluster = false;
+                std::printf("  %lld launches merged in clusters\n", (long long)(clusterPlansRun - before));
+                check(clusterPlansRun - before >= 64, "the cluster cases ran as cluster plans");
+            } else {
+                std::printf("  cluster merge not run: this device is below compute capability 9.0\n");
+            }
         }
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());

@@ -43,19 +43,30 @@ void ropeKvWrite(const void* q, int64_t qStride, const void* k, int64_t kStride,
 // launch (no second launch; the workspace then also holds one counter per sequence and kv head, which must be zero
 // before the first launch, e.g. by cudaMemset, and which every launch leaves zero). planDecodeAttention sets
 // mergeInKernel on split plans where decodeAttentionMergeInKernel() is true: off by default until measured.
+// mergeInCluster (compute capability 9.0+, 2..kMaxClusterSplits splits; it wins over mergeInKernel): the splits of
+// each sequence and kv head run as one thread-block cluster and add up their chunks through each other's shared
+// memory, in the same launch, with no workspace. planDecodeAttention sets it where decodeAttentionClusterMerge() is
+// true and the device and split count allow.
+constexpr int64_t kMaxClusterSplits = 8;   // the portable cluster size
 struct DecodeAttentionPlan {
     int64_t splits = 1, keysPerSplit = 0;
     bool mergeInKernel = false;
+    bool mergeInCluster = false;
 };
 DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& shape, int multiprocessors);
 // Process-wide choice planDecodeAttention follows; CWB_ATTENTION_MERGE_IN_KERNEL=1 in the environment sets the start
 // value (for before/after runs of `cwb bench`). Switch between launches, never while another thread plans.
 void setDecodeAttentionMergeInKernel(bool on);
 bool decodeAttentionMergeInKernel();
+// The same for mergeInCluster; CWB_ATTENTION_CLUSTER_MERGE=0 or 1 in the environment sets the start value.
+void setDecodeAttentionClusterMerge(bool on);
+bool decodeAttentionClusterMerge();
+// True when the current device runs thread-block clusters (compute capability 9.0 or more).
+bool deviceRunsClusters();
 // Multiprocessors of the current device (cached per device).
 int deviceMultiprocessors();
 // Scratch decodeAttention needs for a plan (fp32 partial maxima, sums and outputs per split, then with mergeInKernel
-// the int counters); 0 when unsplit.
+// the int counters); 0 when unsplit or merged in clusters.
 size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& shape, const DecodeAttentionPlan& plan);
 
 // out[b, h] = softmax(q[b, h] · K[b, h / groups, 0..p]ᵀ * scale) · V[b, h / groups, 0..p] with p = *position, for
