@@ -193,6 +193,7 @@ int main() {
             });
             DecodeAttentionPlan plan = planDecodeAttention(s, deviceMultiprocessors());
             plan.mergeInKernel = false;   // these rows: the merge kernel, whatever CWB_ATTENTION_MERGE_IN_KERNEL says
+            plan.mergeInCluster = false;  // and whatever the cluster default is
             const size_t bytes = decodeAttentionWorkspaceBytes(s, plan);
             float* ws = deviceZeros<float>(bytes / sizeof(float) + 1);
             const double attentionThis = row("decodeAttention 32/32 heads of 128, " + std::to_string(last + 1) + " keys (" + std::to_string(plan.splits) +
@@ -236,13 +237,23 @@ int main() {
                 if (plan.splits <= kMaxClusterSplits && deviceRunsClusters()) {
                     DecodeAttentionPlan cluster = plan;   // merged through shared memory in clusters: no workspace
                     cluster.mergeInCluster = true;
-                    row("  decodeAttention, merged in clusters (no merge launch)",
-                        [&] { decodeAttention(qOut, keys, values, position, out, s, 0.088f, cluster, nullptr, 0, t, stream); });
-                    row("  ropeDecodeAttention, merged in clusters (no merge launch)", [&] {
-                        ropeDecodeAttention(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table,
-                                            maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s, 0.088f,
-                                            cluster, nullptr, 0, t, stream);
-                    });
+                    // Auto's kernel, then both forced: which of chunk length and kernel decides the cost
+                    for (DecodeAttentionKernel k :
+                         {DecodeAttentionKernel::Auto, DecodeAttentionKernel::Scalar, DecodeAttentionKernel::Wide}) {
+                        setDecodeAttentionKernel(k);
+                        const std::string kernel = k == DecodeAttentionKernel::Auto     ? ""
+                                                   : k == DecodeAttentionKernel::Scalar ? ", scalar kernel"
+                                                                                        : ", 16-byte-row kernel";
+                        row("  decodeAttention, merged in clusters (no merge launch)" + kernel, [&] {
+                            decodeAttention(qOut, keys, values, position, out, s, 0.088f, cluster, nullptr, 0, t, stream);
+                        });
+                        row("  ropeDecodeAttention, merged in clusters (no merge launch)" + kernel, [&] {
+                            ropeDecodeAttention(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden,
+                                                table, maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s,
+                                                0.088f, cluster, nullptr, 0, t, stream);
+                        });
+                    }
+                    setDecodeAttentionKernel(DecodeAttentionKernel::Auto);
                 }
             }
             std::printf("| (keys and values read at this position: %.1f MB) | |\n", 2.0 * double(heads * capacity * hd * 2) / 1e6);
@@ -422,7 +433,8 @@ int main() {
         ok(cudaMemcpy(position, &last, sizeof(last), cudaMemcpyHostToDevice), "position");
         const DecodeAttentionShape attention{1, heads, heads, hd, 192};
         DecodeAttentionPlan plan = planDecodeAttention(attention, deviceMultiprocessors());
-        plan.mergeInKernel = false;   // the merge kernel, except in the step that says otherwise
+        plan.mergeInKernel = false;   // the merge kernel, except in the steps that say otherwise
+        plan.mergeInCluster = false;
         const size_t workspaceBytes = decodeAttentionWorkspaceBytes(attention, plan);
         float* workspace = deviceZeros<float>(workspaceBytes / sizeof(float) + 1);
         DecodeAttentionPlan mergedPlan = plan;   // the chunks merged inside the attention launch (counters zeroed)

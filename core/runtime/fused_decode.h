@@ -27,7 +27,8 @@ std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor& x, const at:
 // headDim] at that position, then attention of every query head over the cache up to it. q, k and v may be views
 // of one fused GEMM output. ropeTable is the runtime's fp32 [positions, 2, headDim] (ropeTable()). One launch
 // (kernels::ropeDecodeAttention), two when the cache is split over the sequence, unless the plan merges the chunks
-// inside the launch (kernels::decodeAttentionMergeInKernel). That merge keeps counters across launches in
+// inside the launch (in thread-block clusters, the default where they apply: decodeAttentionClusterMerge; or by
+// the last block: kernels::decodeAttentionMergeInKernel). The last block's merge keeps counters across launches in
 // `workspace`, which the caller owns and keeps, one per layer (the KV cache's); it is made here, zeroed, when undefined
 // or too small, so the first (eager) step allocates it, never a captured one (a layer's need is fixed for a cache:
 // batch, capacity and heads). fusedAttentionMergedLaunches(): launches in this process that merged inside.
@@ -44,7 +45,7 @@ bool decodeAttentionMergeInKernel();
 int64_t fusedAttentionMergedLaunches();
 // Whether split decode attention runs each head's chunks as one thread-block cluster that merges them through shared
 // memory, in the launch and with no workspace (kernels::setDecodeAttentionClusterMerge; compute capability 9.0+, at
-// most kernels::kMaxClusterSplits chunks), process-wide; the start value is CWB_ATTENTION_CLUSTER_MERGE's.
+// most kernels::kMaxClusterSplits chunks shorter than 128 keys), process-wide; on unless CWB_ATTENTION_CLUSTER_MERGE=0.
 // fusedAttentionClusterLaunches(): launches in this process that merged so; decodeAttentionClustersSupported(): the
 // current device runs clusters. No-ops (false, 0) without the kernels.
 void setDecodeAttentionClusterMerge(bool on);

@@ -25,8 +25,13 @@ constexpr int kAttentionThreads = 128;
 // Keys (rows of K or V) a warp or thread loads before it uses the first: the loads of one block's chunk go out
 // together instead of one latency after another (a 32-key chunk at 4 warps is then one round of key loads).
 constexpr int kKeysInFlight = 8;
+// Value rows a thread of the scalar kernel under ROPE loads for its first element together with the first keys, so that a chunk
+// of up to this many keys (32 for Llama-2-7B at 192 keys on 132 SMs) reads its values in the same round trip as its
+// keys instead of in kKeysInFlight-row rounds after the softmax.
+constexpr int kEarlyValues = 32;
 constexpr int kMaxHeadDim = 256;
 constexpr size_t kSharedBudget = 40 * 1024;   // below the 48 KB a launch gets without opting in
+constexpr int64_t kWideMinKeys = 128;          // Auto's first chunk length for the 16-byte-row kernel
 
 // The query heads of one kv head, their chunk's scores and statistics (floats), then, 16-byte aligned, for the fused
 // RoPE, the position's new key and value (headDim elements each of the 2-byte activation type: headDim floats).
@@ -281,6 +286,16 @@ __global__ void __launch_bounds__(kAttentionThreads)
     // Scores: a warp per key, kKeysInFlight keys at a time whose loads are all issued before any is used; each lane
     // holds up to 8 of a key's elements (pairs 2 * lane + 64 j, one 4-byte load each: the head dimension is even).
     // The first batch is loaded before the queries are set up.
+    // The early value rows (kEarlyValues): under ROPE before the wait, as the keys; the position's own slot is not
+    // written yet, so its value is taken from shared memory where it is used.
+    // Without ROPE (the wait already done) the early rows measured slower (8.06 -> 8.54 us at 192 keys), so only ROPE.
+    const int earlyElement = ROPE ? int(threadIdx.x) % headDim : -1;
+    T earlyValues[kEarlyValues];
+#pragma unroll
+    for (int u = 0; u < kEarlyValues; ++u)
+        earlyValues[u] = ROPE && int(threadIdx.x) < groups * headDim && u < count
+                             ? valueRows[int64_t(u) * headDim + earlyElement]
+                             : fromFloat<T>(0.0f);
     const int firstKey = warp * kKeysInFlight;
     uint32_t k[kKeysInFlight][4];
     auto loadKeys = [&](int t0) {
@@ -342,6 +357,13 @@ __global__ void __launch_bounds__(kAttentionThreads)
         const float* weights = scores + g * keysPerSplit;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         int t = 0;
+        if (ROPE && i == earlyElement) {   // rows 0 .. kEarlyValues - 1 are in registers already
+#pragma unroll
+            for (int u = 0; u < kEarlyValues; ++u)
+                if (u < count)
+                    acc[u % 4] += weights[u] * toFloat(ROPE && u == local ? newValue[i] : earlyValues[u]);
+            t = min(count, kEarlyValues);
+        }
         for (; t + kKeysInFlight <= count; t += kKeysInFlight) {
             T v[kKeysInFlight];
 #pragma unroll
@@ -571,7 +593,10 @@ DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& s, int multi
     keys = std::min(maxKeys, std::max<int64_t>(32, (keys + 31) / 32 * 32));
     if (keys >= s.capacity) return {1, std::max<int64_t>(1, s.capacity)};
     DecodeAttentionPlan plan{(s.capacity + keys - 1) / keys, keys, decodeAttentionMergeInKernel()};
-    plan.mergeInCluster = plan.splits <= kMaxClusterSplits && decodeAttentionClusterMerge() && deviceRunsClusters();
+    // Clusters only for chunks the scalar kernel takes: on the H200 they measured faster there (7B, 6 chunks of 32
+    // keys: 8.04 against 8.66 us) and slower for 8 chunks of 128 in the 16-byte-row kernel (22.9 against 13.9 us).
+    plan.mergeInCluster = plan.splits <= kMaxClusterSplits && keys < kWideMinKeys && decodeAttentionClusterMerge() &&
+                          deviceRunsClusters();
     return plan;
 }
 
@@ -583,10 +608,10 @@ std::atomic<bool>& mergeInKernelSlot() {
     }()};
     return slot;
 }
-std::atomic<bool>& clusterMergeSlot() {
+std::atomic<bool>& clusterMergeSlot() {   // on unless CWB_ATTENTION_CLUSTER_MERGE=0
     static std::atomic<bool> slot{[] {
         const char* v = std::getenv("CWB_ATTENTION_CLUSTER_MERGE");
-        return v && *v && std::string(v) != "0";
+        return !(v && std::string(v) == "0");
     }()};
     return slot;
 }
@@ -618,7 +643,6 @@ namespace {
 
 // The 16-byte-row kernel takes head dimensions that are a multiple of 8 on 16-byte aligned caches, and under Auto
 // chunks of kWideMinKeys or more (decode_ops.h); the scalar kernel any even head dimension.
-constexpr int64_t kWideMinKeys = 128;
 std::atomic<DecodeAttentionKernel>& attentionKernelSlot() {
     static std::atomic<DecodeAttentionKernel> slot{DecodeAttentionKernel::Auto};
     return slot;

@@ -402,11 +402,17 @@ void attentionMergeCase(const std::string& caseName, const cwb::Model& model, at
                              (cluster ? "in clusters" : "inside the launch") + " vs by the merge kernel";
     const double tolerance = dtype == at::kBFloat16 ? kBf16Tolerance : kFp16Tolerance;
     std::printf("== %s\n", name.c_str());
+    // The other in-launch merge off for the case (clusters win over the last block's merge where both are on).
+    const bool previousCluster = cwb::decodeAttentionClusterMerge(), previousLastBlock = cwb::decodeAttentionMergeInKernel();
     auto set = [&](bool on) {
-        cluster ? cwb::setDecodeAttentionClusterMerge(on) : cwb::setDecodeAttentionMergeInKernel(on);
+        cwb::setDecodeAttentionClusterMerge(cluster && on);
+        cwb::setDecodeAttentionMergeInKernel(!cluster && on);
+    };
+    auto restore = [&] {
+        cwb::setDecodeAttentionClusterMerge(previousCluster);
+        cwb::setDecodeAttentionMergeInKernel(previousLastBlock);
     };
     auto launches = [&] { return cluster ? cwb::fusedAttentionClusterLaunches() : cwb::fusedAttentionMergedLaunches(); };
-    const bool previous = cluster ? cwb::decodeAttentionClusterMerge() : cwb::decodeAttentionMergeInKernel();
     at::Tensor prompt = at::randint(0, model.spec.vocab, {1, 80}, at::kLong);
     auto decode = [&](bool inLaunch, std::vector<int64_t>& ids, std::unique_ptr<cwb::KvCache>& cache) {
         set(inLaunch);
@@ -425,10 +431,10 @@ void attentionMergeCase(const std::string& caseName, const cwb::Model& model, at
         offLogits = decode(false, offIds, offCache);
         mergedOff = launches() - merged0 - mergedOn;
     } catch (...) {
-        set(previous);
+        restore();
         throw;
     }
-    set(previous);
+    restore();
     std::printf("  attention launches that merged %s: %lld on, %lld off\n", cluster ? "in clusters" : "inside",
                 (long long)mergedOn, (long long)mergedOff);
     // Host-side counts: a graph's launches are counted when the host runs a step to capture it, not at replays.

@@ -46,7 +46,8 @@ void ropeKvWrite(const void* q, int64_t qStride, const void* k, int64_t kStride,
 // mergeInCluster (compute capability 9.0+, 2..kMaxClusterSplits splits; it wins over mergeInKernel): the splits of
 // each sequence and kv head run as one thread-block cluster and add up their chunks through each other's shared
 // memory, in the same launch, with no workspace. planDecodeAttention sets it where decodeAttentionClusterMerge() is
-// true and the device and split count allow.
+// true (the default), the device and split count allow, and the chunks are shorter than the 16-byte-row kernel's
+// (where it measured slower).
 constexpr int64_t kMaxClusterSplits = 8;   // the portable cluster size
 struct DecodeAttentionPlan {
     int64_t splits = 1, keysPerSplit = 0;
@@ -58,7 +59,7 @@ DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& shape, int m
 // value (for before/after runs of `cwb bench`). Switch between launches, never while another thread plans.
 void setDecodeAttentionMergeInKernel(bool on);
 bool decodeAttentionMergeInKernel();
-// The same for mergeInCluster; CWB_ATTENTION_CLUSTER_MERGE=0 or 1 in the environment sets the start value.
+// The same for mergeInCluster: on unless CWB_ATTENTION_CLUSTER_MERGE=0 is in the environment.
 void setDecodeAttentionClusterMerge(bool on);
 bool decodeAttentionClusterMerge();
 // True when the current device runs thread-block clusters (compute capability 9.0 or more).
