@@ -1,7 +1,8 @@
 // Single-token attention over the KV cache, flash-decoding style: the cache is cut into chunks, one block per
 // (chunk, kv head, sequence) scores its keys for every query head of the kv head's group, takes the softmax of the
-// chunk in fp32 and sums the values; a second small kernel merges the chunks (running maxima and sums). The
-// position comes from device memory, so chunks past it exit at once and the launch shape never changes.
+// chunk in fp32 and sums the values; the chunks are then merged (running maxima and sums) by a second small kernel,
+// or inside the launch (decode_attention_merge.cuh). The position comes from device memory, so chunks past it exit
+// at once and the launch shape never changes.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "cuda_check.h"
 #include "cwb/kernels/decode_ops.h"
 #include "decode_common.cuh"
+#include "decode_attention_merge.cuh"
 #include "dependent_launch.cuh"
 
 namespace cwb::kernels {
@@ -20,14 +22,15 @@ namespace cwb::kernels {
 namespace {
 
 using namespace decode;
+using namespace attention_merge;
 
 constexpr int kAttentionThreads = 128;
 // Keys (rows of K or V) a warp or thread loads before it uses the first: the loads of one block's chunk go out
 // together instead of one latency after another (a 32-key chunk at 4 warps is then one round of key loads).
 constexpr int kKeysInFlight = 8;
-// Value rows a thread of the scalar kernel under ROPE loads for its first element together with the first keys, so that a chunk
-// of up to this many keys (32 for Llama-2-7B at 192 keys on 132 SMs) reads its values in the same round trip as its
-// keys instead of in kKeysInFlight-row rounds after the softmax.
+// Value rows a thread of the scalar kernel under ROPE loads for its first element together with the first keys, so
+// that a chunk of up to this many keys (32 for Llama-2-7B at 192 keys on 132 SMs) reads its values in the same round
+// trip as its keys instead of in kKeysInFlight-row rounds after the softmax.
 constexpr int kEarlyValues = 32;
 constexpr int kMaxHeadDim = 256;
 constexpr size_t kSharedBudget = 40 * 1024;   // below the 48 KB a launch gets without opting in
@@ -57,10 +60,6 @@ struct RopeInputs {
     T* valueCache;
 };
 
-
-__device__ __forceinline__ int64_t clampedPosition(const int64_t* position, int64_t capacity) {
-    return min(max(*position, int64_t(0)), capacity - 1);
-}
 
 // Starts bringing `elements` elements from p into L2, the block's threads taking 128-byte lines in turn.
 template <typename T>
@@ -131,117 +130,6 @@ __device__ int prepareQueries(const T* q, const RopeInputs<T>& rope, const int64
     return local;
 }
 
-// The merge inside the attention launch (DecodeAttentionPlan::mergeInKernel): after its partials are written, the
-// last block of a (sequence, kv head) to arrive adds up the chunks of its query heads exactly as mergeSplitsKernel does,
-// then resets the counter to zero for the next launch. Every block runs it (it has barriers); p is the clamped position.
-template <typename T>
-__device__ void mergeIfLast(const float* partialMax, const float* partialSum, const float* partialOut, int* counters,
-                            T* out, int64_t p, int b, int kvHead, int heads, int kvHeads, int headDim,
-                            int64_t keysPerSplit, int splits) {
-    __shared__ bool last;
-    __threadfence();   // this thread's partials, device-wide, before the block's arrival is counted
-    __syncthreads();
-    const int used = int(min(int64_t(splits), p / keysPerSplit + 1));   // the chunks whose blocks did not exit
-    int* counter = counters + b * kvHeads + kvHead;
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1) == used - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int groups = heads / kvHeads;
-    for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) {
-        const int g = e / headDim, i = e % headDim;
-        const int64_t row = int64_t(b) * heads + int64_t(kvHead) * groups + g;
-        const float* maxima = partialMax + row * splits;
-        float top = -INFINITY;
-        for (int s = 0; s < used; ++s) top = fmaxf(top, __ldcg(maxima + s));
-        float total = 0.0f, acc = 0.0f;
-        for (int s = 0; s < used; ++s) total += __ldcg(partialSum + row * splits + s) * expf(__ldcg(maxima + s) - top);
-        for (int s = 0; s < used; ++s)
-            acc += __ldcg(partialOut + (row * splits + s) * headDim + i) * expf(__ldcg(maxima + s) - top);
-        out[row * headDim + i] = fromFloat<T>(acc / total);
-    }
-    if (threadIdx.x == 0) *counter = 0;
-}
-
-// Thread-block clusters (sm_90+; the launcher never asks for them below): a barrier over every thread of the
-// cluster that makes shared-memory writes before it visible to reads after it, and a float read from the shared
-// memory of block `rank` of the cluster at the address `local` has in this block.
-__device__ __forceinline__ void clusterBarrier() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ float clusterSharedLoad(const float* local, int rank) {
-    float v = 0.0f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const unsigned address = unsigned(__cvta_generic_to_shared(local));
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-#endif
-    return v;
-}
-
-// The merge inside a cluster (DecodeAttentionPlan::mergeInCluster): the splits of one (sequence, kv head) are one
-// cluster, block x of it chunk x. Each block has left its chunk's weighted sums in `sums` [groups][headDim] and its
-// maxima and totals in `stats`, in shared memory; after a cluster barrier each block adds up an equal share of the
-// elements from every used chunk, exactly as mergeSplitsKernel does, and a second barrier keeps every block's shared
-// memory alive until the last read. Blocks whose chunk lies past the position run it too, with nothing of their own.
-template <typename T>
-__device__ void mergeInCluster(const float* sums, const float* stats, T* out, int64_t p, int b, int kvHead, int heads,
-                               int kvHeads, int headDim, int64_t keysPerSplit, int splits) {
-    clusterBarrier();
-    const int groups = heads / kvHeads, elements = groups * headDim;
-    const int used = int(min(int64_t(splits), p / keysPerSplit + 1));
-    const int share = (elements + splits - 1) / splits;
-    const int first = int(blockIdx.x) * share, end = min(elements, first + share);
-    T* rows = out + (int64_t(b) * heads + int64_t(kvHead) * groups) * headDim;
-    for (int e = first + int(threadIdx.x); e < end; e += blockDim.x) {
-        const int g = e / headDim;
-        float maxima[kMaxClusterSplits];
-        float top = -INFINITY;
-#pragma unroll
-        for (int s = 0; s < kMaxClusterSplits; ++s)
-            if (s < used) {
-                maxima[s] = clusterSharedLoad(stats + g, s);
-                top = fmaxf(top, maxima[s]);
-            }
-        float total = 0.0f, acc = 0.0f;
-#pragma unroll
-        for (int s = 0; s < kMaxClusterSplits; ++s)
-            if (s < used) {
-                const float w = expf(maxima[s] - top);
-                total += clusterSharedLoad(stats + groups + g, s) * w;
-                acc += clusterSharedLoad(sums + e, s) * w;
-            }
-        rows[e] = fromFloat<T>(acc / total);
-    }
-    clusterBarrier();
-}
-
-// The end of both attention kernels once the chunk's outputs are written: in a cluster plan the merge there (the
-// chunk's sums in `sums`, shared memory); else a split plan's chunk maxima and sums (stats: [groups] maxima, then
-// [groups] sums), then, with counters, the merge by the last block (mergeIfLast).
-template <typename T>
-__device__ __forceinline__ void finishChunk(const float* sums, const float* stats, float* partialMax, float* partialSum,
-                                            const float* partialOut, int* counters, T* out, int64_t p, int b,
-                                            int kvHead, int split, int heads, int kvHeads, int headDim,
-                                            int64_t keysPerSplit, int splits, bool clusterMerge) {
-    if (clusterMerge) {
-        mergeInCluster<T>(sums, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
-        return;
-    }
-    const int groups = heads / kvHeads;
-    if (splits > 1 && int(threadIdx.x) < groups) {
-        const int64_t row = int64_t(b) * heads + int64_t(kvHead) * groups + threadIdx.x;
-        partialMax[row * splits + split] = stats[threadIdx.x];
-        partialSum[row * splits + split] = stats[groups + threadIdx.x];
-    }
-    if (counters)
-        mergeIfLast<T>(partialMax, partialSum, partialOut, counters, out, p, b, kvHead, heads, kvHeads, headDim,
-                       keysPerSplit, splits);
-}
-
 // ROPE (ropeDecodeAttention): q is rotated here from rope.q, and the block whose chunk holds the position rotates
 // that position's key, writes it and the value to the caches, and reads both from shared memory (the other blocks
 // never read that slot: it lies in one chunk). Without ROPE, q is already rotated and the caches already written.
@@ -268,10 +156,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int64_t p = clampedPosition(position, capacity);
     const int64_t start = int64_t(split) * keysPerSplit;
     if (start > p) {   // the merge does not read chunks past the position (an exit counts as the PDL trigger)
-        if (clusterMerge) {   // but a cluster's barriers need every block, and its share of the merge
-            if constexpr (ROPE) waitForPredecessor();
-            mergeInCluster<T>(qs, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
-        }
+        if (clusterMerge)
+            mergePastPosition<T, ROPE>(qs, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
         return;
     }
     const int count = int(min(keysPerSplit, p + 1 - start));
@@ -283,12 +169,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const T* valueRows = values + (cacheHead + start) * headDim;
     prefetchToL2(valueRows, int64_t(count) * headDim);   // read only after the softmax
 
-    // Scores: a warp per key, kKeysInFlight keys at a time whose loads are all issued before any is used; each lane
-    // holds up to 8 of a key's elements (pairs 2 * lane + 64 j, one 4-byte load each: the head dimension is even).
-    // The first batch is loaded before the queries are set up.
     // The early value rows (kEarlyValues): under ROPE before the wait, as the keys; the position's own slot is not
-    // written yet, so its value is taken from shared memory where it is used.
-    // Without ROPE (the wait already done) the early rows measured slower (8.06 -> 8.54 us at 192 keys), so only ROPE.
+    // written yet, so its value is taken from shared memory where it is used. Without ROPE (the wait already done)
+    // they measured slower (8.06 -> 8.54 us at 192 keys).
     const int earlyElement = ROPE ? int(threadIdx.x) % headDim : -1;
     T earlyValues[kEarlyValues];
 #pragma unroll
@@ -296,6 +179,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
         earlyValues[u] = ROPE && int(threadIdx.x) < groups * headDim && u < count
                              ? valueRows[int64_t(u) * headDim + earlyElement]
                              : fromFloat<T>(0.0f);
+    // Scores: a warp per key, kKeysInFlight keys at a time whose loads are all issued before any is used; each lane
+    // holds up to 8 of a key's elements (pairs 2 * lane + 64 j, one 4-byte load each: the head dimension is even).
+    // The first batch is loaded before the queries are set up.
     const int firstKey = warp * kKeysInFlight;
     uint32_t k[kKeysInFlight][4];
     auto loadKeys = [&](int t0) {
@@ -361,7 +247,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 #pragma unroll
             for (int u = 0; u < kEarlyValues; ++u)
                 if (u < count)
-                    acc[u % 4] += weights[u] * toFloat(ROPE && u == local ? newValue[i] : earlyValues[u]);
+                    acc[u % 4] += weights[u] * toFloat(u == local ? newValue[i] : earlyValues[u]);
             t = min(count, kEarlyValues);
         }
         for (; t + kKeysInFlight <= count; t += kKeysInFlight) {
@@ -409,7 +295,7 @@ __global__ void __launch_bounds__(kWideThreads)
                               T* __restrict__ out, float* __restrict__ partialMax, float* __restrict__ partialSum,
                               float* __restrict__ partialOut, int* counters, int heads, int kvHeads, int headDim,
                               int64_t capacity, int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope,
-                          bool clusterMerge) {
+                              bool clusterMerge) {
     if constexpr (!ROPE) waitForPredecessor();   // as in decodeAttentionKernel
     extern __shared__ __align__(16) float wideShared[];
     const int groups = heads / kvHeads;
@@ -422,10 +308,8 @@ __global__ void __launch_bounds__(kWideThreads)
     const int64_t p = clampedPosition(position, capacity);
     const int64_t start = int64_t(split) * keysPerSplit;
     if (start > p) {   // as in decodeAttentionKernel
-        if (clusterMerge) {
-            if constexpr (ROPE) waitForPredecessor();
-            mergeInCluster<T>(qs, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
-        }
+        if (clusterMerge)
+            mergePastPosition<T, ROPE>(qs, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
         return;
     }
     const int count = int(min(keysPerSplit, p + 1 - start));
@@ -545,27 +429,6 @@ __global__ void __launch_bounds__(kWideThreads)
                    headDim, keysPerSplit, splits, clusterMerge);
 }
 
-// One block per (query head, sequence): the chunks up to the position, rescaled to their common maximum.
-template <typename T>
-__global__ void mergeSplitsKernel(const float* __restrict__ partialMax, const float* __restrict__ partialSum,
-                                  const float* __restrict__ partialOut, const int64_t* __restrict__ position,
-                                  T* __restrict__ out, int heads, int headDim, int64_t capacity, int64_t keysPerSplit,
-                                  int splits) {
-    waitForPredecessor();
-    const int64_t row = int64_t(blockIdx.y) * heads + blockIdx.x;
-    const int used = int(min(int64_t(splits), clampedPosition(position, capacity) / keysPerSplit + 1));
-    const float* maxima = partialMax + row * splits;
-    float top = -INFINITY;
-    for (int s = 0; s < used; ++s) top = fmaxf(top, maxima[s]);
-    float total = 0.0f;
-    for (int s = 0; s < used; ++s) total += partialSum[row * splits + s] * expf(maxima[s] - top);
-    for (int i = threadIdx.x; i < headDim; i += blockDim.x) {
-        float acc = 0.0f;
-        for (int s = 0; s < used; ++s) acc += partialOut[(row * splits + s) * headDim + i] * expf(maxima[s] - top);
-        out[row * headDim + i] = fromFloat<T>(acc / total);
-    }
-}
-
 void require(bool ok, const std::string& what) {
     if (!ok) throw KernelError("decodeAttention: " + what);
 }
@@ -622,16 +485,7 @@ bool decodeAttentionMergeInKernel() { return mergeInKernelSlot().load(std::memor
 void setDecodeAttentionClusterMerge(bool on) { clusterMergeSlot().store(on, std::memory_order_relaxed); }
 bool decodeAttentionClusterMerge() { return clusterMergeSlot().load(std::memory_order_relaxed); }
 
-bool deviceRunsClusters() {
-    static std::atomic<int> cached[64];   // 0: not asked yet, 1: no, 2: yes
-    int device = 0;
-    CWB_CUDA_CHECK(cudaGetDevice(&device));
-    if (device >= 0 && device < 64 && cached[device].load() != 0) return cached[device].load() == 2;
-    int major = 0;
-    CWB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    if (device >= 0 && device < 64) cached[device].store(major >= 9 ? 2 : 1);
-    return major >= 9;
-}
+bool deviceRunsClusters() { return detail::hopperOrLater(); }
 
 size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan) {
     if (plan.splits <= 1 || plan.mergeInCluster) return 0;

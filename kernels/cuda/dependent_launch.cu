@@ -20,17 +20,6 @@ bool fromEnvironment() {
     return !(value && std::strcmp(value, "0") == 0);
 }
 
-bool deviceSupportsPdl() {
-    static std::atomic<int> cached[64];   // 0: not asked yet, 1: no, 2: yes
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return false;
-    if (device >= 0 && device < 64 && cached[device].load() != 0) return cached[device].load() == 2;
-    int major = 0;
-    const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
-    if (device >= 0 && device < 64) cached[device].store(yes ? 2 : 1);
-    return yes;
-}
-
 } // namespace
 
 void setProgrammaticDependentLaunch(bool on) { setting.store(on ? 1 : 0); }
@@ -47,12 +36,23 @@ bool programmaticDependentLaunch() {
 
 int64_t programmaticDependentLaunches() { return launches.load(); }
 
-bool programmaticDependentLaunchSupported() { return deviceSupportsPdl(); }
+bool programmaticDependentLaunchSupported() { return detail::hopperOrLater(); }
 
 namespace detail {
 
+bool hopperOrLater() {
+    static std::atomic<int> cached[64];   // 0: not asked yet, 1: no, 2: yes
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (device >= 0 && device < 64 && cached[device].load() != 0) return cached[device].load() == 2;
+    int major = 0;
+    const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
+    if (device >= 0 && device < 64) cached[device].store(yes ? 2 : 1);
+    return yes;
+}
+
 bool useDependentLaunch() {
-    if (!programmaticDependentLaunch() || !deviceSupportsPdl()) return false;
+    if (!programmaticDependentLaunch() || !hopperOrLater()) return false;
     ++launches;
     return true;
 }

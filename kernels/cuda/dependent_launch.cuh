@@ -10,7 +10,9 @@
 namespace cwb::kernels {
 
 namespace detail {
-// The setting, and the current device at compute capability 9.0 or more. Counts the launch when true.
+// The current device is at compute capability 9.0 or more (PDL, thread-block clusters); cached per device.
+bool hopperOrLater();
+// The setting, and hopperOrLater(). Counts the launch when true.
 bool useDependentLaunch();
 } // namespace detail
 

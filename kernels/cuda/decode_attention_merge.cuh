@@ -1,0 +1,162 @@
+#pragma once
+// Internal to decode_attention.cu: the three ways the chunks of a split decode-attention plan are merged (running
+// maxima and sums, in fp32, in the same order): a second small kernel (mergeSplitsKernel), the last block of each
+// (sequence, kv head) to finish through the workspace (mergeIfLast), or the blocks of one thread-block cluster through
+// each other's shared memory (mergeInCluster); finishChunk is the end of both attention kernels that picks one.
+#include <cmath>
+#include <cstdint>
+
+#include "cwb/kernels/decode_ops.h"
+#include "decode_common.cuh"
+#include "dependent_launch.cuh"
+
+namespace cwb::kernels::attention_merge {
+
+using detail::fromFloat;
+
+__device__ __forceinline__ int64_t clampedPosition(const int64_t* position, int64_t capacity) {
+    return min(max(*position, int64_t(0)), capacity - 1);
+}
+
+// The merge inside the attention launch (DecodeAttentionPlan::mergeInKernel): after its partials are written, the
+// last block of a (sequence, kv head) to arrive adds up the chunks of its query heads exactly as mergeSplitsKernel does,
+// then resets the counter to zero for the next launch. Every block runs it (it has barriers); p is the clamped position.
+template <typename T>
+__device__ void mergeIfLast(const float* partialMax, const float* partialSum, const float* partialOut, int* counters,
+                            T* out, int64_t p, int b, int kvHead, int heads, int kvHeads, int headDim,
+                            int64_t keysPerSplit, int splits) {
+    __shared__ bool last;
+    __threadfence();   // this thread's partials, device-wide, before the block's arrival is counted
+    __syncthreads();
+    const int used = int(min(int64_t(splits), p / keysPerSplit + 1));   // the chunks whose blocks did not exit
+    int* counter = counters + b * kvHeads + kvHead;
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1) == used - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int groups = heads / kvHeads;
+    for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) {
+        const int g = e / headDim, i = e % headDim;
+        const int64_t row = int64_t(b) * heads + int64_t(kvHead) * groups + g;
+        const float* maxima = partialMax + row * splits;
+        float top = -INFINITY;
+        for (int s = 0; s < used; ++s) top = fmaxf(top, __ldcg(maxima + s));
+        float total = 0.0f, acc = 0.0f;
+        for (int s = 0; s < used; ++s) total += __ldcg(partialSum + row * splits + s) * expf(__ldcg(maxima + s) - top);
+        for (int s = 0; s < used; ++s)
+            acc += __ldcg(partialOut + (row * splits + s) * headDim + i) * expf(__ldcg(maxima + s) - top);
+        out[row * headDim + i] = fromFloat<T>(acc / total);
+    }
+    if (threadIdx.x == 0) *counter = 0;
+}
+
+// Thread-block clusters (sm_90+; the launcher never asks for them below): a barrier over every thread of the
+// cluster that makes shared-memory writes before it visible to reads after it, and a float read from the shared
+// memory of block `rank` of the cluster at the address `local` has in this block.
+__device__ __forceinline__ void clusterBarrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ float clusterSharedLoad(const float* local, int rank) {
+    float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned address = unsigned(__cvta_generic_to_shared(local));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+#endif
+    return v;
+}
+
+// The merge inside a cluster (DecodeAttentionPlan::mergeInCluster): the splits of one (sequence, kv head) are one
+// cluster, block x of it chunk x. Each block has left its chunk's weighted sums in `sums` [groups][headDim] and its
+// maxima and totals in `stats`, in shared memory; after a cluster barrier each block adds up an equal share of the
+// elements from every used chunk, exactly as mergeSplitsKernel does, and a second barrier keeps every block's shared
+// memory alive until the last read. Blocks whose chunk lies past the position run it too, with nothing of their own.
+template <typename T>
+__device__ void mergeInCluster(const float* sums, const float* stats, T* out, int64_t p, int b, int kvHead, int heads,
+                               int kvHeads, int headDim, int64_t keysPerSplit, int splits) {
+    clusterBarrier();
+    const int groups = heads / kvHeads, elements = groups * headDim;
+    const int used = int(min(int64_t(splits), p / keysPerSplit + 1));
+    const int share = (elements + splits - 1) / splits;
+    const int first = int(blockIdx.x) * share, end = min(elements, first + share);
+    T* rows = out + (int64_t(b) * heads + int64_t(kvHead) * groups) * headDim;
+    for (int e = first + int(threadIdx.x); e < end; e += blockDim.x) {
+        const int g = e / headDim;
+        float maxima[kMaxClusterSplits];
+        float top = -INFINITY;
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s)
+            if (s < used) {
+                maxima[s] = clusterSharedLoad(stats + g, s);
+                top = fmaxf(top, maxima[s]);
+            }
+        float total = 0.0f, acc = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s)
+            if (s < used) {
+                const float w = expf(maxima[s] - top);
+                total += clusterSharedLoad(stats + groups + g, s) * w;
+                acc += clusterSharedLoad(sums + e, s) * w;
+            }
+        rows[e] = fromFloat<T>(acc / total);
+    }
+    clusterBarrier();
+}
+
+// A block whose chunk lies past the position in a cluster plan: the cluster's barriers need every block, and it takes
+// its share of the merge (under ROPE after the wait, which the blocks with keys make later in the kernel).
+template <typename T, bool ROPE>
+__device__ void mergePastPosition(const float* sums, const float* stats, T* out, int64_t p, int b, int kvHead, int heads,
+                                  int kvHeads, int headDim, int64_t keysPerSplit, int splits) {
+    if constexpr (ROPE) waitForPredecessor();
+    mergeInCluster<T>(sums, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
+}
+
+// The end of both attention kernels once the chunk's outputs are written: in a cluster plan the merge there (the
+// chunk's sums in `sums`, shared memory); else a split plan's chunk maxima and sums (stats: [groups] maxima, then
+// [groups] sums), then, with counters, the merge by the last block (mergeIfLast).
+template <typename T>
+__device__ __forceinline__ void finishChunk(const float* sums, const float* stats, float* partialMax, float* partialSum,
+                                            const float* partialOut, int* counters, T* out, int64_t p, int b,
+                                            int kvHead, int split, int heads, int kvHeads, int headDim,
+                                            int64_t keysPerSplit, int splits, bool clusterMerge) {
+    if (clusterMerge) {
+        mergeInCluster<T>(sums, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
+        return;
+    }
+    const int groups = heads / kvHeads;
+    if (splits > 1 && int(threadIdx.x) < groups) {
+        const int64_t row = int64_t(b) * heads + int64_t(kvHead) * groups + threadIdx.x;
+        partialMax[row * splits + split] = stats[threadIdx.x];
+        partialSum[row * splits + split] = stats[groups + threadIdx.x];
+    }
+    if (counters)
+        mergeIfLast<T>(partialMax, partialSum, partialOut, counters, out, p, b, kvHead, heads, kvHeads, headDim,
+                       keysPerSplit, splits);
+}
+
+// One block per (query head, sequence): the chunks up to the position, rescaled to their common maximum.
+template <typename T>
+__global__ void mergeSplitsKernel(const float* __restrict__ partialMax, const float* __restrict__ partialSum,
+                                  const float* __restrict__ partialOut, const int64_t* __restrict__ position,
+                                  T* __restrict__ out, int heads, int headDim, int64_t capacity, int64_t keysPerSplit,
+                                  int splits) {
+    waitForPredecessor();
+    const int64_t row = int64_t(blockIdx.y) * heads + blockIdx.x;
+    const int used = int(min(int64_t(splits), clampedPosition(position, capacity) / keysPerSplit + 1));
+    const float* maxima = partialMax + row * splits;
+    float top = -INFINITY;
+    for (int s = 0; s < used; ++s) top = fmaxf(top, maxima[s]);
+    float total = 0.0f;
+    for (int s = 0; s < used; ++s) total += partialSum[row * splits + s] * expf(maxima[s] - top);
+    for (int i = threadIdx.x; i < headDim; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < used; ++s) acc += partialOut[(row * splits + s) * headDim + i] * expf(maxima[s] - top);
+        out[row * headDim + i] = fromFloat<T>(acc / total);
+    }
+}
+
+} // namespace cwb::kernels::attention_merge
