@@ -260,6 +260,37 @@ int main() {
             cudaFree(ws);
             if (capacity == 192) ropeUs = ropeThis, attentionUs = attentionThis, ropeAttentionUs = fusedThis;
         }
+        // Plans by hand (RoPE fused, Auto's kernel): how many chunks per head, and whether all the blocks (and, merged in
+        // clusters, all the clusters) run at once. planDecodeAttention took ceil(2 x SMs / heads) chunks per head
+        // before session 27 (9 of 480 at 4096 keys on 132 SMs: 288 blocks) and takes the floor now (8 of 512: 256).
+        std::printf("\nDecode attention by plan (RoPE fused, fp16, 32/32 heads of 128, last position; blocks at once ="
+                    " blocks per SM x SMs):\n\n| keys | plan | merge | blocks | per SM | clusters at once | us |\n"
+                    "| ---: | --- | --- | ---: | ---: | ---: | ---: |\n");
+        struct ByHand { int64_t capacity, splits, keys; bool cluster; };
+        const ByHand byHand[] = {{1024, 8, 128, false}, {1024, 8, 128, true},  {1024, 4, 256, false}, {1024, 4, 256, true},
+                                 {2112, 9, 256, false}, {2112, 8, 288, false}, {2112, 8, 288, true},  {2112, 17, 128, false},
+                                 {4096, 9, 480, false}, {4096, 8, 512, false}, {4096, 8, 512, true},  {4096, 16, 256, false},
+                                 {4096, 32, 128, false}, {4096, 4, 1024, true}};
+        for (const ByHand& h : byHand) {
+            if (h.cluster && !deviceRunsClusters()) continue;
+            const DecodeAttentionShape s{1, heads, heads, hd, h.capacity};
+            const int64_t last = h.capacity - 1;
+            ok(cudaMemcpy(position, &last, sizeof(last), cudaMemcpyHostToDevice), "position");
+            DecodeAttentionPlan plan{h.splits, h.keys, false, h.cluster};
+            const size_t bytes = decodeAttentionWorkspaceBytes(s, plan);
+            float* ws = deviceZeros<float>(bytes / sizeof(float) + 1);
+            const DecodeAttentionOccupancy o = decodeAttentionOccupancy(s, plan, t, true);
+            const double us = microsecondsPerLaunch(stream, [&] {
+                ropeDecodeAttention(qkv, 3 * hidden, qkv + hidden, 3 * hidden, qkv + 2 * hidden, 3 * hidden, table,
+                                    maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s, 0.088f, plan, ws,
+                                    bytes, t, stream);
+            });
+            const DecodeAttentionPlan chosen = planDecodeAttention(s, deviceMultiprocessors());
+            std::printf("| %lld | %lld x %lld%s | %s | %lld | %d | %d | %.2f |\n", (long long)h.capacity, (long long)h.splits,
+                        (long long)h.keys, chosen.splits == h.splits && chosen.keysPerSplit == h.keys ? " (planned)" : "",
+                        h.cluster ? "cluster" : "kernel", (long long)o.blocks, o.blocksPerMultiprocessor, o.activeClusters, us);
+            cudaFree(ws);
+        }
 
         // Dense linears: cuBLAS (what at::linear / at::addmm call) against the GEMV, same data, same run.
         const double copy = copyGBs(stream);

@@ -450,8 +450,11 @@ DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& s, int multi
     const int64_t groups = std::max<int64_t>(1, s.heads / std::max<int64_t>(1, s.kvHeads));
     const int64_t budgetKeys = int64_t(kSharedBudget / sizeof(float)) / groups - s.headDim - 2;
     const int64_t maxKeys = std::max<int64_t>(32, std::min<int64_t>(1024, budgetKeys) / 32 * 32);
+    // At most two blocks per multiprocessor in all: the 16-byte-row kernel's 256 threads of 128 registers fit two per
+    // multiprocessor, so one more chunk per head than that (rounding up: 9 x 32 = 288 blocks on 132 SMs at 4096 keys)
+    // ran as a second wave of 24 blocks.
     const int64_t blocks = std::max<int64_t>(1, s.batch * s.kvHeads);
-    const int64_t wanted = std::max<int64_t>(1, (2 * int64_t(multiprocessors) + blocks - 1) / blocks);
+    const int64_t wanted = std::max<int64_t>(1, 2 * int64_t(multiprocessors) / blocks);
     int64_t keys = (s.capacity + wanted - 1) / wanted;
     keys = std::min(maxKeys, std::max<int64_t>(32, (keys + 31) / 32 * 32));
     if (keys >= s.capacity) return {1, std::max<int64_t>(1, s.capacity)};
@@ -501,12 +504,28 @@ std::atomic<DecodeAttentionKernel>& attentionKernelSlot() {
     static std::atomic<DecodeAttentionKernel> slot{DecodeAttentionKernel::Auto};
     return slot;
 }
-bool wideRows(int64_t headDim, const void* keyCache, const void* valueCache, int64_t keysPerSplit) {
+bool wideRows(int64_t headDim, bool alignedCaches, int64_t keysPerSplit) {
     const DecodeAttentionKernel chosen = attentionKernelSlot().load(std::memory_order_relaxed);
-    const bool fits = headDim % 8 == 0 && reinterpret_cast<uintptr_t>(keyCache) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(valueCache) % 16 == 0;
-    return fits && (chosen == DecodeAttentionKernel::Wide ||
-                    (chosen == DecodeAttentionKernel::Auto && keysPerSplit >= kWideMinKeys));
+    return headDim % 8 == 0 && alignedCaches &&
+           (chosen == DecodeAttentionKernel::Wide || (chosen == DecodeAttentionKernel::Auto && keysPerSplit >= kWideMinKeys));
+}
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The attention kernel, its threads and its shared memory for a plan (wide: the 16-byte-row kernel).
+template <typename T>
+struct AttentionLaunch {
+    void (*kernel)(const T*, const T*, const T*, const int64_t*, T*, float*, float*, float*, int*, int, int, int,
+                   int64_t, int64_t, int, float, RopeInputs<T>, bool);
+    unsigned threads;
+    size_t shared;
+};
+template <typename T>
+AttentionLaunch<T> attentionLaunch(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan, bool wide, bool rope) {
+    // Short chunks: four warps, as the scalar kernel (eight would mostly wait at the barriers).
+    const unsigned threads = !wide ? kAttentionThreads : plan.keysPerSplit >= kWideMinKeys ? kWideThreads : 128;
+    const auto kernel = wide ? (rope ? decodeAttentionWideKernel<T, true> : decodeAttentionWideKernel<T, false>)
+                             : (rope ? decodeAttentionKernel<T, true> : decodeAttentionKernel<T, false>);
+    return {kernel, threads, sharedBytes(s.heads / s.kvHeads, s.headDim, plan.keysPerSplit)};
 }
 
 // Both entry points: the attention kernel (with the RoPE of ropeDecodeAttention when `rope`), then the merge.
@@ -548,13 +567,10 @@ void launchAttention(const void* q, const void* keyCache, const void* valueCache
                  reinterpret_cast<const T*>(rope->v), rope->qStride, rope->kStride, rope->vStride, rope->table,
                  rope->tablePositions, rope->adjacentPairs, reinterpret_cast<T*>(rope->keyCache),
                  reinterpret_cast<T*>(rope->valueCache)};
-        const bool wide = wideRows(s.headDim, keyCache, valueCache, plan.keysPerSplit);
-        // Short chunks: four warps, as the scalar kernel (eight would mostly wait at the barriers).
-        const unsigned threads = !wide ? kAttentionThreads : plan.keysPerSplit >= kWideMinKeys ? kWideThreads : 128;
-        const auto kernel = wide ? (rope ? decodeAttentionWideKernel<T, true> : decodeAttentionWideKernel<T, false>)
-                                 : (rope ? decodeAttentionKernel<T, true> : decodeAttentionKernel<T, false>);
+        const bool wide = wideRows(s.headDim, aligned16(keyCache) && aligned16(valueCache), plan.keysPerSplit);
+        const AttentionLaunch<T> launch = attentionLaunch<T>(s, plan, wide, rope != nullptr);
         CWB_CUDA_CHECK(launchDependentInClusters(
-            cluster ? unsigned(plan.splits) : 0u, kernel, grid, dim3(threads), shared, st, static_cast<const T*>(q),
+            cluster ? unsigned(plan.splits) : 0u, launch.kernel, grid, dim3(launch.threads), shared, st, static_cast<const T*>(q),
             static_cast<const T*>(keyCache), static_cast<const T*>(valueCache), position, static_cast<T*>(out),
             partialMax, partialSum, partialOut, counters, int(s.heads), int(s.kvHeads), int(s.headDim), s.capacity,
             plan.keysPerSplit, int(plan.splits), scale, r, cluster));
@@ -571,6 +587,33 @@ void launchAttention(const void* q, const void* keyCache, const void* valueCache
 }
 
 } // namespace
+
+DecodeAttentionOccupancy decodeAttentionOccupancy(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan,
+                                                  ActType type, bool rope) {
+    require(s.batch > 0 && s.heads > 0 && s.kvHeads > 0 && s.heads % s.kvHeads == 0 && plan.splits >= 1, "bad shape or plan");
+    DecodeAttentionOccupancy o;
+    o.blocks = plan.splits * s.kvHeads * s.batch;
+    dispatch(type, [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        const AttentionLaunch<T> launch = attentionLaunch<T>(s, plan, wideRows(s.headDim, true, plan.keysPerSplit), rope);
+        CWB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocksPerMultiprocessor, launch.kernel,
+                                                                     int(launch.threads), launch.shared));
+        if (plan.splits > 1 && plan.mergeInCluster && deviceRunsClusters()) {
+            cudaLaunchAttribute attribute = {};
+            attribute.id = cudaLaunchAttributeClusterDimension;
+            attribute.val.clusterDim.x = unsigned(plan.splits);
+            attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+            cudaLaunchConfig_t config = {};
+            config.gridDim = dim3(unsigned(plan.splits), unsigned(s.kvHeads), unsigned(s.batch));
+            config.blockDim = dim3(launch.threads);
+            config.dynamicSmemBytes = launch.shared;
+            config.attrs = &attribute;
+            config.numAttrs = 1;
+            CWB_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&o.activeClusters, launch.kernel, &config));
+        }
+    });
+    return o;
+}
 
 void setDecodeAttentionKernel(DecodeAttentionKernel kernel) {
     attentionKernelSlot().store(kernel, std::memory_order_relaxed);

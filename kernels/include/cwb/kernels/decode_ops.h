@@ -37,8 +37,9 @@ void ropeKvWrite(const void* q, int64_t qStride, const void* k, int64_t kStride,
                  void* qOut, void* keyCache, void* valueCache, const DecodeAttentionShape& shape, ActType type,
                  Stream stream);
 
-// How decodeAttention splits the cache: `splits` chunks of `keysPerSplit` keys, so that about twice as many blocks
-// as the device has multiprocessors work even at batch 1. Chunks past the position exit at once. The chunks are
+// How decodeAttention splits the cache: `splits` chunks of `keysPerSplit` keys, so that up to twice as many blocks
+// as the device has multiprocessors work even at batch 1 (not more: the 16-byte-row kernel fits two per
+// multiprocessor, and the blocks past that ran as a second wave). Chunks past the position exit at once. The chunks are
 // merged by a second small kernel, or with mergeInKernel by the last block of each kv head to finish, in the same
 // launch (no second launch; the workspace then also holds one counter per sequence and kv head, which must be zero
 // before the first launch, e.g. by cudaMemset, and which every launch leaves zero). planDecodeAttention sets
@@ -66,6 +67,18 @@ bool decodeAttentionClusterMerge();
 bool deviceRunsClusters();
 // Multiprocessors of the current device (cached per device).
 int deviceMultiprocessors();
+// For the attention kernel that decodeAttention (rope false) or ropeDecodeAttention (rope true) launches for a plan
+// on the current device, caches 16-byte aligned: its blocks in all, how many fit on one multiprocessor at once, and
+// for a cluster plan how many of its clusters the device runs at once (cudaOccupancyMaxActiveClusters; else 0). For
+// benchmarks, to tell a plan that runs in one wave from one that does not.
+struct DecodeAttentionOccupancy {
+    int64_t blocks = 0;
+    int blocksPerMultiprocessor = 0;
+    int activeClusters = 0;
+};
+DecodeAttentionOccupancy decodeAttentionOccupancy(const DecodeAttentionShape& shape, const DecodeAttentionPlan& plan,
+                                                  ActType type, bool rope);
+
 // Scratch decodeAttention needs for a plan (fp32 partial maxima, sums and outputs per split, then with mergeInKernel
 // the int counters); 0 when unsplit or merged in clusters.
 size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& shape, const DecodeAttentionPlan& plan);

@@ -1,0 +1,55 @@
+// CPU-only test of planDecodeAttention (decode_ops.h), how split decode attention cuts the cache into chunks: every
+// plan covers the cache in chunks of whole 32-key steps of at most 1024 keys, and launches at most two blocks per
+// multiprocessor unless its chunks are already the longest allowed. The regression: at 4096 keys of Llama-2-7B on
+// 132 multiprocessors the planner took 9 chunks of 480 per head (288 blocks), and the 24 blocks past two per
+// multiprocessor ran as a second wave (49 us); now 8 chunks of 512 (256 blocks). The cluster merge is switched off
+// here, so no plan asks the device anything.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "cwb/kernels/decode_ops.h"
+#include "kernel_check.h"
+
+using namespace cwb::kernels;
+using namespace cwb::kernels::testing;
+
+int main() {
+    setDecodeAttentionClusterMerge(false);
+    const int multiprocessorCounts[] = {16, 78, 108, 132, 144};
+    const DecodeAttentionShape heads[] = {{1, 32, 32, 128, 0}, {1, 32, 8, 128, 0}, {1, 64, 8, 128, 0},
+                                          {2, 8, 8, 64, 0},    {4, 4, 1, 64, 0},   {1, 40, 40, 128, 0}};
+    const int64_t capacities[] = {32, 192, 1000, 2112, 4096, 8192, 32768};
+    int plans = 0, covered = 0, steps = 0, oneWave = 0, merged = 0;
+    for (int sms : multiprocessorCounts)
+        for (DecodeAttentionShape s : heads)
+            for (int64_t capacity : capacities) {
+                s.capacity = capacity;
+                const DecodeAttentionPlan p = planDecodeAttention(s, sms);
+                const int64_t blocks = p.splits * s.kvHeads * s.batch;
+                ++plans;
+                covered += p.splits >= 1 && p.splits * p.keysPerSplit >= capacity &&
+                           (p.splits - 1) * p.keysPerSplit < capacity;
+                steps += p.splits == 1 ? p.keysPerSplit == capacity
+                                       : p.keysPerSplit % 32 == 0 && p.keysPerSplit >= 32 && p.keysPerSplit <= 1024;
+                const bool fits = blocks <= std::max<int64_t>(2 * sms, s.kvHeads * s.batch) || p.keysPerSplit == 1024;
+                oneWave += fits;
+                if (!fits)
+                    std::printf("  %d SMs, %lld/%lld heads, batch %lld, %lld keys: %lld chunks of %lld (%lld blocks)\n",
+                                sms, (long long)s.heads, (long long)s.kvHeads, (long long)s.batch, (long long)capacity,
+                                (long long)p.splits, (long long)p.keysPerSplit, (long long)blocks);
+                merged += p.mergeInCluster || p.mergeInKernel;
+            }
+    std::printf("  %d plans\n", plans);
+    check(merged == 0, "no plan merges in the launch while both in-launch merges are switched off");
+    check(covered == plans, "every plan covers the cache, with no chunk wholly past it");
+    check(steps == plans, "split plans use chunks of whole 32-key steps of at most 1024 keys");
+    check(oneWave == plans, "no plan has more than two blocks per multiprocessor unless its chunks are the longest allowed");
+    const DecodeAttentionPlan llama7b = planDecodeAttention({1, 32, 32, 128, 4096}, 132);
+    const std::string got = std::to_string(llama7b.splits) + " of " + std::to_string(llama7b.keysPerSplit);
+    check(llama7b.splits == 8 && llama7b.keysPerSplit == 512,
+          ("Llama-2-7B at 4096 keys on 132 SMs: 8 chunks of 512 (256 blocks), not 9 of 480 (got " + got + ")").c_str());
+    const DecodeAttentionPlan short7b = planDecodeAttention({1, 32, 32, 128, 192}, 132);
+    check(short7b.splits == 6 && short7b.keysPerSplit == 32, "Llama-2-7B at 192 keys on 132 SMs: 6 chunks of 32, as before");
+    return finish();
+}
