@@ -570,7 +570,7 @@ void launchAttention(const void* q, const void* keyCache, const void* valueCache
         const bool wide = wideRows(s.headDim, aligned16(keyCache) && aligned16(valueCache), plan.keysPerSplit);
         const AttentionLaunch<T> launch = attentionLaunch<T>(s, plan, wide, rope != nullptr);
         CWB_CUDA_CHECK(launchDependentInClusters(
-            cluster ? unsigned(plan.splits) : 0u, launch.kernel, grid, dim3(launch.threads), shared, st, static_cast<const T*>(q),
+            cluster ? unsigned(plan.splits) : 0u, launch.kernel, grid, dim3(launch.threads), launch.shared, st, static_cast<const T*>(q),
             static_cast<const T*>(keyCache), static_cast<const T*>(valueCache), position, static_cast<T*>(out),
             partialMax, partialSum, partialOut, counters, int(s.heads), int(s.kvHeads), int(s.headDim), s.capacity,
             plan.keysPerSplit, int(plan.splits), scale, r, cluster));

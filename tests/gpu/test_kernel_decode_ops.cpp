@@ -273,6 +273,40 @@ void testRopeAttention(ActType t, const AttentionCase& c, RopeLayout layout, int
     cudaFree(dqkv), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dtable), cudaFree(dpos), cudaFree(ws);
 }
 
+// decodeAttentionOccupancy against what planDecodeAttention promises on this device: each planned split plan's blocks
+// all fit at once (blocks per multiprocessor x multiprocessors) unless its chunks are the longest allowed, and the
+// 192-key Llama-2-7B plan that the cluster default takes runs all its clusters at once (what session 27 found missing
+// for 8 clusters of 128+ keys: 30 of 32 on the H200).
+void testPlansFitOneWave(ActType t, const AttentionCase* cases, size_t count) {
+    const int sms = deviceMultiprocessors();
+    for (size_t i = 0; i < count; ++i) {
+        const AttentionCase& c = cases[i];
+        const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
+        const DecodeAttentionPlan plan = planDecodeAttention(s, sms);
+        for (bool rope : {false, true}) {
+            const DecodeAttentionOccupancy o = decodeAttentionOccupancy(s, plan, t, rope);
+            const std::string tag = "occupancy " + describe(c, t) + (rope ? ", RoPE fused" : "") + ": " +
+                                    std::to_string(plan.splits) + " x " + std::to_string(plan.keysPerSplit) + ", " +
+                                    std::to_string(o.blocks) + " blocks, " + std::to_string(o.blocksPerMultiprocessor) +
+                                    " per SM";
+            check(o.blocks == plan.splits * c.kvHeads * c.batch && o.blocksPerMultiprocessor >= 1,
+                  (tag + ": blocks counted, at least one per multiprocessor").c_str());
+            if (plan.splits > 1)
+                check(o.blocks <= int64_t(o.blocksPerMultiprocessor) * sms || plan.keysPerSplit == 1024,
+                      (tag + ": all blocks at once").c_str());
+        }
+    }
+    if (!deviceRunsClusters()) return;
+    const DecodeAttentionShape llama{1, 32, 32, 128, 192};
+    DecodeAttentionPlan plan = planDecodeAttention(llama, sms);
+    if (plan.splits < 2 || plan.splits > kMaxClusterSplits) return;
+    plan.mergeInCluster = true;
+    const DecodeAttentionOccupancy o = decodeAttentionOccupancy(llama, plan, t, true);
+    std::printf("  7B at 192 keys, %lld chunks in clusters: %d clusters at once for %lld\n", (long long)plan.splits,
+                o.activeClusters, (long long)(o.blocks / plan.splits));
+    check(o.activeClusters >= o.blocks / plan.splits, "the 192-key 7B cluster plan runs all its clusters at once");
+}
+
 void testSiluMul(ActType t, int64_t rows, int64_t width) {
     const std::string tag = std::string("siluMul ") + actTypeName(t) + " " + std::to_string(rows) + "x" + std::to_string(width);
     std::vector<float> gateUp = roundedGaussian(size_t(rows * 2 * width), 10, t, 2.0f), ref(size_t(rows * width));
@@ -316,6 +350,7 @@ int main() {
                                                {1, 4, 2, 96, 70},     {1, 2, 1, 256, 300},   {1, 4, 2, 36, 100},
                                                {1, 8, 4, 8, 600},     {1, 10, 2, 64, 333},   {1, 32, 32, 128, 4096}};
             const int splits[] = {0, 0, 1, 1, 1, -1, -1, 1, -1, -1, -1, 1};
+            testPlansFitOneWave(t, attention, std::size(attention));
             // RoPE, the cache write and attention in one launch: split and unsplit caches, GQA, batch 2, both layouts.
             const AttentionCase fused[] = {{1, 32, 32, 128, 192}, {1, 4, 1, 64, 24},    {2, 8, 2, 64, 1500},
                                            {1, 4, 2, 96, 70},     {1, 2, 1, 256, 300},  {1, 4, 2, 36, 100},
