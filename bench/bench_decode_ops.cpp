@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -565,7 +566,7 @@ int main() {
             const size_t wsBytes = size_t(64) << 20;
             void* ws = allocateWorkspace(wsBytes);
             auto w4 = [&](Int4Linear& l, const void* in, void* result, const Wxa16Fusion& fusion) {
-                const DeviceTiledWeight& w = *l.copies[size_t(l.next++ % 2)];
+                const DeviceTiledWeight& w = *l.copies[size_t(l.next++) % l.copies.size()];
                 wxa16Gemm(w, in, result, 1, ws, wsBytes, stream, 0, fusion);
             };
             Wxa16Fusion none, normed, plusResidual, normedGlu;
@@ -614,6 +615,7 @@ int main() {
             std::printf("\nOne INT4 decode step (W4A16 g128 block linears, dense head with its norm folded; same"
                         " timing):\n\n| norms and residual adds (SiLU * up) | launches | ms, PDL off | ms, PDL on |"
                         " PDL speed-up |\n| --- | ---: | ---: | ---: | ---: |\n");
+            double lastStepMs = 0;   // PDL on, the last folding of the table
             for (Int4Folding folding : {Int4Folding::None, Int4Folding::NormsAndAdds, Int4Folding::AlsoSwiGlu,
                                         Int4Folding::AlsoMerge, Int4Folding::AlsoClusterMerge}) {
                 const bool inLaunch = folding == Int4Folding::AlsoMerge || folding == Int4Folding::AlsoClusterMerge;
@@ -637,6 +639,55 @@ int main() {
                             : folding == Int4Folding::AlsoMerge    ? "the same, attention merged in its launch"
                                                                    : "the same, attention merged in clusters",
                             launches, stepMs[0], stepMs[1], stepMs[0] / stepMs[1]);
+                lastStepMs = stepMs[1];
+            }
+            // The last step above by launch: each of a block's launches 64 times in a CUDA graph with PDL on, every
+            // weight read from one of enough copies that 128+ MB lie between two reads of one (not from L2), against
+            // its bytes at copy speed. What the sum misses of the step is what launches of different kernels lose
+            // (or gain) next to each other.
+            {
+                auto spread = [&](int64_t inputs, int64_t outputs, uint32_t seed, double& mb) {
+                    Int4Linear l;
+                    const TiledIntWeight host = randomInt4(inputs, outputs, seed);
+                    mb = double((host.words.size() + host.scaleZero.size()) * sizeof(uint32_t)) / 1e6;
+                    const int copies = std::max(2, int(std::ceil(128.0 / mb)) + 1);
+                    for (int c = 0; c < copies; ++c) l.copies.push_back(std::make_unique<DeviceTiledWeight>(host));
+                    return l;
+                };
+                double qkvMb = 0, oMb = 0, gateUpMb = 0, downMb = 0;
+                Int4Linear qkvS = spread(hidden, 3 * hidden, 1, qkvMb), oS = spread(hidden, hidden, 2, oMb),
+                           gateUpS = spread(hidden, 2 * ffn, 3, gateUpMb), downS = spread(ffn, hidden, 4, downMb);
+                const double attentionMb = 2.0 * double(heads * 192 * hd * 2) / 1e6, headMb = double(32000 * hidden * 2) / 1e6;
+                setProgrammaticDependentLaunch(true);
+                mergeInCluster = clusterPlan.mergeInCluster;
+                std::printf("\nThat INT4 step by launch (each launch 64 times in a CUDA graph, PDL on, weights read from copies"
+                            " 128+ MB apart):\n\n| launch | MB read | µs | %% of copy | x 32 blocks, ms |\n"
+                            "| --- | ---: | ---: | ---: | ---: |\n");
+                double blockUs = 0, blockMb = 0;
+                auto launchRow = [&](const char* name, double mb, int times, const std::function<void()>& launch) {
+                    const double us = microsecondsPerLaunch(stream, launch, 64);
+                    blockUs += times == 32 ? us : 0.0;
+                    blockMb += times == 32 ? mb : 0.0;
+                    std::printf("| %s | %.1f | %.2f | %.0f%% | %.3f |\n", name, mb, us, 100.0 * mb * 1e3 / us / copy,
+                                times * us / 1e3);
+                    return us;
+                };
+                launchRow("q/k/v 4096x12288, RMSNorm folded", qkvMb, 32, [&] { w4(qkvS, stream_x, qkv, normed); });
+                launchRow(clusterPlan.mergeInCluster ? "RoPE + attention, 192 keys, merged in clusters"
+                                                     : "RoPE + attention, 192 keys (+ merge)",
+                          attentionMb, 32, ropeAttention);
+                launchRow("o_proj 4096x4096 + residual", oMb, 32, [&] { w4(oS, out, stream_x, plusResidual); });
+                launchRow("gate/up 4096x22016, RMSNorm folded, SiLU * up", gateUpMb, 32,
+                          [&] { w4(gateUpS, stream_x, out, normedGlu); });
+                launchRow("down_proj 11008x4096 + residual", downMb, 32, [&] { w4(downS, out, stream_x, plusResidual); });
+                const double headUs = launchRow("head 4096x32000 (fp16), RMSNorm folded", headMb, 1,
+                                                [&] { normedLinear(true, 32000, gy); });
+                mergeInCluster = false;
+                const double sumMs = (32 * blockUs + headUs) / 1e3;
+                std::printf("| one block's launches (sum) | %.1f | %.2f | %.0f%% | |\n", blockMb, blockUs,
+                            100.0 * blockMb * 1e3 / blockUs / copy);
+                std::printf("\nSum of the launches: %.3f ms per step against %.3f ms for the step above; the bytes at copy"
+                            " speed: %.3f ms.\n", sumMs, lastStepMs, (32 * blockMb + headMb) * 1e3 / copy / 1e3);
             }
             freeWorkspace(ws);
         }

@@ -93,6 +93,32 @@ __device__ __forceinline__ void chunkSoftmax(float* scores, float* stats, int gr
     }
 }
 
+// Adds up 8 values per lane (the partial dots of 8 rows) over aligned groups of `width` lanes, a power of two from 8
+// to 32, by a transposing reduction: at each of three halvings a lane keeps half of its values and adds its partner's
+// other half, so 8 rows take 4 + 2 + 1 shuffles (one more per further halving of width) in one chain, where a sum per
+// row takes log2(width) shuffles each, 8 chains one after another. `at` is the lane's index in its group; it ends with
+// the sum of row transposedRow(at, width), and the lanes where transposedWriter(at, width) hold each row once.
+constexpr int kTransposedRows = 8;
+__device__ __forceinline__ float transposedSum(float (&v)[kTransposedRows], int at, int width) {
+#pragma unroll
+    for (int kept = kTransposedRows / 2, o = width / 2; kept >= 1; kept /= 2, o /= 2) {
+        const bool upper = (at & o) != 0;   // keeps the upper half of its values
+#pragma unroll
+        for (int i = 0; i < kept; ++i) {
+            const float send = upper ? v[i] : v[i + kept];
+            const float keep = upper ? v[i + kept] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+    float sum = v[0];
+    for (int o = width / 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    return sum;
+}
+__device__ __forceinline__ int transposedRow(int at, int width) {
+    return ((at & (width / 2)) ? 4 : 0) + ((at & (width / 4)) ? 2 : 0) + ((at & (width / 8)) ? 1 : 0);
+}
+__device__ __forceinline__ bool transposedWriter(int at, int width) { return (at & (width / 8 - 1)) == 0; }
+
 // The block's query heads, scaled, into qs [groups][headDim] (fp32). ROPE: q is rotated here from rope.q, and the block
 // whose chunk holds the position rotates that position's key, writes it and the value to the caches and to newKey /
 // newValue in shared memory (the other blocks never read that slot: it lies in one chunk); returns the position's
@@ -212,23 +238,30 @@ __global__ void __launch_bounds__(kAttentionThreads)
                     const int i = 2 * lane + 64 * j;
                     if (t0 + u == local && i < headDim) k[u][j] = *reinterpret_cast<const unsigned int*>(newKey + i);
                 }
+        // The lane's elements of each query head in registers; the 8 keys' dots added up across the warp at once
+        // (transposedSum; keys past the chunk's end are zeros and not stored).
+        for (int g = 0; g < groups; ++g) {
+            const float* qg = qs + g * headDim;
+            float qv[8];
 #pragma unroll
-        for (int u = 0; u < kKeysInFlight; ++u) {
-            if (t0 + u >= count) break;
-            for (int g = 0; g < groups; ++g) {
-                const float* qg = qs + g * headDim;
-                float dot = 0.0f;
+            for (int j = 0; j < 4; ++j) {
+                const int i = 2 * lane + 64 * j;
+                qv[2 * j] = i < headDim ? qg[i] : 0.0f;
+                qv[2 * j + 1] = i < headDim ? qg[i + 1] : 0.0f;
+            }
+            float dot[kKeysInFlight];
+#pragma unroll
+            for (int u = 0; u < kKeysInFlight; ++u) {
+                dot[u] = 0.0f;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    const int i = 2 * lane + 64 * j;
-                    if (i < headDim) {
-                        const T* pair = reinterpret_cast<const T*>(&k[u][j]);
-                        dot += qg[i] * toFloat(pair[0]) + qg[i + 1] * toFloat(pair[1]);
-                    }
+                    const T* pair = reinterpret_cast<const T*>(&k[u][j]);
+                    dot[u] += qv[2 * j] * toFloat(pair[0]) + qv[2 * j + 1] * toFloat(pair[1]);
                 }
-                dot = warpSum(dot);
-                if (lane == 0) scores[g * keysPerSplit + t0 + u] = dot;
             }
+            const float sum = transposedSum(dot, lane, 32);
+            const int t = t0 + transposedRow(lane, 32);
+            if (transposedWriter(lane, 32) && t < count) scores[g * keysPerSplit + t] = sum;
         }
     }
     __syncthreads();
@@ -352,9 +385,38 @@ __global__ void __launch_bounds__(kWideThreads)
                                     scale, qs, newKey, newValue);
     __syncthreads();
 
+    // Rows of 8+ lanes (head dimension above 32): each lane forms its 8 rows' partial dots with its 8 elements of q
+    // held in registers, and transposedSum adds them up across the row's lanes.
+    static_assert(kWideRowsInFlight == kTransposedRows, "one transposed sum per round");
+    const bool transposed = width >= 8;
+    auto scoreRoundTransposed = [&](int t0) {
+        for (int g = 0; g < groups; ++g) {
+            const float* qg = qs + g * headDim + slice * 8;
+            float qv[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) qv[i] = active ? qg[i] : 0.0f;
+            float dot[kWideRowsInFlight];
+#pragma unroll
+            for (int u = 0; u < kWideRowsInFlight; ++u) {
+                float e[8];
+                unpack8<T>(rows[u], e);
+                dot[u] = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) dot[u] = fmaf(qv[i], e[i], dot[u]);
+            }
+            const float sum = transposedSum(dot, slice, width);
+            const int t = rowOf(t0, transposedRow(slice, width));
+            if (transposedWriter(slice, width) && t < count) scores[g * keysPerSplit + t] = sum;
+        }
+    };
+
     for (int t0 = 0; t0 < count; t0 += rowsPerRound) {
         if (t0 != 0) loadRows(keyRows, t0);
         useNewRow(newKey, t0);
+        if (transposed) {
+            scoreRoundTransposed(t0);
+            continue;
+        }
 #pragma unroll
         for (int u = 0; u < kWideRowsInFlight; ++u) {
             if (!warpHasRow(t0, u)) break;
