@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // The same attention for head dimensions that are a multiple of 8, with 16-byte loads: `width` lanes (the power of
 // two at or above headDim / 8) hold one key or value row, 8 elements each, so a warp holds 32 / width rows per load
 // and each lane keeps kWideRowsInFlight loads in flight. Scores: the lanes of a row add up their products by
-// shuffles. Weighted values: each lane sums its 8 elements over its rows for up to four query heads at a time, the
+// shuffles (transposedSum from 8 lanes per row up). Weighted values: each lane sums its 8 elements over its rows for up to four query heads at a time, the
 // warp's rows are added by shuffles and the warps' sums by shared-memory atomics into qs (free once scored).
 // The scalar kernel above read values 2 bytes at a time, one row after another: 72 us for 4096 keys of Llama-2-7B.
 constexpr int kWideThreads = 256;
