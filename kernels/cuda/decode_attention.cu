@@ -37,13 +37,20 @@ constexpr size_t kSharedBudget = 40 * 1024;   // below the 48 KB a launch gets w
 constexpr int64_t kWideMinKeys = 128;          // Auto's first chunk length for the 16-byte-row kernel
 
 // The query heads of one kv head, their chunk's scores and statistics (floats), then, 16-byte aligned, for the fused
-// RoPE, the position's new key and value (headDim elements each of the 2-byte activation type: headDim floats).
+// RoPE, the position's new key and value (headDim elements each of the 2-byte activation type: headDim floats), then
+// in a cluster plan the area the other blocks' partials arrive in (clusterReceiveFloats).
 __host__ __device__ inline int64_t newRowsOffset(int64_t groups, int64_t headDim, int64_t keysPerSplit) {
     return (groups * (headDim + keysPerSplit + 2) + 3) / 4 * 4;
 }
-size_t sharedBytes(int64_t groups, int64_t headDim, int64_t keysPerSplit) {
-    return size_t(newRowsOffset(groups, headDim, keysPerSplit) + headDim) * sizeof(float);
+__host__ __device__ inline int64_t receiveOffset(int64_t groups, int64_t headDim, int64_t keysPerSplit) {
+    return newRowsOffset(groups, headDim, keysPerSplit) + headDim;
 }
+// clusterSplits: the cluster's size in a cluster plan, else 0.
+size_t sharedBytes(int64_t groups, int64_t headDim, int64_t keysPerSplit, int64_t clusterSplits) {
+    const int64_t receive = clusterSplits > 0 ? clusterReceiveFloats(groups, headDim, clusterSplits) : 0;
+    return size_t(receiveOffset(groups, headDim, keysPerSplit) + receive) * sizeof(float);
+}
+constexpr size_t kSharedLimit = 48 * 1024;     // what a launch gets without opting in
 
 // The fused RoPE's inputs (ropeDecodeAttention): the raw q, k, v rows (strided as ropeKvWrite's), the cos / signed-sin
 // table and the caches to write the position's key and value into.
@@ -170,6 +177,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     // Without ROPE the kernel before this one wrote the position's key: wait first. With it, that kernel only made
     // q, k and v; the position and every earlier slot of the caches are older, so the cache reads start before the
     // wait and overlap that kernel's end (programmatic dependent launch).
+    if (clusterMerge) clusterArrive();   // the first half of the barrier mergeInCluster waits at
     if constexpr (!ROPE) waitForPredecessor();
     extern __shared__ float shared[];
     const int groups = heads / kvHeads;
@@ -178,12 +186,13 @@ __global__ void __launch_bounds__(kAttentionThreads)
     float* stats = scores + groups * keysPerSplit;       // [groups] maxima, then [groups] sums
     T* newKey = reinterpret_cast<T*>(shared + newRowsOffset(groups, headDim, keysPerSplit));   // ROPE, then the value
     T* newValue = newKey + headDim;
+    float* receive = shared + receiveOffset(groups, headDim, keysPerSplit);   // cluster plans
     const int split = blockIdx.x, kvHead = blockIdx.y, b = blockIdx.z;
     const int64_t p = clampedPosition(position, capacity);
     const int64_t start = int64_t(split) * keysPerSplit;
     if (start > p) {   // the merge does not read chunks past the position (an exit counts as the PDL trigger)
         if (clusterMerge)
-            mergePastPosition<T, ROPE>(qs, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
+            mergePastPosition<T, ROPE>(receive, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
         return;
     }
     const int count = int(min(keysPerSplit, p + 1 - start));
@@ -302,8 +311,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
         else
             partialOut[(row * splits + split) * headDim + i] = sum;
     }
-    finishChunk<T>(qs, stats, partialMax, partialSum, partialOut, counters, out, p, b, kvHead, split, heads, kvHeads,
-                   headDim, keysPerSplit, splits, clusterMerge);
+    finishChunk<T>(qs, stats, receive, partialMax, partialSum, partialOut, counters, out, p, b, kvHead, split, heads,
+                   kvHeads, headDim, keysPerSplit, splits, clusterMerge);
 }
 
 // The same attention for head dimensions that are a multiple of 8, with 16-byte loads: `width` lanes (the power of
@@ -329,7 +338,8 @@ __global__ void __launch_bounds__(kWideThreads)
                               float* __restrict__ partialOut, int* counters, int heads, int kvHeads, int headDim,
                               int64_t capacity, int64_t keysPerSplit, int splits, float scale, RopeInputs<T> rope,
                               bool clusterMerge) {
-    if constexpr (!ROPE) waitForPredecessor();   // as in decodeAttentionKernel
+    if (clusterMerge) clusterArrive();            // as in decodeAttentionKernel
+    if constexpr (!ROPE) waitForPredecessor();
     extern __shared__ __align__(16) float wideShared[];
     const int groups = heads / kvHeads;
     float* qs = wideShared;                           // [groups][headDim] queries; then the weighted values' sums
@@ -337,12 +347,13 @@ __global__ void __launch_bounds__(kWideThreads)
     float* stats = scores + groups * keysPerSplit;    // [groups] maxima, then [groups] sums
     T* newKey = reinterpret_cast<T*>(wideShared + newRowsOffset(groups, headDim, keysPerSplit));
     T* newValue = newKey + headDim;
+    float* receive = wideShared + receiveOffset(groups, headDim, keysPerSplit);
     const int split = blockIdx.x, kvHead = blockIdx.y, b = blockIdx.z;
     const int64_t p = clampedPosition(position, capacity);
     const int64_t start = int64_t(split) * keysPerSplit;
     if (start > p) {   // as in decodeAttentionKernel
         if (clusterMerge)
-            mergePastPosition<T, ROPE>(qs, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
+            mergePastPosition<T, ROPE>(receive, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
         return;
     }
     const int count = int(min(keysPerSplit, p + 1 - start));
@@ -487,8 +498,8 @@ __global__ void __launch_bounds__(kWideThreads)
         else
             partialOut[(row * splits + split) * headDim + i] = qs[e];
     }
-    finishChunk<T>(qs, stats, partialMax, partialSum, partialOut, counters, out, p, b, kvHead, split, heads, kvHeads,
-                   headDim, keysPerSplit, splits, clusterMerge);
+    finishChunk<T>(qs, stats, receive, partialMax, partialSum, partialOut, counters, out, p, b, kvHead, split, heads,
+                   kvHeads, headDim, keysPerSplit, splits, clusterMerge);
 }
 
 void require(bool ok, const std::string& what) {
@@ -524,7 +535,7 @@ DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& s, int multi
     // Clusters only for chunks the scalar kernel takes: on the H200 they measured faster there (7B, 6 chunks of 32
     // keys: 8.04 against 8.66 us) and slower for 8 chunks of 128 in the 16-byte-row kernel (22.9 against 13.9 us).
     plan.mergeInCluster = plan.splits <= kMaxClusterSplits && keys < kWideMinKeys && decodeAttentionClusterMerge() &&
-                          deviceRunsClusters();
+                          sharedBytes(groups, s.headDim, keys, plan.splits) <= kSharedLimit && deviceRunsClusters();
     return plan;
 }
 
@@ -587,7 +598,8 @@ AttentionLaunch<T> attentionLaunch(const DecodeAttentionShape& s, const DecodeAt
     const unsigned threads = !wide ? kAttentionThreads : plan.keysPerSplit >= kWideMinKeys ? kWideThreads : 128;
     const auto kernel = wide ? (rope ? decodeAttentionWideKernel<T, true> : decodeAttentionWideKernel<T, false>)
                              : (rope ? decodeAttentionKernel<T, true> : decodeAttentionKernel<T, false>);
-    return {kernel, threads, sharedBytes(s.heads / s.kvHeads, s.headDim, plan.keysPerSplit)};
+    const bool cluster = plan.splits > 1 && plan.mergeInCluster;
+    return {kernel, threads, sharedBytes(s.heads / s.kvHeads, s.headDim, plan.keysPerSplit, cluster ? plan.splits : 0)};
 }
 
 // Both entry points: the attention kernel (with the RoPE of ropeDecodeAttention when `rope`), then the merge.
@@ -603,10 +615,12 @@ void launchAttention(const void* q, const void* keyCache, const void* valueCache
     require(plan.splits >= 1 && plan.keysPerSplit >= 1 && plan.splits * plan.keysPerSplit >= s.capacity,
             "the plan does not cover the cache");
     const int64_t groups = s.heads / s.kvHeads;
-    const size_t shared = sharedBytes(groups, s.headDim, plan.keysPerSplit);
-    require(shared <= 48 * 1024, "a group of " + std::to_string(groups) + " heads of " + std::to_string(s.headDim) +
-                                     " needs " + std::to_string(shared) + " bytes of shared memory");
     const bool cluster = plan.splits > 1 && plan.mergeInCluster;
+    const size_t shared = sharedBytes(groups, s.headDim, plan.keysPerSplit, cluster ? plan.splits : 0);
+    require(shared <= kSharedLimit, "a group of " + std::to_string(groups) + " heads of " + std::to_string(s.headDim) +
+                                        " in chunks of " + std::to_string(plan.keysPerSplit) + " keys" +
+                                        (cluster ? " merged in a cluster" : "") + " needs " + std::to_string(shared) +
+                                        " bytes of shared memory");
     require(!cluster || plan.splits <= kMaxClusterSplits,
             std::to_string(plan.splits) + " splits do not fit one cluster of at most " + std::to_string(kMaxClusterSplits));
     require(!cluster || deviceRunsClusters(), "a cluster merge needs compute capability 9.0 or more");

@@ -50,81 +50,106 @@ __device__ void mergeIfLast(const float* partialMax, const float* partialSum, co
     if (threadIdx.x == 0) *counter = 0;
 }
 
-// Thread-block clusters (sm_90+; the launcher never asks for them below): a barrier over every thread of the
-// cluster that makes shared-memory writes before it visible to reads after it, and a float read from the shared
-// memory of block `rank` of the cluster at the address `local` has in this block.
-__device__ __forceinline__ void clusterBarrier() {
+// Thread-block clusters (sm_90+; the launcher never asks for them below). The cluster barrier in its two halves: every
+// thread arrives once at the kernel's start (clusterArrive: relaxed, it does not wait) and waits before its first store
+// into another block's shared memory (clusterWaitStarted), since that block must have started; then arrives with
+// release once its stores are issued and waits with acquire before it reads what the others stored (clusterSync).
+__device__ __forceinline__ void clusterArrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void clusterWaitStarted() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void clusterSync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ float clusterSharedLoad(const float* local, int rank) {
-    float v = 0.0f;
+// Stores v at the address `local` has in this block, in the shared memory of block `rank` of the cluster.
+__device__ __forceinline__ void clusterSharedStore(float* local, int rank, float v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const unsigned address = unsigned(__cvta_generic_to_shared(local));
     unsigned remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
 #endif
-    return v;
+}
+
+// The elements of [groups][headDim] that block `rank` of a cluster of `splits` merges: [rank * share, + share).
+__host__ __device__ inline int64_t clusterShare(int64_t elements, int64_t splits) { return (elements + splits - 1) / splits; }
+// Floats of the area each block of a cluster plan receives the others' partials in: [splits][share] weighted sums,
+// then [splits][2 groups] maxima and totals.
+__host__ __device__ inline int64_t clusterReceiveFloats(int64_t groups, int64_t headDim, int64_t splits) {
+    return splits * (clusterShare(groups * headDim, splits) + 2 * groups);
 }
 
 // The merge inside a cluster (DecodeAttentionPlan::mergeInCluster): the splits of one (sequence, kv head) are one
-// cluster, block x of it chunk x. Each block has left its chunk's weighted sums in `sums` [groups][headDim] and its
-// maxima and totals in `stats`, in shared memory; after a cluster barrier each block adds up an equal share of the
-// elements from every used chunk, exactly as mergeSplitsKernel does, and a second barrier keeps every block's shared
-// memory alive until the last read. Blocks whose chunk lies past the position run it too, with nothing of their own.
+// cluster, block x of it chunk x, and each block merges an equal share of the elements. A block whose chunk holds keys
+// (`sends`) stores its weighted sums `sums` [groups][headDim] and its `stats` (maxima, then totals) straight into the
+// `receive` area (clusterReceiveFloats) of the block that merges them; after one cluster barrier each block adds up
+// its share from its own shared memory, in mergeSplitsKernel's order, and may exit at once: nothing reads another
+// block's memory after the barrier. (Session 26's version read the others' memory after a first barrier and kept it
+// alive with a second.) Each thread must send only sums it wrote itself or that a block barrier made visible, and the
+// stats after a block barrier. Blocks whose chunk lies past the position take part with nothing to send.
 template <typename T>
-__device__ void mergeInCluster(const float* sums, const float* stats, T* out, int64_t p, int b, int kvHead, int heads,
-                               int kvHeads, int headDim, int64_t keysPerSplit, int splits) {
-    clusterBarrier();
+__device__ void mergeInCluster(const float* sums, const float* stats, float* receive, T* out, int64_t p, int b,
+                               int kvHead, int heads, int kvHeads, int headDim, int64_t keysPerSplit, int splits,
+                               bool sends) {
     const int groups = heads / kvHeads, elements = groups * headDim;
     const int used = int(min(int64_t(splits), p / keysPerSplit + 1));
-    const int share = (elements + splits - 1) / splits;
-    const int first = int(blockIdx.x) * share, end = min(elements, first + share);
+    const int share = int(clusterShare(elements, splits));
+    const int rank = int(blockIdx.x);
+    float* receivedStats = receive + splits * share;
+    clusterWaitStarted();
+    if (sends) {
+        for (int e = threadIdx.x; e < elements; e += blockDim.x) {
+            const int owner = e / share;
+            clusterSharedStore(receive + rank * share + (e - owner * share), owner, sums[e]);
+        }
+        for (int j = threadIdx.x; j < splits * 2 * groups; j += blockDim.x)
+            clusterSharedStore(receivedStats + rank * 2 * groups + j % (2 * groups), j / (2 * groups),
+                               stats[j % (2 * groups)]);
+    }
+    clusterSync();
+    const int first = rank * share, end = min(elements, first + share);
     T* rows = out + (int64_t(b) * heads + int64_t(kvHead) * groups) * headDim;
     for (int e = first + int(threadIdx.x); e < end; e += blockDim.x) {
         const int g = e / headDim;
-        float maxima[kMaxClusterSplits];
         float top = -INFINITY;
-#pragma unroll
-        for (int s = 0; s < kMaxClusterSplits; ++s)
-            if (s < used) {
-                maxima[s] = clusterSharedLoad(stats + g, s);
-                top = fmaxf(top, maxima[s]);
-            }
+        for (int s = 0; s < used; ++s) top = fmaxf(top, receivedStats[s * 2 * groups + g]);
         float total = 0.0f, acc = 0.0f;
-#pragma unroll
-        for (int s = 0; s < kMaxClusterSplits; ++s)
-            if (s < used) {
-                const float w = expf(maxima[s] - top);
-                total += clusterSharedLoad(stats + groups + g, s) * w;
-                acc += clusterSharedLoad(sums + e, s) * w;
-            }
+        for (int s = 0; s < used; ++s) {
+            const float w = expf(receivedStats[s * 2 * groups + g] - top);
+            total += receivedStats[s * 2 * groups + groups + g] * w;
+            acc += receive[s * share + (e - first)] * w;
+        }
         rows[e] = fromFloat<T>(acc / total);
     }
-    clusterBarrier();
 }
 
-// A block whose chunk lies past the position in a cluster plan: the cluster's barriers need every block, and it takes
-// its share of the merge (under ROPE after the wait, which the blocks with keys make later in the kernel).
+// A block whose chunk lies past the position in a cluster plan: the cluster's barrier counts every block that has not
+// exited, and it merges its share (under ROPE after the wait, which the blocks with keys make later in the kernel).
 template <typename T, bool ROPE>
-__device__ void mergePastPosition(const float* sums, const float* stats, T* out, int64_t p, int b, int kvHead, int heads,
-                                  int kvHeads, int headDim, int64_t keysPerSplit, int splits) {
+__device__ void mergePastPosition(float* receive, T* out, int64_t p, int b, int kvHead, int heads, int kvHeads,
+                                  int headDim, int64_t keysPerSplit, int splits) {
     if constexpr (ROPE) waitForPredecessor();
-    mergeInCluster<T>(sums, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
+    mergeInCluster<T>(nullptr, nullptr, receive, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits, false);
 }
 
 // The end of both attention kernels once the chunk's outputs are written: in a cluster plan the merge there (the
 // chunk's sums in `sums`, shared memory); else a split plan's chunk maxima and sums (stats: [groups] maxima, then
 // [groups] sums), then, with counters, the merge by the last block (mergeIfLast).
 template <typename T>
-__device__ __forceinline__ void finishChunk(const float* sums, const float* stats, float* partialMax, float* partialSum,
-                                            const float* partialOut, int* counters, T* out, int64_t p, int b,
-                                            int kvHead, int split, int heads, int kvHeads, int headDim,
-                                            int64_t keysPerSplit, int splits, bool clusterMerge) {
+__device__ __forceinline__ void finishChunk(const float* sums, const float* stats, float* receive, float* partialMax,
+                                            float* partialSum, const float* partialOut, int* counters, T* out,
+                                            int64_t p, int b, int kvHead, int split, int heads, int kvHeads,
+                                            int headDim, int64_t keysPerSplit, int splits, bool clusterMerge) {
     if (clusterMerge) {
-        mergeInCluster<T>(sums, stats, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits);
+        mergeInCluster<T>(sums, stats, receive, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits, true);
         return;
     }
     const int groups = heads / kvHeads;
