@@ -18,26 +18,45 @@ __device__ __forceinline__ int64_t clampedPosition(const int64_t* position, int6
     return min(max(*position, int64_t(0)), capacity - 1);
 }
 
+// The query heads a block takes: the kv head's group of heads / kvHeads query heads is divided among `parts` blocks
+// (DecodeAttentionPlan::headParts), blockIdx.y = kvHead * parts + part; this block has `groups` of them from
+// firstHead on. The counter of mergeIfLast is per (sequence, kv head, part): `slot`.
+struct BlockHeads {
+    int kvHead, groups, firstHead, heads, slot;
+};
+// PARTS false: one part (parts must be 1), blockIdx.y is the kv head.
+template <bool PARTS>
+__device__ __forceinline__ BlockHeads blockHeads(int heads, int kvHeads, int parts) {
+    const int slot = int(blockIdx.z * gridDim.y + blockIdx.y);
+    if constexpr (!PARTS) {
+        const int groups = heads / kvHeads;
+        return {int(blockIdx.y), groups, int(blockIdx.y) * groups, heads, slot};
+    } else {
+        const int part = int(blockIdx.y) % parts, kvHead = int(blockIdx.y) / parts, groups = heads / kvHeads / parts;
+        return {kvHead, groups, kvHead * (heads / kvHeads) + part * groups, heads, slot};
+    }
+}
+
 // The merge inside the attention launch (DecodeAttentionPlan::mergeInKernel): after its partials are written, the
-// last block of a (sequence, kv head) to arrive adds up the chunks of its query heads exactly as mergeSplitsKernel does,
+// last block of a (sequence, kv head, part) to arrive adds up the chunks of its query heads exactly as mergeSplitsKernel does,
 // then resets the counter to zero for the next launch. Every block runs it (it has barriers); p is the clamped position.
 template <typename T>
 __device__ void mergeIfLast(const float* partialMax, const float* partialSum, const float* partialOut, int* counters,
-                            T* out, int64_t p, int b, int kvHead, int heads, int kvHeads, int headDim,
+                            T* out, int64_t p, int b, const BlockHeads& h, int headDim,
                             int64_t keysPerSplit, int splits) {
     __shared__ bool last;
     __threadfence();   // this thread's partials, device-wide, before the block's arrival is counted
     __syncthreads();
     const int used = int(min(int64_t(splits), p / keysPerSplit + 1));   // the chunks whose blocks did not exit
-    int* counter = counters + b * kvHeads + kvHead;
+    int* counter = counters + h.slot;
     if (threadIdx.x == 0) last = atomicAdd(counter, 1) == used - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    const int groups = heads / kvHeads;
+    const int groups = h.groups;
     for (int e = threadIdx.x; e < groups * headDim; e += blockDim.x) {
         const int g = e / headDim, i = e % headDim;
-        const int64_t row = int64_t(b) * heads + int64_t(kvHead) * groups + g;
+        const int64_t row = int64_t(b) * h.heads + h.firstHead + g;
         const float* maxima = partialMax + row * splits;
         float top = -INFINITY;
         for (int s = 0; s < used; ++s) top = fmaxf(top, __ldcg(maxima + s));
@@ -97,9 +116,8 @@ __host__ __device__ inline int64_t clusterReceiveFloats(int64_t groups, int64_t 
 // stats after a block barrier. Blocks whose chunk lies past the position take part with nothing to send.
 template <typename T>
 __device__ void mergeInCluster(const float* sums, const float* stats, float* receive, T* out, int64_t p, int b,
-                               int kvHead, int heads, int kvHeads, int headDim, int64_t keysPerSplit, int splits,
-                               bool sends) {
-    const int groups = heads / kvHeads, elements = groups * headDim;
+                               const BlockHeads& h, int headDim, int64_t keysPerSplit, int splits, bool sends) {
+    const int groups = h.groups, elements = groups * headDim;
     const int used = int(min(int64_t(splits), p / keysPerSplit + 1));
     const int share = int(clusterShare(elements, splits));
     const int rank = int(blockIdx.x);
@@ -116,7 +134,7 @@ __device__ void mergeInCluster(const float* sums, const float* stats, float* rec
     }
     clusterSync();
     const int first = rank * share, end = min(elements, first + share);
-    T* rows = out + (int64_t(b) * heads + int64_t(kvHead) * groups) * headDim;
+    T* rows = out + (int64_t(b) * h.heads + h.firstHead) * headDim;
     for (int e = first + int(threadIdx.x); e < end; e += blockDim.x) {
         const int g = e / headDim;
         float top = -INFINITY;
@@ -134,10 +152,10 @@ __device__ void mergeInCluster(const float* sums, const float* stats, float* rec
 // A block whose chunk lies past the position in a cluster plan: the cluster's barrier counts every block that has not
 // exited, and it merges its share (under ROPE after the wait, which the blocks with keys make later in the kernel).
 template <typename T, bool ROPE>
-__device__ void mergePastPosition(float* receive, T* out, int64_t p, int b, int kvHead, int heads, int kvHeads,
-                                  int headDim, int64_t keysPerSplit, int splits) {
+__device__ void mergePastPosition(float* receive, T* out, int64_t p, int b, const BlockHeads& h, int headDim,
+                                  int64_t keysPerSplit, int splits) {
     if constexpr (ROPE) waitForPredecessor();
-    mergeInCluster<T>(nullptr, nullptr, receive, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits, false);
+    mergeInCluster<T>(nullptr, nullptr, receive, out, p, b, h, headDim, keysPerSplit, splits, false);
 }
 
 // The end of both attention kernels once the chunk's outputs are written: in a cluster plan the merge there (the
@@ -146,20 +164,20 @@ __device__ void mergePastPosition(float* receive, T* out, int64_t p, int b, int 
 template <typename T>
 __device__ __forceinline__ void finishChunk(const float* sums, const float* stats, float* receive, float* partialMax,
                                             float* partialSum, const float* partialOut, int* counters, T* out,
-                                            int64_t p, int b, int kvHead, int split, int heads, int kvHeads,
-                                            int headDim, int64_t keysPerSplit, int splits, bool clusterMerge) {
+                                            int64_t p, int b, const BlockHeads& h, int split, int headDim,
+                                            int64_t keysPerSplit, int splits, bool clusterMerge) {
     if (clusterMerge) {
-        mergeInCluster<T>(sums, stats, receive, out, p, b, kvHead, heads, kvHeads, headDim, keysPerSplit, splits, true);
+        mergeInCluster<T>(sums, stats, receive, out, p, b, h, headDim, keysPerSplit, splits, true);
         return;
     }
-    const int groups = heads / kvHeads;
+    const int groups = h.groups;
     if (splits > 1 && int(threadIdx.x) < groups) {
-        const int64_t row = int64_t(b) * heads + int64_t(kvHead) * groups + threadIdx.x;
+        const int64_t row = int64_t(b) * h.heads + h.firstHead + threadIdx.x;
         partialMax[row * splits + split] = stats[threadIdx.x];
         partialSum[row * splits + split] = stats[groups + threadIdx.x];
     }
     if (counters)
-        mergeIfLast<T>(partialMax, partialSum, partialOut, counters, out, p, b, kvHead, heads, kvHeads, headDim,
+        mergeIfLast<T>(partialMax, partialSum, partialOut, counters, out, p, b, h, headDim,
                        keysPerSplit, splits);
 }
 

@@ -168,6 +168,9 @@ void chooseMerge(DecodeAttentionPlan& plan, bool forced) {
     plan.mergeInCluster = mergeSplitsInCluster && plan.splits > 1 && plan.splits <= kMaxClusterSplits;
     clusterPlansRun += plan.mergeInCluster;
 }
+std::string partsTag(const DecodeAttentionPlan& plan) {
+    return plan.headParts > 1 ? ", query heads in " + std::to_string(plan.headParts) + " parts" : "";
+}
 std::string mergeTag(const DecodeAttentionPlan& plan) {
     return plan.mergeInCluster ? " merged in a cluster" : plan.mergeInKernel ? " merged in the launch" : "";
 }
@@ -178,7 +181,7 @@ float* poisonedWorkspace(const DecodeAttentionShape& s, const DecodeAttentionPla
     if (!bytes) return nullptr;
     std::vector<float> ws(bytes / sizeof(float), NAN);
     if (plan.mergeInKernel && !plan.mergeInCluster)
-        for (size_t i = ws.size() - size_t(s.batch * s.kvHeads); i < ws.size(); ++i) ws[i] = 0.0f;
+        for (size_t i = ws.size() - size_t(s.batch * s.kvHeads * plan.headParts); i < ws.size(); ++i) ws[i] = 0.0f;
     return toDevice(ws);
 }
 
@@ -186,7 +189,7 @@ float* poisonedWorkspace(const DecodeAttentionShape& s, const DecodeAttentionPla
 void checkCountersReset(const std::string& tag, const DecodeAttentionShape& s, const DecodeAttentionPlan& plan,
                         const float* ws, size_t bytes) {
     if (!plan.mergeInKernel || plan.mergeInCluster) return;   // no counters
-    const size_t words = bytes / sizeof(float), counters = size_t(s.batch * s.kvHeads);
+    const size_t words = bytes / sizeof(float), counters = size_t(s.batch * s.kvHeads * plan.headParts);
     const std::vector<int32_t> tail = toHost(reinterpret_cast<const int32_t*>(ws + (words - counters)), counters);
     size_t nonzero = 0;
     for (int32_t v : tail) nonzero += v != 0;
@@ -202,7 +205,7 @@ void testAttention(ActType t, const AttentionCase& c, int64_t position, int expe
     chooseMerge(plan, forced != nullptr);
     const std::string tag = "decodeAttention " + describe(c, t) + ", position " + std::to_string(position) + ", " +
                             std::to_string(plan.splits) + " splits of " + std::to_string(plan.keysPerSplit) +
-                            mergeTag(plan) + attentionKernelTag();
+                            partsTag(plan) + mergeTag(plan) + attentionKernelTag();
     if (expectSplit >= 0)
         check((plan.splits > 1) == (expectSplit == 1), (tag + ": " + (expectSplit ? "split" : "not split") + " as intended").c_str());
     const int64_t qSize = c.batch * c.heads * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
@@ -241,7 +244,7 @@ void testRopeAttention(ActType t, const AttentionCase& c, RopeLayout layout, int
     const std::string tag = "ropeDecodeAttention " + describe(c, t) +
                             (layout == RopeLayout::AdjacentPairs ? ", adjacent" : ", half-split") + ", position " +
                             std::to_string(position) + ", " + std::to_string(plan.splits) + " splits of " +
-                            std::to_string(plan.keysPerSplit) + mergeTag(plan) +
+                            std::to_string(plan.keysPerSplit) + partsTag(plan) + mergeTag(plan) +
                             attentionKernelTag();
     const int64_t width = (c.heads + 2 * c.kvHeads) * c.headDim, cacheSize = c.batch * c.kvHeads * c.capacity * c.headDim;
     std::vector<float> qkv = roundedGaussian(size_t(c.batch * width), 11, t);
@@ -289,7 +292,7 @@ void testPlansFitOneWave(ActType t, const AttentionCase* cases, size_t count) {
                                     std::to_string(plan.splits) + " x " + std::to_string(plan.keysPerSplit) + ", " +
                                     std::to_string(o.blocks) + " blocks, " + std::to_string(o.blocksPerMultiprocessor) +
                                     " per SM";
-            check(o.blocks == plan.splits * c.kvHeads * c.batch && o.blocksPerMultiprocessor >= 1,
+            check(o.blocks == plan.splits * c.kvHeads * plan.headParts * c.batch && o.blocksPerMultiprocessor >= 1,
                   (tag + ": blocks counted, at least one per multiprocessor").c_str());
             if (plan.splits > 1)
                 check(o.blocks <= int64_t(o.blocksPerMultiprocessor) * sms || plan.keysPerSplit == 1024,
@@ -305,6 +308,46 @@ void testPlansFitOneWave(ActType t, const AttentionCase* cases, size_t count) {
     std::printf("  7B at 192 keys, %lld chunks in clusters: %d clusters at once for %lld\n", (long long)plan.splits,
                 o.activeClusters, (long long)(o.blocks / plan.splits));
     check(o.activeClusters >= o.blocks / plan.splits, "the 192-key 7B cluster plan runs all its clusters at once");
+}
+
+// The query heads of each kv head divided among blocks (DecodeAttentionPlan::headParts), every divisor of the group
+// forced, under the merge kernel, the in-launch merge and (sm_90+) clusters, both kernels; fused RoPE at the position
+// (only the first part writes the caches) and past it. Batch 2 and 5 heads per kv head (two passes of four) included.
+void testHeadParts(ActType t) {
+    const AttentionCase cases[] = {{1, 32, 8, 128, 192}, {2, 8, 2, 64, 300}, {1, 10, 2, 64, 160}, {1, 64, 8, 128, 1100}};
+    const bool clusters = deviceRunsClusters();
+    for (DecodeAttentionKernel k : {DecodeAttentionKernel::Scalar, DecodeAttentionKernel::Wide}) {
+        setDecodeAttentionKernel(k);
+        for (const AttentionCase& c : cases) {
+            const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
+            const int64_t groups = c.heads / c.kvHeads;
+            for (int64_t parts = 1; parts <= groups; ++parts) {
+                if (groups % parts != 0) continue;
+                const DecodeAttentionPlan planned = planDecodeAttention(s, deviceMultiprocessors(), parts);
+                check(planned.headParts == parts, "planDecodeAttention keeps the head parts it is given");
+                for (int merge = 0; merge < (clusters ? 3 : 2); ++merge) {
+                    DecodeAttentionPlan plan = planned;
+                    plan.mergeInKernel = merge == 1;
+                    mergeSplitsInCluster = merge == 2;
+                    if (merge == 2 && (plan.splits < 2 || plan.splits > kMaxClusterSplits)) continue;
+                    for (int64_t p : {int64_t(0), c.capacity / 2 + 7, c.capacity - 1}) {
+                        testAttention(t, c, p, -1, &plan);
+                        testRopeAttention(t, c, RopeLayout::HalfSplit, p, &plan);
+                    }
+                    testRopeAttention(t, c, RopeLayout::AdjacentPairs, c.capacity, &plan);   // past the cache
+                }
+                mergeSplitsInCluster = false;
+            }
+        }
+    }
+    setDecodeAttentionKernel(DecodeAttentionKernel::Auto);
+    bool refused = false;
+    try {
+        planDecodeAttention({1, 32, 8, 128, 192}, deviceMultiprocessors(), 3);
+    } catch (const KernelError&) {
+        refused = true;
+    }
+    check(refused, "head parts that do not divide the group are refused");
 }
 
 void testSiluMul(ActType t, int64_t rows, int64_t width) {
@@ -400,6 +443,7 @@ int main() {
                 for (int64_t p : {int64_t(100), int64_t(3 * 1024 + 1000)}) testRopeAttention(t, longChunks, RopeLayout::HalfSplit, p, &fourChunks);
             }
             mergeSplitsInKernel = false;
+            testHeadParts(t);
             // And merged in clusters (sm_90+): every case of at most 8 chunks, under both kernels, a plan of 8 chunks
             // of several rounds (1024 keys of 8 query heads per kv head), and a mergeInKernel plan the cluster wins.
             if (deviceRunsClusters()) {

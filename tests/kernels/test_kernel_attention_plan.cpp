@@ -3,7 +3,8 @@
 // multiprocessor unless its chunks are already the longest allowed. The regression: at 4096 keys of Llama-2-7B on
 // 132 multiprocessors the planner took 9 chunks of 480 per head (288 blocks), and the 24 blocks past two per
 // multiprocessor ran as a second wave (49 us); now 8 chunks of 512 (256 blocks). The cluster merge is switched off
-// here, so no plan asks the device anything.
+// here, so no plan asks the device anything. GQA with few kv heads divides each kv head's query heads among blocks
+// (headParts), up to a quarter as many (sequence, kv head, part) units as multiprocessors.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -20,19 +21,22 @@ int main() {
     const DecodeAttentionShape heads[] = {{1, 32, 32, 128, 0}, {1, 32, 8, 128, 0}, {1, 64, 8, 128, 0},
                                           {2, 8, 8, 64, 0},    {4, 4, 1, 64, 0},   {1, 40, 40, 128, 0}};
     const int64_t capacities[] = {32, 192, 1000, 2112, 4096, 8192, 32768};
-    int plans = 0, covered = 0, steps = 0, oneWave = 0, merged = 0;
+    int plans = 0, covered = 0, steps = 0, oneWave = 0, merged = 0, parts = 0;
     for (int sms : multiprocessorCounts)
         for (DecodeAttentionShape s : heads)
             for (int64_t capacity : capacities) {
                 s.capacity = capacity;
                 const DecodeAttentionPlan p = planDecodeAttention(s, sms);
-                const int64_t blocks = p.splits * s.kvHeads * s.batch;
+                const int64_t blocks = p.splits * s.kvHeads * p.headParts * s.batch;
+                parts += p.headParts >= 1 && (s.heads / s.kvHeads) % p.headParts == 0 &&
+                         (p.headParts == 1 || s.batch * s.kvHeads * p.headParts <= sms / 4);
                 ++plans;
                 covered += p.splits >= 1 && p.splits * p.keysPerSplit >= capacity &&
                            (p.splits - 1) * p.keysPerSplit < capacity;
                 steps += p.splits == 1 ? p.keysPerSplit == capacity
                                        : p.keysPerSplit % 32 == 0 && p.keysPerSplit >= 32 && p.keysPerSplit <= 1024;
-                const bool fits = blocks <= std::max<int64_t>(2 * sms, s.kvHeads * s.batch) || p.keysPerSplit == 1024;
+                const bool fits =
+                    blocks <= std::max<int64_t>(2 * sms, s.kvHeads * p.headParts * s.batch) || p.keysPerSplit == 1024;
                 oneWave += fits;
                 if (!fits)
                     std::printf("  %d SMs, %lld/%lld heads, batch %lld, %lld keys: %lld chunks of %lld (%lld blocks)\n",
@@ -45,6 +49,18 @@ int main() {
     check(covered == plans, "every plan covers the cache, with no chunk wholly past it");
     check(steps == plans, "split plans use chunks of whole 32-key steps of at most 1024 keys");
     check(oneWave == plans, "no plan has more than two blocks per multiprocessor unless its chunks are the longest allowed");
+    check(parts == plans, "head parts divide the group, and make at most a quarter as many units as multiprocessors");
+    const DecodeAttentionPlan gqa = planDecodeAttention({1, 32, 8, 128, 192}, 132);
+    check(gqa.headParts == 4 && gqa.splits == 6 && gqa.keysPerSplit == 32,
+          "32/8 heads at 192 keys on 132 SMs: each query head on its own, 6 chunks of 32 (192 blocks, as 7B)");
+    check(planDecodeAttention({1, 32, 32, 128, 192}, 132).headParts == 1, "no head parts without GQA");
+    check(planDecodeAttention({1, 64, 8, 128, 4096}, 132).headParts == 4, "64/8 heads on 132 SMs: 4 parts (32 units)");
+    check(planDecodeAttention({1, 28, 4, 128, 1024}, 132).headParts == 7, "28/4 heads on 132 SMs: 7 parts (28 units)");
+    check(planDecodeAttention({8, 32, 8, 128, 1024}, 132).headParts == 1, "32/8 heads at batch 8: enough units already");
+    check(planDecodeAttention({1, 32, 8, 128, 192}, 132, 2).headParts == 2, "head parts given are kept");
+    setDecodeAttentionHeadParts(false);
+    check(planDecodeAttention({1, 32, 8, 128, 192}, 132).headParts == 1, "no head parts while they are switched off");
+    setDecodeAttentionHeadParts(true);
     const DecodeAttentionPlan llama7b = planDecodeAttention({1, 32, 32, 128, 4096}, 132);
     const std::string got = std::to_string(llama7b.splits) + " of " + std::to_string(llama7b.keysPerSplit);
     check(llama7b.splits == 8 && llama7b.keysPerSplit == 512,

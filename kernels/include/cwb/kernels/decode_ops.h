@@ -41,7 +41,7 @@ void ropeKvWrite(const void* q, int64_t qStride, const void* k, int64_t kStride,
 // as the device has multiprocessors work even at batch 1 (not more: the 16-byte-row kernel fits two per
 // multiprocessor, and the blocks past that ran as a second wave). Chunks past the position exit at once. The chunks are
 // merged by a second small kernel, or with mergeInKernel by the last block of each kv head to finish, in the same
-// launch (no second launch; the workspace then also holds one counter per sequence and kv head, which must be zero
+// launch (no second launch; the workspace then also holds one counter per sequence, kv head and head part, which must be zero
 // before the first launch, e.g. by cudaMemset, and which every launch leaves zero). planDecodeAttention sets
 // mergeInKernel on split plans where decodeAttentionMergeInKernel() is true: off by default until measured.
 // mergeInCluster (compute capability 9.0+, 2..kMaxClusterSplits splits; it wins over mergeInKernel): the splits of
@@ -49,13 +49,25 @@ void ropeKvWrite(const void* q, int64_t qStride, const void* k, int64_t kStride,
 // memory, in the same launch, with no workspace. planDecodeAttention sets it where decodeAttentionClusterMerge() is
 // true (the default), the device and split count allow, and the chunks are shorter than the 16-byte-row kernel's
 // (where it measured slower).
+// headParts (GQA): the heads / kvHeads query heads of each kv head are divided among this many blocks per chunk, each
+// reading the chunk's keys and values (the first part writes the position's key and value); with few kv heads at
+// short context the 32-key floor of a chunk leaves too few blocks to fill the device otherwise. planDecodeAttention
+// takes the number given (a divisor of heads / kvHeads), or with 0 its own choice (planHeadParts).
 constexpr int64_t kMaxClusterSplits = 8;   // the portable cluster size
 struct DecodeAttentionPlan {
     int64_t splits = 1, keysPerSplit = 0;
     bool mergeInKernel = false;
     bool mergeInCluster = false;
+    int64_t headParts = 1;
 };
-DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& shape, int multiprocessors);
+DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& shape, int multiprocessors, int64_t headParts = 0);
+// The planner's own headParts: the largest divisor of heads / kvHeads that keeps batch x kvHeads x parts at most a
+// quarter of the multiprocessors (Llama-3-8B's 32/8 heads at batch 1 on 132: 4 parts, one query head per block;
+// Llama-2-7B's 32/32: 1); always 1 while decodeAttentionHeadParts() is false
+// (CWB_ATTENTION_HEAD_PARTS=0 in the environment, or the setter; for before/after runs).
+int64_t planHeadParts(const DecodeAttentionShape& shape, int multiprocessors);
+void setDecodeAttentionHeadParts(bool on);
+bool decodeAttentionHeadParts();
 // Process-wide choice planDecodeAttention follows; CWB_ATTENTION_MERGE_IN_KERNEL=1 in the environment sets the start
 // value (for before/after runs of `cwb bench`). Switch between launches, never while another thread plans.
 void setDecodeAttentionMergeInKernel(bool on);
