@@ -1,7 +1,8 @@
 // Time per launch of each op of one decode step at Llama-2-7B shapes (hidden 4096, 32 heads of 128, ffn 11008,
 // vocabulary 32000, batch 1), as a decode step replays them: 200 launches captured in one CUDA graph, the graph
 // replayed 5 times, the median replay divided by 200. The fused decode kernels (decode_ops.h), with attention at cache
-// capacities 192 (the bench's 128 + 64 tokens), 1024 and 4096; the dense linears through cuBLAS and through the dense
+// capacities 192 (the bench's 128 + 64 tokens), 1024 and 4096, and with GQA (32/8, 64/8, 28/4 heads) in one part
+// and in the planner's head parts; the dense linears through cuBLAS and through the dense
 // GEMV (dense_gemv.h) at M = 1, 4 and 8, each launch reading another copy of the weight so that none is served from
 // L2; at M = 1 the linears that follow an RMSNorm (q/k/v, gate/up, head) also as rmsNorm + GEMV (two launches)
 // against the GEMV with the norm folded in (denseGemvRmsNorm), and gate/up as rmsNorm + GEMV + siluMul (three)
@@ -291,6 +292,43 @@ int main() {
                         (long long)h.keys, chosen.splits == h.splits && chosen.keysPerSplit == h.keys ? " (planned)" : "",
                         h.cluster ? "cluster" : "kernel", (long long)o.blocks, o.blocksPerMultiprocessor, o.activeClusters, us);
             cudaFree(ws);
+        }
+
+        // GQA: all the query heads of a kv head in one block (the planner before session 29) against the planner's head
+        // parts (DecodeAttentionPlan::headParts), at the shapes of Llama-3-8B / Mistral-7B (32/8), Llama-2-70B (64/8)
+        // and Qwen2-7B (28/4).
+        std::printf("\nDecode attention with GQA (RoPE fused, fp16, heads of 128, last position): a kv head's query heads in"
+                    " one block against the planner's head parts\n\n| heads / kv heads | keys | one part | us | planned |"
+                    " us | speed-up |\n| --- | ---: | --- | ---: | --- | ---: | ---: |\n");
+        struct GqaCase { int64_t heads, kvHeads, capacity; };
+        const GqaCase gqa[] = {{32, 8, 192}, {32, 8, 1024}, {32, 8, 4096}, {64, 8, 192},
+                               {64, 8, 1024}, {64, 8, 4096}, {28, 4, 192}, {28, 4, 1024}};
+        for (const GqaCase& g : gqa) {
+            const DecodeAttentionShape s{1, g.heads, g.kvHeads, hd, g.capacity};
+            const int64_t last = g.capacity - 1, width = (g.heads + 2 * g.kvHeads) * hd;
+            ok(cudaMemcpy(position, &last, sizeof(last), cudaMemcpyHostToDevice), "position");
+            auto timed = [&](const DecodeAttentionPlan& plan) {
+                const size_t bytes = decodeAttentionWorkspaceBytes(s, plan);
+                float* ws = deviceZeros<float>(bytes / sizeof(float) + 1);
+                const double us = microsecondsPerLaunch(stream, [&] {
+                    ropeDecodeAttention(qkv, width, qkv + g.heads * hd, width, qkv + (g.heads + g.kvHeads) * hd, width,
+                                        table, maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s, 0.088f,
+                                        plan, ws, bytes, t, stream);
+                });
+                cudaFree(ws);
+                return us;
+            };
+            auto described = [](const DecodeAttentionPlan& p) {
+                return std::to_string(p.splits) + " x " + std::to_string(p.keysPerSplit) +
+                       (p.headParts > 1 ? ", " + std::to_string(p.headParts) + " parts" : "") +
+                       (p.mergeInCluster ? ", cluster" : "");
+            };
+            const DecodeAttentionPlan one = planDecodeAttention(s, deviceMultiprocessors(), 1);
+            const DecodeAttentionPlan planned = planDecodeAttention(s, deviceMultiprocessors());
+            const double oneUs = timed(one), plannedUs = timed(planned);
+            std::printf("| %lld / %lld | %lld | %s | %.2f | %s | %.2f | %.2fx |\n", (long long)g.heads, (long long)g.kvHeads,
+                        (long long)g.capacity, described(one).c_str(), oneUs, described(planned).c_str(), plannedUs,
+                        oneUs / plannedUs);
         }
 
         // Dense linears: cuBLAS (what at::linear / at::addmm call) against the GEMV, same data, same run.
