@@ -506,6 +506,8 @@ __global__ void __launch_bounds__(kWideThreads)
                    keysPerSplit, splits, clusterMerge);
 }
 
+#include "decode_attention_onepass.cuh"
+
 void require(bool ok, const std::string& what) {
     if (!ok) throw KernelError("decodeAttention: " + what);
 }
@@ -603,20 +605,47 @@ size_t decodeAttentionWorkspaceBytes(const DecodeAttentionShape& s, const Decode
 
 namespace {
 
-// The 16-byte-row kernel takes head dimensions that are a multiple of 8 on 16-byte aligned caches, and under Auto
-// chunks of kWideMinKeys or more (decode_ops.h); the scalar kernel any even head dimension.
-std::atomic<DecodeAttentionKernel>& attentionKernelSlot() {
-    static std::atomic<DecodeAttentionKernel> slot{DecodeAttentionKernel::Auto};
+// The 16-byte-row kernels take head dimensions that are a multiple of 8 on 16-byte aligned caches; under Auto, chunks of
+// kWideMinKeys or more take the one-pass kernel where a block has at most kOnePassGroups query heads, else the
+// two-pass one (Wide); the scalar kernel takes any even head dimension. On the H200 (session 29) the one-pass kernel
+// measured 9.6 against 11.2 us at 1024 keys of Llama-2-7B (8 chunks of 128), 24.4 against 25.8 at 4096, 9.5 / 18.3
+// against 10.8 / 19.4 for 32/8 heads in four parts at 1024 / 4096 keys; at 32-key chunks it was slower than the scalar
+// kernel (7.2 against 6.0 us at 192 keys).
+std::atomic<DecodeAttentionKernel>& attentionKernelSlot() {   // CWB_ATTENTION_KERNEL=scalar|wide|onepass, else Auto
+    static std::atomic<DecodeAttentionKernel> slot{[] {
+        const char* v = std::getenv("CWB_ATTENTION_KERNEL");
+        const std::string name = v ? v : "";
+        return name == "scalar"    ? DecodeAttentionKernel::Scalar
+               : name == "wide"    ? DecodeAttentionKernel::Wide
+               : name == "onepass" ? DecodeAttentionKernel::OnePass
+                                   : DecodeAttentionKernel::Auto;
+    }()};
     return slot;
 }
-bool wideRows(int64_t headDim, bool alignedCaches, int64_t keysPerSplit) {
+enum class LaunchedKernel { Scalar, Wide, OnePass };
+LaunchedKernel launchedKernel(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan, bool alignedCaches) {
     const DecodeAttentionKernel chosen = attentionKernelSlot().load(std::memory_order_relaxed);
-    return headDim % 8 == 0 && alignedCaches &&
-           (chosen == DecodeAttentionKernel::Wide || (chosen == DecodeAttentionKernel::Auto && keysPerSplit >= kWideMinKeys));
+    if (s.headDim % 8 != 0 || !alignedCaches) return LaunchedKernel::Scalar;
+    const bool onePassFits = s.heads / s.kvHeads / plan.headParts <= kOnePassGroups;
+    if (onePassFits && (chosen == DecodeAttentionKernel::OnePass ||
+                        (chosen == DecodeAttentionKernel::Auto && plan.keysPerSplit >= kWideMinKeys)))
+        return LaunchedKernel::OnePass;
+    if (chosen == DecodeAttentionKernel::Wide || chosen == DecodeAttentionKernel::OnePass ||
+        (chosen == DecodeAttentionKernel::Auto && plan.keysPerSplit >= kWideMinKeys))
+        return LaunchedKernel::Wide;
+    return LaunchedKernel::Scalar;
 }
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The attention kernel, its threads and its shared memory for a plan (wide: the 16-byte-row kernel).
+// The shared memory of the kernel a plan launches.
+size_t launchShared(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan, LaunchedKernel which) {
+    const int64_t groups = s.heads / s.kvHeads / plan.headParts;
+    const int64_t clusterSplits = plan.splits > 1 && plan.mergeInCluster ? plan.splits : 0;
+    return which == LaunchedKernel::OnePass ? onePassSharedBytes(groups, s.headDim, clusterSplits)
+                                            : sharedBytes(groups, s.headDim, plan.keysPerSplit, clusterSplits);
+}
+
+// The attention kernel, its threads and its shared memory for a plan.
 template <typename T>
 struct AttentionLaunch {
     void (*kernel)(const T*, const T*, const T*, const int64_t*, T*, float*, float*, float*, int*, int, int, int, int,
@@ -625,20 +654,27 @@ struct AttentionLaunch {
     size_t shared;
 };
 template <typename T>
-AttentionLaunch<T> attentionLaunch(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan, bool wide, bool rope) {
-    // Short chunks: four warps, as the scalar kernel (eight would mostly wait at the barriers).
-    const unsigned threads = !wide ? kAttentionThreads : plan.keysPerSplit >= kWideMinKeys ? kWideThreads : 128;
+AttentionLaunch<T> attentionLaunch(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan, LaunchedKernel which,
+                                   bool rope) {
     // PARTS only where the plan has head parts: the one-part kernels keep blockIdx.y as the kv head, with no division
     // before the cache loads (the general form measured 0.5 us slower at 192 keys of Llama-2-7B).
     const bool parts = plan.headParts > 1;
+    const size_t shared = launchShared(s, plan, which);
+    if (which == LaunchedKernel::OnePass) {
+        const auto kernel =
+            rope ? (parts ? decodeAttentionOnePassKernel<T, true, true> : decodeAttentionOnePassKernel<T, true, false>)
+                 : (parts ? decodeAttentionOnePassKernel<T, false, true> : decodeAttentionOnePassKernel<T, false, false>);
+        return {kernel, unsigned(kOnePassThreads), shared};
+    }
+    const bool wide = which == LaunchedKernel::Wide;
+    // Short chunks: four warps, as the scalar kernel (eight would mostly wait at the barriers).
+    const unsigned threads = !wide ? kAttentionThreads : plan.keysPerSplit >= kWideMinKeys ? kWideThreads : 128;
     const auto kernel =
         wide ? (rope ? (parts ? decodeAttentionWideKernel<T, true, true> : decodeAttentionWideKernel<T, true, false>)
                      : (parts ? decodeAttentionWideKernel<T, false, true> : decodeAttentionWideKernel<T, false, false>))
              : (rope ? (parts ? decodeAttentionKernel<T, true, true> : decodeAttentionKernel<T, true, false>)
                      : (parts ? decodeAttentionKernel<T, false, true> : decodeAttentionKernel<T, false, false>));
-    const bool cluster = plan.splits > 1 && plan.mergeInCluster;
-    return {kernel, threads,
-            sharedBytes(s.heads / s.kvHeads / plan.headParts, s.headDim, plan.keysPerSplit, cluster ? plan.splits : 0)};
+    return {kernel, threads, shared};
 }
 
 // Both entry points: the attention kernel (with the RoPE of ropeDecodeAttention when `rope`), then the merge.
@@ -658,7 +694,8 @@ void launchAttention(const void* q, const void* keyCache, const void* valueCache
                 " query heads");
     const int64_t groups = s.heads / s.kvHeads / plan.headParts;
     const bool cluster = plan.splits > 1 && plan.mergeInCluster;
-    const size_t shared = sharedBytes(groups, s.headDim, plan.keysPerSplit, cluster ? plan.splits : 0);
+    const LaunchedKernel which = launchedKernel(s, plan, aligned16(keyCache) && aligned16(valueCache));
+    const size_t shared = launchShared(s, plan, which);
     require(shared <= kSharedLimit, "a group of " + std::to_string(groups) + " heads of " + std::to_string(s.headDim) +
                                         " in chunks of " + std::to_string(plan.keysPerSplit) + " keys" +
                                         (cluster ? " merged in a cluster" : "") + " needs " + std::to_string(shared) +
@@ -685,8 +722,7 @@ void launchAttention(const void* q, const void* keyCache, const void* valueCache
                  reinterpret_cast<const T*>(rope->v), rope->qStride, rope->kStride, rope->vStride, rope->table,
                  rope->tablePositions, rope->adjacentPairs, reinterpret_cast<T*>(rope->keyCache),
                  reinterpret_cast<T*>(rope->valueCache)};
-        const bool wide = wideRows(s.headDim, aligned16(keyCache) && aligned16(valueCache), plan.keysPerSplit);
-        const AttentionLaunch<T> launch = attentionLaunch<T>(s, plan, wide, rope != nullptr);
+        const AttentionLaunch<T> launch = attentionLaunch<T>(s, plan, which, rope != nullptr);
         CWB_CUDA_CHECK(launchDependentInClusters(
             cluster ? unsigned(plan.splits) : 0u, launch.kernel, grid, dim3(launch.threads), launch.shared, st, static_cast<const T*>(q),
             static_cast<const T*>(keyCache), static_cast<const T*>(valueCache), position, static_cast<T*>(out),
@@ -713,7 +749,7 @@ DecodeAttentionOccupancy decodeAttentionOccupancy(const DecodeAttentionShape& s,
     o.blocks = plan.splits * s.kvHeads * plan.headParts * s.batch;
     dispatch(type, [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
-        const AttentionLaunch<T> launch = attentionLaunch<T>(s, plan, wideRows(s.headDim, true, plan.keysPerSplit), rope);
+        const AttentionLaunch<T> launch = attentionLaunch<T>(s, plan, launchedKernel(s, plan, true), rope);
         CWB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocksPerMultiprocessor, launch.kernel,
                                                                      int(launch.threads), launch.shared));
         if (plan.splits > 1 && plan.mergeInCluster && deviceRunsClusters()) {

@@ -73,6 +73,7 @@ std::string attentionKernelTag() {
     switch (currentDecodeAttentionKernel()) {
     case DecodeAttentionKernel::Wide: return ", 16-byte-row kernel";
     case DecodeAttentionKernel::Scalar: return ", scalar kernel";
+    case DecodeAttentionKernel::OnePass: return ", one-pass kernel";
     default: return ", auto";
     }
 }
@@ -316,7 +317,8 @@ void testPlansFitOneWave(ActType t, const AttentionCase* cases, size_t count) {
 void testHeadParts(ActType t) {
     const AttentionCase cases[] = {{1, 32, 8, 128, 192}, {2, 8, 2, 64, 300}, {1, 10, 2, 64, 160}, {1, 64, 8, 128, 1100}};
     const bool clusters = deviceRunsClusters();
-    for (DecodeAttentionKernel k : {DecodeAttentionKernel::Scalar, DecodeAttentionKernel::Wide}) {
+    for (DecodeAttentionKernel k :
+         {DecodeAttentionKernel::Scalar, DecodeAttentionKernel::Wide, DecodeAttentionKernel::OnePass}) {
         setDecodeAttentionKernel(k);
         for (const AttentionCase& c : cases) {
             const DecodeAttentionShape s{c.batch, c.heads, c.kvHeads, c.headDim, c.capacity};
@@ -399,10 +401,11 @@ int main() {
                                            {1, 4, 2, 96, 70},     {1, 2, 1, 256, 300},  {1, 4, 2, 36, 100},
                                            {1, 8, 4, 8, 600},     {1, 10, 2, 64, 333},  {1, 32, 8, 128, 4096},
                                            {1, 32, 32, 128, 4096}};
-            // Every case under each kernel (Wide: 4 warps below 128 keys per chunk, 8 from there), then Auto.
+            // Every case under each kernel (Wide: 4 warps below 128 keys per chunk, 8 from there; OnePass: Wide where a block
+            // has more than two query heads), then Auto.
             check(std::size(splits) == std::size(attention), "one split expectation per attention case");
-            for (DecodeAttentionKernel k :
-                 {DecodeAttentionKernel::Wide, DecodeAttentionKernel::Scalar, DecodeAttentionKernel::Auto}) {
+            for (DecodeAttentionKernel k : {DecodeAttentionKernel::Wide, DecodeAttentionKernel::Scalar,
+                                            DecodeAttentionKernel::OnePass, DecodeAttentionKernel::Auto}) {
                 setDecodeAttentionKernel(k);
                 for (size_t i = 0; i < std::size(attention); ++i) {
                     const AttentionCase& c = attention[i];
@@ -467,7 +470,8 @@ int main() {
                       "a cluster plan needs no workspace");
                 mergeSplitsInCluster = true;
                 const int64_t before = clusterPlansRun;
-                for (DecodeAttentionKernel k : {DecodeAttentionKernel::Wide, DecodeAttentionKernel::Scalar}) {
+                for (DecodeAttentionKernel k :
+                     {DecodeAttentionKernel::Wide, DecodeAttentionKernel::Scalar, DecodeAttentionKernel::OnePass}) {
                     setDecodeAttentionKernel(k);
                     for (size_t i = 0; i < std::size(attention); ++i) {
                         const AttentionCase& c = attention[i];

@@ -105,11 +105,14 @@ void decodeAttention(const void* q, const void* keyCache, const void* valueCache
                      size_t workspaceBytes, ActType type, Stream stream);
 
 // Which attention kernel decodeAttention and ropeDecodeAttention launch. Wide reads 16-byte rows, where the head
-// dimension is a multiple of 8 and the caches are 16-byte aligned (else the scalar kernel runs); Scalar reads 2 and 4
-// bytes at a time; Auto (the default) takes Wide for chunks of at least 128 keys, where it measured 1.3-1.5x faster
-// on the H200, and Scalar for shorter ones, where Wide measured slower (9.9 against 8.5 us at 32 keys per chunk).
-// Process-wide; the other two are for benchmarks and tests.
-enum class DecodeAttentionKernel { Auto, Scalar, Wide };
+// dimension is a multiple of 8 and the caches are 16-byte aligned (else the scalar kernel runs), scores a chunk's keys,
+// then reads its values in a second pass; OnePass reads 16-byte rows too, each round's keys and values together with a
+// running softmax, for blocks of one query head (MHA, or GQA in head parts; else Wide); Scalar reads 2 and 4 bytes at
+// a time. Auto (the default) takes OnePass (else Wide) for chunks of at least 128 keys, where on the H200 it measured
+// 1.05-1.16x faster than Wide and Wide 1.3-1.5x faster than Scalar, and Scalar for shorter ones, where both measured
+// slower (at 32 keys per chunk: Wide 9.9 against 8.5 us, OnePass 7.2 against 6.0). Process-wide; all but Auto are for
+// benchmarks and tests (CWB_ATTENTION_KERNEL=scalar|wide|onepass in the environment sets the start value).
+enum class DecodeAttentionKernel { Auto, Scalar, Wide, OnePass };
 void setDecodeAttentionKernel(DecodeAttentionKernel kernel);
 DecodeAttentionKernel currentDecodeAttentionKernel();
 
