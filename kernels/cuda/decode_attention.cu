@@ -335,6 +335,28 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&e)[8]) {
     for (int i = 0; i < 8; ++i) e[i] = toFloat(h[i]);
 }
 
+// One query head's scores of a round's 8 rows of 16 bytes (rows of 8+ lanes): each lane's partial dots with its 8
+// elements of q (qg, this lane's slice; zeros where the lane is past the row) held in registers, added up across the
+// row's lanes by transposedSum; lane `slice` ends with the score of row transposedRow(slice, width).
+static_assert(kWideRowsInFlight == kTransposedRows, "one transposed sum per round");
+template <typename T>
+__device__ __forceinline__ float roundScore(const float* qg, bool active, const uint4 (&rows)[kWideRowsInFlight], int slice,
+                                            int width) {
+    float qv[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qv[i] = active ? qg[i] : 0.0f;
+    float dot[kWideRowsInFlight];
+#pragma unroll
+    for (int u = 0; u < kWideRowsInFlight; ++u) {
+        float e[8];
+        unpack8<T>(rows[u], e);
+        dot[u] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dot[u] = fmaf(qv[i], e[i], dot[u]);
+    }
+    return transposedSum(dot, slice, width);
+}
+
 template <typename T, bool ROPE, bool PARTS>
 __global__ void __launch_bounds__(kWideThreads)
     decodeAttentionWideKernel(const T* q, const T* keys, const T* values, const int64_t* __restrict__ position,
@@ -401,26 +423,11 @@ __global__ void __launch_bounds__(kWideThreads)
                                     newKey, newValue);
     __syncthreads();
 
-    // Rows of 8+ lanes (head dimension above 32): each lane forms its 8 rows' partial dots with its 8 elements of q
-    // held in registers, and transposedSum adds them up across the row's lanes.
-    static_assert(kWideRowsInFlight == kTransposedRows, "one transposed sum per round");
+    // Rows of 8+ lanes (head dimension above 32): roundScore.
     const bool transposed = width >= 8;
     auto scoreRoundTransposed = [&](int t0) {
         for (int g = 0; g < groups; ++g) {
-            const float* qg = qs + g * headDim + slice * 8;
-            float qv[8];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) qv[i] = active ? qg[i] : 0.0f;
-            float dot[kWideRowsInFlight];
-#pragma unroll
-            for (int u = 0; u < kWideRowsInFlight; ++u) {
-                float e[8];
-                unpack8<T>(rows[u], e);
-                dot[u] = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 8; ++i) dot[u] = fmaf(qv[i], e[i], dot[u]);
-            }
-            const float sum = transposedSum(dot, slice, width);
+            const float sum = roundScore<T>(qs + g * headDim + slice * 8, active, rows, slice, width);
             const int t = rowOf(t0, transposedRow(slice, width));
             if (transposedWriter(slice, width) && t < count) scores[g * keysPerSplit + t] = sum;
         }

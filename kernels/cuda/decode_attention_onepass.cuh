@@ -1,5 +1,5 @@
 #pragma once
-// Internal to decode_attention.cu, included after its helpers (prepareQueries, transposedSum, unpack8, blockHeads):
+// Internal to decode_attention.cu, included after its helpers (prepareQueries, roundScore, blockHeads):
 // the one-pass attention kernel (DecodeAttentionKernel::OnePass). The 16-byte-row kernel reads a chunk's keys, takes
 // the softmax of its scores in shared memory, then reads the values in a second pass; here each warp reads a round's
 // key and value rows together and keeps a running maximum, sum and weighted sum per query head (online softmax), so
@@ -104,20 +104,7 @@ __global__ void __launch_bounds__(kOnePassThreads, 2)   // two blocks per SM, as
 #pragma unroll
         for (int g = 0; g < kOnePassGroups; ++g) {
             if (g >= groups) break;
-            const float* qg = qs + g * headDim + slice * 8;
-            float qv[8];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) qv[i] = active ? qg[i] : 0.0f;
-            float dot[kWideRowsInFlight];
-#pragma unroll
-            for (int u = 0; u < kWideRowsInFlight; ++u) {
-                float e[8];
-                unpack8<T>(k[u], e);
-                dot[u] = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 8; ++i) dot[u] = fmaf(qv[i], e[i], dot[u]);
-            }
-            const float held = transposedSum(dot, slice, width);
+            const float held = roundScore<T>(qs + g * headDim + slice * 8, active, k, slice, width);
             float score[kWideRowsInFlight], roundTop = -INFINITY;
 #pragma unroll
             for (int u = 0; u < kWideRowsInFlight; ++u) {
