@@ -208,10 +208,13 @@ int main() {
                                         maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s, 0.088f, plan,
                                         ws, bytes, t, stream);
                 });
-            // Both kernels forced (the rows above are Auto's choice): the scalar one (2- and 4-byte loads; the only
-            // one before session 12) and the 16-byte-row one, same data, same run.
-            for (DecodeAttentionKernel k : {DecodeAttentionKernel::Scalar, DecodeAttentionKernel::Wide}) {
-                const std::string kernel = k == DecodeAttentionKernel::Scalar ? "scalar" : "16-byte-row";
+            // Each kernel forced (the rows above are Auto's choice): the scalar one (2- and 4-byte loads; the only
+            // one before session 12), the 16-byte-row one in two passes and in one (session 29), same data, same run.
+            for (DecodeAttentionKernel k :
+                 {DecodeAttentionKernel::Scalar, DecodeAttentionKernel::Wide, DecodeAttentionKernel::OnePass}) {
+                const std::string kernel = k == DecodeAttentionKernel::Scalar ? "scalar"
+                                           : k == DecodeAttentionKernel::Wide ? "16-byte-row"
+                                                                              : "one-pass 16-byte-row";
                 setDecodeAttentionKernel(k);
                 row("  decodeAttention, " + kernel + " kernel",
                     [&] { decodeAttention(qOut, keys, values, position, out, s, 0.088f, plan, ws, bytes, t, stream); });
