@@ -1,9 +1,10 @@
 // Single-token attention over the KV cache, flash-decoding style: the cache is cut into chunks, one block per
 // (chunk, kv head, sequence) scores its keys for every query head of the kv head's group (or per (chunk, kv head, part,
 // sequence) for a part of the group: DecodeAttentionPlan::headParts), takes the softmax of the chunk in fp32 and sums
-// the values; the chunks are then merged (running maxima and sums) by a second small kernel,
-// or inside the launch (decode_attention_merge.cuh). The position comes from device memory, so chunks past it exit
-// at once and the launch shape never changes.
+// the values; the chunks are then merged (running maxima and sums) by a second small kernel, or inside the launch
+// (decode_attention_merge.cuh). Three kernels: the scalar one below (2- and 4-byte loads), and for 16-byte rows the
+// two-pass one (decode_attention_wide.cuh) and the one-pass one (decode_attention_onepass.cuh). The position comes
+// from device memory, so chunks past it exit at once and the launch shape never changes.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
