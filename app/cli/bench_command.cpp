@@ -148,7 +148,7 @@ int runBench(const std::vector<std::string>& args) {
         if (a.has("variant")) throw Error("--variant needs a project (.cwbproj); for a model use --recipe");
         LoadOptions load;
         load.tokenizerPath = a.value("tokenizer");
-        const std::string path = a.requirePositional("MODEL (or PROJECT, or --synthetic llama-7b|llama-70b)");
+        const std::string path = a.requirePositional("MODEL (or PROJECT, or --synthetic llama-7b|llama-70b|llama3-8b)");
         base = loadModel(path, load);
         if (a.has("recipe")) {
             CalibrationSpec calib;

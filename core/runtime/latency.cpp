@@ -148,10 +148,12 @@ double measureCopyBandwidth(const at::Device& device, int64_t bytes) {
 }
 
 const SyntheticShape& syntheticShape(const std::string& name) {
-    // Llama-2 7B and 70B (GQA: 8 kv heads); vocabulary 32000, context 4096.
+    // Llama-2 7B and 70B (GQA: 8 kv heads), vocabulary 32000, context 4096; Llama-3 8B (GQA: 32 query heads over 8 kv
+    // heads, the shape of Mistral-7B's attention too), vocabulary 128256, context 8192, RoPE theta 500000.
     static const std::vector<SyntheticShape> shapes = {
-        {"llama-7b", 4096, 32, 32, 128, 11008, 32000, 4096, 32, 32},
-        {"llama-70b", 8192, 64, 8, 128, 28672, 32000, 4096, 80, 8},
+        {"llama-7b", 4096, 32, 32, 128, 11008, 32000, 4096, 32, 32, "Llama-2 7B"},
+        {"llama-70b", 8192, 64, 8, 128, 28672, 32000, 4096, 80, 8, "Llama-2 70B"},
+        {"llama3-8b", 4096, 32, 8, 128, 14336, 128256, 8192, 32, 32, "Llama-3 8B", 500000.0},
     };
     std::string known;
     for (const SyntheticShape& shape : shapes) {
@@ -177,9 +179,10 @@ std::unique_ptr<Model> syntheticLlama(const std::string& name, int64_t layers, c
     s.ffn = shape.ffn;
     s.vocab = shape.vocab;
     s.context = shape.context;
+    s.ropeTheta = shape.ropeTheta;
     model->path = "synthetic:" + name;
     model->format = "synthetic";
-    model->metadata["note"] = "random weights, Llama-2 " + name.substr(6) + " shapes, " + std::to_string(layers) + " of " +
+    model->metadata["note"] = "random weights, " + shape.model + " shapes, " + std::to_string(layers) + " of " +
                               std::to_string(shape.totalLayers) + " layers";
     at::manual_seed(seed);
     auto opts = at::TensorOptions().dtype(at::kHalf).device(device);

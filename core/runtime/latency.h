@@ -60,6 +60,8 @@ struct SyntheticShape {
     int64_t hidden, heads, kvHeads, headDim, ffn, vocab, context;
     int64_t totalLayers;     // of the real model
     int64_t defaultLayers;   // what `cwb bench` builds without --layers (70B's 80 blocks would not fit one GPU)
+    std::string model;       // the model whose shapes these are, for the report
+    double ropeTheta = 10000.0;
 };
 // Throws cwb::Error naming the known shapes for any other name.
 const SyntheticShape& syntheticShape(const std::string& name);

@@ -106,7 +106,7 @@ void TestCli::errorsNameTheFile() {
     QVERIFY(format.err.contains("--format is int, fp8, w8a8 or sparse24, got 'int3'"));
     Result shape = run({"bench", "--synthetic", "llama-13b"});
     QCOMPARE(shape.exitCode, 2);
-    QVERIFY(shape.err.contains("--synthetic knows llama-7b, llama-70b, got 'llama-13b'"));
+    QVERIFY(shape.err.contains("--synthetic knows llama-7b, llama-70b, llama3-8b, got 'llama-13b'"));
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     Result text = run({"eval", model, "--text", "/nonexistent/text.txt"});
     QCOMPARE(text.exitCode, 2);

@@ -165,7 +165,8 @@ void TestLatency::sparse24ThresholdIsAutomaticByDefault() {
     QVERIFY(!makeSparse24Linear(w, 1).twoFour);
 }
 
-// The shapes `cwb bench --synthetic` builds: Llama-2 7B and 70B (GQA); checked without allocating the weights.
+// The shapes `cwb bench --synthetic` builds: Llama-2 7B and 70B (GQA), Llama-3 8B (GQA); checked without allocating
+// the weights.
 void TestLatency::syntheticShapes() {
     const SyntheticShape& seven = syntheticShape("llama-7b");
     QCOMPARE(seven.hidden, int64_t(4096));
@@ -181,11 +182,20 @@ void TestLatency::syntheticShapes() {
     QCOMPARE(seventy.vocab, int64_t(32000));
     QCOMPARE(seventy.totalLayers, int64_t(80));
     QVERIFY(seventy.defaultLayers >= 1 && seventy.defaultLayers < seventy.totalLayers);
+    const SyntheticShape& eight = syntheticShape("llama3-8b");
+    QCOMPARE(eight.hidden, int64_t(4096));
+    QCOMPARE(eight.heads, int64_t(32));
+    QCOMPARE(eight.kvHeads, int64_t(8));
+    QCOMPARE(eight.ffn, int64_t(14336));
+    QCOMPARE(eight.vocab, int64_t(128256));
+    QCOMPARE(eight.totalLayers, int64_t(32));
+    QCOMPARE(eight.ropeTheta, 500000.0);
+    QCOMPARE(seven.ropeTheta, 10000.0);
     try {
         syntheticShape("llama-13b");
         QFAIL("an unknown synthetic shape was accepted");
     } catch (const Error& e) {
-        QCOMPARE(std::string(e.what()), std::string("--synthetic knows llama-7b, llama-70b, got 'llama-13b'"));
+        QCOMPARE(std::string(e.what()), std::string("--synthetic knows llama-7b, llama-70b, llama3-8b, got 'llama-13b'"));
     }
     // Layer counts are checked before any weight is made.
     for (int64_t layers : {int64_t(0), int64_t(81)}) {
