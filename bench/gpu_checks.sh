@@ -2,17 +2,17 @@
 # Builds cwb without Qt on a GPU machine and runs the GPU tests and the issue-7 benchmarks, each step under a time
 # limit, writing one log per step into OUT (default ./gpu-checks). Run by hand from the checkout:
 #   bash bench/gpu_checks.sh [--out DIR] [--build DIR] [--steps LIST] [--build-only]
-# LIST is a comma-separated subset of: tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,sparse7b,
-# profile16 (default: all; decode7b_c15 is decode7b under stream shape 15, the default before session 18; profile16 reads the
-# hardware counters of the W4A16 stream kernel at 16 tokens on 4096x11008, the shape furthest from its target, where
-# ncu is installed).
+# LIST is a comma-separated subset of: tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,decode8b,sparse7b,
+# profile16 (default: all; decode7b_c15 is decode7b under stream shape 15, the default before session 18; decode8b is
+# decode at Llama-3-8B's shapes (GQA: 32 query heads over 8 kv heads); profile16 reads the hardware counters of the
+# W4A16 stream kernel at 16 tokens on 4096x11008, the shape furthest from its target, where ncu is installed).
 # Environment: TORCH_PREFIX (else asked of python3's torch), SQLITE_INCLUDE (a folder holding sqlite3.h when the
 # system has none), NLOHMANN_DIR (nlohmann_jsonConfig.cmake's folder when the system has none), CUDA_ARCHS
 # (default 90), CWB_CUSPARSELT (else looked up in python3's site-packages).
 set -u
 out=gpu-checks
 build=build-gpu
-steps=tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,sparse7b,profile16
+steps=tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,decode8b,sparse7b,profile16
 build_only=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -74,6 +74,7 @@ run decode_ops 300 "$build/bench/bench_decode_ops"
 run decode7b 400 "$build/app/cwb" bench --synthetic llama-7b --device cuda --prompt-tokens 128 --gen-tokens 64
 run decode7b_c15 400 env CWB_W4_STREAM_CONFIG=15 "$build/app/cwb" bench --synthetic llama-7b --device cuda \
     --prompt-tokens 128 --gen-tokens 64
+run decode8b 400 "$build/app/cwb" bench --synthetic llama3-8b --device cuda --prompt-tokens 128 --gen-tokens 64
 run sparse7b 600 "$build/app/cwb" bench --synthetic llama-7b --format sparse24 \
     --device cuda --prompt-tokens 2048 --gen-tokens 16
 if command -v ncu >/dev/null; then
