@@ -37,6 +37,7 @@ constexpr int kEarlyValues = 32;
 constexpr int kMaxHeadDim = 256;
 constexpr size_t kSharedBudget = 40 * 1024;   // below the 48 KB a launch gets without opting in
 constexpr int64_t kWideMinKeys = 128;          // Auto's first chunk length for the 16-byte-row kernel
+constexpr int64_t kOneHeadPartsMaxElements = int64_t(64) * 2048 * 128;   // 64 query heads of 128 at 2048 keys
 
 // The query heads of one kv head, their chunk's scores and statistics (floats), then, 16-byte aligned, for the fused
 // RoPE, the position's new key and value (headDim elements each of the 2-byte activation type: headDim floats), then
@@ -341,13 +342,20 @@ int deviceMultiprocessors() {
 }
 
 // On the H200 (132 SMs), 32/8 heads of 128 at 192 / 1024 / 2112 / 4096 keys: 12.0 / 16.7 / 22.2 / 23.4 us in one part,
-// 6.4 / 10.8 / 15.1 / 19.4 in four (one query head per block), 8.1 / 13.8 / 16.7 / 18.5 in two; 64/8: 20.9 / 25.2 /
-// 40.5 in one part, 8.6 / 14.3 / 24.9 in four, 8.5 / 13.4 / 29.3 in eight; 28/4: 18.9 / 22.5 in one, 6.4 / 10.5 in
-// seven. About a quarter as many (sequence, kv head, part) units as multiprocessors was best or within 7% everywhere.
+// 6.4 / 10.8 / 15.1 / 19.4 in four (one query head per block), 8.1 / 13.8 / 16.7 / 18.5 in two; 28/4: 18.9 / 22.5 in
+// one part, 6.4 / 10.5 in seven. About a quarter as many (sequence, kv head, part) units as multiprocessors was best
+// or within 7% there. Blocks of one query head also take the one-pass kernel from 128-key chunks, and where the
+// device holds one block per query head that won over the quarter rule (session 30, µs at 192 / 640 / 1024 / 2048 /
+// 4096 keys): 64/8 heads in eight parts 8.5 / 10.9 / 11.8 / 16.9 / 27.1 against 8.6 / 15.4 / 14.3 / 17.9 / 25.0 in
+// four; at batch 2, 10.7 / 16.7 (192 / 1024 keys) against 13.0 / 23.0 in two; 32/8 at batch 4 in four parts, 10.8 /
+// 16.8 against 12.4 / 23.2 in one. At 4096 keys of 64 heads the chunks' extra reads from L2 cost more than they save,
+// so that rule stops at kOneHeadPartsMaxElements (2048 keys of 64 heads; 2112 keys still measured 18.4 against 19.9).
 int64_t planHeadParts(const DecodeAttentionShape& s, int multiprocessors) {
     if (!decodeAttentionHeadParts()) return 1;
     const int64_t groups = std::max<int64_t>(1, s.heads / std::max<int64_t>(1, s.kvHeads));
     const int64_t units = std::max<int64_t>(1, s.batch * s.kvHeads), most = std::max<int64_t>(1, multiprocessors / 4);
+    const int64_t queryElements = s.batch * s.heads * s.capacity * s.headDim;   // keys read per query head, in all
+    if (groups > 1 && units * groups <= multiprocessors && queryElements <= kOneHeadPartsMaxElements) return groups;
     int64_t parts = 1;
     for (int64_t d = 2; d <= groups && units * d <= most; ++d)
         if (groups % d == 0) parts = d;

@@ -61,9 +61,12 @@ struct DecodeAttentionPlan {
     int64_t headParts = 1;
 };
 DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& shape, int multiprocessors, int64_t headParts = 0);
-// The planner's own headParts: the largest divisor of heads / kvHeads that keeps batch x kvHeads x parts at most a
-// quarter of the multiprocessors (Llama-3-8B's 32/8 heads at batch 1 on 132: 4 parts, one query head per block;
-// Llama-2-7B's 32/32: 1); always 1 while decodeAttentionHeadParts() is false
+// The planner's own headParts: one query head per block (heads / kvHeads parts) where batch x heads blocks fit on
+// the multiprocessors at once and batch x heads x capacity x headDim is at most 64 x 2048 x 128 (past that the chunks'
+// repeated reads from L2 cost more than the one-pass kernel saves); otherwise the largest divisor of heads / kvHeads
+// that keeps batch x kvHeads x parts at most a quarter of the multiprocessors (Llama-2-70B's 64/8 heads at batch 1 on
+// 132: 8 parts up to 2048 keys, 4 past; Llama-3-8B's 32/8: 4; Llama-2-7B's 32/32: 1); always 1 while
+// decodeAttentionHeadParts() is false
 // (CWB_ATTENTION_HEAD_PARTS=0 in the environment, or the setter; for before/after runs).
 int64_t planHeadParts(const DecodeAttentionShape& shape, int multiprocessors);
 void setDecodeAttentionHeadParts(bool on);
