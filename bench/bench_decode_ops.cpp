@@ -1,8 +1,8 @@
 // Time per launch of each op of one decode step at Llama-2-7B shapes (hidden 4096, 32 heads of 128, ffn 11008,
 // vocabulary 32000, batch 1), as a decode step replays them: 200 launches captured in one CUDA graph, the graph
 // replayed 5 times, the median replay divided by 200. The fused decode kernels (decode_ops.h), with attention at cache
-// capacities 192 (the bench's 128 + 64 tokens), 1024 and 4096, and with GQA (32/8, 64/8, 28/4 heads) in one part
-// and in the planner's head parts; the dense linears through cuBLAS and through the dense
+// capacities 192 (the bench's 128 + 64 tokens), 1024 and 4096, and with GQA (32/8, 64/8, 28/4 heads; batch 1, 2, 4)
+// in every division of a kv head's query heads among blocks, the planner's marked; the dense linears through cuBLAS and through the dense
 // GEMV (dense_gemv.h) at M = 1, 4 and 8, each launch reading another copy of the weight so that none is served from
 // L2; at M = 1 the linears that follow an RMSNorm (q/k/v, gate/up, head) also as rmsNorm + GEMV (two launches)
 // against the GEMV with the norm folded in (denseGemvRmsNorm), and gate/up as rmsNorm + GEMV + siluMul (three)
@@ -297,42 +297,52 @@ int main() {
             cudaFree(ws);
         }
 
-        // GQA: all the query heads of a kv head in one block (the planner before session 29) against the planner's head
-        // parts (DecodeAttentionPlan::headParts), at the shapes of Llama-3-8B / Mistral-7B (32/8), Llama-2-70B (64/8)
-        // and Qwen2-7B (28/4).
-        std::printf("\nDecode attention with GQA (RoPE fused, fp16, heads of 128, last position): a kv head's query heads in"
-                    " one block against the planner's head parts\n\n| heads / kv heads | keys | one part | us | planned |"
-                    " us | speed-up |\n| --- | ---: | --- | ---: | --- | ---: | ---: |\n");
-        struct GqaCase { int64_t heads, kvHeads, capacity; };
-        const GqaCase gqa[] = {{32, 8, 192}, {32, 8, 1024}, {32, 8, 4096}, {64, 8, 192},
-                               {64, 8, 1024}, {64, 8, 4096}, {28, 4, 192}, {28, 4, 1024}};
+        // GQA: every division of a kv head's query heads among blocks (DecodeAttentionPlan::headParts; one part is the
+        // planner before session 29), the planner's choice marked, at the shapes of Llama-3-8B / Mistral-7B (32/8),
+        // Llama-2-70B (64/8) and Qwen2-7B (28/4), at batch 1 and, for 32/8 and 64/8, batch 2 and 4. Own buffers: q/k/v
+        // rows and outputs for up to 4 sequences (the caches above hold every case).
+        std::printf("\nDecode attention with GQA (RoPE fused, fp16, heads of 128, last position, Auto's kernel): each division"
+                    " of a kv head's query heads among blocks (parts), the planner's marked\n\n| heads / kv heads | batch |"
+                    " keys | parts | plan | us | against one part |\n| --- | ---: | ---: | ---: | --- | ---: | ---: |\n");
+        struct GqaCase { int64_t heads, kvHeads, batch, capacity; };
+        const GqaCase gqa[] = {{32, 8, 1, 192},  {32, 8, 1, 1024}, {32, 8, 1, 4096}, {64, 8, 1, 192},  {64, 8, 1, 1024},
+                               {64, 8, 1, 2048}, {64, 8, 1, 2112}, {64, 8, 1, 4096}, {28, 4, 1, 192},  {28, 4, 1, 1024},
+                               {32, 8, 2, 1024}, {32, 8, 2, 2048}, {32, 8, 4, 1024}, {32, 8, 4, 2048}, {64, 8, 2, 1024},
+                               {64, 8, 2, 2048}};
+        constexpr int64_t kGqaMaxRows = 4 * (64 + 2 * 8) * 128;   // q/k/v of the widest case, 4 sequences
+        auto* gqaQkv = deviceZeros<uint16_t>(kGqaMaxRows);
+        auto* gqaOut = deviceZeros<uint16_t>(4 * 64 * 128);
         for (const GqaCase& g : gqa) {
-            const DecodeAttentionShape s{1, g.heads, g.kvHeads, hd, g.capacity};
+            const DecodeAttentionShape s{g.batch, g.heads, g.kvHeads, hd, g.capacity};
+            if (g.batch * g.kvHeads * g.capacity * hd > heads * maxCapacity * hd) continue;   // past the caches
             const int64_t last = g.capacity - 1, width = (g.heads + 2 * g.kvHeads) * hd;
             ok(cudaMemcpy(position, &last, sizeof(last), cudaMemcpyHostToDevice), "position");
             auto timed = [&](const DecodeAttentionPlan& plan) {
                 const size_t bytes = decodeAttentionWorkspaceBytes(s, plan);
                 float* ws = deviceZeros<float>(bytes / sizeof(float) + 1);
                 const double us = microsecondsPerLaunch(stream, [&] {
-                    ropeDecodeAttention(qkv, width, qkv + g.heads * hd, width, qkv + (g.heads + g.kvHeads) * hd, width,
-                                        table, maxCapacity, RopeLayout::HalfSplit, position, keys, values, out, s, 0.088f,
-                                        plan, ws, bytes, t, stream);
+                    ropeDecodeAttention(gqaQkv, width, gqaQkv + g.heads * hd, width, gqaQkv + (g.heads + g.kvHeads) * hd,
+                                        width, table, maxCapacity, RopeLayout::HalfSplit, position, keys, values, gqaOut, s,
+                                        0.088f, plan, ws, bytes, t, stream);
                 });
                 cudaFree(ws);
                 return us;
             };
-            auto described = [](const DecodeAttentionPlan& p) {
-                return std::to_string(p.splits) + " x " + std::to_string(p.keysPerSplit) +
-                       (p.headParts > 1 ? ", " + std::to_string(p.headParts) + " parts" : "") +
-                       (p.mergeInCluster ? ", cluster" : "");
-            };
-            const DecodeAttentionPlan one = planDecodeAttention(s, deviceMultiprocessors(), 1);
-            const DecodeAttentionPlan planned = planDecodeAttention(s, deviceMultiprocessors());
-            const double oneUs = timed(one), plannedUs = timed(planned);
-            std::printf("| %lld / %lld | %lld | %s | %.2f | %s | %.2f | %.2fx |\n", (long long)g.heads, (long long)g.kvHeads,
-                        (long long)g.capacity, described(one).c_str(), oneUs, described(planned).c_str(), plannedUs,
-                        oneUs / plannedUs);
+            const int64_t planned = planDecodeAttention(s, deviceMultiprocessors()).headParts;
+            double oneUs = 0;
+            for (int64_t parts = 1; parts <= g.heads / g.kvHeads; ++parts) {
+                if ((g.heads / g.kvHeads) % parts != 0) continue;
+                const DecodeAttentionPlan p = planDecodeAttention(s, deviceMultiprocessors(), parts);
+                const double us = timed(p);
+                if (parts == 1) oneUs = us;
+                std::printf("| %lld / %lld | %lld | %lld | %lld%s | %lld x %lld%s | %.2f | %.2fx |\n", (long long)g.heads,
+                            (long long)g.kvHeads, (long long)g.batch, (long long)g.capacity, (long long)parts,
+                            parts == planned ? " (planned)" : "", (long long)p.splits, (long long)p.keysPerSplit,
+                            p.mergeInCluster ? ", cluster" : "", us, oneUs / us);
+            }
         }
+        cudaFree(gqaQkv);
+        cudaFree(gqaOut);
 
         // Dense linears: cuBLAS (what at::linear / at::addmm call) against the GEMV, same data, same run.
         const double copy = copyGBs(stream);
