@@ -1,7 +1,7 @@
 // Time per launch of each op of one decode step at Llama-2-7B shapes (hidden 4096, 32 heads of 128, ffn 11008,
 // vocabulary 32000, batch 1), as a decode step replays them: 200 launches captured in one CUDA graph, the graph
 // replayed 5 times, the median replay divided by 200. The fused decode kernels (decode_ops.h), with attention at cache
-// capacities 192 (the bench's 128 + 64 tokens), 1024 and 4096, and with GQA (32/8, 64/8, 28/4 heads; batch 1, 2, 4)
+// capacities 192 (the bench's 128 + 64 tokens), 1024 and 4096, and with GQA (32/8, 64/8, 28/4 heads; batch 1 to 8)
 // in every division of a kv head's query heads among blocks, the planner's marked; the dense linears through cuBLAS and through the dense
 // GEMV (dense_gemv.h) at M = 1, 4 and 8, each launch reading another copy of the weight so that none is served from
 // L2; at M = 1 the linears that follow an RMSNorm (q/k/v, gate/up, head) also as rmsNorm + GEMV (two launches)
@@ -299,8 +299,9 @@ int main() {
 
         // GQA: every division of a kv head's query heads among blocks (DecodeAttentionPlan::headParts; one part is the
         // planner before session 29), the planner's choice marked, at the shapes of Llama-3-8B / Mistral-7B (32/8),
-        // Llama-2-70B (64/8) and Qwen2-7B (28/4), at batch 1 and, for 32/8 and 64/8, batch 2 and 4. Own buffers: q/k/v
-        // rows and outputs for up to 4 sequences (the caches above hold every case).
+        // Llama-2-70B (64/8) and Qwen2-7B (28/4), at batch 1 and, for 32/8 and 64/8, batch 2, 4 and 8 and 8192 keys (the
+        // data a finer rule for long caches needs). Own buffers: q/k/v rows, outputs and a RoPE table for up to 8
+        // sequences and 8192 positions (the caches above hold every case).
         std::printf("\nDecode attention with GQA (RoPE fused, fp16, heads of 128, last position, Auto's kernel): each division"
                     " of a kv head's query heads among blocks (parts), the planner's marked\n\n| heads / kv heads | batch |"
                     " keys | parts | plan | us | against one part |\n| --- | ---: | ---: | ---: | --- | ---: | ---: |\n");
@@ -308,13 +309,17 @@ int main() {
         const GqaCase gqa[] = {{32, 8, 1, 192},  {32, 8, 1, 1024}, {32, 8, 1, 4096}, {64, 8, 1, 192},  {64, 8, 1, 1024},
                                {64, 8, 1, 2048}, {64, 8, 1, 2112}, {64, 8, 1, 4096}, {28, 4, 1, 192},  {28, 4, 1, 1024},
                                {32, 8, 2, 1024}, {32, 8, 2, 2048}, {32, 8, 4, 1024}, {32, 8, 4, 2048}, {64, 8, 2, 1024},
-                               {64, 8, 2, 2048}};
-        constexpr int64_t kGqaMaxRows = 4 * (64 + 2 * 8) * 128;   // q/k/v of the widest case, 4 sequences
-        auto* gqaQkv = deviceZeros<uint16_t>(kGqaMaxRows);
-        auto* gqaOut = deviceZeros<uint16_t>(4 * 64 * 128);
+                               {64, 8, 2, 2048}, {32, 8, 2, 4096}, {32, 8, 8, 1024}, {64, 8, 8, 1024}, {32, 8, 1, 8192},
+                               {64, 8, 1, 8192}};
+        constexpr int64_t kGqaMaxBatch = 8, kGqaMaxPositions = 8192;
+        auto* gqaQkv = deviceZeros<uint16_t>(kGqaMaxBatch * (64 + 2 * 8) * hd);   // q/k/v of the widest case
+        auto* gqaOut = deviceZeros<uint16_t>(kGqaMaxBatch * 64 * hd);
+        auto* gqaTable = deviceZeros<float>(size_t(kGqaMaxPositions * 2 * hd));
         for (const GqaCase& g : gqa) {
             const DecodeAttentionShape s{g.batch, g.heads, g.kvHeads, hd, g.capacity};
-            if (g.batch * g.kvHeads * g.capacity * hd > heads * maxCapacity * hd) continue;   // past the caches
+            if (g.batch * g.kvHeads * g.capacity > heads * maxCapacity || g.batch > kGqaMaxBatch ||
+                g.capacity > kGqaMaxPositions)
+                continue;   // past the buffers
             const int64_t last = g.capacity - 1, width = (g.heads + 2 * g.kvHeads) * hd;
             ok(cudaMemcpy(position, &last, sizeof(last), cudaMemcpyHostToDevice), "position");
             auto timed = [&](const DecodeAttentionPlan& plan) {
@@ -322,8 +327,8 @@ int main() {
                 float* ws = deviceZeros<float>(bytes / sizeof(float) + 1);
                 const double us = microsecondsPerLaunch(stream, [&] {
                     ropeDecodeAttention(gqaQkv, width, gqaQkv + g.heads * hd, width, gqaQkv + (g.heads + g.kvHeads) * hd,
-                                        width, table, maxCapacity, RopeLayout::HalfSplit, position, keys, values, gqaOut, s,
-                                        0.088f, plan, ws, bytes, t, stream);
+                                        width, gqaTable, kGqaMaxPositions, RopeLayout::HalfSplit, position, keys, values,
+                                        gqaOut, s, 0.088f, plan, ws, bytes, t, stream);
                 });
                 cudaFree(ws);
                 return us;
@@ -343,6 +348,7 @@ int main() {
         }
         cudaFree(gqaQkv);
         cudaFree(gqaOut);
+        cudaFree(gqaTable);
 
         // Dense linears: cuBLAS (what at::linear / at::addmm call) against the GEMV, same data, same run.
         const double copy = copyGBs(stream);
