@@ -12,6 +12,7 @@
 #include "core/util/error.h"
 
 #ifdef CWB_HAVE_KERNELS
+#include "cwb/kernels/env_setting.h"
 #include "cwb/kernels/gptq_block.h"
 #include "core/util/torch_stream.h"
 #endif
@@ -50,8 +51,7 @@ at::Tensor inverseCholeskyUpper(const at::Tensor& h, double dampPercent, double&
 // ~15 LibTorch operations per column. CWB_GPTQ_KERNEL=0 in the environment keeps the LibTorch loop (for comparison).
 bool useBlockKernel(const at::Device& device, const GptqOptions& options) {
     if (!device.is_cuda() || options.blockSize > kernels::kGptqMaxBlock) return false;
-    const char* env = std::getenv("CWB_GPTQ_KERNEL");
-    return !(env && std::string(env) == "0");
+    return env::envSwitch("CWB_GPTQ_KERNEL", true);
 }
 
 // W, hinv: float32 CUDA in processing order. columnGroup: int32 group of each processed column for static groups,

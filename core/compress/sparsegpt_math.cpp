@@ -9,6 +9,7 @@
 #include "core/util/error.h"
 
 #ifdef CWB_HAVE_KERNELS
+#include "cwb/kernels/env_setting.h"
 #include "cwb/kernels/sparsegpt_block.h"
 #include "core/util/torch_stream.h"
 #endif
@@ -49,8 +50,7 @@ at::Tensor keepAllButLowest(const at::Tensor& scores, int64_t k) {
 // ~10 LibTorch operations per column; CWB_GPTQ_KERNEL=0 in the environment keeps the LibTorch loop.
 bool useBlockKernel(const at::Device& device, const SparseGptOptions& o, int64_t block) {
     if (!device.is_cuda() || block > kernels::kSparseGptMaxBlock || o.m > 16) return false;
-    const char* env = std::getenv("CWB_GPTQ_KERNEL");
-    return !(env && std::string(env) == "0");
+    return env::envSwitch("CWB_GPTQ_KERNEL", true);
 }
 
 // W (float32 CUDA) pruned and updated in place; fills mask (uint8) and returns ½ Σ err².

@@ -2,12 +2,14 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 
 #include <c10/core/DeviceGuard.h>
 
 #include "core/compress/compressed_layers.h"
 #include "core/runtime/fused_decode.h"
 #include "core/util/error.h"
+#include "kernels/include/cwb/kernels/env_setting.h"   // CUDA-free: read here with or without the kernels
 
 #ifdef CWB_HAVE_KERNELS
 #include "cwb/kernels/act_quant.h"
@@ -50,29 +52,18 @@ at::Tensor NativeIntLinear::forwardGlu(const at::Tensor& x, const at::Tensor& no
 }
 
 bool libTorchActivationQuantization() {
-    static const bool value = [] {
-        const char* v = std::getenv("CWB_LIBTORCH_ACT_QUANT");
-        return v && *v && std::string(v) != "0";
-    }();
+    static const bool value = env::envSwitch("CWB_LIBTORCH_ACT_QUANT", false);
     return value;
 }
 
 bool smallMActivationKernels() {
-    static const bool value = [] {
-        const char* v = std::getenv("CWB_W8_SMALL_M");
-        return !(v && std::string(v) == "0");
-    }();
+    static const bool value = env::envSwitch("CWB_W8_SMALL_M", true);
     return value;
 }
 
 int64_t defaultDequantAboveTokens() {
-    static const int64_t value = [] {
-        const char* v = std::getenv("CWB_DEQUANT_ABOVE_TOKENS");
-        if (!v || !*v) return kDequantAboveTokens;
-        char* end = nullptr;
-        const long long n = std::strtoll(v, &end, 10);
-        return end && *end == '\0' && n >= 0 ? int64_t(n) : kDequantAboveTokens;
-    }();
+    static const int64_t value =
+        env::envInteger("CWB_DEQUANT_ABOVE_TOKENS", 0, std::numeric_limits<int32_t>::max(), kDequantAboveTokens);
     return value;
 }
 
@@ -455,10 +446,10 @@ std::unique_ptr<NativeIntLinear> makeNativeIntLinear(const quant::QuantizedWeigh
     view.groupIndex = groupIndex.data_ptr<int32_t>();
     try {
         c10::DeviceGuard guard(device);
-        // CWB_PACK_THREADS (benchmarking only) caps the packing threads; default: one per hardware thread.
-        const char* packThreads = std::getenv("CWB_PACK_THREADS");
+        // CWB_PACK_THREADS (benchmarking only) caps the packing threads; default (0): one per hardware thread.
+        const int packThreads = int(env::envInteger("CWB_PACK_THREADS", 0, 4096, 0));
         kernels::TiledIntWeight tiled = kernels::packTiled(
-            view, dtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16, packThreads ? std::atoi(packThreads) : 0);
+            view, dtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16, packThreads);
         const size_t bytes = tiled.weightBytes() + tiled.columnOf.size() * 4;
         kernels::DeviceTiledWeight onDevice(tiled);
         at::Tensor scale = inputScale.defined() ? inputScale.to(device, at::kFloat) : at::Tensor();

@@ -15,6 +15,7 @@
 
 #include "cuda_check.h"
 #include "cwb/kernels/decode_ops.h"
+#include "cwb/kernels/env_setting.h"
 #include "decode_common.cuh"
 #include "decode_attention_merge.cuh"
 #include "dependent_launch.cuh"
@@ -388,25 +389,16 @@ DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& s, int multi
 }
 
 namespace {
-std::atomic<bool>& mergeInKernelSlot() {
-    static std::atomic<bool> slot{[] {
-        const char* v = std::getenv("CWB_ATTENTION_MERGE_IN_KERNEL");
-        return v && *v && std::string(v) != "0";
-    }()};
+std::atomic<bool>& mergeInKernelSlot() {   // off unless CWB_ATTENTION_MERGE_IN_KERNEL=1
+    static std::atomic<bool> slot{env::envSwitch("CWB_ATTENTION_MERGE_IN_KERNEL", false)};
     return slot;
 }
 std::atomic<bool>& clusterMergeSlot() {   // on unless CWB_ATTENTION_CLUSTER_MERGE=0
-    static std::atomic<bool> slot{[] {
-        const char* v = std::getenv("CWB_ATTENTION_CLUSTER_MERGE");
-        return !(v && std::string(v) == "0");
-    }()};
+    static std::atomic<bool> slot{env::envSwitch("CWB_ATTENTION_CLUSTER_MERGE", true)};
     return slot;
 }
 std::atomic<bool>& headPartsSlot() {   // on unless CWB_ATTENTION_HEAD_PARTS=0
-    static std::atomic<bool> slot{[] {
-        const char* v = std::getenv("CWB_ATTENTION_HEAD_PARTS");
-        return !(v && std::string(v) == "0");
-    }()};
+    static std::atomic<bool> slot{env::envSwitch("CWB_ATTENTION_HEAD_PARTS", true)};
     return slot;
 }
 } // namespace
@@ -434,15 +426,9 @@ namespace {
 // measured 9.6 against 11.2 us at 1024 keys of Llama-2-7B (8 chunks of 128), 24.4 against 25.8 at 4096, 9.5 / 18.3
 // against 10.8 / 19.4 for 32/8 heads in four parts at 1024 / 4096 keys; at 32-key chunks it was slower than the scalar
 // kernel (7.2 against 6.0 us at 192 keys).
-std::atomic<DecodeAttentionKernel>& attentionKernelSlot() {   // CWB_ATTENTION_KERNEL=scalar|wide|onepass, else Auto
-    static std::atomic<DecodeAttentionKernel> slot{[] {
-        const char* v = std::getenv("CWB_ATTENTION_KERNEL");
-        const std::string name = v ? v : "";
-        return name == "scalar"    ? DecodeAttentionKernel::Scalar
-               : name == "wide"    ? DecodeAttentionKernel::Wide
-               : name == "onepass" ? DecodeAttentionKernel::OnePass
-                                   : DecodeAttentionKernel::Auto;
-    }()};
+std::atomic<DecodeAttentionKernel>& attentionKernelSlot() {   // CWB_ATTENTION_KERNEL=auto|scalar|wide|onepass
+    static std::atomic<DecodeAttentionKernel> slot{static_cast<DecodeAttentionKernel>(
+        env::envChoice("CWB_ATTENTION_KERNEL", {"auto", "scalar", "wide", "onepass"}, 0))};   // the enum's order
     return slot;
 }
 enum class LaunchedKernel { Scalar, Wide, OnePass };

@@ -1,9 +1,8 @@
 // The programmatic dependent launch setting (dependent_launch.h): CWB_PDL at the first use, then the setter.
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda_check.h"
+#include "cwb/kernels/env_setting.h"
 #include "dependent_launch.cuh"
 
 namespace cwb::kernels {
@@ -15,10 +14,7 @@ std::atomic<int64_t> launches{0};
 
 // On unless CWB_PDL=0: with the norms and SiLU folded into the GEMV, the 7B decode measured 3.90-3.94 ms per token
 // with it against 4.12-4.15 ms without on the H200 (docs/performance.md, session 6).
-bool fromEnvironment() {
-    const char* value = std::getenv("CWB_PDL");
-    return !(value && std::strcmp(value, "0") == 0);
-}
+bool fromEnvironment() { return env::envSwitch("CWB_PDL", true); }
 
 } // namespace
 

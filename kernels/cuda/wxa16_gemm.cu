@@ -6,6 +6,7 @@
 
 #include "cuda_check.h"
 #include "cwb/kernels/decode_ops.h"
+#include "cwb/kernels/env_setting.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #include "w4_small_m_kernel.cuh"
 #include "w4_stream_kernel.cuh"
@@ -19,9 +20,7 @@ namespace detail {
 namespace {
 // A configuration index from the environment: 0 when unset or outside 0..count - 1.
 int configFromEnvironment(const char* name, int count, int fallback = 0) {
-    const char* v = std::getenv(name);
-    const int i = v ? std::atoi(v) : fallback;
-    return i >= 0 && i < count ? i : fallback;
+    return int(env::envInteger(name, 0, count - 1, fallback));
 }
 std::atomic<int>& smallConfigSlot() {  // CWB_W4_SMALL_CONFIG at start; wxa16SetSmallConfig afterwards
     static std::atomic<int> index{configFromEnvironment("CWB_W4_SMALL_CONFIG", kSmallConfigs)};
@@ -38,14 +37,8 @@ std::atomic<int>& tmaConfigSlot() {  // CWB_W4_TMA_CONFIG at start; wxa16SetTmaC
 // Per shape, the faster of Ring and Stream as measured on the H200 (docs/performance.md, "W4A16: the stream kernel").
 constexpr W4SmallKernel kDefaultSmallKernel = W4SmallKernel::Auto;
 std::atomic<W4SmallKernel>& smallKernelSlot() {  // CWB_W4_KERNEL=ring|tma at start; wxa16SetSmallKernel afterwards
-    static std::atomic<W4SmallKernel> kernel{[] {
-        const char* v = std::getenv("CWB_W4_KERNEL");
-        if (v && std::string(v) == "ring") return W4SmallKernel::Ring;
-        if (v && std::string(v) == "tma") return W4SmallKernel::Tma;
-        if (v && std::string(v) == "stream") return W4SmallKernel::Stream;
-        if (v && std::string(v) == "auto") return W4SmallKernel::Auto;
-        return kDefaultSmallKernel;
-    }()};
+    static std::atomic<W4SmallKernel> kernel{static_cast<W4SmallKernel>(env::envChoice(
+        "CWB_W4_KERNEL", {"ring", "tma", "stream", "auto"}, int(kDefaultSmallKernel)))};   // the enum's order
     return kernel;
 }
 std::atomic<int>& w8StreamConfigSlot() {  // CWB_W8_STREAM_CONFIG at start; wxa16SetW8StreamConfig afterwards
@@ -56,19 +49,12 @@ std::atomic<int>& w8StreamConfigSlot() {  // CWB_W8_STREAM_CONFIG at start; wxa1
 // (docs/performance.md, "W8A16: the stream kernel").
 constexpr W8SmallKernel kDefaultW8Kernel = W8SmallKernel::Stream;
 std::atomic<W8SmallKernel>& w8KernelSlot() {  // CWB_W8_KERNEL=old|stream at start; wxa16SetW8Kernel afterwards
-    static std::atomic<W8SmallKernel> kernel{[] {
-        const char* v = std::getenv("CWB_W8_KERNEL");
-        if (v && std::string(v) == "old") return W8SmallKernel::Old;
-        if (v && std::string(v) == "stream") return W8SmallKernel::Stream;
-        return kDefaultW8Kernel;
-    }()};
+    static std::atomic<W8SmallKernel> kernel{static_cast<W8SmallKernel>(
+        env::envChoice("CWB_W8_KERNEL", {"old", "stream"}, int(kDefaultW8Kernel)))};   // the enum's order
     return kernel;
 }
 std::atomic<bool>& tmaClusterSlot() {  // CWB_W4_TMA_REDUCE=cluster|global at start; wxa16SetTmaClusterReduce afterwards
-    static std::atomic<bool> cluster{[] {
-        const char* v = std::getenv("CWB_W4_TMA_REDUCE");
-        return !(v && std::string(v) == "global");
-    }()};
+    static std::atomic<bool> cluster{env::envChoice("CWB_W4_TMA_REDUCE", {"cluster", "global"}, 0) == 0};
     return cluster;
 }
 } // namespace
