@@ -26,6 +26,7 @@
 #include "core/model/model.h"
 #include "core/runtime/latency.h"
 #include "core/util/feedback.h"
+#include "kernels/include/cwb/kernels/env_setting.h"
 
 namespace {
 
@@ -92,8 +93,8 @@ int main(int argc, char** argv) {
         const at::Device device = cwb::resolveCompressionDevice(deviceName);
         std::printf("device %s, %lld of 32 blocks, %lld x %lld calibration tokens\n\n", device.str().c_str(),
                     (long long)blocks, (long long)samples, (long long)seqLen);
-        const char* kernelEnv = std::getenv("CWB_GPTQ_KERNEL");
-        std::printf("column loop: %s\n\n", kernelEnv && std::string(kernelEnv) == "0" ? "LibTorch (CWB_GPTQ_KERNEL=0)" : "block kernel on CUDA");
+        std::printf("column loop: %s\n\n", cwb::env::envSwitch("CWB_GPTQ_KERNEL", true) ? "block kernel on CUDA"
+                                                                                     : "LibTorch (CWB_GPTQ_KERNEL off)");
         std::printf("GPTQ math alone (w4 g128 sym, block 128; SparseGPT 50%%), seconds:\n\n| layer (out x in) | Hessian rows | accumulate H | GPTQ | SparseGPT |\n| --- | ---: | ---: | ---: | ---: |\n");
         timeMath(device, 4096, 4096, samples * seqLen / 4);   // warm-up shapes first, then the three 7B shapes
         timeMath(device, 4096, 4096, samples * seqLen);
