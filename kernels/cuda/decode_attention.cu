@@ -38,7 +38,10 @@ constexpr int kEarlyValues = 32;
 constexpr int kMaxHeadDim = 256;
 constexpr size_t kSharedBudget = 40 * 1024;   // below the 48 KB a launch gets without opting in
 constexpr int64_t kWideMinKeys = 128;          // Auto's first chunk length for the 16-byte-row kernel
-constexpr int64_t kOneHeadPartsMaxElements = int64_t(64) * 2048 * 128;   // 64 query heads of 128 at 2048 keys
+// Keys and values a head-parts plan may read in all (batch x kv heads x parts x capacity x head dim): 1.5 x 2^24, e.g.
+// Llama-2-70B's 64 query heads of 128 at 3072 keys. Past it the chunks' repeated reads cost more than the parts save.
+constexpr int64_t kHeadPartsMaxElements = int64_t(3) << 23;
+constexpr int64_t kMostHeadsPerBlock = 4;   // query heads a block of a head-parts plan should take at most
 
 // The query heads of one kv head, their chunk's scores and statistics (floats), then, 16-byte aligned, for the fused
 // RoPE, the position's new key and value (headDim elements each of the 2-byte activation type: headDim floats), then
@@ -342,24 +345,27 @@ int deviceMultiprocessors() {
     return count;
 }
 
-// On the H200 (132 SMs), 32/8 heads of 128 at 192 / 1024 / 2112 / 4096 keys: 12.0 / 16.7 / 22.2 / 23.4 us in one part,
-// 6.4 / 10.8 / 15.1 / 19.4 in four (one query head per block), 8.1 / 13.8 / 16.7 / 18.5 in two; 28/4: 18.9 / 22.5 in
-// one part, 6.4 / 10.5 in seven. About a quarter as many (sequence, kv head, part) units as multiprocessors was best
-// or within 7% there. Blocks of one query head also take the one-pass kernel from 128-key chunks, and where the
-// device holds one block per query head that won over the quarter rule (session 30, µs at 192 / 640 / 1024 / 2048 /
-// 4096 keys): 64/8 heads in eight parts 8.5 / 10.9 / 11.8 / 16.9 / 27.1 against 8.6 / 15.4 / 14.3 / 17.9 / 25.0 in
-// four; at batch 2, 10.7 / 16.7 (192 / 1024 keys) against 13.0 / 23.0 in two; 32/8 at batch 4 in four parts, 10.8 /
-// 16.8 against 12.4 / 23.2 in one. At 4096 keys of 64 heads the chunks' extra reads from L2 cost more than they save,
-// so that rule stops at kOneHeadPartsMaxElements (2048 keys of 64 heads; 2112 keys still measured 18.4 against 19.9).
+// Session 31, every division timed on the H200 (bench_decode_ops' GQA table, 132 SMs, 27 cases of 32/8, 64/8 and 28/4
+// heads at batch 1 to 8 and 192 to 16384 keys). The plan below was fastest in 26 of them and 1.4% slower in one; the
+// rules before it (one query head per block up to 2^24 elements, else a quarter as many units as multiprocessors) were
+// slower in 12, by 5 to 48% (64/8 at batch 4 and 1024 keys: 37.3 us in one part against 25.2 in four). Two things decide. Reads: the largest divisor whose reads stay within kHeadPartsMaxElements (64/8 at
+// 4096 keys: 24.5 us in 4 parts against 27.2 in 8). Blocks of 8 query heads were slow at every length: 64/8 at 16384
+// keys 61.6 us in 2 parts against 70.1 in one, at batch 8 and 2048 keys 60.6 against 66.1, although 2 parts read the
+// cache twice; so where the reads rule leaves more than 4 heads a block, the parts that bring it to 4 are taken while
+// their reads stay within twice the limit (at four times it they lost: 64/8 at 8192 keys in 8 parts 52.3 against 49.1).
 int64_t planHeadParts(const DecodeAttentionShape& s, int multiprocessors) {
     if (!decodeAttentionHeadParts()) return 1;
     const int64_t groups = std::max<int64_t>(1, s.heads / std::max<int64_t>(1, s.kvHeads));
-    const int64_t units = std::max<int64_t>(1, s.batch * s.kvHeads), most = std::max<int64_t>(1, multiprocessors / 4);
-    const int64_t queryElements = s.batch * s.heads * s.capacity * s.headDim;   // keys read per query head, in all
-    if (groups > 1 && units * groups <= multiprocessors && queryElements <= kOneHeadPartsMaxElements) return groups;
+    const int64_t units = std::max<int64_t>(1, s.batch * s.kvHeads);
+    const int64_t elementsPerUnit = std::max<int64_t>(1, s.capacity) * std::max<int64_t>(1, s.headDim);
+    auto fits = [&](int64_t d, int64_t readLimit) {
+        return groups % d == 0 && units * d <= multiprocessors && units * d * elementsPerUnit <= readLimit;
+    };
     int64_t parts = 1;
-    for (int64_t d = 2; d <= groups && units * d <= most; ++d)
-        if (groups % d == 0) parts = d;
+    for (int64_t d = 2; d <= groups; ++d)
+        if (fits(d, kHeadPartsMaxElements)) parts = d;
+    for (int64_t d = parts + 1; groups / parts > kMostHeadsPerBlock && d <= groups; ++d)
+        if (groups / d <= kMostHeadsPerBlock && fits(d, 2 * kHeadPartsMaxElements)) return d;
     return parts;
 }
 

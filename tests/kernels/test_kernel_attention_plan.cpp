@@ -4,8 +4,9 @@
 // 132 multiprocessors the planner took 9 chunks of 480 per head (288 blocks), and the 24 blocks past two per
 // multiprocessor ran as a second wave (49 us); now 8 chunks of 512 (256 blocks). The cluster merge is switched off
 // here, so no plan asks the device anything. GQA with few kv heads divides each kv head's query heads among blocks
-// (headParts): one query head per block where the device holds them all and the cache is short, else up to a
-// quarter as many (sequence, kv head, part) units as multiprocessors.
+// (headParts) by the rule fitted in session 31 to every division timed on the H200: the largest divisor that keeps
+// one (sequence, kv head, part) unit per multiprocessor and the keys and values read in all within 1.5 x 2^24
+// elements, raised to leave at most 4 query heads a block where that fits twice the read limit.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -29,10 +30,10 @@ int main() {
                 s.capacity = capacity;
                 const DecodeAttentionPlan p = planDecodeAttention(s, sms);
                 const int64_t blocks = p.splits * s.kvHeads * p.headParts * s.batch;
-                const bool oneHeadPerBlock = p.headParts == s.heads / s.kvHeads && s.batch * s.heads <= sms &&
-                                             s.batch * s.heads * capacity * s.headDim <= int64_t(64) * 2048 * 128;
-                parts += p.headParts >= 1 && (s.heads / s.kvHeads) % p.headParts == 0 &&
-                         (p.headParts == 1 || oneHeadPerBlock || s.batch * s.kvHeads * p.headParts <= sms / 4);
+                // Divides the group; past one part, one unit per multiprocessor and at most twice the read limit.
+                const int64_t group = s.heads / s.kvHeads, reads = s.batch * s.kvHeads * p.headParts * capacity * s.headDim;
+                parts += p.headParts >= 1 && group % p.headParts == 0 &&
+                         (p.headParts == 1 || (s.batch * s.kvHeads * p.headParts <= sms && reads <= 2 * (int64_t(3) << 23)));
                 ++plans;
                 covered += p.splits >= 1 && p.splits * p.keysPerSplit >= capacity &&
                            (p.splits - 1) * p.keysPerSplit < capacity;
@@ -52,25 +53,47 @@ int main() {
     check(covered == plans, "every plan covers the cache, with no chunk wholly past it");
     check(steps == plans, "split plans use chunks of whole 32-key steps of at most 1024 keys");
     check(oneWave == plans, "no plan has more than two blocks per multiprocessor unless its chunks are the longest allowed");
-    check(parts == plans, "head parts divide the group, and either give each query head its own block where the device "
-                          "holds them all and the cache is short, or make at most a quarter as many units as multiprocessors");
+    check(parts == plans, "head parts divide the group and, past one part, keep one unit per multiprocessor and the "
+                          "reads within 3 x 2^24 elements");
     const DecodeAttentionPlan gqa = planDecodeAttention({1, 32, 8, 128, 192}, 132);
     check(gqa.headParts == 4 && gqa.splits == 6 && gqa.keysPerSplit == 32,
           "32/8 heads at 192 keys on 132 SMs: each query head on its own, 6 chunks of 32 (192 blocks, as 7B)");
     check(planDecodeAttention({1, 32, 32, 128, 192}, 132).headParts == 1, "no head parts without GQA");
     check(planDecodeAttention({1, 64, 8, 128, 4096}, 132).headParts == 4,
-          "64/8 heads at 4096 keys on 132 SMs: 4 parts (32 units), not one head per block (too many reads of each chunk)");
-    check(planDecodeAttention({1, 64, 8, 128, 2048}, 132).headParts == 8 &&
+          "64/8 heads at 4096 keys on 132 SMs: 4 parts (24.5 us), not one head per block (27.2: too many reads of each chunk)");
+    check(planDecodeAttention({1, 64, 8, 128, 2112}, 132).headParts == 8 &&
+              planDecodeAttention({1, 64, 8, 128, 3072}, 132).headParts == 8 &&
               planDecodeAttention({1, 64, 8, 128, 192}, 132).headParts == 8,
-          "64/8 heads at 192 and 2048 keys on 132 SMs: 8 parts, each query head in its own block");
-    check(planDecodeAttention({1, 64, 8, 128, 2049}, 132).headParts == 4, "64/8 heads past 2048 keys: 4 parts");
+          "64/8 heads at 192 to 3072 keys on 132 SMs: 8 parts, each query head in its own block (2112 keys: 18.5 us "
+          "against 19.7 in 4)");
+    check(planDecodeAttention({1, 64, 8, 128, 3073}, 132).headParts == 4, "64/8 heads past 3072 keys: 4 parts");
+    check(planDecodeAttention({1, 64, 8, 128, 8192}, 132).headParts == 2 &&
+              planDecodeAttention({1, 32, 8, 128, 8192}, 132).headParts == 2,
+          "32/8 and 64/8 heads at 8192 keys: 2 parts (64/8: 37.9 us against 40.3 in 4 and 49.0 in 1)");
+    check(planDecodeAttention({1, 64, 8, 128, 16384}, 132).headParts == 2 &&
+              planDecodeAttention({8, 64, 8, 128, 2048}, 132).headParts == 2,
+          "64/8 heads past the read limit keep 2 parts, not blocks of 8 query heads (16384 keys: 61.6 us against 70.1 in "
+          "1; batch 8 at 2048 keys: 60.6 against 66.1)");
+    check(planDecodeAttention({1, 64, 8, 128, 24577}, 132).headParts == 1,
+          "64/8 heads past twice the read limit (24576 keys): 1 part");
+    check(planDecodeAttention({1, 32, 8, 128, 16384}, 132).headParts == 1 &&
+              planDecodeAttention({4, 32, 8, 128, 4096}, 132).headParts == 1,
+          "32/8 heads past the read limit: 1 part of 4 query heads (16384 keys: 43.3 us against 44.8 in 2; batch 4 at 4096 "
+          "keys: 42.1 against 44.1)");
+    check(planDecodeAttention({4, 64, 8, 128, 1024}, 132).headParts == 4 &&
+              planDecodeAttention({4, 64, 8, 128, 2048}, 132).headParts == 2,
+          "64/8 heads at batch 4: 4 parts at 1024 keys (25.2 us against 37.3 in 1), 2 at 2048 (37.1 against 40.3 in 4)");
     check(planDecodeAttention({2, 64, 8, 128, 1024}, 132).headParts == 8 &&
-              planDecodeAttention({2, 64, 8, 128, 2048}, 132).headParts == 2,
-          "64/8 heads at batch 2: 8 parts (128 blocks of one query head) at 1024 keys, 2 (quarter rule) at 2048");
-    check(planDecodeAttention({1, 64, 8, 128, 1024}, 108).headParts == 8 && planDecodeAttention({1, 64, 8, 128, 1024}, 48).headParts == 1,
-          "64/8 heads at 1024 keys: 8 parts on 108 SMs (64 blocks fit), 1 on 48 (they do not; a quarter is 12 units)");
+              planDecodeAttention({2, 64, 8, 128, 2048}, 132).headParts == 4,
+          "64/8 heads at batch 2: 8 parts (128 blocks of one query head) at 1024 keys, 4 at 2048 (25.4 us against 28.1 in 2)");
+    check(planDecodeAttention({4, 32, 8, 128, 2048}, 132).headParts == 2,
+          "32/8 heads at batch 4 and 2048 keys: 2 parts (25.9 us against 28.5 in 1)");
+    check(planDecodeAttention({1, 64, 8, 128, 1024}, 108).headParts == 8 && planDecodeAttention({1, 64, 8, 128, 1024}, 48).headParts == 4,
+          "64/8 heads at 1024 keys: 8 parts on 108 SMs (64 blocks fit), 4 on 48 (32 blocks fit, 64 do not)");
     check(planDecodeAttention({1, 28, 4, 128, 1024}, 132).headParts == 7, "28/4 heads on 132 SMs: 7 parts (28 units)");
-    check(planDecodeAttention({8, 32, 8, 128, 1024}, 132).headParts == 1, "32/8 heads at batch 8: enough units already");
+    check(planDecodeAttention({8, 32, 8, 128, 1024}, 132).headParts == 2 &&
+              planDecodeAttention({8, 64, 8, 128, 1024}, 132).headParts == 2,
+          "32/8 and 64/8 heads at batch 8 and 1024 keys: 2 parts (128 units; 64/8: 37.3 us against 45.4 in 1)");
     check(planDecodeAttention({1, 32, 8, 128, 192}, 132, 2).headParts == 2, "head parts given are kept");
     setDecodeAttentionHeadParts(false);
     check(planDecodeAttention({1, 32, 8, 128, 192}, 132).headParts == 1, "no head parts while they are switched off");

@@ -61,11 +61,13 @@ struct DecodeAttentionPlan {
     int64_t headParts = 1;
 };
 DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& shape, int multiprocessors, int64_t headParts = 0);
-// The planner's own headParts: one query head per block (heads / kvHeads parts) where batch x heads blocks fit on
-// the multiprocessors at once and batch x heads x capacity x headDim is at most 64 x 2048 x 128 (past that the chunks'
-// repeated reads from L2 cost more than the one-pass kernel saves); otherwise the largest divisor of heads / kvHeads
-// that keeps batch x kvHeads x parts at most a quarter of the multiprocessors (Llama-2-70B's 64/8 heads at batch 1 on
-// 132: 8 parts up to 2048 keys, 4 past; Llama-3-8B's 32/8: 4; Llama-2-7B's 32/32: 1); always 1 while
+// The planner's own headParts, fitted to every division timed on the H200: the largest divisor d of heads / kvHeads
+// for which batch x kvHeads x d blocks fit one per multiprocessor and batch x kvHeads x d x capacity x headDim (the
+// keys and values the plan reads in all, repeated reads of a chunk counted) is at most 1.5 x 2^24; then, where that
+// leaves more than 4 query heads a block, the smallest divisor that leaves at most 4, if it fits the multiprocessors
+// and twice that read limit. On 132 multiprocessors with heads of 128: Llama-2-70B's 64/8 at batch 1 in 8 parts up
+// to 3072 keys, 4 up to 6144, 2 up to 24576; at batch 8 in 2 up to 3072 keys. Llama-3-8B's 32/8 at batch 1 in 4 up
+// to 6144 keys, 2 up to 12288, then 1; at batch 8 and 1024 keys 2. Llama-2-7B's 32/32: 1. Always 1 while
 // decodeAttentionHeadParts() is false
 // (CWB_ATTENTION_HEAD_PARTS=0 in the environment, or the setter; for before/after runs).
 int64_t planHeadParts(const DecodeAttentionShape& shape, int multiprocessors);
