@@ -299,8 +299,9 @@ int main() {
 
         // GQA: every division of a kv head's query heads among blocks (DecodeAttentionPlan::headParts; one part is the
         // planner before session 29), the planner's choice marked, at the shapes of Llama-3-8B / Mistral-7B (32/8),
-        // Llama-2-70B (64/8) and Qwen2-7B (28/4), at batch 1 and, for 32/8 and 64/8, batch 2, 4 and 8 and 8192 and 16384 keys
-        // (the data the head-parts rule is fitted to). Own buffers: q/k/v rows, outputs and a RoPE table for up to 8
+        // Llama-2-70B (64/8) and Qwen2-7B (28/4), at batch 1 and, for 32/8 and 64/8, batch 2, 4 and 8 and 8192 and
+        // 16384 keys (the data the head-parts rule is fitted to), and 64/8 at batch 6 and 7 and 2112 keys, where 2 parts
+        // would take 3 chunks of 1024 (a second wave). Own buffers: q/k/v rows, outputs and a RoPE table for up to 8
         // sequences and 16384 positions (the caches above hold every case).
         std::printf("\nDecode attention with GQA (RoPE fused, fp16, heads of 128, last position, Auto's kernel): each division"
                     " of a kv head's query heads among blocks (parts), the planner's marked\n\n| heads / kv heads | batch |"
@@ -311,7 +312,7 @@ int main() {
                                {32, 8, 2, 1024}, {32, 8, 2, 2048}, {32, 8, 4, 1024}, {32, 8, 4, 2048}, {64, 8, 2, 1024},
                                {64, 8, 2, 2048}, {32, 8, 2, 4096}, {32, 8, 8, 1024}, {64, 8, 8, 1024}, {32, 8, 1, 8192},
                                {64, 8, 1, 8192}, {32, 8, 4, 4096}, {64, 8, 4, 1024}, {64, 8, 4, 2048}, {64, 8, 8, 2048},
-                               {32, 8, 1, 16384}, {64, 8, 1, 16384}};
+                               {32, 8, 1, 16384}, {64, 8, 1, 16384}, {64, 8, 6, 2112}, {64, 8, 7, 2112}};
         constexpr int64_t kGqaMaxBatch = 8, kGqaMaxPositions = 16384;
         auto* gqaQkv = deviceZeros<uint16_t>(kGqaMaxBatch * (64 + 2 * 8) * hd);   // q/k/v of the widest case
         auto* gqaOut = deviceZeros<uint16_t>(kGqaMaxBatch * 64 * hd);

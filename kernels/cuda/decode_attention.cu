@@ -345,21 +345,50 @@ int deviceMultiprocessors() {
     return count;
 }
 
-// Session 31, every division timed on the H200 (bench_decode_ops' GQA table, 132 SMs, 27 cases of 32/8, 64/8 and 28/4
-// heads at batch 1 to 8 and 192 to 16384 keys). The plan below was fastest in 26 of them and 1.4% slower in one; the
-// rules before it (one query head per block up to 2^24 elements, else a quarter as many units as multiprocessors) were
-// slower in 12, by 5 to 48% (64/8 at batch 4 and 1024 keys: 37.3 us in one part against 25.2 in four). Two things decide. Reads: the largest divisor whose reads stay within kHeadPartsMaxElements (64/8 at
-// 4096 keys: 24.5 us in 4 parts against 27.2 in 8). Blocks of 8 query heads were slow at every length: 64/8 at 16384
-// keys 61.6 us in 2 parts against 70.1 in one, at batch 8 and 2048 keys 60.6 against 66.1, although 2 parts read the
-// cache twice; so where the reads rule leaves more than 4 heads a block, the parts that bring it to 4 are taken while
-// their reads stay within twice the limit (at four times it they lost: 64/8 at 8192 keys in 8 parts 52.3 against 49.1).
+namespace {
+// Keys per chunk of a plan whose kv heads' query heads are divided among `parts` blocks; the cache is one chunk where
+// this is at least its capacity. At most two blocks per multiprocessor in all: the 16-byte-row kernel's 256 threads
+// of 128 registers fit two per multiprocessor, so one more chunk per head than that (rounding up: 9 x 32 = 288 blocks
+// on 132 SMs at 4096 keys) ran as a second wave of 24 blocks. Chunks are whole 32-key steps of at most 1024 keys and
+// at most what the shared-memory budget holds for the block's query heads.
+int64_t chunkKeys(const DecodeAttentionShape& s, int multiprocessors, int64_t parts) {
+    const int64_t groups = std::max<int64_t>(1, s.heads / std::max<int64_t>(1, s.kvHeads)) / parts;
+    const int64_t budgetKeys = int64_t(kSharedBudget / sizeof(float)) / groups - s.headDim - 2;
+    const int64_t maxKeys = std::max<int64_t>(32, std::min<int64_t>(1024, budgetKeys) / 32 * 32);
+    const int64_t blocks = std::max<int64_t>(1, s.batch * s.kvHeads * parts);
+    const int64_t wanted = std::max<int64_t>(1, 2 * int64_t(multiprocessors) / blocks);
+    const int64_t keys = (s.capacity + wanted - 1) / wanted;
+    return std::min(maxKeys, std::max<int64_t>(32, (keys + 31) / 32 * 32));
+}
+int64_t chunkCount(const DecodeAttentionShape& s, int64_t keys) {
+    return keys >= s.capacity ? 1 : (s.capacity + keys - 1) / keys;
+}
+} // namespace
+
+// Session 31, every division timed on the H200 (bench_decode_ops' GQA table, 132 SMs, 29 cases of 32/8, 64/8 and 28/4
+// heads at batch 1 to 8 and 192 to 16384 keys). This rule was fastest in 28 of them and 1.4-2% slower in one (64/8 at
+// batch 8 and 1024 keys, 2 parts against 4); the rules before it (one query head per block up to 2^24 elements, else
+// a quarter as many units as multiprocessors) were slower in 12, by 5 to 47% (64/8 at batch 4 and 1024 keys: 37.3 us
+// in one part against 25.2 in four).
+// - Reads: the largest divisor whose reads stay within kHeadPartsMaxElements (64/8 at 4096 keys: 24.5 us in 4 parts
+//   against 27.2 in 8).
+// - Blocks of 8 query heads were slow at every length: 64/8 at 16384 keys 61.6 us in 2 parts against 70.1 in one, at
+//   batch 8 and 2048 keys 60.6 against 66.1, although 2 parts read the cache twice (the two-pass kernel's value pass
+//   takes 4 heads at a time). So where the reads rule leaves more than 4 heads a block, the parts that bring it to 4
+//   are taken while their reads stay within twice the limit (at four times it they lost: 64/8 at 8192 keys in 8
+//   parts 52.3 against 49.1).
+// - One wave: no parts whose chunks (at most 1024 keys) make more than two blocks per multiprocessor. 64/8 at 2112
+//   keys and batch 6 took 2 parts without this check, 3 chunks of 1024 (288 blocks): 74.7 us against 64.2 in one part
+//   (5 chunks of 448); at batch 8, 8 blocks of 70B decoded INT4 at 2.380 ms per token in 2 parts (384 blocks) against
+//   2.198 in one.
 int64_t planHeadParts(const DecodeAttentionShape& s, int multiprocessors) {
     if (!decodeAttentionHeadParts()) return 1;
     const int64_t groups = std::max<int64_t>(1, s.heads / std::max<int64_t>(1, s.kvHeads));
     const int64_t units = std::max<int64_t>(1, s.batch * s.kvHeads);
     const int64_t elementsPerUnit = std::max<int64_t>(1, s.capacity) * std::max<int64_t>(1, s.headDim);
     auto fits = [&](int64_t d, int64_t readLimit) {
-        return groups % d == 0 && units * d <= multiprocessors && units * d * elementsPerUnit <= readLimit;
+        return groups % d == 0 && units * d <= multiprocessors && units * d * elementsPerUnit <= readLimit &&
+               units * d * chunkCount(s, chunkKeys(s, multiprocessors, d)) <= 2 * int64_t(multiprocessors);
     };
     int64_t parts = 1;
     for (int64_t d = 2; d <= groups; ++d)
@@ -376,17 +405,9 @@ DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& s, int multi
         throw KernelError("planDecodeAttention: " + std::to_string(parts) + " parts do not divide a group of " +
                           std::to_string(allGroups) + " query heads");
     const int64_t groups = allGroups / parts;
-    const int64_t budgetKeys = int64_t(kSharedBudget / sizeof(float)) / groups - s.headDim - 2;
-    const int64_t maxKeys = std::max<int64_t>(32, std::min<int64_t>(1024, budgetKeys) / 32 * 32);
-    // At most two blocks per multiprocessor in all: the 16-byte-row kernel's 256 threads of 128 registers fit two per
-    // multiprocessor, so one more chunk per head than that (rounding up: 9 x 32 = 288 blocks on 132 SMs at 4096 keys)
-    // ran as a second wave of 24 blocks.
-    const int64_t blocks = std::max<int64_t>(1, s.batch * s.kvHeads * parts);
-    const int64_t wanted = std::max<int64_t>(1, 2 * int64_t(multiprocessors) / blocks);
-    int64_t keys = (s.capacity + wanted - 1) / wanted;
-    keys = std::min(maxKeys, std::max<int64_t>(32, (keys + 31) / 32 * 32));
+    const int64_t keys = chunkKeys(s, multiprocessors, parts);
     if (keys >= s.capacity) return {1, std::max<int64_t>(1, s.capacity), false, false, parts};
-    DecodeAttentionPlan plan{(s.capacity + keys - 1) / keys, keys, decodeAttentionMergeInKernel(), false, parts};
+    DecodeAttentionPlan plan{chunkCount(s, keys), keys, decodeAttentionMergeInKernel(), false, parts};
     // Clusters only for chunks the scalar kernel takes: on the H200 they measured faster there (7B, 6 chunks of 32
     // keys: 8.04 against 8.66 us) and slower for 8 chunks of 128 in the 16-byte-row kernel (22.9 against 13.9 us).
     plan.mergeInCluster = plan.splits <= kMaxClusterSplits && keys < kWideMinKeys && decodeAttentionClusterMerge() &&

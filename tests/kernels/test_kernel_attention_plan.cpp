@@ -6,7 +6,8 @@
 // here, so no plan asks the device anything. GQA with few kv heads divides each kv head's query heads among blocks
 // (headParts) by the rule fitted in session 31 to every division timed on the H200: the largest divisor that keeps
 // one (sequence, kv head, part) unit per multiprocessor and the keys and values read in all within 1.5 x 2^24
-// elements, raised to leave at most 4 query heads a block where that fits twice the read limit.
+// elements, raised to leave at most 4 query heads a block where that fits twice the read limit, and never more
+// blocks than one wave of two per multiprocessor.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -30,10 +31,12 @@ int main() {
                 s.capacity = capacity;
                 const DecodeAttentionPlan p = planDecodeAttention(s, sms);
                 const int64_t blocks = p.splits * s.kvHeads * p.headParts * s.batch;
-                // Divides the group; past one part, one unit per multiprocessor and at most twice the read limit.
+                // Divides the group; past one part, one unit per multiprocessor, one wave of blocks and at most twice
+                // the read limit.
                 const int64_t group = s.heads / s.kvHeads, reads = s.batch * s.kvHeads * p.headParts * capacity * s.headDim;
                 parts += p.headParts >= 1 && group % p.headParts == 0 &&
-                         (p.headParts == 1 || (s.batch * s.kvHeads * p.headParts <= sms && reads <= 2 * (int64_t(3) << 23)));
+                         (p.headParts == 1 || (s.batch * s.kvHeads * p.headParts <= sms && blocks <= 2 * sms &&
+                                               reads <= 2 * (int64_t(3) << 23)));
                 ++plans;
                 covered += p.splits >= 1 && p.splits * p.keysPerSplit >= capacity &&
                            (p.splits - 1) * p.keysPerSplit < capacity;
@@ -53,8 +56,8 @@ int main() {
     check(covered == plans, "every plan covers the cache, with no chunk wholly past it");
     check(steps == plans, "split plans use chunks of whole 32-key steps of at most 1024 keys");
     check(oneWave == plans, "no plan has more than two blocks per multiprocessor unless its chunks are the longest allowed");
-    check(parts == plans, "head parts divide the group and, past one part, keep one unit per multiprocessor and the "
-                          "reads within 3 x 2^24 elements");
+    check(parts == plans, "head parts divide the group and, past one part, keep one unit per multiprocessor, at most two "
+                          "blocks per multiprocessor and the reads within 3 x 2^24 elements");
     const DecodeAttentionPlan gqa = planDecodeAttention({1, 32, 8, 128, 192}, 132);
     check(gqa.headParts == 4 && gqa.splits == 6 && gqa.keysPerSplit == 32,
           "32/8 heads at 192 keys on 132 SMs: each query head on its own, 6 chunks of 32 (192 blocks, as 7B)");
@@ -74,8 +77,12 @@ int main() {
               planDecodeAttention({8, 64, 8, 128, 2048}, 132).headParts == 2,
           "64/8 heads past the read limit keep 2 parts, not blocks of 8 query heads (16384 keys: 61.6 us against 70.1 in "
           "1; batch 8 at 2048 keys: 60.6 against 66.1)");
-    check(planDecodeAttention({1, 64, 8, 128, 24577}, 132).headParts == 1,
-          "64/8 heads past twice the read limit (24576 keys): 1 part");
+    check(planDecodeAttention({1, 64, 8, 128, 16416}, 132).headParts == 1,
+          "64/8 heads past 16384 keys: 1 part (2 parts would take 17 chunks of 1024 for 16 units, a second wave)");
+    const DecodeAttentionPlan batch8 = planDecodeAttention({8, 64, 8, 128, 2112}, 132);
+    check(batch8.headParts == 1 && batch8.splits * 64 <= 264,
+          "64/8 heads at batch 8 and 2112 keys: 1 part in one wave, not 2 parts in 3 chunks of 1024 (384 blocks; 8 blocks "
+          "of 70B decoded INT4 at 2.380 ms per token against 2.198)");
     check(planDecodeAttention({1, 32, 8, 128, 16384}, 132).headParts == 1 &&
               planDecodeAttention({4, 32, 8, 128, 4096}, 132).headParts == 1,
           "32/8 heads past the read limit: 1 part of 4 query heads (16384 keys: 43.3 us against 44.8 in 2; batch 4 at 4096 "

@@ -62,12 +62,13 @@ struct DecodeAttentionPlan {
 };
 DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& shape, int multiprocessors, int64_t headParts = 0);
 // The planner's own headParts, fitted to every division timed on the H200: the largest divisor d of heads / kvHeads
-// for which batch x kvHeads x d blocks fit one per multiprocessor and batch x kvHeads x d x capacity x headDim (the
-// keys and values the plan reads in all, repeated reads of a chunk counted) is at most 1.5 x 2^24; then, where that
-// leaves more than 4 query heads a block, the smallest divisor that leaves at most 4, if it fits the multiprocessors
-// and twice that read limit. On 132 multiprocessors with heads of 128: Llama-2-70B's 64/8 at batch 1 in 8 parts up
-// to 3072 keys, 4 up to 6144, 2 up to 24576; at batch 8 in 2 up to 3072 keys. Llama-3-8B's 32/8 at batch 1 in 4 up
-// to 6144 keys, 2 up to 12288, then 1; at batch 8 and 1024 keys 2. Llama-2-7B's 32/32: 1. Always 1 while
+// for which batch x kvHeads x d blocks fit one per multiprocessor, the plan's chunks stay within two blocks per
+// multiprocessor (one wave), and batch x kvHeads x d x capacity x headDim (the keys and values the plan reads in all,
+// repeated reads of a chunk counted) is at most 1.5 x 2^24; then, where that leaves more than 4 query heads a block,
+// the smallest divisor that leaves at most 4, if it fits the multiprocessors, one wave and twice that read limit. On
+// 132 multiprocessors with heads of 128: Llama-2-70B's 64/8 at batch 1 in 8 parts up to 3072 keys, 4 up to 6144, 2
+// up to 16384, then 1; at batch 8 in 2 up to 2048 keys. Llama-3-8B's 32/8 at batch 1 in 4 up to 6144 keys, 2 up to
+// 12288, then 1; at batch 8 in 2 up to 1536 keys. Llama-2-7B's 32/32: 1. Always 1 while
 // decodeAttentionHeadParts() is false
 // (CWB_ATTENTION_HEAD_PARTS=0 in the environment, or the setter; for before/after runs).
 int64_t planHeadParts(const DecodeAttentionShape& shape, int multiprocessors);
