@@ -74,8 +74,8 @@ bool onOffFlag(const Arguments& a, const std::string& name, bool fallback) {
 
 int runBench(const std::vector<std::string>& args) {
     Arguments a(args,
-                {"recipe", "variant", "model", "calib", "samples", "seq-len", "synthetic", "layers", "format", "bits",
-                 "group-size", "batch",
+                {"recipe", "variant", "model", "calib", "samples", "seq-len", "synthetic", "layers", "context", "format",
+                 "bits", "group-size", "batch",
                  "prompt-tokens", "gen-tokens", "repeats", "prefill-warmup", "seed", "threads", "tokenizer", "device", "dtype"},
                 {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv", "no-fused-attention",
                  "fused-norm-gemv", "no-fused-norm-gemv", "fused-swiglu-gemv", "no-fused-swiglu-gemv",
@@ -106,13 +106,22 @@ int runBench(const std::vector<std::string>& args) {
     std::unique_ptr<Model> base, variant;
     std::string variantName;
     const std::string synthetic = a.value("synthetic");
+    if (a.has("context") && synthetic.empty())
+        throw Error("--context applies to --synthetic shapes only (a model's context is its own)");
     if (!synthetic.empty()) {
         const SyntheticShape& shape = syntheticShape(synthetic);
         const std::string format = a.value("format", "int");
         if (format != "int" && format != "fp8" && format != "w8a8" && format != "sparse24")
             throw Error("--format is int, fp8, w8a8 or sparse24, got '" + format + "'");
+        const int64_t context = a.has("context") ? a.integer("context", 0) : 0;
+        if (a.has("context") && context < 1) throw Error("--context must be at least 1, got " + std::to_string(context));
+        const int64_t positions = context > 0 ? context : shape.context;
+        if (p.promptTokens + p.genTokens > positions)   // refused before the weights are made
+            throw Error("bench: " + std::to_string(p.promptTokens + p.genTokens) + " tokens exceed the context of " +
+                        std::to_string(positions) + " of --synthetic " + synthetic +
+                        (context > 0 ? "" : " (--context N gives a synthetic model a longer one)"));
         const at::Device device = options.device.is_cuda() ? options.device : at::Device(at::kCPU);
-        base = syntheticLlama(synthetic, a.integer("layers", shape.defaultLayers), device, p.seed);
+        base = syntheticLlama(synthetic, a.integer("layers", shape.defaultLayers), device, p.seed, context);
         if (format == "int") {
             const int bits = int(a.integer("bits", 4));
             const int64_t group = a.integer("group-size", 128);

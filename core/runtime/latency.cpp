@@ -149,11 +149,13 @@ double measureCopyBandwidth(const at::Device& device, int64_t bytes) {
 
 const SyntheticShape& syntheticShape(const std::string& name) {
     // Llama-2 7B and 70B (GQA: 8 kv heads), vocabulary 32000, context 4096; Llama-3 8B (GQA: 32 query heads over 8 kv
-    // heads, the shape of Mistral-7B's attention too), vocabulary 128256, context 8192, RoPE theta 500000.
+    // heads, the shape of Mistral-7B's attention too) and 70B (Llama-2 70B's blocks), vocabulary 128256, context 8192,
+    // RoPE theta 500000.
     static const std::vector<SyntheticShape> shapes = {
         {"llama-7b", 4096, 32, 32, 128, 11008, 32000, 4096, 32, 32, "Llama-2 7B"},
         {"llama-70b", 8192, 64, 8, 128, 28672, 32000, 4096, 80, 8, "Llama-2 70B"},
         {"llama3-8b", 4096, 32, 8, 128, 14336, 128256, 8192, 32, 32, "Llama-3 8B", 500000.0},
+        {"llama3-70b", 8192, 64, 8, 128, 28672, 128256, 8192, 80, 8, "Llama-3 70B", 500000.0},
     };
     std::string known;
     for (const SyntheticShape& shape : shapes) {
@@ -163,11 +165,15 @@ const SyntheticShape& syntheticShape(const std::string& name) {
     throw Error("--synthetic knows " + known + ", got '" + name + "'");
 }
 
-std::unique_ptr<Model> syntheticLlama(const std::string& name, int64_t layers, const at::Device& device, uint64_t seed) {
+std::unique_ptr<Model> syntheticLlama(const std::string& name, int64_t layers, const at::Device& device, uint64_t seed,
+                                      int64_t context) {
     const SyntheticShape& shape = syntheticShape(name);
     if (layers < 1 || layers > shape.totalLayers)
         throw Error("synthetic " + name + ": layers must be 1.." + std::to_string(shape.totalLayers) + ", got " +
                     std::to_string(layers));
+    if (context < 0 || context > kMaxSyntheticContext)
+        throw Error("synthetic " + name + ": context must be 1.." + std::to_string(kMaxSyntheticContext) +
+                    " positions, got " + std::to_string(context));
     auto model = std::make_unique<Model>();
     ArchSpec& s = model->spec;
     s.modelType = "llama";
@@ -178,12 +184,13 @@ std::unique_ptr<Model> syntheticLlama(const std::string& name, int64_t layers, c
     s.headDim = shape.headDim;
     s.ffn = shape.ffn;
     s.vocab = shape.vocab;
-    s.context = shape.context;
+    s.context = context > 0 ? context : shape.context;
     s.ropeTheta = shape.ropeTheta;
     model->path = "synthetic:" + name;
     model->format = "synthetic";
     model->metadata["note"] = "random weights, " + shape.model + " shapes, " + std::to_string(layers) + " of " +
-                              std::to_string(shape.totalLayers) + " layers";
+                              std::to_string(shape.totalLayers) + " layers" +
+                              (context > 0 ? ", context " + std::to_string(context) + " (given)" : "");
     at::manual_seed(seed);
     auto opts = at::TensorOptions().dtype(at::kHalf).device(device);
     auto matrix = [&](const std::string& name, int64_t out, int64_t in) {

@@ -53,8 +53,9 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
 // Device-to-device copy bandwidth (bytes read + written per second) of `bytes`-sized buffers, median of 5 timings.
 double measureCopyBandwidth(const at::Device& device, int64_t bytes = int64_t(1) << 30);
 
-// Shapes of the synthetic models `cwb bench --synthetic NAME` builds: llama-7b (hidden 4096, 32 heads, ffn 11008) and
-// llama-70b (hidden 8192, 64 heads, 8 kv heads, ffn 28672); vocabulary 32000.
+// Shapes of the synthetic models `cwb bench --synthetic NAME` builds: llama-7b (hidden 4096, 32 heads, ffn 11008),
+// llama-70b (hidden 8192, 64 heads, 8 kv heads, ffn 28672), vocabulary 32000; llama3-8b and llama3-70b (Llama-3's
+// vocabulary of 128256, context 8192, RoPE theta 500000).
 struct SyntheticShape {
     std::string name;
     int64_t hidden, heads, kvHeads, headDim, ffn, vocab, context;
@@ -67,8 +68,12 @@ struct SyntheticShape {
 const SyntheticShape& syntheticShape(const std::string& name);
 
 // A model of those shapes with `layers` blocks (1..totalLayers) of random fp16 weights (std 0.02; norms 1), generated
-// on `device`. Speed measurements only.
-std::unique_ptr<Model> syntheticLlama(const std::string& name, int64_t layers, const at::Device& device, uint64_t seed = 0);
+// on `device`. Speed measurements only. `context` > 0 replaces the shape's context (1..kMaxSyntheticContext): with
+// random weights a longer one is meaningful for speed (the attention over a long cache), not for text. Both counts are
+// checked before any weight is made.
+constexpr int64_t kMaxSyntheticContext = int64_t(1) << 20;
+std::unique_ptr<Model> syntheticLlama(const std::string& name, int64_t layers, const at::Device& device, uint64_t seed = 0,
+                                      int64_t context = 0);
 std::unique_ptr<Model> syntheticLlama7b(int64_t layers, const at::Device& device, uint64_t seed = 0);
 
 // The variant a speed measurement needs without the cost of quantizing: every block linear becomes an IntLinear

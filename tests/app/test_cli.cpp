@@ -106,7 +106,23 @@ void TestCli::errorsNameTheFile() {
     QVERIFY(format.err.contains("--format is int, fp8, w8a8 or sparse24, got 'int3'"));
     Result shape = run({"bench", "--synthetic", "llama-13b"});
     QCOMPARE(shape.exitCode, 2);
-    QVERIFY(shape.err.contains("--synthetic knows llama-7b, llama-70b, llama3-8b, got 'llama-13b'"));
+    QVERIFY(shape.err.contains("--synthetic knows llama-7b, llama-70b, llama3-8b, llama3-70b, got 'llama-13b'"));
+    // A cache past the synthetic shape's context is refused before the weights are made, with the way to a longer one.
+    Result longPrompt = run({"bench", "--synthetic", "llama-70b", "--prompt-tokens", "16000"});
+    QCOMPARE(longPrompt.exitCode, 2);
+    QVERIFY2(longPrompt.err.contains("16064 tokens exceed the context of 4096 of --synthetic llama-70b (--context N gives "
+                                     "a synthetic model a longer one)"),
+             qPrintable(longPrompt.err));
+    Result shortContext = run({"bench", "--synthetic", "llama3-70b", "--context", "1000", "--prompt-tokens", "1000"});
+    QCOMPARE(shortContext.exitCode, 2);
+    QVERIFY2(shortContext.err.contains("1064 tokens exceed the context of 1000 of --synthetic llama3-70b"),
+             qPrintable(shortContext.err));
+    Result zeroContext = run({"bench", "--synthetic", "llama-7b", "--context", "0"});
+    QCOMPARE(zeroContext.exitCode, 2);
+    QVERIFY(zeroContext.err.contains("--context must be at least 1, got 0"));
+    Result contextOfFile = run({"bench", "/nonexistent/model.gguf", "--context", "8192"});
+    QCOMPARE(contextOfFile.exitCode, 2);
+    QVERIFY(contextOfFile.err.contains("--context applies to --synthetic shapes only"));
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     Result text = run({"eval", model, "--text", "/nonexistent/text.txt"});
     QCOMPARE(text.exitCode, 2);

@@ -165,8 +165,8 @@ void TestLatency::sparse24ThresholdIsAutomaticByDefault() {
     QVERIFY(!makeSparse24Linear(w, 1).twoFour);
 }
 
-// The shapes `cwb bench --synthetic` builds: Llama-2 7B and 70B (GQA), Llama-3 8B (GQA); checked without allocating
-// the weights.
+// The shapes `cwb bench --synthetic` builds: Llama-2 7B and 70B (GQA), Llama-3 8B and 70B (GQA); checked without
+// allocating the weights.
 void TestLatency::syntheticShapes() {
     const SyntheticShape& seven = syntheticShape("llama-7b");
     QCOMPARE(seven.hidden, int64_t(4096));
@@ -191,11 +191,22 @@ void TestLatency::syntheticShapes() {
     QCOMPARE(eight.totalLayers, int64_t(32));
     QCOMPARE(eight.ropeTheta, 500000.0);
     QCOMPARE(seven.ropeTheta, 10000.0);
+    const SyntheticShape& llama3Seventy = syntheticShape("llama3-70b");
+    QCOMPARE(llama3Seventy.hidden, int64_t(8192));
+    QCOMPARE(llama3Seventy.heads, int64_t(64));
+    QCOMPARE(llama3Seventy.kvHeads, int64_t(8));
+    QCOMPARE(llama3Seventy.ffn, int64_t(28672));
+    QCOMPARE(llama3Seventy.vocab, int64_t(128256));
+    QCOMPARE(llama3Seventy.context, int64_t(8192));
+    QCOMPARE(llama3Seventy.totalLayers, int64_t(80));
+    QCOMPARE(llama3Seventy.ropeTheta, 500000.0);
+    QCOMPARE(llama3Seventy.defaultLayers, seventy.defaultLayers);
     try {
         syntheticShape("llama-13b");
         QFAIL("an unknown synthetic shape was accepted");
     } catch (const Error& e) {
-        QCOMPARE(std::string(e.what()), std::string("--synthetic knows llama-7b, llama-70b, llama3-8b, got 'llama-13b'"));
+        QCOMPARE(std::string(e.what()),
+                 std::string("--synthetic knows llama-7b, llama-70b, llama3-8b, llama3-70b, got 'llama-13b'"));
     }
     // Layer counts are checked before any weight is made.
     for (int64_t layers : {int64_t(0), int64_t(81)}) {
@@ -204,6 +215,16 @@ void TestLatency::syntheticShapes() {
             QFAIL("a layer count outside 1..80 was accepted");
         } catch (const Error& e) {
             QVERIFY(std::string(e.what()).find("layers must be 1..80") != std::string::npos);
+        }
+    }
+    // So is a context given outside 1..kMaxSyntheticContext (0 keeps the shape's own).
+    for (int64_t context : {int64_t(-1), kMaxSyntheticContext + 1}) {
+        try {
+            syntheticLlama("llama-70b", 8, at::kCPU, 0, context);
+            QFAIL("a context outside 1..kMaxSyntheticContext was accepted");
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find("synthetic llama-70b: context must be 1..1048576 positions, got " +
+                                                std::to_string(context)) != std::string::npos, e.what());
         }
     }
 }
