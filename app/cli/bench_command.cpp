@@ -29,6 +29,7 @@ nlohmann::json toJson(const LatencyResult& r, size_t weightBytes, double copyBan
                         {"decode_graphs", r.decodeGraphs}, {"first_decode_step_ms", r.firstDecodeMs},
                         {"prefill_warmup_runs", r.prefillWarmupRuns}};
     if (!r.decodeGraphFailure.empty()) j["decode_graph_failure"] = r.decodeGraphFailure;
+    if (!r.decodeAttentionPlan.empty()) j["decode_attention"] = r.decodeAttentionPlan;
     if (r.eagerDecodeP50Ms >= 0) {
         j["decode_eager_ms_p50"] = r.eagerDecodeP50Ms;
         j["decode_eager_ms_p99"] = r.eagerDecodeP99Ms;
@@ -62,6 +63,8 @@ void printRow(const char* name, const nlohmann::json& j) {
     }
     if (j.contains("decode_graph_failure"))
         std::printf("         decode without CUDA graphs: %s\n", j["decode_graph_failure"].get<std::string>().c_str());
+    if (j.contains("decode_attention"))
+        std::printf("         decode attention: %s\n", j["decode_attention"].get<std::string>().c_str());
 }
 
 // An on/off switch given as --NAME or --no-NAME (not both); neither: `fallback`.
@@ -157,7 +160,7 @@ int runBench(const std::vector<std::string>& args) {
         if (a.has("variant")) throw Error("--variant needs a project (.cwbproj); for a model use --recipe");
         LoadOptions load;
         load.tokenizerPath = a.value("tokenizer");
-        const std::string path = a.requirePositional("MODEL (or PROJECT, or --synthetic llama-7b|llama-70b|llama3-8b)");
+        const std::string path = a.requirePositional("MODEL (or PROJECT, or --synthetic llama-7b|llama-70b|llama3-8b|llama3-70b)");
         base = loadModel(path, load);
         if (a.has("recipe")) {
             CalibrationSpec calib;

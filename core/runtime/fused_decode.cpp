@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <mutex>
 #include <string>
 
 #include <c10/core/DeviceGuard.h>
@@ -21,6 +22,18 @@ namespace cwb {
 namespace {
 
 std::atomic<int64_t> addNormCalls{0}, mergedLaunches{0}, clusterLaunches{0};
+
+// The latest attention launch's shape and plan, described only when asked (a launch only copies two small structs).
+struct RecordedPlan {
+    std::mutex mutex;
+    bool set = false;
+    kernels::DecodeAttentionShape shape;
+    kernels::DecodeAttentionPlan plan;
+};
+RecordedPlan& recordedPlan() {
+    static RecordedPlan recorded;
+    return recorded;
+}
 
 kernels::ActType actType(const at::Tensor& t, const char* what) {
     if (!t.is_cuda()) throw Error(std::string("fused decode: ") + what + " is not on a CUDA device");
@@ -110,6 +123,13 @@ at::Tensor fusedDecodeAttention(const at::Tensor& q, const at::Tensor& k, const 
         style == RopeStyle::AdjacentPairs ? kernels::RopeLayout::AdjacentPairs : kernels::RopeLayout::HalfSplit;
     launching("attention", [&] {   // RoPE, the cache write and attention in one launch (+ the merge of the splits)
         const kernels::DecodeAttentionPlan plan = kernels::planDecodeAttention(s, kernels::deviceMultiprocessors());
+        {
+            RecordedPlan& recorded = recordedPlan();
+            std::lock_guard<std::mutex> lock(recorded.mutex);
+            recorded.set = true;
+            recorded.shape = s;
+            recorded.plan = plan;
+        }
         const size_t bytes = kernels::decodeAttentionWorkspaceBytes(s, plan);
         const int64_t words = int64_t(bytes / sizeof(float)) + 1;
         at::Tensor scratch;
@@ -157,6 +177,16 @@ void setDecodeAttentionClusterMerge(bool on) { kernels::setDecodeAttentionCluste
 bool decodeAttentionClusterMerge() { return kernels::decodeAttentionClusterMerge(); }
 int64_t fusedAttentionClusterLaunches() { return clusterLaunches.load(); }
 bool decodeAttentionClustersSupported() { return kernels::deviceRunsClusters(); }
+std::string lastFusedAttentionPlan() {
+    RecordedPlan& recorded = recordedPlan();
+    std::lock_guard<std::mutex> lock(recorded.mutex);
+    return recorded.set ? kernels::describeDecodeAttentionPlan(recorded.shape, recorded.plan) : std::string();
+}
+void clearLastFusedAttentionPlan() {
+    RecordedPlan& recorded = recordedPlan();
+    std::lock_guard<std::mutex> lock(recorded.mutex);
+    recorded.set = false;
+}
 void setDecodeDependentLaunch(bool on) { kernels::setProgrammaticDependentLaunch(on); }
 bool decodeDependentLaunch() { return kernels::programmaticDependentLaunch(); }
 int64_t decodeDependentLaunchCount() { return kernels::programmaticDependentLaunches(); }
@@ -173,6 +203,8 @@ void setDecodeAttentionClusterMerge(bool) {}
 bool decodeAttentionClusterMerge() { return false; }
 int64_t fusedAttentionClusterLaunches() { return 0; }
 bool decodeAttentionClustersSupported() { return false; }
+std::string lastFusedAttentionPlan() { return std::string(); }
+void clearLastFusedAttentionPlan() {}
 void setDecodeDependentLaunch(bool) {}
 bool decodeDependentLaunch() { return false; }
 int64_t decodeDependentLaunchCount() { return 0; }

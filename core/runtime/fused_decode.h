@@ -2,6 +2,7 @@
 // The fused decode kernels of kernels/ (decode_ops.h) on LibTorch tensors, for the fixed-shape decode step: each
 // call is one or two launches on LibTorch's current stream, so a CUDA graph captures them. Plain C++ (no CUDA
 // headers); in a build without the kernels fusedDecodeAvailable() is false and the calls throw cwb::Error.
+#include <string>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -52,6 +53,11 @@ void setDecodeAttentionClusterMerge(bool on);
 bool decodeAttentionClusterMerge();
 int64_t fusedAttentionClusterLaunches();
 bool decodeAttentionClustersSupported();
+// The plan of the latest fusedDecodeAttention launch in this process (shape, chunks, head parts, kernel, merge), in
+// words; "" when none has run since the last clearLastFusedAttentionPlan() or in a build without the kernels. For
+// reports (`cwb bench` says which plan its decode ran).
+std::string lastFusedAttentionPlan();
+void clearLastFusedAttentionPlan();
 
 // silu(gate) * up for gate and up [..., width], which may be the two halves of one fused GEMM output.
 at::Tensor fusedSiluMul(const at::Tensor& gate, const at::Tensor& up);

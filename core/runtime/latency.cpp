@@ -13,6 +13,7 @@
 #include "core/compress/prune_math.h"
 #include "core/runtime/cuda_linear.h"
 #include "core/runtime/decode_graph.h"
+#include "core/runtime/fused_decode.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
 
@@ -58,6 +59,7 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
     auto sample = [&] { peak = std::max(peak, memoryNow(cuda)); };
     Transformer runtime(model, options);
     auto cache = runtime.makeCache(p.batch, p.promptTokens + p.genTokens + 1);
+    clearLastFusedAttentionPlan();   // a plan of an earlier measurement in this process is not this one's
 
     auto start = Clock::now();
     greedyNext(runtime.forward(prompt, cache.get()));
@@ -120,6 +122,7 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
     sample();
     r.decodeGraphs = cache->graphReplays() > 0;
     r.decodeGraphFailure = cache->graphFailure();
+    r.decodeAttentionPlan = lastFusedAttentionPlan();
     r.decodeP50Ms = percentile(steps, 0.5);
     r.decodeP99Ms = percentile(steps, 0.99);
     double sum = 0;

@@ -39,6 +39,7 @@ struct LatencyResult {
     size_t decodeBytesSavedByPacking = 0;   // Transformer::decodeBytesSavedByPacking(): 2:4 layers on packed rows
     bool decodeGraphs = false;           // decode steps were replayed from a CUDA graph
     std::string decodeGraphFailure;      // why a graph was wanted but not captured, else ""
+    std::string decodeAttentionPlan;     // lastFusedAttentionPlan() after the timed decode; "" where it did not run
     double firstDecodeMs = 0;            // the untimed first decode step (it captures the graph)
     int64_t prefillWarmupRuns = 0;       // untimed prefills between the load pass and the timed ones
     // With graphs: the same decode without them (DecodeMode::Eager) on the same loaded model; -1: not measured.

@@ -38,8 +38,9 @@ constexpr int kEarlyValues = 32;
 constexpr int kMaxHeadDim = 256;
 constexpr size_t kSharedBudget = 40 * 1024;   // below the 48 KB a launch gets without opting in
 constexpr int64_t kWideMinKeys = 128;          // Auto's first chunk length for the 16-byte-row kernel
-// Keys and values a head-parts plan may read in all (batch x kv heads x parts x capacity x head dim): 1.5 x 2^24, e.g.
-// Llama-2-70B's 64 query heads of 128 at 3072 keys. Past it the chunks' repeated reads cost more than the parts save.
+// Key elements (and as many value elements) a head-parts plan may read in all, repeated reads of a chunk counted
+// (batch x kv heads x parts x capacity x head dim): 1.5 x 2^24, e.g. Llama-2-70B's 64 query heads of 128 at 3072 keys.
+// Past it the chunks' repeated reads cost more than the parts save.
 constexpr int64_t kHeadPartsMaxElements = int64_t(3) << 23;
 constexpr int64_t kMostHeadsPerBlock = 4;   // query heads a block of a head-parts plan should take at most
 
@@ -366,17 +367,17 @@ int64_t chunkCount(const DecodeAttentionShape& s, int64_t keys) {
 } // namespace
 
 // Session 31, every division timed on the H200 (bench_decode_ops' GQA table, 132 SMs, 29 cases of 32/8, 64/8 and 28/4
-// heads at batch 1 to 8 and 192 to 16384 keys). This rule was fastest in 28 of them and 1.4-2% slower in one (64/8 at
-// batch 8 and 1024 keys, 2 parts against 4); the rules before it (one query head per block up to 2^24 elements, else
-// a quarter as many units as multiprocessors) were slower in 12, by 5 to 47% (64/8 at batch 4 and 1024 keys: 37.3 us
-// in one part against 25.2 in four).
+// heads at batch 1 to 8 and 192 to 16384 keys; figures of call 5). This rule was fastest in 28 of them and 2% slower
+// in one (64/8 at batch 8 and 1024 keys, 2 parts against 4); the rules before it (one query head per block up to 2^24
+// elements, else a quarter as many units as multiprocessors) were slower in 12, by 5 to 47% (64/8 at batch 4 and 1024
+// keys: 37.2 us in one part against 25.3 in four).
 // - Reads: the largest divisor whose reads stay within kHeadPartsMaxElements (64/8 at 4096 keys: 24.5 us in 4 parts
-//   against 27.2 in 8).
-// - Blocks of 8 query heads were slow at every length: 64/8 at 16384 keys 61.6 us in 2 parts against 70.1 in one, at
-//   batch 8 and 2048 keys 60.6 against 66.1, although 2 parts read the cache twice (the two-pass kernel's value pass
-//   takes 4 heads at a time). So where the reads rule leaves more than 4 heads a block, the parts that bring it to 4
-//   are taken while their reads stay within twice the limit (at four times it they lost: 64/8 at 8192 keys in 8
-//   parts 52.3 against 49.1).
+//   against 27.2 in 8; at 8192 keys 37.7 in 2 against 40.1 in 4).
+// - Blocks of 8 query heads lost to 2 parts wherever those fit one wave, although 2 parts read the cache twice (the
+//   two-pass kernel's value pass takes 4 heads at a time): 64/8 at 16384 keys 61.4 us in 2 parts against 70.1 in one,
+//   at batch 8 and 2048 keys 60.4 against 66.0. So where the reads rule leaves more than 4 heads a block, the parts
+//   that bring it to 4 are taken. Their reads are bounded by twice the limit, a guard for shapes not measured: at 132
+//   multiprocessors and heads of 128 the one-wave check below binds first (it caps reads at 1.375 times the limit).
 // - One wave: no parts whose chunks (at most 1024 keys) make more than two blocks per multiprocessor. 64/8 at 2112
 //   keys and batch 6 took 2 parts without this check, 3 chunks of 1024 (288 blocks): 74.7 us against 64.2 in one part
 //   (5 chunks of 448); at batch 8, 8 blocks of 70B decoded INT4 at 2.380 ms per token in 2 parts (384 blocks) against
@@ -472,6 +473,28 @@ LaunchedKernel launchedKernel(const DecodeAttentionShape& s, const DecodeAttenti
     return LaunchedKernel::Scalar;
 }
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+} // namespace
+
+std::string describeDecodeAttentionPlan(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan) {
+    static const char* const kernelNames[] = {"scalar", "two-pass 16-byte-row", "one-pass"};
+    if (s.kvHeads < 1 || s.heads % s.kvHeads != 0 || plan.headParts < 1 || (s.heads / s.kvHeads) % plan.headParts != 0)
+        throw KernelError("describeDecodeAttentionPlan: " + std::to_string(plan.headParts) + " parts of " +
+                          std::to_string(s.heads) + "/" + std::to_string(s.kvHeads) + " heads is no plan");
+    std::string text = std::to_string(s.heads) + "/" + std::to_string(s.kvHeads) + " heads of " +
+                       std::to_string(s.headDim) + " at capacity " + std::to_string(s.capacity) + ", batch " +
+                       std::to_string(s.batch) + ": ";
+    text += plan.splits <= 1 ? std::string("one chunk")
+                             : std::to_string(plan.splits) + " chunks of " + std::to_string(plan.keysPerSplit) + " keys";
+    if (plan.headParts > 1) text += ", query heads in " + std::to_string(plan.headParts) + " parts";
+    text += std::string(", ") + kernelNames[static_cast<int>(launchedKernel(s, plan, true))] + " kernel";
+    if (plan.splits > 1)
+        text += plan.mergeInCluster  ? ", chunks merged in a cluster"
+                : plan.mergeInKernel ? ", chunks merged by the last block of each head"
+                                     : ", chunks merged by a second launch";
+    return text;
+}
+
+namespace {
 
 // The shared memory of the kernel a plan launches.
 size_t launchShared(const DecodeAttentionShape& s, const DecodeAttentionPlan& plan, LaunchedKernel which) {

@@ -425,11 +425,14 @@ void attentionMergeCase(const std::string& caseName, const cwb::Model& model, at
     at::Tensor onLogits, offLogits;
     const int64_t merged0 = launches();
     int64_t mergedOn = 0, mergedOff = 0;
+    std::string planOn, planOff;   // what `cwb bench` reports as the decode's attention plan
     try {
         onLogits = decode(true, onIds, onCache);
         mergedOn = launches() - merged0;
+        planOn = cwb::lastFusedAttentionPlan();
         offLogits = decode(false, offIds, offCache);
         mergedOff = launches() - merged0 - mergedOn;
+        planOff = cwb::lastFusedAttentionPlan();
     } catch (...) {
         restore();
         throw;
@@ -441,6 +444,12 @@ void attentionMergeCase(const std::string& caseName, const cwb::Model& model, at
     check(wholeSteps(mergedOn, model.spec.layers) && mergedOn > 0 && mergedOff == 0,
           std::string("the switch merges ") + (cluster ? "in clusters" : "inside the attention launch") +
               " in every layer on, never off");
+    std::printf("  plans: on \"%s\", off \"%s\"\n", planOn.c_str(), planOff.c_str());
+    check(planOn.find(cluster ? "chunks merged in a cluster" : "chunks merged by the last block of each head") !=
+                  std::string::npos &&
+              planOff.find("chunks merged by a second launch") != std::string::npos &&
+              planOff.find("at capacity " + std::to_string(model.spec.context)) != std::string::npos,
+          "the recorded plan of the latest attention launch names its merge and the cache's capacity");
     compareSwitchedDecodes(cluster ? "attention merged in clusters" : "attention merged in its launch", *onCache,
                            *offCache, onIds, offIds, onLogits, offLogits, tolerance, dtype);
 }

@@ -67,16 +67,16 @@ int main() {
     check(planDecodeAttention({1, 64, 8, 128, 2112}, 132).headParts == 8 &&
               planDecodeAttention({1, 64, 8, 128, 3072}, 132).headParts == 8 &&
               planDecodeAttention({1, 64, 8, 128, 192}, 132).headParts == 8,
-          "64/8 heads at 192 to 3072 keys on 132 SMs: 8 parts, each query head in its own block (2112 keys: 18.5 us "
+          "64/8 heads at 192 to 3072 keys on 132 SMs: 8 parts, each query head in its own block (2112 keys: 18.4 us "
           "against 19.7 in 4)");
     check(planDecodeAttention({1, 64, 8, 128, 3073}, 132).headParts == 4, "64/8 heads past 3072 keys: 4 parts");
     check(planDecodeAttention({1, 64, 8, 128, 8192}, 132).headParts == 2 &&
               planDecodeAttention({1, 32, 8, 128, 8192}, 132).headParts == 2,
-          "32/8 and 64/8 heads at 8192 keys: 2 parts (64/8: 37.9 us against 40.3 in 4 and 49.0 in 1)");
+          "32/8 and 64/8 heads at 8192 keys: 2 parts (64/8: 37.7 us against 40.1 in 4 and 49.1 in 1)");
     check(planDecodeAttention({1, 64, 8, 128, 16384}, 132).headParts == 2 &&
               planDecodeAttention({8, 64, 8, 128, 2048}, 132).headParts == 2,
-          "64/8 heads past the read limit keep 2 parts, not blocks of 8 query heads (16384 keys: 61.6 us against 70.1 in "
-          "1; batch 8 at 2048 keys: 60.6 against 66.1)");
+          "64/8 heads past the read limit keep 2 parts, not blocks of 8 query heads (16384 keys: 61.4 us against 70.1 in "
+          "1; batch 8 at 2048 keys: 60.4 against 66.0)");
     check(planDecodeAttention({1, 64, 8, 128, 16416}, 132).headParts == 1,
           "64/8 heads past 16384 keys: 1 part (2 parts would take 17 chunks of 1024 for 16 units, a second wave)");
     const DecodeAttentionPlan batch8 = planDecodeAttention({8, 64, 8, 128, 2112}, 132);
@@ -85,14 +85,14 @@ int main() {
           "of 70B decoded INT4 at 2.380 ms per token against 2.198)");
     check(planDecodeAttention({1, 32, 8, 128, 16384}, 132).headParts == 1 &&
               planDecodeAttention({4, 32, 8, 128, 4096}, 132).headParts == 1,
-          "32/8 heads past the read limit: 1 part of 4 query heads (16384 keys: 43.3 us against 44.8 in 2; batch 4 at 4096 "
-          "keys: 42.1 against 44.1)");
+          "32/8 heads past the read limit: 1 part of 4 query heads (16384 keys: 43.2 us against 44.6 in 2; batch 4 at 4096 "
+          "keys: 42.6 against 44.1)");
     check(planDecodeAttention({4, 64, 8, 128, 1024}, 132).headParts == 4 &&
               planDecodeAttention({4, 64, 8, 128, 2048}, 132).headParts == 2,
-          "64/8 heads at batch 4: 4 parts at 1024 keys (25.2 us against 37.3 in 1), 2 at 2048 (37.1 against 40.3 in 4)");
+          "64/8 heads at batch 4: 4 parts at 1024 keys (25.3 us against 37.2 in 1), 2 at 2048 (37.1 against 40.0 in 4)");
     check(planDecodeAttention({2, 64, 8, 128, 1024}, 132).headParts == 8 &&
               planDecodeAttention({2, 64, 8, 128, 2048}, 132).headParts == 4,
-          "64/8 heads at batch 2: 8 parts (128 blocks of one query head) at 1024 keys, 4 at 2048 (25.4 us against 28.1 in 2)");
+          "64/8 heads at batch 2: 8 parts (128 blocks of one query head) at 1024 keys, 4 at 2048 (25.3 us against 28.1 in 2)");
     check(planDecodeAttention({4, 32, 8, 128, 2048}, 132).headParts == 2,
           "32/8 heads at batch 4 and 2048 keys: 2 parts (25.9 us against 28.5 in 1)");
     check(planDecodeAttention({1, 64, 8, 128, 1024}, 108).headParts == 8 && planDecodeAttention({1, 64, 8, 128, 1024}, 48).headParts == 4,
@@ -100,7 +100,7 @@ int main() {
     check(planDecodeAttention({1, 28, 4, 128, 1024}, 132).headParts == 7, "28/4 heads on 132 SMs: 7 parts (28 units)");
     check(planDecodeAttention({8, 32, 8, 128, 1024}, 132).headParts == 2 &&
               planDecodeAttention({8, 64, 8, 128, 1024}, 132).headParts == 2,
-          "32/8 and 64/8 heads at batch 8 and 1024 keys: 2 parts (128 units; 64/8: 37.3 us against 45.4 in 1)");
+          "32/8 and 64/8 heads at batch 8 and 1024 keys: 2 parts (128 units; 64/8: 37.4 us against 45.3 in 1)");
     check(planDecodeAttention({1, 32, 8, 128, 192}, 132, 2).headParts == 2, "head parts given are kept");
     setDecodeAttentionHeadParts(false);
     check(planDecodeAttention({1, 32, 8, 128, 192}, 132).headParts == 1, "no head parts while they are switched off");
@@ -109,6 +109,25 @@ int main() {
     const std::string got = std::to_string(llama7b.splits) + " of " + std::to_string(llama7b.keysPerSplit);
     check(llama7b.splits == 8 && llama7b.keysPerSplit == 512,
           ("Llama-2-7B at 4096 keys on 132 SMs: 8 chunks of 512 (256 blocks), not 9 of 480 (got " + got + ")").c_str());
+    const std::string described = describeDecodeAttentionPlan({1, 32, 32, 128, 4096}, llama7b);
+    check(described == "32/32 heads of 128 at capacity 4096, batch 1: 8 chunks of 512 keys, one-pass kernel, chunks "
+                       "merged by a second launch",
+          ("the plan in words names the chunks, the kernel and the merge (got: " + described + ")").c_str());
+    const DecodeAttentionShape gqa193{1, 32, 8, 128, 193};
+    const std::string describedGqa = describeDecodeAttentionPlan(gqa193, planDecodeAttention(gqa193, 132));
+    check(describedGqa == "32/8 heads of 128 at capacity 193, batch 1: 7 chunks of 32 keys, query heads in 4 parts, "
+                          "scalar kernel, chunks merged by a second launch",
+          ("GQA in words names the head parts (got: " + describedGqa + ")").c_str());
+    check(describeDecodeAttentionPlan({1, 32, 32, 128, 32}, planDecodeAttention({1, 32, 32, 128, 32}, 132)) ==
+              "32/32 heads of 128 at capacity 32, batch 1: one chunk, scalar kernel",
+          "an unsplit plan in words");
+    bool refused = false;
+    try {
+        describeDecodeAttentionPlan({1, 32, 8, 128, 193}, DecodeAttentionPlan{1, 193, false, false, 3});
+    } catch (const KernelError&) {
+        refused = true;
+    }
+    check(refused, "3 parts of 32/8 heads are refused, not described");
     const DecodeAttentionPlan short7b = planDecodeAttention({1, 32, 32, 128, 192}, 132);
     check(short7b.splits == 6 && short7b.keysPerSplit == 32, "Llama-2-7B at 192 keys on 132 SMs: 6 chunks of 32, as before");
     return finish();

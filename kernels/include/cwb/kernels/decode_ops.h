@@ -7,6 +7,7 @@
 // rounds where the kernel rounds.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "cwb/kernels/kernel_types.h"
 
@@ -63,8 +64,8 @@ struct DecodeAttentionPlan {
 DecodeAttentionPlan planDecodeAttention(const DecodeAttentionShape& shape, int multiprocessors, int64_t headParts = 0);
 // The planner's own headParts, fitted to every division timed on the H200: the largest divisor d of heads / kvHeads
 // for which batch x kvHeads x d blocks fit one per multiprocessor, the plan's chunks stay within two blocks per
-// multiprocessor (one wave), and batch x kvHeads x d x capacity x headDim (the keys and values the plan reads in all,
-// repeated reads of a chunk counted) is at most 1.5 x 2^24; then, where that leaves more than 4 query heads a block,
+// multiprocessor (one wave), and batch x kvHeads x d x capacity x headDim (the key elements the plan reads in all, as
+// many value elements, repeated reads of a chunk counted) is at most 1.5 x 2^24; then, where that leaves more than 4 query heads a block,
 // the smallest divisor that leaves at most 4, if it fits the multiprocessors, one wave and twice that read limit. On
 // 132 multiprocessors with heads of 128: Llama-2-70B's 64/8 at batch 1 in 8 parts up to 3072 keys, 4 up to 6144, 2
 // up to 16384, then 1; at batch 8 in 2 up to 2048 keys. Llama-3-8B's 32/8 at batch 1 in 4 up to 6144 keys, 2 up to
@@ -96,6 +97,11 @@ struct DecodeAttentionOccupancy {
 };
 DecodeAttentionOccupancy decodeAttentionOccupancy(const DecodeAttentionShape& shape, const DecodeAttentionPlan& plan,
                                                   ActType type, bool rope);
+
+// A plan and the kernel it launches, in words, for reports (caches taken as 16-byte aligned, as the runtime's are):
+// e.g. "32/8 heads of 128 at capacity 193, batch 1: 4 chunks of 64 keys, query heads in 4 parts, scalar kernel,
+// chunks merged in a cluster". Host only; reads the process-wide kernel choice (CWB_ATTENTION_KERNEL).
+std::string describeDecodeAttentionPlan(const DecodeAttentionShape& shape, const DecodeAttentionPlan& plan);
 
 // Scratch decodeAttention needs for a plan (fp32 partial maxima, sums and outputs per split, then with mergeInKernel
 // the int counters); 0 when unsplit or merged in clusters.
