@@ -2,9 +2,11 @@
 # Builds cwb without Qt on a GPU machine and runs the GPU tests and the issue-7 benchmarks, each step under a time
 # limit, writing one log per step into OUT (default ./gpu-checks). Run by hand from the checkout:
 #   bash bench/gpu_checks.sh [--out DIR] [--build DIR] [--steps LIST] [--build-only]
-# LIST is a comma-separated subset of: tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,decode8b,sparse7b,
-# profile16 (default: all; decode7b_c15 is decode7b under stream shape 15, the default before session 18; decode8b is
-# decode at Llama-3-8B's shapes (GQA: 32 query heads over 8 kv heads); profile16 reads the hardware counters of the
+# LIST is a comma-separated subset of: tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,decode8b,
+# decode70b,decode70b_long,decode70b_long_parts0,sparse7b,profile16 (default: all; decode7b_c15 is decode7b under stream
+# shape 15, the default before session 18; decode8b is decode at Llama-3-8B's shapes (GQA: 32 query heads over 8 kv
+# heads); decode70b is 8 blocks of Llama-2-70B (64/8 heads); decode70b_long 8 blocks of Llama-3-70B over a 16064-key
+# cache, and decode70b_long_parts0 the same with the head parts off; profile16 reads the hardware counters of the
 # W4A16 stream kernel at 16 tokens on 4096x11008, the shape furthest from its target, where ncu is installed).
 # Environment: TORCH_PREFIX (else asked of python3's torch), SQLITE_INCLUDE (a folder holding sqlite3.h when the
 # system has none), NLOHMANN_DIR (nlohmann_jsonConfig.cmake's folder when the system has none), CUDA_ARCHS
@@ -12,7 +14,8 @@
 set -u
 out=gpu-checks
 build=build-gpu
-steps=tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,decode8b,sparse7b,profile16
+steps=tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,decode8b,decode70b,decode70b_long,decode70b_long_parts0
+steps+=,sparse7b,profile16
 build_only=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -75,6 +78,11 @@ run decode7b 400 "$build/app/cwb" bench --synthetic llama-7b --device cuda --pro
 run decode7b_c15 400 env CWB_W4_STREAM_CONFIG=15 "$build/app/cwb" bench --synthetic llama-7b --device cuda \
     --prompt-tokens 128 --gen-tokens 64
 run decode8b 400 "$build/app/cwb" bench --synthetic llama3-8b --device cuda --prompt-tokens 128 --gen-tokens 64
+run decode70b 400 "$build/app/cwb" bench --synthetic llama-70b --layers 8 --device cuda --prompt-tokens 128 --gen-tokens 64
+run decode70b_long 400 "$build/app/cwb" bench --synthetic llama3-70b --layers 8 --context 32768 --device cuda \
+    --prompt-tokens 16000 --gen-tokens 64
+run decode70b_long_parts0 400 env CWB_ATTENTION_HEAD_PARTS=0 "$build/app/cwb" bench --synthetic llama3-70b --layers 8 \
+    --context 32768 --device cuda --prompt-tokens 16000 --gen-tokens 64
 run sparse7b 600 "$build/app/cwb" bench --synthetic llama-7b --format sparse24 \
     --device cuda --prompt-tokens 2048 --gen-tokens 16
 if command -v ncu >/dev/null; then
