@@ -1,5 +1,7 @@
 #include "app/cli/arguments.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "core/util/error.h"
@@ -50,8 +52,11 @@ int64_t Arguments::integer(const std::string& name, int64_t fallback) const {
     if (!mValues.count(name)) return fallback;
     const std::string text = value(name);
     char* end = nullptr;
+    errno = 0;
     long long v = std::strtoll(text.c_str(), &end, 10);
     if (text.empty() || *end != '\0') throw Error("option --" + name + " expects an integer, got '" + text + "'");
+    // strtoll saturates out of range: 99999999999999999999 would otherwise run as 9223372036854775807.
+    if (errno == ERANGE) throw Error("option --" + name + " is out of range, got '" + text + "'");
     return v;
 }
 
@@ -61,6 +66,8 @@ double Arguments::number(const std::string& name, double fallback) const {
     char* end = nullptr;
     double v = std::strtod(text.c_str(), &end);
     if (text.empty() || *end != '\0') throw Error("option --" + name + " expects a number, got '" + text + "'");
+    // strtod takes "nan", "inf" and 1e999 (infinity): no option means any of them.
+    if (!std::isfinite(v)) throw Error("option --" + name + " expects a finite number, got '" + text + "'");
     return v;
 }
 

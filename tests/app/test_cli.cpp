@@ -120,6 +120,14 @@ void TestCli::errorsNameTheFile() {
     Result zeroContext = run({"bench", "--synthetic", "llama-7b", "--context", "0"});
     QCOMPARE(zeroContext.exitCode, 2);
     QVERIFY(zeroContext.err.contains("--context must be at least 1, got 0"));
+    // Numbers past what an option can hold are refused, not saturated (strtoll gave 9223372036854775807).
+    Result hugeContext = run({"bench", "--synthetic", "llama-7b", "--context", "99999999999999999999"});
+    QCOMPARE(hugeContext.exitCode, 2);
+    QVERIFY2(hugeContext.err.contains("option --context is out of range, got '99999999999999999999'"),
+             qPrintable(hugeContext.err));
+    Result nanWarmup = run({"bench", "--synthetic", "llama-7b", "--prefill-warmup", "nan"});
+    QCOMPARE(nanWarmup.exitCode, 2);
+    QVERIFY2(nanWarmup.err.contains("option --prefill-warmup expects a finite number, got 'nan'"), qPrintable(nanWarmup.err));
     Result contextOfFile = run({"bench", "/nonexistent/model.gguf", "--context", "8192"});
     QCOMPARE(contextOfFile.exitCode, 2);
     QVERIFY(contextOfFile.err.contains("--context applies to --synthetic shapes only"));
