@@ -1,6 +1,8 @@
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -67,6 +69,12 @@ void printRow(const char* name, const nlohmann::json& j) {
         std::printf("         decode attention: %s\n", j["decode_attention"].get<std::string>().c_str());
 }
 
+// prompt + generated as one number where the sum fits, else as "P + G".
+std::string tokenCount(int64_t prompt, int64_t generated) {
+    const bool fits = prompt >= 0 && generated >= 0 && prompt <= std::numeric_limits<int64_t>::max() - generated;
+    return fits ? std::to_string(prompt + generated) : std::to_string(prompt) + " + " + std::to_string(generated);
+}
+
 // An on/off switch given as --NAME or --no-NAME (not both); neither: `fallback`.
 bool onOffFlag(const Arguments& a, const std::string& name, bool fallback) {
     if (a.flag(name) && a.flag("no-" + name)) throw Error("--" + name + " and --no-" + name + " contradict each other");
@@ -118,9 +126,10 @@ int runBench(const std::vector<std::string>& args) {
             throw Error("--format is int, fp8, w8a8 or sparse24, got '" + format + "'");
         const int64_t context = a.has("context") ? a.integer("context", 0) : 0;
         if (a.has("context") && context < 1) throw Error("--context must be at least 1, got " + std::to_string(context));
-        const int64_t positions = context > 0 ? context : shape.context;
-        if (p.promptTokens + p.genTokens > positions)   // refused before the weights are made
-            throw Error("bench: " + std::to_string(p.promptTokens + p.genTokens) + " tokens exceed the context of " +
+        const int64_t positions = syntheticContext(shape, context);   // at most kMaxSyntheticContext
+        // Refused before the weights are made; each count is compared first, so that the sum cannot overflow.
+        if (p.promptTokens > positions || p.genTokens > positions || p.promptTokens + p.genTokens > positions)
+            throw Error("bench: " + tokenCount(p.promptTokens, p.genTokens) + " tokens exceed the context of " +
                         std::to_string(positions) + " of --synthetic " + synthetic +
                         (context > 0 ? "" : " (--context N gives a synthetic model a longer one)"));
         const at::Device device = options.device.is_cuda() ? options.device : at::Device(at::kCPU);

@@ -44,8 +44,9 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
     if (p.batch < 1 || p.promptTokens < 1 || p.genTokens < 1 || p.prefillRepeats < 1)
         throw Error("bench: batch, prompt tokens, generated tokens and repeats must be at least 1");
     if (!(p.prefillWarmupSeconds >= 0)) throw Error("bench: the prefill warm-up must be 0 seconds or more");
-    if (p.promptTokens + p.genTokens > model.spec.context)
-        throw Error("bench: " + std::to_string(p.promptTokens + p.genTokens) + " tokens exceed the model's context of " +
+    if (p.promptTokens > model.spec.context || p.genTokens > model.spec.context - p.promptTokens)   // no overflow
+        throw Error("bench: " + std::to_string(p.promptTokens) + " + " + std::to_string(p.genTokens) +
+                    " tokens exceed the model's context of " +
                     std::to_string(model.spec.context));
     const bool cuda = options.device.is_cuda();
     LatencyResult r;
@@ -168,15 +169,20 @@ const SyntheticShape& syntheticShape(const std::string& name) {
     throw Error("--synthetic knows " + known + ", got '" + name + "'");
 }
 
+int64_t syntheticContext(const SyntheticShape& shape, int64_t context) {
+    if (context < 0 || context > kMaxSyntheticContext)
+        throw Error("synthetic " + shape.name + ": context must be 1.." + std::to_string(kMaxSyntheticContext) +
+                    " positions, got " + std::to_string(context));
+    return context > 0 ? context : shape.context;
+}
+
 std::unique_ptr<Model> syntheticLlama(const std::string& name, int64_t layers, const at::Device& device, uint64_t seed,
                                       int64_t context) {
     const SyntheticShape& shape = syntheticShape(name);
     if (layers < 1 || layers > shape.totalLayers)
         throw Error("synthetic " + name + ": layers must be 1.." + std::to_string(shape.totalLayers) + ", got " +
                     std::to_string(layers));
-    if (context < 0 || context > kMaxSyntheticContext)
-        throw Error("synthetic " + name + ": context must be 1.." + std::to_string(kMaxSyntheticContext) +
-                    " positions, got " + std::to_string(context));
+    const int64_t positions = syntheticContext(shape, context);
     auto model = std::make_unique<Model>();
     ArchSpec& s = model->spec;
     s.modelType = "llama";
@@ -187,7 +193,7 @@ std::unique_ptr<Model> syntheticLlama(const std::string& name, int64_t layers, c
     s.headDim = shape.headDim;
     s.ffn = shape.ffn;
     s.vocab = shape.vocab;
-    s.context = context > 0 ? context : shape.context;
+    s.context = positions;
     s.ropeTheta = shape.ropeTheta;
     model->path = "synthetic:" + name;
     model->format = "synthetic";

@@ -73,6 +73,8 @@ const SyntheticShape& syntheticShape(const std::string& name);
 // random weights a longer one is meaningful for speed (the attention over a long cache), not for text. Both counts are
 // checked before any weight is made.
 constexpr int64_t kMaxSyntheticContext = int64_t(1) << 20;
+// The context such a model gets: the shape's own for 0, else `context`, refused (cwb::Error) outside 1..kMax.
+int64_t syntheticContext(const SyntheticShape& shape, int64_t context);
 std::unique_ptr<Model> syntheticLlama(const std::string& name, int64_t layers, const at::Device& device, uint64_t seed = 0,
                                       int64_t context = 0);
 std::unique_ptr<Model> syntheticLlama7b(int64_t layers, const at::Device& device, uint64_t seed = 0);

@@ -125,6 +125,9 @@ void TestCli::errorsNameTheFile() {
     QCOMPARE(hugeContext.exitCode, 2);
     QVERIFY2(hugeContext.err.contains("option --context is out of range, got '99999999999999999999'"),
              qPrintable(hugeContext.err));
+    Result hugePrompt = run({"bench", "--synthetic", "llama-7b", "--prompt-tokens", "9223372036854775807"});
+    QCOMPARE(hugePrompt.exitCode, 2);
+    QVERIFY2(hugePrompt.err.contains("tokens exceed the context of 4096 of --synthetic llama-7b"), qPrintable(hugePrompt.err));
     Result nanWarmup = run({"bench", "--synthetic", "llama-7b", "--prefill-warmup", "nan"});
     QCOMPARE(nanWarmup.exitCode, 2);
     QVERIFY2(nanWarmup.err.contains("option --prefill-warmup expects a finite number, got 'nan'"), qPrintable(nanWarmup.err));

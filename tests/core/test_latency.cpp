@@ -3,6 +3,9 @@
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
+#include <limits>
+#include <string>
+
 #include "core/compress/compressed_layers.h"
 #include "core/io/model_format.h"
 #include "core/runtime/latency.h"
@@ -71,6 +74,16 @@ void TestLatency::measuresPrefillAndDecode() {
     p.prefillWarmupSeconds = 0.5;
     p.promptTokens = model->spec.context;       // prompt + generated tokens past the context
     QVERIFY_THROWS_EXCEPTION(Error, measureLatency(*model, RuntimeOptions{}, p));
+    // Counts whose sum overflows int64 are refused as past the context too (the sum wrapped to a negative before).
+    p.promptTokens = std::numeric_limits<int64_t>::max();
+    try {
+        measureLatency(*model, RuntimeOptions{}, p);
+        QFAIL("a prompt of 2^63 - 1 tokens was accepted");
+    } catch (const Error& e) {
+        QVERIFY2(std::string(e.what()).find("9223372036854775807 + 5 tokens exceed the model's context") !=
+                     std::string::npos,
+                 e.what());
+    }
 }
 
 void TestLatency::randomVariantCompressesEveryLinear() {
