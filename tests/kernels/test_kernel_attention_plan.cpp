@@ -121,6 +121,12 @@ int main() {
     check(describeDecodeAttentionPlan({1, 32, 32, 128, 32}, planDecodeAttention({1, 32, 32, 128, 32}, 132)) ==
               "32/32 heads of 128 at capacity 32, batch 1: one chunk, scalar kernel",
           "an unsplit plan in words");
+    setDecodeAttentionMergeInKernel(true);
+    const DecodeAttentionShape long7b{1, 32, 32, 128, 4096};
+    const std::string lastBlock = describeDecodeAttentionPlan(long7b, planDecodeAttention(long7b, 132));
+    setDecodeAttentionMergeInKernel(false);
+    check(lastBlock.find("chunks merged by the last block of each head") != std::string::npos,
+          ("a plan that merges in its launch says so (got: " + lastBlock + ")").c_str());
     bool refused = false;
     try {
         describeDecodeAttentionPlan({1, 32, 8, 128, 193}, DecodeAttentionPlan{1, 193, false, false, 3});
