@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
             runner.setOutputDir(a.value("out", "cwb-report"));
             runner.setDevice(a.value("device", "cpu"));
             runner.setModelPath(a.value("model"));
-            runner.setThreads(static_cast<int>(a.integer("threads", 0)));
+            runner.setThreads(cwb::cli::threadCount(a.integer("threads", 0)));
             std::vector<std::string> variants;
             std::string list = a.value("variants");
             for (size_t start = 0; start < list.size();) {

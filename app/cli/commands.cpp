@@ -1,6 +1,7 @@
 #include "app/cli/commands.h"
 
 #include <cstdio>
+#include <string>
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -83,9 +84,15 @@ at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, c
                            model.spec.context);
 }
 
+int threadCount(int64_t threads) {
+    // 4096 is far past any CPU's cores; the cap keeps the count an int (4294967297 would have run as 1 thread).
+    if (threads < 0 || threads > 4096) throw Error("--threads must be 0..4096, got " + std::to_string(threads));
+    return static_cast<int>(threads);
+}
+
 void applyThreads(int64_t threads) {
-    if (threads < 0) throw Error("--threads must be 0 or more");
-    if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+    const int count = threadCount(threads);
+    if (count > 0) at::set_num_threads(count);
 }
 
 bool isProjectPath(const std::string& path) {

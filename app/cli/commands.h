@@ -42,6 +42,8 @@ at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, c
 // tensors they own. Prints a note on stderr unless quiet when a scratch file is used.
 void applyScratch(const Arguments& args, Model& model, bool quiet);
 
+// --threads N as an int, refused (cwb::Error) outside 0..4096; 0 leaves LibTorch's own count.
+int threadCount(int64_t threads);
 // Applies --threads N (0 or absent: LibTorch's default).
 void applyThreads(int64_t threads);
 

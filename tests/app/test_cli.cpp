@@ -128,6 +128,12 @@ void TestCli::errorsNameTheFile() {
     Result hugePrompt = run({"bench", "--synthetic", "llama-7b", "--prompt-tokens", "9223372036854775807"});
     QCOMPARE(hugePrompt.exitCode, 2);
     QVERIFY2(hugePrompt.err.contains("tokens exceed the context of 4096 of --synthetic llama-7b"), qPrintable(hugePrompt.err));
+    Result manyThreads = run({"bench", "--synthetic", "llama-7b", "--threads", "4294967297"});
+    QCOMPARE(manyThreads.exitCode, 2);
+    QVERIFY2(manyThreads.err.contains("--threads must be 0..4096, got 4294967297"), qPrintable(manyThreads.err));
+    Result batchThreads = run({"--batch", "/nonexistent/p.cwbproj", "--threads", "4294967297"});
+    QCOMPARE(batchThreads.exitCode, 2);
+    QVERIFY2(batchThreads.err.contains("--threads must be 0..4096, got 4294967297"), qPrintable(batchThreads.err));
     Result nanWarmup = run({"bench", "--synthetic", "llama-7b", "--prefill-warmup", "nan"});
     QCOMPARE(nanWarmup.exitCode, 2);
     QVERIFY2(nanWarmup.err.contains("option --prefill-warmup expects a finite number, got 'nan'"), qPrintable(nanWarmup.err));
