@@ -132,12 +132,16 @@ int runBench(const std::vector<std::string>& args) {
             throw Error("bench: " + tokenCount(p.promptTokens, p.genTokens) + " tokens exceed the context of " +
                         std::to_string(positions) + " of --synthetic " + synthetic +
                         (context > 0 ? "" : " (--context N gives a synthetic model a longer one)"));
+        // The INT variant's bits checked before the weights are made, and before the narrowing to int (4294967300 ran
+        // as 4 bits).
+        const int64_t bits = a.integer("bits", 4);
+        if (format == "int" && (bits < 2 || bits > 8))
+            throw Error("--bits must be between 2 and 8, got " + std::to_string(bits));
         const at::Device device = options.device.is_cuda() ? options.device : at::Device(at::kCPU);
         base = syntheticLlama(synthetic, a.integer("layers", shape.defaultLayers), device, p.seed, context);
         if (format == "int") {
-            const int bits = int(a.integer("bits", 4));
             const int64_t group = a.integer("group-size", 128);
-            variant = randomIntVariant(*base, bits, group, device, p.seed);
+            variant = randomIntVariant(*base, static_cast<int>(bits), group, device, p.seed);
             variantName = "int" + std::to_string(bits) + " g" + std::to_string(group) + " (random levels)";
         } else if (format == "sparse24") {
             variant = sparse24Variant(*base, device);

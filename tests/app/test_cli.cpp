@@ -128,6 +128,9 @@ void TestCli::errorsNameTheFile() {
     Result hugePrompt = run({"bench", "--synthetic", "llama-7b", "--prompt-tokens", "9223372036854775807"});
     QCOMPARE(hugePrompt.exitCode, 2);
     QVERIFY2(hugePrompt.err.contains("tokens exceed the context of 4096 of --synthetic llama-7b"), qPrintable(hugePrompt.err));
+    Result bits = run({"bench", "--synthetic", "llama-7b", "--bits", "4294967300"});
+    QCOMPARE(bits.exitCode, 2);
+    QVERIFY2(bits.err.contains("--bits must be between 2 and 8, got 4294967300"), qPrintable(bits.err));
     Result manyThreads = run({"bench", "--synthetic", "llama-7b", "--threads", "4294967297"});
     QCOMPARE(manyThreads.exitCode, 2);
     QVERIFY2(manyThreads.err.contains("--threads must be 0..4096, got 4294967297"), qPrintable(manyThreads.err));
