@@ -317,6 +317,9 @@ int main() {
         auto* gqaQkv = deviceZeros<uint16_t>(kGqaMaxBatch * (64 + 2 * 8) * hd);   // q/k/v of the widest case
         auto* gqaOut = deviceZeros<uint16_t>(kGqaMaxBatch * 64 * hd);
         auto* gqaTable = deviceZeros<float>(size_t(kGqaMaxPositions * 2 * hd));
+        int gqaCases = 0, plannerBest = 0;   // how often the planner's head parts were the fastest division
+        double worstMiss = 1.0;
+        std::string worstCase;
         for (const GqaCase& g : gqa) {
             const DecodeAttentionShape s{g.batch, g.heads, g.kvHeads, hd, g.capacity};
             if (g.batch * g.kvHeads * g.capacity > heads * maxCapacity || g.batch > kGqaMaxBatch ||
@@ -336,18 +339,32 @@ int main() {
                 return us;
             };
             const int64_t planned = planDecodeAttention(s, deviceMultiprocessors()).headParts;
-            double oneUs = 0;
+            double oneUs = 0, bestUs = 0, plannedUs = 0;
             for (int64_t parts = 1; parts <= g.heads / g.kvHeads; ++parts) {
                 if ((g.heads / g.kvHeads) % parts != 0) continue;
                 const DecodeAttentionPlan p = planDecodeAttention(s, deviceMultiprocessors(), parts);
                 const double us = timed(p);
                 if (parts == 1) oneUs = us;
+                if (parts == 1 || us < bestUs) bestUs = us;
+                if (parts == planned) plannedUs = us;
                 std::printf("| %lld / %lld | %lld | %lld | %lld%s | %lld x %lld%s | %.2f | %.2fx |\n", (long long)g.heads,
                             (long long)g.kvHeads, (long long)g.batch, (long long)g.capacity, (long long)parts,
                             parts == planned ? " (planned)" : "", (long long)p.splits, (long long)p.keysPerSplit,
                             p.mergeInCluster ? ", cluster" : "", us, oneUs / us);
             }
+            ++gqaCases;
+            if (plannedUs <= bestUs * 1.0001) {
+                ++plannerBest;
+            } else if (plannedUs / bestUs > worstMiss) {
+                worstMiss = plannedUs / bestUs;
+                worstCase = std::to_string(g.heads) + "/" + std::to_string(g.kvHeads) + " heads, batch " +
+                            std::to_string(g.batch) + ", " + std::to_string(g.capacity) + " keys";
+            }
         }
+        std::printf("\nThe planner's division was the fastest in %d of %d cases", plannerBest, gqaCases);
+        if (plannerBest < gqaCases)
+            std::printf("; its worst: %s, %.1f%% slower than the fastest", worstCase.c_str(), 100.0 * (worstMiss - 1.0));
+        std::printf("\n");
         cudaFree(gqaQkv);
         cudaFree(gqaOut);
         cudaFree(gqaTable);
