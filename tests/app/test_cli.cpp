@@ -107,42 +107,36 @@ void TestCli::errorsNameTheFile() {
     Result shape = run({"bench", "--synthetic", "llama-13b"});
     QCOMPARE(shape.exitCode, 2);
     QVERIFY(shape.err.contains("--synthetic knows llama-7b, llama-70b, llama3-8b, llama3-70b, got 'llama-13b'"));
-    // A cache past the synthetic shape's context is refused before the weights are made, with the way to a longer one.
-    Result longPrompt = run({"bench", "--synthetic", "llama-70b", "--prompt-tokens", "16000"});
-    QCOMPARE(longPrompt.exitCode, 2);
-    QVERIFY2(longPrompt.err.contains("16064 tokens exceed the context of 4096 of --synthetic llama-70b (--context N gives "
-                                     "a synthetic model a longer one)"),
-             qPrintable(longPrompt.err));
-    Result shortContext = run({"bench", "--synthetic", "llama3-70b", "--context", "1000", "--prompt-tokens", "1000"});
-    QCOMPARE(shortContext.exitCode, 2);
-    QVERIFY2(shortContext.err.contains("1064 tokens exceed the context of 1000 of --synthetic llama3-70b"),
-             qPrintable(shortContext.err));
-    Result zeroContext = run({"bench", "--synthetic", "llama-7b", "--context", "0"});
-    QCOMPARE(zeroContext.exitCode, 2);
-    QVERIFY(zeroContext.err.contains("--context must be at least 1, got 0"));
-    // Numbers past what an option can hold are refused, not saturated (strtoll gave 9223372036854775807).
-    Result hugeContext = run({"bench", "--synthetic", "llama-7b", "--context", "99999999999999999999"});
-    QCOMPARE(hugeContext.exitCode, 2);
-    QVERIFY2(hugeContext.err.contains("option --context is out of range, got '99999999999999999999'"),
-             qPrintable(hugeContext.err));
-    Result hugePrompt = run({"bench", "--synthetic", "llama-7b", "--prompt-tokens", "9223372036854775807"});
-    QCOMPARE(hugePrompt.exitCode, 2);
-    QVERIFY2(hugePrompt.err.contains("tokens exceed the context of 4096 of --synthetic llama-7b"), qPrintable(hugePrompt.err));
-    Result bits = run({"bench", "--synthetic", "llama-7b", "--bits", "4294967300"});
-    QCOMPARE(bits.exitCode, 2);
-    QVERIFY2(bits.err.contains("--bits must be between 2 and 8, got 4294967300"), qPrintable(bits.err));
-    Result manyThreads = run({"bench", "--synthetic", "llama-7b", "--threads", "4294967297"});
-    QCOMPARE(manyThreads.exitCode, 2);
-    QVERIFY2(manyThreads.err.contains("--threads must be 0..4096, got 4294967297"), qPrintable(manyThreads.err));
-    Result batchThreads = run({"--batch", "/nonexistent/p.cwbproj", "--threads", "4294967297"});
-    QCOMPARE(batchThreads.exitCode, 2);
-    QVERIFY2(batchThreads.err.contains("--threads must be 0..4096, got 4294967297"), qPrintable(batchThreads.err));
-    Result nanWarmup = run({"bench", "--synthetic", "llama-7b", "--prefill-warmup", "nan"});
-    QCOMPARE(nanWarmup.exitCode, 2);
-    QVERIFY2(nanWarmup.err.contains("option --prefill-warmup expects a finite number, got 'nan'"), qPrintable(nanWarmup.err));
-    Result contextOfFile = run({"bench", "/nonexistent/model.gguf", "--context", "8192"});
-    QCOMPARE(contextOfFile.exitCode, 2);
-    QVERIFY(contextOfFile.err.contains("--context applies to --synthetic shapes only"));
+    // Refused with exit code 2 and a message naming the problem, before any weight is made:
+    // - a cache past the synthetic shape's context, with the way to a longer one;
+    // - numbers past what an option holds, not saturated (strtoll gave 9223372036854775807) or narrowed to int
+    //   (4294967300 bits ran as 4, 4294967297 threads as 1), and numbers that are not finite;
+    // - token counts whose sum overflows int64.
+    const struct {
+        QStringList args;
+        const char* message;
+    } refusals[] = {
+        {{"bench", "--synthetic", "llama-70b", "--prompt-tokens", "16000"},
+         "16064 tokens exceed the context of 4096 of --synthetic llama-70b (--context N gives a synthetic model a longer one)"},
+        {{"bench", "--synthetic", "llama3-70b", "--context", "1000", "--prompt-tokens", "1000"},
+         "1064 tokens exceed the context of 1000 of --synthetic llama3-70b"},
+        {{"bench", "--synthetic", "llama-7b", "--context", "0"}, "--context must be at least 1, got 0"},
+        {{"bench", "--synthetic", "llama-7b", "--context", "99999999999999999999"},
+         "option --context is out of range, got '99999999999999999999'"},
+        {{"bench", "--synthetic", "llama-7b", "--prompt-tokens", "9223372036854775807"},
+         "tokens exceed the context of 4096 of --synthetic llama-7b"},
+        {{"bench", "--synthetic", "llama-7b", "--bits", "4294967300"}, "--bits must be between 2 and 8, got 4294967300"},
+        {{"bench", "--synthetic", "llama-7b", "--threads", "4294967297"}, "--threads must be 0..4096, got 4294967297"},
+        {{"--batch", "/nonexistent/p.cwbproj", "--threads", "4294967297"}, "--threads must be 0..4096, got 4294967297"},
+        {{"bench", "--synthetic", "llama-7b", "--prefill-warmup", "nan"},
+         "option --prefill-warmup expects a finite number, got 'nan'"},
+        {{"bench", "/nonexistent/model.gguf", "--context", "8192"}, "--context applies to --synthetic shapes only"},
+    };
+    for (const auto& refusal : refusals) {
+        Result r = run(refusal.args);
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains(refusal.message), qPrintable(refusal.args.join(' ') + ": " + r.err));
+    }
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     Result text = run({"eval", model, "--text", "/nonexistent/text.txt"});
     QCOMPARE(text.exitCode, 2);
