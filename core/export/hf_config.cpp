@@ -1,8 +1,11 @@
 #include "core/export/hf_config.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "core/export/export_support.h"
+#include "core/tokenizer/hf_tokenizer_writer.h"
 #include "core/util/error.h"
 
 namespace cwb::exporting {
@@ -70,18 +73,52 @@ nlohmann::json hfGenerationConfig(const Model& model) {
     return g;
 }
 
-std::vector<std::string> copyHfTokenizerFiles(const Model& model, const std::string& folder) {
+void writeJsonFile(const std::string& path, const nlohmann::json& j) {
+    std::ofstream out(path, std::ios::trunc);
+    out << j.dump(2) << "\n";
+    if (!out.flush()) throw Error(path, "cannot write");
+}
+
+namespace {
+
+std::vector<std::string> writeFromVocabulary(const Model& model, const std::string& folder,
+                                             std::vector<std::string>& notes) {
+    if (!model.tokenizer || !model.tokenizer->vocabulary()) {
+        notes.push_back("the model has no tokenizer vocabulary; no tokenizer files were written");
+        return {};
+    }
+    HfTokenizerFiles files = hfTokenizerFiles(*model.tokenizer->vocabulary(), model.spec.context);
+    writeJsonFile(folder + "/tokenizer.json", files.tokenizer);
+    writeJsonFile(folder + "/tokenizer_config.json", files.config);
+    writeJsonFile(folder + "/special_tokens_map.json", files.specialTokens);
+    notes.push_back("tokenizer.json, tokenizer_config.json and special_tokens_map.json written from the model's vocabulary (" +
+                    model.tokenizer->vocabulary()->model + ", " + std::to_string(model.tokenizer->vocabSize()) +
+                    " tokens)");
+    for (std::string& note : files.notes) notes.push_back("tokenizer: " + std::move(note));
+    return {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
+}
+
+} // namespace
+
+std::vector<std::string> writeHfTokenizerFiles(const Model& model, const std::string& folder,
+                                               std::vector<std::string>& notes) {
     namespace fs = std::filesystem;
     std::vector<std::string> copied;
-    if (model.format != "hf") return copied;
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
-                             "vocab.json", "merges.txt", "generation_config.json"}) {
-        const fs::path from = fs::path(model.path) / name;
-        std::error_code ec;
-        if (!fs::is_regular_file(from, ec)) continue;
-        fs::copy_file(from, fs::path(folder) / name, fs::copy_options::overwrite_existing, ec);
-        if (ec) throw Error(from.string(), "cannot copy into the export: " + ec.message());
-        copied.push_back(name);
+    if (model.format == "hf") {
+        for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                                 "special_tokens_map.json", "vocab.json", "merges.txt", "generation_config.json"}) {
+            const fs::path from = fs::path(model.path) / name;
+            std::error_code ec;
+            if (!fs::is_regular_file(from, ec)) continue;
+            fs::copy_file(from, fs::path(folder) / name, fs::copy_options::overwrite_existing, ec);
+            if (ec) throw Error(from.string(), "cannot copy into the export: " + ec.message());
+            copied.push_back(name);
+        }
+    }
+    const auto has = [&](const char* name) { return std::find(copied.begin(), copied.end(), name) != copied.end(); };
+    if (has("tokenizer.json") || has("tokenizer.model")) return copied;
+    for (const std::string& name : writeFromVocabulary(model, folder, notes)) {
+        if (!has(name.c_str())) copied.push_back(name);
     }
     return copied;
 }

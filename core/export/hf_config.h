@@ -11,7 +11,12 @@ namespace cwb::exporting {
 // Throws cwb::Error when the spec has per-layer sizes that config.json cannot express.
 nlohmann::json hfConfig(const Model& model, const std::string& dtypeName);
 nlohmann::json hfGenerationConfig(const Model& model);
-// Copies the tokenizer files of a Hugging Face source folder into `folder`; returns their names.
-std::vector<std::string> copyHfTokenizerFiles(const Model& model, const std::string& folder);
+// Writes j indented, as Hugging Face writes its JSON files; throws cwb::Error naming the file.
+void writeJsonFile(const std::string& path, const nlohmann::json& j);
+// Puts tokenizer files into `folder` and returns their names: a Hugging Face source's own files are copied;
+// for other sources tokenizer.json, tokenizer_config.json and special_tokens_map.json are written from the
+// model's vocabulary (what they cannot carry over exactly goes to `notes`). Nothing when there is no vocabulary.
+std::vector<std::string> writeHfTokenizerFiles(const Model& model, const std::string& folder,
+                                               std::vector<std::string>& notes);
 
 } // namespace cwb::exporting

@@ -1,6 +1,6 @@
 // Hugging Face folders: dense safetensors ("hf") and the GPTQ and AWQ packed layouts ("gptq", "awq"), with
-// config.json (+ quantization_config), generation_config.json, the source's tokenizer files, and shards with
-// an index above ExportOptions::shardBytes. The folder is written beside the target and renamed into place.
+// config.json (+ quantization_config), generation_config.json, tokenizer files (a Hugging Face source's own,
+// else written from the vocabulary), and shards with an index above ExportOptions::shardBytes. The folder is written beside the target and renamed into place.
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -126,20 +126,19 @@ public:
             report.files.push_back(file);
         }
         if (shards.size() > 1) {
-            writeJson(staging + "/model.safetensors.index.json",
+            exporting::writeJsonFile(staging + "/model.safetensors.index.json",
                       {{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}});
             report.files.push_back("model.safetensors.index.json");
         }
         nlohmann::json config = exporting::hfConfig(model, torchDtype(dense));
         addQuantizationConfig(model, config);
-        writeJson(staging + "/config.json", config);
+        exporting::writeJsonFile(staging + "/config.json", config);
         report.files.push_back("config.json");
-        for (const auto& f : exporting::copyHfTokenizerFiles(model, staging)) report.files.push_back(f);
+        for (const auto& f : exporting::writeHfTokenizerFiles(model, staging, report.notes)) report.files.push_back(f);
         if (!fs::exists(staging + "/generation_config.json")) {
-            writeJson(staging + "/generation_config.json", exporting::hfGenerationConfig(model));
+            exporting::writeJsonFile(staging + "/generation_config.json", exporting::hfGenerationConfig(model));
             report.files.push_back("generation_config.json");
         }
-        if (model.format != "hf") report.notes.push_back("the source (" + model.format + ") had no Hugging Face tokenizer files; none were written");
         report.bytes = total;
         exporting::replacePath(staging, folder);
         cleanup.commit();
@@ -151,12 +150,6 @@ protected:
     virtual std::string quantRefusal(const Model&, const ExportOptions&) const { return ""; }
     virtual std::vector<Entry> plan(const Model& model, ggml::Type dense, ExportReport& report) const = 0;
     virtual void addQuantizationConfig(const Model&, nlohmann::json&) const {}
-
-    static void writeJson(const std::string& path, const nlohmann::json& j) {
-        std::ofstream out(path, std::ios::trunc);
-        out << j.dump(2) << "\n";
-        if (!out.flush()) throw Error(path, "cannot write");
-    }
 
     // Every tensor except those `skip` names, dense in `type`; embeddings, norms and the head too.
     static std::vector<Entry> denseEntries(const Model& model, ggml::Type type, ExportReport& report,

@@ -1,6 +1,7 @@
 // loadHfTokenizer: reads a Hugging Face tokenizer.json (BPE model) into TokenizerData and builds it.
 // Byte-level files (GPT-2, Llama 3, Qwen2) become "gpt2"; SentencePiece-style files (Llama 2: "▁" for
 // spaces, byte_fallback) become "llama" with the merge ranks in place of scores.
+#include "core/tokenizer/pre_tokenizer.h"
 #include "core/tokenizer/spm_bpe_tokenizer.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/vocab_util.h"
@@ -17,12 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-const char* const kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-const char* const kLlama3Pattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-const char* const kQwen2Pattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const std::string kMetaSpace = "\xE2\x96\x81"; // "▁"
 constexpr int64_t kMaxVocab = 16 * 1024 * 1024;
 
@@ -76,9 +71,9 @@ std::string preTokenizerName(const json& root) {
             }
         });
     }
-    if (pattern.empty() || pattern == kGpt2Pattern) return "gpt2";
-    if (pattern == kLlama3Pattern) return "llama-bpe";
-    if (pattern == kQwen2Pattern) return "qwen2";
+    if (pattern.empty() || pattern == preTokenizerRegex(PreTokenizerKind::Gpt2)) return "gpt2";
+    if (pattern == preTokenizerRegex(PreTokenizerKind::Llama3)) return "llama-bpe";
+    if (pattern == preTokenizerRegex(PreTokenizerKind::Qwen2)) return "qwen2";
     // Close variants (whitespace or case differences in the contractions) still show the digit rule.
     if (pattern.find("\\p{N}{1,3}") != std::string::npos) return "llama-bpe";
     if (pattern.find("|\\p{N}|") != std::string::npos && pattern.find("[\\r\\n]") != std::string::npos) {

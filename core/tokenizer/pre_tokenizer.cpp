@@ -20,6 +20,18 @@ PreTokenizerKind preTokenizerFromName(const std::string& name, bool* known) {
     return PreTokenizerKind::Gpt2;
 }
 
+const char* preTokenizerRegex(PreTokenizerKind kind) {
+    switch (kind) {
+    case PreTokenizerKind::Llama3:
+        return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    case PreTokenizerKind::Qwen2:
+        return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    case PreTokenizerKind::Gpt2:
+        break;
+    }
+    return R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+}
+
 namespace {
 
 // Scans one regex alternative at a time, in the order the pattern lists them; each match* returns the

@@ -17,6 +17,9 @@ enum class PreTokenizerKind {
 // regex); *known == false then tells the caller.
 PreTokenizerKind preTokenizerFromName(const std::string& name, bool* known = nullptr);
 
+// The regex a kind stands for, as a Hugging Face tokenizer.json writes it in its Split pre-tokenizer.
+const char* preTokenizerRegex(PreTokenizerKind kind);
+
 // Splits UTF-8 text into pre-token pieces; concatenating the pieces gives back the text byte for byte.
 std::vector<std::string> preTokenize(const std::string& text, PreTokenizerKind kind);
 

@@ -1,7 +1,8 @@
 // Exporters: GGUF block bytes against hand-computed blocks; dense exports reload with identical logits;
 // GPTQ and AWQ exports reload to exactly the quantized weights the variant computed with; GGUF maps symmetric
 // 4/8-bit g32 layers to Q4_0/Q8_0 exactly; refusals name what the format cannot hold; a cancelled export
-// leaves no file behind; a llama2.c vocabulary becomes the same GGUF tokenizer llama.cpp's file has.
+// leaves no file behind; a llama2.c vocabulary becomes the same GGUF tokenizer llama.cpp's file has; Hugging Face
+// exports carry tokenizer files (the source's own, or written from the vocabulary) that tokenize as the source.
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
@@ -15,6 +16,7 @@
 #include "core/io/gguf_file.h"
 #include "core/io/model_format.h"
 #include "core/runtime/transformer.h"
+#include "core/tokenizer/hf_tokenizer_writer.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/error.h"
 #include "tests/support/synthetic_models.h"
@@ -99,6 +101,9 @@ private slots:
     void cancelLeavesNothing();
     void shardedFolder();
     void llama2cVocabularyToGguf();
+    void hfExportWritesTokenizerFiles_data();
+    void hfExportWritesTokenizerFiles();
+    void hfExportCopiesSourceTokenizerFiles();
 };
 
 // Blocks small enough to compute by hand from ggml's block definitions (ggml-common.h).
@@ -364,6 +369,60 @@ void TestExport::llama2cVocabularyToGguf() {
     auto back = loadModel(out);
     QVERIFY(maxRelative(logitsOf(*back), logitsOf(*model)) < 1e-5);
     QCOMPARE(back->tokenizer->encode("Once upon a time", true), model->tokenizer->encode("Once upon a time", true));
+}
+
+void TestExport::hfExportWritesTokenizerFiles_data() {
+    QTest::addColumn<QString>("source");
+    QTest::newRow("stories260K.gguf") << "models/stories260K.gguf";
+    QTest::newRow("stories260K.bin (llama2.c)") << "models/stories260K.bin";
+    QTest::newRow("synthetic Hugging Face folder without tokenizer files") << "synthetic-hf";
+}
+
+void TestExport::hfExportWritesTokenizerFiles() {
+    QFETCH(QString, source);
+    QTemporaryDir dir;
+    std::unique_ptr<Model> model;
+    if (source == "synthetic-hf") {
+        model = syntheticModel(dir.path(), "hf");
+    } else {
+        CWB_REQUIRE_FIXTURE(path, source);
+        model = loadModel(path.toStdString());
+    }
+    const std::string out = (dir.path() + "/hf").toStdString();
+    const ExportReport report = exportModel(*model, "hf", out);
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+        QVERIFY2(fileExists(out + "/" + name), name);
+        QVERIFY2(std::count(report.files.begin(), report.files.end(), name) == 1, name);
+    }
+    QVERIFY(std::any_of(report.notes.begin(), report.notes.end(), [](const std::string& n) {
+        return n.find("written from the model's vocabulary") != std::string::npos;
+    }));
+    auto back = loadModel(out);
+    QVERIFY(back->tokenizer);
+    QCOMPARE(back->tokenizer->vocabSize(), model->tokenizer->vocabSize());
+    QCOMPARE(back->tokenizer->addBosByDefault(), model->tokenizer->addBosByDefault());
+    const std::string text = source == "synthetic-hf" ? "\xE2\x96\x81t5\xE2\x96\x81t17 t9" :
+                                                        "Once upon a time, there was a little girl named Lily.";
+    QCOMPARE(back->tokenizer->encode(text, true), model->tokenizer->encode(text, true));
+    const json config = json::parse(std::ifstream(out + "/tokenizer_config.json"));
+    QCOMPARE(config["model_max_length"].get<int64_t>(), model->spec.context);
+}
+
+void TestExport::hfExportCopiesSourceTokenizerFiles() {
+    QTemporaryDir dir;
+    auto model = syntheticModel(dir.path(), "hf");
+    // The source's own file, with a field cwb would not write: it must arrive unchanged.
+    json tokenizer = hfTokenizerFiles(*model->tokenizer->vocabulary(), 64).tokenizer;
+    tokenizer["truncation"] = {{"max_length", 7}, {"strategy", "LongestFirst"}, {"stride", 0}, {"direction", "Right"}};
+    std::ofstream(model->path + "/tokenizer.json") << tokenizer.dump();
+    const std::string out = (dir.path() + "/hf").toStdString();
+    const ExportReport report = exportModel(*model, "hf", out);
+    std::ifstream copied(out + "/tokenizer.json");
+    QCOMPARE(json::parse(copied), tokenizer);
+    QVERIFY(!fileExists(out + "/special_tokens_map.json")); // the source had none, and its tokenizer.json was kept
+    QVERIFY(std::none_of(report.notes.begin(), report.notes.end(), [](const std::string& n) {
+        return n.find("written from the model's vocabulary") != std::string::npos;
+    }));
 }
 
 QTEST_GUILESS_MAIN(TestExport)

@@ -1,16 +1,20 @@
 // Tokenizers: llama2.c tokenizer.bin against SentencePiece's ids, hand-checkable SentencePiece and byte-level
 // BPE vocabularies, the three pre-tokenizer regexes, Hugging Face tokenizer.json against the `tokenizers`
-// package's ids, and bad input that must end in cwb::Error naming the file.
+// package's ids, Hugging Face files written from a vocabulary (read back, they must tokenize as the source),
+// and bad input that must end in cwb::Error naming the file.
 #include <QFile>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
+#include "core/io/model_format.h"
 #include "core/tokenizer/byte_bpe_tokenizer.h"
+#include "core/tokenizer/hf_tokenizer_writer.h"
 #include "core/tokenizer/pre_tokenizer.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/error.h"
 #include "tests/support/test_paths.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -143,6 +147,16 @@ const char* const kSpmJson = R"({
   }
 })";
 
+// Writes hfTokenizerFiles(data) into dir and loads them back as a Hugging Face folder's tokenizer is loaded.
+std::unique_ptr<Tokenizer> throughHfFiles(const TokenizerData& data, const QString& dir,
+                                          HfTokenizerFiles* written = nullptr) {
+    HfTokenizerFiles files = hfTokenizerFiles(data, 4096);
+    writeFile(dir + "/tokenizer.json", QByteArray::fromStdString(files.tokenizer.dump(2)));
+    writeFile(dir + "/tokenizer_config.json", QByteArray::fromStdString(files.config.dump(2)));
+    if (written) *written = std::move(files);
+    return loadHfTokenizer((dir + "/tokenizer.json").toStdString());
+}
+
 QByteArray byteLevelJson(const QString& flavour) {
     QByteArray json(kByteLevelJson);
     return json.replace("PRE_TOKENIZER", flavour == "llama3" ? kLlama3PreTokenizer : kGpt2PreTokenizer);
@@ -179,6 +193,13 @@ private slots:
     void hfTokenizerConfig();
     void hfBadInput_data();
     void hfBadInput();
+
+    void sentencePieceMergesByScore();
+    void writtenHfFilesRoundTrip_data();
+    void writtenHfFilesRoundTrip();
+    void writtenHfFilesDescribeTheVocabulary();
+    void writtenHfFilesMatchFixtureVocabularies_data();
+    void writtenHfFilesMatchFixtureVocabularies();
 
     void makeTokenizerValidates();
 };
@@ -535,6 +556,150 @@ void TestTokenizers::hfBadInput() {
     const QString message = errorOf([&] { loadHfTokenizer(path.toStdString()); });
     QVERIFY2(message.contains("broken_tokenizer.json"), qPrintable("no file name in: " + message));
     QVERIFY2(message.contains(messagePart), qPrintable("unexpected message: " + message));
+}
+
+// ---- Hugging Face files written from a vocabulary -----------------------------------------------------------
+
+void TestTokenizers::sentencePieceMergesByScore() {
+    // tinySpm's mergeable tokens by score: bc −0.5; ab, aa −1 (tie: by id); ▁a −2; ▁c −2.5; abc −3 (two splits,
+    // by offset); ▁abc −4 ("▁ab" is no token, so two splits). <sep> is user-defined but splits into no tokens.
+    QStringList merges;
+    for (const auto& [left, right] : sentencePieceMerges(tinySpm())) {
+        merges << QString::fromStdString(left + " " + right);
+    }
+    QCOMPARE(merges.join(" | "), QString::fromUtf8("b c | a b | a a | ▁ a | ▁ c | a bc | ab c | ▁ abc | ▁a bc"));
+}
+
+void TestTokenizers::writtenHfFilesRoundTrip_data() {
+    QTest::addColumn<QString>("flavour");
+    QTest::newRow("sentencepiece") << "spm";
+    QTest::newRow("sentencepiece, no dummy prefix") << "spm-no-prefix";
+    QTest::newRow("sentencepiece, no BOS") << "spm-no-bos";
+    QTest::newRow("byte-level gpt2") << "gpt2";
+    QTest::newRow("byte-level llama-bpe with BOS") << "llama-bpe";
+    QTest::newRow("byte-level qwen2") << "qwen2";
+}
+
+void TestTokenizers::writtenHfFilesRoundTrip() {
+    QFETCH(QString, flavour);
+    TokenizerData data = flavour.startsWith("spm") ? tinySpm() : tinyByteBpe();
+    if (flavour == "spm-no-prefix") data.addSpacePrefix = false;
+    if (flavour == "spm-no-bos") data.addBos = false;
+    if (!flavour.startsWith("spm")) data.pre = flavour.toStdString();
+    if (flavour == "llama-bpe") {
+        data.bos = 263;
+        data.addBos = true;
+    }
+    const auto source = makeTokenizer(data);
+    QTemporaryDir dir;
+    const auto back = throughHfFiles(data, dir.path());
+
+    QCOMPARE(QString::fromStdString(back->kind()), QString::fromStdString(source->kind()));
+    QCOMPARE(back->vocabSize(), source->vocabSize());
+    QCOMPARE(back->bos(), source->bos());
+    QCOMPARE(back->eos(), source->eos());
+    QCOMPARE(back->addBosByDefault(), source->addBosByDefault());
+    QCOMPARE(back->vocabulary()->tokens, source->vocabulary()->tokens);
+    QCOMPARE(back->vocabulary()->types, source->vocabulary()->types);
+    QCOMPARE(back->vocabulary()->unk, source->vocabulary()->unk);
+    for (const char* text : {"hello world", " leading space", "a  b\n\nc ", "ab\xC3\xA9 \xC3\xA9", "abc abc cab",
+                             "bca aa", "hello<|endoftext|>world<|user|>", "x<sep> abc", "I'M 12345 he'S", ""}) {
+        for (bool bos : {false, true}) {
+            const std::vector<TokenId> ids = source->encode(text, bos);
+            QVERIFY2(back->encode(text, bos) == ids,
+                     qPrintable(QString("'%1': %2 against %3").arg(text, idsText(back->encode(text, bos)), idsText(ids))));
+            QCOMPARE(back->decode(ids), source->decode(ids));
+        }
+    }
+    if (flavour == "spm") {
+        // ab and aa tie at −1: SentencePiece merges the leftmost pair (▁ aa b), ranks cannot say "leftmost", so
+        // the written merges take ab first (▁a ab). The files' notes report such ties.
+        QCOMPARE(idsText(source->encode("aab", false)), QString("5 14 7"));
+        QCOMPARE(idsText(back->encode("aab", false)), QString("11 9"));
+    }
+}
+
+void TestTokenizers::writtenHfFilesDescribeTheVocabulary() {
+    HfTokenizerFiles spm = hfTokenizerFiles(tinySpm(), 2048);
+    QCOMPARE(QString::fromStdString(spm.tokenizer["model"]["type"].get<std::string>()), QString("BPE"));
+    QVERIFY(spm.tokenizer["model"]["byte_fallback"].get<bool>());
+    QCOMPARE(spm.tokenizer["model"]["merges"].size(), size_t(9));
+    QCOMPARE(spm.tokenizer["model"]["merges"][0].get<std::string>(), std::string("b c"));
+    QCOMPARE(spm.tokenizer["added_tokens"].size(), size_t(4)); // <unk>, <s>, </s>; <sep> not special
+    QCOMPARE(spm.tokenizer["added_tokens"][3]["special"].get<bool>(), false);
+    QCOMPARE(spm.config["model_max_length"].get<int64_t>(), int64_t(2048));
+    QCOMPARE(spm.config["bos_token"].get<std::string>(), std::string("<s>"));
+    QCOMPARE(spm.specialTokens["unk_token"].get<std::string>(), std::string("<unk>"));
+    QCOMPARE(spm.notes.size(), size_t(1)); // ab and aa share a score
+    QVERIFY2(spm.notes[0].find("2 merged tokens share a score") != std::string::npos, spm.notes[0].c_str());
+
+    TokenizerData withSpace = tinySpm();
+    for (const char* token : {" ", "a "}) { // "a " = "a" + " ": a merge with a space forces [left, right] pairs
+        withSpace.tokens.push_back(token);
+        withSpace.scores.push_back(-20);
+        withSpace.types.push_back(int32_t(TokenType::Normal));
+    }
+    const nlohmann::json pairs = hfTokenizerFiles(withSpace, 16).tokenizer["model"]["merges"];
+    QVERIFY(pairs[0].is_array());
+    QVERIFY(std::find(pairs.begin(), pairs.end(), nlohmann::json::array({"a", " "})) != pairs.end());
+
+    TokenizerData llama3 = tinyByteBpe();
+    llama3.pre = "llama-bpe";
+    HfTokenizerFiles bytes = hfTokenizerFiles(llama3, 8192);
+    QVERIFY(bytes.tokenizer["model"]["ignore_merges"].get<bool>());
+    QCOMPARE(bytes.tokenizer["model"]["merges"][6].get<std::string>(), std::string("\xC4\xA0w or"));
+    QCOMPARE(bytes.tokenizer["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"].get<std::string>(),
+             std::string(preTokenizerRegex(PreTokenizerKind::Llama3)));
+    QVERIFY(bytes.config["bos_token"].is_null());
+    QVERIFY(bytes.notes.empty());
+
+    llama3.pre = "some-future-model";
+    const HfTokenizerFiles unknown = hfTokenizerFiles(llama3, 8192);
+    QCOMPARE(unknown.notes.size(), size_t(1));
+    QVERIFY2(unknown.notes[0].find("some-future-model") != std::string::npos, unknown.notes[0].c_str());
+
+    TokenizerData duplicate = tinySpm();
+    duplicate.tokens[15] = "ab";
+    const std::vector<std::string> notes = hfTokenizerFiles(duplicate, 16).notes;
+    QVERIFY(std::any_of(notes.begin(), notes.end(),
+                        [](const std::string& n) { return n.find("1 tokens repeat") != std::string::npos; }));
+    TokenizerData wordpiece = tinySpm();
+    wordpiece.model = "wordpiece";
+    QVERIFY_THROWS_EXCEPTION(Error, hfTokenizerFiles(wordpiece, 16));
+}
+
+void TestTokenizers::writtenHfFilesMatchFixtureVocabularies_data() {
+    QTest::addColumn<QString>("model");
+    QTest::newRow("stories260K.gguf (tok512)") << "models/stories260K.gguf";
+    QTest::newRow("stories260K.bin (llama2.c's tokenizer)") << "models/stories260K.bin";
+    QTest::newRow("llama-2-tiny-random.gguf (Llama 2's 32000 tokens)") << "models/llama-2-tiny-random.gguf";
+}
+
+void TestTokenizers::writtenHfFilesMatchFixtureVocabularies() {
+    QFETCH(QString, model);
+    CWB_REQUIRE_FIXTURE(modelPath, model);
+    CWB_REQUIRE_FIXTURE(stories, "text/tinystories_v2_valid_first100.txt");
+    CWB_REQUIRE_FIXTURE(wiki, "text/wiki.test.raw");
+    const std::shared_ptr<Tokenizer> source = loadModel(modelPath.toStdString())->tokenizer;
+    QVERIFY(source && source->vocabulary());
+    QTemporaryDir dir;
+    const auto back = throughHfFiles(*source->vocabulary(), dir.path());
+    // Every line of both texts (the wiki file has CRLF endings, kept), one encode per line as a prompt would be.
+    int lines = 0, differing = 0;
+    QString firstDifference;
+    for (const QString& file : {stories, wiki}) {
+        for (const QByteArray& line : readAll(file).split('\n')) {
+            const std::string text = line.toStdString();
+            const std::vector<TokenId> expected = source->encode(text, true), got = back->encode(text, true);
+            ++lines;
+            if (got == expected) continue;
+            if (++differing == 1) {
+                firstDifference = QString("'%1': %2 against %3").arg(line.left(80), idsText(got), idsText(expected));
+            }
+        }
+    }
+    QVERIFY2(lines > 2900, qPrintable(QString::number(lines)));
+    QVERIFY2(differing == 0, qPrintable(QString("%1 of %2 lines differ; first: %3").arg(differing).arg(lines).arg(firstDifference)));
 }
 
 // ---- makeTokenizer validation ------------------------------------------------------------------------------
