@@ -106,8 +106,10 @@ vocab = trained.get_vocab_size()
 folder = os.path.join(work, "bytelevel-src")
 os.makedirs(folder, exist_ok=True)
 trained.save(os.path.join(folder, "tokenizer.json"))
-json.dump({"add_bos_token": True, "bos_token": special[0], "eos_token": special[1]},
-          open(os.path.join(folder, "tokenizer_config.json"), "w"))
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] | trim }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+json.dump({"add_bos_token": True, "bos_token": special[0], "eos_token": special[1], "pad_token": special[1],
+           "chat_template": CHAT_TEMPLATE}, open(os.path.join(folder, "tokenizer_config.json"), "w"))
 hidden, ffn, heads, kv, layers = 64, 128, 4, 2, 1
 json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
            "intermediate_size": ffn, "num_attention_heads": heads, "num_key_value_heads": kv,
@@ -148,6 +150,14 @@ if AutoTokenizer:
     auto = AutoTokenizer.from_pretrained(back)
     compare(f"byte-level: trained vs transformers {type(auto).__name__} on the export",
             lambda t: trained.encode(t).ids, lambda t: auto(t)["input_ids"], texts)
+    # The chat template and pad token travel HF -> GGUF -> HF; transformers renders the same prompt with it.
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " Tell me a story. "}]
+    source_auto = AutoTokenizer.from_pretrained(folder)
+    same = source_auto.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == \
+        auto.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    failures += 0 if same and auto.pad_token == special[1] else 1
+    say(f"byte-level: chat template after GGUF and back renders {'the same' if same else 'differently'}; "
+        f"pad token {auto.pad_token!r}")
 compare("byte-level: trained vs cwb on the GGUF", lambda t: trained.encode(t).ids,
         lambda t: cwb_prompt_ids(gguf, t), prompt_sample)
 

@@ -300,6 +300,8 @@ private:
         if (d.bos >= 0) w.addUInt32("tokenizer.ggml.bos_token_id", uint32_t(d.bos));
         if (d.eos >= 0) w.addUInt32("tokenizer.ggml.eos_token_id", uint32_t(d.eos));
         if (d.unk >= 0) w.addUInt32("tokenizer.ggml.unknown_token_id", uint32_t(d.unk));
+        if (d.pad >= 0) w.addUInt32("tokenizer.ggml.padding_token_id", uint32_t(d.pad));
+        if (!d.chatTemplate.empty()) w.addString("tokenizer.chat_template", d.chatTemplate);
         w.addBool("tokenizer.ggml.add_bos_token", d.addBos);
         if (d.model == "llama") w.addBool("tokenizer.ggml.add_space_prefix", d.addSpacePrefix);
         if (int64_t(d.tokens.size()) != model.spec.vocab)

@@ -106,7 +106,8 @@ std::vector<std::string> writeHfTokenizerFiles(const Model& model, const std::st
     std::vector<std::string> copied;
     if (model.format == "hf") {
         for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
-                                 "special_tokens_map.json", "vocab.json", "merges.txt", "generation_config.json"}) {
+                                 "special_tokens_map.json", "vocab.json", "merges.txt", "chat_template.jinja",
+                                 "chat_template.json", "generation_config.json"}) {
             const fs::path from = fs::path(model.path) / name;
             std::error_code ec;
             if (!fs::is_regular_file(from, ec)) continue;

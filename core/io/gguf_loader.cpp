@@ -30,6 +30,10 @@ TokenizerData readTokenizerData(const GgufFile& g) {
     d.bos = static_cast<TokenId>(g.integerOr("tokenizer.ggml.bos_token_id", -1));
     d.eos = static_cast<TokenId>(g.integerOr("tokenizer.ggml.eos_token_id", -1));
     d.unk = static_cast<TokenId>(g.integerOr("tokenizer.ggml.unknown_token_id", -1));
+    // cwb never pads: a padding id outside the vocabulary is dropped rather than refused.
+    const int64_t pad = g.integerOr("tokenizer.ggml.padding_token_id", -1);
+    d.pad = pad >= 0 && pad < int64_t(d.tokens.size()) ? static_cast<TokenId>(pad) : -1;
+    d.chatTemplate = g.stringOr("tokenizer.chat_template", "");
     d.addBos = g.hasKey("tokenizer.ggml.add_bos_token") ? g.integer("tokenizer.ggml.add_bos_token") != 0
                                                          : d.model == "llama";
     d.addSpacePrefix = g.hasKey("tokenizer.ggml.add_space_prefix")

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/model/model.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace cwb {
 
@@ -24,6 +25,11 @@ static const char* typeName(ggml::Type type) {
     return t ? t->name : "?";
 }
 
+static std::string chatTemplateOf(const Model& model) {
+    const auto vocabulary = model.tokenizer ? model.tokenizer->vocabulary() : nullptr;
+    return vocabulary ? vocabulary->chatTemplate : std::string();
+}
+
 nlohmann::json modelInfoJson(const Model& model) {
     nlohmann::json j;
     j["path"] = model.path;
@@ -31,12 +37,15 @@ nlohmann::json modelInfoJson(const Model& model) {
     j["architecture"] = model.spec;
     j["parameters"] = model.parameterCount();
     j["bytes"] = model.storageBytes();
-    if (model.tokenizer)
+    if (model.tokenizer) {
         j["tokenizer"] = {{"kind", model.tokenizer->kind()},
                           {"vocab", model.tokenizer->vocabSize()},
                           {"bos", model.tokenizer->bos()},
-                          {"eos", model.tokenizer->eos()}};
-    else
+                          {"eos", model.tokenizer->eos()},
+                          {"chat_template", nullptr}};
+        const std::string chat = chatTemplateOf(model);
+        if (!chat.empty()) j["tokenizer"]["chat_template"] = chat;
+    } else
         j["tokenizer"] = nullptr;
     j["metadata"] = model.metadata;
     nlohmann::json tensors = nlohmann::json::array();
@@ -60,9 +69,12 @@ std::string modelInfoText(const Model& model) {
             << ", scaling " << s.ropeScaling.type << "; norm eps " << s.normEps
             << (s.tiedEmbeddings ? "; tied embeddings" : "") << "\n";
     out << "parameters " << model.parameterCount() << " (" << humanBytes(double(model.storageBytes())) << " stored)\n";
-    if (model.tokenizer)
+    if (model.tokenizer) {
+        const std::string chat = chatTemplateOf(model);
         out << "tokenizer  " << model.tokenizer->kind() << ", " << model.tokenizer->vocabSize() << " tokens, bos "
-            << model.tokenizer->bos() << ", eos " << model.tokenizer->eos() << "\n";
+            << model.tokenizer->bos() << ", eos " << model.tokenizer->eos()
+            << (chat.empty() ? std::string() : ", chat template (" + std::to_string(chat.size()) + " bytes)") << "\n";
+    }
     else
         out << "tokenizer  none found\n";
     out << "\n";

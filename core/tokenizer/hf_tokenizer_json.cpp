@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <iterator>
 #include <map>
 
 namespace cwb {
@@ -150,7 +151,34 @@ TokenId firstPresent(const std::vector<std::string>& tokens, std::initializer_li
     return -1;
 }
 
-void applyBosEos(const std::string& path, const json& root, bool byteLevel, TokenizerData& data) {
+// chat_template in tokenizer_config.json: a string, or a list of {"name", "template"} (the "default" one, else the
+// first); empty when absent.
+std::string configChatTemplate(const json& config) {
+    const auto it = config.find("chat_template");
+    if (it == config.end()) return std::string();
+    if (it->is_string()) return it->get<std::string>();
+    if (!it->is_array() || it->empty()) return std::string();
+    for (const json& named : *it) {
+        if (named.value("name", std::string()) == "default") return named.at("template").get<std::string>();
+    }
+    return it->front().at("template").get<std::string>();
+}
+
+// Newer transformers releases save the template beside tokenizer_config.json instead of in it.
+std::string chatTemplateFile(const std::string& folder) {
+    std::ifstream jinja(folder + "chat_template.jinja", std::ios::binary);
+    if (jinja) return std::string(std::istreambuf_iterator<char>(jinja), std::istreambuf_iterator<char>());
+    const std::string jsonPath = folder + "chat_template.json";
+    if (!std::ifstream(jsonPath)) return std::string();
+    const json file = readJson(jsonPath);
+    if (!file.is_object() || !file.contains("chat_template") || !file["chat_template"].is_string()) {
+        throw Error(jsonPath, "expected an object with a \"chat_template\" string");
+    }
+    return file["chat_template"].get<std::string>();
+}
+
+// Special tokens from the tokenizer.json (and tokenizer_config.json beside it, when present), and the chat template.
+void applyTokenizerConfig(const std::string& path, const json& root, bool byteLevel, TokenizerData& data) {
     data.bos = firstPresent(data.tokens, {"<s>", "<|begin_of_text|>", "<|endoftext|>"});
     data.eos = firstPresent(data.tokens, {"</s>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>"});
     const std::string fromTemplate = templateBos(root);
@@ -160,9 +188,12 @@ void applyBosEos(const std::string& path, const json& root, bool byteLevel, Toke
     data.addBos = byteLevel ? !fromTemplate.empty() : data.bos >= 0;
 
     const size_t slash = path.find_last_of("/\\");
-    const std::string configPath =
-        (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "tokenizer_config.json";
-    if (!std::ifstream(configPath)) return;
+    const std::string folder = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+    const std::string configPath = folder + "tokenizer_config.json";
+    if (!std::ifstream(configPath)) {
+        data.chatTemplate = chatTemplateFile(folder);
+        return;
+    }
     const json config = readJson(configPath);
     if (!config.is_object()) throw Error(configPath, "expected a JSON object");
     try {
@@ -183,9 +214,14 @@ void applyBosEos(const std::string& path, const json& root, bool byteLevel, Toke
         if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
             data.addBos = config["add_bos_token"].get<bool>();
         }
+        // A pad token missing from the vocabulary stays unset: cwb never pads, and transformers adds it at load.
+        name.clear();
+        if (configToken(config, "pad_token", name, present)) data.pad = findId(data.tokens, name);
+        data.chatTemplate = configChatTemplate(config);
     } catch (const json::exception& e) {
         throw Error(configPath, std::string("unexpected structure: ") + e.what());
     }
+    if (data.chatTemplate.empty()) data.chatTemplate = chatTemplateFile(folder);
 }
 
 TokenizerData readTokenizerJson(const std::string& path, const json& root, SpmOptions& options) {
@@ -275,7 +311,7 @@ TokenizerData readTokenizerJson(const std::string& path, const json& root, SpmOp
         if (a.id == data.unk || data.types[a.id] == static_cast<int32_t>(TokenType::Byte)) continue;
         data.types[a.id] = static_cast<int32_t>(a.special ? TokenType::Control : TokenType::UserDefined);
     }
-    applyBosEos(path, root, byteLevel, data);
+    applyTokenizerConfig(path, root, byteLevel, data);
     return data;
 }
 

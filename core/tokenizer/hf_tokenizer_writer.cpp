@@ -224,10 +224,13 @@ HfTokenizerFiles hfTokenizerFiles(const TokenizerData& data, int64_t maxLength) 
                     // The generic class loads tokenizer.json as written; model-specific ones may rebuild parts of it.
                     {"tokenizer_class", "PreTrainedTokenizerFast"}};
     if (d.unk >= 0) files.config["unk_token"] = d.tokens[d.unk];
+    if (d.pad >= 0) files.config["pad_token"] = d.tokens[d.pad];
+    if (!d.chatTemplate.empty()) files.config["chat_template"] = d.chatTemplate;
     files.specialTokens = json::object();
     if (d.bos >= 0) files.specialTokens["bos_token"] = d.tokens[d.bos];
     if (d.eos >= 0) files.specialTokens["eos_token"] = d.tokens[d.eos];
     if (d.unk >= 0) files.specialTokens["unk_token"] = d.tokens[d.unk];
+    if (d.pad >= 0) files.specialTokens["pad_token"] = d.tokens[d.pad];
     return files;
 }
 

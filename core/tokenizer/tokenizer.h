@@ -56,8 +56,10 @@ struct TokenizerData {
     TokenId bos = -1;
     TokenId eos = -1;
     TokenId unk = -1;
+    TokenId pad = -1;                // padding token, carried over for engines (cwb itself never pads)
     bool addBos = true;              // llama default true, gpt2 default false
     bool addSpacePrefix = true;      // SentencePiece "add_dummy_prefix"
+    std::string chatTemplate;        // Jinja chat template (GGUF tokenizer.chat_template), carried over for engines
 };
 
 // Throws cwb::Error when the data is inconsistent (e.g. a merge naming a missing token, ids out of range).

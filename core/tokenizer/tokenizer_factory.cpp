@@ -55,6 +55,7 @@ std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerData& data) {
     checkId(data.bos, "BOS", n);
     checkId(data.eos, "EOS", n);
     checkId(data.unk, "unknown-token", n);
+    checkId(data.pad, "padding-token", n);
 
     TokenizerData resolved = data;
     if (data.model == "llama") {

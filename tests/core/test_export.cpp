@@ -7,7 +7,9 @@
 #include <QtTest/QtTest>
 
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include "core/compress/compressed_layers.h"
 #include "core/compress/pipeline.h"
@@ -15,6 +17,7 @@
 #include "core/export/quant_layouts.h"
 #include "core/io/gguf_file.h"
 #include "core/io/model_format.h"
+#include "core/model/model_info.h"
 #include "core/runtime/transformer.h"
 #include "core/tokenizer/hf_tokenizer_writer.h"
 #include "core/tokenizer/tokenizer.h"
@@ -104,6 +107,7 @@ private slots:
     void hfExportWritesTokenizerFiles_data();
     void hfExportWritesTokenizerFiles();
     void hfExportCopiesSourceTokenizerFiles();
+    void chatTemplateAndPaddingTravel();
 };
 
 // Blocks small enough to compute by hand from ggml's block definitions (ggml-common.h).
@@ -423,6 +427,56 @@ void TestExport::hfExportCopiesSourceTokenizerFiles() {
     QVERIFY(std::none_of(report.notes.begin(), report.notes.end(), [](const std::string& n) {
         return n.find("written from the model's vocabulary") != std::string::npos;
     }));
+}
+
+void TestExport::chatTemplateAndPaddingTravel() {
+    QTemporaryDir dir;
+    auto model = syntheticModel(dir.path(), "gguf");
+    TokenizerData data = *model->tokenizer->vocabulary();
+    data.chatTemplate = "{% for m in messages %}<s>{{ m['content'] }}</s>{% endfor %}";
+    data.pad = 0;
+    model->tokenizer = makeTokenizer(data);
+    ExportOptions options;
+    options.tensorType = "f32";
+
+    const std::string gguf = (dir.path() + "/chat.gguf").toStdString();
+    exportModel(*model, "gguf", gguf, options);
+    auto fromGguf = loadModel(gguf);
+    QCOMPARE(fromGguf->tokenizer->vocabulary()->chatTemplate, data.chatTemplate);
+    QCOMPARE(fromGguf->tokenizer->vocabulary()->pad, 0);
+    QCOMPARE(modelInfoJson(*fromGguf)["tokenizer"]["chat_template"].get<std::string>(), data.chatTemplate);
+    QVERIFY(modelInfoText(*fromGguf).find(", chat template (" + std::to_string(data.chatTemplate.size()) + " bytes)") !=
+            std::string::npos);
+
+    const std::string hf = (dir.path() + "/chat-hf").toStdString();
+    exportModel(*fromGguf, "hf", hf, options);
+    const json config = json::parse(std::ifstream(hf + "/tokenizer_config.json"));
+    QCOMPARE(config["chat_template"].get<std::string>(), data.chatTemplate);
+    QCOMPARE(config["pad_token"].get<std::string>(), std::string("<unk>"));
+    auto fromHf = loadModel(hf);
+    QCOMPARE(fromHf->tokenizer->vocabulary()->chatTemplate, data.chatTemplate);
+    QCOMPARE(fromHf->tokenizer->vocabulary()->pad, 0);
+
+    // A Hugging Face source's chat_template.jinja is copied with its other tokenizer files.
+    std::ofstream(hf + "/chat_template.jinja") << "{{ messages }}";
+    const std::string copied = (dir.path() + "/chat-hf-copy").toStdString();
+    exportModel(*loadModel(hf), "hf", copied, options);
+    QVERIFY(fileExists(copied + "/chat_template.jinja"));
+
+    // A padding id outside the vocabulary (as a hostile or careless file may hold) is dropped, not fatal.
+    std::string bytes;
+    {
+        std::ifstream in(gguf, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const std::string key = "tokenizer.ggml.padding_token_id";
+    const size_t at = bytes.find(key);
+    QVERIFY(at != std::string::npos);
+    const uint32_t huge = 0x7fffffff;
+    std::memcpy(&bytes[at + key.size() + 4], &huge, 4); // after the key: uint32 value type, then the value
+    const std::string hostile = (dir.path() + "/hostile-pad.gguf").toStdString();
+    std::ofstream(hostile, std::ios::binary) << bytes;
+    QCOMPARE(loadModel(hostile)->tokenizer->vocabulary()->pad, -1);
 }
 
 QTEST_GUILESS_MAIN(TestExport)

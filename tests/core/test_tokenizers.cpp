@@ -191,6 +191,7 @@ private slots:
     void hfSentencePiece_data();
     void hfSentencePiece();
     void hfTokenizerConfig();
+    void hfChatTemplateAndPadding();
     void hfBadInput_data();
     void hfBadInput();
 
@@ -524,6 +525,38 @@ void TestTokenizers::hfTokenizerConfig() {
     QVERIFY2(message.contains("tokenizer_config.json") && message.contains("<nope>"), qPrintable(message));
 }
 
+void TestTokenizers::hfChatTemplateAndPadding() {
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("tokenizer.json").toStdString();
+    writeFile(dir.filePath("tokenizer.json"), byteLevelJson("gpt2"));
+    QVERIFY(loadHfTokenizer(path)->vocabulary()->chatTemplate.empty());
+    QCOMPARE(loadHfTokenizer(path)->vocabulary()->pad, -1);
+
+    // Newer transformers write the template into its own file.
+    writeFile(dir.filePath("chat_template.jinja"), "{{ messages }} from the file");
+    QCOMPARE(loadHfTokenizer(path)->vocabulary()->chatTemplate, std::string("{{ messages }} from the file"));
+    // tokenizer_config.json's own template wins; pad_token names a token.
+    writeFile(dir.filePath("tokenizer_config.json"), R"({"chat_template": "{% for m in messages %}{{ m }}{% endfor %}",
+                                                         "pad_token": "<|endoftext|>"})");
+    QCOMPARE(loadHfTokenizer(path)->vocabulary()->chatTemplate,
+             std::string("{% for m in messages %}{{ m }}{% endfor %}"));
+    QCOMPARE(loadHfTokenizer(path)->vocabulary()->pad, 24);
+    // Named templates: the "default" one; a pad token the vocabulary lacks stays unset (transformers would add it).
+    writeFile(dir.filePath("tokenizer_config.json"), R"({"chat_template": [{"name": "tool_use", "template": "T"},
+                                                                            {"name": "default", "template": "D"}],
+                                                         "pad_token": "<pad>"})");
+    QCOMPARE(loadHfTokenizer(path)->vocabulary()->chatTemplate, std::string("D"));
+    QCOMPARE(loadHfTokenizer(path)->vocabulary()->pad, -1);
+
+    QFile::remove(dir.filePath("tokenizer_config.json"));
+    QFile::remove(dir.filePath("chat_template.jinja"));
+    writeFile(dir.filePath("chat_template.json"), R"({"chat_template": "J"})");
+    QCOMPARE(loadHfTokenizer(path)->vocabulary()->chatTemplate, std::string("J"));
+    writeFile(dir.filePath("chat_template.json"), R"({"chat_template": 7})");
+    const QString message = errorOf([&] { loadHfTokenizer(path); });
+    QVERIFY2(message.contains("chat_template.json"), qPrintable(message));
+}
+
 void TestTokenizers::hfBadInput_data() {
     QTest::addColumn<QByteArray>("json");
     QTest::addColumn<QString>("messagePart");
@@ -589,6 +622,11 @@ void TestTokenizers::writtenHfFilesRoundTrip() {
     if (flavour == "llama-bpe") {
         data.bos = 263;
         data.addBos = true;
+        data.pad = 264;
+    }
+    if (flavour == "spm") {
+        data.pad = 0;
+        data.chatTemplate = "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}";
     }
     const auto source = makeTokenizer(data);
     QTemporaryDir dir;
@@ -602,6 +640,8 @@ void TestTokenizers::writtenHfFilesRoundTrip() {
     QCOMPARE(back->vocabulary()->tokens, source->vocabulary()->tokens);
     QCOMPARE(back->vocabulary()->types, source->vocabulary()->types);
     QCOMPARE(back->vocabulary()->unk, source->vocabulary()->unk);
+    QCOMPARE(back->vocabulary()->pad, source->vocabulary()->pad);
+    QCOMPARE(back->vocabulary()->chatTemplate, source->vocabulary()->chatTemplate);
     for (const char* text : {"hello world", " leading space", "a  b\n\nc ", "ab\xC3\xA9 \xC3\xA9", "abc abc cab",
                              "bca aa", "hello<|endoftext|>world<|user|>", "x<sep> abc", "I'M 12345 he'S", ""}) {
         for (bool bos : {false, true}) {
