@@ -2,6 +2,8 @@
 
 #include "core/util/error.h"
 
+#include <numeric>
+
 namespace cwb::layouts {
 
 namespace {
@@ -17,28 +19,50 @@ at::Tensor fromInt32Bits(const at::Tensor& words) {
     return at::where(w < 0, w + (int64_t(1) << 32), w);
 }
 
-// Packs the last dim of `values` (int, [..., n·k]) k = 32/bits at a time: value order[j] (or j) of each run of
-// k goes to bits·j of its word.
+// A run of values that fills whole int32 words: 32/bits values in one word for 2, 4 and 8 bits; 32 values in
+// three words for 3 bits (GPTQ lets a value straddle two words).
+int runValues(int bits) { return 32 / std::gcd(32, bits); }
+int runWords(int bits) { return bits / std::gcd(32, bits); }
+
+// Packs the last dim of `values` (int, [..., n], n a multiple of runValues) as a little-endian bit stream, `bits`
+// per value: value j of a run starts at bit bits·j of the run's words. `order` (one word per run only) puts value
+// order[j] of each run in slot j instead.
 at::Tensor packLast(const at::Tensor& values, int bits, const int* order) {
-    const int k = 32 / bits;
+    const int perRun = runValues(bits), wordsPerRun = runWords(bits);
     std::vector<int64_t> shape = values.sizes().vec();
-    const int64_t n = shape.back() / k;
-    shape.back() = n;
-    shape.push_back(k);
+    const int64_t runs = shape.back() / perRun;
+    shape.back() = runs;
+    shape.push_back(perRun);
     const at::Tensor v = values.to(at::kLong).reshape(shape);
-    at::Tensor word = at::zeros(v.select(-1, 0).sizes(), at::kLong);
-    for (int j = 0; j < k; ++j) word.bitwise_or_(v.select(-1, order ? order[j] : j).bitwise_left_shift(int64_t(bits) * j));
-    return toInt32Bits(word);
+    shape.back() = wordsPerRun;
+    at::Tensor words = at::zeros(shape, at::kLong);
+    for (int j = 0; j < perRun; ++j) {
+        const at::Tensor value = v.select(-1, order ? order[j] : j);
+        const int word = bits * j / 32, offset = bits * j % 32;
+        words.select(-1, word).bitwise_or_(value.bitwise_left_shift(offset).bitwise_and(int64_t(0xFFFFFFFF)));
+        if (offset + bits > 32) words.select(-1, word + 1).bitwise_or_(value.bitwise_right_shift(32 - offset));
+    }
+    shape.pop_back();
+    shape.back() = runs * wordsPerRun;
+    return toInt32Bits(words.reshape(shape));
 }
 
-at::Tensor unpackLast(const at::Tensor& words, int bits, const int* order) {
-    const int k = 32 / bits;
-    const at::Tensor w = fromInt32Bits(words);
-    std::vector<at::Tensor> parts(static_cast<size_t>(k));
-    for (int j = 0; j < k; ++j)
-        parts[size_t(order ? order[j] : j)] = w.bitwise_right_shift(int64_t(bits) * j).bitwise_and((int64_t(1) << bits) - 1);
-    std::vector<int64_t> shape = words.sizes().vec();
-    shape.back() *= k;
+at::Tensor unpackLast(const at::Tensor& packed, int bits, const int* order) {
+    const int perRun = runValues(bits), wordsPerRun = runWords(bits);
+    std::vector<int64_t> shape = packed.sizes().vec();
+    const int64_t runs = shape.back() / wordsPerRun;
+    shape.back() = runs;
+    shape.push_back(wordsPerRun);
+    const at::Tensor words = fromInt32Bits(packed).reshape(shape);
+    std::vector<at::Tensor> parts(static_cast<size_t>(perRun));
+    for (int j = 0; j < perRun; ++j) {
+        const int word = bits * j / 32, offset = bits * j % 32;
+        at::Tensor value = words.select(-1, word).bitwise_right_shift(offset);
+        if (offset + bits > 32) value = value.bitwise_or(words.select(-1, word + 1).bitwise_left_shift(32 - offset));
+        parts[size_t(order ? order[j] : j)] = value.bitwise_and((int64_t(1) << bits) - 1);
+    }
+    shape.pop_back();
+    shape.back() = runs * perRun;
     return at::stack(parts, -1).reshape(shape).to(at::kInt);
 }
 
@@ -62,10 +86,9 @@ void expectShape(const at::Tensor& t, std::vector<int64_t> shape, const char* wh
 
 std::string gptqRefusal(const quant::QuantizedWeight& w) {
     const int b = w.spec.bits;
-    if (b != 2 && b != 4 && b != 8)
-        return std::to_string(b) + "-bit weights: the GPTQ layout written here holds 2, 4 or 8 bits (3-bit packing "
-               "across words is not implemented)";
-    const int k = 32 / b;
+    if (b != 2 && b != 3 && b != 4 && b != 8)
+        return std::to_string(b) + "-bit weights: the GPTQ layout holds 2, 3, 4 or 8 bits";
+    const int k = runValues(b);
     if (w.cols % k) return "in_features " + std::to_string(w.cols) + " is not a multiple of " + std::to_string(k);
     if (w.rows % k) return "out_features " + std::to_string(w.rows) + " is not a multiple of " + std::to_string(k);
     if (w.zeros.min().item<int>() < 1)
@@ -109,12 +132,13 @@ PackedLayer packAwq(const quant::QuantizedWeight& w) {
 
 quant::QuantizedWeight unpackGptq(const PackedLayer& p, int bits, int64_t groupSize, bool symmetric, int64_t rows,
                                   int64_t cols, const std::string& file) {
-    if (bits != 2 && bits != 4 && bits != 8) throw Error(file, "GPTQ bits " + std::to_string(bits) + " are not supported (2, 4, 8)");
-    const int k = 32 / bits;
+    if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
+        throw Error(file, "GPTQ bits " + std::to_string(bits) + " are not supported (2, 3, 4, 8)");
+    const int k = runValues(bits), words = runWords(bits);
     if (cols % k || rows % k) throw Error(file, "GPTQ layer of " + std::to_string(rows) + "×" + std::to_string(cols) + " cannot be packed by " + std::to_string(k));
     const int64_t groups = groupSize > 0 ? (cols + groupSize - 1) / groupSize : 1;
-    expectShape(p.qweight, {cols / k, rows}, "qweight", file);
-    expectShape(p.qzeros, {groups, rows / k}, "qzeros", file);
+    expectShape(p.qweight, {cols / k * words, rows}, "qweight", file);
+    expectShape(p.qzeros, {groups, rows / k * words}, "qzeros", file);
     expectShape(p.scales, {groups, rows}, "scales", file);
     quant::QuantizedWeight w;
     w.spec.bits = bits;

@@ -3,8 +3,10 @@
 // functions from and to cwb's QuantizedWeight ([out, in] levels, scales and zeros per group).
 //
 // GPTQ (AutoGPTQ "gptq" checkpoint format, v1):
-//   qweight int32 [in / (32/bits), out]  levels packed along the INPUT dim, input i of word w at bits·(i mod 32/bits)
-//   qzeros  int32 [groups, out / (32/bits)]  (zero − 1) packed along the OUTPUT dim, same bit order
+//   qweight int32 [in · bits / 32, out]  levels packed along the INPUT dim as a little-endian bit stream: input i
+//           at bit bits·i of its column (2/4/8 bits: word i / (32/bits), bits·(i mod 32/bits); 3 bits: 32 inputs
+//           fill 3 words, inputs 10 and 21 of each 32 straddling two words)
+//   qzeros  int32 [groups, out · bits / 32]  (zero − 1) packed along the OUTPUT dim, same bit order
 //   scales  fp16  [groups, out];  g_idx int32 [in] (group of each input column; act-order permutes it)
 //   W[o, i] = scales[g, o] · (q[i, o] − (qzeros[g, o] + 1)), g = g_idx[i]
 // AWQ (AutoAWQ "gemm" version, 4 bits):

@@ -182,7 +182,9 @@ void addPackedLayer(Model& model, const QuantizedCheckpoint& q, const std::strin
     quant::QuantizedWeight w;
     if (q.method == "gptq") {
         if (parts.count("g_idx")) p.gIdx = part("g_idx");
-        w = layouts::unpackGptq(p, q.bits, q.groupSize, q.symmetric, rows, p.qweight.size(0) * (32 / std::max(q.bits, 1)), folder + " (" + layer + ")");
+        // qweight holds in · bits / 32 rows; unpackGptq checks that the count divides out evenly.
+        const int64_t cols = q.bits > 0 ? p.qweight.size(0) * 32 / q.bits : 0;
+        w = layouts::unpackGptq(p, q.bits, q.groupSize, q.symmetric, rows, cols, folder + " (" + layer + ")");
     } else {
         if (q.bits != 4) throw Error(folder, "AWQ checkpoints with " + std::to_string(q.bits) + " bits are not supported (4)");
         w = layouts::unpackAwq(p, q.groupSize, rows, p.qweight.size(0), folder + " (" + layer + ")");

@@ -93,6 +93,7 @@ private slots:
     void initTestCase() { at::manual_seed(0); }
     void ggufBlockBytes_data();
     void ggufBlockBytes();
+    void gptqThreeBitWords();
     void denseRoundTrip_data();
     void denseRoundTrip();
     void packedRoundTrip_data();
@@ -155,6 +156,45 @@ void TestExport::ggufBlockBytes() {
     QCOMPARE(QByteArray(reinterpret_cast<const char*>(bytes.data()), int(bytes.size())).toHex(), expected.toHex());
 }
 
+void TestExport::gptqThreeBitWords() {
+    // 32 outputs × 32 inputs, level[o][i] = (i + o) mod 8, symmetric (zero 4, stored as 3), one group.
+    quant::QuantizedWeight w;
+    w.spec.bits = 3;
+    w.spec.symmetric = true;
+    w.spec.groupSize = 32;
+    w.rows = w.cols = 32;
+    const at::Tensor i = at::arange(32, at::kInt);
+    w.packed = quant::packLevels((i.unsqueeze(0) + i.unsqueeze(1)).remainder(8), 3);
+    w.scales = at::ones({32, 1});
+    w.zeros = at::full({32, 1}, 4, at::kInt);
+    w.groupIndex = quant::defaultGroupIndex(32, 32);
+    const layouts::PackedLayer p = layouts::packGptq(w);
+    QCOMPARE(p.qweight.sizes().vec(), (std::vector<int64_t>{3, 32}));
+    QCOMPARE(p.qzeros.sizes().vec(), (std::vector<int64_t>{1, 3}));
+    // Words as AutoGPTQ's 3-bit pack loop writes them (ten values, a straddling one, ten, a straddling one, ten),
+    // worked out with that loop's shifts for columns 0 and 1 and for 32 stored zeros of 3.
+    auto word = [](const at::Tensor& t, int64_t r, int64_t c) { return uint32_t(t[r][c].item<int32_t>()); };
+    const uint32_t column0[3] = {0x88fac688u, 0xc688fac6u, 0xfac688fau};
+    const uint32_t column1[3] = {0xd11f58d1u, 0x58d11f58u, 0x1f58d11fu};
+    const uint32_t zeros[3] = {0xdb6db6dbu, 0xb6db6db6u, 0x6db6db6du};
+    for (int r = 0; r < 3; ++r) {
+        QCOMPARE(word(p.qweight, r, 0), column0[r]);
+        QCOMPARE(word(p.qweight, r, 1), column1[r]);
+        QCOMPARE(word(p.qzeros, 0, r), zeros[r]);
+    }
+    const quant::QuantizedWeight back = layouts::unpackGptq(p, 3, 32, true, 32, 32, "test");
+    QVERIFY(at::equal(back.levels(), w.levels()));
+    QVERIFY(at::equal(back.zeros, w.zeros));
+    // 3-bit layers need in and out features that are multiples of 32 (one run of three words).
+    QVERIFY_THROWS_EXCEPTION(Error, layouts::unpackGptq(p, 3, 32, true, 32, 40, "test"));
+    quant::QuantizedWeight narrow = w;
+    narrow.rows = 24;
+    narrow.packed = w.packed.slice(0, 0, 24);
+    narrow.scales = w.scales.slice(0, 0, 24);
+    narrow.zeros = w.zeros.slice(0, 0, 24);
+    QVERIFY(QString::fromStdString(layouts::gptqRefusal(narrow)).contains("not a multiple of 32"));
+}
+
 void TestExport::denseRoundTrip_data() {
     QTest::addColumn<QString>("source");
     QTest::addColumn<QString>("format");
@@ -206,6 +246,8 @@ void TestExport::packedRoundTrip_data() {
     QTest::newRow("gptq int4 g32 sym (rtn)") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})";
     QTest::newRow("gptq int8 per channel") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":8,"granularity":"channel"}}]})";
     QTest::newRow("gptq int2 g16 sym") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":2,"group_size":16}}]})";
+    QTest::newRow("gptq int3 g32 sym (rtn)") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":3,"group_size":32}}]})";
+    QTest::newRow("gptq int3 g32 act_order") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":3,"group_size":32,"act_order":true}}]})";
     QTest::newRow("gptq act_order") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":32,"act_order":true}}]})";
     QTest::newRow("gptq from gguf (rows reordered)") << "gguf" << "gptq" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":32}}]})";
     QTest::newRow("awq int4 g32 asym") << "hf" << "awq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"scheme":"asym"}}]})";
@@ -286,7 +328,7 @@ void TestExport::refusals_data() {
     QTest::addColumn<QString>("type");
     QTest::addColumn<QString>("expected");
     QTest::newRow("dense as gptq") << "" << "gptq" << "" << "is not integer-quantized";
-    QTest::newRow("3-bit as gptq") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":3,"group_size":32}}]})" << "gptq" << "" << "3-bit";
+    QTest::newRow("5-bit as gptq") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":5,"group_size":32}}]})" << "gptq" << "" << "holds 2, 3, 4 or 8 bits";
     QTest::newRow("asym zero point 0 as gptq") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":2,"group_size":16,"scheme":"asym"}}]})" << "gptq" << "" << "zero point of 0";
     QTest::newRow("8-bit as awq") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":8,"group_size":32}}]})" << "awq" << "" << "holds 4 bits";
     QTest::newRow("awq input scales as awq") << R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":32,"grid":4}}]})" << "awq" << "" << "input scales";
