@@ -237,7 +237,6 @@ protected:
                 return **packed;
             };
             const auto& w = linear->quantized();
-            const int k = 32 / w.spec.bits;
             const int64_t groups = w.scales.size(1);
             auto add = [&](const std::string& suffix, ggml::Type type, std::vector<int64_t> shape,
                            std::function<at::Tensor(const layouts::PackedLayer&)> pick) {
@@ -247,8 +246,9 @@ protected:
                                    [get, pick, type] { return plainBytes(pick(get()), type); }});
             };
             if (isGptq()) {
-                add(".qweight", ggml::Type::I32, {w.cols / k, w.rows}, [](const auto& p) { return p.qweight; });
-                add(".qzeros", ggml::Type::I32, {groups, w.rows / k}, [](const auto& p) { return p.qzeros; });
+                const int bits = w.spec.bits;
+                add(".qweight", ggml::Type::I32, {layouts::gptqWords(w.cols, bits), w.rows}, [](const auto& p) { return p.qweight; });
+                add(".qzeros", ggml::Type::I32, {groups, layouts::gptqWords(w.rows, bits)}, [](const auto& p) { return p.qzeros; });
                 add(".scales", ggml::Type::F16, {groups, w.rows}, [](const auto& p) { return p.scales; });
                 add(".g_idx", ggml::Type::I32, {w.cols}, [](const auto& p) { return p.gIdx; });
             } else {

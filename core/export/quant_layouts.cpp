@@ -107,6 +107,8 @@ std::string awqRefusal(const quant::QuantizedWeight& w) {
     return "";
 }
 
+int64_t gptqWords(int64_t n, int bits) { return n * bits / 32; }
+
 PackedLayer packGptq(const quant::QuantizedWeight& w) {
     const std::string why = gptqRefusal(w);
     if (!why.empty()) throw Error("GPTQ layout: " + why);

@@ -33,6 +33,9 @@ struct PackedLayer {
 std::string gptqRefusal(const quant::QuantizedWeight& w);
 std::string awqRefusal(const quant::QuantizedWeight& w);
 
+// int32 words that n values of `bits` take in GPTQ's bit stream (n · bits / 32; gptqRefusal checks n fits).
+int64_t gptqWords(int64_t n, int bits);
+
 PackedLayer packGptq(const quant::QuantizedWeight& w);
 PackedLayer packAwq(const quant::QuantizedWeight& w);
 
