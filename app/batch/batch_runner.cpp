@@ -21,6 +21,7 @@
 #include "core/util/scratch_file.h"
 #include "core/util/feedback.h"
 #include "core/version.h"
+#include "core/util/json_text.h"
 
 namespace cwb {
 
@@ -241,8 +242,8 @@ int BatchRunner::run() {
         if (charts.empty()) md += "\n" + chartNote + ".\n";
         for (const auto& c : charts) md += "\n![" + c + "](" + c + ")\n";
         writeAtomically(mOutputDir + "/report.md", md);
-        writeAtomically(mOutputDir + "/report.json", report.dump(2) + "\n");
-        if (mJson) std::cout << report.dump(2) << "\n";
+        writeAtomically(mOutputDir + "/report.json", jsonText(report) + "\n");
+        if (mJson) std::cout << jsonText(report) << "\n";
         progress(std::string("wrote ") + mOutputDir + "/report.json and report.md: " + report["status"].get<std::string>());
         return code;
     } catch (const Cancelled&) {

@@ -17,6 +17,7 @@
 #include "core/runtime/latency.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
+#include "core/util/json_text.h"
 
 namespace cwb::cli {
 
@@ -229,7 +230,7 @@ int runBench(const std::vector<std::string>& args) {
         report["decode_speedup_p50"] = report["base"]["decode_ms_p50"].get<double>() / report["variant"]["decode_ms_p50"].get<double>();
 
     if (json) {
-        std::cout << report.dump(2) << "\n";
+        std::cout << jsonText(report) << "\n";
         return 0;
     }
     std::printf("%s, %lld layers, %s %s, batch %lld, prompt %lld, generate %lld\n", base->path.c_str(),

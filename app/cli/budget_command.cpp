@@ -12,6 +12,7 @@
 #include "core/io/model_format.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
+#include "core/util/json_text.h"
 
 namespace cwb::cli {
 
@@ -71,8 +72,8 @@ int runBudget(const std::vector<std::string>& args) {
             for (const auto& opt : l.options) o.push_back({{"bits", opt.bits}, {"bits_per_weight", opt.bitsPerWeight}, {"kl", opt.cost}});
             layers.push_back({{"layer", l.name}, {"parameters", l.parameters}, {"chosen", plan.bits.at(l.name)}, {"options", o}});
         }
-        std::cout << nlohmann::json{{"method", options.method}, {"target_bits_per_weight", options.targetBitsPerWeight}, {"bits_per_weight", plan.bitsPerWeight},
-                                    {"predicted_kl_sum", plan.predictedCost}, {"layers", layers}, {"recipe", plan.recipe.toJson()}}.dump(2)
+        std::cout << jsonText({{"method", options.method}, {"target_bits_per_weight", options.targetBitsPerWeight}, {"bits_per_weight", plan.bitsPerWeight},
+                               {"predicted_kl_sum", plan.predictedCost}, {"layers", layers}, {"recipe", plan.recipe.toJson()}})
                   << "\n";
         return 0;
     }

@@ -16,6 +16,7 @@
 #include "core/model/model_info.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
+#include "core/util/json_text.h"
 
 namespace cwb::cli {
 
@@ -56,7 +57,7 @@ int runMethods(const std::vector<std::string>& args) {
                         p.defaultValue.dump().c_str(), p.help.c_str());
         }
     }
-    if (a.flag("json")) std::cout << out.dump(2) << "\n";
+    if (a.flag("json")) std::cout << jsonText(out) << "\n";
     return 0;
 }
 
@@ -154,11 +155,11 @@ int runCompress(const std::vector<std::string>& args) {
         std::filesystem::create_directories(dir);
         recipe.save(dir + "/recipe.json");
         const std::string tmp = dir + "/report.json.tmp";
-        std::ofstream(tmp) << report.dump(2) << "\n";
+        std::ofstream(tmp) << jsonText(report) << "\n";
         std::filesystem::rename(tmp, dir + "/report.json");
     }
     if (a.flag("json")) {
-        std::cout << report.dump(2) << "\n";
+        std::cout << jsonText(report) << "\n";
         return 0;
     }
     std::printf("%-26s %12s %16s %9s %9s %8s %10s %8s\n", "stage", "size", "PPL", "+/-", "KL", "top-1", "recon err", "time");

@@ -10,6 +10,7 @@
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
+#include "core/util/json_text.h"
 
 namespace cwb::cli {
 
@@ -48,7 +49,7 @@ int runEval(const std::vector<std::string>& args) {
                             {"text_tokens", tokens.size()}};
         // Which compressed layers ran through a kernel on their packed weights and which were dequantized.
         if (!runtime.layerPaths().empty()) j["compressed_layers"] = runtime.layerPathSummary();
-        std::cout << j.dump(2) << "\n";
+        std::cout << jsonText(j) << "\n";
     } else {
         std::printf("PPL = %.4f +/- %.4f  (%lld tokens scored in %lld chunks of %lld, %.0f tokens/s)\n", r.perplexity,
                     r.error, static_cast<long long>(r.tokensScored), static_cast<long long>(r.chunks),

@@ -11,6 +11,7 @@
 #include "core/project/project.h"
 #include "core/project/project_runner.h"
 #include "core/util/error.h"
+#include "core/util/json_text.h"
 
 namespace cwb::cli {
 
@@ -91,7 +92,7 @@ int runExport(const std::vector<std::string>& args) {
         nlohmann::json out = {{"source", source}, {"format", report.format}, {"path", report.path},
                               {"files", report.files}, {"bytes", report.bytes}, {"notes", report.notes},
                               {"tensors", tensors}};
-        std::printf("%s\n", out.dump(2).c_str());
+        std::printf("%s\n", jsonText(out).c_str());
         return 0;
     }
     std::printf("exported %s as %s to %s (%llu tensor bytes, %zu file%s)\n", source.c_str(), report.format.c_str(),

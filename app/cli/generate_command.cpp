@@ -8,6 +8,7 @@
 #include "core/runtime/generate.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
+#include "core/util/json_text.h"
 
 namespace cwb::cli {
 
@@ -36,7 +37,7 @@ int runGenerate(const std::vector<std::string>& args) {
                             {"text", r.text},
                             {"prefill_seconds", r.prefillSeconds},
                             {"decode_ms_per_token", r.decodeSecondsPerToken * 1000}};
-        std::cout << j.dump(2) << "\n";
+        std::cout << jsonText(j) << "\n";
     } else {
         std::cout << p.prompt << r.text << "\n";
         std::cerr << r.generatedIds.size() << " tokens, " << r.decodeSecondsPerToken * 1000 << " ms/token\n";

@@ -11,6 +11,7 @@
 #include "core/io/model_format.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
+#include "core/util/json_text.h"
 
 namespace cwb::cli {
 
@@ -49,8 +50,8 @@ int runImportance(const std::vector<std::string>& args) {
         map = computeImportance(*model, kind, windows, &feedback);
     }
     if (a.flag("json")) {
-        std::cout << nlohmann::json{{"kind", map.kind}, {"rows", map.rowLabels}, {"columns", map.columnLabels},
-                                    {"values", map.values}}.dump(2) << "\n";
+        std::cout << jsonText({{"kind", map.kind}, {"rows", map.rowLabels}, {"columns", map.columnLabels},
+                               {"values", map.values}}) << "\n";
         return 0;
     }
     std::printf("%-10s", map.kind.c_str());

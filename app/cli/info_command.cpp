@@ -4,6 +4,7 @@
 #include "app/cli/commands.h"
 #include "core/io/model_format.h"
 #include "core/model/model_info.h"
+#include "core/util/json_text.h"
 
 namespace cwb::cli {
 
@@ -13,7 +14,7 @@ int runInfo(const std::vector<std::string>& args) {
     options.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(a.requirePositional("MODEL"), options);
     if (a.flag("json"))
-        std::cout << modelInfoJson(*model).dump(2) << "\n";
+        std::cout << jsonText(modelInfoJson(*model)) << "\n";
     else
         std::cout << modelInfoText(*model);
     return 0;

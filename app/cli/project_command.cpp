@@ -22,6 +22,7 @@
 #include "core/util/error.h"
 #include "core/util/feedback.h"
 #include "core/version.h"
+#include "core/util/json_text.h"
 
 namespace cwb::cli {
 
@@ -80,7 +81,7 @@ int show(const std::vector<std::string>& args) {
     Arguments a(args, {}, {"json"});
     Project project = Project::open(a.requirePositional("PROJECT"));
     if (a.flag("json")) {
-        std::cout << project.toJson().dump(2) << "\n";
+        std::cout << jsonText(project.toJson()) << "\n";
         return 0;
     }
     std::printf("project    %s (schema %d, written by cwb %s)\n", project.path().c_str(), project.writtenBy().schema,

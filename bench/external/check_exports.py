@@ -85,6 +85,19 @@ try:
     import json
     from safetensors.numpy import load_file
 
+    def unpack_stream(words, bits):
+        # GPTQ: the last axis is a little-endian bit stream, `bits` per value (3 bits: values straddle words).
+        w = words.astype(np.uint32).astype(np.uint64)   # int32 words: wrap, not sign-extend
+        n = w.shape[-1] * 32 // bits
+        out = np.zeros((*w.shape[:-1], n), dtype=np.int64)
+        for j in range(n):
+            word, offset = divmod(bits * j, 32)
+            v = w[..., word] >> np.uint64(offset)
+            if offset + bits > 32:
+                v |= w[..., word + 1] << np.uint64(32 - offset)
+            out[..., j] = (v & np.uint64((1 << bits) - 1)).astype(np.int64)
+        return out
+
     def unpack(words, bits, axis_order=None):
         k = 32 // bits
         w = words.astype(np.uint32)
@@ -105,8 +118,8 @@ try:
         for name in [n[: -len(".qweight")] for n in packed if n.endswith(".qweight")]:
             scales = packed[name + ".scales"].astype(np.float32)                 # [groups, out]
             if qc["quant_method"] == "gptq":
-                q = unpack(packed[name + ".qweight"].T, qc["bits"]).T             # [in, out]
-                z = unpack(packed[name + ".qzeros"], qc["bits"]) + 1               # [groups, out]
+                q = unpack_stream(packed[name + ".qweight"].T, qc["bits"]).T      # [in, out]
+                z = unpack_stream(packed[name + ".qzeros"], qc["bits"]) + 1        # [groups, out]
                 g = packed[name + ".g_idx"].astype(np.int64)                       # [in]
                 w = (q - z[g]) * scales[g]
             else:

@@ -30,9 +30,10 @@ struct QuantizedWeight {
 
     at::Tensor levels() const;      // unpacked levels, int32 [rows, cols]
     at::Tensor dequantize() const;  // float32 [rows, cols] = (level - zero[g]) * scale[g]
-    // Bytes a checkpoint needs: packed words, scales as fp16, zeros packed at `bits` in GPTQ's qzeros layout
-    // ([groups, ceil(rows / (32 / bits))] words; per tensor one word), and groupIndex (int32) only when it
-    // differs from column / groupSize. Per tensor stores one scale, not one per row.
+    // Bytes of the packed form: packed words as cwb holds them (whole levels per word: 10 at 3 bits, where GPTQ's
+    // 3-bit bit stream needs 6% fewer), scales as fp16, zeros packed the same way ([groups, ceil(rows / (32 /
+    // bits))] words; per tensor one word), and groupIndex (int32) only when it differs from column / groupSize.
+    // Per tensor stores one scale, not one per row.
     size_t storageBytes() const;
 };
 

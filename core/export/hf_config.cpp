@@ -73,37 +73,59 @@ nlohmann::json hfGenerationConfig(const Model& model) {
     return g;
 }
 
-void writeJsonFile(const std::string& path, const nlohmann::json& j) {
+namespace {
+
+void writeTextFile(const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::trunc);
-    out << j.dump(2) << "\n";
+    out << text << "\n";
     if (!out.flush()) throw Error(path, "cannot write");
 }
 
-namespace {
-
+// tokenizer.json, tokenizer_config.json and special_tokens_map.json from the model's vocabulary.
 std::vector<std::string> writeFromVocabulary(const Model& model, const std::string& folder,
                                              std::vector<std::string>& notes) {
-    if (!model.tokenizer || !model.tokenizer->vocabulary()) {
-        notes.push_back("the model has no tokenizer vocabulary; no tokenizer files were written");
+    const TokenizerData& vocabulary = *model.tokenizer->vocabulary();
+    HfTokenizerFiles files = hfTokenizerFiles(vocabulary, model.spec.context);
+    const std::pair<const char*, const nlohmann::json*> parts[] = {{"tokenizer.json", &files.tokenizer},
+                                                                   {"tokenizer_config.json", &files.config},
+                                                                   {"special_tokens_map.json", &files.specialTokens}};
+    std::vector<std::string> texts;
+    try {
+        for (const auto& part : parts) texts.push_back(part.second->dump(2));
+    } catch (const nlohmann::json::exception&) {
+        // JSON strings must be valid UTF-8; the weights are still worth having without the tokenizer.
+        notes.push_back("no tokenizer files were written: a token or the chat template is not valid UTF-8, which "
+                        "tokenizer.json cannot hold");
         return {};
     }
-    HfTokenizerFiles files = hfTokenizerFiles(*model.tokenizer->vocabulary(), model.spec.context);
-    writeJsonFile(folder + "/tokenizer.json", files.tokenizer);
-    writeJsonFile(folder + "/tokenizer_config.json", files.config);
-    writeJsonFile(folder + "/special_tokens_map.json", files.specialTokens);
-    notes.push_back("tokenizer.json, tokenizer_config.json and special_tokens_map.json written from the model's vocabulary (" +
-                    model.tokenizer->vocabulary()->model + ", " + std::to_string(model.tokenizer->vocabSize()) +
-                    " tokens)");
+    std::vector<std::string> written;
+    for (size_t i = 0; i < texts.size(); ++i) {
+        writeTextFile(folder + "/" + parts[i].first, texts[i]);
+        written.push_back(parts[i].first);
+    }
+    notes.push_back("tokenizer.json, tokenizer_config.json and special_tokens_map.json written from the model's "
+                    "vocabulary (" + vocabulary.model + ", " + std::to_string(vocabulary.tokens.size()) + " tokens)");
     for (std::string& note : files.notes) notes.push_back("tokenizer: " + std::move(note));
-    return {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
+    return written;
 }
 
 } // namespace
+
+void writeJsonFile(const std::string& path, const nlohmann::json& j) {
+    std::string text;
+    try {
+        text = j.dump(2);
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(path, std::string("holds text that is not valid UTF-8, which JSON cannot carry (") + e.what() + ")");
+    }
+    writeTextFile(path, text);
+}
 
 std::vector<std::string> writeHfTokenizerFiles(const Model& model, const std::string& folder,
                                                std::vector<std::string>& notes) {
     namespace fs = std::filesystem;
     std::vector<std::string> copied;
+    bool copiedTokenizerFiles = false;
     if (model.format == "hf") {
         for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                                  "special_tokens_map.json", "vocab.json", "merges.txt", "chat_template.jinja",
@@ -114,10 +136,18 @@ std::vector<std::string> writeHfTokenizerFiles(const Model& model, const std::st
             fs::copy_file(from, fs::path(folder) / name, fs::copy_options::overwrite_existing, ec);
             if (ec) throw Error(from.string(), "cannot copy into the export: " + ec.message());
             copied.push_back(name);
+            copiedTokenizerFiles = copiedTokenizerFiles || std::string(name) != "generation_config.json";
         }
     }
     const auto has = [&](const char* name) { return std::find(copied.begin(), copied.end(), name) != copied.end(); };
     if (has("tokenizer.json") || has("tokenizer.model")) return copied;
+    if (!model.tokenizer || !model.tokenizer->vocabulary()) {
+        notes.push_back(copiedTokenizerFiles
+                            ? "the source has no tokenizer.json and cwb read no vocabulary from it; its other "
+                              "tokenizer files were copied as they are"
+                            : "the model has no tokenizer vocabulary; no tokenizer files were written");
+        return copied;
+    }
     for (const std::string& name : writeFromVocabulary(model, folder, notes)) {
         if (!has(name.c_str())) copied.push_back(name);
     }

@@ -30,10 +30,15 @@ TokenizerData readTokenizerData(const GgufFile& g) {
     d.bos = static_cast<TokenId>(g.integerOr("tokenizer.ggml.bos_token_id", -1));
     d.eos = static_cast<TokenId>(g.integerOr("tokenizer.ggml.eos_token_id", -1));
     d.unk = static_cast<TokenId>(g.integerOr("tokenizer.ggml.unknown_token_id", -1));
-    // cwb never pads: a padding id outside the vocabulary is dropped rather than refused.
-    const int64_t pad = g.integerOr("tokenizer.ggml.padding_token_id", -1);
-    d.pad = pad >= 0 && pad < int64_t(d.tokens.size()) ? static_cast<TokenId>(pad) : -1;
-    d.chatTemplate = g.stringOr("tokenizer.chat_template", "");
+    // cwb only carries these for engines: one it cannot use (wrong type, id outside the vocabulary) is dropped
+    // rather than refused, as the keys were before cwb read them.
+    const auto pad = g.metadata.find("tokenizer.ggml.padding_token_id");
+    if (pad != g.metadata.end() && pad->second.value.is_number_integer()) {
+        const int64_t id = pad->second.value.get<int64_t>();
+        if (id >= 0 && id < int64_t(d.tokens.size())) d.pad = static_cast<TokenId>(id);
+    }
+    const auto chat = g.metadata.find("tokenizer.chat_template");
+    if (chat != g.metadata.end() && chat->second.value.is_string()) d.chatTemplate = chat->second.value.get<std::string>();
     d.addBos = g.hasKey("tokenizer.ggml.add_bos_token") ? g.integer("tokenizer.ggml.add_bos_token") != 0
                                                          : d.model == "llama";
     d.addSpacePrefix = g.hasKey("tokenizer.ggml.add_space_prefix")

@@ -25,6 +25,7 @@ constexpr int64_t kMaxVocab = 16 * 1024 * 1024;
 // Metaspace pre-tokenizer settings that TokenizerData has no field for.
 struct SpmOptions {
     bool prefixOnlyWithoutSpace = false;
+    bool prefixFirstOnly = false;
     bool splitOnSpace = false;
 };
 
@@ -100,7 +101,9 @@ bool spmAddsSpacePrefix(const json& root, SpmOptions& options) {
         forEachComponent(root["pre_tokenizer"], [&](const json& n) {
             if (n.value("type", std::string()) != "Metaspace" || prefix) return;
             if (n.contains("prepend_scheme") && n["prepend_scheme"].is_string()) {
-                prefix = n["prepend_scheme"].get<std::string>() != "never";
+                const std::string scheme = n["prepend_scheme"].get<std::string>();
+                prefix = scheme != "never";
+                options.prefixFirstOnly = scheme == "first";
             } else {
                 prefix = n.value("add_prefix_space", false);
             }
@@ -164,10 +167,14 @@ std::string configChatTemplate(const json& config) {
     return it->front().at("template").get<std::string>();
 }
 
-// Newer transformers releases save the template beside tokenizer_config.json instead of in it.
-std::string chatTemplateFile(const std::string& folder) {
+// Newer transformers releases save the template as chat_template.jinja, which wins over tokenizer_config.json's.
+std::string jinjaChatTemplate(const std::string& folder) {
     std::ifstream jinja(folder + "chat_template.jinja", std::ios::binary);
-    if (jinja) return std::string(std::istreambuf_iterator<char>(jinja), std::istreambuf_iterator<char>());
+    return jinja ? std::string(std::istreambuf_iterator<char>(jinja), std::istreambuf_iterator<char>()) : std::string();
+}
+
+// A processor's chat_template.json: read last, when nothing else names a template.
+std::string processorChatTemplate(const std::string& folder) {
     const std::string jsonPath = folder + "chat_template.json";
     if (!std::ifstream(jsonPath)) return std::string();
     const json file = readJson(jsonPath);
@@ -190,8 +197,9 @@ void applyTokenizerConfig(const std::string& path, const json& root, bool byteLe
     const size_t slash = path.find_last_of("/\\");
     const std::string folder = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
     const std::string configPath = folder + "tokenizer_config.json";
+    data.chatTemplate = jinjaChatTemplate(folder);
     if (!std::ifstream(configPath)) {
-        data.chatTemplate = chatTemplateFile(folder);
+        if (data.chatTemplate.empty()) data.chatTemplate = processorChatTemplate(folder);
         return;
     }
     const json config = readJson(configPath);
@@ -217,11 +225,11 @@ void applyTokenizerConfig(const std::string& path, const json& root, bool byteLe
         // A pad token missing from the vocabulary stays unset: cwb never pads, and transformers adds it at load.
         name.clear();
         if (configToken(config, "pad_token", name, present)) data.pad = findId(data.tokens, name);
-        data.chatTemplate = configChatTemplate(config);
+        if (data.chatTemplate.empty()) data.chatTemplate = configChatTemplate(config);
     } catch (const json::exception& e) {
         throw Error(configPath, std::string("unexpected structure: ") + e.what());
     }
-    if (data.chatTemplate.empty()) data.chatTemplate = chatTemplateFile(folder);
+    if (data.chatTemplate.empty()) data.chatTemplate = processorChatTemplate(folder);
 }
 
 TokenizerData readTokenizerJson(const std::string& path, const json& root, SpmOptions& options) {
@@ -325,6 +333,7 @@ std::unique_ptr<Tokenizer> loadHfTokenizer(const std::string& tokenizerJsonPath)
         std::unique_ptr<Tokenizer> tokenizer = makeTokenizer(data);
         if (auto* spm = dynamic_cast<SpmBpeTokenizer*>(tokenizer.get())) {
             spm->setPrefixOnlyWithoutSpace(options.prefixOnlyWithoutSpace);
+            spm->setPrefixFirstOnly(options.prefixFirstOnly);
             spm->setSplitOnSpace(options.splitOnSpace);
         }
         return tokenizer;

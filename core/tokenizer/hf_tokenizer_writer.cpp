@@ -37,12 +37,22 @@ struct MergeCandidate {
     size_t split;
 };
 
-std::vector<MergeCandidate> mergeCandidates(const TokenizerData& d, const TokenMap& pieces) {
+// Longer tokens are not split into merges: the search is quadratic in a token's length, and SentencePiece
+// vocabularies hold pieces of a few dozen bytes, so only a hostile file reaches the limit.
+constexpr size_t kLongestMergedToken = 256;
+
+std::vector<MergeCandidate> mergeCandidates(const TokenizerData& d, const TokenMap& pieces,
+                                            std::vector<std::string>* notes = nullptr) {
     std::vector<MergeCandidate> out;
+    size_t tooLong = 0;
     for (size_t id = 0; id < d.tokens.size(); ++id) {
         const std::string& text = d.tokens[id];
         const auto self = pieces.find(text);
         if (self == pieces.end() || self->second != static_cast<TokenId>(id)) continue;
+        if (text.size() > kLongestMergedToken) {
+            ++tooLong;
+            continue;
+        }
         // Splits at UTF-8 character boundaries only: merging starts from whole characters.
         for (size_t split = 1; split < text.size(); ++split) {
             if ((static_cast<unsigned char>(text[split]) & 0xC0) == 0x80) continue;
@@ -51,6 +61,10 @@ std::vector<MergeCandidate> mergeCandidates(const TokenizerData& d, const TokenM
                 out.push_back({score, static_cast<TokenId>(id), split});
             }
         }
+    }
+    if (tooLong > 0 && notes) {
+        notes->push_back(std::to_string(tooLong) + " tokens longer than " + std::to_string(kLongestMergedToken) +
+                         " bytes get no merge (no text will be tokenized into them)");
     }
     std::sort(out.begin(), out.end(), [](const MergeCandidate& a, const MergeCandidate& b) {
         return std::make_tuple(-a.score, a.merged, a.split) < std::make_tuple(-b.score, b.merged, b.split);
@@ -155,9 +169,18 @@ HfTokenizerFiles hfTokenizerFiles(const TokenizerData& data, int64_t maxLength) 
                               " tokens repeat the text of an earlier token; tokenizer.json keeps the first id of each");
     }
 
-    json model = {{"type", "BPE"},          {"dropout", nullptr},           {"unk_token", nullptr},
-                  {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                  {"fuse_unk", spm},        {"byte_fallback", spm},         {"ignore_merges", false}};
+    // Byte fallback where the vocabulary has <0xXX> tokens; unknown pieces stay one unk each, as cwb and llama.cpp
+    // emit them.
+    const bool byteTokens = std::any_of(d.types.begin(), d.types.end(),
+                                        [](int32_t t) { return t == static_cast<int32_t>(TokenType::Byte); });
+    json model = {{"type", "BPE"},
+                  {"dropout", nullptr},
+                  {"unk_token", nullptr},
+                  {"continuing_subword_prefix", nullptr},
+                  {"end_of_word_suffix", nullptr},
+                  {"fuse_unk", false},
+                  {"byte_fallback", spm && byteTokens},
+                  {"ignore_merges", false}};
     if (d.unk >= 0) model["unk_token"] = d.tokens[d.unk];
 
     json root = {{"version", "1.0"},       {"truncation", nullptr}, {"padding", nullptr},
@@ -165,12 +188,17 @@ HfTokenizerFiles hfTokenizerFiles(const TokenizerData& data, int64_t maxLength) 
                  {"post_processor", nullptr}, {"decoder", nullptr}};
     const bool addsBos = d.addBos && d.bos >= 0;
     if (spm) {
-        const std::vector<MergeCandidate> candidates = mergeCandidates(d, mergeablePieces(d));
-        if (const size_t tied = tiedMergedTokens(candidates)) {
-            files.notes.push_back(std::to_string(tied) +
-                                  " merged tokens share a score with another; their merges are ordered by id");
+        if (!d.merges.empty()) {
+            // The vocabulary came with merge ranks (from a tokenizer.json): they, not the scores, drive its tokenizer.
+            model["merges"] = mergesJson(splitMerges(d.merges));
+        } else {
+            const std::vector<MergeCandidate> candidates = mergeCandidates(d, mergeablePieces(d), &files.notes);
+            if (const size_t tied = tiedMergedTokens(candidates)) {
+                files.notes.push_back(std::to_string(tied) +
+                                      " merged tokens share a score with another; their merges are ordered by id");
+            }
+            model["merges"] = mergesJson(mergeTexts(d, candidates));
         }
-        model["merges"] = mergesJson(mergeTexts(d, candidates));
         const json replaceSpaces = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMetaSpace}};
         root["normalizer"] = d.addSpacePrefix
                                  ? json{{"type", "Sequence"},

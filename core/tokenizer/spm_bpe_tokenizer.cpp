@@ -82,9 +82,9 @@ bool SpmBpeTokenizer::pairPriority(std::string_view left, std::string_view right
     return true;
 }
 
-void SpmBpeTokenizer::encodePlain(const std::string& text, bool atStart, std::vector<TokenId>& out) const {
+void SpmBpeTokenizer::encodePlain(const std::string& text, bool withPrefix, std::vector<TokenId>& out) const {
     std::string escaped = escapeSpaces(text);
-    if (atStart && mAddSpacePrefix && !(mPrefixOnlyWithoutSpace && !text.empty() && text[0] == ' ')) {
+    if (withPrefix && mAddSpacePrefix && !(mPrefixOnlyWithoutSpace && !text.empty() && text[0] == ' ')) {
         escaped.insert(0, kSpace);
     }
     if (!mSplitOnSpace) {
@@ -130,18 +130,23 @@ std::vector<TokenId> SpmBpeTokenizer::encode(const std::string& text, bool addBo
         encodePlain(text, true, out);
         return out;
     }
-    bool atStart = true;
+    // As llama.cpp: text after a user-defined token gets the dummy prefix again (unless only the start may have it).
+    bool prefixNext = true;
     for (const auto& fragment : mUserDefined.split(text)) {
-        if (fragment.id >= 0) out.push_back(fragment.id);
-        else encodePlain(fragment.text, atStart, out);
-        atStart = false;
+        if (fragment.id >= 0) {
+            out.push_back(fragment.id);
+            prefixNext = !mPrefixFirstOnly;
+        } else {
+            encodePlain(fragment.text, prefixNext, out);
+            prefixNext = false;
+        }
     }
     return out;
 }
 
 std::string SpmBpeTokenizer::decode(const std::vector<TokenId>& ids) const {
     std::string out;
-    bool first = true;
+    bool stripSpace = mAddSpacePrefix; // the dummy prefix encode put before this piece
     for (TokenId id : ids) {
         if (id < 0 || id >= vocabSize()) {
             throw Error("token id " + std::to_string(id) + " is out of range (vocabulary has " +
@@ -152,17 +157,20 @@ std::string SpmBpeTokenizer::decode(const std::vector<TokenId>& ids) const {
         switch (mTypes[id]) {
         case TokenType::Control: continue;
         case TokenType::Unknown: piece = " \xE2\x81\x87 "; break; // " ⁇ ", as SentencePiece shows unk
-        case TokenType::UserDefined: piece = mTokens[id]; break;
+        case TokenType::UserDefined:
+            out += mTokens[id];
+            stripSpace = mAddSpacePrefix && !mPrefixFirstOnly;
+            continue;
         case TokenType::Byte:
             piece = parseByteToken(mTokens[id], byte) ? std::string(1, static_cast<char>(byte)) : mTokens[id];
             break;
         default:
             piece = unescapeSpaces(mTokens[id]);
-            // The dummy prefix that encode added shows up as a leading space on the first piece.
-            if (first && mAddSpacePrefix && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+            // The dummy prefix that encode added shows up as a leading space.
+            if (stripSpace && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
             break;
         }
-        first = false;
+        stripSpace = false;
         out += piece;
     }
     return out;

@@ -22,11 +22,14 @@ public:
     // Hugging Face's Metaspace pre-tokenizer adds the dummy "▁" only when the text does not already start
     // with a space (SentencePiece and the Prepend normalizer always add it).
     void setPrefixOnlyWithoutSpace(bool on) { mPrefixOnlyWithoutSpace = on; }
+    // The dummy prefix goes before every piece of text, including text that follows a user-defined token (llama.cpp,
+    // Hugging Face's Prepend normalizer); Metaspace with prepend_scheme "first" puts it before the text's start only.
+    void setPrefixFirstOnly(bool on) { mPrefixFirstOnly = on; }
     // Metaspace with split: the text is cut before every "▁" and merges never cross the cuts.
     void setSplitOnSpace(bool on) { mSplitOnSpace = on; }
 
 private:
-    void encodePlain(const std::string& text, bool atStart, std::vector<TokenId>& out) const;
+    void encodePlain(const std::string& text, bool withPrefix, std::vector<TokenId>& out) const;
     void encodeEscaped(const std::string& escaped, std::vector<TokenId>& out) const;
     bool pairPriority(std::string_view left, std::string_view right, double& priority) const;
     TokenId findPiece(std::string_view piece) const;
@@ -40,6 +43,7 @@ private:
     TokenId mUnk = -1;
     bool mAddSpacePrefix = true;
     bool mPrefixOnlyWithoutSpace = false;
+    bool mPrefixFirstOnly = false;
     bool mSplitOnSpace = false;
     SpecialTokenMatcher mUserDefined;
 };

@@ -5,6 +5,8 @@
 #include "core/tokenizer/vocab_util.h"
 #include "core/util/error.h"
 
+#include <cmath>
+
 namespace cwb {
 
 namespace {
@@ -51,6 +53,9 @@ std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerData& data) {
     if (!data.types.empty() && data.types.size() != n) {
         throw Error("the tokenizer has " + std::to_string(data.types.size()) + " token types for " +
                     std::to_string(n) + " tokens");
+    }
+    for (size_t i = 0; i < data.scores.size(); ++i) {
+        if (std::isnan(data.scores[i])) throw Error("token " + std::to_string(i) + " has a NaN score");
     }
     checkId(data.bos, "BOS", n);
     checkId(data.eos, "EOS", n);

@@ -20,6 +20,7 @@ private slots:
     void versionAndHelp();
     void infoJson();
     void generateJsonIds();
+    void generateJsonWithBrokenUtf8();
     void evalPrintsPerplexity();
     void errorsNameTheFile();
     void benchRecordsItsSwitches();
@@ -72,6 +73,23 @@ void TestCli::generateJsonIds() {
     auto idsOf = [](const Result& r) { return QJsonDocument::fromJson(r.out.toUtf8()).object()["ids"].toArray(); };
     QCOMPARE(idsOf(s1), idsOf(s2));
     QVERIFY(idsOf(s1) != ids);   // sampling, not greedy
+}
+
+void TestCli::generateJsonWithBrokenUtf8() {
+    // Random weights sample byte tokens freely, so the text can end inside a character or hold stray bytes; the
+    // JSON must still come out (with U+FFFD there) rather than fail on its encoder (seed 7 did, before).
+    CWB_REQUIRE_FIXTURE(model, "models/llama-2-tiny-random.gguf");
+    int replaced = 0;
+    for (int seed = 1; seed <= 10; ++seed) {
+        Result r = run({"generate", model, "--prompt", "Hi", "--tokens", "30", "--temperature", "1.5", "--seed",
+                        QString::number(seed), "--json"});
+        QVERIFY2(r.exitCode == 0, qPrintable(QString("seed %1: %2").arg(seed).arg(r.err)));
+        QJsonParseError error;
+        const QJsonDocument doc = QJsonDocument::fromJson(r.out.toUtf8(), &error);
+        QVERIFY2(error.error == QJsonParseError::NoError, qPrintable(error.errorString()));
+        if (doc.object()["text"].toString().contains(QChar(0xFFFD))) ++replaced;
+    }
+    QVERIFY2(replaced > 0, "no seed produced text that is not UTF-8; the test no longer covers the case");
 }
 
 void TestCli::evalPrintsPerplexity() {

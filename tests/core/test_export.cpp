@@ -7,6 +7,7 @@
 #include <QtTest/QtTest>
 
 #include <filesystem>
+#include <array>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -110,6 +111,7 @@ private slots:
     void hfExportWritesTokenizerFiles();
     void hfExportCopiesSourceTokenizerFiles();
     void chatTemplateAndPaddingTravel();
+    void hfExportWithoutUtf8Vocabulary();
 };
 
 // Blocks small enough to compute by hand from ggml's block definitions (ggml-common.h).
@@ -173,14 +175,16 @@ void TestExport::gptqThreeBitWords() {
     QCOMPARE(p.qweight.sizes().vec(), (std::vector<int64_t>{3, 32}));
     QCOMPARE(p.qzeros.sizes().vec(), (std::vector<int64_t>{1, 3}));
     // Words as AutoGPTQ's 3-bit pack loop writes them (ten values, a straddling one, ten, a straddling one, ten),
-    // worked out with that loop's shifts for columns 0 and 1 and for 32 stored zeros of 3.
+    // worked out with that loop's shifts for four columns and for 32 stored zeros of 3. Inputs 10 and 21 straddle
+    // words: their levels are 2 and 7 in column 0, 3 and 0 in column 1, 4 and 7 in column 2, 7 and 2 in column 5,
+    // so each spilled bit is set in some column and clear in another.
     auto word = [](const at::Tensor& t, int64_t r, int64_t c) { return uint32_t(t[r][c].item<int32_t>()); };
-    const uint32_t column0[3] = {0x88fac688u, 0xc688fac6u, 0xfac688fau};
-    const uint32_t column1[3] = {0xd11f58d1u, 0x58d11f58u, 0x1f58d11fu};
+    const std::pair<int, std::array<uint32_t, 3>> columns[] = {
+        {0, {0x88fac688u, 0xc688fac6u, 0xfac688fau}}, {1, {0xd11f58d1u, 0x58d11f58u, 0x1f58d11fu}},
+        {2, {0x1a23eb1au, 0xeb1a23ebu, 0x23eb1a23u}}, {5, {0xf58d11f5u, 0x11f58d11u, 0x8d11f58du}}};
     const uint32_t zeros[3] = {0xdb6db6dbu, 0xb6db6db6u, 0x6db6db6du};
     for (int r = 0; r < 3; ++r) {
-        QCOMPARE(word(p.qweight, r, 0), column0[r]);
-        QCOMPARE(word(p.qweight, r, 1), column1[r]);
+        for (const auto& [column, words] : columns) QCOMPARE(word(p.qweight, r, column), words[size_t(r)]);
         QCOMPARE(word(p.qzeros, 0, r), zeros[r]);
     }
     const quant::QuantizedWeight back = layouts::unpackGptq(p, 3, 32, true, 32, 32, "test");
@@ -522,6 +526,29 @@ void TestExport::chatTemplateAndPaddingTravel() {
     const std::string hostile = (dir.path() + "/hostile-pad.gguf").toStdString();
     std::ofstream(hostile, std::ios::binary) << bytes;
     QCOMPARE(loadModel(hostile)->tokenizer->vocabulary()->pad, -1);
+    // So is one of the wrong type: the same four bytes read as a float32 (value type 6).
+    const uint32_t float32Type = 6;
+    std::memcpy(&bytes[at + key.size()], &float32Type, 4);
+    std::ofstream(hostile, std::ios::binary | std::ios::trunc) << bytes;
+    QCOMPARE(loadModel(hostile)->tokenizer->vocabulary()->pad, -1);
+    QCOMPARE(loadModel(hostile)->tokenizer->vocabulary()->chatTemplate, data.chatTemplate);
+}
+
+void TestExport::hfExportWithoutUtf8Vocabulary() {
+    // tokenizer.json cannot hold a token that is not UTF-8: the weights are exported, the tokenizer files are not.
+    QTemporaryDir dir;
+    auto model = syntheticModel(dir.path(), "gguf");
+    TokenizerData data = *model->tokenizer->vocabulary();
+    data.tokens[7] = "\xFF\xFE";
+    model->tokenizer = makeTokenizer(data);
+    const std::string out = (dir.path() + "/hf").toStdString();
+    const ExportReport report = exportModel(*model, "hf", out);
+    QVERIFY(fileExists(out + "/model.safetensors"));
+    QVERIFY(!fileExists(out + "/tokenizer.json"));
+    QVERIFY(std::any_of(report.notes.begin(), report.notes.end(), [](const std::string& n) {
+        return n.find("no tokenizer files were written") != std::string::npos;
+    }));
+    QVERIFY(loadModel(out) != nullptr);
 }
 
 QTEST_GUILESS_MAIN(TestExport)

@@ -15,6 +15,8 @@
 #include "tests/support/test_paths.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <fstream>
 
@@ -190,6 +192,8 @@ private slots:
     void hfByteLevel();
     void hfSentencePiece_data();
     void hfSentencePiece();
+    void hfSentencePiecePrefixSchemes_data();
+    void hfSentencePiecePrefixSchemes();
     void hfTokenizerConfig();
     void hfChatTemplateAndPadding();
     void hfBadInput_data();
@@ -321,8 +325,9 @@ void TestTokenizers::spmHandBuilt_data() {
     QTest::newRow("no merge") << QByteArray("ba") << true << "5 7 6";
     // é is not a token: byte fallback to <0xC3> <0xA9>.
     QTest::newRow("byte fallback") << QByteArray("ab\xC3\xA9") << true << "5 9 3 4";
-    // A user-defined token is matched whole; the text after it gets no dummy prefix.
-    QTest::newRow("user-defined") << QByteArray("ab<sep>c") << true << "5 9 16 8";
+    // A user-defined token is matched whole; the text after it gets the dummy prefix again (llama.cpp does so).
+    QTest::newRow("user-defined") << QByteArray("ab<sep>c") << true << "5 9 16 15";
+    QTest::newRow("user-defined first") << QByteArray("<sep>abc") << true << "16 13";
 }
 
 void TestTokenizers::spmHandBuilt() {
@@ -361,6 +366,7 @@ void TestTokenizers::spmDecode() {
     QCOMPARE(tok->decode({13, 5, 15}), std::string("abc  c"));
     QCOMPARE(tok->decode({6, 13}), std::string("a abc"));
     QCOMPARE(tok->decode({16, 8}), std::string("<sep>c"));
+    QCOMPARE(tok->decode({16, 15}), std::string("<sep>c")); // the prefix encode put after <sep>
     QCOMPARE(tok->tokenText(11), std::string("\xE2\x96\x81" "a"));
     QVERIFY_THROWS_EXCEPTION(Error, tok->decode({17}));
 }
@@ -509,6 +515,42 @@ void TestTokenizers::hfSentencePiece() {
     QCOMPARE(QByteArray::fromStdString(tok->decode(tok->encode(text.toStdString(), true))), text);
 }
 
+void TestTokenizers::hfSentencePiecePrefixSchemes_data() {
+    QTest::addColumn<QString>("scheme");
+    QTest::addColumn<QByteArray>("text");
+    QTest::addColumn<QString>("expected");
+    // Expected ids from the tokenizers package 0.23.3 (Python) on kSpmJson with <sep> added (normalized false, not
+    // special); "prepend" keeps its Prepend normalizer, the others replace it with Metaspace(prepend_scheme).
+    const struct { const char* scheme; const char* text; const char* ids; } rows[] = {
+        {"prepend", "ab<sep>c", "5 9 16 15"}, {"prepend", "<sep>abc", "16 13"}, {"prepend", " abc", "5 13"},
+        {"prepend", "c<sep> a", "15 16 5 11"}, {"prepend", "a  b", "11 5 5 7"},
+        {"first", "ab<sep>c", "5 9 16 8"},    {"first", "<sep>abc", "16 12"},    {"first", " abc", "13"},
+        {"first", "c<sep> a", "15 16 11"},    {"first", "abc abc", "13 13"},
+        {"always", "ab<sep>c", "5 9 16 15"},  {"always", "<sep>abc", "16 13"},   {"always", " abc", "13"},
+        {"always", "c<sep> a", "15 16 11"},   {"always", "a  b", "11 5 5 7"},
+    };
+    for (const auto& r : rows) QTest::newRow(qPrintable(QString("%1: %2").arg(r.scheme, r.text))) << r.scheme << QByteArray(r.text) << r.ids;
+}
+
+void TestTokenizers::hfSentencePiecePrefixSchemes() {
+    QFETCH(QString, scheme);
+    QFETCH(QByteArray, text);
+    QFETCH(QString, expected);
+    nlohmann::json j = nlohmann::json::parse(kSpmJson);
+    j["model"]["vocab"]["<sep>"] = 16;
+    j["added_tokens"].push_back({{"id", 16}, {"content", "<sep>"}, {"single_word", false}, {"lstrip", false},
+                                 {"rstrip", false}, {"normalized", false}, {"special", false}});
+    if (scheme != "prepend") {
+        j["normalizer"] = nullptr;
+        j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"},
+                              {"prepend_scheme", scheme.toStdString()}, {"split", false}};
+    }
+    QTemporaryDir dir;
+    writeFile(dir.filePath("tokenizer.json"), QByteArray::fromStdString(j.dump()));
+    const auto tok = loadHfTokenizer(dir.filePath("tokenizer.json").toStdString());
+    QCOMPARE(idsText(tok->encode(text.toStdString(), false)), expected);
+}
+
 void TestTokenizers::hfTokenizerConfig() {
     QTemporaryDir dir;
     writeFile(dir.filePath("tokenizer.json"), byteLevelJson("gpt2"));
@@ -535,12 +577,14 @@ void TestTokenizers::hfChatTemplateAndPadding() {
     // Newer transformers write the template into its own file.
     writeFile(dir.filePath("chat_template.jinja"), "{{ messages }} from the file");
     QCOMPARE(loadHfTokenizer(path)->vocabulary()->chatTemplate, std::string("{{ messages }} from the file"));
-    // tokenizer_config.json's own template wins; pad_token names a token.
+    // The file wins over tokenizer_config.json's template, as in transformers; pad_token names a token.
     writeFile(dir.filePath("tokenizer_config.json"), R"({"chat_template": "{% for m in messages %}{{ m }}{% endfor %}",
                                                          "pad_token": "<|endoftext|>"})");
+    QCOMPARE(loadHfTokenizer(path)->vocabulary()->chatTemplate, std::string("{{ messages }} from the file"));
+    QCOMPARE(loadHfTokenizer(path)->vocabulary()->pad, 24);
+    QFile::remove(dir.filePath("chat_template.jinja"));
     QCOMPARE(loadHfTokenizer(path)->vocabulary()->chatTemplate,
              std::string("{% for m in messages %}{{ m }}{% endfor %}"));
-    QCOMPARE(loadHfTokenizer(path)->vocabulary()->pad, 24);
     // Named templates: the "default" one; a pad token the vocabulary lacks stays unset (transformers would add it).
     writeFile(dir.filePath("tokenizer_config.json"), R"({"chat_template": [{"name": "tool_use", "template": "T"},
                                                                             {"name": "default", "template": "D"}],
@@ -549,7 +593,6 @@ void TestTokenizers::hfChatTemplateAndPadding() {
     QCOMPARE(loadHfTokenizer(path)->vocabulary()->pad, -1);
 
     QFile::remove(dir.filePath("tokenizer_config.json"));
-    QFile::remove(dir.filePath("chat_template.jinja"));
     writeFile(dir.filePath("chat_template.json"), R"({"chat_template": "J"})");
     QCOMPARE(loadHfTokenizer(path)->vocabulary()->chatTemplate, std::string("J"));
     writeFile(dir.filePath("chat_template.json"), R"({"chat_template": 7})");
@@ -608,6 +651,7 @@ void TestTokenizers::writtenHfFilesRoundTrip_data() {
     QTest::newRow("sentencepiece") << "spm";
     QTest::newRow("sentencepiece, no dummy prefix") << "spm-no-prefix";
     QTest::newRow("sentencepiece, no BOS") << "spm-no-bos";
+    QTest::newRow("sentencepiece with merge ranks (from a tokenizer.json)") << "spm-merges";
     QTest::newRow("byte-level gpt2") << "gpt2";
     QTest::newRow("byte-level llama-bpe with BOS") << "llama-bpe";
     QTest::newRow("byte-level qwen2") << "qwen2";
@@ -618,6 +662,11 @@ void TestTokenizers::writtenHfFilesRoundTrip() {
     TokenizerData data = flavour.startsWith("spm") ? tinySpm() : tinyByteBpe();
     if (flavour == "spm-no-prefix") data.addSpacePrefix = false;
     if (flavour == "spm-no-bos") data.addBos = false;
+    if (flavour == "spm-merges") {
+        // Ranks that disagree with the scores (aa before bc), so writing merges from the scores would differ.
+        const std::string sp = "\xE2\x96\x81";
+        data.merges = {"a a", "b c", "a b", sp + " a", "a bc", sp + "a bc", sp + " c"};
+    }
     if (!flavour.startsWith("spm")) data.pre = flavour.toStdString();
     if (flavour == "llama-bpe") {
         data.bos = 263;
@@ -703,6 +752,16 @@ void TestTokenizers::writtenHfFilesDescribeTheVocabulary() {
     const std::vector<std::string> notes = hfTokenizerFiles(duplicate, 16).notes;
     QVERIFY(std::any_of(notes.begin(), notes.end(),
                         [](const std::string& n) { return n.find("1 tokens repeat") != std::string::npos; }));
+    TokenizerData longToken = tinySpm();
+    longToken.tokens[12] = std::string(300, 'a'); // was "abc"
+    const HfTokenizerFiles longFiles = hfTokenizerFiles(longToken, 16);
+    QVERIFY(std::any_of(longFiles.notes.begin(), longFiles.notes.end(), [](const std::string& n) {
+        return n.find("1 tokens longer than 256 bytes") != std::string::npos;
+    }));
+    TokenizerData noBytes = tinySpm();
+    noBytes.types[3] = noBytes.types[4] = int32_t(TokenType::Normal);
+    QVERIFY(!hfTokenizerFiles(noBytes, 16).tokenizer["model"]["byte_fallback"].get<bool>());
+
     TokenizerData wordpiece = tinySpm();
     wordpiece.model = "wordpiece";
     QVERIFY_THROWS_EXCEPTION(Error, hfTokenizerFiles(wordpiece, 16));
@@ -761,6 +820,11 @@ void TestTokenizers::makeTokenizerValidates() {
     d = tinySpm();
     d.types[5] = 9;
     QVERIFY_THROWS_EXCEPTION(Error, makeTokenizer(d));
+    d = tinySpm();
+    d.scores[9] = std::nanf(""); // would break the score order merges are ranked by
+    QVERIFY_THROWS_EXCEPTION(Error, makeTokenizer(d));
+    d.scores[9] = -std::numeric_limits<float>::infinity(); // orders fine: a merge that comes last
+    QVERIFY(makeTokenizer(d) != nullptr);
     d = tinySpm();
     d.model = "wordpiece";
     QVERIFY_THROWS_EXCEPTION(Error, makeTokenizer(d));
