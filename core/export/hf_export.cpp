@@ -3,7 +3,6 @@
 // else written from the vocabulary), and shards with an index above ExportOptions::shardBytes. The folder is written beside the target and renamed into place.
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <set>
 
 #include "core/compress/compressed_layers.h"
@@ -190,7 +189,6 @@ protected:
 class PackedExport : public HfFolderExport {
 protected:
     virtual std::string layerRefusal(const quant::QuantizedWeight& w) const = 0;
-    virtual layouts::PackedLayer pack(const quant::QuantizedWeight& w) const = 0;
     virtual const char* layoutName() const = 0;
 
     // Embeddings, norms and the head: f16 unless asked otherwise (transformers casts them to torch_dtype).
@@ -230,31 +228,30 @@ protected:
             denseEntries(model, dense, report, [&](const std::string& n) { return quantized.count(n) != 0; });
         for (const auto& layer : model.linearLayers()) {
             auto linear = std::dynamic_pointer_cast<const IntLinear>(model.compressed(layer));
-            // Packed once per layer, on first use, and shared by its three or four tensors.
-            auto packed = std::make_shared<std::optional<layouts::PackedLayer>>();
-            auto get = [this, packed, linear, &model, layer]() -> const layouts::PackedLayer& {
-                if (!*packed) *packed = pack(hfRows(model, layer, linear->quantized()));
-                return **packed;
-            };
             const auto& w = linear->quantized();
             const int64_t groups = w.scales.size(1);
-            auto add = [&](const std::string& suffix, ggml::Type type, std::vector<int64_t> shape,
-                           std::function<at::Tensor(const layouts::PackedLayer&)> pick) {
+            // Each tensor is packed when the writer reaches it and dropped once written, so no packed copy of the
+            // model builds up (a 70B int4 model would hold ~35 GB of them until the last shard).
+            using Part = at::Tensor (*)(const quant::QuantizedWeight&);
+            auto add = [&](const std::string& suffix, ggml::Type type, std::vector<int64_t> shape, Part part) {
                 int64_t n = 1;
                 for (int64_t d : shape) n *= d;
                 entries.push_back({layer + suffix, type, shape, size_t(n) * elementBytes(type),
-                                   [get, pick, type] { return plainBytes(pick(get()), type); }});
+                                   [part, linear, &model, layer, type] {
+                                       return plainBytes(part(hfRows(model, layer, linear->quantized())), type);
+                                   }});
             };
             if (isGptq()) {
                 const int bits = w.spec.bits;
-                add(".qweight", ggml::Type::I32, {layouts::gptqWords(w.cols, bits), w.rows}, [](const auto& p) { return p.qweight; });
-                add(".qzeros", ggml::Type::I32, {groups, layouts::gptqWords(w.rows, bits)}, [](const auto& p) { return p.qzeros; });
-                add(".scales", ggml::Type::F16, {groups, w.rows}, [](const auto& p) { return p.scales; });
-                add(".g_idx", ggml::Type::I32, {w.cols}, [](const auto& p) { return p.gIdx; });
+                add(".qweight", ggml::Type::I32, {layouts::gptqWords(w.cols, bits), w.rows}, layouts::packGptqWeight);
+                add(".qzeros", ggml::Type::I32, {groups, layouts::gptqWords(w.rows, bits)}, layouts::packGptqZeros);
+                add(".scales", ggml::Type::F16, {groups, w.rows}, layouts::packedScales);
+                add(".g_idx", ggml::Type::I32, {w.cols},
+                    [](const quant::QuantizedWeight& q) { return q.groupIndex.to(at::kInt).contiguous(); });
             } else {
-                add(".qweight", ggml::Type::I32, {w.cols, w.rows / 8}, [](const auto& p) { return p.qweight; });
-                add(".qzeros", ggml::Type::I32, {groups, w.rows / 8}, [](const auto& p) { return p.qzeros; });
-                add(".scales", ggml::Type::F16, {groups, w.rows}, [](const auto& p) { return p.scales; });
+                add(".qweight", ggml::Type::I32, {w.cols, w.rows / 8}, layouts::packAwqWeight);
+                add(".qzeros", ggml::Type::I32, {groups, w.rows / 8}, layouts::packAwqZeros);
+                add(".scales", ggml::Type::F16, {groups, w.rows}, layouts::packedScales);
             }
             report.tensors.push_back({layer, "int" + std::to_string(w.spec.bits) + " " + layoutName(), 0, ""});
         }
@@ -277,7 +274,6 @@ protected:
     const char* layoutName() const override { return "gptq"; }
     bool isGptq() const override { return true; }
     std::string layerRefusal(const quant::QuantizedWeight& w) const override { return layouts::gptqRefusal(w); }
-    layouts::PackedLayer pack(const quant::QuantizedWeight& w) const override { return layouts::packGptq(w); }
     void addQuantizationConfig(const Model& model, nlohmann::json& config) const override {
         bool sym = true, actOrder = false;
         for (const auto& layer : model.linearLayers()) {
@@ -302,7 +298,6 @@ protected:
     const char* layoutName() const override { return "awq"; }
     bool isGptq() const override { return false; }
     std::string layerRefusal(const quant::QuantizedWeight& w) const override { return layouts::awqRefusal(w); }
-    layouts::PackedLayer pack(const quant::QuantizedWeight& w) const override { return layouts::packAwq(w); }
     void addQuantizationConfig(const Model& model, nlohmann::json& config) const override {
         const auto& w = firstWeight(model);
         config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4},        {"group_size", w.spec.groupSize},

@@ -109,27 +109,50 @@ std::string awqRefusal(const quant::QuantizedWeight& w) {
 
 int64_t gptqWords(int64_t n, int bits) { return n * bits / 32; }
 
-PackedLayer packGptq(const quant::QuantizedWeight& w) {
+namespace {
+
+void checkGptq(const quant::QuantizedWeight& w) {
     const std::string why = gptqRefusal(w);
     if (!why.empty()) throw Error("GPTQ layout: " + why);
-    const int b = w.spec.bits;
-    PackedLayer p;
+}
+
+void checkAwq(const quant::QuantizedWeight& w) {
+    const std::string why = awqRefusal(w);
+    if (!why.empty()) throw Error("AWQ layout: " + why);
+}
+
+} // namespace
+
+at::Tensor packGptqWeight(const quant::QuantizedWeight& w) {
+    checkGptq(w);
     // [in, out] levels, packed along the input dim: move that dim last, pack, move it back.
-    p.qweight = packLast(w.levels(), b, nullptr).t().contiguous();
-    p.qzeros = packLast(w.zeros.t().contiguous().sub(1).bitwise_and((1 << b) - 1), b, nullptr);
-    p.scales = w.scales.t().contiguous().to(at::kHalf);
-    p.gIdx = w.groupIndex.to(at::kInt).contiguous();
-    return p;
+    return packLast(w.levels(), w.spec.bits, nullptr).t().contiguous();
+}
+
+at::Tensor packGptqZeros(const quant::QuantizedWeight& w) {
+    checkGptq(w);
+    const int b = w.spec.bits;
+    return packLast(w.zeros.t().contiguous().sub(1).bitwise_and((1 << b) - 1), b, nullptr);
+}
+
+at::Tensor packAwqWeight(const quant::QuantizedWeight& w) {
+    checkAwq(w);
+    return packLast(w.levels().t().contiguous(), 4, kAwqOrder);
+}
+
+at::Tensor packAwqZeros(const quant::QuantizedWeight& w) {
+    checkAwq(w);
+    return packLast(w.zeros.t().contiguous(), 4, kAwqOrder);
+}
+
+at::Tensor packedScales(const quant::QuantizedWeight& w) { return w.scales.t().contiguous().to(at::kHalf); }
+
+PackedLayer packGptq(const quant::QuantizedWeight& w) {
+    return {packGptqWeight(w), packGptqZeros(w), packedScales(w), w.groupIndex.to(at::kInt).contiguous()};
 }
 
 PackedLayer packAwq(const quant::QuantizedWeight& w) {
-    const std::string why = awqRefusal(w);
-    if (!why.empty()) throw Error("AWQ layout: " + why);
-    PackedLayer p;
-    p.qweight = packLast(w.levels().t().contiguous(), 4, kAwqOrder);
-    p.qzeros = packLast(w.zeros.t().contiguous(), 4, kAwqOrder);
-    p.scales = w.scales.t().contiguous().to(at::kHalf);
-    return p;
+    return {packAwqWeight(w), packAwqZeros(w), packedScales(w), at::Tensor()};
 }
 
 quant::QuantizedWeight unpackGptq(const PackedLayer& p, int bits, int64_t groupSize, bool symmetric, int64_t rows,

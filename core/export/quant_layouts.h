@@ -38,6 +38,12 @@ int64_t gptqWords(int64_t n, int bits);
 
 PackedLayer packGptq(const quant::QuantizedWeight& w);
 PackedLayer packAwq(const quant::QuantizedWeight& w);
+// The same tensors one at a time, for writers that stream a layer part by part and keep none of it.
+at::Tensor packGptqWeight(const quant::QuantizedWeight& w);
+at::Tensor packGptqZeros(const quant::QuantizedWeight& w);
+at::Tensor packAwqWeight(const quant::QuantizedWeight& w);
+at::Tensor packAwqZeros(const quant::QuantizedWeight& w);
+at::Tensor packedScales(const quant::QuantizedWeight& w);   // fp16 [groups, out], both layouts
 
 // Inverses; check the tensor shapes against rows × cols and throw cwb::Error(file, ...) when they differ.
 quant::QuantizedWeight unpackGptq(const PackedLayer& p, int bits, int64_t groupSize, bool symmetric, int64_t rows,
