@@ -18,6 +18,7 @@ const std::vector<Command>& commands();
 
 int runInfo(const std::vector<std::string>& args);
 int runGenerate(const std::vector<std::string>& args);
+int runTokenize(const std::vector<std::string>& args);
 int runEval(const std::vector<std::string>& args);
 int runCompress(const std::vector<std::string>& args);
 int runMethods(const std::vector<std::string>& args);

@@ -21,6 +21,7 @@ private slots:
     void infoJson();
     void generateJsonIds();
     void generateJsonWithBrokenUtf8();
+    void tokenizeShowsIdsAndPieces();
     void evalPrintsPerplexity();
     void errorsNameTheFile();
     void benchRecordsItsSwitches();
@@ -73,6 +74,32 @@ void TestCli::generateJsonIds() {
     auto idsOf = [](const Result& r) { return QJsonDocument::fromJson(r.out.toUtf8()).object()["ids"].toArray(); };
     QCOMPARE(idsOf(s1), idsOf(s2));
     QVERIFY(idsOf(s1) != ids);   // sampling, not greedy
+}
+
+void TestCli::tokenizeShowsIdsAndPieces() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    // The same ids generate reports for this prompt (BOS, then SentencePiece pieces).
+    Result r = run({"tokenize", model, "--text", "Once upon a time", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    const QJsonObject o = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(o["ids"].toArray(), QJsonArray({1, 403, 407, 261, 378}));
+    QCOMPARE(o["pieces"].toArray()[1].toString(), QString::fromUtf8("\xE2\x96\x81Once"));
+    QVERIFY(o["bos_added"].toBool());
+    Result plain = run({"tokenize", model, "--text", "Once upon a time", "--no-bos"});
+    QCOMPARE(plain.exitCode, 0);
+    QVERIFY2(plain.out.startsWith("4 tokens from 16 bytes"), qPrintable(plain.out));
+    QVERIFY2(plain.out.contains(QString::fromUtf8("     403  '\xE2\x96\x81Once'")), qPrintable(plain.out));
+    Result file = run({"tokenize", model, "--file", text, "--json"});
+    QCOMPARE(file.exitCode, 0);
+    QCOMPARE(QJsonDocument::fromJson(file.out.toUtf8()).object()["bytes"].toInt(), 82843);
+    QVERIFY(QJsonDocument::fromJson(file.out.toUtf8()).object()["count"].toInt() > 20000);
+    Result neither = run({"tokenize", model});
+    QCOMPARE(neither.exitCode, 2);
+    QVERIFY2(neither.err.contains("--text TEXT or --file FILE"), qPrintable(neither.err));
+    Result missing = run({"tokenize", model, "--file", "/nonexistent/prompt.txt"});
+    QCOMPARE(missing.exitCode, 2);
+    QVERIFY2(missing.err.contains("/nonexistent/prompt.txt"), qPrintable(missing.err));
 }
 
 void TestCli::generateJsonWithBrokenUtf8() {

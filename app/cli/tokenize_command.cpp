@@ -1,0 +1,58 @@
+// cwb tokenize: the ids and pieces a model's own tokenizer gives a text, to check a prompt or an exported tokenizer.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli/arguments.h"
+#include "app/cli/commands.h"
+#include "core/io/model_format.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/vocab_util.h"
+#include "core/util/error.h"
+#include "core/util/json_text.h"
+
+namespace cwb::cli {
+
+int runTokenize(const std::vector<std::string>& args) {
+    Arguments a(args, {"text", "file", "tokenizer"}, {"json", "no-bos"});
+    if (a.has("text") == a.has("file")) throw Error("cwb tokenize: give the text with --text TEXT or --file FILE (one of them)");
+    std::string text = a.value("text");
+    const std::string file = a.value("file");
+    if (!file.empty()) {
+        std::ifstream in(file, std::ios::binary);
+        if (!in) throw Error(file, "cannot open the file");
+        text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        if (in.bad()) throw Error(file, "cannot read the file");
+    }
+    LoadOptions options;
+    options.tokenizerPath = a.value("tokenizer");
+    const std::string path = a.requirePositional("MODEL");
+    const auto model = loadModel(path, options);
+    if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
+    const Tokenizer& tok = *model->tokenizer;
+    const bool bos = tok.addBosByDefault() && !a.flag("no-bos");
+    const std::vector<TokenId> ids = tok.encode(text, bos);
+
+    if (a.flag("json")) {
+        nlohmann::json pieces = nlohmann::json::array();
+        for (TokenId id : ids) pieces.push_back(tok.tokenText(id));
+        std::cout << jsonText({{"tokenizer", tok.kind()}, {"bos_added", bos && tok.bos() >= 0}, {"bytes", text.size()},
+                               {"count", ids.size()}, {"ids", ids}, {"pieces", pieces}})
+                  << "\n";
+        return 0;
+    }
+    std::printf("%zu tokens from %zu bytes (%s, %s)\n", ids.size(), text.size(), tok.kind().c_str(),
+                bos ? "BOS added" : "no BOS");
+    // A file is usually long: its count is what matters; a --text prompt is shown token by token.
+    if (!file.empty()) {
+        if (!ids.empty()) std::printf("%.2f bytes per token\n", double(text.size()) / double(ids.size()));
+        return 0;
+    }
+    for (TokenId id : ids) std::printf("%8d  %s\n", id, quoteToken(tok.tokenText(id)).c_str());
+    return 0;
+}
+
+} // namespace cwb::cli
