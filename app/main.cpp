@@ -1,10 +1,13 @@
 // cwb: the Compression Workbench. main() only parses the command line and hands off; --help and
 // --version are answered before any setup, and no Qt object exists on the CLI paths.
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "app/batch/batch_runner.h"
 #include "app/cli/arguments.h"
@@ -14,6 +17,7 @@
 #include "core/project/project.h"
 #include "core/runtime/sparse24_linear.h"
 #include "core/util/error.h"
+#include "core/util/feedback.h"
 #include "core/version.h"
 #ifdef CWB_WITH_GUI
 #include "app/gui/gui_main.h"
@@ -30,7 +34,29 @@ void printHelp() {
     std::printf("  cwb [MODEL | PROJECT.cwbproj]\n      open the desktop GUI (no arguments: an empty window)\n");
 #endif
     std::printf("  cwb --version\n\nModels: GGUF files, Hugging Face folders (config.json + safetensors), llama2.c .bin "
-                "checkpoints.\nExit codes: 0 success, 2 error (the message says what and where).\n");
+                "checkpoints.\nExit codes: 0 success, 2 error (the message says what and where), 130 interrupted (Ctrl-C).\n");
+}
+
+// First Ctrl-C (or SIGTERM): ask the work to stop at its next check, which cleans up and exits 130. A second one
+// kills the process at once. Only async-signal-safe calls here.
+void onInterrupt(int sig) {
+    if (cwb::interruptRequested()) {
+        std::signal(sig, SIG_DFL);
+        std::raise(sig);
+        return;
+    }
+    cwb::requestInterrupt();
+    static const char message[] = "\ncwb: interrupted; stopping at the next step (again to quit at once)\n";
+    ssize_t ignored = write(STDERR_FILENO, message, sizeof message - 1);
+    (void)ignored;
+}
+
+void installInterruptHandler() {
+    struct sigaction action {};
+    action.sa_handler = onInterrupt;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
 }
 
 } // namespace
@@ -50,6 +76,7 @@ int main(int argc, char** argv) {
         std::printf("cwb %s (LibTorch %s)\n", cwb::versionString(), cwb::torchVersionString());
         return 0;
     }
+    installInterruptHandler();   // the command line and --batch only; the GUI cancels through its own buttons
     // A 2:4 kernel-configuration search takes seconds inside a forward pass: say so on the command line.
     const bool quiet = std::find(args.begin(), args.end(), "--quiet") != args.end();
     if (!quiet) cwb::setSparse24SearchLog([](const std::string& line) { std::fprintf(stderr, "cwb: %s\n", line.c_str()); });

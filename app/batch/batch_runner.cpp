@@ -76,7 +76,8 @@ nlohmann::json BatchRunner::writeExports(const Variant& variant, const Model& mo
             ExportOptions options;
             options.tensorType = e.value("type", "");
             progress("  export " + variant.name + " as " + format + " to " + path);
-            const ExportReport r = exportModel(model, format, path, options);
+            CallbackFeedback writing; // so that an interrupt stops the export and removes its temporary output
+            const ExportReport r = exportModel(model, format, path, options, &writing);
             entry["bytes"] = r.bytes;
             entry["files"] = r.files;
             entry["notes"] = r.notes;

@@ -56,6 +56,10 @@ void runSequential(const Model& model, const at::Tensor& calibration, const Sequ
     for (int64_t start = 0; start < calibration.size(0); start += pass.microBatch)
         hidden.push_back(runtime.embed(calibration.narrow(0, start, std::min(pass.microBatch, calibration.size(0) - start))));
     const int64_t blocks = model.spec.layers;
+    // Checked per micro-batch too: one block of a large calibration set can take minutes.
+    const auto checkCancel = [feedback] {
+        if (feedback) feedback->throwIfCancelled();
+    };
     for (int64_t b = 0; b < blocks; ++b) {
         if (feedback) {
             feedback->throwIfCancelled();
@@ -66,6 +70,7 @@ void runSequential(const Model& model, const at::Tensor& calibration, const Sequ
         const bool observe = !wanted.empty() || pass.collectHeads;
         if (observe || pass.collectBlockIO)
             for (auto& h : hidden) {
+                checkCancel();
                 at::Tensor out = runtime.runBlock(b, h, observe ? &observer : nullptr);
                 if (pass.collectBlockIO)
                     pass.collectBlockIO(b, h.reshape({-1, h.size(-1)}).to(at::kFloat), out.reshape({-1, out.size(-1)}).to(at::kFloat));
@@ -74,10 +79,16 @@ void runSequential(const Model& model, const at::Tensor& calibration, const Sequ
         runtime.invalidateBlock(-1);
         if (pass.collectCompressed) {
             BlockObserver compressed({wanted.begin(), wanted.end()}, pass, b, pass.collectCompressed);
-            for (auto& h : hidden) h = runtime.runBlock(b, h, wanted.empty() ? nullptr : &compressed);
+            for (auto& h : hidden) {
+                checkCancel();
+                h = runtime.runBlock(b, h, wanted.empty() ? nullptr : &compressed);
+            }
             if (pass.compressedBlockDone) pass.compressedBlockDone(b);
         } else if (b + 1 < blocks) {
-            for (auto& h : hidden) h = runtime.runBlock(b, h, nullptr);
+            for (auto& h : hidden) {
+                checkCancel();
+                h = runtime.runBlock(b, h, nullptr);
+            }
         }
     }
     if (feedback) feedback->setProgress(1.0);

@@ -10,6 +10,15 @@
 
 namespace cwb {
 
+// A process-wide stop request, which the command line's SIGINT/SIGTERM handler sets (a lock-free atomic store,
+// safe in a signal handler): every Feedback then reads as cancelled, so long work stops at its next check and
+// removes what it was writing instead of dying in the middle of it.
+namespace detail {
+inline std::atomic<bool> interrupted{false};
+}
+inline void requestInterrupt() noexcept { detail::interrupted.store(true, std::memory_order_relaxed); }
+inline bool interruptRequested() noexcept { return detail::interrupted.load(std::memory_order_relaxed); }
+
 class Feedback {
 public:
     virtual ~Feedback() = default;
@@ -21,7 +30,7 @@ public:
     double progress() const { return mProgress.load(); }
 
     void cancel() { mCancelled.store(true); }
-    virtual bool isCancelled() const { return mCancelled.load(); }
+    virtual bool isCancelled() const { return mCancelled.load() || interruptRequested(); }
     // Throws Cancelled when cancel() was called; long loops call this once per unit of work.
     void throwIfCancelled() const {
         if (isCancelled()) throw Cancelled();

@@ -7,6 +7,8 @@
 
 #include "tests/support/test_paths.h"
 
+#include <csignal>
+
 class TestCli : public QObject {
     Q_OBJECT
 private:
@@ -23,6 +25,7 @@ private slots:
     void generateJsonWithBrokenUtf8();
     void tokenizeShowsIdsAndPieces();
     void evalPrintsPerplexity();
+    void interruptStopsAndSaysSo();
     void errorsNameTheFile();
     void benchRecordsItsSwitches();
     void methodsAndCompress();
@@ -134,6 +137,32 @@ void TestCli::evalPrintsPerplexity() {
     QJsonObject o = QJsonDocument::fromJson(j.out.toUtf8()).object();
     QCOMPARE(o["chunks"].toInt(), 3);
     QCOMPARE(o["tokens_scored"].toInt(), 3 * 63);
+}
+
+void TestCli::interruptStopsAndSaysSo() {
+    // Ctrl-C during a long evaluation: the work stops at its next check and cwb exits 130, not killed mid-way.
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/wiki.test.raw");
+    QProcess p;
+    p.start(cwb::test::cwbBinary(), {"eval", model, "--text", text, "--ctx", "128"});
+    QVERIFY(p.waitForStarted());
+    p.setReadChannel(QProcess::StandardError);
+    QByteArray err;
+    QElapsedTimer waited;
+    waited.start();
+    while (!err.contains("eval:") && waited.elapsed() < 60000 && p.state() == QProcess::Running) {
+        p.waitForReadyRead(1000);
+        err += p.readAllStandardError();
+    }
+    QVERIFY2(err.contains("eval:"), qPrintable("no progress line before the interrupt: " + QString::fromUtf8(err)));
+    QCOMPARE(p.state(), QProcess::Running);
+    ::kill(pid_t(p.processId()), SIGINT);
+    QVERIFY(p.waitForFinished(60000));
+    err += p.readAllStandardError();
+    QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(p.exitCode(), 130);
+    QVERIFY2(err.contains("interrupted") && err.contains("cancelled"), qPrintable(QString::fromUtf8(err)));
+    QVERIFY(!p.readAllStandardOutput().contains("PPL ="));
 }
 
 void TestCli::errorsNameTheFile() {
