@@ -76,11 +76,11 @@ int main(int argc, char** argv) {
         std::printf("cwb %s (LibTorch %s)\n", cwb::versionString(), cwb::torchVersionString());
         return 0;
     }
-    installInterruptHandler();   // the command line and --batch only; the GUI cancels through its own buttons
     // A 2:4 kernel-configuration search takes seconds inside a forward pass: say so on the command line.
     const bool quiet = std::find(args.begin(), args.end(), "--quiet") != args.end();
     if (!quiet) cwb::setSparse24SearchLog([](const std::string& line) { std::fprintf(stderr, "cwb: %s\n", line.c_str()); });
     if (args[0] == "--batch") {
+        installInterruptHandler();
         try {
             std::vector<std::string> rest(args.begin() + 1, args.end());
             cwb::cli::Arguments a(rest, {"out", "device", "model", "threads", "variants"}, {"quiet", "json"});
@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
     }
     for (const auto& c : cwb::cli::commands()) {
         if (args[0] != c.name) continue;
+        // Command line only: in the GUI the flag would cancel every later job; it cancels through its own buttons.
+        installInterruptHandler();
         try {
             return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
         } catch (const cwb::Cancelled&) {
