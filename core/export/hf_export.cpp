@@ -205,7 +205,8 @@ protected:
             if (!linear) return layer + " is not integer-quantized (run quantize.rtn, quantize.gptq or quantize.awq on every layer)";
             if (linear->inputScale().defined())
                 return layer + " carries AWQ input scales that cwb keeps beside the layer; the " + std::string(layoutName()) +
-                       " layout has no place for them (export as gguf or hf, which apply them)";
+                       " layout has no place for them (quantize.awq with \"fold\": true folds them into the norms, or "
+                       "export as gguf or hf, which apply them)";
             const auto& w = linear->quantized();
             std::string why = layerRefusal(w);
             if (!why.empty()) return layer + ": " + why;

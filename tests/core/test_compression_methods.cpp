@@ -4,7 +4,9 @@
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
+#include "core/compress/compressed_layers.h"
 #include "core/compress/method.h"
+#include "core/compress/quant_math.h"
 #include "core/compress/pipeline.h"
 #include "core/compress/prune_math.h"
 #include "core/io/model_format.h"
@@ -63,6 +65,8 @@ private slots:
     void stepErrorsEqualASecondPass_data();
     void stepErrorsEqualASecondPass();
     void missingCalibrationAndCancelAreReported();
+    void awqFoldMovesScalesIntoProducers_data();
+    void awqFoldMovesScalesIntoProducers();
 };
 
 void TestCompressionMethods::rtnStoresPackedIntegers() {
@@ -184,6 +188,7 @@ void TestCompressionMethods::calibratedMethodsRun_data() {
     QTest::addColumn<QString>("check");
     QTest::newRow("gptq") << R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":16,"act_order":true}}]})" << "int4";
     QTest::newRow("awq") << R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":16}}]})" << "int4";
+    QTest::newRow("awq folded") << R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":16,"fold":true}}]})" << "int4";
     QTest::newRow("smoothquant") << R"({"steps":[{"method":"quantize.smoothquant","params":{"alpha":0.5}}]})" << "w8a8";
     QTest::newRow("fp8") << R"({"steps":[{"method":"quantize.fp8","params":{"activations":"dynamic"}}]})" << "fp8";
     QTest::newRow("wanda") << R"({"steps":[{"method":"prune.wanda","params":{"sparsity":0.5}}]})" << "sparse50";
@@ -310,6 +315,50 @@ void TestCompressionMethods::missingCalibrationAndCancelAreReported() {
     QVERIFY_THROWS_EXCEPTION(Cancelled, compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn"}]})"), at::Tensor(), &cancelled));
     QVERIFY_THROWS_EXCEPTION(Cancelled, compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.gptq"}]})"), windows(), &cancelled));
     QVERIFY(l.model->compressedLayers().empty());
+}
+
+void TestCompressionMethods::awqFoldMovesScalesIntoProducers_data() {
+    QTest::addColumn<int>("kvHeads");
+    QTest::newRow("grouped-query attention (o_proj unscaled)") << 2;
+    QTest::newRow("multi-head attention (o_proj scaled into v_proj)") << 4;
+}
+
+void TestCompressionMethods::awqFoldMovesScalesIntoProducers() {
+    // At 8 bits rounding costs little, so the folded variant must compute nearly what the base does; a scale
+    // folded into the wrong tensor (or twice) moves the logits by whole units, far beyond RTN's 8-bit error.
+    QFETCH(int, kvHeads);
+    ArchSpec spec = tinyLlamaSpec();
+    spec.kvHeads = kvHeads;
+    Loaded l(spec);
+    const at::Tensor calib = windows(8, 32);
+    const at::Tensor base = logitsOf(*l.model);
+    CompressionResult folded = compressModel(
+        *l.model, recipe(R"({"steps":[{"method":"quantize.awq","params":{"bits":8,"group_size":16,"fold":true}}]})"), calib);
+    CompressionResult rtn = compressModel(
+        *l.model, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"bits":8,"group_size":16,"scheme":"asym"}}]})"), calib);
+    const double foldedError = (logitsOf(*folded.model) - base).pow(2).mean().item<double>();
+    const double rtnError = (logitsOf(*rtn.model) - base).pow(2).mean().item<double>();
+    QVERIFY2(foldedError < 2 * rtnError + 1e-9, qPrintable(QString("folded %1, rtn %2").arg(foldedError).arg(rtnError)));
+    for (const auto& [layer, linear] : folded.model->compressedLayers()) {
+        auto integer = std::dynamic_pointer_cast<const IntLinear>(linear);
+        QVERIFY2(integer && !integer->inputScale().defined(), layer.c_str());
+    }
+    // The scales went into the norms, and into v_proj's rows only without grouped-query attention.
+    for (const char* norm : {"model.layers.0.input_layernorm.weight", "model.layers.1.post_attention_layernorm.weight"})
+        QVERIFY2(!at::equal(folded.model->floatTensor(norm), l.model->floatTensor(norm)), norm);
+    const std::string o = "model.layers.0.self_attn.o_proj";
+    auto oLinear = std::dynamic_pointer_cast<const IntLinear>(folded.model->compressed(o));
+    auto oRtn = quant::quantizeRtn(l.model->floatTensor(o + ".weight"), oLinear->quantized().spec);
+    QCOMPARE(at::equal(oLinear->quantized().levels(), oRtn.levels()), kvHeads != spec.heads);
+
+    // Folding reaches every layer sharing an input, so a step that targets only some of them is refused.
+    try {
+        compressModel(*l.model,
+                      recipe(R"({"steps":[{"method":"quantize.awq","params":{"fold":true},"targets":"q_proj"}]})"), calib);
+        QFAIL("a fold over part of q/k/v should have been refused");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("must all be in the step's targets"), e.what());
+    }
 }
 
 QTEST_APPLESS_MAIN(TestCompressionMethods)

@@ -258,6 +258,7 @@ void TestExport::packedRoundTrip_data() {
     QTest::newRow("gptq act_order") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":32,"act_order":true}}]})";
     QTest::newRow("gptq from gguf (rows reordered)") << "gguf" << "gptq" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":32}}]})";
     QTest::newRow("awq int4 g32 asym") << "hf" << "awq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"scheme":"asym"}}]})";
+    QTest::newRow("awq int4 g32 folded (quantize.awq)") << "hf" << "awq" << R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":32,"fold":true}}]})";
     QTest::newRow("awq int4 g64 sym") << "hf" << "awq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":64}}]})";
 }
 

@@ -9,11 +9,24 @@
 #include "core/model/model.h"
 #include "core/util/error.h"
 
+#include <algorithm>
+
 namespace cwb {
 
 namespace {
 
 std::string weightOf(const std::string& layer) { return layer + ".weight"; }
+
+// The storage precision of a tensor as a LibTorch dtype (quantized GGUF types become f32 once changed).
+at::ScalarType storageType(const Model& model, const std::string& name) {
+    const ggml::Type t = model.tensor(name).type;
+    return t == ggml::Type::F16 ? at::kHalf : t == ggml::Type::BF16 ? at::kBFloat16 : at::kFloat;
+}
+
+bool hasTensor(const Model& model, const std::string& name) {
+    const auto& all = model.tensorNames();
+    return std::find(all.begin(), all.end(), name) != all.end();
+}
 
 quant::QuantSpec specFrom(const nlohmann::json& p, bool symmetric) {
     quant::QuantSpec spec;
@@ -93,7 +106,9 @@ public:
                 intParam("group_size", -1, 1 << 16, 128, "input columns per group; -1: per output channel"),
                 boolParam("zero_point", true, "asymmetric grid with a zero point (AWQ's default)"),
                 intParam("grid", 1, 100, 20, "alpha candidates searched in [0, 1)"),
-                intParam("max_rows", 16, 1 << 20, 4096, "calibration rows kept per layer for the search")};
+                intParam("max_rows", 16, 1 << 20, 4096, "calibration rows kept per layer for the search"),
+                boolParam("fold", false, "one scale per input shared by its layers, folded into the norm, v_proj or up_proj "
+                                         "that produces it (as AutoAWQ; the AWQ checkpoint layout needs it; Llama family)")};
     }
     bool needsCalibration(const nlohmann::json&) const override { return true; }
     void apply(StepContext& ctx) const override {
@@ -107,12 +122,18 @@ public:
             inputs[layer].push_back(x.narrow(0, 0, std::min(keep, x.size(0))).clone());
             rows[layer] += std::min(keep, x.size(0));
         };
+        const bool fold = ctx.params.value("fold", false);
+        if (fold && ctx.model.spec.family != Family::Llama)
+            throw Error("quantize.awq with fold: folding the scales is implemented for the Llama family only");
+        if (fold && ctx.model.spec.kvHeads != ctx.model.spec.heads)
+            ctx.note("o_proj gets no scale: with grouped-query attention a v_proj row feeds several heads (as AutoAWQ)");
         pass.compressBlock = [&](int64_t b) {
+            if (fold) {
+                compressBlockFolded(ctx, b, inputs);
+                return;
+            }
             for (const auto& layer : layersOfBlock(ctx, b)) {
-                nlohmann::json p = ctx.paramsFor(layer);
-                quant::AwqOptions options;
-                options.quant = specFrom(p, !p["zero_point"].get<bool>());
-                options.grid = p["grid"].get<int>();
+                const quant::AwqOptions options = optionsFor(ctx, layer);
                 at::Tensor w = ctx.model.floatTensor(weightOf(layer));
                 quant::AwqResult r = quant::awqSearch(w, at::cat(inputs.at(layer), 0), options);
                 at::Tensor scaled = w * r.inputScales.unsqueeze(0);
@@ -122,7 +143,73 @@ public:
             }
         };
         runSequential(ctx.model, ctx.calibration, pass, ctx.feedback);
-        ctx.note("input scales are kept per layer (x / s before the layer), not folded into the preceding norm");
+        if (!fold) ctx.note("input scales are kept per layer (x / s before the layer), not folded into the preceding norm");
+    }
+
+private:
+    static quant::AwqOptions optionsFor(const StepContext& ctx, const std::string& layer) {
+        const nlohmann::json p = ctx.paramsFor(layer);
+        quant::AwqOptions options;
+        options.quant = specFrom(p, !p["zero_point"].get<bool>());
+        options.grid = p["grid"].get<int>();
+        return options;
+    }
+
+    // AutoAWQ's order in a block: one scale per input, searched over the layers that read it on the block's
+    // calibration inputs and folded into what produces the input (W·diag(s) in the readers, the producer divided
+    // by s: exact before rounding); then every layer is rounded, with no input scale left beside it.
+    static void compressBlockFolded(StepContext& ctx, int64_t b, std::map<std::string, std::vector<at::Tensor>>& inputs) {
+        const auto named = [b](const char* suffix) { return names::llamaLayer(b, suffix); };
+        struct Group {
+            std::vector<std::string> readers;
+            std::string producer;   // a norm weight [in], or a linear layer whose output rows make the input
+            bool producerIsLinear;
+        };
+        const Group groups[] = {
+            {{named("self_attn.q_proj"), named("self_attn.k_proj"), named("self_attn.v_proj")}, named("input_layernorm.weight"), false},
+            {{named("self_attn.o_proj")}, named("self_attn.v_proj"), true},
+            {{named("mlp.gate_proj"), named("mlp.up_proj")}, named("post_attention_layernorm.weight"), false},
+            {{named("mlp.down_proj")}, named("mlp.up_proj"), true},
+        };
+        const std::vector<std::string> targeted = layersOfBlock(ctx, b);
+        const auto isTargeted = [&](const std::string& l) {
+            return std::find(targeted.begin(), targeted.end(), l) != targeted.end();
+        };
+        for (const Group& g : groups) {
+            const size_t count = size_t(std::count_if(g.readers.begin(), g.readers.end(), isTargeted));
+            if (count == 0) continue;
+            if (count != g.readers.size() || (g.producerIsLinear && !isTargeted(g.producer)))
+                throw Error("quantize.awq with fold: " + g.readers.front() + ", the layers sharing its input and the one "
+                            "producing it must all be in the step's targets (a folded scale changes all of them)");
+            // v_proj's rows feed o_proj one to one only without GQA (AutoAWQ skips this pair otherwise).
+            if (g.producerIsLinear && g.producer == named("self_attn.v_proj") &&
+                ctx.model.spec.kvHeadsAt(b) != ctx.model.spec.headsAt(b))
+                continue;
+            std::vector<at::Tensor> weights;
+            for (const auto& l : g.readers) weights.push_back(ctx.model.floatTensor(weightOf(l)));
+            const quant::AwqResult r =
+                quant::awqSearch(at::cat(weights, 0), at::cat(inputs.at(g.readers.front()), 0), optionsFor(ctx, g.readers.front()));
+            const at::Tensor& s = r.inputScales;
+            for (size_t i = 0; i < g.readers.size(); ++i) {
+                const std::string name = weightOf(g.readers[i]);
+                ctx.model.replaceTensor(name, (weights[i] * s.unsqueeze(0)).to(storageType(ctx.model, name)));
+            }
+            if (g.producerIsLinear) {
+                for (const std::string& name : {weightOf(g.producer), g.producer + ".bias"}) {
+                    if (!hasTensor(ctx.model, name)) continue;
+                    const at::Tensor t = ctx.model.floatTensor(name);
+                    ctx.model.replaceTensor(name, (t.dim() == 2 ? t / s.unsqueeze(1) : t / s).to(storageType(ctx.model, name)));
+                }
+            } else {
+                ctx.model.replaceTensor(g.producer, (ctx.model.floatTensor(g.producer) / s).to(storageType(ctx.model, g.producer)));
+            }
+        }
+        for (const auto& layer : targeted) {
+            ctx.model.setCompressed(layer, std::make_shared<IntLinear>(
+                                               quant::quantizeRtn(ctx.model.floatTensor(weightOf(layer)), optionsFor(ctx, layer).quant),
+                                               at::Tensor(), "awq"));
+            inputs.erase(layer);
+        }
     }
 };
 
