@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,15 +38,15 @@ void printHelp() {
                 "checkpoints.\nExit codes: 0 success, 2 error (the message says what and where), 130 interrupted (Ctrl-C).\n");
 }
 
-// First Ctrl-C (or SIGTERM): ask the work to stop at its next check, which cleans up and exits 130. A second one
-// kills the process at once. Only async-signal-safe calls here.
+// First Ctrl-C (or SIGTERM): ask the work to stop at its next check, which cleans up and exits 128 + the signal
+// (130 for Ctrl-C). A second one kills the process at once. Only async-signal-safe calls here.
 void onInterrupt(int sig) {
     if (cwb::interruptRequested()) {
         std::signal(sig, SIG_DFL);
         std::raise(sig);
         return;
     }
-    cwb::requestInterrupt();
+    cwb::requestInterrupt(sig);
     static const char message[] = "\ncwb: interrupted; stopping at the next step (again to quit at once)\n";
     ssize_t ignored = write(STDERR_FILENO, message, sizeof message - 1);
     (void)ignored;
@@ -54,6 +55,7 @@ void onInterrupt(int sig) {
 void installInterruptHandler() {
     struct sigaction action {};
     action.sa_handler = onInterrupt;
+    action.sa_flags = SA_RESTART;   // reads and writes in progress resume instead of failing with EINTR
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, nullptr);
     sigaction(SIGTERM, &action, nullptr);
@@ -109,13 +111,15 @@ int main(int argc, char** argv) {
     }
     for (const auto& c : cwb::cli::commands()) {
         if (args[0] != c.name) continue;
-        // Command line only: in the GUI the flag would cancel every later job; it cancels through its own buttons.
-        installInterruptHandler();
+        // Only commands whose long work polls a Feedback stop cleanly; the others (generate, bench, info, ...) keep
+        // the default, so Ctrl-C ends them at once. Never the GUI, where the flag would cancel every later job.
+        static const std::set<std::string> polling = {"eval", "compress", "export", "importance", "budget", "project"};
+        if (polling.count(c.name)) installInterruptHandler();
         try {
             return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
         } catch (const cwb::Cancelled&) {
             std::fprintf(stderr, "cwb %s: cancelled\n", c.name);
-            return 130;
+            return cwb::interruptRequested() ? 128 + cwb::interruptSignal() : 130;
         } catch (const std::exception& e) {
             std::fprintf(stderr, "cwb %s: error: %s\n", c.name, e.what());
             return 2;

@@ -21,6 +21,7 @@ int runTokenize(const std::vector<std::string>& args) {
     if (a.has("text") == a.has("file")) throw Error("cwb tokenize: give the text with --text TEXT or --file FILE (one of them)");
     std::string text = a.value("text");
     const std::string file = a.value("file");
+    if (a.has("file") && file.empty()) throw Error("cwb tokenize: --file needs a path");
     if (!file.empty()) {
         std::ifstream in(file, std::ios::binary);
         if (!in) throw Error(file, "cannot open the file");
@@ -33,13 +34,13 @@ int runTokenize(const std::vector<std::string>& args) {
     const auto model = loadModel(path, options);
     if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
     const Tokenizer& tok = *model->tokenizer;
-    const bool bos = tok.addBosByDefault() && !a.flag("no-bos");
+    const bool bos = tok.addBosByDefault() && !a.flag("no-bos") && tok.bos() >= 0;
     const std::vector<TokenId> ids = tok.encode(text, bos);
 
     if (a.flag("json")) {
         nlohmann::json pieces = nlohmann::json::array();
         for (TokenId id : ids) pieces.push_back(tok.tokenText(id));
-        std::cout << jsonText({{"tokenizer", tok.kind()}, {"bos_added", bos && tok.bos() >= 0}, {"bytes", text.size()},
+        std::cout << jsonText({{"tokenizer", tok.kind()}, {"bos_added", bos}, {"bytes", text.size()},
                                {"count", ids.size()}, {"ids", ids}, {"pieces", pieces}})
                   << "\n";
         return 0;

@@ -72,6 +72,9 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
     const auto specs = method->params();
     if (std::none_of(specs.begin(), specs.end(), [](const ParamSpec& p) { return p.name == "bits"; }))
         throw Error("budget: " + options.method + " has no \"bits\" parameter; use quantize.rtn, quantize.gptq or quantize.awq");
+    if (options.params.is_object() && options.params.value("fold", false))
+        throw Error("budget: quantize.awq's \"fold\" moves scales into norms that several layers share, so one layer "
+                    "cannot be measured alone; plan without it (the plan's recipe may then add it)");
     auto stepAt = [&](int bits) {
         RecipeStep step;
         step.method = options.method;

@@ -14,10 +14,13 @@ namespace cwb {
 // safe in a signal handler): every Feedback then reads as cancelled, so long work stops at its next check and
 // removes what it was writing instead of dying in the middle of it.
 namespace detail {
-inline std::atomic<bool> interrupted{false};
+inline std::atomic<int> interruptSignal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "a signal handler may only touch lock-free atomics");
 }
-inline void requestInterrupt() noexcept { detail::interrupted.store(true, std::memory_order_relaxed); }
-inline bool interruptRequested() noexcept { return detail::interrupted.load(std::memory_order_relaxed); }
+// signal: the signal number that asked (SIGINT 2, SIGTERM 15), for the exit code 128 + signal.
+inline void requestInterrupt(int signal) noexcept { detail::interruptSignal.store(signal, std::memory_order_relaxed); }
+inline bool interruptRequested() noexcept { return detail::interruptSignal.load(std::memory_order_relaxed) != 0; }
+inline int interruptSignal() noexcept { return detail::interruptSignal.load(std::memory_order_relaxed); }
 
 class Feedback {
 public:
@@ -31,7 +34,8 @@ public:
 
     void cancel() { mCancelled.store(true); }
     virtual bool isCancelled() const { return mCancelled.load() || interruptRequested(); }
-    // Throws Cancelled when cancel() was called; long loops call this once per unit of work.
+    // Throws Cancelled when cancel() was called or an interrupt was requested; long loops call this once per unit
+    // of work.
     void throwIfCancelled() const {
         if (isCancelled()) throw Cancelled();
     }

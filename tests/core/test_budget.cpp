@@ -129,6 +129,15 @@ void TestBudget::methodWithoutBitsIsRefused() {
     } catch (const Error& e) {
         QVERIFY(QString(e.what()).contains("prune.magnitude"));
     }
+    // AWQ's fold moves scales into norms shared by several layers: one layer cannot be measured alone.
+    options.method = "quantize.awq";
+    options.params = {{"fold", true}};
+    try {
+        solveBitBudget(*model, at::ones({2, 8}, at::kLong), options, nullptr);
+        QFAIL("accepted fold, which cannot be measured one layer at a time");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("fold"), e.what());
+    }
 }
 
 QTEST_APPLESS_MAIN(TestBudget)

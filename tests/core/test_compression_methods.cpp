@@ -343,6 +343,13 @@ void TestCompressionMethods::awqFoldMovesScalesIntoProducers() {
         auto integer = std::dynamic_pointer_cast<const IntLinear>(linear);
         QVERIFY2(integer && !integer->inputScale().defined(), layer.c_str());
     }
+    // Reconstruction errors are measured on what each layer now computes (its folded input and scaled weight):
+    // 8-bit rounding, so as small as RTN's, not the size of the scales (a comparison with the unscaled weight).
+    const auto& foldedErrors = folded.steps.at(0).reconstructionError;
+    const auto& rtnErrors = rtn.steps.at(0).reconstructionError;
+    QCOMPARE(foldedErrors.size(), folded.model->compressedLayers().size());
+    for (const auto& [layer, error] : foldedErrors)
+        QVERIFY2(error < 20 * rtnErrors.at(layer) + 1e-6, qPrintable(QString("%1: %2 against RTN %3").arg(layer.c_str()).arg(error).arg(rtnErrors.at(layer))));
     // The scales went into the norms, and into v_proj's rows only without grouped-query attention.
     for (const char* norm : {"model.layers.0.input_layernorm.weight", "model.layers.1.post_attention_layernorm.weight"})
         QVERIFY2(!at::equal(folded.model->floatTensor(norm), l.model->floatTensor(norm)), norm);
@@ -351,6 +358,14 @@ void TestCompressionMethods::awqFoldMovesScalesIntoProducers() {
     auto oRtn = quant::quantizeRtn(l.model->floatTensor(o + ".weight"), oLinear->quantized().spec);
     QCOMPARE(at::equal(oLinear->quantized().levels(), oRtn.levels()), kvHeads != spec.heads);
 
+    // One scale serves q, k and v, so they must be quantized alike.
+    try {
+        compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.awq","params":{"fold":true},
+                      "overrides":[{"pattern":"k_proj","params":{"bits":8}}]}]})"), calib);
+        QFAIL("q/k/v quantized differently should have been refused");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("quantized differently"), e.what());
+    }
     // Folding reaches every layer sharing an input, so a step that targets only some of them is refused.
     try {
         compressModel(*l.model,

@@ -5,6 +5,7 @@
 #include "core/compress/awq_math.h"
 #include "core/compress/method.h"
 #include "core/compress/methods/calibration_stats.h"
+#include "core/compress/reconstruction_meter.h"
 #include "core/compress/sequential.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
@@ -123,6 +124,7 @@ public:
             rows[layer] += std::min(keep, x.size(0));
         };
         const bool fold = ctx.params.value("fold", false);
+        if (fold) ctx.reconstructionErrors.emplace();   // measured in the pass: the folded inputs are not the base's
         if (fold && ctx.model.spec.family != Family::Llama)
             throw Error("quantize.awq with fold: folding the scales is implemented for the Llama family only");
         if (fold && ctx.model.spec.kvHeads != ctx.model.spec.heads)
@@ -157,7 +159,8 @@ private:
 
     // AutoAWQ's order in a block: one scale per input, searched over the layers that read it on the block's
     // calibration inputs and folded into what produces the input (W·diag(s) in the readers, the producer divided
-    // by s: exact before rounding); then every layer is rounded, with no input scale left beside it.
+    // by s: exact before rounding); then every layer is rounded, with no input scale left beside it. The scaled
+    // weights stay local (only the norms and biases are replaced in the model), so no dense copy builds up.
     static void compressBlockFolded(StepContext& ctx, int64_t b, std::map<std::string, std::vector<at::Tensor>>& inputs) {
         const auto named = [b](const char* suffix) { return names::llamaLayer(b, suffix); };
         struct Group {
@@ -175,39 +178,58 @@ private:
         const auto isTargeted = [&](const std::string& l) {
             return std::find(targeted.begin(), targeted.end(), l) != targeted.end();
         };
+        std::map<std::string, at::Tensor> scaled;       // weights with the folded scales, rounded below
+        std::map<std::string, at::Tensor> inputScales;  // s of a reader's input: it reads x / s once folded
+        const auto weight = [&](const std::string& layer) {
+            const auto it = scaled.find(layer);
+            return it != scaled.end() ? it->second : ctx.model.floatTensor(weightOf(layer));
+        };
         for (const Group& g : groups) {
             const size_t count = size_t(std::count_if(g.readers.begin(), g.readers.end(), isTargeted));
             if (count == 0) continue;
-            if (count != g.readers.size() || (g.producerIsLinear && !isTargeted(g.producer)))
-                throw Error("quantize.awq with fold: " + g.readers.front() + ", the layers sharing its input and the one "
-                            "producing it must all be in the step's targets (a folded scale changes all of them)");
             // v_proj's rows feed o_proj one to one only without GQA (AutoAWQ skips this pair otherwise).
             if (g.producerIsLinear && g.producer == named("self_attn.v_proj") &&
                 ctx.model.spec.kvHeadsAt(b) != ctx.model.spec.headsAt(b))
                 continue;
+            if (count != g.readers.size() || (g.producerIsLinear && !isTargeted(g.producer)))
+                throw Error("quantize.awq with fold: " + g.readers.front() + ", the layers sharing its input and the one "
+                            "producing it must all be in the step's targets (a folded scale changes all of them)");
+            const quant::AwqOptions options = optionsFor(ctx, g.readers.front());
+            for (const auto& l : g.readers) {
+                const quant::QuantSpec other = optionsFor(ctx, l).quant;
+                if (other.bits != options.quant.bits || other.groupSize != options.quant.groupSize ||
+                    other.symmetric != options.quant.symmetric)
+                    throw Error("quantize.awq with fold: " + l + " is quantized differently from " + g.readers.front() +
+                                ", with which it shares one input scale; give them the same bits, group size and zero point");
+            }
             std::vector<at::Tensor> weights;
-            for (const auto& l : g.readers) weights.push_back(ctx.model.floatTensor(weightOf(l)));
-            const quant::AwqResult r =
-                quant::awqSearch(at::cat(weights, 0), at::cat(inputs.at(g.readers.front()), 0), optionsFor(ctx, g.readers.front()));
+            for (const auto& l : g.readers) weights.push_back(weight(l));
+            const quant::AwqResult r = quant::awqSearch(at::cat(weights, 0), at::cat(inputs.at(g.readers.front()), 0), options);
             const at::Tensor& s = r.inputScales;
             for (size_t i = 0; i < g.readers.size(); ++i) {
-                const std::string name = weightOf(g.readers[i]);
-                ctx.model.replaceTensor(name, (weights[i] * s.unsqueeze(0)).to(storageType(ctx.model, name)));
+                scaled[g.readers[i]] = weights[i] * s.unsqueeze(0);
+                inputScales[g.readers[i]] = s;
             }
             if (g.producerIsLinear) {
-                for (const std::string& name : {weightOf(g.producer), g.producer + ".bias"}) {
-                    if (!hasTensor(ctx.model, name)) continue;
-                    const at::Tensor t = ctx.model.floatTensor(name);
-                    ctx.model.replaceTensor(name, (t.dim() == 2 ? t / s.unsqueeze(1) : t / s).to(storageType(ctx.model, name)));
-                }
+                scaled[g.producer] = weight(g.producer) / s.unsqueeze(1);
+                const std::string bias = g.producer + ".bias";
+                if (hasTensor(ctx.model, bias))
+                    ctx.model.replaceTensor(bias, (ctx.model.floatTensor(bias) / s).to(storageType(ctx.model, bias)));
             } else {
                 ctx.model.replaceTensor(g.producer, (ctx.model.floatTensor(g.producer) / s).to(storageType(ctx.model, g.producer)));
             }
         }
         for (const auto& layer : targeted) {
-            ctx.model.setCompressed(layer, std::make_shared<IntLinear>(
-                                               quant::quantizeRtn(ctx.model.floatTensor(weightOf(layer)), optionsFor(ctx, layer).quant),
-                                               at::Tensor(), "awq"));
+            const at::Tensor w = weight(layer);
+            quant::QuantizedWeight q = quant::quantizeRtn(w, optionsFor(ctx, layer).quant);
+            // The error of what the layer now computes: Q(W·s) against W·s on its folded input x / s.
+            at::Tensor x = at::cat(inputs.at(layer), 0).to(at::kFloat);
+            const auto s = inputScales.find(layer);
+            if (s != inputScales.end()) x = x / s->second;
+            quant::HessianAccumulator h(x.size(1));
+            h.add(x);
+            (*ctx.reconstructionErrors)[layer] = reconstructionError(w, q.dequantize(), h.hessian());
+            ctx.model.setCompressed(layer, std::make_shared<IntLinear>(std::move(q), at::Tensor(), "awq"));
             inputs.erase(layer);
         }
     }
