@@ -192,6 +192,8 @@ int main(int argc, char** argv) {
             {"rtn w4 g128 sym → gptq", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":128}}]})", "gptq", "synthetic256-rtn-w4g128-gptq"},
             {"gptq w4 g128 act_order → gptq", R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":128,"act_order":true}}]})", "gptq", "synthetic256-gptq-w4g128-actorder"},
             {"gptq w8 g128 → gptq", R"({"steps":[{"method":"quantize.gptq","params":{"bits":8,"group_size":128}}]})", "gptq", "synthetic256-gptq-w8g128"},
+            {"gptq w3 g128 → gptq", R"({"steps":[{"method":"quantize.gptq","params":{"bits":3,"group_size":128}}]})", "gptq", "synthetic256-gptq-w3g128"},
+            {"awq w4 g128 folded → awq", R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":128,"fold":true}}]})", "awq", "synthetic256-awq-w4g128-folded"},
             {"rtn w4 g128 asym → awq", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":128,"scheme":"asym"}}]})", "awq", "synthetic256-rtn-w4g128-awq"},
             {"rtn w4 g32 sym → gguf (exact q4_0)", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})", "gguf", "synthetic256-rtn-w4g32.gguf"},
         };
