@@ -100,7 +100,7 @@ public:
             auto back = loadModel(row.file);
             if (!back->tokenizer) back->tokenizer = model.tokenizer;   // HF folders from a GGUF source carry none
             Transformer runtime(*back);
-            if (format == "hf") {
+            if (format == "hf" || format == "gptq" || format == "awq") {
                 // Logits of ids 1..32 as cwb computes them from the export, for comparison with transformers.
                 const at::Tensor ids = at::arange(1, 33, at::kLong).unsqueeze(0);
                 const at::Tensor logits = runtime.forward(ids).to(at::kFloat).contiguous();
@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
         const double rtnPpl = run.reference(*rtn);
         stories.push_back(run.exportAndEvaluate(*rtn, "rtn w4 g32 sym → gguf (exact q4_0)", "gguf", "f16", "stories260K-rtn-w4g32.gguf"));
         stories.push_back(run.exportAndEvaluate(*rtn, "rtn w4 g32 sym → gptq", "gptq", "", "stories260K-rtn-w4g32-gptq"));
+        exportModel(*rtn, "hf", dir + "/stories260K-rtn-w4g32-gptq-dense", ExportOptions{"f32"});   // for check_exports.py
         stories.push_back(run.exportAndEvaluate(*base, "dense → hf f16", "hf", "f16", "stories260K-hf-f16"));
 
         auto synthetic = syntheticLlama(*base);

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Checks cwb's exports with other engines' own readers (run by hand where they are installed):
- - transformers loads every dense Hugging Face folder and its logits for ids 1..32 are compared with the logits cwb
-   computed from the same folder (<folder>.logits.f32, written by bench_export_results);
+ - transformers loads every Hugging Face folder, dense or GPTQ/AWQ packed (the packed ones through GPTQModel, which runs
+   on the CPU), and its logits for ids 1..32 are compared with the logits cwb computed from the same folder
+   (<folder>.logits.f32, written by bench_export_results);
+ - for the packed folders, each quantized module's weight as GPTQModel dequantizes it (in fp16) is compared with the
+   dense export of the same variant (<folder>-dense) rounded to fp16;
  - llama.cpp's gguf-py reads every GGUF file and dequantizes each tensor with its own decoders; the result is compared
    with the f32 export of the same model (the relative error must be what re-quantization adds, not garbage);
  - llama.cpp's llama-perplexity (path in $LLAMA_PERPLEXITY) runs every GGUF file on eval.txt with ctx 256.
@@ -19,18 +22,64 @@ def say(line):
 
 # --- transformers
 try:
+    import json
     import torch
     from transformers import AutoModelForCausalLM
+
+    def load(folder):
+        """transformers' model of the folder, and the kernel of its first quantized layer (or "dense"). GPTQModel's
+        default CPU kernel wants out_features divisible by 16; where it refuses, its plain torch kernel is asked for."""
+        try:
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, device_map="cpu")
+        except Exception as e:
+            qc = json.load(open(os.path.join(folder, "config.json"))).get("quantization_config")
+            if not qc or qc.get("quant_method") != "gptq":
+                raise
+            from transformers import GPTQConfig
+            say(f"  ({os.path.basename(folder)}: default kernel refused: {str(e).splitlines()[0][:120]}; using backend torch)")
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, device_map="cpu",
+                                                         quantization_config=GPTQConfig.from_dict({**qc, "backend": "torch"}))
+        kernel = next((type(m).__name__ for m in model.modules() if hasattr(m, "qweight")), "dense")
+        return model, kernel
+
     for logits_file in sorted(glob.glob(os.path.join(files, "*.logits.f32"))):
         folder = logits_file[: -len(".logits.f32")]
-        model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
+        try:
+            model, kernel = load(folder)
+        except ImportError as e:
+            say(f"transformers {os.path.basename(folder)}: skipped ({e})")
+            continue
         ids = torch.arange(1, 33).unsqueeze(0)
         with torch.no_grad():
             theirs = model(ids).logits.float().numpy()
         ours = np.fromfile(logits_file, dtype=np.float32).reshape(theirs.shape)
         diff = np.abs(theirs - ours).max() / np.abs(ours).max()
         same = (theirs.argmax(-1) == ours.argmax(-1)).mean()
-        say(f"transformers {os.path.basename(folder)}: {type(model).__name__}, max |Δlogit| / max |logit| = {diff:.2e}, argmax agreement {same:.3f}")
+        say(f"transformers {os.path.basename(folder)}: {type(model).__name__} ({kernel}), max |Δlogit| / max |logit| = {diff:.2e}, argmax agreement {same:.3f}")
+
+    # GPTQModel dequantizes in fp16, so its weights are compared with the dense export rounded to fp16: a layout
+    # error (bit order, zero offset, group index) shows as differences of whole quantization steps.
+    from safetensors.numpy import load_file as load_numpy
+    for folder in sorted(glob.glob(os.path.join(files, "*-gptq*")) + glob.glob(os.path.join(files, "*-awq*"))):
+        if folder.endswith("-dense") or not os.path.isdir(folder) or not os.path.isdir(folder + "-dense"):
+            continue
+        try:
+            model, _ = load(folder)
+        except ImportError as e:
+            say(f"GPTQModel {os.path.basename(folder)}: skipped ({e})")
+            continue
+        dense = load_numpy(os.path.join(folder + "-dense", "model.safetensors"))
+        modules, worst, kernels = 0, 0.0, set()
+        for name, module in model.named_modules():
+            if not hasattr(module, "qweight"):
+                continue
+            theirs = module.dequantize_weight().float().numpy()                  # [in, out]
+            ref = dense[name + ".weight"].T.astype(np.float16).astype(np.float32)
+            worst = max(worst, float(np.abs(theirs - ref).max() / np.abs(ref).max()))
+            modules += 1
+            kernels.add(type(module).__name__)
+        say(f"GPTQModel {os.path.basename(folder)}: {modules} quantized modules ({', '.join(sorted(kernels))}); "
+            f"max |dequantized − fp16(dense export)| / max |w| = {worst:.3g}")
 except ImportError as e:
     say(f"transformers check skipped: {e}")
 
@@ -118,9 +167,10 @@ try:
         for name in [n[: -len(".qweight")] for n in packed if n.endswith(".qweight")]:
             scales = packed[name + ".scales"].astype(np.float32)                 # [groups, out]
             if qc["quant_method"] == "gptq":
-                q = unpack_stream(packed[name + ".qweight"].T, qc["bits"]).T      # [in, out]
-                z = unpack_stream(packed[name + ".qzeros"], qc["bits"]) + 1        # [groups, out]
                 g = packed[name + ".g_idx"].astype(np.int64)                       # [in]
+                # A last partial word (features not a multiple of 32 / bits) holds zero-filled padding: drop it.
+                q = unpack_stream(packed[name + ".qweight"].T, qc["bits"]).T[: g.shape[0]]              # [in, out]
+                z = unpack_stream(packed[name + ".qzeros"], qc["bits"])[:, : scales.shape[1]] + 1     # [groups, out]
                 w = (q - z[g]) * scales[g]
             else:
                 order = [0, 2, 4, 6, 1, 3, 5, 7]

@@ -24,16 +24,19 @@ at::Tensor fromInt32Bits(const at::Tensor& words) {
 int runValues(int bits) { return 32 / std::gcd(32, bits); }
 int runWords(int bits) { return bits / std::gcd(32, bits); }
 
-// Packs the last dim of `values` (int, [..., n], n a multiple of runValues) as a little-endian bit stream, `bits`
-// per value: value j of a run starts at bit bits·j of the run's words. `order` (one word per run only) puts value
-// order[j] of each run in slot j instead.
+// Packs the last dim of `values` (int, [..., n]) as a little-endian bit stream, `bits` per value: value j of a
+// run starts at bit bits·j of the run's words. `order` (one word per run only) puts value order[j] of each run in
+// slot j instead. With one word per run (2, 4, 8 bits) a last, partial word is zero-filled, as GPTQModel packs
+// features that are not a multiple of 32 / bits; with 3 bits n must fill whole runs.
 at::Tensor packLast(const at::Tensor& values, int bits, const int* order) {
     const int perRun = runValues(bits), wordsPerRun = runWords(bits);
     std::vector<int64_t> shape = values.sizes().vec();
-    const int64_t runs = shape.back() / perRun;
+    const int64_t pad = (perRun - shape.back() % perRun) % perRun;
+    if (pad && wordsPerRun != 1) throw Error("GPTQ layout: " + std::to_string(shape.back()) + " values do not fill whole " + std::to_string(bits) + "-bit runs");
+    const int64_t runs = (shape.back() + pad) / perRun;
     shape.back() = runs;
     shape.push_back(perRun);
-    const at::Tensor v = values.to(at::kLong).reshape(shape);
+    const at::Tensor v = at::constant_pad_nd(values.to(at::kLong), {0, pad}).reshape(shape);
     shape.back() = wordsPerRun;
     at::Tensor words = at::zeros(shape, at::kLong);
     for (int j = 0; j < perRun; ++j) {
@@ -47,7 +50,8 @@ at::Tensor packLast(const at::Tensor& values, int bits, const int* order) {
     return toInt32Bits(words.reshape(shape));
 }
 
-at::Tensor unpackLast(const at::Tensor& packed, int bits, const int* order) {
+// The inverse of packLast: `count` values from the last dim's words (the rest of a last partial word is dropped).
+at::Tensor unpackLast(const at::Tensor& packed, int bits, const int* order, int64_t count) {
     const int perRun = runValues(bits), wordsPerRun = runWords(bits);
     std::vector<int64_t> shape = packed.sizes().vec();
     const int64_t runs = shape.back() / wordsPerRun;
@@ -63,7 +67,7 @@ at::Tensor unpackLast(const at::Tensor& packed, int bits, const int* order) {
     }
     shape.pop_back();
     shape.back() = runs * perRun;
-    return at::stack(parts, -1).reshape(shape).to(at::kInt);
+    return at::stack(parts, -1).reshape(shape).narrow(-1, 0, count).to(at::kInt);
 }
 
 bool defaultGroups(const quant::QuantizedWeight& w) {
@@ -88,9 +92,12 @@ std::string gptqRefusal(const quant::QuantizedWeight& w) {
     const int b = w.spec.bits;
     if (b != 2 && b != 3 && b != 4 && b != 8)
         return std::to_string(b) + "-bit weights: the GPTQ layout holds 2, 3, 4 or 8 bits";
-    const int k = runValues(b);
-    if (w.cols % k) return "in_features " + std::to_string(w.cols) + " is not a multiple of " + std::to_string(k);
-    if (w.rows % k) return "out_features " + std::to_string(w.rows) + " is not a multiple of " + std::to_string(k);
+    // 2, 4 and 8 bits pad a last partial word (GPTQModel's convention); 3-bit runs of three words must be whole.
+    if (runWords(b) > 1) {
+        const int k = runValues(b);
+        if (w.cols % k) return "in_features " + std::to_string(w.cols) + " is not a multiple of " + std::to_string(k) + " (3 bits)";
+        if (w.rows % k) return "out_features " + std::to_string(w.rows) + " is not a multiple of " + std::to_string(k) + " (3 bits)";
+    }
     if (w.zeros.min().item<int>() < 1)
         return "a zero point of 0 occurs, which GPTQ's checkpoint format (zero − 1 stored) cannot hold; quantize "
                "symmetrically or export the AWQ layout";
@@ -107,7 +114,7 @@ std::string awqRefusal(const quant::QuantizedWeight& w) {
     return "";
 }
 
-int64_t gptqWords(int64_t n, int bits) { return n * bits / 32; }
+int64_t gptqWords(int64_t n, int bits) { return (n * bits + 31) / 32; }
 
 namespace {
 
@@ -159,11 +166,12 @@ quant::QuantizedWeight unpackGptq(const PackedLayer& p, int bits, int64_t groupS
                                   int64_t cols, const std::string& file) {
     if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
         throw Error(file, "GPTQ bits " + std::to_string(bits) + " are not supported (2, 3, 4, 8)");
-    const int k = runValues(bits), words = runWords(bits);
-    if (cols % k || rows % k) throw Error(file, "GPTQ layer of " + std::to_string(rows) + "×" + std::to_string(cols) + " cannot be packed by " + std::to_string(k));
+    const int k = runValues(bits);
+    if (runWords(bits) > 1 && (cols % k || rows % k))
+        throw Error(file, "GPTQ layer of " + std::to_string(rows) + "×" + std::to_string(cols) + " cannot be packed by " + std::to_string(k) + " (3 bits)");
     const int64_t groups = groupSize > 0 ? (cols + groupSize - 1) / groupSize : 1;
-    expectShape(p.qweight, {cols / k * words, rows}, "qweight", file);
-    expectShape(p.qzeros, {groups, rows / k * words}, "qzeros", file);
+    expectShape(p.qweight, {gptqWords(cols, bits), rows}, "qweight", file);
+    expectShape(p.qzeros, {groups, gptqWords(rows, bits)}, "qzeros", file);
     expectShape(p.scales, {groups, rows}, "scales", file);
     quant::QuantizedWeight w;
     w.spec.bits = bits;
@@ -171,10 +179,10 @@ quant::QuantizedWeight unpackGptq(const PackedLayer& p, int bits, int64_t groupS
     w.spec.groupSize = groupSize > 0 ? groupSize : -1;
     w.rows = rows;
     w.cols = cols;
-    const at::Tensor levels = unpackLast(p.qweight.t().contiguous(), bits, nullptr);   // [rows, cols]
+    const at::Tensor levels = unpackLast(p.qweight.t().contiguous(), bits, nullptr, cols);   // [rows, cols]
     w.packed = quant::packLevels(levels, bits);
     // The reader adds 1 without masking, as transformers and vLLM do (a stored 2^bits − 1 becomes 2^bits).
-    w.zeros = unpackLast(p.qzeros, bits, nullptr).add(1).t().contiguous();
+    w.zeros = unpackLast(p.qzeros, bits, nullptr, rows).add(1).t().contiguous();
     w.scales = p.scales.to(at::kFloat).t().contiguous();
     if (p.gIdx.defined()) {
         expectShape(p.gIdx, {cols}, "g_idx", file);
@@ -201,8 +209,8 @@ quant::QuantizedWeight unpackAwq(const PackedLayer& p, int64_t groupSize, int64_
     w.spec.groupSize = groupSize;
     w.rows = rows;
     w.cols = cols;
-    w.packed = quant::packLevels(unpackLast(p.qweight, 4, kAwqOrder).t().contiguous(), 4);
-    w.zeros = unpackLast(p.qzeros, 4, kAwqOrder).t().contiguous();
+    w.packed = quant::packLevels(unpackLast(p.qweight, 4, kAwqOrder, rows).t().contiguous(), 4);
+    w.zeros = unpackLast(p.qzeros, 4, kAwqOrder, rows).t().contiguous();
     w.scales = p.scales.to(at::kFloat).t().contiguous();
     w.groupIndex = quant::defaultGroupIndex(cols, groupSize);
     return w;

@@ -3,10 +3,11 @@
 // functions from and to cwb's QuantizedWeight ([out, in] levels, scales and zeros per group).
 //
 // GPTQ (AutoGPTQ "gptq" checkpoint format, v1):
-//   qweight int32 [in · bits / 32, out]  levels packed along the INPUT dim as a little-endian bit stream: input i
-//           at bit bits·i of its column (2/4/8 bits: word i / (32/bits), bits·(i mod 32/bits); 3 bits: 32 inputs
-//           fill 3 words, inputs 10 and 21 of each 32 straddling two words)
-//   qzeros  int32 [groups, out · bits / 32]  (zero − 1) packed along the OUTPUT dim, same bit order
+//   qweight int32 [⌈in · bits / 32⌉, out]  levels packed along the INPUT dim as a little-endian bit stream: input i
+//           at bit bits·i of its column (2/4/8 bits: word i / (32/bits), bits·(i mod 32/bits), a last partial word
+//           zero-filled as GPTQModel writes it; 3 bits: 32 inputs fill 3 words, inputs 10 and 21 of each 32
+//           straddling two words, and in and out must be multiples of 32)
+//   qzeros  int32 [groups, ⌈out · bits / 32⌉]  (zero − 1) packed along the OUTPUT dim, same bit order
 //   scales  fp16  [groups, out];  g_idx int32 [in] (group of each input column; act-order permutes it)
 //   W[o, i] = scales[g, o] · (q[i, o] − (qzeros[g, o] + 1)), g = g_idx[i]
 // AWQ (AutoAWQ "gemm" version, 4 bits):
@@ -33,7 +34,7 @@ struct PackedLayer {
 std::string gptqRefusal(const quant::QuantizedWeight& w);
 std::string awqRefusal(const quant::QuantizedWeight& w);
 
-// int32 words that n values of `bits` take in GPTQ's bit stream (n · bits / 32; gptqRefusal checks n fits).
+// int32 words that n values of `bits` take in GPTQ's bit stream: ⌈n · bits / 32⌉ (gptqRefusal checks n fits).
 int64_t gptqWords(int64_t n, int bits);
 
 PackedLayer packGptq(const quant::QuantizedWeight& w);
@@ -45,7 +46,8 @@ at::Tensor packAwqWeight(const quant::QuantizedWeight& w);
 at::Tensor packAwqZeros(const quant::QuantizedWeight& w);
 at::Tensor packedScales(const quant::QuantizedWeight& w);   // fp16 [groups, out], both layouts
 
-// Inverses; check the tensor shapes against rows × cols and throw cwb::Error(file, ...) when they differ.
+// Inverses; check the tensor shapes against rows × cols (GPTQ: cols is in_features, which a padded qweight does
+// not tell; the loader takes it from g_idx) and throw cwb::Error(file, ...) when they differ.
 quant::QuantizedWeight unpackGptq(const PackedLayer& p, int bits, int64_t groupSize, bool symmetric, int64_t rows,
                                   int64_t cols, const std::string& file);
 quant::QuantizedWeight unpackAwq(const PackedLayer& p, int64_t groupSize, int64_t rows, int64_t cols,

@@ -181,9 +181,10 @@ void addPackedLayer(Model& model, const QuantizedCheckpoint& q, const std::strin
     const int64_t rows = p.scales.size(1);
     quant::QuantizedWeight w;
     if (q.method == "gptq") {
+        // in_features: g_idx has one entry per input; without it, qweight's words are taken to be full (GPTQModel
+        // zero-fills a last partial word, and always writes g_idx). unpackGptq checks the shapes either way.
         if (parts.count("g_idx")) p.gIdx = part("g_idx");
-        // qweight holds in · bits / 32 rows; unpackGptq checks that the count divides out evenly.
-        const int64_t cols = q.bits > 0 ? p.qweight.size(0) * 32 / q.bits : 0;
+        const int64_t cols = p.gIdx.defined() && p.gIdx.dim() == 1 ? p.gIdx.size(0) : q.bits > 0 ? p.qweight.size(0) * 32 / q.bits : 0;
         w = layouts::unpackGptq(p, q.bits, q.groupSize, q.symmetric, rows, cols, folder + " (" + layer + ")");
     } else {
         if (q.bits != 4) throw Error(folder, "AWQ checkpoints with " + std::to_string(q.bits) + " bits are not supported (4)");

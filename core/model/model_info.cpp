@@ -1,8 +1,11 @@
 #include "core/model/model_info.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <vector>
 
+#include "core/model/compressed_linear.h"
 #include "core/model/model.h"
 #include "core/tokenizer/tokenizer.h"
 
@@ -23,6 +26,13 @@ std::string humanBytes(double bytes) {
 static const char* typeName(ggml::Type type) {
     const ggml::TypeTraits* t = ggml::traits(static_cast<uint32_t>(type));
     return t ? t->name : "?";
+}
+
+// The compressed layer a tensor is the weight of ("….weight" of a layer held packed), or null.
+static std::shared_ptr<const CompressedLinear> compressedWeight(const Model& model, const std::string& name) {
+    const std::string suffix = ".weight";
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return nullptr;
+    return model.compressed(name.substr(0, name.size() - suffix.size()));
 }
 
 static std::string chatTemplateOf(const Model& model) {
@@ -51,7 +61,12 @@ nlohmann::json modelInfoJson(const Model& model) {
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& name : model.tensorNames()) {
         const TensorRecord& r = model.tensor(name);
-        tensors.push_back({{"name", name}, {"shape", r.shape}, {"dtype", typeName(r.type)}, {"bytes", r.bytes}});
+        // A packed layer (a GPTQ/AWQ checkpoint) is shown as what it is stored as, not as its dequantized copy.
+        if (const auto packed = compressedWeight(model, name))
+            tensors.push_back({{"name", name}, {"shape", r.shape}, {"dtype", packed->kind()}, {"bits", packed->bits()},
+                               {"compressed", packed->describe()}, {"bytes", packed->storageBytes()}});
+        else
+            tensors.push_back({{"name", name}, {"shape", r.shape}, {"dtype", typeName(r.type)}, {"bytes", r.bytes}});
     }
     j["tensors"] = tensors;
     return j;
@@ -78,14 +93,23 @@ std::string modelInfoText(const Model& model) {
     else
         out << "tokenizer  none found\n";
     out << "\n";
-    char line[512];
-    std::snprintf(line, sizeof line, "%-48s %-20s %-6s %12s\n", "tensor", "shape", "dtype", "bytes");
-    out << line;
+    struct Row { std::string name, shape, dtype; size_t bytes; };
+    std::vector<Row> rows;
+    size_t dtypeWidth = 6;
     for (const auto& name : model.tensorNames()) {
         const TensorRecord& r = model.tensor(name);
         std::string shape;
         for (size_t i = 0; i < r.shape.size(); ++i) shape += (i ? " x " : "") + std::to_string(r.shape[i]);
-        std::snprintf(line, sizeof line, "%-48s %-20s %-6s %12zu\n", name.c_str(), shape.c_str(), typeName(r.type), r.bytes);
+        const auto packed = compressedWeight(model, name);
+        rows.push_back({name, shape, packed ? packed->describe() : typeName(r.type), packed ? packed->storageBytes() : r.bytes});
+        dtypeWidth = std::max(dtypeWidth, rows.back().dtype.size());
+    }
+    char line[512];
+    const int w = int(std::min<size_t>(dtypeWidth, 120));
+    std::snprintf(line, sizeof line, "%-48s %-20s %-*s %12s\n", "tensor", "shape", w, "dtype", "bytes");
+    out << line;
+    for (const auto& r : rows) {
+        std::snprintf(line, sizeof line, "%-48s %-20s %-*s %12zu\n", r.name.c_str(), r.shape.c_str(), w, r.dtype.c_str(), r.bytes);
         out << line;
     }
     return out.str();

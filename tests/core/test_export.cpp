@@ -59,9 +59,10 @@ std::shared_ptr<Tokenizer> tinyVocabulary(int64_t size) {
 std::unique_ptr<Model> syntheticModel(const QString& dir, const QString& kind) {
     ArchSpec spec = kind == "gpt2" ? tinyGpt2Spec() : exportSpec();
     if (kind == "hf-wide") spec.ffn = 160;
+    if (kind == "hf-odd") spec.ffn = 172;   // stories260K's MLP: not a multiple of 8, 16 or 32
     const WeightMap w = randomWeights(spec, 7);
     std::string path = (dir + "/src-" + kind).toStdString();
-    if (kind == "hf" || kind == "hf-wide" || kind == "gpt2") {
+    if (kind == "hf" || kind == "hf-wide" || kind == "hf-odd" || kind == "gpt2") {
         std::filesystem::create_directories(path);
         writeHfFolder(path, spec, w, ggml::Type::F32);
     }
@@ -96,6 +97,7 @@ private slots:
     void ggufBlockBytes_data();
     void ggufBlockBytes();
     void gptqThreeBitWords();
+    void gptqPartialWords();
     void denseRoundTrip_data();
     void denseRoundTrip();
     void packedRoundTrip_data();
@@ -200,6 +202,38 @@ void TestExport::gptqThreeBitWords() {
     QVERIFY(QString::fromStdString(layouts::gptqRefusal(narrow)).contains("not a multiple of 32"));
 }
 
+void TestExport::gptqPartialWords() {
+    // 12 outputs × 12 inputs at 4 bits, level[o][i] = (i + 2o) mod 16, symmetric (zero 8, stored as 7): 12 is not
+    // a multiple of 8, so GPTQModel's layout gives each column a second word holding inputs 8..11 in its low 16 bits,
+    // and the zeros a second word holding outputs 8..11.
+    quant::QuantizedWeight w;
+    w.spec.bits = 4;
+    w.spec.symmetric = true;
+    w.spec.groupSize = -1;
+    w.rows = w.cols = 12;
+    const at::Tensor i = at::arange(12, at::kInt);
+    w.packed = quant::packLevels((i.unsqueeze(0) + 2 * i.unsqueeze(1)).remainder(16), 4);
+    w.scales = at::ones({12, 1});
+    w.zeros = at::full({12, 1}, 8, at::kInt);
+    w.groupIndex = quant::defaultGroupIndex(12, -1);
+    QCOMPARE(QString::fromStdString(layouts::gptqRefusal(w)), QString());
+    const layouts::PackedLayer p = layouts::packGptq(w);
+    QCOMPARE(p.qweight.sizes().vec(), (std::vector<int64_t>{2, 12}));
+    QCOMPARE(p.qzeros.sizes().vec(), (std::vector<int64_t>{1, 2}));
+    auto word = [](const at::Tensor& t, int64_t r, int64_t c) { return uint32_t(t[r][c].item<int32_t>()); };
+    QCOMPARE(word(p.qweight, 0, 0), 0x76543210u);
+    QCOMPARE(word(p.qweight, 1, 0), 0x0000ba98u);
+    QCOMPARE(word(p.qweight, 0, 1), 0x98765432u);
+    QCOMPARE(word(p.qweight, 1, 1), 0x0000dcbau);
+    QCOMPARE(word(p.qzeros, 0, 0), 0x77777777u);
+    QCOMPARE(word(p.qzeros, 0, 1), 0x00007777u);
+    const quant::QuantizedWeight back = layouts::unpackGptq(p, 4, -1, true, 12, 12, "test");
+    QVERIFY(at::equal(back.levels(), w.levels()));
+    QVERIFY(at::equal(back.zeros, w.zeros));
+    // The in_features the reader is told must match the words: 17 inputs need 3 words, not 2.
+    QVERIFY_THROWS_EXCEPTION(Error, layouts::unpackGptq(p, 4, -1, true, 12, 17, "test"));
+}
+
 void TestExport::denseRoundTrip_data() {
     QTest::addColumn<QString>("source");
     QTest::addColumn<QString>("format");
@@ -254,6 +288,9 @@ void TestExport::packedRoundTrip_data() {
     QTest::newRow("gptq int3 g32 sym (rtn)") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":3,"group_size":32}}]})";
     // MLP of 160: 160 / 10 ≠ 160 · 3 / 32, so a tensor shape worked out as for 2/4/8 bits would not pass.
     QTest::newRow("gptq int3 g32, MLP 160") << "hf-wide" << "gptq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":3,"group_size":32}}]})";
+    // MLP of 172 (stories260K's): in and out features with a last partial word, packed as GPTQModel does.
+    QTest::newRow("gptq int4 g32, MLP 172") << "hf-odd" << "gptq" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})";
+    QTest::newRow("gptq int2 g16 act_order, MLP 172") << "hf-odd" << "gptq" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":2,"group_size":16,"act_order":true}}]})";
     QTest::newRow("gptq int3 g32 act_order") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":3,"group_size":32,"act_order":true}}]})";
     QTest::newRow("gptq act_order") << "hf" << "gptq" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":32,"act_order":true}}]})";
     QTest::newRow("gptq from gguf (rows reordered)") << "gguf" << "gptq" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":32}}]})";
@@ -286,6 +323,18 @@ void TestExport::packedRoundTrip() {
             QVERIFY(at::equal(theirs->quantized().levels(), ours->quantized().levels()));
         }
     }
+    // cwb info shows the packed layers as stored (kind, bits, packed bytes), not as their dequantized copies.
+    int packedRows = 0;
+    const json info = modelInfoJson(*back);
+    for (const auto& t : info["tensors"]) {
+        if (!t.contains("compressed")) continue;
+        ++packedRows;
+        QCOMPARE(QString::fromStdString(t["dtype"].get<std::string>()), QString("int"));
+        const auto& shape = t["shape"];
+        QVERIFY2(t["bytes"].get<size_t>() < size_t(shape[0].get<int64_t>() * shape[1].get<int64_t>()) * 2,
+                 "a packed layer takes fewer bytes than fp16");
+    }
+    QCOMPARE(packedRows, int(variant->linearLayers().size()));
     const at::Tensor a = logitsOf(*variant), b = logitsOf(*back);
     if (source.startsWith("hf")) QVERIFY2(at::equal(a, b), "the reloaded checkpoint must compute exactly what the variant did");
     else QVERIFY2(maxRelative(b, a) < 1e-5, qPrintable(QString::number(maxRelative(b, a))));
