@@ -19,9 +19,9 @@ namespace cwb::cli {
 const std::vector<Command>& commands() {
     static const std::vector<Command> list = {
         {"info", "cwb info MODEL [--json]", "architecture, parameter count and every tensor of a model", runInfo},
-        {"generate", "cwb generate MODEL [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S] [--device D] [--dtype T] [--json]",
+        {"generate", "cwb generate MODEL [--prompt TEXT [--special] | --chat TEXT [--system TEXT] [--chat-format F]] [--tokens N] [--temperature T] [--top-k K] [--seed S] [--device D] [--dtype T] [--no-stop] [--json]",
          "generate text (greedy unless --temperature is set)", runGenerate},
-        {"tokenize", "cwb tokenize MODEL --text TEXT|--file FILE [--no-bos] [--tokenizer FILE] [--json]",
+        {"tokenize", "cwb tokenize MODEL --text TEXT|--file FILE [--no-bos] [--special] [--tokenizer FILE] [--json]",
          "the ids and pieces the model's own tokenizer gives a text (a file: its token count)", runTokenize},
         {"eval", "cwb eval MODEL --text FILE [--ctx N] [--chunks K] [--threads N] [--device cpu|cuda] [--dtype f32|f16|bf16] [--json]",
          "perplexity by llama.cpp's method (second half of each ctx chunk scored)", runEval},

@@ -7,13 +7,15 @@
 #include "core/io/model_format.h"
 #include "core/runtime/generate.h"
 #include "core/runtime/transformer.h"
+#include "core/tokenizer/chat_format.h"
 #include "core/util/error.h"
 #include "core/util/json_text.h"
 
 namespace cwb::cli {
 
 int runGenerate(const std::vector<std::string>& args) {
-    Arguments a(args, {"prompt", "tokens", "temperature", "top-k", "seed", "threads", "tokenizer", "device", "dtype"}, {"json", "no-stop"});
+    Arguments a(args, {"prompt", "chat", "system", "chat-format", "tokens", "temperature", "top-k", "seed", "threads", "tokenizer", "device", "dtype"},
+                {"json", "no-stop", "special"});
     applyThreads(a.integer("threads", 0));
     LoadOptions options;
     options.tokenizerPath = a.value("tokenizer");
@@ -22,6 +24,35 @@ int runGenerate(const std::vector<std::string>& args) {
     if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
     GenerateParams p;
     p.prompt = a.value("prompt");
+    p.parseSpecial = a.flag("special");
+    ChatPrompt chat;
+    if (a.has("chat")) {
+        if (a.has("prompt")) throw Error("--chat and --prompt exclude each other (--chat builds the prompt from the model's chat format)");
+        ChatFormat format = ChatFormat::Unknown;
+        if (a.has("chat-format")) {
+            format = chatFormatFromName(a.value("chat-format"));
+            if (format == ChatFormat::Unknown) {
+                std::string names;
+                for (const auto& n : chatFormatNames()) names += (names.empty() ? "" : ", ") + n;
+                throw Error("unknown --chat-format '" + a.value("chat-format") + "' (" + names + ")");
+            }
+        }
+        std::vector<ChatMessage> messages;
+        if (a.has("system")) messages.push_back({"system", a.value("system")});
+        messages.push_back({"user", a.value("chat")});
+        try {
+            chat = prepareChatPrompt(*model->tokenizer, messages, format);
+        } catch (const Error& e) {
+            throw Error(path, e.what());
+        }
+        for (const auto& w : chat.warnings) std::cerr << "warning: " << w << "\n";
+        p.prompt = chat.text;
+        p.parseSpecial = true;
+        p.addBos = model->tokenizer->addBosByDefault();
+        p.stopIds = chat.stopIds;
+    } else if (a.has("system") || a.has("chat-format")) {
+        throw Error("--system and --chat-format go with --chat");
+    }
     p.tokens = a.integer("tokens", 64);
     p.temperature = a.number("temperature", 0.0);
     p.topK = a.integer("top-k", 0);
@@ -35,9 +66,18 @@ int runGenerate(const std::vector<std::string>& args) {
         nlohmann::json j = {{"prompt_ids", r.promptIds},
                             {"ids", r.generatedIds},
                             {"text", r.text},
+                            {"stopped", r.stopped},
                             {"prefill_seconds", r.prefillSeconds},
                             {"decode_ms_per_token", r.decodeSecondsPerToken * 1000}};
+        if (a.has("chat")) {
+            j["chat_format"] = chatFormatName(chat.format);
+            j["prompt"] = chat.text;
+        }
         std::cout << jsonText(j) << "\n";
+    } else if (a.has("chat")) {
+        std::cout << r.text << "\n";   // the answer only; the rendered prompt is in --json
+        std::cerr << "chat format " << chatFormatName(chat.format) << "; " << r.generatedIds.size() << " tokens, "
+                  << r.decodeSecondsPerToken * 1000 << " ms/token" << (r.stopped ? "" : " (stopped at the token budget)") << "\n";
     } else {
         std::cout << p.prompt << r.text << "\n";
         std::cerr << r.generatedIds.size() << " tokens, " << r.decodeSecondsPerToken * 1000 << " ms/token\n";

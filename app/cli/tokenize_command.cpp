@@ -17,7 +17,7 @@
 namespace cwb::cli {
 
 int runTokenize(const std::vector<std::string>& args) {
-    Arguments a(args, {"text", "file", "tokenizer"}, {"json", "no-bos"});
+    Arguments a(args, {"text", "file", "tokenizer"}, {"json", "no-bos", "special"});
     if (a.has("text") == a.has("file")) throw Error("cwb tokenize: give the text with --text TEXT or --file FILE (one of them)");
     std::string text = a.value("text");
     const std::string file = a.value("file");
@@ -35,7 +35,8 @@ int runTokenize(const std::vector<std::string>& args) {
     if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
     const Tokenizer& tok = *model->tokenizer;
     const bool bos = tok.addBosByDefault() && !a.flag("no-bos") && tok.bos() >= 0;
-    const std::vector<TokenId> ids = tok.encode(text, bos);
+    // --special: control tokens written in the text ("</s>", "<|im_start|>") become their ids, as in chat prompts.
+    const std::vector<TokenId> ids = a.flag("special") ? tok.encodeWithSpecialTokens(text, bos) : tok.encode(text, bos);
 
     if (a.flag("json")) {
         nlohmann::json pieces = nlohmann::json::array();

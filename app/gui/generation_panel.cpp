@@ -1,5 +1,6 @@
 #include "app/gui/generation_panel.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QGridLayout>
 #include <QHBoxLayout>
@@ -20,16 +21,20 @@
 #include "core/project/project_runner.h"
 #include "core/runtime/generate.h"
 #include "core/runtime/transformer.h"
+#include "core/tokenizer/chat_format.h"
+#include "core/util/error.h"
 #include "core/util/feedback.h"
 
 namespace cwb {
 
 GenerationPanel::GenerationPanel(QWidget* parent)
     : QWidget(parent), mLeft(new QComboBox(this)), mRight(new QComboBox(this)), mPrompt(new QLineEdit(this)),
-      mTokens(new QSpinBox(this)), mGenerate(new QPushButton(tr("&Generate"), this)), mCancel(new QPushButton(tr("Cancel"), this)),
+      mChat(new QCheckBox(tr("C&hat"), this)), mTokens(new QSpinBox(this)), mGenerate(new QPushButton(tr("&Generate"), this)), mCancel(new QPushButton(tr("Cancel"), this)),
       mProgress(new QProgressBar(this)), mLeftText(new QPlainTextEdit(this)), mRightText(new QPlainTextEdit(this)) {
     mPrompt->setPlaceholderText(tr("Prompt (empty: start from the beginning-of-text token)"));
     mPrompt->setText(QStringLiteral("Once upon a time"));
+    mChat->setToolTip(tr("Send the prompt as a user message in the model's chat format (read from its chat template) "
+                         "and stop at its end-of-turn token; the panes then show the answers alone"));
     mTokens->setRange(1, 4096);
     mTokens->setValue(48);
     mTokens->setToolTip(tr("Tokens to generate (greedy decoding, so both sides are deterministic)"));
@@ -42,6 +47,7 @@ GenerationPanel::GenerationPanel(QWidget* parent)
 
     auto* row = new QHBoxLayout;
     row->addWidget(mPrompt, 1);
+    row->addWidget(mChat);
     row->addWidget(new QLabel(tr("Tokens:"), this));
     row->addWidget(mTokens);
     row->addWidget(mGenerate);
@@ -87,6 +93,7 @@ void GenerationPanel::refreshVariants() {
 
 void GenerationPanel::setPrompt(const QString& prompt) { mPrompt->setText(prompt); }
 void GenerationPanel::setTokens(int tokens) { mTokens->setValue(tokens); }
+void GenerationPanel::setChat(bool on) { mChat->setChecked(on); }
 bool GenerationPanel::isGenerating() const { return mJob && mJob->isRunning(); }
 void GenerationPanel::cancel() {
     if (mJob) mJob->cancel();
@@ -114,6 +121,21 @@ bool GenerationPanel::generate() {
     GenerateParams params;
     params.prompt = mPrompt->text().toStdString();
     params.tokens = mTokens->value();
+    const bool chat = mChat->isChecked();
+    if (chat) {
+        try {
+            const ChatPrompt prompt = prepareChatPrompt(*model->tokenizer, {{"user", params.prompt}});
+            params.prompt = prompt.text;
+            params.parseSpecial = true;
+            params.addBos = model->tokenizer->addBosByDefault();
+            params.stopIds = prompt.stopIds;
+        } catch (const Error& e) {
+            mLastError = tr("Chat: %1").arg(QString::fromStdString(e.what()));
+            mLeftText->setPlainText(mLastError);
+            mRightText->clear();
+            return false;
+        }
+    }
     auto texts = std::make_shared<std::array<std::string, 2>>();
     mJob = std::make_unique<BackgroundJob>(tr("Generate"), [snapshot, model, names, params, texts](Feedback& feedback) {
         ProjectRunner runner(snapshot, *model);
@@ -126,7 +148,7 @@ bool GenerationPanel::generate() {
         }
     });
     connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
-    connect(mJob.get(), &BackgroundJob::finished, this, [this, texts, prompt = mPrompt->text()](bool cancelled, const QString& error) {
+    connect(mJob.get(), &BackgroundJob::finished, this, [this, texts, prompt = chat ? QString() : mPrompt->text()](bool cancelled, const QString& error) {
         mProgress->setVisible(false);
         mCancel->setEnabled(false);
         mGenerate->setEnabled(true);

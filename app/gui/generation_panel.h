@@ -1,11 +1,12 @@
 #pragma once
 // Side-by-side text generation (Compare tab): one prompt, two variants (or the base) chosen in combo boxes,
 // each built from the base and decoded greedily on a worker thread (progress, Cancel); the two texts are shown
-// in two panes.
+// in two panes. With Chat checked the prompt goes in as a user message, in the model's chat format.
 #include <QWidget>
 
 #include <memory>
 
+class QCheckBox;
 class QComboBox;
 class QLineEdit;
 class QPlainTextEdit;
@@ -27,6 +28,9 @@ public:
     void setDocument(ProjectDocument* document);
     void setPrompt(const QString& prompt);
     void setTokens(int tokens);
+    // Chat: the prompt is sent as a user message in the model's chat format (core/tokenizer/chat_format.h), and the
+    // panes show the answers alone.
+    void setChat(bool on);
     // "base" or a variant name; false when it is not in the list.
     bool setVariants(const QString& left, const QString& right);
     // Starts generating; false (reason in lastError()) when it cannot start.
@@ -47,6 +51,7 @@ private:
     QComboBox* mLeft;
     QComboBox* mRight;
     QLineEdit* mPrompt;
+    QCheckBox* mChat;
     QSpinBox* mTokens;
     QPushButton* mGenerate;
     QPushButton* mCancel;

@@ -282,6 +282,27 @@ private:
         }
     }
 
+    // GGUF has one key for the end of a turn and one for the end of a message (Llama 3.1's <|eom_id|>); further
+    // stop ids (a generation_config.json list) have no key, and the report says so.
+    static void writeStopIds(GgufWriter& w, const TokenizerData& d, ExportReport& report) {
+        TokenId eot = -1, eom = -1;
+        std::vector<TokenId> unplaced;
+        for (TokenId id : d.stopIds) {
+            if (id == d.eos) continue;
+            if (eom < 0 && d.tokens.at(size_t(id)) == "<|eom_id|>") eom = id;
+            else if (eot < 0) eot = id;
+            else unplaced.push_back(id);
+        }
+        if (eot >= 0) w.addUInt32("tokenizer.ggml.eot_token_id", uint32_t(eot));
+        if (eom >= 0) w.addUInt32("tokenizer.ggml.eom_token_id", uint32_t(eom));
+        if (!unplaced.empty()) {
+            std::string ids;
+            for (TokenId id : unplaced) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+            report.notes.push_back("stop ids " + ids + " have no GGUF key (eot and eom are taken); llama.cpp still stops at "
+                                   "the end-of-generation tokens it recognises by their text");
+        }
+    }
+
     static void writeTokenizer(GgufWriter& w, const Model& model, ExportReport& report) {
         const TokenizerData& d = *model.tokenizer->vocabulary();
         w.addString("tokenizer.ggml.model", d.model);
@@ -301,6 +322,7 @@ private:
         if (d.eos >= 0) w.addUInt32("tokenizer.ggml.eos_token_id", uint32_t(d.eos));
         if (d.unk >= 0) w.addUInt32("tokenizer.ggml.unknown_token_id", uint32_t(d.unk));
         if (d.pad >= 0) w.addUInt32("tokenizer.ggml.padding_token_id", uint32_t(d.pad));
+        writeStopIds(w, d, report);
         if (!d.chatTemplate.empty()) w.addString("tokenizer.chat_template", d.chatTemplate);
         w.addBool("tokenizer.ggml.add_bos_token", d.addBos);
         if (d.model == "llama") w.addBool("tokenizer.ggml.add_space_prefix", d.addSpacePrefix);

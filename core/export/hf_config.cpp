@@ -68,7 +68,10 @@ nlohmann::json hfGenerationConfig(const Model& model) {
     nlohmann::json g = nlohmann::json::object();
     if (const Tokenizer* tok = model.tokenizer.get()) {
         if (tok->bos() >= 0) g["bos_token_id"] = tok->bos();
-        if (tok->eos() >= 0) g["eos_token_id"] = tok->eos();
+        // transformers stops at any id of a list (Llama 3.1 Instruct: end of text, end of message, end of turn).
+        const std::vector<TokenId> stops = tok->stopIds();
+        if (stops.size() == 1) g["eos_token_id"] = stops.front();
+        else if (stops.size() > 1) g["eos_token_id"] = stops;
     }
     return g;
 }

@@ -37,6 +37,12 @@ TokenizerData readTokenizerData(const GgufFile& g) {
         const int64_t id = pad->second.value.get<int64_t>();
         if (id >= 0 && id < int64_t(d.tokens.size())) d.pad = static_cast<TokenId>(id);
     }
+    for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+        const auto stop = g.metadata.find(key);
+        if (stop == g.metadata.end() || !stop->second.value.is_number_integer()) continue;
+        const int64_t id = stop->second.value.get<int64_t>();
+        if (id >= 0 && id < int64_t(d.tokens.size()) && id != d.eos) d.stopIds.push_back(static_cast<TokenId>(id));
+    }
     const auto chat = g.metadata.find("tokenizer.chat_template");
     if (chat != g.metadata.end() && chat->second.value.is_string()) d.chatTemplate = chat->second.value.get<std::string>();
     d.addBos = g.hasKey("tokenizer.ggml.add_bos_token") ? g.integer("tokenizer.ggml.add_bos_token") != 0

@@ -38,7 +38,8 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
 
 GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const GenerateParams& params, Feedback* feedback) {
     GenerateResult result;
-    result.promptIds = tokenizer.encode(params.prompt, /*addBos=*/true);
+    result.promptIds = params.parseSpecial ? tokenizer.encodeWithSpecialTokens(params.prompt, params.addBos)
+                                           : tokenizer.encode(params.prompt, params.addBos);
     if (result.promptIds.empty()) {
         if (tokenizer.bos() < 0) throw Error("generate: empty prompt and the tokenizer has no BOS token");
         result.promptIds.push_back(tokenizer.bos());
@@ -49,6 +50,8 @@ GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const Ge
         throw Error("generate: the prompt has " + std::to_string(promptLength) + " tokens; the model's context is " +
                     std::to_string(context));
     const int64_t budget = std::min<int64_t>(params.tokens, context - promptLength);
+    std::vector<TokenId> stops = tokenizer.stopIds();
+    stops.insert(stops.end(), params.stopIds.begin(), params.stopIds.end());
     auto cache = model.makeCache(1, promptLength + budget);
     std::mt19937_64 rng(params.seed);
 
@@ -64,7 +67,10 @@ GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const Ge
         }
         TokenId next = pick(logits[0][logits.size(1) - 1], params, rng);
         result.generatedIds.push_back(next);
-        if (params.stopAtEos && next == tokenizer.eos()) break;
+        if (params.stopAtEos && std::find(stops.begin(), stops.end(), next) != stops.end()) {
+            result.stopped = true;
+            break;
+        }
         if (i + 1 == budget) break;
         logits = model.forward(at::full({1, 1}, static_cast<int64_t>(next), at::kLong), cache.get());
     }

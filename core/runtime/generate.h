@@ -17,12 +17,16 @@ struct GenerateParams {
     double temperature = 0.0;    // 0: greedy
     int64_t topK = 0;            // 0: whole vocabulary
     uint64_t seed = 0;
-    bool stopAtEos = true;
+    bool stopAtEos = true;       // stop at EOS and the tokenizer's other stop ids (end of turn), and at stopIds
+    std::vector<TokenId> stopIds;   // more ids that end generation (a chat format's end of turn)
+    bool addBos = true;          // put BOS before the prompt (chat prompts follow the tokenizer's own setting)
+    bool parseSpecial = false;   // control tokens written in the prompt become their ids (chat prompts)
 };
 
 struct GenerateResult {
     std::vector<TokenId> promptIds;
     std::vector<TokenId> generatedIds;
+    bool stopped = false;        // ended at a stop id rather than at the token budget or the context
     std::string text;            // decoded generated tokens
     double prefillSeconds = 0;
     double decodeSecondsPerToken = 0;

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -184,6 +185,26 @@ std::string processorChatTemplate(const std::string& folder) {
     return file["chat_template"].get<std::string>();
 }
 
+// generation_config.json's eos_token_id (an id or a list: Llama 3.1 Instruct stops at three) gives the stop ids
+// besides EOS. The file only serves generation, so one that cannot be read, or ids outside the vocabulary, are
+// passed over rather than making the model unloadable.
+std::vector<TokenId> generationStopIds(const std::string& folder, const TokenizerData& data) {
+    std::vector<TokenId> ids;
+    std::ifstream in(folder + "generation_config.json", std::ios::binary);
+    if (!in) return ids;
+    const json config = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object() || !config.contains("eos_token_id")) return ids;
+    const json& eos = config["eos_token_id"];
+    const json list = eos.is_array() ? eos : json::array({eos});
+    for (const json& id : list) {
+        if (!id.is_number_integer()) continue;
+        const int64_t v = id.get<int64_t>();
+        if (v < 0 || v >= int64_t(data.tokens.size()) || v == data.eos) continue;
+        if (std::find(ids.begin(), ids.end(), TokenId(v)) == ids.end()) ids.push_back(TokenId(v));
+    }
+    return ids;
+}
+
 // Special tokens from the tokenizer.json (and tokenizer_config.json beside it, when present), and the chat template.
 void applyTokenizerConfig(const std::string& path, const json& root, bool byteLevel, TokenizerData& data) {
     data.bos = firstPresent(data.tokens, {"<s>", "<|begin_of_text|>", "<|endoftext|>"});
@@ -320,6 +341,8 @@ TokenizerData readTokenizerJson(const std::string& path, const json& root, SpmOp
         data.types[a.id] = static_cast<int32_t>(a.special ? TokenType::Control : TokenType::UserDefined);
     }
     applyTokenizerConfig(path, root, byteLevel, data);
+    const size_t slash = path.find_last_of("/\\");
+    data.stopIds = generationStopIds(slash == std::string::npos ? std::string() : path.substr(0, slash + 1), data);
     return data;
 }
 

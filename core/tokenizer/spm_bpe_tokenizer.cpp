@@ -55,6 +55,8 @@ SpmBpeTokenizer::SpmBpeTokenizer(const TokenizerData& data)
             mPieces.emplace(mTokens[i], id);
         }
         if (type == TokenType::UserDefined) mUserDefined.add(mTokens[i], id);
+        if ((type == TokenType::UserDefined || type == TokenType::Control) && !mTokens[i].empty())
+            mUserDefinedAndControl.add(mTokens[i], id);
     }
     if (!data.merges.empty()) mPairRanks = buildPairRanks(data.merges, buildTokenMap(mTokens));
 }
@@ -123,16 +125,24 @@ void SpmBpeTokenizer::encodeEscaped(const std::string& escaped, std::vector<Toke
 }
 
 std::vector<TokenId> SpmBpeTokenizer::encode(const std::string& text, bool addBos) const {
+    return encodeMatching(mUserDefined, text, addBos);
+}
+
+std::vector<TokenId> SpmBpeTokenizer::encodeWithSpecialTokens(const std::string& text, bool addBos) const {
+    return encodeMatching(mUserDefinedAndControl, text, addBos);
+}
+
+std::vector<TokenId> SpmBpeTokenizer::encodeMatching(const SpecialTokenMatcher& matcher, const std::string& text, bool addBos) const {
     std::vector<TokenId> out;
     if (addBos && mBos >= 0) out.push_back(mBos);
     if (text.empty()) return out;
-    if (mUserDefined.empty()) {
+    if (matcher.empty()) {
         encodePlain(text, true, out);
         return out;
     }
-    // As llama.cpp: text after a user-defined token gets the dummy prefix again (unless only the start may have it).
+    // As llama.cpp: text after a matched token gets the dummy prefix again (unless only the start may have it).
     bool prefixNext = true;
-    for (const auto& fragment : mUserDefined.split(text)) {
+    for (const auto& fragment : matcher.split(text)) {
         if (fragment.id >= 0) {
             out.push_back(fragment.id);
             prefixNext = !mPrefixFirstOnly;

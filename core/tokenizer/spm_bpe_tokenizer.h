@@ -14,6 +14,7 @@ public:
     explicit SpmBpeTokenizer(const TokenizerData& data);
 
     std::vector<TokenId> encode(const std::string& text, bool addBos) const override;
+    std::vector<TokenId> encodeWithSpecialTokens(const std::string& text, bool addBos) const override;
     std::string decode(const std::vector<TokenId>& ids) const override;
     std::string tokenText(TokenId id) const override;
     int32_t vocabSize() const override { return static_cast<int32_t>(mTokens.size()); }
@@ -29,6 +30,7 @@ public:
     void setSplitOnSpace(bool on) { mSplitOnSpace = on; }
 
 private:
+    std::vector<TokenId> encodeMatching(const SpecialTokenMatcher& matcher, const std::string& text, bool addBos) const;
     void encodePlain(const std::string& text, bool withPrefix, std::vector<TokenId>& out) const;
     void encodeEscaped(const std::string& escaped, std::vector<TokenId>& out) const;
     bool pairPriority(std::string_view left, std::string_view right, double& priority) const;
@@ -46,6 +48,7 @@ private:
     bool mPrefixFirstOnly = false;
     bool mSplitOnSpace = false;
     SpecialTokenMatcher mUserDefined;
+    SpecialTokenMatcher mUserDefinedAndControl;   // encodeWithSpecialTokens
 };
 
 } // namespace cwb

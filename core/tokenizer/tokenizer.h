@@ -17,6 +17,9 @@ public:
 
     // Text to ids. addBos puts the BOS id first (when the vocabulary has one).
     virtual std::vector<TokenId> encode(const std::string& text, bool addBos) const = 0;
+    // As encode, but control tokens written in the text ("<|im_start|>", "</s>") become their own ids, as Hugging Face
+    // tokenizers do and llama.cpp with parse_special: for chat prompts. Byte-level BPE already does so in encode.
+    virtual std::vector<TokenId> encodeWithSpecialTokens(const std::string& text, bool addBos) const { return encode(text, addBos); }
     // Ids to text; special tokens (BOS/EOS/control) are dropped, byte tokens are reassembled.
     virtual std::string decode(const std::vector<TokenId>& ids) const = 0;
     // The stored string of one token, as the vocabulary holds it (for display).
@@ -30,6 +33,8 @@ public:
     // Whether the vocabulary's own settings ask for BOS at the start of a text (TokenizerData::addBos,
     // tokenizer_config.json's add_bos_token, llama2.c: always). Callers pass it as encode's addBos.
     bool addBosByDefault() const { return mAddBos; }
+    // Ids that end generation: EOS and the vocabulary's other stop ids (TokenizerData::stopIds), without repeats.
+    std::vector<TokenId> stopIds() const;
     // The vocabulary in GGUF's terms (tokenizer.ggml.*, types resolved), for exporters; nullptr when unknown.
     std::shared_ptr<const TokenizerData> vocabulary() const { return mVocabulary; }
     void setVocabulary(std::shared_ptr<const TokenizerData> data) { mVocabulary = std::move(data); }
@@ -57,6 +62,8 @@ struct TokenizerData {
     TokenId eos = -1;
     TokenId unk = -1;
     TokenId pad = -1;                // padding token, carried over for engines (cwb itself never pads)
+    std::vector<TokenId> stopIds;    // besides EOS, ids that end generation: GGUF eot/eom_token_id, the other
+                                     // entries of generation_config.json's eos_token_id list
     bool addBos = true;              // llama default true, gpt2 default false
     bool addSpacePrefix = true;      // SentencePiece "add_dummy_prefix"
     std::string chatTemplate;        // Jinja chat template (GGUF tokenizer.chat_template), carried over for engines

@@ -5,6 +5,7 @@
 #include "core/tokenizer/vocab_util.h"
 #include "core/util/error.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace cwb {
@@ -42,6 +43,16 @@ std::vector<int32_t> resolveTypes(const TokenizerData& data, bool detectBytes) {
 
 } // namespace
 
+std::vector<TokenId> Tokenizer::stopIds() const {
+    std::vector<TokenId> ids;
+    if (mEos >= 0) ids.push_back(mEos);
+    if (mVocabulary) {
+        for (TokenId id : mVocabulary->stopIds)
+            if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+    return ids;
+}
+
 std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerData& data) {
     const size_t n = data.tokens.size();
     if (n == 0) throw Error("the tokenizer vocabulary is empty");
@@ -61,6 +72,10 @@ std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerData& data) {
     checkId(data.eos, "EOS", n);
     checkId(data.unk, "unknown-token", n);
     checkId(data.pad, "padding-token", n);
+    for (TokenId id : data.stopIds) {
+        if (id < 0) throw Error("stop id " + std::to_string(id) + " is out of range");
+        checkId(id, "stop", n);
+    }
 
     TokenizerData resolved = data;
     if (data.model == "llama") {

@@ -24,6 +24,7 @@ private slots:
     void generateJsonIds();
     void generateJsonWithBrokenUtf8();
     void tokenizeShowsIdsAndPieces();
+    void generateChat();
     void evalPrintsPerplexity();
     void interruptStopsAndSaysSo();
     void errorsNameTheFile();
@@ -103,6 +104,33 @@ void TestCli::tokenizeShowsIdsAndPieces() {
     Result missing = run({"tokenize", model, "--file", "/nonexistent/prompt.txt"});
     QCOMPARE(missing.exitCode, 2);
     QVERIFY2(missing.err.contains("/nonexistent/prompt.txt"), qPrintable(missing.err));
+}
+
+void TestCli::generateChat() {
+    CWB_REQUIRE_FIXTURE(model, "models/llama-2-tiny-random.gguf");
+    // No chat template in this file: refused with the formats to name.
+    Result none = run({"generate", model, "--chat", "Hello"});
+    QCOMPARE(none.exitCode, 2);
+    QVERIFY2(none.err.contains("no chat template") && none.err.contains("llama2"), qPrintable(none.err));
+    // Named: the rendered prompt's ids are BOS, then Llama 2's [INST] pieces (as transformers tokenizes them).
+    Result r = run({"generate", model, "--chat", "Hello there", "--system", "Be brief.", "--chat-format", "llama2",
+                    "--tokens", "4", "--json"});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    const QJsonObject o = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(o["chat_format"].toString(), QString("llama2"));
+    QCOMPARE(o["prompt"].toString(), QString("[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHello there [/INST]"));
+    const QJsonArray ids = o["prompt_ids"].toArray();
+    QCOMPARE(ids.first().toInt(), 1);
+    QCOMPARE(ids.last().toInt(), 29962);   // "]" of " [/INST]"
+    QCOMPARE(ids.size(), 26);
+    Result bad = run({"generate", model, "--chat", "x", "--chat-format", "vicuna"});
+    QCOMPARE(bad.exitCode, 2);
+    QVERIFY2(bad.err.contains("unknown --chat-format 'vicuna'"), qPrintable(bad.err));
+    Result both = run({"generate", model, "--chat", "x", "--prompt", "y"});
+    QCOMPARE(both.exitCode, 2);
+    // --special: "</s>" in a raw prompt becomes EOS's id.
+    Result special = run({"tokenize", model, "--text", "a</s>b", "--special", "--json"});
+    QCOMPARE(QJsonDocument::fromJson(special.out.toUtf8()).object()["ids"].toArray(), QJsonArray({1, 263, 2, 289}));
 }
 
 void TestCli::generateJsonWithBrokenUtf8() {

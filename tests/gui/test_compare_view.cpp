@@ -2,6 +2,7 @@
 // (waiting on the finished signal), and each pane holds exactly what the core's generate() gives for that variant.
 // Latency: measured on a worker thread for the base and each variant, stored beside the other results, charted.
 #include <QTableWidget>
+#include <QTemporaryDir>
 #include <QtTest/QtTest>
 
 #include "app/commands/step_commands.h"
@@ -9,10 +10,13 @@
 #include "app/gui/compare_view.h"
 #include "app/gui/generation_panel.h"
 #include "app/gui/project_document.h"
+#include "core/export/export_format.h"
+#include "core/io/model_format.h"
 #include "core/model/model.h"
 #include "core/project/project_runner.h"
 #include "core/runtime/generate.h"
 #include "core/runtime/transformer.h"
+#include "core/tokenizer/chat_format.h"
 #include "tests/support/test_paths.h"
 #include "widgets/ab_chart.h"
 #include "widgets/loss_curve.h"
@@ -37,6 +41,7 @@ class TestCompareView : public QObject {
     Q_OBJECT
 private slots:
     void generatesTwoVariantsSideBySide();
+    void chatSendsThePromptInTheChatFormat();
     void measuresAndChartsLatency();
     void chartsReconstructionErrorPerLayer();
 };
@@ -85,6 +90,54 @@ void TestCompareView::generatesTwoVariantsSideBySide() {
     QVERIFY(finished.wait(120000));
     QCOMPARE(finished.takeFirst().at(0).toBool(), false);
     QVERIFY(panel->rightText().isEmpty());
+}
+
+void TestCompareView::chatSendsThePromptInTheChatFormat() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    {   // stories260K has no chat template: Chat refuses to start, saying why.
+        auto doc = ProjectDocument::openModel(model);
+        CompareView view;
+        view.setDocument(doc.get());
+        view.generationPanel()->setChat(true);
+        QVERIFY(!view.generationPanel()->generate());
+        QVERIFY2(view.generationPanel()->lastError().contains("no chat template"), qPrintable(view.generationPanel()->lastError()));
+    }
+    // The same model with a Mistral-style template ([INST] … [/INST]) written into a GGUF.
+    QTemporaryDir dir;
+    auto source = loadModel(model.toStdString());
+    TokenizerData data = *source->tokenizer->vocabulary();
+    data.chatTemplate = "{{ bos_token }}{% for message in messages %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% endfor %}";
+    source->tokenizer = makeTokenizer(data);
+    const QString withTemplate = dir.filePath("chat.gguf");
+    ExportOptions options;
+    options.tensorType = "f32";
+    exportModel(*source, "gguf", withTemplate.toStdString(), options);
+
+    auto doc = ProjectDocument::openModel(withTemplate);
+    CompareView view;
+    view.setDocument(doc.get());
+    GenerationPanel* panel = view.generationPanel();
+    panel->setPrompt("Tell a story");
+    panel->setTokens(16);
+    panel->setChat(true);
+    QSignalSpy finished(panel, &GenerationPanel::generationFinished);
+    QVERIFY(panel->generate());
+    QVERIFY(finished.wait(120000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+
+    const ChatPrompt prompt = prepareChatPrompt(*doc->model()->tokenizer, {{"user", "Tell a story"}});
+    QCOMPARE(QString::fromStdString(prompt.text), QString("[INST] Tell a story [/INST]"));
+    Transformer runtime(*doc->model());
+    GenerateParams params;
+    params.prompt = prompt.text;
+    params.tokens = 16;
+    params.parseSpecial = true;
+    params.addBos = doc->model()->tokenizer->addBosByDefault();
+    params.stopIds = prompt.stopIds;
+    const QString answer = QString::fromStdString(generate(runtime, *doc->model()->tokenizer, params).text);
+    QVERIFY(!answer.isEmpty());
+    QCOMPARE(panel->leftText(), answer);   // the answer alone, without the rendered prompt
+    QCOMPARE(panel->rightText(), answer);
 }
 
 void TestCompareView::measuresAndChartsLatency() {

@@ -1,0 +1,202 @@
+#include "core/tokenizer/chat_format.h"
+
+#include "core/util/error.h"
+
+namespace cwb {
+
+namespace {
+
+bool has(const std::string& text, const char* marker) { return text.find(marker) != std::string::npos; }
+
+std::string trimmed(const std::string& s) {
+    const char* space = " \t\r\n";
+    const size_t first = s.find_first_not_of(space);
+    if (first == std::string::npos) return std::string();
+    return s.substr(first, s.find_last_not_of(space) - first + 1);
+}
+
+struct Conversation {
+    std::string system;               // empty when none
+    std::vector<ChatMessage> turns;   // user and assistant, alternating, starting with user
+};
+
+// Checks roles (a system message only first; then user and assistant alternating, from user, ending with user)
+// and splits off the system message.
+Conversation split(const std::vector<ChatMessage>& messages) {
+    if (messages.empty()) throw Error("chat: the conversation is empty");
+    Conversation c;
+    size_t i = 0;
+    if (messages[0].role == "system") {
+        c.system = messages[0].content;
+        ++i;
+    }
+    for (; i < messages.size(); ++i) {
+        const std::string& role = messages[i].role;
+        if (role != "user" && role != "assistant") {
+            throw Error("chat: message " + std::to_string(i + 1) + " has role '" + role +
+                        "' (expected user or assistant; system only first)");
+        }
+        const std::string expected = c.turns.size() % 2 == 0 ? "user" : "assistant";
+        if (role != expected) {
+            throw Error("chat: message " + std::to_string(i + 1) + " is from " + role + " where " + expected +
+                        " was expected (turns alternate, starting with user)");
+        }
+        c.turns.push_back(messages[i]);
+    }
+    if (c.turns.empty() || c.turns.back().role != "user") throw Error("chat: the conversation must end with a user message");
+    return c;
+}
+
+// Formats without a system role put it before the first user message.
+void mergeSystemIntoFirstTurn(Conversation& c) {
+    if (c.system.empty()) return;
+    c.turns.front().content = c.system + "\n\n" + c.turns.front().content;
+    c.system.clear();
+}
+
+} // namespace
+
+ChatFormat detectChatFormat(const std::string& t) {
+    if (has(t, "<|im_start|>")) return ChatFormat::ChatMl;
+    if (has(t, "<|start_header_id|>")) return ChatFormat::Llama3;
+    if (has(t, "<start_of_turn>")) return ChatFormat::Gemma;
+    if (has(t, "<|user|>") && has(t, "<|end|>")) return ChatFormat::Phi3;
+    if (has(t, "<|user|>")) return ChatFormat::Zephyr;
+    if (has(t, "[INST]")) return has(t, "<<SYS>>") ? ChatFormat::Llama2 : ChatFormat::Mistral;
+    return ChatFormat::Unknown;
+}
+
+std::vector<std::string> chatFormatNames() { return {"chatml", "llama3", "llama2", "mistral", "zephyr", "phi3", "gemma"}; }
+
+std::string chatFormatName(ChatFormat format) {
+    switch (format) {
+    case ChatFormat::ChatMl: return "chatml";
+    case ChatFormat::Llama3: return "llama3";
+    case ChatFormat::Llama2: return "llama2";
+    case ChatFormat::Mistral: return "mistral";
+    case ChatFormat::Zephyr: return "zephyr";
+    case ChatFormat::Phi3: return "phi3";
+    case ChatFormat::Gemma: return "gemma";
+    case ChatFormat::Unknown: break;
+    }
+    return "unknown";
+}
+
+ChatFormat chatFormatFromName(const std::string& name) {
+    for (ChatFormat f : {ChatFormat::ChatMl, ChatFormat::Llama3, ChatFormat::Llama2, ChatFormat::Mistral,
+                         ChatFormat::Zephyr, ChatFormat::Phi3, ChatFormat::Gemma}) {
+        if (chatFormatName(f) == name) return f;
+    }
+    return ChatFormat::Unknown;
+}
+
+std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages) {
+    Conversation c = split(messages);
+    std::string out;
+    switch (format) {
+    case ChatFormat::ChatMl:
+        if (!c.system.empty()) out += "<|im_start|>system\n" + c.system + "<|im_end|>\n";
+        for (const auto& m : c.turns) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+        return out + "<|im_start|>assistant\n";
+    case ChatFormat::Llama3: {
+        auto turn = [](const std::string& role, const std::string& content) {
+            return "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + trimmed(content) + "<|eot_id|>";
+        };
+        if (!c.system.empty()) out += turn("system", c.system);
+        for (const auto& m : c.turns) out += turn(m.role, m.content);
+        return out + "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    }
+    case ChatFormat::Llama2:
+        // Meta's template: the system message inside the first [INST]; each later user turn opens with BOS, each
+        // answer closes with EOS (the first BOS is the tokenizer's).
+        for (size_t i = 0; i < c.turns.size(); ++i) {
+            const auto& m = c.turns[i];
+            if (m.role == "user") {
+                std::string content = m.content;
+                if (i == 0 && !c.system.empty()) content = "<<SYS>>\n" + c.system + "\n<</SYS>>\n\n" + content;
+                out += (i == 0 ? "" : "<s>") + std::string("[INST] ") + trimmed(content) + " [/INST]";
+            } else {
+                out += " " + trimmed(m.content) + " </s>";
+            }
+        }
+        return out;
+    case ChatFormat::Mistral:
+        mergeSystemIntoFirstTurn(c);
+        for (const auto& m : c.turns) out += m.role == "user" ? "[INST] " + m.content + " [/INST]" : m.content + "</s>";
+        return out;
+    case ChatFormat::Zephyr:
+        if (!c.system.empty()) out += "<|system|>\n" + c.system + "</s>\n";
+        for (const auto& m : c.turns) out += "<|" + m.role + "|>\n" + m.content + "</s>\n";
+        return out + "<|assistant|>\n";
+    case ChatFormat::Phi3:
+        if (!c.system.empty()) out += "<|system|>\n" + c.system + "<|end|>\n";
+        for (const auto& m : c.turns) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+        return out + "<|assistant|>\n";
+    case ChatFormat::Gemma:
+        // Gemma 3: a system message opens the first user turn, untrimmed, followed by a blank line.
+        for (size_t i = 0; i < c.turns.size(); ++i) {
+            const auto& m = c.turns[i];
+            out += "<start_of_turn>" + std::string(m.role == "assistant" ? "model" : "user") + "\n" +
+                   (i == 0 && !c.system.empty() ? c.system + "\n\n" : std::string()) + trimmed(m.content) + "<end_of_turn>\n";
+        }
+        return out + "<start_of_turn>model\n";
+    case ChatFormat::Unknown: break;
+    }
+    throw Error("chat: no chat format to render with");
+}
+
+namespace {
+
+std::string namesList() {
+    std::string names;
+    for (const auto& n : chatFormatNames()) names += (names.empty() ? "" : ", ") + n;
+    return names;
+}
+
+TokenId idOf(const TokenizerData& vocabulary, const std::string& text) {
+    for (size_t i = 0; i < vocabulary.tokens.size(); ++i)
+        if (vocabulary.tokens[i] == text) return TokenId(i);
+    return -1;
+}
+
+} // namespace
+
+ChatPrompt prepareChatPrompt(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages, ChatFormat format) {
+    const auto vocabulary = tokenizer.vocabulary();
+    ChatPrompt prompt;
+    prompt.format = format;
+    if (format == ChatFormat::Unknown) {
+        const std::string jinja = vocabulary ? vocabulary->chatTemplate : std::string();
+        if (jinja.empty())
+            throw Error("the model has no chat template (GGUF tokenizer.chat_template, or chat_template in "
+                        "tokenizer_config.json); name a chat format: " + namesList());
+        prompt.format = detectChatFormat(jinja);
+        if (prompt.format == ChatFormat::Unknown)
+            throw Error("the model's chat template is not one cwb recognises; name a chat format: " + namesList());
+    }
+    prompt.text = renderChat(prompt.format, messages);
+    for (const std::string& end : chatTurnEndTokens(prompt.format)) {
+        const TokenId id = vocabulary ? idOf(*vocabulary, end) : -1;
+        if (id >= 0) prompt.stopIds.push_back(id);
+    }
+    if (prompt.stopIds.empty())
+        prompt.warnings.push_back("the vocabulary has no " + chatTurnEndTokens(prompt.format).front() + " token: the " +
+                                  chatFormatName(prompt.format) + " format may not be this model's, and only EOS ends the answer");
+    return prompt;
+}
+
+std::vector<std::string> chatTurnEndTokens(ChatFormat format) {
+    switch (format) {
+    case ChatFormat::ChatMl: return {"<|im_end|>"};
+    case ChatFormat::Llama3: return {"<|eot_id|>", "<|eom_id|>"};
+    case ChatFormat::Phi3: return {"<|end|>"};
+    case ChatFormat::Gemma: return {"<end_of_turn>"};
+    case ChatFormat::Llama2:
+    case ChatFormat::Mistral:
+    case ChatFormat::Zephyr: return {"</s>"};
+    case ChatFormat::Unknown: break;
+    }
+    return {};
+}
+
+} // namespace cwb
