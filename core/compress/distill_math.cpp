@@ -126,4 +126,49 @@ quant::QuantizedWeight requantize(const at::Tensor& w, const quant::QuantizedWei
     return q;
 }
 
+namespace {
+
+// Scales as a column that broadcasts over [out, in]: [out] per channel, [1] per tensor.
+at::Tensor scaleColumn(const at::Tensor& scales, const at::Device& device) {
+    return scales.to(device, at::kFloat).reshape({-1, 1});
+}
+
+} // namespace
+
+at::Tensor fakeQuantizeFp8(const at::Tensor& w, const at::Tensor& scales) {
+    at::Tensor q;
+    {
+        c10::NoGradGuard noGrad;
+        const at::Tensor s = scaleColumn(scales, w.device());
+        q = quant::roundToE4m3(w.detach() / s) * s;
+    }
+    return w + (q - w.detach());
+}
+
+quant::Fp8Weight requantizeFp8(const at::Tensor& w, const at::Tensor& scales) {
+    const at::Tensor s = scaleColumn(scales, at::kCPU);
+    quant::Fp8Weight r;
+    r.codes = quant::encodeE4m3(quant::roundToE4m3(w.detach().to(at::kCPU, at::kFloat) / s)).contiguous();
+    r.scales = scales.detach().to(at::kCPU, at::kFloat).clone();
+    return r;
+}
+
+at::Tensor fakeQuantizeInt8(const at::Tensor& w, const at::Tensor& scales) {
+    at::Tensor q;
+    {
+        c10::NoGradGuard noGrad;
+        const at::Tensor s = scaleColumn(scales, w.device());
+        q = at::round(w.detach() / s).clamp(-127, 127) * s;
+    }
+    return w + (q - w.detach());
+}
+
+quant::Int8Weight requantizeInt8(const at::Tensor& w, const at::Tensor& scales) {
+    const at::Tensor s = scaleColumn(scales, at::kCPU);
+    quant::Int8Weight r;
+    r.q = at::round(w.detach().to(at::kCPU, at::kFloat) / s).clamp(-127, 127).to(at::kChar).contiguous();
+    r.scales = scales.detach().to(at::kCPU, at::kFloat).clone();
+    return r;
+}
+
 } // namespace cwb::distill

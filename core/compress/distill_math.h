@@ -8,7 +8,9 @@
 
 #include <ATen/ATen.h>
 
+#include "core/compress/fp8_math.h"
 #include "core/compress/quant_math.h"
+#include "core/compress/smoothquant_math.h"
 
 namespace cwb::distill {
 
@@ -62,5 +64,13 @@ double clipGradNorm(std::vector<at::Tensor>& grads, double maxNorm);
 at::Tensor fakeQuantize(const at::Tensor& w, const quant::QuantizedWeight& grid);
 // w quantized onto the grid of `grid` (same spec, scales, zeros, group index): its levels packed anew.
 quant::QuantizedWeight requantize(const at::Tensor& w, const quant::QuantizedWeight& grid);
+
+// The same for an FP8 E4M3 layer with fixed scales ([out] per channel or [1] per tensor): forward
+// roundToE4m3(w / s) · s (saturating at ±448 · s), gradient identity; and w encoded on that grid.
+at::Tensor fakeQuantizeFp8(const at::Tensor& w, const at::Tensor& scales);
+quant::Fp8Weight requantizeFp8(const at::Tensor& w, const at::Tensor& scales);
+// And for SmoothQuant's int8 weights with fixed per-channel scales [out]: forward clamp(round(w / s), ±127) · s.
+at::Tensor fakeQuantizeInt8(const at::Tensor& w, const at::Tensor& scales);
+quant::Int8Weight requantizeInt8(const at::Tensor& w, const at::Tensor& scales);
 
 } // namespace cwb::distill

@@ -39,20 +39,23 @@ at::Tensor leaf(const at::Tensor& value, const at::Device& device) {
 StudentTensors::StudentTensors(const Model& student, const at::Device& device, bool keepSparsity, bool trainEmbeddings) {
     std::set<std::string> linearWeights;
     for (const auto& layer : student.linearLayers()) linearWeights.insert(layer + ".weight");
-    int64_t frozenLayers = 0, masked = 0, quantized = 0;
+    int64_t frozenLayers = 0, masked = 0, quantized = 0, eightBit = 0;
     for (const auto& name : student.tensorNames()) {
         if (name == "rope_freqs.weight") continue;   // read by the runtime itself, never trained
         const TensorRecord& record = student.tensor(name);
         const bool linear = linearWeights.count(name) != 0;
         auto compressed = linear ? student.compressed(name.substr(0, name.size() - 7)) : nullptr;
         auto integer = std::dynamic_pointer_cast<const IntLinear>(compressed);
-        if (compressed && !integer) {   // FP8 and W8A8 have no trainable grid here
+        auto fp8 = std::dynamic_pointer_cast<const Fp8Linear>(compressed);
+        auto w8a8 = std::dynamic_pointer_cast<const W8A8Linear>(compressed);
+        if (compressed && !integer && !fp8 && !w8a8) {   // a kind without a trainable grid
             mFrozen[name] = compressed->weight().to(device, at::kFloat);
             ++frozenLayers;
             continue;
         }
         const bool trainable = isBlockTensor(student, name) || trainEmbeddings;
-        at::Tensor value = integer ? integer->weight() : student.floatTensor(name);
+        // A compressed layer's weight in its own input space (W8A8: W·diag(s), multiplied with x / s).
+        at::Tensor value = compressed ? compressed->weight() : student.floatTensor(name);
         if (!trainable) {
             mFrozen[name] = value.to(device, at::kFloat);
             continue;
@@ -61,17 +64,21 @@ StudentTensors::StudentTensors(const Model& student, const at::Device& device, b
         t.name = name;
         t.latent = leaf(value, device);
         t.quantized = integer;
+        t.fp8 = fp8;
+        t.w8a8 = w8a8;
         t.storage = storageType(record);
         if (linear && keepSparsity && (value == 0).any().item<bool>()) {
             t.mask = (value != 0).to(device, at::kFloat);
             ++masked;
         }
         if (integer) ++quantized;
+        if (fp8 || w8a8) ++eightBit;
         t.m = at::zeros_like(t.latent).detach();
         t.v = at::zeros_like(t.latent).detach();
         mTrained.push_back(std::move(t));
     }
-    if (frozenLayers) mNotes.push_back(std::to_string(frozenLayers) + " FP8/W8A8 layers stay frozen (no trainable grid for them)");
+    if (frozenLayers) mNotes.push_back(std::to_string(frozenLayers) + " compressed layers stay frozen (no trainable grid for their kind)");
+    if (eightBit) mNotes.push_back(std::to_string(eightBit) + " FP8/W8A8 layers train on their grid (scales kept; QAT, straight-through estimator)");
     if (masked) mNotes.push_back(std::to_string(masked) + " sparse layers keep their zeros");
     if (quantized) mNotes.push_back(std::to_string(quantized) + " integer layers train on their grid (QAT, straight-through estimator)");
 }
@@ -81,6 +88,8 @@ const std::map<std::string, at::Tensor>& StudentTensors::effective() {
     for (const auto& t : mTrained) {
         at::Tensor w = t.mask.defined() ? t.latent * t.mask : t.latent;
         if (t.quantized) w = distill::fakeQuantize(w, t.quantized->quantized());
+        if (t.fp8) w = distill::fakeQuantizeFp8(w, t.fp8->fp8Weight().scales);
+        if (t.w8a8) w = distill::fakeQuantizeInt8(w, t.w8a8->int8Weight().scales);
         mEffective[t.name] = w;
     }
     return mEffective;
@@ -90,10 +99,16 @@ void StudentTensors::storeInto(Model& model) const {
     c10::NoGradGuard noGrad;
     for (const auto& t : mTrained) {
         at::Tensor w = (t.mask.defined() ? t.latent * t.mask : t.latent).detach().to(at::kCPU);
+        const std::string layer = t.name.substr(0, t.name.size() - 7);
         if (t.quantized) {
-            const std::string layer = t.name.substr(0, t.name.size() - 7);
             model.setCompressed(layer, std::make_shared<IntLinear>(distill::requantize(w, t.quantized->quantized()),
                                                                    t.quantized->inputScale(), t.quantized->method()));
+        } else if (t.fp8) {
+            model.setCompressed(layer, std::make_shared<Fp8Linear>(distill::requantizeFp8(w, t.fp8->fp8Weight().scales),
+                                                                   t.fp8->dynamicActivations()));
+        } else if (t.w8a8) {
+            model.setCompressed(layer, std::make_shared<W8A8Linear>(distill::requantizeInt8(w, t.w8a8->int8Weight().scales),
+                                                                    t.w8a8->smoothing()));
         } else {
             model.replaceTensor(t.name, w.to(t.storage));
         }

@@ -15,20 +15,25 @@ namespace cwb {
 
 class Model;
 class IntLinear;
+class Fp8Linear;
+class W8A8Linear;
 
 struct TrainedTensor {
     std::string name;                          // model tensor name ("model.layers.0.mlp.up_proj.weight")
     at::Tensor latent;                         // fp32 leaf on the device, requires grad
     at::Tensor mask;                           // 1 where the weight may be non-zero; undefined: none
     std::shared_ptr<const IntLinear> quantized;   // the layer's integer form (grid kept); null: dense
+    std::shared_ptr<const Fp8Linear> fp8;         // or its FP8 form (scales kept)
+    std::shared_ptr<const W8A8Linear> w8a8;       // or its SmoothQuant form (scales and smoothing kept)
     at::ScalarType storage = at::kFloat;       // precision of the dense tensor in the model
     at::Tensor m, v;                           // AdamW moments
 };
 
 class StudentTensors {
 public:
-    // Collects every tensor of the student: block tensors (and, with embeddings, the rest) become trainable;
-    // FP8/W8A8 layers and the rest stay frozen. Zeros of linear weights become masks when keepSparsity.
+    // Collects every tensor of the student: block tensors (and, with embeddings, the rest) become trainable, the
+    // rest stay frozen; integer, FP8 and W8A8 layers train on their grids. Zeros of linear weights become masks
+    // when keepSparsity.
     StudentTensors(const Model& student, const at::Device& device, bool keepSparsity, bool trainEmbeddings);
 
     // The tensors the runtime computes with (masked, fake-quantized); with grad unless in a no-grad scope.

@@ -120,7 +120,10 @@ at::Tensor fakeQuantizeFp8PerToken(const at::Tensor& x) {
     if (x.numel() == 0) return x.clone();
     at::Tensor rows = x.detach().to(at::kFloat).reshape({-1, x.size(-1)});
     at::Tensor scale = rowScales(rows);
-    return (roundToE4m3(rows / scale) * scale).reshape(x.sizes()).to(x.scalar_type());
+    at::Tensor q = (roundToE4m3(rows / scale) * scale).reshape(x.sizes()).to(x.scalar_type());
+    // Training (distillation): the rounding passes gradients through unchanged (straight-through estimator), so
+    // the layers before an FP8 layer still learn.
+    return x.requires_grad() ? x + (q - x.detach()) : q;
 }
 
 at::Tensor encodeE4m3(const at::Tensor& values) {

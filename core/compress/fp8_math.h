@@ -29,7 +29,8 @@ struct Fp8Weight {
 Fp8Weight quantizeFp8(const at::Tensor& w, bool perChannel);
 
 // Dynamic activation quantization over the last dimension: per row scale amax/448, round to E4M3,
-// dequantize. Same shape, dtype and device as x.
+// dequantize. Same shape, dtype and device as x. For an x that requires grad, the gradient passes through the
+// rounding unchanged (straight-through estimator).
 at::Tensor fakeQuantizeFp8PerToken(const at::Tensor& x);
 
 // encodeE4m3 elementwise with tensor ops (any device): uint8 codes of values already on the E4M3 grid (the

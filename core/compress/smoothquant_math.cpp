@@ -61,7 +61,9 @@ at::Tensor fakeQuantizeInt8PerToken(const at::Tensor& x) {
     if (x.numel() == 0) return x.clone();
     at::Tensor rows = x.detach().to(at::kFloat).reshape({-1, x.size(-1)});
     at::Tensor scale = int8RowScales(rows);
-    return (roundToInt8Grid(rows, scale) * scale).reshape(x.sizes()).to(x.scalar_type());
+    at::Tensor q = (roundToInt8Grid(rows, scale) * scale).reshape(x.sizes()).to(x.scalar_type());
+    // Training (distillation): straight-through estimator, so the layers before a W8A8 layer still learn.
+    return x.requires_grad() ? x + (q - x.detach()) : q;
 }
 
 void quantizeInt8PerToken(const at::Tensor& x, at::Tensor& codes, at::Tensor& scales) {

@@ -9,8 +9,10 @@
 #include "core/compress/compressed_layers.h"
 #include "core/compress/distill_math.h"
 #include "core/compress/distill_trainer.h"
+#include "core/compress/fp8_math.h"
 #include "core/compress/method.h"
 #include "core/compress/pipeline.h"
+#include "core/compress/smoothquant_math.h"
 #include "core/io/model_format.h"
 #include "core/model/model.h"
 #include "core/runtime/transformer.h"
@@ -107,6 +109,9 @@ private slots:
     void identicalStudentHasZeroDistillationTerms();
     void masksArePreservedAndEventsReported();
     void qatStudentStaysOnItsGrid();
+    void activationQuantizersPassGradients();
+    void eightBitStudentsTrainOnTheirGrid_data();
+    void eightBitStudentsTrainOnTheirGrid();
     void shallowerStudentApproachesTheTeacher();
     void methodCutsAShallowerStudent();
     void resumeEqualsUninterruptedRun();
@@ -292,6 +297,89 @@ void TestDistillation::qatStudentStaysOnItsGrid() {
         movedLevels += (levels != b->quantized().levels()).sum().item<int64_t>();
     }
     QVERIFY(movedLevels > 0);
+}
+
+void TestDistillation::activationQuantizersPassGradients() {
+    // FP8 (dynamic) and W8A8 layers quantize their inputs per token; in training the rounding must pass the
+    // gradient on, or the layers before them stop learning through that branch.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    const at::Tensor weights = at::arange(24, at::kFloat).view({3, 8});
+    for (int kind = 0; kind < 2; ++kind) {
+        at::Tensor x = at::randn({3, 8}, gen).set_requires_grad(true);
+        at::Tensor q = kind == 0 ? quant::fakeQuantizeFp8PerToken(x) : quant::fakeQuantizeInt8PerToken(x);
+        // Forward: the quantized values, the same as without grad.
+        QVERIFY(at::equal(q.detach(), kind == 0 ? quant::fakeQuantizeFp8PerToken(x.detach()) : quant::fakeQuantizeInt8PerToken(x.detach())));
+        QVERIFY(!at::equal(q.detach(), x.detach()));
+        (q * weights).sum().backward();
+        QVERIFY2(x.grad().defined() && at::equal(x.grad(), weights), kind == 0 ? "fp8" : "int8");
+    }
+    // Fixed-scale weight quantizers: forward on the grid, backward identity; requantizing gives the same grid values.
+    at::Tensor w = at::randn({4, 16}, gen);
+    const quant::Fp8Weight fp8 = quant::quantizeFp8(w, true);
+    at::Tensor latent = (w + 0.01).set_requires_grad(true);
+    at::Tensor f = distill::fakeQuantizeFp8(latent, fp8.scales);
+    f.sum().backward();
+    QVERIFY(at::equal(latent.grad(), at::ones_like(w)));
+    QVERIFY(at::equal(f.detach(), distill::requantizeFp8(w + 0.01, fp8.scales).dequantize()));
+    QVERIFY(at::equal(distill::requantizeFp8(w, fp8.scales).codes, fp8.codes));   // the grid's own values stay put
+    const quant::Int8Weight int8 = quant::quantizeInt8PerChannel(w);
+    QVERIFY(at::equal(distill::requantizeInt8(w, int8.scales).q, int8.q));
+    QVERIFY(at::equal(distill::fakeQuantizeInt8(w + 0.5, int8.scales).detach(), distill::requantizeInt8(w + 0.5, int8.scales).dequantize()));
+}
+
+void TestDistillation::eightBitStudentsTrainOnTheirGrid_data() {
+    QTest::addColumn<QString>("quantize");
+    QTest::newRow("fp8 per channel, dynamic activations") << R"({"method":"quantize.fp8","params":{"scale":"channel","activations":"dynamic"}})";
+    QTest::newRow("fp8 per tensor") << R"({"method":"quantize.fp8","params":{"scale":"tensor"}})";
+    QTest::newRow("smoothquant w8a8") << R"({"method":"quantize.smoothquant"})";
+}
+
+void TestDistillation::eightBitStudentsTrainOnTheirGrid() {
+    QFETCH(QString, quantize);
+    Loaded l;
+    // Pruned, then quantized: far enough from the teacher (the base) for distillation to have work to do.
+    const std::string prune = R"({"method":"prune.magnitude","params":{"sparsity":0.4}},)";
+    CompressionResult before = compressModel(*l.model, recipe(R"({"steps":[)" + prune + quantize.toStdString() + "]}"), windows());
+    CompressionResult after = compressModel(
+        *l.model,
+        recipe(R"({"steps":[)" + prune + quantize.toStdString() +
+               R"(,{"method":"distill.kd","params":{"steps":16,"lr":0.003,"alpha":0,"temperature":1,"batch_size":4,"seq_len":16,"device":"cpu"}}]})"),
+        windows());
+    QCOMPARE(after.steps.size(), size_t(3));
+    bool noted = false;
+    for (const auto& note : after.steps[2].notes) noted = noted || note.find("FP8/W8A8 layers train on their grid") != std::string::npos;
+    QVERIFY(noted);
+    int64_t moved = 0;
+    for (const auto& layer : l.model->linearLayers()) {
+        auto a = after.model->compressed(layer);
+        auto b = before.model->compressed(layer);
+        QVERIFY2(a && b && a->kind() == b->kind(), layer.c_str());
+        if (auto fa = std::dynamic_pointer_cast<const Fp8Linear>(a)) {
+            auto fb = std::dynamic_pointer_cast<const Fp8Linear>(b);
+            QVERIFY(at::equal(fa->fp8Weight().scales, fb->fp8Weight().scales));
+            QCOMPARE(fa->dynamicActivations(), fb->dynamicActivations());
+            QVERIFY(at::isfinite(fa->weight()).all().item<bool>());   // no NaN code (0x7F/0xFF) written
+            moved += (fa->fp8Weight().codes != fb->fp8Weight().codes).sum().item<int64_t>();
+        } else {
+            auto wa = std::dynamic_pointer_cast<const W8A8Linear>(a);
+            auto wb = std::dynamic_pointer_cast<const W8A8Linear>(b);
+            QVERIFY2(wa && wb, layer.c_str());
+            QVERIFY(at::equal(wa->int8Weight().scales, wb->int8Weight().scales) && at::equal(wa->smoothing(), wb->smoothing()));
+            QVERIFY(wa->int8Weight().q.abs().max().item<int>() <= 127);
+            moved += (wa->int8Weight().q != wb->int8Weight().q).sum().item<int64_t>();
+        }
+    }
+    QVERIFY2(moved > 0, "training moved no weight off its grid point");
+    // And it learned: on held-out windows the student's KL divergence from the teacher (the base) went down.
+    const at::Tensor held = windows(4, 16, 11);
+    auto logProbs = [&](const Model& m) {
+        Transformer runtime(m);
+        return at::log_softmax(runtime.forward(held).to(at::kDouble), -1);
+    };
+    const at::Tensor teacher = logProbs(*l.model);
+    auto kl = [&](const Model& m) { return (teacher.exp() * (teacher - logProbs(m))).sum(-1).mean().item<double>(); };
+    const double klBefore = kl(*before.model), klAfter = kl(*after.model);
+    QVERIFY2(klAfter < klBefore, qPrintable(QString("KL to the teacher %1 before, %2 after").arg(klBefore).arg(klAfter)));
 }
 
 void TestDistillation::shallowerStudentApproachesTheTeacher() {
