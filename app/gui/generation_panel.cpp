@@ -122,6 +122,7 @@ bool GenerationPanel::generate() {
     params.prompt = mPrompt->text().toStdString();
     params.tokens = mTokens->value();
     const bool chat = mChat->isChecked();
+    QString notes;   // chat warnings, shown above the answers
     if (chat) {
         try {
             const ChatPrompt prompt = prepareChatPrompt(*model->tokenizer, {{"user", params.prompt}});
@@ -129,6 +130,7 @@ bool GenerationPanel::generate() {
             params.parseSpecial = true;
             params.addBos = model->tokenizer->addBosByDefault();
             params.stopIds = prompt.stopIds;
+            for (const auto& w : prompt.warnings) notes += tr("Warning: %1\n\n").arg(QString::fromStdString(w));
         } catch (const Error& e) {
             mLastError = tr("Chat: %1").arg(QString::fromStdString(e.what()));
             mLeftText->setPlainText(mLastError);
@@ -148,7 +150,7 @@ bool GenerationPanel::generate() {
         }
     });
     connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
-    connect(mJob.get(), &BackgroundJob::finished, this, [this, texts, prompt = chat ? QString() : mPrompt->text()](bool cancelled, const QString& error) {
+    connect(mJob.get(), &BackgroundJob::finished, this, [this, texts, prompt = chat ? notes : mPrompt->text()](bool cancelled, const QString& error) {
         mProgress->setVisible(false);
         mCancel->setEnabled(false);
         mGenerate->setEnabled(true);

@@ -286,13 +286,21 @@ private:
     // stop ids (a generation_config.json list) have no key, and the report says so.
     static void writeStopIds(GgufWriter& w, const TokenizerData& d, ExportReport& report) {
         TokenId eot = -1, eom = -1;
-        std::vector<TokenId> unplaced;
+        std::vector<TokenId> rest;
         for (TokenId id : d.stopIds) {
-            if (id == d.eos) continue;
-            if (eom < 0 && d.tokens.at(size_t(id)) == "<|eom_id|>") eom = id;
-            else if (eot < 0) eot = id;
-            else unplaced.push_back(id);
+            if (id == d.eos || id == eot || id == eom || std::find(rest.begin(), rest.end(), id) != rest.end()) continue;
+            const std::string& text = d.tokens.at(size_t(id));
+            if (eom < 0 && text == "<|eom_id|>") eom = id;
+            else if (eot < 0 && (text == "<|eot_id|>" || text == "<|im_end|>" || text == "<end_of_turn>" || text == "<|end|>")) eot = id;
+            else rest.push_back(id);
         }
+        // Without a known end-of-turn token, the first other stop id takes the eot key (Llama 3.1's <|end_of_text|>
+        // does not, when <|eot_id|> is there).
+        if (eot < 0 && !rest.empty()) {
+            eot = rest.front();
+            rest.erase(rest.begin());
+        }
+        const std::vector<TokenId>& unplaced = rest;
         if (eot >= 0) w.addUInt32("tokenizer.ggml.eot_token_id", uint32_t(eot));
         if (eom >= 0) w.addUInt32("tokenizer.ggml.eom_token_id", uint32_t(eom));
         if (!unplaced.empty()) {

@@ -41,7 +41,9 @@ TokenizerData readTokenizerData(const GgufFile& g) {
         const auto stop = g.metadata.find(key);
         if (stop == g.metadata.end() || !stop->second.value.is_number_integer()) continue;
         const int64_t id = stop->second.value.get<int64_t>();
-        if (id >= 0 && id < int64_t(d.tokens.size()) && id != d.eos) d.stopIds.push_back(static_cast<TokenId>(id));
+        if (id >= 0 && id < int64_t(d.tokens.size()) && id != d.eos &&
+            std::find(d.stopIds.begin(), d.stopIds.end(), static_cast<TokenId>(id)) == d.stopIds.end())
+            d.stopIds.push_back(static_cast<TokenId>(id));
     }
     const auto chat = g.metadata.find("tokenizer.chat_template");
     if (chat != g.metadata.end() && chat->second.value.is_string()) d.chatTemplate = chat->second.value.get<std::string>();

@@ -178,13 +178,22 @@ void addPackedLayer(Model& model, const QuantizedCheckpoint& q, const std::strin
     p.qzeros = part("qzeros");
     p.scales = part("scales");
     if (p.scales.dim() != 2 || p.qweight.dim() != 2) throw Error(folder, "quantized layer '" + layer + "' has tensors of the wrong rank");
+    // Packed words and group indices are integers: a float tensor there is not read by its bits (nor converted).
+    for (const auto& [tensor, what] : {std::pair<const at::Tensor&, const char*>{p.qweight, "qweight"}, {p.qzeros, "qzeros"}})
+        if (tensor.scalar_type() != at::kInt) throw Error(folder, "quantized layer '" + layer + "': " + what + " must be I32");
+    if (!at::isFloatingType(p.scales.scalar_type())) throw Error(folder, "quantized layer '" + layer + "': scales must be F16, BF16 or F32");
     const int64_t rows = p.scales.size(1);
     quant::QuantizedWeight w;
     if (q.method == "gptq") {
         // in_features: g_idx has one entry per input; without it, qweight's words are taken to be full (GPTQModel
         // zero-fills a last partial word, and always writes g_idx). unpackGptq checks the shapes either way.
-        if (parts.count("g_idx")) p.gIdx = part("g_idx");
-        const int64_t cols = p.gIdx.defined() && p.gIdx.dim() == 1 ? p.gIdx.size(0) : q.bits > 0 ? p.qweight.size(0) * 32 / q.bits : 0;
+        if (parts.count("g_idx")) {
+            p.gIdx = part("g_idx");
+            if (p.gIdx.scalar_type() != at::kInt || p.gIdx.dim() != 1 || p.gIdx.numel() == 0)
+                throw Error(folder, "quantized layer '" + layer + "': g_idx must be a non-empty 1-D I32 tensor");
+        }
+        const int64_t cols = p.gIdx.defined() ? p.gIdx.size(0) : q.bits > 0 ? p.qweight.size(0) * 32 / q.bits : 0;
+        if (cols <= 0) throw Error(folder, "quantized layer '" + layer + "' has no input features");
         w = layouts::unpackGptq(p, q.bits, q.groupSize, q.symmetric, rows, cols, folder + " (" + layer + ")");
     } else {
         if (q.bits != 4) throw Error(folder, "AWQ checkpoints with " + std::to_string(q.bits) + " bits are not supported (4)");

@@ -75,7 +75,10 @@ GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const Ge
         logits = model.forward(at::full({1, 1}, static_cast<int64_t>(next), at::kLong), cache.get());
     }
     if (!result.generatedIds.empty()) result.decodeSecondsPerToken = secondsSince(t1) / double(result.generatedIds.size());
-    result.text = tokenizer.decode(result.generatedIds);
+    // The stop token is not part of the answer (some vocabularies type end-of-turn tokens as text, which decode keeps).
+    std::vector<TokenId> answer = result.generatedIds;
+    if (result.stopped) answer.pop_back();
+    result.text = tokenizer.decode(answer);
     if (feedback) feedback->setProgress(1.0);
     return result;
 }

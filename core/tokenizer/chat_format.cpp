@@ -16,7 +16,8 @@ std::string trimmed(const std::string& s) {
 }
 
 struct Conversation {
-    std::string system;               // empty when none
+    bool hasSystem = false;
+    std::string system;
     std::vector<ChatMessage> turns;   // user and assistant, alternating, starting with user
 };
 
@@ -27,6 +28,7 @@ Conversation split(const std::vector<ChatMessage>& messages) {
     Conversation c;
     size_t i = 0;
     if (messages[0].role == "system") {
+        c.hasSystem = true;
         c.system = messages[0].content;
         ++i;
     }
@@ -49,20 +51,33 @@ Conversation split(const std::vector<ChatMessage>& messages) {
 
 // Formats without a system role put it before the first user message.
 void mergeSystemIntoFirstTurn(Conversation& c) {
-    if (c.system.empty()) return;
+    if (!c.hasSystem) return;
     c.turns.front().content = c.system + "\n\n" + c.turns.front().content;
+    c.hasSystem = false;
     c.system.clear();
 }
 
 } // namespace
 
 ChatFormat detectChatFormat(const std::string& t) {
+    // Relatives that share a marker but write other text are left Unknown (the caller is asked to name a format)
+    // rather than rendered wrongly: Phi-4 (<|im_sep|>), GLM-4 ([gMASK]), Mistral v3/v7 and tekken.
+    if (has(t, "<|im_sep|>") || has(t, "[gMASK]")) return ChatFormat::Unknown;
     if (has(t, "<|im_start|>")) return ChatFormat::ChatMl;
     if (has(t, "<|start_header_id|>")) return ChatFormat::Llama3;
     if (has(t, "<start_of_turn>")) return ChatFormat::Gemma;
-    if (has(t, "<|user|>") && has(t, "<|end|>")) return ChatFormat::Phi3;
-    if (has(t, "<|user|>")) return ChatFormat::Zephyr;
-    if (has(t, "[INST]")) return has(t, "<<SYS>>") ? ChatFormat::Llama2 : ChatFormat::Mistral;
+    // Phi-3 puts a newline after each role marker (Phi-4-mini, with the same markers, does not).
+    const bool newlineAfterRole = has(t, "|>\n") || has(t, "|>\\n") || has(t, "|>' + '\n'") || has(t, "|>' + '\\n'");
+    if (has(t, "<|user|>") && has(t, "<|end|>")) return newlineAfterRole ? ChatFormat::Phi3 : ChatFormat::Unknown;
+    if (has(t, "<|user|>")) return newlineAfterRole && has(t, "eos_token") ? ChatFormat::Zephyr : ChatFormat::Unknown;
+    if (has(t, "[INST]")) {
+        if (has(t, "<<SYS>>")) return ChatFormat::Llama2;
+        // Mistral's first template: '[INST] ' + content + ' [/INST]'. Later ones differ in spacing and system
+        // placement ([/INST] without a space, ' [INST] ' with one, [SYSTEM_PROMPT], [AVAILABLE_TOOLS]).
+        const bool v1 = has(t, "'[INST] '") && has(t, "' [/INST]'");
+        const bool later = has(t, "[SYSTEM_PROMPT]") || has(t, "[AVAILABLE_TOOLS]") || has(t, "' [INST] '");
+        return v1 && !later ? ChatFormat::Mistral : ChatFormat::Unknown;
+    }
     return ChatFormat::Unknown;
 }
 
@@ -90,19 +105,20 @@ ChatFormat chatFormatFromName(const std::string& name) {
     return ChatFormat::Unknown;
 }
 
-std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages) {
+std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages, const std::string& bos,
+                       const std::string& eos) {
     Conversation c = split(messages);
     std::string out;
     switch (format) {
     case ChatFormat::ChatMl:
-        if (!c.system.empty()) out += "<|im_start|>system\n" + c.system + "<|im_end|>\n";
+        if (c.hasSystem) out += "<|im_start|>system\n" + c.system + "<|im_end|>\n";
         for (const auto& m : c.turns) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
         return out + "<|im_start|>assistant\n";
     case ChatFormat::Llama3: {
         auto turn = [](const std::string& role, const std::string& content) {
             return "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + trimmed(content) + "<|eot_id|>";
         };
-        if (!c.system.empty()) out += turn("system", c.system);
+        if (c.hasSystem) out += turn("system", c.system);
         for (const auto& m : c.turns) out += turn(m.role, m.content);
         return out + "<|start_header_id|>assistant<|end_header_id|>\n\n";
     }
@@ -113,23 +129,23 @@ std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messag
             const auto& m = c.turns[i];
             if (m.role == "user") {
                 std::string content = m.content;
-                if (i == 0 && !c.system.empty()) content = "<<SYS>>\n" + c.system + "\n<</SYS>>\n\n" + content;
-                out += (i == 0 ? "" : "<s>") + std::string("[INST] ") + trimmed(content) + " [/INST]";
+                if (i == 0 && c.hasSystem) content = "<<SYS>>\n" + c.system + "\n<</SYS>>\n\n" + content;
+                out += (i == 0 ? "" : bos) + "[INST] " + trimmed(content) + " [/INST]";
             } else {
-                out += " " + trimmed(m.content) + " </s>";
+                out += " " + trimmed(m.content) + " " + eos;
             }
         }
         return out;
     case ChatFormat::Mistral:
         mergeSystemIntoFirstTurn(c);
-        for (const auto& m : c.turns) out += m.role == "user" ? "[INST] " + m.content + " [/INST]" : m.content + "</s>";
+        for (const auto& m : c.turns) out += m.role == "user" ? "[INST] " + m.content + " [/INST]" : m.content + eos;
         return out;
     case ChatFormat::Zephyr:
-        if (!c.system.empty()) out += "<|system|>\n" + c.system + "</s>\n";
-        for (const auto& m : c.turns) out += "<|" + m.role + "|>\n" + m.content + "</s>\n";
+        if (c.hasSystem) out += "<|system|>\n" + c.system + eos + "\n";
+        for (const auto& m : c.turns) out += "<|" + m.role + "|>\n" + m.content + eos + "\n";
         return out + "<|assistant|>\n";
     case ChatFormat::Phi3:
-        if (!c.system.empty()) out += "<|system|>\n" + c.system + "<|end|>\n";
+        if (c.hasSystem) out += "<|system|>\n" + c.system + "<|end|>\n";
         for (const auto& m : c.turns) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
         return out + "<|assistant|>\n";
     case ChatFormat::Gemma:
@@ -137,7 +153,7 @@ std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messag
         for (size_t i = 0; i < c.turns.size(); ++i) {
             const auto& m = c.turns[i];
             out += "<start_of_turn>" + std::string(m.role == "assistant" ? "model" : "user") + "\n" +
-                   (i == 0 && !c.system.empty() ? c.system + "\n\n" : std::string()) + trimmed(m.content) + "<end_of_turn>\n";
+                   (i == 0 && c.hasSystem ? c.system + "\n\n" : std::string()) + trimmed(m.content) + "<end_of_turn>\n";
         }
         return out + "<start_of_turn>model\n";
     case ChatFormat::Unknown: break;
@@ -174,14 +190,24 @@ ChatPrompt prepareChatPrompt(const Tokenizer& tokenizer, const std::vector<ChatM
         if (prompt.format == ChatFormat::Unknown)
             throw Error("the model's chat template is not one cwb recognises; name a chat format: " + namesList());
     }
-    prompt.text = renderChat(prompt.format, messages);
-    for (const std::string& end : chatTurnEndTokens(prompt.format)) {
+    // Formats that write BOS and EOS between turns write the model's own (Llama 2's <s>, StableLM-Zephyr's
+    // <|endoftext|>).
+    auto text = [&](TokenId id, const char* fallback) {
+        return vocabulary && id >= 0 && size_t(id) < vocabulary->tokens.size() ? vocabulary->tokens[size_t(id)] : std::string(fallback);
+    };
+    prompt.text = renderChat(prompt.format, messages, text(tokenizer.bos(), "<s>"), text(tokenizer.eos(), "</s>"));
+    const std::vector<std::string> ends = chatTurnEndTokens(prompt.format);
+    for (const std::string& end : ends) {
         const TokenId id = vocabulary ? idOf(*vocabulary, end) : -1;
         if (id >= 0) prompt.stopIds.push_back(id);
     }
-    if (prompt.stopIds.empty())
-        prompt.warnings.push_back("the vocabulary has no " + chatTurnEndTokens(prompt.format).front() + " token: the " +
-                                  chatFormatName(prompt.format) + " format may not be this model's, and only EOS ends the answer");
+    if (!vocabulary)
+        prompt.warnings.push_back("this tokenizer (" + tokenizer.kind() + ") has no control tokens to parse: the " +
+                                  chatFormatName(prompt.format) + " markers are tokenized as text");
+    else if (ends.empty() ? tokenizer.eos() < 0 : prompt.stopIds.empty())
+        prompt.warnings.push_back("the vocabulary has no " + (ends.empty() ? std::string("EOS") : ends.front()) + " token: the " +
+                                  chatFormatName(prompt.format) + " format may not be this model's" +
+                                  (tokenizer.eos() >= 0 ? ", and only EOS ends the answer" : ""));
     return prompt;
 }
 
@@ -193,7 +219,7 @@ std::vector<std::string> chatTurnEndTokens(ChatFormat format) {
     case ChatFormat::Gemma: return {"<end_of_turn>"};
     case ChatFormat::Llama2:
     case ChatFormat::Mistral:
-    case ChatFormat::Zephyr: return {"</s>"};
+    case ChatFormat::Zephyr:   // these end a turn with the model's EOS
     case ChatFormat::Unknown: break;
     }
     return {};

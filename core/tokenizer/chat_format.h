@@ -1,7 +1,8 @@
 #pragma once
 // Chat prompts for instruction-tuned models. cwb has no Jinja interpreter: as llama.cpp does, it recognises the
 // common chat formats by the markers their templates write, and renders those formats itself. A template it does
-// not recognise is reported, and the caller may name a format instead.
+// not recognise (or a relative that shares markers but writes other text: Phi-4, GLM-4, Mistral's later templates)
+// is reported, and the caller may name a format instead. Mistral here is its first template, v0.1.
 #include <string>
 #include <vector>
 
@@ -26,13 +27,16 @@ std::string chatFormatName(ChatFormat format);
 ChatFormat chatFormatFromName(const std::string& name);
 std::vector<std::string> chatFormatNames();
 
-// The conversation in the format, ending with the opening of the assistant's turn. The BOS token is not written:
-// the tokenizer adds it where the model's settings ask for it. No default system message is added (some templates,
+// The conversation in the format, ending with the opening of the assistant's turn. The leading BOS is not written:
+// the tokenizer adds it where the model's settings ask for it; `bos` and `eos` are the texts of the model's BOS and
+// EOS, which Llama 2, Mistral and Zephyr write between turns. No default system message is added (some templates,
 // e.g. Qwen2's, insert one; pass it as a "system" message to match them). Throws cwb::Error for an Unknown format,
 // an unknown role or an empty conversation.
-std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages);
+std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages, const std::string& bos = "<s>",
+                       const std::string& eos = "</s>");
 
-// Token texts that end an assistant turn in the format ("<|im_end|>", "<|eot_id|>", …), besides the model's EOS.
+// Token texts that end an assistant turn in the format ("<|im_end|>", "<|eot_id|>", …); empty for the formats that
+// end it with the model's EOS (Llama 2, Mistral, Zephyr).
 std::vector<std::string> chatTurnEndTokens(ChatFormat format);
 
 // A chat prompt ready for generate(): encode it with encodeWithSpecialTokens and the tokenizer's own BOS setting,

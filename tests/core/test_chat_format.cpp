@@ -73,6 +73,13 @@ void TestChatFormat::detectsFormats_data() {
     QTest::newRow("phi3") << "{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}" << "phi3";
     QTest::newRow("gemma") << "{{ '<start_of_turn>' + role + '\\n' }}" << "gemma";
     QTest::newRow("unknown") << "{{ '### Human: ' + message['content'] }}" << "unknown";
+    // Relatives sharing a marker but writing other text: left to the caller to name, not rendered wrongly.
+    QTest::newRow("phi4 (<|im_sep|>)") << "{{'<|im_start|>' + message['role'] + '<|im_sep|>' + message['content'] + '<|im_end|>'}}" << "unknown";
+    QTest::newRow("glm4 ([gMASK])") << "[gMASK]<sop>{{ '<|user|>\n' + message['content'] }}" << "unknown";
+    QTest::newRow("phi4-mini (no newline after the role)") << "{{ '<|user|>' + message['content'] + '<|end|>' }}" << "unknown";
+    QTest::newRow("mistral v3 ([/INST] without a space)") << "{{ '[INST] ' + message['content'] + '[/INST]' }}" << "unknown";
+    QTest::newRow("mistral v1 (' [INST] ')") << "{{ ' [INST] ' + message['content'] + ' [/INST]' }}" << "unknown";
+    QTest::newRow("mistral v7 ([SYSTEM_PROMPT])") << "{{ '[SYSTEM_PROMPT]' + s + '[/SYSTEM_PROMPT]' + '[INST] ' + c + ' [/INST]' }}" << "unknown";
 }
 
 void TestChatFormat::detectsFormats() {
@@ -151,6 +158,14 @@ void TestChatFormat::preparesPromptFromTheTemplate() {
     QVERIFY(llama3.stopIds.empty());
     QCOMPARE(int(llama3.warnings.size()), 1);
     QVERIFY(QString::fromStdString(llama3.warnings[0]).contains("<|eot_id|>"));
+
+    // Formats that end turns with EOS write the model's own EOS text (here <|endoftext|>, as StableLM-Zephyr's), and
+    // the tokenizer's EOS stops them; an empty system message is still a system message.
+    const ChatPrompt zephyr = prepareChatPrompt(*tokenizer, {{"system", ""}, {"user", "x"}}, ChatFormat::Zephyr);
+    QCOMPARE(QString::fromStdString(zephyr.text), QString("<|system|>\n<|endoftext|>\n<|user|>\nx<|endoftext|>\n<|assistant|>\n"));
+    QVERIFY(zephyr.stopIds.empty() && zephyr.warnings.empty());
+    QCOMPARE(QString::fromStdString(renderChat(ChatFormat::ChatMl, {{"system", ""}, {"user", "x"}})),
+             QString("<|im_start|>system\n<|im_end|>\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"));
 
     // No template, or one cwb does not know, and no format named: refused with the names to choose from.
     TokenizerData none = chatMlVocabulary();

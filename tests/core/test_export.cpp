@@ -18,6 +18,7 @@
 #include "core/export/quant_layouts.h"
 #include "core/io/gguf_file.h"
 #include "core/io/model_format.h"
+#include "core/io/safetensors.h"
 #include "core/model/model_info.h"
 #include "core/runtime/transformer.h"
 #include "core/tokenizer/hf_tokenizer_writer.h"
@@ -98,6 +99,8 @@ private slots:
     void ggufBlockBytes();
     void gptqThreeBitWords();
     void gptqPartialWords();
+    void hostilePackedTensors_data();
+    void hostilePackedTensors();
     void denseRoundTrip_data();
     void denseRoundTrip();
     void packedRoundTrip_data();
@@ -232,6 +235,86 @@ void TestExport::gptqPartialWords() {
     QVERIFY(at::equal(back.zeros, w.zeros));
     // The in_features the reader is told must match the words: 17 inputs need 3 words, not 2.
     QVERIFY_THROWS_EXCEPTION(Error, layouts::unpackGptq(p, 4, -1, true, 12, 17, "test"));
+
+    // Not square, and 8 bits: 6 outputs × 13 inputs (4 words of 4 inputs, the last holding one), 6 zeros in 2 words.
+    quant::QuantizedWeight b;
+    b.spec.bits = 8;
+    b.spec.symmetric = true;
+    b.spec.groupSize = -1;
+    b.rows = 6;
+    b.cols = 13;
+    const at::Tensor in = at::arange(13, at::kInt), out = at::arange(6, at::kInt);
+    b.packed = quant::packLevels(in.unsqueeze(0) + 16 * out.unsqueeze(1), 8);   // level[o][i] = 16o + i
+    b.scales = at::ones({6, 1});
+    b.zeros = at::full({6, 1}, 128, at::kInt);
+    b.groupIndex = quant::defaultGroupIndex(13, -1);
+    const layouts::PackedLayer pb = layouts::packGptq(b);
+    QCOMPARE(pb.qweight.sizes().vec(), (std::vector<int64_t>{4, 6}));
+    QCOMPARE(pb.qzeros.sizes().vec(), (std::vector<int64_t>{1, 2}));
+    QCOMPARE(word(pb.qweight, 0, 1), 0x13121110u);   // output 1, inputs 0..3
+    QCOMPARE(word(pb.qweight, 3, 5), 0x0000005cu);   // output 5, input 12 alone
+    QCOMPARE(word(pb.qzeros, 0, 1), 0x00007f7fu);    // zeros 4 and 5 (128 stored as 127)
+    const quant::QuantizedWeight bb = layouts::unpackGptq(pb, 8, -1, true, 6, 13, "test");
+    QVERIFY(at::equal(bb.levels(), b.levels()));
+    QVERIFY(at::equal(bb.zeros, b.zeros));
+}
+
+void TestExport::hostilePackedTensors_data() {
+    QTest::addColumn<QString>("tensor");   // the part replaced in model.layers.0.mlp.down_proj
+    QTest::addColumn<QString>("change");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("g_idx as F32") << "g_idx" << "f32" << "g_idx must be a non-empty 1-D I32 tensor";
+    QTest::newRow("g_idx 2-D") << "g_idx" << "2d" << "g_idx must be a non-empty 1-D I32 tensor";
+    QTest::newRow("g_idx empty") << "g_idx" << "empty" << "g_idx must be a non-empty 1-D I32 tensor";
+    QTest::newRow("g_idx longer than the words hold") << "g_idx" << "longer" << "qweight has shape";
+    QTest::newRow("qweight as F32") << "qweight" << "f32" << "qweight must be I32";
+    QTest::newRow("scales as I32") << "scales" << "i32" << "scales must be F16, BF16 or F32";
+}
+
+void TestExport::hostilePackedTensors() {
+    QFETCH(QString, tensor);
+    QFETCH(QString, change);
+    QFETCH(QString, expected);
+    QTemporaryDir dir;
+    auto base = syntheticModel(dir.path(), "hf-odd");
+    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
+    const std::string folder = (dir.path() + "/gptq").toStdString();
+    exportModel(*variant, "gptq", folder, {});
+    const std::string file = folder + "/model.safetensors";
+    const std::string target = "model.layers.0.mlp.down_proj." + tensor.toStdString();
+    SafetensorsWriter writer;
+    {
+        const SafetensorsFile st = SafetensorsFile::open(file);
+        for (const auto& e : st.entries) {
+            std::vector<uint8_t> bytes(e.data, e.data + e.bytes);
+            std::vector<int64_t> shape = e.shape;
+            ggml::Type type = e.type;
+            if (e.name == target) {
+                if (change == "f32" || change == "i32") type = change == "f32" ? ggml::Type::F32 : ggml::Type::I32;   // same width
+                if (change == "i32" && e.type != ggml::Type::F32) {   // fp16 scales: widen to 4 bytes a value
+                    type = ggml::Type::I32;
+                    bytes.assign(bytes.size() * 2, 0);
+                }
+                if (change == "2d") shape = {1, shape[0]};
+                if (change == "empty") {
+                    shape = {0};
+                    bytes.clear();
+                }
+                if (change == "longer") {
+                    shape[0] += 8;
+                    bytes.resize(bytes.size() + 8 * 4, 0);
+                }
+            }
+            writer.add(e.name, type, shape, std::move(bytes));
+        }
+    }
+    writer.write(file);
+    try {
+        loadModel(folder);
+        QFAIL("the damaged checkpoint loaded");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains(expected) && QString(e.what()).contains(QString::fromStdString(folder)), e.what());
+    }
 }
 
 void TestExport::denseRoundTrip_data() {
