@@ -31,11 +31,8 @@ int runGenerate(const std::vector<std::string>& args) {
         ChatFormat format = ChatFormat::Unknown;
         if (a.has("chat-format")) {
             format = chatFormatFromName(a.value("chat-format"));
-            if (format == ChatFormat::Unknown) {
-                std::string names;
-                for (const auto& n : chatFormatNames()) names += (names.empty() ? "" : ", ") + n;
-                throw Error("unknown --chat-format '" + a.value("chat-format") + "' (" + names + ")");
-            }
+            if (format == ChatFormat::Unknown)
+                throw Error("unknown --chat-format '" + a.value("chat-format") + "' (" + chatFormatNameList() + ")");
         }
         std::vector<ChatMessage> messages;
         if (a.has("system")) messages.push_back({"system", a.value("system")});

@@ -83,6 +83,12 @@ ChatFormat detectChatFormat(const std::string& t) {
 
 std::vector<std::string> chatFormatNames() { return {"chatml", "llama3", "llama2", "mistral", "zephyr", "phi3", "gemma"}; }
 
+std::string chatFormatNameList() {
+    std::string names;
+    for (const auto& n : chatFormatNames()) names += (names.empty() ? "" : ", ") + n;
+    return names;
+}
+
 std::string chatFormatName(ChatFormat format) {
     switch (format) {
     case ChatFormat::ChatMl: return "chatml";
@@ -163,12 +169,6 @@ std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messag
 
 namespace {
 
-std::string namesList() {
-    std::string names;
-    for (const auto& n : chatFormatNames()) names += (names.empty() ? "" : ", ") + n;
-    return names;
-}
-
 TokenId idOf(const TokenizerData& vocabulary, const std::string& text) {
     for (size_t i = 0; i < vocabulary.tokens.size(); ++i)
         if (vocabulary.tokens[i] == text) return TokenId(i);
@@ -185,10 +185,10 @@ ChatPrompt prepareChatPrompt(const Tokenizer& tokenizer, const std::vector<ChatM
         const std::string jinja = vocabulary ? vocabulary->chatTemplate : std::string();
         if (jinja.empty())
             throw Error("the model has no chat template (GGUF tokenizer.chat_template, or chat_template in "
-                        "tokenizer_config.json); name a chat format: " + namesList());
+                        "tokenizer_config.json); name a chat format: " + chatFormatNameList());
         prompt.format = detectChatFormat(jinja);
         if (prompt.format == ChatFormat::Unknown)
-            throw Error("the model's chat template is not one cwb recognises; name a chat format: " + namesList());
+            throw Error("the model's chat template is not one cwb recognises; name a chat format: " + chatFormatNameList());
     }
     // Formats that write BOS and EOS between turns write the model's own (Llama 2's <s>, StableLM-Zephyr's
     // <|endoftext|>).

@@ -26,6 +26,7 @@ std::string chatFormatName(ChatFormat format);
 // Unknown for a name that is none of those.
 ChatFormat chatFormatFromName(const std::string& name);
 std::vector<std::string> chatFormatNames();
+std::string chatFormatNameList();   // "chatml, llama3, …", for messages
 
 // The conversation in the format, ending with the opening of the assistant's turn. The leading BOS is not written:
 // the tokenizer adds it where the model's settings ask for it; `bos` and `eos` are the texts of the model's BOS and
