@@ -522,6 +522,9 @@ int64_t deviceMemoryUsedBytes() {
     }
 }
 
+int kernelDispatchCapability() { return kernels::deviceCapability(); }
+int kernelCapabilityCeiling() { return kernels::deviceCapabilityCeiling(); }
+
 #else  // no CUDA kernels in this build
 
 class NativeWorkspace {};
@@ -543,6 +546,8 @@ std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear&, at::D
 bool nativeKernelsBuilt() { return false; }
 
 int64_t deviceMemoryUsedBytes() { return -1; }
+int kernelDispatchCapability() { return 0; }
+int kernelCapabilityCeiling() { return 0; }
 
 #endif
 

@@ -2,6 +2,7 @@
 #include <atomic>
 
 #include "cuda_check.h"
+#include "cwb/kernels/device_info.h"
 #include "cwb/kernels/env_setting.h"
 #include "dependent_launch.cuh"
 
@@ -36,16 +37,7 @@ bool programmaticDependentLaunchSupported() { return detail::hopperOrLater(); }
 
 namespace detail {
 
-bool hopperOrLater() {
-    static std::atomic<int> cached[64];   // 0: not asked yet, 1: no, 2: yes
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return false;
-    if (device >= 0 && device < 64 && cached[device].load() != 0) return cached[device].load() == 2;
-    int major = 0;
-    const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
-    if (device >= 0 && device < 64) cached[device].store(yes ? 2 : 1);
-    return yes;
-}
+bool hopperOrLater() { return deviceCapability() >= 90; }
 
 bool useDependentLaunch() {
     if (!programmaticDependentLaunch() || !hopperOrLater()) return false;

@@ -10,6 +10,7 @@
 #include "cublaslt_objects.h"
 #include "cuda_check.h"
 #include "cwb/kernels/act_quant.h"
+#include "cwb/kernels/device_info.h"
 #include "cwb/kernels/fp8_gemm.h"
 
 namespace cwb::kernels {
@@ -83,13 +84,7 @@ void checkArguments(const float* xScale, const float* wScale, int64_t m, int64_t
 
 } // namespace
 
-bool fp8GemmSupported() {
-    int device = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-    return major > 8 || (major == 8 && minor >= 9);
-}
+bool fp8GemmSupported() { return deviceCapability() >= 89; }
 
 struct Fp8Gemm::State {
     cublasLtHandle_t handle = nullptr;

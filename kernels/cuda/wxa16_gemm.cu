@@ -6,6 +6,7 @@
 
 #include "cuda_check.h"
 #include "cwb/kernels/decode_ops.h"
+#include "cwb/kernels/device_info.h"
 #include "cwb/kernels/env_setting.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #include "w4_small_m_kernel.cuh"
@@ -171,15 +172,7 @@ std::string wxa16StreamConfigName(int index) {
                                    : "");
 }
 
-bool wxa16TmaAvailable() {  // cached per device: the launcher asks on every call
-    static int known[64] = {};  // 0: not asked yet, 1: no, 2: yes
-    int device = 0, major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return false;
-    if (device < 64 && known[device]) return known[device] == 2;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) major = 0;
-    if (device < 64) known[device] = major >= 9 ? 2 : 1;
-    return major >= 9;
-}
+bool wxa16TmaAvailable() { return deviceCapability() >= 90; }
 
 bool wxa16TmaClusterReduce() { return detail::tmaClusterSlot().load(std::memory_order_relaxed); }
 void wxa16SetTmaClusterReduce(bool cluster) { detail::tmaClusterSlot().store(cluster, std::memory_order_relaxed); }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../kernels/kernel_check.h"
+#include "cwb/kernels/device_info.h"
 #include "cwb/kernels/kernel_types.h"
 
 namespace cwb::kernels::testing {
@@ -74,11 +75,21 @@ size_t differences(const std::vector<V>& a, const std::vector<V>& b) {
 }
 
 // True (after saying so) when no CUDA device is visible: the test then exits 77, which CTest counts as skipped.
+// Otherwise prints the device and the capability the kernels dispatch for (lower under CWB_CUDA_CAPABILITY).
 inline bool noCudaDevice() {
     int devices = 0;
-    if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) return false;
-    std::printf("SKIP: no CUDA device\n");
-    return true;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        std::printf("SKIP: no CUDA device\n");
+        return true;
+    }
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+        const int dispatch = deviceCapability();
+        std::printf("device: %s (compute capability %d.%d); kernels dispatch for %d.%d%s\n", prop.name, prop.major,
+                    prop.minor, dispatch / 10, dispatch % 10,
+                    dispatch != 10 * prop.major + prop.minor ? " (CWB_CUDA_CAPABILITY)" : "");
+    }
+    return false;
 }
 
 } // namespace cwb::kernels::testing

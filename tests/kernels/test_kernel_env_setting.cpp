@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cwb/kernels/decode_ops.h"
+#include "cwb/kernels/device_info.h"
 #include "cwb/kernels/env_setting.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #include "kernel_check.h"
@@ -87,6 +88,15 @@ int main() {
     check(wxa16SmallKernel() == W4SmallKernel::Tma, "CWB_W4_KERNEL=tma is read");
     setenv("CWB_W8_KERNEL", "fast", 1);
     check(mentions(settingError([] { wxa16W8Kernel(); }), {"CWB_W8_KERNEL", "old or stream"}), "CWB_W8_KERNEL=fast is refused");
+    // The capability ceiling: a value that is not a capability the kernels can run at is refused at every read, so a
+    // check meant for sm_80 never runs the sm_90 paths quietly.
+    for (const char* bad : {"8.0", "75", "sm_80", "151"}) {
+        setenv("CWB_CUDA_CAPABILITY", bad, 1);
+        check(mentions(settingError([] { deviceCapabilityCeiling(); }), {"CWB_CUDA_CAPABILITY", bad, "from 80 to 150"}),
+              (std::string("CWB_CUDA_CAPABILITY=") + bad + " is refused").c_str());
+    }
+    setenv("CWB_CUDA_CAPABILITY", "80", 1);
+    check(deviceCapabilityCeiling() == 80, "CWB_CUDA_CAPABILITY=80 sets the ceiling to 8.0");
     setenv("CWB_ATTENTION_HEAD_PARTS", "off", 1);
     check(!decodeAttentionHeadParts(), "CWB_ATTENTION_HEAD_PARTS=off turns the head parts off");
     return finish();
