@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "app/cli/arguments.h"
@@ -57,7 +58,17 @@ int create(const std::vector<std::string>& args) {
     ModelReference ref;
     ref.path = modelPath;
     ref.format = model->format;
-    ref.hash = std::filesystem::is_directory(modelPath) ? hashFolder(modelPath) : hashFile(modelPath);
+    // Hashing reads every byte (seconds per GB): progress on stderr every 10% for models past 256 MiB.
+    CallbackFeedback hashing;
+    if (fileBytes(modelPath) > (uint64_t(256) << 20)) {
+        auto shown = std::make_shared<int>(-1);
+        hashing.progressCallback = [shown](double f) {
+            const int tenth = int(f * 10);
+            if (tenth != *shown) std::fprintf(stderr, "hashing the model: %d%%\n", tenth * 10);
+            *shown = tenth;
+        };
+    }
+    ref.hash = hashPath(modelPath, &hashing);
     ref.bytes = std::filesystem::is_directory(modelPath) ? 0 : fileBytes(modelPath);
     ProjectSettings s;
     s.calibration = fileReference(a.value("calib"));

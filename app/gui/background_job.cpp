@@ -39,6 +39,8 @@ BackgroundJob::~BackgroundJob() {
 void BackgroundJob::start() {
     if (isRunning()) return;
     mFeedback = std::make_unique<JobFeedback>(this);
+    if (mCancelBeforeStart) mFeedback->cancel();
+    mCancelBeforeStart = false;
     mError.clear();
     mCancelled = false;
     delete mThread;
@@ -59,6 +61,7 @@ void BackgroundJob::start() {
 
 void BackgroundJob::cancel() {
     if (mFeedback) mFeedback->cancel();
+    else mCancelBeforeStart = true;
 }
 
 bool BackgroundJob::isRunning() const { return mThread && mThread->isRunning(); }

@@ -24,6 +24,7 @@ public:
 
     QString title() const { return mTitle; }
     void start();
+    // Before start(), the next start() begins cancelled: the work stops at its first check.
     void cancel();
     bool isRunning() const;
     double progress() const;
@@ -44,6 +45,7 @@ private:
     class QThread* mThread = nullptr;
     QString mError;
     bool mCancelled = false;
+    bool mCancelBeforeStart = false;
 };
 
 } // namespace cwb

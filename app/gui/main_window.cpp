@@ -154,6 +154,7 @@ void MainWindow::createActions() {
         mCompare->cancelMeasurement();
         mCompare->generationPanel()->cancel();
         if (mExportJob) mExportJob->cancel();
+        cancelLoading();
     });
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
@@ -273,8 +274,12 @@ std::unique_ptr<ProjectDocument> MainWindow::loadInBackground(const QString& pat
     // Reading a model can take long: a worker thread does it while this thread keeps the window painting and
     // answering (a busy bar in the status bar). The call returns when the load is done, so callers see the outcome.
     auto loaded = std::make_shared<ProjectDocument::Loaded>();
-    BackgroundJob job(tr("Loading %1").arg(QFileInfo(path).fileName()), [loaded, path, isProject, recover](Feedback&) {
-        *loaded = isProject ? ProjectDocument::loadProject(path, recover) : ProjectDocument::loadModel(path);
+    BackgroundJob job(tr("Loading %1").arg(QFileInfo(path).fileName()), [loaded, path, isProject, recover](Feedback& feedback) {
+        *loaded = isProject ? ProjectDocument::loadProject(path, recover, &feedback) : ProjectDocument::loadModel(path, &feedback);
+    });
+    connect(&job, &BackgroundJob::progressChanged, this, [this, &job](double fraction) {
+        mStatus->setJob(tr("%1 (%2%)").arg(job.title()).arg(int(fraction * 100)));
+        emit loadingProgress(fraction);
     });
     QEventLoop loop;
     connect(&job, &BackgroundJob::finished, &loop, [&loop, error](bool cancelled, const QString& failure) {
@@ -283,6 +288,7 @@ std::unique_ptr<ProjectDocument> MainWindow::loadInBackground(const QString& pat
         loop.quit();
     });
     mLoading = true;
+    mLoadJob = &job;
     mStatus->setJob(job.title());
     QApplication::setOverrideCursor(Qt::BusyCursor);
     emit loadingStarted(path);
@@ -290,9 +296,14 @@ std::unique_ptr<ProjectDocument> MainWindow::loadInBackground(const QString& pat
     loop.exec();
     QApplication::restoreOverrideCursor();
     mStatus->setJob({});
+    mLoadJob = nullptr;
     mLoading = false;
     if (!error->isEmpty() || !loaded->project) return nullptr;
     return ProjectDocument::fromLoaded(std::move(*loaded));
+}
+
+void MainWindow::cancelLoading() {
+    if (mLoadJob) mLoadJob->cancel();
 }
 
 void MainWindow::openDialog(bool project) {

@@ -52,12 +52,16 @@ public:
     CompareView* compareView() const { return mCompare; }
     StatusPanel* statusPanel() const { return mStatus; }
     bool isLoading() const { return mLoading; }
+    // Stops a model or project being loaded (Run ▸ Cancel, Escape, does the same): openPath then fails with
+    // "Loading was cancelled." and the open document stays.
+    void cancelLoading();
     // Why the last openPath failed, starting with the absolute path of the file; empty after a success.
     QString lastOpenError() const { return mLastOpenError; }
 
 signals:
     void exportFinished(bool succeeded, const QString& message);
     void loadingStarted(const QString& path);   // the model is being read on a worker thread
+    void loadingProgress(double fraction);      // of the load's slow part (hashing the model's bytes)
 
 protected:
     void closeEvent(QCloseEvent* event) override;
@@ -89,6 +93,7 @@ private:
     QList<QAction*> mDocumentActions;
     std::unique_ptr<class BackgroundJob> mExportJob;
     bool mLoading = false;
+    class BackgroundJob* mLoadJob = nullptr;   // the load in progress, while mLoading
     QString mLastOpenError;
 };
 

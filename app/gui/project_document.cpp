@@ -12,6 +12,7 @@
 #include "core/model/model.h"
 #include "core/project/file_hash.h"
 #include "core/util/error.h"
+#include "core/util/feedback.h"
 
 namespace cwb {
 
@@ -42,9 +43,10 @@ ProjectDocument::~ProjectDocument() {
     if (!mTemporaryFolder.isEmpty()) QDir(mTemporaryFolder).removeRecursively();
 }
 
-ProjectDocument::Loaded ProjectDocument::loadProject(const QString& path, bool recoverAutosave) {
+ProjectDocument::Loaded ProjectDocument::loadProject(const QString& path, bool recoverAutosave, Feedback* feedback) {
     Loaded loaded;
     loaded.project = std::make_unique<Project>(recoverAutosave ? Project::recoverAutosave(absolutePath(path)) : Project::open(absolutePath(path)));
+    if (feedback) feedback->throwIfCancelled();
     try {
         loaded.model = cwb::loadModel(loaded.project->model().path);
     } catch (const Error& e) {
@@ -54,15 +56,16 @@ ProjectDocument::Loaded ProjectDocument::loadProject(const QString& path, bool r
     return loaded;
 }
 
-ProjectDocument::Loaded ProjectDocument::loadModel(const QString& modelPath) {
+ProjectDocument::Loaded ProjectDocument::loadModel(const QString& modelPath, Feedback* feedback) {
     const std::string path = absolutePath(modelPath);
     Loaded loaded;
-    loaded.model = cwb::loadModel(path);
+    loaded.model = cwb::loadModel(path);   // maps the tensors: quick; hashing every byte below is what takes long
+    if (feedback) feedback->throwIfCancelled();
     ModelReference ref;
     ref.path = path;
     ref.format = loaded.model->format;
     const bool folder = std::filesystem::is_directory(path);
-    ref.hash = folder ? hashFolder(path) : hashFile(path);
+    ref.hash = folder ? hashFolder(path, feedback) : hashFile(path, feedback);
     ref.bytes = folder ? 0 : fileBytes(path);
     ProjectSettings settings;
     settings.evalCtx = std::min<int64_t>(settings.evalCtx, loaded.model->spec.context);

@@ -18,6 +18,7 @@
 
 namespace cwb {
 
+class Feedback;
 class Model;
 
 class ProjectDocument : public QObject {
@@ -38,8 +39,10 @@ public:
         bool recovered = false;
         QString temporaryFolder;
     };
-    static Loaded loadProject(const QString& path, bool recoverAutosave = false);
-    static Loaded loadModel(const QString& modelPath);
+    // `feedback` (may be null) gets the progress of the slow part, hashing the model's bytes for the project's
+    // reference, and stops the load at its next check when cancelled (throws Cancelled).
+    static Loaded loadProject(const QString& path, bool recoverAutosave = false, Feedback* feedback = nullptr);
+    static Loaded loadModel(const QString& modelPath, Feedback* feedback = nullptr);
     static std::unique_ptr<ProjectDocument> fromLoaded(Loaded loaded);
     ~ProjectDocument() override;
 

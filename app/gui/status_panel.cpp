@@ -30,6 +30,7 @@ StatusPanel::StatusPanel(QStatusBar* bar)
 void StatusPanel::setJob(const QString& title) { mJob->setText(title.isEmpty() ? tr("idle") : tr("▶ %1").arg(title)); }
 QString StatusPanel::deviceText() const { return mDevice->text(); }
 QString StatusPanel::memoryText() const { return mMemory->text(); }
+QString StatusPanel::jobText() const { return mJob->text(); }
 
 QString StatusPanel::deviceDescription() {
     if (at::hasCUDA()) {

@@ -17,6 +17,7 @@ public:
     void setJob(const QString& title);   // empty: idle
     QString deviceText() const;
     QString memoryText() const;
+    QString jobText() const;
 
     static QString deviceDescription();   // "CPU (16 threads)" or "CUDA: NVIDIA H200"
     static double residentBytes();        // 0 when unknown

@@ -32,6 +32,8 @@ uint64_t hashContents(const std::string& path, uint64_t hash, Feedback* feedback
         if (feedback) {
             feedback->throwIfCancelled();
             if (total > 0) feedback->setProgress(double(done) / double(total));
+        } else if (interruptRequested()) {   // Ctrl-C while a command hashes a large model without a Feedback
+            throw Cancelled();
         }
     }
     if (in.bad()) throw Error(path, "read failed while hashing");

@@ -19,6 +19,7 @@
 #include "core/project/project.h"
 #include "core/project/project_schema.h"
 #include "core/util/error.h"
+#include "core/util/feedback.h"
 
 using namespace cwb;
 using nlohmann::json;
@@ -131,6 +132,7 @@ private slots:
     void hashKnownVectors_data();
     void hashKnownVectors();
     void hashFolderDependsOnNamesAndContents();
+    void hashingStopsAtAnInterrupt();
     void hashErrorsNameTheFile();
     void autosaveKeepsTheSavedFileAndRecovers();
 
@@ -504,6 +506,31 @@ void TestProject::hashKnownVectors() {
     big[1536 * 1024] = 'y';
     writeBytes(path, big);
     QVERIFY(hashFile(path.toStdString()) != before);
+}
+
+// The regression: a command hashing a model without a Feedback (project create) went on to the end of a 13 GB file
+// after Ctrl-C, since nothing checked the interrupt. Now every chunk checks it, with or without a Feedback.
+void TestProject::hashingStopsAtAnInterrupt() {
+    const QString path = file("interrupted.bin");
+    writeBytes(path, QByteArray(2 * 1024 * 1024, 'z'));
+    const std::string whole = hashFile(path.toStdString());
+    requestInterrupt(2);
+    bool stopped = false;
+    try {
+        hashFile(path.toStdString());
+    } catch (const Cancelled&) {
+        stopped = true;
+    }
+    bool folderStopped = false;
+    try {
+        hashFolder(mDir.path().toStdString());
+    } catch (const Cancelled&) {
+        folderStopped = true;
+    }
+    cwb::detail::interruptSignal.store(0);   // this process goes on with the other tests
+    QVERIFY(stopped);
+    QVERIFY(folderStopped);
+    QCOMPARE(hashFile(path.toStdString()), whole);
 }
 
 void TestProject::hashFolderDependsOnNamesAndContents() {

@@ -16,6 +16,7 @@ class TestBackgroundJob : public QObject {
 private slots:
     void reportsProgressAndLogOnTheGuiThread();
     void cancelStopsAPollingJob();
+    void cancelBeforeStartStopsAtTheFirstCheck();
     void errorsComeBackAsMessages();
 };
 
@@ -60,6 +61,29 @@ void TestBackgroundJob::cancelStopsAPollingJob() {
     QVERIFY(finished.wait(10000));
     QCOMPARE(finished.first().at(0).toBool(), true);
     QVERIFY(!job.isRunning());
+}
+
+// The regression: a cancel that came before start() (the GUI's Escape while a load was being set up) was lost, and
+// the job ran to the end.
+void TestBackgroundJob::cancelBeforeStartStopsAtTheFirstCheck() {
+    std::atomic<int> checksPassed{0};
+    BackgroundJob job("cancelled early", [&](Feedback& f) {
+        for (int i = 0; i < 100; ++i) {
+            f.throwIfCancelled();
+            ++checksPassed;
+        }
+    });
+    QSignalSpy finished(&job, &BackgroundJob::finished);
+    job.cancel();
+    job.start();
+    QVERIFY(finished.wait(10000));
+    QCOMPARE(finished.first().at(0).toBool(), true);
+    QCOMPARE(checksPassed.load(), 0);
+    // The cancel was spent on that run: the next start runs to the end.
+    job.start();
+    QVERIFY(finished.wait(10000));
+    QCOMPARE(finished.at(1).at(0).toBool(), false);
+    QCOMPARE(checksPassed.load(), 100);
 }
 
 void TestBackgroundJob::errorsComeBackAsMessages() {

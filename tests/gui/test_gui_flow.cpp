@@ -15,6 +15,7 @@
 #include "app/gui/project_document.h"
 #include "app/gui/run_view.h"
 #include "app/gui/settings_dialog.h"
+#include "app/gui/status_panel.h"
 #include "core/io/model_format.h"
 #include "core/project/project.h"
 #include "tests/support/test_paths.h"
@@ -32,6 +33,7 @@ private slots:
     void importanceHeatmapSelectsLayer();
     void openingAMissingFileFailsCleanly();
     void loadingKeepsTheWindowResponsive();
+    void loadingShowsProgressAndCanBeCancelled();
     void exportVariantFromTheWindow();
     void distillationDrawsLiveLossCurves();
 
@@ -190,6 +192,38 @@ void TestGuiFlow::loadingKeepsTheWindowResponsive() {
     QVERIFY(window.document());
     QVERIFY(!window.isLoading());
     QVERIFY(window.lastOpenError().isEmpty());
+}
+
+// The slow part of opening a model (hashing its bytes for the project's reference) reports its progress in the status
+// bar, and Run ▸ Cancel stops it: the open fails with a reason and the document already open stays. Before, the load
+// showed only its title and could not be stopped.
+void TestGuiFlow::loadingShowsProgressAndCanBeCancelled() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QList<double> progress;
+    QStringList jobTexts;
+    connect(&window, &MainWindow::loadingProgress, &window, [&](double f) {
+        progress << f;
+        jobTexts << window.statusPanel()->jobText();
+    });
+    QVERIFY(window.openPath(model, false));
+    QVERIFY(!progress.isEmpty());
+    QCOMPARE(progress.last(), 1.0);
+    QVERIFY(std::is_sorted(progress.begin(), progress.end()));
+    QVERIFY2(jobTexts.last().contains("100%"), qPrintable(jobTexts.join(" | ")));
+    const ProjectDocument* opened = window.document();
+
+    // Cancelled as the load starts (what Escape does while it runs): nothing replaces the open document.
+    QMetaObject::Connection cancelOnStart =
+        connect(&window, &MainWindow::loadingStarted, &window, [&] { window.cancelLoading(); });
+    QVERIFY(!window.openPath(model, false));
+    disconnect(cancelOnStart);
+    QVERIFY2(window.lastOpenError().contains("Loading was cancelled."), qPrintable(window.lastOpenError()));
+    QCOMPARE(window.document(), opened);
+    QVERIFY(!window.isLoading());
+    window.cancelLoading();   // no load running: nothing to stop, and the next open is not cancelled by it
+    QVERIFY(window.openPath(model, false));
+    QVERIFY(window.document() != opened);
 }
 
 // File ▸ Export Variant: the variant is built and written on a worker thread; a format that cannot hold it fails
