@@ -26,12 +26,16 @@ namespace {
 struct Student {
     const char* label;
     const char* compress;   // the recipe steps that make the student (JSON objects, comma separated)
+    const char* kdParams = "";   // more distill.kd parameters (",\"name\":value")
 };
 
 const Student kStudents[] = {
     {"magnitude 50%", R"({"method":"prune.magnitude","params":{"sparsity":0.5}})"},
     {"2:4 magnitude", R"({"method":"prune.nm","params":{"score":"magnitude"}})"},
     {"4-layer student (5 → 4 blocks)", R"({"method":"prune.layers","params":{"count":1}})"},
+    {"RTN int3 g32 asym, QAT", R"({"method":"quantize.rtn","params":{"bits":3,"group_size":32,"scheme":"asym"}})"},
+    {"RTN int3 g32 asym, QAT with trained scales", R"({"method":"quantize.rtn","params":{"bits":3,"group_size":32,"scheme":"asym"}})",
+     R"(,"train_scales":true)"},
 };
 
 struct Measured {
@@ -105,7 +109,7 @@ int main(int argc, char** argv) {
             for (const auto& [dataLabel, dataParams] : sources) {
                 std::fprintf(stderr, "%s, %s data\n", s.label, dataLabel);
                 char step[1024];
-                std::snprintf(step, sizeof step, kd, dataParams.c_str());
+                std::snprintf(step, sizeof step, kd, (dataParams + s.kdParams).c_str());
                 const std::string recipe = std::string(R"({"steps":[)") + s.compress + "," + step + "]}";
                 Measured m;
                 m.student = s.label;
@@ -132,7 +136,9 @@ int main(int argc, char** argv) {
             << "- Teacher: the base model `" << argv[1] << "` (" << base->spec.layers << " blocks, " << base->parameterCount() << " parameters).\n"
             << "- Students: the compressed variant made by the first recipe step; `distill.kd` then trains it for " << steps
             << " AdamW steps (lr " << lr << ", 20 warmup, cosine, batch 8 × 128 tokens, T = 4, α = 0.7, seed 0) on the CPU. "
-            << "Pruned zeros stay zero; the 4-layer student drops the block of least influence (1 − cos(in, out)).\n"
+            << "Pruned zeros stay zero; the 4-layer student drops the block of least influence (1 − cos(in, out)); the int3 "
+               "students train on their grid (QAT; weights rounded to zero stay there), with the RTN scales fixed or trained "
+               "too (`train_scales`, LSQ).\n"
             << "- Text data: the first " << trainDocs << " documents of the TinyStories sample. Teacher-generated data: 256 sequences of 128 tokens "
             << "sampled from the teacher (temperature 1, seed 0), no text at all.\n"
             << "- Evaluation: the remaining documents (disjoint from the training text), llama.cpp's perplexity method with ctx " << ctx << ": "

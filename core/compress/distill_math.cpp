@@ -163,6 +163,64 @@ at::Tensor fakeQuantizeInt8(const at::Tensor& w, const at::Tensor& scales) {
     return w + (q - w.detach());
 }
 
+namespace {
+
+// level · s with LSQ's gradients; `level` and `inside` carry no gradient, x = w / s detached.
+at::Tensor learnedScaleProduct(const at::Tensor& w, const at::Tensor& s, const at::Tensor& x, const at::Tensor& level,
+                               const at::Tensor& inside) {
+    // Forward: inside·w + (level − inside·x)·s = level·s, since x·s = w.
+    return inside * w + (level - inside * x) * s;
+}
+
+} // namespace
+
+at::Tensor fakeQuantizeLearnedScales(const at::Tensor& w, const quant::QuantizedWeight& grid, const at::Tensor& logScales) {
+    const at::Tensor index = grid.groupIndex.to(at::kLong).to(w.device());
+    const at::Tensor s = logScales.exp().index_select(1, index);
+    const at::Tensor zero = grid.zeros.to(w.device()).index_select(1, index).to(at::kFloat);
+    const double maxq = double((int64_t(1) << grid.spec.bits) - 1);
+    at::Tensor x, level, inside;
+    {
+        c10::NoGradGuard noGrad;
+        x = w.detach() / s.detach();
+        const at::Tensor shifted = at::round(x).add(zero);
+        inside = ((shifted >= 0) & (shifted <= maxq)).to(at::kFloat);
+        level = shifted.clamp(0, maxq).sub(zero);
+    }
+    return learnedScaleProduct(w, s, x, level, inside);
+}
+
+at::Tensor fakeQuantizeFp8LearnedScales(const at::Tensor& w, const at::Tensor& logScales) {
+    const at::Tensor s = logScales.exp().reshape({-1, 1});
+    at::Tensor x, level, inside;
+    {
+        c10::NoGradGuard noGrad;
+        x = w.detach() / s.detach();
+        level = quant::roundToE4m3(x);
+        inside = (x.abs() <= 448.0).to(at::kFloat);
+    }
+    return learnedScaleProduct(w, s, x, level, inside);
+}
+
+at::Tensor fakeQuantizeInt8LearnedScales(const at::Tensor& w, const at::Tensor& logScales) {
+    const at::Tensor s = logScales.exp().reshape({-1, 1});
+    at::Tensor x, level, inside;
+    {
+        c10::NoGradGuard noGrad;
+        x = w.detach() / s.detach();
+        const at::Tensor rounded = at::round(x);
+        inside = (rounded.abs() <= 127).to(at::kFloat);
+        level = rounded.clamp(-127, 127);
+    }
+    return learnedScaleProduct(w, s, x, level, inside);
+}
+
+quant::QuantizedWeight withScales(const quant::QuantizedWeight& grid, const at::Tensor& logScales) {
+    quant::QuantizedWeight g = grid;
+    g.scales = logScales.detach().exp().to(at::kCPU, grid.scales.scalar_type()).contiguous();
+    return g;
+}
+
 quant::Int8Weight requantizeInt8(const at::Tensor& w, const at::Tensor& scales) {
     const at::Tensor s = scaleColumn(scales, at::kCPU);
     quant::Int8Weight r;

@@ -73,4 +73,16 @@ quant::Fp8Weight requantizeFp8(const at::Tensor& w, const at::Tensor& scales);
 at::Tensor fakeQuantizeInt8(const at::Tensor& w, const at::Tensor& scales);
 quant::Int8Weight requantizeInt8(const at::Tensor& w, const at::Tensor& scales);
 
+// Fake quantization whose scales train too (LSQ, Esser et al. 2020), the scales held as their logarithms (so they
+// stay positive and Adam moves them by relative steps). Forward: the same grid value as with fixed scales exp(log).
+// Gradients: to w, 1 where w / s lies inside the grid and 0 where the grid clips it; to s, Q(w / s) − w / s inside
+// and Q(w / s) where it clips (Q: the grid value in units of s, zero point removed). Zero points stay fixed.
+// Integer grids: logScales [out, groups] in place of grid.scales.
+at::Tensor fakeQuantizeLearnedScales(const at::Tensor& w, const quant::QuantizedWeight& grid, const at::Tensor& logScales);
+// FP8 E4M3 ([out] or [1]) and SmoothQuant int8 ([out]) scales.
+at::Tensor fakeQuantizeFp8LearnedScales(const at::Tensor& w, const at::Tensor& logScales);
+at::Tensor fakeQuantizeInt8LearnedScales(const at::Tensor& w, const at::Tensor& logScales);
+// `grid` with its scales replaced by exp(logScales), in the grid's scale dtype.
+quant::QuantizedWeight withScales(const quant::QuantizedWeight& grid, const at::Tensor& logScales);
+
 } // namespace cwb::distill

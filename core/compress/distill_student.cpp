@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -36,10 +37,11 @@ at::Tensor leaf(const at::Tensor& value, const at::Device& device) {
 
 } // namespace
 
-StudentTensors::StudentTensors(const Model& student, const at::Device& device, bool keepSparsity, bool trainEmbeddings) {
+StudentTensors::StudentTensors(const Model& student, const at::Device& device, bool keepSparsity, bool trainEmbeddings,
+                               bool trainScales) {
     std::set<std::string> linearWeights;
     for (const auto& layer : student.linearLayers()) linearWeights.insert(layer + ".weight");
-    int64_t frozenLayers = 0, masked = 0, quantized = 0, eightBit = 0;
+    int64_t frozenLayers = 0, masked = 0, quantized = 0, eightBit = 0, scaled = 0;
     for (const auto& name : student.tensorNames()) {
         if (name == "rope_freqs.weight") continue;   // read by the runtime itself, never trained
         const TensorRecord& record = student.tensor(name);
@@ -67,6 +69,8 @@ StudentTensors::StudentTensors(const Model& student, const at::Device& device, b
         t.fp8 = fp8;
         t.w8a8 = w8a8;
         t.storage = storageType(record);
+        // In a quantized layer this also holds the weights that rounded to zero there: on stories260K (int3 g32,
+        // 150 steps, 3 seeds) letting them move gave a higher KL to the base, 0.604 against 0.561 (docs/distillation.md).
         if (linear && keepSparsity && (value == 0).any().item<bool>()) {
             t.mask = (value != 0).to(device, at::kFloat);
             ++masked;
@@ -75,21 +79,36 @@ StudentTensors::StudentTensors(const Model& student, const at::Device& device, b
         if (fp8 || w8a8) ++eightBit;
         t.m = at::zeros_like(t.latent).detach();
         t.v = at::zeros_like(t.latent).detach();
+        if (trainScales && (integer || fp8 || w8a8)) {
+            const at::Tensor scales = integer ? integer->quantized().scales : fp8 ? fp8->fp8Weight().scales : w8a8->int8Weight().scales;
+            // A zero scale (an all-zero group) would give log 0: held at the smallest normal float instead.
+            t.logScales = leaf(scales.to(at::kFloat).clamp_min(std::numeric_limits<float>::min()).log(), device);
+            t.scaleM = at::zeros_like(t.logScales).detach();
+            t.scaleV = at::zeros_like(t.logScales).detach();
+            ++scaled;
+        }
         mTrained.push_back(std::move(t));
     }
     if (frozenLayers) mNotes.push_back(std::to_string(frozenLayers) + " compressed layers stay frozen (no trainable grid for their kind)");
     if (eightBit) mNotes.push_back(std::to_string(eightBit) + " FP8/W8A8 layers train on their grid (scales kept; QAT, straight-through estimator)");
     if (masked) mNotes.push_back(std::to_string(masked) + " sparse layers keep their zeros");
     if (quantized) mNotes.push_back(std::to_string(quantized) + " integer layers train on their grid (QAT, straight-through estimator)");
+    if (scaled) mNotes.push_back(std::to_string(scaled) + " quantized layers train their scales too (LSQ; zero points fixed)");
 }
 
 const std::map<std::string, at::Tensor>& StudentTensors::effective() {
     mEffective = mFrozen;
     for (const auto& t : mTrained) {
         at::Tensor w = t.mask.defined() ? t.latent * t.mask : t.latent;
-        if (t.quantized) w = distill::fakeQuantize(w, t.quantized->quantized());
-        if (t.fp8) w = distill::fakeQuantizeFp8(w, t.fp8->fp8Weight().scales);
-        if (t.w8a8) w = distill::fakeQuantizeInt8(w, t.w8a8->int8Weight().scales);
+        if (t.logScales.defined()) {
+            if (t.quantized) w = distill::fakeQuantizeLearnedScales(w, t.quantized->quantized(), t.logScales);
+            if (t.fp8) w = distill::fakeQuantizeFp8LearnedScales(w, t.logScales);
+            if (t.w8a8) w = distill::fakeQuantizeInt8LearnedScales(w, t.logScales);
+        } else {
+            if (t.quantized) w = distill::fakeQuantize(w, t.quantized->quantized());
+            if (t.fp8) w = distill::fakeQuantizeFp8(w, t.fp8->fp8Weight().scales);
+            if (t.w8a8) w = distill::fakeQuantizeInt8(w, t.w8a8->int8Weight().scales);
+        }
         mEffective[t.name] = w;
     }
     return mEffective;
@@ -100,15 +119,21 @@ void StudentTensors::storeInto(Model& model) const {
     for (const auto& t : mTrained) {
         at::Tensor w = (t.mask.defined() ? t.latent * t.mask : t.latent).detach().to(at::kCPU);
         const std::string layer = t.name.substr(0, t.name.size() - 7);
+        const bool learned = t.logScales.defined();
+        const at::Tensor scales = learned ? t.logScales.detach().exp().to(at::kCPU) : at::Tensor();
         if (t.quantized) {
-            model.setCompressed(layer, std::make_shared<IntLinear>(distill::requantize(w, t.quantized->quantized()),
-                                                                   t.quantized->inputScale(), t.quantized->method()));
+            const quant::QuantizedWeight grid =
+                learned ? distill::withScales(t.quantized->quantized(), t.logScales) : t.quantized->quantized();
+            model.setCompressed(layer, std::make_shared<IntLinear>(distill::requantize(w, grid), t.quantized->inputScale(),
+                                                                   t.quantized->method()));
         } else if (t.fp8) {
-            model.setCompressed(layer, std::make_shared<Fp8Linear>(distill::requantizeFp8(w, t.fp8->fp8Weight().scales),
-                                                                   t.fp8->dynamicActivations()));
+            model.setCompressed(layer, std::make_shared<Fp8Linear>(
+                                           distill::requantizeFp8(w, learned ? scales : t.fp8->fp8Weight().scales),
+                                           t.fp8->dynamicActivations()));
         } else if (t.w8a8) {
-            model.setCompressed(layer, std::make_shared<W8A8Linear>(distill::requantizeInt8(w, t.w8a8->int8Weight().scales),
-                                                                    t.w8a8->smoothing()));
+            model.setCompressed(layer, std::make_shared<W8A8Linear>(
+                                           distill::requantizeInt8(w, learned ? scales : t.w8a8->int8Weight().scales),
+                                           t.w8a8->smoothing()));
         } else {
             model.replaceTensor(t.name, w.to(t.storage));
         }
@@ -116,11 +141,18 @@ void StudentTensors::storeInto(Model& model) const {
 }
 
 void StudentTensors::save(const std::string& path) const {
-    nlohmann::json header = {{"format", "cwb distillation checkpoint"}, {"version", 1}, {"step", mStep}};
+    // Version 2 adds each tensor's trained log-scales and their moments ("scale_shape"; absent when fixed).
+    nlohmann::json header = {{"format", "cwb distillation checkpoint"}, {"version", 2}, {"step", mStep}};
     std::vector<at::Tensor> blobs;
     for (const auto& t : mTrained) {
-        header["tensors"].push_back({{"name", t.name}, {"shape", t.latent.sizes().vec()}});
+        nlohmann::json entry = {{"name", t.name}, {"shape", t.latent.sizes().vec()}};
         for (const at::Tensor* part : {&t.latent, &t.m, &t.v}) blobs.push_back(part->detach().to(at::kCPU, at::kFloat).contiguous());
+        if (t.logScales.defined()) {
+            entry["scale_shape"] = t.logScales.sizes().vec();
+            for (const at::Tensor* part : {&t.logScales, &t.scaleM, &t.scaleV})
+                blobs.push_back(part->detach().to(at::kCPU, at::kFloat).contiguous());
+        }
+        header["tensors"].push_back(entry);
     }
     const std::string text = header.dump();
     const std::string temporary = path + ".tmp";
@@ -149,7 +181,8 @@ void StudentTensors::load(const std::string& path) {
     std::string text(length, '\0');
     in.read(text.data(), std::streamsize(length));
     nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
-    if (!in || header.is_discarded() || !header.contains("tensors") || header.value("version", 0) != 1)
+    const int version = header.is_discarded() ? 0 : header.value("version", 0);
+    if (!in || header.is_discarded() || !header.contains("tensors") || (version != 1 && version != 2))
         throw Error(path, "the checkpoint header is damaged or of another version");
     const auto& tensors = header["tensors"];
     if (tensors.size() != mTrained.size())
@@ -160,8 +193,17 @@ void StudentTensors::load(const std::string& path) {
         TrainedTensor& t = mTrained[i];
         if (tensors[i]["name"] != t.name || tensors[i]["shape"].get<std::vector<int64_t>>() != t.latent.sizes().vec())
             throw Error(path, "checkpoint tensor " + tensors[i]["name"].get<std::string>() + " does not match the student's " + t.name);
-        for (at::Tensor* part : {&t.latent, &t.m, &t.v}) {
-            at::Tensor cpu = at::empty(t.latent.sizes(), at::kFloat);
+        const bool savedScales = tensors[i].contains("scale_shape");
+        if (savedScales != t.logScales.defined())
+            throw Error(path, "checkpoint tensor " + t.name + (savedScales ? " has trained scales, this run keeps them fixed"
+                                                                           : " has fixed scales, this run trains them") +
+                                  " (train_scales differs)");
+        if (savedScales && tensors[i]["scale_shape"].get<std::vector<int64_t>>() != t.logScales.sizes().vec())
+            throw Error(path, "checkpoint scales of " + t.name + " do not match the student's");
+        std::vector<at::Tensor*> parts = {&t.latent, &t.m, &t.v};
+        if (savedScales) parts.insert(parts.end(), {&t.logScales, &t.scaleM, &t.scaleV});
+        for (at::Tensor* part : parts) {
+            at::Tensor cpu = at::empty(part->sizes(), at::kFloat);
             in.read(static_cast<char*>(cpu.data_ptr()), std::streamsize(cpu.numel() * 4));
             if (!in) throw Error(path, "the checkpoint is truncated");
             part->copy_(cpu);

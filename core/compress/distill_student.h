@@ -27,14 +27,18 @@ struct TrainedTensor {
     std::shared_ptr<const W8A8Linear> w8a8;       // or its SmoothQuant form (scales and smoothing kept)
     at::ScalarType storage = at::kFloat;       // precision of the dense tensor in the model
     at::Tensor m, v;                           // AdamW moments
+    // With trained scales: log of the layer's scales (fp32 leaf, requires grad; [out, groups] integer, [out] or [1]
+    // FP8/W8A8) and its moments; undefined when the scales stay fixed.
+    at::Tensor logScales, scaleM, scaleV;
 };
 
 class StudentTensors {
 public:
     // Collects every tensor of the student: block tensors (and, with embeddings, the rest) become trainable, the
-    // rest stay frozen; integer, FP8 and W8A8 layers train on their grids. Zeros of linear weights become masks
-    // when keepSparsity.
-    StudentTensors(const Model& student, const at::Device& device, bool keepSparsity, bool trainEmbeddings);
+    // rest stay frozen; integer, FP8 and W8A8 layers train on their grids, and with trainScales their scales too
+    // (LSQ). Zeros of linear weights become masks when keepSparsity.
+    StudentTensors(const Model& student, const at::Device& device, bool keepSparsity, bool trainEmbeddings,
+                   bool trainScales = false);
 
     // The tensors the runtime computes with (masked, fake-quantized); with grad unless in a no-grad scope.
     const std::map<std::string, at::Tensor>& effective();
@@ -44,7 +48,7 @@ public:
     void setStep(int64_t step) { mStep = step; }
 
     // Writes the current weights into the model: dense tensors in their storage precision, quantized layers
-    // as packed levels on their original grid.
+    // as packed levels on their grid (the original one, or with the trained scales).
     void storeInto(Model& model) const;
 
     // Checkpoint: latents, moments and the step, written to a temporary file then renamed.

@@ -123,7 +123,7 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
     RuntimeOptions teacherOptions;
     teacherOptions.device = c.device;
     Transformer teacherModel(teacher, teacherOptions);
-    StudentTensors tensors(student, c.device, c.keepSparsity, c.trainEmbeddings);
+    StudentTensors tensors(student, c.device, c.keepSparsity, c.trainEmbeddings, c.trainScales);
     result.notes = tensors.notes();
     if (c.resume && !c.checkpointPath.empty() && std::ifstream(c.checkpointPath).good()) {
         tensors.load(c.checkpointPath);
@@ -146,6 +146,8 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
 
     distill::AdamSettings adam;
     adam.weightDecay = c.weightDecay;
+    distill::AdamSettings scaleAdam = adam;
+    scaleAdam.weightDecay = 0;
     double lastEval = result.evalPerplexityBefore, trainSeconds = 0;
     int64_t tokensSeen = 0;
     const auto begin = std::chrono::steady_clock::now();
@@ -160,8 +162,10 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
         event.step = step + 1;
         event.steps = c.steps;
         event.lr = lr;
-        for (auto& t : tensors.trained())
+        for (auto& t : tensors.trained()) {
             if (t.latent.grad().defined()) t.latent.grad().zero_();
+            if (t.logScales.defined() && t.logScales.grad().defined()) t.logScales.grad().zero_();
+        }
         for (int64_t micro = 0; micro < c.gradAccum; ++micro) {
             at::Tensor batch = drawBatch(data.train, c.seed, step, micro, c.batchSize).to(c.device);
             at::Tensor inputs = batch.narrow(1, 0, batch.size(1) - 1), labels = batch.narrow(1, 1, batch.size(1) - 1);
@@ -202,7 +206,10 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
             tokensSeen += labels.numel();
         }
         std::vector<at::Tensor> grads;
-        for (auto& t : tensors.trained()) grads.push_back(t.latent.grad());
+        for (auto& t : tensors.trained()) {
+            grads.push_back(t.latent.grad());
+            if (t.logScales.defined()) grads.push_back(t.logScales.grad());
+        }
         event.gradNorm = distill::clipGradNorm(grads, c.gradClip);
         if (!std::isfinite(event.gradNorm)) {
             stop(false);
@@ -216,6 +223,10 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
                 at::Tensor param = t.latent;   // shares storage with the leaf: in-place updates keep it a leaf
                 distill::adamwUpdate(param, t.latent.grad(), t.m, t.v, step + 1, lr, adam);
                 if (t.mask.defined()) param.mul_(t.mask);
+                if (t.logScales.defined() && t.logScales.grad().defined()) {
+                    at::Tensor logScales = t.logScales;   // no weight decay: it would pull every scale towards 1
+                    distill::adamwUpdate(logScales, t.logScales.grad(), t.scaleM, t.scaleV, step + 1, lr, scaleAdam);
+                }
             }
         }
         tensors.setStep(step + 1);

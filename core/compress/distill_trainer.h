@@ -1,8 +1,8 @@
 #pragma once
 // Training a student model against a teacher with LibTorch autograd (CPU or CUDA), through the same
 // Transformer as inference: the student's tensors are handed to the runtime as trainable parameters.
-// Pruned zeros stay zero (masks), integer-quantized layers train on their fixed grid with a straight-through
-// estimator and are stored packed again, FP8/W8A8 layers stay frozen, shapes never change.
+// Pruned zeros stay zero (masks), integer, FP8 and W8A8 layers train on their grid with a straight-through
+// estimator (scales fixed, or trained too with trainScales) and are stored on it again; shapes never change.
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -35,6 +35,7 @@ struct DistillConfig {
     std::vector<int64_t> layerMap;   // per student layer the teacher layer (−1: none); empty: uniform
     bool keepSparsity = true;        // weights that are exactly zero stay zero
     bool trainEmbeddings = false;    // also embeddings, final norm and output head (otherwise the blocks only)
+    bool trainScales = false;        // quantized layers also train their scales (LSQ, as log-scales)
     std::string checkpointPath;      // empty: none
     int64_t checkpointEvery = 0;     // steps between checkpoints (0: only at the end or when stopped)
     bool resume = false;             // continue from checkpointPath when it exists

@@ -106,6 +106,8 @@ private slots:
     void alphaWeightsTheTerms();
     void layerMapsAndSchedule();
     void straightThroughQuantizer();
+    void learnedScaleGradients();
+    void scalesTrainAndResume();
     void identicalStudentHasZeroDistillationTerms();
     void masksArePreservedAndEventsReported();
     void qatStudentStaysOnItsGrid();
@@ -215,6 +217,118 @@ void TestDistillation::straightThroughQuantizer() {
     quant::QuantizedWeight moved = distill::requantize(w + 0.3, grid);
     QVERIFY(at::equal(moved.scales, grid.scales) && at::equal(moved.zeros, grid.zeros));
     QVERIFY(at::equal(moved.dequantize(), distill::fakeQuantize(w + 0.3, grid).detach()));
+}
+
+// LSQ: the forward value is the fixed-scale grid's; the gradients are written out by hand here and compared.
+void TestDistillation::learnedScaleGradients() {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    at::Tensor w = at::randn({4, 16}, gen);
+    quant::QuantSpec spec;
+    spec.bits = 3;
+    spec.groupSize = 8;
+    spec.symmetric = false;
+    const quant::QuantizedWeight grid = quant::quantizeRtn(w, spec);
+    // Scales 20% smaller than RTN's, so that some weights fall outside the grid and clip.
+    at::Tensor logScales = (grid.scales * 0.8).log().set_requires_grad(true);
+    at::Tensor latent = w.clone().set_requires_grad(true);
+    const at::Tensor upstream = at::randn({4, 16}, gen);
+    at::Tensor q = distill::fakeQuantizeLearnedScales(latent, grid, logScales);
+    (q * upstream).sum().backward();
+
+    const at::Tensor s = (grid.scales * 0.8).repeat_interleave(8, 1), zero = grid.zeros.to(at::kFloat).repeat_interleave(8, 1);
+    const at::Tensor x = w / s, shifted = at::round(x) + zero;
+    const at::Tensor inside = ((shifted >= 0) & (shifted <= 7)).to(at::kFloat);
+    const at::Tensor level = shifted.clamp(0, 7) - zero;
+    QVERIFY(inside.sum().item<double>() < double(inside.numel()));   // some clip
+    QVERIFY(inside.sum().item<double>() > 0.5 * double(inside.numel()));
+    QVERIFY(at::allclose(q.detach(), level * s, 1e-6, 1e-6));
+    QVERIFY(at::equal(latent.grad(), upstream * inside));
+    // d/d log s = s · Σ_group upstream · (level − inside · x)
+    const at::Tensor perElement = upstream * (level - inside * x);
+    const at::Tensor expected = (grid.scales * 0.8) * perElement.view({4, 2, 8}).sum(-1);
+    QVERIFY2(at::allclose(logScales.grad(), expected, 1e-5, 1e-6),
+             qPrintable(QString("max difference %1").arg((logScales.grad() - expected).abs().max().item<double>())));
+    // The stored grid: exp(log-scales) in the grid's dtype, the same zeros and group index.
+    const quant::QuantizedWeight moved = distill::withScales(grid, logScales);
+    QVERIFY(at::allclose(moved.scales, grid.scales * 0.8) && at::equal(moved.zeros, grid.zeros));
+    QCOMPARE(moved.scales.scalar_type(), grid.scales.scalar_type());
+
+    // FP8 and int8: gradient to w is zero where the grid clips (|w / s| > 448, |round(w / s)| > 127), and the scale
+    // gets the level there.
+    at::Tensor big = at::tensor({0.5f, 1000.0f, -3.0f, -900.0f}).view({1, 4}).set_requires_grad(true);
+    at::Tensor fp8Log = at::zeros({1}).set_requires_grad(true);   // s = 1
+    distill::fakeQuantizeFp8LearnedScales(big, fp8Log).sum().backward();
+    QVERIFY(at::equal(big.grad(), at::tensor({1.0f, 0.0f, 1.0f, 0.0f}).view({1, 4})));
+    // levels 0.5, 448, -3, -448; inside terms level − x: 0, 0; clipped: 448, −448: the sum 0.
+    QCOMPARE(fp8Log.grad().item<float>(), 0.0f);
+    at::Tensor small = at::tensor({0.4f, 200.0f}).view({1, 2}).set_requires_grad(true);
+    at::Tensor int8Log = at::zeros({1}).set_requires_grad(true);
+    at::Tensor q8 = distill::fakeQuantizeInt8LearnedScales(small, int8Log);
+    QVERIFY(at::equal(q8.detach(), at::tensor({0.0f, 127.0f}).view({1, 2})));
+    q8.sum().backward();
+    QVERIFY(at::equal(small.grad(), at::tensor({1.0f, 0.0f}).view({1, 2})));
+    QVERIFY(std::abs(int8Log.grad().item<float>() - (0.0f - 0.4f + 127.0f)) < 1e-5f);
+}
+
+// train_scales: the scales move, the layers end exactly on their new grid, the student gets closer to the teacher,
+// and a run stopped and resumed from its checkpoint ends where an uninterrupted one does.
+void TestDistillation::scalesTrainAndResume() {
+    Loaded l;
+    const std::string quantize = R"({"method":"quantize.rtn","params":{"bits":3,"group_size":16,"scheme":"asym"}})";
+    std::unique_ptr<Model> quantized = compressModel(*l.model, recipe(R"({"steps":[)" + quantize + "]}"), at::Tensor()).model;
+    DistillConfig c = smallConfig(8);
+    c.loss.alpha = 0;
+    c.trainScales = true;
+    std::unique_ptr<Model> straight = quantized->clone();
+    DistillResult r = distillModel(*l.model, *straight, someData(), c);
+    bool noted = false;
+    for (const auto& n : r.notes) noted = noted || n.find("train their scales too") != std::string::npos;
+    QVERIFY(noted);
+    int64_t movedScales = 0;
+    for (const auto& layer : l.model->linearLayers()) {
+        auto a = std::dynamic_pointer_cast<const IntLinear>(straight->compressed(layer));
+        auto b = std::dynamic_pointer_cast<const IntLinear>(quantized->compressed(layer));
+        QVERIFY2(a && b, layer.c_str());
+        const quant::QuantizedWeight& qa = a->quantized();
+        QVERIFY(at::equal(qa.zeros, b->quantized().zeros));
+        QVERIFY((qa.scales > 0).all().item<bool>());
+        movedScales += (qa.scales != b->quantized().scales).sum().item<int64_t>();
+        const at::Tensor idx = qa.groupIndex.to(at::kLong);
+        const at::Tensor onGrid = (qa.levels().to(at::kFloat) - qa.zeros.index_select(1, idx).to(at::kFloat)) * qa.scales.index_select(1, idx);
+        QVERIFY(at::equal(a->weight(), onGrid));
+    }
+    QVERIFY2(movedScales > 0, "no scale moved");
+    const at::Tensor held = windows(4, 16, 11);
+    auto logProbs = [&](const Model& m) { return at::log_softmax(Transformer(m).forward(held).to(at::kDouble), -1); };
+    const at::Tensor teacher = logProbs(*l.model);
+    auto kl = [&](const Model& m) { return (teacher.exp() * (teacher - logProbs(m))).sum(-1).mean().item<double>(); };
+    const double klBefore = kl(*quantized), klAfter = kl(*straight);
+    QVERIFY2(klAfter < klBefore, qPrintable(QString("KL to the teacher %1 before, %2 after").arg(klBefore).arg(klAfter)));
+
+    QTemporaryDir dir;
+    c.checkpointPath = (dir.path() + "/lsq.ckpt").toStdString();
+    std::unique_ptr<Model> stopped = quantized->clone();
+    CallbackFeedback feedback;
+    CancelAfter cancelAfter(feedback, 4);
+    QVERIFY_THROWS_EXCEPTION(Cancelled, distillModel(*l.model, *stopped, someData(), c, &feedback, &cancelAfter));
+    c.resume = true;
+    std::unique_ptr<Model> resumed = quantized->clone();
+    QCOMPARE(distillModel(*l.model, *resumed, someData(), c).startStep, int64_t(4));
+    for (const auto& layer : l.model->linearLayers()) {
+        auto a = std::dynamic_pointer_cast<const IntLinear>(resumed->compressed(layer));
+        auto b = std::dynamic_pointer_cast<const IntLinear>(straight->compressed(layer));
+        QVERIFY2(at::equal(a->quantized().scales, b->quantized().scales) && at::equal(a->quantized().levels(), b->quantized().levels()),
+                 layer.c_str());
+    }
+    // The same checkpoint in a run that keeps the scales fixed is refused, naming the setting.
+    c.trainScales = false;
+    try {
+        std::unique_ptr<Model> other = quantized->clone();
+        distillModel(*l.model, *other, someData(), c);
+        QFAIL("a checkpoint with trained scales was accepted by a run with fixed scales");
+    } catch (const Error& e) {
+        QVERIFY2(std::string(e.what()).find("train_scales differs") != std::string::npos, e.what());
+    }
 }
 
 void TestDistillation::identicalStudentHasZeroDistillationTerms() {

@@ -136,8 +136,10 @@ public:
                 intParam("grad_accum", 1, 4096, 1, "micro-batches per optimizer step"),
                 intParam("seed", 0, 1LL << 62, 0, "seeds the batches and the teacher's samples"),
                 intParam("eval_every", 0, 1 << 24, 50, "evaluate the held-out perplexity every K steps (0: before and after only)"),
-                boolParam("keep_sparsity", true, "weights that are exactly zero stay zero (pruning masks)"),
+                boolParam("keep_sparsity", true, "weights that are exactly zero stay zero (pruning masks; in quantized layers also the weights rounded to zero)"),
                 boolParam("train_embeddings", false, "also train embeddings, final norm and output head"),
+                boolParam("train_scales", false,
+                          "quantized layers (int, FP8, W8A8) also train their scales (LSQ, as log-scales); zero points stay"),
                 textParam("checkpoint", "", "checkpoint file (written at the end, when stopped, and every checkpoint_every steps)"),
                 intParam("checkpoint_every", 0, 1 << 24, 0, "steps between checkpoints; 0: only at the end or when stopped"),
                 boolParam("resume", false, "continue from the checkpoint file when it exists"),
@@ -203,6 +205,7 @@ public:
         config.loss.attention = p["attention_weight"];
         config.keepSparsity = p["keep_sparsity"];
         config.trainEmbeddings = p["train_embeddings"];
+        config.trainScales = p["train_scales"];
         config.checkpointPath = p["checkpoint"];
         config.checkpointEvery = p["checkpoint_every"];
         config.resume = p["resume"];
