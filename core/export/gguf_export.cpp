@@ -333,6 +333,7 @@ private:
         writeStopIds(w, d, report);
         if (!d.chatTemplate.empty()) w.addString("tokenizer.chat_template", d.chatTemplate);
         w.addBool("tokenizer.ggml.add_bos_token", d.addBos);
+        w.addBool("tokenizer.ggml.add_eos_token", d.addEos);
         if (d.model == "llama") w.addBool("tokenizer.ggml.add_space_prefix", d.addSpacePrefix);
         if (int64_t(d.tokens.size()) != model.spec.vocab)
             report.notes.push_back("the vocabulary has " + std::to_string(d.tokens.size()) + " tokens, the embedding " +

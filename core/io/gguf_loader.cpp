@@ -49,6 +49,7 @@ TokenizerData readTokenizerData(const GgufFile& g) {
     if (chat != g.metadata.end() && chat->second.value.is_string()) d.chatTemplate = chat->second.value.get<std::string>();
     d.addBos = g.hasKey("tokenizer.ggml.add_bos_token") ? g.integer("tokenizer.ggml.add_bos_token") != 0
                                                          : d.model == "llama";
+    d.addEos = g.hasKey("tokenizer.ggml.add_eos_token") && g.integer("tokenizer.ggml.add_eos_token") != 0;
     d.addSpacePrefix = g.hasKey("tokenizer.ggml.add_space_prefix")
                            ? g.integer("tokenizer.ggml.add_space_prefix") != 0
                            : d.model == "llama";

@@ -243,6 +243,9 @@ void applyTokenizerConfig(const std::string& path, const json& root, bool byteLe
         if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
             data.addBos = config["add_bos_token"].get<bool>();
         }
+        if (config.contains("add_eos_token") && config["add_eos_token"].is_boolean()) {
+            data.addEos = config["add_eos_token"].get<bool>();
+        }
         // A pad token missing from the vocabulary stays unset: cwb never pads, and transformers adds it at load.
         name.clear();
         if (configToken(config, "pad_token", name, present)) data.pad = findId(data.tokens, name);

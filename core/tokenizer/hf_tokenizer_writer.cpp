@@ -88,15 +88,22 @@ json addedToken(TokenId id, const std::string& text, bool special) {
             {"rstrip", false},   {"normalized", false},  {"special", special}};
 }
 
-json bosTemplate(const std::string& bos, TokenId bosId) {
-    const json bosToken = {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
-    return {{"type", "TemplateProcessing"},
-            {"single", json::array({bosToken, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-            {"pair", json::array({bosToken,
-                                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                                  {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}},
-                                  {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
-            {"special_tokens", {{bos, {{"id", bos}, {"ids", {bosId}}, {"tokens", {bos}}}}}}};
+// What transformers' Llama tokenizers build from add_bos_token / add_eos_token: [BOS] $A [EOS], and for pairs
+// [BOS] $A [EOS] [BOS] $B [EOS] with B's tokens of type 1. Either token may be absent (empty).
+json specialTokenTemplate(const std::string& bos, TokenId bosId, const std::string& eos, TokenId eosId) {
+    auto sequence = [&](const char* id, int type) {
+        json items = json::array();
+        if (!bos.empty()) items.push_back({{"SpecialToken", {{"id", bos}, {"type_id", type}}}});
+        items.push_back({{"Sequence", {{"id", id}, {"type_id", type}}}});
+        if (!eos.empty()) items.push_back({{"SpecialToken", {{"id", eos}, {"type_id", type}}}});
+        return items;
+    };
+    json pair = sequence("A", 0);
+    for (auto& item : sequence("B", 1)) pair.push_back(item);
+    json special = json::object();
+    if (!bos.empty()) special[bos] = {{"id", bos}, {"ids", {bosId}}, {"tokens", {bos}}};
+    if (!eos.empty()) special[eos] = {{"id", eos}, {"ids", {eosId}}, {"tokens", {eos}}};
+    return {{"type", "TemplateProcessing"}, {"single", sequence("A", 0)}, {"pair", pair}, {"special_tokens", special}};
 }
 
 json mergesJson(const std::vector<std::pair<std::string, std::string>>& merges) {
@@ -187,6 +194,11 @@ HfTokenizerFiles hfTokenizerFiles(const TokenizerData& data, int64_t maxLength) 
                  {"added_tokens", added}, {"normalizer", nullptr}, {"pre_tokenizer", nullptr},
                  {"post_processor", nullptr}, {"decoder", nullptr}};
     const bool addsBos = d.addBos && d.bos >= 0;
+    const bool addsEos = d.addEos && d.eos >= 0;
+    const bool addsSpecial = addsBos || addsEos;
+    const json specialTemplate = addsSpecial ? specialTokenTemplate(addsBos ? d.tokens[d.bos] : "", addsBos ? d.bos : -1,
+                                                                    addsEos ? d.tokens[d.eos] : "", addsEos ? d.eos : -1)
+                                             : json();
     if (spm) {
         if (!d.merges.empty()) {
             // The vocabulary came with merge ranks (from a tokenizer.json): they, not the scores, drive its tokenizer.
@@ -210,7 +222,7 @@ HfTokenizerFiles hfTokenizerFiles(const TokenizerData& data, int64_t maxLength) 
                                      {{"type", "Fuse"}}});
         if (d.addSpacePrefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
         root["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
-        if (addsBos) root["post_processor"] = bosTemplate(d.tokens[d.bos], d.bos);
+        if (addsSpecial) root["post_processor"] = specialTemplate;
     } else {
         bool known = true;
         const PreTokenizerKind kind = preTokenizerFromName(d.pre, &known);
@@ -232,9 +244,7 @@ HfTokenizerFiles hfTokenizerFiles(const TokenizerData& data, int64_t maxLength) 
         const json byteLevel = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false},
                                 {"use_regex", true}};
         root["post_processor"] =
-            addsBos ? json{{"type", "Sequence"},
-                           {"processors", json::array({byteLevel, bosTemplate(d.tokens[d.bos], d.bos)})}}
-                    : byteLevel;
+            addsSpecial ? json{{"type", "Sequence"}, {"processors", json::array({byteLevel, specialTemplate})}} : byteLevel;
         root["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
                            {"use_regex", true}};
     }
@@ -244,7 +254,7 @@ HfTokenizerFiles hfTokenizerFiles(const TokenizerData& data, int64_t maxLength) 
 
     auto tokenOrNull = [&](TokenId id) { return id >= 0 ? json(d.tokens[id]) : json(nullptr); };
     files.config = {{"add_bos_token", addsBos},
-                    {"add_eos_token", false},
+                    {"add_eos_token", addsEos},
                     {"bos_token", tokenOrNull(d.bos)},
                     {"eos_token", tokenOrNull(d.eos)},
                     {"clean_up_tokenization_spaces", false},

@@ -65,6 +65,8 @@ struct TokenizerData {
     std::vector<TokenId> stopIds;    // besides EOS, ids that end generation: GGUF eot/eom_token_id, the other
                                      // entries of generation_config.json's eos_token_id list
     bool addBos = true;              // llama default true, gpt2 default false
+    bool addEos = false;             // the vocabulary asks for EOS after a text (GGUF add_eos_token, tokenizer_config's
+                                     // add_eos_token): carried for engines; cwb never appends EOS itself
     bool addSpacePrefix = true;      // SentencePiece "add_dummy_prefix"
     std::string chatTemplate;        // Jinja chat template (GGUF tokenizer.chat_template), carried over for engines
 };

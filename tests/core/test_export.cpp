@@ -617,6 +617,7 @@ void TestExport::chatTemplateAndPaddingTravel() {
     TokenizerData data = *model->tokenizer->vocabulary();
     data.chatTemplate = "{% for m in messages %}<s>{{ m['content'] }}</s>{% endfor %}";
     data.pad = 0;
+    data.addEos = true;   // the regression: add_eos_token was dropped by both exports (written as false)
     model->tokenizer = makeTokenizer(data);
     ExportOptions options;
     options.tensorType = "f32";
@@ -626,6 +627,7 @@ void TestExport::chatTemplateAndPaddingTravel() {
     auto fromGguf = loadModel(gguf);
     QCOMPARE(fromGguf->tokenizer->vocabulary()->chatTemplate, data.chatTemplate);
     QCOMPARE(fromGguf->tokenizer->vocabulary()->pad, 0);
+    QVERIFY(fromGguf->tokenizer->vocabulary()->addEos);
     QCOMPARE(modelInfoJson(*fromGguf)["tokenizer"]["chat_template"].get<std::string>(), data.chatTemplate);
     QVERIFY(modelInfoText(*fromGguf).find(", chat template (" + std::to_string(data.chatTemplate.size()) + " bytes)") !=
             std::string::npos);
@@ -635,7 +637,13 @@ void TestExport::chatTemplateAndPaddingTravel() {
     const json config = json::parse(std::ifstream(hf + "/tokenizer_config.json"));
     QCOMPARE(config["chat_template"].get<std::string>(), data.chatTemplate);
     QCOMPARE(config["pad_token"].get<std::string>(), std::string("<unk>"));
+    QCOMPARE(config["add_eos_token"].get<bool>(), true);
+    // tokenizer.json appends EOS as transformers' Llama tokenizers build it from add_eos_token: [BOS] $A [EOS].
+    const json single = json::parse(std::ifstream(hf + "/tokenizer.json"))["post_processor"]["single"];
+    QCOMPARE(single.size(), size_t(data.addBos && data.bos >= 0 ? 3 : 2));
+    QCOMPARE(single.back()["SpecialToken"]["id"].get<std::string>(), data.tokens[size_t(data.eos)]);
     auto fromHf = loadModel(hf);
+    QVERIFY(fromHf->tokenizer->vocabulary()->addEos);
     QCOMPARE(fromHf->tokenizer->vocabulary()->chatTemplate, data.chatTemplate);
     QCOMPARE(fromHf->tokenizer->vocabulary()->pad, 0);
 

@@ -651,6 +651,7 @@ void TestTokenizers::writtenHfFilesRoundTrip_data() {
     QTest::newRow("sentencepiece") << "spm";
     QTest::newRow("sentencepiece, no dummy prefix") << "spm-no-prefix";
     QTest::newRow("sentencepiece, no BOS") << "spm-no-bos";
+    QTest::newRow("sentencepiece, EOS appended (add_eos_token)") << "spm-eos";
     QTest::newRow("sentencepiece with merge ranks (from a tokenizer.json)") << "spm-merges";
     QTest::newRow("byte-level gpt2") << "gpt2";
     QTest::newRow("byte-level llama-bpe with BOS") << "llama-bpe";
@@ -662,6 +663,7 @@ void TestTokenizers::writtenHfFilesRoundTrip() {
     TokenizerData data = flavour.startsWith("spm") ? tinySpm() : tinyByteBpe();
     if (flavour == "spm-no-prefix") data.addSpacePrefix = false;
     if (flavour == "spm-no-bos") data.addBos = false;
+    if (flavour == "spm-eos") data.addEos = true;
     if (flavour == "spm-merges") {
         // Ranks that disagree with the scores (aa before bc), so writing merges from the scores would differ.
         const std::string sp = "\xE2\x96\x81";
@@ -686,6 +688,7 @@ void TestTokenizers::writtenHfFilesRoundTrip() {
     QCOMPARE(back->bos(), source->bos());
     QCOMPARE(back->eos(), source->eos());
     QCOMPARE(back->addBosByDefault(), source->addBosByDefault());
+    QCOMPARE(back->vocabulary()->addEos, data.addEos);
     QCOMPARE(back->vocabulary()->tokens, source->vocabulary()->tokens);
     QCOMPARE(back->vocabulary()->types, source->vocabulary()->types);
     QCOMPARE(back->vocabulary()->unk, source->vocabulary()->unk);
