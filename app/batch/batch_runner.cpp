@@ -249,7 +249,8 @@ int BatchRunner::run() {
         return code;
     } catch (const Cancelled&) {
         std::fprintf(stderr, "cwb --batch: cancelled\n");
-        return Failed;
+        // Ctrl-C or SIGTERM: 128 + the signal, as every other command exits after an interrupt.
+        return interruptRequested() ? 128 + interruptSignal() : Failed;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "cwb --batch: error: %s\n", e.what());
         return Failed;

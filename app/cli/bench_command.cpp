@@ -1,3 +1,4 @@
+#include <c10/core/DeviceGuard.h>
 #include <cstdio>
 #include <iostream>
 #include <limits>
@@ -215,8 +216,11 @@ int runBench(const std::vector<std::string>& args) {
     const LatencyResult baseResult = measureLatency(*base, options, p);
     const double copyBandwidth = options.device.is_cuda() ? measureCopyBandwidth(options.device) : 0;
     if (copyBandwidth > 0) report["copy_bandwidth_gbs"] = copyBandwidth / 1e9;
-    if (options.device.is_cuda() && kernelCapabilityCeiling() > 0)
-        report["kernel_capability"] = kernelDispatchCapability();   // the paths of a lower GPU (CWB_CUDA_CAPABILITY)
+    if (options.device.is_cuda() && nativeKernelsBuilt()) {
+        // Below the GPU's own under CWB_CUDA_CAPABILITY or a build without code for it: the paths of a lower GPU.
+        c10::DeviceGuard onBenchDevice(options.device);
+        report["kernel_capability"] = kernelDispatchCapability();
+    }
     if (variantResult) {
         // 2:4 layers on packed rows read 9/16 of their dense bytes at one-row decode (batch 1).
         report["variant"] = toJson(*variantResult,
@@ -240,7 +244,7 @@ int runBench(const std::vector<std::string>& args) {
                 static_cast<long long>(p.batch), static_cast<long long>(p.promptTokens), static_cast<long long>(p.genTokens));
     if (copyBandwidth > 0) std::printf("device copy bandwidth %.0f GB/s (read + write)\n", copyBandwidth / 1e9);
     if (report.contains("kernel_capability"))
-        std::printf("kernels dispatch for compute capability %d.%d (CWB_CUDA_CAPABILITY)\n",
+        std::printf("kernels dispatch for compute capability %d.%d\n",
                     report["kernel_capability"].get<int>() / 10, report["kernel_capability"].get<int>() % 10);
     if (options.device.is_cuda())
         std::printf("prefill attention: %s\n", fusedAttention ? "scaled_dot_product_attention"

@@ -24,7 +24,8 @@ public:
 
     QString title() const { return mTitle; }
     void start();
-    // Before start(), the next start() begins cancelled: the work stops at its first check.
+    // Before the first start(), that start() begins cancelled: the work stops at its first check. (After a run has
+    // finished it does nothing, so a stray cancel never stops a later run.)
     void cancel();
     bool isRunning() const;
     double progress() const;

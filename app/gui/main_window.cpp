@@ -148,13 +148,16 @@ void MainWindow::createActions() {
     });
     mDocumentActions << run->addAction(tr("Replay as &Batch"), QKeySequence(Qt::CTRL | Qt::Key_B), this, [this] { replayAsBatch(); });
     run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, [this] {
+        if (mLoading) {   // while a model loads, Escape stops that load only
+            cancelLoading();
+            return;
+        }
         mRun->cancel();
         mImportance->cancel();
         mBatch->cancel();
         mCompare->cancelMeasurement();
         mCompare->generationPanel()->cancel();
         if (mExportJob) mExportJob->cancel();
-        cancelLoading();
     });
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
@@ -256,8 +259,13 @@ bool MainWindow::openPath(const QString& path, bool interactive) {
         recover = answer == QMessageBox::Yes;
     }
     QString error;
-    std::unique_ptr<ProjectDocument> doc = loadInBackground(path, isProject, recover, &error);
+    bool cancelled = false;
+    std::unique_ptr<ProjectDocument> doc = loadInBackground(path, isProject, recover, &error, &cancelled);
     mLastOpenError = doc ? QString() : tr("%1: %2").arg(info.absoluteFilePath(), error);
+    if (cancelled) {   // the user's own choice: no error dialog
+        statusBar()->showMessage(tr("Opening %1 was cancelled").arg(info.fileName()), 5000);
+        return false;
+    }
     if (!doc) {
         report(tr("Cannot open %1").arg(info.fileName()), error,
                   isProject ? tr("Check that it is a project written by cwb and that its model file is where it points.")
@@ -270,19 +278,22 @@ bool MainWindow::openPath(const QString& path, bool interactive) {
     return true;
 }
 
-std::unique_ptr<ProjectDocument> MainWindow::loadInBackground(const QString& path, bool isProject, bool recover, QString* error) {
+std::unique_ptr<ProjectDocument> MainWindow::loadInBackground(const QString& path, bool isProject, bool recover, QString* error,
+                                                              bool* cancelledOut) {
     // Reading a model can take long: a worker thread does it while this thread keeps the window painting and
     // answering (a busy bar in the status bar). The call returns when the load is done, so callers see the outcome.
     auto loaded = std::make_shared<ProjectDocument::Loaded>();
     BackgroundJob job(tr("Loading %1").arg(QFileInfo(path).fileName()), [loaded, path, isProject, recover](Feedback& feedback) {
         *loaded = isProject ? ProjectDocument::loadProject(path, recover, &feedback) : ProjectDocument::loadModel(path, &feedback);
     });
-    connect(&job, &BackgroundJob::progressChanged, this, [this, &job](double fraction) {
-        mStatus->setJob(tr("%1 (%2%)").arg(job.title()).arg(int(fraction * 100)));
+    // The job as context: progress still queued when it is destroyed is dropped, never read from a dead job.
+    connect(&job, &BackgroundJob::progressChanged, &job, [this, title = job.title()](double fraction) {
+        mStatus->setJob(tr("%1 (%2%)").arg(title).arg(int(fraction * 100)));
         emit loadingProgress(fraction);
     });
     QEventLoop loop;
-    connect(&job, &BackgroundJob::finished, &loop, [&loop, error](bool cancelled, const QString& failure) {
+    connect(&job, &BackgroundJob::finished, &loop, [&loop, error, cancelledOut](bool cancelled, const QString& failure) {
+        if (cancelledOut) *cancelledOut = cancelled;
         if (cancelled) *error = tr("Loading was cancelled.");
         else if (!failure.isEmpty()) *error = failure;
         loop.quit();

@@ -52,8 +52,8 @@ public:
     CompareView* compareView() const { return mCompare; }
     StatusPanel* statusPanel() const { return mStatus; }
     bool isLoading() const { return mLoading; }
-    // Stops a model or project being loaded (Run ▸ Cancel, Escape, does the same): openPath then fails with
-    // "Loading was cancelled." and the open document stays.
+    // Stops a model or project being loaded (Run ▸ Cancel, Escape, does only this while a load runs): openPath then
+    // fails with "Loading was cancelled." (in lastOpenError and the status bar, no dialog) and the open document stays.
     void cancelLoading();
     // Why the last openPath failed, starting with the absolute path of the file; empty after a success.
     QString lastOpenError() const { return mLastOpenError; }
@@ -75,7 +75,8 @@ private:
     void updateTitle();
     void showError(const QString& what, const QString& detail, const QString& todo);
     void openDialog(bool project);
-    std::unique_ptr<ProjectDocument> loadInBackground(const QString& path, bool isProject, bool recover, QString* error);
+    std::unique_ptr<ProjectDocument> loadInBackground(const QString& path, bool isProject, bool recover, QString* error,
+                                                      bool* cancelled = nullptr);
 
     std::unique_ptr<ProjectDocument> mDocument;
     ModelTreeView* mTree;

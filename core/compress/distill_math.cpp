@@ -176,16 +176,17 @@ at::Tensor learnedScaleProduct(const at::Tensor& w, const at::Tensor& s, const a
 
 at::Tensor fakeQuantizeLearnedScales(const at::Tensor& w, const quant::QuantizedWeight& grid, const at::Tensor& logScales) {
     const at::Tensor index = grid.groupIndex.to(at::kLong).to(w.device());
-    const at::Tensor s = logScales.exp().index_select(1, index);
+    // Per tensor: one log-scale [1, 1] for every row, as the grid stores one scale.
+    const at::Tensor s = logScales.exp().expand({grid.scales.size(0), grid.scales.size(1)}).index_select(1, index);
     const at::Tensor zero = grid.zeros.to(w.device()).index_select(1, index).to(at::kFloat);
     const double maxq = double((int64_t(1) << grid.spec.bits) - 1);
     at::Tensor x, level, inside;
     {
         c10::NoGradGuard noGrad;
         x = w.detach() / s.detach();
-        const at::Tensor shifted = at::round(x).add(zero);
-        inside = ((shifted >= 0) & (shifted <= maxq)).to(at::kFloat);
-        level = shifted.clamp(0, maxq).sub(zero);
+        // Clipped where w / s itself is outside the grid's range (LSQ's rule), not where its rounding is.
+        inside = ((x + zero >= 0) & (x + zero <= maxq)).to(at::kFloat);
+        level = at::round(x).add(zero).clamp(0, maxq).sub(zero);
     }
     return learnedScaleProduct(w, s, x, level, inside);
 }
@@ -208,16 +209,15 @@ at::Tensor fakeQuantizeInt8LearnedScales(const at::Tensor& w, const at::Tensor& 
     {
         c10::NoGradGuard noGrad;
         x = w.detach() / s.detach();
-        const at::Tensor rounded = at::round(x);
-        inside = (rounded.abs() <= 127).to(at::kFloat);
-        level = rounded.clamp(-127, 127);
+        inside = (x.abs() <= 127).to(at::kFloat);
+        level = at::round(x).clamp(-127, 127);
     }
     return learnedScaleProduct(w, s, x, level, inside);
 }
 
 quant::QuantizedWeight withScales(const quant::QuantizedWeight& grid, const at::Tensor& logScales) {
     quant::QuantizedWeight g = grid;
-    g.scales = logScales.detach().exp().to(at::kCPU, grid.scales.scalar_type()).contiguous();
+    g.scales = logScales.detach().exp().to(at::kCPU, grid.scales.scalar_type()).expand_as(grid.scales).contiguous();
     return g;
 }
 

@@ -77,7 +77,7 @@ quant::Int8Weight requantizeInt8(const at::Tensor& w, const at::Tensor& scales);
 // stay positive and Adam moves them by relative steps). Forward: the same grid value as with fixed scales exp(log).
 // Gradients: to w, 1 where w / s lies inside the grid and 0 where the grid clips it; to s, Q(w / s) − w / s inside
 // and Q(w / s) where it clips (Q: the grid value in units of s, zero point removed). Zero points stay fixed.
-// Integer grids: logScales [out, groups] in place of grid.scales.
+// Integer grids: logScales [out, groups] in place of grid.scales ([1, 1] for a per-tensor grid).
 at::Tensor fakeQuantizeLearnedScales(const at::Tensor& w, const quant::QuantizedWeight& grid, const at::Tensor& logScales);
 // FP8 E4M3 ([out] or [1]) and SmoothQuant int8 ([out]) scales.
 at::Tensor fakeQuantizeFp8LearnedScales(const at::Tensor& w, const at::Tensor& logScales);

@@ -80,7 +80,8 @@ StudentTensors::StudentTensors(const Model& student, const at::Device& device, b
         t.m = at::zeros_like(t.latent).detach();
         t.v = at::zeros_like(t.latent).detach();
         if (trainScales && (integer || fp8 || w8a8)) {
-            const at::Tensor scales = integer ? integer->quantized().scales : fp8 ? fp8->fp8Weight().scales : w8a8->int8Weight().scales;
+            at::Tensor scales = integer ? integer->quantized().scales : fp8 ? fp8->fp8Weight().scales : w8a8->int8Weight().scales;
+            if (integer && integer->quantized().spec.groupSize == 0) scales = scales.narrow(0, 0, 1);   // per tensor: one
             // A zero scale (an all-zero group) would give log 0: held at the smallest normal float instead.
             t.logScales = leaf(scales.to(at::kFloat).clamp_min(std::numeric_limits<float>::min()).log(), device);
             t.scaleM = at::zeros_like(t.logScales).detach();
@@ -90,7 +91,9 @@ StudentTensors::StudentTensors(const Model& student, const at::Device& device, b
         mTrained.push_back(std::move(t));
     }
     if (frozenLayers) mNotes.push_back(std::to_string(frozenLayers) + " compressed layers stay frozen (no trainable grid for their kind)");
-    if (eightBit) mNotes.push_back(std::to_string(eightBit) + " FP8/W8A8 layers train on their grid (scales kept; QAT, straight-through estimator)");
+    if (eightBit)
+        mNotes.push_back(std::to_string(eightBit) + " FP8/W8A8 layers train on their grid (" +
+                         (trainScales ? "scales trained" : "scales kept") + "; QAT, straight-through estimator)");
     if (masked) mNotes.push_back(std::to_string(masked) + " sparse layers keep their zeros");
     if (quantized) mNotes.push_back(std::to_string(quantized) + " integer layers train on their grid (QAT, straight-through estimator)");
     if (scaled) mNotes.push_back(std::to_string(scaled) + " quantized layers train their scales too (LSQ; zero points fixed)");

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 
 #include "cuda_check.h"
@@ -11,6 +12,31 @@ DeviceMemory deviceMemory() {
     DeviceMemory m;
     CWB_CUDA_CHECK(cudaMemGetInfo(&m.freeBytes, &m.totalBytes));
     return m;
+}
+
+namespace {
+
+__global__ void capabilityProbe() {}
+
+} // namespace
+
+int compiledCapability() {
+    static std::atomic<int> cached[64];   // 0: not asked yet, -1: no answer
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return 0;
+    int known = device >= 0 && device < 64 ? cached[device].load() : 0;
+    if (known == 0) {
+        cudaFuncAttributes attributes{};
+        known = cudaFuncGetAttributes(&attributes, capabilityProbe) == cudaSuccess
+                    ? std::min(attributes.binaryVersion, attributes.ptxVersion)
+                    : -1;
+        if (known <= 0) {
+            cudaGetLastError();
+            known = -1;
+        }
+        if (device >= 0 && device < 64) cached[device].store(known);
+    }
+    return known > 0 ? known : 0;
 }
 
 int deviceCapabilityCeiling() {
@@ -33,7 +59,9 @@ int deviceCapability() {
         if (device >= 0 && device < 64) cached[device].store(own);
     }
     if (own < 0) return 0;
-    return ceiling > 0 && ceiling < own ? ceiling : own;
+    const int compiled = compiledCapability();
+    const int capability = compiled > 0 && compiled < own ? compiled : own;
+    return ceiling > 0 && ceiling < capability ? ceiling : capability;
 }
 
 } // namespace cwb::kernels

@@ -8,6 +8,8 @@
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
+#include <signal.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/project/project.h"
@@ -46,6 +48,7 @@ private slots:
     void movedModelNeedsModelOption();
     void batchWritesExports();
     void benchRunsAProjectVariant();
+    void interruptExits130();
 };
 
 void TestBatch::initTestCase() {
@@ -243,6 +246,37 @@ void TestBatch::batchWritesExports() {
     QVERIFY(report2.open(QIODevice::ReadOnly));
     const QString report2Text = QString::fromUtf8(report2.readAll());
     QVERIFY2(report2Text.contains("AWQ checkpoint") && report2Text.contains("not a multiple of"), qPrintable(report2Text));
+}
+
+// Ctrl-C during a replay: the batch stops at its next check, writes no report and exits 130 as every command does
+// after an interrupt (it exited 2, "failed", which a script cannot tell from a broken project).
+void TestBatch::interruptExits130() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(wiki, "text/wiki.test.raw");
+    const QString project = mDir.filePath("long.cwbproj");   // the base evaluated on all of WikiText-2: ~25 s
+    Result c = run({"project", "create", project, "--model", model, "--eval", wiki, "--ctx", "128"});
+    QVERIFY2(c.exitCode == 0, qPrintable(c.err));
+    const QString out = mDir.filePath("interrupted");
+    QProcess p;
+    p.start(cwb::test::cwbBinary(), {"--batch", project, "--out", out});
+    QVERIFY(p.waitForStarted());
+    p.setReadChannel(QProcess::StandardError);
+    QByteArray err;
+    QElapsedTimer waited;
+    waited.start();
+    while (!err.contains("base 10%") && waited.elapsed() < 120000 && p.state() == QProcess::Running) {
+        p.waitForReadyRead(1000);
+        err += p.readAllStandardError();
+    }
+    QVERIFY2(err.contains("base 10%"), qPrintable("no progress before the interrupt: " + QString::fromUtf8(err)));
+    QCOMPARE(p.state(), QProcess::Running);
+    ::kill(pid_t(p.processId()), SIGINT);
+    QVERIFY(p.waitForFinished(60000));
+    err += p.readAllStandardError();
+    QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(p.exitCode(), 130);
+    QVERIFY2(err.contains("cancelled"), qPrintable(QString::fromUtf8(err)));
+    QVERIFY(!QFile::exists(out + "/report.json"));
 }
 
 QTEST_APPLESS_MAIN(TestBatch)

@@ -236,9 +236,9 @@ void TestDistillation::learnedScaleGradients() {
     (q * upstream).sum().backward();
 
     const at::Tensor s = (grid.scales * 0.8).repeat_interleave(8, 1), zero = grid.zeros.to(at::kFloat).repeat_interleave(8, 1);
-    const at::Tensor x = w / s, shifted = at::round(x) + zero;
-    const at::Tensor inside = ((shifted >= 0) & (shifted <= 7)).to(at::kFloat);
-    const at::Tensor level = shifted.clamp(0, 7) - zero;
+    const at::Tensor x = w / s;
+    const at::Tensor inside = ((x + zero >= 0) & (x + zero <= 7)).to(at::kFloat);   // unrounded, as LSQ clips
+    const at::Tensor level = (at::round(x) + zero).clamp(0, 7) - zero;
     QVERIFY(inside.sum().item<double>() < double(inside.numel()));   // some clip
     QVERIFY(inside.sum().item<double>() > 0.5 * double(inside.numel()));
     QVERIFY(at::allclose(q.detach(), level * s, 1e-6, 1e-6));
@@ -261,13 +261,27 @@ void TestDistillation::learnedScaleGradients() {
     QVERIFY(at::equal(big.grad(), at::tensor({1.0f, 0.0f, 1.0f, 0.0f}).view({1, 4})));
     // levels 0.5, 448, -3, -448; inside terms level − x: 0, 0; clipped: 448, −448: the sum 0.
     QCOMPARE(fp8Log.grad().item<float>(), 0.0f);
-    at::Tensor small = at::tensor({0.4f, 200.0f}).view({1, 2}).set_requires_grad(true);
+    // 127.3 rounds onto the grid's end but lies past it: clipped (LSQ's rule), as 200 is.
+    at::Tensor small = at::tensor({0.4f, 200.0f, 127.3f}).view({1, 3}).set_requires_grad(true);
     at::Tensor int8Log = at::zeros({1}).set_requires_grad(true);
     at::Tensor q8 = distill::fakeQuantizeInt8LearnedScales(small, int8Log);
-    QVERIFY(at::equal(q8.detach(), at::tensor({0.0f, 127.0f}).view({1, 2})));
+    QVERIFY(at::equal(q8.detach(), at::tensor({0.0f, 127.0f, 127.0f}).view({1, 3})));
     q8.sum().backward();
-    QVERIFY(at::equal(small.grad(), at::tensor({1.0f, 0.0f}).view({1, 2})));
-    QVERIFY(std::abs(int8Log.grad().item<float>() - (0.0f - 0.4f + 127.0f)) < 1e-5f);
+    QVERIFY(at::equal(small.grad(), at::tensor({1.0f, 0.0f, 0.0f}).view({1, 3})));
+    QVERIFY(std::abs(int8Log.grad().item<float>() - (0.0f - 0.4f + 127.0f + 127.0f)) < 1e-4f);
+
+    // A per-tensor grid trains one log-scale for all rows, and stores one scale in every row.
+    spec.groupSize = 0;
+    const quant::QuantizedWeight perTensor = quant::quantizeRtn(w, spec);
+    at::Tensor oneLog = perTensor.scales.narrow(0, 0, 1).log().set_requires_grad(true);
+    QCOMPARE(oneLog.sizes().vec(), (std::vector<int64_t>{1, 1}));
+    at::Tensor qt = distill::fakeQuantizeLearnedScales(w, perTensor, oneLog);
+    QVERIFY(at::allclose(qt.detach(), perTensor.dequantize(), 1e-6, 1e-6));
+    (qt * upstream).sum().backward();
+    QVERIFY(oneLog.grad().defined() && oneLog.grad().numel() == 1);
+    const quant::QuantizedWeight storedPerTensor = distill::withScales(perTensor, oneLog * 1.1);
+    QCOMPARE(storedPerTensor.scales.sizes(), perTensor.scales.sizes());
+    QVERIFY(at::equal(storedPerTensor.scales, storedPerTensor.scales.narrow(0, 0, 1).expand_as(storedPerTensor.scales)));
 }
 
 // train_scales: the scales move, the layers end exactly on their new grid, the student gets closer to the teacher,

@@ -84,10 +84,12 @@ inline bool noCudaDevice() {
     }
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
-        const int dispatch = deviceCapability();
-        std::printf("device: %s (compute capability %d.%d); kernels dispatch for %d.%d%s\n", prop.name, prop.major,
-                    prop.minor, dispatch / 10, dispatch % 10,
-                    dispatch != 10 * prop.major + prop.minor ? " (CWB_CUDA_CAPABILITY)" : "");
+        const int dispatch = deviceCapability(), compiled = compiledCapability();
+        const char* why = dispatch == 10 * prop.major + prop.minor ? ""
+                          : deviceCapabilityCeiling() == dispatch ? " (CWB_CUDA_CAPABILITY)"
+                                                                  : " (the code this build holds)";
+        std::printf("device: %s (compute capability %d.%d); code compiled for %d.%d; kernels dispatch for %d.%d%s\n",
+                    prop.name, prop.major, prop.minor, compiled / 10, compiled % 10, dispatch / 10, dispatch % 10, why);
     }
     return false;
 }
