@@ -8,8 +8,6 @@
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
-#include <signal.h>
-
 #include <nlohmann/json.hpp>
 
 #include "core/project/project.h"
@@ -257,25 +255,10 @@ void TestBatch::interruptExits130() {
     Result c = run({"project", "create", project, "--model", model, "--eval", wiki, "--ctx", "128"});
     QVERIFY2(c.exitCode == 0, qPrintable(c.err));
     const QString out = mDir.filePath("interrupted");
-    QProcess p;
-    p.start(cwb::test::cwbBinary(), {"--batch", project, "--out", out});
-    QVERIFY(p.waitForStarted());
-    p.setReadChannel(QProcess::StandardError);
-    QByteArray err;
-    QElapsedTimer waited;
-    waited.start();
-    while (!err.contains("base 10%") && waited.elapsed() < 120000 && p.state() == QProcess::Running) {
-        p.waitForReadyRead(1000);
-        err += p.readAllStandardError();
-    }
-    QVERIFY2(err.contains("base 10%"), qPrintable("no progress before the interrupt: " + QString::fromUtf8(err)));
-    QCOMPARE(p.state(), QProcess::Running);
-    ::kill(pid_t(p.processId()), SIGINT);
-    QVERIFY(p.waitForFinished(60000));
-    err += p.readAllStandardError();
-    QCOMPARE(p.exitStatus(), QProcess::NormalExit);
-    QCOMPARE(p.exitCode(), 130);
-    QVERIFY2(err.contains("cancelled"), qPrintable(QString::fromUtf8(err)));
+    const auto r = cwb::test::runCwbInterrupted({"--batch", project, "--out", out}, "base 10%");
+    QVERIFY2(r.interrupted, qPrintable("no progress before the interrupt: " + r.err));
+    QCOMPARE(r.exitCode, 130);
+    QVERIFY2(r.err.contains("cancelled"), qPrintable(r.err));
     QVERIFY(!QFile::exists(out + "/report.json"));
 }
 

@@ -171,26 +171,11 @@ void TestCli::interruptStopsAndSaysSo() {
     // Ctrl-C during a long evaluation: the work stops at its next check and cwb exits 130, not killed mid-way.
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     CWB_REQUIRE_FIXTURE(text, "text/wiki.test.raw");
-    QProcess p;
-    p.start(cwb::test::cwbBinary(), {"eval", model, "--text", text, "--ctx", "128"});
-    QVERIFY(p.waitForStarted());
-    p.setReadChannel(QProcess::StandardError);
-    QByteArray err;
-    QElapsedTimer waited;
-    waited.start();
-    while (!err.contains("eval:") && waited.elapsed() < 60000 && p.state() == QProcess::Running) {
-        p.waitForReadyRead(1000);
-        err += p.readAllStandardError();
-    }
-    QVERIFY2(err.contains("eval:"), qPrintable("no progress line before the interrupt: " + QString::fromUtf8(err)));
-    QCOMPARE(p.state(), QProcess::Running);
-    ::kill(pid_t(p.processId()), SIGINT);
-    QVERIFY(p.waitForFinished(60000));
-    err += p.readAllStandardError();
-    QCOMPARE(p.exitStatus(), QProcess::NormalExit);
-    QCOMPARE(p.exitCode(), 130);
-    QVERIFY2(err.contains("interrupted") && err.contains("cancelled"), qPrintable(QString::fromUtf8(err)));
-    QVERIFY(!p.readAllStandardOutput().contains("PPL ="));
+    const auto r = cwb::test::runCwbInterrupted({"eval", model, "--text", text, "--ctx", "128"}, "eval:");
+    QVERIFY2(r.interrupted, qPrintable("no progress line before the interrupt: " + r.err));
+    QCOMPARE(r.exitCode, 130);
+    QVERIFY2(r.err.contains("interrupted") && r.err.contains("cancelled"), qPrintable(r.err));
+    QVERIFY(!r.out.contains("PPL ="));
 }
 
 void TestCli::errorsNameTheFile() {

@@ -17,6 +17,14 @@ struct CwbRun {
 };
 CwbRun runCwb(const QStringList& args, int timeoutMs = 600000);
 
+// Runs cwb, waits until its stderr shows `marker`, then sends SIGINT (what Ctrl-C does) and collects the rest.
+// `interrupted` is false when cwb ended, or the time ran out, before the marker (the signal was then not sent);
+// exitCode -1 when it did not finish in time; -2 when it crashed.
+struct InterruptedRun : CwbRun {
+    bool interrupted = false;
+};
+InterruptedRun runCwbInterrupted(const QStringList& args, const QByteArray& marker, int timeoutMs = 120000);
+
 } // namespace cwb::test
 
 // Skips the current test with a clear message when a fixture is missing.
