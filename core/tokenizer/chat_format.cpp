@@ -1,5 +1,8 @@
 #include "core/tokenizer/chat_format.h"
 
+#include <cstdio>
+#include <ctime>
+
 #include "core/util/error.h"
 
 namespace cwb {
@@ -111,12 +114,74 @@ ChatFormat chatFormatFromName(const std::string& name) {
     return ChatFormat::Unknown;
 }
 
+namespace {
+
+// The text of a Jinja string literal's body: \n, \t, \\, \' and \" decoded.
+std::string unescapeJinja(const std::string& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] != '\\' || i + 1 == s.size()) {
+            out += s[i];
+            continue;
+        }
+        const char next = s[++i];
+        out += next == 'n' ? '\n' : next == 't' ? '\t' : next;
+    }
+    return out;
+}
+
+// The literal text that follows `opening` in the template up to `closing`, at the first place where it is plain text
+// (no quote, brace or +: not an expression); empty when there is none.
+std::string literalAfter(const std::string& t, const std::string& opening, const std::string& closing) {
+    for (size_t at = t.find(opening); at != std::string::npos; at = t.find(opening, at + 1)) {
+        const size_t start = at + opening.size();
+        const size_t end = t.find(closing, start);
+        if (end == std::string::npos) break;
+        const std::string body = t.substr(start, end - start);
+        if (!body.empty() && body.find_first_of("'\"{}+") == std::string::npos) return unescapeJinja(body);
+    }
+    return {};
+}
+
+} // namespace
+
+ChatTemplateDefaults chatTemplateDefaults(const std::string& t, ChatFormat format, const std::string& today) {
+    ChatTemplateDefaults d;
+    if (format == ChatFormat::ChatMl) {
+        // The default is written as one literal, '<|im_start|>system\n…<|im_end|>\n', escaped or with a real newline.
+        d.defaultSystem = literalAfter(t, "<|im_start|>system\\n", "<|im_end|>");
+        if (d.defaultSystem.empty()) d.defaultSystem = literalAfter(t, "<|im_start|>system\n", "<|im_end|>");
+    } else if (format == ChatFormat::Llama3 && has(t, "Cutting Knowledge Date: ") && has(t, "Today Date: ")) {
+        std::string known = literalAfter(t, "Cutting Knowledge Date: ", "\\n");
+        if (known.empty()) known = literalAfter(t, "Cutting Knowledge Date: ", "\n");
+        std::string date = literalAfter(t, "date_string = \"", "\"");
+        if (has(t, "strftime_now")) date = today;
+        if (date.empty()) date = "26 Jul 2024";   // Llama 3.1's own default
+        if (!known.empty()) d.systemPreamble = "Cutting Knowledge Date: " + known + "\nToday Date: " + date + "\n\n";
+    }
+    return d;
+}
+
+std::string chatTemplateToday() {
+    static const char* months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char text[32];
+    std::snprintf(text, sizeof text, "%02d %s %04d", local.tm_mday, months[local.tm_mon % 12], local.tm_year + 1900);
+    return text;
+}
+
 std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages, const std::string& bos,
-                       const std::string& eos) {
+                       const std::string& eos, const ChatTemplateDefaults& defaults) {
     Conversation c = split(messages);
     std::string out;
     switch (format) {
     case ChatFormat::ChatMl:
+        if (!c.hasSystem && !defaults.defaultSystem.empty()) {
+            c.hasSystem = true;
+            c.system = defaults.defaultSystem;
+        }
         if (c.hasSystem) out += "<|im_start|>system\n" + c.system + "<|im_end|>\n";
         for (const auto& m : c.turns) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
         return out + "<|im_start|>assistant\n";
@@ -124,7 +189,11 @@ std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messag
         auto turn = [](const std::string& role, const std::string& content) {
             return "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + trimmed(content) + "<|eot_id|>";
         };
-        if (c.hasSystem) out += turn("system", c.system);
+        if (!defaults.systemPreamble.empty())   // Llama 3.1+: always a system turn, the preamble untrimmed
+            out += "<|start_header_id|>system<|end_header_id|>\n\n" + defaults.systemPreamble +
+                   (c.hasSystem ? trimmed(c.system) : std::string()) + "<|eot_id|>";
+        else if (c.hasSystem)
+            out += turn("system", c.system);
         for (const auto& m : c.turns) out += turn(m.role, m.content);
         return out + "<|start_header_id|>assistant<|end_header_id|>\n\n";
     }
@@ -181,8 +250,8 @@ ChatPrompt prepareChatPrompt(const Tokenizer& tokenizer, const std::vector<ChatM
     const auto vocabulary = tokenizer.vocabulary();
     ChatPrompt prompt;
     prompt.format = format;
+    const std::string jinja = vocabulary ? vocabulary->chatTemplate : std::string();
     if (format == ChatFormat::Unknown) {
-        const std::string jinja = vocabulary ? vocabulary->chatTemplate : std::string();
         if (jinja.empty())
             throw Error("the model has no chat template (GGUF tokenizer.chat_template, or chat_template in "
                         "tokenizer_config.json); name a chat format: " + chatFormatNameList());
@@ -195,7 +264,11 @@ ChatPrompt prepareChatPrompt(const Tokenizer& tokenizer, const std::vector<ChatM
     auto text = [&](TokenId id, const char* fallback) {
         return vocabulary && id >= 0 && size_t(id) < vocabulary->tokens.size() ? vocabulary->tokens[size_t(id)] : std::string(fallback);
     };
-    prompt.text = renderChat(prompt.format, messages, text(tokenizer.bos(), "<s>"), text(tokenizer.eos(), "</s>"));
+    // The template's own defaults only where it is of the format rendered (a named format may be another's).
+    const ChatTemplateDefaults defaults = !jinja.empty() && detectChatFormat(jinja) == prompt.format
+                                              ? chatTemplateDefaults(jinja, prompt.format, chatTemplateToday())
+                                              : ChatTemplateDefaults{};
+    prompt.text = renderChat(prompt.format, messages, text(tokenizer.bos(), "<s>"), text(tokenizer.eos(), "</s>"), defaults);
     const std::vector<std::string> ends = chatTurnEndTokens(prompt.format);
     for (const std::string& end : ends) {
         const TokenId id = vocabulary ? idOf(*vocabulary, end) : -1;

@@ -28,13 +28,28 @@ ChatFormat chatFormatFromName(const std::string& name);
 std::vector<std::string> chatFormatNames();
 std::string chatFormatNameList();   // "chatml, llama3, …", for messages
 
+// What a template writes by itself around the system message, read from the template's own string literals:
+// - defaultSystem: the system message of ChatML templates that add one when the conversation has none (Qwen2's "You
+//   are a helpful assistant.", Qwen2.5's, SmolLM2's);
+// - systemPreamble: the dated opening of Llama 3.1–3.3's system turn, written even without a system message
+//   ("Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"). Templates that take the date from
+//   strftime_now (Llama 3.2) get `today` ("05 Dec 2026"), as transformers renders them; the others their own default.
+// Both empty when the template has none (or the format is another).
+struct ChatTemplateDefaults {
+    std::string defaultSystem;
+    std::string systemPreamble;
+};
+ChatTemplateDefaults chatTemplateDefaults(const std::string& jinjaTemplate, ChatFormat format, const std::string& today);
+// Today's date as "%d %b %Y" with English month names, whatever the locale.
+std::string chatTemplateToday();
+
 // The conversation in the format, ending with the opening of the assistant's turn. The leading BOS is not written:
 // the tokenizer adds it where the model's settings ask for it; `bos` and `eos` are the texts of the model's BOS and
-// EOS, which Llama 2, Mistral and Zephyr write between turns. No default system message is added (some templates,
-// e.g. Qwen2's, insert one; pass it as a "system" message to match them). Throws cwb::Error for an Unknown format,
+// EOS, which Llama 2, Mistral and Zephyr write between turns. `defaults` adds what the model's template writes by
+// itself (see chatTemplateDefaults); without them no system text is added. Throws cwb::Error for an Unknown format,
 // an unknown role or an empty conversation.
 std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages, const std::string& bos = "<s>",
-                       const std::string& eos = "</s>");
+                       const std::string& eos = "</s>", const ChatTemplateDefaults& defaults = {});
 
 // Token texts that end an assistant turn in the format ("<|im_end|>", "<|eot_id|>", …); empty for the formats that
 // end it with the model's EOS (Llama 2, Mistral, Zephyr).
@@ -49,7 +64,8 @@ struct ChatPrompt {
     std::vector<std::string> warnings;   // e.g. a format whose markers the vocabulary lacks
 };
 
-// Renders `messages` in `format`, or, when it is Unknown, in the format the tokenizer's chat template writes.
+// Renders `messages` in `format`, or, when it is Unknown, in the format the tokenizer's chat template writes, with
+// the template's defaults (chatTemplateDefaults, dated today) when the template is of that format.
 // Throws cwb::Error when there is no template, or one cwb does not recognise, and no format is named.
 ChatPrompt prepareChatPrompt(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
                              ChatFormat format = ChatFormat::Unknown);

@@ -57,6 +57,7 @@ private slots:
     void rendersConversations();
     void refusesBadConversations();
     void preparesPromptFromTheTemplate();
+    void templateDefaultsAreWritten();
     void spmParsesControlTokensOnlyWhenAsked();
     void stopIdsTravelThroughGgufAndHf();
     void generationEndsAtStopIds();
@@ -185,6 +186,62 @@ void TestChatFormat::preparesPromptFromTheTemplate() {
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("not one cwb recognises"), e.what());
     }
+}
+
+// The text templates write by themselves, which the renderer left out before: Qwen2's default system message and
+// Llama 3.1's dated system turn. Templates as their tokenizer_config.json holds them (Jinja source: \n escaped);
+// expected strings from the published templates' output.
+void TestChatFormat::templateDefaultsAreWritten() {
+    const std::string qwen2 =
+        R"({% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %})";
+    const ChatTemplateDefaults q = chatTemplateDefaults(qwen2, ChatFormat::ChatMl, "05 Dec 2026");
+    QCOMPARE(QString::fromStdString(q.defaultSystem), QString("You are a helpful assistant."));
+    QCOMPARE(QString::fromStdString(renderChat(ChatFormat::ChatMl, {{"user", "Hi"}}, "<s>", "</s>", q)),
+             QString("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                     "<|im_start|>assistant\n"));
+    QCOMPARE(QString::fromStdString(renderChat(ChatFormat::ChatMl, {{"system", "S"}, {"user", "Hi"}}, "<s>", "</s>", q)),
+             QString("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"));
+    // A template that writes the caller's system message only (an expression, not a literal) has no default.
+    QVERIFY(chatTemplateDefaults(chatMlVocabulary().chatTemplate, ChatFormat::ChatMl, "").defaultSystem.empty());
+    QVERIFY(chatTemplateDefaults(R"({{ '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }})", ChatFormat::ChatMl, "")
+                .defaultSystem.empty());
+
+    // Llama 3.1: a system turn always, dated by the template's own default.
+    const std::string llama31 =
+        R"({{- bos_token }}{%- if not date_string is defined %}{%- set date_string = "26 Jul 2024" %}{%- endif %})"
+        R"({%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content']|trim %}{%- set messages = messages[1:] %}{%- else %}{%- set system_message = "" %}{%- endif %})"
+        R"({{- "<|start_header_id|>system<|end_header_id|>\n\n" }}{{- "Cutting Knowledge Date: December 2023\n" }}{{- "Today Date: " + date_string + "\n\n" }})"
+        R"({{- system_message }}{{- "<|eot_id|>" }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}{%- endfor %})";
+    QCOMPARE(detectChatFormat(llama31), ChatFormat::Llama3);
+    const ChatTemplateDefaults l = chatTemplateDefaults(llama31, ChatFormat::Llama3, "05 Dec 2026");
+    QCOMPARE(QString::fromStdString(l.systemPreamble), QString("Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"));
+    QCOMPARE(QString::fromStdString(renderChat(ChatFormat::Llama3, {{"user", "Hi"}}, "<s>", "</s>", l)),
+             QString("<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul "
+                     "2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant"
+                     "<|end_header_id|>\n\n"));
+    QCOMPARE(QString::fromStdString(renderChat(ChatFormat::Llama3, {{"system", " Be brief. "}, {"user", "Hi"}}, "<s>", "</s>", l)),
+             QString("<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul "
+                     "2024\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>"
+                     "assistant<|end_header_id|>\n\n"));
+    // Llama 3.2 dates it with strftime_now, which transformers provides: today.
+    std::string llama32 = llama31;
+    llama32.replace(llama32.find("{%- if not date_string"), 0,
+                    R"({%- if strftime_now is defined %}{%- set date_string = strftime_now("%d %b %Y") %}{%- endif %})");
+    QCOMPARE(QString::fromStdString(chatTemplateDefaults(llama32, ChatFormat::Llama3, "05 Dec 2026").systemPreamble),
+             QString("Cutting Knowledge Date: December 2023\nToday Date: 05 Dec 2026\n\n"));
+    QVERIFY(QRegularExpression("^\\d\\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \\d{4}$")
+                .match(QString::fromStdString(chatTemplateToday())).hasMatch());
+    // Llama 3's first template has no preamble; nor does another format.
+    QVERIFY(chatTemplateDefaults("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}", ChatFormat::Llama3, "x")
+                .systemPreamble.empty());
+    QVERIFY(chatTemplateDefaults(llama31, ChatFormat::ChatMl, "x").defaultSystem.empty());
+
+    // prepareChatPrompt applies the tokenizer's template defaults.
+    TokenizerData qwen = chatMlVocabulary();
+    qwen.chatTemplate = qwen2;
+    const ChatPrompt prompt = prepareChatPrompt(*makeTokenizer(qwen), {{"user", "x"}});
+    QCOMPARE(QString::fromStdString(prompt.text),
+             QString("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"));
 }
 
 void TestChatFormat::spmParsesControlTokensOnlyWhenAsked() {
