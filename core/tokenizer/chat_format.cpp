@@ -143,14 +143,36 @@ std::string literalAfter(const std::string& t, const std::string& opening, const
     return {};
 }
 
+// A ChatML template's default system message: a whole string literal '<|im_start|>system\n…<|im_end|>…' (quoted with
+// ' or ", the newline escaped or real), written where the nearest control tag before it is an else or tests the
+// system role, not one about tools (Qwen2.5's tools branch writes its own system turn). Empty when there is none.
+std::string chatMlDefaultSystem(const std::string& t) {
+    const std::string opening = "<|im_start|>system";
+    for (size_t at = t.find(opening); at != std::string::npos; at = t.find(opening, at + 1)) {
+        if (at == 0 || (t[at - 1] != '\'' && t[at - 1] != '"')) continue;
+        const char quote = t[at - 1];
+        size_t end = at;   // the closing quote: the first unescaped one
+        while (end < t.size() && t[end] != quote) end += t[end] == '\\' ? 2 : 1;
+        if (end >= t.size()) break;
+        const std::string literal = unescapeJinja(t.substr(at, end - at));
+        const size_t close = literal.find("<|im_end|>");
+        if (close == std::string::npos || literal.compare(opening.size(), 1, "\n") != 0) continue;
+        const size_t tag = t.rfind("{%", at);
+        const std::string guard = tag == std::string::npos ? std::string() : t.substr(tag, t.find("%}", tag) - tag);
+        const bool aboutTools = guard.find("tools") != std::string::npos;
+        const bool plausible = guard.find("else") != std::string::npos || guard.find("system") != std::string::npos;
+        if (aboutTools || !plausible) continue;
+        return literal.substr(opening.size() + 1, close - opening.size() - 1);
+    }
+    return {};
+}
+
 } // namespace
 
 ChatTemplateDefaults chatTemplateDefaults(const std::string& t, ChatFormat format, const std::string& today) {
     ChatTemplateDefaults d;
     if (format == ChatFormat::ChatMl) {
-        // The default is written as one literal, '<|im_start|>system\n…<|im_end|>\n', escaped or with a real newline.
-        d.defaultSystem = literalAfter(t, "<|im_start|>system\\n", "<|im_end|>");
-        if (d.defaultSystem.empty()) d.defaultSystem = literalAfter(t, "<|im_start|>system\n", "<|im_end|>");
+        d.defaultSystem = chatMlDefaultSystem(t);
     } else if (format == ChatFormat::Llama3 && has(t, "Cutting Knowledge Date: ") && has(t, "Today Date: ")) {
         std::string known = literalAfter(t, "Cutting Knowledge Date: ", "\\n");
         if (known.empty()) known = literalAfter(t, "Cutting Knowledge Date: ", "\n");

@@ -201,6 +201,28 @@ void TestChatFormat::templateDefaultsAreWritten() {
                      "<|im_start|>assistant\n"));
     QCOMPARE(QString::fromStdString(renderChat(ChatFormat::ChatMl, {{"system", "S"}, {"user", "Hi"}}, "<s>", "</s>", q)),
              QString("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"));
+    // Qwen2.5: a tools branch first (its own system turn, not the default), then the default in an else; the caller's
+    // system message is an expression. Qwen2.5-Math's default holds braces and an escaped backslash.
+    const std::string qwen25 =
+        R"({%- if tools %}{{- '<|im_start|>system\n' }}{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }})"
+        R"({%- else %}{{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}{%- endif %})"
+        R"({{- "\n\n# Tools\n<tools>" }}{{- "\n</tools><|im_end|>\n" }}{%- else %}{%- if messages[0]['role'] == 'system' %})"
+        R"({{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}{%- else %})"
+        R"({{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }})"
+        R"({%- endif %}{%- endif %}{%- for message in messages %}{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}{%- endfor %})";
+    QCOMPARE(QString::fromStdString(chatTemplateDefaults(qwen25, ChatFormat::ChatMl, "").defaultSystem),
+             QString("You are Qwen, created by Alibaba Cloud. You are a helpful assistant."));
+    const std::string qwen25Math =
+        R"({%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}{%- else %})"
+        R"({{- '<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n' }}{%- endif %})";
+    QCOMPARE(QString::fromStdString(chatTemplateDefaults(qwen25Math, ChatFormat::ChatMl, "").defaultSystem),
+             QString("Please reason step by step, and put your final answer within \\boxed{}."));
+    // A real newline in the literal; and a fixed system turn written only when tools are given is no default.
+    QCOMPARE(QString::fromStdString(chatTemplateDefaults("{% if messages[0]['role'] != 'system' %}{{ \"<|im_start|>system\nBe kind.<|im_end|>\n\" }}{% endif %}",
+                                                         ChatFormat::ChatMl, "").defaultSystem),
+             QString("Be kind."));
+    QVERIFY(chatTemplateDefaults("{% if tools %}{{ '<|im_start|>system\\nUse the tools.<|im_end|>\\n' }}{% endif %}", ChatFormat::ChatMl, "")
+                .defaultSystem.empty());
     // A template that writes the caller's system message only (an expression, not a literal) has no default.
     QVERIFY(chatTemplateDefaults(chatMlVocabulary().chatTemplate, ChatFormat::ChatMl, "").defaultSystem.empty());
     QVERIFY(chatTemplateDefaults(R"({{ '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }})", ChatFormat::ChatMl, "")

@@ -40,15 +40,17 @@ InterruptedRun runCwbInterrupted(const QStringList& args, const QByteArray& mark
         p.waitForReadyRead(1000);
         err += p.readAllStandardError();
     }
-    if (err.contains(marker) && p.state() == QProcess::Running) {
+    bool finished = p.state() == QProcess::NotRunning;   // it ended before the marker: its own exit code
+    if (!finished && err.contains(marker) && p.processId() > 0) {
         ::kill(pid_t(p.processId()), SIGINT);
         run.interrupted = true;
+        finished = p.waitForFinished(timeoutMs);
     }
-    if (!p.waitForFinished(timeoutMs)) {
+    if (finished) {
+        run.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2;
+    } else {   // no marker in time, or no end after the signal: stopped, exit code -1
         p.kill();
         p.waitForFinished();
-    } else {
-        run.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2;
     }
     err += p.readAllStandardError();
     run.err = QString::fromUtf8(err);
