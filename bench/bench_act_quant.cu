@@ -1,7 +1,9 @@
 // One FP8 / W8A8 layer at decode and small-prefill sizes on the GPU, each piece timed inside a CUDA graph (as the
 // decode runs): cuBLAS fp16 GEMM, the cuBLASLt FP8 and int8 GEMMs alone, and the whole native layer (act_quant
 // kernel + GEMM + scales) with outer-vector scales and with the fp32-sums epilogue, and at M <= 4 the small-M
-// kernels (w8_small_m.h). Run by hand on a GPU:
+// kernels (w8_small_m.h), at M <= 8 the decode GEMVs that quantize their own input (one launch per layer, batches of
+// 4 and 8 chunks). The last column is the weight bytes read per microsecond against the device-to-device copy
+// bandwidth measured at the start (bytes read + written). Run by hand on a GPU:
 //   bench_act_quant            (prints one table row per shape, M and path)
 // Weights cycle through enough copies to exceed the L2, so they come from HBM as in a model; values are random
 // (speed only). Time: 50 calls captured in one graph, median of 9 replays, per call.
@@ -113,7 +115,29 @@ int main() {
     W8a8Gemm int8;
     const bool haveFp8 = fp8GemmSupported();
     const int64_t maxM = 128;
-    std::printf("| K x N | M | path | us per call |\n| --- | --- | --- | --- |\n");
+    double copyGBs = 0;
+    {   // device-to-device copy of 2 GiB, best of 5
+        const size_t bytes = size_t(1) << 30;
+        void *a = deviceArray<uint8_t>(bytes), *b = deviceArray<uint8_t>(bytes);
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        for (int r = 0; r < 6; ++r) {
+            cudaEventRecord(e0, stream);
+            checkCuda(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream), "copy");
+            cudaEventRecord(e1, stream);
+            checkCuda(cudaEventSynchronize(e1), "copy");
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (r > 0) copyGBs = std::max(copyGBs, 2.0 * double(bytes) / (ms * 1e6));
+        }
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        cudaFree(a);
+        cudaFree(b);
+    }
+    std::printf("device-to-device copy: %.0f GB/s (read + written)\n", copyGBs);
+    std::printf("| K x N | M | path | us per call | weight GB/s (of copy) |\n| --- | --- | --- | --- | --- |\n");
     for (const auto& shape : {std::pair<int64_t, int64_t>{4096, 11008}, {11008, 4096}, {4096, 4096}}) {
         const int64_t k = shape.first, n = shape.second;
         const size_t weights = size_t(k * n);
@@ -139,16 +163,23 @@ int main() {
         fillFloat<<<64, 256>>>(colScales, size_t(n), 0.02f);
         fillFloat<<<64, 256>>>(divisor, size_t(k), 1.25f);
         checkCuda(cudaDeviceSynchronize(), "fill");
-        auto row = [&](int64_t m, const char* path, double us) {
-            std::printf("| %lld x %lld | %lld | %s | %.2f |\n", (long long)k, (long long)n, (long long)m, path, us);
+        // weightBytes: bytes per weight the path reads (2 for fp16, 1 for 8-bit codes; 0: not a product).
+        auto row = [&](int64_t m, const char* path, double us, int weightBytes = 1) {
+            char bandwidth[64] = "-";
+            if (weightBytes > 0) {
+                const double gbs = double(weights) * weightBytes / (us * 1e3);
+                std::snprintf(bandwidth, sizeof(bandwidth), "%.0f (%.0f%%)", gbs, 100.0 * gbs / copyGBs);
+            }
+            std::printf("| %lld x %lld | %lld | %s | %.2f | %s |\n", (long long)k, (long long)n, (long long)m, path, us,
+                        bandwidth);
         };
-        for (int64_t m : {int64_t(1), int64_t(4), int64_t(16), int64_t(128)}) {
+        for (int64_t m : {int64_t(1), int64_t(4), int64_t(8), int64_t(16), int64_t(128)}) {
             const float alpha = 1.0f, beta = 0.0f;
             row(m, "cuBLAS fp16 GEMM", graphMicroseconds(stream, [&](int i) {
                     cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, w16[size_t(i % copies)],
                                  CUDA_R_16F, int(k), x, CUDA_R_16F, int(k), &beta, y, CUDA_R_16F, int(n),
                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-                }));
+                }), 2);
             if (haveFp8) {
                 row(m, "FP8 cuBLASLt GEMM alone (per-tensor scales)", graphMicroseconds(stream, [&](int i) {
                         fp8.run(xq, rowScales, w8[size_t(i % copies)], colScales, y, ActType::Float16, m, n, k, stream);
@@ -196,9 +227,25 @@ int main() {
                                    m, n, k, stream);
                     }));
             }
+            if (m <= kDecodeGemvMaxRows) {
+                for (int batch : {4, 8}) {
+                    decodeGemvSetBatch(batch);
+                    const std::string chunks = " (batch " + std::to_string(batch) + ")";
+                    if (haveFp8)
+                        row(m, ("FP8 layer: decode GEMV quantizing its input" + chunks).c_str(),
+                            graphMicroseconds(stream, [&](int i) {
+                                fp8DecodeGemv(x, ActType::Float16, w8[size_t(i % copies)], colScales, y, m, n, k, stream);
+                            }));
+                    row(m, ("W8A8 layer: decode GEMV quantizing x / s" + chunks).c_str(), graphMicroseconds(stream, [&](int i) {
+                            w8a8DecodeGemv(x, ActType::Float16, divisor, reinterpret_cast<const int8_t*>(w8[size_t(i % copies)]),
+                                           colScales, y, m, n, k, stream);
+                        }));
+                }
+                decodeGemvSetBatch(4);
+            }
             row(m, "quantize kernel alone (FP8)", graphMicroseconds(stream, [&](int) {
                     quantizeRowsFp8(x, ActType::Float16, m, k, xq, rowScales, stream);
-                }));
+                }), 0);
         }
         for (int c = 0; c < copies; ++c) {
             cudaFree(w16[size_t(c)]);

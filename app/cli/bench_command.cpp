@@ -93,7 +93,7 @@ int runBench(const std::vector<std::string>& args) {
                 {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv", "no-fused-attention",
                  "fused-norm-gemv", "no-fused-norm-gemv", "fused-swiglu-gemv", "no-fused-swiglu-gemv",
                  "fused-int-linear", "no-fused-int-linear", "sparse24-gemv", "no-sparse24-gemv", "sparse24-keep-dense",
-                 "no-sparse24-keep-dense"});
+                 "no-sparse24-keep-dense", "fused-projections", "no-fused-projections"});
     applyThreads(a.integer("threads", 0));
     RuntimeOptions options = runtimeOptions(a);
     options.nativeKernels = !a.flag("no-native");
@@ -104,6 +104,7 @@ int runBench(const std::vector<std::string>& args) {
     options.fusedNormGemv = onOffFlag(a, "fused-norm-gemv", options.fusedNormGemv);
     options.fusedSwiGluGemv = onOffFlag(a, "fused-swiglu-gemv", options.fusedSwiGluGemv);
     options.fusedIntLinear = onOffFlag(a, "fused-int-linear", options.fusedIntLinear);
+    options.fuseNativeProjections = onOffFlag(a, "fused-projections", options.fuseNativeProjections);
     options.sparse24Gemv = onOffFlag(a, "sparse24-gemv", options.sparse24Gemv);
     options.sparse24KeepDense = onOffFlag(a, "sparse24-keep-dense", options.sparse24KeepDense);
     LatencyParams p;

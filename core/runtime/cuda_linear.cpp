@@ -61,6 +61,18 @@ bool smallMActivationKernels() {
     return value;
 }
 
+bool selfQuantizingDecodeGemv() {
+    // Off by default until these kernels have run on a GPU (written in session 35 without one).
+    static const bool value = env::envSwitch("CWB_W8_DECODE_GEMV", false);
+    return value;
+}
+
+namespace {
+std::atomic<int64_t> gDecodeGemvLaunches{0};
+}
+
+int64_t nativeDecodeGemvCount() { return gDecodeGemvLaunches.load(); }
+
 int64_t defaultDequantAboveTokens() {
     static const int64_t value =
         env::envInteger("CWB_DEQUANT_ABOVE_TOKENS", 0, std::numeric_limits<int32_t>::max(), kDequantAboveTokens);
@@ -273,6 +285,13 @@ private:
 constexpr int64_t kFp8SmallMMaxRows = 1;
 bool useSmallM(int64_t tokenRows, int64_t maxRows) { return tokenRows <= maxRows && smallMActivationKernels(); }
 
+// Decode-sized inputs of FP8 / W8A8 layers take the GEMV that quantizes its own input (one launch instead of a
+// quantize kernel and a product) where CWB_W8_DECODE_GEMV=1.
+bool takesDecodeGemv(const at::Tensor& input, const at::Tensor& weightCodes) {
+    return selfQuantizingDecodeGemv() && input.size(0) <= kernels::kDecodeGemvMaxRows &&
+           kernels::decodeGemvTakes(input.data_ptr(), weightCodes.data_ptr(), input.size(0), input.size(1));
+}
+
 std::vector<int64_t> outputShape(const at::Tensor& x, int64_t rows) {
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = rows;
@@ -296,9 +315,19 @@ public:
         const at::Tensor input = x.reshape({-1, k}).to(mDtype).contiguous();
         const int64_t m = input.size(0);
         const kernels::ActType act = mDtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16;
+        at::Tensor y = at::empty({m, n}, input.options());
+        if (takesDecodeGemv(input, mCodes)) {
+            try {
+                kernels::fp8DecodeGemv(input.data_ptr(), act, mCodes.data_ptr<uint8_t>(), mScales.data_ptr<float>(),
+                                       y.data_ptr(), m, n, k, torchCurrentStream());
+            } catch (const kernels::KernelError& e) {
+                throw Error(std::string("native FP8 layer: ") + e.what());
+            }
+            ++gDecodeGemvLaunches;
+            return y.view(outputShape(x, n));
+        }
         at::Tensor codes = at::empty({m, k}, mCodes.options());
         at::Tensor tokenScales = at::empty({m}, mScales.options());
-        at::Tensor y = at::empty({m, n}, input.options());
         try {
             kernels::quantizeRowsFp8(input.data_ptr(), act, m, k, codes.data_ptr<uint8_t>(), tokenScales.data_ptr<float>(),
                                      torchCurrentStream());
@@ -317,9 +346,10 @@ public:
         return y.view(outputShape(x, n));
     }
     std::string kernelName() const override {
-        return libTorchActivationQuantization() ? "FP8 E4M3 GEMM (cuBLASLt; LibTorch activation quantization)"
-               : smallMActivationKernels()      ? "FP8 E4M3 GEMM (small-M kernel for M=1, cuBLASLt above)"
-                                                : "FP8 E4M3 GEMM (cuBLASLt)";
+        if (libTorchActivationQuantization()) return "FP8 E4M3 GEMM (cuBLASLt; LibTorch activation quantization)";
+        if (selfQuantizingDecodeGemv()) return "FP8 E4M3 GEMM (decode GEMV quantizing its input for M<=8, cuBLASLt above)";
+        return smallMActivationKernels() ? "FP8 E4M3 GEMM (small-M kernel for M=1, cuBLASLt above)"
+                                         : "FP8 E4M3 GEMM (cuBLASLt)";
     }
     size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel()) * 4; }
 
@@ -362,6 +392,22 @@ public:
     at::Tensor forward(const at::Tensor& x) const override {
         c10::DeviceGuard guard(mCodes.device());
         const int64_t n = mCodes.size(0), k = mCodes.size(1);
+        const kernels::ActType act = mDtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16;
+        if (!libTorchActivationQuantization()) {
+            const at::Tensor input = x.reshape({-1, k}).to(mDtype).contiguous();
+            if (takesDecodeGemv(input, mCodes)) {
+                at::Tensor y = at::empty({input.size(0), n}, input.options());
+                try {
+                    kernels::w8a8DecodeGemv(input.data_ptr(), act, mSmoothing.data_ptr<float>(), mCodes.data_ptr<int8_t>(),
+                                            mScales.data_ptr<float>(), y.data_ptr(), input.size(0), n, k,
+                                            torchCurrentStream());
+                } catch (const kernels::KernelError& e) {
+                    throw Error(std::string("native W8A8 layer: ") + e.what());
+                }
+                ++gDecodeGemvLaunches;
+                return y.view(outputShape(x, n));
+            }
+        }
         at::Tensor codes, tokenScales;
         if (libTorchActivationQuantization()) {
             quant::quantizeInt8PerToken(x.reshape({-1, k}).to(at::kFloat) / mSmoothing, codes, tokenScales);
@@ -398,9 +444,10 @@ public:
         return y.view(outputShape(x, n));
     }
     std::string kernelName() const override {
-        return libTorchActivationQuantization() ? "W8A8 int8 GEMM (cuBLASLt; LibTorch activation quantization)"
-               : smallMActivationKernels()      ? "W8A8 int8 GEMM (small-M kernel for M<=4, cuBLASLt above)"
-                                                : "W8A8 int8 GEMM (cuBLASLt)";
+        if (libTorchActivationQuantization()) return "W8A8 int8 GEMM (cuBLASLt; LibTorch activation quantization)";
+        if (selfQuantizingDecodeGemv()) return "W8A8 int8 GEMM (decode GEMV quantizing its input for M<=8, cuBLASLt above)";
+        return smallMActivationKernels() ? "W8A8 int8 GEMM (small-M kernel for M<=4, cuBLASLt above)"
+                                         : "W8A8 int8 GEMM (cuBLASLt)";
     }
     size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel() + mSmoothing.numel()) * 4; }
 
@@ -460,6 +507,58 @@ std::unique_ptr<NativeIntLinear> makeNativeIntLinear(const quant::QuantizedWeigh
     }
 }
 
+namespace {
+
+// Why an FP8 layer gets no kernel on this device ("" when it does); device and dtype checked by the caller.
+std::string fp8Refusal(const Fp8Linear& layer) {
+    if (!layer.dynamicActivations()) return "fp8 weights with 16-bit activations (the FP8 GEMM needs FP8 activations; no mixed kernel)";
+    if (!kernels::fp8GemmSupported()) return "FP8 GEMM needs compute capability 8.9 or newer";
+    return "";
+}
+
+// Codes [rows, k] (uint8) and one scale per row (float) on the device, of the parts stacked in order.
+std::unique_ptr<NativeIntLinear> fp8KernelOfRows(const std::vector<const Fp8Linear*>& parts, at::Device device,
+                                                 at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace) {
+    std::vector<at::Tensor> codes, scales;
+    for (const Fp8Linear* part : parts) {
+        const quant::Fp8Weight& w = part->fp8Weight();
+        codes.push_back(w.codes.to(device, at::kByte));
+        scales.push_back(w.scales.to(device, at::kFloat).reshape({-1}).expand({w.codes.size(0)}));
+    }
+    return std::make_unique<KernelFp8Linear>(at::cat(codes, 0).contiguous(), at::cat(scales, 0).contiguous(), dtype,
+                                             std::move(workspace));
+}
+
+} // namespace
+
+std::unique_ptr<NativeIntLinear> makeNativeFp8Rows(const std::vector<const Fp8Linear*>& parts, at::Device device,
+                                                   at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace,
+                                                   std::string& reason) {
+    if (parts.empty()) {
+        reason = "no layers to stack";
+        return nullptr;
+    }
+    if (!device.is_cuda() || (dtype != at::kHalf && dtype != at::kBFloat16)) {
+        reason = "FP8 kernels run on CUDA in fp16 or bf16";
+        return nullptr;
+    }
+    for (const Fp8Linear* part : parts) {
+        if (part->cols() != parts.front()->cols() || part->cols() % 16 != 0) {
+            reason = "the layers differ in input features, or they are not a multiple of 16";
+            return nullptr;
+        }
+        reason = fp8Refusal(*part);
+        if (!reason.empty()) return nullptr;
+    }
+    try {
+        c10::DeviceGuard guard(device);
+        return fp8KernelOfRows(parts, device, dtype, std::move(workspace));
+    } catch (const kernels::KernelError& e) {
+        reason = std::string("kernel setup failed: ") + e.what();
+        return nullptr;
+    }
+}
+
 std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear& layer, at::Device device, at::ScalarType dtype,
                                                   std::shared_ptr<NativeWorkspace> workspace, std::string& reason) {
     if (const auto* integer = dynamic_cast<const IntLinear*>(&layer))
@@ -480,18 +579,9 @@ std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear& layer,
     try {
         c10::DeviceGuard guard(device);
         if (const auto* fp8 = dynamic_cast<const Fp8Linear*>(&layer)) {
-            if (!fp8->dynamicActivations()) {
-                reason = "fp8 weights with 16-bit activations (the FP8 GEMM needs FP8 activations; no mixed kernel)";
-                return nullptr;
-            }
-            if (!kernels::fp8GemmSupported()) {
-                reason = "FP8 GEMM needs compute capability 8.9 or newer";
-                return nullptr;
-            }
-            const quant::Fp8Weight& w = fp8->fp8Weight();
-            const at::Tensor codes = w.codes.to(device, at::kByte).contiguous();
-            const at::Tensor scales = w.scales.to(device, at::kFloat).reshape({-1}).expand({codes.size(0)}).contiguous();
-            return std::make_unique<KernelFp8Linear>(codes, scales, dtype, std::move(workspace));
+            reason = fp8Refusal(*fp8);
+            if (!reason.empty()) return nullptr;
+            return fp8KernelOfRows({fp8}, device, dtype, std::move(workspace));
         }
         if (const auto* w8a8 = dynamic_cast<const W8A8Linear*>(&layer)) {
             if (layer.rows() % 4 != 0) {
@@ -539,6 +629,12 @@ std::unique_ptr<NativeIntLinear> makeNativeIntLinear(const quant::QuantizedWeigh
 
 std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear&, at::Device device, at::ScalarType,
                                                   std::shared_ptr<NativeWorkspace>, std::string& reason) {
+    reason = device.is_cuda() ? "this build has no CUDA kernels (CWB_CUDA off)" : "not on CUDA";
+    return nullptr;
+}
+
+std::unique_ptr<NativeIntLinear> makeNativeFp8Rows(const std::vector<const Fp8Linear*>&, at::Device device, at::ScalarType,
+                                                   std::shared_ptr<NativeWorkspace>, std::string& reason) {
     reason = device.is_cuda() ? "this build has no CUDA kernels (CWB_CUDA off)" : "not on CUDA";
     return nullptr;
 }

@@ -16,6 +16,7 @@
 namespace cwb {
 
 class CompressedLinear;
+class Fp8Linear;
 
 // Device scratch shared by the native layers of one runtime: they run one after another on LibTorch's current
 // stream (with a CUDA build of LibTorch; the default stream otherwise), which is where the kernels are launched.
@@ -73,12 +74,25 @@ quant::QuantizedWeight concatenateRows(const std::vector<const quant::QuantizedW
 std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear& layer, at::Device device, at::ScalarType dtype,
                                                   std::shared_ptr<NativeWorkspace> workspace, std::string& reason);
 
+// FP8 layers with dynamic activations that read the same input (q/k/v, gate/up) as one layer of their rows stacked in
+// order: one launch, the input quantized once (the codes of x are the same for every part; each row keeps its
+// scale). Returns nullptr and sets `reason` where a part has no FP8 kernel or the parts differ in columns.
+std::unique_ptr<NativeIntLinear> makeNativeFp8Rows(const std::vector<const Fp8Linear*>& parts, at::Device device,
+                                                   at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace,
+                                                   std::string& reason);
+
 // True when CWB_LIBTORCH_ACT_QUANT is set (and not "0"): the native FP8 / W8A8 layers quantize activations (and FP8
 // applies its scales) with the earlier LibTorch ops instead of the act_quant kernels; for before/after measurements.
 bool libTorchActivationQuantization();
 // False when CWB_W8_SMALL_M is "0": FP8 / W8A8 layers then use the cuBLASLt GEMMs at every M instead of the small-M
 // kernels (w8_small_m.h: FP8 for 1 token row, W8A8 up to 4); for before/after measurements.
 bool smallMActivationKernels();
+// True when CWB_W8_DECODE_GEMV is "1": FP8 / W8A8 layers then take the decode GEMV that quantizes its own input for up
+// to 8 token rows (w8_small_m.h: fp8DecodeGemv, w8a8DecodeGemv) instead of a quantize kernel and a product. Off by
+// default: those kernels were written without a GPU and have not run yet.
+bool selfQuantizingDecodeGemv();
+// Launches of those decode GEMVs in this process (tests check that the runtime took them).
+int64_t nativeDecodeGemvCount();
 
 // Launches of the W4A16 / W8A16 kernels in this process that took an RMSNorm inside (the stream kernel formed it)
 // and that added a residual (NativeIntLinear::forwardFused); tests check that the folding acted.

@@ -253,19 +253,26 @@ bool Transformer::fuseNativeProjection(std::map<std::string, std::shared_ptr<con
     std::vector<std::shared_ptr<const CompressedLinear>> held;   // keeps the parts alive while they are read
     std::vector<const quant::QuantizedWeight*> weights;
     std::vector<at::Tensor> inputScales;
+    std::vector<const Fp8Linear*> fp8Parts;   // FP8 with dynamic activations: the same codes of x for every part
     for (const auto& part : parts) {
         auto layer = mModel.compressed(prefix + part);
+        held.push_back(layer);
+        if (const auto* fp8 = dynamic_cast<const Fp8Linear*>(layer.get())) {
+            fp8Parts.push_back(fp8);
+            continue;
+        }
         const auto* integer = dynamic_cast<const IntLinear*>(layer.get());
         if (!integer || (integer->bits() != 4 && integer->bits() != 8)) return false;
-        held.push_back(layer);
         weights.push_back(&integer->quantized());
         inputScales.push_back(integer->inputScale());
     }
+    if (!fp8Parts.empty() && fp8Parts.size() != parts.size()) return false;
     std::string reason;
-    if (!canConcatenateRows(weights, inputScales, reason)) return false;
+    if (fp8Parts.empty() && !canConcatenateRows(weights, inputScales, reason)) return false;
     if (!mNativeWorkspace) mNativeWorkspace = makeNativeWorkspace(mOptions.dequantAboveTokens);
-    auto kernel = makeNativeIntLinear(concatenateRows(weights), inputScales.front(), mOptions.device, mOptions.dtype,
-                                      mNativeWorkspace, reason);
+    auto kernel = fp8Parts.empty() ? makeNativeIntLinear(concatenateRows(weights), inputScales.front(), mOptions.device,
+                                                         mOptions.dtype, mNativeWorkspace, reason)
+                                   : makeNativeFp8Rows(fp8Parts, mOptions.device, mOptions.dtype, mNativeWorkspace, reason);
     if (!kernel) return false;   // each part then tries on its own and reports why
     std::string names;
     for (const auto& part : parts) {   // "self_attn.q_proj" -> "q"

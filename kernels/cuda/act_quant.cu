@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda_check.h"
+#include "act_quant_codes.cuh"
 #include "element_cast.cuh"
 #include "cwb/kernels/act_quant.h"
 
@@ -16,11 +17,12 @@ namespace {
 
 constexpr int kRowThreads = 512;
 
+using detail::encodeE4m3;
+using detail::encodeInt8;
 using detail::fromFloat;
+using detail::nanMax;
+using detail::tokenScaleOf;
 using detail::toFloat;
-
-// max that keeps a NaN, as at::amax does (fmaxf drops it).
-__device__ __forceinline__ float nanMax(float a, float b) { return (a > b || isnan(a)) ? a : b; }
 
 // Max over the block's threads, returned to every thread.
 __device__ float blockMax(float v) {
@@ -33,24 +35,6 @@ __device__ float blockMax(float v) {
     return v;
 }
 
-// E4M3 code of v: round to nearest even on the E4M3 grid, saturate at ±448, NaN -> 0x7F, sign (of zero too) kept.
-__device__ __forceinline__ uint8_t encodeE4m3(float v) {
-    const uint8_t sign = uint8_t((__float_as_uint(v) >> 24) & 0x80u);
-    const float a = fabsf(v);
-    if (isnan(v)) return sign | 0x7F;
-    if (a >= 448.0f) return sign | 0x7E;
-    if (a < 0.015625f) return sign | uint8_t(rintf(a * 512.0f));   // below 2^-6: steps of 2^-9 (8 gives 2^-6)
-    const int e = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;     // -6..8
-    const float toSteps = __uint_as_float(uint32_t(127 + 3 - e) << 23);   // 2^(3-e): a in units of its grid step
-    int steps = int(rintf(a * toSteps));                                  // 8..16, exact scaling
-    int biased = e + 7;
-    if (steps == 16) {   // rounded up to the next power of two
-        steps = 8;
-        ++biased;
-    }
-    return uint8_t(sign | (biased << 3) | (steps - 8));
-}
-
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
     quantizeRowsFp8Kernel(const T* __restrict__ x, int64_t cols, uint8_t* __restrict__ codes, float* __restrict__ scales) {
@@ -59,8 +43,7 @@ __global__ void __launch_bounds__(kRowThreads)
     float amax = 0.0f;
     for (int64_t c = threadIdx.x; c < cols; c += kRowThreads) amax = nanMax(fabsf(toFloat(row[c])), amax);
     amax = blockMax(amax);
-    float scale = __fdiv_rn(amax, 448.0f);
-    if (scale == 0.0f) scale = 1.0f;
+    const float scale = tokenScaleOf(amax, 448.0f);
     if (threadIdx.x == 0) scales[blockIdx.x] = scale;
     for (int64_t c = threadIdx.x; c < cols; c += kRowThreads) out[c] = encodeE4m3(__fdiv_rn(toFloat(row[c]), scale));
 }
@@ -75,11 +58,10 @@ __global__ void __launch_bounds__(kRowThreads)
     float amax = 0.0f;
     for (int64_t c = threadIdx.x; c < cols; c += kRowThreads) amax = nanMax(fabsf(value(c)), amax);
     amax = blockMax(amax);
-    float scale = __fdiv_rn(amax, 127.0f);
-    if (scale == 0.0f) scale = 1.0f;
+    const float scale = tokenScaleOf(amax, 127.0f);
     if (threadIdx.x == 0) scales[blockIdx.x] = scale;
     for (int64_t c = threadIdx.x; c < cols; c += kRowThreads)
-        out[c] = int8_t(fminf(fmaxf(rintf(__fdiv_rn(value(c), scale)), -127.0f), 127.0f));
+        out[c] = encodeInt8(value(c), scale);
 }
 
 template <typename T>

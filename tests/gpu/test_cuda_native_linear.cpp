@@ -6,6 +6,7 @@
 #include <ATen/Context.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -97,15 +98,19 @@ int main() {
         std::printf("SKIP: this build has no CUDA kernels (CWB_CUDA off)\n");
         return 77;
     }
+    // The decode GEMVs that quantize their own input are off by default until they have run on a GPU: this test
+    // turns them on (unless the caller set the variable) so the runtime's use of them is checked.
+    setenv("CWB_W8_DECODE_GEMV", "1", 0);
+    std::printf("CWB_W8_DECODE_GEMV: decode GEMVs %s\n", cwb::selfQuantizingDecodeGemv() ? "on" : "off");
     try {
         auto base = makeBase();
         const std::vector<Case> cases = {
             {"int4 g32 sym", [](const std::string&, const at::Tensor& w) { return rtn(w, 4, 32, true); }, 14, "W4A16", false, 10},
             {"int8 per-channel asym", [](const std::string&, const at::Tensor& w) { return rtn(w, 8, -1, false); }, 14, "W8A16", false, 10},
             {"fp8 per-channel, dynamic fp8 activations",
-             [](const std::string&, const at::Tensor& w) { return fp8(w, true, true); }, 14, "FP8 E4M3 GEMM", true},
+             [](const std::string&, const at::Tensor& w) { return fp8(w, true, true); }, 14, "FP8 E4M3 GEMM", true, 10},
             {"fp8 per-tensor, dynamic fp8 activations",
-             [](const std::string&, const at::Tensor& w) { return fp8(w, false, true); }, 14, "FP8 E4M3 GEMM", true},
+             [](const std::string&, const at::Tensor& w) { return fp8(w, false, true); }, 14, "FP8 E4M3 GEMM", true, 10},
             {"fp8 weight-only (no kernel: dequantized)",
              [](const std::string&, const at::Tensor& w) { return fp8(w, true, false); }, 0, ""},
             {"smoothquant w8a8", [](const std::string&, const at::Tensor& w) { return w8a8(w); }, 14, "W8A8 int8 GEMM", true},
@@ -134,7 +139,7 @@ int main() {
                     cwb::kernelDispatchCapability() % 10, fp8Kernels ? "" : ": FP8 layers expected dequantized");
         for (Case c : cases) {
             const bool fp8Fallback = !fp8Kernels && c.kernel == "FP8 E4M3 GEMM";
-            if (fp8Fallback) c.expectedNative = 0;
+            if (fp8Fallback) c.expectedNative = c.expectedFused = 0;
             std::printf("== %s\n", c.name);
             auto variant = base->clone();
             for (const std::string& layer : base->linearLayers())
@@ -193,6 +198,17 @@ int main() {
                     }
                 }
 
+                if (c.kernel == "FP8 E4M3 GEMM" && !fp8Fallback) {
+                    // q/k/v and gate/up as one FP8 layer each (x quantized once) against one layer per projection.
+                    cwb::RuntimeOptions separateOptions = o;
+                    separateOptions.fuseNativeProjections = false;
+                    cwb::Transformer separate(*variant, separateOptions);
+                    const double fusionError = normalisedError(separate.forward(prompt), logits);
+                    std::printf("  FP8 fused against separate projections: normalised logit difference %.3g\n", fusionError);
+                    check(fusionError <= (dtype == at::kHalf ? kFusionToleranceFp16 : kFusionToleranceBf16),
+                          "fused FP8 q/k/v and gate/up give the logits of separate layers");
+                }
+
                 o.nativeKernels = false;
                 cwb::Transformer dense(*variant, o);
                 const double denseError = normalisedError(reference, dense.forward(prompt));
@@ -210,13 +226,22 @@ int main() {
                         continue;
                     }
                     check(kernel != nullptr, "makeNativeLinear gives a kernel for " + c.kernel + " (" + reason + ")");
-                    for (int64_t rows : {1, 16, 37, 80}) {   // kernels up to 32 rows, dequantize + cuBLAS above
+                    // Kernels up to 32 rows, dequantize + cuBLAS above; FP8 / W8A8 up to 8 rows: the decode GEMV that
+                    // quantizes its own input (k = 256 here, a multiple of 64).
+                    for (int64_t rows : {1, 8, 16, 37, 80}) {
                         if (!kernel) break;
                         const at::Tensor x = (at::randn({rows, compressed->cols()}) * 2).to(dtype);
                         const at::Tensor expected = at::linear(compressed->prepareInput(x.to(at::kFloat)), compressed->weight());
+                        const int64_t gemvBefore = cwb::nativeDecodeGemvCount();
                         const double layerError = normalisedError(expected, kernel->forward(x.to(o.device)));
-                        std::printf("  one layer, %lld rows: normalised error %.3g\n", (long long)rows, layerError);
+                        const int64_t gemvLaunches = cwb::nativeDecodeGemvCount() - gemvBefore;
+                        std::printf("  one layer, %lld rows: normalised error %.3g%s\n", (long long)rows, layerError,
+                                    gemvLaunches ? " (decode GEMV)" : "");
                         check(layerError <= kSingleLayerTolerance, c.kernel + " on one layer matches the CPU product");
+                        const bool gemvExpected = c.quantizesActivations && rows <= 8 && cwb::selfQuantizingDecodeGemv();
+                        check(gemvLaunches == (gemvExpected ? 1 : 0),
+                              std::string(gemvExpected ? "took" : "did not take") + " the decode GEMV at " +
+                                  std::to_string(rows) + " rows");
                     }
                 }
             }
@@ -227,11 +252,23 @@ int main() {
             cwb::Transformer gpu(*variant, o);
             auto cache = gpu.makeCache(2, 40);
             std::vector<at::Tensor> steps = {gpu.forward(prompt.narrow(1, 0, 36), cache.get())};
+            const int64_t gemvBefore = cwb::nativeDecodeGemvCount();
             for (int64_t t = 36; t < 40; ++t) steps.push_back(gpu.forward(prompt.narrow(1, t, 1), cache.get()));
+            const int64_t gemvLaunches = cwb::nativeDecodeGemvCount() - gemvBefore;
             const double decodeError = normalisedError(reference, at::cat(steps, 1));
-            std::printf("  decode with cache: normalised logit error %.3g\n", decodeError);
+            std::printf("  decode with cache: normalised logit error %.3g; %lld decode GEMV launches\n", decodeError,
+                        (long long)gemvLaunches);
             check(decodeError <= (c.quantizesActivations ? kQuantizedActivationTolerance : kFp16Tolerance),
                   "token-by-token decode through the kernels matches the CPU");
+            if (c.quantizesActivations && c.expectedNative > 0 && cwb::selfQuantizingDecodeGemv()) {
+                // Per step, each of the 2 blocks launches it for every layer with k = 256: q, k, v, o, gate, up (W8A8),
+                // or the fused q/k/v, o and the fused gate/up (FP8); down_proj's 688 is not a multiple of 64 and takes
+                // the quantize kernel and the product. Replays of a captured CUDA graph do not pass through the host,
+                // so later steps may add none.
+                const int64_t perStep = 2 * (c.expectedFused > 0 ? 3 : 6);
+                check(gemvLaunches >= perStep && gemvLaunches % perStep == 0,
+                      "decode steps took the decode GEMV in every layer whose k it takes");
+            }
         }
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
