@@ -330,6 +330,9 @@ private:
         if (d.eos >= 0) w.addUInt32("tokenizer.ggml.eos_token_id", uint32_t(d.eos));
         if (d.unk >= 0) w.addUInt32("tokenizer.ggml.unknown_token_id", uint32_t(d.unk));
         if (d.pad >= 0) w.addUInt32("tokenizer.ggml.padding_token_id", uint32_t(d.pad));
+        if (d.sep >= 0) w.addUInt32("tokenizer.ggml.seperator_token_id", uint32_t(d.sep));   // llama.cpp's spelling
+        if (d.cls >= 0) w.addUInt32("tokenizer.ggml.cls_token_id", uint32_t(d.cls));
+        if (d.mask >= 0) w.addUInt32("tokenizer.ggml.mask_token_id", uint32_t(d.mask));
         writeStopIds(w, d, report);
         if (!d.chatTemplate.empty()) w.addString("tokenizer.chat_template", d.chatTemplate);
         w.addBool("tokenizer.ggml.add_bos_token", d.addBos);

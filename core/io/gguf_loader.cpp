@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <regex>
+#include <utility>
 
 #include "core/io/gguf_file.h"
 #include "core/io/gguf_names.h"
@@ -31,11 +32,15 @@ TokenizerData readTokenizerData(const GgufFile& g) {
     d.eos = static_cast<TokenId>(g.integerOr("tokenizer.ggml.eos_token_id", -1));
     d.unk = static_cast<TokenId>(g.integerOr("tokenizer.ggml.unknown_token_id", -1));
     // cwb only carries these for engines: one it cannot use (wrong type, id outside the vocabulary) is dropped
-    // rather than refused, as the keys were before cwb read them.
-    const auto pad = g.metadata.find("tokenizer.ggml.padding_token_id");
-    if (pad != g.metadata.end() && pad->second.value.is_number_integer()) {
-        const int64_t id = pad->second.value.get<int64_t>();
-        if (id >= 0 && id < int64_t(d.tokens.size())) d.pad = static_cast<TokenId>(id);
+    // rather than refused, as the keys were before cwb read them. ("seperator" is llama.cpp's spelling of the key.)
+    for (const auto& [key, target] : {std::pair<const char*, TokenId*>{"tokenizer.ggml.padding_token_id", &d.pad},
+                                      {"tokenizer.ggml.seperator_token_id", &d.sep},
+                                      {"tokenizer.ggml.cls_token_id", &d.cls},
+                                      {"tokenizer.ggml.mask_token_id", &d.mask}}) {
+        const auto it = g.metadata.find(key);
+        if (it == g.metadata.end() || !it->second.value.is_number_integer()) continue;
+        const int64_t id = it->second.value.get<int64_t>();
+        if (id >= 0 && id < int64_t(d.tokens.size())) *target = static_cast<TokenId>(id);
     }
     for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
         const auto stop = g.metadata.find(key);

@@ -7,6 +7,7 @@
 #include "core/tokenizer/vocab_util.h"
 #include "core/util/error.h"
 
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -246,9 +247,15 @@ void applyTokenizerConfig(const std::string& path, const json& root, bool byteLe
         if (config.contains("add_eos_token") && config["add_eos_token"].is_boolean()) {
             data.addEos = config["add_eos_token"].get<bool>();
         }
-        // A pad token missing from the vocabulary stays unset: cwb never pads, and transformers adds it at load.
-        name.clear();
-        if (configToken(config, "pad_token", name, present)) data.pad = findId(data.tokens, name);
+        // A pad (sep, cls, mask) token missing from the vocabulary stays unset: cwb never uses them, and transformers
+        // adds it at load.
+        for (const auto& [key, target] : {std::pair<const char*, TokenId*>{"pad_token", &data.pad},
+                                          {"sep_token", &data.sep},
+                                          {"cls_token", &data.cls},
+                                          {"mask_token", &data.mask}}) {
+            name.clear();
+            if (configToken(config, key, name, present)) *target = findId(data.tokens, name);
+        }
         if (data.chatTemplate.empty()) data.chatTemplate = configChatTemplate(config);
     } catch (const json::exception& e) {
         throw Error(configPath, std::string("unexpected structure: ") + e.what());

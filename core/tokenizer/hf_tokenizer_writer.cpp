@@ -263,12 +263,18 @@ HfTokenizerFiles hfTokenizerFiles(const TokenizerData& data, int64_t maxLength) 
                     {"tokenizer_class", "PreTrainedTokenizerFast"}};
     if (d.unk >= 0) files.config["unk_token"] = d.tokens[d.unk];
     if (d.pad >= 0) files.config["pad_token"] = d.tokens[d.pad];
+    if (d.sep >= 0) files.config["sep_token"] = d.tokens[d.sep];
+    if (d.cls >= 0) files.config["cls_token"] = d.tokens[d.cls];
+    if (d.mask >= 0) files.config["mask_token"] = d.tokens[d.mask];
     if (!d.chatTemplate.empty()) files.config["chat_template"] = d.chatTemplate;
     files.specialTokens = json::object();
     if (d.bos >= 0) files.specialTokens["bos_token"] = d.tokens[d.bos];
     if (d.eos >= 0) files.specialTokens["eos_token"] = d.tokens[d.eos];
     if (d.unk >= 0) files.specialTokens["unk_token"] = d.tokens[d.unk];
     if (d.pad >= 0) files.specialTokens["pad_token"] = d.tokens[d.pad];
+    if (d.sep >= 0) files.specialTokens["sep_token"] = d.tokens[d.sep];
+    if (d.cls >= 0) files.specialTokens["cls_token"] = d.tokens[d.cls];
+    if (d.mask >= 0) files.specialTokens["mask_token"] = d.tokens[d.mask];
     return files;
 }
 

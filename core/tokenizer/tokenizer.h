@@ -62,6 +62,9 @@ struct TokenizerData {
     TokenId eos = -1;
     TokenId unk = -1;
     TokenId pad = -1;                // padding token, carried over for engines (cwb itself never pads)
+    TokenId sep = -1;                // separator, classifier and mask tokens (BERT-style vocabularies), carried
+    TokenId cls = -1;                // over for engines like the padding token; cwb's models never use them
+    TokenId mask = -1;
     std::vector<TokenId> stopIds;    // besides EOS, ids that end generation: GGUF eot/eom_token_id, the other
                                      // entries of generation_config.json's eos_token_id list
     bool addBos = true;              // llama default true, gpt2 default false

@@ -72,6 +72,9 @@ std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerData& data) {
     checkId(data.eos, "EOS", n);
     checkId(data.unk, "unknown-token", n);
     checkId(data.pad, "padding-token", n);
+    checkId(data.sep, "separator-token", n);
+    checkId(data.cls, "classifier-token", n);
+    checkId(data.mask, "mask-token", n);
     for (TokenId id : data.stopIds) {
         if (id < 0) throw Error("stop id " + std::to_string(id) + " is out of range");
         checkId(id, "stop", n);

@@ -617,6 +617,7 @@ void TestExport::chatTemplateAndPaddingTravel() {
     TokenizerData data = *model->tokenizer->vocabulary();
     data.chatTemplate = "{% for m in messages %}<s>{{ m['content'] }}</s>{% endfor %}";
     data.pad = 0;
+    data.sep = 3, data.cls = 4, data.mask = 5;   // BERT-style ids were not carried at all
     data.addEos = true;   // the regression: add_eos_token was dropped by both exports (written as false)
     model->tokenizer = makeTokenizer(data);
     ExportOptions options;
@@ -627,6 +628,9 @@ void TestExport::chatTemplateAndPaddingTravel() {
     auto fromGguf = loadModel(gguf);
     QCOMPARE(fromGguf->tokenizer->vocabulary()->chatTemplate, data.chatTemplate);
     QCOMPARE(fromGguf->tokenizer->vocabulary()->pad, 0);
+    QCOMPARE(fromGguf->tokenizer->vocabulary()->sep, 3);
+    QCOMPARE(fromGguf->tokenizer->vocabulary()->cls, 4);
+    QCOMPARE(fromGguf->tokenizer->vocabulary()->mask, 5);
     QVERIFY(fromGguf->tokenizer->vocabulary()->addEos);
     QCOMPARE(modelInfoJson(*fromGguf)["tokenizer"]["chat_template"].get<std::string>(), data.chatTemplate);
     QVERIFY(modelInfoText(*fromGguf).find(", chat template (" + std::to_string(data.chatTemplate.size()) + " bytes)") !=
@@ -637,6 +641,11 @@ void TestExport::chatTemplateAndPaddingTravel() {
     const json config = json::parse(std::ifstream(hf + "/tokenizer_config.json"));
     QCOMPARE(config["chat_template"].get<std::string>(), data.chatTemplate);
     QCOMPARE(config["pad_token"].get<std::string>(), std::string("<unk>"));
+    QCOMPARE(config["sep_token"].get<std::string>(), data.tokens[3]);
+    QCOMPARE(config["cls_token"].get<std::string>(), data.tokens[4]);
+    QCOMPARE(config["mask_token"].get<std::string>(), data.tokens[5]);
+    const json specialTokens = json::parse(std::ifstream(hf + "/special_tokens_map.json"));
+    QCOMPARE(specialTokens["sep_token"].get<std::string>(), data.tokens[3]);
     QCOMPARE(config["add_eos_token"].get<bool>(), true);
     // tokenizer.json appends EOS as transformers' Llama tokenizers build it from add_eos_token: [BOS] $A [EOS].
     const json single = json::parse(std::ifstream(hf + "/tokenizer.json"))["post_processor"]["single"];
@@ -646,6 +655,9 @@ void TestExport::chatTemplateAndPaddingTravel() {
     QVERIFY(fromHf->tokenizer->vocabulary()->addEos);
     QCOMPARE(fromHf->tokenizer->vocabulary()->chatTemplate, data.chatTemplate);
     QCOMPARE(fromHf->tokenizer->vocabulary()->pad, 0);
+    QCOMPARE(fromHf->tokenizer->vocabulary()->sep, 3);
+    QCOMPARE(fromHf->tokenizer->vocabulary()->cls, 4);
+    QCOMPARE(fromHf->tokenizer->vocabulary()->mask, 5);
 
     // A Hugging Face source's chat_template.jinja is copied with its other tokenizer files.
     std::ofstream(hf + "/chat_template.jinja") << "{{ messages }}";
