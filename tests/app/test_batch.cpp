@@ -47,6 +47,7 @@ private slots:
     void batchWritesExports();
     void benchRunsAProjectVariant();
     void interruptExits130();
+    void createShowsHashingProgress();
 };
 
 void TestBatch::initTestCase() {
@@ -260,6 +261,28 @@ void TestBatch::interruptExits130() {
     QCOMPARE(r.exitCode, 130);
     QVERIFY2(r.err.contains("cancelled"), qPrintable(r.err));
     QVERIFY(!QFile::exists(out + "/report.json"));
+}
+
+void TestBatch::createShowsHashingProgress() {
+    // Past 256 MiB, project create prints how far hashing the model's bytes has come (every 10%); below, nothing.
+    // The large model is the fixture with a sparse zero tail (GGUF readers ignore bytes past the tensor data), so
+    // it costs no disk space and reads fast.
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    const QString big = mDir.filePath("big.gguf");
+    QVERIFY(QFile::copy(model, big));
+    {
+        QFile f(big);
+        QVERIFY(f.resize(qint64(300) << 20));
+    }
+    Result large = run({"project", "create", mDir.filePath("big.cwbproj"), "--model", big});
+    QVERIFY2(large.exitCode == 0, qPrintable(large.err));
+    QStringList shown;
+    for (const QString& line : large.err.split('\n'))
+        if (line.startsWith("hashing the model: ")) shown << line.mid(19);
+    QCOMPARE(shown, QStringList({"0%", "10%", "20%", "30%", "40%", "50%", "60%", "70%", "80%", "90%", "100%"}));
+    Result small = run({"project", "create", mDir.filePath("small.cwbproj"), "--model", model});
+    QVERIFY2(small.exitCode == 0, qPrintable(small.err));
+    QVERIFY2(!small.err.contains("hashing the model"), qPrintable(small.err));
 }
 
 QTEST_APPLESS_MAIN(TestBatch)
