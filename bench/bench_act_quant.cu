@@ -116,7 +116,7 @@ int main() {
     const bool haveFp8 = fp8GemmSupported();
     const int64_t maxM = 128;
     double copyGBs = 0;
-    {   // device-to-device copy of 2 GiB, best of 5
+    {   // device-to-device copy of 1 GiB, best of 5
         const size_t bytes = size_t(1) << 30;
         void *a = deviceArray<uint8_t>(bytes), *b = deviceArray<uint8_t>(bytes);
         cudaEvent_t e0, e1;

@@ -347,7 +347,7 @@ public:
     }
     std::string kernelName() const override {
         if (libTorchActivationQuantization()) return "FP8 E4M3 GEMM (cuBLASLt; LibTorch activation quantization)";
-        if (selfQuantizingDecodeGemv()) return "FP8 E4M3 GEMM (decode GEMV quantizing its input for M<=8, cuBLASLt above)";
+        if (selfQuantizingDecodeGemv()) return "FP8 E4M3 GEMM (decode GEMV quantizing its input for M<=8 where k is a multiple of 64, cuBLASLt above)";
         return smallMActivationKernels() ? "FP8 E4M3 GEMM (small-M kernel for M=1, cuBLASLt above)"
                                          : "FP8 E4M3 GEMM (cuBLASLt)";
     }
@@ -393,7 +393,7 @@ public:
         c10::DeviceGuard guard(mCodes.device());
         const int64_t n = mCodes.size(0), k = mCodes.size(1);
         const kernels::ActType act = mDtype == at::kHalf ? kernels::ActType::Float16 : kernels::ActType::BFloat16;
-        if (!libTorchActivationQuantization()) {
+        if (!libTorchActivationQuantization() && selfQuantizingDecodeGemv()) {
             const at::Tensor input = x.reshape({-1, k}).to(mDtype).contiguous();
             if (takesDecodeGemv(input, mCodes)) {
                 at::Tensor y = at::empty({input.size(0), n}, input.options());
@@ -445,7 +445,7 @@ public:
     }
     std::string kernelName() const override {
         if (libTorchActivationQuantization()) return "W8A8 int8 GEMM (cuBLASLt; LibTorch activation quantization)";
-        if (selfQuantizingDecodeGemv()) return "W8A8 int8 GEMM (decode GEMV quantizing its input for M<=8, cuBLASLt above)";
+        if (selfQuantizingDecodeGemv()) return "W8A8 int8 GEMM (decode GEMV quantizing its input for M<=8 where k is a multiple of 64, cuBLASLt above)";
         return smallMActivationKernels() ? "W8A8 int8 GEMM (small-M kernel for M<=4, cuBLASLt above)"
                                          : "W8A8 int8 GEMM (cuBLASLt)";
     }

@@ -18,7 +18,8 @@ bool useDependentLaunch();
 
 // First statement of a kernel launched by launchDependent: no block reads or writes memory before the kernel before
 // it has finished (so a buffer it still reads is never overwritten, and every kernel after waits, transitively, for
-// all before). Then the kernel after it may launch as soon as every block of this one got here: its blocks take the
+// all before). The one exception: weights (the W4A16 stream kernel's, the 8-bit decode GEMVs') may be loaded before
+// the wait, since nothing writes them between launches (a kernel that did would have to come two launches earlier). Then the kernel after it may launch as soon as every block of this one got here: its blocks take the
 // free slots and wait in turn, one kernel ahead at most. A no-op when the launch had no PDL attribute, and below sm_90.
 __device__ __forceinline__ void waitForPredecessor() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

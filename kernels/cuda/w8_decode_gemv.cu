@@ -259,7 +259,8 @@ void launch(const char* what, const void* x, ActType type, const float* divisor,
                           std::to_string(m) +
                           ", k = " + std::to_string(k));
     if (n <= 0 || n > 0x7FFFFFF0 || int64_t(n) * k > (int64_t(1) << 40))
-        throw KernelError(std::string(what) + ": n must be positive, got " + std::to_string(n));
+        throw KernelError(std::string(what) + ": n must be from 1 to 2^31 - 16 rows (and n·k at most 2^40), got " +
+                          std::to_string(n));
     if (Fp8 && !fp8GemmSupported())
         throw KernelError(std::string(what) + ": the device has no FP8 tensor cores (needs compute capability 8.9+)");
     Params p{x, divisor, w, wScale, y, int(m), int(n), int(k), int(k / kChunk), int((n + 15) / 16), codeStrideOf(int(k))};
@@ -282,6 +283,7 @@ bool decodeGemvTakes(const void* x, const void* w, int64_t m, int64_t k) {
     try {
         return m * int64_t(codeStrideOf(int(k))) <= codeBytesLimit();
     } catch (const KernelError&) {   // no device to ask
+        cudaGetLastError();             // clear it: the caller takes the other path
         return false;
     }
 }

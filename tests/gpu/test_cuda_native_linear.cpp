@@ -99,7 +99,7 @@ int main() {
         return 77;
     }
     // The decode GEMVs that quantize their own input are off by default until they have run on a GPU: this test
-    // turns them on (unless the caller set the variable) so the runtime's use of them is checked.
+    // turns them on unless the caller set the variable (CTest also runs it with CWB_W8_DECODE_GEMV=0, the default path).
     setenv("CWB_W8_DECODE_GEMV", "1", 0);
     std::printf("CWB_W8_DECODE_GEMV: decode GEMVs %s\n", cwb::selfQuantizingDecodeGemv() ? "on" : "off");
     try {
@@ -199,14 +199,24 @@ int main() {
                 }
 
                 if (c.kernel == "FP8 E4M3 GEMM" && !fp8Fallback) {
-                    // q/k/v and gate/up as one FP8 layer each (x quantized once) against one layer per projection.
+                    // q/k/v and gate/up as one FP8 layer each (x quantized once) against one layer per projection,
+                    // on 8 token rows: there the decode GEMV (and at one row the small-M kernel) forms each output
+                    // row by the same operations whatever the layer's rows, so the logits must be equal. (Above, the
+                    // cuBLASLt GEMM may choose another algorithm per shape, and a last-bit change can move an E4M3
+                    // code of the next layer's input: only the quantized-activation tolerance would hold.)
                     cwb::RuntimeOptions separateOptions = o;
                     separateOptions.fuseNativeProjections = false;
-                    cwb::Transformer separate(*variant, separateOptions);
-                    const double fusionError = normalisedError(separate.forward(prompt), logits);
-                    std::printf("  FP8 fused against separate projections: normalised logit difference %.3g\n", fusionError);
-                    check(fusionError <= (dtype == at::kHalf ? kFusionToleranceFp16 : kFusionToleranceBf16),
-                          "fused FP8 q/k/v and gate/up give the logits of separate layers");
+                    cwb::Transformer separate(*variant, separateOptions), stacked(*variant, o);
+                    const at::Tensor shortPrompt = prompt.narrow(1, 0, 4);   // 2 x 4 = 8 token rows
+                    const at::Tensor a = stacked.forward(shortPrompt), b = separate.forward(shortPrompt);
+                    const double fusionDifference = (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
+                    std::printf("  FP8 stacked against separate projections, 8 rows: largest logit difference %.3g\n",
+                                fusionDifference);
+                    if (cwb::selfQuantizingDecodeGemv())
+                        check(fusionDifference == 0.0, "stacked FP8 q/k/v and gate/up give the logits of separate layers");
+                    else
+                        check(normalisedError(b, a) <= kQuantizedActivationTolerance,
+                              "stacked FP8 q/k/v and gate/up give the logits of separate layers (within the tolerance)");
                 }
 
                 o.nativeKernels = false;

@@ -30,8 +30,9 @@ void fp8SmallM(const uint8_t* x, const float* xScale, const uint8_t* w, const fl
 // before the wait). x [m, k] fp16 / bf16 contiguous, w [n, k] row-major, y [m, n] in x's type.
 constexpr int64_t kDecodeGemvMaxRows = 8;
 // True when these kernels take the shape: 1 <= m <= kDecodeGemvMaxRows, k a positive multiple of 64 whose codes for m
-// rows fit the shared memory they may use (k = 11008 fits 8 rows), x and w 16-byte aligned. The FP8 form also needs
-// compute capability 8.9+ (fp8GemmSupported in fp8_gemm.h).
+// rows fit the shared memory they may use on the current device (up to 96 KB: k = 11008 fits 8 rows on an A100 or
+// H100, 7 on GPUs of compute capability 8.6 / 8.9, which allow 99 KB per block), x and w 16-byte aligned. The FP8
+// form also needs compute capability 8.9+ (fp8GemmSupported in fp8_gemm.h).
 bool decodeGemvTakes(const void* x, const void* w, int64_t m, int64_t k);
 // divisor [k]: SmoothQuant's per-column divisor (x / divisor is quantized), or nullptr.
 void w8a8DecodeGemv(const void* x, ActType type, const float* divisor, const int8_t* w, const float* wScale, void* y,
