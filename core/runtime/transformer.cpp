@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/compress/compressed_layers.h"
+#include "core/runtime/cpu_int_linear.h"
 #include "core/runtime/decode_graph.h"
 #include "core/runtime/fused_decode.h"
 #include "core/runtime/transformer_parts.h"
@@ -287,10 +288,16 @@ bool Transformer::fuseNativeProjection(std::map<std::string, std::shared_ptr<con
 std::shared_ptr<const NativeIntLinear> Transformer::nativeLinear(const std::string& name, const CompressedLinear& layer) {
     LayerPath path;
     std::shared_ptr<const NativeIntLinear> kernel;
-    if (!mOptions.device.is_cuda()) {
-        path.how = "not on CUDA";
-    } else if (!mOptions.nativeKernels) {
+    if (!mOptions.nativeKernels) {
         path.how = "native kernels turned off";
+    } else if (mOptions.device.is_cpu()) {
+        // Integer layers from their packed levels; FP8 and W8A8 layers have no CPU kernel.
+        const auto* integer = dynamic_cast<const IntLinear*>(&layer);
+        if (integer) kernel = makeCpuIntLinear(integer->quantized(), integer->inputScale(), path.how);
+        else path.how = "no CPU kernel for " + layer.kind() + " layers";
+        if (kernel) path = {true, kernel->kernelName()};
+    } else if (!mOptions.device.is_cuda()) {
+        path.how = "not on CUDA or the CPU";
     } else {
         if (!mNativeWorkspace) mNativeWorkspace = makeNativeWorkspace(mOptions.dequantAboveTokens);
         kernel = makeNativeLinear(layer, mOptions.device, mOptions.dtype, mNativeWorkspace, path.how);

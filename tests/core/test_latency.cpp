@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/compress/compressed_layers.h"
+#include "core/compress/fp8_math.h"
 #include "core/io/model_format.h"
 #include "core/runtime/latency.h"
 #include "core/runtime/sparse24_linear.h"
@@ -44,13 +45,33 @@ void TestLatency::compressedLayersReportTheirPath() {
         model->setCompressed(layer, std::make_shared<IntLinear>(quant::quantizeRtn(model->floatTensor(layer + ".weight"), {4, true, 32})));
     Transformer rt(*model);
     QVERIFY(rt.layerPaths().empty());   // blocks load on the first forward
-    rt.forward(at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0));
+    const at::Tensor ids = at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0);
+    const at::Tensor logits = rt.forward(ids);
     QCOMPARE(rt.layerPaths().size(), layers.size());
+    // On the CPU, integer layers run from their packed levels (core/runtime/cpu_int_linear.h).
+    const std::string how = "CPU INT4 from packed levels (GEMV up to 8 rows, dequantized row tiles + matmul above)";
     for (const auto& [name, path] : rt.layerPaths()) {
-        QVERIFY(!path.native);
-        QCOMPARE(path.how, std::string("not on CUDA"));
+        QVERIFY(path.native);
+        QCOMPARE(path.how, how);
     }
-    QCOMPARE(rt.layerPathSummary(), "dequantized: " + std::to_string(layers.size()) + " not on CUDA");
+    QCOMPARE(rt.layerPathSummary(), "native: " + std::to_string(layers.size()) + " " + how);
+    // With native kernels off they are dequantized, and the logits agree.
+    RuntimeOptions off;
+    off.nativeKernels = false;
+    Transformer dense(*model, off);
+    const double difference = (dense.forward(ids) - logits).abs().max().item<double>();
+    QVERIFY2(difference < 1e-4, qPrintable(QString::number(difference)));
+    for (const auto& [name, path] : dense.layerPaths()) {
+        QVERIFY(!path.native);
+        QCOMPARE(path.how, std::string("native kernels turned off"));
+    }
+    // FP8 layers have no CPU kernel and say so.
+    auto fp8 = model->clone();
+    for (const auto& layer : layers)
+        fp8->setCompressed(layer, std::make_shared<Fp8Linear>(quant::quantizeFp8(model->floatTensor(layer + ".weight"), true), false));
+    Transformer fp8Runtime(*fp8);
+    fp8Runtime.forward(ids);
+    QCOMPARE(fp8Runtime.layerPathSummary(), "dequantized: " + std::to_string(layers.size()) + " no CPU kernel for fp8 layers");
 }
 
 void TestLatency::measuresPrefillAndDecode() {
