@@ -93,7 +93,7 @@ int runBench(const std::vector<std::string>& args) {
                 {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv", "no-fused-attention",
                  "fused-norm-gemv", "no-fused-norm-gemv", "fused-swiglu-gemv", "no-fused-swiglu-gemv",
                  "fused-int-linear", "no-fused-int-linear", "sparse24-gemv", "no-sparse24-gemv", "sparse24-keep-dense",
-                 "no-sparse24-keep-dense", "fused-projections", "no-fused-projections"});
+                 "no-sparse24-keep-dense", "fused-projections", "no-fused-projections", "cpu-packed", "no-cpu-packed"});
     applyThreads(a.integer("threads", 0));
     RuntimeOptions options = runtimeOptions(a);
     options.nativeKernels = !a.flag("no-native");
@@ -105,6 +105,7 @@ int runBench(const std::vector<std::string>& args) {
     options.fusedSwiGluGemv = onOffFlag(a, "fused-swiglu-gemv", options.fusedSwiGluGemv);
     options.fusedIntLinear = onOffFlag(a, "fused-int-linear", options.fusedIntLinear);
     options.fuseNativeProjections = onOffFlag(a, "fused-projections", options.fuseNativeProjections);
+    options.cpuPackedInt = onOffFlag(a, "cpu-packed", options.cpuPackedInt);
     options.sparse24Gemv = onOffFlag(a, "sparse24-gemv", options.sparse24Gemv);
     options.sparse24KeepDense = onOffFlag(a, "sparse24-keep-dense", options.sparse24KeepDense);
     LatencyParams p;
@@ -205,6 +206,8 @@ int runBench(const std::vector<std::string>& args) {
                                           {"fused_int_linear", options.fusedIntLinear},
                                           {"sparse24_gemv", options.sparse24Gemv},
                                           {"sparse24_keep_dense", options.sparse24KeepDense},
+                                          {"fused_projections", options.fuseNativeProjections},
+                                          {"cpu_packed_int", options.cpuPackedInt},
                                           {"dependent_launch", decodeDependentLaunch()},
                                           {"fused_attention", options.fusedAttention}}},
                              {"prefill_attention", fusedAttention ? "scaled_dot_product_attention" : "reference"}};

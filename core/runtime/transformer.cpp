@@ -291,10 +291,11 @@ std::shared_ptr<const NativeIntLinear> Transformer::nativeLinear(const std::stri
     if (!mOptions.nativeKernels) {
         path.how = "native kernels turned off";
     } else if (mOptions.device.is_cpu()) {
-        // Integer layers from their packed levels; FP8 and W8A8 layers have no CPU kernel.
+        // Integer layers from their packed levels where asked; FP8 and W8A8 layers have no CPU kernel.
         const auto* integer = dynamic_cast<const IntLinear*>(&layer);
-        if (integer) kernel = makeCpuIntLinear(integer->quantized(), integer->inputScale(), path.how);
-        else path.how = "no CPU kernel for " + layer.kind() + " layers";
+        if (!integer) path.how = "no CPU kernel for " + layer.kind() + " layers";
+        else if (!mOptions.cpuPackedInt) path.how = "on the CPU (CWB_CPU_PACKED=1 runs them from their packed levels)";
+        else kernel = makeCpuIntLinear(integer->quantized(), integer->inputScale(), path.how);
         if (kernel) path = {true, kernel->kernelName()};
     } else if (!mOptions.device.is_cuda()) {
         path.how = "not on CUDA or the CPU";

@@ -257,6 +257,11 @@ void TestCli::benchRecordsItsSwitches() {
     QCOMPARE(defaults["fused_decode"].toBool(false), true);
     QCOMPARE(defaults["fused_attention"].toBool(false), true);
     QCOMPARE(optionsOf({"--no-fused-attention"})["fused_attention"].toBool(true), false);
+    QCOMPARE(defaults["fused_projections"].toBool(false), true);
+    if (!qEnvironmentVariableIsSet("CWB_CPU_PACKED")) QCOMPARE(defaults["cpu_packed_int"].toBool(true), false);
+    const QJsonObject packed = optionsOf({"--cpu-packed", "--no-fused-projections"});
+    QCOMPARE(packed["cpu_packed_int"].toBool(false), true);
+    QCOMPARE(packed["fused_projections"].toBool(true), false);
     const QJsonObject off = optionsOf({"--no-dense-gemv", "--no-fused-norm-gemv", "--no-fused-swiglu-gemv"});
     QCOMPARE(off["dense_gemv"].toBool(true), false);
     QCOMPARE(off["fused_norm_gemv"].toBool(true), false);

@@ -43,25 +43,36 @@ void TestLatency::compressedLayersReportTheirPath() {
     const auto layers = model->linearLayers();
     for (const auto& layer : layers)
         model->setCompressed(layer, std::make_shared<IntLinear>(quant::quantizeRtn(model->floatTensor(layer + ".weight"), {4, true, 32})));
-    Transformer rt(*model);
+    RuntimeOptions defaults;
+    defaults.cpuPackedInt = false;   // what an unset CWB_CPU_PACKED gives
+    Transformer rt(*model, defaults);
     QVERIFY(rt.layerPaths().empty());   // blocks load on the first forward
     const at::Tensor ids = at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0);
     const at::Tensor logits = rt.forward(ids);
     QCOMPARE(rt.layerPaths().size(), layers.size());
-    // On the CPU, integer layers run from their packed levels (core/runtime/cpu_int_linear.h).
-    const std::string how = "CPU INT4 from packed levels (GEMV up to 8 rows, dequantized row tiles + matmul above)";
+    const std::string dequantized = "on the CPU (CWB_CPU_PACKED=1 runs them from their packed levels)";
     for (const auto& [name, path] : rt.layerPaths()) {
+        QVERIFY(!path.native);
+        QCOMPARE(path.how, dequantized);
+    }
+    QCOMPARE(rt.layerPathSummary(), "dequantized: " + std::to_string(layers.size()) + " " + dequantized);
+    // Asked for, integer layers run from their packed levels (core/runtime/cpu_int_linear.h), and the logits agree.
+    RuntimeOptions packedOptions;
+    packedOptions.cpuPackedInt = true;
+    Transformer packed(*model, packedOptions);
+    const double difference = (packed.forward(ids) - logits).abs().max().item<double>();
+    QVERIFY2(difference < 1e-4, qPrintable(QString::number(difference)));
+    const std::string how = "CPU INT4 from packed levels (GEMV up to 8 rows, dequantized row tiles + matmul above)";
+    for (const auto& [name, path] : packed.layerPaths()) {
         QVERIFY(path.native);
         QCOMPARE(path.how, how);
     }
-    QCOMPARE(rt.layerPathSummary(), "native: " + std::to_string(layers.size()) + " " + how);
-    // With native kernels off they are dequantized, and the logits agree.
-    RuntimeOptions off;
-    off.nativeKernels = false;
-    Transformer dense(*model, off);
-    const double difference = (dense.forward(ids) - logits).abs().max().item<double>();
-    QVERIFY2(difference < 1e-4, qPrintable(QString::number(difference)));
-    for (const auto& [name, path] : dense.layerPaths()) {
+    QCOMPARE(packed.layerPathSummary(), "native: " + std::to_string(layers.size()) + " " + how);
+    // With native kernels off they are dequantized whatever the switch says.
+    packedOptions.nativeKernels = false;
+    Transformer off(*model, packedOptions);
+    off.forward(ids);
+    for (const auto& [name, path] : off.layerPaths()) {
         QVERIFY(!path.native);
         QCOMPARE(path.how, std::string("native kernels turned off"));
     }
