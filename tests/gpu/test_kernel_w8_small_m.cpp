@@ -29,6 +29,21 @@ std::string tagOf(const char* what, int64_t m, int64_t n, int64_t k, ActType act
            actTypeName(act) + ": ";
 }
 
+// (Σ_c dec(xq[i, c]) · dec(wq[j, c])) · xs[i] · ws[j] in double: the FP8 product of the codes, [m, n].
+std::vector<float> fp8ProductRef(const std::vector<uint8_t>& xq, const std::vector<float>& xs,
+                                 const std::vector<uint8_t>& wq, const std::vector<float>& ws, int64_t m, int64_t n,
+                                 int64_t k) {
+    std::vector<float> ref(size_t(m * n));
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            double acc = 0.0;
+            for (int64_t c = 0; c < k; ++c)
+                acc += double(e4m3ToFloat(xq[size_t(i * k + c)])) * double(e4m3ToFloat(wq[size_t(j * k + c)]));
+            ref[size_t(i * n + j)] = float(acc * double(xs[size_t(i)]) * double(ws[size_t(j)]));
+        }
+    return ref;
+}
+
 void int8Case(int64_t m, int64_t n, int64_t k, ActType act, uint32_t seed) {
     const std::string t = tagOf("W8A8 small-M", m, n, k, act);
     std::vector<float> xf = gaussian(size_t(m * k), seed), wf = gaussian(size_t(n * k), seed + 1, 0.05f);
@@ -66,14 +81,7 @@ void fp8Case(int64_t m, int64_t n, int64_t k, ActType act, uint32_t seed) {
     std::vector<float> xs(static_cast<size_t>(m)), ws(static_cast<size_t>(n));
     quantizeRowsFp8Ref(xb.data(), act, m, k, xq.data(), xs.data());
     quantizeRowsFp8Ref(wb.data(), ActType::Float16, n, k, wq.data(), ws.data());
-    std::vector<float> ref(size_t(m * n));
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-            double acc = 0.0;
-            for (int64_t c = 0; c < k; ++c)
-                acc += double(e4m3ToFloat(xq[size_t(i * k + c)])) * double(e4m3ToFloat(wq[size_t(j * k + c)]));
-            ref[size_t(i * n + j)] = float(acc * double(xs[size_t(i)]) * double(ws[size_t(j)]));
-        }
+    const std::vector<float> ref = fp8ProductRef(xq, xs, wq, ws, m, n, k);
     uint8_t *dx = toDevice(xq), *dw = toDevice(wq);
     float *dxs = toDevice(xs), *dws = toDevice(ws);
     uint16_t* dy = toDevice(std::vector<uint16_t>(ref.size(), 0xFFFF));
@@ -160,14 +168,7 @@ void decodeFp8Case(int64_t m, int64_t n, int64_t k, ActType act, int batch, uint
     std::vector<float> xs(static_cast<size_t>(m)), ws(static_cast<size_t>(n));
     quantizeRowsFp8Ref(xb.data(), act, m, k, xq.data(), xs.data());
     quantizeRowsFp8Ref(wb.data(), ActType::Float16, n, k, wq.data(), ws.data());
-    std::vector<float> ref(size_t(m * n));
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-            double acc = 0.0;
-            for (int64_t c = 0; c < k; ++c)
-                acc += double(e4m3ToFloat(xq[size_t(i * k + c)])) * double(e4m3ToFloat(wq[size_t(j * k + c)]));
-            ref[size_t(i * n + j)] = float(acc * double(xs[size_t(i)]) * double(ws[size_t(j)]));
-        }
+    const std::vector<float> ref = fp8ProductRef(xq, xs, wq, ws, m, n, k);
     uint16_t* dx = toDevice(xb);
     uint8_t* dw = toDevice(wq);
     float* dws = toDevice(ws);
