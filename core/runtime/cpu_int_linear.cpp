@@ -22,7 +22,7 @@ constexpr int64_t kRowsPerTask = 16;
 // The inner loops, in 8-wide vectors (GCC/Clang vector extensions). On x86-64 with GCC they are compiled twice, for
 // the baseline (SSE2) and for AVX2, and the loader picks one by the CPU's feature bits. (An "arch=haswell" clone was
 // not picked on a virtual CPU that reports no known model; AVX2 alone measured as fast as AVX2 + FMA here.)
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)   // ifunc
 #define CWB_CPU_CLONES __attribute__((target_clones("avx2", "default")))
 #pragma GCC diagnostic ignored "-Wpsabi"   // the 32-byte vectors only pass between always-inlined helpers
 #else
@@ -145,28 +145,25 @@ public:
         : mRows(w.rows), mCols(w.cols), mBits(w.spec.bits), mNibbles(w.spec.bits <= 4) {
         const at::Tensor groupIndex = w.groupIndex.to(at::kLong).contiguous();
         const int64_t groups = w.scales.size(1);
-        at::Tensor levels = w.levels();   // int32 [rows, cols]
         // Columns in group order (stable): act-order's scattered groups become contiguous ranges.
         const bool ordered = mCols < 2 || (groupIndex.slice(0, 1) >= groupIndex.slice(0, 0, mCols - 1)).all().item<bool>();
-        if (!ordered) {
-            mOrder = std::get<1>(at::sort(groupIndex, /*stable=*/true, 0, false));
-            levels = levels.index_select(1, mOrder);
-        }
-        const at::Tensor counts = at::bincount(groupIndex, {}, groups);
+        if (!ordered) mOrder = std::get<1>(at::sort(groupIndex, /*stable=*/true, 0, false));
+        const at::Tensor counts = at::bincount(groupIndex, {}, groups).contiguous();
+        const auto count = counts.accessor<int64_t, 1>();
         mGroupStart.assign(size_t(groups + 1), 0);
-        for (int64_t g = 0; g < groups; ++g) mGroupStart[size_t(g + 1)] = mGroupStart[size_t(g)] + counts[g].item<int64_t>();
+        for (int64_t g = 0; g < groups; ++g) mGroupStart[size_t(g + 1)] = mGroupStart[size_t(g)] + count[g];
         mScales = w.scales.to(at::kFloat).contiguous();
         mZeros = w.zeros.to(at::kFloat).contiguous();
         if (inputScale.defined()) mInputScale = inputScale.to(at::kFloat).contiguous();
-        const uint32_t probe = 1;
-        const bool littleEndian = *reinterpret_cast<const uint8_t*>(&probe) == 1;
-        if (ordered && littleEndian && (mBits == 4 || mBits == 8) && w.packed.is_contiguous() && w.packed.device().is_cpu()) {
-            // The packed int32 words already are this layout (little-endian: byte i of a 4-bit word holds levels 2i and
-            // 2i + 1, low nibble first; of an 8-bit word, level i): read them in place, no copy.
+        if (ordered && (mBits == 4 || mBits == 8) && w.packed.is_contiguous() && w.packed.device().is_cpu()) {
+            // The packed int32 words already are this layout (little-endian, checked by makeCpuIntLinear: byte i of a
+            // 4-bit word holds levels 2i and 2i + 1, low nibble first; of an 8-bit word, level i): read in place.
             mLevels = w.packed;
             mRowBytes = w.packed.size(1) * 4;
             return;
         }
+        at::Tensor levels = w.levels();   // int32 [rows, cols]
+        if (!ordered) levels = levels.index_select(1, mOrder);
         // One level per byte, or two (low nibble first) for 2-4 bits.
         const at::Tensor bytes = levels.to(at::kByte).contiguous();
         if (mNibbles) {
@@ -181,6 +178,9 @@ public:
     }
 
     at::Tensor forward(const at::Tensor& xIn) const override {
+        if (xIn.dim() < 1 || xIn.size(-1) != mCols)
+            throw Error("CPU integer layer: the input has " + std::to_string(xIn.dim() < 1 ? 0 : xIn.size(-1)) +
+                        " features, the layer " + std::to_string(mCols));
         at::Tensor x = xIn.reshape({-1, mCols}).to(at::kFloat);
         if (mInputScale.defined()) x = x / mInputScale;
         if (mOrder.defined()) x = x.index_select(1, mOrder);
@@ -259,10 +259,27 @@ std::unique_ptr<NativeIntLinear> makeCpuIntLinear(const quant::QuantizedWeight& 
         reason = std::to_string(weight.spec.bits) + "-bit levels (the CPU kernel takes 2 to 8 bits)";
         return nullptr;
     }
-    if (!weight.packed.defined() || weight.rows <= 0 || weight.cols <= 0 || !weight.scales.defined() ||
-        weight.scales.dim() != 2 || weight.scales.size(0) != weight.rows || !weight.groupIndex.defined() ||
-        weight.groupIndex.numel() != weight.cols) {
+    const uint32_t probe = 1;
+    if (*reinterpret_cast<const uint8_t*>(&probe) != 1) {   // the loops read levels out of little-endian words
+        reason = "a big-endian CPU (the CPU kernel reads little-endian words)";
+        return nullptr;
+    }
+    // What the loops index must be there: a malformed weight takes the dequantized path, which reports it.
+    const int64_t words = (weight.cols + quant::levelsPerWord(weight.spec.bits) - 1) / quant::levelsPerWord(weight.spec.bits);
+    const bool complete =
+        weight.packed.defined() && weight.rows > 0 && weight.cols > 0 && weight.packed.dim() == 2 &&
+        weight.packed.scalar_type() == at::kInt && weight.packed.size(0) == weight.rows && weight.packed.size(1) >= words &&
+        weight.scales.defined() && weight.scales.dim() == 2 && weight.scales.size(0) == weight.rows &&
+        weight.scales.size(1) > 0 && weight.zeros.defined() && weight.zeros.sizes() == weight.scales.sizes() &&
+        weight.groupIndex.defined() && weight.groupIndex.dim() == 1 && weight.groupIndex.numel() == weight.cols &&
+        (!inputScale.defined() || inputScale.numel() == weight.cols);
+    if (!complete) {
         reason = "an incomplete quantized weight";
+        return nullptr;
+    }
+    const at::Tensor groups = weight.groupIndex.to(at::kLong);
+    if (groups.min().item<int64_t>() < 0 || groups.max().item<int64_t>() >= weight.scales.size(1)) {
+        reason = "a group index outside the weight's " + std::to_string(weight.scales.size(1)) + " groups";
         return nullptr;
     }
     return std::make_unique<CpuIntLinear>(weight, inputScale);

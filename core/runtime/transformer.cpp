@@ -14,6 +14,7 @@
 #include "core/runtime/fused_decode.h"
 #include "core/runtime/transformer_parts.h"
 #include "core/util/error.h"
+#include "kernels/include/cwb/kernels/env_setting.h"   // CUDA-free
 #include "core/util/scratch_file.h"
 
 #include <torch/version.h>
@@ -244,6 +245,11 @@ const Transformer::Block& Transformer::block(int64_t layer) {
     }
     mScratch = std::move(b);
     return *mScratch;
+}
+
+bool cpuPackedIntDefault() {
+    static const bool value = env::envSwitch("CWB_CPU_PACKED", false);
+    return value;
 }
 
 bool Transformer::fuseNativeProjection(std::map<std::string, std::shared_ptr<const NativeIntLinear>>& native,

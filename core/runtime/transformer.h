@@ -8,7 +8,6 @@
 
 #include <ATen/ATen.h>
 
-#include "kernels/include/cwb/kernels/env_setting.h"   // CUDA-free
 #include "core/model/model.h"
 
 namespace cwb {
@@ -26,6 +25,10 @@ enum class DecodeMode {
     CudaGraph,    // FixedShape captured as a CUDA graph on the cache's first step and replayed; Eager where this
                   // build's LibTorch has no CUDA or the step cannot be captured (observers, head gates, training)
 };
+
+// CWB_CPU_PACKED (0/off/false/no or 1/on/true/yes; unset: off), read once; a value it does not take is an
+// env::SettingError.
+bool cpuPackedIntDefault();
 
 struct RuntimeOptions {
     at::Device device = at::kCPU;
@@ -45,10 +48,10 @@ struct RuntimeOptions {
     // Off, or where no kernel applies, they are dequantized to a dense weight (see Transformer::layerPaths).
     bool nativeKernels = true;
     // With nativeKernels on the CPU: integer layers run from their packed levels (core/runtime/cpu_int_linear.h), so no
-    // float copy of their weights is held. Off by default: on a 2-core machine an INT4 layer decoded 1.3-1.8x faster
+    // float copy of their weights is held. Off by default: on a 2-core machine an INT4 layer decoded 1.3-1.6x faster
     // this way but prefill and evaluation ran 1.2-2x slower (README, "CPU inference"). The default is the
-    // CWB_CPU_PACKED switch; `cwb bench --cpu-packed` sets it.
-    bool cpuPackedInt = env::envSwitch("CWB_CPU_PACKED", false);
+    // CWB_CPU_PACKED switch (cpuPackedIntDefault); `cwb bench --cpu-packed` sets it.
+    bool cpuPackedInt = cpuPackedIntDefault();
     // Native W4A16 / W8A16 layers given more token rows than this (prefill) dequantize their packed weight into a
     // shared device scratch and multiply with cuBLAS; up to it they run the kernels. -1: kDequantAboveTokens
     // (core/runtime/cuda_linear.h), or CWB_DEQUANT_ABOVE_TOKENS from the environment (benchmarking).

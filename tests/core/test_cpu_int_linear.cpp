@@ -53,15 +53,19 @@ void TestCpuIntLinear::matchesTheDequantizedProduct_data() {
     QTest::addColumn<bool>("awq");
     QTest::addColumn<qint64>("rows");
     QTest::addColumn<qint64>("cols");
-    QTest::newRow("int4 g32 sym (packed words read in place)") << 4 << qint64(32) << true << true << false << qint64(37) << qint64(128);
-    QTest::newRow("int4 g48 asym, partial group, odd columns") << 4 << qint64(48) << false << true << false << qint64(37) << qint64(101);
-    QTest::newRow("int4 g32 act-order") << 4 << qint64(32) << true << false << false << qint64(37) << qint64(128);
-    QTest::newRow("int4 g32 AWQ input scales") << 4 << qint64(32) << false << true << true << qint64(37) << qint64(128);
-    QTest::newRow("int8 per channel, 300 rows (two tiles)") << 8 << qint64(-1) << true << true << false << qint64(300) << qint64(96);
-    QTest::newRow("int8 g64 act-order") << 8 << qint64(64) << false << false << false << qint64(40) << qint64(256);
-    QTest::newRow("int3 g32 (one level per nibble)") << 3 << qint64(32) << false << true << false << qint64(33) << qint64(160);
-    QTest::newRow("int2 per tensor") << 2 << qint64(0) << false << true << false << qint64(20) << qint64(64);
-    QTest::newRow("int5 g16 (one level per byte)") << 5 << qint64(16) << true << true << false << qint64(24) << qint64(80);
+    QTest::addColumn<bool>("inPlace");   // the layer's packed words are read as they are (no copy of the levels)
+    QTest::newRow("int4 g32 sym (packed words read in place)") << 4 << qint64(32) << true << true << false << qint64(37) << qint64(128) << true;
+    QTest::newRow("int4 g48 asym, partial group, odd columns") << 4 << qint64(48) << false << true << false << qint64(37) << qint64(101) << true;
+    QTest::newRow("int4 g13: groups start off multiples of 8 and on odd columns") << 4 << qint64(13) << false << true << false << qint64(21) << qint64(100) << true;
+    QTest::newRow("int4 g32 act-order") << 4 << qint64(32) << true << false << false << qint64(37) << qint64(128) << false;
+    QTest::newRow("int4 g32 AWQ input scales") << 4 << qint64(32) << false << true << true << qint64(37) << qint64(128) << true;
+    QTest::newRow("int8 per channel, 1100 rows (two tiles)") << 8 << qint64(-1) << true << true << false << qint64(1100) << qint64(40) << true;
+    QTest::newRow("int8 g64 act-order") << 8 << qint64(64) << false << false << false << qint64(40) << qint64(256) << false;
+    QTest::newRow("int8 g12 (groups off multiples of 8)") << 8 << qint64(12) << false << true << false << qint64(19) << qint64(96) << true;
+    QTest::newRow("int3 g32 (one level per nibble)") << 3 << qint64(32) << false << true << false << qint64(33) << qint64(160) << false;
+    QTest::newRow("int3 g13 act-order, uneven groups") << 3 << qint64(13) << false << false << false << qint64(17) << qint64(90) << false;
+    QTest::newRow("int2 per tensor") << 2 << qint64(0) << false << true << false << qint64(20) << qint64(64) << false;
+    QTest::newRow("int5 g16 (one level per byte)") << 5 << qint64(16) << true << true << false << qint64(24) << qint64(80) << false;
 }
 
 void TestCpuIntLinear::matchesTheDequantizedProduct() {
@@ -72,6 +76,7 @@ void TestCpuIntLinear::matchesTheDequantizedProduct() {
     QFETCH(bool, awq);
     QFETCH(qint64, rows);
     QFETCH(qint64, cols);
+    QFETCH(bool, inPlace);
     at::manual_seed(uint64_t(bits * 1000 + rows));
     const quant::QuantSpec spec{bits, symmetric, group};
     const at::Tensor w = at::randn({rows, cols});
@@ -82,6 +87,9 @@ void TestCpuIntLinear::matchesTheDequantizedProduct() {
     auto kernel = makeCpuIntLinear(q, inputScale, reason);
     QVERIFY2(kernel != nullptr, reason.c_str());
     QVERIFY(kernel->kernelName().find("CPU INT" + std::to_string(bits)) == 0);
+    // Read in place, the kernel holds only the float scales and zeros beside the layer's own words.
+    const size_t inPlaceBytes = size_t(q.packed.nbytes() + 2 * q.scales.numel() * 4 + (awq ? cols * 4 : 0));
+    QCOMPARE(kernel->deviceBytes() == inPlaceBytes, inPlace);
     const at::Tensor dense = layer.weight();
     for (int64_t m : {1, 3, 8, 9, 40}) {   // the GEMV up to 8 rows, the tiles above
         for (double mean : {0.0, 4.0}) {
@@ -100,21 +108,29 @@ void TestCpuIntLinear::matchesTheDequantizedProduct() {
 }
 
 void TestCpuIntLinear::gradientReachesTheInput() {
-    // The GEMV works outside autograd; an input that needs a gradient must take a path autograd follows.
+    // The GEMV works outside autograd; an input that needs a gradient must take a path autograd follows, through
+    // act-order's column order and AWQ's input scales as well.
     at::manual_seed(5);
-    const quant::QuantizedWeight q = quant::quantizeRtn(at::randn({48, 64}), {4, false, 32});
-    std::string reason;
-    auto kernel = makeCpuIntLinear(q, at::Tensor(), reason);
-    QVERIFY(kernel);
-    const at::Tensor dense = q.dequantize();
-    for (int64_t m : {1, 20}) {
-        const at::Tensor base = at::randn({m, 64});
-        at::Tensor x = base.clone().requires_grad_(true), xRef = base.clone().requires_grad_(true);
-        const at::Tensor target = at::randn({m, 48});
-        (kernel->forward(x) * target).sum().backward();
-        (at::linear(xRef, dense) * target).sum().backward();
-        QVERIFY(x.grad().defined());
-        QVERIFY2(relativeError(x.grad(), xRef.grad()) < 2e-5, qPrintable(QString("%1 rows").arg(m)));
+    const at::Tensor inputScale = at::rand({64}) + 0.5;
+    for (bool permuted : {false, true}) {
+        const at::Tensor w = at::randn({48, 64});
+        const quant::QuantizedWeight q = permuted ? actOrder(w, {4, false, 32}) : quant::quantizeRtn(w, {4, false, 32});
+        const at::Tensor scale = permuted ? inputScale : at::Tensor();
+        const IntLinear layer(q, scale, "rtn");
+        std::string reason;
+        auto kernel = makeCpuIntLinear(q, scale, reason);
+        QVERIFY(kernel);
+        const at::Tensor dense = layer.weight();
+        for (int64_t m : {1, 20}) {
+            const at::Tensor base = at::randn({m, 64});
+            at::Tensor x = base.clone().requires_grad_(true), xRef = base.clone().requires_grad_(true);
+            const at::Tensor target = at::randn({m, 48});
+            (kernel->forward(x) * target).sum().backward();
+            (at::linear(layer.prepareInput(xRef), dense) * target).sum().backward();
+            QVERIFY(x.grad().defined());
+            QVERIFY2(relativeError(x.grad(), xRef.grad()) < 2e-5,
+                     qPrintable(QString("%1 rows%2").arg(m).arg(permuted ? ", act-order and input scales" : "")));
+        }
     }
 }
 
@@ -124,6 +140,29 @@ void TestCpuIntLinear::refusesWhatItCannotHold() {
     std::string reason;
     QVERIFY(makeCpuIntLinear(empty, at::Tensor(), reason) == nullptr);
     QVERIFY(reason.find("incomplete") != std::string::npos);
+    // Malformed weights (a hostile or careless file) take the dequantized path, which reports them; the kernel
+    // never indexes past what it holds.
+    quant::QuantizedWeight outside = quant::quantizeRtn(at::randn({8, 64}), {4, true, 32});
+    outside.groupIndex = outside.groupIndex.clone();
+    outside.groupIndex[63] = 2;   // two groups only
+    QVERIFY(makeCpuIntLinear(outside, at::Tensor(), reason) == nullptr);
+    QVERIFY(reason.find("group index outside") != std::string::npos);
+    quant::QuantizedWeight shortZeros = quant::quantizeRtn(at::randn({8, 64}), {4, true, 32});
+    shortZeros.zeros = shortZeros.zeros.narrow(1, 0, 1);
+    QVERIFY(makeCpuIntLinear(shortZeros, at::Tensor(), reason) == nullptr);
+    quant::QuantizedWeight fewWords = quant::quantizeRtn(at::randn({8, 64}), {4, true, 32});
+    fewWords.packed = fewWords.packed.narrow(0, 0, 7);
+    QVERIFY(makeCpuIntLinear(fewWords, at::Tensor(), reason) == nullptr);
+    // An input of the wrong width is refused with a clear error.
+    auto kernel = makeCpuIntLinear(quant::quantizeRtn(at::randn({8, 64}), {4, true, 32}), at::Tensor(), reason);
+    QVERIFY(kernel);
+    bool refused = false;
+    try {
+        kernel->forward(at::randn({2, 63}));
+    } catch (const std::exception& e) {
+        refused = std::string(e.what()).find("63 features, the layer 64") != std::string::npos;
+    }
+    QVERIFY(refused);
 }
 
 QTEST_APPLESS_MAIN(TestCpuIntLinear)
