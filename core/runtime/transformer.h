@@ -48,7 +48,7 @@ struct RuntimeOptions {
     // Off, or where no kernel applies, they are dequantized to a dense weight (see Transformer::layerPaths).
     bool nativeKernels = true;
     // With nativeKernels on the CPU: integer layers run from their packed levels (core/runtime/cpu_int_linear.h), so no
-    // float copy of their weights is held. Off by default: on a 2-core machine an INT4 layer decoded 1.3-1.6x faster
+    // float copy of their weights is held. Off by default: on a 2-core machine an INT4 layer decoded 1.3-1.8x faster
     // this way but prefill and evaluation ran 1.2-2x slower (README, "CPU inference"). The default is the
     // CWB_CPU_PACKED switch (cpuPackedIntDefault); `cwb bench --cpu-packed` sets it.
     bool cpuPackedInt = cpuPackedIntDefault();
