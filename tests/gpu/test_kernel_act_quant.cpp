@@ -12,6 +12,7 @@
 
 #include "../kernels/kernel_check.h"
 #include "device_memory.h"
+#include "fp8_reference.h"
 #include "cwb/kernels/act_quant.h"
 #include "cwb/kernels/fp8_gemm.h"
 #include "cwb/kernels/w8a8_gemm.h"
@@ -135,14 +136,7 @@ void rowwiseGemmCase(Fp8Gemm& gemm, bool outerVector, int64_t m, int64_t n, int6
     std::vector<float> xs(static_cast<size_t>(m)), ws(static_cast<size_t>(n));
     quantizeRowsFp8Ref(x.data(), act, m, k, xq.data(), xs.data());
     quantizeRowsFp8Ref(wbits.data(), ActType::Float16, n, k, wq.data(), ws.data());   // per output channel
-    std::vector<float> ref(size_t(m * n));
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-            double acc = 0.0;
-            for (int64_t c = 0; c < k; ++c)
-                acc += double(e4m3ToFloat(xq[size_t(i * k + c)])) * double(e4m3ToFloat(wq[size_t(j * k + c)]));
-            ref[size_t(i * n + j)] = float(acc * double(xs[size_t(i)]) * double(ws[size_t(j)]));
-        }
+    const std::vector<float> ref = fp8ProductRef(xq, xs, wq, ws, m, n, k);
     uint8_t *dx = toDevice(xq), *dw = toDevice(wq);
     float *dxs = toDevice(xs), *dws = toDevice(ws), *dsums = toDevice(std::vector<float>(ref.size(), 0.0f));
     uint16_t* dy = toDevice(std::vector<uint16_t>(ref.size(), 0xFFFF));

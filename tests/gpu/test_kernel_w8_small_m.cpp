@@ -14,6 +14,7 @@
 
 #include "../kernels/kernel_check.h"
 #include "device_memory.h"
+#include "fp8_reference.h"
 #include "cwb/kernels/act_quant.h"
 #include "cwb/kernels/fp8_gemm.h"
 #include "cwb/kernels/w8_small_m.h"
@@ -27,21 +28,6 @@ namespace {
 std::string tagOf(const char* what, int64_t m, int64_t n, int64_t k, ActType act) {
     return std::string(what) + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
            actTypeName(act) + ": ";
-}
-
-// (Σ_c dec(xq[i, c]) · dec(wq[j, c])) · xs[i] · ws[j] in double: the FP8 product of the codes, [m, n].
-std::vector<float> fp8ProductRef(const std::vector<uint8_t>& xq, const std::vector<float>& xs,
-                                 const std::vector<uint8_t>& wq, const std::vector<float>& ws, int64_t m, int64_t n,
-                                 int64_t k) {
-    std::vector<float> ref(size_t(m * n));
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-            double acc = 0.0;
-            for (int64_t c = 0; c < k; ++c)
-                acc += double(e4m3ToFloat(xq[size_t(i * k + c)])) * double(e4m3ToFloat(wq[size_t(j * k + c)]));
-            ref[size_t(i * n + j)] = float(acc * double(xs[size_t(i)]) * double(ws[size_t(j)]));
-        }
-    return ref;
 }
 
 void int8Case(int64_t m, int64_t n, int64_t k, ActType act, uint32_t seed) {
