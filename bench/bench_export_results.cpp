@@ -100,7 +100,7 @@ public:
             auto back = loadModel(row.file);
             if (!back->tokenizer) back->tokenizer = model.tokenizer;   // HF folders from a GGUF source carry none
             Transformer runtime(*back);
-            if (format == "hf" || format == "gptq" || format == "awq") {
+            if (format != "gguf") {
                 // Logits of ids 1..32 as cwb computes them from the export, for comparison with transformers.
                 const at::Tensor ids = at::arange(1, 33, at::kLong).unsqueeze(0);
                 const at::Tensor logits = runtime.forward(ids).to(at::kFloat).contiguous();
@@ -181,6 +181,19 @@ int main(int argc, char** argv) {
         stories.push_back(run.exportAndEvaluate(*rtn, "rtn w4 g32 sym → gptq", "gptq", "", "stories260K-rtn-w4g32-gptq"));
         exportModel(*rtn, "hf", dir + "/stories260K-rtn-w4g32-gptq-dense", ExportOptions{"f32"});   // for check_exports.py
         stories.push_back(run.exportAndEvaluate(*base, "dense → hf f16", "hf", "f16", "stories260K-hf-f16"));
+        // compressed-tensors (llm-compressor's format, which vLLM loads): the MLP's 172 inputs refuse groups of 32.
+        stories.push_back(run.exportAndEvaluate(*rtn, "rtn w4 g32 sym → compressed-tensors", "compressed-tensors", "f32", "stories260K-rtn-w4g32-ct"));
+        struct CtVariant { const char* label; const char* recipe; const char* file; };
+        const CtVariant storiesCt[] = {
+            {"rtn w4 g4 asym → compressed-tensors", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":4,"scheme":"asym"}}]})", "stories260K-rtn-w4g4-asym-ct"},
+            {"rtn w8 per channel → compressed-tensors", R"({"steps":[{"method":"quantize.rtn","params":{"bits":8,"granularity":"channel"}}]})", "stories260K-rtn-w8-ct"},
+            {"fp8 per channel, dynamic activations → compressed-tensors", R"({"steps":[{"method":"quantize.fp8","params":{"activations":"dynamic"}}]})", "stories260K-fp8-dynamic-ct"},
+        };
+        for (const auto& v : storiesCt) {
+            auto variant = compress(*base, v.recipe, calib);
+            stories.push_back(run.exportAndEvaluate(*variant, v.label, "compressed-tensors", "f32", v.file));
+            exportModel(*variant, "hf", dir + "/" + v.file + "-dense", ExportOptions{"f32"});   // for check_exports.py
+        }
 
         auto synthetic = syntheticLlama(*base);
         std::vector<Row> synth;
@@ -197,6 +210,9 @@ int main(int argc, char** argv) {
             {"awq w4 g128 folded → awq", R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":128,"fold":true}}]})", "awq", "synthetic256-awq-w4g128-folded"},
             {"rtn w4 g128 asym → awq", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":128,"scheme":"asym"}}]})", "awq", "synthetic256-rtn-w4g128-awq"},
             {"rtn w4 g32 sym → gguf (exact q4_0)", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})", "gguf", "synthetic256-rtn-w4g32.gguf"},
+            {"gptq w4 g128 → compressed-tensors", R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":128}}]})", "compressed-tensors", "synthetic256-gptq-w4g128-ct"},
+            {"rtn w4 g128 asym → compressed-tensors", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":128,"scheme":"asym"}}]})", "compressed-tensors", "synthetic256-rtn-w4g128-asym-ct"},
+            {"fp8 per tensor, weight only → compressed-tensors", R"({"steps":[{"method":"quantize.fp8","params":{"scale":"tensor"}}]})", "compressed-tensors", "synthetic256-fp8-tensor-ct"},
         };
         std::vector<std::pair<std::string, double>> variantPpl;
         for (const auto& p : packed) {
@@ -224,8 +240,8 @@ int main(int argc, char** argv) {
             << "size); what matters is how far each export moves it. In memory: base PPL " << fmt("%.4f", synthBase);
         for (const auto& [label, ppl] : variantPpl) out << "; " << label.substr(0, label.find(" →")) << " " << fmt("%.4f", ppl);
         out << ".\n\n" << table(synth)
-            << "\nThe GPTQ and AWQ rows keep their unquantized tensors (embeddings, norms, head) in f32 here (`--type f32`; the default is "
-            << "f16): they reload to exactly the integers, scales and zeros of the variant (tests/core/test_export), so their perplexity "
+            << "\nThe GPTQ, AWQ and compressed-tensors rows keep their unquantized tensors (embeddings, norms, head) in f32 here (`--type f32`; the default is "
+            << "f16): they reload to exactly the integers, scales and zeros of the variant (tests/core/test_export, test_compressed_tensors), so their perplexity "
             << "equals the in-memory variant's above. The GGUF rows write embeddings and head in f16 (the default), hence their small "
             << "differences from the in-memory figures.\n";
         bench::writeResultsSection(argv[3], "export", out.str());

@@ -32,7 +32,7 @@ const std::vector<Command>& commands() {
         {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--samples N] [--seq-len T] [--out R.json] [--json]",
          "choose per-layer bit widths for a bits-per-weight target from measured sensitivity; writes a recipe", runBudget},
         {"export",
-         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|gguf [--type T] [--shard-size BYTES] [--scratch DIR|auto|off] --out PATH [--json]",
+         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--shard-size BYTES] [--scratch DIR|auto|off] --out PATH [--json]",
          "write a model or variant as a Hugging Face folder (dense, GPTQ, AWQ) or a GGUF file", runExport},
         {"bench",
          "cwb bench MODEL|PROJECT|--synthetic llama-7b|llama-70b|llama3-8b|llama3-70b [--layers N] [--context N] [--recipe R.json [--calib F]] [--variant V] [--model M] [--format int|fp8|w8a8|sparse24] [--bits 4|8] [--group-size G] "
@@ -42,7 +42,7 @@ const std::vector<Command>& commands() {
         {"project",
          "cwb project create OUT.cwbproj --model M [--recipe R.json ...] [--calib F] [--eval F] [--ctx N] [--chunks K] [--samples N] [--seq-len T] [--seed S]\n"
          "  cwb project show P [--json]\n  cwb project add-variant P --recipe R.json [--name N] [--from VARIANT]\n"
-         "  cwb project add-export P --variant V --format hf|gptq|awq|gguf [--type T] [--file NAME]\n"
+         "  cwb project add-export P --variant V --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--file NAME]\n"
          "  cwb project run P [--variants a,b] [--threads N] [--model PATH] [--scratch DIR|auto|off]\n"
          "  cwb project importance P [--kind head|layer|channel|head-grad|channel-grad] [--samples N] [--seq-len T]",
          "create and inspect project files; `run` evaluates the variants and stores their results", runProjectCommand},

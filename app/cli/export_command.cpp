@@ -36,7 +36,7 @@ int runExport(const std::vector<std::string>& args) {
                 {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     const std::string input = a.requirePositional("MODEL or PROJECT");
-    if (!a.has("format")) throw Error("export needs --format hf|gptq|awq|gguf");
+    if (!a.has("format")) throw Error("export needs --format hf|gptq|awq|compressed-tensors|gguf");
     if (!a.has("out")) throw Error("export needs --out PATH (a folder for hf/gptq/awq, a .gguf file for gguf)");
     const bool quiet = a.flag("quiet") || a.flag("json");
     ExportOptions options;

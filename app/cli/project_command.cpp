@@ -198,7 +198,7 @@ int importance(const std::vector<std::string>& args) {
 int addExport(const std::vector<std::string>& args) {
     Arguments a(args, {"variant", "format", "type", "file"}, {});
     Project project = Project::open(a.requirePositional("PROJECT"));
-    if (!a.has("variant") || !a.has("format")) throw Error("project add-export needs --variant V and --format hf|gptq|awq|gguf");
+    if (!a.has("variant") || !a.has("format")) throw Error("project add-export needs --variant V and --format hf|gptq|awq|compressed-tensors|gguf");
     const std::string name = a.value("variant"), format = a.value("format");
     const Variant& v = project.variant(name);
     if (!ExportFormatRegistry::instance().byId(format)) throw Error("unknown export format '" + format + "' (hf, gptq, awq, gguf)");

@@ -44,6 +44,8 @@ try:
 
     for logits_file in sorted(glob.glob(os.path.join(files, "*.logits.f32"))):
         folder = logits_file[: -len(".logits.f32")]
+        if folder.endswith("-ct"):
+            continue   # compressed-tensors folders: bench/external/check_compressed_tensors.py
         try:
             model, kernel = load(folder)
         except ImportError as e:

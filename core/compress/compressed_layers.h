@@ -61,7 +61,8 @@ private:
 class W8A8Linear : public CompressedLinear {
 public:
     W8A8Linear(quant::Int8Weight weight, at::Tensor smoothing);
-    std::string describe() const override { return "w8a8 smoothquant"; }
+    // "w8a8" for a layer read without smoothing (s = 1, as int-quantized checkpoints hold it).
+    std::string describe() const override { return at::all(mSmoothing == 1).item<bool>() ? "w8a8" : "w8a8 smoothquant"; }
     std::string kind() const override { return "w8a8"; }
     int bits() const override { return 8; }
     at::Tensor weight() const override { return mWeight.dequantize(); }

@@ -8,6 +8,7 @@ ExportFormatRegistry::ExportFormatRegistry() {
     add(makeHfExport());
     add(makeGptqExport());
     add(makeAwqExport());
+    add(makeCompressedTensorsExport());
     add(makeGgufExport());
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Exporters are formats in a registry (STYLE.md §5), like the loaders: the CLI, the batch runner and the GUI
-// ask it for "hf", "gptq", "awq" or "gguf". Each writes to temporary files and renames them into place, and
+// ask it for "hf", "gptq", "awq", "compressed-tensors" or "gguf". Each writes to temporary files and renames them into place, and
 // refuses, with a sentence saying why, a model its format cannot hold.
 #include <cstdint>
 #include <memory>
@@ -40,7 +40,7 @@ struct ExportReport {
 class ExportFormat {
 public:
     virtual ~ExportFormat() = default;
-    virtual std::string id() const = 0;             // stable: "hf", "gptq", "awq", "gguf"
+    virtual std::string id() const = 0;             // stable: "hf", "gptq", "awq", "compressed-tensors", "gguf"
     virtual std::string displayName() const = 0;
     // Empty when the format can hold the model with these options, else the reason it cannot.
     virtual std::string refusal(const Model& model, const ExportOptions& options) const = 0;
@@ -68,6 +68,7 @@ ExportReport exportModel(const Model& model, const std::string& formatId, const 
 std::unique_ptr<ExportFormat> makeHfExport();
 std::unique_ptr<ExportFormat> makeGptqExport();
 std::unique_ptr<ExportFormat> makeAwqExport();
+std::unique_ptr<ExportFormat> makeCompressedTensorsExport();
 std::unique_ptr<ExportFormat> makeGgufExport();
 
 } // namespace cwb

@@ -18,6 +18,7 @@ std::vector<uint8_t> plainBytes(const at::Tensor& tensor, ggml::Type type) {
     case ggml::Type::F16: scalar = at::kHalf; break;
     case ggml::Type::BF16: scalar = at::kBFloat16; break;
     case ggml::Type::I32: scalar = at::kInt; break;
+    case ggml::Type::I64: scalar = at::kLong; break;
     case ggml::Type::I8: scalar = at::kChar; break;
     default: throw Error("internal: plainBytes cannot write type " + ggmlTypeName(type));
     }

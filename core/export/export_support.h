@@ -11,7 +11,8 @@
 
 namespace cwb::exporting {
 
-// Contiguous little-endian bytes of a tensor converted to F32, F16, BF16, I32 or I8.
+// Contiguous little-endian bytes of a tensor converted to F32, F16, BF16, I32, I64 or I8 (one-byte codes such as FP8
+// go through as I8 after a bitwise view: `codes.view(at::kChar)`).
 std::vector<uint8_t> plainBytes(const at::Tensor& tensor, ggml::Type type);
 
 // Hugging Face Llama checkpoints rotate the two halves of a head; GGUF "llama" rotates adjacent pairs. These

@@ -1,4 +1,5 @@
-// Hugging Face folders: dense safetensors ("hf") and the GPTQ and AWQ packed layouts ("gptq", "awq"), with
+// Hugging Face folders: dense safetensors ("hf"), the GPTQ and AWQ packed layouts ("gptq", "awq") and
+// compressed-tensors ("compressed-tensors": llm-compressor's format, which vLLM loads), with
 // config.json (+ quantization_config), generation_config.json, tokenizer files (a Hugging Face source's own,
 // else written from the vocabulary), and shards with an index above ExportOptions::shardBytes. The folder is written beside the target and renamed into place.
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include "core/export/export_format.h"
 #include "core/export/export_support.h"
 #include "core/export/hf_config.h"
+#include "core/export/ct_layout.h"
 #include "core/export/quant_layouts.h"
 #include "core/io/safetensors.h"
 #include "core/util/error.h"
@@ -25,6 +27,7 @@ struct Entry {
     std::vector<int64_t> shape;
     size_t bytes;
     std::function<std::vector<uint8_t>()> produce;
+    std::string dtypeName;   // safetensors dtype when it is not the type's own ("F8_E4M3")
 };
 
 bool isConv1d(const std::string& name) {
@@ -35,7 +38,7 @@ bool isConv1d(const std::string& name) {
     return false;
 }
 
-size_t elementBytes(ggml::Type t) { return t == ggml::Type::F32 || t == ggml::Type::I32 ? 4 : 2; }
+size_t elementBytes(ggml::Type t) { return ggml::traits(t)->typeSize; }
 
 // The tensor as a Hugging Face checkpoint holds it: q/k rows in the halves order, GPT-2 Conv1D transposed.
 at::Tensor hfLayout(const Model& model, const std::string& name, at::Tensor t) {
@@ -61,7 +64,7 @@ Entry denseEntry(const Model& model, const std::string& name, ggml::Type type) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     return {name, type, shape, size_t(n) * elementBytes(type),
-            [&model, name, type] { return plainBytes(hfLayout(model, name, model.floatTensor(name)), type); }};
+            [&model, name, type] { return plainBytes(hfLayout(model, name, model.floatTensor(name)), type); }, ""};
 }
 
 const char* torchDtype(ggml::Type t) {
@@ -112,7 +115,7 @@ public:
             SafetensorsWriter writer;
             writer.setMetadata("format", "pt");
             for (const Entry* e : shards[s]) {
-                writer.add(e->name, e->type, e->shape, e->bytes, e->produce);
+                writer.add(e->name, e->type, e->shape, e->bytes, e->produce, e->dtypeName);
                 weightMap[e->name] = file;
             }
             writer.write(staging + "/" + file, [&](size_t, size_t) {
@@ -240,7 +243,8 @@ protected:
                 entries.push_back({layer + suffix, type, shape, size_t(n) * elementBytes(type),
                                    [part, linear, &model, layer, type] {
                                        return plainBytes(part(hfRows(model, layer, linear->quantized())), type);
-                                   }});
+                                   },
+                                   ""});
             };
             if (isGptq()) {
                 const int bits = w.spec.bits;
@@ -306,10 +310,81 @@ protected:
     }
 };
 
+// compressed-tensors: integer layers pack-quantized, FP8 float- or naive-quantized, W8A8 int-quantized; layers
+// of one scheme share a config group (per layer, so mixed precision and dense layers are kept as they are).
+class CompressedTensorsExport : public HfFolderExport {
+public:
+    std::string id() const override { return "compressed-tensors"; }
+    std::string displayName() const override { return "compressed-tensors checkpoint (Hugging Face folder; vLLM, llm-compressor)"; }
+
+protected:
+    ggml::Type denseType(const ExportOptions& options) const override {
+        return options.tensorType.empty() ? ggml::Type::F16
+                                          : exporting::parseGgmlType(options.tensorType, {ggml::Type::F32, ggml::Type::F16, ggml::Type::BF16});
+    }
+
+    std::string quantRefusal(const Model& model, const ExportOptions&) const override {
+        if (model.spec.family != Family::Llama) return "compressed-tensors export supports the Llama family";
+        bool any = false;
+        for (const auto& layer : model.linearLayers()) {
+            auto linear = model.compressed(layer);
+            if (!linear) continue;
+            const ct::Scheme scheme = ct::schemeOf(*linear);
+            if (!scheme.refusal.empty()) return layer + ": " + scheme.refusal;
+            any = true;
+        }
+        if (!any) return "no layer is quantized (a dense model is written by the hf format)";
+        return "";
+    }
+
+    std::vector<Entry> plan(const Model& model, ggml::Type dense, ExportReport& report) const override {
+        std::set<std::string> quantized;
+        for (const auto& layer : model.linearLayers())
+            if (model.compressed(layer)) quantized.insert(layer + ".weight");
+        std::vector<Entry> entries =
+            denseEntries(model, dense, report, [&](const std::string& n) { return quantized.count(n) != 0; });
+        for (const auto& layer : model.linearLayers()) {
+            auto linear = model.compressed(layer);
+            if (!linear) continue;
+            const ct::Scheme scheme = ct::schemeOf(*linear);
+            for (const ct::Part& part : ct::partsOf(linear)) {
+                int64_t n = 1;
+                for (int64_t d : part.shape) n *= d;
+                // Produced when the writer reaches it, so no packed copy of the model builds up.
+                auto make = part.make;
+                const int64_t heads = exporting::ropeHeadsOf(model, layer + ".weight");
+                const bool reorder = heads > 0 && model.spec.ropeStyle == RopeStyle::AdjacentPairs;
+                const int64_t headDim = model.spec.headDim;
+                const ggml::Type type = part.type;
+                entries.push_back({layer + "." + part.suffix, type, part.shape, size_t(n) * elementBytes(type),
+                                   [make, reorder, heads, headDim, type] {
+                                       at::Tensor t = make(reorder ? ct::RowOrder{heads, headDim} : ct::RowOrder{});
+                                       return plainBytes(t, type);
+                                   },
+                                   part.dtypeName});
+            }
+            report.tensors.push_back({layer, scheme.label, 0, ""});
+        }
+        return entries;
+    }
+
+    void addQuantizationConfig(const Model& model, nlohmann::json& config) const override {
+        std::vector<std::pair<std::string, const CompressedLinear*>> layers;
+        bool allCompressed = true;
+        for (const auto& layer : model.linearLayers()) {
+            auto linear = model.compressed(layer);
+            if (linear) layers.emplace_back(layer, linear.get());
+            else allCompressed = false;
+        }
+        config["quantization_config"] = ct::quantizationConfig(layers, allCompressed);
+    }
+};
+
 } // namespace
 
 std::unique_ptr<ExportFormat> makeHfExport() { return std::make_unique<HfExport>(); }
 std::unique_ptr<ExportFormat> makeGptqExport() { return std::make_unique<GptqExport>(); }
 std::unique_ptr<ExportFormat> makeAwqExport() { return std::make_unique<AwqExport>(); }
+std::unique_ptr<ExportFormat> makeCompressedTensorsExport() { return std::make_unique<CompressedTensorsExport>(); }
 
 } // namespace cwb

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/compress/compressed_layers.h"
+#include "core/export/ct_layout.h"
 #include "core/export/quant_layouts.h"
 #include "core/io/model_format.h"
 #include "core/io/safetensors.h"
@@ -121,21 +122,55 @@ std::string gpt2Canonical(const std::string& name, bool* conv1d, bool* skip) {
     return n;
 }
 
-// quantization_config of a GPTQ or AWQ checkpoint (empty method: a dense checkpoint).
+// quantization_config of a GPTQ, AWQ or compressed-tensors checkpoint (empty method: a dense checkpoint).
 struct QuantizedCheckpoint {
-    std::string method;   // "gptq" or "awq"
+    std::string method;   // "gptq", "awq" or "compressed-tensors"
     int bits = 4;
     int64_t groupSize = 128;
     bool symmetric = true;
+    nlohmann::json config;   // compressed-tensors: the whole quantization_config (schemes per config group)
 };
+
+// What cwb runs of compressed-tensors: pack-, float-, naive- and int-quantized weights, no sparsity compression,
+// transforms or quantized KV cache (each of which would change what the weights mean if it were ignored).
+void checkCompressedTensorsConfig(const nlohmann::json& qc, const std::string& file) {
+    static const std::set<std::string> formats = {"pack-quantized", "float-quantized", "naive-quantized",
+                                                  "int-quantized", "mixed-precision", "dense"};
+    const std::string format = qc.contains("format") && qc["format"].is_string() ? qc["format"].get<std::string>() : "";
+    if (!format.empty() && !formats.count(format))
+        throw Error(file, "compressed-tensors format '" + format + "' is not supported (supported: pack-quantized, "
+                          "float-quantized, naive-quantized, int-quantized, mixed-precision)");
+    const std::string status = qc.contains("quantization_status") && qc["quantization_status"].is_string()
+                                   ? qc["quantization_status"].get<std::string>() : "compressed";
+    if (status != "compressed")
+        throw Error(file, "compressed-tensors quantization_status '" + status + "' is not supported (compressed)");
+    if (qc.contains("sparsity_config") && qc["sparsity_config"].is_object() &&
+        qc["sparsity_config"].value("format", "dense") != "dense")
+        throw Error(file, "compressed-tensors sparsity format '" + qc["sparsity_config"].value("format", "") +
+                          "' is not supported (sparse weights must be stored dense)");
+    // compressed-tensors writes {} for "none" in some keys and null in others.
+    for (const char* key : {"kv_cache_scheme", "transform_config", "moe_sparsity_config"})
+        if (qc.contains(key) && !qc[key].is_null() && !(qc[key].is_object() && qc[key].empty()))
+            throw Error(file, std::string("compressed-tensors ") + key + " is not supported");
+    if (qc.contains("config_groups") && !qc["config_groups"].is_object())
+        throw Error(file, "compressed-tensors config_groups must be an object");
+}
 
 QuantizedCheckpoint readQuantizationConfig(const nlohmann::json& c, const std::string& file) {
     QuantizedCheckpoint q;
-    if (!c.contains("quantization_config")) return q;
-    const auto& qc = c["quantization_config"];
+    // Older llm-compressor releases wrote the same object as "compression_config".
+    const char* key = c.contains("quantization_config") ? "quantization_config" : c.contains("compression_config") ? "compression_config" : nullptr;
+    if (!key) return q;
+    const auto& qc = c[key];
+    if (!qc.is_object()) throw Error(file, std::string(key) + " is not an object");
     q.method = qc.value("quant_method", "");
+    if (q.method == "compressed-tensors") {
+        checkCompressedTensorsConfig(qc, file);
+        q.config = qc;
+        return q;
+    }
     if (q.method != "gptq" && q.method != "awq")
-        throw Error(file, "quantization_config.quant_method '" + q.method + "' is not supported (supported: gptq, awq)");
+        throw Error(file, "quantization_config.quant_method '" + q.method + "' is not supported (supported: gptq, awq, compressed-tensors)");
     q.bits = int(intFieldOr(qc, "bits", 4));
     q.groupSize = intFieldOr(qc, "group_size", 128);
     q.symmetric = qc.value("sym", q.method == "gptq");
@@ -157,6 +192,8 @@ bool packedPart(const std::string& name) {
 at::Tensor entryTensor(const SafetensorsEntry& e, const std::string& file) {
     at::ScalarType type;
     switch (e.type) {
+    case ggml::Type::I8: type = e.dtype == "I8" ? at::kChar : at::kByte; break;   // U8 and F8_E4M3 codes: bytes
+    case ggml::Type::I64: type = at::kLong; break;
     case ggml::Type::I32: type = at::kInt; break;
     case ggml::Type::F16: type = at::kHalf; break;
     case ggml::Type::F32: type = at::kFloat; break;
@@ -246,11 +283,21 @@ public:
 
         const bool gpt2 = model->spec.family == Family::Gpt2;
         const QuantizedCheckpoint quantized = readQuantizationConfig(readJson(configPath), configPath);
+        const bool compressedTensors = quantized.method == "compressed-tensors";
         std::map<std::string, std::map<std::string, at::Tensor>> packed;   // layer -> qweight/qzeros/scales/g_idx
+        // compressed-tensors: layer -> suffix ("weight_packed", ...) -> tensor and its dtype as stored
+        std::map<std::string, std::map<std::string, std::pair<at::Tensor, std::string>>> ctLayers;
         for (const auto& shardPath : shards) {
             SafetensorsFile st = SafetensorsFile::open(shardPath);
             for (auto& e : st.entries) {
-                if (!quantized.method.empty() && packedPart(e.name)) {
+                if (compressedTensors && (ct::isCompressedPart(e.name) ||
+                                          (e.type == ggml::Type::I8 && e.name.size() > 7 &&
+                                           e.name.compare(e.name.size() - 7, 7, ".weight") == 0))) {
+                    const auto dot = e.name.rfind('.');
+                    ctLayers[e.name.substr(0, dot)][e.name.substr(dot + 1)] = {entryTensor(e, shardPath), e.dtype};
+                    continue;
+                }
+                if (!compressedTensors && !quantized.method.empty() && packedPart(e.name)) {
                     const auto dot = e.name.rfind('.');
                     packed[e.name.substr(0, dot)][e.name.substr(dot + 1)] = entryTensor(e, shardPath);
                     continue;
@@ -277,6 +324,14 @@ public:
             model->keepAlive(st.file);
         }
         for (const auto& [layer, parts] : packed) addPackedLayer(*model, quantized, layer, parts, folder);
+        for (const auto& [layer, parts] : ctLayers) {
+            const nlohmann::json* group = ct::groupFor(quantized.config, layer, configPath);
+            if (!group) throw Error(configPath, "'" + layer + "' has compressed tensors but no config group targets it");
+            auto linear = ct::readLayer(*group, layer, parts, folder);
+            model->replaceTensor(layer + ".weight", linear->effectiveWeight());
+            // A quantized head or embedding is kept dequantized: cwb runs only block layers compressed.
+            if (layer.rfind("model.layers.", 0) == 0) model->setCompressed(layer, linear);
+        }
         if (!model->has("lm_head.weight")) model->spec.tiedEmbeddings = true;
         if (isFile(folder + "/tokenizer.json")) model->tokenizer = loadHfTokenizer(folder + "/tokenizer.json");
         model->metadata["shards"] = std::to_string(shards.size());

@@ -20,7 +20,10 @@ struct DtypeName {
 };
 const DtypeName kDtypes[] = {{"F32", ggml::Type::F32}, {"F16", ggml::Type::F16}, {"BF16", ggml::Type::BF16},
                              {"I8", ggml::Type::I8},   {"I16", ggml::Type::I16}, {"I32", ggml::Type::I32},
-                             {"I64", ggml::Type::I64}, {"F64", ggml::Type::F64}};
+                             {"I64", ggml::Type::I64}, {"F64", ggml::Type::F64},
+                             // One-byte codes with no ggml type of their own are read as raw bytes (I8); the entry's
+                             // dtype string tells them apart (after "I8", so I8 is still written as "I8").
+                             {"U8", ggml::Type::I8},   {"F8_E4M3", ggml::Type::I8}};
 } // namespace
 
 bool safetensorsDtype(const std::string& dtype, ggml::Type* type) {
@@ -120,8 +123,13 @@ void SafetensorsWriter::add(const std::string& name, ggml::Type type, std::vecto
 }
 
 void SafetensorsWriter::add(const std::string& name, ggml::Type type, std::vector<int64_t> shape, size_t bytes,
-                            Producer produce) {
-    mTensors.push_back({name, type, std::move(shape), bytes, std::move(produce)});
+                            Producer produce, const std::string& dtypeName) {
+    if (!dtypeName.empty()) {
+        ggml::Type named;
+        if (!safetensorsDtype(dtypeName, &named) || ggml::traits(named)->typeSize != ggml::traits(type)->typeSize)
+            throw Error("internal: safetensors dtype '" + dtypeName + "' does not fit tensor '" + name + "'");
+    }
+    mTensors.push_back({name, type, std::move(shape), bytes, std::move(produce), dtypeName});
 }
 
 size_t SafetensorsWriter::dataBytes() const {
@@ -135,7 +143,7 @@ void SafetensorsWriter::write(const std::string& path, const std::function<void(
     if (!mMetadata.empty()) header["__metadata__"] = mMetadata;
     uint64_t offset = 0;
     for (const auto& t : mTensors) {
-        const char* dtype = safetensorsDtypeName(t.type);
+        const char* dtype = t.dtypeName.empty() ? safetensorsDtypeName(t.type) : t.dtypeName.c_str();
         if (!dtype) throw Error(path, "safetensors cannot hold tensor '" + t.name + "' of this type");
         header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
         offset += t.bytes;

@@ -18,7 +18,7 @@ class MappedFile;
 struct SafetensorsEntry {
     std::string name;
     std::string dtype;                 // as written: "F32", "BF16", ...
-    ggml::Type type = ggml::Type::F32;
+    ggml::Type type = ggml::Type::F32; // "U8" and "F8_E4M3" are I8: raw bytes, told apart by `dtype`
     std::vector<int64_t> shape;
     const uint8_t* data = nullptr;
     size_t bytes = 0;
@@ -43,8 +43,10 @@ class SafetensorsWriter {
 public:
     void add(const std::string& name, ggml::Type type, std::vector<int64_t> shape, std::vector<uint8_t> data);
     // The bytes are produced only while writing, one tensor at a time; `bytes` is what they must total.
+    // `dtypeName` overrides the dtype written for `type` with one of the same element size ("F8_E4M3" for I8 bytes).
     using Producer = std::function<std::vector<uint8_t>()>;
-    void add(const std::string& name, ggml::Type type, std::vector<int64_t> shape, size_t bytes, Producer produce);
+    void add(const std::string& name, ggml::Type type, std::vector<int64_t> shape, size_t bytes, Producer produce,
+             const std::string& dtypeName = "");
     void setMetadata(const std::string& key, const std::string& value) { mMetadata[key] = value; }
     size_t tensorCount() const { return mTensors.size(); }
     size_t dataBytes() const;
@@ -59,6 +61,7 @@ private:
         std::vector<int64_t> shape;
         size_t bytes = 0;
         Producer produce;
+        std::string dtypeName;
     };
     std::vector<Pending> mTensors;
     std::map<std::string, std::string> mMetadata;
