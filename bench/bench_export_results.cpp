@@ -188,6 +188,7 @@ int main(int argc, char** argv) {
             {"rtn w4 g4 asym → compressed-tensors", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":4,"scheme":"asym"}}]})", "stories260K-rtn-w4g4-asym-ct"},
             {"rtn w8 per channel → compressed-tensors", R"({"steps":[{"method":"quantize.rtn","params":{"bits":8,"granularity":"channel"}}]})", "stories260K-rtn-w8-ct"},
             {"fp8 per channel, dynamic activations → compressed-tensors", R"({"steps":[{"method":"quantize.fp8","params":{"activations":"dynamic"}}]})", "stories260K-fp8-dynamic-ct"},
+            {"smoothquant folded (w8a8) → compressed-tensors", R"({"steps":[{"method":"quantize.smoothquant","params":{"fold":true}}]})", "stories260K-smoothquant-folded-ct"},
         };
         for (const auto& v : storiesCt) {
             auto variant = compress(*base, v.recipe, calib);

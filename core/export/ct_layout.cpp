@@ -93,7 +93,7 @@ Scheme schemeOf(const CompressedLinear& linear) {
     if (auto* layer = dynamic_cast<const W8A8Linear*>(&linear)) {
         if (!at::all(layer->smoothing() == 1).item<bool>()) {
             s.refusal = "carries SmoothQuant smoothing scales kept beside the layer (x / s before it), which compressed-tensors "
-                        "has no place for (gguf and hf apply them)";
+                        "has no place for (quantize.smoothquant with \"fold\": true folds them into the norms; gguf and hf apply them)";
             return s;
         }
         s.weights = args(8, "int", true, 0, "channel", false);

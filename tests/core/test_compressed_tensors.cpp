@@ -118,6 +118,7 @@ void TestCompressedTensors::roundTrip_data() {
     QTest::newRow("fp8 per channel, dynamic activations") << "hf" << R"({"steps":[{"method":"quantize.fp8","params":{"scale":"channel","activations":"dynamic"}}]})" << "float-quantized";
     QTest::newRow("fp8 per tensor, weight only") << "hf" << R"({"steps":[{"method":"quantize.fp8","params":{"scale":"tensor"}}]})" << "naive-quantized";
     QTest::newRow("w8a8 int-quantized") << "hf" << "w8a8" << "int-quantized";
+    QTest::newRow("smoothquant folded into the norms") << "hf" << R"({"steps":[{"method":"quantize.smoothquant","params":{"fold":true}}]})" << "int-quantized";
     QTest::newRow("mixed bits: layer 0 int8") << "hf" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32},"overrides":[{"pattern":"layers\\.0\\.","params":{"bits":8}}]}]})" << "pack-quantized";
     QTest::newRow("mixed formats: mlp fp8, attention int4") << "hf" << R"({"steps":[{"method":"quantize.fp8","targets":"mlp","params":{"activations":"dynamic"}},{"method":"quantize.rtn","targets":"self_attn","params":{"bits":4,"group_size":32}}]})" << "mixed-precision";
     QTest::newRow("only the mlp quantized") << "hf" << R"({"steps":[{"method":"quantize.rtn","targets":"mlp","params":{"bits":4,"group_size":32}}]})" << "pack-quantized";

@@ -67,6 +67,7 @@ private slots:
     void missingCalibrationAndCancelAreReported();
     void awqFoldMovesScalesIntoProducers_data();
     void awqFoldMovesScalesIntoProducers();
+    void smoothQuantFoldMovesScalesIntoNorms();
 };
 
 void TestCompressionMethods::rtnStoresPackedIntegers() {
@@ -373,6 +374,73 @@ void TestCompressionMethods::awqFoldMovesScalesIntoProducers() {
         QFAIL("a fold over part of q/k/v should have been refused");
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("must all be in the step's targets"), e.what());
+    }
+}
+
+// SmoothQuant with fold: q/k/v share one smoothing scale, folded into input_layernorm, gate/up one folded into
+// post_attention_layernorm; o_proj and down_proj are rounded unsmoothed; no scale is left beside any layer.
+void TestCompressionMethods::smoothQuantFoldMovesScalesIntoNorms() {
+    Loaded l(tinyLlamaSpec());
+    const at::Tensor calib = windows(8, 32);
+    const at::Tensor base = logitsOf(*l.model);
+    CompressionResult folded = compressModel(
+        *l.model, recipe(R"({"steps":[{"method":"quantize.smoothquant","params":{"alpha":0.5,"fold":true}}]})"), calib);
+    CompressionResult perLayer = compressModel(
+        *l.model, recipe(R"({"steps":[{"method":"quantize.smoothquant","params":{"alpha":0.5}}]})"), calib);
+    QCOMPARE(folded.model->compressedLayers().size(), l.model->linearLayers().size());
+    for (int64_t b = 0; b < l.model->spec.layers; ++b) {
+        const auto name = [b](const char* suffix) { return names::llamaLayer(b, suffix); };
+        struct Expect { const char* layer; const char* norm; };
+        const Expect expected[] = {{"self_attn.q_proj", "input_layernorm.weight"}, {"self_attn.k_proj", "input_layernorm.weight"},
+                                   {"self_attn.v_proj", "input_layernorm.weight"}, {"self_attn.o_proj", nullptr},
+                                   {"mlp.gate_proj", "post_attention_layernorm.weight"}, {"mlp.up_proj", "post_attention_layernorm.weight"},
+                                   {"mlp.down_proj", nullptr}};
+        for (const Expect& e : expected) {
+            const std::string layer = name(e.layer);
+            auto linear = std::dynamic_pointer_cast<const W8A8Linear>(folded.model->compressed(layer));
+            QVERIFY2(linear, layer.c_str());
+            QVERIFY2(at::all(linear->smoothing() == 1).item<bool>(), (layer + ": a smoothing scale was left beside the layer").c_str());
+            // The scale is what the norm was divided by; the layer holds W·diag(s) rounded to int8 per row (half a step).
+            at::Tensor s = at::ones({l.model->floatTensor(layer + ".weight").size(1)});
+            if (e.norm) {
+                s = l.model->floatTensor(name(e.norm)) / folded.model->floatTensor(name(e.norm));
+                QVERIFY2((s - 1).abs().max().item<double>() > 1e-3, (std::string(e.norm) + " was not changed").c_str());
+            }
+            const at::Tensor target = l.model->floatTensor(layer + ".weight") * s.unsqueeze(0);
+            const at::Tensor step = linear->int8Weight().scales.unsqueeze(1);
+            const double worst = ((linear->weight() - target).abs() / step).max().item<double>();
+            QVERIFY2(worst <= 0.5 + 1e-3, qPrintable(QString("%1: %2 steps from W·s").arg(layer.c_str()).arg(worst)));
+        }
+    }
+    const double foldedError = (logitsOf(*folded.model) - base).pow(2).mean().item<double>();
+    const double perLayerError = (logitsOf(*perLayer.model) - base).pow(2).mean().item<double>();
+    QVERIFY2(foldedError < 3 * perLayerError + 1e-9, qPrintable(QString("folded %1, per layer %2").arg(foldedError).arg(perLayerError)));
+    // Errors of what each layer now computes (W·s on x / s), as small as the per-layer variant's, for every layer.
+    const auto& foldedErrors = folded.steps.at(0).reconstructionError;
+    QCOMPARE(foldedErrors.size(), folded.model->compressedLayers().size());
+    for (const auto& [layer, error] : foldedErrors)
+        QVERIFY2(error < 20 * perLayer.steps.at(0).reconstructionError.at(layer) + 1e-6,
+                 qPrintable(QString("%1: %2").arg(layer.c_str()).arg(error)));
+
+    try {
+        compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.smoothquant","params":{"fold":true},"targets":"q_proj"}]})"), calib);
+        QFAIL("a fold over part of q/k/v should have been refused");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("must all be in the step's targets"), e.what());
+    }
+    try {
+        compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.smoothquant","params":{"fold":true},
+                      "overrides":[{"pattern":"up_proj","params":{"alpha":0.8}}]}]})"), calib);
+        QFAIL("gate/up with different alphas should have been refused");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("another alpha"), e.what());
+    }
+    Loaded gpt2(tinyGpt2Spec());
+    try {
+        compressModel(*gpt2.model, recipe(R"({"steps":[{"method":"quantize.smoothquant","params":{"fold":true}}]})"), calib);
+        QFAIL("fold on GPT-2 should have been refused");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("Llama family only"), e.what());
     }
 }
 

@@ -242,16 +242,100 @@ public:
     std::string displayName() const override { return "SmoothQuant W8A8"; }
     std::string summary() const override { return "activation outliers migrated into the weights, then int8 weights and per-token int8 activations (Xiao et al. 2023)"; }
     std::vector<ParamSpec> params() const override {
-        return {floatParam("alpha", 0.0, 1.0, 0.5, "migration strength: s = max|X|^alpha / max|W|^(1-alpha); 0.5-0.85 typical")};
+        return {floatParam("alpha", 0.0, 1.0, 0.5, "migration strength: s = max|X|^alpha / max|W|^(1-alpha); 0.5-0.85 typical"),
+                boolParam("fold", false, "one scale per normed input shared by q/k/v and by gate/up, folded into the RMSNorm "
+                                         "(as llm-compressor; o_proj and down_proj unsmoothed; compressed-tensors export needs it; Llama family)")};
     }
     bool needsCalibration(const nlohmann::json&) const override { return true; }
     void apply(StepContext& ctx) const override {
+        if (ctx.params.value("fold", false)) {
+            applyFolded(ctx);
+            return;
+        }
         calibrateLayerByLayer<quant::AbsMaxAccumulator>(ctx, [&](const std::string& layer, quant::AbsMaxAccumulator& absMax) {
             at::Tensor w = ctx.model.floatTensor(weightOf(layer));
             at::Tensor s = quant::smoothingScales(absMax.absMax(), w, ctx.paramsFor(layer)["alpha"].get<double>());
             ctx.model.setCompressed(layer, std::make_shared<W8A8Linear>(quant::quantizeInt8PerChannel(w * s.unsqueeze(0)), s));
         });
         ctx.note("activations are quantized to int8 per token dynamically (simulated on the CPU)");
+    }
+
+private:
+    // llm-compressor's mappings for Llama: the input of q/k/v is input_layernorm's output, that of gate/up
+    // post_attention_layernorm's. One s per mapping from the readers' stacked weights, the norm divided by s and the
+    // readers' W·diag(s) rounded (exact before rounding); o_proj and down_proj are rounded unsmoothed. No scale
+    // stays beside a layer, so the variant is what a compressed-tensors int-quantized checkpoint holds.
+    void applyFolded(StepContext& ctx) const {
+        if (ctx.model.spec.family != Family::Llama)
+            throw Error("quantize.smoothquant with fold: folding the scales is implemented for the Llama family only");
+        PerLayer<quant::AbsMaxAccumulator> stats;
+        std::map<std::string, std::string> sameInputAs;
+        ReconstructionMeter meter;
+        bool compressing = true;
+        SequentialPass pass;
+        pass.layersOf = [&](int64_t block) { return layersOfBlock(ctx, block); };
+        pass.collect = [&](const std::string& layer, const at::Tensor& x) { stats.at(layer, x.size(1)).add(x); };
+        pass.sharedInput = [&](const std::string& layer, const std::string& first) {
+            if (compressing) sameInputAs[layer] = first;
+            else meter.sharedInput(layer, first);
+        };
+        pass.compressBlock = [&](int64_t b) {
+            const auto named = [b](const char* suffix) { return names::llamaLayer(b, suffix); };
+            const std::vector<std::string> targeted = layersOfBlock(ctx, b);
+            const auto isTargeted = [&](const std::string& l) { return std::find(targeted.begin(), targeted.end(), l) != targeted.end(); };
+            const auto statsOf = [&](const std::string& l) -> quant::AbsMaxAccumulator& {
+                auto shared = sameInputAs.find(l);
+                return stats.get(shared == sameInputAs.end() ? l : shared->second);
+            };
+            struct Mapping {
+                std::vector<std::string> readers;
+                std::string norm;
+            };
+            const Mapping mappings[] = {
+                {{named("self_attn.q_proj"), named("self_attn.k_proj"), named("self_attn.v_proj")}, named("input_layernorm.weight")},
+                {{named("mlp.gate_proj"), named("mlp.up_proj")}, named("post_attention_layernorm.weight")},
+            };
+            std::map<std::string, at::Tensor> scaled;
+            for (const Mapping& m : mappings) {
+                const size_t count = size_t(std::count_if(m.readers.begin(), m.readers.end(), isTargeted));
+                if (count == 0) continue;
+                if (count != m.readers.size())
+                    throw Error("quantize.smoothquant with fold: " + m.readers.front() + " and the layers sharing its input must "
+                                "all be in the step's targets (a folded scale changes all of them)");
+                const double alpha = ctx.paramsFor(m.readers.front())["alpha"].get<double>();
+                std::vector<at::Tensor> weights;
+                for (const auto& l : m.readers) {
+                    if (ctx.paramsFor(l)["alpha"].get<double>() != alpha)
+                        throw Error("quantize.smoothquant with fold: " + l + " has another alpha than " + m.readers.front() +
+                                    ", with which it shares one smoothing scale");
+                    weights.push_back(ctx.model.floatTensor(weightOf(l)));
+                }
+                const at::Tensor smoothing = quant::smoothingScales(statsOf(m.readers.front()).absMax(), at::cat(weights, 0), alpha);
+                for (size_t i = 0; i < m.readers.size(); ++i) scaled[m.readers[i]] = weights[i] * smoothing.unsqueeze(0);
+                ctx.model.replaceTensor(m.norm, (ctx.model.floatTensor(m.norm) / smoothing).to(storageType(ctx.model, m.norm)));
+            }
+            for (const auto& layer : targeted) {
+                const auto it = scaled.find(layer);
+                const at::Tensor w = it != scaled.end() ? it->second : ctx.model.floatTensor(weightOf(layer));
+                // Measured against W·s on the folded input x / s: the error of what the layer now computes.
+                meter.rememberBefore(layer, w);
+                ctx.model.setCompressed(layer, std::make_shared<W8A8Linear>(quant::quantizeInt8PerChannel(w), at::ones({w.size(1)})));
+            }
+            for (const auto& layer : targeted) {
+                stats.erase(layer);
+                sameInputAs.erase(layer);
+            }
+            compressing = false;
+        };
+        pass.collectCompressed = [&](const std::string& layer, const at::Tensor& x) { meter.add(layer, x); };
+        pass.compressedBlockDone = [&](int64_t block) {
+            meter.finishBlock(ctx.model, layersOfBlock(ctx, block));
+            compressing = true;
+        };
+        runSequential(ctx.model, ctx.calibration, pass, ctx.feedback);
+        ctx.reconstructionErrors = meter.errors();
+        ctx.note("smoothing scales folded into input_layernorm (q/k/v) and post_attention_layernorm (gate/up); o_proj and "
+                 "down_proj unsmoothed; activations quantized to int8 per token dynamically (simulated on the CPU)");
     }
 };
 
