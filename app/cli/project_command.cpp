@@ -201,7 +201,7 @@ int addExport(const std::vector<std::string>& args) {
     if (!a.has("variant") || !a.has("format")) throw Error("project add-export needs --variant V and --format hf|gptq|awq|compressed-tensors|gguf");
     const std::string name = a.value("variant"), format = a.value("format");
     const Variant& v = project.variant(name);
-    if (!ExportFormatRegistry::instance().byId(format)) throw Error("unknown export format '" + format + "' (hf, gptq, awq, gguf)");
+    if (!ExportFormatRegistry::instance().byId(format)) throw Error("unknown export format '" + format + "' (hf, gptq, awq, compressed-tensors, gguf)");
     std::string file = a.value("file", name + (format == "gguf" ? ".gguf" : "-" + format));
     if (file.empty() || file.find('/') != std::string::npos || file.find("..") != std::string::npos)
         throw Error("--file must be a plain file or folder name, got '" + file + "'");

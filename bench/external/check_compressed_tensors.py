@@ -67,12 +67,14 @@ def check_folder(folder):
     return len(layers), formats, worst_decompressed, mismatched
 
 
+failed = False
 for folder in sorted(glob.glob(os.path.join(files, "*-ct"))):
     if not os.path.isdir(folder):
         continue
     name = os.path.basename(folder)
     if os.path.isdir(folder + "-dense"):
         n, formats, worst, mismatched = check_folder(folder)
+        failed |= worst != 0 or bool(mismatched)
         print(f"compressed-tensors {name}: {n} layers ({', '.join(sorted(formats))}); decompressed vs dense export "
               f"(in the scales' dtype): max |Δ| / max |w| = {worst:.3g}; compressed again: "
               + ("bit-identical" if not mismatched else f"{len(mismatched)} tensors differ, e.g. {mismatched[:3]}"), flush=True)
@@ -92,3 +94,4 @@ for folder in sorted(glob.glob(os.path.join(files, "*-ct"))):
     diff = np.abs(theirs - ours).max() / np.abs(ours).max()
     same = (theirs.argmax(-1) == ours.argmax(-1)).mean()
     print(f"transformers {name}: {type(model).__name__}, max |Δlogit| / max |logit| = {diff:.2e}, argmax agreement {same:.3f}", flush=True)
+sys.exit(1 if failed else 0)

@@ -21,6 +21,9 @@ from transformers import AutoModelForCausalLM
 cwb, files, text = sys.argv[1], sys.argv[2], sys.argv[3]
 CTX, CHUNKS = 128, 8
 SCHEMES = ["W4A16", "W4A16_ASYM", "W8A16", "W3A16", "W2A16", "FP8_DYNAMIC", "W8A8", "FP8"]
+# Weight-only schemes must agree to float rounding; with activation quantization each side rounds its own way.
+TOLERANCE = {"FP8_DYNAMIC": 1e-3, "W8A8": 1e-3}
+failed = False
 
 
 def run_json(*args):
@@ -95,5 +98,8 @@ for preset in SCHEMES:
         kinds = sorted({t.get("compressed", "") for t in info.get("tensors", []) if t.get("compressed")})
         ours = run_json("eval", out, "--text", text, "--ctx", str(CTX), "--chunks", str(CHUNKS), "--json")["perplexity"]
         print(f"| {preset} | {fmt} | {', '.join(kinds) or '?'} | {ours:.4f} | {theirs:.4f} | {abs(ours - theirs) / theirs:.1e} |", flush=True)
+        failed |= abs(ours - theirs) / theirs > TOLERANCE.get(preset, 1e-6)
     except RuntimeError as e:
+        failed |= preset != "FP8"   # only static activation scales are meant to be refused
         print(f"| {preset} | {fmt} | refused: {e} | — | {'—' if math.isnan(theirs) else f'{theirs:.4f}'} | — |", flush=True)
+sys.exit(1 if failed else 0)

@@ -162,6 +162,19 @@ at::Tensor packLevels(const at::Tensor& levels, int bits) {
     return packed.to(at::kInt);
 }
 
+at::Tensor adoptPackedWords(const at::Tensor& words, int bits, int64_t cols) {
+    if (32 % bits != 0) throw Error("pack: " + std::to_string(bits) + "-bit levels do not fill whole words");
+    const int k = levelsPerWord(bits);
+    if (!words.defined() || words.dim() != 2 || words.scalar_type() != at::kInt || words.size(1) != (cols + k - 1) / k)
+        throw Error("pack: " + std::to_string(cols) + " levels of " + std::to_string(bits) + " bits need int32 words [rows, " +
+                    std::to_string((cols + k - 1) / k) + "]");
+    const int64_t used = cols % k;
+    if (used == 0) return words.contiguous();
+    at::Tensor out = words.clone(at::MemoryFormat::Contiguous);
+    out.select(1, out.size(1) - 1).bitwise_and_(int32_t((int64_t(1) << (bits * used)) - 1));
+    return out;
+}
+
 at::Tensor unpackLevels(const at::Tensor& packed, int bits, int64_t cols) {
     const int k = levelsPerWord(bits);
     if (!packed.defined() || packed.dim() != 2 || packed.scalar_type() != at::kInt)

@@ -68,5 +68,8 @@ QuantizedWeight quantizeRtn(const at::Tensor& w, const QuantSpec& spec);
 at::Tensor packLevels(const at::Tensor& levels, int bits);
 // Inverse of packLevels; `cols` says how many levels of the last word are real.
 at::Tensor unpackLevels(const at::Tensor& packed, int bits, int64_t cols);
+// Words another writer packed in cwb's layout (2, 4 or 8 bits: whole levels per word, low bits first), as cwb holds
+// them: int32 [rows, ceil(cols / (32 / bits))] with the bits past the last level cleared. A copy when it clears any.
+at::Tensor adoptPackedWords(const at::Tensor& words, int bits, int64_t cols);
 
 } // namespace cwb::quant

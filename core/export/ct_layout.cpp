@@ -1,5 +1,7 @@
 #include "core/export/ct_layout.h"
 
+#include <algorithm>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
@@ -23,7 +25,12 @@ nlohmann::json args(int bits, const char* type, bool symmetric, int64_t groupSiz
             {"dynamic", dynamic}};
 }
 
-bool symmetricZeros(const quant::QuantizedWeight& w) { return at::all(w.zeros == (1 << (w.spec.bits - 1))).item<bool>(); }
+// Symmetric in the format's terms: a symmetric spec whose zero points all sit mid-range. An asymmetric layer keeps
+// its zero points even where they happen to sit there, so that one recipe gives one scheme (vLLM fuses q/k/v and
+// gate/up and needs them alike).
+bool symmetricZeros(const quant::QuantizedWeight& w) {
+    return w.spec.symmetric && at::all(w.zeros == (1 << (w.spec.bits - 1))).item<bool>();
+}
 
 // Words in [0, 2^32) as int64 from int32 words with the same bits.
 at::Tensor unsignedWords(const at::Tensor& words) {
@@ -159,7 +166,7 @@ nlohmann::json quantizationConfig(const std::vector<std::pair<std::string, const
     for (const auto& [name, linear] : layers) {
         Scheme s = schemeOf(*linear);
         if (!s.refusal.empty()) throw Error("internal: compressed-tensors config for a refused layer " + name);
-        const std::string key = nlohmann::json{{"f", s.format}, {"w", s.weights}, {"a", s.inputActivations}}.dump();
+        const std::string key = schemeKey(linear);
         if (!members.count(key)) {
             order.push_back(key);
             schemes[key] = s;
@@ -193,26 +200,46 @@ nlohmann::json quantizationConfig(const std::vector<std::pair<std::string, const
 
 namespace {
 
-bool targetMatches(const std::string& target, const std::string& layer, const std::string& file) {
-    if (target == "Linear") return true;   // every layer cwb reads through here is a linear layer
+bool isEmbedding(const std::string& layer) {
+    for (const char* suffix : {"embed_tokens", "wte", "wpe"}) {
+        const std::string e = suffix;
+        if (layer.size() >= e.size() && layer.compare(layer.size() - e.size(), e.size(), e) == 0) return true;
+    }
+    return false;
+}
+
+// How specifically `target` names `layer`, as compressed-tensors and vLLM rank matches: 3 the whole name, 2 a "re:"
+// pattern (matched from the start of the name, as Python's re.match), 1 the module class, 0 no match.
+int matchRank(const std::string& target, const std::string& layer, const std::string& file) {
+    if (target == "Linear") return isEmbedding(layer) ? 0 : 1;
+    if (target == "Embedding") return isEmbedding(layer) ? 1 : 0;
     if (target.rfind("re:", 0) == 0) {
         try {
-            return std::regex_search(layer, std::regex(target.substr(3)), std::regex_constants::match_continuous);
+            return std::regex_search(layer, std::regex(target.substr(3)), std::regex_constants::match_continuous) ? 2 : 0;
         } catch (const std::regex_error& e) {
             throw Error(file, "quantization_config target '" + target + "' is not a valid regular expression");
         }
     }
-    return target == layer;
+    return target == layer ? 3 : 0;
 }
 
-bool anyMatches(const nlohmann::json& list, const std::string& layer, const std::string& file, const char* what) {
-    if (list.is_null()) return false;
+int bestRank(const nlohmann::json& list, const std::string& layer, const std::string& file, const char* what) {
+    if (list.is_null()) return 0;
     if (!list.is_array()) throw Error(file, std::string("quantization_config ") + what + " must be a list");
+    int best = 0;
     for (const auto& t : list) {
         if (!t.is_string()) throw Error(file, std::string("quantization_config ") + what + " must hold strings");
-        if (targetMatches(t.get<std::string>(), layer, file)) return true;
+        best = std::max(best, matchRank(t.get<std::string>(), layer, file));
     }
-    return false;
+    return best;
+}
+
+// Groups in the order they were written: "group_N" by N (the JSON object holds its keys sorted as text).
+int64_t groupOrder(const std::string& name) {
+    if (name.rfind("group_", 0) == 0 && name.size() > 6 && name.size() < 16 &&
+        name.find_first_not_of("0123456789", 6) == std::string::npos)
+        return std::stoll(name.substr(6));
+    return std::numeric_limits<int64_t>::max();
 }
 
 int intArg(const nlohmann::json& a, const char* key, int fallback) {
@@ -225,14 +252,23 @@ std::string textArg(const nlohmann::json& a, const char* key) {
 } // namespace
 
 const nlohmann::json* groupFor(const nlohmann::json& qc, const std::string& layer, const std::string& file) {
-    if (qc.contains("ignore") && anyMatches(qc["ignore"], layer, file, "ignore")) return nullptr;
+    if (qc.contains("ignore") && bestRank(qc["ignore"], layer, file, "ignore") > 0) return nullptr;
     if (!qc.contains("config_groups") || !qc["config_groups"].is_object()) return nullptr;
+    const nlohmann::json* chosen = nullptr;
+    int chosenRank = 0;
+    int64_t chosenOrder = 0;
     for (const auto& [name, group] : qc["config_groups"].items()) {
         if (!group.is_object() || !group.contains("targets"))
             throw Error(file, "quantization_config group '" + name + "' has no targets");
-        if (anyMatches(group["targets"], layer, file, "targets")) return &group;
+        const int rank = bestRank(group["targets"], layer, file, "targets");
+        const int64_t order = groupOrder(name);
+        if (rank > chosenRank || (rank > 0 && rank == chosenRank && order < chosenOrder)) {
+            chosen = &group;
+            chosenRank = rank;
+            chosenOrder = order;
+        }
     }
-    return nullptr;
+    return chosen;
 }
 
 bool isCompressedPart(const std::string& name) {
@@ -246,9 +282,11 @@ bool isCompressedPart(const std::string& name) {
     return false;
 }
 
-std::shared_ptr<CompressedLinear> readLayer(const nlohmann::json& group, const std::string& layer,
-                                            const std::map<std::string, std::pair<at::Tensor, std::string>>& parts,
-                                            const std::string& file) {
+namespace {
+
+std::shared_ptr<CompressedLinear> readLayerChecked(const nlohmann::json& group, const std::string& layer,
+                                                   const std::map<std::string, std::pair<at::Tensor, std::string>>& parts,
+                                                   const std::string& file) {
     const std::string where = "compressed-tensors layer '" + layer + "'";
     auto fail = [&](const std::string& why) { return Error(file, where + ": " + why); };
     auto has = [&](const char* suffix) { return parts.count(suffix) != 0; };
@@ -271,15 +309,24 @@ std::shared_ptr<CompressedLinear> readLayer(const nlohmann::json& group, const s
     if (group.contains("output_activations") && !group["output_activations"].is_null())
         throw fail("output activation quantization is not supported");
     const int bits = intArg(weights, "num_bits", 8);
-    const std::string type = textArg(weights, "type"), strategy = textArg(weights, "strategy");
+    const std::string type = textArg(weights, "type");
+    // compressed-tensors infers a missing strategy from group_size: > 0 groups, -1 channels, none the whole tensor.
+    std::string strategy = textArg(weights, "strategy");
+    if (strategy.empty()) {
+        const int g = intArg(weights, "group_size", 0);
+        strategy = g > 0 ? "group" : g == -1 ? "channel" : "tensor";
+    }
+    if (weights.contains("symmetric") && !weights["symmetric"].is_null() && !weights["symmetric"].is_boolean())
+        throw fail("weights.symmetric must be true or false");
     const bool symmetric = !weights.contains("symmetric") || weights["symmetric"].is_null() || weights["symmetric"].get<bool>();
     if (weights.contains("dynamic") && weights["dynamic"].is_boolean() && weights["dynamic"].get<bool>())
         throw fail("dynamic weight quantization is not supported");
     if (strategy != "group" && strategy != "channel" && strategy != "tensor")
         throw fail("weight strategy '" + strategy + "' is not supported (group, channel, tensor)");
-    const bool dynamicInputs = inputs.is_object() && inputs.value("dynamic", false) == true;
+    const bool dynamicInputs = inputs.is_object() && inputs.contains("dynamic") && inputs["dynamic"] == true;
+    const bool symmetricInputs = !inputs.is_object() || !inputs.contains("symmetric") || inputs["symmetric"] != false;
     if (inputs.is_object() && (!dynamicInputs || textArg(inputs, "strategy") != "token" || intArg(inputs, "num_bits", 0) != 8 ||
-                               textArg(inputs, "type") != type || !inputs.value("symmetric", true)))
+                               textArg(inputs, "type") != type || !symmetricInputs))
         throw fail("activation quantization other than dynamic symmetric 8-bit per token (" + inputs.dump() +
                    ") is not supported");
 
@@ -297,7 +344,10 @@ std::shared_ptr<CompressedLinear> readLayer(const nlohmann::json& group, const s
         if (at::isFloatingType(shape.scalar_type()) || shape.numel() != 2) throw fail("weight_shape must hold two integers");
         const at::Tensor dims = shape.reshape({2}).to(at::kLong);
         const int64_t rows = dims[0].item<int64_t>(), cols = dims[1].item<int64_t>();
-        if (rows <= 0 || cols <= 0 || packed.size(0) != rows || packed.size(1) != (cols * bits + 31) / 32)
+        const int64_t limit = int64_t(1) << 40;   // before any product, so a hostile shape cannot overflow it
+        if (rows <= 0 || cols <= 0 || rows > limit || cols > limit)
+            throw fail("weight_shape [" + std::to_string(rows) + ", " + std::to_string(cols) + "] is not a valid matrix size");
+        if (packed.size(0) != rows || packed.size(1) != (cols * bits + 31) / 32)
             throw fail("weight_packed is " + shapeText(packed) + ", but weight_shape [" + std::to_string(rows) + ", " +
                        std::to_string(cols) + "] at " + std::to_string(bits) + " bits needs [" + std::to_string(rows) +
                        ", " + std::to_string((cols * bits + 31) / 32) + "]");
@@ -348,9 +398,9 @@ std::shared_ptr<CompressedLinear> readLayer(const nlohmann::json& group, const s
                 w.zeros = unpackBitStream(zp.t().contiguous(), bits, rows).t().contiguous();   // packed along the rows
             }
         }
-        // Re-packed in cwb's layout, which also clears whatever a writer left in the bits past the last input.
-        const at::Tensor levels = packable(bits) ? quant::unpackLevels(packed, bits, cols) : unpackBitStream(packed, bits, cols);
-        w.packed = quant::packLevels(levels, bits);
+        // 2, 4, 8 bits: the format's words are cwb's (cleared past the last input); other widths are re-packed.
+        w.packed = packable(bits) ? quant::adoptPackedWords(packed, bits, cols)
+                                  : quant::packLevels(unpackBitStream(packed, bits, cols), bits);
         return std::make_shared<IntLinear>(std::move(w), at::Tensor(), "compressed-tensors");
     }
 
@@ -358,7 +408,7 @@ std::shared_ptr<CompressedLinear> readLayer(const nlohmann::json& group, const s
     if (weightIt == parts.end()) throw fail("has neither 'weight_packed' nor a quantized 'weight'");
     const at::Tensor& weight = weightIt->second.first;
     const std::string& dtype = weightIt->second.second;
-    if (weight.dim() != 2) throw fail("weight must be 2-D");
+    if (weight.dim() != 2 || weight.size(0) == 0 || weight.size(1) == 0) throw fail("weight must be a non-empty 2-D tensor");
     const int64_t rows = weight.size(0), cols = weight.size(1);
     if (bits != 8) throw fail("a " + std::to_string(bits) + "-bit weight stored as " + dtype + " is not supported");
     if (has("weight_zero_point") || !symmetric) throw fail("asymmetric 8-bit weights are not supported");
@@ -373,6 +423,7 @@ std::shared_ptr<CompressedLinear> readLayer(const nlohmann::json& group, const s
     }
     if (type == "float") {
         if (dtype != "F8_E4M3") throw fail("float weights must be F8_E4M3, not " + dtype);
+        if (at::any(weight.bitwise_and(0x7F) == 0x7F).item<bool>()) throw fail("weight holds FP8 NaN codes");
         return std::make_shared<Fp8Linear>(quant::Fp8Weight{weight.contiguous(), perRow}, dynamicInputs);
     }
     if (type != "int" || dtype != "I8") throw fail("8-bit " + type + " weights stored as " + dtype + " are not supported");
@@ -389,6 +440,34 @@ std::shared_ptr<CompressedLinear> readLayer(const nlohmann::json& group, const s
     w.groupIndex = quant::defaultGroupIndex(cols, -1);
     w.packed = quant::packLevels(weight.to(at::kInt) + 128, 8);
     return std::make_shared<IntLinear>(std::move(w), at::Tensor(), "compressed-tensors");
+}
+
+} // namespace
+
+std::shared_ptr<CompressedLinear> readLayer(const nlohmann::json& group, const std::string& layer,
+                                            const std::map<std::string, std::pair<at::Tensor, std::string>>& parts,
+                                            const std::string& file) {
+    try {
+        return readLayerChecked(group, layer, parts, file);
+    } catch (const nlohmann::json::exception& e) {   // a field of the wrong JSON type
+        throw Error(file, "compressed-tensors layer '" + layer + "': malformed config group (" + e.what() + ")");
+    }
+}
+
+std::string schemeKey(const CompressedLinear* linear) {
+    if (!linear) return "dense";
+    const Scheme s = schemeOf(*linear);
+    return nlohmann::json{{"f", s.format}, {"w", s.weights}, {"a", s.inputActivations}}.dump();
+}
+
+std::string fusedRefusal(const std::vector<std::pair<std::string, const CompressedLinear*>>& fused) {
+    for (size_t i = 1; i < fused.size(); ++i)
+        if (schemeKey(fused[i].second) != schemeKey(fused[0].second)) {
+            auto label = [](const CompressedLinear* l) { return l ? schemeOf(*l).label : std::string("dense"); };
+            return fused[i].first + " is " + label(fused[i].second) + " but " + fused[0].first + " is " + label(fused[0].second) +
+                   ": vLLM runs the layers that share an input (q/k/v, gate/up) as one and needs one scheme for them";
+        }
+    return "";
 }
 
 } // namespace cwb::ct

@@ -47,6 +47,11 @@ struct Scheme {
 };
 Scheme schemeOf(const CompressedLinear& linear);
 
+// Equal for layers of one scheme ("dense" for none).
+std::string schemeKey(const CompressedLinear* linear);
+// Empty when the layers (name, layer or null when dense) share one scheme, else why that stops vLLM.
+std::string fusedRefusal(const std::vector<std::pair<std::string, const CompressedLinear*>>& fused);
+
 struct Part {
     std::string suffix;                // "weight_packed", "weight_scale", ...
     ggml::Type type;

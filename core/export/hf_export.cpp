@@ -334,6 +334,17 @@ protected:
             any = true;
         }
         if (!any) return "no layer is quantized (a dense model is written by the hf format)";
+        for (int64_t b = 0; b < model.spec.layers; ++b)
+            for (const auto& sharing : {std::vector<const char*>{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                                        std::vector<const char*>{"mlp.gate_proj", "mlp.up_proj"}}) {
+                std::vector<std::pair<std::string, const CompressedLinear*>> fused;
+                for (const char* n : sharing) {
+                    const std::string layer = names::llamaLayer(b, n);
+                    fused.emplace_back(layer, model.compressed(layer).get());
+                }
+                const std::string why = ct::fusedRefusal(fused);
+                if (!why.empty()) return why;
+            }
         return "";
     }
 
@@ -343,6 +354,7 @@ protected:
             if (model.compressed(layer)) quantized.insert(layer + ".weight");
         std::vector<Entry> entries =
             denseEntries(model, dense, report, [&](const std::string& n) { return quantized.count(n) != 0; });
+        bool twoBit = false;
         for (const auto& layer : model.linearLayers()) {
             auto linear = model.compressed(layer);
             if (!linear) continue;
@@ -364,7 +376,9 @@ protected:
                                    part.dtypeName});
             }
             report.tensors.push_back({layer, scheme.label, 0, ""});
+            if (linear->bits() == 2 && linear->kind() == "int") twoBit = true;
         }
+        if (twoBit) report.notes.push_back("2-bit layers: transformers reads them; vLLM's integer kernels take 4 and 8 bits only");
         return entries;
     }
 

@@ -179,8 +179,12 @@ quant::QuantizedWeight unpackGptq(const PackedLayer& p, int bits, int64_t groupS
     w.spec.groupSize = groupSize > 0 ? groupSize : -1;
     w.rows = rows;
     w.cols = cols;
-    const at::Tensor levels = unpackLast(p.qweight.t().contiguous(), bits, nullptr, cols);   // [rows, cols]
-    w.packed = quant::packLevels(levels, bits);
+    if (runWords(bits) == 1) {
+        // 2, 4, 8 bits: a qweight column is a row of cwb's words (same order, low bits first), so no unpacking.
+        w.packed = quant::adoptPackedWords(p.qweight.t(), bits, cols);
+    } else {
+        w.packed = quant::packLevels(unpackLast(p.qweight.t().contiguous(), bits, nullptr, cols), bits);   // 3 bits
+    }
     // The reader adds 1 without masking, as transformers and vLLM do (a stored 2^bits − 1 becomes 2^bits).
     w.zeros = unpackLast(p.qzeros, bits, nullptr, rows).add(1).t().contiguous();
     w.scales = p.scales.to(at::kFloat).t().contiguous();

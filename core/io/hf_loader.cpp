@@ -133,13 +133,17 @@ struct QuantizedCheckpoint {
 
 // What cwb runs of compressed-tensors: pack-, float-, naive- and int-quantized weights, no sparsity compression,
 // transforms or quantized KV cache (each of which would change what the weights mean if it were ignored).
-void checkCompressedTensorsConfig(const nlohmann::json& qc, const std::string& file) {
+void checkCompressedTensorsFormat(const nlohmann::json& holder, const std::string& file) {
     static const std::set<std::string> formats = {"pack-quantized", "float-quantized", "naive-quantized",
                                                   "int-quantized", "mixed-precision", "dense"};
-    const std::string format = qc.contains("format") && qc["format"].is_string() ? qc["format"].get<std::string>() : "";
+    const std::string format = holder.contains("format") && holder["format"].is_string() ? holder["format"].get<std::string>() : "";
     if (!format.empty() && !formats.count(format))
         throw Error(file, "compressed-tensors format '" + format + "' is not supported (supported: pack-quantized, "
                           "float-quantized, naive-quantized, int-quantized, mixed-precision)");
+}
+
+void checkCompressedTensorsConfig(const nlohmann::json& qc, const std::string& file) {
+    checkCompressedTensorsFormat(qc, file);
     const std::string status = qc.contains("quantization_status") && qc["quantization_status"].is_string()
                                    ? qc["quantization_status"].get<std::string>() : "compressed";
     if (status != "compressed")
@@ -154,6 +158,16 @@ void checkCompressedTensorsConfig(const nlohmann::json& qc, const std::string& f
             throw Error(file, std::string("compressed-tensors ") + key + " is not supported");
     if (qc.contains("config_groups") && !qc["config_groups"].is_object())
         throw Error(file, "compressed-tensors config_groups must be an object");
+    if (qc.contains("config_groups"))
+        for (const auto& [name, group] : qc["config_groups"].items()) {
+            if (!group.is_object()) throw Error(file, "compressed-tensors config group '" + name + "' is not an object");
+            checkCompressedTensorsFormat(group, file);   // per group under mixed-precision
+            const bool weights = group.contains("weights") && group["weights"].is_object();
+            const bool inputs = group.contains("input_activations") && !group["input_activations"].is_null();
+            if (!weights && inputs)
+                throw Error(file, "compressed-tensors config group '" + name + "' quantizes activations without weights, "
+                                  "which cwb does not run");
+        }
 }
 
 QuantizedCheckpoint readQuantizationConfig(const nlohmann::json& c, const std::string& file) {
@@ -165,7 +179,11 @@ QuantizedCheckpoint readQuantizationConfig(const nlohmann::json& c, const std::s
     if (!qc.is_object()) throw Error(file, std::string(key) + " is not an object");
     q.method = qc.value("quant_method", "");
     if (q.method == "compressed-tensors") {
-        checkCompressedTensorsConfig(qc, file);
+        try {
+            checkCompressedTensorsConfig(qc, file);
+        } catch (const nlohmann::json::exception& e) {   // a field of the wrong JSON type
+            throw Error(file, std::string("malformed compressed-tensors quantization_config (") + e.what() + ")");
+        }
         q.config = qc;
         return q;
     }
@@ -236,9 +254,7 @@ void addPackedLayer(Model& model, const QuantizedCheckpoint& q, const std::strin
         if (q.bits != 4) throw Error(folder, "AWQ checkpoints with " + std::to_string(q.bits) + " bits are not supported (4)");
         w = layouts::unpackAwq(p, q.groupSize, rows, p.qweight.size(0), folder + " (" + layer + ")");
     }
-    auto linear = std::make_shared<IntLinear>(std::move(w), at::Tensor(), q.method);
-    model.replaceTensor(layer + ".weight", linear->effectiveWeight());
-    model.setCompressed(layer, linear);
+    model.addPackedLayer(layer, std::make_shared<IntLinear>(std::move(w), at::Tensor(), q.method), folder);
 }
 
 class HfFormat : public ModelFormat {
@@ -290,6 +306,13 @@ public:
         for (const auto& shardPath : shards) {
             SafetensorsFile st = SafetensorsFile::open(shardPath);
             for (auto& e : st.entries) {
+                if (compressedTensors) {
+                    for (const char* scale : {".q_scale", ".k_scale", ".v_scale", ".kv_scale"}) {
+                        const std::string suffix = scale;
+                        if (e.name.size() > suffix.size() && e.name.compare(e.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+                            throw Error(shardPath, "tensor '" + e.name + "': attention or KV-cache quantization scales are not supported");
+                    }
+                }
                 if (compressedTensors && (ct::isCompressedPart(e.name) ||
                                           (e.type == ggml::Type::I8 && e.name.size() > 7 &&
                                            e.name.compare(e.name.size() - 7, 7, ".weight") == 0))) {
@@ -328,9 +351,9 @@ public:
             const nlohmann::json* group = ct::groupFor(quantized.config, layer, configPath);
             if (!group) throw Error(configPath, "'" + layer + "' has compressed tensors but no config group targets it");
             auto linear = ct::readLayer(*group, layer, parts, folder);
-            model->replaceTensor(layer + ".weight", linear->effectiveWeight());
             // A quantized head or embedding is kept dequantized: cwb runs only block layers compressed.
-            if (layer.rfind("model.layers.", 0) == 0) model->setCompressed(layer, linear);
+            if (layer.rfind("model.layers.", 0) == 0) model->addPackedLayer(layer, linear, folder);
+            else model->replaceTensor(layer + ".weight", linear->effectiveWeight());
         }
         if (!model->has("lm_head.weight")) model->spec.tiedEmbeddings = true;
         if (isFile(folder + "/tokenizer.json")) model->tokenizer = loadHfTokenizer(folder + "/tokenizer.json");

@@ -74,6 +74,7 @@ at::Tensor Model::floatTensor(const std::string& name) const {
         if (it != mCompressed.end()) return it->second->effectiveWeight().contiguous().clone();
     }
     const TensorRecord& r = tensor(name);
+    if (r.packedOnly) throw Error(path, "internal: tensor '" + name + "' has no dense data and no compressed layer");
     std::vector<int64_t> stored = r.shape;
     if (r.storedTransposed && stored.size() == 2) std::swap(stored[0], stored[1]);
     void* raw = const_cast<uint8_t*>(r.data);
@@ -175,6 +176,21 @@ void Model::setCompressed(const std::string& layer, std::shared_ptr<const Compre
     if (mScratch)
         if (auto moved = linear->relocated([this](const at::Tensor& t) { return mScratch->store(t); })) linear = std::move(moved);
     mCompressed[layer] = std::move(linear);
+}
+
+void Model::addPackedLayer(const std::string& layer, std::shared_ptr<const CompressedLinear> linear, const std::string& file) {
+    const std::string name = layer + ".weight";
+    if (mTensors.count(name)) throw Error(file, "tensor '" + name + "' appears twice (dense and packed)");
+    if (linear->rows() <= 0 || linear->cols() <= 0) throw Error(file, "packed layer '" + layer + "' is empty");
+    TensorRecord r;
+    r.name = name;
+    r.shape = {linear->rows(), linear->cols()};
+    r.type = ggml::Type::F32;   // what floatTensor gives
+    r.file = file;
+    r.packedOnly = true;
+    mOrder.push_back(name);
+    mTensors.emplace(name, std::move(r));
+    setCompressed(layer, std::move(linear));
 }
 
 std::shared_ptr<const CompressedLinear> Model::compressed(const std::string& layer) const {

@@ -29,6 +29,9 @@ struct TensorRecord {
     size_t bytes = 0;
     std::string file;                // where the bytes came from, for messages and info
     bool storedTransposed = false;   // 2-D data holds the transpose of `shape` (GPT-2 Conv1D)
+    // The weight of a layer read packed from a checkpoint (GPTQ, AWQ, compressed-tensors): no dense bytes at all
+    // (data null, bytes 0); floatTensor dequantizes the compressed layer, which the model always holds with it.
+    bool packedOnly = false;
 
     int64_t elementCount() const;
 };
@@ -59,6 +62,9 @@ public:
     // A compressed linear layer ("model.layers.0.mlp.up_proj"); the runtime computes through it. With a scratch
     // file its packed tensors are moved there.
     void setCompressed(const std::string& layer, std::shared_ptr<const CompressedLinear> linear);
+    // A layer a checkpoint holds only packed: its weight is added as a record with no dense bytes (packedOnly), so
+    // loading a 70B INT4 checkpoint costs its packed bytes, not a float32 copy. Throws when the weight exists.
+    void addPackedLayer(const std::string& layer, std::shared_ptr<const CompressedLinear> linear, const std::string& file);
     std::shared_ptr<const CompressedLinear> compressed(const std::string& layer) const;
     const std::map<std::string, std::shared_ptr<const CompressedLinear>>& compressedLayers() const { return mCompressed; }
     // Names of the linear layers of the blocks (no embeddings, no output head), in block order.

@@ -96,9 +96,11 @@ private slots:
     void roundTrip();
     void packedBitsByHand();
     void fp8BytesAsWritten();
+    void fp8NanCodesRefused();
     void configGroups();
     void targetMatching();
     void threeBitStreamReads();
+    void packedLayersHoldNoDenseCopy();
     void refusals_data();
     void refusals();
     void hostileCheckpoints_data();
@@ -274,6 +276,26 @@ void TestCompressedTensors::fp8BytesAsWritten() {
     }
 }
 
+void TestCompressedTensors::fp8NanCodesRefused() {
+    QTemporaryDir dir;
+    auto base = syntheticModel(dir.path(), "hf");
+    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.fp8","params":{"activations":"dynamic"}}]})");
+    const std::string folder = (dir.path() + "/fp8").toStdString();
+    exportModel(*variant, "compressed-tensors", folder, {});
+    rewriteTensors(folder, [&](SafetensorsWriter& writer, const SafetensorsEntry& e) {
+        if (e.name != "model.layers.1.mlp.up_proj.weight") return copyEntry(writer, e);
+        auto bytes = std::make_shared<std::vector<uint8_t>>(e.data, e.data + e.bytes);
+        (*bytes)[5] = 0xFF;   // E4M3's NaN
+        writer.add(e.name, e.type, e.shape, e.bytes, [bytes] { return *bytes; }, "F8_E4M3");
+    });
+    try {
+        loadModel(folder);
+        QFAIL("NaN codes were accepted");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("FP8 NaN codes") && QString(e.what()).contains(QString::fromStdString(folder)), e.what());
+    }
+}
+
 void TestCompressedTensors::configGroups() {
     QTemporaryDir dir;
     auto base = syntheticModel(dir.path(), "hf");
@@ -324,6 +346,23 @@ void TestCompressedTensors::targetMatching() {
     QCOMPARE(group("model.layers.1.self_attn.q_proj"), std::string("group_2"));
     QCOMPARE(group("model.layers.1.mlp.down_proj"), std::string("none"));
     QCOMPARE(group("lm_head"), std::string("none"));
+    // Precedence as compressed-tensors and vLLM rank it: the whole name, then a pattern, then the class; among equals
+    // the group written first (group_2 before group_10, whatever the text order of the keys).
+    const json ranked = json::parse(R"({"config_groups": {
+        "group_0": {"targets": ["Linear"]},
+        "group_10": {"targets": ["re:.*down_proj"]},
+        "group_2": {"targets": ["re:.*mlp\\..*"]},
+        "group_3": {"targets": ["model.layers.0.mlp.down_proj"]}}})");
+    auto rankedGroup = [&](const std::string& layer) -> std::string {
+        const json* g = ct::groupFor(ranked, layer, "config.json");
+        for (const auto& [key, value] : ranked["config_groups"].items())
+            if (&value == g) return key;
+        return "none";
+    };
+    QCOMPARE(rankedGroup("model.layers.0.mlp.down_proj"), std::string("group_3"));
+    QCOMPARE(rankedGroup("model.layers.1.mlp.down_proj"), std::string("group_2"));
+    QCOMPARE(rankedGroup("model.layers.1.self_attn.o_proj"), std::string("group_0"));
+    QCOMPARE(rankedGroup("model.embed_tokens"), std::string("none"));   // an embedding is not a Linear
     // A "re:" pattern matches from the start of the name, as Python's re.match does.
     const json anchored = json::parse(R"({"config_groups": {"g": {"targets": ["re:mlp"]}}})");
     QVERIFY(!ct::groupFor(anchored, "model.layers.0.mlp.up_proj", "config.json"));
@@ -396,6 +435,42 @@ void TestCompressedTensors::threeBitStreamReads() {
     QVERIFY(other && other->quantized().spec.bits == 4);
 }
 
+// A checkpoint's packed layers are held packed only: their weight records own no bytes, the model's storage is the
+// packed bytes, and later steps still work on them (pruning replaces a layer with a dense weight; re-quantizing
+// replaces the compressed layer).
+void TestCompressedTensors::packedLayersHoldNoDenseCopy() {
+    QTemporaryDir dir;
+    auto base = syntheticModel(dir.path(), "hf");
+    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
+    const std::string folder = (dir.path() + "/ct").toStdString();
+    exportModel(*variant, "compressed-tensors", folder, {});
+    auto back = loadModel(folder);
+    size_t linearBytes = 0, denseBytes = 0;
+    for (const auto& layer : back->linearLayers()) {
+        const TensorRecord& r = back->tensor(layer + ".weight");
+        QVERIFY2(r.packedOnly && r.bytes == 0 && !r.data, layer.c_str());
+        linearBytes += back->compressed(layer)->storageBytes();
+        denseBytes += size_t(r.elementCount()) * 4;
+        QVERIFY(at::equal(back->floatTensor(layer + ".weight"), variant->floatTensor(layer + ".weight")));
+    }
+    QVERIFY2(linearBytes * 6 < denseBytes, "4-bit layers hold about an eighth of their float32 bytes");
+    size_t otherBytes = 0;
+    for (const auto& name : back->tensorNames()) otherBytes += back->tensor(name).bytes;
+    QCOMPARE(back->storageBytes(), otherBytes + linearBytes);
+
+    const std::string layer = "model.layers.1.mlp.up_proj";
+    auto pruned = compressed(*back, R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5},"targets":"up_proj"}]})");
+    QVERIFY(!pruned->compressed(layer));
+    QVERIFY(!pruned->tensor(layer + ".weight").packedOnly);
+    // At least half zero (4-bit levels at the zero point were zero already).
+    QVERIFY(pruned->floatTensor(layer + ".weight").eq(0).sum().item<int64_t>() >= pruned->tensor(layer + ".weight").elementCount() / 2);
+    auto eightBit = compressed(*back, R"({"steps":[{"method":"quantize.rtn","params":{"bits":8,"group_size":32}}]})");
+    QCOMPARE(eightBit->compressed(layer)->bits(), 8);
+    QVERIFY(eightBit->tensor(layer + ".weight").packedOnly);
+    QVERIFY(logitsOf(*pruned).isfinite().all().item<bool>());
+    QVERIFY(logitsOf(*eightBit).isfinite().all().item<bool>());
+}
+
 void TestCompressedTensors::refusals_data() {
     QTest::addColumn<QString>("source");
     QTest::addColumn<QString>("recipe");
@@ -407,6 +482,8 @@ void TestCompressedTensors::refusals_data() {
     QTest::newRow("smoothquant smoothing scales") << "hf" << R"({"steps":[{"method":"quantize.smoothquant"}]})" << "SmoothQuant smoothing scales";
     QTest::newRow("group not dividing the inputs") << "hf-odd" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})" << "not a multiple of its group size 32";
     QTest::newRow("gpt2") << "gpt2" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})" << "Llama family";
+    QTest::newRow("q/k/v in different schemes (vLLM fuses them)") << "hf" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32},"overrides":[{"pattern":"k_proj","params":{"bits":8}}]}]})" << "needs one scheme for them";
+    QTest::newRow("q quantized, k/v dense") << "hf" << R"({"steps":[{"method":"quantize.rtn","targets":"q_proj","params":{"bits":4,"group_size":32}}]})" << "needs one scheme for them";
 }
 
 void TestCompressedTensors::refusals() {
@@ -442,6 +519,12 @@ void TestCompressedTensors::hostileCheckpoints_data() {
     QTest::newRow("weight_scale too few groups") << "scale:short" << "weight_scale is [";
     QTest::newRow("static input scale") << "add:input_scale" << "static activation quantization";
     QTest::newRow("zero points missing") << "drop:weight_zero_point" << "has no 'weight_zero_point' tensor";
+    QTest::newRow("weight_shape huge (overflow)") << "shape:huge" << "is not a valid matrix size";
+    QTest::newRow("kv-cache scale") << "add:k_scale" << "attention or KV-cache quantization scales";
+    QTest::newRow("activations without weights") << "config:inputs-only" << "quantizes activations without weights";
+    QTest::newRow("symmetric not a boolean") << "config:symmetric" << "weights.symmetric must be true or false";
+    QTest::newRow("group format marlin-24") << "config:group-format" << "format 'marlin-24' is not supported";
+    QTest::newRow("sparsity format not a string") << "config:sparsity-type" << "malformed compressed-tensors quantization_config";
 }
 
 void TestCompressedTensors::hostileCheckpoints() {
@@ -463,6 +546,15 @@ void TestCompressedTensors::hostileCheckpoints() {
         if (how == "transform") qc["transform_config"] = {{"config_groups", {{"v", {{"type", "hadamard"}}}}}};
         if (how == "frozen") qc["quantization_status"] = "frozen";
         if (how == "targets") qc["config_groups"]["group_0"]["targets"] = json::array({"re:.*self_attn.*"});
+        if (how == "inputs-only")
+            qc["config_groups"]["group_9"] = {{"targets", {"lm_head"}}, {"weights", nullptr},
+                                              {"input_activations", {{"num_bits", 8}, {"type", "int"}, {"dynamic", true}}}};
+        if (how == "symmetric") qc["config_groups"]["group_0"]["weights"]["symmetric"] = "yes";
+        if (how == "group-format") {
+            qc["format"] = "mixed-precision";
+            qc["config_groups"]["group_0"]["format"] = "marlin-24";
+        }
+        if (how == "sparsity-type") qc["sparsity_config"] = {{"format", 24}};
         std::ofstream(folder + "/config.json") << config.dump(2);
     } else {
         rewriteTensors(folder, [&](SafetensorsWriter& writer, const SafetensorsEntry& e) {
@@ -473,7 +565,8 @@ void TestCompressedTensors::hostileCheckpoints() {
             if (what == "drop") return;
             if (what == "add") {
                 copyEntry(writer, e);
-                writer.add(target + ".input_scale", ggml::Type::F32, {1}, std::vector<uint8_t>(4, 0));
+                const std::string added = how == "k_scale" ? "model.layers.0.self_attn.k_scale" : target + "." + how;
+                writer.add(added, ggml::Type::F32, {1}, std::vector<uint8_t>(4, 0));
                 return;
             }
             std::vector<uint8_t> bytes(e.data, e.data + e.bytes);
@@ -484,9 +577,9 @@ void TestCompressedTensors::hostileCheckpoints() {
                 bytes.resize(bytes.size() - size_t(shape[0]) * per);
                 shape[1] -= 1;
             }
-            if (how == "wrong") {
+            if (how == "wrong" || how == "huge") {
                 auto* dims = reinterpret_cast<int64_t*>(bytes.data());
-                dims[1] += 32;
+                dims[1] = how == "wrong" ? dims[1] + 32 : (int64_t(1) << 62) + 8;   // the latter wraps cols · bits
             }
             if (how == "i32") {
                 type = ggml::Type::I32;

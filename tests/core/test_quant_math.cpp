@@ -285,6 +285,30 @@ private slots:
         QVERIFY(at::equal(unpackLevels(packed, bits, cols), levels));
     }
 
+    // Words another writer packed: kept as they are, except the bits past the last level, which are cleared (a writer
+    // may leave anything there); the same words cwb's own packer gives for those levels.
+    void adoptPackedWordsClearsPadding() {
+        for (int bits : {2, 4, 8}) {
+            for (int64_t cols : {int64_t(16), int64_t(172), int64_t(33)}) {
+                at::manual_seed(bits + cols);
+                const at::Tensor levels = at::randint(0, 1 << bits, {5, cols}, at::kInt);
+                const at::Tensor packed = packLevels(levels, bits);
+                at::Tensor dirty = packed.clone();
+                // Bits 30 and 31 lie past the last level whenever the last word is partial (at most 30 bits used).
+                if (cols % (32 / bits)) dirty.select(1, dirty.size(1) - 1).bitwise_or_(static_cast<int32_t>(0xC0000000u));
+                const at::Tensor adopted = adoptPackedWords(dirty, bits, cols);
+                QVERIFY2(at::equal(adopted, packed), qPrintable(QString("%1 bits, %2 cols").arg(bits).arg(cols)));
+                QVERIFY(at::equal(unpackLevels(adopted, bits, cols), levels));
+            }
+        }
+        try {
+            adoptPackedWords(at::zeros({2, 3}, at::kInt), 4, 33);   // 33 levels need 5 words
+            QFAIL("a wrong word count was accepted");
+        } catch (const cwb::Error& e) {
+            QVERIFY2(QString(e.what()).contains("need int32 words"), e.what());
+        }
+    }
+
     void storageBytes_data() {
         QTest::addColumn<int>("bits");
         QTest::addColumn<qint64>("groupSize");

@@ -311,8 +311,16 @@ private:
                     weights.push_back(ctx.model.floatTensor(weightOf(l)));
                 }
                 const at::Tensor smoothing = quant::smoothingScales(statsOf(m.readers.front()).absMax(), at::cat(weights, 0), alpha);
-                for (size_t i = 0; i < m.readers.size(); ++i) scaled[m.readers[i]] = weights[i] * smoothing.unsqueeze(0);
-                ctx.model.replaceTensor(m.norm, (ctx.model.floatTensor(m.norm) / smoothing).to(storageType(ctx.model, m.norm)));
+                // The norm is stored in its own precision (f16/bf16 rounds γ / s): the readers take the s that the
+                // stored norm really applies, so the product stays exact before the int8 rounding.
+                const at::Tensor gamma = ctx.model.floatTensor(m.norm);
+                const at::Tensor stored = (gamma / smoothing).to(storageType(ctx.model, m.norm));
+                if (!at::all(at::isfinite(stored.to(at::kFloat))).item<bool>())
+                    throw Error("quantize.smoothquant with fold: " + m.norm + " divided by its smoothing scale overflows its " +
+                                "storage type (lower alpha, or keep the scales per layer without fold)");
+                const at::Tensor applied = at::where(stored.to(at::kFloat) != 0, gamma / stored.to(at::kFloat), smoothing);
+                for (size_t i = 0; i < m.readers.size(); ++i) scaled[m.readers[i]] = weights[i] * applied.unsqueeze(0);
+                ctx.model.replaceTensor(m.norm, stored);
             }
             for (const auto& layer : targeted) {
                 const auto it = scaled.find(layer);
