@@ -384,7 +384,12 @@ std::shared_ptr<CompressedLinear> readLayerChecked(const nlohmann::json& group, 
         }
         const int offset = 1 << (bits - 1);
         if (symmetric) {
-            if (has("weight_zero_point")) throw fail("symmetric weights with a weight_zero_point");
+            // Older writers stored an all-zero zero point beside symmetric weights; any other value contradicts them.
+            if (has("weight_zero_point")) {
+                const at::Tensor& zp = part("weight_zero_point");
+                if (at::isFloatingType(zp.scalar_type()) || (zp.numel() && at::any(zp != 0).item<bool>()))
+                    throw fail("symmetric weights with a nonzero weight_zero_point");
+            }
             w.zeros = at::full({rows, groups}, offset, at::kInt);
         } else {
             const at::Tensor& zp = part("weight_zero_point");

@@ -101,6 +101,7 @@ private slots:
     void targetMatching();
     void threeBitStreamReads();
     void packedLayersHoldNoDenseCopy();
+    void zeroZeroPointBesideSymmetricWeights();
     void refusals_data();
     void refusals();
     void hostileCheckpoints_data();
@@ -471,6 +472,24 @@ void TestCompressedTensors::packedLayersHoldNoDenseCopy() {
     QVERIFY(logitsOf(*eightBit).isfinite().all().item<bool>());
 }
 
+// Older compressed-tensors releases wrote an all-zero weight_zero_point beside symmetric weights: still read.
+void TestCompressedTensors::zeroZeroPointBesideSymmetricWeights() {
+    QTemporaryDir dir;
+    auto base = syntheticModel(dir.path(), "hf");
+    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
+    const std::string folder = (dir.path() + "/ct").toStdString();
+    exportModel(*variant, "compressed-tensors", folder, {});
+    const std::string layer = "model.layers.0.self_attn.o_proj";
+    rewriteTensors(folder, [&](SafetensorsWriter& writer, const SafetensorsEntry& e) {
+        copyEntry(writer, e);
+        if (e.name == layer + ".weight_scale")
+            writer.add(layer + ".weight_zero_point", ggml::Type::I8, {e.shape[0], e.shape[1]},
+                       std::vector<uint8_t>(size_t(e.shape[0] * e.shape[1]), 0));
+    });
+    auto back = loadModel(folder);
+    QVERIFY(at::equal(back->floatTensor(layer + ".weight"), variant->floatTensor(layer + ".weight")));
+}
+
 void TestCompressedTensors::refusals_data() {
     QTest::addColumn<QString>("source");
     QTest::addColumn<QString>("recipe");
@@ -520,6 +539,7 @@ void TestCompressedTensors::hostileCheckpoints_data() {
     QTest::newRow("static input scale") << "add:input_scale" << "static activation quantization";
     QTest::newRow("zero points missing") << "drop:weight_zero_point" << "has no 'weight_zero_point' tensor";
     QTest::newRow("weight_shape huge (overflow)") << "shape:huge" << "is not a valid matrix size";
+    QTest::newRow("symmetric with a nonzero zero point") << "config:symmetric-true" << "symmetric weights with a nonzero weight_zero_point";
     QTest::newRow("kv-cache scale") << "add:k_scale" << "attention or KV-cache quantization scales";
     QTest::newRow("activations without weights") << "config:inputs-only" << "quantizes activations without weights";
     QTest::newRow("symmetric not a boolean") << "config:symmetric" << "weights.symmetric must be true or false";
@@ -550,6 +570,7 @@ void TestCompressedTensors::hostileCheckpoints() {
             qc["config_groups"]["group_9"] = {{"targets", {"lm_head"}}, {"weights", nullptr},
                                               {"input_activations", {{"num_bits", 8}, {"type", "int"}, {"dynamic", true}}}};
         if (how == "symmetric") qc["config_groups"]["group_0"]["weights"]["symmetric"] = "yes";
+        if (how == "symmetric-true") qc["config_groups"]["group_0"]["weights"]["symmetric"] = true;   // zero points are not 0
         if (how == "group-format") {
             qc["format"] = "mixed-precision";
             qc["config_groups"]["group_0"]["format"] = "marlin-24";
