@@ -23,14 +23,6 @@ std::string shapeText(const at::Tensor& t) {
     return s + "]";
 }
 
-// Multipliers 2^(i·bits) for the i-th level of a word, as int64 so that 8-bit words do not overflow.
-at::Tensor wordShifts(int bits) {
-    const int k = levelsPerWord(bits);
-    std::vector<int64_t> m(static_cast<size_t>(k));
-    for (int i = 0; i < k; ++i) m[size_t(i)] = int64_t(1) << (i * bits);
-    return at::tensor(m, at::kLong);
-}
-
 } // namespace
 
 void validateSpec(const QuantSpec& spec) {
@@ -148,14 +140,18 @@ at::Tensor packLevels(const at::Tensor& levels, int bits) {
     if (!levels.defined() || levels.dim() != 2)
         throw Error("pack: levels must be 2-D [rows, cols]");
     if (at::isFloatingType(levels.scalar_type())) throw Error("pack: levels must be integers");
-    at::Tensor l = levels.to(at::kLong);
-    if (l.numel() > 0 && (l.min().item<int64_t>() < 0 || l.max().item<int64_t>() > maxLevel(bits)))
+    if (levels.numel() > 0 && (levels.min().item<int64_t>() < 0 || levels.max().item<int64_t>() > maxLevel(bits)))
         throw Error("pack: a level is outside [0, " + std::to_string(maxLevel(bits)) + "] for " +
                     std::to_string(bits) + " bits");
-    const int64_t rows = l.size(0), cols = l.size(1);
+    const int64_t rows = levels.size(0), cols = levels.size(1);
     const int64_t words = (cols + k - 1) / k;
-    l = at::constant_pad_nd(l, {0, words * k - cols}, 0).reshape({rows, words, k});
-    at::Tensor packed = l.mul(wordShifts(bits).to(l.device())).sum(-1);  // disjoint bit fields, so the sum is an OR
+    // One pass per slot of a word over every k-th level, accumulated in int64 words: the only wide temporaries are
+    // word-sized (a k-th of the levels), which is what makes packing a large model cheap.
+    at::Tensor packed = at::zeros({rows, words}, levels.options().dtype(at::kLong));
+    for (int j = 0; j < k && j < cols; ++j) {
+        const at::Tensor slot = levels.slice(1, j, cols, k);   // levels j, j + k, ...: words 0 .. slot width - 1
+        packed.narrow(1, 0, slot.size(1)).bitwise_or_(slot.to(at::kLong).bitwise_left_shift(int64_t(j) * bits));
+    }
     // Words are unsigned 32-bit; store the same bits in int32 (two's complement) without relying on narrowing.
     const int64_t two31 = int64_t(1) << 31;
     packed = at::where(packed >= two31, packed - 2 * two31, packed);
@@ -184,8 +180,11 @@ at::Tensor unpackLevels(const at::Tensor& packed, int bits, int64_t cols) {
                     " levels of " + std::to_string(bits) + " bits");
     at::Tensor p = packed.to(at::kLong);
     p = at::where(p < 0, p + (int64_t(1) << 32), p);
-    at::Tensor l = at::div(p.unsqueeze(-1), wordShifts(bits).to(p.device()), "floor").remainder(maxLevel(bits) + 1);
-    return l.reshape({packed.size(0), -1}).slice(1, 0, cols).to(at::kInt).contiguous();
+    // Slot j of every word holds levels j, j + k, ...: written with a stride, one pass per slot.
+    at::Tensor levels = at::empty({packed.size(0), packed.size(1) * k}, packed.options());
+    for (int j = 0; j < k; ++j)
+        levels.slice(1, j, levels.size(1), k).copy_(p.bitwise_right_shift(int64_t(j) * bits).bitwise_and(maxLevel(bits)));
+    return levels.slice(1, 0, cols).contiguous();
 }
 
 at::Tensor QuantizedWeight::levels() const { return unpackLevels(packed, spec.bits, cols); }
