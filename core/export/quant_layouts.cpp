@@ -213,7 +213,13 @@ quant::QuantizedWeight unpackAwq(const PackedLayer& p, int64_t groupSize, int64_
     w.spec.groupSize = groupSize;
     w.rows = rows;
     w.cols = cols;
-    w.packed = quant::packLevels(unpackLast(p.qweight, 4, kAwqOrder, rows).t().contiguous(), 4);
+    // Nibble j of a qweight word is output 8c + kAwqOrder[j]: spread into bytes [in, out], turned to [out, in] and
+    // packed along the inputs. Bytes keep the transposition cheap (a 70B checkpoint has 35 G of these levels).
+    const at::Tensor words = p.qweight.contiguous();
+    at::Tensor levels = at::empty({cols, rows / 8, 8}, words.options().dtype(at::kByte));
+    for (int j = 0; j < 8; ++j)
+        levels.select(2, kAwqOrder[j]).copy_(words.bitwise_right_shift(4 * j).bitwise_and(0xF));
+    w.packed = quant::packLevels(levels.reshape({cols, rows}).t().contiguous(), 4);
     w.zeros = unpackLast(p.qzeros, 4, kAwqOrder, rows).t().contiguous();
     w.scales = p.scales.to(at::kFloat).t().contiguous();
     w.groupIndex = quant::defaultGroupIndex(cols, groupSize);
