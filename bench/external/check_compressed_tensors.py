@@ -23,6 +23,8 @@ from compressed_tensors.compressors import BaseCompressor
 from compressed_tensors.quantization import QuantizationScheme
 from safetensors.torch import load_file
 
+from cwb_checks import logits_agreement
+
 
 def group_of(qc, layer):
     """The config group whose targets match the layer, as compressed-tensors matches them (class "Linear", "re:"
@@ -87,11 +89,6 @@ for folder in sorted(glob.glob(os.path.join(files, "*-ct"))):
     except Exception as e:
         print(f"transformers {name}: refused to load: {str(e).splitlines()[0][:200]}", flush=True)
         continue
-    ids = torch.arange(1, 33).unsqueeze(0)
-    with torch.no_grad():
-        theirs = model(ids).logits.float().numpy()
-    ours = np.fromfile(logits_file, dtype=np.float32).reshape(theirs.shape)
-    diff = np.abs(theirs - ours).max() / np.abs(ours).max()
-    same = (theirs.argmax(-1) == ours.argmax(-1)).mean()
+    diff, same = logits_agreement(model, logits_file)
     print(f"transformers {name}: {type(model).__name__}, max |Δlogit| / max |logit| = {diff:.2e}, argmax agreement {same:.3f}", flush=True)
 sys.exit(1 if failed else 0)

@@ -18,6 +18,8 @@ from compressed_tensors.compressors import ModelCompressor
 from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config, preset_name_to_scheme
 from transformers import AutoModelForCausalLM
 
+from cwb_checks import perplexity
+
 cwb, files, text = sys.argv[1], sys.argv[2], sys.argv[3]
 CTX, CHUNKS = 128, 8
 SCHEMES = ["W4A16", "W4A16_ASYM", "W8A16", "W3A16", "W2A16", "FP8_DYNAMIC", "W8A8", "FP8"]
@@ -57,19 +59,6 @@ def set_minmax_parameters(model):
             module.input_scale.data.fill_(1.0)
 
 
-def perplexity(model, ids, bos):
-    first, scored = CTX // 2, CTX - 1 - CTX // 2   # llama.cpp's method, as cwb eval: score the second half
-    nll, n = 0.0, 0
-    for c in range(CHUNKS):
-        chunk = torch.tensor(ids[c * CTX:(c + 1) * CTX]).unsqueeze(0)
-        chunk[0, 0] = bos
-        with torch.no_grad():
-            logp = torch.log_softmax(model(chunk).logits[0].double(), -1)
-        for i in range(first, first + scored):
-            nll -= logp[i, chunk[0, i + 1]].item()
-            n += 1
-    return math.exp(nll / n)
-
 
 source = os.path.join(files, "synthetic256-hf-f32")
 ids = run_json("tokenize", source, "--file", text, "--json")["ids"]
@@ -91,7 +80,7 @@ for preset in SCHEMES:
             if f.startswith("token") or f == "special_tokens_map.json":
                 shutil.copy(os.path.join(source, f), out)
         static = preset == "FP8"   # static input scales set to 1 above: no meaningful reference, cwb must refuse it
-        theirs = float("nan") if static else perplexity(model, ids, ids[0])
+        theirs = float("nan") if static else perplexity(model, ids, ids[0], CTX, CHUNKS)
     fmt = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["format"]
     try:
         info = run_json("info", out, "--json")

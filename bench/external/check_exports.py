@@ -26,6 +26,8 @@ try:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from cwb_checks import logits_agreement
+
     def load(folder):
         """transformers' model of the folder, and the kernel of its first quantized layer (or "dense"). GPTQModel's
         default CPU kernel wants out_features divisible by 16; where it refuses, its plain torch kernel is asked for."""
@@ -51,12 +53,7 @@ try:
         except ImportError as e:
             say(f"transformers {os.path.basename(folder)}: skipped ({e})")
             continue
-        ids = torch.arange(1, 33).unsqueeze(0)
-        with torch.no_grad():
-            theirs = model(ids).logits.float().numpy()
-        ours = np.fromfile(logits_file, dtype=np.float32).reshape(theirs.shape)
-        diff = np.abs(theirs - ours).max() / np.abs(ours).max()
-        same = (theirs.argmax(-1) == ours.argmax(-1)).mean()
+        diff, same = logits_agreement(model, logits_file)
         say(f"transformers {os.path.basename(folder)}: {type(model).__name__} ({kernel}), max |Δlogit| / max |logit| = {diff:.2e}, argmax agreement {same:.3f}")
 
     # GPTQModel dequantizes in fp16, so its weights are compared with the dense export rounded to fp16: a layout

@@ -13,6 +13,8 @@ from gptqmodel import GPTQModel, QuantizeConfig
 from gptqmodel.quantization import METHOD, FORMAT
 from transformers import AutoModelForCausalLM, GPTQConfig
 
+from cwb_checks import perplexity
+
 cwb, files, text = sys.argv[1], sys.argv[2], sys.argv[3]
 CTX, CHUNKS = 128, 8
 
@@ -38,18 +40,9 @@ def their_perplexity(folder, ids, bos):
         # GPTQModel's default CPU kernel wants features divisible by 16 (not stories260K's 172); its torch one does not.
         kwargs["quantization_config"] = GPTQConfig.from_dict({**qc, "backend": "torch"})
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, device_map="cpu", **kwargs)
-    first, scored = CTX // 2, CTX - 1 - CTX // 2   # llama.cpp's method, as cwb eval: score the second half
-    nll, n = 0.0, 0
-    for c in range(CHUNKS):
-        chunk = torch.tensor(ids[c * CTX:(c + 1) * CTX]).unsqueeze(0)
-        chunk[0, 0] = bos
-        with torch.no_grad():
-            logp = torch.log_softmax(model(chunk).logits[0].double(), -1)
-        for i in range(first, first + scored):
-            nll -= logp[i, chunk[0, i + 1]].item()
-            n += 1
+    ppl = perplexity(model, ids, bos, CTX, CHUNKS)
     kernel = next((type(m).__name__ for m in model.modules() if hasattr(m, "qweight")), "dense")
-    return math.exp(nll / n), kernel
+    return ppl, kernel
 
 
 torch.manual_seed(0)

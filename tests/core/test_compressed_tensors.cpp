@@ -46,10 +46,7 @@ std::unique_ptr<Model> syntheticModel(const QString& dir, const QString& kind) {
     return loadModel(path);
 }
 
-std::unique_ptr<Model> compressed(const Model& base, const std::string& recipe) {
-    const at::Tensor windows = at::randint(3, base.spec.vocab, {4, 16}, at::TensorOptions().dtype(at::kLong));
-    return std::move(compressModel(base, Recipe::fromJson(json::parse(recipe), "test recipe"), windows).model);
-}
+std::unique_ptr<Model> compressed(const Model& base, const std::string& recipe) { return compressWithRecipe(base, recipe); }
 
 // Every linear layer as W8A8 with no smoothing (s = 1): what an int-quantized checkpoint holds.
 std::unique_ptr<Model> w8a8Variant(const Model& base) {
@@ -61,14 +58,6 @@ std::unique_ptr<Model> w8a8Variant(const Model& base) {
     return model;
 }
 
-at::Tensor logitsOf(const Model& model) {
-    Transformer runtime(model);
-    return runtime.forward(at::tensor(std::vector<int64_t>{1, 5, 9, 17, 33, 2, 40, 63}, at::kLong).unsqueeze(0));
-}
-
-double maxRelative(const at::Tensor& a, const at::Tensor& b) {
-    return (a - b).abs().max().item<double>() / std::max(1e-12, b.abs().max().item<double>());
-}
 
 json configOf(const std::string& folder) { return json::parse(std::ifstream(folder + "/config.json")); }
 
@@ -183,8 +172,8 @@ void TestCompressedTensors::roundTrip() {
     for (const auto& t : report.tensors) reported += t.type.find("quantized") != std::string::npos;
     QCOMPARE(reported, quantized);
     back->tokenizer = base->tokenizer;
-    const at::Tensor a = logitsOf(*variant), b = logitsOf(*back);
-    if (source == "gguf") QVERIFY2(maxRelative(b, a) < 1e-5, qPrintable(QString::number(maxRelative(b, a))));
+    const at::Tensor a = probeLogits(*variant), b = probeLogits(*back);
+    if (source == "gguf") QVERIFY2(maxRelativeError(b, a) < 1e-5, qPrintable(QString::number(maxRelativeError(b, a))));
     else QVERIFY2(at::equal(a, b), "the reloaded checkpoint must compute exactly what the variant did");
 }
 
@@ -334,13 +323,14 @@ void TestCompressedTensors::targetMatching() {
         "group_1": {"targets": ["model.layers.0.self_attn.q_proj"], "weights": {}},
         "group_2": {"targets": ["Linear"], "weights": {}}},
         "ignore": ["re:.*down_proj", "lm_head"]})");
-    auto group = [&](const std::string& layer) -> std::string {
-        const json* g = ct::groupFor(qc, layer, "config.json");
-        if (!g) return "none";
-        for (const auto& [key, value] : qc["config_groups"].items())
+    // The name of the group groupFor picks in `config`, or "none".
+    auto groupIn = [](const json& config, const std::string& layer) -> std::string {
+        const json* g = ct::groupFor(config, layer, "config.json");
+        for (const auto& [key, value] : config["config_groups"].items())
             if (&value == g) return key;
-        return "?";
+        return "none";
     };
+    auto group = [&](const std::string& layer) { return groupIn(qc, layer); };
     QCOMPARE(group("model.layers.3.mlp.gate_proj"), std::string("group_0"));
     QCOMPARE(group("model.layers.3.mlp.up_proj"), std::string("group_0"));
     QCOMPARE(group("model.layers.0.self_attn.q_proj"), std::string("group_1"));
@@ -354,12 +344,7 @@ void TestCompressedTensors::targetMatching() {
         "group_10": {"targets": ["re:.*down_proj"]},
         "group_2": {"targets": ["re:.*mlp\\..*"]},
         "group_3": {"targets": ["model.layers.0.mlp.down_proj"]}}})");
-    auto rankedGroup = [&](const std::string& layer) -> std::string {
-        const json* g = ct::groupFor(ranked, layer, "config.json");
-        for (const auto& [key, value] : ranked["config_groups"].items())
-            if (&value == g) return key;
-        return "none";
-    };
+    auto rankedGroup = [&](const std::string& layer) { return groupIn(ranked, layer); };
     QCOMPARE(rankedGroup("model.layers.0.mlp.down_proj"), std::string("group_3"));
     QCOMPARE(rankedGroup("model.layers.1.mlp.down_proj"), std::string("group_2"));
     QCOMPARE(rankedGroup("model.layers.1.self_attn.o_proj"), std::string("group_0"));
@@ -468,8 +453,8 @@ void TestCompressedTensors::packedLayersHoldNoDenseCopy() {
     auto eightBit = compressed(*back, R"({"steps":[{"method":"quantize.rtn","params":{"bits":8,"group_size":32}}]})");
     QCOMPARE(eightBit->compressed(layer)->bits(), 8);
     QVERIFY(eightBit->tensor(layer + ".weight").packedOnly);
-    QVERIFY(logitsOf(*pruned).isfinite().all().item<bool>());
-    QVERIFY(logitsOf(*eightBit).isfinite().all().item<bool>());
+    QVERIFY(probeLogits(*pruned).isfinite().all().item<bool>());
+    QVERIFY(probeLogits(*eightBit).isfinite().all().item<bool>());
 }
 
 // Older compressed-tensors releases wrote an all-zero weight_zero_point beside symmetric weights: still read.

@@ -73,19 +73,8 @@ std::unique_ptr<Model> syntheticModel(const QString& dir, const QString& kind) {
     return model;
 }
 
-at::Tensor logitsOf(const Model& model) {
-    Transformer runtime(model);
-    return runtime.forward(at::tensor(std::vector<int64_t>{1, 5, 9, 17, 33, 2, 40, 63}, at::kLong).unsqueeze(0));
-}
 
-double maxRelative(const at::Tensor& a, const at::Tensor& b) {
-    return (a - b).abs().max().item<double>() / std::max(1e-12, b.abs().max().item<double>());
-}
-
-std::unique_ptr<Model> compressed(const Model& base, const char* recipe) {
-    const at::Tensor windows = at::randint(3, base.spec.vocab, {4, 16}, at::TensorOptions().dtype(at::kLong));
-    return std::move(compressModel(base, Recipe::fromJson(json::parse(recipe), "test recipe"), windows).model);
-}
+std::unique_ptr<Model> compressed(const Model& base, const char* recipe) { return compressWithRecipe(base, recipe); }
 
 bool fileExists(const std::string& p) { return std::filesystem::exists(p); }
 
@@ -348,7 +337,7 @@ void TestExport::denseRoundTrip() {
     exportModel(*model, format.toStdString(), out, options);
     auto back = loadModel(out);
     if (!back->tokenizer) back->tokenizer = model->tokenizer;
-    const at::Tensor a = logitsOf(*model), b = logitsOf(*back);
+    const at::Tensor a = probeLogits(*model), b = probeLogits(*back);
     if (!pruning.isEmpty()) QCOMPARE(back->spec.layers, model->spec.layers);
     if (pruning == "channels") QCOMPARE(back->spec.ffnAt(0), model->spec.ffnAt(0));
     if (pruning == "heads") QCOMPARE(back->spec.kvHeadsAt(1), model->spec.kvHeadsAt(1));
@@ -357,7 +346,7 @@ void TestExport::denseRoundTrip() {
         QVERIFY2(at::equal(a, b), "same layout: the logits must be bit-identical");
     } else {
         // The RoPE layout changes with the format, so the runtime rotates other (equivalent) pairs.
-        QVERIFY2(maxRelative(b, a) < 1e-5, qPrintable(QString::number(maxRelative(b, a))));
+        QVERIFY2(maxRelativeError(b, a) < 1e-5, qPrintable(QString::number(maxRelativeError(b, a))));
     }
 }
 
@@ -418,9 +407,9 @@ void TestExport::packedRoundTrip() {
                  "a packed layer takes fewer bytes than fp16");
     }
     QCOMPARE(packedRows, int(variant->linearLayers().size()));
-    const at::Tensor a = logitsOf(*variant), b = logitsOf(*back);
+    const at::Tensor a = probeLogits(*variant), b = probeLogits(*back);
     if (source.startsWith("hf")) QVERIFY2(at::equal(a, b), "the reloaded checkpoint must compute exactly what the variant did");
-    else QVERIFY2(maxRelative(b, a) < 1e-5, qPrintable(QString::number(maxRelative(b, a))));
+    else QVERIFY2(maxRelativeError(b, a) < 1e-5, qPrintable(QString::number(maxRelativeError(b, a))));
 }
 
 void TestExport::ggufMapsQuantizedLayers_data() {
@@ -454,7 +443,7 @@ void TestExport::ggufMapsQuantizedLayers() {
     }
     QCOMPARE(linear, 4);
     auto back = loadModel(out);
-    const double diff = maxRelative(logitsOf(*back), logitsOf(*variant));
+    const double diff = maxRelativeError(probeLogits(*back), probeLogits(*variant));
     if (exact) QVERIFY2(diff < 1e-5, qPrintable(QString::number(diff)));
     for (const auto& layer : variant->linearLayers()) {
         if (!exact || layer.find("q_proj") != std::string::npos || layer.find("k_proj") != std::string::npos) continue;
@@ -535,7 +524,7 @@ void TestExport::shardedFolder() {
     const ExportReport report = exportModel(*model, "hf", out, options);
     QVERIFY(fileExists(out + "/model.safetensors.index.json"));
     QVERIFY(report.files.size() > 4);
-    QVERIFY(at::equal(logitsOf(*loadModel(out)), logitsOf(*model)));
+    QVERIFY(at::equal(probeLogits(*loadModel(out)), probeLogits(*model)));
 }
 
 void TestExport::llama2cVocabularyToGguf() {
@@ -553,7 +542,7 @@ void TestExport::llama2cVocabularyToGguf() {
     for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id"})
         QCOMPARE(ours.integer(key), reference.integer(key));
     auto back = loadModel(out);
-    QVERIFY(maxRelative(logitsOf(*back), logitsOf(*model)) < 1e-5);
+    QVERIFY(maxRelativeError(probeLogits(*back), probeLogits(*model)) < 1e-5);
     QCOMPARE(back->tokenizer->encode("Once upon a time", true), model->tokenizer->encode("Once upon a time", true));
 }
 

@@ -6,9 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/compress/pipeline.h"
 #include "core/io/gguf_file.h"
 #include "core/io/safetensors.h"
 #include "core/model/model.h"
+#include "core/runtime/transformer.h"
 
 namespace cwb::test {
 
@@ -250,6 +252,20 @@ void writeGguf(const std::string& path, const ArchSpec& s, const WeightMap& weig
         g.addTensor(ggufName, type, ne, bytesOf(t, type));
     }
     g.write(path);
+}
+
+std::unique_ptr<Model> compressWithRecipe(const Model& base, const std::string& recipe) {
+    const at::Tensor windows = at::randint(3, base.spec.vocab, {4, 16}, at::TensorOptions().dtype(at::kLong));
+    return std::move(compressModel(base, Recipe::fromJson(nlohmann::json::parse(recipe), "test recipe"), windows).model);
+}
+
+at::Tensor probeLogits(const Model& model) {
+    Transformer runtime(model);
+    return runtime.forward(at::tensor(std::vector<int64_t>{1, 5, 9, 17, 33, 2, 40, 63}, at::kLong).unsqueeze(0));
+}
+
+double maxRelativeError(const at::Tensor& a, const at::Tensor& b) {
+    return (a - b).abs().max().item<double>() / std::max(1e-12, b.abs().max().item<double>());
 }
 
 } // namespace cwb::test

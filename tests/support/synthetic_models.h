@@ -2,12 +2,17 @@
 // Synthetic models for tests: random weights of a chosen shape, written with the project's own writers
 // as Hugging Face folders (single file or sharded; f32/f16/bf16) or GGUF files.
 #include <map>
+#include <memory>
 #include <string>
 
 #include <ATen/ATen.h>
 
 #include "core/io/ggml_types.h"
 #include "core/model/arch_spec.h"
+
+namespace cwb {
+class Model;
+}
 
 namespace cwb::test {
 
@@ -29,5 +34,14 @@ void writeHfFolder(const std::string& folder, const ArchSpec& spec, const Weight
 // Writes a GGUF v3 file as llama.cpp's converter would: Q/K rows permuted to adjacent-pair RoPE for llama.
 // Matrices take `storage` (any GGML type the project can quantize to); norms and biases stay F32.
 void writeGguf(const std::string& path, const ArchSpec& spec, const WeightMap& weights, ggml::Type storage);
+
+// ---- variants of such models, for the export and loader tests
+
+// The variant a recipe (JSON text) makes of `base`, calibrated on 4 seeded random windows of 16 tokens.
+std::unique_ptr<Model> compressWithRecipe(const Model& base, const std::string& recipe);
+// Logits of the ids 1 5 9 17 33 2 40 63 (one sequence), as the runtime computes them on the CPU.
+at::Tensor probeLogits(const Model& model);
+// max |a − b| / max |b|.
+double maxRelativeError(const at::Tensor& a, const at::Tensor& b);
 
 } // namespace cwb::test
