@@ -91,6 +91,7 @@ private slots:
     void threeBitStreamReads();
     void packedLayersHoldNoDenseCopy();
     void zeroZeroPointBesideSymmetricWeights();
+    void quantizedHeadIsReadDequantized();
     void refusals_data();
     void refusals();
     void hostileCheckpoints_data();
@@ -473,6 +474,36 @@ void TestCompressedTensors::zeroZeroPointBesideSymmetricWeights() {
     });
     auto back = loadModel(folder);
     QVERIFY(at::equal(back->floatTensor(layer + ".weight"), variant->floatTensor(layer + ".weight")));
+}
+
+// A checkpoint that quantizes lm_head too (some do): cwb runs only block layers compressed, so the head is read
+// dequantized, to the values the format defines.
+void TestCompressedTensors::quantizedHeadIsReadDequantized() {
+    QTemporaryDir dir;
+    auto base = syntheticModel(dir.path(), "hf");
+    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.fp8","params":{"activations":"dynamic"}}]})");
+    const std::string folder = (dir.path() + "/ct").toStdString();
+    ExportOptions options;
+    options.tensorType = "f32";
+    exportModel(*variant, "compressed-tensors", folder, options);
+    const quant::Fp8Weight head = quant::quantizeFp8(variant->floatTensor("lm_head.weight"), true);
+    rewriteTensors(folder, [&](SafetensorsWriter& writer, const SafetensorsEntry& e) {
+        if (e.name != "lm_head.weight") return copyEntry(writer, e);
+        const int64_t rows = head.codes.size(0), cols = head.codes.size(1);
+        auto codes = std::make_shared<std::vector<uint8_t>>(head.codes.data_ptr<uint8_t>(), head.codes.data_ptr<uint8_t>() + rows * cols);
+        writer.add("lm_head.weight", ggml::Type::I8, {rows, cols}, size_t(rows * cols), [codes] { return *codes; }, "F8_E4M3");
+        std::vector<uint8_t> scales(size_t(rows) * 4);
+        std::memcpy(scales.data(), head.scales.contiguous().data_ptr<float>(), scales.size());
+        writer.add("lm_head.weight_scale", ggml::Type::F32, {rows, 1}, std::move(scales));
+    });
+    json config = configOf(folder);
+    config["quantization_config"]["ignore"] = json::array();   // "Linear" now reaches lm_head
+    std::ofstream(folder + "/config.json") << config.dump(2);
+    auto back = loadModel(folder);
+    QVERIFY(!back->compressed("lm_head"));
+    QVERIFY(!back->tensor("lm_head.weight").packedOnly);
+    QVERIFY(at::equal(back->floatTensor("lm_head.weight"), head.dequantize()));
+    QCOMPARE(back->compressedLayers().size(), variant->compressedLayers().size());
 }
 
 void TestCompressedTensors::refusals_data() {
