@@ -8,6 +8,7 @@
 
 #include "app/gui/layer_state.h"
 #include "core/io/ggml_types.h"
+#include "core/model/compressed_linear.h"
 #include "core/model/model.h"
 #include "core/model/model_info.h"
 
@@ -116,12 +117,16 @@ void ModelTreeView::rebuild() {
         const bool isLinear = linear.count(layer) > 0;
         item->setData(NameColumn, LayerRole, QString::fromStdString(isLinear ? layer : name));
         item->setText(ShapeColumn, shapeText(t.shape));
+        // A compressed layer shows what it is stored as (packed levels, FP8 codes), not its weight record.
+        const auto packed = name != layer ? mModel->compressed(layer) : nullptr;
         const ggml::TypeTraits* traits = ggml::traits(t.type);
-        item->setText(TypeColumn, traits ? QString::fromLatin1(traits->name) : tr("unknown"));
+        const qint64 bytes = packed ? qint64(packed->storageBytes()) : qint64(t.bytes);
+        item->setText(TypeColumn, packed ? QString::fromStdString(packed->describe())
+                                         : traits ? QString::fromLatin1(traits->name) : tr("unknown"));
         item->setData(ParametersColumn, Qt::UserRole, qint64(t.elementCount()));
         item->setText(ParametersColumn, QLocale().toString(qint64(t.elementCount())));
-        item->setData(BytesColumn, Qt::UserRole, qint64(t.bytes));
-        item->setText(BytesColumn, QString::fromStdString(humanBytes(double(t.bytes))));
+        item->setData(BytesColumn, Qt::UserRole, bytes);
+        item->setText(BytesColumn, QString::fromStdString(humanBytes(double(bytes))));
         item->setToolTip(NameColumn, QString::fromStdString(name));
     }
     for (auto& [index, item] : blocks) root->addChild(item);

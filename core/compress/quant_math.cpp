@@ -159,8 +159,8 @@ at::Tensor packLevels(const at::Tensor& levels, int bits) {
 }
 
 at::Tensor adoptPackedWords(const at::Tensor& words, int bits, int64_t cols) {
+    const int k = levelsPerWord(bits);   // checks bits first
     if (32 % bits != 0) throw Error("pack: " + std::to_string(bits) + "-bit levels do not fill whole words");
-    const int k = levelsPerWord(bits);
     if (!words.defined() || words.dim() != 2 || words.scalar_type() != at::kInt || words.size(1) != (cols + k - 1) / k)
         throw Error("pack: " + std::to_string(cols) + " levels of " + std::to_string(bits) + " bits need int32 words [rows, " +
                     std::to_string((cols + k - 1) / k) + "]");

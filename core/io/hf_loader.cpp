@@ -346,8 +346,12 @@ public:
             }
             model->keepAlive(st.file);
         }
-        for (const auto& [layer, parts] : packed) addPackedLayer(*model, quantized, layer, parts, folder);
-        for (const auto& [layer, parts] : ctLayers) {
+        // Each layer's file tensors are dropped once it is built, so the packed model is not held twice.
+        for (auto it = packed.begin(); it != packed.end(); it = packed.erase(it))
+            addPackedLayer(*model, quantized, it->first, it->second, folder);
+        for (auto it = ctLayers.begin(); it != ctLayers.end(); it = ctLayers.erase(it)) {
+            const std::string& layer = it->first;
+            const auto& parts = it->second;
             const nlohmann::json* group = ct::groupFor(quantized.config, layer, configPath);
             if (!group) throw Error(configPath, "'" + layer + "' has compressed tensors but no config group targets it");
             auto linear = ct::readLayer(*group, layer, parts, folder);

@@ -154,6 +154,8 @@ void Model::renameTensor(const std::string& from, const std::string& to) {
     auto it = mTensors.find(from);
     if (it == mTensors.end()) throw Error(path, "tensor '" + from + "' is missing");
     if (mTensors.count(to)) throw Error(path, "tensor '" + to + "' already exists");
+    if (it->second.packedOnly && !(isWeightName(from) && isWeightName(to)))
+        throw Error(path, "internal: packed weight '" + from + "' can only be renamed to another layer's weight");
     TensorRecord r = std::move(it->second);
     r.name = to;
     mTensors.erase(it);

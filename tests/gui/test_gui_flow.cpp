@@ -18,6 +18,8 @@
 #include "app/gui/status_panel.h"
 #include "core/io/model_format.h"
 #include "core/project/project.h"
+#include "core/export/export_format.h"
+#include "tests/support/synthetic_models.h"
 #include "tests/support/test_paths.h"
 #include "widgets/ab_chart.h"
 #include "widgets/importance_heatmap.h"
@@ -32,6 +34,7 @@ private slots:
     void openRunCompareSaveReopen();
     void importanceHeatmapSelectsLayer();
     void openingAMissingFileFailsCleanly();
+    void packedCheckpointShowsPackedSizes();
     void loadingKeepsTheWindowResponsive();
     void loadingShowsProgressAndCanBeCancelled();
     void exportVariantFromTheWindow();
@@ -159,6 +162,25 @@ void TestGuiFlow::importanceHeatmapSelectsLayer() {
     QVERIFY2(window.modelTree()->selectedLayer().startsWith("model.layers.1."), qPrintable(window.modelTree()->selectedLayer()));
     QVERIFY(window.modelTree()->selectedLayer().endsWith(QString::fromStdString(map->columnLabels[0])));
     Q_UNUSED(expected);
+}
+
+// A GPTQ checkpoint opened in the window: the tree shows its linear layers as stored (kind and packed bytes),
+// not as the byte-less weight records the loader keeps for them.
+void TestGuiFlow::packedCheckpointShowsPackedSizes() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    auto base = loadModel(model.toStdString());
+    auto variant = test::compressWithRecipe(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
+    const QString folder = mDir.filePath("stories-gptq");
+    exportModel(*variant, "gptq", folder.toStdString());
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openPath(folder, false));
+    QTreeWidgetItem* q = window.modelTree()->itemForLayer("model.layers.0.self_attn.q_proj");
+    QVERIFY(q);
+    QVERIFY2(q->text(ModelTreeView::TypeColumn).startsWith("int4"), qPrintable(q->text(ModelTreeView::TypeColumn)));
+    const qint64 bytes = q->data(ModelTreeView::BytesColumn, Qt::UserRole).toLongLong();
+    const qint64 params = q->data(ModelTreeView::ParametersColumn, Qt::UserRole).toLongLong();
+    QVERIFY2(bytes > 0 && bytes < params, qPrintable(QString("%1 bytes for %2 parameters").arg(bytes).arg(params)));
 }
 
 void TestGuiFlow::openingAMissingFileFailsCleanly() {

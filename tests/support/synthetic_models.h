@@ -37,7 +37,8 @@ void writeGguf(const std::string& path, const ArchSpec& spec, const WeightMap& w
 
 // ---- variants of such models, for the export and loader tests
 
-// The variant a recipe (JSON text) makes of `base`, calibrated on 4 seeded random windows of 16 tokens.
+// The variant a recipe (JSON text) makes of `base`, calibrated on 4 random windows of 16 tokens (drawn from LibTorch's
+// generator: tests seed it).
 std::unique_ptr<Model> compressWithRecipe(const Model& base, const std::string& recipe);
 // Logits of the ids 1 5 9 17 33 2 40 63 (one sequence), as the runtime computes them on the CPU.
 at::Tensor probeLogits(const Model& model);
