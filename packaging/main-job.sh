@@ -26,11 +26,13 @@ echo "== cwb eval (llama.cpp perplexity method, ctx 256)"
 "$cwb" eval "$model" --text "$text" --ctx 256
 echo "== cwb generate (greedy from BOS)"
 "$cwb" generate "$model" --tokens 60
-echo "== cwb project: RTN, GPTQ and Wanda variants, calibrated on 64 windows of 256 tokens"
+echo "== cwb project: RTN, GPTQ, Wanda and SmoothQuant (folded) variants, calibrated on 64 windows of 256 tokens"
 "$cwb" project create "$work/stories.cwbproj" --model "$model" --calib "$text" --eval "$text" --ctx 256 \
     --samples 64 --seq-len 256 \
-    --recipe projects/recipes/rtn-w4g32.json --recipe projects/recipes/gptq-w4g32.json --recipe projects/recipes/wanda-50.json
+    --recipe projects/recipes/rtn-w4g32.json --recipe projects/recipes/gptq-w4g32.json --recipe projects/recipes/wanda-50.json \
+    --recipe projects/recipes/smoothquant-w8a8-folded.json
 "$cwb" project add-export "$work/stories.cwbproj" --variant rtn-w4g32 --format gguf --type q8_0
+"$cwb" project add-export "$work/stories.cwbproj" --variant smoothquant-w8a8-folded --format compressed-tensors
 "$cwb" project run "$work/stories.cwbproj" --threads 1
 "$cwb" project show "$work/stories.cwbproj"
 echo "== cwb --batch: rebuild every variant and compare with the stored results"
@@ -38,6 +40,8 @@ echo "== cwb --batch: rebuild every variant and compare with the stored results"
 cat "$work/report/report.md"
 echo "== the GGUF the batch exported, read back and evaluated"
 "$cwb" eval "$work/report/exports/rtn-w4g32.gguf" --text "$text" --ctx 256
+echo "== the compressed-tensors folder (W8A8, what vLLM loads) the batch exported, read back and evaluated"
+"$cwb" eval "$work/report/exports/smoothquant-w8a8-folded-compressed-tensors" --text "$text" --ctx 256
 echo "== cwb compress: magnitude 50% pruning, then knowledge distillation from the base (CPU, 60 steps)"
 "$cwb" compress "$model" --recipe projects/recipes/magnitude-50-then-distill.json --calib "$text" --eval "$text" --ctx 256 \
     --samples 64 --seq-len 128
