@@ -73,7 +73,9 @@ Scheme schemeOf(const CompressedLinear& linear) {
             s.refusal = std::to_string(bits) + "-bit levels are not written: compressed-tensors packs 3, 5, 6 and 7 bits "
                         "differently across its releases (export 2, 4 or 8 bits, or as gptq or gguf)";
         } else if (!at::equal(w.groupIndex.to(at::kInt), quant::defaultGroupIndex(w.cols, w.spec.groupSize))) {
-            s.refusal = "has act-order group indices, which compressed-tensors no longer stores (export as gptq, which keeps g_idx)";
+            s.refusal = "has act-order group indices, which compressed-tensors no longer stores (quantize.gptq with act_order "
+                        "and \"static_groups\": true keeps the groups in column order and exports, as llm-compressor's "
+                        "actorder \"weight\" does; or export as gptq, which keeps g_idx)";
         } else if (w.spec.groupSize > 0 && w.cols % w.spec.groupSize != 0) {
             s.refusal = "has " + std::to_string(w.cols) + " inputs, not a multiple of its group size " +
                         std::to_string(w.spec.groupSize) + " (compressed-tensors needs whole groups)";

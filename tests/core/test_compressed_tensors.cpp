@@ -107,6 +107,7 @@ void TestCompressedTensors::roundTrip_data() {
     QTest::newRow("int8 per channel asym") << "hf" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":8,"granularity":"channel","scheme":"asym"}}]})" << "pack-quantized";
     QTest::newRow("int4 per tensor") << "hf" << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"granularity":"tensor"}}]})" << "pack-quantized";
     QTest::newRow("int2 g16 sym (gptq)") << "hf" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":2,"group_size":16}}]})" << "pack-quantized";
+    QTest::newRow("gptq int4 g32 act_order, static groups") << "hf" << R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":32,"act_order":true,"static_groups":true}}]})" << "pack-quantized";
     QTest::newRow("awq int4 g32 folded") << "hf" << R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":32,"fold":true}}]})" << "pack-quantized";
     QTest::newRow("fp8 per channel, dynamic activations") << "hf" << R"({"steps":[{"method":"quantize.fp8","params":{"scale":"channel","activations":"dynamic"}}]})" << "float-quantized";
     QTest::newRow("fp8 per tensor, weight only") << "hf" << R"({"steps":[{"method":"quantize.fp8","params":{"scale":"tensor"}}]})" << "naive-quantized";
