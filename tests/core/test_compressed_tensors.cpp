@@ -48,6 +48,15 @@ std::unique_ptr<Model> syntheticModel(const QString& dir, const QString& kind) {
 
 std::unique_ptr<Model> compressed(const Model& base, const std::string& recipe) { return compressWithRecipe(base, recipe); }
 
+// A variant of a synthetic model exported as compressed-tensors into `folder` (f16 dense tensors unless asked).
+std::unique_ptr<Model> exportedVariant(const QString& dir, const QString& kind, const std::string& recipe,
+                                       const std::string& folder, const ExportOptions& options = {}) {
+    auto base = syntheticModel(dir, kind);
+    auto variant = compressed(*base, recipe);
+    exportModel(*variant, "compressed-tensors", folder, options);
+    return variant;
+}
+
 // Every linear layer as W8A8 with no smoothing (s = 1): what an int-quantized checkpoint holds.
 std::unique_ptr<Model> w8a8Variant(const Model& base) {
     auto model = base.clone();
@@ -270,10 +279,8 @@ void TestCompressedTensors::fp8BytesAsWritten() {
 
 void TestCompressedTensors::fp8NanCodesRefused() {
     QTemporaryDir dir;
-    auto base = syntheticModel(dir.path(), "hf");
-    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.fp8","params":{"activations":"dynamic"}}]})");
     const std::string folder = (dir.path() + "/fp8").toStdString();
-    exportModel(*variant, "compressed-tensors", folder, {});
+    exportedVariant(dir.path(), "hf", R"({"steps":[{"method":"quantize.fp8","params":{"activations":"dynamic"}}]})", folder);
     rewriteTensors(folder, [&](SafetensorsWriter& writer, const SafetensorsEntry& e) {
         if (e.name != "model.layers.1.mlp.up_proj.weight") return copyEntry(writer, e);
         auto bytes = std::make_shared<std::vector<uint8_t>>(e.data, e.data + e.bytes);
@@ -367,10 +374,8 @@ void TestCompressedTensors::targetMatching() {
 // compressed-tensors 0.20.1 writes it ({} for no transforms or sparsity, a version): cwb reads the same levels.
 void TestCompressedTensors::threeBitStreamReads() {
     QTemporaryDir dir;
-    auto base = syntheticModel(dir.path(), "hf");
-    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
     const std::string folder = (dir.path() + "/ct").toStdString();
-    exportModel(*variant, "compressed-tensors", folder, {});
+    auto variant = exportedVariant(dir.path(), "hf", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})", folder);
     const std::string target = "model.layers.0.mlp.down_proj";
     const int64_t rows = 64, cols = 128, groups = 4, words = (cols * 3 + 31) / 32;
     const at::Tensor levels = at::randint(0, 8, {rows, cols}, at::kLong);
@@ -428,10 +433,8 @@ void TestCompressedTensors::threeBitStreamReads() {
 // replaces the compressed layer).
 void TestCompressedTensors::packedLayersHoldNoDenseCopy() {
     QTemporaryDir dir;
-    auto base = syntheticModel(dir.path(), "hf");
-    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
     const std::string folder = (dir.path() + "/ct").toStdString();
-    exportModel(*variant, "compressed-tensors", folder, {});
+    auto variant = exportedVariant(dir.path(), "hf", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})", folder);
     auto back = loadModel(folder);
     size_t linearBytes = 0, denseBytes = 0;
     for (const auto& layer : back->linearLayers()) {
@@ -462,10 +465,8 @@ void TestCompressedTensors::packedLayersHoldNoDenseCopy() {
 // Older compressed-tensors releases wrote an all-zero weight_zero_point beside symmetric weights: still read.
 void TestCompressedTensors::zeroZeroPointBesideSymmetricWeights() {
     QTemporaryDir dir;
-    auto base = syntheticModel(dir.path(), "hf");
-    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
     const std::string folder = (dir.path() + "/ct").toStdString();
-    exportModel(*variant, "compressed-tensors", folder, {});
+    auto variant = exportedVariant(dir.path(), "hf", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})", folder);
     const std::string layer = "model.layers.0.self_attn.o_proj";
     rewriteTensors(folder, [&](SafetensorsWriter& writer, const SafetensorsEntry& e) {
         copyEntry(writer, e);
@@ -481,12 +482,11 @@ void TestCompressedTensors::zeroZeroPointBesideSymmetricWeights() {
 // dequantized, to the values the format defines.
 void TestCompressedTensors::quantizedHeadIsReadDequantized() {
     QTemporaryDir dir;
-    auto base = syntheticModel(dir.path(), "hf");
-    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.fp8","params":{"activations":"dynamic"}}]})");
     const std::string folder = (dir.path() + "/ct").toStdString();
     ExportOptions options;
     options.tensorType = "f32";
-    exportModel(*variant, "compressed-tensors", folder, options);
+    auto variant = exportedVariant(dir.path(), "hf", R"({"steps":[{"method":"quantize.fp8","params":{"activations":"dynamic"}}]})",
+                                   folder, options);
     const quant::Fp8Weight head = quant::quantizeFp8(variant->floatTensor("lm_head.weight"), true);
     rewriteTensors(folder, [&](SafetensorsWriter& writer, const SafetensorsEntry& e) {
         if (e.name != "lm_head.weight") return copyEntry(writer, e);
@@ -568,10 +568,8 @@ void TestCompressedTensors::hostileCheckpoints() {
     QFETCH(QString, damage);
     QFETCH(QString, expected);
     QTemporaryDir dir;
-    auto base = syntheticModel(dir.path(), "hf");
-    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"scheme":"asym"}}]})");
     const std::string folder = (dir.path() + "/ct").toStdString();
-    exportModel(*variant, "compressed-tensors", folder, {});
+    exportedVariant(dir.path(), "hf", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"scheme":"asym"}}]})", folder);
     const std::string what = damage.section(':', 0, 0).toStdString(), how = damage.section(':', 1).toStdString();
     const std::string target = "model.layers.0.mlp.down_proj";
     if (what == "config") {
