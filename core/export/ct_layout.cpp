@@ -332,6 +332,13 @@ std::shared_ptr<CompressedLinear> readLayerChecked(const nlohmann::json& group, 
         throw fail("activation quantization other than dynamic symmetric 8-bit per token (" + inputs.dump() +
                    ") is not supported");
 
+    // Older writers stored an all-zero zero point beside symmetric weights; any other value contradicts them.
+    auto checkZeroZeroPoint = [&] {
+        if (!has("weight_zero_point")) return;
+        const at::Tensor& zp = part("weight_zero_point");
+        if (at::isFloatingType(zp.scalar_type()) || (zp.numel() && at::any(zp != 0).item<bool>()))
+            throw fail("symmetric weights with a nonzero weight_zero_point");
+    };
     const at::Tensor& scaleIn = part("weight_scale");
     if (!at::isFloatingType(scaleIn.scalar_type())) throw fail("weight_scale must be F16, BF16 or F32");
     const at::Tensor scale = scaleIn.to(at::kFloat);
@@ -386,12 +393,7 @@ std::shared_ptr<CompressedLinear> readLayerChecked(const nlohmann::json& group, 
         }
         const int offset = 1 << (bits - 1);
         if (symmetric) {
-            // Older writers stored an all-zero zero point beside symmetric weights; any other value contradicts them.
-            if (has("weight_zero_point")) {
-                const at::Tensor& zp = part("weight_zero_point");
-                if (at::isFloatingType(zp.scalar_type()) || (zp.numel() && at::any(zp != 0).item<bool>()))
-                    throw fail("symmetric weights with a nonzero weight_zero_point");
-            }
+            checkZeroZeroPoint();
             w.zeros = at::full({rows, groups}, offset, at::kInt);
         } else {
             const at::Tensor& zp = part("weight_zero_point");
@@ -418,7 +420,8 @@ std::shared_ptr<CompressedLinear> readLayerChecked(const nlohmann::json& group, 
     if (weight.dim() != 2 || weight.size(0) == 0 || weight.size(1) == 0) throw fail("weight must be a non-empty 2-D tensor");
     const int64_t rows = weight.size(0), cols = weight.size(1);
     if (bits != 8) throw fail("a " + std::to_string(bits) + "-bit weight stored as " + dtype + " is not supported");
-    if (has("weight_zero_point") || !symmetric) throw fail("asymmetric 8-bit weights are not supported");
+    if (!symmetric) throw fail("asymmetric 8-bit weights are not supported");
+    checkZeroZeroPoint();
     if (strategy == "group") throw fail("8-bit weights in groups are not supported (per channel or per tensor)");
     at::Tensor perRow;
     if (strategy == "tensor") {

@@ -99,6 +99,7 @@ private slots:
     void targetMatching();
     void threeBitStreamReads();
     void packedLayersHoldNoDenseCopy();
+    void zeroZeroPointBesideSymmetricWeights_data();
     void zeroZeroPointBesideSymmetricWeights();
     void quantizedHeadIsReadDequantized();
     void refusals_data();
@@ -462,11 +463,19 @@ void TestCompressedTensors::packedLayersHoldNoDenseCopy() {
     QVERIFY(probeLogits(*eightBit).isfinite().all().item<bool>());
 }
 
-// Older compressed-tensors releases wrote an all-zero weight_zero_point beside symmetric weights: still read.
+// Older compressed-tensors releases wrote an all-zero weight_zero_point beside symmetric weights: still read, for
+// packed integer layers and for int8 (W8A8) ones.
+void TestCompressedTensors::zeroZeroPointBesideSymmetricWeights_data() {
+    QTest::addColumn<QString>("recipe");
+    QTest::newRow("int4 pack-quantized") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})";
+    QTest::newRow("w8a8 int-quantized") << R"({"steps":[{"method":"quantize.smoothquant","params":{"fold":true}}]})";
+}
+
 void TestCompressedTensors::zeroZeroPointBesideSymmetricWeights() {
+    QFETCH(QString, recipe);
     QTemporaryDir dir;
     const std::string folder = (dir.path() + "/ct").toStdString();
-    auto variant = exportedVariant(dir.path(), "hf", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})", folder);
+    auto variant = exportedVariant(dir.path(), "hf", recipe.toStdString(), folder);
     const std::string layer = "model.layers.0.self_attn.o_proj";
     rewriteTensors(folder, [&](SafetensorsWriter& writer, const SafetensorsEntry& e) {
         copyEntry(writer, e);
