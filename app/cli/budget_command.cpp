@@ -17,7 +17,7 @@
 namespace cwb::cli {
 
 int runBudget(const std::vector<std::string>& args) {
-    Arguments a(args, {"text", "target-bits", "target-bytes", "bits", "group-size", "method", "params", "samples", "seq-len", "seed", "out", "threads"}, {"json", "quiet"});
+    Arguments a(args, {"text", "target-bits", "target-bytes", "bits", "group-size", "method", "params", "samples", "seq-len", "seed", "out", "threads"}, {"json", "quiet", "fused"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
     if (!a.has("text") || a.has("target-bits") == a.has("target-bytes"))
@@ -37,6 +37,7 @@ int runBudget(const std::vector<std::string>& args) {
     }
     options.groupSize = a.integer("group-size", 32);
     options.method = a.value("method", "quantize.rtn");
+    options.fuseSharedInputs = a.flag("fused");
     if (a.has("params")) {
         try {
             options.params = nlohmann::json::parse(a.value("params"));

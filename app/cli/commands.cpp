@@ -29,7 +29,7 @@ const std::vector<Command>& commands() {
          "apply a recipe step by step; each stage compared with the base (size, PPL, KL, top-1, reconstruction error)", runCompress},
         {"importance", "cwb importance MODEL --calib FILE [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--step STEP.json] [--samples N] [--seq-len T] [--json]",
          "per-head, per-layer or per-channel importance measured on token windows of a text (layer kinds: KL or ΔPPL when only that layer gets --step)", runImportance},
-        {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--samples N] [--seq-len T] [--out R.json] [--json]",
+        {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--fused] [--samples N] [--seq-len T] [--out R.json] [--json]",
          "choose per-layer bit widths for a bits-per-weight target from measured sensitivity; writes a recipe", runBudget},
         {"export",
          "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--shard-size BYTES] [--scratch DIR|auto|off] --out PATH [--json]",

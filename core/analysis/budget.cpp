@@ -63,6 +63,60 @@ std::string exactPattern(const std::string& layer) {
     return p + "$";
 }
 
+// chooseBits over units: q/k/v and gate/up of each block are one unit each (every other layer its own), with the
+// summed parameters, storage and cost of their members at each width; the unit's choice goes to all its members.
+std::vector<size_t> chooseFusedBits(const Model& model, const std::vector<BudgetLayer>& layers, double target) {
+    if (model.spec.family != Family::Llama)
+        throw Error("budget: planning q/k/v and gate/up together is implemented for the Llama family only");
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < layers.size(); ++i) index[layers[i].name] = i;
+    std::vector<std::vector<size_t>> units;
+    std::vector<bool> placed(layers.size(), false);
+    for (int64_t b = 0; b < model.spec.layers; ++b)
+        for (const auto& sharing : {std::vector<const char*>{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                                    std::vector<const char*>{"mlp.gate_proj", "mlp.up_proj"}}) {
+            std::vector<size_t> unit;
+            for (const char* n : sharing) {
+                auto it = index.find(names::llamaLayer(b, n));
+                if (it != index.end()) unit.push_back(it->second);
+            }
+            if (unit.empty()) continue;
+            for (size_t i : unit) placed[i] = true;
+            units.push_back(unit);
+        }
+    for (size_t i = 0; i < layers.size(); ++i)
+        if (!placed[i]) units.push_back({i});
+    std::vector<BudgetLayer> merged;
+    for (const auto& unit : units) {
+        BudgetLayer m;
+        m.name = layers[unit.front()].name;
+        for (size_t i : unit) m.parameters += layers[i].parameters;
+        for (const BudgetOption& o : layers[unit.front()].options) {
+            BudgetOption sum{o.bits, 0, 0};
+            for (size_t i : unit) {
+                const auto& options = layers[i].options;
+                const auto same = std::find_if(options.begin(), options.end(), [&](const BudgetOption& x) { return x.bits == o.bits; });
+                if (same == options.end()) throw Error("budget: layer " + layers[i].name + " has no " + std::to_string(o.bits) + "-bit option");
+                sum.bitsPerWeight += same->bitsPerWeight * double(layers[i].parameters);
+                sum.cost += same->cost;
+            }
+            sum.bitsPerWeight /= double(std::max<int64_t>(1, m.parameters));
+            m.options.push_back(sum);
+        }
+        merged.push_back(std::move(m));
+    }
+    const std::vector<size_t> unitChoice = chooseBits(merged, target);
+    std::vector<size_t> choice(layers.size());
+    for (size_t u = 0; u < units.size(); ++u) {
+        const int bits = merged[u].options[unitChoice[u]].bits;
+        for (size_t i : units[u]) {
+            const auto& options = layers[i].options;
+            choice[i] = size_t(std::find_if(options.begin(), options.end(), [&](const BudgetOption& x) { return x.bits == bits; }) - options.begin());
+        }
+    }
+    return choice;
+}
+
 } // namespace
 
 BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const BudgetOptions& options, Feedback* feedback) {
@@ -118,7 +172,8 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
         }
         plan.layers.push_back(std::move(entry));
     }
-    const std::vector<size_t> choice = chooseBits(plan.layers, options.targetBitsPerWeight);
+    const std::vector<size_t> choice = options.fuseSharedInputs ? chooseFusedBits(model, plan.layers, options.targetBitsPerWeight)
+                                                                : chooseBits(plan.layers, options.targetBitsPerWeight);
     double parameters = 0, bits = 0;
     std::map<int, int64_t> parametersPerWidth;
     for (size_t i = 0; i < plan.layers.size(); ++i) {

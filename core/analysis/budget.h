@@ -41,6 +41,10 @@ struct BudgetOptions {
     // set by the solver).
     std::string method = "quantize.rtn";
     nlohmann::json params = nlohmann::json::object();
+    // One width for the layers that read the same input in a block (q/k/v; gate/up; Llama family), planned as one
+    // unit whose cost is the sum of theirs: vLLM runs each set as one fused layer with one scheme, so a
+    // compressed-tensors export needs it.
+    bool fuseSharedInputs = false;
 };
 
 struct BudgetPlan {

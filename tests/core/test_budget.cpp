@@ -1,11 +1,13 @@
 // The bit-budget solver: the greedy choice on a hand-checkable case, refusal of an impossible target, and an
 // end-to-end plan whose recipe meets the target when applied.
 #include <QTemporaryDir>
+#include <map>
 #include <QtTest/QtTest>
 
 #include "core/analysis/budget.h"
 #include "core/compress/compressed_layers.h"
 #include "core/compress/pipeline.h"
+#include "core/export/export_format.h"
 #include "core/io/model_format.h"
 #include "core/model/compressed_linear.h"
 #include "core/util/error.h"
@@ -33,6 +35,7 @@ private slots:
     void planMeetsTargetWhenApplied();
     void sensitivityComesFromTheChosenMethod();
     void methodWithoutBitsIsRefused();
+    void fusedPlanKeepsSharedInputsAlike();
 };
 
 void TestBudget::greedyUpgradesTheMostSensitiveLayer() {
@@ -138,6 +141,46 @@ void TestBudget::methodWithoutBitsIsRefused() {
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("fold"), e.what());
     }
+}
+
+// With fuseSharedInputs, q/k/v and gate/up of a block get one width (vLLM fuses them), the plan still meets the
+// target and uses it, and its result exports as compressed-tensors, which refuses a block whose q/k/v differ.
+void TestBudget::fusedPlanKeepsSharedInputsAlike() {
+    QTemporaryDir dir;
+    auto model = tinyModel(dir);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
+    at::Tensor windows = at::randint(2, 64, {4, 16}, gen, at::kLong);
+    BudgetOptions options;
+    options.targetBitsPerWeight = 7.0;
+    options.bits = {4, 8};
+    options.groupSize = 16;
+    options.fuseSharedInputs = true;
+    BudgetPlan plan = solveBitBudget(*model, windows, options, nullptr);
+    QVERIFY(plan.bitsPerWeight <= 7.0 + 1e-9);
+    int upgraded = 0;
+    for (const auto& [layer, width] : plan.bits) upgraded += width > 4;
+    QVERIFY(upgraded > 0 && upgraded < 14);
+    for (int64_t b = 0; b < model->spec.layers; ++b) {
+        const auto width = [&](const char* n) { return plan.bits.at(names::llamaLayer(b, n)); };
+        QCOMPARE(width("self_attn.k_proj"), width("self_attn.q_proj"));
+        QCOMPARE(width("self_attn.v_proj"), width("self_attn.q_proj"));
+        QCOMPARE(width("mlp.up_proj"), width("mlp.gate_proj"));
+    }
+    // The constraint binds here: planned layer by layer, the same measurements split some q/k/v or gate/up.
+    const std::vector<size_t> free = chooseBits(plan.layers, options.targetBitsPerWeight);
+    std::map<std::string, int> freeBits;
+    for (size_t i = 0; i < plan.layers.size(); ++i) freeBits[plan.layers[i].name] = plan.layers[i].options[free[i]].bits;
+    bool split = false;
+    for (int64_t b = 0; b < model->spec.layers; ++b) {
+        const auto width = [&](const char* n) { return freeBits.at(names::llamaLayer(b, n)); };
+        split = split || width("self_attn.k_proj") != width("self_attn.q_proj") || width("self_attn.v_proj") != width("self_attn.q_proj") ||
+                width("mlp.up_proj") != width("mlp.gate_proj");
+    }
+    QVERIFY2(split, "the layer-by-layer plan kept every set alike: this case does not test the fusion");
+    CompressionResult r = compressModel(*model, plan.recipe, at::Tensor());
+    const std::string out = (dir.path() + "/ct").toStdString();
+    exportModel(*r.model, "compressed-tensors", out, {});
+    QVERIFY(loadModel(out)->compressedLayers().size() == 14);
 }
 
 QTEST_APPLESS_MAIN(TestBudget)
