@@ -1,5 +1,6 @@
 #include "app/gui/budget_dialog.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDialogButtonBox>
 #include <QDoubleSpinBox>
@@ -73,6 +74,9 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     mMethod->addItem(tr("GPTQ"), QStringLiteral("quantize.gptq"));
     mMethod->addItem(tr("AWQ"), QStringLiteral("quantize.awq"));
     mMethod->setToolTip(tr("Each layer's sensitivity is measured with the quantizer the recipe will use"));
+    mFused = new QCheckBox(tr("One width for q/k/v and for gate/up"), this);
+    mFused->setToolTip(tr("Plans the layers that read the same input as one unit: vLLM runs them as one fused layer, "
+                          "so a compressed-tensors export needs them alike"));
     mSamples->setRange(1, 1024);
     mSamples->setValue(8);
     mSamples->setToolTip(tr("Token windows drawn from the project's calibration text (or its evaluation text)"));
@@ -94,6 +98,7 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     form->addRow(tr("Candidate bits:"), mBits);
     form->addRow(tr("Quantizer:"), mMethod);
     form->addRow(tr("Group size:"), mGroupSize);
+    form->addRow(QString(), mFused);
     auto* windows = new QHBoxLayout;
     windows->addWidget(mSamples);
     windows->addWidget(new QLabel(tr("× tokens:"), this));
@@ -137,6 +142,8 @@ void BudgetDialog::setWindowSize(int samples, int tokens) {
     mSamples->setValue(samples);
     mTokens->setValue(tokens);
 }
+
+void BudgetDialog::setFusedSharedInputs(bool fused) { mFused->setChecked(fused); }
 bool BudgetDialog::isSolving() const { return mJob && mJob->isRunning(); }
 void BudgetDialog::cancel() {
     if (mJob) mJob->cancel();
@@ -170,6 +177,7 @@ bool BudgetDialog::solve(bool interactive) {
     options.targetBitsPerWeight = mTarget->value();
     options.groupSize = mGroupSize->value();
     options.method = mMethod->currentData().toString().toStdString();
+    options.fuseSharedInputs = mFused->isChecked();
     QString error;
     options.bits = parseBits(mBits->text(), &error);
     if (options.bits.empty()) return refuse(error);

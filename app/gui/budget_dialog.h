@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
@@ -36,6 +37,8 @@ public:
     double targetMiB() const;
     void setMethod(const QString& methodId);   // "quantize.rtn", "quantize.gptq" or "quantize.awq"
     void setCandidateBits(const QString& list);   // "4,8" or "3,4,8"
+    // One width for q/k/v and for gate/up of each block (what vLLM and a compressed-tensors export need).
+    void setFusedSharedInputs(bool fused);
     void setWindowSize(int samples, int tokens);
     // Widths 2..8 from a comma list; empty with *error set when the list is not valid.
     static std::vector<int> parseBits(const QString& list, QString* error);
@@ -66,6 +69,7 @@ private:
     QLineEdit* mBits;
     QSpinBox* mGroupSize;
     QComboBox* mMethod;   // the quantizer whose per-layer sensitivity is measured (and the recipe's step)
+    QCheckBox* mFused = nullptr;
     QSpinBox* mSamples;
     QSpinBox* mTokens;
     QPushButton* mSolve;

@@ -24,6 +24,7 @@ private slots:
     void sizeAndBitsAreOneBudget();
     void measuresWithTheChosenQuantizer();
     void solvesAndAppliesAsVariant();
+    void fusedPlanFromTheDialog();
     void cancelLeavesNoPlan();
     void unreachableTargetFailsWithAMessage();
 
@@ -76,6 +77,26 @@ void TestBudgetDialog::measuresWithTheChosenQuantizer() {
     QCOMPARE(finished.takeFirst().at(0).toBool(), true);
     QVERIFY(dialog.plan());
     QCOMPARE(QString::fromStdString(dialog.plan()->recipe.steps.at(0).method), QStringLiteral("quantize.gptq"));
+}
+
+void TestBudgetDialog::fusedPlanFromTheDialog() {
+    BudgetDialog dialog(mDoc.get());
+    dialog.setTargetBitsPerWeight(6.0);
+    dialog.setCandidateBits("4,8");
+    dialog.setWindowSize(2, 32);
+    dialog.setFusedSharedInputs(true);
+    QSignalSpy finished(&dialog, &BudgetDialog::solveFinished);
+    QVERIFY(dialog.solve(false));
+    QVERIFY(finished.wait(120000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+    const BudgetPlan* plan = dialog.plan();
+    QVERIFY(plan);
+    for (int64_t b = 0; b < mDoc->model()->spec.layers; ++b) {
+        const auto width = [&](const char* n) { return plan->bits.at(names::llamaLayer(b, n)); };
+        QCOMPARE(width("self_attn.k_proj"), width("self_attn.q_proj"));
+        QCOMPARE(width("self_attn.v_proj"), width("self_attn.q_proj"));
+        QCOMPARE(width("mlp.up_proj"), width("mlp.gate_proj"));
+    }
 }
 
 void TestBudgetDialog::solvesAndAppliesAsVariant() {
