@@ -25,6 +25,19 @@ std::unique_ptr<Model> tinyModel(const QTemporaryDir& dir) {
     return loadModel(dir.path().toStdString());
 }
 
+// Four seeded windows of 16 tokens, and a plan for 7 bits per weight over groups of 16 with candidate widths `bits`.
+at::Tensor seededWindows() {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
+    return at::randint(2, 64, {4, 16}, gen, at::kLong);
+}
+BudgetOptions sevenBitsOf(std::vector<int> bits) {
+    BudgetOptions options;
+    options.targetBitsPerWeight = 7.0;
+    options.bits = std::move(bits);
+    options.groupSize = 16;
+    return options;
+}
+
 } // namespace
 
 class TestBudget : public QObject {
@@ -65,13 +78,9 @@ void TestBudget::impossibleTargetIsRefused() {
 void TestBudget::planMeetsTargetWhenApplied() {
     QTemporaryDir dir;
     auto model = tinyModel(dir);
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
-    at::Tensor windows = at::randint(2, 64, {4, 16}, gen, at::kLong);
-    BudgetOptions options;
+    const at::Tensor windows = seededWindows();
     // Tiny layers pad packed words and pay a scale per 16 weights: 3 bits store as ~5.1, 8 bits as ~9.5 per weight.
-    options.targetBitsPerWeight = 7.0;
-    options.bits = {3, 8};
-    options.groupSize = 16;
+    const BudgetOptions options = sevenBitsOf({3, 8});
     BudgetPlan plan = solveBitBudget(*model, windows, options, nullptr);
     QCOMPARE(plan.layers.size(), size_t(14));
     QVERIFY(plan.bitsPerWeight <= 7.0 + 1e-9);
@@ -148,12 +157,8 @@ void TestBudget::methodWithoutBitsIsRefused() {
 void TestBudget::fusedPlanKeepsSharedInputsAlike() {
     QTemporaryDir dir;
     auto model = tinyModel(dir);
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
-    at::Tensor windows = at::randint(2, 64, {4, 16}, gen, at::kLong);
-    BudgetOptions options;
-    options.targetBitsPerWeight = 7.0;
-    options.bits = {4, 8};
-    options.groupSize = 16;
+    const at::Tensor windows = seededWindows();
+    BudgetOptions options = sevenBitsOf({4, 8});
     options.fuseSharedInputs = true;
     BudgetPlan plan = solveBitBudget(*model, windows, options, nullptr);
     QVERIFY(plan.bitsPerWeight <= 7.0 + 1e-9);
