@@ -34,6 +34,7 @@ nlohmann::json toJson(const LatencyResult& r, size_t weightBytes, double copyBan
                         {"prefill_warmup_runs", r.prefillWarmupRuns}};
     if (!r.decodeGraphFailure.empty()) j["decode_graph_failure"] = r.decodeGraphFailure;
     if (!r.decodeAttentionPlan.empty()) j["decode_attention"] = r.decodeAttentionPlan;
+    if (!r.cpuWeightPlan.empty()) j["cpu_weight_plan"] = r.cpuWeightPlan;
     if (r.eagerDecodeP50Ms >= 0) {
         j["decode_eager_ms_p50"] = r.eagerDecodeP50Ms;
         j["decode_eager_ms_p99"] = r.eagerDecodeP99Ms;
@@ -58,6 +59,8 @@ void printRow(const char* name, const nlohmann::json& j) {
     std::printf("\n");
     if (!j["compressed_layers"].get<std::string>().empty())
         std::printf("         compressed layers: %s\n", j["compressed_layers"].get<std::string>().c_str());
+    if (j.contains("cpu_weight_plan"))
+        std::printf("         weights: %s\n", j["cpu_weight_plan"].get<std::string>().c_str());
     if (j.contains("decode_eager_ms_p50")) {
         std::printf("         decode with CUDA graphs; without (--no-graphs): p50 %8.3f ms  p99 %8.3f ms",
                     j["decode_eager_ms_p50"].get<double>(), j["decode_eager_ms_p99"].get<double>());
@@ -105,7 +108,8 @@ int runBench(const std::vector<std::string>& args) {
     options.fusedSwiGluGemv = onOffFlag(a, "fused-swiglu-gemv", options.fusedSwiGluGemv);
     options.fusedIntLinear = onOffFlag(a, "fused-int-linear", options.fusedIntLinear);
     options.fuseNativeProjections = onOffFlag(a, "fused-projections", options.fuseNativeProjections);
-    options.cpuPackedInt = onOffFlag(a, "cpu-packed", options.cpuPackedInt);
+    if (a.flag("cpu-packed") || a.flag("no-cpu-packed"))
+        options.cpuPackedInt = onOffFlag(a, "cpu-packed", false) ? CpuPackedInt::On : CpuPackedInt::Off;
     options.sparse24Gemv = onOffFlag(a, "sparse24-gemv", options.sparse24Gemv);
     options.sparse24KeepDense = onOffFlag(a, "sparse24-keep-dense", options.sparse24KeepDense);
     LatencyParams p;
@@ -207,7 +211,7 @@ int runBench(const std::vector<std::string>& args) {
                                           {"sparse24_gemv", options.sparse24Gemv},
                                           {"sparse24_keep_dense", options.sparse24KeepDense},
                                           {"fused_projections", options.fuseNativeProjections},
-                                          {"cpu_packed_int", options.cpuPackedInt},
+                                          {"cpu_packed_int", cpuPackedIntName(options.cpuPackedInt)},
                                           {"dependent_launch", decodeDependentLaunch()},
                                           {"fused_attention", options.fusedAttention}}},
                              {"prefill_attention", fusedAttention ? "scaled_dot_product_attention" : "reference"}};

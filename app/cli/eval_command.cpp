@@ -49,12 +49,14 @@ int runEval(const std::vector<std::string>& args) {
                             {"text_tokens", tokens.size()}};
         // Which compressed layers ran through a kernel on their packed weights and which were dequantized.
         if (!runtime.layerPaths().empty()) j["compressed_layers"] = runtime.layerPathSummary();
+        if (!runtime.cpuWeightPlan().empty()) j["cpu_weight_plan"] = runtime.cpuWeightPlan();
         std::cout << jsonText(j) << "\n";
     } else {
         std::printf("PPL = %.4f +/- %.4f  (%lld tokens scored in %lld chunks of %lld, %.0f tokens/s)\n", r.perplexity,
                     r.error, static_cast<long long>(r.tokensScored), static_cast<long long>(r.chunks),
                     static_cast<long long>(r.ctx), r.tokensPerSecond);
         if (!runtime.layerPaths().empty()) std::printf("compressed layers: %s\n", runtime.layerPathSummary().c_str());
+        if (!runtime.cpuWeightPlan().empty()) std::printf("weights: %s\n", runtime.cpuWeightPlan().c_str());
     }
     return 0;
 }

@@ -131,6 +131,7 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
     r.decodeMeanMs = sum / double(steps.size());
     r.peakDeviceBytes = cuda && memoryAtStart >= 0 ? peak - memoryAtStart : -1;
     r.layerPaths = runtime.layerPathSummary();
+    r.cpuWeightPlan = runtime.cpuWeightPlan();
     r.decodeBytesSavedByPacking = runtime.decodeBytesSavedByPacking();
     return r;
 }

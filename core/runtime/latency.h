@@ -36,6 +36,7 @@ struct LatencyResult {
     double decodeP50Ms = 0, decodeP99Ms = 0, decodeMeanMs = 0;   // one step of `batch` tokens, synchronised
     int64_t peakDeviceBytes = -1;        // driver's count sampled after each phase, minus the baseline; -1: CPU
     std::string layerPaths;              // Transformer::layerPathSummary()
+    std::string cpuWeightPlan;           // Transformer::cpuWeightPlan(): "" unless memory decided it
     size_t decodeBytesSavedByPacking = 0;   // Transformer::decodeBytesSavedByPacking(): 2:4 layers on packed rows
     bool decodeGraphs = false;           // decode steps were replayed from a CUDA graph
     std::string decodeGraphFailure;      // why a graph was wanted but not captured, else ""

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
@@ -143,12 +144,7 @@ std::string KvCache::graphFailure() const { return mGraphFailure; }
 Transformer::Transformer(const Model& model, RuntimeOptions options)
     : mModel(model), mOptions(options), mGlobals(std::make_unique<Globals>()), mRuntimeId(nextRuntimeId()) {
     const ArchSpec& s = model.spec;
-    // Converted weights of every block would not fit: convert one block per use instead (same results, slower).
-    if (mOptions.cacheWeights && mOptions.device.is_cpu()) {
-        const double converted = double(model.parameterCount()) * double(at::elementSize(mOptions.dtype));
-        const uint64_t available = availableMemoryBytes();
-        if (available > 0 && converted > 0.6 * double(available)) mOptions.cacheWeights = false;
-    }
+    if (mOptions.device.is_cpu()) planCpuWeights();
     auto load = [&](const std::string& name) { return weight(name); };
     if (s.family == Family::Llama) {
         mGlobals->embedding = load("model.embed_tokens.weight");
@@ -247,9 +243,57 @@ const Transformer::Block& Transformer::block(int64_t layer) {
     return *mScratch;
 }
 
-bool cpuPackedIntDefault() {
-    static const bool value = env::envSwitch("CWB_CPU_PACKED", false);
+const char* cpuPackedIntName(CpuPackedInt mode) {
+    return mode == CpuPackedInt::On ? "on" : mode == CpuPackedInt::Off ? "off" : "auto";
+}
+
+CpuPackedInt cpuPackedIntDefault() {
+    static const CpuPackedInt value = [] {
+        const auto v = env::environmentValue("CWB_CPU_PACKED");
+        if (!v || *v == "auto") return CpuPackedInt::Auto;
+        try {
+            return env::switchOf("CWB_CPU_PACKED", *v) ? CpuPackedInt::On : CpuPackedInt::Off;
+        } catch (const env::SettingError&) {
+            throw env::SettingError("CWB_CPU_PACKED='" + *v + "': it takes 0, off, false, no, 1, on, true, yes or auto");
+        }
+    }();
     return value;
+}
+
+namespace {
+std::string gibText(double bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f GiB", bytes / double(1ull << 30));
+    return text;
+}
+} // namespace
+
+void Transformer::planCpuWeights() {
+    // Float copies of every block (and of the globals) at the compute type, and the part of them that integer
+    // layers account for: those the packed CPU path can run without a copy.
+    const double element = double(at::elementSize(mOptions.dtype));
+    double integerBytes = 0;
+    if (mOptions.nativeKernels && !mOptions.parameters)
+        for (const auto& [layer, linear] : mModel.compressedLayers())
+            if (dynamic_cast<const IntLinear*>(linear.get()) && mModel.has(layer + ".weight"))
+                integerBytes += double(mModel.tensor(layer + ".weight").elementCount()) * element;
+    const double allBytes = double(mModel.parameterCount()) * element;
+    const uint64_t available = mOptions.availableMemory > 0 ? mOptions.availableMemory : availableMemoryBytes();
+    const double budget = 0.6 * double(available);
+    const bool allFit = available == 0 || allBytes <= budget;
+    if (mOptions.cpuPackedInt == CpuPackedInt::Auto) {
+        mOptions.cpuPackedInt = !allFit && integerBytes > 0 ? CpuPackedInt::On : CpuPackedInt::Off;
+        if (mOptions.cpuPackedInt == CpuPackedInt::On)
+            mCpuWeightPlan = "integer layers run from their packed levels: float copies of the model would take " +
+                             gibText(allBytes) + " of " + gibText(double(available)) + " available";
+    }
+    const double heldBytes = allBytes - (mOptions.cpuPackedInt == CpuPackedInt::On ? integerBytes : 0.0);
+    // Converted weights of every block would not fit: convert one block per use instead (same results, slower).
+    if (mOptions.cacheWeights && available > 0 && heldBytes > budget) {
+        mOptions.cacheWeights = false;
+        mCpuWeightPlan += std::string(mCpuWeightPlan.empty() ? "" : "; ") + "blocks converted one at a time: " +
+                          gibText(heldBytes) + " of float weights against " + gibText(double(available)) + " available";
+    }
 }
 
 bool Transformer::fuseNativeProjection(std::map<std::string, std::shared_ptr<const NativeIntLinear>>& native,
@@ -300,7 +344,8 @@ std::shared_ptr<const NativeIntLinear> Transformer::nativeLinear(const std::stri
         // Integer layers from their packed levels where asked; FP8 and W8A8 layers have no CPU kernel.
         const auto* integer = dynamic_cast<const IntLinear*>(&layer);
         if (!integer) path.how = "no CPU kernel for " + layer.kind() + " layers";
-        else if (!mOptions.cpuPackedInt) path.how = "on the CPU (CWB_CPU_PACKED=1 runs them from their packed levels)";
+        else if (mOptions.cpuPackedInt != CpuPackedInt::On)
+            path.how = "on the CPU (CWB_CPU_PACKED=1 runs them from their packed levels)";
         else kernel = makeCpuIntLinear(integer->quantized(), integer->inputScale(), path.how);
         if (kernel) path = {true, kernel->kernelName()};
     } else if (!mOptions.device.is_cuda()) {

@@ -26,9 +26,17 @@ enum class DecodeMode {
                   // build's LibTorch has no CUDA or the step cannot be captured (observers, head gates, training)
 };
 
-// CWB_CPU_PACKED (0/off/false/no or 1/on/true/yes; unset: off), read once; a value it does not take is an
+// How integer layers run on the CPU (with nativeKernels).
+enum class CpuPackedInt {
+    Off,    // dequantized into a float copy: faster prefill and evaluation on the 2-core development machine
+    On,     // from their packed levels (core/runtime/cpu_int_linear.h): no float copy
+    Auto,   // On where the model's float copies would not fit in 60% of the available memory, else Off
+};
+const char* cpuPackedIntName(CpuPackedInt mode);   // "off", "on", "auto"
+
+// CWB_CPU_PACKED (0/off/false/no, 1/on/true/yes or auto; unset: auto), read once; a value it does not take is an
 // env::SettingError.
-bool cpuPackedIntDefault();
+CpuPackedInt cpuPackedIntDefault();
 
 struct RuntimeOptions {
     at::Device device = at::kCPU;
@@ -47,11 +55,13 @@ struct RuntimeOptions {
     // with dynamic activations and SmoothQuant W8A8 layers through the cuBLASLt FP8 / int8 GEMMs.
     // Off, or where no kernel applies, they are dequantized to a dense weight (see Transformer::layerPaths).
     bool nativeKernels = true;
-    // With nativeKernels on the CPU: integer layers run from their packed levels (core/runtime/cpu_int_linear.h), so no
-    // float copy of their weights is held. Off by default: on a 2-core machine an INT4 layer decoded 1.3-1.8x faster
-    // this way but prefill and evaluation ran 1.2-2x slower (README, "CPU inference"). The default is the
-    // CWB_CPU_PACKED switch (cpuPackedIntDefault); `cwb bench --cpu-packed` sets it.
-    bool cpuPackedInt = cpuPackedIntDefault();
+    // With nativeKernels on the CPU: whether integer layers run from their packed levels (core/runtime/cpu_int_linear.h),
+    // holding no float copy of their weights. On a 2-core machine an INT4 layer decoded 1.3-1.8x faster this way but
+    // prefill and evaluation ran 1.2-2x slower (README, "CPU inference"), so Auto keeps the float copy where it fits.
+    // The default is CWB_CPU_PACKED (cpuPackedIntDefault); `cwb bench --[no-]cpu-packed` sets On / Off.
+    CpuPackedInt cpuPackedInt = cpuPackedIntDefault();
+    // Bytes of memory the CPU weight plan may count on (60% of it is used); 0: MemAvailable of /proc/meminfo.
+    uint64_t availableMemory = 0;
     // Native W4A16 / W8A16 layers given more token rows than this (prefill) dequantize their packed weight into a
     // shared device scratch and multiply with cuBLAS; up to it they run the kernels. -1: kDequantAboveTokens
     // (core/runtime/cuda_linear.h), or CWB_DEQUANT_ABOVE_TOKENS from the environment (benchmarking).
@@ -199,6 +209,9 @@ public:
     // "native: n W4A16 (M<=32), dequant + cuBLAS (M>32); m ... | dequantized: k reason; ..." (entries of a kind
     // split by "; ", the two kinds by " | "), or "" when there are no compressed layers.
     std::string layerPathSummary() const;
+    // On the CPU, what the weight plan chose for lack of memory (integer layers from their packed levels, or blocks
+    // converted one at a time), with the bytes that decided it; "" when the float copies fit or the device is not the CPU.
+    const std::string& cpuWeightPlan() const { return mCpuWeightPlan; }
     // Bytes a decode step does not read because 2:4 layers read packed rows instead of their dense weight (dense
     // bytes minus packed bytes, over the blocks packed so far).
     size_t decodeBytesSavedByPacking() const;
@@ -207,6 +220,8 @@ private:
     struct Block;
     struct Globals;
     const Block& block(int64_t layer);
+    // On the CPU: resolves CpuPackedInt::Auto and turns cacheWeights off where the float weights would not fit.
+    void planCpuWeights();
     std::shared_ptr<const NativeIntLinear> nativeLinear(const std::string& name, const CompressedLinear& layer);
     // Native integer parts of one projection (q/k/v, gate/up) packed as one matrix under `fused` in `native`;
     // false (nothing added) when they differ in format or any part has no kernel.
@@ -247,6 +262,7 @@ private:
     std::unique_ptr<Globals> mGlobals;
     std::vector<std::unique_ptr<Block>> mBlocks;
     std::unique_ptr<Block> mScratch;   // the block loaded when weights are not cached
+    std::string mCpuWeightPlan;
     at::Tensor mInvFreq;               // [headDim / 2], fp32
     const at::Tensor& ropeRows(int64_t positions);   // mRopeTable covering at least `positions` positions
     at::Tensor mRopeTable;             // [positions, 2, headDim] fp32: cos and signed sin per position (ropeTable())

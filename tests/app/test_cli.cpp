@@ -258,9 +258,23 @@ void TestCli::benchRecordsItsSwitches() {
     QCOMPARE(defaults["fused_attention"].toBool(false), true);
     QCOMPARE(optionsOf({"--no-fused-attention"})["fused_attention"].toBool(true), false);
     QCOMPARE(defaults["fused_projections"].toBool(false), true);
-    if (!qEnvironmentVariableIsSet("CWB_CPU_PACKED")) QCOMPARE(defaults["cpu_packed_int"].toBool(true), false);
+    if (!qEnvironmentVariableIsSet("CWB_CPU_PACKED")) QCOMPARE(defaults["cpu_packed_int"].toString(), QString("auto"));
     const QJsonObject packed = optionsOf({"--cpu-packed", "--no-fused-projections"});
-    QCOMPARE(packed["cpu_packed_int"].toBool(false), true);
+    QCOMPARE(packed["cpu_packed_int"].toString(), QString("on"));
+    QCOMPARE(optionsOf({"--no-cpu-packed"})["cpu_packed_int"].toString(), QString("off"));
+    if (!qEnvironmentVariableIsSet("CWB_CPU_PACKED")) {   // a value it does not take is an error naming the variable
+        qputenv("CWB_CPU_PACKED", "sometimes");
+        const Result wrong = run({"bench", model, "--prompt-tokens", "8", "--gen-tokens", "2", "--repeats", "1", "--json"});
+        qunsetenv("CWB_CPU_PACKED");
+        QVERIFY(wrong.exitCode != 0);
+        QVERIFY2(wrong.err.contains("CWB_CPU_PACKED='sometimes': it takes 0, off, false, no, 1, on, true, yes or auto"),
+                 qPrintable(wrong.err));
+        qputenv("CWB_CPU_PACKED", "auto");
+        QCOMPARE(optionsOf({})["cpu_packed_int"].toString(), QString("auto"));
+        qputenv("CWB_CPU_PACKED", "1");
+        QCOMPARE(optionsOf({})["cpu_packed_int"].toString(), QString("on"));
+        qunsetenv("CWB_CPU_PACKED");
+    }
     QCOMPARE(packed["fused_projections"].toBool(true), false);
     const QJsonObject off = optionsOf({"--no-dense-gemv", "--no-fused-norm-gemv", "--no-fused-swiglu-gemv"});
     QCOMPARE(off["dense_gemv"].toBool(true), false);

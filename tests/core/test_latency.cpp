@@ -22,6 +22,7 @@ class TestLatency : public QObject {
     Q_OBJECT
 private slots:
     void compressedLayersReportTheirPath();
+    void cpuWeightPlanFollowsAvailableMemory();
     void measuresPrefillAndDecode();
     void randomVariantCompressesEveryLinear();
     void randomEightBitVariantsCompressEveryLinear();
@@ -44,7 +45,7 @@ void TestLatency::compressedLayersReportTheirPath() {
     for (const auto& layer : layers)
         model->setCompressed(layer, std::make_shared<IntLinear>(quant::quantizeRtn(model->floatTensor(layer + ".weight"), {4, true, 32})));
     RuntimeOptions defaults;
-    defaults.cpuPackedInt = false;   // what an unset CWB_CPU_PACKED gives
+    defaults.cpuPackedInt = CpuPackedInt::Off;   // what an unset CWB_CPU_PACKED gives where the float copies fit
     Transformer rt(*model, defaults);
     QVERIFY(rt.layerPaths().empty());   // blocks load on the first forward
     const at::Tensor ids = at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0);
@@ -58,7 +59,7 @@ void TestLatency::compressedLayersReportTheirPath() {
     QCOMPARE(rt.layerPathSummary(), "dequantized: " + std::to_string(layers.size()) + " " + dequantized);
     // Asked for, integer layers run from their packed levels (core/runtime/cpu_int_linear.h), and the logits agree.
     RuntimeOptions packedOptions;
-    packedOptions.cpuPackedInt = true;
+    packedOptions.cpuPackedInt = CpuPackedInt::On;
     Transformer packed(*model, packedOptions);
     const double difference = (packed.forward(ids) - logits).abs().max().item<double>();
     QVERIFY2(difference < 1e-4, qPrintable(QString::number(difference)));
@@ -83,6 +84,73 @@ void TestLatency::compressedLayersReportTheirPath() {
     Transformer fp8Runtime(*fp8);
     fp8Runtime.forward(ids);
     QCOMPARE(fp8Runtime.layerPathSummary(), "dequantized: " + std::to_string(layers.size()) + " no CPU kernel for fp8 layers");
+}
+
+void TestLatency::cpuWeightPlanFollowsAvailableMemory() {
+    QTemporaryDir dir;
+    auto model = tinyModel(dir);
+    const auto layers = model->linearLayers();
+    double integerBytes = 0;   // float32 copies of the layers made INT4 below
+    for (const auto& layer : layers) {
+        model->setCompressed(layer, std::make_shared<IntLinear>(quant::quantizeRtn(model->floatTensor(layer + ".weight"), {4, true, 32})));
+        integerBytes += 4.0 * double(model->tensor(layer + ".weight").elementCount());
+    }
+    const double allBytes = 4.0 * double(model->parameterCount());
+    const at::Tensor ids = at::tensor(std::vector<int64_t>{1, 2, 3, 4}, at::kLong).unsqueeze(0);
+    // Room for every float copy (60% of the memory given): Auto keeps them, as before.
+    RuntimeOptions roomy;
+    roomy.availableMemory = uint64_t(allBytes / 0.6) + 4096;
+    QCOMPARE(roomy.cpuPackedInt, cpuPackedIntDefault());
+    if (!qEnvironmentVariableIsSet("CWB_CPU_PACKED")) QCOMPARE(roomy.cpuPackedInt, CpuPackedInt::Auto);
+    roomy.cpuPackedInt = CpuPackedInt::Auto;
+    Transformer dequantized(*model, roomy);
+    const at::Tensor reference = dequantized.forward(ids);
+    QCOMPARE(dequantized.options().cpuPackedInt, CpuPackedInt::Off);
+    QVERIFY(dequantized.options().cacheWeights);
+    QCOMPARE(dequantized.cpuWeightPlan(), std::string());
+    for (const auto& [name, path] : dequantized.layerPaths()) QVERIFY(!path.native);
+    // The float copies would not fit but the rest of the model would: integer layers run packed, blocks stay cached.
+    RuntimeOptions tight = roomy;
+    tight.availableMemory = uint64_t((allBytes - integerBytes / 2) / 0.6);
+    Transformer packed(*model, tight);
+    const at::Tensor packedLogits = packed.forward(ids);
+    QCOMPARE(packed.options().cpuPackedInt, CpuPackedInt::On);
+    QVERIFY(packed.options().cacheWeights);
+    QVERIFY2(packed.cpuWeightPlan().find("integer layers run from their packed levels") == 0, packed.cpuWeightPlan().c_str());
+    QVERIFY(packed.cpuWeightPlan().find("converted one at a time") == std::string::npos);
+    QCOMPARE(packed.layerPaths().size(), layers.size());
+    for (const auto& [name, path] : packed.layerPaths()) QVERIFY2(path.native, name.c_str());
+    QVERIFY((packedLogits - reference).abs().max().item<double>() < 1e-4);
+    // Not even the rest fits: packed, and each block converted when it is used.
+    RuntimeOptions scarce = roomy;
+    scarce.availableMemory = uint64_t((allBytes - integerBytes) / 0.6 / 2);
+    QVERIFY(scarce.availableMemory > 0);
+    Transformer oneBlock(*model, scarce);
+    QVERIFY((oneBlock.forward(ids) - reference).abs().max().item<double>() < 1e-4);
+    QCOMPARE(oneBlock.options().cpuPackedInt, CpuPackedInt::On);
+    QVERIFY(!oneBlock.options().cacheWeights);
+    QVERIFY2(oneBlock.cpuWeightPlan().find("; blocks converted one at a time") != std::string::npos, oneBlock.cpuWeightPlan().c_str());
+    // Asked for the float copies, it keeps them per block rather than running packed.
+    scarce.cpuPackedInt = CpuPackedInt::Off;
+    Transformer asked(*model, scarce);
+    asked.forward(ids);
+    QCOMPARE(asked.options().cpuPackedInt, CpuPackedInt::Off);
+    QVERIFY(!asked.options().cacheWeights);
+    QVERIFY(asked.cpuWeightPlan().find("blocks converted one at a time") == 0);
+    for (const auto& [name, path] : asked.layerPaths()) QVERIFY(!path.native);
+    // Asked for packed layers where memory is plenty: the plan says nothing, the layers run packed.
+    roomy.cpuPackedInt = CpuPackedInt::On;
+    Transformer packedAnyway(*model, roomy);
+    packedAnyway.forward(ids);
+    QCOMPARE(packedAnyway.cpuWeightPlan(), std::string());
+    for (const auto& [name, path] : packedAnyway.layerPaths()) QVERIFY(path.native);
+    // Without integer layers Auto has nothing to pack: blocks are converted one at a time.
+    QTemporaryDir denseDir;
+    auto dense = tinyModel(denseDir);
+    scarce.cpuPackedInt = CpuPackedInt::Auto;
+    Transformer denseScarce(*dense, scarce);
+    QCOMPARE(denseScarce.options().cpuPackedInt, CpuPackedInt::Off);
+    QVERIFY(!denseScarce.options().cacheWeights);
 }
 
 void TestLatency::measuresPrefillAndDecode() {
