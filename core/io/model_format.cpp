@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include "core/tokenizer/tokenizer.h"
 #include "core/util/error.h"
 
 namespace cwb {
@@ -57,7 +58,30 @@ std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& opt
     model->format = format->id();
     model->spec.validate(path);
     model->validateTensors();
+    if (!options.tokenizerPath.empty()) {
+        auto it = model->metadata.find("tokenizer");
+        if (it == model->metadata.end() || it->second != options.tokenizerPath) applyTokenizerFile(*model, options.tokenizerPath);
+    }
     return model;
+}
+
+void applyTokenizerFile(Model& model, const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) throw Error(path, "no such tokenizer file or folder");
+    std::string file = path;
+    if (S_ISDIR(st.st_mode)) file = path + "/tokenizer.json";
+    const bool json = file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
+    const bool llama2c = file.size() >= 4 && file.compare(file.size() - 4, 4, ".bin") == 0;
+    if (!json && !llama2c)
+        throw Error(path, "not a tokenizer cwb reads: pass a Hugging Face tokenizer.json (or its folder) or a llama2.c "
+                          "tokenizer .bin");
+    if (S_ISDIR(st.st_mode) && ::stat(file.c_str(), &st) != 0) throw Error(path, "the folder has no tokenizer.json");
+    auto tokenizer = json ? loadHfTokenizer(file) : loadLlama2cTokenizer(file, static_cast<int32_t>(model.spec.vocab));
+    if (tokenizer->vocabSize() > model.spec.vocab)
+        throw Error(file, "the tokenizer has " + std::to_string(tokenizer->vocabSize()) + " tokens, the model's " +
+                              "embedding only " + std::to_string(model.spec.vocab));
+    model.tokenizer = std::move(tokenizer);
+    model.metadata["tokenizer"] = file;
 }
 
 } // namespace cwb

@@ -10,7 +10,9 @@
 namespace cwb {
 
 struct LoadOptions {
-    std::string tokenizerPath;   // llama2.c: tokenizer.bin (default: tokenizer.bin or tok<vocab>.bin beside the model)
+    // A tokenizer to use in place of the model's own: a Hugging Face tokenizer.json (or a folder holding one) or a
+    // llama2.c tokenizer .bin. Without it, llama2.c checkpoints take tokenizer.bin or tok<vocab>.bin beside them.
+    std::string tokenizerPath;
 };
 
 class ModelFormat {
@@ -37,8 +39,13 @@ private:
     std::vector<std::unique_ptr<ModelFormat>> mFormats;
 };
 
-// Finds the format and reads the model, then validates tensor shapes against the architecture.
+// Finds the format and reads the model, then validates tensor shapes against the architecture, and takes
+// options.tokenizerPath where the format's reader did not.
 std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& options = {});
+
+// Gives the model the tokenizer of `path` (see LoadOptions::tokenizerPath); throws cwb::Error naming the file when it
+// is missing, of another kind, malformed, or has more tokens than the model's embedding.
+void applyTokenizerFile(Model& model, const std::string& path);
 
 // Factories of the built-in formats (each defined beside its reader).
 std::unique_ptr<ModelFormat> makeGgufFormat();

@@ -4,7 +4,11 @@
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
+#include <fstream>
+
+#include "core/export/hf_config.h"
 #include "core/io/model_format.h"
+#include "core/util/error.h"
 #include "core/runtime/transformer.h"
 #include "tests/support/reference_forward.h"
 #include "tests/support/synthetic_models.h"
@@ -62,6 +66,7 @@ private slots:
     void stories260kFormatsAgree();
     void randomLlamaGgufLoads();
     void registryPicksFormats();
+    void tokenizerFileGivenAtLoad();
 };
 
 void TestModelLoaders::hfFolderMatchesReference_data() {
@@ -217,6 +222,65 @@ void TestModelLoaders::registryPicksFormats() {
     QCOMPARE(QString::fromStdString(registry.formatFor(dir.filePath("hf").toStdString())->id()), QStringLiteral("hf"));
     QVERIFY(registry.formatFor(dir.path().toStdString()) == nullptr);   // a folder without config.json
     QCOMPARE(registry.formats().size(), size_t(3));
+}
+
+// LoadOptions::tokenizerPath for every format (it was read for llama2.c checkpoints only, while `cwb eval` told users
+// of any model without a tokenizer to pass --tokenizer).
+void TestModelLoaders::tokenizerFileGivenAtLoad() {
+    CWB_REQUIRE_FIXTURE(gguf, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(tok, "models/tok512.bin");
+    CWB_REQUIRE_FIXTURE(sentencePiece, "models/tok512.model");
+    auto stories = loadModel(gguf.toStdString());
+    const std::string text = "Once upon a time, a little bird sang.";
+    const std::vector<TokenId> expected = stories->tokenizer->encode(text, true);
+    // A Hugging Face folder without tokenizer files, of the same vocabulary size.
+    QTemporaryDir dir, tokenizerDir;
+    ArchSpec spec = tinyLlamaSpec();
+    spec.vocab = stories->spec.vocab;
+    const std::string folder = dir.path().toStdString();
+    writeHfFolder(folder, spec, randomWeights(spec, 5), ggml::Type::F32);
+    QVERIFY(!loadModel(folder)->tokenizer);
+    // tokenizer.json (by file or by its folder), written from the GGUF's vocabulary, and llama2.c's tok512.bin.
+    std::vector<std::string> notes;
+    exporting::writeHfTokenizerFiles(*stories, tokenizerDir.path().toStdString(), notes);
+    const std::string json = tokenizerDir.path().toStdString() + "/tokenizer.json";
+    for (const std::string& given : {json, tokenizerDir.path().toStdString(), tok.toStdString()}) {
+        LoadOptions options;
+        options.tokenizerPath = given;
+        auto model = loadModel(folder, options);
+        QVERIFY2(model->tokenizer, given.c_str());
+        QVERIFY2(model->tokenizer->encode(text, true) == expected, given.c_str());
+        QCOMPARE(model->metadata.at("tokenizer"), given == tokenizerDir.path().toStdString() ? json : given);
+    }
+    // Given for a model that has its own, it takes the place of that one.
+    LoadOptions override;
+    override.tokenizerPath = tok.toStdString();
+    QCOMPARE(loadModel(gguf.toStdString(), override)->metadata.at("tokenizer"), tok.toStdString());
+    // Refusals name the file and the problem.
+    auto refusal = [&](const std::string& model, const std::string& given) -> std::string {
+        LoadOptions options;
+        options.tokenizerPath = given;
+        try {
+            loadModel(model, options);
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "loaded";
+    };
+    std::string why = refusal(folder, folder + "/missing.json");
+    QVERIFY2(why.find(folder + "/missing.json") != std::string::npos && why.find("no such tokenizer") != std::string::npos, why.c_str());
+    why = refusal(folder, sentencePiece.toStdString());
+    QVERIFY2(why.find("not a tokenizer cwb reads") != std::string::npos, why.c_str());
+    why = refusal(folder, folder);   // a folder without tokenizer.json
+    QVERIFY2(why.find("has no tokenizer.json") != std::string::npos, why.c_str());
+    QTemporaryDir smallDir;
+    writeHfFolder(smallDir.path().toStdString(), tinyLlamaSpec(), randomWeights(tinyLlamaSpec(), 5), ggml::Type::F32);
+    why = refusal(smallDir.path().toStdString(), json);
+    QVERIFY2(why.find("the tokenizer has 512 tokens, the model's embedding only 64") != std::string::npos, why.c_str());
+    const std::string broken = smallDir.path().toStdString() + "/broken.json";
+    std::ofstream(broken) << "{\"model\": ";
+    why = refusal(smallDir.path().toStdString(), broken);
+    QVERIFY2(why.find(broken) != std::string::npos, why.c_str());
 }
 
 QTEST_APPLESS_MAIN(TestModelLoaders)
