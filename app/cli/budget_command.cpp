@@ -17,13 +17,15 @@
 namespace cwb::cli {
 
 int runBudget(const std::vector<std::string>& args) {
-    Arguments a(args, {"text", "target-bits", "target-bytes", "bits", "group-size", "method", "params", "samples", "seq-len", "seed", "out", "threads"}, {"json", "quiet", "fused"});
+    Arguments a(args, {"text", "target-bits", "target-bytes", "bits", "group-size", "method", "params", "samples", "seq-len", "seed", "out", "threads", "tokenizer"}, {"json", "quiet", "fused"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
     if (!a.has("text") || a.has("target-bits") == a.has("target-bytes"))
         throw Error("budget needs --text FILE and one of --target-bits B or --target-bytes N");
-    auto model = loadModel(path);
-    if (!model->tokenizer) throw Error(path, "has no tokenizer");
+    LoadOptions load;
+    load.tokenizerPath = a.value("tokenizer");
+    auto model = loadModel(path, load);
+    if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
     BudgetOptions options;
     if (a.has("target-bytes")) {
         // Bytes of the block linear layers as stored (levels, scales, zeros) -> the same budget in bits per weight.

@@ -18,18 +18,18 @@ namespace cwb::cli {
 
 const std::vector<Command>& commands() {
     static const std::vector<Command> list = {
-        {"info", "cwb info MODEL [--json]", "architecture, parameter count and every tensor of a model", runInfo},
-        {"generate", "cwb generate MODEL [--prompt TEXT [--special] | --chat TEXT [--system TEXT] [--chat-format F]] [--tokens N] [--temperature T] [--top-k K] [--seed S] [--device D] [--dtype T] [--no-stop] [--json]",
+        {"info", "cwb info MODEL [--tokenizer FILE] [--json]", "architecture, parameter count and every tensor of a model", runInfo},
+        {"generate", "cwb generate MODEL [--prompt TEXT [--special] | --chat TEXT [--system TEXT] [--chat-format F]] [--tokens N] [--temperature T] [--top-k K] [--seed S] [--device D] [--dtype T] [--no-stop] [--tokenizer FILE] [--json]",
          "generate text (greedy unless --temperature is set)", runGenerate},
         {"tokenize", "cwb tokenize MODEL --text TEXT|--file FILE [--no-bos] [--special] [--tokenizer FILE] [--json]",
          "the ids and pieces the model's own tokenizer gives a text (a file: its token count)", runTokenize},
-        {"eval", "cwb eval MODEL --text FILE [--ctx N] [--chunks K] [--threads N] [--device cpu|cuda] [--dtype f32|f16|bf16] [--json]",
+        {"eval", "cwb eval MODEL --text FILE [--ctx N] [--chunks K] [--threads N] [--device cpu|cuda] [--dtype f32|f16|bf16] [--tokenizer FILE] [--json]",
          "perplexity by llama.cpp's method (second half of each ctx chunk scored)", runEval},
-        {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--device auto|cpu|cuda] [--calib-dtype f32|bf16|f16] [--eval FILE] [--ctx N] [--chunks K] [--out DIR] [--scratch DIR|auto|off] [--json]",
+        {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--device auto|cpu|cuda] [--calib-dtype f32|bf16|f16] [--eval FILE] [--ctx N] [--chunks K] [--out DIR] [--scratch DIR|auto|off] [--tokenizer FILE] [--json]",
          "apply a recipe step by step; each stage compared with the base (size, PPL, KL, top-1, reconstruction error)", runCompress},
-        {"importance", "cwb importance MODEL --calib FILE [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--step STEP.json] [--samples N] [--seq-len T] [--json]",
+        {"importance", "cwb importance MODEL --calib FILE [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--step STEP.json] [--samples N] [--seq-len T] [--tokenizer FILE] [--json]",
          "per-head, per-layer or per-channel importance measured on token windows of a text (layer kinds: KL or ΔPPL when only that layer gets --step)", runImportance},
-        {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--fused] [--samples N] [--seq-len T] [--out R.json] [--json]",
+        {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--fused] [--samples N] [--seq-len T] [--out R.json] [--tokenizer FILE] [--json]",
          "choose per-layer bit widths for a bits-per-weight target from measured sensitivity; writes a recipe", runBudget},
         {"export",
          "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--shard-size BYTES] [--scratch DIR|auto|off] --out PATH [--json]",
@@ -76,7 +76,7 @@ void applyScratch(const Arguments& args, Model& model, bool quiet) {
 }
 
 at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples) {
-    if (!model.tokenizer) throw Error(model.path, "has no tokenizer");
+    if (!model.tokenizer) throw Error(model.path, "has no tokenizer; pass --tokenizer FILE");
     CalibrationSpec spec;
     spec.textPath = textPath;
     spec.samples = args.integer("samples", samples);

@@ -16,13 +16,15 @@
 namespace cwb::cli {
 
 int runImportance(const std::vector<std::string>& args) {
-    Arguments a(args, {"kind", "text", "calib", "samples", "seq-len", "seed", "threads", "step"}, {"json", "quiet"});
+    Arguments a(args, {"kind", "text", "calib", "samples", "seq-len", "seed", "threads", "step", "tokenizer"}, {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
     // --calib (the spelling, as in compress) and --text name the same thing.
     const std::string calibText = a.value("calib", a.value("text"));
     if (calibText.empty()) throw Error("importance needs --calib FILE (the text whose token windows it measures on)");
-    auto model = loadModel(path);
+    LoadOptions load;
+    load.tokenizerPath = a.value("tokenizer");
+    auto model = loadModel(path, load);
     const at::Tensor windows = windowsFromText(a, calibText, *model, 16);
     CallbackFeedback feedback;
     int last = -1;

@@ -26,6 +26,7 @@ private slots:
     void tokenizeShowsIdsAndPieces();
     void generateChat();
     void evalPrintsPerplexity();
+    void tokenizerGivenForAFolderWithout();
     void interruptStopsAndSaysSo();
     void errorsNameTheFile();
     void benchRecordsItsSwitches();
@@ -165,6 +166,38 @@ void TestCli::evalPrintsPerplexity() {
     QJsonObject o = QJsonDocument::fromJson(j.out.toUtf8()).object();
     QCOMPARE(o["chunks"].toInt(), 3);
     QCOMPARE(o["tokens_scored"].toInt(), 3 * 63);
+}
+
+// A Hugging Face folder without tokenizer files: eval, budget and importance said "pass --tokenizer FILE", and only
+// llama2.c checkpoints read it.
+void TestCli::tokenizerGivenForAFolderWithout() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    QTemporaryDir dir;
+    const QString folder = dir.filePath("hf"), tokenizer = dir.filePath("tok");
+    QCOMPARE(run({"export", model, "--format", "hf", "--out", folder}).exitCode, 0);
+    const QStringList evalArgs = {"eval", folder, "--text", text, "--ctx", "128", "--chunks", "2", "--json"};
+    Result withOwn = run(evalArgs);
+    QCOMPARE(withOwn.exitCode, 0);
+    QVERIFY(QDir().mkpath(tokenizer));
+    QVERIFY(QFile::rename(folder + "/tokenizer.json", tokenizer + "/tokenizer.json"));
+    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) QFile::remove(folder + "/" + name);
+    Result without = run(evalArgs);
+    QVERIFY(without.exitCode != 0);
+    QVERIFY2(without.err.contains("has no tokenizer; pass --tokenizer FILE"), qPrintable(without.err));
+    Result given = run(evalArgs + QStringList{"--tokenizer", tokenizer});
+    QCOMPARE(given.exitCode, 0);
+    const double ownPpl = QJsonDocument::fromJson(withOwn.out.toUtf8()).object()["perplexity"].toDouble();
+    QVERIFY(ownPpl > 1.0);
+    QCOMPARE(QJsonDocument::fromJson(given.out.toUtf8()).object()["perplexity"].toDouble(), ownPpl);
+    Result importance = run({"importance", folder, "--calib", text, "--kind", "layer", "--samples", "2", "--seq-len", "32",
+                             "--tokenizer", tokenizer + "/tokenizer.json", "--json"});
+    QVERIFY2(importance.exitCode == 0, qPrintable(importance.err));
+    Result budget = run({"budget", folder, "--text", text, "--target-bits", "6", "--samples", "2", "--seq-len", "32",
+                         "--tokenizer", tokenizer, "--json"});
+    QVERIFY2(budget.exitCode == 0, qPrintable(budget.err));
+    Result noBudget = run({"budget", folder, "--text", text, "--target-bits", "6"});
+    QVERIFY2(noBudget.err.contains("has no tokenizer; pass --tokenizer FILE"), qPrintable(noBudget.err));
 }
 
 void TestCli::interruptStopsAndSaysSo() {
