@@ -124,8 +124,12 @@ int BatchRunner::run() {
             options.device = at::Device(mDevice);
             options.dtype = at::kHalf;
         }
+        const std::string& tokenizer = project.model().tokenizer;
+        if (!tokenizer.empty() && !std::filesystem::exists(tokenizer))
+            throw Error(mProjectPath, "its tokenizer is not at " + tokenizer + " (moved?)");
+        if (!tokenizer.empty()) report["model"]["tokenizer"] = tokenizer;
         progress("loading " + modelPath);
-        auto base = loadModel(modelPath);
+        auto base = loadModel(modelPath, project.model().loadOptions());
         std::string scratchNote;
         base->setScratch(chooseScratch("auto", base->storageBytes(), &scratchNote));
         if (!scratchNote.empty()) progress(scratchNote);

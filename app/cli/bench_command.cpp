@@ -166,7 +166,7 @@ int runBench(const std::vector<std::string>& args) {
         if (a.has("recipe")) throw Error("--recipe applies to a model; a project's variants carry their own recipes");
         const std::string path = a.positional().front();
         Project project = Project::open(path);
-        base = loadModel(a.value("model", project.model().path));
+        base = loadModel(a.value("model", project.model().path), project.model().loadOptions());
         const std::string name = a.value("variant", "base");
         if (name != "base") {
             CallbackFeedback build;

@@ -50,13 +50,14 @@ void addRecipeVariant(Project& project, const std::string& recipePath, const std
 }
 
 int create(const std::vector<std::string>& args) {
-    Arguments a(args, {"model", "recipe", "calib", "eval", "ctx", "chunks", "samples", "seq-len", "seed"}, {});
+    Arguments a(args, {"model", "recipe", "calib", "eval", "ctx", "chunks", "samples", "seq-len", "seed", "tokenizer"}, {});
     const std::string out = a.requirePositional("OUT.cwbproj");
     if (!a.has("model")) throw Error("project create needs --model PATH");
     const std::string modelPath = absolute(a.value("model"));
-    auto model = loadModel(modelPath);   // refuses what cwb cannot read before a project points at it
     ModelReference ref;
     ref.path = modelPath;
+    if (a.has("tokenizer")) ref.tokenizer = absolute(a.value("tokenizer"));
+    auto model = loadModel(modelPath, ref.loadOptions());   // refuses what cwb cannot read before a project points at it
     ref.format = model->format;
     // Hashing reads every byte (seconds per GB): progress on stderr every 10% for models past 256 MiB.
     CallbackFeedback hashing;
@@ -98,6 +99,7 @@ int show(const std::vector<std::string>& args) {
     std::printf("project    %s (schema %d, written by cwb %s)\n", project.path().c_str(), project.writtenBy().schema,
                 project.writtenBy().app.c_str());
     std::printf("model      %s (%s, %s)\n", project.model().path.c_str(), project.model().format.c_str(), project.model().hash.c_str());
+    if (!project.model().tokenizer.empty()) std::printf("tokenizer  %s\n", project.model().tokenizer.c_str());
     const ProjectSettings& s = project.settings();
     std::printf("calibrate  %s: %lld x %lld tokens, seed %llu\n", s.calibration.path.empty() ? "(none)" : s.calibration.path.c_str(),
                 static_cast<long long>(s.calibrationSamples), static_cast<long long>(s.calibrationSeqLen),
@@ -133,7 +135,7 @@ int runProject(const std::vector<std::string>& args) {
     applyThreads(a.integer("threads", 0));
     Project project = Project::open(a.requirePositional("PROJECT"));
     const std::string modelPath = a.value("model", project.model().path);
-    auto base = loadModel(modelPath);
+    auto base = loadModel(modelPath, project.model().loadOptions());
     applyScratch(a, *base, a.flag("quiet"));
     std::vector<std::string> names = {"base"};
     std::stringstream list(a.value("variants"));
@@ -176,7 +178,7 @@ int importance(const std::vector<std::string>& args) {
     const ProjectSettings& s = project.settings();
     const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
     if (text.empty()) throw Error(project.path(), "has neither calibration nor evaluation text to measure importance on");
-    auto model = loadModel(a.value("model", project.model().path));
+    auto model = loadModel(a.value("model", project.model().path), project.model().loadOptions());
     if (!model->tokenizer) throw Error(model->path, "has no tokenizer");
     CalibrationSpec spec{text, a.integer("samples", 16), a.integer("seq-len", std::min<int64_t>(256, s.calibrationSeqLen)),
                          s.calibrationSeed};

@@ -48,7 +48,7 @@ ProjectDocument::Loaded ProjectDocument::loadProject(const QString& path, bool r
     loaded.project = std::make_unique<Project>(recoverAutosave ? Project::recoverAutosave(absolutePath(path)) : Project::open(absolutePath(path)));
     if (feedback) feedback->throwIfCancelled();
     try {
-        loaded.model = cwb::loadModel(loaded.project->model().path);
+        loaded.model = cwb::loadModel(loaded.project->model().path, loaded.project->model().loadOptions());
     } catch (const Error& e) {
         throw Error(loaded.project->path(), std::string("cannot load the project's model: ") + e.what());
     }

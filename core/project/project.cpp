@@ -120,6 +120,8 @@ public:
             (key == "written_app" ? p.mWrittenBy.app : key == "written_torch" ? p.mWrittenBy.torch
                                                                               : p.mWrittenBy.cuda) = w.text(1);
         }
+        Statement tok(db, "SELECT value FROM meta WHERE key = 'model_tokenizer'");
+        if (tok.step()) p.mModel.tokenizer = tok.text(0);
         p.mWrittenBy.schema = project_schema::readVersion(db);
     }
 };
@@ -175,6 +177,8 @@ public:
         w.bind(1, std::string("written_app")).bind(2, writer.app).run();
         w.bind(1, std::string("written_torch")).bind(2, writer.torch).run();
         w.bind(1, std::string("written_cuda")).bind(2, writer.cuda).run();
+        if (!p.mModel.tokenizer.empty()) w.bind(1, std::string("model_tokenizer")).bind(2, p.mModel.tokenizer).run();
+        else db.exec("DELETE FROM meta WHERE key = 'model_tokenizer'", "clearing the old state");
     }
 };
 
@@ -455,7 +459,13 @@ std::string Project::currentTime() {
 // ---- equality and JSON --------------------------------------------------------------------------
 
 bool ModelReference::operator==(const ModelReference& o) const {
-    return path == o.path && format == o.format && bytes == o.bytes && hash == o.hash;
+    return path == o.path && format == o.format && bytes == o.bytes && hash == o.hash && tokenizer == o.tokenizer;
+}
+
+LoadOptions ModelReference::loadOptions() const {
+    LoadOptions options;
+    options.tokenizerPath = tokenizer;
+    return options;
 }
 
 bool ProjectSettings::operator==(const ProjectSettings& o) const {
@@ -500,6 +510,7 @@ nlohmann::json Project::toJson() const {
     j["written_by"] = {{"app", mWrittenBy.app}, {"torch", mWrittenBy.torch}, {"cuda", mWrittenBy.cuda},
                        {"schema", mWrittenBy.schema}};
     j["model"] = {{"path", mModel.path}, {"format", mModel.format}, {"bytes", mModel.bytes}, {"hash", mModel.hash}};
+    if (!mModel.tokenizer.empty()) j["model"]["tokenizer"] = mModel.tokenizer;
     j["settings"] = {{"calibration", file(mSettings.calibration)}, {"calibration_samples", mSettings.calibrationSamples},
                      {"calibration_seq_len", mSettings.calibrationSeqLen}, {"calibration_seed", mSettings.calibrationSeed},
                      {"evaluation", file(mSettings.evaluation)}, {"eval_ctx", mSettings.evalCtx},

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/io/model_format.h"
+
 namespace cwb {
 
 struct FileReference {
@@ -28,7 +30,12 @@ struct ModelReference {
     std::string format;           // gguf | hf | llama2c
     uint64_t bytes = 0;
     std::string hash;
+    // A tokenizer used in place of the model's own (LoadOptions::tokenizerPath), "" for none. Kept in the meta table
+    // (key model_tokenizer), so builds that predate it still open the project.
+    std::string tokenizer;
     bool operator==(const ModelReference& o) const;
+    // What loadModel needs to read the model as the project does.
+    LoadOptions loadOptions() const;
 };
 
 struct ProjectSettings {

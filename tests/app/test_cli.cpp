@@ -198,6 +198,24 @@ void TestCli::tokenizerGivenForAFolderWithout() {
     QVERIFY2(budget.exitCode == 0, qPrintable(budget.err));
     Result noBudget = run({"budget", folder, "--text", text, "--target-bits", "6"});
     QVERIFY2(noBudget.err.contains("has no tokenizer; pass --tokenizer FILE"), qPrintable(noBudget.err));
+    // A project remembers the tokenizer: run, show and --batch read the model with it.
+    const QString project = dir.filePath("p.cwbproj");
+    Result created = run({"project", "create", project, "--model", folder, "--tokenizer", tokenizer, "--eval", text,
+                          "--ctx", "128", "--chunks", "2", "--recipe",
+                          QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/rtn-w4g32.json"});
+    QVERIFY2(created.exitCode == 0, qPrintable(created.err));
+    Result ran = run({"project", "run", project, "--quiet"});
+    QVERIFY2(ran.exitCode == 0, qPrintable(ran.err));
+    Result shown = run({"project", "show", project, "--json"});
+    const QJsonObject shownModel = QJsonDocument::fromJson(shown.out.toUtf8()).object()["model"].toObject();
+    QCOMPARE(shownModel["tokenizer"].toString(), QDir(tokenizer).absolutePath());
+    Result batch = run({"--batch", project, "--out", dir.filePath("replay"), "--quiet"});
+    QVERIFY2(batch.exitCode == 0, qPrintable(batch.err));
+    QFile report(dir.filePath("replay") + "/report.json");
+    QVERIFY(report.open(QIODevice::ReadOnly));
+    const QJsonObject replay = QJsonDocument::fromJson(report.readAll()).object();
+    QCOMPARE(replay["status"].toString(), QStringLiteral("reproduced"));
+    QCOMPARE(replay["model"].toObject()["tokenizer"].toString(), QDir(tokenizer).absolutePath());
 }
 
 void TestCli::interruptStopsAndSaysSo() {

@@ -117,6 +117,7 @@ class TestProject : public QObject {
     Q_OBJECT
 private slots:
     void roundTrip();
+    void modelTokenizerIsKept();
     void lineage_data();
     void lineage();
     void refusals_data();
@@ -204,6 +205,35 @@ void TestProject::roundTrip() {
     QCOMPARE(r.results().size(), size_t(4));
     QCOMPARE(r.importance().size(), size_t(2));
     Project::setWriter("cwb (unknown version)", "", "");
+}
+
+// The tokenizer given in place of the model's own lives in the meta table, so that schema 2 stays as it was.
+void TestProject::modelTokenizerIsKept() {
+    const QString path = file("tokenizer.cwbproj");
+    ModelReference model = sampleModel();
+    model.tokenizer = "/tokenizers/tok512/tokenizer.json";
+    Project p = Project::create(path.toStdString(), model, sampleSettings());
+    p.save();
+    Project q = Project::open(path.toStdString());
+    QCOMPARE(q.model().tokenizer, model.tokenizer);
+    QVERIFY(q == p);
+    QCOMPARE(q.model().loadOptions().tokenizerPath, model.tokenizer);
+    QCOMPARE(q.toJson()["model"]["tokenizer"], json(model.tokenizer));
+    QCOMPARE(q.writtenBy().schema, 2);
+    QCOMPARE(queryRaw(path, "SELECT value FROM meta WHERE key = 'model_tokenizer'"),
+             QStringList{QString::fromStdString(model.tokenizer)});
+    // Another tokenizer is a different project; none removes the row.
+    ModelReference other = model;
+    other.tokenizer = "/elsewhere/tok512.bin";
+    Project r = q;
+    r.setModel(other);
+    QVERIFY(r != q);
+    q.setModel(sampleModel());
+    q.save();
+    QVERIFY(queryRaw(path, "SELECT value FROM meta WHERE key = 'model_tokenizer'").isEmpty());
+    const Project none = Project::open(path.toStdString());
+    QCOMPARE(none.model().tokenizer, std::string());
+    QVERIFY(!none.toJson()["model"].contains("tokenizer"));
 }
 
 void TestProject::lineage_data() {
