@@ -29,7 +29,7 @@ namespace {
 void printHelp() {
     std::printf("Compression Workbench %s: load, inspect, evaluate and compress LLMs.\n\nUsage:\n", cwb::versionString());
     for (const auto& c : cwb::cli::commands()) std::printf("  %s\n      %s\n", c.usage, c.summary);
-    std::printf("  cwb --batch PROJECT [--out DIR] [--device cpu|cuda] [--model PATH] [--threads N] [--variants a,b] [--quiet] [--json]\n"
+    std::printf("  cwb --batch PROJECT [--out DIR] [--device cpu|cuda] [--model PATH] [--tokenizer FILE] [--threads N] [--variants a,b] [--quiet] [--json]\n"
                 "      replay a saved project headless; exit 0 reproduced, 1 differs beyond tolerance, 2 error\n");
 #ifdef CWB_WITH_GUI
     std::printf("  cwb [MODEL | PROJECT.cwbproj]\n      open the desktop GUI (no arguments: an empty window)\n");
@@ -85,12 +85,13 @@ int main(int argc, char** argv) {
         installInterruptHandler();
         try {
             std::vector<std::string> rest(args.begin() + 1, args.end());
-            cwb::cli::Arguments a(rest, {"out", "device", "model", "threads", "variants"}, {"quiet", "json"});
+            cwb::cli::Arguments a(rest, {"out", "device", "model", "tokenizer", "threads", "variants"}, {"quiet", "json"});
             cwb::BatchRunner runner;
             runner.setProjectPath(a.requirePositional("PROJECT"));
             runner.setOutputDir(a.value("out", "cwb-report"));
             runner.setDevice(a.value("device", "cpu"));
             runner.setModelPath(a.value("model"));
+            runner.setTokenizerPath(a.value("tokenizer"));
             runner.setThreads(cwb::cli::threadCount(a.integer("threads", 0)));
             std::vector<std::string> variants;
             std::string list = a.value("variants");

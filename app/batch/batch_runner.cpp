@@ -124,12 +124,14 @@ int BatchRunner::run() {
             options.device = at::Device(mDevice);
             options.dtype = at::kHalf;
         }
-        const std::string& tokenizer = project.model().tokenizer;
+        LoadOptions load = project.model().loadOptions();
+        if (!mTokenizerPath.empty()) load.tokenizerPath = mTokenizerPath;
+        const std::string& tokenizer = load.tokenizerPath;
         if (!tokenizer.empty() && !std::filesystem::exists(tokenizer))
-            throw Error(mProjectPath, "its tokenizer is not at " + tokenizer + " (moved?)");
+            throw Error(mProjectPath, "its tokenizer is not at " + tokenizer + " (moved?); pass --tokenizer PATH");
         if (!tokenizer.empty()) report["model"]["tokenizer"] = tokenizer;
         progress("loading " + modelPath);
-        auto base = loadModel(modelPath, project.model().loadOptions());
+        auto base = loadModel(modelPath, load);
         std::string scratchNote;
         base->setScratch(chooseScratch("auto", base->storageBytes(), &scratchNote));
         if (!scratchNote.empty()) progress(scratchNote);

@@ -20,6 +20,8 @@ public:
     void setOutputDir(std::string dir) { mOutputDir = std::move(dir); }
     void setDevice(std::string device) { mDevice = std::move(device); }
     void setModelPath(std::string path) { mModelPath = std::move(path); }
+    // In place of the tokenizer the project names (moved, or none recorded); "" keeps the project's.
+    void setTokenizerPath(std::string path) { mTokenizerPath = std::move(path); }
     void setThreads(int threads) { mThreads = threads; }
     void setVariants(std::vector<std::string> names) { mVariants = std::move(names); }
     void setQuiet(bool quiet) { mQuiet = quiet; }
@@ -33,7 +35,7 @@ private:
     nlohmann::json writeExports(const Variant& variant, const Model& model, std::vector<std::string>& warnings,
                                 bool* failed) const;
 
-    std::string mProjectPath, mOutputDir = "cwb-report", mDevice = "cpu", mModelPath;
+    std::string mProjectPath, mOutputDir = "cwb-report", mDevice = "cpu", mModelPath, mTokenizerPath;
     int mThreads = 0;
     std::vector<std::string> mVariants;
     bool mQuiet = false, mJson = false;

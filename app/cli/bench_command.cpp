@@ -35,6 +35,7 @@ nlohmann::json toJson(const LatencyResult& r, size_t weightBytes, double copyBan
     if (!r.decodeGraphFailure.empty()) j["decode_graph_failure"] = r.decodeGraphFailure;
     if (!r.decodeAttentionPlan.empty()) j["decode_attention"] = r.decodeAttentionPlan;
     if (!r.cpuWeightPlan.empty()) j["cpu_weight_plan"] = r.cpuWeightPlan;
+    if (r.peakDeviceBytes < 0) j["cpu_packed_int"] = r.cpuPackedInt;   // what options.cpu_packed_int resolved to
     if (r.eagerDecodeP50Ms >= 0) {
         j["decode_eager_ms_p50"] = r.eagerDecodeP50Ms;
         j["decode_eager_ms_p99"] = r.eagerDecodeP99Ms;
@@ -166,7 +167,7 @@ int runBench(const std::vector<std::string>& args) {
         if (a.has("recipe")) throw Error("--recipe applies to a model; a project's variants carry their own recipes");
         const std::string path = a.positional().front();
         Project project = Project::open(path);
-        base = loadModel(a.value("model", project.model().path), project.model().loadOptions());
+        base = loadModel(a.value("model", project.model().path), projectLoadOptions(project, a));
         const std::string name = a.value("variant", "base");
         if (name != "base") {
             CallbackFeedback build;

@@ -11,6 +11,7 @@
 #include "core/compress/pipeline.h"
 #include "core/eval/perplexity.h"
 #include "core/model/model.h"
+#include "core/project/project.h"
 #include "core/util/error.h"
 #include "core/util/scratch_file.h"
 
@@ -32,19 +33,19 @@ const std::vector<Command>& commands() {
         {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--fused] [--samples N] [--seq-len T] [--out R.json] [--tokenizer FILE] [--json]",
          "choose per-layer bit widths for a bits-per-weight target from measured sensitivity; writes a recipe", runBudget},
         {"export",
-         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--shard-size BYTES] [--scratch DIR|auto|off] --out PATH [--json]",
+         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--shard-size BYTES] [--scratch DIR|auto|off] [--tokenizer FILE] --out PATH [--json]",
          "write a model or variant as a Hugging Face folder (dense, GPTQ, AWQ, compressed-tensors) or a GGUF file", runExport},
         {"bench",
          "cwb bench MODEL|PROJECT|--synthetic llama-7b|llama-70b|llama3-8b|llama3-70b [--layers N] [--context N] [--recipe R.json [--calib F]] [--variant V] [--model M] [--format int|fp8|w8a8|sparse24] [--bits 4|8] [--group-size G] "
-         "[--device cuda] [--dtype f16|bf16] [--batch B] [--prompt-tokens P] [--gen-tokens G] [--repeats N] [--prefill-warmup SECONDS] [--no-native] [--no-graphs] [--no-fused-decode] [--no-fused-attention] [--no-dense-gemv] [--[no-]fused-norm-gemv] [--[no-]fused-swiglu-gemv] [--[no-]fused-int-linear] [--[no-]sparse24-gemv] [--[no-]sparse24-keep-dense] [--json]",
+         "[--device cuda] [--dtype f16|bf16] [--batch B] [--prompt-tokens P] [--gen-tokens G] [--repeats N] [--prefill-warmup SECONDS] [--no-native] [--no-graphs] [--no-fused-decode] [--no-fused-attention] [--no-dense-gemv] [--[no-]fused-norm-gemv] [--[no-]fused-swiglu-gemv] [--[no-]fused-int-linear] [--[no-]sparse24-gemv] [--[no-]sparse24-keep-dense] [--tokenizer FILE] [--json]",
          "prefill tokens/s, decode ms/token (p50, p99; on CUDA with and without CUDA graphs) and peak GPU memory of the base and the variant", runBench},
         {"methods", "cwb methods [--json]", "compression methods with their parameters, ranges and defaults", runMethods},
         {"project",
          "cwb project create OUT.cwbproj --model M [--tokenizer FILE] [--recipe R.json ...] [--calib F] [--eval F] [--ctx N] [--chunks K] [--samples N] [--seq-len T] [--seed S]\n"
          "  cwb project show P [--json]\n  cwb project add-variant P --recipe R.json [--name N] [--from VARIANT]\n"
          "  cwb project add-export P --variant V --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--file NAME]\n"
-         "  cwb project run P [--variants a,b] [--threads N] [--model PATH] [--scratch DIR|auto|off]\n"
-         "  cwb project importance P [--kind head|layer|channel|head-grad|channel-grad] [--samples N] [--seq-len T]",
+         "  cwb project run P [--variants a,b] [--threads N] [--model PATH] [--tokenizer FILE] [--scratch DIR|auto|off]\n"
+         "  cwb project importance P [--kind head|layer|channel|head-grad|channel-grad] [--samples N] [--seq-len T] [--model PATH] [--tokenizer FILE]",
          "create and inspect project files; `run` evaluates the variants and stores their results", runProjectCommand},
     };
     return list;
@@ -73,6 +74,12 @@ void applyScratch(const Arguments& args, Model& model, bool quiet) {
     std::string note;
     model.setScratch(chooseScratch(args.value("scratch", "auto"), model.storageBytes(), &note));
     if (!quiet && !note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+}
+
+LoadOptions projectLoadOptions(const Project& project, const Arguments& args) {
+    LoadOptions options = project.model().loadOptions();
+    if (args.has("tokenizer")) options.tokenizerPath = args.value("tokenizer");
+    return options;
 }
 
 at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples) {

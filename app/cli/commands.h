@@ -3,7 +3,12 @@
 #include <string>
 #include <vector>
 
+#include "core/io/model_format.h"
 #include "core/runtime/transformer.h"
+
+namespace cwb {
+class Project;
+}
 
 namespace cwb::cli {
 
@@ -38,6 +43,9 @@ RuntimeOptions runtimeOptions(const Arguments& args);
 // Token windows for measurements: --samples (default `samples`) windows of --seq-len (256) tokens of the text
 // file, drawn with --seed (0). Throws cwb::Error when the model has no tokenizer or the text cannot be read.
 at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples);
+
+// How a project's model is read: the project's tokenizer, or --tokenizer FILE in its place (moved, or none recorded).
+LoadOptions projectLoadOptions(const Project& project, const Arguments& args);
 
 // Applies --scratch DIR|auto|off (default auto, see chooseScratch): where the variants built from `model` keep the
 // tensors they own. Prints a note on stderr unless quiet when a scratch file is used.

@@ -66,7 +66,7 @@ nlohmann::json stageMetrics(const Model& base, const Model& model, const std::ve
                             Feedback* feedback) {
     nlohmann::json m = {{"bytes", model.storageBytes()}, {"parameters", model.parameterCount()}};
     if (!tokens) return m;
-    Transformer baseRuntime(base), runtime(model);
+    Transformer baseRuntime(base, sharingMemory(RuntimeOptions{}, 2)), runtime(model, sharingMemory(RuntimeOptions{}, 2));
     DivergenceResult d = compareModels(baseRuntime, runtime, *tokens, base.tokenizer->bos(), p, feedback);
     m["ppl"] = d.variant.perplexity;
     m["ppl_err"] = d.variant.error;

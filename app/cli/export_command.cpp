@@ -54,7 +54,7 @@ int runExport(const std::vector<std::string>& args) {
     if (isProjectPath(input)) {
         if (a.has("recipe")) throw Error("--recipe applies to a model; a project's variants carry their own recipes");
         Project project = Project::open(input);
-        base = loadModel(a.value("model", project.model().path), project.model().loadOptions());
+        base = loadModel(a.value("model", project.model().path), projectLoadOptions(project, a));
         applyScratch(a, *base, a.flag("quiet") || a.flag("json"));
         const std::string name = a.value("variant", "base");
         source = input + " (variant " + name + ")";

@@ -131,11 +131,11 @@ int addVariant(const std::vector<std::string>& args) {
 }
 
 int runProject(const std::vector<std::string>& args) {
-    Arguments a(args, {"variants", "threads", "model", "scratch"}, {"quiet"});
+    Arguments a(args, {"variants", "threads", "model", "scratch", "tokenizer"}, {"quiet"});
     applyThreads(a.integer("threads", 0));
     Project project = Project::open(a.requirePositional("PROJECT"));
     const std::string modelPath = a.value("model", project.model().path);
-    auto base = loadModel(modelPath, project.model().loadOptions());
+    auto base = loadModel(modelPath, projectLoadOptions(project, a));
     applyScratch(a, *base, a.flag("quiet"));
     std::vector<std::string> names = {"base"};
     std::stringstream list(a.value("variants"));
@@ -173,13 +173,13 @@ int runProject(const std::vector<std::string>& args) {
 }
 
 int importance(const std::vector<std::string>& args) {
-    Arguments a(args, {"kind", "samples", "seq-len", "model"}, {"quiet"});
+    Arguments a(args, {"kind", "samples", "seq-len", "model", "tokenizer"}, {"quiet"});
     Project project = Project::open(a.requirePositional("PROJECT"));
     const ProjectSettings& s = project.settings();
     const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
     if (text.empty()) throw Error(project.path(), "has neither calibration nor evaluation text to measure importance on");
-    auto model = loadModel(a.value("model", project.model().path), project.model().loadOptions());
-    if (!model->tokenizer) throw Error(model->path, "has no tokenizer");
+    auto model = loadModel(a.value("model", project.model().path), projectLoadOptions(project, a));
+    if (!model->tokenizer) throw Error(model->path, "has no tokenizer; pass --tokenizer FILE");
     CalibrationSpec spec{text, a.integer("samples", 16), a.integer("seq-len", std::min<int64_t>(256, s.calibrationSeqLen)),
                          s.calibrationSeed};
     at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(text), true), model->tokenizer->bos(), spec,

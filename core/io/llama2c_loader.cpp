@@ -131,8 +131,11 @@ public:
                               "(header does not match the weights)");
         model->keepAlive(file);
 
-        std::string tokenizerPath = options.tokenizerPath;
-        if (tokenizerPath.empty()) {
+        // A given .bin is read here with the checkpoint's vocabulary; other given kinds are loadModel's (applyTokenizerFile).
+        const std::string& given = options.tokenizerPath;
+        const bool givenBin = given.size() >= 4 && given.compare(given.size() - 4, 4, ".bin") == 0;
+        std::string tokenizerPath = givenBin ? given : std::string();
+        if (given.empty()) {
             for (const std::string& candidate : {folderOf(path) + "/tokenizer.bin",
                                                  folderOf(path) + "/tok" + std::to_string(s.vocab) + ".bin"})
                 if (fileExists(candidate)) {
@@ -141,7 +144,7 @@ public:
                 }
         }
         if (!tokenizerPath.empty()) {
-            model->tokenizer = loadLlama2cTokenizer(tokenizerPath, static_cast<int32_t>(s.vocab));
+            model->tokenizer = loadLlama2cTokenizer(tokenizerPath, static_cast<int32_t>(s.vocab), givenBin);
             model->metadata["tokenizer"] = tokenizerPath;
         }
         model->metadata["llama2c_version"] = std::to_string(version);

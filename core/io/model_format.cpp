@@ -76,11 +76,12 @@ void applyTokenizerFile(Model& model, const std::string& path) {
         throw Error(path, "not a tokenizer cwb reads: pass a Hugging Face tokenizer.json (or its folder) or a llama2.c "
                           "tokenizer .bin");
     if (S_ISDIR(st.st_mode) && ::stat(file.c_str(), &st) != 0) throw Error(path, "the folder has no tokenizer.json");
-    auto tokenizer = json ? loadHfTokenizer(file) : loadLlama2cTokenizer(file, static_cast<int32_t>(model.spec.vocab));
+    auto tokenizer = json ? loadHfTokenizer(file) : loadLlama2cTokenizer(file, static_cast<int32_t>(model.spec.vocab), true);
     if (tokenizer->vocabSize() > model.spec.vocab)
         throw Error(file, "the tokenizer has " + std::to_string(tokenizer->vocabSize()) + " tokens, the model's " +
                               "embedding only " + std::to_string(model.spec.vocab));
     model.tokenizer = std::move(tokenizer);
+    model.metadata.erase("tokenizer_note");   // said something of the tokenizer this one replaces
     model.metadata["tokenizer"] = file;
 }
 

@@ -130,7 +130,7 @@ std::vector<ResultRow> ProjectRunner::evaluate(const std::string& variant, Feedb
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<Model> model = build(variant, &buildFeedback);
     const double buildSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    Transformer base(mBase, mOptions), compressed(*model, mOptions);
+    Transformer base(mBase, sharingMemory(mOptions, 2)), compressed(*model, sharingMemory(mOptions, 2));
     DivergenceResult d = compareModels(base, compressed, tokens, mBase.tokenizer->bos(), params, &evalFeedback);
     row("perplexity", d.variant.perplexity, d.variant.error, d.variant.seconds);
     row("kl_mean", d.klMean, 0, 0);

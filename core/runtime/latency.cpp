@@ -132,6 +132,7 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
     r.peakDeviceBytes = cuda && memoryAtStart >= 0 ? peak - memoryAtStart : -1;
     r.layerPaths = runtime.layerPathSummary();
     r.cpuWeightPlan = runtime.cpuWeightPlan();
+    r.cpuPackedInt = runtime.options().device.is_cpu() && runtime.options().cpuPackedInt == CpuPackedInt::On;
     r.decodeBytesSavedByPacking = runtime.decodeBytesSavedByPacking();
     return r;
 }

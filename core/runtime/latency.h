@@ -37,6 +37,7 @@ struct LatencyResult {
     int64_t peakDeviceBytes = -1;        // driver's count sampled after each phase, minus the baseline; -1: CPU
     std::string layerPaths;              // Transformer::layerPathSummary()
     std::string cpuWeightPlan;           // Transformer::cpuWeightPlan(): "" unless memory decided it
+    bool cpuPackedInt = false;           // on the CPU, integer layers ran from their packed levels (Auto resolved)
     size_t decodeBytesSavedByPacking = 0;   // Transformer::decodeBytesSavedByPacking(): 2:4 layers on packed rows
     bool decodeGraphs = false;           // decode steps were replayed from a CUDA graph
     std::string decodeGraphFailure;      // why a graph was wanted but not captured, else ""

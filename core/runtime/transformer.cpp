@@ -268,15 +268,23 @@ std::string gibText(double bytes) {
 }
 } // namespace
 
+RuntimeOptions sharingMemory(RuntimeOptions options, int runtimes) {
+    const uint64_t available = options.availableMemory > 0 ? options.availableMemory : availableMemoryBytes();
+    if (available > 0 && runtimes > 1) options.availableMemory = std::max<uint64_t>(1, available / uint64_t(runtimes));
+    return options;
+}
+
 void Transformer::planCpuWeights() {
     // Float copies of every block (and of the globals) at the compute type, and the part of them that integer
     // layers account for: those the packed CPU path can run without a copy.
     const double element = double(at::elementSize(mOptions.dtype));
     double integerBytes = 0;
     if (mOptions.nativeKernels && !mOptions.parameters)
-        for (const auto& [layer, linear] : mModel.compressedLayers())
-            if (dynamic_cast<const IntLinear*>(linear.get()) && mModel.has(layer + ".weight"))
+        for (const auto& layer : mModel.linearLayers()) {   // block layers: the head and embeddings load as floats
+            const auto* integer = dynamic_cast<const IntLinear*>(mModel.compressed(layer).get());
+            if (integer && integer->bits() >= 2 && integer->bits() <= 8)
                 integerBytes += double(mModel.tensor(layer + ".weight").elementCount()) * element;
+        }
     const double allBytes = double(mModel.parameterCount()) * element;
     const uint64_t available = mOptions.availableMemory > 0 ? mOptions.availableMemory : availableMemoryBytes();
     const double budget = 0.6 * double(available);

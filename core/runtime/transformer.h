@@ -122,6 +122,10 @@ struct RuntimeOptions {
     bool fusedIntLinear = true;
 };
 
+// `options` for one of `runtimes` runtimes alive at once (base and variant of a comparison): each plans its CPU
+// weights against an equal share of the available memory instead of all of it.
+RuntimeOptions sharingMemory(RuntimeOptions options, int runtimes);
+
 // How one compressed linear layer computes on this runtime.
 struct LayerPath {
     bool native = false;   // true: a kernel on the packed weights; false: dequantized to a dense weight

@@ -134,7 +134,7 @@ std::string Llama2cTokenizer::tokenText(TokenId id) const {
     return mTokens[id];
 }
 
-std::unique_ptr<Tokenizer> loadLlama2cTokenizer(const std::string& path, int32_t vocabSize) {
+std::unique_ptr<Tokenizer> loadLlama2cTokenizer(const std::string& path, int32_t vocabSize, bool wholeFile) {
     if (vocabSize <= 0) {
         throw Error(path, "vocabulary size must be positive, got " + std::to_string(vocabSize));
     }
@@ -175,6 +175,9 @@ std::unique_ptr<Tokenizer> loadLlama2cTokenizer(const std::string& path, int32_t
         tokens[i].resize(static_cast<size_t>(len));
         read(tokens[i].data(), static_cast<size_t>(len), "text", i);
     }
+    if (wholeFile && pos != bytes.size())
+        throw Error(path, std::to_string(bytes.size() - pos) + " bytes follow token " + std::to_string(vocabSize - 1) +
+                              ": the tokenizer has more tokens than the model's embedding (" + std::to_string(vocabSize) + ")");
     return std::make_unique<Llama2cTokenizer>(std::move(tokens), std::move(scores), maxTokenLength);
 }
 

@@ -83,7 +83,9 @@ std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerData& data);
 // Llama 2). Throws cwb::Error naming the file on anything it cannot read.
 std::unique_ptr<Tokenizer> loadHfTokenizer(const std::string& tokenizerJsonPath);
 
-// llama2.c tokenizer.bin: uint32 max_token_length, then vocabSize × (f32 score, int32 len, bytes).
-std::unique_ptr<Tokenizer> loadLlama2cTokenizer(const std::string& path, int32_t vocabSize);
+// llama2.c tokenizer.bin: uint32 max_token_length, then vocabSize × (f32 score, int32 len, bytes). The format does not
+// say how many tokens it holds; with `wholeFile`, bytes left after vocabSize tokens are an error (more tokens than the
+// model's embedding) instead of being ignored as llama2.c does.
+std::unique_ptr<Tokenizer> loadLlama2cTokenizer(const std::string& path, int32_t vocabSize, bool wholeFile = false);
 
 } // namespace cwb

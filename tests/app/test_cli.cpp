@@ -216,6 +216,16 @@ void TestCli::tokenizerGivenForAFolderWithout() {
     const QJsonObject replay = QJsonDocument::fromJson(report.readAll()).object();
     QCOMPARE(replay["status"].toString(), QStringLiteral("reproduced"));
     QCOMPARE(replay["model"].toObject()["tokenizer"].toString(), QDir(tokenizer).absolutePath());
+    // Moved: --batch names the missing tokenizer, and --tokenizer points at its new place.
+    const QString moved = dir.filePath("moved-tok");
+    QVERIFY(QDir().rename(tokenizer, moved));
+    Result lost = run({"--batch", project, "--out", dir.filePath("lost"), "--quiet"});
+    QVERIFY(lost.exitCode != 0);
+    QVERIFY2(lost.err.contains("its tokenizer is not at") && lost.err.contains("pass --tokenizer PATH"), qPrintable(lost.err));
+    Result found = run({"--batch", project, "--out", dir.filePath("found"), "--tokenizer", moved, "--quiet"});
+    QVERIFY2(found.exitCode == 0, qPrintable(found.err));
+    Result runMoved = run({"project", "run", project, "--tokenizer", moved + "/tokenizer.json", "--quiet"});
+    QVERIFY2(runMoved.exitCode == 0, qPrintable(runMoved.err));
 }
 
 void TestCli::interruptStopsAndSaysSo() {
@@ -294,6 +304,9 @@ void TestCli::benchRecordsItsSwitches() {
     // On the CPU prefill attention is always the reference path, whatever the switch says.
     Result cpu = run({"bench", model, "--prompt-tokens", "8", "--gen-tokens", "2", "--repeats", "1", "--json"});
     QCOMPARE(QJsonDocument::fromJson(cpu.out.toUtf8()).object()["prefill_attention"].toString(), QString("reference"));
+    // What CWB_CPU_PACKED=auto chose for the run (the tiny model's float copies fit: the float path).
+    if (!qEnvironmentVariableIsSet("CWB_CPU_PACKED"))
+        QCOMPARE(QJsonDocument::fromJson(cpu.out.toUtf8()).object()["base"].toObject()["cpu_packed_int"].toBool(true), false);
     const QJsonObject defaults = optionsOf({});
     QCOMPARE(defaults["dense_gemv"].toBool(false), true);
     QCOMPARE(defaults["fused_norm_gemv"].toBool(false), true);

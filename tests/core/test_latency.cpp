@@ -100,7 +100,6 @@ void TestLatency::cpuWeightPlanFollowsAvailableMemory() {
     // Room for every float copy (60% of the memory given): Auto keeps them, as before.
     RuntimeOptions roomy;
     roomy.availableMemory = uint64_t(allBytes / 0.6) + 4096;
-    QCOMPARE(roomy.cpuPackedInt, cpuPackedIntDefault());
     if (!qEnvironmentVariableIsSet("CWB_CPU_PACKED")) QCOMPARE(roomy.cpuPackedInt, CpuPackedInt::Auto);
     roomy.cpuPackedInt = CpuPackedInt::Auto;
     Transformer dequantized(*model, roomy);
@@ -144,6 +143,16 @@ void TestLatency::cpuWeightPlanFollowsAvailableMemory() {
     packedAnyway.forward(ids);
     QCOMPARE(packedAnyway.cpuWeightPlan(), std::string());
     for (const auto& [name, path] : packedAnyway.layerPaths()) QVERIFY(path.native);
+    // Two runtimes alive at once (base and variant of a comparison) plan against half the memory each.
+    QCOMPARE(sharingMemory(tight, 2).availableMemory, tight.availableMemory / 2);
+    QCOMPARE(sharingMemory(tight, 1).availableMemory, tight.availableMemory);
+    Transformer halfOfTight(*model, sharingMemory(roomy, 2));
+    QCOMPARE(halfOfTight.options().cpuPackedInt, CpuPackedInt::On);   // roomy is On here; see below for Auto
+    RuntimeOptions roomyAuto = roomy;
+    roomyAuto.cpuPackedInt = CpuPackedInt::Auto;
+    roomyAuto.availableMemory = uint64_t(allBytes / 0.6 * 1.5);   // room for one runtime's float copies, not for two
+    QCOMPARE(Transformer(*model, roomyAuto).options().cpuPackedInt, CpuPackedInt::Off);
+    QCOMPARE(Transformer(*model, sharingMemory(roomyAuto, 2)).options().cpuPackedInt, CpuPackedInt::On);
     // Without integer layers Auto has nothing to pack: blocks are converted one at a time.
     QTemporaryDir denseDir;
     auto dense = tinyModel(denseDir);

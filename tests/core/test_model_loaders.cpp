@@ -277,6 +277,17 @@ void TestModelLoaders::tokenizerFileGivenAtLoad() {
     writeHfFolder(smallDir.path().toStdString(), tinyLlamaSpec(), randomWeights(tinyLlamaSpec(), 5), ggml::Type::F32);
     why = refusal(smallDir.path().toStdString(), json);
     QVERIFY2(why.find("the tokenizer has 512 tokens, the model's embedding only 64") != std::string::npos, why.c_str());
+    // A llama2.c .bin holds no token count: tokens past the model's vocabulary are bytes left over, refused.
+    why = refusal(smallDir.path().toStdString(), tok.toStdString());
+    QVERIFY2(why.find("bytes follow token 63: the tokenizer has more tokens than the model's embedding (64)") != std::string::npos,
+             why.c_str());
+    // A llama2.c checkpoint takes a tokenizer.json too (its reader used to take every given path for a .bin).
+    CWB_REQUIRE_FIXTURE(checkpoint, "models/stories260K.bin");
+    LoadOptions jsonForLlama2c;
+    jsonForLlama2c.tokenizerPath = json;
+    auto llama2c = loadModel(checkpoint.toStdString(), jsonForLlama2c);
+    QCOMPARE(llama2c->metadata.at("tokenizer"), json);
+    QVERIFY(llama2c->tokenizer->encode(text, true) == expected);
     const std::string broken = smallDir.path().toStdString() + "/broken.json";
     std::ofstream(broken) << "{\"model\": ";
     why = refusal(smallDir.path().toStdString(), broken);
