@@ -5,7 +5,7 @@
 # LIST is a comma-separated subset of: tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,decode8b,
 # decode70b,decode70b_long,decode70b_long_parts0,sparse7b,act_quant,fp8_7b,fp8_7b_gemv,w8a8_7b,w8a8_7b_gemv,profile16
 # (default: all; fp8_7b / w8a8_7b decode 7B shapes in FP8 / W8A8, the _gemv steps with the decode GEMV that quantizes
-# its own input (CWB_W8_DECODE_GEMV=1, written in session 35 without a GPU); decode7b_c15 is decode7b under stream
+# its own input (CWB_W8_DECODE_GEMV=1, the default since session 37), the others with it off; decode7b_c15 is decode7b under stream
 # shape 15, the default before session 18; decode8b is decode at Llama-3-8B's shapes (GQA: 32 query heads over 8 kv
 # heads); decode70b is 8 blocks of Llama-2-70B (64/8 heads); decode70b_long 8 blocks of Llama-3-70B over a 16064-key
 # cache, and decode70b_long_parts0 the same with the head parts off; profile16 reads the hardware counters of the

@@ -62,8 +62,15 @@ bool smallMActivationKernels() {
 }
 
 bool selfQuantizingDecodeGemv() {
-    // Off by default until these kernels have run on a GPU (written in session 35 without one).
-    static const bool value = env::envSwitch("CWB_W8_DECODE_GEMV", false);
+    // On by default since session 37 measured it on the H200 (docs/performance.md, "FP8 / W8A8 decode: ...").
+    static const bool value = env::envSwitch("CWB_W8_DECODE_GEMV", true);
+    return value;
+}
+
+int64_t decodeGemvRuntimeRows() {
+    // One token row: per 7B layer the GEMV beat a quantize launch + small-M kernel there (FP8 18.1 against 19.8 us at
+    // 4096x11008), but lost at 4 and 8 rows to the small-M kernel / cuBLASLt GEMM (FP8 25.3 against 20.2 us at 4).
+    static const int64_t value = env::envInteger("CWB_W8_DECODE_GEMV_ROWS", 1, kernels::kDecodeGemvMaxRows, 1);
     return value;
 }
 
@@ -286,9 +293,9 @@ constexpr int64_t kFp8SmallMMaxRows = 1;
 bool useSmallM(int64_t tokenRows, int64_t maxRows) { return tokenRows <= maxRows && smallMActivationKernels(); }
 
 // Decode-sized inputs of FP8 / W8A8 layers take the GEMV that quantizes its own input (one launch instead of a
-// quantize kernel and a product) where CWB_W8_DECODE_GEMV=1.
+// quantize kernel and a product) unless CWB_W8_DECODE_GEMV=0.
 bool takesDecodeGemv(const at::Tensor& input, const at::Tensor& weightCodes) {
-    return selfQuantizingDecodeGemv() && input.size(0) <= kernels::kDecodeGemvMaxRows &&
+    return selfQuantizingDecodeGemv() && input.size(0) <= decodeGemvRuntimeRows() &&
            kernels::decodeGemvTakes(input.data_ptr(), weightCodes.data_ptr(), input.size(0), input.size(1));
 }
 
@@ -347,9 +354,12 @@ public:
     }
     std::string kernelName() const override {
         if (libTorchActivationQuantization()) return "FP8 E4M3 GEMM (cuBLASLt; LibTorch activation quantization)";
-        if (selfQuantizingDecodeGemv()) return "FP8 E4M3 GEMM (decode GEMV quantizing its input for M<=8 where k is a multiple of 64, cuBLASLt above)";
-        return smallMActivationKernels() ? "FP8 E4M3 GEMM (small-M kernel for M=1, cuBLASLt above)"
-                                         : "FP8 E4M3 GEMM (cuBLASLt)";
+        std::string name = "FP8 E4M3 GEMM (";
+        if (selfQuantizingDecodeGemv())
+            name += "decode GEMV quantizing its input for M<=" + std::to_string(decodeGemvRuntimeRows()) +
+                    " where k is a multiple of 64, ";
+        if (smallMActivationKernels()) name += "small-M kernel for M=1, ";
+        return name + "cuBLASLt above)";
     }
     size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel()) * 4; }
 
@@ -445,9 +455,12 @@ public:
     }
     std::string kernelName() const override {
         if (libTorchActivationQuantization()) return "W8A8 int8 GEMM (cuBLASLt; LibTorch activation quantization)";
-        if (selfQuantizingDecodeGemv()) return "W8A8 int8 GEMM (decode GEMV quantizing its input for M<=8 where k is a multiple of 64, cuBLASLt above)";
-        return smallMActivationKernels() ? "W8A8 int8 GEMM (small-M kernel for M<=4, cuBLASLt above)"
-                                         : "W8A8 int8 GEMM (cuBLASLt)";
+        std::string name = "W8A8 int8 GEMM (";
+        if (selfQuantizingDecodeGemv())
+            name += "decode GEMV quantizing its input for M<=" + std::to_string(decodeGemvRuntimeRows()) +
+                    " where k is a multiple of 64, ";
+        if (smallMActivationKernels()) name += "small-M kernel for M<=4, ";
+        return name + "cuBLASLt above)";
     }
     size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel() + mSmoothing.numel()) * 4; }
 

@@ -87,10 +87,13 @@ bool libTorchActivationQuantization();
 // False when CWB_W8_SMALL_M is "0": FP8 / W8A8 layers then use the cuBLASLt GEMMs at every M instead of the small-M
 // kernels (w8_small_m.h: FP8 for 1 token row, W8A8 up to 4); for before/after measurements.
 bool smallMActivationKernels();
-// True when CWB_W8_DECODE_GEMV is "1": FP8 / W8A8 layers then take the decode GEMV that quantizes its own input for up
-// to 8 token rows (w8_small_m.h: fp8DecodeGemv, w8a8DecodeGemv) instead of a quantize kernel and a product. Off by
-// default: those kernels were written without a GPU and have not run yet.
+// False when CWB_W8_DECODE_GEMV is "0": FP8 / W8A8 layers otherwise take the decode GEMV that quantizes its own input
+// (w8_small_m.h: fp8DecodeGemv, w8a8DecodeGemv) instead of a quantize kernel and a product, for up to
+// decodeGemvRuntimeRows() token rows where k is a multiple of 64.
 bool selfQuantizingDecodeGemv();
+// CWB_W8_DECODE_GEMV_ROWS (1 to kernels::kDecodeGemvMaxRows; default 1: at 4 and 8 rows the GEMV measured slower
+// than the small-M kernel or cuBLASLt GEMM on the H200).
+int64_t decodeGemvRuntimeRows();
 // Launches of those decode GEMVs in this process (tests check that the runtime took them).
 int64_t nativeDecodeGemvCount();
 

@@ -98,9 +98,10 @@ int main() {
         std::printf("SKIP: this build has no CUDA kernels (CWB_CUDA off)\n");
         return 77;
     }
-    // The decode GEMVs that quantize their own input are off by default until they have run on a GPU: this test
-    // turns them on unless the caller set the variable (CTest also runs it with CWB_W8_DECODE_GEMV=0, the default path).
+    // The decode GEMVs that quantize their own input (on by default; CTest also runs this test with
+    // CWB_W8_DECODE_GEMV=0, the two-launch path) take one token row by default: the checks below at 8 rows ask for 8.
     setenv("CWB_W8_DECODE_GEMV", "1", 0);
+    setenv("CWB_W8_DECODE_GEMV_ROWS", "8", 0);
     std::printf("CWB_W8_DECODE_GEMV: decode GEMVs %s\n", cwb::selfQuantizingDecodeGemv() ? "on" : "off");
     try {
         auto base = makeBase();

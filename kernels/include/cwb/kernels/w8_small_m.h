@@ -39,7 +39,7 @@ void w8a8DecodeGemv(const void* x, ActType type, const float* divisor, const int
                     int64_t m, int64_t n, int64_t k, Stream stream);
 void fp8DecodeGemv(const void* x, ActType type, const uint8_t* w, const float* wScale, void* y, int64_t m, int64_t n,
                    int64_t k, Stream stream);
-// 64-column chunks a warp loads before it computes any (4 or 8; default 4, or CWB_W8_DECODE_BATCH): for the bench.
+// 64-column chunks a warp loads before it computes any (4 or 8; default 8, or CWB_W8_DECODE_BATCH): for the bench.
 void decodeGemvSetBatch(int chunks);
 
 } // namespace cwb::kernels
