@@ -299,6 +299,18 @@ bool takesDecodeGemv(const at::Tensor& input, const at::Tensor& weightCodes) {
            kernels::decodeGemvTakes(input.data_ptr(), weightCodes.data_ptr(), input.size(0), input.size(1));
 }
 
+// "FP8 E4M3 GEMM (decode GEMV ... for M<=1 where k is a multiple of 64, small-M kernel for M=1, cuBLASLt above)":
+// the paths an FP8 / W8A8 layer takes by token rows under the current switches.
+std::string activationQuantizedKernelName(const std::string& kind, const std::string& smallMRows) {
+    if (libTorchActivationQuantization()) return kind + " (cuBLASLt; LibTorch activation quantization)";
+    std::string name = kind + " (";
+    if (selfQuantizingDecodeGemv())
+        name += "decode GEMV quantizing its input for M<=" + std::to_string(decodeGemvRuntimeRows()) +
+                " where k is a multiple of 64, ";
+    if (smallMActivationKernels()) name += "small-M kernel for " + smallMRows + ", ";
+    return name + "cuBLASLt above)";
+}
+
 std::vector<int64_t> outputShape(const at::Tensor& x, int64_t rows) {
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = rows;
@@ -353,13 +365,7 @@ public:
         return y.view(outputShape(x, n));
     }
     std::string kernelName() const override {
-        if (libTorchActivationQuantization()) return "FP8 E4M3 GEMM (cuBLASLt; LibTorch activation quantization)";
-        std::string name = "FP8 E4M3 GEMM (";
-        if (selfQuantizingDecodeGemv())
-            name += "decode GEMV quantizing its input for M<=" + std::to_string(decodeGemvRuntimeRows()) +
-                    " where k is a multiple of 64, ";
-        if (smallMActivationKernels()) name += "small-M kernel for M=1, ";
-        return name + "cuBLASLt above)";
+        return activationQuantizedKernelName("FP8 E4M3 GEMM", "M=1");
     }
     size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel()) * 4; }
 
@@ -454,13 +460,7 @@ public:
         return y.view(outputShape(x, n));
     }
     std::string kernelName() const override {
-        if (libTorchActivationQuantization()) return "W8A8 int8 GEMM (cuBLASLt; LibTorch activation quantization)";
-        std::string name = "W8A8 int8 GEMM (";
-        if (selfQuantizingDecodeGemv())
-            name += "decode GEMV quantizing its input for M<=" + std::to_string(decodeGemvRuntimeRows()) +
-                    " where k is a multiple of 64, ";
-        if (smallMActivationKernels()) name += "small-M kernel for M<=4, ";
-        return name + "cuBLASLt above)";
+        return activationQuantizedKernelName("W8A8 int8 GEMM", "M<=4");
     }
     size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel() + mSmoothing.numel()) * 4; }
 
