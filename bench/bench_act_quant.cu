@@ -173,7 +173,7 @@ int main() {
             std::printf("| %lld x %lld | %lld | %s | %.2f | %s |\n", (long long)k, (long long)n, (long long)m, path, us,
                         bandwidth);
         };
-        for (int64_t m : {int64_t(1), int64_t(4), int64_t(8), int64_t(16), int64_t(128)}) {
+        for (int64_t m : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(8), int64_t(16), int64_t(128)}) {
             const float alpha = 1.0f, beta = 0.0f;
             row(m, "cuBLAS fp16 GEMM", graphMicroseconds(stream, [&](int i) {
                     cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, w16[size_t(i % copies)],
@@ -240,8 +240,14 @@ int main() {
                             w8a8DecodeGemv(x, ActType::Float16, divisor, reinterpret_cast<const int8_t*>(w8[size_t(i % copies)]),
                                            colScales, y, m, n, k, stream);
                         }));
+                    // Folded smoothing (unit divisors): the runtime passes no divisor.
+                    row(m, ("W8A8 layer: decode GEMV quantizing x, no divisor" + chunks).c_str(),
+                        graphMicroseconds(stream, [&](int i) {
+                            w8a8DecodeGemv(x, ActType::Float16, nullptr, reinterpret_cast<const int8_t*>(w8[size_t(i % copies)]),
+                                           colScales, y, m, n, k, stream);
+                        }));
                 }
-                decodeGemvSetBatch(4);
+                decodeGemvSetBatch(8);   // the default
             }
             row(m, "quantize kernel alone (FP8)", graphMicroseconds(stream, [&](int) {
                     quantizeRowsFp8(x, ActType::Float16, m, k, xq, rowScales, stream);

@@ -3,8 +3,10 @@
 # limit, writing one log per step into OUT (default ./gpu-checks). Run by hand from the checkout:
 #   bash bench/gpu_checks.sh [--out DIR] [--build DIR] [--steps LIST] [--build-only]
 # LIST is a comma-separated subset of: tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,decode8b,
-# decode70b,decode70b_long,decode70b_long_parts0,sparse7b,act_quant,fp8_7b,fp8_7b_gemv,w8a8_7b,w8a8_7b_gemv,profile16
-# (default: all; fp8_7b / w8a8_7b decode 7B shapes in FP8 / W8A8, the _gemv steps with the decode GEMV that quantizes
+# decode70b,decode70b_long,decode70b_long_parts0,sparse7b,act_quant,fp8_7b,fp8_7b_gemv,w8a8_7b,w8a8_7b_gemv,
+# w8a8-folded_7b,w8a8-folded_7b_gemv,profile16
+# (default: all; fp8_7b / w8a8_7b decode 7B shapes in FP8 / W8A8 (w8a8-folded: unit divisors, q/k/v and gate/up
+# stacked), the _gemv steps with the decode GEMV that quantizes
 # its own input (CWB_W8_DECODE_GEMV=1, the default since session 37), the others with it off; decode7b_c15 is decode7b under stream
 # shape 15, the default before session 18; decode8b is decode at Llama-3-8B's shapes (GQA: 32 query heads over 8 kv
 # heads); decode70b is 8 blocks of Llama-2-70B (64/8 heads); decode70b_long 8 blocks of Llama-3-70B over a 16064-key
@@ -17,7 +19,7 @@ set -u
 out=gpu-checks
 build=build-gpu
 steps=tests,kernels,w4,w8,sparse24,decode_ops,decode7b,decode7b_c15,decode8b,decode70b,decode70b_long,decode70b_long_parts0
-steps+=,sparse7b,act_quant,fp8_7b,fp8_7b_gemv,w8a8_7b,w8a8_7b_gemv,profile16
+steps+=,sparse7b,act_quant,fp8_7b,fp8_7b_gemv,w8a8_7b,w8a8_7b_gemv,w8a8-folded_7b,w8a8-folded_7b_gemv,profile16
 build_only=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -88,7 +90,7 @@ run decode70b_long_parts0 400 env CWB_ATTENTION_HEAD_PARTS=0 "$build/app/cwb" be
 run sparse7b 600 "$build/app/cwb" bench --synthetic llama-7b --format sparse24 \
     --device cuda --prompt-tokens 2048 --gen-tokens 16
 run act_quant 300 "$build/bench/bench_act_quant"
-for format in fp8 w8a8; do
+for format in fp8 w8a8 w8a8-folded; do
     run "${format}_7b" 400 env CWB_W8_DECODE_GEMV=0 "$build/app/cwb" bench --synthetic llama-7b --format "$format" \
         --device cuda --prompt-tokens 128 --gen-tokens 64
     run "${format}_7b_gemv" 400 env CWB_W8_DECODE_GEMV=1 "$build/app/cwb" bench --synthetic llama-7b --format "$format" \

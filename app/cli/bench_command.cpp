@@ -131,8 +131,8 @@ int runBench(const std::vector<std::string>& args) {
     if (!synthetic.empty()) {
         const SyntheticShape& shape = syntheticShape(synthetic);
         const std::string format = a.value("format", "int");
-        if (format != "int" && format != "fp8" && format != "w8a8" && format != "sparse24")
-            throw Error("--format is int, fp8, w8a8 or sparse24, got '" + format + "'");
+        if (format != "int" && format != "fp8" && format != "w8a8" && format != "w8a8-folded" && format != "sparse24")
+            throw Error("--format is int, fp8, w8a8, w8a8-folded or sparse24, got '" + format + "'");
         const int64_t context = a.has("context") ? a.integer("context", 0) : 0;
         if (a.has("context") && context < 1) throw Error("--context must be at least 1, got " + std::to_string(context));
         const int64_t positions = syntheticContext(shape, context);   // at most kMaxSyntheticContext
@@ -159,8 +159,9 @@ int runBench(const std::vector<std::string>& args) {
             variant = randomFp8Variant(*base, device, p.seed);
             variantName = "fp8 e4m3, dynamic activations (random codes)";
         } else {
-            variant = randomW8a8Variant(*base, device, p.seed);
-            variantName = "w8a8 smoothquant (random codes)";
+            const bool folded = format == "w8a8-folded";
+            variant = randomW8a8Variant(*base, device, p.seed, folded);
+            variantName = folded ? "w8a8, smoothing folded into the norms (random codes)" : "w8a8 smoothquant (random codes)";
         }
     } else if (isProjectPath(a.positional().empty() ? "" : a.positional().front())) {
         // A project: its model, and with --variant one of its variants built by its pipeline.

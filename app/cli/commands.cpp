@@ -36,7 +36,7 @@ const std::vector<Command>& commands() {
          "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--shard-size BYTES] [--scratch DIR|auto|off] [--tokenizer FILE] --out PATH [--json]",
          "write a model or variant as a Hugging Face folder (dense, GPTQ, AWQ, compressed-tensors) or a GGUF file", runExport},
         {"bench",
-         "cwb bench MODEL|PROJECT|--synthetic llama-7b|llama-70b|llama3-8b|llama3-70b [--layers N] [--context N] [--recipe R.json [--calib F]] [--variant V] [--model M] [--format int|fp8|w8a8|sparse24] [--bits 4|8] [--group-size G] "
+         "cwb bench MODEL|PROJECT|--synthetic llama-7b|llama-70b|llama3-8b|llama3-70b [--layers N] [--context N] [--recipe R.json [--calib F]] [--variant V] [--model M] [--format int|fp8|w8a8|w8a8-folded|sparse24] [--bits 4|8] [--group-size G] "
          "[--device cuda] [--dtype f16|bf16] [--batch B] [--prompt-tokens P] [--gen-tokens G] [--repeats N] [--prefill-warmup SECONDS] [--no-native] [--no-graphs] [--no-fused-decode] [--no-fused-attention] [--no-dense-gemv] [--[no-]fused-norm-gemv] [--[no-]fused-swiglu-gemv] [--[no-]fused-int-linear] [--[no-]sparse24-gemv] [--[no-]sparse24-keep-dense] [--tokenizer FILE] [--json]",
          "prefill tokens/s, decode ms/token (p50, p99; on CUDA with and without CUDA graphs) and peak GPU memory of the base and the variant", runBench},
         {"methods", "cwb methods [--json]", "compression methods with their parameters, ranges and defaults", runMethods},

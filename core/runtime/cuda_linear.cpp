@@ -400,6 +400,8 @@ private:
 // quantizes with the earlier LibTorch ops and uses cuBLASLt at every M.
 class KernelW8a8Linear : public NativeIntLinear {
 public:
+    // smoothing: float32 [k] on the device, or undefined for none (a folded or int-quantized layer: x / 1 is x, so
+    // the kernels skip the division and its loads).
     KernelW8a8Linear(at::Tensor codes, at::Tensor scales, at::Tensor smoothing, at::ScalarType dtype,
                      std::shared_ptr<NativeWorkspace> workspace)
         : mCodes(std::move(codes)), mScales(std::move(scales)), mSmoothing(std::move(smoothing)), mDtype(dtype),
@@ -414,7 +416,7 @@ public:
             if (takesDecodeGemv(input, mCodes)) {
                 at::Tensor y = at::empty({input.size(0), n}, input.options());
                 try {
-                    kernels::w8a8DecodeGemv(input.data_ptr(), act, mSmoothing.data_ptr<float>(), mCodes.data_ptr<int8_t>(),
+                    kernels::w8a8DecodeGemv(input.data_ptr(), act, divisor(), mCodes.data_ptr<int8_t>(),
                                             mScales.data_ptr<float>(), y.data_ptr(), input.size(0), n, k,
                                             torchCurrentStream());
                 } catch (const kernels::KernelError& e) {
@@ -426,7 +428,8 @@ public:
         }
         at::Tensor codes, tokenScales;
         if (libTorchActivationQuantization()) {
-            quant::quantizeInt8PerToken(x.reshape({-1, k}).to(at::kFloat) / mSmoothing, codes, tokenScales);
+            const at::Tensor input = x.reshape({-1, k}).to(at::kFloat);
+            quant::quantizeInt8PerToken(mSmoothing.defined() ? input / mSmoothing : input, codes, tokenScales);
         } else {
             const at::Tensor input = x.reshape({-1, k}).to(mDtype).contiguous();
             codes = at::empty({input.size(0), k}, mCodes.options());
@@ -434,7 +437,7 @@ public:
             try {
                 kernels::quantizeRowsInt8Divided(input.data_ptr(), mDtype == at::kHalf ? kernels::ActType::Float16
                                                                                        : kernels::ActType::BFloat16,
-                                                 mSmoothing.data_ptr<float>(), input.size(0), k, codes.data_ptr<int8_t>(),
+                                                 divisor(), input.size(0), k, codes.data_ptr<int8_t>(),
                                                  tokenScales.data_ptr<float>(), torchCurrentStream());
             } catch (const kernels::KernelError& e) {
                 throw Error(std::string("native W8A8 layer: ") + e.what());
@@ -462,12 +465,16 @@ public:
     std::string kernelName() const override {
         return activationQuantizedKernelName("W8A8 int8 GEMM", "M<=4");
     }
-    size_t deviceBytes() const override { return size_t(mCodes.numel()) + size_t(mScales.numel() + mSmoothing.numel()) * 4; }
+    size_t deviceBytes() const override {
+        return size_t(mCodes.numel()) + size_t(mScales.numel() + (mSmoothing.defined() ? mSmoothing.numel() : 0)) * 4;
+    }
 
 private:
+    const float* divisor() const { return mSmoothing.defined() ? mSmoothing.data_ptr<float>() : nullptr; }
+
     at::Tensor mCodes;       // int8 [n, k] on the device
     at::Tensor mScales;      // float32 [n]
-    at::Tensor mSmoothing;   // float32 [k]: SmoothQuant's input divisor
+    at::Tensor mSmoothing;   // float32 [k]: SmoothQuant's input divisor; undefined where it is all ones
     at::ScalarType mDtype;
     std::shared_ptr<NativeWorkspace> mWorkspace;
 };
@@ -542,6 +549,22 @@ std::unique_ptr<NativeIntLinear> fp8KernelOfRows(const std::vector<const Fp8Line
                                              std::move(workspace));
 }
 
+// Codes [rows, k] (int8) and one scale per row of the parts stacked in order, with the first part's divisor (the
+// caller checked that they agree); none where it is all ones.
+std::unique_ptr<NativeIntLinear> w8a8KernelOfRows(const std::vector<const W8A8Linear*>& parts, at::Device device,
+                                                  at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace) {
+    std::vector<at::Tensor> codes, scales;
+    for (const W8A8Linear* part : parts) {
+        codes.push_back(part->int8Weight().q.to(device, at::kChar));
+        scales.push_back(part->int8Weight().scales.to(device, at::kFloat).reshape({-1}));
+    }
+    const at::Tensor smoothing = parts.front()->smoothing().to(at::kFloat);
+    at::Tensor divisor;
+    if (!at::all(smoothing == 1).item<bool>()) divisor = smoothing.to(device).contiguous();
+    return std::make_unique<KernelW8a8Linear>(at::cat(codes, 0).contiguous(), at::cat(scales, 0).contiguous(), divisor,
+                                              dtype, std::move(workspace));
+}
+
 } // namespace
 
 std::unique_ptr<NativeIntLinear> makeNativeFp8Rows(const std::vector<const Fp8Linear*>& parts, at::Device device,
@@ -566,6 +589,43 @@ std::unique_ptr<NativeIntLinear> makeNativeFp8Rows(const std::vector<const Fp8Li
     try {
         c10::DeviceGuard guard(device);
         return fp8KernelOfRows(parts, device, dtype, std::move(workspace));
+    } catch (const kernels::KernelError& e) {
+        reason = std::string("kernel setup failed: ") + e.what();
+        return nullptr;
+    }
+}
+
+std::unique_ptr<NativeIntLinear> makeNativeW8a8Rows(const std::vector<const W8A8Linear*>& parts, at::Device device,
+                                                    at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace,
+                                                    std::string& reason) {
+    if (parts.empty()) {
+        reason = "no layers to stack";
+        return nullptr;
+    }
+    if (!device.is_cuda() || (dtype != at::kHalf && dtype != at::kBFloat16)) {
+        reason = "W8A8 kernels run on CUDA in fp16 or bf16";
+        return nullptr;
+    }
+    int64_t rows = 0;
+    for (const W8A8Linear* part : parts) {
+        if (part->cols() != parts.front()->cols() || part->cols() % 16 != 0) {
+            reason = "the layers differ in input features, or they are not a multiple of 16";
+            return nullptr;
+        }
+        // Each part quantizes x / its own divisor: one set of codes of x serves them all only if the divisors agree.
+        if (!at::equal(part->smoothing().to(at::kFloat), parts.front()->smoothing().to(at::kFloat))) {
+            reason = "the layers have different SmoothQuant divisors (their codes of x differ)";
+            return nullptr;
+        }
+        rows += part->rows();
+    }
+    if (rows % 4 != 0) {
+        reason = "w8a8 with " + std::to_string(rows) + " stacked outputs (the int8 GEMM needs a multiple of 4)";
+        return nullptr;
+    }
+    try {
+        c10::DeviceGuard guard(device);
+        return w8a8KernelOfRows(parts, device, dtype, std::move(workspace));
     } catch (const kernels::KernelError& e) {
         reason = std::string("kernel setup failed: ") + e.what();
         return nullptr;
@@ -601,11 +661,7 @@ std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear& layer,
                 reason = "w8a8 with " + std::to_string(layer.rows()) + " outputs (the int8 GEMM needs a multiple of 4)";
                 return nullptr;
             }
-            const quant::Int8Weight& w = w8a8->int8Weight();
-            return std::make_unique<KernelW8a8Linear>(w.q.to(device, at::kChar).contiguous(),
-                                                      w.scales.to(device, at::kFloat).contiguous(),
-                                                      w8a8->smoothing().to(device, at::kFloat).contiguous(), dtype,
-                                                      std::move(workspace));
+            return w8a8KernelOfRows({w8a8}, device, dtype, std::move(workspace));
         }
     } catch (const kernels::KernelError& e) {
         reason = std::string("kernel setup failed: ") + e.what();
@@ -648,6 +704,12 @@ std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear&, at::D
 
 std::unique_ptr<NativeIntLinear> makeNativeFp8Rows(const std::vector<const Fp8Linear*>&, at::Device device, at::ScalarType,
                                                    std::shared_ptr<NativeWorkspace>, std::string& reason) {
+    reason = device.is_cuda() ? "this build has no CUDA kernels (CWB_CUDA off)" : "not on CUDA";
+    return nullptr;
+}
+
+std::unique_ptr<NativeIntLinear> makeNativeW8a8Rows(const std::vector<const W8A8Linear*>&, at::Device device,
+                                                    at::ScalarType, std::shared_ptr<NativeWorkspace>, std::string& reason) {
     reason = device.is_cuda() ? "this build has no CUDA kernels (CWB_CUDA off)" : "not on CUDA";
     return nullptr;
 }

@@ -17,6 +17,7 @@ namespace cwb {
 
 class CompressedLinear;
 class Fp8Linear;
+class W8A8Linear;
 
 // Device scratch shared by the native layers of one runtime: they run one after another on LibTorch's current
 // stream (with a CUDA build of LibTorch; the default stream otherwise), which is where the kernels are launched.
@@ -80,6 +81,13 @@ std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear& layer,
 std::unique_ptr<NativeIntLinear> makeNativeFp8Rows(const std::vector<const Fp8Linear*>& parts, at::Device device,
                                                    at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace,
                                                    std::string& reason);
+
+// SmoothQuant W8A8 layers that read the same input likewise, where their divisors are equal (folded SmoothQuant and
+// int-quantized checkpoints: all ones), so that one set of codes of x serves every part. Returns nullptr and sets
+// `reason` where the divisors or columns differ or the stacked outputs are not a multiple of 4.
+std::unique_ptr<NativeIntLinear> makeNativeW8a8Rows(const std::vector<const W8A8Linear*>& parts, at::Device device,
+                                                    at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace,
+                                                    std::string& reason);
 
 // True when CWB_LIBTORCH_ACT_QUANT is set (and not "0"): the native FP8 / W8A8 layers quantize activations (and FP8
 // applies its scales) with the earlier LibTorch ops instead of the act_quant kernels; for before/after measurements.

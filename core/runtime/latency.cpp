@@ -301,7 +301,7 @@ std::unique_ptr<Model> randomFp8Variant(const Model& base, const at::Device& dev
     return variant;
 }
 
-std::unique_ptr<Model> randomW8a8Variant(const Model& base, const at::Device& device, uint64_t seed) {
+std::unique_ptr<Model> randomW8a8Variant(const Model& base, const at::Device& device, uint64_t seed, bool foldedSmoothing) {
     auto variant = base.clone();
     at::manual_seed(seed + 3);
     for (const std::string& layer : base.linearLayers()) {
@@ -310,7 +310,7 @@ std::unique_ptr<Model> randomW8a8Variant(const Model& base, const at::Device& de
         quant::Int8Weight w;
         w.q = randomBytes(rows, cols, -127, 128, device).to(at::kChar);
         w.scales = randomScales(rows, device);
-        const at::Tensor smoothing = at::rand({cols}, at::kFloat) + 0.5;
+        const at::Tensor smoothing = foldedSmoothing ? at::ones({cols}, at::kFloat) : at::rand({cols}, at::kFloat) + 0.5;
         variant->setCompressed(layer, std::make_shared<W8A8Linear>(std::move(w), smoothing));
     }
     return variant;

@@ -87,10 +87,13 @@ std::unique_ptr<Model> randomIntVariant(const Model& base, int bits, int64_t gro
                                         uint64_t seed = 0);
 
 // The same for the 8-bit float and integer formats: FP8 E4M3 codes with per-channel scales and dynamic activations
-// (what quantize.fp8 gives), or SmoothQuant W8A8 int8 codes with per-channel scales and a smoothing vector.
+// (what quantize.fp8 gives), or SmoothQuant W8A8 int8 codes with per-channel scales and a random smoothing vector per
+// layer (quantize.smoothquant's default) or, with foldedSmoothing, none (all ones: the divisor folded into the
+// RMSNorms, what fold=true and int-quantized checkpoints give, so q/k/v and gate/up can run stacked).
 // Codes are random finite values (never the E4M3 NaN codes); values are meaningless.
 std::unique_ptr<Model> randomFp8Variant(const Model& base, const at::Device& device, uint64_t seed = 0);
-std::unique_ptr<Model> randomW8a8Variant(const Model& base, const at::Device& device, uint64_t seed = 0);
+std::unique_ptr<Model> randomW8a8Variant(const Model& base, const at::Device& device, uint64_t seed = 0,
+                                         bool foldedSmoothing = false);
 
 // Every block linear of `base` pruned 2:4 by magnitude (2 largest |w| of each group of 4 kept), still dense fp16:
 // what the runtime runs through cuSPARSELt for long inputs. The mask is computed on `device`.

@@ -312,12 +312,18 @@ bool Transformer::fuseNativeProjection(std::map<std::string, std::shared_ptr<con
     std::vector<std::shared_ptr<const CompressedLinear>> held;   // keeps the parts alive while they are read
     std::vector<const quant::QuantizedWeight*> weights;
     std::vector<at::Tensor> inputScales;
-    std::vector<const Fp8Linear*> fp8Parts;   // FP8 with dynamic activations: the same codes of x for every part
+    // FP8 with dynamic activations, and W8A8 with one divisor: the same codes of x for every part.
+    std::vector<const Fp8Linear*> fp8Parts;
+    std::vector<const W8A8Linear*> w8a8Parts;
     for (const auto& part : parts) {
         auto layer = mModel.compressed(prefix + part);
         held.push_back(layer);
         if (const auto* fp8 = dynamic_cast<const Fp8Linear*>(layer.get())) {
             fp8Parts.push_back(fp8);
+            continue;
+        }
+        if (const auto* w8a8 = dynamic_cast<const W8A8Linear*>(layer.get())) {
+            w8a8Parts.push_back(w8a8);
             continue;
         }
         const auto* integer = dynamic_cast<const IntLinear*>(layer.get());
@@ -326,12 +332,19 @@ bool Transformer::fuseNativeProjection(std::map<std::string, std::shared_ptr<con
         inputScales.push_back(integer->inputScale());
     }
     if (!fp8Parts.empty() && fp8Parts.size() != parts.size()) return false;
+    if (!w8a8Parts.empty() && w8a8Parts.size() != parts.size()) return false;
     std::string reason;
-    if (fp8Parts.empty() && !canConcatenateRows(weights, inputScales, reason)) return false;
+    const bool integerParts = fp8Parts.empty() && w8a8Parts.empty();
+    if (integerParts && !canConcatenateRows(weights, inputScales, reason)) return false;
     if (!mNativeWorkspace) mNativeWorkspace = makeNativeWorkspace(mOptions.dequantAboveTokens);
-    auto kernel = fp8Parts.empty() ? makeNativeIntLinear(concatenateRows(weights), inputScales.front(), mOptions.device,
-                                                         mOptions.dtype, mNativeWorkspace, reason)
-                                   : makeNativeFp8Rows(fp8Parts, mOptions.device, mOptions.dtype, mNativeWorkspace, reason);
+    std::unique_ptr<NativeIntLinear> kernel;
+    if (!fp8Parts.empty())
+        kernel = makeNativeFp8Rows(fp8Parts, mOptions.device, mOptions.dtype, mNativeWorkspace, reason);
+    else if (!w8a8Parts.empty())
+        kernel = makeNativeW8a8Rows(w8a8Parts, mOptions.device, mOptions.dtype, mNativeWorkspace, reason);
+    else
+        kernel = makeNativeIntLinear(concatenateRows(weights), inputScales.front(), mOptions.device, mOptions.dtype,
+                                     mNativeWorkspace, reason);
     if (!kernel) return false;   // each part then tries on its own and reports why
     std::string names;
     for (const auto& part : parts) {   // "self_attn.q_proj" -> "q"

@@ -251,7 +251,7 @@ void TestCli::errorsNameTheFile() {
     // Refused before the 7B-shaped model is built.
     Result format = run({"bench", "--synthetic", "llama-7b", "--format", "int3"});
     QCOMPARE(format.exitCode, 2);
-    QVERIFY(format.err.contains("--format is int, fp8, w8a8 or sparse24, got 'int3'"));
+    QVERIFY(format.err.contains("--format is int, fp8, w8a8, w8a8-folded or sparse24, got 'int3'"));
     Result shape = run({"bench", "--synthetic", "llama-13b"});
     QCOMPARE(shape.exitCode, 2);
     QVERIFY(shape.err.contains("--synthetic knows llama-7b, llama-70b, llama3-8b, llama3-70b, got 'llama-13b'"));

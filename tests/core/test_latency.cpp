@@ -211,11 +211,17 @@ void TestLatency::randomVariantCompressesEveryLinear() {
 void TestLatency::randomEightBitVariantsCompressEveryLinear() {
     QTemporaryDir dir;
     auto model = tinyModel(dir);
-    for (const std::string kind : {"fp8", "w8a8"}) {
-        auto variant = kind == "fp8" ? randomFp8Variant(*model, at::kCPU) : randomW8a8Variant(*model, at::kCPU);
+    for (const std::string format : {"fp8", "w8a8", "w8a8-folded"}) {
+        const std::string kind = format == "fp8" ? "fp8" : "w8a8";
+        auto variant = format == "fp8" ? randomFp8Variant(*model, at::kCPU)
+                                       : randomW8a8Variant(*model, at::kCPU, 0, format == "w8a8-folded");
         for (const auto& layer : model->linearLayers()) {
             auto c = variant->compressed(layer);
             QVERIFY(c && c->kind() == kind && c->bits() == 8);
+            if (kind == "w8a8") {   // folded: no divisor beside the layer (all ones); otherwise a random one per layer
+                const at::Tensor& s = static_cast<const W8A8Linear&>(*c).smoothing();
+                QCOMPARE(at::all(s == 1).item<bool>(), format == "w8a8-folded");
+            }
             QCOMPARE(c->rows(), model->tensor(layer + ".weight").shape.at(0));
             QCOMPARE(c->cols(), model->tensor(layer + ".weight").shape.at(1));
             // Random codes must decode to finite weights (no E4M3 NaN code), and not all to one value.

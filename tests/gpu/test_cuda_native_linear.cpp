@@ -83,6 +83,12 @@ std::shared_ptr<cwb::CompressedLinear> w8a8(const at::Tensor& w) {
     return std::make_shared<cwb::W8A8Linear>(cwb::quant::quantizeInt8PerChannel(w * s.unsqueeze(0)), s);
 }
 
+// Folded SmoothQuant (fold=true) and int-quantized checkpoints: no divisor beside the layer (all ones), so q/k/v and
+// gate/up can run stacked on one set of codes of x.
+std::shared_ptr<cwb::CompressedLinear> w8a8Folded(const at::Tensor& w) {
+    return std::make_shared<cwb::W8A8Linear>(cwb::quant::quantizeInt8PerChannel(w), at::ones({w.size(1)}));
+}
+
 std::shared_ptr<cwb::IntLinear> rtn(const at::Tensor& w, int bits, int64_t group, bool symmetric) {
     return std::make_shared<cwb::IntLinear>(cwb::quant::quantizeRtn(w, {bits, symmetric, group}), at::Tensor(), "rtn");
 }
@@ -114,7 +120,10 @@ int main() {
              [](const std::string&, const at::Tensor& w) { return fp8(w, false, true); }, 14, "FP8 E4M3 GEMM", true, 10},
             {"fp8 weight-only (no kernel: dequantized)",
              [](const std::string&, const at::Tensor& w) { return fp8(w, true, false); }, 0, ""},
-            {"smoothquant w8a8", [](const std::string&, const at::Tensor& w) { return w8a8(w); }, 14, "W8A8 int8 GEMM", true},
+            {"smoothquant w8a8 (a divisor per layer: not stacked)",
+             [](const std::string&, const at::Tensor& w) { return w8a8(w); }, 14, "W8A8 int8 GEMM", true},
+            {"w8a8, smoothing folded (unit divisors: stacked)",
+             [](const std::string&, const at::Tensor& w) { return w8a8Folded(w); }, 14, "W8A8 int8 GEMM", true, 10},
             {"int4 g128 asym + AWQ input scales",
              [](const std::string&, const at::Tensor& w) {
                  at::Tensor s = at::rand({w.size(1)}) * 1.5 + 0.5;
@@ -199,25 +208,52 @@ int main() {
                     }
                 }
 
-                if (c.kernel == "FP8 E4M3 GEMM" && !fp8Fallback) {
-                    // q/k/v and gate/up as one FP8 layer each (x quantized once) against one layer per projection,
-                    // on 8 token rows: there the decode GEMV (and at one row the small-M kernel) forms each output
-                    // row by the same operations whatever the layer's rows, so the logits must be equal. (Above, the
-                    // cuBLASLt GEMM may choose another algorithm per shape, and a last-bit change can move an E4M3
-                    // code of the next layer's input: only the quantized-activation tolerance would hold.)
+                if (c.quantizesActivations && c.expectedFused > 0 && !fp8Fallback) {
+                    // q/k/v and gate/up as one FP8 / W8A8 layer each (x quantized once) against one layer per
+                    // projection, on 8 token rows: there the decode GEMV (and at one row the small-M kernel) forms
+                    // each output row by the same operations whatever the layer's rows, so the logits must be equal.
+                    // W8A8's int32 sums are exact on every path, so its logits must be equal with the GEMV off too.
+                    // (FP8 through cuBLASLt may choose another algorithm per shape, and a last-bit change can move
+                    // an E4M3 code of the next layer's input: only the quantized-activation tolerance would hold.)
+                    const bool int8 = c.kernel == "W8A8 int8 GEMM";
                     cwb::RuntimeOptions separateOptions = o;
                     separateOptions.fuseNativeProjections = false;
                     cwb::Transformer separate(*variant, separateOptions), stacked(*variant, o);
                     const at::Tensor shortPrompt = prompt.narrow(1, 0, 4);   // 2 x 4 = 8 token rows
                     const at::Tensor a = stacked.forward(shortPrompt), b = separate.forward(shortPrompt);
                     const double fusionDifference = (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
-                    std::printf("  FP8 stacked against separate projections, 8 rows: largest logit difference %.3g\n",
-                                fusionDifference);
-                    if (cwb::selfQuantizingDecodeGemv())
-                        check(fusionDifference == 0.0, "stacked FP8 q/k/v and gate/up give the logits of separate layers");
+                    std::printf("  %s stacked against separate projections, 8 rows: largest logit difference %.3g\n",
+                                int8 ? "W8A8" : "FP8", fusionDifference);
+                    if (cwb::selfQuantizingDecodeGemv() || int8)
+                        check(fusionDifference == 0.0, "stacked q/k/v and gate/up give the logits of separate layers");
                     else
                         check(normalisedError(b, a) <= kQuantizedActivationTolerance,
                               "stacked FP8 q/k/v and gate/up give the logits of separate layers (within the tolerance)");
+                }
+                if (c.kernel == "W8A8 int8 GEMM") {
+                    // Layers with different divisors quantize different x / s: never stacked, and the reason says so.
+                    const at::Tensor wq = base->floatTensor("model.layers.0.self_attn.q_proj.weight");
+                    const at::Tensor wk = base->floatTensor("model.layers.0.self_attn.k_proj.weight");
+                    auto q = std::dynamic_pointer_cast<cwb::W8A8Linear>(w8a8(wq));
+                    auto k = std::dynamic_pointer_cast<cwb::W8A8Linear>(w8a8(wk));
+                    auto kFolded = std::dynamic_pointer_cast<cwb::W8A8Linear>(w8a8Folded(wk));
+                    auto qFolded = std::dynamic_pointer_cast<cwb::W8A8Linear>(w8a8Folded(wq));
+                    std::string reason;
+                    auto refused = cwb::makeNativeW8a8Rows({q.get(), k.get()}, o.device, dtype, cwb::makeNativeWorkspace(), reason);
+                    check(!refused && reason.find("different SmoothQuant divisors") != std::string::npos,
+                          "W8A8 layers with different divisors are not stacked (" + reason + ")");
+                    reason.clear();
+                    auto stackedLayer = cwb::makeNativeW8a8Rows({qFolded.get(), kFolded.get()}, o.device, dtype,
+                                                                cwb::makeNativeWorkspace(), reason);
+                    check(stackedLayer != nullptr, "W8A8 layers with unit divisors stack (" + reason + ")");
+                    if (stackedLayer) {   // one product of the stacked rows = the two layers' products side by side
+                        const at::Tensor x = (at::randn({3, wq.size(1)}) * 2).to(dtype);
+                        const at::Tensor expected =
+                            at::cat({at::linear(qFolded->prepareInput(x.to(at::kFloat)), qFolded->weight()),
+                                     at::linear(kFolded->prepareInput(x.to(at::kFloat)), kFolded->weight())}, 1);
+                        check(normalisedError(expected, stackedLayer->forward(x.to(o.device))) <= kSingleLayerTolerance,
+                              "the stacked W8A8 layer gives the parts' products side by side");
+                    }
                 }
 
                 o.nativeKernels = false;
