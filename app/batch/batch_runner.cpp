@@ -129,7 +129,16 @@ int BatchRunner::run() {
         const std::string& tokenizer = load.tokenizerPath;
         if (!tokenizer.empty() && !std::filesystem::exists(tokenizer))
             throw Error(mProjectPath, "its tokenizer is not at " + tokenizer + " (moved?); pass --tokenizer PATH");
-        if (!tokenizer.empty()) report["model"]["tokenizer"] = tokenizer;
+        if (!tokenizer.empty()) {
+            // Checked like the model: a moved tokenizer with the same bytes gives the same tokens; changed bytes may not.
+            const std::string tokenizerHash = hashTokenizer(tokenizer);
+            report["model"]["tokenizer"] = tokenizer;
+            report["model"]["tokenizer_hash"] = tokenizerHash;
+            report["model"]["stored_tokenizer_hash"] = project.model().tokenizerHash;
+            if (!project.model().tokenizerHash.empty() && tokenizerHash != project.model().tokenizerHash)
+                warnings.push_back("the tokenizer's content changed since the project was saved (hash " +
+                                   project.model().tokenizerHash + " -> " + tokenizerHash + "); results may differ");
+        }
         progress("loading " + modelPath);
         auto base = loadModel(modelPath, load);
         std::string scratchNote;

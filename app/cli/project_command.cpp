@@ -58,6 +58,7 @@ int create(const std::vector<std::string>& args) {
     ref.path = modelPath;
     if (a.has("tokenizer")) ref.tokenizer = absolute(a.value("tokenizer"));
     auto model = loadModel(modelPath, ref.loadOptions());   // refuses what cwb cannot read before a project points at it
+    if (!ref.tokenizer.empty()) ref.tokenizerHash = hashTokenizer(ref.tokenizer);
     ref.format = model->format;
     // Hashing reads every byte (seconds per GB): progress on stderr every 10% for models past 256 MiB.
     CallbackFeedback hashing;
@@ -99,7 +100,9 @@ int show(const std::vector<std::string>& args) {
     std::printf("project    %s (schema %d, written by cwb %s)\n", project.path().c_str(), project.writtenBy().schema,
                 project.writtenBy().app.c_str());
     std::printf("model      %s (%s, %s)\n", project.model().path.c_str(), project.model().format.c_str(), project.model().hash.c_str());
-    if (!project.model().tokenizer.empty()) std::printf("tokenizer  %s\n", project.model().tokenizer.c_str());
+    if (!project.model().tokenizer.empty())
+        std::printf("tokenizer  %s%s%s%s\n", project.model().tokenizer.c_str(), project.model().tokenizerHash.empty() ? "" : " (",
+                    project.model().tokenizerHash.c_str(), project.model().tokenizerHash.empty() ? "" : ")");
     const ProjectSettings& s = project.settings();
     std::printf("calibrate  %s: %lld x %lld tokens, seed %llu\n", s.calibration.path.empty() ? "(none)" : s.calibration.path.c_str(),
                 static_cast<long long>(s.calibrationSamples), static_cast<long long>(s.calibrationSeqLen),

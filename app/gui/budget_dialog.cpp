@@ -185,7 +185,7 @@ bool BudgetDialog::solve(bool interactive) {
     const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
     std::shared_ptr<const Model> model = mDocument->model();
     if (text.empty()) return refuse(tr("The project has no calibration or evaluation text to measure on. Choose one in Project ▸ Settings."));
-    if (!model->tokenizer) return refuse(tr("The model has no tokenizer, so no text can be turned into tokens."));
+    if (!model->tokenizer) return refuse(tr("The model has no tokenizer, so no text can be turned into tokens. Give it one with Project ▸ Use Tokenizer File."));
     const CalibrationSpec spec{text, mSamples->value(), mTokens->value(), s.calibrationSeed};
     auto plan = std::make_shared<BudgetPlan>();
     mJob = std::make_unique<BackgroundJob>(tr("Budget solver"), [model, spec, options, plan](Feedback& feedback) {

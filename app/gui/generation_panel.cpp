@@ -112,7 +112,7 @@ bool GenerationPanel::generate() {
     if (!mDocument || isGenerating()) return false;
     std::shared_ptr<const Model> model = mDocument->model();
     if (!model->tokenizer) {
-        mLastError = tr("The model has no tokenizer, so it cannot generate text.");
+        mLastError = tr("The model has no tokenizer, so it cannot generate text. Give it one with Project ▸ Use Tokenizer File.");
         mLeftText->setPlainText(mLastError);
         return false;
     }

@@ -166,7 +166,7 @@ bool ImportanceView::compute() {
         QMessageBox::warning(this, tr("Cannot measure importance"),
                              text.empty() ? tr("The project has no calibration or evaluation text to measure on.\n\n"
                                                "Choose one in Project ▸ Settings (Ctrl+,), then press Compute again.")
-                                          : tr("The model has no tokenizer, so no text can be turned into tokens."));
+                                          : tr("The model has no tokenizer, so no text can be turned into tokens. Give it one with Project ▸ Use Tokenizer File."));
         return false;
     }
     const std::string kindId = kind().toStdString();

@@ -114,6 +114,7 @@ void MainWindow::createActions() {
 
     QMenu* project = menuBar()->addMenu(tr("&Project"));
     mDocumentActions << project->addAction(tr("&Settings…"), QKeySequence(Qt::CTRL | Qt::Key_Comma), this, [this] { editSettings(); });
+    mDocumentActions << project->addAction(tr("Use &Tokenizer File…"), this, [this] { useTokenizerFile(); });
     mDocumentActions << project->addAction(tr("&New Variant"), QKeySequence(Qt::CTRL | Qt::Key_N), this, [this] {
         showTab(PipelineTab);
         mPipeline->newVariant();
@@ -198,6 +199,7 @@ void MainWindow::setDocument(std::unique_ptr<ProjectDocument> document) {
         edit->addAction(mUndo);
         edit->addAction(mRedo);
         mTree->setModel(doc->model().get());
+        connect(doc, &ProjectDocument::modelChanged, this, [this] { mTree->setModel(mDocument->model().get()); });
         auto showSteps = [this] { mTree->setSteps(mDocument->steps(mDocument->currentVariant())); };
         connect(doc, &ProjectDocument::stepsChanged, this, showSteps);
         connect(doc, &ProjectDocument::currentVariantChanged, this, showSteps);
@@ -358,6 +360,32 @@ bool MainWindow::saveAs(const QString& chosen) {
     }
     mRecent->add(path);
     statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
+    return true;
+}
+
+bool MainWindow::useTokenizerFile(const QString& given) {
+    if (!mDocument) return false;
+    QString path = given;
+    if (path.isEmpty()) {
+        path = QFileDialog::getOpenFileName(this, tr("Use Tokenizer File"), QFileInfo(QString::fromStdString(mDocument->project().model().path)).path(),
+                                            tr("Tokenizers (*.json *.bin);;All files (*)"));
+        if (path.isEmpty()) return false;
+        if (!mDocument->project().results().empty() &&
+            QMessageBox::question(this, tr("Use Tokenizer File"),
+                                  tr("The stored results were measured with the model's present tokenizer; they are kept, "
+                                     "but perplexity, KL divergence and agreement depend on the tokens. Run the variants "
+                                     "again after the change.\n\nUse %1?").arg(QFileInfo(path).fileName())) != QMessageBox::Yes)
+            return false;
+    }
+    try {
+        mDocument->setTokenizer(path);
+    } catch (const std::exception& e) {
+        if (given.isEmpty())
+            showError(tr("The tokenizer was not changed"), QString::fromUtf8(e.what()),
+                      tr("Choose a Hugging Face tokenizer.json or a llama2.c tokenizer .bin made for this model."));
+        return false;
+    }
+    statusBar()->showMessage(tr("Tokenizer: %1").arg(path), 5000);
     return true;
 }
 

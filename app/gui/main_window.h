@@ -37,6 +37,9 @@ public:
     bool save();
     bool saveAs(const QString& path = {});
     bool editSettings();
+    // Project ▸ Use Tokenizer File: reads the model again with that tokenizer and records it in the project. With no
+    // path it asks for a file (and, where results are stored, whether to go on); with one it asks nothing (tests).
+    bool useTokenizerFile(const QString& path = {});
     // Replays the saved project as `cwb --batch` does, into `outputDir` (default: PROJECT-report beside it).
     bool replayAsBatch(const QString& outputDir = {});
     void showTab(Tab tab);

@@ -195,6 +195,21 @@ void ProjectDocument::setSettings(const ProjectSettings& settings) {
     emit settingsChanged();
 }
 
+void ProjectDocument::setTokenizer(const QString& path) {
+    const std::string file = absolutePath(path);
+    ModelReference ref = mProject->model();
+    LoadOptions options = ref.loadOptions();
+    options.tokenizerPath = file;
+    std::shared_ptr<const Model> model = cwb::loadModel(ref.path, options);   // refuses a tokenizer it cannot use
+    ref.tokenizer = file;
+    ref.tokenizerHash = hashTokenizer(file);
+    mProject->setModel(ref);
+    mProject->record("tokenizer", {{"path", file}, {"hash", ref.tokenizerHash}});
+    mModel = std::move(model);   // jobs still running keep the model they started with
+    markUnsavedData();
+    emit modelChanged();
+}
+
 void ProjectDocument::setResults(const QString& variant, const std::vector<ResultRow>& rows) {
     mProject->setResults(variant.toStdString(), rows);
     markUnsavedData();

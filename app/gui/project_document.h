@@ -73,6 +73,13 @@ public:
     void renameVariant(const QString& from, const QString& to);   // throws cwb::Error
     void setSettings(const ProjectSettings& settings);
 
+    // Reads the base model again with the tokenizer at `path` (a tokenizer.json, its folder or a llama2.c .bin) in
+    // place of its own, and records it in the project with its hash, as `cwb project create --tokenizer` does.
+    // Throws cwb::Error naming the file when the model cannot use it; the document is then unchanged. Not undo state
+    // (the model is not): it makes the document dirty and emits modelChanged. Results stored before stay; they were
+    // measured with the earlier tokenizer.
+    void setTokenizer(const QString& path);
+
     // ---- computed data (not undo state) ----
     void setResults(const QString& variant, const std::vector<ResultRow>& rows);
     void setImportance(const ImportanceMap& map);
@@ -84,6 +91,7 @@ signals:
     void settingsChanged();
     void resultsChanged();
     void importanceChanged();
+    void modelChanged();   // model() is another object (e.g. read again with another tokenizer)
     void dirtyChanged(bool dirty);
     void filePathChanged(const QString& path);
 

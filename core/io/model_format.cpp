@@ -65,17 +65,42 @@ std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& opt
     return model;
 }
 
-void applyTokenizerFile(Model& model, const std::string& path) {
+namespace {
+
+// The tokenizer file a --tokenizer path names (a folder's tokenizer.json), and whether it is a tokenizer.json.
+std::string tokenizerFileOf(const std::string& path, bool& json) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) throw Error(path, "no such tokenizer file or folder");
     std::string file = path;
     if (S_ISDIR(st.st_mode)) file = path + "/tokenizer.json";
-    const bool json = file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
+    json = file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
     const bool llama2c = file.size() >= 4 && file.compare(file.size() - 4, 4, ".bin") == 0;
     if (!json && !llama2c)
         throw Error(path, "not a tokenizer cwb reads: pass a Hugging Face tokenizer.json (or its folder) or a llama2.c "
                           "tokenizer .bin");
     if (S_ISDIR(st.st_mode) && ::stat(file.c_str(), &st) != 0) throw Error(path, "the folder has no tokenizer.json");
+    return file;
+}
+
+} // namespace
+
+std::vector<std::string> tokenizerFiles(const std::string& path) {
+    bool json = false;
+    const std::string file = tokenizerFileOf(path, json);
+    std::vector<std::string> files = {file};
+    if (json) {
+        const size_t slash = file.rfind('/');
+        const std::string folder = slash == std::string::npos ? std::string() : file.substr(0, slash + 1);
+        struct stat st {};
+        for (const std::string& name : hfTokenizerSideFiles())
+            if (::stat((folder + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) files.push_back(folder + name);
+    }
+    return files;
+}
+
+void applyTokenizerFile(Model& model, const std::string& path) {
+    bool json = false;
+    const std::string file = tokenizerFileOf(path, json);
     auto tokenizer = json ? loadHfTokenizer(file) : loadLlama2cTokenizer(file, static_cast<int32_t>(model.spec.vocab), true);
     if (tokenizer->vocabSize() > model.spec.vocab)
         throw Error(file, "the tokenizer has " + std::to_string(tokenizer->vocabSize()) + " tokens, the model's " +

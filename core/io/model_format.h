@@ -46,6 +46,10 @@ std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& opt
 // Gives the model the tokenizer of `path` (see LoadOptions::tokenizerPath); throws cwb::Error naming the file when it
 // is missing, of another kind, malformed, or has more tokens than the model's embedding.
 void applyTokenizerFile(Model& model, const std::string& path);
+// The files applyTokenizerFile reads for `path`: the tokenizer file (a folder's tokenizer.json) and, for a
+// tokenizer.json, the files beside it that it takes when present. Throws cwb::Error as applyTokenizerFile does when
+// there is no such file or folder or it is of another kind.
+std::vector<std::string> tokenizerFiles(const std::string& path);
 
 // Factories of the built-in formats (each defined beside its reader).
 std::unique_ptr<ModelFormat> makeGgufFormat();

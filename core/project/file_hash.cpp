@@ -70,6 +70,27 @@ uint64_t sizeOf(const fs::path& file) {
     return uint64_t(size);
 }
 
+// For each file, in the order given: its name, a 0 byte, its size as 8 little-endian bytes, then its contents.
+std::string hashNamedFiles(const std::vector<fs::path>& files, Feedback* feedback) {
+    uint64_t total = 0;
+    for (const auto& f : files) total += sizeOf(f);
+    uint64_t hash = kFnv1a64OffsetBasis;
+    uint64_t done = 0;
+    for (const auto& f : files) {
+        const std::string name = f.filename().string();
+        hash = fnv1a64(name.data(), name.size(), hash);
+        const unsigned char zero = 0;
+        hash = fnv1a64(&zero, 1, hash);
+        unsigned char size[8];
+        const uint64_t bytes = sizeOf(f);
+        for (int i = 0; i < 8; ++i) size[i] = static_cast<unsigned char>(bytes >> (8 * i));
+        hash = fnv1a64(size, sizeof size, hash);
+        hash = hashContents(f.string(), hash, feedback, done, total);
+    }
+    if (feedback) feedback->setProgress(1.0);
+    return formatHash(hash);
+}
+
 } // namespace
 
 uint64_t fnv1a64(const void* data, size_t size, uint64_t hash) {
@@ -98,24 +119,18 @@ std::string hashFile(const std::string& path, Feedback* feedback) {
 
 std::string hashFolder(const std::string& folder, Feedback* feedback) {
     if (!fs::is_directory(statusOf(folder))) throw Error(folder, "is not a folder");
-    const std::vector<fs::path> files = regularFiles(folder);
-    uint64_t total = 0;
-    for (const auto& f : files) total += sizeOf(f);
-    uint64_t hash = kFnv1a64OffsetBasis;
-    uint64_t done = 0;
-    for (const auto& f : files) {
-        const std::string name = f.filename().string();
-        hash = fnv1a64(name.data(), name.size(), hash);
-        const unsigned char zero = 0;
-        hash = fnv1a64(&zero, 1, hash);
-        unsigned char size[8];
-        const uint64_t bytes = sizeOf(f);
-        for (int i = 0; i < 8; ++i) size[i] = static_cast<unsigned char>(bytes >> (8 * i));
-        hash = fnv1a64(size, sizeof size, hash);
-        hash = hashContents(f.string(), hash, feedback, done, total);
+    return hashNamedFiles(regularFiles(folder), feedback);
+}
+
+std::string hashFiles(const std::vector<std::string>& paths, Feedback* feedback) {
+    std::vector<fs::path> files;
+    for (const auto& path : paths) {
+        if (!fs::is_regular_file(statusOf(path))) throw Error(path, "is not a regular file");
+        files.emplace_back(path);
     }
-    if (feedback) feedback->setProgress(1.0);
-    return formatHash(hash);
+    std::sort(files.begin(), files.end(),
+              [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
+    return hashNamedFiles(files, feedback);
 }
 
 std::string hashPath(const std::string& path, Feedback* feedback) {

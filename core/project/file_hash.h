@@ -8,6 +8,7 @@
 // pass a Feedback to show progress and to allow cancelling.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cwb {
 
@@ -30,6 +31,10 @@ std::string hashFile(const std::string& path, Feedback* feedback = nullptr);
 // skipped), in byte order of their names; for each file the name, a 0 byte, the size as 8 little-endian
 // bytes, then the contents. Renaming, adding, removing or changing a file changes the hash.
 std::string hashFolder(const std::string& folder, Feedback* feedback = nullptr);
+
+// Hash of the given regular files in the form of hashFolder (sorted by file name; the folders they are in do not
+// count), so that the same files moved elsewhere keep their hash.
+std::string hashFiles(const std::vector<std::string>& files, Feedback* feedback = nullptr);
 
 // hashFolder for a folder, hashFile otherwise.
 std::string hashPath(const std::string& path, Feedback* feedback = nullptr);

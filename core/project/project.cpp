@@ -10,6 +10,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "core/io/model_format.h"
+#include "core/project/file_hash.h"
 #include "core/project/project_schema.h"
 #include "core/util/error.h"
 
@@ -66,7 +68,11 @@ public:
         const std::string& file = db.file();
         Statement model(db, "SELECT path, format, bytes, hash FROM model WHERE id = 1");
         if (!model.step()) throw Error(file, "is damaged: it names no model");
-        p.mModel = {model.text(0), model.text(1), model.unsignedInteger(2), model.text(3)};
+        p.mModel = ModelReference();   // the tokenizer and its hash come from the meta table below
+        p.mModel.path = model.text(0);
+        p.mModel.format = model.text(1);
+        p.mModel.bytes = model.unsignedInteger(2);
+        p.mModel.hash = model.text(3);
 
         Statement s(db,
                     "SELECT calibration_path, calibration_hash, calibration_bytes, calibration_samples, "
@@ -122,6 +128,8 @@ public:
         }
         Statement tok(db, "SELECT value FROM meta WHERE key = 'model_tokenizer'");
         if (tok.step()) p.mModel.tokenizer = tok.text(0);
+        Statement tokHash(db, "SELECT value FROM meta WHERE key = 'model_tokenizer_hash'");
+        if (tokHash.step()) p.mModel.tokenizerHash = tokHash.text(0);
         p.mWrittenBy.schema = project_schema::readVersion(db);
     }
 };
@@ -179,6 +187,9 @@ public:
         w.bind(1, std::string("written_cuda")).bind(2, writer.cuda).run();
         if (!p.mModel.tokenizer.empty()) w.bind(1, std::string("model_tokenizer")).bind(2, p.mModel.tokenizer).run();
         else db.exec("DELETE FROM meta WHERE key = 'model_tokenizer'", "clearing the old state");
+        if (!p.mModel.tokenizerHash.empty())
+            w.bind(1, std::string("model_tokenizer_hash")).bind(2, p.mModel.tokenizerHash).run();
+        else db.exec("DELETE FROM meta WHERE key = 'model_tokenizer_hash'", "clearing the old state");
     }
 };
 
@@ -459,8 +470,11 @@ std::string Project::currentTime() {
 // ---- equality and JSON --------------------------------------------------------------------------
 
 bool ModelReference::operator==(const ModelReference& o) const {
-    return path == o.path && format == o.format && bytes == o.bytes && hash == o.hash && tokenizer == o.tokenizer;
+    return path == o.path && format == o.format && bytes == o.bytes && hash == o.hash && tokenizer == o.tokenizer &&
+           tokenizerHash == o.tokenizerHash;
 }
+
+std::string hashTokenizer(const std::string& path) { return hashFiles(tokenizerFiles(path)); }
 
 LoadOptions ModelReference::loadOptions() const {
     LoadOptions options;
@@ -511,6 +525,7 @@ nlohmann::json Project::toJson() const {
                        {"schema", mWrittenBy.schema}};
     j["model"] = {{"path", mModel.path}, {"format", mModel.format}, {"bytes", mModel.bytes}, {"hash", mModel.hash}};
     if (!mModel.tokenizer.empty()) j["model"]["tokenizer"] = mModel.tokenizer;
+    if (!mModel.tokenizerHash.empty()) j["model"]["tokenizer_hash"] = mModel.tokenizerHash;
     j["settings"] = {{"calibration", file(mSettings.calibration)}, {"calibration_samples", mSettings.calibrationSamples},
                      {"calibration_seq_len", mSettings.calibrationSeqLen}, {"calibration_seed", mSettings.calibrationSeed},
                      {"evaluation", file(mSettings.evaluation)}, {"eval_ctx", mSettings.evalCtx},

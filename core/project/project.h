@@ -33,10 +33,16 @@ struct ModelReference {
     // A tokenizer used in place of the model's own (LoadOptions::tokenizerPath), "" for none. Kept in the meta table
     // (key model_tokenizer), so builds that predate it still open the project.
     std::string tokenizer;
+    // hashPath of that tokenizer when it was recorded (meta key model_tokenizer_hash), "" when none or not computed.
+    std::string tokenizerHash;
     bool operator==(const ModelReference& o) const;
     // What loadModel needs to read the model as the project does.
     LoadOptions loadOptions() const;
 };
+
+// Fingerprint of the tokenizer a path names: hashFiles of tokenizerFiles(path), so a folder and its tokenizer.json, or
+// the same files moved elsewhere, give one hash. Throws cwb::Error naming the path when it is not a tokenizer.
+std::string hashTokenizer(const std::string& path);
 
 struct ProjectSettings {
     FileReference calibration;

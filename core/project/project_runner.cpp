@@ -68,7 +68,9 @@ const std::vector<TokenId>& ProjectRunner::evaluationTokens() {
     if (mEvalTokens.empty()) {
         const std::string& path = mProject.settings().evaluation.path;
         if (path.empty()) throw Error(mProject.path(), "the project has no evaluation text (project create --eval FILE)");
-        if (!mBase.tokenizer) throw Error(mBase.path, "has no tokenizer to evaluate with");
+        if (!mBase.tokenizer)
+            throw Error(mBase.path, "has no tokenizer to evaluate with (give it one: --tokenizer FILE, or Project ▸ Use "
+                                    "Tokenizer File in the GUI)");
         mEvalTokens = mBase.tokenizer->encode(readTextFile(path), true);
     }
     return mEvalTokens;
@@ -78,7 +80,9 @@ const at::Tensor& ProjectRunner::calibrationWindows(Feedback* feedback) {
     if (mCalibrationDrawn) return mCalibration;
     const ProjectSettings& s = mProject.settings();
     if (!s.calibration.path.empty()) {
-        if (!mBase.tokenizer) throw Error(mBase.path, "calibration needs the model's tokenizer, and it has none");
+        if (!mBase.tokenizer)
+            throw Error(mBase.path, "calibration needs the model's tokenizer, and it has none (give it one: --tokenizer "
+                                    "FILE, or Project ▸ Use Tokenizer File in the GUI)");
         CalibrationSpec spec{s.calibration.path, s.calibrationSamples, s.calibrationSeqLen, s.calibrationSeed};
         std::string note;
         mCalibration = drawCalibration(mBase.tokenizer->encode(readTextFile(spec.textPath), true), mBase.tokenizer->bos(),

@@ -378,4 +378,10 @@ std::unique_ptr<Tokenizer> loadHfTokenizer(const std::string& tokenizerJsonPath)
     }
 }
 
+const std::vector<std::string>& hfTokenizerSideFiles() {
+    static const std::vector<std::string> names = {"tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+                                                   "generation_config.json"};
+    return names;
+}
+
 } // namespace cwb

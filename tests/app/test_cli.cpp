@@ -209,6 +209,8 @@ void TestCli::tokenizerGivenForAFolderWithout() {
     Result shown = run({"project", "show", project, "--json"});
     const QJsonObject shownModel = QJsonDocument::fromJson(shown.out.toUtf8()).object()["model"].toObject();
     QCOMPARE(shownModel["tokenizer"].toString(), QDir(tokenizer).absolutePath());
+    const QString storedTokenizerHash = shownModel["tokenizer_hash"].toString();
+    QVERIFY2(storedTokenizerHash.startsWith("fnv1a64:"), qPrintable(shown.out));
     Result batch = run({"--batch", project, "--out", dir.filePath("replay"), "--quiet"});
     QVERIFY2(batch.exitCode == 0, qPrintable(batch.err));
     QFile report(dir.filePath("replay") + "/report.json");
@@ -216,14 +218,33 @@ void TestCli::tokenizerGivenForAFolderWithout() {
     const QJsonObject replay = QJsonDocument::fromJson(report.readAll()).object();
     QCOMPARE(replay["status"].toString(), QStringLiteral("reproduced"));
     QCOMPARE(replay["model"].toObject()["tokenizer"].toString(), QDir(tokenizer).absolutePath());
+    QCOMPARE(replay["model"].toObject()["tokenizer_hash"].toString(), storedTokenizerHash);
+    QVERIFY2(!QJsonDocument(replay["warnings"].toArray()).toJson().contains("tokenizer"), qPrintable(report.fileName()));
     // Moved: --batch names the missing tokenizer, and --tokenizer points at its new place.
     const QString moved = dir.filePath("moved-tok");
     QVERIFY(QDir().rename(tokenizer, moved));
     Result lost = run({"--batch", project, "--out", dir.filePath("lost"), "--quiet"});
     QVERIFY(lost.exitCode != 0);
     QVERIFY2(lost.err.contains("its tokenizer is not at") && lost.err.contains("pass --tokenizer PATH"), qPrintable(lost.err));
-    Result found = run({"--batch", project, "--out", dir.filePath("found"), "--tokenizer", moved, "--quiet"});
+    // Moved, named by its tokenizer.json: the same files, so the same hash and no warning.
+    Result found = run({"--batch", project, "--out", dir.filePath("found"), "--tokenizer", moved + "/tokenizer.json", "--quiet"});
     QVERIFY2(found.exitCode == 0, qPrintable(found.err));
+    const auto reportOf = [&](const QString& out) {
+        QFile f(dir.filePath(out) + "/report.json");
+        return f.open(QIODevice::ReadOnly) ? QJsonDocument::fromJson(f.readAll()).object() : QJsonObject();
+    };
+    QCOMPARE(reportOf("found")["model"].toObject()["tokenizer_hash"].toString(), storedTokenizerHash);
+    QVERIFY(!QJsonDocument(reportOf("found")["warnings"].toArray()).toJson().contains("tokenizer"));
+    // Its bytes changed (here only whitespace, so the tokens do not): the replay says so.
+    {
+        QFile json(moved + "/tokenizer.json");
+        QVERIFY(json.open(QIODevice::Append));
+        json.write("\n");
+    }
+    Result changed = run({"--batch", project, "--out", dir.filePath("changed"), "--tokenizer", moved, "--quiet"});
+    QVERIFY2(changed.exitCode == 0, qPrintable(changed.err));
+    const QByteArray changedWarnings = QJsonDocument(reportOf("changed")["warnings"].toArray()).toJson();
+    QVERIFY2(changedWarnings.contains("the tokenizer's content changed since the project was saved"), changedWarnings.constData());
     Result runMoved = run({"project", "run", project, "--tokenizer", moved + "/tokenizer.json", "--quiet"});
     QVERIFY2(runMoved.exitCode == 0, qPrintable(runMoved.err));
 }

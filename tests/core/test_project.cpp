@@ -118,6 +118,7 @@ class TestProject : public QObject {
 private slots:
     void roundTrip();
     void modelTokenizerIsKept();
+    void tokenizerHashCoversTheFilesRead();
     void lineage_data();
     void lineage();
     void refusals_data();
@@ -212,10 +213,15 @@ void TestProject::modelTokenizerIsKept() {
     const QString path = file("tokenizer.cwbproj");
     ModelReference model = sampleModel();
     model.tokenizer = "/tokenizers/tok512/tokenizer.json";
+    model.tokenizerHash = "fnv1a64:0123456789abcdef";
     Project p = Project::create(path.toStdString(), model, sampleSettings());
     p.save();
     Project q = Project::open(path.toStdString());
     QCOMPARE(q.model().tokenizer, model.tokenizer);
+    QCOMPARE(q.model().tokenizerHash, model.tokenizerHash);
+    QCOMPARE(q.toJson()["model"]["tokenizer_hash"], json(model.tokenizerHash));
+    QCOMPARE(queryRaw(path, "SELECT value FROM meta WHERE key = 'model_tokenizer_hash'"),
+             QStringList{QString::fromStdString(model.tokenizerHash)});
     QVERIFY(q == p);
     QCOMPARE(q.model().loadOptions().tokenizerPath, model.tokenizer);
     QCOMPARE(q.toJson()["model"]["tokenizer"], json(model.tokenizer));
@@ -231,9 +237,59 @@ void TestProject::modelTokenizerIsKept() {
     q.setModel(sampleModel());
     q.save();
     QVERIFY(queryRaw(path, "SELECT value FROM meta WHERE key = 'model_tokenizer'").isEmpty());
+    QVERIFY(queryRaw(path, "SELECT value FROM meta WHERE key = 'model_tokenizer_hash'").isEmpty());
     const Project none = Project::open(path.toStdString());
     QCOMPARE(none.model().tokenizer, std::string());
+    QCOMPARE(none.model().tokenizerHash, std::string());
     QVERIFY(!none.toJson()["model"].contains("tokenizer"));
+    QVERIFY(!none.toJson()["model"].contains("tokenizer_hash"));
+    // Another hash alone is another project too.
+    ModelReference rehashed = model;
+    rehashed.tokenizerHash = "fnv1a64:fedcba9876543210";
+    Project s = p;
+    s.setModel(rehashed);
+    QVERIFY(s != p);
+}
+
+// A project's tokenizer hash covers what the tokenizer reads: a folder and its tokenizer.json hash alike, and so do the
+// same files moved; a changed tokenizer.json or tokenizer_config.json beside it changes the hash; files the tokenizer
+// does not read do not.
+void TestProject::tokenizerHashCoversTheFilesRead() {
+    QTemporaryDir dir;
+    const auto write = [&](const QString& name, const QByteArray& bytes) {
+        QFile f(dir.filePath(name));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(bytes);
+    };
+    QVERIFY(QDir(dir.path()).mkpath("tok"));
+    write("tok/tokenizer.json", R"({"model": {"type": "BPE", "vocab": {}}})");
+    write("tok/tokenizer_config.json", R"({"bos_token": "<s>"})");
+    write("tok/README.md", "not read by the tokenizer");
+    const std::string folder = dir.filePath("tok").toStdString();
+    const std::string ofFolder = hashTokenizer(folder), ofFile = hashTokenizer(folder + "/tokenizer.json");
+    QVERIFY(ofFolder.rfind("fnv1a64:", 0) == 0);
+    QCOMPARE(ofFile, ofFolder);
+    write("tok/README.md", "changed, still not read");
+    QCOMPARE(hashTokenizer(folder), ofFolder);
+    QVERIFY(QDir().rename(dir.filePath("tok"), dir.filePath("moved")));
+    const std::string moved = dir.filePath("moved").toStdString();
+    QCOMPARE(hashTokenizer(moved), ofFolder);
+    write("moved/tokenizer_config.json", R"({"bos_token": "<|begin_of_text|>"})");
+    const std::string configChanged = hashTokenizer(moved);
+    QVERIFY(configChanged != ofFolder);
+    write("moved/chat_template.jinja", "{{ messages }}");
+    QVERIFY(hashTokenizer(moved) != configChanged);
+    write("tok.bin", QByteArray(16, '\1'));
+    QCOMPARE(hashTokenizer(dir.filePath("tok.bin").toStdString()), hashFiles({dir.filePath("tok.bin").toStdString()}));
+    write("notes.txt", "x");
+    for (const QString& bad : {dir.filePath("missing.json"), dir.filePath("notes.txt")}) {
+        try {
+            hashTokenizer(bad.toStdString());
+            QFAIL("a path that is not a tokenizer was hashed");
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains(bad), e.what());
+        }
+    }
 }
 
 void TestProject::lineage_data() {

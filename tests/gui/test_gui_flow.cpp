@@ -17,6 +17,8 @@
 #include "app/gui/settings_dialog.h"
 #include "app/gui/status_panel.h"
 #include "core/io/model_format.h"
+#include "core/model/model.h"
+#include "core/util/error.h"
 #include "core/project/project.h"
 #include "core/export/export_format.h"
 #include "tests/support/synthetic_models.h"
@@ -34,6 +36,7 @@ private slots:
     void openRunCompareSaveReopen();
     void importanceHeatmapSelectsLayer();
     void openingAMissingFileFailsCleanly();
+    void tokenizerFileFromTheWindow();
     void packedCheckpointShowsPackedSizes();
     void loadingKeepsTheWindowResponsive();
     void loadingShowsProgressAndCanBeCancelled();
@@ -195,6 +198,52 @@ void TestGuiFlow::openingAMissingFileFailsCleanly() {
     QVERIFY(!window.document());
     QVERIFY2(window.lastOpenError().contains(QFileInfo(junk.fileName()).absoluteFilePath()), qPrintable(window.lastOpenError()));
     QVERIFY(!window.isLoading());
+}
+
+// Project ▸ Use Tokenizer File: the model is read again with the file's tokenizer, the project records its path and
+// hash (and keeps them through Save As and reopening), the tree shows the new model; a file that is no tokenizer is
+// refused, naming it, and changes nothing.
+void TestGuiFlow::tokenizerFileFromTheWindow() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(tokenizer, "models/tok512.bin");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    ProjectDocument* doc = window.document();
+    QVERIFY(!doc->isDirty());
+    QVERIFY(doc->model()->metadata.count("tokenizer") == 0 || doc->model()->metadata.at("tokenizer") != tokenizer.toStdString());
+    QSignalSpy changed(doc, &ProjectDocument::modelChanged);
+    const std::shared_ptr<const Model> before = doc->model();
+    QVERIFY(window.useTokenizerFile(tokenizer));
+    QCOMPARE(changed.count(), 1);
+    QVERIFY(doc->model() != before && doc->model()->tokenizer);
+    const std::string absolute = QFileInfo(tokenizer).absoluteFilePath().toStdString();
+    QCOMPARE(doc->model()->metadata.at("tokenizer"), absolute);
+    QCOMPARE(doc->project().model().tokenizer, absolute);
+    QCOMPARE(doc->project().model().tokenizerHash, hashTokenizer(absolute));
+    QVERIFY(doc->isDirty());
+    QVERIFY(window.modelTree()->itemForLayer("model.layers.0.self_attn.q_proj"));
+    // Not a tokenizer: refused with the file named, nothing changed.
+    QFile junk(mDir.filePath("notes.txt"));
+    QVERIFY(junk.open(QIODevice::WriteOnly));
+    junk.write("no tokens here");
+    junk.close();
+    const std::shared_ptr<const Model> kept = doc->model();
+    try {
+        doc->setTokenizer(junk.fileName());
+        QFAIL("a text file was taken as a tokenizer");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains(QFileInfo(junk.fileName()).absoluteFilePath()), e.what());
+    }
+    QVERIFY(!window.useTokenizerFile(junk.fileName()));
+    QVERIFY(doc->model() == kept);
+    QCOMPARE(doc->project().model().tokenizer, absolute);
+    // Saved and reopened: the model is read with the recorded tokenizer.
+    const QString path = mDir.filePath("with-tokenizer.cwbproj");
+    QVERIFY(window.saveAs(path));
+    MainWindow reopened;
+    QVERIFY(reopened.openPath(path, false));
+    QCOMPARE(reopened.document()->project().model().tokenizerHash, hashTokenizer(absolute));
+    QCOMPARE(reopened.document()->model()->metadata.at("tokenizer"), absolute);
 }
 
 // The model is read on a worker thread: events queued when loading starts are handled while it loads (a blocking
