@@ -131,13 +131,12 @@ int BatchRunner::run() {
             throw Error(mProjectPath, "its tokenizer is not at " + tokenizer + " (moved?); pass --tokenizer PATH");
         if (!tokenizer.empty()) {
             // Checked like the model: a moved tokenizer with the same bytes gives the same tokens; changed bytes may not.
-            const std::string tokenizerHash = hashTokenizer(tokenizer);
+            std::string tokenizerHash;
+            const std::string warning = tokenizerChangeWarning(project.model(), tokenizer, &tokenizerHash);
+            if (!warning.empty()) warnings.push_back(warning);
             report["model"]["tokenizer"] = tokenizer;
             report["model"]["tokenizer_hash"] = tokenizerHash;
             report["model"]["stored_tokenizer_hash"] = project.model().tokenizerHash;
-            if (!project.model().tokenizerHash.empty() && tokenizerHash != project.model().tokenizerHash)
-                warnings.push_back("the tokenizer's content changed since the project was saved (hash " +
-                                   project.model().tokenizerHash + " -> " + tokenizerHash + "); results may differ");
         }
         progress("loading " + modelPath);
         auto base = loadModel(modelPath, load);

@@ -133,12 +133,23 @@ int addVariant(const std::vector<std::string>& args) {
     return 0;
 }
 
+// Results stored with another tokenizer than the project's are said so on stderr (even with --quiet); returns the hash
+// of the tokenizer used ("" for the model's own), for the journal.
+std::string warnOfTokenizerChange(const Project& project, const LoadOptions& load) {
+    std::string hash;
+    const std::string warning = tokenizerChangeWarning(project.model(), load.tokenizerPath, &hash);
+    if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
+    return hash;
+}
+
 int runProject(const std::vector<std::string>& args) {
     Arguments a(args, {"variants", "threads", "model", "scratch", "tokenizer"}, {"quiet"});
     applyThreads(a.integer("threads", 0));
     Project project = Project::open(a.requirePositional("PROJECT"));
     const std::string modelPath = a.value("model", project.model().path);
-    auto base = loadModel(modelPath, projectLoadOptions(project, a));
+    const LoadOptions load = projectLoadOptions(project, a);
+    auto base = loadModel(modelPath, load);
+    const std::string tokenizerHash = warnOfTokenizerChange(project, load);
     applyScratch(a, *base, a.flag("quiet"));
     std::vector<std::string> names = {"base"};
     std::stringstream list(a.value("variants"));
@@ -169,7 +180,9 @@ int runProject(const std::vector<std::string>& args) {
         if (layers > 0)
             std::printf("%-24s %-24s %d layers, worst %.6g\n", name.c_str(), "reconstruction_error", layers, worstLayer);
         project.setResults(name, rows);
-        project.record("run", {{"variant", name}, {"threads", at::get_num_threads()}});
+        nlohmann::json entry = {{"variant", name}, {"threads", at::get_num_threads()}};
+        if (!tokenizerHash.empty()) entry["tokenizer_hash"] = tokenizerHash;
+        project.record("run", entry);
         project.save();   // after every variant, so an interrupted run keeps what finished
     }
     return 0;
@@ -181,8 +194,10 @@ int importance(const std::vector<std::string>& args) {
     const ProjectSettings& s = project.settings();
     const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
     if (text.empty()) throw Error(project.path(), "has neither calibration nor evaluation text to measure importance on");
-    auto model = loadModel(a.value("model", project.model().path), projectLoadOptions(project, a));
+    const LoadOptions load = projectLoadOptions(project, a);
+    auto model = loadModel(a.value("model", project.model().path), load);
     if (!model->tokenizer) throw Error(model->path, "has no tokenizer; pass --tokenizer FILE");
+    const std::string tokenizerHash = warnOfTokenizerChange(project, load);
     CalibrationSpec spec{text, a.integer("samples", 16), a.integer("seq-len", std::min<int64_t>(256, s.calibrationSeqLen)),
                          s.calibrationSeed};
     at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(text), true), model->tokenizer->bos(), spec,
@@ -190,7 +205,9 @@ int importance(const std::vector<std::string>& args) {
     CallbackFeedback feedback;
     ImportanceMap map = computeImportance(*model, a.value("kind", "heads.ablation"), windows, &feedback);
     project.setImportance(map);
-    project.record("importance", {{"kind", map.kind}, {"samples", windows.size(0)}, {"seq_len", windows.size(1)}});
+    nlohmann::json entry = {{"kind", map.kind}, {"samples", windows.size(0)}, {"seq_len", windows.size(1)}};
+    if (!tokenizerHash.empty()) entry["tokenizer_hash"] = tokenizerHash;
+    project.record("importance", entry);
     project.save();
     if (!a.flag("quiet")) std::printf("stored %s (%zu x %zu) in %s\n", map.kind.c_str(), map.rowLabels.size(),
                                       map.columnLabels.size(), project.path().c_str());

@@ -365,6 +365,13 @@ bool MainWindow::saveAs(const QString& chosen) {
 
 bool MainWindow::useTokenizerFile(const QString& given) {
     if (!mDocument) return false;
+    // A job started before would store results measured with the earlier tokenizer under the new one.
+    if (mRun->isRunning() || mImportance->isComputing() || mCompare->isMeasuring()) {
+        if (given.isEmpty())
+            showError(tr("The tokenizer was not changed"), tr("A run, importance computation or measurement is in progress."),
+                      tr("Wait for it to finish, or cancel it, then try again."));
+        return false;
+    }
     QString path = given;
     if (path.isEmpty()) {
         path = QFileDialog::getOpenFileName(this, tr("Use Tokenizer File"), QFileInfo(QString::fromStdString(mDocument->project().model().path)).path(),

@@ -19,6 +19,7 @@ public:
     explicit ModelTreeView(QWidget* parent = nullptr);
 
     void setModel(const Model* model);   // nullptr clears
+    const Model* model() const { return mModel; }
     void setSteps(const nlohmann::json& steps);   // the current variant's recipe steps
     // Selects and reveals the item of `layer` (a linear layer, a block prefix, or a tensor). False if absent.
     bool selectLayer(const QString& layer);

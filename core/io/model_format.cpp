@@ -87,15 +87,7 @@ std::string tokenizerFileOf(const std::string& path, bool& json) {
 std::vector<std::string> tokenizerFiles(const std::string& path) {
     bool json = false;
     const std::string file = tokenizerFileOf(path, json);
-    std::vector<std::string> files = {file};
-    if (json) {
-        const size_t slash = file.rfind('/');
-        const std::string folder = slash == std::string::npos ? std::string() : file.substr(0, slash + 1);
-        struct stat st {};
-        for (const std::string& name : hfTokenizerSideFiles())
-            if (::stat((folder + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) files.push_back(folder + name);
-    }
-    return files;
+    return json ? hfTokenizerFilesRead(file) : std::vector<std::string>{file};
 }
 
 void applyTokenizerFile(Model& model, const std::string& path) {

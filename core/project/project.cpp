@@ -476,6 +476,19 @@ bool ModelReference::operator==(const ModelReference& o) const {
 
 std::string hashTokenizer(const std::string& path) { return hashFiles(tokenizerFiles(path)); }
 
+std::string tokenizerChangeWarning(const ModelReference& recorded, const std::string& used, std::string* usedHash) {
+    if (usedHash) usedHash->clear();
+    if (used.empty()) return "";
+    const std::string hash = hashTokenizer(used);
+    if (usedHash) *usedHash = hash;
+    if (recorded.tokenizer.empty())
+        return "the project was measured with the model's own tokenizer; " + used + " replaces it, so results may differ";
+    if (!recorded.tokenizerHash.empty() && hash != recorded.tokenizerHash)
+        return "the tokenizer's content changed since the project was saved (hash " + recorded.tokenizerHash + " -> " +
+               hash + "); results may differ";
+    return "";
+}
+
 LoadOptions ModelReference::loadOptions() const {
     LoadOptions options;
     options.tokenizerPath = tokenizer;

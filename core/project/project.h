@@ -33,7 +33,7 @@ struct ModelReference {
     // A tokenizer used in place of the model's own (LoadOptions::tokenizerPath), "" for none. Kept in the meta table
     // (key model_tokenizer), so builds that predate it still open the project.
     std::string tokenizer;
-    // hashPath of that tokenizer when it was recorded (meta key model_tokenizer_hash), "" when none or not computed.
+    // hashTokenizer of that tokenizer when it was recorded (meta key model_tokenizer_hash), "" when none or not computed.
     std::string tokenizerHash;
     bool operator==(const ModelReference& o) const;
     // What loadModel needs to read the model as the project does.
@@ -43,6 +43,12 @@ struct ModelReference {
 // Fingerprint of the tokenizer a path names: hashFiles of tokenizerFiles(path), so a folder and its tokenizer.json, or
 // the same files moved elsewhere, give one hash. Throws cwb::Error naming the path when it is not a tokenizer.
 std::string hashTokenizer(const std::string& path);
+
+// What a replay of a project should say of the tokenizer its model is read with now (`used`: the path given in place
+// of the project's, or the project's own; "" for the model's own tokenizer) against what the project recorded; ""
+// when they agree, or when the project recorded no hash to compare with. `usedHash` (may be null) gets the hash of
+// `used` ("" when none). Throws cwb::Error naming `used` when it is not a tokenizer.
+std::string tokenizerChangeWarning(const ModelReference& recorded, const std::string& used, std::string* usedHash = nullptr);
 
 struct ProjectSettings {
     FileReference calibration;

@@ -592,6 +592,9 @@ std::unique_ptr<NativeIntLinear> makeNativeFp8Rows(const std::vector<const Fp8Li
     } catch (const kernels::KernelError& e) {
         reason = std::string("kernel setup failed: ") + e.what();
         return nullptr;
+    } catch (const c10::Error& e) {   // copies to the device: each part then runs on its own, saying why
+        reason = std::string("stacking failed: ") + e.what_without_backtrace();
+        return nullptr;
     }
 }
 
@@ -613,7 +616,7 @@ std::unique_ptr<NativeIntLinear> makeNativeW8a8Rows(const std::vector<const W8A8
             return nullptr;
         }
         // Each part quantizes x / its own divisor: one set of codes of x serves them all only if the divisors agree.
-        if (!at::equal(part->smoothing().to(at::kFloat), parts.front()->smoothing().to(at::kFloat))) {
+        if (!at::equal(part->smoothing().to(at::kFloat).cpu(), parts.front()->smoothing().to(at::kFloat).cpu())) {
             reason = "the layers have different SmoothQuant divisors (their codes of x differ)";
             return nullptr;
         }
@@ -628,6 +631,9 @@ std::unique_ptr<NativeIntLinear> makeNativeW8a8Rows(const std::vector<const W8A8
         return w8a8KernelOfRows(parts, device, dtype, std::move(workspace));
     } catch (const kernels::KernelError& e) {
         reason = std::string("kernel setup failed: ") + e.what();
+        return nullptr;
+    } catch (const c10::Error& e) {
+        reason = std::string("stacking failed: ") + e.what_without_backtrace();
         return nullptr;
     }
 }

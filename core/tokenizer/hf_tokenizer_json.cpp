@@ -378,10 +378,13 @@ std::unique_ptr<Tokenizer> loadHfTokenizer(const std::string& tokenizerJsonPath)
     }
 }
 
-const std::vector<std::string>& hfTokenizerSideFiles() {
-    static const std::vector<std::string> names = {"tokenizer_config.json", "chat_template.jinja", "chat_template.json",
-                                                   "generation_config.json"};
-    return names;
+std::vector<std::string> hfTokenizerFilesRead(const std::string& tokenizerJsonPath) {
+    const size_t slash = tokenizerJsonPath.find_last_of("/\\");
+    const std::string folder = slash == std::string::npos ? std::string() : tokenizerJsonPath.substr(0, slash + 1);
+    std::vector<std::string> files = {tokenizerJsonPath};
+    for (const char* name : {"tokenizer_config.json", "chat_template.jinja", "chat_template.json", "generation_config.json"})
+        if (std::ifstream(folder + name)) files.push_back(folder + name);
+    return files;
 }
 
 } // namespace cwb

@@ -82,9 +82,9 @@ std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerData& data);
 // Hugging Face tokenizer.json (BPE model: byte-level as in GPT-2/Llama 3/Qwen2, or SentencePiece-style as in
 // Llama 2). Throws cwb::Error naming the file on anything it cannot read.
 std::unique_ptr<Tokenizer> loadHfTokenizer(const std::string& tokenizerJsonPath);
-// The files beside a tokenizer.json that loadHfTokenizer also reads when present (special tokens, chat template,
-// stop tokens).
-const std::vector<std::string>& hfTokenizerSideFiles();
+// The files loadHfTokenizer reads for `tokenizerJsonPath`: it, and the files beside it that it takes when they open
+// (special tokens, chat template, stop tokens), found as the loader finds them.
+std::vector<std::string> hfTokenizerFilesRead(const std::string& tokenizerJsonPath);
 
 // llama2.c tokenizer.bin: uint32 max_token_length, then vocabSize × (f32 score, int32 len, bytes). The format does not
 // say how many tokens it holds; with `wholeFile`, bytes left after vocabSize tokens are an error (more tokens than the

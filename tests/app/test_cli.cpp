@@ -245,6 +245,16 @@ void TestCli::tokenizerGivenForAFolderWithout() {
     QVERIFY2(changed.exitCode == 0, qPrintable(changed.err));
     const QByteArray changedWarnings = QJsonDocument(reportOf("changed")["warnings"].toArray()).toJson();
     QVERIFY2(changedWarnings.contains("the tokenizer's content changed since the project was saved"), changedWarnings.constData());
+    // project run stores results, so it says so too (even with --quiet), and its journal names the hash used.
+    Result rerun = run({"project", "run", project, "--tokenizer", moved, "--quiet"});
+    QVERIFY2(rerun.exitCode == 0, qPrintable(rerun.err));
+    QVERIFY2(rerun.err.contains("warning: the tokenizer's content changed since the project was saved"), qPrintable(rerun.err));
+    const QJsonArray journal = QJsonDocument::fromJson(run({"project", "show", project, "--json"}).out.toUtf8()).object()["journal"].toArray();
+    QVERIFY(!journal.isEmpty());
+    const QJsonObject lastEntry = journal.last().toObject();
+    QCOMPARE(lastEntry["action"].toString(), QStringLiteral("run"));
+    QVERIFY(lastEntry["detail"].toObject()["tokenizer_hash"].toString().startsWith("fnv1a64:"));
+    QVERIFY(lastEntry["detail"].toObject()["tokenizer_hash"].toString() != storedTokenizerHash);
     Result runMoved = run({"project", "run", project, "--tokenizer", moved + "/tokenizer.json", "--quiet"});
     QVERIFY2(runMoved.exitCode == 0, qPrintable(runMoved.err));
 }

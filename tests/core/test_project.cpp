@@ -277,8 +277,29 @@ void TestProject::tokenizerHashCoversTheFilesRead() {
     write("moved/tokenizer_config.json", R"({"bos_token": "<|begin_of_text|>"})");
     const std::string configChanged = hashTokenizer(moved);
     QVERIFY(configChanged != ofFolder);
-    write("moved/chat_template.jinja", "{{ messages }}");
-    QVERIFY(hashTokenizer(moved) != configChanged);
+    std::string last = configChanged;
+    for (const QString& name : {"chat_template.jinja", "chat_template.json", "generation_config.json", "tokenizer.json"}) {
+        write("moved/" + name, "{\"changed\": \"" + name.toUtf8() + "\"}");
+        const std::string now = hashTokenizer(moved);
+        QVERIFY2(now != last, qPrintable(name));
+        last = now;
+    }
+    // What a replay says: nothing when the hash agrees or none was recorded; a changed hash or a tokenizer given in
+    // place of the model's own is named.
+    ModelReference recorded;
+    recorded.tokenizer = moved;
+    recorded.tokenizerHash = last;
+    std::string used;
+    QCOMPARE(tokenizerChangeWarning(recorded, moved, &used), std::string());
+    QCOMPARE(used, last);
+    QCOMPARE(tokenizerChangeWarning(recorded, ""), std::string());
+    recorded.tokenizerHash = ofFolder;
+    QVERIFY(tokenizerChangeWarning(recorded, moved).find("changed since the project was saved (hash " + ofFolder + " -> " +
+                                                       last) != std::string::npos);
+    recorded.tokenizerHash.clear();   // projects saved before the hash was kept
+    QCOMPARE(tokenizerChangeWarning(recorded, moved), std::string());
+    QVERIFY(tokenizerChangeWarning(ModelReference(), moved).find("model's own tokenizer; " + moved + " replaces it") !=
+            std::string::npos);
     write("tok.bin", QByteArray(16, '\1'));
     QCOMPARE(hashTokenizer(dir.filePath("tok.bin").toStdString()), hashFiles({dir.filePath("tok.bin").toStdString()}));
     write("notes.txt", "x");

@@ -212,10 +212,14 @@ void TestGuiFlow::tokenizerFileFromTheWindow() {
     QVERIFY(!doc->isDirty());
     QVERIFY(doc->model()->metadata.count("tokenizer") == 0 || doc->model()->metadata.at("tokenizer") != tokenizer.toStdString());
     QSignalSpy changed(doc, &ProjectDocument::modelChanged);
-    const std::shared_ptr<const Model> before = doc->model();
+    const Model* before = doc->model().get();
+    QCOMPARE(window.modelTree()->model(), before);
     QVERIFY(window.useTokenizerFile(tokenizer));
     QCOMPARE(changed.count(), 1);
-    QVERIFY(doc->model() != before && doc->model()->tokenizer);
+    QVERIFY(doc->model().get() != before && doc->model()->tokenizer);
+    // The tree reads the new model (the old one is gone: nothing else holds it), also when it is rebuilt.
+    QCOMPARE(window.modelTree()->model(), doc->model().get());
+    window.modelTree()->setSteps(nlohmann::json::array());
     const std::string absolute = QFileInfo(tokenizer).absoluteFilePath().toStdString();
     QCOMPARE(doc->model()->metadata.at("tokenizer"), absolute);
     QCOMPARE(doc->project().model().tokenizer, absolute);
@@ -237,6 +241,15 @@ void TestGuiFlow::tokenizerFileFromTheWindow() {
     QVERIFY(!window.useTokenizerFile(junk.fileName()));
     QVERIFY(doc->model() == kept);
     QCOMPARE(doc->project().model().tokenizer, absolute);
+    // Not while a run is in progress: its results would be stored under the other tokenizer.
+    useSmallEvaluation(window);
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));   // a variant to run
+    QSignalSpy finished(window.runView(), &RunView::finished);
+    QVERIFY(window.runView()->runCurrent());
+    QVERIFY(window.runView()->isRunning());
+    QVERIFY(!window.useTokenizerFile(tokenizer));
+    QVERIFY(doc->model() == kept);
+    QVERIFY(finished.wait(120000));
     // Saved and reopened: the model is read with the recorded tokenizer.
     const QString path = mDir.filePath("with-tokenizer.cwbproj");
     QVERIFY(window.saveAs(path));
