@@ -334,8 +334,13 @@ bool Transformer::fuseNativeProjection(std::map<std::string, std::shared_ptr<con
     if (!fp8Parts.empty() && fp8Parts.size() != parts.size()) return false;
     if (!w8a8Parts.empty() && w8a8Parts.size() != parts.size()) return false;
     std::string reason;
+    // Parts of one kind that cannot run as one layer: each runs on its own, and its path says why.
+    const auto refuse = [&] {
+        for (const auto& part : parts) mStackRefusals[prefix + part] = reason;
+        return false;
+    };
     const bool integerParts = fp8Parts.empty() && w8a8Parts.empty();
-    if (integerParts && !canConcatenateRows(weights, inputScales, reason)) return false;
+    if (integerParts && !canConcatenateRows(weights, inputScales, reason)) return refuse();
     if (!mNativeWorkspace) mNativeWorkspace = makeNativeWorkspace(mOptions.dequantAboveTokens);
     std::unique_ptr<NativeIntLinear> kernel;
     if (!fp8Parts.empty())
@@ -345,7 +350,7 @@ bool Transformer::fuseNativeProjection(std::map<std::string, std::shared_ptr<con
     else
         kernel = makeNativeIntLinear(concatenateRows(weights), inputScales.front(), mOptions.device, mOptions.dtype,
                                      mNativeWorkspace, reason);
-    if (!kernel) return false;   // each part then tries on its own and reports why
+    if (!kernel) return refuse();
     std::string names;
     for (const auto& part : parts) {   // "self_attn.q_proj" -> "q"
         const std::string shortName = part.substr(part.find('.') + 1);
@@ -375,6 +380,8 @@ std::shared_ptr<const NativeIntLinear> Transformer::nativeLinear(const std::stri
         if (!mNativeWorkspace) mNativeWorkspace = makeNativeWorkspace(mOptions.dequantAboveTokens);
         kernel = makeNativeLinear(layer, mOptions.device, mOptions.dtype, mNativeWorkspace, path.how);
         if (kernel) path = {true, kernel->kernelName()};
+        const auto refused = mStackRefusals.find(name);
+        if (kernel && refused != mStackRefusals.end()) path.how += ", not stacked: " + refused->second;
     }
     mLayerPaths[name] = path;
     return kernel;

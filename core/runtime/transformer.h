@@ -275,6 +275,7 @@ private:
     uint64_t mWeightsVersion = 0;      // bumped by invalidateBlock: graphs captured before it are stale
     std::shared_ptr<NativeWorkspace> mNativeWorkspace;
     std::map<std::string, LayerPath> mLayerPaths;
+    std::map<std::string, std::string> mStackRefusals;   // q/k/v or gate/up parts of one kind run apart: why
 };
 
 // Inverse frequencies of RoPE (float32 [headDim / 2]) with the model's scaling and rope_freqs.weight applied.

@@ -183,6 +183,14 @@ int main() {
                           "), the others are listed as dequantized with a reason");
                 check(fused == c.expectedFused, std::to_string(fused) + " q/k/v and gate/up layers ran fused, expected " +
                                                     std::to_string(c.expectedFused));
+                if (c.kernel == "W8A8 int8 GEMM" && c.expectedFused == 0) {   // per-layer divisors: the paths say why
+                    int64_t saidWhy = 0;
+                    for (const auto& [name, path] : gpu.layerPaths())
+                        saidWhy += path.how.find("not stacked: the layers have different SmoothQuant divisors") !=
+                                   std::string::npos;
+                    check(saidWhy == 10, std::to_string(saidWhy) + " of the 10 q/k/v and gate/up paths say why they are "
+                                                                   "not stacked");
+                }
                 if (c.kernel == "W4A16" || c.kernel == "W8A16") {
                     // The prompt's 80 rows took dequantize + cuBLAS above; the same prefill through the kernels
                     // alone (slices of 64 + 16) must agree with the CPU as well.
