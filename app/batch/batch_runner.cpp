@@ -129,17 +129,19 @@ int BatchRunner::run() {
         const std::string& tokenizer = load.tokenizerPath;
         if (!tokenizer.empty() && !std::filesystem::exists(tokenizer))
             throw Error(mProjectPath, "its tokenizer is not at " + tokenizer + " (moved?); pass --tokenizer PATH");
-        if (!tokenizer.empty()) {
-            // Checked like the model: a moved tokenizer with the same bytes gives the same tokens; changed bytes may not.
-            std::string tokenizerHash;
-            const std::string warning = tokenizerChangeWarning(project.model(), tokenizer, &tokenizerHash);
-            if (!warning.empty()) warnings.push_back(warning);
-            report["model"]["tokenizer"] = tokenizer;
+        progress("loading " + modelPath);
+        auto base = loadModel(modelPath, load);
+        // Checked like the model: a moved tokenizer with the same bytes gives the same tokens; changed bytes may not.
+        const auto found = base->metadata.find("tokenizer");
+        const std::string beside = tokenizer.empty() && found != base->metadata.end() ? found->second : "";
+        std::string tokenizerHash;
+        const std::string tokenizerWarning = tokenizerChangeWarning(project.model(), tokenizer, &tokenizerHash, beside);
+        if (!tokenizerWarning.empty()) warnings.push_back(tokenizerWarning);
+        if (!tokenizer.empty() || !beside.empty()) {
+            report["model"]["tokenizer"] = tokenizer.empty() ? beside : tokenizer;
             report["model"]["tokenizer_hash"] = tokenizerHash;
             report["model"]["stored_tokenizer_hash"] = project.model().tokenizerHash;
         }
-        progress("loading " + modelPath);
-        auto base = loadModel(modelPath, load);
         std::string scratchNote;
         base->setScratch(chooseScratch("auto", base->storageBytes(), &scratchNote));
         if (!scratchNote.empty()) progress(scratchNote);

@@ -58,7 +58,7 @@ int create(const std::vector<std::string>& args) {
     ref.path = modelPath;
     if (a.has("tokenizer")) ref.tokenizer = absolute(a.value("tokenizer"));
     auto model = loadModel(modelPath, ref.loadOptions());   // refuses what cwb cannot read before a project points at it
-    if (!ref.tokenizer.empty()) ref.tokenizerHash = hashTokenizer(ref.tokenizer);
+    ref.tokenizerHash = tokenizerHashToRecord(*model, ref.tokenizer);
     ref.format = model->format;
     // Hashing reads every byte (seconds per GB): progress on stderr every 10% for models past 256 MiB.
     CallbackFeedback hashing;
@@ -135,9 +135,11 @@ int addVariant(const std::vector<std::string>& args) {
 
 // Results stored with another tokenizer than the project's are said so on stderr (even with --quiet); returns the hash
 // of the tokenizer used ("" for the model's own), for the journal.
-std::string warnOfTokenizerChange(const Project& project, const LoadOptions& load) {
+std::string warnOfTokenizerChange(const Project& project, const LoadOptions& load, const Model& model) {
     std::string hash;
-    const std::string warning = tokenizerChangeWarning(project.model(), load.tokenizerPath, &hash);
+    const auto found = model.metadata.find("tokenizer");
+    const std::string beside = load.tokenizerPath.empty() && found != model.metadata.end() ? found->second : "";
+    const std::string warning = tokenizerChangeWarning(project.model(), load.tokenizerPath, &hash, beside);
     if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
     return hash;
 }
@@ -149,7 +151,7 @@ int runProject(const std::vector<std::string>& args) {
     const std::string modelPath = a.value("model", project.model().path);
     const LoadOptions load = projectLoadOptions(project, a);
     auto base = loadModel(modelPath, load);
-    const std::string tokenizerHash = warnOfTokenizerChange(project, load);
+    const std::string tokenizerHash = warnOfTokenizerChange(project, load, *base);
     applyScratch(a, *base, a.flag("quiet"));
     std::vector<std::string> names = {"base"};
     std::stringstream list(a.value("variants"));
@@ -197,7 +199,7 @@ int importance(const std::vector<std::string>& args) {
     const LoadOptions load = projectLoadOptions(project, a);
     auto model = loadModel(a.value("model", project.model().path), load);
     if (!model->tokenizer) throw Error(model->path, "has no tokenizer; pass --tokenizer FILE");
-    const std::string tokenizerHash = warnOfTokenizerChange(project, load);
+    const std::string tokenizerHash = warnOfTokenizerChange(project, load, *model);
     CalibrationSpec spec{text, a.integer("samples", 16), a.integer("seq-len", std::min<int64_t>(256, s.calibrationSeqLen)),
                          s.calibrationSeed};
     at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(text), true), model->tokenizer->bos(), spec,

@@ -67,6 +67,7 @@ ProjectDocument::Loaded ProjectDocument::loadModel(const QString& modelPath, Fee
     const bool folder = std::filesystem::is_directory(path);
     ref.hash = folder ? hashFolder(path, feedback) : hashFile(path, feedback);
     ref.bytes = folder ? 0 : fileBytes(path);
+    ref.tokenizerHash = tokenizerHashToRecord(*loaded.model, "");   // a llama2.c checkpoint's tokenizer file
     ProjectSettings settings;
     settings.evalCtx = std::min<int64_t>(settings.evalCtx, loaded.model->spec.context);
     settings.calibrationSeqLen = std::min<int64_t>(settings.calibrationSeqLen, loaded.model->spec.context);

@@ -476,17 +476,26 @@ bool ModelReference::operator==(const ModelReference& o) const {
 
 std::string hashTokenizer(const std::string& path) { return hashFiles(tokenizerFiles(path)); }
 
-std::string tokenizerChangeWarning(const ModelReference& recorded, const std::string& used, std::string* usedHash) {
+std::string tokenizerChangeWarning(const ModelReference& recorded, const std::string& given, std::string* usedHash,
+                                   const std::string& besideModel) {
     if (usedHash) usedHash->clear();
+    const std::string& used = given.empty() ? besideModel : given;
     if (used.empty()) return "";
     const std::string hash = hashTokenizer(used);
     if (usedHash) *usedHash = hash;
-    if (recorded.tokenizer.empty())
-        return "the project was measured with the model's own tokenizer; " + used + " replaces it, so results may differ";
+    if (!given.empty() && recorded.tokenizer.empty())
+        return "the project was measured with the model's own tokenizer; " + given + " replaces it, so results may differ";
     if (!recorded.tokenizerHash.empty() && hash != recorded.tokenizerHash)
-        return "the tokenizer's content changed since the project was saved (hash " + recorded.tokenizerHash + " -> " +
-               hash + "); results may differ";
+        return std::string(given.empty() ? "the model's tokenizer file " + used : "the tokenizer's content") +
+               " changed since the project was saved (hash " + recorded.tokenizerHash + " -> " + hash +
+               "); results may differ";
     return "";
+}
+
+std::string tokenizerHashToRecord(const Model& model, const std::string& given) {
+    if (!given.empty()) return hashTokenizer(given);
+    const auto found = model.metadata.find("tokenizer");
+    return found != model.metadata.end() && !found->second.empty() ? hashTokenizer(found->second) : std::string();
 }
 
 LoadOptions ModelReference::loadOptions() const {

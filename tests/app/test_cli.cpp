@@ -27,6 +27,7 @@ private slots:
     void generateChat();
     void evalPrintsPerplexity();
     void tokenizerGivenForAFolderWithout();
+    void llama2cTokenizerBesideTheCheckpointIsHashed();
     void interruptStopsAndSaysSo();
     void errorsNameTheFile();
     void benchRecordsItsSwitches();
@@ -257,6 +258,42 @@ void TestCli::tokenizerGivenForAFolderWithout() {
     QVERIFY(lastEntry["detail"].toObject()["tokenizer_hash"].toString() != storedTokenizerHash);
     Result runMoved = run({"project", "run", project, "--tokenizer", moved + "/tokenizer.json", "--quiet"});
     QVERIFY2(runMoved.exitCode == 0, qPrintable(runMoved.err));
+}
+
+// A llama2.c checkpoint's tokenizer is a file of its own beside it, outside the model's hash: the project keeps its hash
+// too, and a replay says when it changed.
+void TestCli::llama2cTokenizerBesideTheCheckpointIsHashed() {
+    CWB_REQUIRE_FIXTURE(checkpoint, "models/stories260K.bin");
+    CWB_REQUIRE_FIXTURE(tokenizer, "models/tok512.bin");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    QTemporaryDir dir;
+    QVERIFY(QFile::copy(checkpoint, dir.filePath("stories260K.bin")));
+    QVERIFY(QFile::copy(tokenizer, dir.filePath("tok512.bin")));
+    const QString project = dir.filePath("p.cwbproj");
+    Result created = run({"project", "create", project, "--model", dir.filePath("stories260K.bin"), "--eval", text,
+                          "--ctx", "64", "--chunks", "1"});
+    QVERIFY2(created.exitCode == 0, qPrintable(created.err));
+    const QJsonObject model =
+        QJsonDocument::fromJson(run({"project", "show", project, "--json"}).out.toUtf8()).object()["model"].toObject();
+    QVERIFY(!model.contains("tokenizer"));   // the model's own
+    const QString stored = model["tokenizer_hash"].toString();
+    QVERIFY2(stored.startsWith("fnv1a64:"), qPrintable(QJsonDocument(model).toJson()));
+    const auto warningsOf = [&](const QString& out) {
+        Result replay = run({"--batch", project, "--out", dir.filePath(out), "--quiet"});
+        QFile f(dir.filePath(out) + "/report.json");
+        if (!f.open(QIODevice::ReadOnly)) return QByteArray("no report: ") + replay.err.toUtf8();
+        return QJsonDocument(QJsonDocument::fromJson(f.readAll()).object()["warnings"].toArray()).toJson();
+    };
+    const QByteArray same = warningsOf("same");
+    QVERIFY2(!same.contains("tokenizer") && !same.startsWith("no report"), same.constData());
+    {   // bytes past its 512 tokens: read as before (llama2.c ignores them), but no longer the same file
+        QFile f(dir.filePath("tok512.bin"));
+        QVERIFY(f.open(QIODevice::Append));
+        f.write("x");
+    }
+    const QByteArray changed = warningsOf("changed");
+    QVERIFY2(changed.contains("the model's tokenizer file") && changed.contains("changed since the project was saved"),
+             changed.constData());
 }
 
 void TestCli::interruptStopsAndSaysSo() {

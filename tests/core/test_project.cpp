@@ -300,7 +300,17 @@ void TestProject::tokenizerHashCoversTheFilesRead() {
     QCOMPARE(tokenizerChangeWarning(recorded, moved), std::string());
     QVERIFY(tokenizerChangeWarning(ModelReference(), moved).find("model's own tokenizer; " + moved + " replaces it") !=
             std::string::npos);
+    // Nothing given: the tokenizer file found beside the model (llama2.c) is checked against the recorded hash.
+    const std::string bin = dir.filePath("tok.bin").toStdString();
     write("tok.bin", QByteArray(16, '\1'));
+    ModelReference own;
+    own.tokenizerHash = hashTokenizer(bin);
+    std::string binHash;
+    QCOMPARE(tokenizerChangeWarning(own, "", &binHash, bin), std::string());
+    QCOMPARE(binHash, own.tokenizerHash);
+    write("tok.bin", QByteArray(17, '\1'));
+    QVERIFY(tokenizerChangeWarning(own, "", nullptr, bin).find("the model's tokenizer file " + bin + " changed") !=
+            std::string::npos);
     QCOMPARE(hashTokenizer(dir.filePath("tok.bin").toStdString()), hashFiles({dir.filePath("tok.bin").toStdString()}));
     write("notes.txt", "x");
     for (const QString& bad : {dir.filePath("missing.json"), dir.filePath("notes.txt")}) {
