@@ -567,28 +567,32 @@ std::unique_ptr<NativeIntLinear> w8a8KernelOfRows(const std::vector<const W8A8Li
 
 } // namespace
 
-std::unique_ptr<NativeIntLinear> makeNativeFp8Rows(const std::vector<const Fp8Linear*>& parts, at::Device device,
-                                                   at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace,
-                                                   std::string& reason) {
+namespace {
+
+// What both stackers check and catch: parts of one input width (a multiple of 16), on CUDA in fp16 or bf16, none of
+// them refused by `refusal` ("" when a part can join); `make` builds the stacked layer (or sets `reason`, nullptr).
+template <typename Layer, typename Refusal, typename Make>
+std::unique_ptr<NativeIntLinear> stackedLayer(const std::vector<const Layer*>& parts, at::Device device, at::ScalarType dtype,
+                                              const char* kind, std::string& reason, Refusal refusal, Make make) {
     if (parts.empty()) {
         reason = "no layers to stack";
         return nullptr;
     }
     if (!device.is_cuda() || (dtype != at::kHalf && dtype != at::kBFloat16)) {
-        reason = "FP8 kernels run on CUDA in fp16 or bf16";
+        reason = std::string(kind) + " kernels run on CUDA in fp16 or bf16";
         return nullptr;
     }
-    for (const Fp8Linear* part : parts) {
+    for (const Layer* part : parts) {
         if (part->cols() != parts.front()->cols() || part->cols() % 16 != 0) {
             reason = "the layers differ in input features, or they are not a multiple of 16";
             return nullptr;
         }
-        reason = fp8Refusal(*part);
+        reason = refusal(*part);
         if (!reason.empty()) return nullptr;
     }
     try {
         c10::DeviceGuard guard(device);
-        return fp8KernelOfRows(parts, device, dtype, std::move(workspace));
+        return make();
     } catch (const kernels::KernelError& e) {
         reason = std::string("kernel setup failed: ") + e.what();
         return nullptr;
@@ -598,44 +602,32 @@ std::unique_ptr<NativeIntLinear> makeNativeFp8Rows(const std::vector<const Fp8Li
     }
 }
 
+} // namespace
+
+std::unique_ptr<NativeIntLinear> makeNativeFp8Rows(const std::vector<const Fp8Linear*>& parts, at::Device device,
+                                                   at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace,
+                                                   std::string& reason) {
+    return stackedLayer(parts, device, dtype, "FP8", reason, fp8Refusal,
+                        [&] { return fp8KernelOfRows(parts, device, dtype, std::move(workspace)); });
+}
+
 std::unique_ptr<NativeIntLinear> makeNativeW8a8Rows(const std::vector<const W8A8Linear*>& parts, at::Device device,
                                                     at::ScalarType dtype, std::shared_ptr<NativeWorkspace> workspace,
                                                     std::string& reason) {
-    if (parts.empty()) {
-        reason = "no layers to stack";
-        return nullptr;
-    }
-    if (!device.is_cuda() || (dtype != at::kHalf && dtype != at::kBFloat16)) {
-        reason = "W8A8 kernels run on CUDA in fp16 or bf16";
-        return nullptr;
-    }
     int64_t rows = 0;
-    for (const W8A8Linear* part : parts) {
-        if (part->cols() != parts.front()->cols() || part->cols() % 16 != 0) {
-            reason = "the layers differ in input features, or they are not a multiple of 16";
-            return nullptr;
-        }
-        // Each part quantizes x / its own divisor: one set of codes of x serves them all only if the divisors agree.
-        if (!at::equal(part->smoothing().to(at::kFloat).cpu(), parts.front()->smoothing().to(at::kFloat).cpu())) {
-            reason = "the layers have different SmoothQuant divisors (their codes of x differ)";
-            return nullptr;
-        }
-        rows += part->rows();
-    }
+    for (const W8A8Linear* part : parts) rows += part->rows();
     if (rows % 4 != 0) {
         reason = "w8a8 with " + std::to_string(rows) + " stacked outputs (the int8 GEMM needs a multiple of 4)";
         return nullptr;
     }
-    try {
-        c10::DeviceGuard guard(device);
-        return w8a8KernelOfRows(parts, device, dtype, std::move(workspace));
-    } catch (const kernels::KernelError& e) {
-        reason = std::string("kernel setup failed: ") + e.what();
-        return nullptr;
-    } catch (const c10::Error& e) {
-        reason = std::string("stacking failed: ") + e.what_without_backtrace();
-        return nullptr;
-    }
+    // Each part quantizes x / its own divisor: one set of codes of x serves them all only if the divisors agree.
+    const auto refusal = [&](const W8A8Linear& part) -> std::string {
+        return at::equal(part.smoothing().to(at::kFloat).cpu(), parts.front()->smoothing().to(at::kFloat).cpu())
+                   ? ""
+                   : "the layers have different SmoothQuant divisors (their codes of x differ)";
+    };
+    return stackedLayer(parts, device, dtype, "W8A8", reason, refusal,
+                        [&] { return w8a8KernelOfRows(parts, device, dtype, std::move(workspace)); });
 }
 
 std::unique_ptr<NativeIntLinear> makeNativeLinear(const CompressedLinear& layer, at::Device device, at::ScalarType dtype,
