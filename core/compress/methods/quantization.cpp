@@ -257,7 +257,9 @@ public:
             at::Tensor s = quant::smoothingScales(absMax.absMax(), w, ctx.paramsFor(layer)["alpha"].get<double>());
             ctx.model.setCompressed(layer, std::make_shared<W8A8Linear>(quant::quantizeInt8PerChannel(w * s.unsqueeze(0)), s));
         });
-        ctx.note("activations are quantized to int8 per token dynamically (simulated on the CPU)");
+        ctx.note("activations are quantized to int8 per token dynamically (simulated on the CPU); one smoothing scale per "
+                 "layer: on CUDA q/k/v and gate/up then run apart (fold=true stacks them, and compressed-tensors "
+                 "export needs it)");
     }
 
 private:
