@@ -132,13 +132,12 @@ int BatchRunner::run() {
         progress("loading " + modelPath);
         auto base = loadModel(modelPath, load);
         // Checked like the model: a moved tokenizer with the same bytes gives the same tokens; changed bytes may not.
-        const auto found = base->metadata.find("tokenizer");
-        const std::string beside = tokenizer.empty() && found != base->metadata.end() ? found->second : "";
         std::string tokenizerHash;
-        const std::string tokenizerWarning = tokenizerChangeWarning(project.model(), tokenizer, &tokenizerHash, beside);
+        const std::string tokenizerWarning = tokenizerChangeWarning(project.model(), tokenizer, *base, &tokenizerHash);
         if (!tokenizerWarning.empty()) warnings.push_back(tokenizerWarning);
-        if (!tokenizer.empty() || !beside.empty()) {
-            report["model"]["tokenizer"] = tokenizer.empty() ? beside : tokenizer;
+        const auto found = base->metadata.find("tokenizer");   // a llama2.c checkpoint's, when none was given
+        if (!tokenizer.empty() || found != base->metadata.end()) {
+            report["model"]["tokenizer"] = !tokenizer.empty() ? tokenizer : found->second;
             report["model"]["tokenizer_hash"] = tokenizerHash;
             report["model"]["stored_tokenizer_hash"] = project.model().tokenizerHash;
         }

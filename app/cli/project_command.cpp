@@ -137,9 +137,7 @@ int addVariant(const std::vector<std::string>& args) {
 // of the tokenizer used ("" for the model's own), for the journal.
 std::string warnOfTokenizerChange(const Project& project, const LoadOptions& load, const Model& model) {
     std::string hash;
-    const auto found = model.metadata.find("tokenizer");
-    const std::string beside = load.tokenizerPath.empty() && found != model.metadata.end() ? found->second : "";
-    const std::string warning = tokenizerChangeWarning(project.model(), load.tokenizerPath, &hash, beside);
+    const std::string warning = tokenizerChangeWarning(project.model(), load.tokenizerPath, model, &hash);
     if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
     return hash;
 }

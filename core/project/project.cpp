@@ -476,10 +476,21 @@ bool ModelReference::operator==(const ModelReference& o) const {
 
 std::string hashTokenizer(const std::string& path) { return hashFiles(tokenizerFiles(path)); }
 
-std::string tokenizerChangeWarning(const ModelReference& recorded, const std::string& given, std::string* usedHash,
-                                   const std::string& besideModel) {
+namespace {
+
+// The tokenizer file a model was read with (Model::metadata "tokenizer": a given one, or a llama2.c checkpoint's found
+// beside it); "" when its tokenizer came from the model's own file or folder.
+std::string tokenizerFileOf(const Model& model) {
+    const auto found = model.metadata.find("tokenizer");
+    return found != model.metadata.end() ? found->second : std::string();
+}
+
+} // namespace
+
+std::string tokenizerChangeWarning(const ModelReference& recorded, const std::string& given, const Model& loaded,
+                                   std::string* usedHash) {
     if (usedHash) usedHash->clear();
-    const std::string& used = given.empty() ? besideModel : given;
+    const std::string used = given.empty() ? tokenizerFileOf(loaded) : given;
     if (used.empty()) return "";
     const std::string hash = hashTokenizer(used);
     if (usedHash) *usedHash = hash;
@@ -493,9 +504,8 @@ std::string tokenizerChangeWarning(const ModelReference& recorded, const std::st
 }
 
 std::string tokenizerHashToRecord(const Model& model, const std::string& given) {
-    if (!given.empty()) return hashTokenizer(given);
-    const auto found = model.metadata.find("tokenizer");
-    return found != model.metadata.end() && !found->second.empty() ? hashTokenizer(found->second) : std::string();
+    const std::string file = given.empty() ? tokenizerFileOf(model) : given;
+    return file.empty() ? std::string() : hashTokenizer(file);
 }
 
 LoadOptions ModelReference::loadOptions() const {

@@ -44,14 +44,13 @@ struct ModelReference {
 // the same files moved elsewhere, give one hash. Throws cwb::Error naming the path when it is not a tokenizer.
 std::string hashTokenizer(const std::string& path);
 
-// What a replay of a project should say of the tokenizer its model is read with now against what the project
-// recorded; "" when they agree, or when the project recorded no hash to compare with. `given`: the path given in place
-// of the model's own (the project's, or one passed instead), "" for the model's own; `besideModel`: with nothing
-// given, the tokenizer file the loader found beside the model (a llama2.c checkpoint's tokenizer.bin; Model::metadata
-// "tokenizer"), whose hash the project keeps too. `usedHash` (may be null) gets the hash of the file used ("" when
-// none). Throws cwb::Error naming the path when it is not a tokenizer.
-std::string tokenizerChangeWarning(const ModelReference& recorded, const std::string& given, std::string* usedHash = nullptr,
-                                   const std::string& besideModel = "");
+// What a replay of a project should say of the tokenizer `loaded` was read with against what the project recorded; ""
+// when they agree, or when the project recorded no hash to compare with. `given`: the path given in place of the
+// model's own (the project's, or one passed instead), "" for the model's own, whose file, where the loader found one
+// beside the model (a llama2.c checkpoint's tokenizer.bin), is checked too. `usedHash` (may be null) gets the hash of
+// the file used ("" when none). Throws cwb::Error naming the path when it is not a tokenizer.
+std::string tokenizerChangeWarning(const ModelReference& recorded, const std::string& given, const Model& loaded,
+                                   std::string* usedHash = nullptr);
 
 // The hash a new project records for `model` read with `given` ("" for its own tokenizer): that of the given tokenizer,
 // or of the tokenizer file the loader found beside the model (a llama2.c checkpoint's), else "".

@@ -286,30 +286,33 @@ void TestProject::tokenizerHashCoversTheFilesRead() {
     }
     // What a replay says: nothing when the hash agrees or none was recorded; a changed hash or a tokenizer given in
     // place of the model's own is named.
+    Model ownTokenizer;   // read with a tokenizer of its own file (no Model::metadata "tokenizer")
     ModelReference recorded;
     recorded.tokenizer = moved;
     recorded.tokenizerHash = last;
     std::string used;
-    QCOMPARE(tokenizerChangeWarning(recorded, moved, &used), std::string());
+    QCOMPARE(tokenizerChangeWarning(recorded, moved, ownTokenizer, &used), std::string());
     QCOMPARE(used, last);
-    QCOMPARE(tokenizerChangeWarning(recorded, ""), std::string());
+    QCOMPARE(tokenizerChangeWarning(recorded, "", ownTokenizer), std::string());
     recorded.tokenizerHash = ofFolder;
-    QVERIFY(tokenizerChangeWarning(recorded, moved).find("changed since the project was saved (hash " + ofFolder + " -> " +
-                                                       last) != std::string::npos);
+    QVERIFY(tokenizerChangeWarning(recorded, moved, ownTokenizer)
+                .find("changed since the project was saved (hash " + ofFolder + " -> " + last) != std::string::npos);
     recorded.tokenizerHash.clear();   // projects saved before the hash was kept
-    QCOMPARE(tokenizerChangeWarning(recorded, moved), std::string());
-    QVERIFY(tokenizerChangeWarning(ModelReference(), moved).find("model's own tokenizer; " + moved + " replaces it") !=
-            std::string::npos);
+    QCOMPARE(tokenizerChangeWarning(recorded, moved, ownTokenizer), std::string());
+    QVERIFY(tokenizerChangeWarning(ModelReference(), moved, ownTokenizer)
+                .find("model's own tokenizer; " + moved + " replaces it") != std::string::npos);
     // Nothing given: the tokenizer file found beside the model (llama2.c) is checked against the recorded hash.
     const std::string bin = dir.filePath("tok.bin").toStdString();
     write("tok.bin", QByteArray(16, '\1'));
+    Model besideBin;
+    besideBin.metadata["tokenizer"] = bin;
     ModelReference own;
     own.tokenizerHash = hashTokenizer(bin);
     std::string binHash;
-    QCOMPARE(tokenizerChangeWarning(own, "", &binHash, bin), std::string());
+    QCOMPARE(tokenizerChangeWarning(own, "", besideBin, &binHash), std::string());
     QCOMPARE(binHash, own.tokenizerHash);
     write("tok.bin", QByteArray(17, '\1'));
-    QVERIFY(tokenizerChangeWarning(own, "", nullptr, bin).find("the model's tokenizer file " + bin + " changed") !=
+    QVERIFY(tokenizerChangeWarning(own, "", besideBin).find("the model's tokenizer file " + bin + " changed") !=
             std::string::npos);
     QCOMPARE(hashTokenizer(dir.filePath("tok.bin").toStdString()), hashFiles({dir.filePath("tok.bin").toStdString()}));
     write("notes.txt", "x");
