@@ -239,6 +239,32 @@ int addExport(const std::vector<std::string>& args) {
     return 0;
 }
 
+// Gives the project's model the tokenizer of FILE in place of its own (or, with --own, its own again), as the GUI's
+// Project > Use Tokenizer File does: the model is read with it first, so a tokenizer it cannot use is refused.
+int setTokenizer(const std::vector<std::string>& args) {
+    Arguments a(args, {"tokenizer", "model"}, {"own"});
+    Project project = Project::open(a.requirePositional("PROJECT"));
+    if (a.has("tokenizer") == a.flag("own"))
+        throw Error("project set-tokenizer needs --tokenizer FILE (a tokenizer.json, its folder or a llama2.c .bin) or --own");
+    ModelReference ref = project.model();
+    ref.tokenizer = a.flag("own") ? std::string() : absolute(a.value("tokenizer"));
+    auto model = loadModel(a.value("model", ref.path), ref.loadOptions());
+    ref.tokenizerHash = tokenizerHashToRecord(*model, ref.tokenizer);
+    if (ref == project.model()) {
+        std::printf("%s already uses %s\n", project.path().c_str(), ref.tokenizer.empty() ? "the model's own tokenizer" : ref.tokenizer.c_str());
+        return 0;
+    }
+    project.setModel(ref);
+    project.record("tokenizer", {{"path", ref.tokenizer}, {"hash", ref.tokenizerHash}});
+    project.save();
+    std::printf("%s: tokenizer %s%s\n", project.path().c_str(), ref.tokenizer.empty() ? "of the model" : ref.tokenizer.c_str(),
+                ref.tokenizerHash.empty() ? "" : (" (" + ref.tokenizerHash + ")").c_str());
+    if (!project.results().empty())
+        std::fprintf(stderr, "warning: the stored results were measured with the earlier tokenizer; `cwb project run` "
+                             "measures them again\n");
+    return 0;
+}
+
 int runProjectCommand(const std::vector<std::string>& args) {
     if (args.empty()) throw Error("project needs a subcommand: create, show, add-variant, run");
     const std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -248,7 +274,9 @@ int runProjectCommand(const std::vector<std::string>& args) {
     if (args[0] == "run") return runProject(rest);
     if (args[0] == "importance") return importance(rest);
     if (args[0] == "add-export") return addExport(rest);
-    throw Error("unknown project subcommand '" + args[0] + "' (create, show, add-variant, add-export, run, importance)");
+    if (args[0] == "set-tokenizer") return setTokenizer(rest);
+    throw Error("unknown project subcommand '" + args[0] +
+                "' (create, show, add-variant, add-export, set-tokenizer, run, importance)");
 }
 
 } // namespace cwb::cli

@@ -70,22 +70,22 @@ uint64_t sizeOf(const fs::path& file) {
     return uint64_t(size);
 }
 
-// For each file, in the order given: its name, a 0 byte, its size as 8 little-endian bytes, then its contents.
-std::string hashNamedFiles(const std::vector<fs::path>& files, Feedback* feedback) {
+// For each file, in the order given: its label (its name unless given), a 0 byte, its size as 8 little-endian bytes,
+// then its contents.
+std::string hashNamedFiles(const std::vector<std::pair<std::string, fs::path>>& files, Feedback* feedback) {
     uint64_t total = 0;
-    for (const auto& f : files) total += sizeOf(f);
+    for (const auto& f : files) total += sizeOf(f.second);
     uint64_t hash = kFnv1a64OffsetBasis;
     uint64_t done = 0;
-    for (const auto& f : files) {
-        const std::string name = f.filename().string();
+    for (const auto& [name, path] : files) {
         hash = fnv1a64(name.data(), name.size(), hash);
         const unsigned char zero = 0;
         hash = fnv1a64(&zero, 1, hash);
         unsigned char size[8];
-        const uint64_t bytes = sizeOf(f);
+        const uint64_t bytes = sizeOf(path);
         for (int i = 0; i < 8; ++i) size[i] = static_cast<unsigned char>(bytes >> (8 * i));
         hash = fnv1a64(size, sizeof size, hash);
-        hash = hashContents(f.string(), hash, feedback, done, total);
+        hash = hashContents(path.string(), hash, feedback, done, total);
     }
     if (feedback) feedback->setProgress(1.0);
     return formatHash(hash);
@@ -119,17 +119,18 @@ std::string hashFile(const std::string& path, Feedback* feedback) {
 
 std::string hashFolder(const std::string& folder, Feedback* feedback) {
     if (!fs::is_directory(statusOf(folder))) throw Error(folder, "is not a folder");
-    return hashNamedFiles(regularFiles(folder), feedback);
+    std::vector<std::pair<std::string, fs::path>> files;
+    for (const auto& f : regularFiles(folder)) files.emplace_back(f.filename().string(), f);
+    return hashNamedFiles(files, feedback);
 }
 
-std::string hashFiles(const std::vector<std::string>& paths, Feedback* feedback) {
-    std::vector<fs::path> files;
-    for (const auto& path : paths) {
+std::string hashFiles(const std::vector<std::pair<std::string, std::string>>& labelledPaths, Feedback* feedback) {
+    std::vector<std::pair<std::string, fs::path>> files;
+    for (const auto& [label, path] : labelledPaths) {
         if (!fs::is_regular_file(statusOf(path))) throw Error(path, "is not a regular file");
-        files.emplace_back(path);
+        files.emplace_back(label, path);
     }
-    std::sort(files.begin(), files.end(),
-              [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
+    std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     return hashNamedFiles(files, feedback);
 }
 

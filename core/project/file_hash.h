@@ -8,6 +8,7 @@
 // pass a Feedback to show progress and to allow cancelling.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cwb {
@@ -32,9 +33,9 @@ std::string hashFile(const std::string& path, Feedback* feedback = nullptr);
 // bytes, then the contents. Renaming, adding, removing or changing a file changes the hash.
 std::string hashFolder(const std::string& folder, Feedback* feedback = nullptr);
 
-// Hash of the given regular files in the form of hashFolder (sorted by file name; the folders they are in do not
-// count), so that the same files moved elsewhere keep their hash.
-std::string hashFiles(const std::vector<std::string>& files, Feedback* feedback = nullptr);
+// Hash of regular files in the form of hashFolder, each under the label given in place of its name (sorted by label;
+// the folders they are in do not count), so that the same files moved or renamed keep their hash.
+std::string hashFiles(const std::vector<std::pair<std::string, std::string>>& labelledPaths, Feedback* feedback = nullptr);
 
 // hashFolder for a folder, hashFile otherwise.
 std::string hashPath(const std::string& path, Feedback* feedback = nullptr);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <ctime>
 #include <mutex>
 
@@ -474,7 +475,15 @@ bool ModelReference::operator==(const ModelReference& o) const {
            tokenizerHash == o.tokenizerHash;
 }
 
-std::string hashTokenizer(const std::string& path) { return hashFiles(tokenizerFiles(path)); }
+std::string hashTokenizer(const std::string& path) {
+    // The tokenizer file under one label whatever its name (tok512.bin renamed tokenizer.bin reads the same); the
+    // files beside a tokenizer.json under their own names, which the loader looks for.
+    const std::vector<std::string> files = tokenizerFiles(path);
+    std::vector<std::pair<std::string, std::string>> labelled = {{"tokenizer", files.front()}};
+    for (size_t i = 1; i < files.size(); ++i)
+        labelled.emplace_back(std::filesystem::path(files[i]).filename().string(), files[i]);
+    return hashFiles(labelled);
+}
 
 namespace {
 

@@ -40,8 +40,9 @@ struct ModelReference {
     LoadOptions loadOptions() const;
 };
 
-// Fingerprint of the tokenizer a path names: hashFiles of tokenizerFiles(path), so a folder and its tokenizer.json, or
-// the same files moved elsewhere, give one hash. Throws cwb::Error naming the path when it is not a tokenizer.
+// Fingerprint of the tokenizer a path names: hashFiles of tokenizerFiles(path), the tokenizer file labelled
+// "tokenizer" whatever its name and the files beside it by name, so a folder and its tokenizer.json, or the same files
+// moved or the tokenizer file renamed, give one hash. Throws cwb::Error naming the path when it is not a tokenizer.
 std::string hashTokenizer(const std::string& path);
 
 // What a replay of a project should say of the tokenizer `loaded` was read with against what the project recorded; ""

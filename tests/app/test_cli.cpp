@@ -294,6 +294,40 @@ void TestCli::llama2cTokenizerBesideTheCheckpointIsHashed() {
     const QByteArray changed = warningsOf("changed");
     QVERIFY2(changed.contains("the model's tokenizer file") && changed.contains("changed since the project was saved"),
              changed.constData());
+
+    // project set-tokenizer: another file recorded with its hash (and journaled); one the model cannot use refused
+    // with the project unchanged; --own back to the checkpoint's own file, whose present hash is recorded.
+    const auto shownModel = [&] {
+        return QJsonDocument::fromJson(run({"project", "show", project, "--json"}).out.toUtf8()).object();
+    };
+    Result neither = run({"project", "set-tokenizer", project});
+    QVERIFY(neither.exitCode != 0);
+    QVERIFY2(neither.err.contains("--tokenizer FILE") && neither.err.contains("--own"), qPrintable(neither.err));
+    QVERIFY(QDir().mkpath(dir.filePath("other")));
+    QVERIFY(QFile::copy(tokenizer, dir.filePath("other/tok.bin")));
+    Result set = run({"project", "set-tokenizer", project, "--tokenizer", dir.filePath("other/tok.bin")});
+    QVERIFY2(set.exitCode == 0, qPrintable(set.err));
+    QJsonObject shown = shownModel();
+    QCOMPARE(shown["model"].toObject()["tokenizer"].toString(), QFileInfo(dir.filePath("other/tok.bin")).absoluteFilePath());
+    const QString otherHash = shown["model"].toObject()["tokenizer_hash"].toString();
+    QCOMPARE(otherHash, stored);   // a copy of the original bytes, renamed: the same tokenizer
+    QCOMPARE(shown["journal"].toArray().last().toObject()["action"].toString(), QStringLiteral("tokenizer"));
+    QVERIFY(!warningsOf("set").contains("tokenizer"));
+    QFile notes(dir.filePath("notes.txt"));
+    QVERIFY(notes.open(QIODevice::WriteOnly));
+    notes.write("no tokens");
+    notes.close();
+    Result refused = run({"project", "set-tokenizer", project, "--tokenizer", notes.fileName()});
+    QVERIFY(refused.exitCode != 0);
+    QVERIFY2(refused.err.contains(QFileInfo(notes.fileName()).absoluteFilePath()), qPrintable(refused.err));
+    QCOMPARE(shownModel()["model"].toObject()["tokenizer_hash"].toString(), otherHash);
+    Result own = run({"project", "set-tokenizer", project, "--own"});
+    QVERIFY2(own.exitCode == 0, qPrintable(own.err));
+    shown = shownModel();
+    QVERIFY(!shown["model"].toObject().contains("tokenizer"));
+    const QString ownHash = shown["model"].toObject()["tokenizer_hash"].toString();
+    QVERIFY(ownHash.startsWith("fnv1a64:") && ownHash != stored && ownHash != otherHash);
+    QVERIFY(!warningsOf("own").contains("tokenizer"));
 }
 
 void TestCli::interruptStopsAndSaysSo() {

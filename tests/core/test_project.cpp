@@ -314,7 +314,9 @@ void TestProject::tokenizerHashCoversTheFilesRead() {
     write("tok.bin", QByteArray(17, '\1'));
     QVERIFY(tokenizerChangeWarning(own, "", besideBin).find("the model's tokenizer file " + bin + " changed") !=
             std::string::npos);
-    QCOMPARE(hashTokenizer(dir.filePath("tok.bin").toStdString()), hashFiles({dir.filePath("tok.bin").toStdString()}));
+    QCOMPARE(hashTokenizer(dir.filePath("tok.bin").toStdString()), hashFiles({{"tokenizer", dir.filePath("tok.bin").toStdString()}}));
+    QVERIFY(QFile::copy(dir.filePath("tok.bin"), dir.filePath("renamed.bin")));   // renamed: the same tokenizer
+    QCOMPARE(hashTokenizer(dir.filePath("renamed.bin").toStdString()), hashTokenizer(dir.filePath("tok.bin").toStdString()));
     write("notes.txt", "x");
     for (const QString& bad : {dir.filePath("missing.json"), dir.filePath("notes.txt")}) {
         try {
