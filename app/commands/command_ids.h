@@ -7,6 +7,7 @@ enum class CommandId : int {
     StepParameter = 1,
     StepTargets,
     Settings,
+    Tokenizer,   // not merged (mergeWith is not overridden); the window checks it before undo and redo
 };
 
 } // namespace cwb

@@ -16,7 +16,9 @@
 
 #include <cstdio>
 
+#include "app/commands/command_ids.h"
 #include "app/commands/settings_commands.h"
+#include "app/commands/tokenizer_command.h"
 #include "app/gui/background_job.h"
 #include "app/gui/batch_replay.h"
 #include "app/gui/budget_dialog.h"
@@ -192,10 +194,27 @@ void MainWindow::setDocument(std::unique_ptr<ProjectDocument> document) {
     ProjectDocument* doc = mDocument.get();
     for (QAction* a : mDocumentActions) a->setEnabled(doc);
     if (doc) {
-        mUndo = doc->undoStack()->createUndoAction(this, tr("&Undo"));
+        // Own actions rather than QUndoStack's, so that a step can be refused (see undo()).
+        QUndoStack* stack = doc->undoStack();
+        mUndo = new QAction(this);
         mUndo->setShortcut(QKeySequence::Undo);
-        mRedo = doc->undoStack()->createRedoAction(this, tr("&Redo"));
+        mRedo = new QAction(this);
         mRedo->setShortcut(QKeySequence::Redo);
+        const auto follow = [stack](QAction* action, const QString& plain, const QString& named, bool (QUndoStack::*can)() const,
+                                    QString (QUndoStack::*text)() const, void (QUndoStack::*canChanged)(bool),
+                                    void (QUndoStack::*textChanged)(const QString&)) {
+            const auto setText = [action, plain, named](const QString& t) { action->setText(t.isEmpty() ? plain : named.arg(t)); };
+            setText((stack->*text)());
+            action->setEnabled((stack->*can)());
+            QObject::connect(stack, canChanged, action, &QAction::setEnabled);
+            QObject::connect(stack, textChanged, action, setText);
+        };
+        follow(mUndo, tr("&Undo"), tr("&Undo %1"), &QUndoStack::canUndo, &QUndoStack::undoText, &QUndoStack::canUndoChanged,
+               &QUndoStack::undoTextChanged);
+        follow(mRedo, tr("&Redo"), tr("&Redo %1"), &QUndoStack::canRedo, &QUndoStack::redoText, &QUndoStack::canRedoChanged,
+               &QUndoStack::redoTextChanged);
+        connect(mUndo, &QAction::triggered, this, [this] { undo(); });
+        connect(mRedo, &QAction::triggered, this, [this] { redo(); });
         edit->addAction(mUndo);
         edit->addAction(mRedo);
         mTree->setModel(doc->model().get());
@@ -363,10 +382,37 @@ bool MainWindow::saveAs(const QString& chosen) {
     return true;
 }
 
+bool MainWindow::jobsReadingModel() const {
+    return mRun->isRunning() || mImportance->isComputing() || mCompare->isMeasuring();
+}
+
+bool MainWindow::refuseTokenizerStep(const QUndoCommand* next) {
+    if (!next || next->id() != static_cast<int>(CommandId::Tokenizer) || !jobsReadingModel()) return false;
+    statusBar()->showMessage(tr("\"%1\" waits: a run, importance computation or measurement is reading the model. "
+                                "Wait for it to finish, or cancel it.").arg(next->text()), 8000);
+    return true;
+}
+
+bool MainWindow::undo() {
+    if (!mDocument) return false;
+    QUndoStack* stack = mDocument->undoStack();
+    if (!stack->canUndo() || refuseTokenizerStep(stack->command(stack->index() - 1))) return false;
+    stack->undo();
+    return true;
+}
+
+bool MainWindow::redo() {
+    if (!mDocument) return false;
+    QUndoStack* stack = mDocument->undoStack();
+    if (!stack->canRedo() || refuseTokenizerStep(stack->command(stack->index()))) return false;
+    stack->redo();
+    return true;
+}
+
 bool MainWindow::useTokenizerFile(const QString& given) {
     if (!mDocument) return false;
     // A job started before would store results measured with the earlier tokenizer under the new one.
-    if (mRun->isRunning() || mImportance->isComputing() || mCompare->isMeasuring()) {
+    if (jobsReadingModel()) {
         if (given.isEmpty())
             showError(tr("The tokenizer was not changed"), tr("A run, importance computation or measurement is in progress."),
                       tr("Wait for it to finish, or cancel it, then try again."));
@@ -385,7 +431,7 @@ bool MainWindow::useTokenizerFile(const QString& given) {
             return false;
     }
     try {
-        mDocument->setTokenizer(path);
+        mDocument->undoStack()->push(new ChangeTokenizer(mDocument.get(), path));   // the constructor reads it, or throws
     } catch (const std::exception& e) {
         if (given.isEmpty())
             showError(tr("The tokenizer was not changed"), QString::fromUtf8(e.what()),

@@ -37,9 +37,13 @@ public:
     bool save();
     bool saveAs(const QString& path = {});
     bool editSettings();
-    // Project ▸ Use Tokenizer File: reads the model again with that tokenizer and records it in the project. With no
+    // Project ▸ Use Tokenizer File: gives the model that tokenizer and records it in the project (an undo step). With no
     // path it asks for a file (and, where results are stored, whether to go on); with one it asks nothing (tests).
     bool useTokenizerFile(const QString& path = {});
+    // Edit ▸ Undo / Redo. A tokenizer change is not stepped over while a run, importance computation or measurement
+    // reads the model (its results would be stored under the other tokenizer): refused with a message, returns false.
+    bool undo();
+    bool redo();
     // Replays the saved project as `cwb --batch` does, into `outputDir` (default: PROJECT-report beside it).
     bool replayAsBatch(const QString& outputDir = {});
     void showTab(Tab tab);
@@ -77,6 +81,8 @@ private:
     bool maybeSave();
     void updateTitle();
     void showError(const QString& what, const QString& detail, const QString& todo);
+    bool jobsReadingModel() const;
+    bool refuseTokenizerStep(const class QUndoCommand* next);
     void openDialog(bool project);
     std::unique_ptr<ProjectDocument> loadInBackground(const QString& path, bool isProject, bool recover, QString* error,
                                                       bool* cancelled = nullptr);

@@ -196,18 +196,20 @@ void ProjectDocument::setSettings(const ProjectSettings& settings) {
     emit settingsChanged();
 }
 
-void ProjectDocument::setTokenizer(const QString& path) {
+ProjectDocument::ModelState ProjectDocument::withTokenizer(const QString& path) const {
     const std::string file = absolutePath(path);
-    ModelReference ref = mProject->model();
-    LoadOptions options = ref.loadOptions();
-    options.tokenizerPath = file;
-    std::shared_ptr<const Model> model = cwb::loadModel(ref.path, options);   // refuses a tokenizer it cannot use
-    ref.tokenizer = file;
-    ref.tokenizerHash = hashTokenizer(file);
-    mProject->setModel(ref);
-    mProject->record("tokenizer", {{"path", file}, {"hash", ref.tokenizerHash}});
-    mModel = std::move(model);   // jobs still running keep the model they started with
-    markUnsavedData();
+    std::unique_ptr<Model> model = mModel->clone();
+    applyTokenizerFile(*model, file);   // refuses a tokenizer the model cannot use
+    ModelState state{mProject->model(), std::move(model)};
+    state.reference.tokenizer = file;
+    state.reference.tokenizerHash = hashTokenizer(file);
+    return state;
+}
+
+void ProjectDocument::setModelState(const ModelState& state) {
+    mProject->setModel(state.reference);
+    mProject->record("tokenizer", {{"path", state.reference.tokenizer}, {"hash", state.reference.tokenizerHash}});
+    mModel = state.model;
     emit modelChanged();
 }
 

@@ -73,12 +73,21 @@ public:
     void renameVariant(const QString& from, const QString& to);   // throws cwb::Error
     void setSettings(const ProjectSettings& settings);
 
-    // Reads the base model again with the tokenizer at `path` (a tokenizer.json, its folder or a llama2.c .bin) in
-    // place of its own, and records it in the project with its hash, as `cwb project create --tokenizer` does.
-    // Throws cwb::Error naming the file when the model cannot use it; the document is then unchanged. Not undo state
-    // (the model is not): it makes the document dirty and emits modelChanged. Results stored before stay; they were
-    // measured with the earlier tokenizer.
-    void setTokenizer(const QString& path);
+    // The base model and its reference in the project: a tokenizer change swaps both (app/commands/tokenizer_command.h).
+    struct ModelState {
+        ModelReference reference;
+        std::shared_ptr<const Model> model;
+    };
+    ModelState modelState() const { return {mProject->model(), mModel}; }
+    // The base model with the tokenizer at `path` (a tokenizer.json, its folder or a llama2.c .bin) in place of its
+    // own, recorded with its hash as `cwb project create --tokenizer` does. A copy of the loaded model that shares its
+    // tensors, so keeping both on the undo stack costs no second copy of the weights. Throws cwb::Error naming the file
+    // when the model cannot use it; changes nothing.
+    ModelState withTokenizer(const QString& path) const;
+    // For commands: makes `state` the document's model and the project's reference, journals the change and emits
+    // modelChanged. Jobs still running keep the model they started with. Results stored before stay (they were
+    // measured with the earlier tokenizer).
+    void setModelState(const ModelState& state);
 
     // ---- computed data (not undo state) ----
     void setResults(const QString& variant, const std::vector<ResultRow>& rows);

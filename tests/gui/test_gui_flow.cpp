@@ -200,9 +200,10 @@ void TestGuiFlow::openingAMissingFileFailsCleanly() {
     QVERIFY(!window.isLoading());
 }
 
-// Project ▸ Use Tokenizer File: the model is read again with the file's tokenizer, the project records its path and
-// hash (and keeps them through Save As and reopening), the tree shows the new model; a file that is no tokenizer is
-// refused, naming it, and changes nothing.
+// Project ▸ Use Tokenizer File: the model gets the file's tokenizer, the project records its path and hash (and keeps
+// them through Save As and reopening), the tree shows the new model; a file that is no tokenizer is refused, naming
+// it, and changes nothing. The change is an undo step (refused while a run reads the model); the two models share
+// their tensors.
 void TestGuiFlow::tokenizerFileFromTheWindow() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     CWB_REQUIRE_FIXTURE(tokenizer, "models/tok512.bin");
@@ -217,7 +218,7 @@ void TestGuiFlow::tokenizerFileFromTheWindow() {
     QVERIFY(window.useTokenizerFile(tokenizer));
     QCOMPARE(changed.count(), 1);
     QVERIFY(doc->model().get() != before && doc->model()->tokenizer);
-    // The tree reads the new model (the old one is gone: nothing else holds it), also when it is rebuilt.
+    // The tree reads the new model (the old one lives on only on the undo stack), also when it is rebuilt.
     QCOMPARE(window.modelTree()->model(), doc->model().get());
     window.modelTree()->setSteps(nlohmann::json::array());
     const std::string absolute = QFileInfo(tokenizer).absoluteFilePath().toStdString();
@@ -226,6 +227,25 @@ void TestGuiFlow::tokenizerFileFromTheWindow() {
     QCOMPARE(doc->project().model().tokenizerHash, hashTokenizer(absolute));
     QVERIFY(doc->isDirty());
     QVERIFY(window.modelTree()->itemForLayer("model.layers.0.self_attn.q_proj"));
+    const std::shared_ptr<const Model> withFile = doc->model();
+    QVERIFY(withFile->tensor("model.embed_tokens.weight").data == before->tensor("model.embed_tokens.weight").data);
+    // Undo: the model read with its own tokenizer again, the reference without the file, the document clean.
+    QCOMPARE(doc->undoStack()->undoText(), QStringLiteral("Use tokenizer tok512.bin"));
+    QVERIFY(window.undo());
+    QCOMPARE(doc->model().get(), before);
+    QCOMPARE(window.modelTree()->model(), before);
+    QCOMPARE(doc->project().model().tokenizer, std::string());
+    QCOMPARE(doc->project().model().tokenizerHash, std::string());
+    QVERIFY(!doc->isDirty());
+    QCOMPARE(changed.count(), 2);
+    QVERIFY(window.redo());
+    QVERIFY(doc->model() == withFile);
+    QCOMPARE(doc->project().model().tokenizer, absolute);
+    QCOMPARE(doc->project().model().tokenizerHash, hashTokenizer(absolute));
+    QVERIFY(doc->isDirty());
+    size_t journaled = 0;
+    for (const auto& entry : doc->project().journal()) journaled += entry.action == "tokenizer";
+    QCOMPARE(journaled, size_t(3));   // the change, its undo and its redo
     // Not a tokenizer: refused with the file named, nothing changed.
     QFile junk(mDir.filePath("notes.txt"));
     QVERIFY(junk.open(QIODevice::WriteOnly));
@@ -233,7 +253,7 @@ void TestGuiFlow::tokenizerFileFromTheWindow() {
     junk.close();
     const std::shared_ptr<const Model> kept = doc->model();
     try {
-        doc->setTokenizer(junk.fileName());
+        doc->withTokenizer(junk.fileName());
         QFAIL("a text file was taken as a tokenizer");
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains(QFileInfo(junk.fileName()).absoluteFilePath()), e.what());
@@ -241,15 +261,24 @@ void TestGuiFlow::tokenizerFileFromTheWindow() {
     QVERIFY(!window.useTokenizerFile(junk.fileName()));
     QVERIFY(doc->model() == kept);
     QCOMPARE(doc->project().model().tokenizer, absolute);
-    // Not while a run is in progress: its results would be stored under the other tokenizer.
+    // Not while a run is in progress: its results would be stored under the other tokenizer. Nor undone then.
     useSmallEvaluation(window);
     QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));   // a variant to run
+    const QString copy = mDir.filePath("tok512-copy.bin");
+    QVERIFY(QFile::copy(tokenizer, copy));
+    QVERIFY(window.useTokenizerFile(copy));
+    const std::shared_ptr<const Model> withCopy = doc->model();
     QSignalSpy finished(window.runView(), &RunView::finished);
     QVERIFY(window.runView()->runCurrent());
     QVERIFY(window.runView()->isRunning());
     QVERIFY(!window.useTokenizerFile(tokenizer));
-    QVERIFY(doc->model() == kept);
+    QVERIFY(!window.undo());
+    QVERIFY(doc->model() == withCopy);
+    QCOMPARE(doc->project().model().tokenizer, QFileInfo(copy).absoluteFilePath().toStdString());
     QVERIFY(finished.wait(120000));
+    QVERIFY(window.undo());
+    QVERIFY(doc->model() == kept);
+    QCOMPARE(doc->project().model().tokenizer, absolute);
     // Saved and reopened: the model is read with the recorded tokenizer.
     const QString path = mDir.filePath("with-tokenizer.cwbproj");
     QVERIFY(window.saveAs(path));
