@@ -30,7 +30,8 @@ void printHelp() {
     std::printf("Compression Workbench %s: load, inspect, evaluate and compress LLMs.\n\nUsage:\n", cwb::versionString());
     for (const auto& c : cwb::cli::commands()) std::printf("  %s\n      %s\n", c.usage, c.summary);
     std::printf("  cwb --batch PROJECT [--out DIR] [--device cpu|cuda] [--model PATH] [--tokenizer FILE] [--threads N] [--variants a,b] [--quiet] [--json]\n"
-                "      replay a saved project headless; exit 0 reproduced, 1 differs beyond tolerance, 2 error\n");
+                "      replay a saved project headless; exit 0 reproduced, 1 differs beyond tolerance or incomplete (a\n"
+                "      variant without stored results, or a failed export: said on stderr), 2 error\n");
 #ifdef CWB_WITH_GUI
     std::printf("  cwb [MODEL | PROJECT.cwbproj]\n      open the desktop GUI (no arguments: an empty window)\n");
 #endif
@@ -70,7 +71,16 @@ int main(int argc, char** argv) {
 #ifdef CWB_WITH_GUI
     if (args.empty()) return cwb::runGui(argc, argv);
 #endif
-    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    // `cwb help CMD`, `cwb CMD --help` / `-h`: that command's usage alone.
+    const auto isHelp = [](const std::string& a) { return a == "--help" || a == "-h"; };
+    const std::string asked = args.size() >= 2 && args[0] == "help" ? args[1]
+                              : args.size() >= 2 && std::any_of(args.begin() + 1, args.end(), isHelp) ? args[0] : "";
+    for (const auto& c : cwb::cli::commands())
+        if (!asked.empty() && asked == c.name) {
+            std::printf("%s\n    %s\n", c.usage, c.summary);
+            return 0;
+        }
+    if (args.empty() || isHelp(args[0]) || args[0] == "help" || (!asked.empty() && asked == "--batch")) {
         printHelp();
         return args.empty() ? 2 : 0;
     }
@@ -106,7 +116,7 @@ int main(int argc, char** argv) {
             runner.setJson(a.flag("json"));
             return runner.run();
         } catch (const std::exception& e) {
-            std::fprintf(stderr, "cwb --batch: error: %s\n", e.what());
+            std::fprintf(stderr, "cwb --batch: error: %s\n", cwb::errorText(e).c_str());
             return 2;
         }
     }
@@ -122,7 +132,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "cwb %s: cancelled\n", c.name);
             return cwb::interruptRequested() ? 128 + cwb::interruptSignal() : 130;
         } catch (const std::exception& e) {
-            std::fprintf(stderr, "cwb %s: error: %s\n", c.name, e.what());
+            std::fprintf(stderr, "cwb %s: error: %s\n", c.name, cwb::errorText(e).c_str());
             return 2;
         }
     }

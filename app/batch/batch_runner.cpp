@@ -3,11 +3,14 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -86,6 +89,7 @@ nlohmann::json BatchRunner::writeExports(const Variant& variant, const Model& mo
         } catch (const Error& error) {
             entry["error"] = error.what();
             warnings.push_back("export of " + variant.name + " as " + format + " failed: " + error.what());
+            std::fprintf(stderr, "cwb --batch: %s\n", warnings.back().c_str());   // even with --quiet: the run is incomplete
             *failed = true;
         }
         written.push_back(entry);
@@ -97,6 +101,14 @@ int BatchRunner::run() {
     try {
         if (mProjectPath.empty()) throw Error("--batch needs a project file");
         Project project = Project::open(mProjectPath);
+        {   // the report's folder: made (or refused) before the replay's work, not after it
+            std::error_code ec;
+            std::filesystem::create_directories(mOutputDir, ec);
+            if (ec) throw Error(mOutputDir, "cannot create the report folder: " + ec.message());
+            if (!std::filesystem::is_directory(mOutputDir, ec)) throw Error(mOutputDir, "exists and is not a folder (--out is a folder)");
+            if (::access(mOutputDir.c_str(), W_OK | X_OK) != 0)
+                throw Error(mOutputDir, std::string("cannot write into the report folder: ") + std::strerror(errno));
+        }
         nlohmann::json report = {{"project", mProjectPath}, {"schema", "cwb-batch-report/1"},
                                  {"build", std::string(versionString()) + " / LibTorch " + torchVersionString()}};
         std::vector<std::string> warnings;
@@ -191,6 +203,7 @@ int BatchRunner::run() {
             }
             if (!variantCompared) {
                 warnings.push_back("variant " + name + " has no stored results to compare with (run `cwb project run`)");
+                std::fprintf(stderr, "cwb --batch: %s\n", warnings.back().c_str());
                 missing = true;
             }
             nlohmann::json v = {{"name", name}, {"metrics", metrics}, {"notes", runner.notes()}};
@@ -267,7 +280,7 @@ int BatchRunner::run() {
         // Ctrl-C or SIGTERM: 128 + the signal, as every other command exits after an interrupt.
         return interruptRequested() ? 128 + interruptSignal() : Failed;
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "cwb --batch: error: %s\n", e.what());
+        std::fprintf(stderr, "cwb --batch: error: %s\n", errorText(e).c_str());
         return Failed;
     }
 }

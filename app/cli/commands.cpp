@@ -1,7 +1,11 @@
 #include "app/cli/commands.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <string>
+#include <unistd.h>
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -92,6 +96,22 @@ at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, c
     spec.seed = static_cast<uint64_t>(args.integer("seed", 0));
     return drawCalibration(model.tokenizer->encode(readTextFile(textPath), true), model.tokenizer->bos(), spec,
                            model.spec.context);
+}
+
+int64_t chunksOption(const Arguments& args) {
+    if (!args.has("chunks")) return -1;
+    const int64_t chunks = args.integer("chunks", -1);
+    if (chunks < 1) throw Error("--chunks must be at least 1 (leave it out to score the whole text), got " + std::to_string(chunks));
+    return chunks;
+}
+
+void prepareOutputFolder(const std::string& dir) {
+    if (dir.empty()) throw Error("--out needs a folder");
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw Error(dir, "cannot create the output folder: " + ec.message());
+    if (!std::filesystem::is_directory(dir, ec)) throw Error(dir, "exists and is not a folder (--out is a folder)");
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) throw Error(dir, std::string("cannot write into the output folder: ") + std::strerror(errno));
 }
 
 int threadCount(int64_t threads) {

@@ -51,6 +51,12 @@ LoadOptions projectLoadOptions(const Project& project, const Arguments& args);
 // tensors they own. Prints a note on stderr unless quiet when a scratch file is used.
 void applyScratch(const Arguments& args, Model& model, bool quiet);
 
+// --chunks K for a perplexity measurement: -1 (every chunk) when absent; refused (cwb::Error) below 1.
+int64_t chunksOption(const Arguments& args);
+// Creates --out DIR for a command's reports (with its parents) and checks that it can be written, before the work
+// starts; throws cwb::Error naming the folder and the reason.
+void prepareOutputFolder(const std::string& dir);
+
 // --threads N as an int, refused (cwb::Error) outside 0..4096; 0 leaves LibTorch's own count.
 int threadCount(int64_t threads);
 // Applies --threads N (0 or absent: LibTorch's default).

@@ -91,6 +91,9 @@ int runCompress(const std::vector<std::string>& args) {
     const std::string path = a.requirePositional("MODEL");
     if (!a.has("recipe")) throw Error("compress needs --recipe FILE (see `cwb methods` for the method ids)");
     Recipe recipe = Recipe::load(a.value("recipe"));
+    if (a.has("out")) prepareOutputFolder(a.value("out"));   // before the work, not after it
+    if (!a.has("eval") && (a.has("ctx") || a.has("chunks")))
+        std::fprintf(stderr, "warning: --ctx and --chunks set the evaluation of --eval FILE; without it they do nothing\n");
     LoadOptions options;
     options.tokenizerPath = a.value("tokenizer");
     auto base = loadModel(path, options);
@@ -111,7 +114,7 @@ int runCompress(const std::vector<std::string>& args) {
         if (!base->tokenizer) throw Error(path, "has no tokenizer to evaluate with");
         evalTokens = base->tokenizer->encode(readTextFile(a.value("eval")), true);
         p.ctx = a.integer("ctx", std::min<int64_t>(512, base->spec.context));
-        p.maxChunks = a.integer("chunks", -1);
+        p.maxChunks = chunksOption(a);
     }
     const std::vector<TokenId>* tokens = a.has("eval") ? &evalTokens : nullptr;
     CallbackFeedback evalFeedback;
@@ -152,7 +155,6 @@ int runCompress(const std::vector<std::string>& args) {
 
     if (a.has("out")) {
         const std::string dir = a.value("out");
-        std::filesystem::create_directories(dir);
         recipe.save(dir + "/recipe.json");
         const std::string tmp = dir + "/report.json.tmp";
         std::ofstream(tmp) << jsonText(report) << "\n";

@@ -27,7 +27,7 @@ int runEval(const std::vector<std::string>& args) {
     std::vector<TokenId> tokens = model->tokenizer->encode(readTextFile(textPath), /*addBos=*/true);
     PerplexityParams p;
     p.ctx = a.integer("ctx", std::min<int64_t>(512, model->spec.context));
-    p.maxChunks = a.integer("chunks", -1);
+    p.maxChunks = chunksOption(a);
 
     CallbackFeedback feedback;
     const bool quiet = a.flag("quiet") || a.flag("json");

@@ -38,6 +38,11 @@ int runExport(const std::vector<std::string>& args) {
     const std::string input = a.requirePositional("MODEL or PROJECT");
     if (!a.has("format")) throw Error("export needs --format hf|gptq|awq|compressed-tensors|gguf");
     if (!a.has("out")) throw Error("export needs --out PATH (a folder for hf/gptq/awq, a .gguf file for gguf)");
+    // Before the variant is built: a destination it cannot go to fails now, not after the calibration.
+    const std::string where = exportDestinationProblem(a.value("format"), a.value("out"));
+    if (!where.empty()) throw Error(a.value("out"), where);
+    if (a.has("shard-size") && !ExportFormatRegistry::instance().byId(a.value("format"))->writesFolder())
+        throw Error("--shard-size applies to the safetensors formats; a " + a.value("format") + " export is one file");
     const bool quiet = a.flag("quiet") || a.flag("json");
     ExportOptions options;
     options.tensorType = a.value("type");

@@ -17,6 +17,16 @@ int runGenerate(const std::vector<std::string>& args) {
     Arguments a(args, {"prompt", "chat", "system", "chat-format", "tokens", "temperature", "top-k", "seed", "threads", "tokenizer", "device", "dtype"},
                 {"json", "no-stop", "special"});
     applyThreads(a.integer("threads", 0));
+    // Options are checked before the model is read.
+    const int64_t tokens = a.integer("tokens", 64), topK = a.integer("top-k", 0);
+    const double temperature = a.number("temperature", 0.0);
+    if (tokens < 1) throw Error("--tokens must be at least 1");
+    if (temperature < 0) throw Error("--temperature must be 0 (greedy) or more");
+    if (topK < 0) throw Error("--top-k must be 0 (the whole vocabulary) or more, got " + std::to_string(topK));
+    if (temperature == 0 && (a.has("top-k") || a.has("seed")))
+        std::cerr << "warning: --top-k and --seed apply to sampling (--temperature above 0); greedy decoding ignores them\n";
+    if (a.flag("special") && !a.has("prompt"))
+        std::cerr << "warning: --special applies to the text of --prompt (--chat prompts always read their control tokens)\n";
     LoadOptions options;
     options.tokenizerPath = a.value("tokenizer");
     const std::string path = a.requirePositional("MODEL");
@@ -50,20 +60,22 @@ int runGenerate(const std::vector<std::string>& args) {
     } else if (a.has("system") || a.has("chat-format")) {
         throw Error("--system and --chat-format go with --chat");
     }
-    p.tokens = a.integer("tokens", 64);
-    p.temperature = a.number("temperature", 0.0);
-    p.topK = a.integer("top-k", 0);
+    p.tokens = tokens;
+    p.temperature = temperature;
+    p.topK = topK;
     p.seed = static_cast<uint64_t>(a.integer("seed", 0));
     p.stopAtEos = !a.flag("no-stop");
-    if (p.tokens < 1) throw Error("--tokens must be at least 1");
-    if (p.temperature < 0) throw Error("--temperature must be 0 (greedy) or more");
     Transformer runtime(*model, runtimeOptions(a));
     GenerateResult r = generate(runtime, *model->tokenizer, p);
+    if (r.contextLimited)
+        std::cerr << "note: the model's context of " << model->spec.context << " tokens left room for "
+                  << model->spec.context - int64_t(r.promptIds.size()) << " of the " << tokens << " tokens asked for\n";
     if (a.flag("json")) {
         nlohmann::json j = {{"prompt_ids", r.promptIds},
                             {"ids", r.generatedIds},
                             {"text", r.text},
                             {"stopped", r.stopped},
+                            {"context_limited", r.contextLimited},
                             {"prefill_seconds", r.prefillSeconds},
                             {"decode_ms_per_token", r.decodeSecondsPerToken * 1000}};
         if (a.has("chat")) {

@@ -33,7 +33,9 @@ std::string absolute(const std::string& path) { return std::filesystem::absolute
 
 FileReference fileReference(const std::string& path) {
     if (path.empty()) return {};
-    if (!std::filesystem::is_regular_file(path)) throw Error(path, "no such file");
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) throw Error(path, "is a folder; give a text file");
+    if (!std::filesystem::is_regular_file(path, ec)) throw Error(path, "no such file");
     return {absolute(path), hashFile(path), fileBytes(path)};
 }
 
@@ -49,6 +51,21 @@ void addRecipeVariant(Project& project, const std::string& recipePath, const std
     project.record("add-variant", {{"name", v.name}, {"parent", parent}, {"recipe", recipePath}});
 }
 
+// The model's hash as a project records it. Hashing reads every byte (seconds per GB): progress on stderr every 10%
+// for models past 256 MiB.
+std::string hashModel(const std::string& modelPath) {
+    CallbackFeedback hashing;
+    if (fileBytes(modelPath) > (uint64_t(256) << 20)) {
+        auto shown = std::make_shared<int>(-1);
+        hashing.progressCallback = [shown](double f) {
+            const int tenth = int(f * 10);
+            if (tenth != *shown) std::fprintf(stderr, "hashing the model: %d%%\n", tenth * 10);
+            *shown = tenth;
+        };
+    }
+    return hashPath(modelPath, &hashing);
+}
+
 int create(const std::vector<std::string>& args) {
     Arguments a(args, {"model", "recipe", "calib", "eval", "ctx", "chunks", "samples", "seq-len", "seed", "tokenizer"}, {});
     const std::string out = a.requirePositional("OUT.cwbproj");
@@ -60,17 +77,7 @@ int create(const std::vector<std::string>& args) {
     auto model = loadModel(modelPath, ref.loadOptions());   // refuses what cwb cannot read before a project points at it
     ref.tokenizerHash = tokenizerHashToRecord(*model, ref.tokenizer);
     ref.format = model->format;
-    // Hashing reads every byte (seconds per GB): progress on stderr every 10% for models past 256 MiB.
-    CallbackFeedback hashing;
-    if (fileBytes(modelPath) > (uint64_t(256) << 20)) {
-        auto shown = std::make_shared<int>(-1);
-        hashing.progressCallback = [shown](double f) {
-            const int tenth = int(f * 10);
-            if (tenth != *shown) std::fprintf(stderr, "hashing the model: %d%%\n", tenth * 10);
-            *shown = tenth;
-        };
-    }
-    ref.hash = hashPath(modelPath, &hashing);
+    ref.hash = hashModel(modelPath);
     ref.bytes = std::filesystem::is_directory(modelPath) ? 0 : fileBytes(modelPath);
     ProjectSettings s;
     s.calibration = fileReference(a.value("calib"));
@@ -79,14 +86,25 @@ int create(const std::vector<std::string>& args) {
     s.calibrationSeqLen = a.integer("seq-len", 512);
     s.calibrationSeed = static_cast<uint64_t>(a.integer("seed", 0));
     s.evalCtx = a.integer("ctx", std::min<int64_t>(512, model->spec.context));
-    s.evalChunks = a.integer("chunks", -1);
+    s.evalChunks = chunksOption(a);
     if (s.evalCtx < 4 || s.evalCtx > model->spec.context)
         throw Error("--ctx must be between 4 and the model's context of " + std::to_string(model->spec.context));
-    Project project = Project::create(out, ref, s);
-    project.record("create", {{"model", modelPath}});
-    for (const auto& r : a.values("recipe")) addRecipeVariant(project, r, "", "");
-    project.save();
-    std::printf("created %s with %zu variants\n", out.c_str(), project.variants().size());
+    // A create that fails (a recipe missing or invalid) leaves no project behind to block the next try.
+    std::error_code ec;
+    const bool existed = std::filesystem::exists(out, ec);
+    size_t variants = 0;
+    try {
+        Project project = Project::create(out, ref, s);
+        project.record("create", {{"model", modelPath}});
+        for (const auto& r : a.values("recipe")) addRecipeVariant(project, r, "", "");
+        project.save();
+        variants = project.variants().size();
+    } catch (...) {
+        if (!existed)
+            for (const char* suffix : {"", "-journal", "-wal", "-shm"}) std::filesystem::remove(out + suffix, ec);
+        throw;
+    }
+    std::printf("created %s with %zu variants\n", out.c_str(), variants);
     return 0;
 }
 
@@ -148,18 +166,24 @@ int runProject(const std::vector<std::string>& args) {
     Project project = Project::open(a.requirePositional("PROJECT"));
     const std::string modelPath = a.value("model", project.model().path);
     const LoadOptions load = projectLoadOptions(project, a);
-    auto base = loadModel(modelPath, load);
-    const std::string tokenizerHash = warnOfTokenizerChange(project, load, *base);
-    applyScratch(a, *base, a.flag("quiet"));
     std::vector<std::string> names = {"base"};
     std::stringstream list(a.value("variants"));
     for (std::string n; std::getline(list, n, ',');)
         if (!n.empty()) names.push_back(n);
+    for (size_t i = 1; i < names.size(); ++i) project.variant(names[i]);   // an unknown name fails before any work
     if (names.size() == 1)
         for (const auto& v : project.variants()) names.push_back(v.name);
+    auto base = loadModel(modelPath, load);
+    const std::string tokenizerHash = warnOfTokenizerChange(project, load, *base);
+    // Results are stored under the project's model: say so when these bytes are not the ones it recorded.
+    const std::string modelHash = hashModel(modelPath);
+    if (!project.model().hash.empty() && modelHash != project.model().hash)
+        std::fprintf(stderr, "warning: %s is not the model the project recorded (%s; hash %s, recorded %s): the results "
+                             "stored now are this model's\n", modelPath.c_str(), project.model().path.c_str(),
+                     modelHash.c_str(), project.model().hash.c_str());
+    applyScratch(a, *base, a.flag("quiet"));
     ProjectRunner runner(project, *base);
     for (const auto& name : names) {
-        if (name != "base") project.variant(name);
         if (!a.flag("quiet")) std::fprintf(stderr, "run: %s\n", name.c_str());
         CallbackFeedback feedback;
         feedback.logCallback = [&](const std::string& line) {
@@ -182,6 +206,7 @@ int runProject(const std::vector<std::string>& args) {
         project.setResults(name, rows);
         nlohmann::json entry = {{"variant", name}, {"threads", at::get_num_threads()}};
         if (!tokenizerHash.empty()) entry["tokenizer_hash"] = tokenizerHash;
+        if (modelHash != project.model().hash) entry["model"] = {{"path", modelPath}, {"hash", modelHash}};
         project.record("run", entry);
         project.save();   // after every variant, so an interrupted run keeps what finished
     }
@@ -266,7 +291,7 @@ int setTokenizer(const std::vector<std::string>& args) {
 }
 
 int runProjectCommand(const std::vector<std::string>& args) {
-    if (args.empty()) throw Error("project needs a subcommand: create, show, add-variant, run");
+    if (args.empty()) throw Error("project needs a subcommand: create, show, add-variant, add-export, set-tokenizer, run, importance");
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     if (args[0] == "create") return create(rest);
     if (args[0] == "show") return show(rest);

@@ -12,22 +12,18 @@
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/vocab_util.h"
 #include "core/util/error.h"
+#include "core/eval/perplexity.h"
 #include "core/util/json_text.h"
 
 namespace cwb::cli {
 
 int runTokenize(const std::vector<std::string>& args) {
     Arguments a(args, {"text", "file", "tokenizer"}, {"json", "no-bos", "special"});
-    if (a.has("text") == a.has("file")) throw Error("cwb tokenize: give the text with --text TEXT or --file FILE (one of them)");
+    if (a.has("text") == a.has("file")) throw Error("give the text with --text TEXT or --file FILE (one of them)");
     std::string text = a.value("text");
     const std::string file = a.value("file");
-    if (a.has("file") && file.empty()) throw Error("cwb tokenize: --file needs a path");
-    if (!file.empty()) {
-        std::ifstream in(file, std::ios::binary);
-        if (!in) throw Error(file, "cannot open the file");
-        text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        if (in.bad()) throw Error(file, "cannot read the file");
-    }
+    if (a.has("file") && file.empty()) throw Error("--file needs a path");
+    if (!file.empty()) text = readTextFile(file);
     LoadOptions options;
     options.tokenizerPath = a.value("tokenizer");
     const std::string path = a.requirePositional("MODEL");

@@ -50,7 +50,7 @@ void BackgroundJob::start() {
         } catch (const Cancelled&) {
             mCancelled = true;
         } catch (const std::exception& e) {
-            mError = QString::fromStdString(e.what());
+            mError = QString::fromStdString(errorText(e));
             if (mError.isEmpty()) mError = tr("unknown error");
         }
         if (mFeedback->isCancelled() && mError.isEmpty()) mCancelled = true;

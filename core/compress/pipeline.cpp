@@ -10,6 +10,7 @@
 #include "core/compress/sequential.h"
 #include "core/eval/perplexity.h"
 #include "core/model/model.h"
+#include "core/runtime/transformer.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
 
@@ -76,6 +77,7 @@ CalibrationCompute resolveCalibrationCompute(const CalibrationSpec& spec) {
     else if (spec.forwardType == "bf16") compute.forwardType = at::kBFloat16;
     else if (spec.forwardType == "f16") compute.forwardType = at::kHalf;
     else throw Error("calibration forward type '" + spec.forwardType + "' is not f32, bf16 or f16");
+    requireComputeType(compute.device, compute.forwardType);
     return compute;
 }
 

@@ -31,6 +31,12 @@ DivergenceResult compareModels(Transformer& base, Transformer& variant, const st
         at::Tensor targets = chunkTargets(tokens, plan, c).unsqueeze(1);
         at::Tensor lb = at::log_softmax(base.forward(ids)[0].narrow(0, plan.first, plan.scored).to(at::kCPU, at::kDouble), -1);
         at::Tensor lv = at::log_softmax(variant.forward(ids)[0].narrow(0, plan.first, plan.scored).to(at::kCPU, at::kDouble), -1);
+        // Finite logits give finite log-probabilities in double; a NaN would read as a KL of 0 below (max(0, NaN)).
+        for (const auto& [logProbs, which] : {std::make_pair(lb, "base"), std::make_pair(lv, "variant")})
+            if (!at::all(at::isfinite(logProbs)).item<bool>())
+                throw Error(std::string("compare: the ") + which + "'s output is not finite (NaN or infinity) in chunk " +
+                            std::to_string(c + 1) + " of " + std::to_string(plan.chunks) + ": its weights hold NaN or " +
+                            "infinite values, or the compute type overflowed (try f32)");
         at::Tensor kl = (lb.exp() * (lb - lv)).sum(-1);
         at::Tensor nb = -lb.gather(1, targets).squeeze(1), nv = -lv.gather(1, targets).squeeze(1);
         agree += (lb.argmax(-1) == lv.argmax(-1)).sum().item<int64_t>();

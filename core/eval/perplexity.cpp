@@ -1,7 +1,10 @@
 #include "core/eval/perplexity.h"
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -13,8 +16,10 @@
 namespace cwb {
 
 std::string readTextFile(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) throw Error(path, "is a folder; give a text file");
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(path, "cannot open text file");
+    if (!in) throw Error(path, std::string("cannot open the text file: ") + std::strerror(errno));
     std::ostringstream s;
     s << in.rdbuf();
     if (in.bad()) throw Error(path, "read failed");
@@ -51,6 +56,11 @@ PerplexityResult evaluatePerplexity(Transformer& model, const std::vector<TokenI
         at::Tensor logProbs = at::log_softmax(logits.narrow(0, plan.first, plan.scored).to(at::kCPU, at::kDouble), -1);
         at::Tensor targets = chunkTargets(tokens, plan, c);
         at::Tensor nll = -logProbs.gather(1, targets.unsqueeze(1)).squeeze(1);
+        // Finite logits always give a finite log-probability in double: anything else is a broken model or overflow.
+        if (!at::all(at::isfinite(nll)).item<bool>())
+            throw Error("perplexity: the model's output is not finite (NaN or infinity) in chunk " + std::to_string(c + 1) +
+                        " of " + std::to_string(plan.chunks) + ": its weights hold NaN or infinite values, or the compute "
+                        "type overflowed (try f32)");
         auto n = nll.accessor<double, 1>();
         for (int64_t i = 0; i < n.size(0); ++i) acc.add(n[i]);
     }

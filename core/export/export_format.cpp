@@ -1,5 +1,6 @@
 #include "core/export/export_format.h"
 
+#include "core/export/export_support.h"
 #include "core/util/error.h"
 
 namespace cwb {
@@ -31,14 +32,25 @@ std::vector<const ExportFormat*> ExportFormatRegistry::formats() const {
     return all;
 }
 
-ExportReport exportModel(const Model& model, const std::string& formatId, const std::string& path,
-                         const ExportOptions& options, Feedback* feedback) {
+static const ExportFormat& formatOf(const std::string& formatId) {
     const ExportFormat* format = ExportFormatRegistry::instance().byId(formatId);
     if (!format) {
         std::string known;
         for (const auto* f : ExportFormatRegistry::instance().formats()) known += (known.empty() ? "" : ", ") + f->id();
         throw Error("unknown export format '" + formatId + "' (known: " + known + ")");
     }
+    return *format;
+}
+
+std::string exportDestinationProblem(const std::string& formatId, const std::string& path) {
+    return exporting::destinationProblem(path, formatOf(formatId).writesFolder());
+}
+
+ExportReport exportModel(const Model& model, const std::string& formatId, const std::string& path,
+                         const ExportOptions& options, Feedback* feedback) {
+    const ExportFormat* format = &formatOf(formatId);
+    const std::string where = exporting::destinationProblem(path, format->writesFolder());
+    if (!where.empty()) throw Error(path, where);
     const std::string why = format->refusal(model, options);
     if (!why.empty()) throw Error(path, "cannot export as " + format->displayName() + ": " + why);
     return format->write(model, path, options, feedback);

@@ -44,6 +44,8 @@ public:
     virtual std::string displayName() const = 0;
     // Empty when the format can hold the model with these options, else the reason it cannot.
     virtual std::string refusal(const Model& model, const ExportOptions& options) const = 0;
+    // A folder of files (Hugging Face layouts) or one file (GGUF).
+    virtual bool writesFolder() const { return true; }
     // Writes the model; throws cwb::Error (the refusal among others) or Cancelled. Nothing is left half-written.
     virtual ExportReport write(const Model& model, const std::string& path, const ExportOptions& options,
                                Feedback* feedback) const = 0;
@@ -64,6 +66,12 @@ private:
 // Looks the format up and writes; throws cwb::Error naming the format or the path on failure.
 ExportReport exportModel(const Model& model, const std::string& formatId, const std::string& path,
                          const ExportOptions& options = {}, Feedback* feedback = nullptr);
+
+// Why `path` cannot take an export in `formatId` ("" when it can): an unknown format, an empty path, a parent folder
+// that does not exist or cannot be written, a folder where a file goes or the reverse, or a folder holding files an
+// export does not write (an export replaces the whole folder, so they would be lost). Cheap: callers ask before the
+// variant is built; exportModel asks again.
+std::string exportDestinationProblem(const std::string& formatId, const std::string& path);
 
 std::unique_ptr<ExportFormat> makeHfExport();
 std::unique_ptr<ExportFormat> makeGptqExport();

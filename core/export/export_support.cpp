@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <regex>
@@ -108,6 +109,51 @@ TemporaryPath::~TemporaryPath() {
     if (mCommitted) return;
     std::error_code ignored;
     std::filesystem::remove_all(mPath, ignored);
+}
+
+namespace {
+
+// Files a Hugging Face export writes (or copies from the source): an earlier export in the folder may be replaced.
+bool exportWrites(const std::string& name) {
+    static const std::regex written(
+        "model(-[0-9]+-of-[0-9]+)?\\.safetensors|model\\.safetensors\\.index\\.json|config\\.json|generation_config\\.json|"
+        "quantize_config\\.json|tokenizer\\.json|tokenizer_config\\.json|tokenizer\\.model|special_tokens_map\\.json|"
+        "vocab\\.json|merges\\.txt|chat_template\\.jinja|chat_template\\.json");
+    return std::regex_match(name, written);
+}
+
+} // namespace
+
+std::string destinationProblem(const std::string& path, bool folder) {
+    namespace fs = std::filesystem;
+    if (path.empty()) return "no output path given";
+    std::error_code ec;
+    fs::path parent = fs::path(path).parent_path();
+    if (parent.empty()) parent = ".";
+    if (!fs::is_directory(parent, ec))
+        return fs::exists(parent, ec) ? parent.string() + " is not a folder" : "the folder " + parent.string() + " does not exist";
+    if (::access(parent.c_str(), W_OK | X_OK) != 0)
+        return "cannot write into the folder " + parent.string() + ": " + std::strerror(errno);
+    const fs::file_status status = fs::status(path, ec);
+    if (!fs::exists(status)) return "";
+    if (!folder) {
+        if (fs::is_directory(status)) return "is a folder; give the path of the file to write (e.g. " + path + "/model.gguf)";
+        return "";
+    }
+    if (!fs::is_directory(status)) return "exists and is not a folder (an export in this format is a folder)";
+    std::string foreign;
+    int count = 0;
+    for (const auto& entry : fs::directory_iterator(path, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (entry.is_regular_file(ec) && exportWrites(name)) continue;
+        if (count++ < 3) foreign += (foreign.empty() ? "" : ", ") + name;
+    }
+    if (ec) return "cannot list the folder: " + ec.message();
+    if (count > 0)
+        return "the folder holds " + std::to_string(count) + " file" + (count == 1 ? "" : "s") + " an export does not write (" +
+               foreign + (count > 3 ? ", ..." : "") + "); an export replaces the whole folder, so choose an empty or new " +
+               "folder, or one holding only an earlier export";
+    return "";
 }
 
 void replacePath(const std::string& from, const std::string& to) {

@@ -47,6 +47,9 @@ private:
     bool mCommitted = false;
 };
 
+// See exportDestinationProblem (export_format.h); `folder`: the export is a folder, else one file.
+std::string destinationProblem(const std::string& path, bool folder);
+
 // Renames `from` onto `to`; an existing folder at `to` is replaced. Throws cwb::Error.
 void replacePath(const std::string& from, const std::string& to);
 

@@ -128,6 +128,7 @@ std::vector<float> scoresFromMerges(const TokenizerData& d) {
 class GgufExport : public ExportFormat {
 public:
     std::string id() const override { return "gguf"; }
+    bool writesFolder() const override { return false; }
     std::string displayName() const override { return "GGUF v3 (llama.cpp)"; }
 
     std::string refusal(const Model& model, const ExportOptions& options) const override {

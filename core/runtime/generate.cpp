@@ -50,6 +50,7 @@ GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const Ge
         throw Error("generate: the prompt has " + std::to_string(promptLength) + " tokens; the model's context is " +
                     std::to_string(context));
     const int64_t budget = std::min<int64_t>(params.tokens, context - promptLength);
+    result.contextLimited = budget < params.tokens;
     std::vector<TokenId> stops = tokenizer.stopIds();
     stops.insert(stops.end(), params.stopIds.begin(), params.stopIds.end());
     auto cache = model.makeCache(1, promptLength + budget);
@@ -65,7 +66,11 @@ GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const Ge
             feedback->throwIfCancelled();
             feedback->setProgress(double(i) / double(budget));
         }
-        TokenId next = pick(logits[0][logits.size(1) - 1], params, rng);
+        const at::Tensor last = logits[0][logits.size(1) - 1];
+        if (!at::all(at::isfinite(last)).item<bool>())
+            throw Error("generate: the model's output is not finite (NaN or infinity) at token " + std::to_string(i + 1) +
+                        ": its weights hold NaN or infinite values, or the compute type overflowed (try f32)");
+        TokenId next = pick(last, params, rng);
         result.generatedIds.push_back(next);
         if (params.stopAtEos && std::find(stops.begin(), stops.end(), next) != stops.end()) {
             result.stopped = true;
@@ -78,7 +83,11 @@ GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const Ge
     // The stop token is not part of the answer (some vocabularies type end-of-turn tokens as text, which decode keeps).
     std::vector<TokenId> answer = result.generatedIds;
     if (result.stopped) answer.pop_back();
-    result.text = tokenizer.decode(answer);
+    // Decoded after the prompt, not alone: a SentencePiece word piece drops its leading space when it starts the text.
+    std::vector<TokenId> whole = result.promptIds;
+    whole.insert(whole.end(), answer.begin(), answer.end());
+    const std::string before = tokenizer.decode(result.promptIds), after = tokenizer.decode(whole);
+    result.text = after.compare(0, before.size(), before) == 0 ? after.substr(before.size()) : tokenizer.decode(answer);
     if (feedback) feedback->setProgress(1.0);
     return result;
 }

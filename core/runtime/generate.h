@@ -27,7 +27,8 @@ struct GenerateResult {
     std::vector<TokenId> promptIds;
     std::vector<TokenId> generatedIds;
     bool stopped = false;        // ended at a stop id rather than at the token budget or the context
-    std::string text;            // decoded generated tokens
+    bool contextLimited = false; // the model's context left room for fewer tokens than asked for
+    std::string text;            // the generated tokens as they continue the decoded prompt (spaces kept)
     double prefillSeconds = 0;
     double decodeSecondsPerToken = 0;
 };

@@ -141,9 +141,30 @@ int64_t KvCache::graphReplays() const { return mGraph ? mGraph->replays() : 0; }
 
 std::string KvCache::graphFailure() const { return mGraphFailure; }
 
+// Whether this LibTorch multiplies matrices of `type` on the CPU (1.13 has no f16 addmm there; 2.x has).
+static bool cpuMatmulSupports(at::ScalarType type) {
+    try {
+        const at::Tensor a = at::ones({2, 2}, at::TensorOptions().dtype(type));
+        at::addmm(a, a, a);
+        return true;
+    } catch (const c10::Error&) {
+        return false;
+    }
+}
+
+void requireComputeType(const at::Device& device, at::ScalarType type) {
+    if (!device.is_cpu() || type == at::kFloat) return;
+    static const bool half = cpuMatmulSupports(at::kHalf), bfloat = cpuMatmulSupports(at::kBFloat16);
+    if (!(type == at::kHalf ? half : type == at::kBFloat16 ? bfloat : false))
+        throw Error(std::string("computing in ") + (type == at::kHalf ? "f16" : c10::toString(type)) +
+                    " on the CPU: this LibTorch (" + TORCH_VERSION + ") cannot multiply such matrices on the CPU; use f32" +
+                    (bfloat ? " or bf16" : "") + ", or a CUDA device");
+}
+
 Transformer::Transformer(const Model& model, RuntimeOptions options)
     : mModel(model), mOptions(options), mGlobals(std::make_unique<Globals>()), mRuntimeId(nextRuntimeId()) {
     const ArchSpec& s = model.spec;
+    requireComputeType(mOptions.device, mOptions.dtype);
     if (mOptions.device.is_cpu()) planCpuWeights();
     auto load = [&](const std::string& name) { return weight(name); };
     if (s.family == Family::Llama) {

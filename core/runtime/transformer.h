@@ -38,6 +38,9 @@ const char* cpuPackedIntName(CpuPackedInt mode);   // "off", "on", "auto"
 // env::SettingError.
 CpuPackedInt cpuPackedIntDefault();
 
+// Throws cwb::Error when this LibTorch cannot compute in `type` on `device` (f16 on the CPU in LibTorch 1.13).
+void requireComputeType(const at::Device& device, at::ScalarType type);
+
 struct RuntimeOptions {
     at::Device device = at::kCPU;
     at::ScalarType dtype = at::kFloat;   // compute type of the matrices; norms and softmax run in fp32

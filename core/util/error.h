@@ -18,6 +18,9 @@ private:
     std::string mFile;
 };
 
+// The message of any exception as a user should read it: a LibTorch (c10) error without its C++ backtrace.
+std::string errorText(const std::exception& e);
+
 // Thrown when a Feedback reports cancellation; callers treat it as "stopped by the user", not a failure.
 class Cancelled : public Error {
 public:

@@ -30,6 +30,8 @@ private slots:
     void llama2cTokenizerBesideTheCheckpointIsHashed();
     void interruptStopsAndSaysSo();
     void errorsNameTheFile();
+    void mistakesFailBeforeTheWork();
+    void generatedTextKeepsItsSpace();
     void benchRecordsItsSwitches();
     void methodsAndCompress();
     void scratchGivesTheSameVariant();
@@ -339,6 +341,80 @@ void TestCli::interruptStopsAndSaysSo() {
     QCOMPARE(r.exitCode, 130);
     QVERIFY2(r.err.contains("interrupted") && r.err.contains("cancelled"), qPrintable(r.err));
     QVERIFY(!r.out.contains("PPL ="));
+}
+
+// What a user gets wrong fails at once with exit 2 and a sentence naming the path, before any model work, and
+// leaves nothing behind: an export never replaces a folder holding other files, a failed project create leaves no
+// project, a folder is not read as text. Help for one command; a project run with another model says so.
+void TestCli::mistakesFailBeforeTheWork() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    CWB_REQUIRE_FIXTURE(llama2c, "models/stories260K.bin");
+    QTemporaryDir dir;
+    const QString mine = dir.filePath("mine");
+    QVERIFY(QDir().mkdir(mine));
+    QFile notes(mine + "/notes.txt");
+    QVERIFY(notes.open(QIODevice::WriteOnly));
+    notes.write("keep me");
+    notes.close();
+    const struct {
+        QStringList args;
+        QString message;
+    } refusals[] = {
+        {{"export", model, "--format", "hf", "--out", mine}, mine + ": the folder holds 1 file an export does not write (notes.txt)"},
+        {{"export", model, "--format", "gguf", "--out", mine}, mine + ": is a folder; give the path of the file to write"},
+        {{"export", model, "--format", "hf", "--out", dir.filePath("no/such/hf")}, "the folder " + dir.filePath("no/such") + " does not exist"},
+        {{"export", model, "--format", "gguf", "--out", mine + "/notes.txt/m.gguf"}, mine + "/notes.txt is not a folder"},
+        {{"export", model, "--format", "gguf", "--out", dir.filePath("m.gguf"), "--shard-size", "1000"}, "--shard-size applies to the safetensors formats"},
+        {{"eval", model, "--text", dir.path()}, dir.path() + ": is a folder; give a text file"},
+        {{"eval", model, "--text", text, "--chunks", "0"}, "--chunks must be at least 1"},
+        {{"tokenize", model, "--file", dir.path()}, dir.path() + ": is a folder; give a text file"},
+        {{"compress", model, "--recipe", QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/rtn-w4g32.json", "--out", mine + "/notes.txt"},
+         mine + "/notes.txt: cannot create the output folder"},
+        {{"generate", model, "--top-k", "-3"}, "--top-k must be 0 (the whole vocabulary) or more, got -3"},
+        {{"project", "create", dir.filePath("p.cwbproj"), "--model", model, "--recipe", dir.filePath("none.json")}, dir.filePath("none.json")},
+        {{"project"}, "create, show, add-variant, add-export, set-tokenizer, run, importance"},
+    };
+    for (const auto& r : refusals) {
+        Result got = run(r.args);
+        QVERIFY2(got.exitCode == 2 && got.err.contains(r.message), qPrintable(r.args.join(' ') + " -> " + got.err));
+    }
+    QCOMPARE(QDir(mine).entryList(QDir::Files), QStringList{"notes.txt"});   // the user's file stays
+    QVERIFY(!QFile::exists(dir.filePath("p.cwbproj")));                      // no half-made project
+    QVERIFY(!QFile::exists(dir.filePath("m.gguf")));
+    // An earlier export in the folder is replaced.
+    const QString hf = dir.filePath("hf");
+    QCOMPARE(run({"export", model, "--format", "hf", "--out", hf}).exitCode, 0);
+    Result again = run({"export", model, "--format", "hf", "--out", hf});
+    QVERIFY2(again.exitCode == 0, qPrintable(again.err));
+    // One command's usage.
+    for (const QStringList& args : {QStringList{"info", "--help"}, QStringList{"help", "info"}, QStringList{"info", "-h"}}) {
+        Result help = run(args);
+        QVERIFY2(help.exitCode == 0 && help.out.startsWith("cwb info MODEL") && !help.out.contains("cwb eval"), qPrintable(help.out));
+    }
+    // A project run with another model than the one recorded: a warning, and the journal names the model used.
+    const QString project = dir.filePath("q.cwbproj");
+    QCOMPARE(run({"project", "create", project, "--model", model, "--eval", text, "--chunks", "1", "--ctx", "64"}).exitCode, 0);
+    Result other = run({"project", "run", project, "--model", llama2c, "--quiet"});
+    QVERIFY2(other.exitCode == 0 && other.err.contains("is not the model the project recorded"), qPrintable(other.err));
+    Result same = run({"project", "run", project, "--quiet"});
+    QVERIFY2(same.exitCode == 0 && !same.err.contains("is not the model"), qPrintable(same.err));
+}
+
+// generate prints the prompt and its continuation as the model wrote them (SentencePiece's word-start space kept),
+// and says when the context cut the budget.
+void TestCli::generatedTextKeepsItsSpace() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    Result r = run({"generate", model, "--prompt", "Once upon a", "--tokens", "4"});
+    QVERIFY2(r.exitCode == 0 && r.out.startsWith("Once upon a time"), qPrintable(r.out));
+    Result j = run({"generate", model, "--prompt", "Once upon a", "--tokens", "4", "--json"});
+    QVERIFY(QJsonDocument::fromJson(j.out.toUtf8()).object()["text"].toString().startsWith(" time"));
+    Result longer = run({"generate", model, "--tokens", "5000", "--no-stop", "--json"});
+    QCOMPARE(longer.exitCode, 0);
+    QVERIFY(QJsonDocument::fromJson(longer.out.toUtf8()).object()["context_limited"].toBool());
+    QVERIFY2(longer.err.contains("left room for"), qPrintable(longer.err));
+    Result greedy = run({"generate", model, "--tokens", "2", "--top-k", "5"});
+    QVERIFY2(greedy.exitCode == 0 && greedy.err.contains("greedy decoding ignores them"), qPrintable(greedy.err));
 }
 
 void TestCli::errorsNameTheFile() {

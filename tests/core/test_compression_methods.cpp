@@ -150,6 +150,14 @@ void TestCompressionMethods::removingSilentHeadsKeepsLogits() {
     QVERIFY(!at::allclose(logitsOf(*live.model), logitsOf(*l.model), 1e-3, 1e-3));
     // Uneven groups are refused with a message.
     QVERIFY_THROWS_EXCEPTION(Error, compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.heads","params":{"heads":"0:1"}}]})"), at::Tensor()));
+    // A ratio the kv groups cannot hold (0.25 of groups of 2) is rounded, and the report says how many heads went.
+    CompressionResult rounded = compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.heads","params":{"ratio":0.25,"importance":"weight"}}]})"), at::Tensor());
+    QCOMPARE(rounded.model->spec.headsAt(0), int64_t(2));
+    const std::vector<std::string>& notes = rounded.steps.at(0).notes;
+    QVERIFY2(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+                 return n == "layer 0: removed 2 of 4 query heads (50%); ratio 0.25 asked, rounded to what whole heads, as many "
+                             "from each kv group allows";
+             }), nlohmann::json(notes).dump().c_str());
 }
 
 void TestCompressionMethods::kvGroupAndChannelPruningChangeShapes() {

@@ -4,6 +4,7 @@
 #include <QtTest/QtTest>
 
 #include <cmath>
+#include <functional>
 
 #include "core/eval/divergence.h"
 #include "core/eval/perplexity.h"
@@ -42,6 +43,8 @@ private slots:
     void identicalModelsHaveZeroDivergence();
     void divergenceMatchesDirectComputation();
     void cancelStopsEvaluation();
+    void nonFiniteOutputIsAnError();
+    void folderGivenAsTextIsNamed();
 };
 
 void TestEvaluation::accumulatorByHand() {
@@ -144,6 +147,47 @@ void TestEvaluation::cancelStopsEvaluation() {
     PerplexityParams p;
     p.ctx = 16;
     QVERIFY_THROWS_EXCEPTION(Cancelled, evaluatePerplexity(rt, someTokens(100), 1, p, &feedback));
+}
+
+// A model whose weights hold NaN: perplexity, the comparison (where max(0, NaN) once read as a KL of 0) and generation
+// fail with a sentence saying what is wrong, not a NaN figure.
+void TestEvaluation::nonFiniteOutputIsAnError() {
+    QTemporaryDir dir;
+    WeightMap w = randomWeights(tinyLlamaSpec(), 3);
+    auto base = writeAndLoad(dir, "base", w);
+    w["model.layers.1.mlp.down_proj.weight"].index_put_({0, 0}, std::nan(""));
+    auto broken = writeAndLoad(dir, "broken", w);
+    Transformer a(*base), b(*broken);
+    PerplexityParams p;
+    p.ctx = 32;
+    const auto expectNotFinite = [](const std::function<void()>& run, const char* who) {
+        try {
+            run();
+            QFAIL("a NaN output gave a result");
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains("not finite") && QString(e.what()).contains(who), e.what());
+        }
+    };
+    expectNotFinite([&] { evaluatePerplexity(b, someTokens(100), 1, p); }, "perplexity");
+    expectNotFinite([&] { compareModels(a, b, someTokens(100), 1, p); }, "variant");
+    expectNotFinite([&] { compareModels(b, a, someTokens(100), 1, p); }, "base");
+    QVERIFY(std::isfinite(evaluatePerplexity(a, someTokens(100), 1, p).perplexity));
+}
+
+void TestEvaluation::folderGivenAsTextIsNamed() {
+    QTemporaryDir dir;
+    try {
+        readTextFile(dir.path().toStdString());
+        QFAIL("a folder was read as text");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).startsWith(dir.path()) && QString(e.what()).contains("folder"), e.what());
+    }
+    try {
+        readTextFile(dir.filePath("missing.txt").toStdString());
+        QFAIL("a missing file was read");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("No such file"), e.what());
+    }
 }
 
 QTEST_APPLESS_MAIN(TestEvaluation)

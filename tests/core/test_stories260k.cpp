@@ -9,6 +9,7 @@
 #include "core/io/model_format.h"
 #include "core/runtime/generate.h"
 #include "core/runtime/transformer.h"
+#include "core/util/error.h"
 #include "tests/support/test_paths.h"
 
 using namespace cwb;
@@ -18,6 +19,8 @@ class TestStories260k : public QObject {
 private slots:
     void greedyFromBosMatchesReadme_data();
     void greedyFromBosMatchesReadme();
+    void continuationKeepsItsSpace();
+    void f16OnTheCpuRunsOrSaysWhy();
     void perplexityOnTinyStories();
     void llama2VocabularyRoundTripsWikiText();
 };
@@ -44,6 +47,46 @@ void TestStories260k::greedyFromBosMatchesReadme() {
                                            295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352};
     QCOMPARE(r.generatedIds, expected);
     QVERIFY(QString::fromStdString(r.text).startsWith("Once upon a time, there was a little girl named Lily."));
+}
+
+// The text of a prompt's continuation starts with the space its first word piece carries, so prompt + text reads as
+// the model wrote it ("Once upon a time", not "Once upon atime"); a budget past the context is cut and says so.
+void TestStories260k::continuationKeepsItsSpace() {
+    CWB_REQUIRE_FIXTURE(path, "models/stories260K.gguf");
+    auto model = loadModel(path.toStdString());
+    Transformer rt(*model);
+    GenerateParams p;
+    p.prompt = "Once upon a";
+    p.tokens = 8;
+    GenerateResult r = generate(rt, *model->tokenizer, p);
+    QVERIFY2(QString::fromStdString(r.text).startsWith(" time"), r.text.c_str());
+    std::vector<TokenId> all = r.promptIds;
+    all.insert(all.end(), r.generatedIds.begin(), r.generatedIds.end());
+    QCOMPARE(p.prompt + r.text, model->tokenizer->decode(all));
+    QVERIFY(!r.contextLimited);
+    p.tokens = 100000;
+    p.stopAtEos = false;
+    r = generate(rt, *model->tokenizer, p);
+    QVERIFY(r.contextLimited);
+    QCOMPARE(int64_t(r.promptIds.size() + r.generatedIds.size()), model->spec.context);
+}
+
+// f16 on the CPU: LibTorch 2.x computes it; 1.13 has no f16 matrix multiply there, and the runtime says so (naming
+// the types that work) instead of failing inside LibTorch with its backtrace.
+void TestStories260k::f16OnTheCpuRunsOrSaysWhy() {
+    CWB_REQUIRE_FIXTURE(path, "models/stories260K.gguf");
+    auto model = loadModel(path.toStdString());
+    RuntimeOptions options;
+    options.dtype = at::kHalf;
+    try {
+        Transformer rt(*model, options);
+        const at::Tensor logits = rt.forward(at::tensor(std::vector<int64_t>{1, 403, 407}, at::kLong).unsqueeze(0));
+        QVERIFY(at::all(at::isfinite(logits.to(at::kFloat))).item<bool>());
+        qInfo("f16 on the CPU runs in this LibTorch");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("f16") && QString(e.what()).contains("f32"), e.what());
+        qInfo("%s", e.what());
+    }
 }
 
 void TestStories260k::perplexityOnTinyStories() {

@@ -1,6 +1,8 @@
 // Structured pruning: attention heads (GQA-aware), MLP channels and whole blocks. These change shapes, so the
 // variant records per-layer sizes in ArchSpec::layerShapes.
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -127,7 +129,22 @@ public:
         }
         m.spec.makeLayerShapesExplicit();
         for (const auto& [l, removed] : removeQuery) removeHeads(ctx, l, removed);
-        for (auto& kv : removeQuery) ctx.note("layer " + std::to_string(kv.first) + ": removed " + std::to_string(kv.second.size()) + " query heads");
+        for (auto& kv : removeQuery) {
+            const int64_t l = kv.first, removed = int64_t(kv.second.size()), heads = removed + m.spec.headsAt(l);
+            std::string line = "layer " + std::to_string(l) + ": removed " + std::to_string(removed) + " of " +
+                               std::to_string(heads) + " query heads (" + std::to_string(int(std::lround(100.0 * removed / heads))) + "%)";
+            if (!ctx.params.contains("heads") || ctx.params["heads"].get<std::string>().empty()) {
+                // Heads go in whole kv groups or evenly from each group, so the ratio rounds to what the groups allow.
+                const double asked = ctx.paramsFor(names::llamaLayer(l, "self_attn.q_proj"))["ratio"].get<double>();
+                if (std::abs(double(removed) / double(heads) - asked) > 1e-9) {
+                    char text[160];
+                    std::snprintf(text, sizeof text, "; ratio %.3g asked, rounded to what %s allows", asked,
+                                  ctx.params["unit"] == "kv_group" ? "whole kv groups" : "whole heads, as many from each kv group");
+                    line += text;
+                }
+            }
+            ctx.note(line);
+        }
     }
 
 private:
