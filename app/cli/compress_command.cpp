@@ -92,6 +92,8 @@ int runCompress(const std::vector<std::string>& args) {
     if (!a.has("recipe")) throw Error("compress needs --recipe FILE (see `cwb methods` for the method ids)");
     Recipe recipe = Recipe::load(a.value("recipe"));
     if (a.has("out")) prepareOutputFolder(a.value("out"));   // before the work, not after it
+    if (std::none_of(recipe.steps.begin(), recipe.steps.end(), [](const RecipeStep& s) { return s.enabled; }))
+        std::fprintf(stderr, "warning: %s has no enabled step: the output is the base model\n", a.value("recipe").c_str());
     if (!a.has("eval") && (a.has("ctx") || a.has("chunks")))
         std::fprintf(stderr, "warning: --ctx and --chunks set the evaluation of --eval FILE; without it they do nothing\n");
     LoadOptions options;

@@ -46,6 +46,8 @@ int runExport(const std::vector<std::string>& args) {
     const bool quiet = a.flag("quiet") || a.flag("json");
     ExportOptions options;
     options.tensorType = a.value("type");
+    const std::string problem = exportOptionsProblem(a.value("format"), options);
+    if (!problem.empty()) throw Error("--type for a " + a.value("format") + " export: " + problem);
     if (a.has("shard-size")) {
         const int64_t bytes = a.integer("shard-size", 0);
         if (bytes <= 0) throw Error("--shard-size must be a positive number of bytes");

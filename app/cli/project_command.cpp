@@ -183,6 +183,8 @@ int runProject(const std::vector<std::string>& args) {
                      modelHash.c_str(), project.model().hash.c_str());
     applyScratch(a, *base, a.flag("quiet"));
     ProjectRunner runner(project, *base);
+    for (const auto& name : names)   // a stored recipe this build cannot run fails before any variant is measured
+        if (name != "base") runner.fullRecipe(name);
     for (const auto& name : names) {
         if (!a.flag("quiet")) std::fprintf(stderr, "run: %s\n", name.c_str());
         CallbackFeedback feedback;
@@ -255,6 +257,10 @@ int addExport(const std::vector<std::string>& args) {
     nlohmann::json exports = v.exports;
     for (const auto& e : exports)
         if (e.value("file", "") == file) throw Error("variant " + name + " already exports to '" + file + "'");
+    ExportOptions options;
+    options.tensorType = a.value("type");
+    const std::string problem = exportOptionsProblem(format, options);   // now, not when --batch writes it
+    if (!problem.empty()) throw Error("--type for a " + format + " export: " + problem);
     nlohmann::json entry = {{"format", format}, {"file", file}};
     if (a.has("type")) entry["type"] = a.value("type");
     exports.push_back(entry);

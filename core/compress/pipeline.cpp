@@ -1,5 +1,6 @@
 #include "core/compress/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <regex>
@@ -54,6 +55,22 @@ std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step
         if (!ignored) out.push_back(layer);
     }
     return out;
+}
+
+// A "targets" or override pattern that names no layer is a mistake (a misspelt name), not a step to skip quietly.
+static void checkPatternsMatch(const Model& model, const RecipeStep& step, const std::vector<std::string>& targeted,
+                               size_t index) {
+    const std::string where = "step " + std::to_string(index) + " (" + step.method + "): ";
+    const std::vector<std::string> layers = model.linearLayers();
+    const std::string example = layers.empty() ? std::string() : " (layer names look like " + layers.front() + ")";
+    if (!step.targets.empty() && targeted.empty())
+        throw Error(where + "\"targets\" '" + step.targets + "' leaves no layer of the model" +
+                    (step.ignore.empty() ? "" : " after \"ignore\"") + example);
+    for (const auto& o : step.overrides) {
+        const std::regex pattern(o.pattern);
+        if (std::none_of(layers.begin(), layers.end(), [&](const std::string& l) { return std::regex_search(l, pattern); }))
+            throw Error(where + "the override pattern '" + o.pattern + "' matches no layer of the model" + example);
+    }
 }
 
 at::Device resolveCompressionDevice(const std::string& name) {
@@ -191,6 +208,7 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         SubFeedback sub(feedback, double(i) / double(steps), double(i + 1) / double(steps));
         StepContext ctx{*result.model, step, resolveParams(step.method, method->params(), step.params),
                         targetLayers(*result.model, step), windows, &sub, {}, &base, compute, {}};
+        checkPatternsMatch(*result.model, step, ctx.layers, i + 1);
         if (feedback) feedback->log("step " + std::to_string(i + 1) + "/" + std::to_string(steps) + ": " + step.method +
                                     " on " + std::to_string(ctx.layers.size()) + " layers");
         auto t0 = std::chrono::steady_clock::now();

@@ -13,7 +13,14 @@ namespace cwb {
 Recipe Recipe::fromJson(const nlohmann::json& j, const std::string& source) {
     if (!j.is_object() || !j.contains("steps") || !j["steps"].is_array())
         throw Error(source, "a recipe is a JSON object with a \"steps\" array");
+    for (auto it = j.begin(); it != j.end(); ++it)   // a misspelt key would otherwise be ignored, as in a step
+        if (it.key() != "steps" && it.key() != "description")
+            throw Error(source, "unknown key '" + it.key() + "' (a recipe has \"steps\" and may have a \"description\")");
     Recipe recipe;
+    if (j.contains("description")) {
+        if (!j["description"].is_string()) throw Error(source, "\"description\" must be a string");
+        recipe.description = j["description"].get<std::string>();
+    }
     size_t index = 0;
     for (const auto& s : j["steps"]) {
         const std::string where = "step " + std::to_string(++index);
@@ -120,7 +127,9 @@ nlohmann::json Recipe::toJson() const {
         if (!s.enabled) j["enabled"] = false;
         steps.push_back(j);
     }
-    return {{"steps", steps}};
+    nlohmann::json recipe = {{"steps", steps}};
+    if (!description.empty()) recipe["description"] = description;
+    return recipe;
 }
 
 void Recipe::save(const std::string& path) const {

@@ -26,6 +26,7 @@ struct RecipeStep {
 
 struct Recipe {
     std::vector<RecipeStep> steps;
+    std::string description;   // free text for people; kept through toJson
 
     // Throws cwb::Error naming `source` for malformed JSON, unknown methods, versions this build does not
     // have, and unknown or out-of-range parameters.

@@ -46,12 +46,17 @@ std::string exportDestinationProblem(const std::string& formatId, const std::str
     return exporting::destinationProblem(path, formatOf(formatId).writesFolder());
 }
 
+std::string exportOptionsProblem(const std::string& formatId, const ExportOptions& options) {
+    return formatOf(formatId).optionsProblem(options);
+}
+
 ExportReport exportModel(const Model& model, const std::string& formatId, const std::string& path,
                          const ExportOptions& options, Feedback* feedback) {
     const ExportFormat* format = &formatOf(formatId);
     const std::string where = exporting::destinationProblem(path, format->writesFolder());
     if (!where.empty()) throw Error(path, where);
-    const std::string why = format->refusal(model, options);
+    std::string why = format->optionsProblem(options);
+    if (why.empty()) why = format->refusal(model, options);
     if (!why.empty()) throw Error(path, "cannot export as " + format->displayName() + ": " + why);
     return format->write(model, path, options, feedback);
 }

@@ -44,6 +44,8 @@ public:
     virtual std::string displayName() const = 0;
     // Empty when the format can hold the model with these options, else the reason it cannot.
     virtual std::string refusal(const Model& model, const ExportOptions& options) const = 0;
+    // Empty when the options suit the format whatever the model (e.g. a --type it writes), else the reason.
+    virtual std::string optionsProblem(const ExportOptions& options) const { return ""; }
     // A folder of files (Hugging Face layouts) or one file (GGUF).
     virtual bool writesFolder() const { return true; }
     // Writes the model; throws cwb::Error (the refusal among others) or Cancelled. Nothing is left half-written.
@@ -72,6 +74,8 @@ ExportReport exportModel(const Model& model, const std::string& formatId, const 
 // export does not write (an export replaces the whole folder, so they would be lost). Cheap: callers ask before the
 // variant is built; exportModel asks again.
 std::string exportDestinationProblem(const std::string& formatId, const std::string& path);
+// Why `options` do not suit `formatId` whatever the model ("" when they do); throws for an unknown format.
+std::string exportOptionsProblem(const std::string& formatId, const ExportOptions& options);
 
 std::unique_ptr<ExportFormat> makeHfExport();
 std::unique_ptr<ExportFormat> makeGptqExport();

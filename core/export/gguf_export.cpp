@@ -128,19 +128,21 @@ std::vector<float> scoresFromMerges(const TokenizerData& d) {
 class GgufExport : public ExportFormat {
 public:
     std::string id() const override { return "gguf"; }
+    std::string optionsProblem(const ExportOptions& options) const override {
+        if (options.tensorType.empty()) return "";
+        try {
+            exporting::parseGgmlType(options.tensorType, kWritable);
+            return "";
+        } catch (const Error& e) {
+            return e.what();
+        }
+    }
     bool writesFolder() const override { return false; }
     std::string displayName() const override { return "GGUF v3 (llama.cpp)"; }
 
     std::string refusal(const Model& model, const ExportOptions& options) const override {
         if (!model.tokenizer || !model.tokenizer->vocabulary())
             return "the model has no tokenizer vocabulary to write (llama.cpp needs one)";
-        if (!options.tensorType.empty()) {
-            try {
-                exporting::parseGgmlType(options.tensorType, kWritable);
-            } catch (const Error& e) {
-                return e.what();
-            }
-        }
         const Family family = model.spec.family;
         for (const auto& name : model.tensorNames())
             if (gguf::ggufName(family, name).empty()) return "tensor '" + name + "' has no llama.cpp name";
@@ -173,6 +175,8 @@ public:
             bool isExact = linear && exactBlockType(*linear, &exact);
             Type wanted = r.shape.size() < 2 ? Type::F32 : isExact ? exact : linear ? nearestType(*linear) : dense;
             const Type type = fittingType(wanted, r.shape.back(), &t.note);
+            if (!t.note.empty() && linear && !isExact && wanted == nearestType(*linear))   // say where the type came from
+                t.note += " (" + exporting::ggmlTypeName(wanted) + ": the ggml type nearest the layer's " + linear->describe() + ")";
             isExact = isExact && type == exact;
             if (linear && !isExact)
                 report.notes.push_back(t.name + " (" + linear->describe() + ") re-quantized to " + exporting::ggmlTypeName(type));

@@ -79,6 +79,15 @@ public:
         return quantRefusal(model, options);
     }
 
+    std::string optionsProblem(const ExportOptions& options) const override {
+        try {
+            denseType(options);
+            return "";
+        } catch (const Error& e) {
+            return e.what();
+        }
+    }
+
     ExportReport write(const Model& model, const std::string& folder, const ExportOptions& options,
                        Feedback* feedback) const override {
         namespace fs = std::filesystem;

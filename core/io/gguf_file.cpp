@@ -143,8 +143,14 @@ GgufFile GgufFile::open(const std::string& path) {
         int64_t elements = 1;
         for (uint32_t d = 0; d < dims; ++d) {
             uint64_t n = r.read<uint64_t>("tensor dimension");
-            if (n == 0 || n > (uint64_t(1) << 40) || uint64_t(elements) > (uint64_t(1) << 42) / n)
+            if (n == 0 || n > (uint64_t(1) << 40))
                 throw Error(path, "tensor '" + t.name + "' has an invalid dimension " + std::to_string(n));
+            if (uint64_t(elements) > (uint64_t(1) << 42) / n) {
+                std::string shape;
+                for (int64_t e : t.ne) shape += std::to_string(e) + " x ";
+                throw Error(path, "tensor '" + t.name + "' has more elements than any model holds (" + shape +
+                                      std::to_string(n) + (d + 1 < dims ? " x ..." : "") + ")");
+            }
             t.ne.push_back(static_cast<int64_t>(n));
             elements *= static_cast<int64_t>(n);
         }

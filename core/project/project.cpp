@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -331,11 +332,23 @@ void Project::setSettings(const ProjectSettings& settings) {
     mModified = true;
 }
 
+// Names are listed comma-separated on command lines (--variants a,b) and shown as typed: no commas, control
+// characters, or spaces at either end.
+void Project::checkVariantName(const std::string& name) const {
+    if (name.find(',') != std::string::npos)
+        throw Error(mPath, "variant name '" + name + "' has a comma, which separates names in --variants lists");
+    if (std::any_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+        throw Error(mPath, "variant name '" + name + "' has a control character");
+    if (std::isspace(static_cast<unsigned char>(name.front())) || std::isspace(static_cast<unsigned char>(name.back())))
+        throw Error(mPath, "variant name '" + name + "' starts or ends with a space");
+}
+
 void Project::addVariant(Variant variant) {
     if (variant.parent == kBaseName) variant.parent.clear();
     const std::string& name = variant.name;
     if (name.empty()) throw Error(mPath, "a variant needs a name");
     if (name == kBaseName) throw Error(mPath, "'base' is reserved for the base model");
+    checkVariantName(name);
     if (hasVariant(name)) throw Error(mPath, "variant '" + name + "' already exists");
     if (variant.parent == name) throw Error(mPath, "variant '" + name + "' cannot derive from itself");
     if (!variant.parent.empty() && !hasVariant(variant.parent))
@@ -370,6 +383,7 @@ void Project::renameVariant(const std::string& from, const std::string& to) {
     if (to == from) return;
     if (to.empty()) throw Error(mPath, "a variant needs a name");
     if (to == kBaseName) throw Error(mPath, "'base' is reserved for the base model");
+    checkVariantName(to);
     if (hasVariant(to)) throw Error(mPath, "variant '" + to + "' already exists");
     variant.name = to;
     for (Variant& v : mVariants)

@@ -187,6 +187,7 @@ private:
     Project() = default;
     void checkLineage() const;                  // parents exist and form no cycle (damaged files)
     Variant& findVariant(const std::string& name);
+    void checkVariantName(const std::string& name) const;   // throws cwb::Error saying what is wrong
 
     std::string mPath;
     ModelReference mModel;

@@ -394,7 +394,17 @@ void TestCli::mistakesFailBeforeTheWork() {
     }
     // A project run with another model than the one recorded: a warning, and the journal names the model used.
     const QString project = dir.filePath("q.cwbproj");
-    QCOMPARE(run({"project", "create", project, "--model", model, "--eval", text, "--chunks", "1", "--ctx", "64"}).exitCode, 0);
+    const QString recipe = QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/rtn-w4g32.json";
+    QCOMPARE(run({"project", "create", project, "--model", model, "--eval", text, "--chunks", "1", "--ctx", "64",
+                  "--recipe", recipe}).exitCode, 0);
+    // Export types are checked when the export is added, not when --batch writes it.
+    Result gguf = run({"project", "add-export", project, "--variant", "rtn-w4g32", "--format", "gguf", "--type", "q9_9"});
+    QVERIFY2(gguf.exitCode == 2 && gguf.err.contains("--type for a gguf export: unknown or unsupported tensor type 'q9_9'"), qPrintable(gguf.err));
+    Result hfType = run({"project", "add-export", project, "--variant", "rtn-w4g32", "--format", "hf", "--type", "q4_0"});
+    QVERIFY2(hfType.exitCode == 2 && hfType.err.contains("(choose one of: f32, f16, bf16)"), qPrintable(hfType.err));
+    QCOMPARE(run({"project", "add-export", project, "--variant", "rtn-w4g32", "--format", "gguf", "--type", "q8_0"}).exitCode, 0);
+    Result comma = run({"project", "add-variant", project, "--recipe", recipe, "--name", "a,b"});
+    QVERIFY2(comma.exitCode == 2 && comma.err.contains("has a comma"), qPrintable(comma.err));
     Result other = run({"project", "run", project, "--model", llama2c, "--quiet"});
     QVERIFY2(other.exitCode == 0 && other.err.contains("is not the model the project recorded"), qPrintable(other.err));
     Result same = run({"project", "run", project, "--quiet"});

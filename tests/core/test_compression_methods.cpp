@@ -101,6 +101,22 @@ void TestCompressionMethods::overridesTargetsAndIgnore() {
     QCOMPARE(r.model->compressed("model.layers.1.mlp.gate_proj")->bits(), 4);
     QVERIFY(!r.model->compressed("model.layers.0.mlp.down_proj"));
     QVERIFY(!r.model->compressed("model.layers.0.self_attn.q_proj"));
+    // Patterns that name no layer (misspelt) are errors that say which step and show a layer name, not empty steps.
+    const auto refusal = [&](const char* text) {
+        try {
+            compressModel(*l.model, recipe(text), at::Tensor());
+            return QString();
+        } catch (const Error& e) {
+            return QString(e.what());
+        }
+    };
+    QString why = refusal(R"({"steps":[{"method":"quantize.rtn","targets":"mlp_proj"}]})");
+    QVERIFY2(why.contains("step 1 (quantize.rtn): \"targets\" 'mlp_proj' leaves no layer") &&
+             why.contains("(layer names look like model.layers.0."), qPrintable(why));
+    why = refusal(R"({"steps":[{"method":"quantize.rtn","targets":"mlp","ignore":["mlp"]}]})");
+    QVERIFY2(why.contains("leaves no layer of the model after \"ignore\""), qPrintable(why));
+    why = refusal(R"({"steps":[{"method":"prune.nm"},{"method":"quantize.rtn","overrides":[{"pattern":"layer\\.0\\.","params":{"bits":8}}]}]})");
+    QVERIFY2(why.contains("step 2 (quantize.rtn): the override pattern 'layer\\.0\\.' matches no layer"), qPrintable(why));
 }
 
 void TestCompressionMethods::nmLeavesTwoZerosInEveryFour() {

@@ -109,6 +109,12 @@ void TestHostileInputs::refusedWithClearError_data() {
     QTest::newRow("too many dimensions") << Builder([=](const QString& d) {
         auto p = file(d, "dims.gguf"); Bytes b = ggufHeader(1, 0); tensorInfo(b, "t", {1, 1, 1, 1, 1, 1, 1}, 0, 0);
         b.save(p); return p; }) << "7 dimensions";
+    QTest::newRow("absurd dimension") << Builder([=](const QString& d) {
+        auto p = file(d, "dim.gguf"); Bytes b = ggufHeader(1, 0); tensorInfo(b, "t", {uint64_t(1) << 41, 4}, 0, 0);
+        b.save(p); return p; }) << "invalid dimension 2199023255552";
+    QTest::newRow("absurd element count") << Builder([=](const QString& d) {
+        auto p = file(d, "elements.gguf"); Bytes b = ggufHeader(1, 0); tensorInfo(b, "t", {uint64_t(1) << 40, 512}, 0, 0);
+        b.save(p); return p; }) << "more elements than any model holds (1099511627776 x 512)";
     QTest::newRow("unknown tensor type") << Builder([=](const QString& d) {
         auto p = file(d, "ttype.gguf"); Bytes b = ggufHeader(1, 0); tensorInfo(b, "t", {4}, 999, 0);
         b.save(p); return p; }) << "unknown type id 999";

@@ -361,6 +361,9 @@ void TestProject::refusals_data() {
     QTest::newRow("empty name") << "" << "" << ok << "needs a name";
     QTest::newRow("recipe not an object") << "d" << "" << "[1]" << "\"steps\" array";
     QTest::newRow("recipe without steps") << "d" << "" << "{}" << "\"steps\" array";
+    QTest::newRow("comma in name") << "a,b" << "" << ok << "has a comma";
+    QTest::newRow("space at the end") << "d " << "" << ok << "starts or ends with a space";
+    QTest::newRow("control character") << "d\te" << "" << ok << "control character";
     QTest::newRow("empty steps are fine") << "d" << "b" << ok << "";
 }
 

@@ -43,6 +43,8 @@ void TestRecipes::badRecipesAreRefused_data() {
     QTest::newRow("bad override") << R"({"steps":[{"method":"quantize.rtn","overrides":[{"pattern":"layers\\.0\\.","params":{"bits":1}}]}]})" << "'bits' = 1";
     QTest::newRow("bad regex") << R"({"steps":[{"method":"quantize.rtn","targets":"(["}]})" << "invalid regular expression";
     QTest::newRow("unknown key") << R"({"steps":[{"method":"quantize.rtn","param":{}}]})" << "unknown key 'param'";
+    QTest::newRow("unknown recipe key") << R"({"steps":[],"stpes":[]})" << "unknown key 'stpes'";
+    QTest::newRow("description not text") << R"({"steps":[],"description":3})" << "\"description\" must be a string";
     QTest::newRow("two problems at once") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":0,"x":1}}]})" << "unknown parameter 'x'";
 }
 
@@ -61,7 +63,7 @@ void TestRecipes::badRecipesAreRefused() {
 void TestRecipes::roundTripThroughFile() {
     QTemporaryDir dir;
     const std::string path = dir.filePath("r.json").toStdString();
-    Recipe r = Recipe::fromJson(json::parse(R"({"steps":[
+    Recipe r = Recipe::fromJson(json::parse(R"({"description":"Wanda, then GPTQ","steps":[
         {"method":"prune.wanda","params":{"sparsity":0.4},"ignore":["down_proj"]},
         {"method":"quantize.gptq","params":{"bits":4,"group_size":32},"targets":"layers\\.[0-3]\\.",
          "overrides":[{"pattern":"layers\\.0\\.","params":{"bits":8}}]}]})"), "inline");
@@ -69,6 +71,7 @@ void TestRecipes::roundTripThroughFile() {
     Recipe back = Recipe::load(path);
     QCOMPARE(back.toJson(), r.toJson());
     QCOMPARE(back.steps.size(), size_t(2));
+    QCOMPARE(back.description, std::string("Wanda, then GPTQ"));
     QCOMPARE(back.steps[1].overrides.at(0).params["bits"].get<int>(), 8);
     QCOMPARE(back.steps[0].ignore, std::vector<std::string>{"down_proj"});
     QCOMPARE(back.toJson()["steps"][1]["version"].get<int>(), MethodRegistry::instance().find("quantize.gptq")->version());   // recorded when saved
