@@ -22,6 +22,8 @@ int runImportance(const std::vector<std::string>& args) {
     // --calib (the spelling, as in compress) and --text name the same thing.
     const std::string calibText = a.value("calib", a.value("text"));
     if (calibText.empty()) throw Error("importance needs --calib FILE (the text whose token windows it measures on)");
+    const std::string kind = a.value("kind", "heads.ablation");
+    checkImportanceKind(kind);   // before the model is read
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
@@ -33,7 +35,6 @@ int runImportance(const std::vector<std::string>& args) {
             if (int(f * 10) != last) std::fprintf(stderr, "importance: %d%%\n", int(f * 100));
             last = int(f * 10);
         };
-    const std::string kind = a.value("kind", "heads.ablation");
     ImportanceMap map;
     if (a.has("step")) {
         // --step '{"method": ..., "params": {...}}' or a file holding it: per-layer sensitivity to that step.

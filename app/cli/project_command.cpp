@@ -125,9 +125,15 @@ int show(const std::vector<std::string>& args) {
     std::printf("calibrate  %s: %lld x %lld tokens, seed %llu\n", s.calibration.path.empty() ? "(none)" : s.calibration.path.c_str(),
                 static_cast<long long>(s.calibrationSamples), static_cast<long long>(s.calibrationSeqLen),
                 static_cast<unsigned long long>(s.calibrationSeed));
-    std::printf("evaluate   %s: ctx %lld\n", s.evaluation.path.empty() ? "(none)" : s.evaluation.path.c_str(), static_cast<long long>(s.evalCtx));
-    for (const auto& v : project.variants())
+    std::printf("evaluate   %s: ctx %lld, %s\n", s.evaluation.path.empty() ? "(none)" : s.evaluation.path.c_str(),
+                static_cast<long long>(s.evalCtx),
+                s.evalChunks < 0 ? "every chunk" : (std::to_string(s.evalChunks) + (s.evalChunks == 1 ? " chunk" : " chunks")).c_str());
+    for (const auto& v : project.variants()) {
         std::printf("variant    %-24s from %-12s %s\n", v.name.c_str(), v.parent.empty() ? "base" : v.parent.c_str(), v.recipe.dump().c_str());
+        for (const auto& e : v.exports)
+            std::printf("export     %-24s %s as %s%s\n", v.name.c_str(), e.value("file", "").c_str(), e.value("format", "").c_str(),
+                        e.contains("type") ? (" (" + e.value("type", "") + ")").c_str() : "");
+    }
     std::map<std::string, int> perLayer;   // variant -> layers with a reconstruction error, shown as a count
     for (const auto& r : project.results()) {
         if (isPerLayerMetric(r.metric)) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <map>
+#include <set>
 
 #include "core/analysis/gradient_importance.h"
 #include "core/compress/compressed_layers.h"
@@ -172,7 +173,18 @@ double meanLoss(const Model& model, const at::Tensor& windows) {
     return lossFromLogProbs(logProbs(model, windows), windows);
 }
 
+void checkImportanceKind(const std::string& kind) {
+    static const std::set<std::string> known = {"heads.ablation", "head", "linears.sensitivity", "layer", "linears.delta_ppl",
+                                                "layer-ppl", "channels.wanda", "channel", "heads.gradient", "head-grad",
+                                                "channels.gradient", "channel-grad"};
+    if (!known.count(kind))
+        throw Error("unknown importance kind '" + kind + "' (known: heads.ablation or head, linears.sensitivity or layer, "
+                    "linears.delta_ppl or layer-ppl, channels.wanda or channel, heads.gradient or head-grad, "
+                    "channels.gradient or channel-grad)");
+}
+
 ImportanceMap computeImportance(const Model& model, const std::string& kind, const at::Tensor& windows, Feedback* feedback) {
+    checkImportanceKind(kind);
     checkWindows(windows);
     ImportanceMap map;
     // "head", "layer" and "channel" are the short names the CLI documents.
@@ -182,8 +194,6 @@ ImportanceMap computeImportance(const Model& model, const std::string& kind, con
     else if (kind == "channels.wanda" || kind == "channel") map = channelWanda(model, windows, feedback);
     else if (kind == "heads.gradient" || kind == "head-grad") map = headGradientImportance(model, windows, feedback);
     else if (kind == "channels.gradient" || kind == "channel-grad") map = channelGradientImportance(model, windows, feedback);
-    else throw Error("unknown importance kind '" + kind + "' (known: heads.ablation or head, linears.sensitivity or layer, channels.wanda or channel, "
-                     "heads.gradient or head-grad, channels.gradient or channel-grad)");
     if (feedback) feedback->setProgress(1.0);
     return map;
 }

@@ -31,6 +31,8 @@ std::vector<std::string> importanceKinds();
 // Short names: "head", "layer", "channel", "head-grad", "channel-grad".
 // `windows` are token windows [samples, length] (see drawCalibration); throws cwb::Error or Cancelled.
 ImportanceMap computeImportance(const Model& model, const std::string& kind, const at::Tensor& windows, Feedback* feedback);
+// Throws cwb::Error listing the kinds when `kind` is none of them (computeImportance does this first).
+void checkImportanceKind(const std::string& kind);
 
 struct LayerSensitivity {
     ImportanceMap kl;                // "linears.sensitivity"

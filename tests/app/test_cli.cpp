@@ -403,6 +403,11 @@ void TestCli::mistakesFailBeforeTheWork() {
     Result hfType = run({"project", "add-export", project, "--variant", "rtn-w4g32", "--format", "hf", "--type", "q4_0"});
     QVERIFY2(hfType.exitCode == 2 && hfType.err.contains("(choose one of: f32, f16, bf16)"), qPrintable(hfType.err));
     QCOMPARE(run({"project", "add-export", project, "--variant", "rtn-w4g32", "--format", "gguf", "--type", "q8_0"}).exitCode, 0);
+    Result shown = run({"project", "show", project});
+    QVERIFY2(shown.out.contains("ctx 64, 1 chunk\n") && shown.out.contains("rtn-w4g32.gguf as gguf (q8_0)"), qPrintable(shown.out));
+    Result kind = run({"importance", "/nonexistent/model.gguf", "--kind", "layer-pll", "--calib", text});
+    QVERIFY2(kind.exitCode == 2 && kind.err.contains("unknown importance kind 'layer-pll'") && kind.err.contains("layer-ppl"),
+             qPrintable(kind.err));
     Result comma = run({"project", "add-variant", project, "--recipe", recipe, "--name", "a,b"});
     QVERIFY2(comma.exitCode == 2 && comma.err.contains("has a comma"), qPrintable(comma.err));
     Result other = run({"project", "run", project, "--model", llama2c, "--quiet"});
