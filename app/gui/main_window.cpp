@@ -421,7 +421,7 @@ bool MainWindow::useTokenizerFile(const QString& given) {
     QString path = given;
     if (path.isEmpty()) {
         path = QFileDialog::getOpenFileName(this, tr("Use Tokenizer File"), QFileInfo(QString::fromStdString(mDocument->project().model().path)).path(),
-                                            tr("Tokenizers (*.json *.bin);;All files (*)"));
+                                            tr("Tokenizers (*.json *.model *.gguf *.bin);;All files (*)"));
         if (path.isEmpty()) return false;
         if (!mDocument->project().results().empty() &&
             QMessageBox::question(this, tr("Use Tokenizer File"),
@@ -435,7 +435,7 @@ bool MainWindow::useTokenizerFile(const QString& given) {
     } catch (const std::exception& e) {
         if (given.isEmpty())
             showError(tr("The tokenizer was not changed"), QString::fromUtf8(e.what()),
-                      tr("Choose a Hugging Face tokenizer.json or a llama2.c tokenizer .bin made for this model."));
+                      tr("Choose a Hugging Face tokenizer.json, a SentencePiece tokenizer.model, a GGUF file or a llama2.c tokenizer .bin made for this model."));
         return false;
     }
     statusBar()->showMessage(tr("Tokenizer: %1").arg(path), 5000);

@@ -61,6 +61,16 @@ TokenizerData readTokenizerData(const GgufFile& g) {
     return d;
 }
 
+} // namespace
+
+std::unique_ptr<Tokenizer> loadGgufTokenizer(const std::string& path) {
+    const GgufFile g = GgufFile::open(path);
+    if (!g.hasKey("tokenizer.ggml.model")) throw Error(path, "the GGUF file holds no tokenizer (no tokenizer.ggml.model)");
+    return makeTokenizer(readTokenizerData(g));
+}
+
+namespace {
+
 bool isArray(const GgufFile& g, const std::string& key) {
     return g.hasKey(key) && g.metadata.at(key).value.is_array();
 }

@@ -360,7 +360,13 @@ public:
             else model->replaceTensor(layer + ".weight", linear->effectiveWeight());
         }
         if (!model->has("lm_head.weight")) model->spec.tiedEmbeddings = true;
-        if (isFile(folder + "/tokenizer.json")) model->tokenizer = loadHfTokenizer(folder + "/tokenizer.json");
+        if (isFile(folder + "/tokenizer.json")) {
+            model->tokenizer = loadHfTokenizer(folder + "/tokenizer.json");
+        } else if (isFile(folder + "/tokenizer.model")) {   // older Llama/Mistral folders ship only the SentencePiece file
+            model->tokenizer = loadSentencePieceTokenizer(folder + "/tokenizer.model");
+            model->metadata["tokenizer_note"] = "read from tokenizer.model (the folder has no tokenizer.json); its chat "
+                                                "template and tokenizer_config.json settings are not read";
+        }
         model->metadata["shards"] = std::to_string(shards.size());
         return model;
     }

@@ -1,5 +1,6 @@
 #include "core/io/model_format.h"
 
+#include <cstring>
 #include <sys/stat.h>
 
 #include "core/tokenizer/tokenizer.h"
@@ -67,33 +68,51 @@ std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& opt
 
 namespace {
 
-// The tokenizer file a --tokenizer path names (a folder's tokenizer.json), and whether it is a tokenizer.json.
-std::string tokenizerFileOf(const std::string& path, bool& json) {
+enum class TokenizerFileKind { Json, SentencePiece, Gguf, Llama2c };
+
+bool endsWith(const std::string& s, const char* suffix) {
+    const size_t n = std::strlen(suffix);
+    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// The tokenizer file a --tokenizer path names (a folder's tokenizer.json, else its tokenizer.model), and its kind.
+std::string tokenizerFileOf(const std::string& path, TokenizerFileKind& kind) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) throw Error(path, "no such tokenizer file or folder");
     std::string file = path;
-    if (S_ISDIR(st.st_mode)) file = path + "/tokenizer.json";
-    json = file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
-    const bool llama2c = file.size() >= 4 && file.compare(file.size() - 4, 4, ".bin") == 0;
-    if (!json && !llama2c)
-        throw Error(path, "not a tokenizer cwb reads: pass a Hugging Face tokenizer.json (or its folder) or a llama2.c "
-                          "tokenizer .bin");
-    if (S_ISDIR(st.st_mode) && ::stat(file.c_str(), &st) != 0) throw Error(path, "the folder has no tokenizer.json");
+    if (S_ISDIR(st.st_mode)) {
+        file = path + "/tokenizer.json";
+        if (::stat(file.c_str(), &st) != 0) file = path + "/tokenizer.model";
+        if (::stat(file.c_str(), &st) != 0) throw Error(path, "the folder has no tokenizer.json or tokenizer.model");
+    }
+    if (endsWith(file, ".json")) kind = TokenizerFileKind::Json;
+    else if (endsWith(file, ".model")) kind = TokenizerFileKind::SentencePiece;
+    else if (endsWith(file, ".gguf")) kind = TokenizerFileKind::Gguf;
+    else if (endsWith(file, ".bin")) kind = TokenizerFileKind::Llama2c;
+    else
+        throw Error(path, "not a tokenizer cwb reads: pass a Hugging Face tokenizer.json (or its folder), a SentencePiece "
+                          "tokenizer.model, a GGUF file or a llama2.c tokenizer .bin");
     return file;
 }
 
 } // namespace
 
 std::vector<std::string> tokenizerFiles(const std::string& path) {
-    bool json = false;
-    const std::string file = tokenizerFileOf(path, json);
-    return json ? hfTokenizerFilesRead(file) : std::vector<std::string>{file};
+    TokenizerFileKind kind;
+    const std::string file = tokenizerFileOf(path, kind);
+    return kind == TokenizerFileKind::Json ? hfTokenizerFilesRead(file) : std::vector<std::string>{file};
 }
 
 void applyTokenizerFile(Model& model, const std::string& path) {
-    bool json = false;
-    const std::string file = tokenizerFileOf(path, json);
-    auto tokenizer = json ? loadHfTokenizer(file) : loadLlama2cTokenizer(file, static_cast<int32_t>(model.spec.vocab), true);
+    TokenizerFileKind kind;
+    const std::string file = tokenizerFileOf(path, kind);
+    std::unique_ptr<Tokenizer> tokenizer;
+    switch (kind) {
+    case TokenizerFileKind::Json: tokenizer = loadHfTokenizer(file); break;
+    case TokenizerFileKind::SentencePiece: tokenizer = loadSentencePieceTokenizer(file); break;
+    case TokenizerFileKind::Gguf: tokenizer = loadGgufTokenizer(file); break;
+    case TokenizerFileKind::Llama2c: tokenizer = loadLlama2cTokenizer(file, static_cast<int32_t>(model.spec.vocab), true); break;
+    }
     if (tokenizer->vocabSize() > model.spec.vocab)
         throw Error(file, "the tokenizer has " + std::to_string(tokenizer->vocabSize()) + " tokens, the model's " +
                               "embedding only " + std::to_string(model.spec.vocab));

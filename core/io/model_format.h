@@ -10,8 +10,8 @@
 namespace cwb {
 
 struct LoadOptions {
-    // A tokenizer to use in place of the model's own: a Hugging Face tokenizer.json (or a folder holding one) or a
-    // llama2.c tokenizer .bin. Without it, llama2.c checkpoints take tokenizer.bin or tok<vocab>.bin beside them.
+    // A tokenizer to use in place of the model's own: a Hugging Face tokenizer.json (or a folder holding one), a
+    // SentencePiece tokenizer.model, a GGUF file's tokenizer or a llama2.c tokenizer .bin. Without it, llama2.c checkpoints take tokenizer.bin or tok<vocab>.bin beside them.
     std::string tokenizerPath;
 };
 
@@ -50,6 +50,9 @@ void applyTokenizerFile(Model& model, const std::string& path);
 // tokenizer.json, the files beside it that it takes when present. Throws cwb::Error as applyTokenizerFile does when
 // there is no such file or folder or it is of another kind.
 std::vector<std::string> tokenizerFiles(const std::string& path);
+
+// The tokenizer a GGUF file holds (tokenizer.ggml.*), without its tensors; throws cwb::Error naming the file.
+std::unique_ptr<Tokenizer> loadGgufTokenizer(const std::string& path);
 
 // Factories of the built-in formats (each defined beside its reader).
 std::unique_ptr<ModelFormat> makeGgufFormat();

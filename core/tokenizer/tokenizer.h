@@ -86,6 +86,11 @@ std::unique_ptr<Tokenizer> loadHfTokenizer(const std::string& tokenizerJsonPath)
 // (special tokens, chat template, stop tokens), found as the loader finds them.
 std::vector<std::string> hfTokenizerFilesRead(const std::string& tokenizerJsonPath);
 
+// SentencePiece tokenizer.model (the protobuf Llama 2 and Mistral ship): BPE models with the identity normalizer, read
+// into the same vocabulary llama.cpp's GGUF conversion writes. Throws cwb::Error naming the file for a damaged file, a
+// unigram model or another normalizer.
+std::unique_ptr<Tokenizer> loadSentencePieceTokenizer(const std::string& path);
+
 // llama2.c tokenizer.bin: uint32 max_token_length, then vocabSize × (f32 score, int32 len, bytes). The format does not
 // say how many tokens it holds; with `wholeFile`, bytes left after vocabSize tokens are an error (more tokens than the
 // model's embedding) instead of being ignored as llama2.c does.

@@ -12,6 +12,7 @@
 #include "core/tokenizer/pre_tokenizer.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/error.h"
+#include "tests/support/synthetic_models.h"
 #include "tests/support/test_paths.h"
 
 #include <algorithm>
@@ -207,6 +208,9 @@ private slots:
     void writtenHfFilesMatchFixtureVocabularies();
 
     void makeTokenizerValidates();
+    void sentencePieceModelMatchesGguf();
+    void sentencePieceModelBadInput_data();
+    void sentencePieceModelBadInput();
 };
 
 // ---- llama2.c tokenizer.bin -------------------------------------------------------------------------------
@@ -847,6 +851,81 @@ void TestTokenizers::makeTokenizerValidates() {
     b = tinyByteBpe();
     b.pre = "some-future-model";
     QCOMPARE(idsText(makeTokenizer(b)->encode("hello world", false)), QString("259 262 108 100"));
+}
+
+// tok512.model is the SentencePiece file the stories260K GGUF's vocabulary was converted from: read directly, it gives
+// the same pieces, scores, types and special ids, and the same tokens for the TinyStories text. A model given it (or
+// the GGUF itself) as --tokenizer reads with it.
+void TestTokenizers::sentencePieceModelMatchesGguf() {
+    CWB_REQUIRE_FIXTURE(spm, "models/tok512.model");
+    CWB_REQUIRE_FIXTURE(gguf, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(llama2c, "models/stories260K.bin");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    const auto fromModel = loadSentencePieceTokenizer(spm.toStdString());
+    const auto fromGguf = loadGgufTokenizer(gguf.toStdString());
+    const TokenizerData& a = *fromModel->vocabulary();
+    const TokenizerData& b = *fromGguf->vocabulary();
+    QCOMPARE(a.tokens, b.tokens);
+    QCOMPARE(a.scores, b.scores);
+    QCOMPARE(a.types, b.types);
+    QCOMPARE(fromModel->bos(), fromGguf->bos());
+    QCOMPARE(fromModel->eos(), fromGguf->eos());
+    QCOMPARE(a.unk, b.unk);
+    QCOMPARE(a.addSpacePrefix, b.addSpacePrefix);
+    QCOMPARE(fromModel->kind(), fromGguf->kind());
+    QFile file(text);
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    const std::string story = file.readAll().left(20000).toStdString();
+    QCOMPARE(fromModel->encode(story, true), fromGguf->encode(story, true));
+    for (const QString& given : {spm, gguf}) {
+        LoadOptions options;
+        options.tokenizerPath = given.toStdString();
+        const auto model = loadModel(llama2c.toStdString(), options);
+        QCOMPARE(model->tokenizer->encode(story, true), fromGguf->encode(story, true));
+        QCOMPARE(model->metadata.at("tokenizer"), given.toStdString());
+    }
+    // A Hugging Face folder with tokenizer.model and no tokenizer.json reads it, and says what it left out.
+    QTemporaryDir dir;
+    ArchSpec spec = cwb::test::tinyLlamaSpec();
+    spec.vocab = 512;
+    cwb::test::writeHfFolder(dir.path().toStdString(), spec, cwb::test::randomWeights(spec, 1), ggml::Type::F32);
+    QVERIFY(QFile::copy(spm, dir.filePath("tokenizer.model")));
+    QVERIFY(!QFile::exists(dir.filePath("tokenizer.json")));
+    const auto hf = loadModel(dir.path().toStdString());
+    QVERIFY(hf->tokenizer);
+    QCOMPARE(hf->tokenizer->encode(story, true), fromGguf->encode(story, true));
+    QVERIFY(hf->metadata.at("tokenizer_note").find("tokenizer.model") != std::string::npos);
+}
+
+void TestTokenizers::sentencePieceModelBadInput_data() {
+    QTest::addColumn<QByteArray>("bytes");
+    QTest::addColumn<QString>("expected");
+    // A piece: field 1 (length-delimited) holding piece "a" (field 1) and a score (field 2, fixed32).
+    const QByteArray piece = QByteArray::fromHex("0a08" "0a0161" "150000803f");
+    const QByteArray bpe = QByteArray::fromHex("12021802");   // trainer spec: model_type 2
+    QTest::newRow("empty") << QByteArray() << "holds no pieces";
+    QTest::newRow("truncated piece") << piece.left(5) << "runs past the end of the file";
+    QTest::newRow("endless varint") << QByteArray(12, char(0xff)) << "longer than 10 bytes";
+    QTest::newRow("wire type 7") << QByteArray::fromHex("0f") << "wire type 7";
+    QTest::newRow("unigram") << piece + QByteArray::fromHex("12021801") << "unigram model";
+    QTest::newRow("no model type") << piece << "unigram model";
+    QTest::newRow("nfkc") << piece + bpe + QByteArray::fromHex("1a0a0a086e6d745f6e666b63") << "normalizes its text with 'nmt_nfkc'";
+    QTest::newRow("bos outside") << piece + bpe << "BOS's id 1 is outside the 1 pieces";
+    QTest::newRow("bad piece type") << QByteArray::fromHex("0a050a01611809") + bpe << "has type 9";
+}
+
+void TestTokenizers::sentencePieceModelBadInput() {
+    QFETCH(QByteArray, bytes);
+    QFETCH(QString, expected);
+    QTemporaryDir dir;
+    const QString path = dir.filePath("tokenizer.model");
+    writeFile(path, bytes);
+    try {
+        loadSentencePieceTokenizer(path.toStdString());
+        QFAIL("a damaged SentencePiece model was read");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).startsWith(path) && QString(e.what()).contains(expected), e.what());
+    }
 }
 
 QTEST_APPLESS_MAIN(TestTokenizers)
