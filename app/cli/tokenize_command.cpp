@@ -33,6 +33,9 @@ int runTokenize(const std::vector<std::string>& args) {
     const bool bos = tok.addBosByDefault() && !a.flag("no-bos") && tok.bos() >= 0;
     // --special: control tokens written in the text ("</s>", "<|im_start|>") become their ids, as in chat prompts.
     const std::vector<TokenId> ids = a.flag("special") ? tok.encodeWithSpecialTokens(text, bos) : tok.encode(text, bos);
+    if (bos && ids.size() >= 2 && ids[1] == tok.bos())
+        std::fprintf(stderr, "warning: the text starts with BOS (%s) and BOS is added as well: two BOS ids; --no-bos adds none\n",
+                     tok.tokenText(tok.bos()).c_str());
 
     if (a.flag("json")) {
         nlohmann::json pieces = nlohmann::json::array();

@@ -105,6 +105,12 @@ void TestCli::tokenizeShowsIdsAndPieces() {
     Result neither = run({"tokenize", model});
     QCOMPARE(neither.exitCode, 2);
     QVERIFY2(neither.err.contains("--text TEXT or --file FILE"), qPrintable(neither.err));
+    Result twoBos = run({"tokenize", model, "--text", "<s>hi", "--special", "--json"});
+    QCOMPARE(twoBos.exitCode, 0);
+    QCOMPARE(QJsonDocument::fromJson(twoBos.out.toUtf8()).object()["ids"].toArray().at(1).toInt(), 1);
+    QVERIFY2(twoBos.err.contains("two BOS ids"), qPrintable(twoBos.err));
+    Result oneBos = run({"tokenize", model, "--text", "<s>hi", "--special", "--no-bos", "--json"});
+    QVERIFY2(oneBos.exitCode == 0 && !oneBos.err.contains("two BOS"), qPrintable(oneBos.err));
     Result missing = run({"tokenize", model, "--file", "/nonexistent/prompt.txt"});
     QCOMPARE(missing.exitCode, 2);
     QVERIFY2(missing.err.contains("/nonexistent/prompt.txt"), qPrintable(missing.err));
