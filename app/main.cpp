@@ -71,10 +71,12 @@ int main(int argc, char** argv) {
 #ifdef CWB_WITH_GUI
     if (args.empty()) return cwb::runGui(argc, argv);
 #endif
-    // `cwb help CMD`, `cwb CMD --help` / `-h`: that command's usage alone.
+    // `cwb help CMD`, `cwb CMD --help` / `-h` (right after the command, or last and not an option's value, so that
+    // `--prompt -h` stays a prompt): that command's usage alone.
     const auto isHelp = [](const std::string& a) { return a == "--help" || a == "-h"; };
-    const std::string asked = args.size() >= 2 && args[0] == "help" ? args[1]
-                              : args.size() >= 2 && std::any_of(args.begin() + 1, args.end(), isHelp) ? args[0] : "";
+    const size_t n = args.size();
+    const bool helpAfter = n >= 2 && (isHelp(args[1]) || (isHelp(args[n - 1]) && args[n - 2].rfind("--", 0) != 0));
+    const std::string asked = n >= 2 && args[0] == "help" ? args[1] : helpAfter ? args[0] : "";
     for (const auto& c : cwb::cli::commands())
         if (!asked.empty() && asked == c.name) {
             std::printf("%s\n    %s\n", c.usage, c.summary);

@@ -45,6 +45,8 @@ void addRecipeVariant(Project& project, const std::string& recipePath, const std
     Recipe recipe = Recipe::load(recipePath);
     Variant v;
     v.name = name.empty() ? stem(recipePath) : name;
+    const std::string problem = Project::newNameProblem(v.name);
+    if (!problem.empty()) throw Error(problem + (name.empty() ? " (from the recipe's file name; give --name)" : ""));
     v.parent = parent;
     v.recipe = recipe.toJson();
     project.addVariant(v);
@@ -53,9 +55,9 @@ void addRecipeVariant(Project& project, const std::string& recipePath, const std
 
 // The model's hash as a project records it. Hashing reads every byte (seconds per GB): progress on stderr every 10%
 // for models past 256 MiB.
-std::string hashModel(const std::string& modelPath) {
+std::string hashModel(const std::string& modelPath, bool quiet = false) {
     CallbackFeedback hashing;
-    if (fileBytes(modelPath) > (uint64_t(256) << 20)) {
+    if (!quiet && fileBytes(modelPath) > (uint64_t(256) << 20)) {
         auto shown = std::make_shared<int>(-1);
         hashing.progressCallback = [shown](double f) {
             const int tenth = int(f * 10);
@@ -181,12 +183,23 @@ int runProject(const std::vector<std::string>& args) {
         for (const auto& v : project.variants()) names.push_back(v.name);
     auto base = loadModel(modelPath, load);
     const std::string tokenizerHash = warnOfTokenizerChange(project, load, *base);
-    // Results are stored under the project's model: say so when these bytes are not the ones it recorded.
-    const std::string modelHash = hashModel(modelPath);
-    if (!project.model().hash.empty() && modelHash != project.model().hash)
-        std::fprintf(stderr, "warning: %s is not the model the project recorded (%s; hash %s, recorded %s): the results "
-                             "stored now are this model's\n", modelPath.c_str(), project.model().path.c_str(),
-                     modelHash.c_str(), project.model().hash.c_str());
+    // Results are stored under the project's model: say so when these bytes are not the ones it recorded. Another
+    // path (--model) is hashed; the recorded one is checked by size only, since hashing reads every byte on every run
+    // (--batch hashes it: replaying is where the full check belongs).
+    std::string modelHash = project.model().hash;
+    const ModelReference& recorded = project.model();
+    if (a.has("model") && absolute(modelPath) != recorded.path) {
+        modelHash = hashModel(modelPath, a.flag("quiet"));
+        if (!recorded.hash.empty() && modelHash != recorded.hash)
+            std::fprintf(stderr, "warning: %s is not the model the project recorded (%s; hash %s, recorded %s): the results "
+                                 "stored now are this model's\n", modelPath.c_str(), recorded.path.c_str(),
+                         modelHash.c_str(), recorded.hash.c_str());
+    } else if (recorded.bytes > 0 && !std::filesystem::is_directory(modelPath) && fileBytes(modelPath) != recorded.bytes) {
+        modelHash = hashModel(modelPath, a.flag("quiet"));
+        std::fprintf(stderr, "warning: %s changed since the project recorded it (%llu bytes, recorded %llu): the results "
+                             "stored now are of its present content\n", modelPath.c_str(),
+                     static_cast<unsigned long long>(fileBytes(modelPath)), static_cast<unsigned long long>(recorded.bytes));
+    }
     applyScratch(a, *base, a.flag("quiet"));
     ProjectRunner runner(project, *base);
     for (const auto& name : names)   // a stored recipe this build cannot run fails before any variant is measured

@@ -50,6 +50,8 @@ QString variantNameProblem(const Project& project, const QString& name, const QS
     if (name.trimmed() != name) return tr("The name \"%1\" starts or ends with a space; remove it.").arg(name);
     if (name == Project::kBaseName) return tr("\"base\" is reserved for the base model; choose another name.");
     if (name.contains(QLatin1Char(','))) return tr("A comma separates names in lists such as cwb --batch --variants; remove it.");
+    const std::string problem = Project::newNameProblem(name.toStdString());   // control characters too
+    if (!problem.empty()) return QString::fromStdString(problem) + QStringLiteral(".");
     if (name != current && project.hasVariant(name.toStdString()))
         return tr("A variant named \"%1\" already exists; choose another name.").arg(name);
     return {};

@@ -5,6 +5,7 @@
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QHBoxLayout>
+#include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
 
@@ -12,6 +13,7 @@
 #include "core/export/export_format.h"
 #include "core/project/project.h"
 #include "core/project/project_runner.h"
+#include "core/util/error.h"
 
 namespace cwb {
 
@@ -48,8 +50,12 @@ ExportDialog::ExportDialog(const Project& project, const QString& currentVariant
     form->addRow(tr("Write to"), pathRow);
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
     buttons->button(QDialogButtonBox::Ok)->setText(tr("Export"));
+    mProblem = new QLabel(this);   // why the destination cannot take the export, before anything is built
+    mProblem->setWordWrap(true);
+    mProblem->setStyleSheet(QStringLiteral("color: #b00020"));
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(form);
+    layout->addWidget(mProblem);
     layout->addWidget(buttons);
     connect(mFormat, &QComboBox::currentIndexChanged, this, &ExportDialog::formatChanged);
     connect(browseButton, &QPushButton::clicked, this, &ExportDialog::browse);
@@ -57,6 +63,7 @@ ExportDialog::ExportDialog(const Project& project, const QString& currentVariant
     connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
     mOk = buttons->button(QDialogButtonBox::Ok);
+    connect(mType, &QComboBox::currentIndexChanged, this, &ExportDialog::validate);
     formatChanged();
 }
 
@@ -73,7 +80,23 @@ void ExportDialog::browse() {
     if (!path.isEmpty()) mPath->setText(path);
 }
 
-void ExportDialog::validate() { mOk->setEnabled(!mPath->text().trimmed().isEmpty()); }
+void ExportDialog::validate() {
+    const QString path = mPath->text().trimmed();
+    QString problem;
+    if (!path.isEmpty()) {
+        ExportOptions options;
+        options.tensorType = mType->currentData().toString().toStdString();
+        const std::string format = mFormat->currentData().toString().toStdString();
+        std::string why = exportDestinationProblem(format, path.toStdString());
+        if (why.empty()) why = exportOptionsProblem(format, options);
+        problem = QString::fromStdString(why);
+    }
+    mProblem->setText(problem);
+    mProblem->setVisible(!problem.isEmpty());
+    mOk->setEnabled(!path.isEmpty() && problem.isEmpty());
+}
+
+QString ExportDialog::problem() const { return mProblem->text(); }
 
 ExportRequest ExportDialog::request() const {
     return {mVariant->currentText(), mFormat->currentData().toString(), mType->currentData().toString(), mPath->text().trimmed()};
@@ -91,6 +114,9 @@ std::unique_ptr<BackgroundJob> makeExportJob(const Project& snapshot, std::share
                                              QObject* parent) {
     const QString title = QObject::tr("Export %1 as %2").arg(request.variant, request.format);
     return std::make_unique<BackgroundJob>(title, [snapshot, base, request, summary](Feedback& feedback) {
+        // A destination the export cannot use fails now, not after the variant is built.
+        const std::string where = exportDestinationProblem(request.format.toStdString(), request.path.toStdString());
+        if (!where.empty()) throw Error(request.path.toStdString(), where);
         std::unique_ptr<Model> variant;
         SubFeedback building(&feedback, 0.0, 0.6), writing(&feedback, 0.6, 1.0);
         if (request.variant == Project::kBaseName) {

@@ -27,6 +27,9 @@ public:
     ExportDialog(const Project& project, const QString& currentVariant, QWidget* parent = nullptr);
     ExportRequest request() const;
     void setRequest(const ExportRequest& request);   // for tests and scripts
+    // Why the chosen destination or type cannot take the export ("" when it can); the dialog shows it and keeps
+    // Export disabled.
+    QString problem() const;
 
 private:
     void formatChanged();
@@ -38,6 +41,7 @@ private:
     QComboBox* mType;
     QLineEdit* mPath;
     class QPushButton* mOk = nullptr;
+    class QLabel* mProblem = nullptr;
 };
 
 // Builds the variant from the project snapshot (or takes the base) and exports it on a worker thread. The job's

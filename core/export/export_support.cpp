@@ -130,10 +130,13 @@ std::string destinationProblem(const std::string& path, bool folder) {
     std::error_code ec;
     fs::path parent = fs::path(path).parent_path();
     if (parent.empty()) parent = ".";
-    if (!fs::is_directory(parent, ec))
-        return fs::exists(parent, ec) ? parent.string() + " is not a folder" : "the folder " + parent.string() + " does not exist";
-    if (::access(parent.c_str(), W_OK | X_OK) != 0)
-        return "cannot write into the folder " + parent.string() + ": " + std::strerror(errno);
+    // Missing folders on the way are made by the export (as mkdir -p); the nearest one that exists must take them.
+    fs::path existing = parent;
+    while (!fs::exists(existing, ec) && existing.has_parent_path() && existing.parent_path() != existing)
+        existing = existing.parent_path();
+    if (!fs::is_directory(existing, ec)) return existing.string() + " is not a folder";
+    if (::access(existing.c_str(), W_OK | X_OK) != 0)
+        return "cannot write into the folder " + existing.string() + ": " + std::strerror(errno);
     const fs::file_status status = fs::status(path, ec);
     if (!fs::exists(status)) return "";
     if (!folder) {
@@ -145,7 +148,8 @@ std::string destinationProblem(const std::string& path, bool folder) {
     int count = 0;
     for (const auto& entry : fs::directory_iterator(path, ec)) {
         const std::string name = entry.path().filename().string();
-        if (entry.is_regular_file(ec) && exportWrites(name)) continue;
+        std::error_code kind;
+        if (entry.is_regular_file(kind) && exportWrites(name)) continue;
         if (count++ < 3) foreign += (foreign.empty() ? "" : ", ") + name;
     }
     if (ec) return "cannot list the folder: " + ec.message();

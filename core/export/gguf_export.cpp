@@ -4,6 +4,7 @@
 // block fits a row. Every tensor's added error is measured from the bytes written.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <regex>
@@ -217,6 +218,12 @@ public:
             report.tensors.push_back({"rope_freqs.weight", "f32", 0, "Llama 3 RoPE scaling"});
         }
         writer.addUInt32("general.file_type", fileType(report));
+        {   // missing folders on the way, as the folder formats make them (exportDestinationProblem checked the rest)
+            std::error_code ec;
+            const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+            if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+            if (ec) throw Error(parent.string(), "cannot create the folder: " + ec.message());
+        }
         writer.write(path, [&](size_t done, size_t total) {
             if (!feedback) return;
             feedback->setProgress(double(done) / double(total));

@@ -66,7 +66,12 @@ TokenizerData readTokenizerData(const GgufFile& g) {
 std::unique_ptr<Tokenizer> loadGgufTokenizer(const std::string& path) {
     const GgufFile g = GgufFile::open(path);
     if (!g.hasKey("tokenizer.ggml.model")) throw Error(path, "the GGUF file holds no tokenizer (no tokenizer.ggml.model)");
-    return makeTokenizer(readTokenizerData(g));
+    try {
+        return makeTokenizer(readTokenizerData(g));
+    } catch (const Error& e) {
+        if (std::string(e.what()).rfind(path, 0) == 0) throw;
+        throw Error(path, e.what());
+    }
 }
 
 namespace {

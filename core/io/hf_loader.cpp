@@ -363,9 +363,15 @@ public:
         if (isFile(folder + "/tokenizer.json")) {
             model->tokenizer = loadHfTokenizer(folder + "/tokenizer.json");
         } else if (isFile(folder + "/tokenizer.model")) {   // older Llama/Mistral folders ship only the SentencePiece file
-            model->tokenizer = loadSentencePieceTokenizer(folder + "/tokenizer.model");
-            model->metadata["tokenizer_note"] = "read from tokenizer.model (the folder has no tokenizer.json); its chat "
-                                                "template and tokenizer_config.json settings are not read";
+            // One cwb cannot read (a unigram model, another normalizer) leaves the model without a tokenizer, as
+            // before cwb read these files: info, export and compression without calibration still work.
+            try {
+                model->tokenizer = loadSentencePieceTokenizer(folder + "/tokenizer.model");
+                model->metadata["tokenizer_note"] = "read from tokenizer.model (the folder has no tokenizer.json); its chat "
+                                                    "template and tokenizer_config.json settings are not read";
+            } catch (const Error& e) {
+                model->metadata["tokenizer_note"] = std::string("no tokenizer: ") + e.what();
+            }
         }
         model->metadata["shards"] = std::to_string(shards.size());
         return model;

@@ -332,15 +332,14 @@ void Project::setSettings(const ProjectSettings& settings) {
     mModified = true;
 }
 
-// Names are listed comma-separated on command lines (--variants a,b) and shown as typed: no commas, control
-// characters, or spaces at either end.
-void Project::checkVariantName(const std::string& name) const {
+std::string Project::newNameProblem(const std::string& name) {
     if (name.find(',') != std::string::npos)
-        throw Error(mPath, "variant name '" + name + "' has a comma, which separates names in --variants lists");
+        return "variant name '" + name + "' has a comma, which separates names in --variants lists";
     if (std::any_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
-        throw Error(mPath, "variant name '" + name + "' has a control character");
-    if (std::isspace(static_cast<unsigned char>(name.front())) || std::isspace(static_cast<unsigned char>(name.back())))
-        throw Error(mPath, "variant name '" + name + "' starts or ends with a space");
+        return "variant name '" + name + "' has a control character";
+    if (!name.empty() && (std::isspace(static_cast<unsigned char>(name.front())) || std::isspace(static_cast<unsigned char>(name.back()))))
+        return "variant name '" + name + "' starts or ends with a space";
+    return "";
 }
 
 void Project::addVariant(Variant variant) {
@@ -348,7 +347,6 @@ void Project::addVariant(Variant variant) {
     const std::string& name = variant.name;
     if (name.empty()) throw Error(mPath, "a variant needs a name");
     if (name == kBaseName) throw Error(mPath, "'base' is reserved for the base model");
-    checkVariantName(name);
     if (hasVariant(name)) throw Error(mPath, "variant '" + name + "' already exists");
     if (variant.parent == name) throw Error(mPath, "variant '" + name + "' cannot derive from itself");
     if (!variant.parent.empty() && !hasVariant(variant.parent))
@@ -383,7 +381,6 @@ void Project::renameVariant(const std::string& from, const std::string& to) {
     if (to == from) return;
     if (to.empty()) throw Error(mPath, "a variant needs a name");
     if (to == kBaseName) throw Error(mPath, "'base' is reserved for the base model");
-    checkVariantName(to);
     if (hasVariant(to)) throw Error(mPath, "variant '" + to + "' already exists");
     variant.name = to;
     for (Variant& v : mVariants)
@@ -489,10 +486,37 @@ bool ModelReference::operator==(const ModelReference& o) const {
            tokenizerHash == o.tokenizerHash;
 }
 
+namespace {
+
+// A GGUF file's tokenizer, hashed by what the loader takes from it (not the gigabytes of tensors after it).
+std::string hashGgufTokenizer(const std::string& path) {
+    const std::shared_ptr<const TokenizerData> d = loadGgufTokenizer(path)->vocabulary();
+    uint64_t h = fnv1a64("gguf-tokenizer", 15);
+    const auto text = [&](const std::string& t) { h = fnv1a64(t.data(), t.size() + 1, h); };   // with its 0 byte
+    const auto number = [&](int64_t v) { h = fnv1a64(&v, sizeof v, h); };
+    text(d->model);
+    text(d->pre);
+    number(int64_t(d->tokens.size()));
+    for (const auto& t : d->tokens) text(t);
+    h = fnv1a64(d->scores.data(), d->scores.size() * sizeof(float), h);
+    h = fnv1a64(d->types.data(), d->types.size() * sizeof(int32_t), h);
+    number(int64_t(d->merges.size()));
+    for (const auto& m : d->merges) text(m);
+    for (TokenId id : {d->bos, d->eos, d->unk, d->pad, d->sep, d->cls, d->mask}) number(id);
+    for (TokenId id : d->stopIds) number(id);
+    number(int64_t(d->addBos) | int64_t(d->addEos) << 1 | int64_t(d->addSpacePrefix) << 2);
+    text(d->chatTemplate);
+    return formatHash(h);
+}
+
+} // namespace
+
 std::string hashTokenizer(const std::string& path) {
+    const std::vector<std::string> files = tokenizerFiles(path);
+    if (files.size() == 1 && files.front().size() > 5 && files.front().compare(files.front().size() - 5, 5, ".gguf") == 0)
+        return hashGgufTokenizer(files.front());
     // The tokenizer file under one label whatever its name (tok512.bin renamed tokenizer.bin reads the same); the
     // files beside a tokenizer.json under their own names, which the loader looks for.
-    const std::vector<std::string> files = tokenizerFiles(path);
     std::vector<std::pair<std::string, std::string>> labelled = {{"tokenizer", files.front()}};
     for (size_t i = 1; i < files.size(); ++i)
         labelled.emplace_back(std::filesystem::path(files[i]).filename().string(), files[i]);

@@ -163,6 +163,10 @@ public:
     void setRecipe(const std::string& name, nlohmann::json recipe);
     void setExports(const std::string& name, nlohmann::json exports);
     bool hasVariant(const std::string& name) const;
+    // Why `name` should not be given to a new variant ("" when it may): a comma (it separates names in --variants
+    // lists), a control character, or a space at either end. Asked where a user names one (CLI, GUI); addVariant does
+    // not ask, so projects holding such names from older builds still open, undo and copy.
+    static std::string newNameProblem(const std::string& name);
     const Variant& variant(const std::string& name) const;    // throws for an unknown name
     // The variants from the base model down to `name`, base-first: for base -> a -> b, lineage("b") is
     // {"a", "b"} (the base model itself is implied, not listed); lineage("base") is {}. Applying their
@@ -187,7 +191,6 @@ private:
     Project() = default;
     void checkLineage() const;                  // parents exist and form no cycle (damaged files)
     Variant& findVariant(const std::string& name);
-    void checkVariantName(const std::string& name) const;   // throws cwb::Error saying what is wrong
 
     std::string mPath;
     ModelReference mModel;

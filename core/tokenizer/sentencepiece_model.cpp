@@ -175,7 +175,11 @@ std::unique_ptr<Tokenizer> loadSentencePieceTokenizer(const std::string& path) {
     d.eos = id(eos, "EOS's");
     d.pad = id(pad, "the padding token's");
     d.addSpacePrefix = dummyPrefix;
-    return makeTokenizer(d);
+    try {
+        return makeTokenizer(d);
+    } catch (const Error& e) {
+        throw Error(path, e.what());
+    }
 }
 
 } // namespace cwb

@@ -369,7 +369,6 @@ void TestCli::mistakesFailBeforeTheWork() {
     } refusals[] = {
         {{"export", model, "--format", "hf", "--out", mine}, mine + ": the folder holds 1 file an export does not write (notes.txt)"},
         {{"export", model, "--format", "gguf", "--out", mine}, mine + ": is a folder; give the path of the file to write"},
-        {{"export", model, "--format", "hf", "--out", dir.filePath("no/such/hf")}, "the folder " + dir.filePath("no/such") + " does not exist"},
         {{"export", model, "--format", "gguf", "--out", mine + "/notes.txt/m.gguf"}, mine + "/notes.txt is not a folder"},
         {{"export", model, "--format", "gguf", "--out", dir.filePath("m.gguf"), "--shard-size", "1000"}, "--shard-size applies to the safetensors formats"},
         {{"eval", model, "--text", dir.path()}, dir.path() + ": is a folder; give a text file"},
@@ -388,6 +387,11 @@ void TestCli::mistakesFailBeforeTheWork() {
     QCOMPARE(QDir(mine).entryList(QDir::Files), QStringList{"notes.txt"});   // the user's file stays
     QVERIFY(!QFile::exists(dir.filePath("p.cwbproj")));                      // no half-made project
     QVERIFY(!QFile::exists(dir.filePath("m.gguf")));
+    // Missing folders on the way are made (as mkdir -p), for a folder and a file format alike.
+    QCOMPARE(run({"export", model, "--format", "hf", "--out", dir.filePath("new/sub/hf")}).exitCode, 0);
+    QVERIFY(QFile::exists(dir.filePath("new/sub/hf/config.json")));
+    QCOMPARE(run({"export", model, "--format", "gguf", "--out", dir.filePath("new/other/m.gguf")}).exitCode, 0);
+    QVERIFY(QFile::exists(dir.filePath("new/other/m.gguf")));
     // An earlier export in the folder is replaced.
     const QString hf = dir.filePath("hf");
     QCOMPARE(run({"export", model, "--format", "hf", "--out", hf}).exitCode, 0);

@@ -269,8 +269,13 @@ void TestModelLoaders::tokenizerFileGivenAtLoad() {
     };
     std::string why = refusal(folder, folder + "/missing.json");
     QVERIFY2(why.find(folder + "/missing.json") != std::string::npos && why.find("no such tokenizer") != std::string::npos, why.c_str());
-    why = refusal(folder, sentencePiece.toStdString());
-    QVERIFY2(why.find("not a tokenizer cwb reads") != std::string::npos, why.c_str());
+    // A SentencePiece tokenizer.model is read (test_tokenizers compares it with the GGUF's vocabulary); a file of
+    // another kind is refused, saying which kinds are read.
+    QCOMPARE(refusal(folder, sentencePiece.toStdString()), std::string("loaded"));
+    const std::string textFile = folder + "/readme.txt";
+    std::ofstream(textFile) << "no tokens here";
+    why = refusal(folder, textFile);
+    QVERIFY2(why.find("not a tokenizer cwb reads") != std::string::npos && why.find("tokenizer.model") != std::string::npos, why.c_str());
     why = refusal(folder, folder);   // a folder without tokenizer.json
     QVERIFY2(why.find("has no tokenizer.json") != std::string::npos, why.c_str());
     QTemporaryDir smallDir;

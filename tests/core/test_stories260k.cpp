@@ -69,6 +69,19 @@ void TestStories260k::continuationKeepsItsSpace() {
     r = generate(rt, *model->tokenizer, p);
     QVERIFY(r.contextLimited);
     QCOMPARE(int64_t(r.promptIds.size() + r.generatedIds.size()), model->spec.context);
+    // A weight holding NaN: an error that says so, not "⁇" tokens.
+    std::unique_ptr<Model> broken = model->clone();
+    at::Tensor w = broken->floatTensor("model.layers.2.mlp.down_proj.weight");
+    w.index_put_({0, 0}, std::nan(""));
+    broken->replaceTensor("model.layers.2.mlp.down_proj.weight", w);
+    Transformer brokenRuntime(*broken);
+    p.tokens = 4;
+    try {
+        generate(brokenRuntime, *model->tokenizer, p);
+        QFAIL("generated from NaN logits");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).startsWith("generate: the model's output is not finite"), e.what());
+    }
 }
 
 // f16 on the CPU: LibTorch 2.x computes it; 1.13 has no f16 matrix multiply there, and the runtime says so (naming

@@ -369,6 +369,24 @@ void TestGuiFlow::exportVariantFromTheWindow() {
     QCOMPARE(refused.first().at(0).toBool(), false);
     QVERIFY2(refused.first().at(1).toString().contains("not a multiple of"), qPrintable(refused.first().at(1).toString()));
     QVERIFY(!QFileInfo::exists(mDir.filePath("gui-export-awq")));
+
+    // A folder holding the user's own files: the dialog says why and keeps Export disabled; the job refuses it too,
+    // before building anything, and the files stay.
+    QVERIFY(QDir(mDir.path()).mkpath("mine"));
+    QFile notes(mDir.filePath("mine/notes.txt"));
+    QVERIFY(notes.open(QIODevice::WriteOnly));
+    notes.write("keep");
+    notes.close();
+    dialog.setRequest({variant, "hf", "", mDir.filePath("mine")});
+    QVERIFY2(dialog.problem().contains("notes.txt"), qPrintable(dialog.problem()));
+    dialog.setRequest({variant, "hf", "", mDir.filePath("fresh")});
+    QCOMPARE(dialog.problem(), QString());
+    QSignalSpy kept(&window, &MainWindow::exportFinished);
+    QVERIFY(window.exportVariant({variant, "hf", "", mDir.filePath("mine")}, false));
+    QVERIFY(kept.wait(120000));
+    QCOMPARE(kept.first().at(0).toBool(), false);
+    QVERIFY2(kept.first().at(1).toString().contains("an export does not write (notes.txt)"), qPrintable(kept.first().at(1).toString()));
+    QCOMPARE(QDir(mDir.filePath("mine")).entryList(QDir::Files), QStringList{"notes.txt"});
 }
 
 // A distillation step reports its losses per step; the Run tab draws them while the run goes on.
