@@ -60,12 +60,7 @@ int runBudget(const std::vector<std::string>& args) {
     }
     const at::Tensor windows = windowsFromText(a, a.value("text"), *model, 8);
     CallbackFeedback feedback;
-    int last = -1;
-    if (!a.flag("quiet") && !a.flag("json"))
-        feedback.progressCallback = [&](double f) {
-            if (int(f * 10) != last) std::fprintf(stderr, "budget: measuring %d%%\n", int(f * 100));
-            last = int(f * 10);
-        };
+    if (!a.flag("quiet") && !a.flag("json")) showProgress(feedback, "budget: measuring");
     BudgetPlan plan = solveBitBudget(*model, windows, options, &feedback);
     if (a.has("out")) plan.recipe.save(a.value("out"));
     if (a.flag("json")) {

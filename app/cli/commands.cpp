@@ -1,6 +1,8 @@
 #include "app/cli/commands.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include "core/model/model.h"
 #include "core/project/project.h"
 #include "core/util/error.h"
+#include "core/util/feedback.h"
 #include "core/util/scratch_file.h"
 
 namespace cwb::cli {
@@ -96,6 +99,33 @@ at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, c
     spec.seed = static_cast<uint64_t>(args.integer("seed", 0));
     return drawCalibration(model.tokenizer->encode(readTextFile(textPath), true), model.tokenizer->bos(), spec,
                            model.spec.context);
+}
+
+void showProgress(CallbackFeedback& feedback, const std::string& label) {
+    // One feedback may report several runs in turn (each evaluation of a compress): a fraction lower than the last
+    // starts the clock again.
+    feedback.progressCallback = [label, start = std::chrono::steady_clock::now(), last = -1, previous = 0.0](double f) mutable {
+        if (f < previous) {
+            start = std::chrono::steady_clock::now();
+            last = -1;
+        }
+        previous = f;
+        const int percent = std::clamp(int(f * 100), 0, 100);
+        if (percent / 10 == last / 10 && !(percent == 100 && last != 100)) return;
+        last = percent;
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const auto duration = [](double t) {
+            char text[32];
+            std::snprintf(text, sizeof text, t < 10 ? "%.1f s" : "%.0f s", t);
+            return std::string(text);
+        };
+        if (percent < 10 || percent == 100) {
+            std::fprintf(stderr, "%s: %d%% (%s)\n", label.c_str(), percent, duration(seconds).c_str());
+            return;
+        }
+        std::fprintf(stderr, "%s: %d%% (%s, about %s left)\n", label.c_str(), percent, duration(seconds).c_str(),
+                     duration(seconds * (1.0 - f) / f).c_str());
+    };
 }
 
 int64_t chunksOption(const Arguments& args) {

@@ -10,6 +10,10 @@ namespace cwb {
 class Project;
 }
 
+namespace cwb {
+class CallbackFeedback;
+}
+
 namespace cwb::cli {
 
 struct Command {
@@ -56,6 +60,10 @@ int64_t chunksOption(const Arguments& args);
 // Creates --out DIR for a command's reports (with its parents) and checks that it can be written, before the work
 // starts; throws cwb::Error naming the folder and the reason.
 void prepareOutputFolder(const std::string& dir);
+
+// Progress of long work on stderr, as "LABEL: 40% (12 s, about 18 s left)" every 10% and at 100% (the estimate from
+// the time so far, once a tenth is done).
+void showProgress(CallbackFeedback& feedback, const std::string& label);
 
 // --threads N as an int, refused (cwb::Error) outside 0..4096; 0 leaves LibTorch's own count.
 int threadCount(int64_t threads);

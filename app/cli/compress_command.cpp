@@ -23,14 +23,9 @@ namespace cwb::cli {
 namespace {
 
 // Progress lines on stderr, one per 10 % and one per log line.
-void reportToStderr(CallbackFeedback& f, bool quiet) {
+void reportToStderr(CallbackFeedback& f, bool quiet, const char* what) {
     if (quiet) return;
-    auto last = std::make_shared<int>(-1);
-    f.progressCallback = [last](double p) {
-        int percent = static_cast<int>(p * 100);
-        if (percent / 10 != *last / 10) std::fprintf(stderr, "  %d%%\n", percent);
-        *last = percent;
-    };
+    showProgress(f, what);
     f.logCallback = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
 }
 
@@ -120,14 +115,14 @@ int runCompress(const std::vector<std::string>& args) {
     }
     const std::vector<TokenId>* tokens = a.has("eval") ? &evalTokens : nullptr;
     CallbackFeedback evalFeedback;
-    reportToStderr(evalFeedback, quiet);
+    reportToStderr(evalFeedback, quiet, "  evaluate");
     if (!quiet && tokens) std::fprintf(stderr, "evaluating the base on %s\n", a.value("eval").c_str());
     nlohmann::json report = {{"model", path}, {"recipe", recipe.toJson()},
                              {"base", stageMetrics(*base, *base, tokens, p, &evalFeedback)}};
     if (tokens) report["evaluation"] = {{"text", a.value("eval")}, {"ctx", p.ctx}, {"chunks", chunkCount(int64_t(evalTokens.size()), p)}};
     nlohmann::json steps = nlohmann::json::array();
     CallbackFeedback feedback;
-    reportToStderr(feedback, quiet);
+    reportToStderr(feedback, quiet, "  compress");
     CompressionResult result = compressModel(*base, recipe, calib, &feedback, [&](const StepReport& s, const Model& variant) {
         nlohmann::json step = {{"method", s.method}, {"version", s.version}, {"params", s.params}, {"layers", s.layers},
                                {"seconds", s.seconds}, {"notes", s.notes}};

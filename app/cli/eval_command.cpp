@@ -31,14 +31,7 @@ int runEval(const std::vector<std::string>& args) {
 
     CallbackFeedback feedback;
     const bool quiet = a.flag("quiet") || a.flag("json");
-    int lastPercent = -1;
-    feedback.progressCallback = [&](double f) {
-        int percent = static_cast<int>(f * 100);
-        if (!quiet && percent / 10 != lastPercent / 10) {
-            std::fprintf(stderr, "eval: %d%%\n", percent);
-            lastPercent = percent;
-        }
-    };
+    if (!quiet) showProgress(feedback, "eval");
     Transformer runtime(*model, runtimeOptions(a));
     PerplexityResult r = evaluatePerplexity(runtime, tokens, model->tokenizer->bos(), p, &feedback);
     if (a.flag("json")) {

@@ -19,12 +19,7 @@ namespace {
 
 void progressToStderr(CallbackFeedback& feedback, bool quiet, const char* what) {
     if (quiet) return;
-    feedback.progressCallback = [what, last = -1](double f) mutable {
-        const int percent = int(f * 100);
-        if (percent / 10 == last / 10 && percent != 100) return;
-        last = percent;
-        std::fprintf(stderr, "%s: %d%%\n", what, percent);
-    };
+    showProgress(feedback, what);
     feedback.logCallback = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
 }
 

@@ -29,12 +29,7 @@ int runImportance(const std::vector<std::string>& args) {
     auto model = loadModel(path, load);
     const at::Tensor windows = windowsFromText(a, calibText, *model, 16);
     CallbackFeedback feedback;
-    int last = -1;
-    if (!a.flag("quiet") && !a.flag("json"))
-        feedback.progressCallback = [&](double f) {
-            if (int(f * 10) != last) std::fprintf(stderr, "importance: %d%%\n", int(f * 100));
-            last = int(f * 10);
-        };
+    if (!a.flag("quiet") && !a.flag("json")) showProgress(feedback, "importance");
     ImportanceMap map;
     if (a.has("step")) {
         // --step '{"method": ..., "params": {...}}' or a file holding it: per-layer sensitivity to that step.

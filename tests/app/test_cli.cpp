@@ -439,6 +439,11 @@ void TestCli::generatedTextKeepsItsSpace() {
     QVERIFY(QJsonDocument::fromJson(longer.out.toUtf8()).object()["context_limited"].toBool());
     QVERIFY2(longer.err.contains("left room for"), qPrintable(longer.err));
     Result greedy = run({"generate", model, "--tokens", "2", "--top-k", "5"});
+    // Long work shows its progress with the time taken and an estimate of the time left.
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    Result eval = run({"eval", model, "--text", text, "--ctx", "128", "--chunks", "20"});
+    QVERIFY2(eval.exitCode == 0 && eval.err.contains(QRegularExpression("eval: [1-9]0% \\([0-9.]+ s, about [0-9.]+ s left\\)")) &&
+             eval.err.contains(QRegularExpression("eval: 100% \\([0-9.]+ s\\)")), qPrintable(eval.err));
     QVERIFY2(greedy.exitCode == 0 && greedy.err.contains("greedy decoding ignores them"), qPrintable(greedy.err));
 }
 
