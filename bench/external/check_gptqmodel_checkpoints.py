@@ -15,7 +15,8 @@ from transformers import AutoModelForCausalLM, GPTQConfig
 
 from cwb_checks import perplexity
 
-cwb, files, text = sys.argv[1], sys.argv[2], sys.argv[3]
+cwb, files, text = (os.path.abspath(a) for a in sys.argv[1:4])
+os.chdir(files)   # GPTQModel writes a ./logs folder wherever it runs: keep it beside the checkpoints, out of the checkout
 CTX, CHUNKS = 128, 8
 
 # (dense source folder, output name, GPTQModel's config)
