@@ -15,7 +15,9 @@ from transformers import AutoModelForCausalLM, GPTQConfig
 
 from cwb_checks import perplexity
 
-cwb, files, text = (os.path.abspath(a) for a in sys.argv[1:4])
+cwb, files, text = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
+if os.sep in cwb:
+    cwb = os.path.abspath(cwb)
 os.chdir(files)   # GPTQModel writes a ./logs folder wherever it runs: keep it beside the checkpoints, out of the checkout
 CTX, CHUNKS = 128, 8
 
