@@ -19,6 +19,7 @@
 #include "core/project/file_hash.h"
 #include "core/project/project.h"
 #include "core/export/export_format.h"
+#include "core/export/export_plan.h"
 #include "core/project/project_runner.h"
 #include "core/util/error.h"
 #include "core/util/scratch_file.h"
@@ -167,8 +168,18 @@ int BatchRunner::run() {
             }
         }
         ProjectRunner runner(project, *base, options);
-        for (const auto& name : names)   // a stored recipe this build cannot run fails before any variant is replayed
-            if (name != "base") runner.fullRecipe(name);
+        for (const auto& name : names) {   // a stored recipe this build cannot run fails before any variant is replayed
+            if (name == "base") continue;
+            const Recipe recipe = runner.fullRecipe(name);
+            // An export its layout cannot hold still fails where it is written; say so now, not hours later.
+            for (const auto& e : project.variant(name).exports) {
+                const std::string format = e.value("format", "");
+                if (!ExportFormatRegistry::instance().byId(format)) continue;
+                const std::string why = exportRecipeProblem(*base, recipe, format);
+                if (!why.empty())
+                    std::fprintf(stderr, "cwb --batch: the export of %s as %s will fail: %s\n", name.c_str(), format.c_str(), why.c_str());
+            }
+        }
         bool allWithin = true, anyCompared = false, missing = false, exportFailed = false;
         nlohmann::json variants = nlohmann::json::array();
         for (size_t i = 0; i < names.size(); ++i) {

@@ -7,6 +7,7 @@
 #include "app/cli/commands.h"
 #include "core/compress/pipeline.h"
 #include "core/export/export_format.h"
+#include "core/export/export_plan.h"
 #include "core/io/model_format.h"
 #include "core/project/project.h"
 #include "core/project/project_runner.h"
@@ -21,6 +22,17 @@ void progressToStderr(CallbackFeedback& feedback, bool quiet, const char* what) 
     if (quiet) return;
     showProgress(feedback, what);
     feedback.logCallback = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
+}
+
+// A layout that cannot hold what the recipe makes is said now, not after the calibration and the compression.
+void refuseBeforeBuilding(const Model& base, const Recipe& recipe, const std::string& format) {
+    const std::string why = exportRecipeProblem(base, recipe, format);
+    if (!why.empty()) throw Error("the recipe builds a variant that the " + format + " format cannot hold: " + why);
+}
+
+void refuseOverwritingSource(const std::string& out, const Model& base) {
+    const std::string why = exportOverwritesSource(out, base.path);
+    if (!why.empty()) throw Error(out, why);
 }
 
 } // namespace
@@ -57,6 +69,7 @@ int runExport(const std::vector<std::string>& args) {
         if (a.has("recipe")) throw Error("--recipe applies to a model; a project's variants carry their own recipes");
         Project project = Project::open(input);
         base = loadModel(a.value("model", project.model().path), projectLoadOptions(project, a));
+        refuseOverwritingSource(a.value("out"), *base);
         applyScratch(a, *base, a.flag("quiet") || a.flag("json"));
         const std::string name = a.value("variant", "base");
         source = input + " (variant " + name + ")";
@@ -64,6 +77,7 @@ int runExport(const std::vector<std::string>& args) {
             variant = base->clone();
         } else {
             ProjectRunner runner(project, *base);
+            refuseBeforeBuilding(*base, runner.fullRecipe(name), a.value("format"));
             variant = runner.build(name, &build);
         }
     } else {
@@ -71,6 +85,7 @@ int runExport(const std::vector<std::string>& args) {
         LoadOptions load;
         load.tokenizerPath = a.value("tokenizer");
         base = loadModel(input, load);
+        refuseOverwritingSource(a.value("out"), *base);
         applyScratch(a, *base, a.flag("quiet") || a.flag("json"));
         if (a.has("recipe")) {
             CalibrationSpec calib;
@@ -78,7 +93,9 @@ int runExport(const std::vector<std::string>& args) {
             calib.samples = a.integer("samples", 128);
             calib.seqLen = a.integer("seq-len", 512);
             calib.seed = static_cast<uint64_t>(a.integer("seed", 0));
-            variant = std::move(compressModel(*base, Recipe::load(a.value("recipe")), calib, &build).model);
+            const Recipe recipe = Recipe::load(a.value("recipe"));
+            refuseBeforeBuilding(*base, recipe, a.value("format"));
+            variant = std::move(compressModel(*base, recipe, calib, &build).model);
         } else {
             variant = base->clone();
         }

@@ -16,6 +16,7 @@
 #include "core/compress/recipe.h"
 #include "core/eval/perplexity.h"
 #include "core/export/export_format.h"
+#include "core/export/export_plan.h"
 #include "core/io/model_format.h"
 #include "core/project/file_hash.h"
 #include "core/project/project.h"
@@ -264,7 +265,7 @@ int importance(const std::vector<std::string>& args) {
 
 // Records that `cwb --batch` should write this variant in a format (the file lands in the batch's --out folder).
 int addExport(const std::vector<std::string>& args) {
-    Arguments a(args, {"variant", "format", "type", "file"}, {});
+    Arguments a(args, {"variant", "format", "type", "file", "model", "tokenizer"}, {});
     Project project = Project::open(a.requirePositional("PROJECT"));
     if (!a.has("variant") || !a.has("format")) throw Error("project add-export needs --variant V and --format hf|gptq|awq|compressed-tensors|gguf");
     const std::string name = a.value("variant"), format = a.value("format");
@@ -280,6 +281,18 @@ int addExport(const std::vector<std::string>& args) {
     options.tensorType = a.value("type");
     const std::string problem = exportOptionsProblem(format, options);   // now, not when --batch writes it
     if (!problem.empty()) throw Error("--type for a " + format + " export: " + problem);
+    // What the variant's recipe makes, judged now against the model's layers: a layout that cannot hold it would
+    // otherwise fail only when --batch reaches the export, after building and measuring the variant.
+    std::unique_ptr<Model> base;
+    try {
+        base = loadModel(a.value("model", project.model().path), projectLoadOptions(project, a));
+    } catch (const Error& e) {
+        std::fprintf(stderr, "warning: the export is recorded unchecked: the model could not be read (%s)\n", errorText(e).c_str());
+    }
+    if (base) {
+        const std::string why = exportRecipeProblem(*base, ProjectRunner(project, *base).fullRecipe(name), format);
+        if (!why.empty()) throw Error("variant " + name + " cannot be exported as " + format + ": " + why);
+    }
     nlohmann::json entry = {{"format", format}, {"file", file}};
     if (a.has("type")) entry["type"] = a.value("type");
     exports.push_back(entry);

@@ -162,10 +162,11 @@ QUndoCommand* addStepOverride(ProjectDocument* document, const QString& variant,
     const nlohmann::json steps = document->steps(variant);
     checkIndex(steps, index, variant);
     nlohmann::json step = steps[static_cast<size_t>(index)];
-    nlohmann::json overrides = nlohmann::json::array();
+    // The newest first: a layer takes the first override whose pattern matches it, so what was just asked for wins
+    // over an earlier, broader override (a budget plan's, say) instead of being shadowed by it.
+    nlohmann::json overrides = nlohmann::json::array({{{"pattern", pattern}, {"params", params}}});
     for (const auto& o : step.value("overrides", nlohmann::json::array()))
         if (o.value("pattern", "") != pattern) overrides.push_back(o);
-    overrides.push_back({{"pattern", pattern}, {"params", params}});
     step["overrides"] = overrides;
     return new ReplaceStep(tr("Override %1 for %2").arg(QString::fromStdString(params.dump()), QString::fromStdString(pattern)),
                            document, variant, index, step);

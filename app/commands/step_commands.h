@@ -93,8 +93,9 @@ std::string layersPattern(const std::vector<std::string>& layers, const std::vec
 
 // Sets the step's `targets` regex (empty: the default, every block linear). Throws cwb::Error for a bad index.
 QUndoCommand* setStepTargets(ProjectDocument* document, const QString& variant, int index, const std::string& targets);
-// Appends {"pattern": pattern, "params": params} to the step's overrides, replacing an override with the same
-// pattern. Throws cwb::Error for a bad index or an empty pattern.
+// Puts {"pattern": pattern, "params": params} first among the step's overrides (the first match applies, so it wins
+// over earlier ones for the layers it names), replacing an override with the same pattern. Throws cwb::Error for a
+// bad index or an empty pattern.
 QUndoCommand* addStepOverride(ProjectDocument* document, const QString& variant, int index, const std::string& pattern,
                               const nlohmann::json& params);
 

@@ -24,6 +24,7 @@
 #include "core/model/model_info.h"
 #include "core/project/project_runner.h"
 #include "core/runtime/latency.h"
+#include "core/util/error.h"
 #include "core/util/feedback.h"
 #include "widgets/ab_chart.h"
 #include "widgets/loss_curve.h"
@@ -54,7 +55,8 @@ bool isLatencyMetric(const std::string& metric) { return metric == "decode_ms_p5
 CompareView::CompareView(QWidget* parent)
     : QWidget(parent), mMetric(new QComboBox(this)), mChart(new AbChart(this)), mLayerErrors(new LossCurve(this)),
       mTable(new QTableWidget(this)),
-      mMeasure(new QPushButton(tr("Measure &Latency"), this)), mProgress(new QProgressBar(this)),
+      mMeasure(new QPushButton(tr("Measure &Latency"), this)), mCancelMeasure(new QPushButton(tr("Cancel"), this)),
+      mProgress(new QProgressBar(this)), mMeasureStatus(new QLabel(this)),
       mGeneration(new GenerationPanel(this)) {
     for (const auto& m : kMetrics) mMetric->addItem(tr(m.title), QString::fromLatin1(m.id));
     auto* row = new QHBoxLayout;
@@ -62,6 +64,12 @@ CompareView::CompareView(QWidget* parent)
     row->addWidget(mMetric, 1);
     row->addWidget(mMeasure);
     row->addWidget(mProgress);
+    row->addWidget(mCancelMeasure);
+    row->addWidget(mMeasureStatus);
+    mCancelMeasure->setVisible(false);
+    mCancelMeasure->setToolTip(tr("Stop measuring latency; nothing is stored"));
+    connect(mCancelMeasure, &QPushButton::clicked, this, &CompareView::cancelMeasurement);
+    mMeasureStatus->setWordWrap(true);
     mMeasure->setToolTip(tr("Time prefill and greedy decoding of the base and every variant on this machine (worker thread)"));
     mProgress->setRange(0, 1000);
     mProgress->setVisible(false);
@@ -173,6 +181,8 @@ void CompareView::refresh() {
     mLayerErrors->flush();
 }
 
+QString CompareView::measurementStatus() const { return mMeasureStatus->text(); }
+
 bool CompareView::isMeasuring() const { return mJob && mJob->isRunning(); }
 
 void CompareView::cancelMeasurement() {
@@ -194,17 +204,26 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
         for (size_t i = 0; i < names.size(); ++i) {
             const double from = double(i) / double(names.size()), to = double(i + 1) / double(names.size());
             SubFeedback build(&feedback, from, (from + to) / 2), time(&feedback, (from + to) / 2, to);
-            std::unique_ptr<Model> variant;
-            if (names[i] != Project::kBaseName) variant = runner.build(names[i], &build);
-            (*measured)[names[i]] = cwb::measureLatency(variant ? *variant : *model, RuntimeOptions{}, params, &time);
+            try {
+                std::unique_ptr<Model> variant;
+                if (names[i] != Project::kBaseName) variant = runner.build(names[i], &build);
+                (*measured)[names[i]] = cwb::measureLatency(variant ? *variant : *model, RuntimeOptions{}, params, &time);
+            } catch (const Error& e) {
+                throw Error(names[i] + ": " + errorText(e));   // which variant failed
+            }
         }
     });
     QPointer<ProjectDocument> document = mDocument;
     connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
     connect(mJob.get(), &BackgroundJob::finished, this, [this, document, measured](bool cancelled, const QString& error) {
         mProgress->setVisible(false);
+        mCancelMeasure->setVisible(false);
         mMeasure->setEnabled(true);
         const bool ok = !cancelled && error.isEmpty() && document;
+        mMeasureStatus->setStyleSheet(ok || cancelled ? QString() : QStringLiteral("color: #b00020"));
+        mMeasureStatus->setText(ok ? tr("Latency measured on the CPU (%1 variants).").arg(measured->size())
+                                   : cancelled ? tr("Latency measurement cancelled; nothing was stored.")
+                                               : tr("Latency not measured: %1").arg(error));
         if (ok) {
             for (const auto& [name, latency] : *measured) {
                 if (name != Project::kBaseName && !document->project().hasVariant(name)) continue;   // removed meanwhile
@@ -222,6 +241,8 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
     });
     mProgress->setValue(0);
     mProgress->setVisible(true);
+    mCancelMeasure->setVisible(true);
+    mMeasureStatus->clear();
     mMeasure->setEnabled(false);
     mJob->start();
     return true;

@@ -40,6 +40,7 @@ public:
     bool measureLatency(int promptTokens = 64, int genTokens = 32);
     bool isMeasuring() const;
     void cancelMeasurement();
+    QString measurementStatus() const;   // what the last measurement ended with; for tests
 
 signals:
     void latencyMeasured(bool succeeded, const QString& error);
@@ -54,7 +55,9 @@ private:
     LossCurve* mLayerErrors;
     QTableWidget* mTable;
     QPushButton* mMeasure;
+    QPushButton* mCancelMeasure;
     QProgressBar* mProgress;
+    class QLabel* mMeasureStatus;   // the outcome of the last measurement (an error names the variant and why)
     std::unique_ptr<BackgroundJob> mJob;
     GenerationPanel* mGeneration;
 };

@@ -10,7 +10,9 @@
 #include <QPushButton>
 
 #include "app/gui/background_job.h"
+#include "core/compress/recipe.h"
 #include "core/export/export_format.h"
+#include "core/export/export_plan.h"
 #include "core/project/project.h"
 #include "core/project/project_runner.h"
 #include "core/util/error.h"
@@ -26,7 +28,20 @@ QStringList typesFor(const QString& format) {
 
 } // namespace
 
-ExportDialog::ExportDialog(const Project& project, const QString& currentVariant, QWidget* parent) : QDialog(parent) {
+ExportDialog::ExportDialog(const Project& project, const QString& currentVariant, std::shared_ptr<const Model> base,
+                           QWidget* parent)
+    : QDialog(parent), mBase(std::move(base)) {
+    if (mBase) {
+        ProjectRunner runner(project, *mBase);
+        mRecipes[QString::fromLatin1(Project::kBaseName)] = std::make_shared<Recipe>();
+        for (const auto& v : project.variants()) {
+            try {
+                mRecipes[QString::fromStdString(v.name)] = std::make_shared<Recipe>(runner.fullRecipe(v.name));
+            } catch (const Error&) {
+                // A recipe this build cannot read fails with its reason when the job builds it.
+            }
+        }
+    }
     setWindowTitle(tr("Export Variant"));
     mVariant = new QComboBox(this);
     mVariant->addItem(QString::fromLatin1(Project::kBaseName));
@@ -64,6 +79,7 @@ ExportDialog::ExportDialog(const Project& project, const QString& currentVariant
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
     mOk = buttons->button(QDialogButtonBox::Ok);
     connect(mType, &QComboBox::currentIndexChanged, this, &ExportDialog::validate);
+    connect(mVariant, &QComboBox::currentIndexChanged, this, &ExportDialog::validate);
     formatChanged();
 }
 
@@ -87,8 +103,14 @@ void ExportDialog::validate() {
         ExportOptions options;
         options.tensorType = mType->currentData().toString().toStdString();
         const std::string format = mFormat->currentData().toString().toStdString();
-        std::string why = exportDestinationProblem(format, path.toStdString());
+        std::string why = mBase ? exportOverwritesSource(path.toStdString(), mBase->path) : std::string();
+        if (why.empty()) why = exportDestinationProblem(format, path.toStdString());
         if (why.empty()) why = exportOptionsProblem(format, options);
+        const auto recipe = mRecipes.find(mVariant->currentText());
+        if (why.empty() && mBase && recipe != mRecipes.end()) {
+            why = exportRecipeProblem(*mBase, *recipe->second, format);
+            if (!why.empty()) why = "the variant cannot be written as " + format + ": " + why;
+        }
         problem = QString::fromStdString(why);
     }
     mProblem->setText(problem);
@@ -115,9 +137,16 @@ std::unique_ptr<BackgroundJob> makeExportJob(const Project& snapshot, std::share
     const QString title = QObject::tr("Export %1 as %2").arg(request.variant, request.format);
     return std::make_unique<BackgroundJob>(title, [snapshot, base, request, summary](Feedback& feedback) {
         // A destination the export cannot use fails now, not after the variant is built.
-        const std::string where = exportDestinationProblem(request.format.toStdString(), request.path.toStdString());
+        std::string where = exportOverwritesSource(request.path.toStdString(), base->path);
+        if (where.empty()) where = exportDestinationProblem(request.format.toStdString(), request.path.toStdString());
         if (!where.empty()) throw Error(request.path.toStdString(), where);
         std::unique_ptr<Model> variant;
+        if (request.variant != Project::kBaseName) {
+            // So is a layout that cannot hold what the recipe makes.
+            const std::string why = exportRecipeProblem(*base, ProjectRunner(snapshot, *base).fullRecipe(request.variant.toStdString()),
+                                                        request.format.toStdString());
+            if (!why.empty()) throw Error(request.variant.toStdString() + " cannot be written as " + request.format.toStdString() + ": " + why);
+        }
         SubFeedback building(&feedback, 0.0, 0.6), writing(&feedback, 0.6, 1.0);
         if (request.variant == Project::kBaseName) {
             variant = base->clone();

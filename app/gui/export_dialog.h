@@ -3,6 +3,7 @@
 // write. The export itself runs as an ExportJob so the window stays responsive and can cancel it.
 #include <QDialog>
 
+#include <map>
 #include <memory>
 
 class QComboBox;
@@ -13,6 +14,7 @@ namespace cwb {
 class BackgroundJob;
 class Model;
 class Project;
+struct Recipe;
 
 struct ExportRequest {
     QString variant;   // "base" or a variant name
@@ -24,11 +26,14 @@ struct ExportRequest {
 class ExportDialog : public QDialog {
     Q_OBJECT
 public:
-    ExportDialog(const Project& project, const QString& currentVariant, QWidget* parent = nullptr);
+    // With `base` (the project's model), a format that cannot hold what the chosen variant's recipe makes is said
+    // before anything is built (exportRecipeProblem).
+    ExportDialog(const Project& project, const QString& currentVariant, std::shared_ptr<const Model> base = nullptr,
+                 QWidget* parent = nullptr);
     ExportRequest request() const;
     void setRequest(const ExportRequest& request);   // for tests and scripts
-    // Why the chosen destination or type cannot take the export ("" when it can); the dialog shows it and keeps
-    // Export disabled.
+    // Why the chosen variant, format, destination or type cannot make the export ("" when they can); the dialog
+    // shows it and keeps Export disabled.
     QString problem() const;
 
 private:
@@ -42,6 +47,8 @@ private:
     QLineEdit* mPath;
     class QPushButton* mOk = nullptr;
     class QLabel* mProblem = nullptr;
+    std::shared_ptr<const Model> mBase;
+    std::map<QString, std::shared_ptr<const Recipe>> mRecipes;   // each variant's whole recipe (base → … → it)
 };
 
 // Builds the variant from the project snapshot (or takes the base) and exports it on a worker thread. The job's

@@ -105,7 +105,7 @@ void MainWindow::createActions() {
     file->addSeparator();
     mDocumentActions << file->addAction(tr("&Export Variant…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this] {
         if (!mDocument) return;
-        ExportDialog dialog(mDocument->project(), mDocument->currentVariant(), this);
+        ExportDialog dialog(mDocument->project(), mDocument->currentVariant(), mDocument->model(), this);
         if (dialog.exec() == QDialog::Accepted) exportVariant(dialog.request());
     });
     file->addSeparator();
@@ -251,11 +251,13 @@ bool MainWindow::maybeSave() {
                                              QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Save);
     if (answer == QMessageBox::Cancel) return false;
     if (answer == QMessageBox::Save) return save();
+    // Discarded: the autosave of these changes must not come back as "recovered" when the project is opened again.
+    if (!mDocument->isUntitled()) Project::discardAutosave(mDocument->filePath().toStdString());
     return true;
 }
 
 bool MainWindow::openPath(const QString& path, bool interactive) {
-    if (interactive && !maybeSave()) return false;
+    if (interactive && (!maybeStopJobs() || !maybeSave())) return false;
     const QFileInfo info(path);
     auto report = [this, interactive](const QString& what, const QString& detail, const QString& todo) {
         if (interactive) showError(what, detail, todo);
@@ -506,8 +508,23 @@ void MainWindow::closeEvent(QCloseEvent* event) {
         event->ignore();
         return;
     }
-    if (maybeSave()) event->accept();
+    if (maybeStopJobs() && maybeSave()) event->accept();
     else event->ignore();
+}
+
+bool MainWindow::maybeStopJobs() {
+    QStringList running;
+    if (mRun->isRunning()) running << tr("a run");
+    if (mImportance->isComputing()) running << tr("an importance computation");
+    if (mCompare->isMeasuring()) running << tr("a latency measurement");
+    if (mExportJob && mExportJob->isRunning()) running << tr("an export");
+    if (mBatch->isRunning()) running << tr("a batch replay");
+    if (running.isEmpty()) return true;
+    const auto answer = QMessageBox::question(
+        this, tr("Stop the work in progress?"),
+        tr("%1 is in progress on this project and will be stopped; what it has not stored yet is lost.").arg(running.join(tr(", "))),
+        QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
+    return answer == QMessageBox::Yes;
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* event) {

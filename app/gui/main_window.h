@@ -79,6 +79,8 @@ private:
     void createActions();
     void setDocument(std::unique_ptr<ProjectDocument> document);
     bool maybeSave();
+    // Closing the window or opening another project stops the jobs of this one: asks first (true: go on).
+    bool maybeStopJobs();
     void updateTitle();
     void showError(const QString& what, const QString& detail, const QString& todo);
     bool jobsReadingModel() const;

@@ -20,17 +20,6 @@ namespace {
 
 std::string absolutePath(const QString& path) { return QFileInfo(path).absoluteFilePath().toStdString(); }
 
-// Project::create refuses an existing path, so Save As writes a fresh project beside the target and renames it.
-Project copyProject(const Project& from, const std::string& path) {
-    Project to = Project::create(path, from.model(), from.settings());
-    for (const auto& v : from.variants()) to.addVariant(v);
-    to.setResults(Project::kBaseName, from.results(Project::kBaseName));
-    for (const auto& v : from.variants()) to.setResults(v.name, from.results(v.name));
-    for (const auto& map : from.importance()) to.setImportance(map);
-    to.record("save-as", {{"from", from.path()}});
-    return to;
-}
-
 } // namespace
 
 ProjectDocument::ProjectDocument(Project project, std::shared_ptr<const Model> model, bool untitled)
@@ -124,18 +113,14 @@ void ProjectDocument::save() {
 void ProjectDocument::saveAs(const QString& path) {
     const std::string target = absolutePath(path);
     if (!mUntitled && target == mProject->path()) return save();
-    const std::string temporary = target + ".saving";
-    std::filesystem::remove(temporary);
-    Project copy = copyProject(*mProject, temporary);
-    copy.save();
-    std::error_code ec;
-    std::filesystem::rename(temporary, target, ec);
-    if (ec) {
-        std::filesystem::remove(temporary);
-        throw Error(target, "cannot move the saved project into place: " + ec.message());
-    }
+    // The whole state goes, history included (a copy made table by table lost the journal).
+    Project copy = *mProject;
+    copy.record("save-as", {{"from", mProject->path()}});
+    copy.writeCopy(target);
+    const std::string previous = mProject->path();
     *mProject = Project::open(target);
     const bool wasUntitled = mUntitled;
+    if (!wasUntitled) Project::discardAutosave(previous);   // its changes are saved, under the new name
     mUntitled = false;
     if (wasUntitled && !mTemporaryFolder.isEmpty()) {
         QDir(mTemporaryFolder).removeRecursively();

@@ -16,6 +16,7 @@
 #include "app/gui/project_document.h"
 #include "core/model/model.h"
 #include "core/project/project_runner.h"
+#include "core/util/error.h"
 #include "core/util/feedback.h"
 #include "widgets/loss_curve.h"
 
@@ -91,6 +92,18 @@ bool RunView::runAll() {
     return run(names);
 }
 
+namespace {
+
+// What a variant's results were measured from, besides the settings: the recipes along its lineage.
+nlohmann::json lineageRecipes(const Project& project, const std::string& name) {
+    nlohmann::json recipes = nlohmann::json::array();
+    if (name != Project::kBaseName && project.hasVariant(name))
+        for (const auto& v : project.lineage(name)) recipes.push_back(project.variant(v).recipe);
+    return recipes;
+}
+
+} // namespace
+
 bool RunView::run(QStringList variants) {
     if (!mDocument) return false;
     if (isRunning()) {
@@ -121,9 +134,28 @@ bool RunView::run(QStringList variants) {
             for (const auto& r : rows) summary += QStringLiteral("  %1 %2").arg(QString::fromStdString(r.metric)).arg(r.value, 0, 'g', 6);
             feedback.log((variants[i] + ":" + summary).toStdString());
             const QString name = variants[i];
-            QMetaObject::invokeMethod(this, [this, document, name, rows] {
+            const nlohmann::json measuredRecipes = lineageRecipes(snapshot, name.toStdString());
+            const ProjectSettings measuredSettings = snapshot.settings();
+            QMetaObject::invokeMethod(this, [this, document, name, rows, measuredRecipes, measuredSettings] {
                 if (!document) return;
-                document->setResults(name, rows);
+                // The project went on being edited during the run: results measured from a recipe or settings that
+                // are no longer the project's (or for a variant since removed) would be shown as if they were.
+                const Project& now = document->project();
+                const std::string key = name.toStdString();
+                QString stale;
+                if (key != Project::kBaseName && !now.hasVariant(key)) stale = tr("the variant was removed or renamed");
+                else if (lineageRecipes(now, key) != measuredRecipes) stale = tr("its recipe was edited");
+                else if (!(now.settings() == measuredSettings)) stale = tr("the project settings were changed");
+                if (!stale.isEmpty()) {
+                    appendLog(tr("%1: results not stored: %2 during the run; run it again.").arg(name, stale));
+                    return;
+                }
+                try {
+                    document->setResults(name, rows);
+                } catch (const std::exception& e) {
+                    appendLog(tr("%1: results not stored: %2").arg(name, QString::fromStdString(errorText(e))));
+                    return;
+                }
                 emit variantEvaluated(name);
             }, Qt::QueuedConnection);
         }

@@ -61,25 +61,30 @@ at::Tensor RowOrder::apply(const at::Tensor& perRow) const {
     return heads > 0 ? exporting::adjacentToHalves(perRow, heads, headDim) : perRow;
 }
 
+std::string intSchemeRefusal(int bits, int64_t groupSize, int64_t cols, bool inputScales, bool permutedGroups) {
+    if (inputScales)
+        return "carries AWQ input scales that cwb keeps beside the layer, which compressed-tensors has no place for "
+               "(quantize.awq with \"fold\": true folds them into the norms; gguf and hf apply them)";
+    if (!packable(bits))
+        return std::to_string(bits) + "-bit levels are not written: compressed-tensors packs 3, 5, 6 and 7 bits "
+               "differently across its releases (export 2, 4 or 8 bits, or as gptq or gguf)";
+    if (permutedGroups)
+        return "has act-order group indices, which compressed-tensors no longer stores (quantize.gptq with act_order "
+               "and \"static_groups\": true keeps the groups in column order and exports, as llm-compressor's "
+               "actorder \"weight\" does; or export as gptq, which keeps g_idx)";
+    if (groupSize > 0 && cols >= 0 && cols % groupSize != 0)
+        return "has " + std::to_string(cols) + " inputs, not a multiple of its group size " + std::to_string(groupSize) +
+               " (compressed-tensors needs whole groups)";
+    return "";
+}
+
 Scheme schemeOf(const CompressedLinear& linear) {
     Scheme s;
     if (auto* layer = dynamic_cast<const IntLinear*>(&linear)) {
         const auto& w = layer->quantized();
         const int bits = w.spec.bits;
-        if (layer->inputScale().defined()) {
-            s.refusal = "carries AWQ input scales that cwb keeps beside the layer, which compressed-tensors has no place for "
-                        "(quantize.awq with \"fold\": true folds them into the norms; gguf and hf apply them)";
-        } else if (!packable(bits)) {
-            s.refusal = std::to_string(bits) + "-bit levels are not written: compressed-tensors packs 3, 5, 6 and 7 bits "
-                        "differently across its releases (export 2, 4 or 8 bits, or as gptq or gguf)";
-        } else if (!at::equal(w.groupIndex.to(at::kInt), quant::defaultGroupIndex(w.cols, w.spec.groupSize))) {
-            s.refusal = "has act-order group indices, which compressed-tensors no longer stores (quantize.gptq with act_order "
-                        "and \"static_groups\": true keeps the groups in column order and exports, as llm-compressor's "
-                        "actorder \"weight\" does; or export as gptq, which keeps g_idx)";
-        } else if (w.spec.groupSize > 0 && w.cols % w.spec.groupSize != 0) {
-            s.refusal = "has " + std::to_string(w.cols) + " inputs, not a multiple of its group size " +
-                        std::to_string(w.spec.groupSize) + " (compressed-tensors needs whole groups)";
-        }
+        s.refusal = intSchemeRefusal(bits, w.spec.groupSize, w.cols, layer->inputScale().defined(),
+                                     !at::equal(w.groupIndex.to(at::kInt), quant::defaultGroupIndex(w.cols, w.spec.groupSize)));
         if (!s.refusal.empty()) return s;
         const bool sym = symmetricZeros(w);
         const bool grouped = w.spec.groupSize > 0;

@@ -46,6 +46,8 @@ struct Scheme {
     std::string label;                 // for the export report: "int4 g128 sym pack-quantized"
 };
 Scheme schemeOf(const CompressedLinear& linear);
+// Why an integer layer of this form has no compressed-tensors form ("" when it has one); cols < 0: not known yet.
+std::string intSchemeRefusal(int bits, int64_t groupSize, int64_t cols, bool inputScales, bool permutedGroups);
 
 // Equal for layers of one scheme ("dense" for none).
 std::string schemeKey(const CompressedLinear* linear);

@@ -1,5 +1,7 @@
 #include "core/export/export_format.h"
 
+#include <filesystem>
+
 #include "core/export/export_support.h"
 #include "core/util/error.h"
 
@@ -46,6 +48,23 @@ std::string exportDestinationProblem(const std::string& formatId, const std::str
     return exporting::destinationProblem(path, formatOf(formatId).writesFolder());
 }
 
+std::string exportOverwritesSource(const std::string& path, const std::string& source) {
+    namespace fs = std::filesystem;
+    if (path.empty() || source.empty()) return "";
+    std::error_code ec;
+    const fs::path to = fs::weakly_canonical(fs::absolute(path, ec), ec);
+    const fs::path from = fs::weakly_canonical(fs::absolute(source, ec), ec);
+    if (ec) return "";
+    // `to` is `from` or one of the folders above it.
+    auto a = to.begin(), b = from.begin();
+    for (; a != to.end() && b != from.end(); ++a, ++b)
+        if (*a != *b) return "";
+    if (a != to.end() && !a->empty()) return "";
+    return b == from.end() ? "is where the model was read from; an export there would replace it (choose another path)"
+                           : "holds the model being exported (" + source + "); an export replaces the whole folder, so it "
+                             "would delete it (choose another path)";
+}
+
 std::string exportOptionsProblem(const std::string& formatId, const ExportOptions& options) {
     return formatOf(formatId).optionsProblem(options);
 }
@@ -53,7 +72,8 @@ std::string exportOptionsProblem(const std::string& formatId, const ExportOption
 ExportReport exportModel(const Model& model, const std::string& formatId, const std::string& path,
                          const ExportOptions& options, Feedback* feedback) {
     const ExportFormat* format = &formatOf(formatId);
-    const std::string where = exporting::destinationProblem(path, format->writesFolder());
+    std::string where = exportOverwritesSource(path, model.path);
+    if (where.empty()) where = exporting::destinationProblem(path, format->writesFolder());
     if (!where.empty()) throw Error(path, where);
     std::string why = format->optionsProblem(options);
     if (why.empty()) why = format->refusal(model, options);

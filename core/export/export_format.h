@@ -74,6 +74,9 @@ ExportReport exportModel(const Model& model, const std::string& formatId, const 
 // export does not write (an export replaces the whole folder, so they would be lost). Cheap: callers ask before the
 // variant is built; exportModel asks again.
 std::string exportDestinationProblem(const std::string& formatId, const std::string& path);
+// Why an export written at `path` would destroy the model read from `source` ("" when it would not): the same file,
+// or a folder holding it (an export replaces the whole folder). exportModel asks with the model's own path.
+std::string exportOverwritesSource(const std::string& path, const std::string& source);
 // Why `options` do not suit `formatId` whatever the model ("" when they do); throws for an unknown format.
 std::string exportOptionsProblem(const std::string& formatId, const ExportOptions& options);
 

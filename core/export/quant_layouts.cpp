@@ -88,30 +88,40 @@ void expectShape(const at::Tensor& t, std::vector<int64_t> shape, const char* wh
 
 } // namespace
 
-std::string gptqRefusal(const quant::QuantizedWeight& w) {
-    const int b = w.spec.bits;
+std::string gptqSpecRefusal(int bits, int64_t rows, int64_t cols) {
+    const int b = bits;
     if (b != 2 && b != 3 && b != 4 && b != 8)
         return std::to_string(b) + "-bit weights: the GPTQ layout holds 2, 3, 4 or 8 bits";
     // 2, 4 and 8 bits pad a last partial word (GPTQModel's convention); 3-bit runs of three words must be whole.
     if (runWords(b) > 1) {
         const int k = runValues(b);
-        if (w.cols % k) return "in_features " + std::to_string(w.cols) + " is not a multiple of " + std::to_string(k) + " (3 bits)";
-        if (w.rows % k) return "out_features " + std::to_string(w.rows) + " is not a multiple of " + std::to_string(k) + " (3 bits)";
+        if (cols >= 0 && cols % k) return "in_features " + std::to_string(cols) + " is not a multiple of " + std::to_string(k) + " (3 bits)";
+        if (rows >= 0 && rows % k) return "out_features " + std::to_string(rows) + " is not a multiple of " + std::to_string(k) + " (3 bits)";
     }
+    return "";
+}
+
+std::string gptqRefusal(const quant::QuantizedWeight& w) {
+    const std::string why = gptqSpecRefusal(w.spec.bits, w.rows, w.cols);
+    if (!why.empty()) return why;
     if (w.zeros.min().item<int>() < 1)
         return "a zero point of 0 occurs, which GPTQ's checkpoint format (zero − 1 stored) cannot hold; quantize "
                "symmetrically or export the AWQ layout";
     return "";
 }
 
-std::string awqRefusal(const quant::QuantizedWeight& w) {
-    if (w.spec.bits != 4) return std::to_string(w.spec.bits) + "-bit weights: the AWQ layout holds 4 bits";
-    if (w.spec.groupSize <= 0) return "AWQ checkpoints need a positive group size";
-    if (w.cols % w.spec.groupSize)
-        return "in_features " + std::to_string(w.cols) + " is not a multiple of the group size " + std::to_string(w.spec.groupSize);
-    if (w.rows % 8) return "out_features " + std::to_string(w.rows) + " is not a multiple of 8";
-    if (!defaultGroups(w)) return "act-order group indices cannot be stored in the AWQ layout";
+std::string awqSpecRefusal(int bits, int64_t groupSize, int64_t rows, int64_t cols, bool permutedGroups) {
+    if (bits != 4) return std::to_string(bits) + "-bit weights: the AWQ layout holds 4 bits";
+    if (groupSize <= 0) return "AWQ checkpoints need a positive group size";
+    if (cols >= 0 && cols % groupSize)
+        return "in_features " + std::to_string(cols) + " is not a multiple of the group size " + std::to_string(groupSize);
+    if (rows >= 0 && rows % 8) return "out_features " + std::to_string(rows) + " is not a multiple of 8";
+    if (permutedGroups) return "act-order group indices cannot be stored in the AWQ layout";
     return "";
+}
+
+std::string awqRefusal(const quant::QuantizedWeight& w) {
+    return awqSpecRefusal(w.spec.bits, w.spec.groupSize, w.rows, w.cols, w.spec.groupSize > 0 && !defaultGroups(w));
 }
 
 int64_t gptqWords(int64_t n, int bits) { return (n * bits + 31) / 32; }

@@ -33,6 +33,11 @@ struct PackedLayer {
 // Empty when the layer fits the layout, else why not (bits, divisibility, zero points, group order).
 std::string gptqRefusal(const quant::QuantizedWeight& w);
 std::string awqRefusal(const quant::QuantizedWeight& w);
+// The same from what a recipe says before the layer exists: bit width, group size (<= 0: per channel or tensor),
+// shape (rows/cols < 0: not known yet, e.g. after structured pruning) and whether act-order permutes the groups.
+// Zero points are not known then, so gptqSpecRefusal cannot see a zero of 0.
+std::string gptqSpecRefusal(int bits, int64_t rows, int64_t cols);
+std::string awqSpecRefusal(int bits, int64_t groupSize, int64_t rows, int64_t cols, bool permutedGroups);
 
 // int32 words that n values of `bits` take in GPTQ's bit stream: ⌈n · bits / 32⌉ (gptqRefusal checks n fits).
 int64_t gptqWords(int64_t n, int bits);

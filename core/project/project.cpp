@@ -277,8 +277,10 @@ void Project::discardAutosave(const std::string& path) {
     for (const char* suffix : {"", "-journal", ".tmp", ".tmp-journal"}) std::remove((autosavePath(path) + suffix).c_str());
 }
 
-void Project::autosave() const {
-    const std::string target = autosavePath(mPath), tmp = target + ".tmp";
+void Project::autosave() const { writeCopy(autosavePath(mPath)); }
+
+void Project::writeCopy(const std::string& target) const {
+    const std::string tmp = target + ".tmp";
     for (const char* suffix : {"", "-journal"}) std::remove((tmp + suffix).c_str());
     WrittenBy writer = [] { std::lock_guard<std::mutex> lock(gWriterMutex); return gWriter; }();
     writer.schema = project_schema::kCurrentVersion;
@@ -294,7 +296,11 @@ void Project::autosave() const {
         for (const char* suffix : {"", "-journal"}) std::remove((tmp + suffix).c_str());
         throw;
     }
-    if (std::rename(tmp.c_str(), target.c_str()) != 0) throw Error(target, "cannot rename the autosave into place");
+    if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+        const int error = errno;
+        std::remove(tmp.c_str());
+        throw Error(target, std::string("cannot move the written project into place: ") + std::strerror(error));
+    }
 }
 
 Project Project::recoverAutosave(const std::string& path) {

@@ -127,6 +127,9 @@ public:
     // temporary file and renamed — and the real project is left as the user last saved it. save() removes it.
     static std::string autosavePath(const std::string& path);   // path + ".autosave"
     void autosave() const;
+    // The whole state, journal included, as a complete project file at `target` (temporary file + rename; an
+    // existing file there is replaced): Save As, and the autosave. path() stays as it is.
+    void writeCopy(const std::string& target) const;
     static bool hasAutosave(const std::string& path);
     // The autosaved state of `path`, ready to continue editing: path() is `path` and it counts as modified, so the
     // next save() writes the real project (and drops the autosave).

@@ -236,15 +236,29 @@ void TestBatch::batchWritesExports() {
     QCOMPARE(QString::fromStdString(json["variants"][1]["exports"][0]["format"].get<std::string>()), QString("gguf"));
 
     // stories260K's MLP has 172 channels: the AWQ layout packs 8 outputs per word and cannot hold it (GPTQ pads a
-    // last word, as GPTQModel does, and can).
+    // last word, as GPTQModel does, and can). add-export judges the variant's recipe against the model's layers now.
     Result refused = run({"project", "add-export", copy, "--variant", "rtn-w4g32", "--format", "awq"});
-    QVERIFY2(refused.exitCode == 0, qPrintable(refused.err));
+    QCOMPARE(refused.exitCode, 2);
+    QVERIFY2(refused.err.contains("cannot be exported as awq") && refused.err.contains("out_features 172 is not a multiple of 8"),
+             qPrintable(refused.err));
+    QVERIFY2(run({"project", "add-export", copy, "--variant", "rtn-w4g32", "--format", "gptq"}).exitCode == 0, "GPTQ pads");
+
+    // With the model unreadable the export is recorded unchecked; --batch then says before building that it will
+    // fail, and it fails where it is written, making the run incomplete.
+    QVERIFY(QFile::rename(mModel, mModel + ".away"));
+    Result unchecked = run({"project", "add-export", copy, "--variant", "rtn-w4g32", "--format", "awq"});
+    QVERIFY(QFile::rename(mModel + ".away", mModel));
+    QVERIFY2(unchecked.exitCode == 0, qPrintable(unchecked.err));
+    QVERIFY2(unchecked.err.contains("recorded unchecked") && unchecked.err.contains("stories.gguf"), qPrintable(unchecked.err));
     Result fails = run({"--batch", copy, "--out", mDir.filePath("exports-report-2"), "--threads", "1", "--variants", "rtn-w4g32", "--quiet"});
     QCOMPARE(fails.exitCode, 1);
+    QVERIFY2(fails.err.contains("the export of rtn-w4g32 as awq will fail: ") && fails.err.contains("172"), qPrintable(fails.err));
+    QVERIFY2(fails.err.indexOf("will fail") < fails.err.indexOf("export of rtn-w4g32 as awq failed"), qPrintable(fails.err));
     QFile report2(mDir.filePath("exports-report-2") + "/report.json");
     QVERIFY(report2.open(QIODevice::ReadOnly));
     const QString report2Text = QString::fromUtf8(report2.readAll());
     QVERIFY2(report2Text.contains("AWQ checkpoint") && report2Text.contains("not a multiple of"), qPrintable(report2Text));
+    QVERIFY2(QFile::exists(mDir.filePath("exports-report-2") + "/exports/rtn-w4g32-gptq/config.json"), "the GPTQ export is written");
 }
 
 // Ctrl-C during a replay: the batch stops at its next check, writes no report and exits 130 as every command does

@@ -371,6 +371,10 @@ void TestCli::mistakesFailBeforeTheWork() {
         {{"export", model, "--format", "gguf", "--out", mine}, mine + ": is a folder; give the path of the file to write"},
         {{"export", model, "--format", "gguf", "--out", mine + "/notes.txt/m.gguf"}, mine + "/notes.txt is not a folder"},
         {{"export", model, "--format", "gguf", "--out", dir.filePath("m.gguf"), "--shard-size", "1000"}, "--shard-size applies to the safetensors formats"},
+        {{"export", model, "--recipe", QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/rtn-w4g32.json", "--format", "awq",
+          "--out", dir.filePath("awq")},
+         "the recipe builds a variant that the awq format cannot hold: model.layers.0.mlp.gate_proj (int4 g32 after step 1 "
+         "(quantize.rtn)): out_features 172 is not a multiple of 8"},
         {{"eval", model, "--text", dir.path()}, dir.path() + ": is a folder; give a text file"},
         {{"eval", model, "--text", text, "--chunks", "0"}, "--chunks must be at least 1"},
         {{"tokenize", model, "--file", dir.path()}, dir.path() + ": is a folder; give a text file"},
@@ -387,6 +391,7 @@ void TestCli::mistakesFailBeforeTheWork() {
     QCOMPARE(QDir(mine).entryList(QDir::Files), QStringList{"notes.txt"});   // the user's file stays
     QVERIFY(!QFile::exists(dir.filePath("p.cwbproj")));                      // no half-made project
     QVERIFY(!QFile::exists(dir.filePath("m.gguf")));
+    QVERIFY(!QFile::exists(dir.filePath("awq")));
     // Missing folders on the way are made (as mkdir -p), for a folder and a file format alike.
     QCOMPARE(run({"export", model, "--format", "hf", "--out", dir.filePath("new/sub/hf")}).exitCode, 0);
     QVERIFY(QFile::exists(dir.filePath("new/sub/hf/config.json")));
@@ -397,6 +402,12 @@ void TestCli::mistakesFailBeforeTheWork() {
     QCOMPARE(run({"export", model, "--format", "hf", "--out", hf}).exitCode, 0);
     Result again = run({"export", model, "--format", "hf", "--out", hf});
     QVERIFY2(again.exitCode == 0, qPrintable(again.err));
+    // Regression: exporting a Hugging Face folder into itself replaced it, deleting the model.
+    Result self = run({"export", hf, "--format", "hf", "--out", hf});
+    QVERIFY2(self.exitCode == 2 && self.err.contains(hf + ": is where the model was read from"), qPrintable(self.err));
+    QVERIFY(QFile::exists(hf + "/model.safetensors"));
+    Result reread = run({"info", hf});
+    QVERIFY2(reread.exitCode == 0, qPrintable(reread.err));
     // One command's usage.
     for (const QStringList& args : {QStringList{"info", "--help"}, QStringList{"help", "info"}, QStringList{"info", "-h"}}) {
         Result help = run(args);

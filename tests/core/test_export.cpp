@@ -99,6 +99,7 @@ private slots:
     void refusals_data();
     void refusals();
     void cancelLeavesNothing();
+    void neverReplacesItsSource();
     void shardedFolder();
     void llama2cVocabularyToGguf();
     void hfExportWritesTokenizerFiles_data();
@@ -512,6 +513,42 @@ void TestExport::cancelLeavesNothing() {
         QVERIFY(!fileExists(out + ".tmp"));
         QVERIFY(!fileExists(out + ".tmp-export"));
     }
+}
+
+// Regression: an export into the folder the model was read from passed the destination check (a Hugging Face
+// folder holds only files an export writes) and replaced the folder, deleting the model. So would a GGUF written
+// over its own file, or a folder above the model.
+void TestExport::neverReplacesItsSource() {
+    QTemporaryDir dir;
+    auto hf = syntheticModel(dir.path(), "hf");
+    const std::string folder = hf->path;
+    QCOMPARE(exportDestinationProblem("hf", folder), std::string());   // the check that let it through
+    for (const char* format : {"hf", "gptq", "compressed-tensors"}) {
+        QVERIFY_EXCEPTION_THROWN(exportModel(*hf, format, folder), Error);
+        try {
+            exportModel(*hf, format, folder + "/");
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains("is where the model was read from"), e.what());
+        }
+    }
+    auto clone = hf->clone();   // variants keep the base's path
+    try {
+        exportModel(*clone, "hf", dir.path().toStdString());
+        QFAIL("the folder above the model was replaced");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("holds the model being exported"), e.what());
+    }
+    QVERIFY(fileExists(folder + "/model.safetensors"));
+    QVERIFY(fileExists(folder + "/config.json"));
+
+    auto gguf = syntheticModel(dir.path(), "gguf");
+    const auto bytes = std::filesystem::file_size(gguf->path);
+    const std::string relative = std::filesystem::relative(gguf->path).string();
+    QVERIFY_EXCEPTION_THROWN(exportModel(*gguf, "gguf", relative), Error);
+    QCOMPARE(std::filesystem::file_size(gguf->path), bytes);
+    QCOMPARE(exportOverwritesSource(gguf->path + ".copy.gguf", gguf->path), std::string());
+    QCOMPARE(exportOverwritesSource(folder + "/int4", folder), std::string());   // inside the model's folder: nothing lost
+    QCOMPARE(exportOverwritesSource(folder + "-int4", folder), std::string());   // a sibling whose name starts alike
 }
 
 void TestExport::shardedFolder() {

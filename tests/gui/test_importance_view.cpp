@@ -182,6 +182,24 @@ void TestImportanceView::pickedLayersGetABitsOverride() {
     QVERIFY(bar->addBitsOverride(false));
     QCOMPARE(mDoc->steps(variant)[0]["overrides"].size(), size_t(1));
     QCOMPARE(mDoc->steps(variant)[0]["overrides"][0]["params"]["bits"].get<int>(), 6);
+    // Regression: a narrower pick inside the block was appended after the block's override and never applied (the
+    // first matching override wins). It now comes first, so its layer gets 3 bits and the rest of the block 6.
+    mView->pickCell(1, 0);
+    bar->setOverrideBits(3);
+    QVERIFY(bar->addBitsOverride(false));
+    {
+        const Recipe recipe = Recipe::fromJson({{"steps", mDoc->steps(variant)}}, "test");
+        const std::set<std::string> narrow = matching(recipe.steps[0].overrides.front().pattern, linears);
+        QVERIFY(!narrow.empty() && narrow.size() < picked.size());
+        auto bitsOf = [&](const std::string& layer) {   // as StepContext::paramsFor: the first match
+            for (const auto& o : recipe.steps[0].overrides)
+                if (std::regex_search(layer, std::regex(o.pattern))) return o.params.value("bits", 0);
+            return 0;
+        };
+        for (const auto& layer : picked) QCOMPARE(bitsOf(layer), narrow.count(layer) ? 3 : 6);
+    }
+    mDoc->undoStack()->undo();
+    mView->pickCell(1, 0, Qt::ShiftModifier);
     mDoc->undoStack()->undo();
     QCOMPARE(mDoc->steps(variant)[0]["overrides"][0]["params"]["bits"].get<int>(), 8);
     mDoc->undoStack()->undo();
