@@ -80,7 +80,10 @@ int runGui(int argc, char** argv) {
         plan.metric = parser.value(metric);
         plan.selectLayer = parser.value(select);
         (new ScreenshotDriver(&window, plan))->start();
-    } else if (parser.isSet(tab)) {
+    } else if (parser.positionalArguments().isEmpty()) {
+        window.offerRecovery();
+    }
+    if (!scripted && parser.isSet(tab)) {
         static const QStringList tabs = {"importance", "pipeline", "run", "compare"};
         if (tabs.contains(parser.value(tab))) window.showTab(MainWindow::Tab(tabs.indexOf(parser.value(tab))));
     }

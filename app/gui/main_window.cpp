@@ -2,13 +2,17 @@
 
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDateTime>
+#include <QDir>
 #include <QDockWidget>
 #include <QEventLoop>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QLocale>
 #include <QMimeData>
+#include <QPushButton>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTimer>
@@ -334,6 +338,42 @@ std::unique_ptr<ProjectDocument> MainWindow::loadInBackground(const QString& pat
     mLoading = false;
     if (!error->isEmpty() || !loaded->project) return nullptr;
     return ProjectDocument::fromLoaded(std::move(*loaded));
+}
+
+void MainWindow::offerRecovery() {
+    for (const QString& folder : ProjectDocument::abandonedUntitledFolders()) {
+        const QString autosaved = QDir(folder).entryList({QStringLiteral("*.cwbproj.autosave")}, QDir::Files).value(0);
+        const QDateTime when = QFileInfo(folder + "/" + autosaved).lastModified();
+        QMessageBox box(QMessageBox::Question, tr("Recover unsaved work?"),
+                        tr("An untitled project (%1) was not saved when Compression Workbench last ended; its state "
+                           "was autosaved at %2. Recover it?")
+                            .arg(autosaved.section('.', 0, 0), QLocale().toString(when, QLocale::ShortFormat)),
+                        QMessageBox::NoButton, this);
+        QPushButton* recover = box.addButton(tr("Recover"), QMessageBox::AcceptRole);
+        QPushButton* discard = box.addButton(tr("Discard"), QMessageBox::DestructiveRole);
+        box.addButton(tr("Not Now"), QMessageBox::RejectRole);
+        box.setDefaultButton(recover);
+        box.exec();
+        if (box.clickedButton() == discard) {
+            ProjectDocument::discardAbandonedUntitled(folder);
+        } else if (box.clickedButton() == recover) {
+            if (recoverUntitled(folder)) return;   // one project per window
+        }
+    }
+}
+
+bool MainWindow::recoverUntitled(const QString& folder, bool interactive) {
+    if (mLoading || (mDocument && interactive && (!maybeStopJobs() || !maybeSave()))) return false;
+    try {
+        auto doc = ProjectDocument::fromLoaded(ProjectDocument::loadAbandonedUntitled(folder));
+        setDocument(std::move(doc));
+    } catch (const std::exception& e) {
+        if (interactive) showError(tr("Cannot recover the project"), QString::fromStdString(errorText(e)),
+                                   tr("Its autosave stays in %1.").arg(folder));
+        return false;
+    }
+    statusBar()->showMessage(tr("Recovered the untitled project; save it to keep it"), 8000);
+    return true;
 }
 
 void MainWindow::cancelLoading() {

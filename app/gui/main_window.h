@@ -34,6 +34,11 @@ public:
     // Errors are shown as message boxes; returns whether it opened. `interactive` false: no questions asked
     // (autosave recovery, unsaved changes), for scripts and tests.
     bool openPath(const QString& path, bool interactive = true);
+    // At start: untitled projects an earlier run of the app left unsaved (it ended without closing them) are offered
+    // for recovery, one question each (Recover / Discard / Not now).
+    void offerRecovery();
+    // Continues the untitled project autosaved in `folder` (see ProjectDocument::abandonedUntitledFolders).
+    bool recoverUntitled(const QString& folder, bool interactive = true);
     bool save();
     bool saveAs(const QString& path = {});
     bool editSettings();

@@ -6,6 +6,7 @@
 #include <QTemporaryDir>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "core/io/model_format.h"
@@ -19,6 +20,14 @@ namespace cwb {
 namespace {
 
 std::string absolutePath(const QString& path) { return QFileInfo(path).absoluteFilePath().toStdString(); }
+
+const char* const kUntitledLock = "cwb.lock";
+
+// The autosave of the untitled project in `folder` ("" when there is none).
+QString untitledAutosave(const QString& folder) {
+    const QStringList files = QDir(folder).entryList({QStringLiteral("*.cwbproj.autosave")}, QDir::Files);
+    return files.isEmpty() ? QString() : folder + "/" + files.front();
+}
 
 } // namespace
 
@@ -76,7 +85,46 @@ std::unique_ptr<ProjectDocument> ProjectDocument::fromLoaded(Loaded loaded) {
     std::unique_ptr<ProjectDocument> doc(new ProjectDocument(std::move(*loaded.project), std::move(loaded.model), loaded.untitled));
     doc->mUnsavedData = loaded.recovered;
     doc->mTemporaryFolder = loaded.temporaryFolder;
+    if (!doc->mTemporaryFolder.isEmpty()) {
+        doc->mFolderLock = std::make_unique<QLockFile>(doc->mTemporaryFolder + "/" + kUntitledLock);
+        doc->mFolderLock->tryLock(0);   // a folder without its lock is recovered by a later start, never deleted
+    }
     return doc;
+}
+
+QStringList ProjectDocument::abandonedUntitledFolders() {
+    QStringList found;
+    const QDir temp(QDir::tempPath());
+    for (const QFileInfo& folder : temp.entryInfoList({QStringLiteral("cwb-untitled-*")}, QDir::Dirs | QDir::NoDotAndDotDot, QDir::Time)) {
+        const QString path = folder.absoluteFilePath();
+        if (untitledAutosave(path).isEmpty()) continue;   // nothing to recover (or an older app's folder): left alone
+        QLockFile lock(path + "/" + kUntitledLock);
+        if (!lock.tryLock(0)) continue;   // a running app holds it (a lock of an ended process counts as free)
+        found << path;
+    }
+    return found;
+}
+
+ProjectDocument::Loaded ProjectDocument::loadAbandonedUntitled(const QString& folder, Feedback* feedback) {
+    const QString autosaved = untitledAutosave(folder);
+    if (autosaved.isEmpty()) throw Error(folder.toStdString(), "holds no autosaved project to recover");
+    const std::string projectPath = autosaved.chopped(int(std::strlen(".autosave"))).toStdString();
+    Loaded loaded;
+    loaded.project = std::make_unique<Project>(Project::recoverAutosave(projectPath));
+    if (feedback) feedback->throwIfCancelled();
+    try {
+        loaded.model = cwb::loadModel(loaded.project->model().path, loaded.project->model().loadOptions());
+    } catch (const Error& e) {
+        throw Error(projectPath, std::string("cannot load the project's model: ") + e.what());
+    }
+    loaded.untitled = true;
+    loaded.recovered = true;
+    loaded.temporaryFolder = folder;
+    return loaded;
+}
+
+void ProjectDocument::discardAbandonedUntitled(const QString& folder) {
+    if (QFileInfo(folder).fileName().startsWith(QLatin1String("cwb-untitled-"))) QDir(folder).removeRecursively();
 }
 
 std::unique_ptr<ProjectDocument> ProjectDocument::openProject(const QString& path, bool recoverAutosave) {
@@ -123,6 +171,7 @@ void ProjectDocument::saveAs(const QString& path) {
     if (!wasUntitled) Project::discardAutosave(previous);   // its changes are saved, under the new name
     mUntitled = false;
     if (wasUntitled && !mTemporaryFolder.isEmpty()) {
+        mFolderLock.reset();
         QDir(mTemporaryFolder).removeRecursively();
         mTemporaryFolder.clear();
     }
@@ -131,7 +180,8 @@ void ProjectDocument::saveAs(const QString& path) {
 }
 
 void ProjectDocument::autosave() const {
-    if (!mUntitled && isDirty()) mProject->autosave();
+    // Untitled projects too: their autosave stays in their temporary folder for a later start to recover.
+    if (isDirty()) mProject->autosave();
 }
 
 void ProjectDocument::afterSave() {

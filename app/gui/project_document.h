@@ -3,8 +3,10 @@
 // commands in app/commands call the mutators marked "for commands"; widgets read and listen to the signals.
 // Measured results and importance maps are not undo state (STYLE.md §4): they are set directly and only
 // make the document dirty.
+#include <QLockFile>
 #include <QObject>
 #include <QString>
+#include <QStringList>
 #include <QUndoStack>
 
 #include <memory>
@@ -45,6 +47,13 @@ public:
     static Loaded loadModel(const QString& modelPath, Feedback* feedback = nullptr);
     static std::unique_ptr<ProjectDocument> fromLoaded(Loaded loaded);
     ~ProjectDocument() override;
+
+    // Untitled projects live in a temporary folder that their document locks; their autosave goes there too. A
+    // folder whose lock is gone (the app ended without closing it) and that holds an autosave can be recovered.
+    static QStringList abandonedUntitledFolders();
+    // The autosaved state of such a folder, untitled, counting as unsaved; the document adopts the folder.
+    static Loaded loadAbandonedUntitled(const QString& folder, Feedback* feedback = nullptr);
+    static void discardAbandonedUntitled(const QString& folder);
 
     const Project& project() const { return *mProject; }
     std::shared_ptr<const Model> model() const { return mModel; }
@@ -116,6 +125,7 @@ private:
     bool mUnsavedData = false;
     QString mCurrentVariant;
     QString mTemporaryFolder;   // holds the untitled project file
+    std::unique_ptr<QLockFile> mFolderLock;   // says the temporary folder is in use
 };
 
 } // namespace cwb

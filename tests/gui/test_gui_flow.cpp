@@ -43,6 +43,7 @@ private slots:
     void exportVariantFromTheWindow();
     void distillationDrawsLiveLossCurves();
     void editsDuringARunKeepItsResultsOut();
+    void untitledWorkIsRecoveredAfterACrash();
 
 private:
     // Small evaluation so the run takes seconds: 64-token context, 4 chunks of the TinyStories sample.
@@ -458,6 +459,54 @@ void TestGuiFlow::editsDuringARunKeepItsResultsOut() {
     QVERIFY(finishedAgain.wait(120000));
     QCOMPARE(evaluatedAgain.count(), 0);
     QVERIFY(doc->project().results(edited.toStdString()).empty());
+}
+
+// Untitled projects were never autosaved: a crash lost everything done since the model was opened. Their autosave now
+// goes into their temporary folder, which their document locks; a folder whose lock belongs to an ended process is
+// offered at the next start and continues as an unsaved untitled project.
+void TestGuiFlow::untitledWorkIsRecoveredAfterACrash() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    ProjectDocument* doc = window.document();
+    const QString variant = doc->currentVariant();
+    QVERIFY(doc->isUntitled() && doc->isDirty());
+    doc->autosave();
+    QVERIFY(QFileInfo::exists(doc->filePath() + ".autosave"));
+    const QString live = QFileInfo(doc->filePath()).absolutePath();
+    QVERIFY(!ProjectDocument::abandonedUntitledFolders().contains(live));   // locked by this document
+
+    // The same folder as an app that crashed leaves it: its files, and a lock naming a process that has ended.
+    QTemporaryDir parent(QDir::tempPath() + "/cwb-untitled-crashed-XXXXXX");
+    parent.setAutoRemove(false);   // the recovered document owns it and removes it
+    const QString crashed = parent.path();
+    for (const QString& name : QDir(live).entryList(QDir::Files)) {
+        if (name == "cwb.lock") {
+            QFile in(live + "/" + name);
+            QVERIFY(in.open(QIODevice::ReadOnly));
+            QList<QByteArray> lines = in.readAll().split('\n');
+            lines[0] = "4194000";   // no such process
+            QFile out(crashed + "/" + name);
+            QVERIFY(out.open(QIODevice::WriteOnly));
+            out.write(lines.join('\n'));
+        } else {
+            QVERIFY(QFile::copy(live + "/" + name, crashed + "/" + name));
+        }
+    }
+    QVERIFY2(ProjectDocument::abandonedUntitledFolders().contains(crashed), qPrintable(crashed));
+    {
+        MainWindow next;
+        QVERIFY(next.recoverUntitled(crashed, false));
+        ProjectDocument* recovered = next.document();
+        QVERIFY(recovered->isUntitled());
+        QVERIFY(recovered->isDirty());
+        QCOMPARE(recovered->steps(variant).size(), size_t(1));
+        QCOMPARE(recovered->steps(variant)[0]["method"].get<std::string>(), std::string("quantize.rtn"));
+        QVERIFY(!ProjectDocument::abandonedUntitledFolders().contains(crashed));   // now in use again
+    }
+    QVERIFY(!QFileInfo::exists(crashed));   // closed without saving: gone, as any untitled project's folder
+    QVERIFY(!window.recoverUntitled(crashed, false));
 }
 
 QTEST_MAIN(TestGuiFlow)
