@@ -7,12 +7,58 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QSignalBlocker>
+#include <QRegularExpression>
 #include <QSpinBox>
+#include <QWheelEvent>
 
 #include <climits>
 #include <cmath>
 
 namespace cwb {
+
+namespace {
+
+// Spin boxes and combos in a scrolled form change only when focused: a wheel over one passes on to the scroll area
+// (editing values by scrolling past them pushed undo steps nobody meant).
+template <class Base>
+class FocusedWheel : public Base {
+public:
+    using Base::Base;
+
+protected:
+    void wheelEvent(QWheelEvent* event) override {
+        if (!this->hasFocus()) event->ignore();
+        else Base::wheelEvent(event);
+    }
+};
+
+// Floats as typed, in plain or scientific notation, to full precision (4 fixed decimals showed 2e-5 as 0.0000 and
+// refused typing it); the arrows step by the value's leading digit below 0.1 (1e-3 → 2e-3, 1e-3 → 9e-4).
+class FloatBox : public FocusedWheel<QDoubleSpinBox> {
+public:
+    explicit FloatBox(QWidget* parent) : FocusedWheel<QDoubleSpinBox>(parent) { setDecimals(17); }
+
+    QString textFromValue(double value) const override { return QString::number(value, 'g', 8); }
+    double valueFromText(const QString& text) const override { return text.trimmed().toDouble(); }
+    QValidator::State validate(QString& text, int&) const override {
+        static const QRegularExpression partial(QStringLiteral("^\\s*[+-]?(\\d*\\.?\\d*)([eE][+-]?\\d*)?\\s*$"));
+        if (!partial.match(text).hasMatch()) return QValidator::Invalid;
+        bool ok = false;
+        const double v = text.trimmed().toDouble(&ok);
+        return ok && v >= minimum() && v <= maximum() ? QValidator::Acceptable : QValidator::Intermediate;
+    }
+    void stepBy(int steps) override {
+        if (value() == 0 || std::abs(value()) >= 0.1) return QDoubleSpinBox::stepBy(steps);
+        for (int i = 0; i < std::abs(steps); ++i) {
+            const double v = value();
+            double digit = std::pow(10.0, std::floor(std::log10(std::abs(v)) + 1e-9));
+            if (steps < 0 && std::abs(std::abs(v) - digit) <= digit * 1e-9) digit /= 10;
+            setValue(v + (steps > 0 ? digit : -digit));
+        }
+    }
+};
+
+} // namespace
 
 ParamForm::ParamForm(QWidget* parent) : QWidget(parent), mLayout(new QFormLayout(this)) {
     mLayout->setFieldGrowthPolicy(QFormLayout::ExpandingFieldsGrow);
@@ -31,15 +77,16 @@ QWidget* ParamForm::makeEditor(const ParamSpec& spec) {
     const std::string name = spec.name;
     switch (spec.type) {
     case ParamType::Int: {
-        auto* box = new QSpinBox(this);
+        auto* box = new FocusedWheel<QSpinBox>(this);
+        box->setFocusPolicy(Qt::StrongFocus);
         box->setRange(static_cast<int>(std::max<double>(spec.minimum, INT_MIN)), static_cast<int>(std::min<double>(spec.maximum, INT_MAX)));
         box->setKeyboardTracking(false);
         connect(box, &QSpinBox::valueChanged, this, [this, name](int v) { report(name, v); });
         return box;
     }
     case ParamType::Float: {
-        auto* box = new QDoubleSpinBox(this);
-        box->setDecimals(4);
+        auto* box = new FloatBox(this);
+        box->setFocusPolicy(Qt::StrongFocus);
         box->setRange(spec.minimum, spec.maximum);
         box->setSingleStep(spec.maximum - spec.minimum > 10 ? 1.0 : 0.01);
         box->setKeyboardTracking(false);
@@ -52,7 +99,8 @@ QWidget* ParamForm::makeEditor(const ParamSpec& spec) {
         return check;
     }
     case ParamType::Choice: {
-        auto* combo = new QComboBox(this);
+        auto* combo = new FocusedWheel<QComboBox>(this);
+        combo->setFocusPolicy(Qt::StrongFocus);
         for (const auto& c : spec.choices) combo->addItem(QString::fromStdString(c));
         connect(combo, &QComboBox::currentTextChanged, this, [this, name](const QString& v) { report(name, v.toStdString()); });
         return combo;

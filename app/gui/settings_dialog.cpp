@@ -5,9 +5,12 @@
 #include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
+#include <QLabel>
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QRegularExpression>
+#include <QRegularExpressionValidator>
 #include <QSpinBox>
 #include <QVBoxLayout>
 
@@ -17,7 +20,7 @@
 namespace cwb {
 
 SettingsDialog::SettingsDialog(const ProjectSettings& s, int64_t modelContext, QWidget* parent)
-    : QDialog(parent), mOriginal(s), mSamples(new QSpinBox(this)), mSeqLen(new QSpinBox(this)), mSeed(new QSpinBox(this)),
+    : QDialog(parent), mOriginal(s), mSamples(new QSpinBox(this)), mSeqLen(new QSpinBox(this)), mSeed(new QLineEdit(this)),
       mCtx(new QSpinBox(this)), mChunks(new QSpinBox(this)), mForm(new QFormLayout) {
     setWindowTitle(tr("Project Settings"));
     mCalibration = fileRow(QString::fromStdString(s.calibration.path), tr("Calibration text"));
@@ -30,8 +33,9 @@ SettingsDialog::SettingsDialog(const ProjectSettings& s, int64_t modelContext, Q
     mSeqLen->setValue(int(std::min<int64_t>(s.calibrationSeqLen, modelContext)));
     mSeqLen->setToolTip(tr("tokens per calibration window (at most the model's context)"));
     mForm->addRow(tr("Tokens per window"), mSeqLen);
-    mSeed->setRange(0, INT_MAX);
-    mSeed->setValue(int(s.calibrationSeed));
+    mSeed->setValidator(new QRegularExpressionValidator(QRegularExpression(QStringLiteral("[0-9]{1,20}")), mSeed));
+    mSeed->setText(QString::number(static_cast<qulonglong>(s.calibrationSeed)));
+    mSeed->setToolTip(tr("seeds the calibration windows' offsets (0 … 2^64 − 1)"));
     mForm->addRow(tr("Seed"), mSeed);
     mEvaluation = fileRow(QString::fromStdString(s.evaluation.path), tr("Evaluation text"));
     mEvaluation->setToolTip(tr("Plain text perplexity, KL and top-1 are measured on"));
@@ -49,6 +53,11 @@ SettingsDialog::SettingsDialog(const ProjectSettings& s, int64_t modelContext, Q
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(mForm);
+    mProblem = new QLabel(this);   // why OK was refused
+    mProblem->setWordWrap(true);
+    mProblem->setStyleSheet(QStringLiteral("color: #b00020"));
+    mProblem->setVisible(false);
+    layout->addWidget(mProblem);
     layout->addWidget(buttons);
 }
 
@@ -75,7 +84,24 @@ FileReference SettingsDialog::reference(const QString& path) {
     return {p, hashFile(p), fileBytes(p)};
 }
 
-ProjectSettings SettingsDialog::settings() const {
+void SettingsDialog::accept() {
+    try {
+        mAccepted = read();
+    } catch (const std::exception& e) {
+        mProblem->setText(QString::fromStdString(errorText(e)));
+        mProblem->setVisible(true);
+        return;   // the dialog stays open with the user's edits
+    }
+    QDialog::accept();
+}
+
+ProjectSettings SettingsDialog::settings() const { return mAccepted ? *mAccepted : read(); }
+
+QString SettingsDialog::problem() const { return mProblem->text(); }
+void SettingsDialog::setCalibrationPath(const QString& path) { mCalibration->setText(path); }
+void SettingsDialog::setSeedText(const QString& text) { mSeed->setText(text); }
+
+ProjectSettings SettingsDialog::read() const {
     ProjectSettings s = mOriginal;
     auto keepOrHash = [](const FileReference& old, const QString& path) {
         return QFileInfo(path).absoluteFilePath().toStdString() == old.path && !old.path.empty() ? old : reference(path);
@@ -84,7 +110,10 @@ ProjectSettings SettingsDialog::settings() const {
     s.evaluation = keepOrHash(mOriginal.evaluation, mEvaluation->text().trimmed());
     s.calibrationSamples = mSamples->value();
     s.calibrationSeqLen = mSeqLen->value();
-    s.calibrationSeed = uint64_t(mSeed->value());
+    bool ok = false;
+    const qulonglong seed = mSeed->text().trimmed().toULongLong(&ok);
+    if (!ok) throw Error("the seed must be a whole number from 0 to 18446744073709551615, got '" + mSeed->text().toStdString() + "'");
+    s.calibrationSeed = uint64_t(seed);
     s.evalCtx = mCtx->value();
     s.evalChunks = mChunks->value() == 0 ? -1 : mChunks->value();
     return s;

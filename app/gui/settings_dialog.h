@@ -3,6 +3,8 @@
 // Returns the edited settings; the caller pushes them as one undo command.
 #include <QDialog>
 
+#include <optional>
+
 #include "core/project/project.h"
 
 class QLineEdit;
@@ -14,8 +16,15 @@ class SettingsDialog : public QDialog {
     Q_OBJECT
 public:
     SettingsDialog(const ProjectSettings& settings, int64_t modelContext, QWidget* parent = nullptr);
-    // Throws cwb::Error when a chosen text file cannot be read.
+    // The edited settings. OK is refused, with the reason, while a chosen text file cannot be read or the seed is not
+    // a number, so the dialog stays open with the edits; after OK this returns what was checked. Before, it reads
+    // the fields and throws cwb::Error as OK would refuse.
     ProjectSettings settings() const;
+    void accept() override;
+    QString problem() const;   // why OK was last refused ("" when it was not)
+    // For tests: the fields as a user would type them.
+    void setCalibrationPath(const QString& path);
+    void setSeedText(const QString& text);
 
     // A file reference with the file's hash and size (what the project records); {} for an empty path.
     static FileReference reference(const QString& path);
@@ -26,11 +35,14 @@ private:
     QLineEdit* mCalibration;
     QSpinBox* mSamples;
     QSpinBox* mSeqLen;
-    QSpinBox* mSeed;
+    QLineEdit* mSeed;   // 64-bit: a spin box holds int only, and changed larger seeds silently
     QLineEdit* mEvaluation;
     QSpinBox* mCtx;
     QSpinBox* mChunks;
     class QFormLayout* mForm;
+    class QLabel* mProblem = nullptr;
+    std::optional<ProjectSettings> mAccepted;
+    ProjectSettings read() const;
 };
 
 } // namespace cwb

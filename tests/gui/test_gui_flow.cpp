@@ -44,6 +44,7 @@ private slots:
     void distillationDrawsLiveLossCurves();
     void editsDuringARunKeepItsResultsOut();
     void untitledWorkIsRecoveredAfterACrash();
+    void settingsDialogKeepsEditsAndLargeSeeds();
 
 private:
     // Small evaluation so the run takes seconds: 64-token context, 4 chunks of the TinyStories sample.
@@ -507,6 +508,24 @@ void TestGuiFlow::untitledWorkIsRecoveredAfterACrash() {
     }
     QVERIFY(!QFileInfo::exists(crashed));   // closed without saving: gone, as any untitled project's folder
     QVERIFY(!window.recoverUntitled(crashed, false));
+}
+
+// Regressions: OK with an unreadable text file closed the dialog and lost every edit; a seed above INT_MAX was cut
+// by the int spin box, so OK on an untouched dialog changed the calibration windows.
+void TestGuiFlow::settingsDialogKeepsEditsAndLargeSeeds() {
+    ProjectSettings s;
+    s.calibrationSeed = 3000000000ULL;
+    SettingsDialog dialog(s, 1 << 20);
+    QVERIFY(dialog.settings() == s);
+    dialog.setCalibrationPath(mDir.filePath("missing.txt"));
+    dialog.accept();
+    QCOMPARE(dialog.result(), int(QDialog::Rejected));   // still open
+    QVERIFY2(dialog.problem().contains("missing.txt"), qPrintable(dialog.problem()));
+    dialog.setCalibrationPath({});
+    dialog.setSeedText("18446744073709551615");
+    dialog.accept();
+    QCOMPARE(dialog.result(), int(QDialog::Accepted));
+    QCOMPARE(dialog.settings().calibrationSeed, std::numeric_limits<uint64_t>::max());
 }
 
 QTEST_MAIN(TestGuiFlow)
