@@ -154,11 +154,12 @@ void MainWindow::createActions() {
         mRun->runAll();
     });
     mDocumentActions << run->addAction(tr("Replay as &Batch"), QKeySequence(Qt::CTRL | Qt::Key_B), this, [this] { replayAsBatch(); });
-    run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, [this] {
-        if (mLoading) {   // while a model loads, Escape stops that load only
-            cancelLoading();
-            return;
-        }
+    // Escape stops the work of the tab in view (one keystroke used to stop every job at once, hours of a run with it);
+    // Shift+Escape stops them all.
+    run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, [this] { cancelVisibleJob(); });
+    run->addAction(tr("Cancel All &Jobs"), QKeySequence(Qt::SHIFT | Qt::Key_Escape), this, [this] {
+        if (mLoading) cancelLoading();
+        if (mRun->isRunning() && !confirmStoppingRun()) return;
         mRun->cancel();
         mImportance->cancel();
         mBatch->cancel();
@@ -550,6 +551,58 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     }
     if (maybeStopJobs() && maybeSave()) event->accept();
     else event->ignore();
+}
+
+QString MainWindow::cancelVisibleJob() {
+    if (mLoading) {   // while a model loads, Escape stops that load only
+        cancelLoading();
+        return tr("loading");
+    }
+    switch (Tab(mTabs->currentIndex())) {
+    case ImportanceTab:
+        if (mImportance->isComputing()) {
+            mImportance->cancel();
+            return tr("importance");
+        }
+        break;
+    case RunTab:
+        if (mRun->isRunning()) {
+            if (!confirmStoppingRun()) return {};
+            mRun->cancel();
+            return tr("run");
+        }
+        if (mBatch->isRunning()) {
+            mBatch->cancel();
+            return tr("batch replay");
+        }
+        break;
+    case CompareTab:
+        if (mCompare->isMeasuring()) {
+            mCompare->cancelMeasurement();
+            return tr("latency measurement");
+        }
+        if (mCompare->generationPanel()->isGenerating()) {
+            mCompare->generationPanel()->cancel();
+            return tr("generation");
+        }
+        break;
+    case PipelineTab:
+        break;
+    }
+    if (mExportJob && mExportJob->isRunning()) {   // shown in the status bar, whatever the tab
+        mExportJob->cancel();
+        return tr("export");
+    }
+    statusBar()->showMessage(tr("Nothing to cancel on this tab (Shift+Esc cancels every job)"), 4000);
+    return {};
+}
+
+bool MainWindow::confirmStoppingRun() {
+    if (mRun->elapsedSeconds() < 60) return true;
+    return QMessageBox::question(this, tr("Cancel the run?"),
+                                 tr("The run has been going for %1 min; variants it has not finished are lost.")
+                                     .arg(int(mRun->elapsedSeconds() / 60)),
+                                 QMessageBox::Yes | QMessageBox::No, QMessageBox::No) == QMessageBox::Yes;
 }
 
 bool MainWindow::maybeStopJobs() {

@@ -34,6 +34,8 @@ public:
     // Errors are shown as message boxes; returns whether it opened. `interactive` false: no questions asked
     // (autosave recovery, unsaved changes), for scripts and tests.
     bool openPath(const QString& path, bool interactive = true);
+    // Escape: stops the job of the tab in view (or an export); returns what it stopped, "" for nothing.
+    QString cancelVisibleJob();
     // At start: untitled projects an earlier run of the app left unsaved (it ended without closing them) are offered
     // for recovery, one question each (Recover / Discard / Not now).
     void offerRecovery();
@@ -86,6 +88,7 @@ private:
     bool maybeSave();
     // Closing the window or opening another project stops the jobs of this one: asks first (true: go on).
     bool maybeStopJobs();
+    bool confirmStoppingRun();   // true at once for runs under a minute
     void updateTitle();
     void showError(const QString& what, const QString& detail, const QString& todo);
     bool jobsReadingModel() const;

@@ -38,6 +38,7 @@ ProjectDocument::ProjectDocument(Project project, std::shared_ptr<const Model> m
 }
 
 ProjectDocument::~ProjectDocument() {
+    mFolderLock.reset();   // unlocked before its folder goes
     if (!mTemporaryFolder.isEmpty()) QDir(mTemporaryFolder).removeRecursively();
 }
 

@@ -74,6 +74,8 @@ void RunView::setDocument(ProjectDocument* document) {
     mStatus->setText(document ? tr("Ready.") : tr("Open a model or project."));
 }
 
+double RunView::elapsedSeconds() const { return isRunning() ? mClock.elapsed() / 1000.0 : 0.0; }
+
 bool RunView::isRunning() const { return mJob && mJob->isRunning(); }
 
 bool RunView::runCurrent() {

@@ -35,6 +35,7 @@ public:
     bool runAll();
     void cancel();
     bool isRunning() const;
+    double elapsedSeconds() const;   // of the run in progress (0 when none)
     LossCurve* lossCurve() const { return mLossCurve; }
 
 public slots:

@@ -45,6 +45,7 @@ private slots:
     void editsDuringARunKeepItsResultsOut();
     void untitledWorkIsRecoveredAfterACrash();
     void settingsDialogKeepsEditsAndLargeSeeds();
+    void escapeStopsOnlyTheVisibleTabsJob();
 
 private:
     // Small evaluation so the run takes seconds: 64-token context, 4 chunks of the TinyStories sample.
@@ -526,6 +527,24 @@ void TestGuiFlow::settingsDialogKeepsEditsAndLargeSeeds() {
     dialog.accept();
     QCOMPARE(dialog.result(), int(QDialog::Accepted));
     QCOMPARE(dialog.settings().calibrationSeed, std::numeric_limits<uint64_t>::max());
+}
+
+// Regression: Escape anywhere in the window stopped every job at once (a run of hours with a stray keystroke).
+void TestGuiFlow::escapeStopsOnlyTheVisibleTabsJob() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    useSmallEvaluation(window);
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    QSignalSpy finished(window.runView(), &RunView::finished);
+    QVERIFY(window.runView()->runAll());
+    window.showTab(MainWindow::CompareTab);
+    QCOMPARE(window.cancelVisibleJob(), QString());
+    QVERIFY(window.runView()->isRunning());
+    window.showTab(MainWindow::RunTab);
+    QCOMPARE(window.cancelVisibleJob(), QString("run"));
+    QVERIFY(finished.wait(120000));
+    QCOMPARE(finished.first().at(0).toBool(), false);
 }
 
 QTEST_MAIN(TestGuiFlow)
