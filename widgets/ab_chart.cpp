@@ -44,6 +44,7 @@ struct AbChart::Private {
     QString metric;
     QString unit;
     std::vector<AbSeries> series;
+    bool firstIsBaseline = true;
     std::vector<QCPBars*> bars;  // one per series, key = index
     std::vector<QCPErrorBars*> errorBars;
     std::vector<QCPItemText*> labels;
@@ -64,7 +65,7 @@ struct AbChart::Private {
         const QColor text = palette.color(QPalette::WindowText);
         const QColor baseline = palette.color(QPalette::Mid);
         for (size_t i = 0; i < bars.size(); ++i) {
-            const QColor fill = i == 0 ? baseline : plot::seriesColor(int(i) - 1);
+            const QColor fill = i == 0 && firstIsBaseline ? baseline : plot::seriesColor(int(i) - (firstIsBaseline ? 1 : 0));
             bars[i]->setPen(QPen(fill.darker(130)));
             bars[i]->setBrush(fill);
         }
@@ -88,7 +89,7 @@ struct AbChart::Private {
             const AbSeries& s = series[i];
             const double key = double(i);
             ticks << key;
-            tickLabels << (i == 0 ? s.variant + QStringLiteral("\n(baseline)") : s.variant);
+            tickLabels << (i == 0 && firstIsBaseline ? s.variant + QStringLiteral("\n(baseline)") : s.variant);
 
             auto* bar = new QCPBars(plot->xAxis, plot->yAxis);
             bar->setName(s.variant);
@@ -151,13 +152,16 @@ AbChart::AbChart(QWidget* parent) : QWidget(parent), m(std::make_unique<Private>
 
 AbChart::~AbChart() = default;
 
-void AbChart::setMetric(const QString& metric, const QString& unit, const std::vector<AbSeries>& series)
+void AbChart::setMetric(const QString& metric, const QString& unit, const std::vector<AbSeries>& series, bool firstIsBaseline)
 {
     m->metric = metric;
     m->unit = unit;
     m->series = series;
+    m->firstIsBaseline = firstIsBaseline && !series.empty();
     m->rebuild(palette());
 }
+
+bool AbChart::hasBaseline() const { return m->firstIsBaseline; }
 
 void AbChart::clear() { setMetric(QString(), QString(), {}); }
 

@@ -22,10 +22,12 @@ public:
     explicit AbChart(QWidget* parent = nullptr);
     ~AbChart() override;
 
-    // Shows `series` for `metric`; series[0] is the baseline. Replaces what was shown. A series with a
-    // non-finite value is drawn as an empty slot labelled "n/a". Error bars are drawn only for series
-    // whose error is finite and > 0; hasErrorBars() tells whether any is.
-    void setMetric(const QString& metric, const QString& unit, const std::vector<AbSeries>& series);
+    // Shows `series` for `metric`; with `firstIsBaseline` series[0] is the baseline (its own colour, labelled so);
+    // without, every bar is a variant (KL and top-1 against the base have no bar for the base). Replaces what was
+    // shown. A series with a non-finite value is drawn as an empty slot labelled "n/a". Error bars are drawn only
+    // for series whose error is finite and > 0; hasErrorBars() tells whether any is.
+    void setMetric(const QString& metric, const QString& unit, const std::vector<AbSeries>& series, bool firstIsBaseline = true);
+    bool hasBaseline() const;
     void clear();
 
     QString metric() const;

@@ -58,7 +58,7 @@ std::vector<std::string> renderCharts(const nlohmann::json& report, const std::s
         if (series.size() < 2 && spec.withBase) continue;
         if (series.empty()) continue;
         AbChart chart;
-        chart.setMetric(spec.title, spec.unit, series);
+        chart.setMetric(spec.title, spec.unit, series, series.front().variant == QLatin1String("base"));
         const std::string file = std::string("chart-") + spec.metric + ".png";
         if (chart.savePng(QString::fromStdString(dir + "/" + file), 900, 500)) written.push_back(file);
     }

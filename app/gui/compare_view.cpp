@@ -153,7 +153,11 @@ void CompareView::refresh() {
                 series.push_back({QString::fromStdString(name), r.value, r.error});
         }
     }
-    if (!series.empty()) mChart->setMetric(tr(spec->title), QString::fromLatin1(spec->unit), series);
+    // The first bar is the baseline only when it is the base's (a variant measured before the base must not be
+    // labelled so; KL and top-1 have no base bar at all).
+    if (!series.empty())
+        mChart->setMetric(tr(spec->title), QString::fromLatin1(spec->unit), series,
+                          series.front().variant == QLatin1String(Project::kBaseName));
 
     QStringList columns;
     for (const auto& m : metrics) columns << QString::fromStdString(m);

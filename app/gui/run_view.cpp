@@ -10,6 +10,7 @@
 #include <QSplitter>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 
 #include "app/gui/background_job.h"
@@ -104,6 +105,22 @@ nlohmann::json lineageRecipes(const Project& project, const std::string& name) {
     return recipes;
 }
 
+// A variant's part of a run: its training curves are named after it, so two distilled variants of one Run All
+// draw two curves instead of one zig-zag.
+class VariantFeedback : public SubFeedback {
+public:
+    VariantFeedback(Feedback* parent, double begin, double end, std::string variant)
+        : SubFeedback(parent, begin, end), mVariant(std::move(variant)) {}
+
+protected:
+    void onMetrics(const std::string& series, const std::map<std::string, double>& values) override {
+        SubFeedback::onMetrics(mVariant + ": " + series, values);
+    }
+
+private:
+    std::string mVariant;
+};
+
 } // namespace
 
 bool RunView::run(QStringList variants) {
@@ -118,7 +135,9 @@ bool RunView::run(QStringList variants) {
                                 "Choose one in Project ▸ Settings (Ctrl+,), then run again."));
         return false;
     }
-    if (mDocument->project().results(Project::kBaseName).empty() && !variants.contains(Project::kBaseName))
+    const auto& baseRows = mDocument->project().results(Project::kBaseName);
+    const bool baseMeasured = std::any_of(baseRows.begin(), baseRows.end(), [](const ResultRow& r) { return r.metric == "perplexity"; });
+    if (!baseMeasured && !variants.contains(Project::kBaseName))   // latency rows alone are not the base's evaluation
         variants.prepend(QString::fromLatin1(Project::kBaseName));   // every comparison needs the base's numbers
 
     const Project snapshot = mDocument->project();   // the worker reads a copy; editing goes on meanwhile
@@ -129,7 +148,7 @@ bool RunView::run(QStringList variants) {
         const int n = variants.size();
         for (int i = 0; i < n; ++i) {
             feedback.log(QStringLiteral("%1: building and evaluating").arg(variants[i]).toStdString());
-            SubFeedback part(&feedback, double(i) / n, double(i + 1) / n);
+            VariantFeedback part(&feedback, double(i) / n, double(i + 1) / n, variants[i].toStdString());
             std::vector<ResultRow> rows = runner.evaluate(variants[i].toStdString(), &part);
             for (const auto& note : runner.notes()) feedback.log("  " + note);
             QString summary;

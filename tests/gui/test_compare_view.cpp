@@ -175,6 +175,13 @@ void TestCompareView::measuresAndChartsLatency() {
     QCOMPARE(view.chart()->variantName(0), QString("base"));
     QCOMPARE(view.chart()->barValue(0), value("base", "decode_ms_p50"));
     QCOMPARE(view.chart()->barValue(1), value("w4", "decode_ms_p50"));
+    QVERIFY(view.chart()->hasBaseline());
+    QVERIFY2(view.measurementStatus().contains("Latency measured"), qPrintable(view.measurementStatus()));
+    // Regression: with no perplexity row for the base, w4's bar was labelled "(baseline)"; KL and top-1 never have
+    // a base bar, and their first variant was labelled so too.
+    view.setMetric("perplexity");
+    QCOMPARE(view.chart()->seriesCount(), 1);
+    QVERIFY(!view.chart()->hasBaseline());
 
     // Measuring again replaces the latency rows instead of adding more.
     QVERIFY(view.measureLatency(8, 4));
@@ -182,6 +189,17 @@ void TestCompareView::measuresAndChartsLatency() {
     int latencyRows = 0;
     for (const auto& r : doc->project().results("w4")) latencyRows += r.metric == "decode_ms_p50";
     QCOMPARE(latencyRows, 1);
+
+    // Regression: a failed measurement said nothing (the signal was connected to nothing). Now the view says which
+    // variant failed and why: GPTQ needs calibration text, which a fresh project has none of.
+    Variant gptq;
+    gptq.name = "needs-calibration";
+    gptq.recipe["steps"].push_back(defaultStep("quantize.gptq"));
+    doc->undoStack()->push(new AddVariant(doc.get(), gptq));
+    QVERIFY(view.measureLatency(8, 4));
+    QVERIFY(measured.wait(120000));
+    QCOMPARE(measured.last().at(0).toBool(), false);
+    QVERIFY2(view.measurementStatus().startsWith("Latency not measured: needs-calibration: "), qPrintable(view.measurementStatus()));
 }
 
 void TestCompareView::chartsReconstructionErrorPerLayer() {

@@ -85,6 +85,11 @@ void TestAbChart::replacesPreviousMetric()
     QVERIFY(chart.hasErrorBars());
     std::vector<AbSeries> latency = {{QStringLiteral("fp16"), 12.5, kNaN}, {QStringLiteral("int4"), 7.25, 0.0}};
     chart.setMetric(QStringLiteral("latency"), QStringLiteral("ms/token"), latency);
+    QVERIFY(chart.hasBaseline());
+    chart.setMetric(QStringLiteral("kl"), QStringLiteral("nats"), latency, false);   // every bar a variant
+    QVERIFY(!chart.hasBaseline());
+    QCOMPARE(chart.seriesCount(), 2);
+    chart.setMetric(QStringLiteral("latency"), QStringLiteral("ms/token"), latency);
     QCOMPARE(chart.metric(), QStringLiteral("latency"));
     QCOMPARE(chart.unit(), QStringLiteral("ms/token"));
     QCOMPARE(chart.seriesCount(), 2);
