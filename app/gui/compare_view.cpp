@@ -18,6 +18,7 @@
 #include <ATen/Parallel.h>
 
 #include "app/gui/background_job.h"
+#include "app/gui/compute_device.h"
 #include "app/gui/generation_panel.h"
 #include "app/gui/project_document.h"
 #include "core/model/model.h"
@@ -203,15 +204,16 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
     LatencyParams params;
     params.promptTokens = promptTokens;
     params.genTokens = genTokens;
-    mJob = std::make_unique<BackgroundJob>(tr("Measure latency"), [snapshot, model, names, params, measured](Feedback& feedback) {
-        ProjectRunner runner(snapshot, *model);
+    const RuntimeOptions options = guiRuntimeOptions();   // Run ▸ Compute On, as the measurement starts
+    mJob = std::make_unique<BackgroundJob>(tr("Measure latency"), [snapshot, model, names, params, measured, options](Feedback& feedback) {
+        ProjectRunner runner(snapshot, *model, options);
         for (size_t i = 0; i < names.size(); ++i) {
             const double from = double(i) / double(names.size()), to = double(i + 1) / double(names.size());
             SubFeedback build(&feedback, from, (from + to) / 2), time(&feedback, (from + to) / 2, to);
             try {
                 std::unique_ptr<Model> variant;
                 if (names[i] != Project::kBaseName) variant = runner.build(names[i], &build);
-                (*measured)[names[i]] = cwb::measureLatency(variant ? *variant : *model, RuntimeOptions{}, params, &time);
+                (*measured)[names[i]] = cwb::measureLatency(variant ? *variant : *model, options, params, &time);
             } catch (const Error& e) {
                 throw Error(names[i] + ": " + errorText(e));   // which variant failed
             }
@@ -219,13 +221,14 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
     });
     QPointer<ProjectDocument> document = mDocument;
     connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
-    connect(mJob.get(), &BackgroundJob::finished, this, [this, document, measured](bool cancelled, const QString& error) {
+    const std::string device = options.device.str();
+    connect(mJob.get(), &BackgroundJob::finished, this, [this, document, measured, device](bool cancelled, const QString& error) {
         mProgress->setVisible(false);
         mCancelMeasure->setVisible(false);
         mMeasure->setEnabled(true);
         const bool ok = !cancelled && error.isEmpty() && document;
         mMeasureStatus->setStyleSheet(ok || cancelled ? QString() : QStringLiteral("color: #b00020"));
-        mMeasureStatus->setText(ok ? tr("Latency measured on the CPU (%1 variants).").arg(measured->size())
+        mMeasureStatus->setText(ok ? tr("Latency measured on %1 (%2 variants).").arg(QString::fromStdString(device)).arg(measured->size())
                                    : cancelled ? tr("Latency measurement cancelled; nothing was stored.")
                                                : tr("Latency not measured: %1").arg(error));
         if (ok) {
@@ -235,8 +238,8 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
                 for (const auto& r : document->project().results(name))
                     if (!isLatencyMetric(r.metric)) rows.push_back(r);
                 const int threads = at::get_num_threads();
-                rows.push_back({name, "decode_ms_p50", latency.decodeP50Ms, 0, "cpu", threads, latency.decodeMeanMs / 1000.0, "", ""});
-                rows.push_back({name, "prefill_tokens_per_second", latency.prefillTokensPerSecond, 0, "cpu", threads,
+                rows.push_back({name, "decode_ms_p50", latency.decodeP50Ms, 0, device, threads, latency.decodeMeanMs / 1000.0, "", ""});
+                rows.push_back({name, "prefill_tokens_per_second", latency.prefillTokensPerSecond, 0, device, threads,
                                 latency.prefillSeconds, "", ""});
                 document->setResults(QString::fromStdString(name), rows);
             }

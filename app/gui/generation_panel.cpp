@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "app/gui/background_job.h"
+#include "app/gui/compute_device.h"
 #include "app/gui/project_document.h"
 #include "core/model/model.h"
 #include "core/project/project_runner.h"
@@ -139,13 +140,14 @@ bool GenerationPanel::generate() {
         }
     }
     auto texts = std::make_shared<std::array<std::string, 2>>();
-    mJob = std::make_unique<BackgroundJob>(tr("Generate"), [snapshot, model, names, params, texts](Feedback& feedback) {
-        ProjectRunner runner(snapshot, *model);
+    const RuntimeOptions options = guiRuntimeOptions();   // Run ▸ Compute On
+    mJob = std::make_unique<BackgroundJob>(tr("Generate"), [snapshot, model, names, params, texts, options](Feedback& feedback) {
+        ProjectRunner runner(snapshot, *model, options);
         for (size_t side = 0; side < 2; ++side) {
             SubFeedback build(&feedback, side * 0.5, side * 0.5 + 0.35), decode(&feedback, side * 0.5 + 0.35, side * 0.5 + 0.5);
             std::unique_ptr<Model> variant;
             if (names[side] != Project::kBaseName) variant = runner.build(names[side], &build);
-            Transformer runtime(variant ? *variant : *model);
+            Transformer runtime(variant ? *variant : *model, options);
             (*texts)[side] = cwb::generate(runtime, *model->tokenizer, params, &decode).text;
         }
     });

@@ -1,5 +1,6 @@
 #include "app/gui/main_window.h"
 
+#include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDateTime>
@@ -29,6 +30,7 @@
 #include "app/gui/export_dialog.h"
 #include "app/gui/generation_panel.h"
 #include "app/gui/compare_view.h"
+#include "app/gui/compute_device.h"
 #include "app/gui/importance_view.h"
 #include "app/gui/model_tree_view.h"
 #include "app/gui/pipeline_editor.h"
@@ -154,6 +156,18 @@ void MainWindow::createActions() {
         mRun->runAll();
     });
     mDocumentActions << run->addAction(tr("Replay as &Batch"), QKeySequence(Qt::CTRL | Qt::Key_B), this, [this] { replayAsBatch(); });
+    QMenu* computeOn = run->addMenu(tr("Compute &On"));
+    auto* devices = new QActionGroup(computeOn);
+    QAction* onCpu = computeOn->addAction(tr("CPU (float32)"));
+    QAction* onCuda = computeOn->addAction(cudaComputeAvailable() ? tr("CUDA GPU (float16)") : tr("CUDA GPU (not available)"));
+    for (QAction* a : {onCpu, onCuda}) {
+        a->setCheckable(true);
+        devices->addAction(a);
+    }
+    onCuda->setEnabled(cudaComputeAvailable());
+    (guiComputeDevice() == ComputeDevice::Cuda ? onCuda : onCpu)->setChecked(true);
+    connect(onCpu, &QAction::triggered, this, [this] { setComputeDevice(ComputeDevice::Cpu); });
+    connect(onCuda, &QAction::triggered, this, [this] { setComputeDevice(ComputeDevice::Cuda); });
     // Escape stops the work of the tab in view (one keystroke used to stop every job at once, hours of a run with it);
     // Shift+Escape stops them all.
     run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, [this] { cancelVisibleJob(); });
@@ -551,6 +565,19 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     }
     if (maybeStopJobs() && maybeSave()) event->accept();
     else event->ignore();
+}
+
+bool MainWindow::setComputeDevice(ComputeDevice device) {
+    try {
+        setGuiComputeDevice(device);
+    } catch (const std::exception& e) {
+        statusBar()->showMessage(QString::fromStdString(errorText(e)), 8000);
+        return false;
+    }
+    mStatus->refreshDevice();
+    statusBar()->showMessage(tr("Runs, latency and generation now compute on %1 (jobs already running keep theirs)")
+                                 .arg(describeComputeDevice()), 8000);
+    return true;
 }
 
 QString MainWindow::cancelVisibleJob() {

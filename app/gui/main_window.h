@@ -22,6 +22,8 @@ class RecentFilesMenu;
 class RunView;
 class StatusPanel;
 
+enum class ComputeDevice;
+
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
@@ -34,6 +36,9 @@ public:
     // Errors are shown as message boxes; returns whether it opened. `interactive` false: no questions asked
     // (autosave recovery, unsaved changes), for scripts and tests.
     bool openPath(const QString& path, bool interactive = true);
+    // Run ▸ Compute On: where later runs, latency measurements and generation compute; false (with a status
+    // message) for CUDA where none is available.
+    bool setComputeDevice(ComputeDevice device);
     // Escape: stops the job of the tab in view (or an export); returns what it stopped, "" for nothing.
     QString cancelVisibleJob();
     // At start: untitled projects an earlier run of the app left unsaved (it ended without closing them) are offered

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "app/gui/background_job.h"
+#include "app/gui/compute_device.h"
 #include "app/gui/project_document.h"
 #include "core/model/model.h"
 #include "core/project/project_runner.h"
@@ -143,8 +144,9 @@ bool RunView::run(QStringList variants) {
     const Project snapshot = mDocument->project();   // the worker reads a copy; editing goes on meanwhile
     std::shared_ptr<const Model> model = mDocument->model();
     QPointer<ProjectDocument> document = mDocument;
-    mJob = std::make_unique<BackgroundJob>(tr("Run %1").arg(variants.join(", ")), [this, snapshot, model, variants, document](Feedback& feedback) {
-        ProjectRunner runner(snapshot, *model);
+    const RuntimeOptions options = guiRuntimeOptions();   // Run ▸ Compute On, as the run starts
+    mJob = std::make_unique<BackgroundJob>(tr("Run %1").arg(variants.join(", ")), [this, snapshot, model, variants, document, options](Feedback& feedback) {
+        ProjectRunner runner(snapshot, *model, options);
         const int n = variants.size();
         for (int i = 0; i < n; ++i) {
             feedback.log(QStringLiteral("%1: building and evaluating").arg(variants[i]).toStdString());

@@ -9,6 +9,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
+#include "app/gui/compute_device.h"
 #include "core/model/model_info.h"
 
 namespace cwb {
@@ -16,7 +17,7 @@ namespace cwb {
 StatusPanel::StatusPanel(QStatusBar* bar)
     : QObject(bar), mDevice(new QLabel(bar)), mMemory(new QLabel(bar)), mJob(new QLabel(bar)), mTimer(new QTimer(this)) {
     mDevice->setText(deviceDescription());
-    mDevice->setToolTip(tr("Where runs compute"));
+    mDevice->setToolTip(tr("Where runs, latency measurements and generation compute (Run ▸ Compute On)"));
     mMemory->setToolTip(tr("Memory this process uses (resident set)"));
     bar->addPermanentWidget(mJob);
     bar->addPermanentWidget(mMemory);
@@ -32,20 +33,9 @@ QString StatusPanel::deviceText() const { return mDevice->text(); }
 QString StatusPanel::memoryText() const { return mMemory->text(); }
 QString StatusPanel::jobText() const { return mJob->text(); }
 
-QString StatusPanel::deviceDescription() {
-    if (at::hasCUDA()) {
-        // The driver names the GPU in /proc; no CUDA headers needed in the GUI.
-        for (const QString& gpu : QDir(QStringLiteral("/proc/driver/nvidia/gpus")).entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
-            QFile info(QStringLiteral("/proc/driver/nvidia/gpus/%1/information").arg(gpu));
-            if (!info.open(QIODevice::ReadOnly)) continue;
-            for (const QByteArray& line : info.readAll().split('\n'))
-                if (line.startsWith("Model:")) return tr("CUDA: %1").arg(QString::fromUtf8(line.mid(6).trimmed()));
-        }
-        return tr("CUDA");
-    }
-    const int threads = at::get_num_threads();
-    return threads == 1 ? tr("CPU · 1 thread") : tr("CPU · %1 threads").arg(threads);
-}
+QString StatusPanel::deviceDescription() { return describeComputeDevice(); }
+
+void StatusPanel::refreshDevice() { mDevice->setText(deviceDescription()); }
 
 double StatusPanel::residentBytes() {
     QFile status(QStringLiteral("/proc/self/status"));

@@ -19,7 +19,8 @@ public:
     QString memoryText() const;
     QString jobText() const;
 
-    static QString deviceDescription();   // "CPU (16 threads)" or "CUDA: NVIDIA H200"
+    static QString deviceDescription();   // "CPU · 16 threads" or "CUDA (float16): NVIDIA H200"
+    void refreshDevice();                 // after Run ▸ Compute On changed
     static double residentBytes();        // 0 when unknown
 
 private:

@@ -8,6 +8,7 @@
 #include "app/gui/export_dialog.h"
 #include "app/gui/batch_replay.h"
 #include "app/gui/compare_view.h"
+#include "app/gui/compute_device.h"
 #include "app/gui/importance_view.h"
 #include "app/gui/main_window.h"
 #include "app/gui/model_tree_view.h"
@@ -46,6 +47,7 @@ private slots:
     void untitledWorkIsRecoveredAfterACrash();
     void settingsDialogKeepsEditsAndLargeSeeds();
     void escapeStopsOnlyTheVisibleTabsJob();
+    void computeDeviceIsAChoice();
 
 private:
     // Small evaluation so the run takes seconds: 64-token context, 4 chunks of the TinyStories sample.
@@ -547,6 +549,27 @@ void TestGuiFlow::escapeStopsOnlyTheVisibleTabsJob() {
     QCOMPARE(window.cancelVisibleJob(), QString("run"));
     QVERIFY(finished.wait(120000));
     QCOMPARE(finished.first().at(0).toBool(), false);
+}
+
+// Runs, latency and generation computed on the CPU whatever the machine, while the status bar named the GPU. The
+// device is now a choice (Run ▸ Compute On) that the status bar shows and the jobs use.
+void TestGuiFlow::computeDeviceIsAChoice() {
+    MainWindow window;
+    QVERIFY(window.setComputeDevice(ComputeDevice::Cpu));
+    QCOMPARE(guiRuntimeOptions().device.type(), at::kCPU);
+    QCOMPARE(guiRuntimeOptions().dtype, at::kFloat);
+    QVERIFY(window.statusPanel()->deviceText().startsWith("CPU"));
+    if (!cudaComputeAvailable()) {
+        QVERIFY(!window.setComputeDevice(ComputeDevice::Cuda));   // refused, nothing changes
+        QCOMPARE(guiComputeDevice(), ComputeDevice::Cpu);
+        QVERIFY(window.statusPanel()->deviceText().startsWith("CPU"));
+        return;
+    }
+    QVERIFY(window.setComputeDevice(ComputeDevice::Cuda));
+    QCOMPARE(guiRuntimeOptions().device.type(), at::kCUDA);
+    QCOMPARE(guiRuntimeOptions().dtype, at::kHalf);
+    QVERIFY(window.statusPanel()->deviceText().startsWith("CUDA"));
+    QVERIFY(window.setComputeDevice(ComputeDevice::Cpu));
 }
 
 QTEST_MAIN(TestGuiFlow)
