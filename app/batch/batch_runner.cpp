@@ -3,6 +3,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -49,13 +50,36 @@ bool within(const std::string& metric, double stored, double reproduced, double 
 
 void writeAtomically(const std::string& path, const std::string& text) {
     const std::string tmp = path + ".tmp";
+    std::error_code ec;
     {
         std::ofstream out(tmp);
         if (!out) throw Error(tmp, "cannot create file");
         out << text;
-        if (!out) throw Error(tmp, "write failed");
+        out.flush();
+        if (!out) {
+            out.close();
+            std::filesystem::remove(tmp, ec);   // no half-written file left behind
+            throw Error(path, "write failed (disk full?)");
+        }
     }
-    std::filesystem::rename(tmp, path);
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+        std::filesystem::remove(tmp, ec);
+        throw Error(path, "cannot be written: " + std::string(std::strerror(errno)) + " (is it a folder?)");
+    }
+}
+
+// Why the report and exports cannot go to `out` ("" when they can), checked before anything is replayed: a report
+// path taken by a folder, an exports path taken by a file.
+std::string outputFolderProblem(const std::string& out, bool hasExports) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::exists(out, ec) && !fs::is_directory(out, ec)) return "exists and is not a folder";
+    for (const char* name : {"report.json", "report.md"})
+        if (fs::is_directory(fs::path(out) / name, ec)) return std::string(name) + " there is a folder; the report cannot be written";
+    if (hasExports && fs::exists(fs::path(out) / "exports", ec) && !fs::is_directory(fs::path(out) / "exports", ec))
+        return "exports there is not a folder; the exports cannot be written";
+    return "";
 }
 
 std::string currentHash(const std::string& path) {
@@ -71,6 +95,8 @@ void BatchRunner::progress(const std::string& line) const {
 nlohmann::json BatchRunner::writeExports(const Variant& variant, const Model& model, std::vector<std::string>& warnings,
                                          bool* failed) const {
     nlohmann::json written = nlohmann::json::array();
+    const std::string bad = exportEntriesProblem(variant.exports);   // Project::open checked; never write outside --out
+    if (!bad.empty()) throw Error(mProjectPath, "variant '" + variant.name + "': exports: " + bad);
     for (const auto& e : variant.exports) {
         const std::string format = e.value("format", ""), file = e.value("file", "");
         const std::string path = mOutputDir + "/exports/" + file;
@@ -109,6 +135,10 @@ int BatchRunner::run() {
             if (!std::filesystem::is_directory(mOutputDir, ec)) throw Error(mOutputDir, "exists and is not a folder (--out is a folder)");
             if (::access(mOutputDir.c_str(), W_OK | X_OK) != 0)
                 throw Error(mOutputDir, std::string("cannot write into the report folder: ") + std::strerror(errno));
+            bool exports = false;
+            for (const auto& v : project.variants()) exports |= !v.exports.empty();
+            const std::string taken = outputFolderProblem(mOutputDir, exports);
+            if (!taken.empty()) throw Error(mOutputDir, taken);
         }
         nlohmann::json report = {{"project", mProjectPath}, {"schema", "cwb-batch-report/1"},
                                  {"build", std::string(versionString()) + " / LibTorch " + torchVersionString()}};
@@ -163,6 +193,7 @@ int BatchRunner::run() {
             for (const auto& v : project.variants()) names.push_back(v.name);
         } else {
             for (const auto& v : mVariants) {
+                if (std::find(names.begin(), names.end(), v) != names.end()) continue;   // base is always replayed; no twice
                 project.variant(v);   // throws with the name when unknown
                 names.push_back(v);
             }
@@ -171,6 +202,9 @@ int BatchRunner::run() {
         for (const auto& name : names) {   // a stored recipe this build cannot run fails before any variant is replayed
             if (name == "base") continue;
             const Recipe recipe = runner.fullRecipe(name);
+            // What would fail this variant's build fails the replay now, before hours of the others' work.
+            const std::string cannot = runner.buildProblem(name);
+            if (!cannot.empty()) throw Error(mProjectPath, "variant '" + name + "': " + cannot);
             // An export its layout cannot hold still fails where it is written; say so now, not hours later.
             for (const auto& e : project.variant(name).exports) {
                 const std::string format = e.value("format", "");

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -52,6 +53,30 @@ void addRecipeVariant(Project& project, const std::string& recipePath, const std
     v.recipe = recipe.toJson();
     project.addVariant(v);
     project.record("add-variant", {{"name", v.name}, {"parent", parent}, {"recipe", recipePath}});
+    if (recipeNeedsCalibration(recipe) && project.settings().calibration.path.empty())
+        std::fprintf(stderr, "warning: variant %s has a step that needs calibration text, and the project has none; "
+                             "give it one before running: cwb project set %s --calib FILE\n", v.name.c_str(), project.path().c_str());
+}
+
+// Why these settings cannot run on a model of `context` tokens ("" when they can; context 0: not known).
+std::string settingsProblem(const ProjectSettings& s, int64_t context) {
+    const int64_t limit = context > 0 ? context : std::numeric_limits<int64_t>::max();
+    if (s.calibrationSamples < 1 || s.calibrationSamples > 1000000)
+        return "--samples must be between 1 and 1000000, got " + std::to_string(s.calibrationSamples);
+    if (s.calibrationSeqLen < 2 || s.calibrationSeqLen > limit)
+        return "--seq-len must be between 2 and the model's context" + (context > 0 ? " of " + std::to_string(context) : std::string()) +
+               ", got " + std::to_string(s.calibrationSeqLen);
+    if (s.evalCtx < 4 || s.evalCtx > limit)
+        return "--ctx must be between 4 and the model's context" + (context > 0 ? " of " + std::to_string(context) : std::string()) +
+               ", got " + std::to_string(s.evalCtx);
+    return "";
+}
+
+uint64_t seedOption(const Arguments& a, uint64_t fallback) {
+    if (!a.has("seed")) return fallback;
+    const int64_t seed = a.integer("seed", 0);
+    if (seed < 0) throw Error("--seed must be 0 or more, got " + std::to_string(seed));
+    return static_cast<uint64_t>(seed);
 }
 
 // The model's hash as a project records it. Hashing reads every byte (seconds per GB): progress on stderr every 10%
@@ -87,11 +112,12 @@ int create(const std::vector<std::string>& args) {
     s.evaluation = fileReference(a.value("eval"));
     s.calibrationSamples = a.integer("samples", 128);
     s.calibrationSeqLen = a.integer("seq-len", 512);
-    s.calibrationSeed = static_cast<uint64_t>(a.integer("seed", 0));
+    s.calibrationSeqLen = a.has("seq-len") ? s.calibrationSeqLen : std::min<int64_t>(s.calibrationSeqLen, model->spec.context);
+    s.calibrationSeed = seedOption(a, 0);
     s.evalCtx = a.integer("ctx", std::min<int64_t>(512, model->spec.context));
     s.evalChunks = chunksOption(a);
-    if (s.evalCtx < 4 || s.evalCtx > model->spec.context)
-        throw Error("--ctx must be between 4 and the model's context of " + std::to_string(model->spec.context));
+    const std::string bad = settingsProblem(s, model->spec.context);
+    if (!bad.empty()) throw Error(bad);
     // A create that fails (a recipe missing or invalid) leaves no project behind to block the next try.
     std::error_code ec;
     const bool existed = std::filesystem::exists(out, ec);
@@ -203,8 +229,10 @@ int runProject(const std::vector<std::string>& args) {
     }
     applyScratch(a, *base, a.flag("quiet"));
     ProjectRunner runner(project, *base);
-    for (const auto& name : names)   // a stored recipe this build cannot run fails before any variant is measured
-        if (name != "base") runner.fullRecipe(name);
+    for (const auto& name : names) {   // a stored recipe this build cannot run fails before any variant is measured
+        const std::string cannot = runner.buildProblem(name);
+        if (!cannot.empty()) throw Error(project.path(), "variant '" + name + "': " + cannot);
+    }
     for (const auto& name : names) {
         if (!a.flag("quiet")) std::fprintf(stderr, "run: %s\n", name.c_str());
         CallbackFeedback feedback;
@@ -263,6 +291,53 @@ int importance(const std::vector<std::string>& args) {
 
 } // namespace
 
+// Changes a project's calibration and evaluation settings: other text files (e.g. after moving the project to another
+// machine), window counts and sizes, context and chunks. Checked as create checks them; the stored results stay, with
+// a warning when what they were measured with changed.
+int setSettings(const std::vector<std::string>& args) {
+    Arguments a(args, {"calib", "eval", "samples", "seq-len", "seed", "ctx", "chunks", "model", "tokenizer"}, {"no-calib"});
+    Project project = Project::open(a.requirePositional("PROJECT"));
+    const ProjectSettings before = project.settings();
+    ProjectSettings s = before;
+    if (a.has("calib") && a.flag("no-calib")) throw Error("give --calib FILE or --no-calib, not both");
+    if (a.has("calib")) s.calibration = fileReference(a.value("calib"));
+    if (a.flag("no-calib")) s.calibration = {};
+    if (a.has("eval")) s.evaluation = fileReference(a.value("eval"));
+    s.calibrationSamples = a.integer("samples", s.calibrationSamples);
+    s.calibrationSeqLen = a.integer("seq-len", s.calibrationSeqLen);
+    s.calibrationSeed = seedOption(a, s.calibrationSeed);
+    s.evalCtx = a.integer("ctx", s.evalCtx);
+    if (a.has("chunks")) s.evalChunks = chunksOption(a);
+    int64_t context = 0;
+    try {
+        context = loadModel(a.value("model", project.model().path), projectLoadOptions(project, a))->spec.context;
+    } catch (const Error& e) {
+        std::fprintf(stderr, "warning: the model could not be read, so sizes are not checked against its context (%s)\n",
+                     errorText(e).c_str());
+    }
+    const std::string bad = settingsProblem(s, context);
+    if (!bad.empty()) throw Error(bad);
+    if (s == before) {
+        std::printf("%s: settings unchanged\n", project.path().c_str());
+        return 0;
+    }
+    project.setSettings(s);
+    project.record("settings", {{"calibration", s.calibration.path}, {"evaluation", s.evaluation.path},
+                                {"samples", s.calibrationSamples}, {"seq_len", s.calibrationSeqLen}, {"seed", s.calibrationSeed},
+                                {"ctx", s.evalCtx}, {"chunks", s.evalChunks}});
+    project.save();
+    const bool evaluationChanged = s.evaluation.hash != before.evaluation.hash || s.evalCtx != before.evalCtx ||
+                                   s.evalChunks != before.evalChunks;
+    const bool calibrationChanged = s.calibration.hash != before.calibration.hash || s.calibrationSamples != before.calibrationSamples ||
+                                    s.calibrationSeqLen != before.calibrationSeqLen || s.calibrationSeed != before.calibrationSeed;
+    std::printf("%s: settings changed\n", project.path().c_str());
+    if (!project.results().empty() && (evaluationChanged || calibrationChanged))
+        std::fprintf(stderr, "warning: the stored results were measured with the earlier %s; `cwb project run` measures them "
+                             "again\n", evaluationChanged && calibrationChanged ? "calibration and evaluation" :
+                                         evaluationChanged ? "evaluation" : "calibration");
+    return 0;
+}
+
 // Records that `cwb --batch` should write this variant in a format (the file lands in the batch's --out folder).
 int addExport(const std::vector<std::string>& args) {
     Arguments a(args, {"variant", "format", "type", "file", "model", "tokenizer"}, {});
@@ -272,7 +347,7 @@ int addExport(const std::vector<std::string>& args) {
     const Variant& v = project.variant(name);
     if (!ExportFormatRegistry::instance().byId(format)) throw Error("unknown export format '" + format + "' (hf, gptq, awq, compressed-tensors, gguf)");
     std::string file = a.value("file", name + (format == "gguf" ? ".gguf" : "-" + format));
-    if (file.empty() || file.find('/') != std::string::npos || file.find("..") != std::string::npos)
+    if (!exportEntriesProblem(nlohmann::json::array({{{"format", format}, {"file", file}}})).empty() || file.find("..") != std::string::npos)
         throw Error("--file must be a plain file or folder name, got '" + file + "'");
     nlohmann::json exports = v.exports;
     for (const auto& e : exports)
@@ -329,7 +404,7 @@ int setTokenizer(const std::vector<std::string>& args) {
 }
 
 int runProjectCommand(const std::vector<std::string>& args) {
-    if (args.empty()) throw Error("project needs a subcommand: create, show, add-variant, add-export, set-tokenizer, run, importance");
+    if (args.empty()) throw Error("project needs a subcommand: create, show, add-variant, add-export, set, set-tokenizer, run, importance");
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     if (args[0] == "create") return create(rest);
     if (args[0] == "show") return show(rest);
@@ -338,8 +413,9 @@ int runProjectCommand(const std::vector<std::string>& args) {
     if (args[0] == "importance") return importance(rest);
     if (args[0] == "add-export") return addExport(rest);
     if (args[0] == "set-tokenizer") return setTokenizer(rest);
+    if (args[0] == "set") return setSettings(rest);
     throw Error("unknown project subcommand '" + args[0] +
-                "' (create, show, add-variant, add-export, set-tokenizer, run, importance)");
+                "' (create, show, add-variant, add-export, set, set-tokenizer, run, importance)");
 }
 
 } // namespace cwb::cli

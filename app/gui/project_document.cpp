@@ -156,6 +156,7 @@ nlohmann::json ProjectDocument::steps(const QString& variant) const {
 void ProjectDocument::save() {
     if (mUntitled) throw Error("an untitled project needs a file name: use Save As");
     mProject->save();
+    Project::discardAutosave(mProject->path());   // this document's autosave: its changes are saved now
     afterSave();
 }
 

@@ -157,6 +157,25 @@ static bool measuredInStep(const StepContext& ctx, const Model& before, const Mo
     return true;
 }
 
+static bool needsCalibration(const Recipe& recipe);
+
+bool recipeNeedsCalibration(const Recipe& recipe) { return needsCalibration(recipe); }
+
+std::string recipeLayersProblem(const Model& base, const Recipe& recipe) {
+    for (size_t i = 0; i < recipe.steps.size(); ++i) {
+        const RecipeStep& step = recipe.steps[i];
+        if (!step.enabled) continue;
+        // Past a step that removes blocks or cuts a student, layer names change: the build checks the rest.
+        if (step.method == "prune.layers" || step.method == "distill.kd") break;
+        try {
+            checkPatternsMatch(base, step, targetLayers(base, step), i + 1);
+        } catch (const Error& e) {
+            return e.what();
+        }
+    }
+    return "";
+}
+
 static bool needsCalibration(const Recipe& recipe) {
     bool need = false;
     for (const auto& step : recipe.steps) {

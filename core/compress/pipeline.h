@@ -80,6 +80,12 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
                                 Feedback* feedback = nullptr, const StepObserver& onStep = {},
                                 const CalibrationCompute& compute = {});
 
+// Whether an enabled step of the recipe needs calibration windows.
+bool recipeNeedsCalibration(const Recipe& recipe);
+// Why the recipe's "targets" or override patterns name no layer of `base` ("" when they all do), judged for the
+// steps before any that renames layers; compressModel checks every step as it reaches it.
+std::string recipeLayersProblem(const Model& base, const Recipe& recipe);
+
 // Linear layers a step targets: its regex (default all block linears) minus its ignore list.
 std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step);
 

@@ -34,8 +34,10 @@ Recipe Recipe::fromJson(const nlohmann::json& j, const std::string& source) {
                 throw Error(source, where + " (" + step.method + "): unknown key '" + it.key() + "'");
         }
         if (s.contains("version")) {
-            if (!s["version"].is_number_integer()) throw Error(source, where + ": \"version\" must be an integer");
-            step.version = s["version"].get<int>();
+            const auto& v = s["version"];
+            if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000000)
+                throw Error(source, where + ": \"version\" must be a small whole number, got " + v.dump());
+            step.version = v.get<int>();
         }
         if (s.contains("params")) step.params = s["params"];
         if (s.contains("targets")) {
@@ -52,16 +54,93 @@ Recipe Recipe::fromJson(const nlohmann::json& j, const std::string& source) {
         if (s.contains("overrides")) {
             if (!s["overrides"].is_array()) throw Error(source, where + ": \"overrides\" must be an array");
             for (const auto& o : s["overrides"]) {
-                if (!o.is_object() || !o.contains("pattern") || !o["pattern"].is_string() || !o.contains("params"))
-                    throw Error(source, where + ": each override needs \"pattern\" and \"params\"");
+                if (!o.is_object() || !o.contains("pattern") || !o["pattern"].is_string() || !o.contains("params") ||
+                    !o["params"].is_object())
+                    throw Error(source, where + ": each override needs a \"pattern\" string and a \"params\" object");
                 step.overrides.push_back({o["pattern"].get<std::string>(), o["params"]});
             }
         }
-        if (s.contains("enabled")) step.enabled = s["enabled"].get<bool>();
+        if (s.contains("enabled")) {
+            if (!s["enabled"].is_boolean()) throw Error(source, where + ": \"enabled\" must be true or false");
+            step.enabled = s["enabled"].get<bool>();
+        }
         recipe.steps.push_back(std::move(step));
     }
     recipe.validate(source);
     return recipe;
+}
+
+std::string layerPatternProblem(const std::string& pattern) {
+    // std::regex compiles by recursion and matches by backtracking: deep nesting overflows the stack (a crash), and
+    // repetition inside repetition, or many unbounded repetitions, take exponential or high-polynomial time on a
+    // failing match (a hang no cancel reaches). Layer names are short, and real patterns need neither.
+    constexpr size_t kMaxLength = 1 << 20;
+    constexpr int kMaxDepth = 32, kMaxUnbounded = 4;
+    if (pattern.size() > kMaxLength) return "is longer than " + std::to_string(kMaxLength) + " characters";
+    std::vector<bool> groupRepeats{false};   // per open group: whether something inside repeats without bound
+    int unbounded = 0;
+    bool lastAtomRepeats = false;   // the atom just closed was a group holding unbounded repetition
+    for (size_t i = 0; i < pattern.size(); ++i) {
+        const char c = pattern[i];
+        bool quantifierHere = false, unboundedHere = false;
+        if (c == '\\') {
+            ++i;
+            lastAtomRepeats = false;
+            continue;
+        }
+        if (c == '[') {   // a character class: skip to its end
+            size_t j = i + 1;
+            if (j < pattern.size() && pattern[j] == '^') ++j;
+            if (j < pattern.size() && pattern[j] == ']') ++j;
+            while (j < pattern.size() && pattern[j] != ']') j += pattern[j] == '\\' ? 2 : 1;
+            i = j;
+            lastAtomRepeats = false;
+            continue;
+        }
+        if (c == '(') {
+            groupRepeats.push_back(false);
+            if (int(groupRepeats.size()) - 1 > kMaxDepth) return "nests groups deeper than " + std::to_string(kMaxDepth);
+            lastAtomRepeats = false;
+            continue;
+        }
+        if (c == ')') {
+            if (groupRepeats.size() > 1) {
+                lastAtomRepeats = groupRepeats.back();
+                groupRepeats.pop_back();
+                groupRepeats.back() = groupRepeats.back() || lastAtomRepeats;
+            }
+            continue;
+        }
+        if (c == '*' || c == '+') {
+            quantifierHere = unboundedHere = true;
+        } else if (c == '{') {
+            const size_t close = pattern.find('}', i);
+            if (close != std::string::npos) {
+                const std::string inside = pattern.substr(i + 1, close - i - 1);
+                const size_t comma = inside.find(',');
+                quantifierHere = true;
+                unboundedHere = comma != std::string::npos && comma + 1 == inside.size();
+                i = close;
+            }
+        } else if (c == '?') {
+            quantifierHere = true;
+        }
+        if (quantifierHere) {
+            if (unboundedHere && lastAtomRepeats)
+                return "repeats a group that itself repeats without bound (e.g. (a+)*), which can take exponential time";
+            if (unboundedHere) {
+                if (++unbounded > kMaxUnbounded)
+                    return "has more than " + std::to_string(kMaxUnbounded) + " unbounded repetitions (*, +, {n,}), "
+                           "which can take very long to match";
+                groupRepeats.back() = true;
+            }
+            if (i + 1 < pattern.size() && (pattern[i + 1] == '?' || pattern[i + 1] == '+')) ++i;   // lazy/possessive mark
+            lastAtomRepeats = false;
+            continue;
+        }
+        lastAtomRepeats = false;
+    }
+    return "";
 }
 
 void Recipe::validate(const std::string& source) const {
@@ -91,10 +170,16 @@ void Recipe::validate(const std::string& source) const {
                      for (const auto& o : step.overrides) all.push_back(o.pattern);
                      return all;
                  }())
+            {
+                const std::string unsafe = layerPatternProblem(r);
+                if (!unsafe.empty()) throw Error("the pattern '" + (r.size() > 80 ? r.substr(0, 80) + "..." : r) + "' " + unsafe);
                 std::regex check(r);
+            }
         } catch (const std::regex_error& e) {
             throw Error(source, where + ": invalid regular expression (" + e.what() + ")");
         } catch (const Error& e) {
+            throw Error(source, where + ": " + e.what());
+        } catch (const nlohmann::json::exception& e) {   // a recipe built in code with a malformed override
             throw Error(source, where + ": " + e.what());
         }
     }

@@ -9,6 +9,11 @@
 
 namespace cwb {
 
+// Why a layer pattern (targets, ignore, override) is refused before std::regex sees it ("" when it is not): so deep
+// a nesting that compiling it would overflow the stack, or repetition that could make matching take exponential
+// time. Recipe validation applies it to every pattern.
+std::string layerPatternProblem(const std::string& pattern);
+
 struct LayerOverride {
     std::string pattern;          // regex searched in the layer name
     nlohmann::json params;        // merged over the step's params for matching layers

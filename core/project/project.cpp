@@ -95,6 +95,8 @@ public:
             const std::string name = v.text(0);
             p.mVariants.push_back({name, v.text(1), v.jsonValue(2, "the recipe of '" + name + "'"), v.text(3),
                                    v.jsonValue(4, "the exports of '" + name + "'")});
+            const std::string bad = exportEntriesProblem(p.mVariants.back().exports);
+            if (!bad.empty()) throw Error(file, "is damaged: the exports of variant '" + name + "': " + bad);
         }
 
         Statement r(db, "SELECT variant, metric, value, error, device, threads, seconds, time, build "
@@ -263,7 +265,8 @@ void Project::save() {
     });
     mWrittenBy = writer;
     mModified = false;
-    discardAutosave(mPath);
+    // The autosave is left alone: it may be a GUI's unsaved work on this file, which a CLI save must not delete.
+    // The GUI drops its own when it saves (ProjectDocument::save).
 }
 
 std::string Project::autosavePath(const std::string& path) { return path + ".autosave"; }
@@ -359,6 +362,8 @@ void Project::addVariant(Variant variant) {
         throw Error(mPath, "variant '" + name + "': unknown parent '" + variant.parent + "'");
     if (!variant.recipe.is_object() || !variant.recipe.contains("steps") || !variant.recipe["steps"].is_array())
         throw Error(mPath, "variant '" + name + "': the recipe must be an object with a \"steps\" array");
+    const std::string badExports = exportEntriesProblem(variant.exports);
+    if (!badExports.empty()) throw Error(mPath, "variant '" + name + "': exports: " + badExports);
     if (variant.created.empty()) variant.created = currentTime();
     mVariants.push_back(std::move(variant));
     try {
@@ -403,7 +408,25 @@ void Project::setRecipe(const std::string& name, nlohmann::json recipe) {
     mModified = true;
 }
 
+std::string exportEntriesProblem(const nlohmann::json& exports) {
+    if (!exports.is_array()) return "not a list";
+    for (const auto& e : exports) {
+        if (!e.is_object()) return "an entry is not an object: " + e.dump();
+        if (!e.contains("format") || !e["format"].is_string()) return "an entry has no format: " + e.dump();
+        if (e.contains("type") && !e["type"].is_string()) return "an entry's type is not text: " + e.dump();
+        if (!e.contains("file") || !e["file"].is_string()) return "an entry has no file name: " + e.dump();
+        const std::string file = e["file"];
+        const bool control = std::any_of(file.begin(), file.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
+        if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
+            file.find('\\') != std::string::npos || control)
+            return "'" + file + "' is not a plain file or folder name (exports land in the batch's --out folder)";
+    }
+    return "";
+}
+
 void Project::setExports(const std::string& name, nlohmann::json exports) {
+    const std::string bad = exportEntriesProblem(exports);
+    if (!bad.empty()) throw Error(mPath, "variant '" + name + "': exports: " + bad);
     findVariant(name).exports = std::move(exports);
     mModified = true;
 }

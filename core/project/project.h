@@ -77,6 +77,12 @@ struct Variant {
     bool operator==(const Variant& o) const;
 };
 
+// Why `exports` is not a list of export requests a variant can keep ("" when it is): each an object with a
+// string "format", a "file" that is a plain file or folder name (the export lands in the batch's --out folder, so
+// no path separators, no "." or "..") and an optional string "type". Checked when a project is read and when one
+// is set, so a hostile project file cannot make --batch write elsewhere.
+std::string exportEntriesProblem(const nlohmann::json& exports);
+
 struct ResultRow {
     std::string variant;          // "base" for the base model
     std::string metric;
@@ -124,7 +130,8 @@ public:
     void save();
 
     // Autosave: the whole state goes to autosavePath(path()) — itself a complete project file, written to a
-    // temporary file and renamed — and the real project is left as the user last saved it. save() removes it.
+    // temporary file and renamed — and the real project is left as the user last saved it. save() leaves it (it may be another
+    // process's unsaved work); the GUI drops its own when it saves.
     static std::string autosavePath(const std::string& path);   // path + ".autosave"
     void autosave() const;
     // The whole state, journal included, as a complete project file at `target` (temporary file + rename; an

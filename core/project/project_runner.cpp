@@ -64,6 +64,16 @@ Recipe ProjectRunner::fullRecipe(const std::string& variant) const {
     return full;
 }
 
+std::string ProjectRunner::buildProblem(const std::string& variant) const {
+    if (variant == Project::kBaseName) return "";
+    const Recipe recipe = fullRecipe(variant);
+    const std::string layers = recipeLayersProblem(mBase, recipe);
+    if (!layers.empty()) return layers;
+    if (recipeNeedsCalibration(recipe) && mProject.settings().calibration.path.empty())
+        return "a step needs calibration text, and the project has none (cwb project set " + mProject.path() + " --calib FILE)";
+    return "";
+}
+
 const std::vector<TokenId>& ProjectRunner::evaluationTokens() {
     if (mEvalTokens.empty()) {
         const std::string& path = mProject.settings().evaluation.path;

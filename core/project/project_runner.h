@@ -32,6 +32,10 @@ public:
     ~ProjectRunner();
 
     Recipe fullRecipe(const std::string& variant) const;
+    // Why building `variant` would fail before it starts ("" when it would not): a pattern naming no layer of the
+    // base, or a calibrated step in a project without calibration text. Callers ask for every variant up front, so
+    // a replay does not fail on its last variant after hours of the others. Throws as fullRecipe does.
+    std::string buildProblem(const std::string& variant) const;
     // Builds the variant from the base; throws cwb::Error or Cancelled.
     std::unique_ptr<Model> build(const std::string& variant, Feedback* feedback);
     // "base" or a variant name: the rows to store (device, threads, build and time filled in).

@@ -6,6 +6,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QTemporaryDir>
+#include <QTemporaryFile>
 #include <QtTest/QtTest>
 
 #include <nlohmann/json.hpp>
@@ -48,6 +49,7 @@ private slots:
     void benchRunsAProjectVariant();
     void interruptExits130();
     void createShowsHashingProgress();
+    void checksBeforeReplayAndSettings();
 };
 
 void TestBatch::initTestCase() {
@@ -297,6 +299,61 @@ void TestBatch::createShowsHashingProgress() {
     Result small = run({"project", "create", mDir.filePath("small.cwbproj"), "--model", model});
     QVERIFY2(small.exitCode == 0, qPrintable(small.err));
     QVERIFY2(!small.err.contains("hashing the model"), qPrintable(small.err));
+}
+
+// From a hostile-input review: project create accepted windows that could never be drawn and calibrated recipes
+// without calibration text, with no way to give one later; a replay failed on its last variant after the others'
+// work; a moved project's text files could not be pointed at again. Now create checks, `project set` changes the
+// settings, and --batch / project run check every variant before measuring any.
+void TestBatch::checksBeforeReplayAndSettings() {
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    const QString recipes = QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/";
+    for (const QStringList& bad : {QStringList{"--samples", "0"}, QStringList{"--seq-len", "-3"}, QStringList{"--samples", "1000000000000"},
+                                    QStringList{"--seed", "-1"}}) {
+        Result r = run(QStringList{"project", "create", mDir.filePath("bad.cwbproj"), "--model", mModel} + bad);
+        QVERIFY2(r.exitCode == 2 && r.err.contains(bad[0] + " must be"), qPrintable(bad.join(' ') + " -> " + r.err));
+        QVERIFY(!QFile::exists(mDir.filePath("bad.cwbproj")));
+    }
+    const QString project = mDir.filePath("nocalib.cwbproj");
+    Result c = run({"project", "create", project, "--model", mModel, "--eval", text, "--ctx", "64", "--chunks", "2",
+                    "--recipe", recipes + "rtn-w4g32.json", "--recipe", recipes + "gptq-w4g32.json"});
+    QVERIFY2(c.exitCode == 0, qPrintable(c.err));
+    QVERIFY2(c.err.contains("variant gptq-w4g32 has a step that needs calibration text"), qPrintable(c.err));
+    const QString out = mDir.filePath("nocalib-report");
+    Result early = run({"--batch", project, "--out", out, "--threads", "1"});
+    QCOMPARE(early.exitCode, 2);
+    QVERIFY2(early.err.contains("variant 'gptq-w4g32'") && early.err.contains("project set"), qPrintable(early.err));
+    QVERIFY2(!early.err.contains("[1/3]"), qPrintable(early.err));   // refused before the base was replayed
+    Result runEarly = run({"project", "run", project, "--threads", "1", "--quiet"});
+    QCOMPARE(runEarly.exitCode, 2);
+    QVERIFY2(runEarly.out.isEmpty(), qPrintable(runEarly.out));   // nothing measured
+
+    // The settings are changed in place (here as after moving the project and its text).
+    const QString moved = mDir.filePath("moved.txt");
+    QVERIFY(QFile::copy(text, moved));
+    Result set = run({"project", "set", project, "--calib", moved, "--samples", "4", "--seq-len", "32"});
+    QVERIFY2(set.exitCode == 0 && set.out.contains("settings changed"), qPrintable(set.out + set.err));
+    Result shown = run({"project", "show", project});
+    QVERIFY2(shown.out.contains(QFileInfo(moved).absoluteFilePath() + ": 4 x 32 tokens"), qPrintable(shown.out));
+    QCOMPARE(run({"project", "set", project, "--samples", "4"}).out.trimmed(), project + ": settings unchanged");
+    Result tooLong = run({"project", "set", project, "--seq-len", "100000"});
+    QVERIFY2(tooLong.exitCode == 2 && tooLong.err.contains("--seq-len must be between 2 and the model's context of 2048"),
+             qPrintable(tooLong.err));
+
+    // A pattern that names no layer fails the replay before anything is measured.
+    QTemporaryFile recipe(mDir.filePath("XXXXXX-nomatch.json"));
+    QVERIFY(recipe.open());
+    recipe.write(R"({"steps":[{"method":"quantize.rtn","targets":"nothing_here"}]})");
+    recipe.close();
+    QCOMPARE(run({"project", "add-variant", project, "--recipe", recipe.fileName(), "--name", "zz"}).exitCode, 0);
+    Result noLayer = run({"--batch", project, "--out", out, "--threads", "1"});
+    QCOMPARE(noLayer.exitCode, 2);
+    QVERIFY2(noLayer.err.contains("variant 'zz'") && noLayer.err.contains("leaves no layer"), qPrintable(noLayer.err));
+    QVERIFY(!QFile::exists(out + "/report.json"));
+    // --variants naming base, or a variant twice, replays each once.
+    Result once = run({"--batch", project, "--out", out, "--threads", "1", "--variants", "base,rtn-w4g32,rtn-w4g32", "--json"});
+    QVERIFY2(once.exitCode != 2, qPrintable(once.err));
+    QCOMPARE(QJsonDocument::fromJson(once.out.toUtf8()).object()["variants"].toArray().size(), 2);
 }
 
 QTEST_APPLESS_MAIN(TestBatch)

@@ -382,7 +382,7 @@ void TestCli::mistakesFailBeforeTheWork() {
          mine + "/notes.txt: cannot create the output folder"},
         {{"generate", model, "--top-k", "-3"}, "--top-k must be 0 (the whole vocabulary) or more, got -3"},
         {{"project", "create", dir.filePath("p.cwbproj"), "--model", model, "--recipe", dir.filePath("none.json")}, dir.filePath("none.json")},
-        {{"project"}, "create, show, add-variant, add-export, set-tokenizer, run, importance"},
+        {{"project"}, "create, show, add-variant, add-export, set, set-tokenizer, run, importance"},
     };
     for (const auto& r : refusals) {
         Result got = run(r.args);

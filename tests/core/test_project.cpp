@@ -97,7 +97,7 @@ json rtnRecipe(int bits) {
 // base -> a -> b, base -> c
 Project sampleProject(const QString& path) {
     Project p = Project::create(path.toStdString(), sampleModel(), sampleSettings());
-    p.addVariant({"a", "", rtnRecipe(8), "2024-01-01T00:00:00Z", json::array({"a.gguf"})});
+    p.addVariant({"a", "", rtnRecipe(8), "2024-01-01T00:00:00Z", json::array({{{"format", "gguf"}, {"file", "a.gguf"}}})});
     p.addVariant({"b", "a", rtnRecipe(4), "2024-01-02T00:00:00Z", json::array()});
     p.addVariant({"c", "base", {{"steps", json::array()}}, "", json::array()});
     return p;
@@ -127,6 +127,7 @@ private slots:
     void removeVariant();
     void renameVariant();
     void cycleInFileIsRefused();
+    void hostileExportEntriesAreRefused();
     void createRefusesExistingFile();
     void migratesVersion1();
     void badFilesAreRefused_data();
@@ -163,7 +164,7 @@ void TestProject::roundTrip() {
     QCOMPARE(q.variants().size(), size_t(3));
     QCOMPARE(q.variant("b").parent, std::string("a"));
     QCOMPARE(q.variant("c").parent, std::string(""));
-    QCOMPARE(q.variant("a").exports, json::array({"a.gguf"}));
+    QCOMPARE(q.variant("a").exports, json::array({{{"format", "gguf"}, {"file", "a.gguf"}}}));
     QCOMPARE(q.variant("b").recipe, rtnRecipe(4));
     QVERIFY(!q.variant("c").created.empty());
     QCOMPARE(q.settings().calibrationSeed, uint64_t(0xfedcba9876543210ULL));
@@ -449,6 +450,21 @@ void TestProject::cycleInFileIsRefused() {
     QVERIFY2(error.startsWith(path) && error.contains("parent cycle"), qPrintable(error));
 }
 
+// Regression: a project file could name an export "../../victim.txt", and --batch overwrote that file outside its
+// --out folder. Export entries are now checked when a project is read and when they are set.
+void TestProject::hostileExportEntriesAreRefused() {
+    const QString path = file("exports.cwbproj");
+    Project p = sampleProject(path);
+    p.save();
+    for (const char* bad : {R"([{"format":"gguf","file":"../../../victim.txt"}])", R"([{"format":"gguf","file":"/etc/x"}])",
+                            R"([{"format":"hf","file":"."}])", R"([1])", R"("abc")", R"([{"format":5,"file":"a"}])"}) {
+        QVERIFY(execRaw(path, std::string("UPDATE variants SET exports = '") + bad + "' WHERE name = 'a'"));
+        const QString error = errorOf([&] { Project::open(path.toStdString()); });
+        QVERIFY2(error.startsWith(path) && error.contains("the exports of variant 'a'"), qPrintable(error));
+        QVERIFY_EXCEPTION_THROWN(p.setExports("a", json::parse(bad)), Error);
+    }
+}
+
 void TestProject::createRefusesExistingFile() {
     const QString path = file("exists.cwbproj");
     writeBytes(path, "keep me");
@@ -574,7 +590,7 @@ Project bigState(Project p, int generation) {
     m.hash = "fnv1a64:" + std::string(16, char('0' + generation));
     p.setModel(m);
     p.setImportance({"gen", {"r"}, {"c"}, {double(generation)}});
-    p.setExports("b", json::array({generation}));
+    p.setExports("b", json::array({{{"format", "gguf"}, {"file", "gen" + std::to_string(generation) + ".gguf"}}}));
     return p;
 }
 
@@ -715,8 +731,10 @@ void TestProject::autosaveKeepsTheSavedFileAndRecovers() {
     QVERIFY(recovered == p);                                           // the autosave holds the edits
     QCOMPARE(QString::fromStdString(recovered.path()), path);
     QVERIFY(recovered.isModified());
-    recovered.save();                                                  // saving writes the real file and drops the autosave
-    QVERIFY(!Project::hasAutosave(path.toStdString()));
+    // Saving writes the real file and leaves the autosave: it may be another process's (a GUI's) unsaved work,
+    // which a CLI save deleted before. The GUI drops its own when it saves.
+    recovered.save();
+    QVERIFY(Project::hasAutosave(path.toStdString()));
     QVERIFY(Project::open(path.toStdString()) == p);
     p.autosave();
     Project::discardAutosave(path.toStdString());

@@ -16,6 +16,7 @@ private slots:
     void defaultsAreFilled();
     void badRecipesAreRefused_data();
     void badRecipesAreRefused();
+    void usualPatternsAreAllowed();
     void roundTripThroughFile();
     void everyMethodDeclaresValidDefaults();
 };
@@ -45,6 +46,18 @@ void TestRecipes::badRecipesAreRefused_data() {
     QTest::newRow("unknown key") << R"({"steps":[{"method":"quantize.rtn","param":{}}]})" << "unknown key 'param'";
     QTest::newRow("unknown recipe key") << R"({"steps":[],"stpes":[]})" << "unknown key 'stpes'";
     QTest::newRow("description not text") << R"({"steps":[],"description":3})" << "\"description\" must be a string";
+    // Regressions from a hostile-input review: each crashed, hung or leaked a raw library message.
+    const std::string deep = std::string(100000, '(') + "q" + std::string(100000, ')');
+    QTest::newRow("deep nesting (stack overflow)") << QString::fromStdString(R"({"steps":[{"method":"quantize.rtn","targets":")" + deep + R"("}]})")
+                                                   << "nests groups deeper than 32";
+    QTest::newRow("nested repetition (hang)") << R"({"steps":[{"method":"quantize.rtn","targets":"^(.*.*)*X$"}]})" << "exponential time";
+    QTest::newRow("nested repetition in ignore") << R"({"steps":[{"method":"quantize.rtn","ignore":["(a+)+b"]}]})" << "exponential time";
+    QTest::newRow("many repetitions (hang)") << R"({"steps":[{"method":"quantize.rtn","overrides":[{"pattern":".*.*.*.*.*X","params":{}}]}]})"
+                                             << "more than 4 unbounded repetitions";
+    QTest::newRow("enabled not boolean") << R"({"steps":[{"method":"quantize.rtn","enabled":"yes"}]})" << "\"enabled\" must be true or false";
+    QTest::newRow("override params not object") << R"({"steps":[{"method":"quantize.rtn","overrides":[{"pattern":"x","params":5}]}]})"
+                                                << "a \"params\" object";
+    QTest::newRow("version too large") << R"({"steps":[{"method":"quantize.rtn","version":4294967297}]})" << "small whole number";
     QTest::newRow("two problems at once") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":0,"x":1}}]})" << "unknown parameter 'x'";
 }
 
@@ -58,6 +71,14 @@ void TestRecipes::badRecipesAreRefused() {
         QVERIFY2(QString(e.what()).contains(expected), e.what());
         QVERIFY2(QString(e.what()).startsWith("r.json"), e.what());
     }
+}
+
+// Patterns real recipes use pass the safety check (the GUI's picks, budgets, the example recipes' forms).
+void TestRecipes::usualPatternsAreAllowed() {
+    for (const char* p : {"layers\\.0\\.", "^(?:model\\.layers\\.1\\.self_attn\\.|model\\.layers\\.3\\.mlp\\.up_proj$)",
+                          "(q|k|v)_proj", "layers\\.([0-9]+)\\.(self_attn|mlp)\\..*", "mlp\\.(gate|up)_proj$", "[a-z]{2,}_proj",
+                          "^model\\.layers\\.[0-9]+\\.mlp\\..*$", "(?:blk\\.[0-9]+\\.)?ffn_(up|down)", "a(bc)?d+"})
+        QVERIFY2(layerPatternProblem(p).empty(), p);
 }
 
 void TestRecipes::roundTripThroughFile() {
