@@ -127,7 +127,7 @@ nlohmann::json BatchRunner::writeExports(const Variant& variant, const Model& mo
 int BatchRunner::run() {
     try {
         if (mProjectPath.empty()) throw Error("--batch needs a project file");
-        Project project = Project::open(mProjectPath);
+        Project project = Project::open(mProjectPath, Project::Access::ReadOnly);   // a replay never writes the project
         {   // the report's folder: made (or refused) before the replay's work, not after it
             std::error_code ec;
             std::filesystem::create_directories(mOutputDir, ec);

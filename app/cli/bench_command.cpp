@@ -167,7 +167,7 @@ int runBench(const std::vector<std::string>& args) {
         // A project: its model, and with --variant one of its variants built by its pipeline.
         if (a.has("recipe")) throw Error("--recipe applies to a model; a project's variants carry their own recipes");
         const std::string path = a.positional().front();
-        Project project = Project::open(path);
+        Project project = Project::open(path, Project::Access::ReadOnly);
         base = loadModel(a.value("model", project.model().path), projectLoadOptions(project, a));
         const std::string name = a.value("variant", "base");
         if (name != "base") {

@@ -67,7 +67,7 @@ int runExport(const std::vector<std::string>& args) {
     std::string source = input;
     if (isProjectPath(input)) {
         if (a.has("recipe")) throw Error("--recipe applies to a model; a project's variants carry their own recipes");
-        Project project = Project::open(input);
+        Project project = Project::open(input, Project::Access::ReadOnly);
         base = loadModel(a.value("model", project.model().path), projectLoadOptions(project, a));
         refuseOverwritingSource(a.value("out"), *base);
         applyScratch(a, *base, a.flag("quiet") || a.flag("json"));

@@ -139,7 +139,7 @@ int create(const std::vector<std::string>& args) {
 
 int show(const std::vector<std::string>& args) {
     Arguments a(args, {}, {"json"});
-    Project project = Project::open(a.requirePositional("PROJECT"));
+    Project project = Project::open(a.requirePositional("PROJECT"), Project::Access::ReadOnly);
     if (a.flag("json")) {
         std::cout << jsonText(project.toJson()) << "\n";
         return 0;

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <ctime>
+#include <memory>
 #include <mutex>
 
 #include "core/io/model_format.h"
@@ -25,7 +27,7 @@ using nlohmann::json;
 using project_schema::Database;
 using project_schema::Statement;
 using project_schema::inTransaction;
-using project_schema::useWal;
+using project_schema::useRollbackJournal;
 
 std::mutex gWriterMutex;
 WrittenBy gWriter{"cwb (unknown version)", "", "", 0};
@@ -209,7 +211,7 @@ Project Project::create(const std::string& path, const ModelReference& model, co
     const WrittenBy writer = [] { std::lock_guard<std::mutex> lock(gWriterMutex); return gWriter; }();
     try {
         Database db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-        useWal(db);
+        useRollbackJournal(db);
         inTransaction(db, "BEGIN IMMEDIATE", [&] {
             db.exec(project_schema::ddlCurrent(), "creating the tables");
             static_assert(project_schema::kApplicationId == 1129792080, "keep the PRAGMA below in step");
@@ -225,14 +227,52 @@ Project Project::create(const std::string& path, const ModelReference& model, co
     return p;
 }
 
-Project Project::open(const std::string& path) {
+namespace {
+
+// An SQLite URI for `path` (percent-escaping what a URI gives meaning to), with `query`.
+std::string sqliteUri(const std::string& path, const std::string& query) {
+    std::string uri = "file:";
+    for (unsigned char c : path) {
+        if (c == '%' || c == '?' || c == '#' || c < 0x20) {
+            char hex[4];
+            std::snprintf(hex, sizeof hex, "%%%02X", c);
+            uri += hex;
+        } else {
+            uri += char(c);
+        }
+    }
+    return uri + "?" + query;
+}
+
+bool canWrite(const std::string& path) {
+    const std::string folder = std::filesystem::path(path).parent_path().string();
+    return ::access(path.c_str(), W_OK) == 0 && ::access(folder.empty() ? "." : folder.c_str(), W_OK | X_OK) == 0;
+}
+
+} // namespace
+
+Project Project::open(const std::string& path, Access access) {
     const struct stat st = statOrThrow(path);
     if (st.st_size == 0) throw Error(path, "is not a cwb project (empty file)");
-    Database db(path, SQLITE_OPEN_READWRITE);
+    const bool readOnly = access == Access::ReadOnly || !canWrite(path);
+    // Read-only media or files: no journal is written. A file a WAL build left needs its -shm to be read, which
+    // cannot be made there; with no -wal beside it, nothing is pending and it is read as immutable.
+    std::unique_ptr<Database> opened;
+    if (!readOnly) {
+        opened = std::make_unique<Database>(path, SQLITE_OPEN_READWRITE);
+    } else {
+        struct stat wal {};
+        const bool pending = ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
+        opened = std::make_unique<Database>(sqliteUri(path, pending ? "mode=ro" : "immutable=1"), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI);
+    }
+    Database& db = *opened;
     const int version = project_schema::readVersion(db);
     project_schema::checkReadable(version, path);
+    if (version < project_schema::kCurrentVersion && readOnly)
+        throw Error(path, "has schema " + std::to_string(version) + " and cannot be written here to update it to schema " +
+                              std::to_string(project_schema::kCurrentVersion) + "; copy it somewhere writable and open it once");
     if (version < project_schema::kCurrentVersion) {
-        useWal(db);
+        useRollbackJournal(db);
         inTransaction(db, "BEGIN IMMEDIATE", [&] {
             if (project_schema::readVersion(db) != version) return;   // another process migrated it meanwhile
             project_schema::migrate(db, version);
@@ -243,6 +283,7 @@ Project Project::open(const std::string& path) {
     }
     Project p;
     p.mPath = path;
+    p.mReadOnly = readOnly;
     inTransaction(db, "BEGIN", [&] {
         project_schema::checkReadable(project_schema::readVersion(db), path);
         ProjectReader::read(db, p);
@@ -252,11 +293,14 @@ Project Project::open(const std::string& path) {
 }
 
 void Project::save() {
+    if (mReadOnly)
+        throw Error(mPath, "was opened read-only (by a command that only reads it, or the file or its folder cannot be "
+                           "written); save it under another name");
     statOrThrow(mPath);
     WrittenBy writer = [] { std::lock_guard<std::mutex> lock(gWriterMutex); return gWriter; }();
     writer.schema = project_schema::kCurrentVersion;
     Database db(mPath, SQLITE_OPEN_READWRITE);
-    useWal(db);
+    useRollbackJournal(db);
     inTransaction(db, "BEGIN IMMEDIATE", [&] {
         const int version = project_schema::readVersion(db);
         if (version != project_schema::kCurrentVersion)

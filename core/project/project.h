@@ -4,7 +4,7 @@
 // a journal of what was done. The file is one SQLite database (layout in project_schema.h).
 //
 // A Project is plain data in memory: open() reads the whole file and closes it; the mutators change
-// only memory; save() rewrites every table in ONE transaction (WAL journal, synchronous=FULL), so a
+// only memory; save() rewrites every table in ONE transaction (rollback journal, synchronous=FULL), so a
 // crash or kill during save leaves the previous saved state readable. Nothing here keeps the database
 // open, so a Project can be copied freely; two Projects saving the same file is last-writer-wins.
 // Every failure is a cwb::Error naming the file.
@@ -124,7 +124,10 @@ public:
     static Project create(const std::string& path, const ModelReference& model, const ProjectSettings& settings);
     // Reads a project. An older schema is migrated in place inside one transaction (and the migration is
     // journaled); a newer schema, a non-SQLite file, or an SQLite file that is not a project is refused.
-    static Project open(const std::string& path);
+    // ReadOnly (commands that only read: show, --batch, export, bench) writes nothing beside the file, and save()
+    // refuses; a file or folder this process cannot write is opened so too, whatever `access` says.
+    enum class Access { ReadWrite, ReadOnly };
+    static Project open(const std::string& path, Access access = Access::ReadWrite);
     // Writes the whole in-memory state in one transaction and stamps writtenBy() with the writer set by
     // setWriter() and the current schema.
     void save();
@@ -202,6 +205,7 @@ private:
     void checkLineage() const;                  // parents exist and form no cycle (damaged files)
     Variant& findVariant(const std::string& name);
 
+    bool mReadOnly = false;
     std::string mPath;
     ModelReference mModel;
     ProjectSettings mSettings;

@@ -252,8 +252,8 @@ void inTransaction(Database& db, const char* begin, const std::function<void()>&
     }
 }
 
-void useWal(Database& db) {
-    db.exec("PRAGMA journal_mode = WAL", "switching to WAL");
+void useRollbackJournal(Database& db) {
+    db.exec("PRAGMA journal_mode = DELETE", "switching to a rollback journal");
     db.exec("PRAGMA synchronous = FULL", "setting up");
 }
 

@@ -89,11 +89,13 @@ private:
 // Runs `body` between `begin` ("BEGIN" or "BEGIN IMMEDIATE") and COMMIT; rolls back and rethrows on failure.
 void inTransaction(Database& db, const char* begin, const std::function<void()>& body);
 
-// journal_mode=WAL and synchronous=FULL: a save that dies half way leaves only uncommitted frames in the
-// -wal file, which the next reader ignores; FULL also makes a finished save survive a power cut (saves are
-// rare, the extra fsync is cheap). Where WAL is impossible (no shared memory, e.g. some network file
-// systems) SQLite keeps its rollback journal, which is just as atomic.
-void useWal(Database& db);
+// journal_mode=DELETE (SQLite's rollback journal) and synchronous=FULL: a save that dies half way leaves a hot
+// journal, which the next writer rolls back, so the file holds the old state or the new one; FULL makes a finished
+// save survive a power cut (saves are rare, the extra fsync is cheap). Not WAL: a WAL reader creates -wal and -shm
+// files beside the project, so a colleague who only read it left files the owner could not write (locking them out
+// of saving), and a project on read-only media could not be read at all. A project a WAL build wrote is switched
+// over when it is next written.
+void useRollbackJournal(Database& db);
 
 // The meta table's schema_version. Throws "is not a cwb project (no meta table)" / "(no schema version)".
 int readVersion(Database& db);

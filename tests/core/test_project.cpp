@@ -128,6 +128,7 @@ private slots:
     void renameVariant();
     void cycleInFileIsRefused();
     void hostileExportEntriesAreRefused();
+    void readersLeaveNoFilesBesideTheProject();
     void createRefusesExistingFile();
     void migratesVersion1();
     void badFilesAreRefused_data();
@@ -463,6 +464,36 @@ void TestProject::hostileExportEntriesAreRefused() {
         QVERIFY2(error.startsWith(path) && error.contains("the exports of variant 'a'"), qPrintable(error));
         QVERIFY_EXCEPTION_THROWN(p.setExports("a", json::parse(bad)), Error);
     }
+}
+
+// Projects were kept in WAL mode, whose readers create -wal and -shm files beside the project: a colleague who only
+// read it left files its owner could not write (saving then failed), and read-only media could not be read at all.
+// Now: a rollback journal (readers create nothing), read-only opening for commands that only read, and a file an
+// older build left in WAL mode is read without writing and switched over when it is next saved.
+void TestProject::readersLeaveNoFilesBesideTheProject() {
+    const QString path = file("journal.cwbproj");
+    Project p = sampleProject(path);
+    p.save();
+    QCOMPARE(queryRaw(path, "PRAGMA journal_mode"), QStringList{"delete"});
+    auto sideFiles = [&] {
+        QStringList found;
+        for (const char* suffix : {"-wal", "-shm", "-journal"})
+            if (QFileInfo::exists(path + suffix)) found << suffix;
+        return found;
+    };
+    QVERIFY(execRaw(path, "PRAGMA journal_mode = WAL"));   // as builds before this one left it
+    const Project readOnly = Project::open(path.toStdString(), Project::Access::ReadOnly);
+    QVERIFY(readOnly == p);
+    QCOMPARE(sideFiles(), QStringList{});
+    Project copy = readOnly;
+    const QString refused = errorOf([&] { copy.save(); });
+    QVERIFY2(refused.startsWith(path) && refused.contains("opened read-only"), qPrintable(refused));
+    Project writable = Project::open(path.toStdString());
+    writable.record("edit", {});
+    writable.save();
+    QCOMPARE(queryRaw(path, "PRAGMA journal_mode"), QStringList{"delete"});
+    QCOMPARE(sideFiles(), QStringList{});
+    QCOMPARE(Project::open(path.toStdString(), Project::Access::ReadOnly).journal().back().action, std::string("edit"));
 }
 
 void TestProject::createRefusesExistingFile() {
