@@ -64,8 +64,9 @@ void writeAtomically(const std::string& path, const std::string& text) {
     }
     std::filesystem::rename(tmp, path, ec);
     if (ec) {
+        const std::string why = ec.message();
         std::filesystem::remove(tmp, ec);
-        throw Error(path, "cannot be written: " + std::string(std::strerror(errno)) + " (is it a folder?)");
+        throw Error(path, "cannot be written: " + why);
     }
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -56,6 +57,22 @@ void addRecipeVariant(Project& project, const std::string& recipePath, const std
     if (recipeNeedsCalibration(recipe) && project.settings().calibration.path.empty())
         std::fprintf(stderr, "warning: variant %s has a step that needs calibration text, and the project has none; "
                              "give it one before running: cwb project set %s --calib FILE\n", v.name.c_str(), project.path().c_str());
+}
+
+// Long commands store what they measured into the project as it is on disk when they finish, not as they read it:
+// a save from the old copy would drop what another command saved meanwhile (the file's revision refuses it, so
+// this reads it again and retries).
+void storeInLatest(const std::string& path, const std::function<bool(Project&)>& change) {
+    for (int attempt = 0;; ++attempt) {
+        Project latest = Project::open(path);
+        if (!change(latest)) return;
+        try {
+            latest.save();
+            return;
+        } catch (const ChangedOnDisk&) {
+            if (attempt == 4) throw;
+        }
+    }
 }
 
 // Why these settings cannot run on a model of `context` tokens ("" when they can; context 0: not known).
@@ -253,12 +270,25 @@ int runProject(const std::vector<std::string>& args) {
         }
         if (layers > 0)
             std::printf("%-24s %-24s %d layers, worst %.6g\n", name.c_str(), "reconstruction_error", layers, worstLayer);
-        project.setResults(name, rows);
         nlohmann::json entry = {{"variant", name}, {"threads", at::get_num_threads()}};
         if (!tokenizerHash.empty()) entry["tokenizer_hash"] = tokenizerHash;
         if (modelHash != project.model().hash) entry["model"] = {{"path", modelPath}, {"hash", modelHash}};
-        project.record("run", entry);
-        project.save();   // after every variant, so an interrupted run keeps what finished
+        // After every variant, so an interrupted run keeps what finished. Onto the file as it is now: what another
+        // command changed during the run (a variant added, an export recorded) stays.
+        storeInLatest(project.path(), [&](Project& latest) {
+            if (name != Project::kBaseName && !latest.hasVariant(name)) {
+                std::fprintf(stderr, "warning: variant %s was removed from the project during the run; its results are "
+                                     "not stored\n", name.c_str());
+                return false;
+            }
+            if (name != Project::kBaseName && latest.variant(name).recipe != project.variant(name).recipe) {
+                std::fprintf(stderr, "warning: the recipe of %s changed during the run; its results are not stored\n", name.c_str());
+                return false;
+            }
+            latest.setResults(name, rows);
+            latest.record("run", entry);
+            return true;
+        });
     }
     return 0;
 }
@@ -279,11 +309,13 @@ int importance(const std::vector<std::string>& args) {
                                          model->spec.context);
     CallbackFeedback feedback;
     ImportanceMap map = computeImportance(*model, a.value("kind", "heads.ablation"), windows, &feedback);
-    project.setImportance(map);
     nlohmann::json entry = {{"kind", map.kind}, {"samples", windows.size(0)}, {"seq_len", windows.size(1)}};
     if (!tokenizerHash.empty()) entry["tokenizer_hash"] = tokenizerHash;
-    project.record("importance", entry);
-    project.save();
+    storeInLatest(project.path(), [&](Project& latest) {
+        latest.setImportance(map);
+        latest.record("importance", entry);
+        return true;
+    });
     if (!a.flag("quiet")) std::printf("stored %s (%zu x %zu) in %s\n", map.kind.c_str(), map.rowLabels.size(),
                                       map.columnLabels.size(), project.path().c_str());
     return 0;
@@ -314,6 +346,13 @@ int setSettings(const std::vector<std::string>& args) {
     } catch (const Error& e) {
         std::fprintf(stderr, "warning: the model could not be read, so sizes are not checked against its context (%s)\n",
                      errorText(e).c_str());
+    }
+    // A window size stored before create checked it (longer than the context) is clipped as drawing clips it,
+    // not refused when the user did not give it.
+    if (!a.has("seq-len") && context > 0 && s.calibrationSeqLen > context) {
+        std::fprintf(stderr, "note: the stored calibration window of %lld tokens is clipped to the model's context of %lld\n",
+                     static_cast<long long>(s.calibrationSeqLen), static_cast<long long>(context));
+        s.calibrationSeqLen = context;
     }
     const std::string bad = settingsProblem(s, context);
     if (!bad.empty()) throw Error(bad);

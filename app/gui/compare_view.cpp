@@ -214,6 +214,8 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
                 std::unique_ptr<Model> variant;
                 if (names[i] != Project::kBaseName) variant = runner.build(names[i], &build);
                 (*measured)[names[i]] = cwb::measureLatency(variant ? *variant : *model, options, params, &time);
+            } catch (const Cancelled&) {
+                throw;   // a cancel, not a failure
             } catch (const Error& e) {
                 throw Error(names[i] + ": " + errorText(e));   // which variant failed
             }

@@ -38,8 +38,9 @@ ProjectDocument::ProjectDocument(Project project, std::shared_ptr<const Model> m
 }
 
 ProjectDocument::~ProjectDocument() {
+    const bool ours = mFolderLock && mFolderLock->isLocked();
     mFolderLock.reset();   // unlocked before its folder goes
-    if (!mTemporaryFolder.isEmpty()) QDir(mTemporaryFolder).removeRecursively();
+    if (ours && !mTemporaryFolder.isEmpty()) QDir(mTemporaryFolder).removeRecursively();
 }
 
 ProjectDocument::Loaded ProjectDocument::loadProject(const QString& path, bool recoverAutosave, Feedback* feedback) {
@@ -88,7 +89,11 @@ std::unique_ptr<ProjectDocument> ProjectDocument::fromLoaded(Loaded loaded) {
     doc->mTemporaryFolder = loaded.temporaryFolder;
     if (!doc->mTemporaryFolder.isEmpty()) {
         doc->mFolderLock = std::make_unique<QLockFile>(doc->mTemporaryFolder + "/" + kUntitledLock);
-        doc->mFolderLock->tryLock(0);   // a folder without its lock is recovered by a later start, never deleted
+        if (!doc->mFolderLock->tryLock(0)) {   // another instance took it first (it recovered the same folder)
+            doc->mFolderLock.reset();
+            doc->mTemporaryFolder.clear();   // not ours to remove
+            throw Error(loaded.temporaryFolder.toStdString(), "is in use by another Compression Workbench");
+        }
     }
     return doc;
 }
@@ -125,7 +130,11 @@ ProjectDocument::Loaded ProjectDocument::loadAbandonedUntitled(const QString& fo
 }
 
 void ProjectDocument::discardAbandonedUntitled(const QString& folder) {
-    if (QFileInfo(folder).fileName().startsWith(QLatin1String("cwb-untitled-"))) QDir(folder).removeRecursively();
+    if (!QFileInfo(folder).fileName().startsWith(QLatin1String("cwb-untitled-"))) return;
+    QLockFile lock(folder + "/" + kUntitledLock);
+    if (!lock.tryLock(0)) return;   // another instance holds it now: not ours to delete
+    lock.unlock();
+    QDir(folder).removeRecursively();
 }
 
 std::unique_ptr<ProjectDocument> ProjectDocument::openProject(const QString& path, bool recoverAutosave) {

@@ -72,73 +72,100 @@ Recipe Recipe::fromJson(const nlohmann::json& j, const std::string& source) {
 
 std::string layerPatternProblem(const std::string& pattern) {
     // std::regex compiles by recursion and matches by backtracking: deep nesting overflows the stack (a crash), and
-    // repetition inside repetition, or many unbounded repetitions, take exponential or high-polynomial time on a
-    // failing match (a hang no cancel reaches). Layer names are short, and real patterns need neither.
+    // repetition of something that can itself match in several ways (an inner repetition, or alternatives), or many
+    // unbounded repetitions along one path, take exponential or high-polynomial time on a failing match (a hang no
+    // cancel reaches). Layer names are short, and real patterns need none of these.
     constexpr size_t kMaxLength = 1 << 20;
     constexpr int kMaxDepth = 32, kMaxUnbounded = 4;
     if (pattern.size() > kMaxLength) return "is longer than " + std::to_string(kMaxLength) + " characters";
-    std::vector<bool> groupRepeats{false};   // per open group: whether something inside repeats without bound
-    int unbounded = 0;
-    bool lastAtomRepeats = false;   // the atom just closed was a group holding unbounded repetition
+    struct Frame {
+        int current = 0, best = 0;   // unbounded repetitions along this alternative / the worst alternative so far
+        bool repeats = false;        // something inside repeats without bound
+        bool alternatives = false;   // holds a '|'
+    };
+    std::vector<Frame> frames(1);
+    auto pathCount = [&] {
+        int n = 0;
+        for (const Frame& f : frames) n += f.current;
+        return n;
+    };
+    bool lastAtomAmbiguous = false;   // the atom just closed is a group that can match one text in several ways
+    int lastAtomCount = 0;            // unbounded repetitions inside that group (its worst alternative)
     for (size_t i = 0; i < pattern.size(); ++i) {
         const char c = pattern[i];
-        bool quantifierHere = false, unboundedHere = false;
+        bool quantifier = false, unbounded = false;
         if (c == '\\') {
             ++i;
-            lastAtomRepeats = false;
+            lastAtomAmbiguous = false;
+            lastAtomCount = 0;
             continue;
         }
-        if (c == '[') {   // a character class: skip to its end
+        if (c == '[') {   // a character class; in ECMAScript "[]" and "[^]" end at that first ']'
             size_t j = i + 1;
             if (j < pattern.size() && pattern[j] == '^') ++j;
-            if (j < pattern.size() && pattern[j] == ']') ++j;
             while (j < pattern.size() && pattern[j] != ']') j += pattern[j] == '\\' ? 2 : 1;
             i = j;
-            lastAtomRepeats = false;
+            lastAtomAmbiguous = false;
+            lastAtomCount = 0;
             continue;
         }
         if (c == '(') {
-            groupRepeats.push_back(false);
-            if (int(groupRepeats.size()) - 1 > kMaxDepth) return "nests groups deeper than " + std::to_string(kMaxDepth);
-            lastAtomRepeats = false;
+            frames.emplace_back();
+            if (int(frames.size()) - 1 > kMaxDepth) return "nests groups deeper than " + std::to_string(kMaxDepth);
+            lastAtomAmbiguous = false;
+            lastAtomCount = 0;
+            continue;
+        }
+        if (c == '|') {
+            Frame& f = frames.back();
+            f.best = std::max(f.best, f.current);
+            f.current = 0;
+            f.alternatives = true;
             continue;
         }
         if (c == ')') {
-            if (groupRepeats.size() > 1) {
-                lastAtomRepeats = groupRepeats.back();
-                groupRepeats.pop_back();
-                groupRepeats.back() = groupRepeats.back() || lastAtomRepeats;
+            if (frames.size() > 1) {
+                const Frame inner = frames.back();
+                frames.pop_back();
+                lastAtomCount = std::max(inner.best, inner.current);
+                lastAtomAmbiguous = inner.repeats || inner.alternatives;
+                frames.back().current += lastAtomCount;
+                frames.back().repeats = frames.back().repeats || inner.repeats;
             }
             continue;
         }
         if (c == '*' || c == '+') {
-            quantifierHere = unboundedHere = true;
+            quantifier = unbounded = true;
         } else if (c == '{') {
             const size_t close = pattern.find('}', i);
             if (close != std::string::npos) {
                 const std::string inside = pattern.substr(i + 1, close - i - 1);
                 const size_t comma = inside.find(',');
-                quantifierHere = true;
-                unboundedHere = comma != std::string::npos && comma + 1 == inside.size();
+                quantifier = true;
+                unbounded = comma != std::string::npos && comma + 1 == inside.size();
                 i = close;
             }
         } else if (c == '?') {
-            quantifierHere = true;
+            quantifier = true;
         }
-        if (quantifierHere) {
-            if (unboundedHere && lastAtomRepeats)
-                return "repeats a group that itself repeats without bound (e.g. (a+)*), which can take exponential time";
-            if (unboundedHere) {
-                if (++unbounded > kMaxUnbounded)
-                    return "has more than " + std::to_string(kMaxUnbounded) + " unbounded repetitions (*, +, {n,}), "
+        if (quantifier) {
+            if (unbounded && lastAtomAmbiguous)
+                return "repeats a group that can itself match in several ways (e.g. (a+)* or (a|aa)*), which can take "
+                       "exponential time";
+            if (unbounded) {
+                ++frames.back().current;
+                frames.back().repeats = true;
+                if (pathCount() > kMaxUnbounded)
+                    return "has more than " + std::to_string(kMaxUnbounded) + " unbounded repetitions (*, +, {n,}) in a row, "
                            "which can take very long to match";
-                groupRepeats.back() = true;
             }
             if (i + 1 < pattern.size() && (pattern[i + 1] == '?' || pattern[i + 1] == '+')) ++i;   // lazy/possessive mark
-            lastAtomRepeats = false;
+            lastAtomAmbiguous = false;
+            lastAtomCount = 0;
             continue;
         }
-        lastAtomRepeats = false;
+        lastAtomAmbiguous = false;
+        lastAtomCount = 0;
     }
     return "";
 }

@@ -108,8 +108,9 @@ bool applyStep(const Model& base, const RecipeStep& step, size_t index, std::map
             next.groupSize = q["group_size"].get<int64_t>();
             if (id == "quantize.rtn" && q["granularity"] != "group") next.groupSize = q["granularity"] == "tensor" ? 0 : -1;
             if (id == "quantize.gptq")
+                // Only where the width is known to span several groups: one group (or an unknown width) may be default.
                 next.permutedGroups = q["act_order"].get<bool>() && !q["static_groups"].get<bool>() && next.groupSize > 0 &&
-                                      (next.cols < 0 || next.cols > next.groupSize);
+                                      next.cols > next.groupSize;
             if (id == "quantize.awq") next.inputScales = !params["fold"].get<bool>();
         } else if (id == "quantize.fp8") {
             next.kind = Kind::Fp8;
@@ -118,6 +119,10 @@ bool applyStep(const Model& base, const RecipeStep& step, size_t index, std::map
         } else if (id == "quantize.smoothquant") {
             next.kind = Kind::W8A8;
             next.smoothing = !params["fold"].get<bool>();
+        } else if (id == "prune.magnitude" && q.value("scope", "") == "global") {
+            next = p;                  // a global threshold may leave a layer untouched, in the form it had
+            next.kind = Kind::Unknown;
+            next.by = by;
         } else if (id.rfind("prune.", 0) == 0) {
             next.kind = Kind::Dense;   // unstructured and N:M pruning store the pruned weight dense
         } else {

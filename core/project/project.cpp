@@ -137,6 +137,18 @@ public:
         Statement tokHash(db, "SELECT value FROM meta WHERE key = 'model_tokenizer_hash'");
         if (tokHash.step()) p.mModel.tokenizerHash = tokHash.text(0);
         p.mWrittenBy.schema = project_schema::readVersion(db);
+        p.mRevision = readRevision(db);
+    }
+
+    // How many saves the file has seen (0 before the first that counted them).
+    static int64_t readRevision(Database& db) {
+        Statement r(db, "SELECT value FROM meta WHERE key = 'revision'");
+        if (!r.step()) return 0;
+        try {
+            return std::stoll(r.text(0));
+        } catch (const std::exception&) {
+            throw Error(db.file(), "is damaged: its revision is not a number");
+        }
     }
 };
 
@@ -196,6 +208,7 @@ public:
         if (!p.mModel.tokenizerHash.empty())
             w.bind(1, std::string("model_tokenizer_hash")).bind(2, p.mModel.tokenizerHash).run();
         else db.exec("DELETE FROM meta WHERE key = 'model_tokenizer_hash'", "clearing the old state");
+        w.bind(1, std::string("revision")).bind(2, std::to_string(p.mRevision)).run();
     }
 };
 
@@ -301,12 +314,25 @@ void Project::save() {
     writer.schema = project_schema::kCurrentVersion;
     Database db(mPath, SQLITE_OPEN_READWRITE);
     useRollbackJournal(db);
-    inTransaction(db, "BEGIN IMMEDIATE", [&] {
-        const int version = project_schema::readVersion(db);
-        if (version != project_schema::kCurrentVersion)
-            throw Error(mPath, "changed on disk to schema " + std::to_string(version) + "; reopen it before saving");
-        ProjectWriter::write(db, *this, writer);
-    });
+    // Every save rewrites the whole file from memory, so a save over another program's since this one read it would
+    // silently drop that program's changes: refused instead (the caller may read it again and redo its change).
+    const int64_t revision = mRevision;
+    try {
+        inTransaction(db, "BEGIN IMMEDIATE", [&] {
+            const int version = project_schema::readVersion(db);
+            if (version != project_schema::kCurrentVersion)
+                throw Error(mPath, "changed on disk to schema " + std::to_string(version) + "; reopen it before saving");
+            const int64_t onDisk = ProjectReader::readRevision(db);
+            if (onDisk != revision)
+                throw ChangedOnDisk(mPath, "was changed by another program since it was read; nothing was saved (read it "
+                                           "again and redo the change, or save under another name)");
+            mRevision = revision + 1;
+            ProjectWriter::write(db, *this, writer);
+        });
+    } catch (...) {
+        mRevision = revision;
+        throw;
+    }
     mWrittenBy = writer;
     mModified = false;
     // The autosave is left alone: it may be a GUI's unsaved work on this file, which a CLI save must not delete.

@@ -6,7 +6,8 @@
 // A Project is plain data in memory: open() reads the whole file and closes it; the mutators change
 // only memory; save() rewrites every table in ONE transaction (rollback journal, synchronous=FULL), so a
 // crash or kill during save leaves the previous saved state readable. Nothing here keeps the database
-// open, so a Project can be copied freely; two Projects saving the same file is last-writer-wins.
+// open, so a Project can be copied freely. Each save counts a revision: a save over a file another program saved
+// since this object read it is refused (ChangedOnDisk) rather than dropping that program's changes.
 // Every failure is a cwb::Error naming the file.
 #include <cstdint>
 #include <string>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/model_format.h"
+#include "core/util/error.h"
 
 namespace cwb {
 
@@ -116,6 +118,12 @@ struct WrittenBy {
     bool operator==(const WrittenBy& o) const;
 };
 
+// Project::save found the file saved by another program since this one read it.
+class ChangedOnDisk : public Error {
+public:
+    using Error::Error;
+};
+
 class Project {
 public:
     static constexpr const char* kBaseName = "base";
@@ -142,7 +150,8 @@ public:
     void writeCopy(const std::string& target) const;
     static bool hasAutosave(const std::string& path);
     // The autosaved state of `path`, ready to continue editing: path() is `path` and it counts as modified, so the
-    // next save() writes the real project (and drops the autosave).
+    // next save() writes the real project (refused if the file was saved after the autosave was read).
+    // The autosave itself stays until discardAutosave.
     static Project recoverAutosave(const std::string& path);
     static void discardAutosave(const std::string& path);
 
@@ -206,6 +215,7 @@ private:
     Variant& findVariant(const std::string& name);
 
     bool mReadOnly = false;
+    int64_t mRevision = 0;   // the file's save count when read (or last saved) by this object
     std::string mPath;
     ModelReference mModel;
     ProjectSettings mSettings;

@@ -527,6 +527,7 @@ void TestExport::neverReplacesItsSource() {
         QVERIFY_EXCEPTION_THROWN(exportModel(*hf, format, folder), Error);
         try {
             exportModel(*hf, format, folder + "/");
+            QFAIL("exported over the model's own folder");
         } catch (const Error& e) {
             QVERIFY2(QString(e.what()).contains("is where the model was read from"), e.what());
         }

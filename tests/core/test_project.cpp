@@ -129,6 +129,7 @@ private slots:
     void cycleInFileIsRefused();
     void hostileExportEntriesAreRefused();
     void readersLeaveNoFilesBesideTheProject();
+    void saveRefusesAFileChangedSinceItWasRead();
     void createRefusesExistingFile();
     void migratesVersion1();
     void badFilesAreRefused_data();
@@ -496,6 +497,33 @@ void TestProject::readersLeaveNoFilesBesideTheProject() {
     QCOMPARE(Project::open(path.toStdString(), Project::Access::ReadOnly).journal().back().action, std::string("edit"));
 }
 
+// Regression: every save rewrites the whole file from memory, so a long `project run` saving its results dropped a
+// variant another command had added meanwhile. A save over a file saved since it was read is now refused.
+void TestProject::saveRefusesAFileChangedSinceItWasRead() {
+    const QString path = file("revision.cwbproj");
+    Project p = sampleProject(path);
+    p.save();
+    Project first = Project::open(path.toStdString()), second = Project::open(path.toStdString());
+    first.addVariant({"added", "", rtnRecipe(4), "", json::array()});
+    first.save();
+    second.setResults("a", rows("perplexity", 1, 9.0));
+    try {
+        second.save();
+        QFAIL("saved over another program's change");
+    } catch (const ChangedOnDisk& e) {
+        QVERIFY2(QString(e.what()).startsWith(path) && QString(e.what()).contains("changed by another program"), e.what());
+    }
+    QVERIFY(Project::open(path.toStdString()).hasVariant("added"));   // the other change is kept
+    Project again = Project::open(path.toStdString());                // read again, the change goes in
+    again.setResults("a", rows("perplexity", 1, 9.0));
+    again.save();
+    again.record("second save", {});
+    again.save();                                                      // its own saves follow one another
+    const Project last = Project::open(path.toStdString());
+    QVERIFY(last.hasVariant("added"));
+    QCOMPARE(last.results("a").size(), size_t(1));
+}
+
 void TestProject::createRefusesExistingFile() {
     const QString path = file("exists.cwbproj");
     writeBytes(path, "keep me");
@@ -639,8 +667,12 @@ void TestProject::killDuringSave() {
         QVERIFY(pid >= 0);
         if (pid == 0) {
             try {
-                const Project opened = Project::open(path.toStdString());
-                for (int i = 0;; ++i) bigState(opened, 1 + i % 2).save();
+                Project current = Project::open(path.toStdString());
+                for (int i = 0;; ++i) {   // each save builds on the last, as one program saving again and again
+                    Project next = bigState(current, 1 + i % 2);
+                    next.save();
+                    current = next;
+                }
             } catch (...) {
             }
             _exit(3);

@@ -54,6 +54,8 @@ void TestRecipes::badRecipesAreRefused_data() {
     QTest::newRow("nested repetition in ignore") << R"({"steps":[{"method":"quantize.rtn","ignore":["(a+)+b"]}]})" << "exponential time";
     QTest::newRow("many repetitions (hang)") << R"({"steps":[{"method":"quantize.rtn","overrides":[{"pattern":".*.*.*.*.*X","params":{}}]}]})"
                                              << "more than 4 unbounded repetitions";
+    QTest::newRow("repeated alternatives (hang)") << R"({"steps":[{"method":"quantize.rtn","targets":"(.|..)*#"}]})" << "exponential time";
+    QTest::newRow("class that ends at once") << R"({"steps":[{"method":"quantize.rtn","targets":"[^](.+)+#"}]})" << "exponential time";
     QTest::newRow("enabled not boolean") << R"({"steps":[{"method":"quantize.rtn","enabled":"yes"}]})" << "\"enabled\" must be true or false";
     QTest::newRow("override params not object") << R"({"steps":[{"method":"quantize.rtn","overrides":[{"pattern":"x","params":5}]}]})"
                                                 << "a \"params\" object";
@@ -77,7 +79,11 @@ void TestRecipes::badRecipesAreRefused() {
 void TestRecipes::usualPatternsAreAllowed() {
     for (const char* p : {"layers\\.0\\.", "^(?:model\\.layers\\.1\\.self_attn\\.|model\\.layers\\.3\\.mlp\\.up_proj$)",
                           "(q|k|v)_proj", "layers\\.([0-9]+)\\.(self_attn|mlp)\\..*", "mlp\\.(gate|up)_proj$", "[a-z]{2,}_proj",
-                          "^model\\.layers\\.[0-9]+\\.mlp\\..*$", "(?:blk\\.[0-9]+\\.)?ffn_(up|down)", "a(bc)?d+"})
+                          "^model\\.layers\\.[0-9]+\\.mlp\\..*$", "(?:blk\\.[0-9]+\\.)?ffn_(up|down)", "a(bc)?d+",
+                          // five \\d+, one in each alternative: one at a time along any path
+                          "^model\\.layers\\.\\d+\\.self_attn\\.q_proj$|^model\\.layers\\.\\d+\\.self_attn\\.k_proj$|"
+                          "^model\\.layers\\.\\d+\\.self_attn\\.v_proj$|^model\\.layers\\.\\d+\\.mlp\\.gate_proj$|"
+                          "^model\\.layers\\.\\d+\\.mlp\\.up_proj$", "[]x|[^]+"})
         QVERIFY2(layerPatternProblem(p).empty(), p);
 }
 

@@ -200,6 +200,14 @@ void TestCompareView::measuresAndChartsLatency() {
     QVERIFY(measured.wait(120000));
     QCOMPARE(measured.last().at(0).toBool(), false);
     QVERIFY2(view.measurementStatus().startsWith("Latency not measured: needs-calibration: "), qPrintable(view.measurementStatus()));
+
+    // A cancel is a cancel, not a failure (the per-variant message wrapped it into an error).
+    QVERIFY(view.measureLatency(64, 256));
+    view.cancelMeasurement();
+    QVERIFY(measured.wait(120000));
+    QCOMPARE(measured.last().at(0).toBool(), false);
+    QCOMPARE(measured.last().at(1).toString(), QString("Cancelled; nothing was stored."));
+    QVERIFY2(view.measurementStatus().contains("cancelled"), qPrintable(view.measurementStatus()));
 }
 
 void TestCompareView::chartsReconstructionErrorPerLayer() {
