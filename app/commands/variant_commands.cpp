@@ -17,12 +17,13 @@ AddVariant::AddVariant(ProjectDocument* document, Variant variant)
 
 void AddVariant::redo() {
     mPreviousCurrent = mDocument->currentVariant();
-    mDocument->addVariant(mVariant);
+    mDocument->addVariant(mVariant, mResults);
     mVariant = mDocument->project().variant(mVariant.name);   // keeps the creation time stamped on first add
     mDocument->setCurrentVariant(QString::fromStdString(mVariant.name));
 }
 
 void AddVariant::undo() {
+    mResults = mDocument->project().results(mVariant.name);   // measured since the add (a run of hours, say)
     mDocument->removeVariant(QString::fromStdString(mVariant.name));
     mDocument->setCurrentVariant(mPreviousCurrent);
 }

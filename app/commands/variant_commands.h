@@ -23,6 +23,7 @@ private:
     ProjectDocument* mDocument;
     Variant mVariant;
     QString mPreviousCurrent;
+    std::vector<ResultRow> mResults;   // measured while it existed: kept through undo, back on redo
 };
 
 // A copy of `source` (same parent and recipe) named `name`.

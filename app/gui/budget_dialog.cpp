@@ -117,6 +117,14 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     layout->addWidget(mTable, 1);
     layout->addWidget(buttons);
 
+    // A plan belongs to the inputs it was solved with: changing one keeps it on show but takes Apply away.
+    connect(mTarget, &QDoubleSpinBox::valueChanged, this, &BudgetDialog::inputsChanged);
+    connect(mBits, &QLineEdit::textChanged, this, &BudgetDialog::inputsChanged);
+    connect(mGroupSize, &QSpinBox::valueChanged, this, &BudgetDialog::inputsChanged);
+    connect(mMethod, &QComboBox::currentIndexChanged, this, &BudgetDialog::inputsChanged);
+    connect(mFused, &QCheckBox::toggled, this, &BudgetDialog::inputsChanged);
+    connect(mSamples, &QSpinBox::valueChanged, this, &BudgetDialog::inputsChanged);
+    connect(mTokens, &QSpinBox::valueChanged, this, &BudgetDialog::inputsChanged);
     connect(mSolve, &QPushButton::clicked, this, [this] { solve(); });
     connect(mCancel, &QPushButton::clicked, this, &BudgetDialog::cancel);
     connect(mApply, &QPushButton::clicked, this, [this] {
@@ -145,6 +153,13 @@ void BudgetDialog::setWindowSize(int samples, int tokens) {
 
 void BudgetDialog::setFusedSharedInputs(bool fused) { mFused->setChecked(fused); }
 bool BudgetDialog::isSolving() const { return mJob && mJob->isRunning(); }
+
+void BudgetDialog::inputsChanged() {
+    if (!mPlan || mPlanStale) return;
+    mPlanStale = true;
+    mApply->setEnabled(false);
+    mSummary->setText(mSummary->text() + tr("\nThe inputs changed since this plan was solved: Solve again to apply them."));
+}
 void BudgetDialog::cancel() {
     if (mJob) mJob->cancel();
 }
@@ -201,6 +216,8 @@ bool BudgetDialog::solve(bool interactive) {
         const bool ok = !cancelled && failure.isEmpty();
         if (ok) {
             mPlan = std::make_unique<BudgetPlan>(*plan);
+            mPlanTarget = mSolvingTarget;
+            mPlanStale = false;
             showPlan();
             emit solved();
         } else {
@@ -213,6 +230,7 @@ bool BudgetDialog::solve(bool interactive) {
         emit solveFinished(ok);
     });
     mPlan.reset();
+    mSolvingTarget = mTarget->value();
     mTable->setRowCount(0);
     mApply->setEnabled(false);
     mProgress->setValue(0);
@@ -242,7 +260,7 @@ void BudgetDialog::showPlan() {
     }
     mSummary->setText(tr("Plan: %1 bits per weight (target %2); summed single-layer KL %3.")
                           .arg(mPlan->bitsPerWeight, 0, 'f', 3)
-                          .arg(mTarget->value(), 0, 'f', 3)
+                          .arg(mPlanTarget, 0, 'f', 3)
                           .arg(mPlan->predictedCost, 0, 'g', 4));
     mApply->setEnabled(true);
 }
@@ -252,8 +270,13 @@ QString BudgetDialog::applyAsVariant(const QString& name) {
         mLastError = tr("Solve first: there is no plan to apply.");
         return {};
     }
+    if (mPlanStale) {
+        mLastError = tr("The inputs changed since the plan was solved: Solve again first.");
+        return {};
+    }
+    // Named after the target the plan was solved for, not the field's value now.
     const QString chosen = name.isEmpty()
-                               ? uniqueVariantName(mDocument->project(), QStringLiteral("budget-%1bpw").arg(mTarget->value(), 0, 'g', 4))
+                               ? uniqueVariantName(mDocument->project(), QStringLiteral("budget-%1bpw").arg(mPlanTarget, 0, 'g', 4))
                                : name;
     mLastError = variantNameProblem(mDocument->project(), chosen);
     if (!mLastError.isEmpty()) return {};

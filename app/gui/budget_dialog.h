@@ -80,6 +80,9 @@ private:
     QTableWidget* mTable;
     std::unique_ptr<BackgroundJob> mJob;
     std::unique_ptr<BudgetPlan> mPlan;
+    double mSolvingTarget = 0, mPlanTarget = 0;   // the target the running solve / the shown plan was made for
+    bool mPlanStale = false;                      // an input changed after the plan was solved
+    void inputsChanged();
     QString mLastError;
 };
 

@@ -51,10 +51,11 @@ MainWindow::MainWindow(QWidget* parent)
       mTabs(new QTabWidget(this)), mStatus(new StatusPanel(statusBar())), mRecent(new RecentFilesMenu(this)),
       mAutosave(new QTimer(this)), mBatch(new BatchReplay(this)) {
     setAcceptDrops(true);
-    mTabs->addTab(mImportance, tr("&Importance"));
-    mTabs->addTab(mPipeline, tr("&Pipeline"));
-    mTabs->addTab(mRun, tr("&Run"));
-    mTabs->addTab(mCompare, tr("&Compare"));
+    // No mnemonics on the tabs: Alt+P and Alt+R also open the Project and Run menus (View ▸ Alt+1…4 switch tabs).
+    mTabs->addTab(mImportance, tr("Importance"));
+    mTabs->addTab(mPipeline, tr("Pipeline"));
+    mTabs->addTab(mRun, tr("Run"));
+    mTabs->addTab(mCompare, tr("Compare"));
     setCentralWidget(mTabs);
     auto* dock = new QDockWidget(tr("Model"), this);
     dock->setObjectName(QStringLiteral("modelDock"));

@@ -147,6 +147,13 @@ void TestBudgetDialog::solvesAndAppliesAsVariant() {
     mDoc->undoStack()->undo();
     QCOMPARE(int(mDoc->project().variants().size()), variantsBefore);
     QVERIFY(!mDoc->project().hasVariant(name.toStdString()));
+    QVERIFY2(name.startsWith("budget-6bpw"), qPrintable(name));
+
+    // Regression: after the target changed, Apply still applied the old plan, named after the new target.
+    dialog.setTargetBitsPerWeight(3.0);
+    QVERIFY(dialog.applyAsVariant().isEmpty());
+    QVERIFY2(dialog.lastError().contains("Solve again"), qPrintable(dialog.lastError()));
+    QVERIFY(!mDoc->project().hasVariant("budget-3bpw"));
 }
 
 void TestBudgetDialog::cancelLeavesNoPlan() {

@@ -221,6 +221,10 @@ void TestPipelineCommands::duplicateAndRemoveVariant() {
     mDoc->undoStack()->undo();   // the duplicate
     QCOMPARE(mDoc->project().variants().size(), size_t(1));
     QCOMPARE(mDoc->currentVariant(), first);
+    // Regression: redoing the duplicate brought it back without the results measured on it.
+    mDoc->undoStack()->redo();
+    QCOMPARE(mDoc->project().results(second.toStdString()).size(), size_t(1));
+    QCOMPARE(mDoc->project().results(second.toStdString())[0].value, 12.5);
 }
 
 void TestPipelineCommands::settingsUndo() {
