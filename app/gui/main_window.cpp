@@ -351,6 +351,10 @@ std::unique_ptr<ProjectDocument> MainWindow::loadInBackground(const QString& pat
     });
     mLoading = true;
     mLoadJob = &job;
+    // The window paints and answers while the model loads, but the open project is about to be replaced: edits
+    // made to it now would be dropped without a question (maybeSave asked before the load began).
+    mTabs->setEnabled(false);
+    for (QAction* a : mDocumentActions) a->setEnabled(false);
     mStatus->setJob(job.title());
     QApplication::setOverrideCursor(Qt::BusyCursor);
     emit loadingStarted(path);
@@ -360,6 +364,8 @@ std::unique_ptr<ProjectDocument> MainWindow::loadInBackground(const QString& pat
     mStatus->setJob({});
     mLoadJob = nullptr;
     mLoading = false;
+    mTabs->setEnabled(true);
+    for (QAction* a : mDocumentActions) a->setEnabled(mDocument != nullptr);
     if (!error->isEmpty() || !loaded->project) return nullptr;
     return ProjectDocument::fromLoaded(std::move(*loaded));
 }

@@ -316,6 +316,16 @@ void TestGuiFlow::loadingKeepsTheWindowResponsive() {
     QVERIFY(window.document());
     QVERIFY(!window.isLoading());
     QVERIFY(window.lastOpenError().isEmpty());
+
+    // Regression: while another model loaded, the open project stayed editable, and those edits were then dropped
+    // without a question when the new document replaced it.
+    bool editableWhileLoading = true;
+    connect(&window, &MainWindow::loadingStarted, &window, [&] {
+        QTimer::singleShot(0, &window, [&] { editableWhileLoading = window.pipelineEditor()->isEnabled(); });
+    });
+    QVERIFY(window.openPath(model, false));
+    QVERIFY(!editableWhileLoading);
+    QVERIFY(window.pipelineEditor()->isEnabled());
 }
 
 // The slow part of opening a model (hashing its bytes for the project's reference) reports its progress in the status
