@@ -66,17 +66,16 @@ MainWindow::MainWindow(QWidget* parent)
     menuBar()->findChild<QMenu*>(QStringLiteral("viewMenu"))->addAction(dock->toggleViewAction());
 
     connect(mImportance, &ImportanceView::layerClicked, this, [this](const QString& layer) { mTree->selectLayer(layer); });
-    auto jobStarted = [this](const QString& title) { mStatus->setJob(title); };
-    connect(mImportance, &ImportanceView::jobStarted, this, jobStarted);
-    connect(mRun, &RunView::jobStarted, this, jobStarted);
-    connect(mImportance, &ImportanceView::jobFinished, this, [this] { mStatus->setJob({}); });
+    connect(mImportance, &ImportanceView::jobStarted, this, [this](const QString& title) { mStatus->setJob("importance", title); });
+    connect(mRun, &RunView::jobStarted, this, [this](const QString& title) { mStatus->setJob("run", title); });
+    connect(mImportance, &ImportanceView::jobFinished, this, [this] { mStatus->setJob("importance", {}); });
     connect(mRun, &RunView::finished, this, [this](bool ok) {
-        mStatus->setJob({});
+        mStatus->setJob("run", {});
         statusBar()->showMessage(ok ? tr("Run finished") : tr("Run stopped"), 5000);
     });
     connect(mBatch, &BatchReplay::line, mRun, &RunView::appendLog);
     connect(mBatch, &BatchReplay::finished, this, [this](int code) {
-        mStatus->setJob({});
+        mStatus->setJob("batch", {});
         mRun->appendLog(tr("batch replay: %1").arg(BatchReplay::describeExit(code)));
         statusBar()->showMessage(tr("Batch replay: %1").arg(BatchReplay::describeExit(code)), 10000);
     });
@@ -339,7 +338,7 @@ std::unique_ptr<ProjectDocument> MainWindow::loadInBackground(const QString& pat
     });
     // The job as context: progress still queued when it is destroyed is dropped, never read from a dead job.
     connect(&job, &BackgroundJob::progressChanged, &job, [this, title = job.title()](double fraction) {
-        mStatus->setJob(tr("%1 (%2%)").arg(title).arg(int(fraction * 100)));
+        mStatus->setJob("load", tr("%1 (%2%)").arg(title).arg(int(fraction * 100)));
         emit loadingProgress(fraction);
     });
     QEventLoop loop;
@@ -355,13 +354,13 @@ std::unique_ptr<ProjectDocument> MainWindow::loadInBackground(const QString& pat
     // made to it now would be dropped without a question (maybeSave asked before the load began).
     mTabs->setEnabled(false);
     for (QAction* a : mDocumentActions) a->setEnabled(false);
-    mStatus->setJob(job.title());
+    mStatus->setJob("load", job.title());
     QApplication::setOverrideCursor(Qt::BusyCursor);
     emit loadingStarted(path);
     job.start();
     loop.exec();
     QApplication::restoreOverrideCursor();
-    mStatus->setJob({});
+    mStatus->setJob("load", {});
     mLoadJob = nullptr;
     mLoading = false;
     mTabs->setEnabled(true);
@@ -537,11 +536,13 @@ bool MainWindow::exportVariant(const ExportRequest& request, bool interactive) {
     }
     auto summary = std::make_shared<QStringList>();
     mExportJob = makeExportJob(mDocument->project(), mDocument->model(), request, summary);
-    connect(mExportJob.get(), &BackgroundJob::progressChanged, this, [this](double f) {
-        statusBar()->showMessage(tr("Exporting… %1%").arg(int(f * 100)));
+    const QString title = tr("Export %1 as %2").arg(request.variant, request.format);
+    connect(mExportJob.get(), &BackgroundJob::progressChanged, this, [this, title](double f) {
+        mStatus->setJob("export", tr("%1 (%2%)").arg(title).arg(int(f * 100)));
     });
+    mStatus->setJob("export", title);
     connect(mExportJob.get(), &BackgroundJob::finished, this, [this, summary, interactive, request](bool cancelled, const QString& error) {
-        statusBar()->clearMessage();
+        mStatus->setJob("export", {});
         const bool ok = !cancelled && error.isEmpty();
         const QString message = ok ? summary->join('\n') : cancelled ? tr("Export cancelled; nothing was written.") : error;
         if (interactive) {
@@ -568,7 +569,7 @@ bool MainWindow::replayAsBatch(const QString& outputDir) {
                                             : outputDir;
     showTab(RunTab);
     mRun->appendLog(tr("batch replay of %1 into %2").arg(mDocument->filePath(), out));
-    mStatus->setJob(tr("Batch replay"));
+    mStatus->setJob("batch", tr("Batch replay"));
     mBatch->start(mDocument->filePath(), out);
     return true;
 }

@@ -1,6 +1,8 @@
 #include "app/gui/status_panel.h"
 
 #include <QDir>
+
+#include <algorithm>
 #include <QFile>
 #include <QLabel>
 #include <QStatusBar>
@@ -22,13 +24,32 @@ StatusPanel::StatusPanel(QStatusBar* bar)
     bar->addPermanentWidget(mJob);
     bar->addPermanentWidget(mMemory);
     bar->addPermanentWidget(mDevice);
-    setJob({});
+    setJob({}, {});
     connect(mTimer, &QTimer::timeout, this, &StatusPanel::refreshMemory);
     mTimer->start(2000);
     refreshMemory();
 }
 
-void StatusPanel::setJob(const QString& title) { mJob->setText(title.isEmpty() ? tr("idle") : tr("▶ %1").arg(title)); }
+void StatusPanel::setJob(const QString& key, const QString& title) {
+    auto found = std::find_if(mJobs.begin(), mJobs.end(), [&](const auto& j) { return j.first == key; });
+    if (title.isEmpty()) {
+        if (found != mJobs.end()) mJobs.erase(found);
+    } else if (found != mJobs.end()) {
+        found->second = title;   // progress of a job already shown
+    } else {
+        mJobs.emplace_back(key, title);
+    }
+    if (mJobs.empty()) {
+        mJob->setText(tr("idle"));
+        mJob->setToolTip({});
+        return;
+    }
+    const QString latest = mJobs.back().second;
+    mJob->setText(mJobs.size() == 1 ? tr("▶ %1").arg(latest) : tr("▶ %1 (+%2 more)").arg(latest).arg(mJobs.size() - 1));
+    QStringList all;
+    for (const auto& j : mJobs) all << j.second;
+    mJob->setToolTip(all.join('\n'));
+}
 QString StatusPanel::deviceText() const { return mDevice->text(); }
 QString StatusPanel::memoryText() const { return mMemory->text(); }
 QString StatusPanel::jobText() const { return mJob->text(); }

@@ -4,6 +4,9 @@
 #include <QObject>
 #include <QString>
 
+#include <utility>
+#include <vector>
+
 class QLabel;
 class QStatusBar;
 class QTimer;
@@ -14,7 +17,9 @@ class StatusPanel : public QObject {
     Q_OBJECT
 public:
     explicit StatusPanel(QStatusBar* bar);
-    void setJob(const QString& title);   // empty: idle
+    // The running jobs by key ("run", "importance", "load", ...): an empty title ends that one. Shows the latest
+    // started and how many more run beside it ("idle" when none); the tooltip lists them all.
+    void setJob(const QString& key, const QString& title);
     QString deviceText() const;
     QString memoryText() const;
     QString jobText() const;
@@ -29,6 +34,7 @@ private:
     QLabel* mMemory;
     QLabel* mJob;
     QTimer* mTimer;
+    std::vector<std::pair<QString, QString>> mJobs;   // key, title; in the order they started
 };
 
 } // namespace cwb

@@ -1,5 +1,6 @@
 // The whole flow through the real main window: open stories260K → add an RTN step → run → the A/B chart has
 // two series (base and the variant) → save → reopen shows the same steps and chart. Waits on signals.
+#include <QStatusBar>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
@@ -48,6 +49,7 @@ private slots:
     void settingsDialogKeepsEditsAndLargeSeeds();
     void escapeStopsOnlyTheVisibleTabsJob();
     void computeDeviceIsAChoice();
+    void statusShowsEveryRunningJob();
 
 private:
     // Small evaluation so the run takes seconds: 64-token context, 4 chunks of the TinyStories sample.
@@ -580,6 +582,20 @@ void TestGuiFlow::computeDeviceIsAChoice() {
     QCOMPARE(guiRuntimeOptions().dtype, at::kHalf);
     QVERIFY(window.statusPanel()->deviceText().startsWith("CUDA"));
     QVERIFY(window.setComputeDevice(ComputeDevice::Cpu));
+}
+
+// Regression: the job field held one title, so an importance computation finishing showed "idle" while a run went on.
+void TestGuiFlow::statusShowsEveryRunningJob() {
+    QStatusBar bar;
+    StatusPanel panel(&bar);
+    QCOMPARE(panel.jobText(), QString("idle"));
+    panel.setJob("run", "Run w4");
+    panel.setJob("importance", "Importance heads");
+    QCOMPARE(panel.jobText(), QString("▶ Importance heads (+1 more)"));
+    panel.setJob("importance", {});
+    QCOMPARE(panel.jobText(), QString("▶ Run w4"));
+    panel.setJob("run", {});
+    QCOMPARE(panel.jobText(), QString("idle"));
 }
 
 QTEST_MAIN(TestGuiFlow)
