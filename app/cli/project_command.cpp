@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <sys/stat.h>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -57,6 +59,31 @@ void addRecipeVariant(Project& project, const std::string& recipePath, const std
     if (recipeNeedsCalibration(recipe) && project.settings().calibration.path.empty())
         std::fprintf(stderr, "warning: variant %s has a step that needs calibration text, and the project has none; "
                              "give it one before running: cwb project set %s --calib FILE\n", v.name.c_str(), project.path().c_str());
+}
+
+// Whether the model's bytes were written after the project recorded their hash (its "create" journal entry): a file's
+// modification time, or the newest of a folder's files. False when the time cannot be told.
+bool modifiedSinceRecorded(const Project& project, const std::string& modelPath) {
+    std::string recordedAt;
+    for (const auto& e : project.journal())
+        if (e.action == "create") recordedAt = e.time;
+    std::tm tm{};
+    if (recordedAt.empty() || !strptime(recordedAt.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm)) return false;
+    const std::time_t recorded = timegm(&tm);
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::time_t newest = 0;
+    auto consider = [&](const std::string& file) {
+        struct stat st {};
+        if (::stat(file.c_str(), &st) == 0) newest = std::max(newest, st.st_mtime);
+    };
+    if (fs::is_directory(modelPath, ec)) {
+        for (const auto& entry : fs::directory_iterator(modelPath, ec))
+            if (entry.is_regular_file(ec)) consider(entry.path().string());
+    } else {
+        consider(modelPath);
+    }
+    return newest > recorded;
 }
 
 // Long commands store what they measured into the project as it is on disk when they finish, not as they read it:
@@ -243,6 +270,13 @@ int runProject(const std::vector<std::string>& args) {
         std::fprintf(stderr, "warning: %s changed since the project recorded it (%llu bytes, recorded %llu): the results "
                              "stored now are of its present content\n", modelPath.c_str(),
                      static_cast<unsigned long long>(fileBytes(modelPath)), static_cast<unsigned long long>(recorded.bytes));
+    } else if (modifiedSinceRecorded(project, modelPath)) {
+        // Same size but written after the project hashed it: hashed again (a changed weight keeps the size).
+        modelHash = hashModel(modelPath, a.flag("quiet"));
+        if (!recorded.hash.empty() && modelHash != recorded.hash)
+            std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): the results "
+                                 "stored now are of its present content\n", modelPath.c_str(), modelHash.c_str(),
+                         recorded.hash.c_str());
     }
     applyScratch(a, *base, a.flag("quiet"));
     ProjectRunner runner(project, *base);

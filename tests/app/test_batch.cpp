@@ -43,6 +43,7 @@ private slots:
     void replayReproducesStoredResults();
     void lineageAndShow();
     void changedModelIsReported();
+    void sameSizeChangeIsNoticedByProjectRun();
     void tamperedResultIsReported();
     void movedModelNeedsModelOption();
     void batchWritesExports();
@@ -166,6 +167,26 @@ void TestBatch::changedModelIsReported() {
     QVERIFY(warned);
     QCOMPARE(r.exitCode, 1);
     QCOMPARE(report["status"].toString(), QStringLiteral("differs"));
+}
+
+// Regression: project run checked the recorded model by size only, so a changed weight (same size) went unnoticed
+// and its results were stored under the old hash. A model written after the project hashed it is hashed again.
+void TestBatch::sameSizeChangeIsNoticedByProjectRun() {
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    const QString model = mDir.filePath("same-size.gguf");
+    QVERIFY(QFile::copy(mModel, model));
+    const QString project = mDir.filePath("same-size.cwbproj");
+    QCOMPARE(run({"project", "create", project, "--model", model, "--eval", text, "--ctx", "64", "--chunks", "2"}).exitCode, 0);
+    Result unchanged = run({"project", "run", project, "--threads", "1", "--quiet"});
+    QVERIFY2(unchanged.exitCode == 0 && !unchanged.err.contains("changed since"), qPrintable(unchanged.err));
+    QFile f(model);
+    QVERIFY(f.open(QIODevice::ReadWrite));
+    f.seek(f.size() - 64);   // inside the last tensor's data
+    f.write(QByteArray(8, '\x11'));
+    QVERIFY(f.setFileTime(QDateTime::currentDateTime().addSecs(5), QFileDevice::FileModificationTime));
+    f.close();
+    Result changed = run({"project", "run", project, "--threads", "1", "--quiet"});
+    QVERIFY2(changed.exitCode == 0 && changed.err.contains("changed since the project recorded it (hash"), qPrintable(changed.err));
 }
 
 void TestBatch::tamperedResultIsReported() {
