@@ -163,6 +163,9 @@ int BatchRunner::run() {
         if (mThreads < 0) throw Error("--threads must be 0 or more");
         if (mThreads > 0) at::set_num_threads(mThreads);
         RuntimeOptions options;
+        const bool cudaName = mDevice == "cuda" || (mDevice.rfind("cuda:", 0) == 0 && mDevice.size() > 5 &&
+                                                      mDevice.find_first_not_of("0123456789", 5) == std::string::npos);
+        if (mDevice != "cpu" && !cudaName) throw Error("--device must be cpu or cuda[:N], got '" + mDevice + "'");
         if (mDevice != "cpu") {
             if (!at::hasCUDA()) throw Error("--device " + mDevice + ": no CUDA in this build or no GPU visible");
             options.device = at::Device(mDevice);

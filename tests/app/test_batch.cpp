@@ -371,6 +371,8 @@ void TestBatch::checksBeforeReplayAndSettings() {
     QCOMPARE(noLayer.exitCode, 2);
     QVERIFY2(noLayer.err.contains("variant 'zz'") && noLayer.err.contains("leaves no layer"), qPrintable(noLayer.err));
     QVERIFY(!QFile::exists(out + "/report.json"));
+    Result device = run({"--batch", project, "--out", out, "--device", "foo"});
+    QVERIFY2(device.exitCode == 2 && device.err.contains("--device must be cpu or cuda[:N], got 'foo'"), qPrintable(device.err));
     // --variants naming base, or a variant twice, replays each once.
     Result once = run({"--batch", project, "--out", out, "--threads", "1", "--variants", "base,rtn-w4g32,rtn-w4g32", "--json"});
     QVERIFY2(once.exitCode != 2, qPrintable(once.err));
