@@ -140,6 +140,12 @@ void CompareView::refresh() {
     std::map<std::string, int> layerIndex;
     if (mDocument->model())
         for (const auto& layer : mDocument->model()->linearLayers()) layerIndex.emplace(layer, int(layerIndex.size()));
+    // Results measured before their recipe, the settings or the tokenizer changed are marked, not shown as current.
+    std::set<std::string> stale;
+    for (const auto& name : names)
+        if (!mDocument->resultsCurrent(QString::fromStdString(name))) stale.insert(name);
+    auto label = [&](const std::string& name) { return QString::fromStdString(name) + (stale.count(name) ? tr(" (stale)") : QString()); };
+    const QString baseLabel = label(Project::kBaseName);
     for (const auto& name : names) {
         for (const auto& r : project.results(name)) {
             if (isPerLayerMetric(r.metric)) {
@@ -151,14 +157,16 @@ void CompareView::refresh() {
             if (std::find(metrics.begin(), metrics.end(), r.metric) == metrics.end()) metrics.push_back(r.metric);
             cells[{name, r.metric}] = r;
             if (r.metric == spec->id && (spec->withBase || name != Project::kBaseName))
-                series.push_back({QString::fromStdString(name), r.value, r.error});
+                series.push_back({label(name), r.value, r.error});
         }
     }
     // The first bar is the baseline only when it is the base's (a variant measured before the base must not be
     // labelled so; KL and top-1 have no base bar at all).
     if (!series.empty())
-        mChart->setMetric(tr(spec->title), QString::fromLatin1(spec->unit), series,
-                          series.front().variant == QLatin1String(Project::kBaseName));
+        mChart->setMetric(tr(spec->title), QString::fromLatin1(spec->unit), series, series.front().variant == baseLabel);
+    mTable->setToolTip(stale.empty() ? QString()
+                                     : tr("(stale): measured before the variant's recipe, the project settings or the "
+                                          "tokenizer changed; run it again"));
 
     QStringList columns;
     for (const auto& m : metrics) columns << QString::fromStdString(m);
@@ -169,7 +177,7 @@ void CompareView::refresh() {
         if (project.results(name).empty()) continue;
         const int row = mTable->rowCount();
         mTable->insertRow(row);
-        rows << QString::fromStdString(name);
+        rows << label(name);
         for (int c = 0; c < columns.size(); ++c) {
             const auto it = cells.find({name, metrics[size_t(c)]});
             if (it == cells.end()) continue;

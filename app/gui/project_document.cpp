@@ -34,6 +34,8 @@ QString untitledAutosave(const QString& folder) {
 ProjectDocument::ProjectDocument(Project project, std::shared_ptr<const Model> model, bool untitled)
     : mProject(std::make_unique<Project>(std::move(project))), mModel(std::move(model)), mUntitled(untitled) {
     if (!mProject->variants().empty()) mCurrentVariant = QString::fromStdString(mProject->variants().front().name);
+    rememberMeasured(Project::kBaseName);
+    for (const auto& v : mProject->variants()) rememberMeasured(v.name);
     connect(&mUndo, &QUndoStack::cleanChanged, this, [this] { emit dirtyChanged(isDirty()); });
 }
 
@@ -213,11 +215,13 @@ void ProjectDocument::setSteps(const QString& variant, const nlohmann::json& ste
     recipe["steps"] = steps;
     mProject->setRecipe(variant.toStdString(), recipe);
     emit stepsChanged(variant);
+    emit resultsChanged();   // their results may be of another recipe now (resultsCurrent)
 }
 
 void ProjectDocument::addVariant(const Variant& variant, const std::vector<ResultRow>& results) {
     mProject->addVariant(variant);
-    if (!results.empty()) mProject->setResults(variant.name, results);
+    if (!results.empty()) mProject->setResults(variant.name, results);   // undo/redo: measured from this very recipe
+    rememberMeasured(variant.name);
     emit variantsChanged();
     if (!results.empty()) emit resultsChanged();
 }
@@ -231,7 +235,10 @@ void ProjectDocument::removeVariant(const QString& name) {
 }
 
 void ProjectDocument::renameVariant(const QString& from, const QString& to) {
+    const bool wasCurrent = resultsCurrent(from);
     mProject->renameVariant(from.toStdString(), to.toStdString());
+    mMeasuredFrom.erase(from.toStdString());
+    if (wasCurrent) rememberMeasured(to.toStdString());   // a new name changes nothing they were measured from
     emit variantsChanged();
     if (mCurrentVariant == from) setCurrentVariant(to);
     emit resultsChanged();
@@ -240,6 +247,7 @@ void ProjectDocument::renameVariant(const QString& from, const QString& to) {
 void ProjectDocument::setSettings(const ProjectSettings& settings) {
     mProject->setSettings(settings);
     emit settingsChanged();
+    emit resultsChanged();   // measured with other settings now (resultsCurrent)
 }
 
 ProjectDocument::ModelState ProjectDocument::withTokenizer(const QString& path) const {
@@ -257,10 +265,34 @@ void ProjectDocument::setModelState(const ModelState& state) {
     mProject->record("tokenizer", {{"path", state.reference.tokenizer}, {"hash", state.reference.tokenizerHash}});
     mModel = state.model;
     emit modelChanged();
+    emit resultsChanged();   // measured with another tokenizer now (resultsCurrent)
+}
+
+std::string ProjectDocument::measuredFrom(const std::string& variant) const {
+    nlohmann::json from = nlohmann::json::array();
+    if (variant != Project::kBaseName && mProject->hasVariant(variant))
+        for (const auto& v : mProject->lineage(variant)) from.push_back(mProject->variant(v).recipe);
+    const ProjectSettings& s = mProject->settings();
+    from.push_back({s.calibration.hash, s.calibrationSamples, s.calibrationSeqLen, s.calibrationSeed, s.evaluation.hash,
+                    s.evalCtx, s.evalChunks, mProject->model().tokenizerHash});
+    return from.dump();
+}
+
+void ProjectDocument::rememberMeasured(const std::string& variant) {
+    if (mProject->results(variant).empty()) mMeasuredFrom.erase(variant);
+    else mMeasuredFrom[variant] = measuredFrom(variant);
+}
+
+bool ProjectDocument::resultsCurrent(const QString& variant) const {
+    const std::string name = variant.toStdString();
+    if (mProject->results(name).empty()) return true;
+    const auto found = mMeasuredFrom.find(name);
+    return found != mMeasuredFrom.end() && found->second == measuredFrom(name);
 }
 
 void ProjectDocument::setResults(const QString& variant, const std::vector<ResultRow>& rows) {
     mProject->setResults(variant.toStdString(), rows);
+    rememberMeasured(variant.toStdString());
     markUnsavedData();
     emit resultsChanged();
 }

@@ -9,6 +9,7 @@
 #include <QStringList>
 #include <QUndoStack>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,6 +99,11 @@ public:
     // measured with the earlier tokenizer).
     void setModelState(const ModelState& state);
 
+    // Results are measured from a variant's whole recipe (base → … → it), the evaluation and calibration settings and
+    // the tokenizer: false when one of them changed since its results were stored in this session (results read from
+    // the file count as current for the project as it was opened). True for a variant without results.
+    bool resultsCurrent(const QString& variant) const;
+
     // ---- computed data (not undo state) ----
     void setResults(const QString& variant, const std::vector<ResultRow>& rows);
     void setImportance(const ImportanceMap& map);
@@ -124,6 +130,9 @@ private:
     bool mUntitled = false;
     bool mUnsavedData = false;
     QString mCurrentVariant;
+    std::string measuredFrom(const std::string& variant) const;   // what its results depend on, as text
+    void rememberMeasured(const std::string& variant);
+    std::map<std::string, std::string> mMeasuredFrom;   // per variant with results: measuredFrom() when they were stored
     QString mTemporaryFolder;   // holds the untitled project file
     std::unique_ptr<QLockFile> mFolderLock;   // says the temporary folder is in use
 };

@@ -276,7 +276,8 @@ Project Project::open(const std::string& path, Access access) {
     } else {
         struct stat wal {};
         const bool pending = ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
-        opened = std::make_unique<Database>(sqliteUri(path, pending ? "mode=ro" : "immutable=1"), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI);
+        opened = std::make_unique<Database>(sqliteUri(path, pending ? "mode=ro" : "immutable=1"), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
+                                            path);
     }
     Database& db = *opened;
     const int version = project_schema::readVersion(db);

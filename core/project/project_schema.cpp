@@ -156,7 +156,7 @@ const Migration kMigrations[] = {
 const char* ddlV1() { return kDdlV1; }
 const char* ddlCurrent() { return kDdlCurrent; }
 
-Database::Database(const std::string& file, int flags) : mFile(file) {
+Database::Database(const std::string& file, int flags, const std::string& shownAs) : mFile(shownAs.empty() ? file : shownAs) {
     const int rc = sqlite3_open_v2(file.c_str(), &mDb, flags, nullptr);
     if (rc != SQLITE_OK) fail(rc, "opening it");
     sqlite3_busy_timeout(mDb, 5000);

@@ -40,7 +40,8 @@ const char* ddlCurrent();
 // "SQLite error while <doing>: ...".
 class Database {
 public:
-    Database(const std::string& file, int sqliteOpenFlags);
+    // `shownAs`: the name messages give (the path, when `file` is an SQLite URI); empty: `file`.
+    Database(const std::string& file, int sqliteOpenFlags, const std::string& shownAs = "");
     ~Database();
     Database(const Database&) = delete;
     Database& operator=(const Database&) = delete;

@@ -50,6 +50,7 @@ private slots:
     void escapeStopsOnlyTheVisibleTabsJob();
     void computeDeviceIsAChoice();
     void statusShowsEveryRunningJob();
+    void resultsOfAnEditedRecipeAreMarkedStale();
 
 private:
     // Small evaluation so the run takes seconds: 64-token context, 4 chunks of the TinyStories sample.
@@ -596,6 +597,31 @@ void TestGuiFlow::statusShowsEveryRunningJob() {
     QCOMPARE(panel.jobText(), QString("▶ Run w4"));
     panel.setJob("run", {});
     QCOMPARE(panel.jobText(), QString("idle"));
+}
+
+// Regression: after a variant's recipe changed, Compare showed its old numbers as if they were the new recipe's.
+void TestGuiFlow::resultsOfAnEditedRecipeAreMarkedStale() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    useSmallEvaluation(window);
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    ProjectDocument* doc = window.document();
+    const QString variant = doc->currentVariant();
+    QSignalSpy finished(window.runView(), &RunView::finished);
+    QVERIFY(window.runView()->runCurrent());
+    QVERIFY(finished.wait(120000));
+    window.compareView()->setMetric("perplexity");
+    AbChart* chart = window.compareView()->chart();
+    QCOMPARE(chart->variantName(1), variant);
+    QVERIFY(doc->resultsCurrent(variant));
+    doc->undoStack()->push(changeStepParameter(doc, variant, 0, "bits", 3));
+    QVERIFY(!doc->resultsCurrent(variant));
+    QCOMPARE(chart->variantName(1), variant + " (stale)");
+    QVERIFY(doc->resultsCurrent("base"));
+    doc->undoStack()->undo();   // the recipe they were measured from again
+    QVERIFY(doc->resultsCurrent(variant));
+    QCOMPARE(chart->variantName(1), variant);
 }
 
 QTEST_MAIN(TestGuiFlow)
