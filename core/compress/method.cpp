@@ -7,15 +7,17 @@
 
 namespace cwb {
 
-nlohmann::json StepContext::paramsFor(const std::string& layer) const {
+nlohmann::json paramsForLayer(const RecipeStep& step, const nlohmann::json& resolved, const std::string& layer) {
     for (const auto& o : step.overrides) {
         if (!std::regex_search(layer, std::regex(o.pattern))) continue;
-        nlohmann::json merged = params;
+        nlohmann::json merged = resolved;
         merged.update(o.params);
         return merged;
     }
-    return params;
+    return resolved;
 }
+
+nlohmann::json StepContext::paramsFor(const std::string& layer) const { return paramsForLayer(step, params, layer); }
 
 void StepContext::progress(double fraction) const {
     if (!feedback) return;

@@ -42,6 +42,10 @@ struct StepContext {
     void note(const std::string& line);
 };
 
+// `resolved` (a step's parameters, defaults filled) merged with the first of the step's overrides whose pattern
+// matches `layer`: the parameters a method applies to that layer.
+nlohmann::json paramsForLayer(const RecipeStep& step, const nlohmann::json& resolved, const std::string& layer);
+
 class CompressionMethod {
 public:
     virtual ~CompressionMethod() = default;

@@ -1,7 +1,6 @@
 #include "core/export/export_plan.h"
 
 #include <map>
-#include <regex>
 #include <set>
 #include <vector>
 
@@ -36,16 +35,6 @@ struct PlannedLayer {
 
 using Kind = PlannedLayer::Kind;
 const char* const kBase = "the base model";
-
-nlohmann::json paramsFor(const RecipeStep& step, const nlohmann::json& resolved, const std::string& layer) {
-    for (const auto& o : step.overrides) {
-        if (!std::regex_search(layer, std::regex(o.pattern))) continue;
-        nlohmann::json merged = resolved;
-        merged.update(o.params);
-        return merged;
-    }
-    return resolved;
-}
 
 PlannedLayer fromBase(const Model& base, const std::string& layer) {
     PlannedLayer p;
@@ -97,7 +86,7 @@ bool applyStep(const Model& base, const RecipeStep& step, size_t index, std::map
     }
     for (const auto& layer : targetLayers(base, step)) {
         PlannedLayer& p = plan.at(layer);
-        const nlohmann::json q = paramsFor(step, params, layer);
+        const nlohmann::json q = paramsForLayer(step, params, layer);
         PlannedLayer next;
         next.rows = p.rows;
         next.cols = p.cols;

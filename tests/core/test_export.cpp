@@ -33,32 +33,9 @@ using json = nlohmann::json;
 
 namespace {
 
-// Every row length a multiple of 32 and of 8 (GPTQ/AWQ packing), two layers, GQA.
-ArchSpec exportSpec() {
-    ArchSpec s = tinyLlamaSpec();
-    s.hidden = 64;
-    s.headDim = 16;
-    s.heads = 4;
-    s.kvHeads = 2;
-    s.ffn = 128;
-    return s;
-}
-
-std::shared_ptr<Tokenizer> tinyVocabulary(int64_t size) {
-    TokenizerData d;
-    d.model = "llama";
-    d.tokens = {"<unk>", "<s>", "</s>"};
-    for (int64_t i = 3; i < size; ++i) d.tokens.push_back("\xE2\x96\x81t" + std::to_string(i));
-    for (size_t i = 0; i < d.tokens.size(); ++i) d.scores.push_back(-float(i));
-    d.unk = 0;
-    d.bos = 1;
-    d.eos = 2;
-    return makeTokenizer(d);
-}
-
 // A synthetic model from a file of the given kind ("hf": RoPE halves, "gguf": adjacent pairs), with a vocabulary.
 std::unique_ptr<Model> syntheticModel(const QString& dir, const QString& kind) {
-    ArchSpec spec = kind == "gpt2" ? tinyGpt2Spec() : exportSpec();
+    ArchSpec spec = kind == "gpt2" ? tinyGpt2Spec() : packableLlamaSpec();
     if (kind == "hf-wide") spec.ffn = 160;
     if (kind == "hf-odd") spec.ffn = 172;   // stories260K's MLP: not a multiple of 8, 16 or 32
     const WeightMap w = randomWeights(spec, 7);

@@ -20,30 +20,6 @@ using namespace cwb::test;
 
 namespace {
 
-// Rows and columns multiples of 32 (GPTQ's 3-bit runs, AWQ's 8 outputs a word): q/o 64x64, k/v 32x64,
-// gate/up 128x64, down 64x128.
-ArchSpec planSpec() {
-    ArchSpec s = tinyLlamaSpec();
-    s.hidden = 64;
-    s.headDim = 16;
-    s.heads = 4;
-    s.kvHeads = 2;
-    s.ffn = 128;
-    return s;
-}
-
-std::shared_ptr<Tokenizer> vocabulary(int64_t size) {
-    TokenizerData d;
-    d.model = "llama";
-    d.tokens = {"<unk>", "<s>", "</s>"};
-    for (int64_t i = 3; i < size; ++i) d.tokens.push_back("\xE2\x96\x81t" + std::to_string(i));
-    for (size_t i = 0; i < d.tokens.size(); ++i) d.scores.push_back(-float(i));
-    d.unk = 0;
-    d.bos = 1;
-    d.eos = 2;
-    return makeTokenizer(d);
-}
-
 std::string step(const std::string& method, const std::string& params, const std::string& extra = "") {
     return R"({"method":")" + method + R"(","params":)" + params + extra + "}";
 }
@@ -68,14 +44,15 @@ class TestExportPlan : public QObject {
     std::unique_ptr<Model> mBase;
 
 private slots:
+    // packableLlamaSpec: q/o 64x64, k/v 32x64, gate/up 128x64, down 64x128.
     void initTestCase() {
         at::manual_seed(0);
         QVERIFY(mDir.isValid());
         const std::string folder = mDir.filePath("base").toStdString();
         std::filesystem::create_directories(folder);
-        writeHfFolder(folder, planSpec(), randomWeights(planSpec(), 11), ggml::Type::F32);
+        writeHfFolder(folder, packableLlamaSpec(), randomWeights(packableLlamaSpec(), 11), ggml::Type::F32);
         mBase = loadModel(folder);
-        mBase->tokenizer = vocabulary(planSpec().vocab);
+        mBase->tokenizer = tinyVocabulary(packableLlamaSpec().vocab);
     }
 
     void predictionAgreesWithTheBuiltVariant_data() {

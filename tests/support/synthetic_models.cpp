@@ -11,6 +11,7 @@
 #include "core/io/safetensors.h"
 #include "core/model/model.h"
 #include "core/runtime/transformer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace cwb::test {
 
@@ -30,6 +31,28 @@ ArchSpec tinyLlamaSpec() {
     s.ropeStyle = RopeStyle::Halves;
     s.normEps = 1e-5;
     return s;
+}
+
+ArchSpec packableLlamaSpec() {
+    ArchSpec s = tinyLlamaSpec();
+    s.hidden = 64;
+    s.headDim = 16;
+    s.heads = 4;
+    s.kvHeads = 2;
+    s.ffn = 128;
+    return s;
+}
+
+std::shared_ptr<Tokenizer> tinyVocabulary(int64_t size) {
+    TokenizerData d;
+    d.model = "llama";
+    d.tokens = {"<unk>", "<s>", "</s>"};
+    for (int64_t i = 3; i < size; ++i) d.tokens.push_back("\xE2\x96\x81t" + std::to_string(i));
+    for (size_t i = 0; i < d.tokens.size(); ++i) d.scores.push_back(-float(i));
+    d.unk = 0;
+    d.bos = 1;
+    d.eos = 2;
+    return makeTokenizer(d);
 }
 
 ArchSpec tinyGpt2Spec() {

@@ -12,6 +12,7 @@
 
 namespace cwb {
 class Model;
+class Tokenizer;
 }
 
 namespace cwb::test {
@@ -20,6 +21,12 @@ using WeightMap = std::map<std::string, at::Tensor>;   // canonical names, fp32,
 
 ArchSpec tinyLlamaSpec();   // 2 layers, hidden 32, 4 heads, 2 kv heads (GQA), ffn 48, vocab 64
 ArchSpec tinyGpt2Spec();    // 2 layers, hidden 32, 4 heads, ffn 64, vocab 64, 64 positions
+// tinyLlamaSpec with every row and column a multiple of 32 (GPTQ's 3-bit runs, AWQ's 8 outputs a word):
+// hidden 64, 4 heads of 16, 2 kv heads, ffn 128.
+ArchSpec packableLlamaSpec();
+// A SentencePiece-style vocabulary of `size` tokens (<unk> <s> </s>, then "▁t3" ...), for synthetic models that are
+// exported or tokenized.
+std::shared_ptr<Tokenizer> tinyVocabulary(int64_t size);
 
 // Random weights with Hugging Face conventions (RoPE on halves), rounded to `storage` precision so a
 // model written in that type holds exactly these values.
