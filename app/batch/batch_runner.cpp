@@ -233,6 +233,8 @@ int BatchRunner::run() {
             std::vector<ResultRow> rows = runner.evaluate(name, &feedback);
             nlohmann::json metrics = nlohmann::json::array();
             bool variantCompared = false;
+            // Results stored before the recipe or the settings changed are of another variant: shown, not judged.
+            const std::vector<std::string> stale = project.resultsOutdatedBy(name);
             for (const auto& r : rows) {
                 nlohmann::json m = {{"metric", r.metric}, {"reproduced", r.value}, {"error", r.error}, {"timing", isTimingMetric(r.metric)}};
                 for (const auto& s : project.results()) {
@@ -243,7 +245,7 @@ int BatchRunner::run() {
                     m["difference"] = r.value - s.value;
                     m["tolerance"] = tol;
                     m["same_environment"] = same;
-                    if (!isTimingMetric(r.metric)) {
+                    if (!isTimingMetric(r.metric) && stale.empty()) {
                         const bool ok = within(r.metric, s.value, r.value, tol);
                         m["within_tolerance"] = ok;
                         allWithin &= ok;
@@ -252,12 +254,20 @@ int BatchRunner::run() {
                 }
                 metrics.push_back(m);
             }
-            if (!variantCompared) {
+            if (!stale.empty()) {
+                std::string why;
+                for (const auto& reason : stale) why += (why.empty() ? "" : "; ") + reason;
+                warnings.push_back("the stored results of " + name + " are out of date (" + why +
+                                   "), so they were not compared; store new ones with `cwb project run`");
+                std::fprintf(stderr, "cwb --batch: %s\n", warnings.back().c_str());
+                missing = true;
+            } else if (!variantCompared) {
                 warnings.push_back("variant " + name + " has no stored results to compare with (run `cwb project run`)");
                 std::fprintf(stderr, "cwb --batch: %s\n", warnings.back().c_str());
                 missing = true;
             }
             nlohmann::json v = {{"name", name}, {"metrics", metrics}, {"notes", runner.notes()}};
+            if (!stale.empty()) v["stored_results_stale"] = stale;
             if (name != "base") {
                 v["recipe"] = runner.fullRecipe(name).toJson();
                 v["exports"] = writeExports(project.variant(name), *runner.lastBuilt(), warnings, &exportFailed);
@@ -280,20 +290,22 @@ int BatchRunner::run() {
         char line[512];
         for (const auto& v : variants) {
             // Per-layer rows (reconstruction error of every layer) are summed up in one line per variant.
-            int layers = 0, layersOk = 0, layersStored = 0;
+            int layers = 0, layersOk = 0, layersStored = 0, layersJudged = 0;
             double worst = 0;
             for (const auto& m : v["metrics"]) {
                 if (!isPerLayerMetric(m["metric"].get<std::string>())) continue;
                 ++layers;
                 if (!m.contains("stored")) continue;
                 ++layersStored;
-                layersOk += m["within_tolerance"].get<bool>();
                 worst = std::max(worst, std::abs(m["difference"].get<double>()));
+                if (!m.contains("within_tolerance")) continue;   // stored before the recipe or settings changed
+                ++layersJudged;
+                layersOk += m["within_tolerance"].get<bool>();
             }
             if (layers > 0) {
                 std::snprintf(line, sizeof line, "| %s | reconstruction error, %d layers | %d stored | %d reproduced | max %.3g | 1%% relative | %s |\n",
                               v["name"].get<std::string>().c_str(), layers, layersStored, layers, worst,
-                              layersStored == 0 ? "—" : layersOk == layersStored ? "yes" : "**no**");
+                              layersJudged == 0 ? (layersStored > 0 ? "stale" : "—") : layersOk == layersJudged ? "yes" : "**no**");
                 md += line;
             }
             for (const auto& m : v["metrics"]) {
@@ -304,7 +316,9 @@ int BatchRunner::run() {
                               hasStored ? std::to_string(m["stored"].get<double>()).c_str() : "—", m["reproduced"].get<double>(),
                               hasStored ? std::to_string(m["difference"].get<double>()).c_str() : "—",
                               hasStored ? std::to_string(m["tolerance"].get<double>()).c_str() : "—",
-                              m["timing"].get<bool>() ? "timing" : !hasStored ? "—" : m["within_tolerance"].get<bool>() ? "yes" : "**no**");
+                              m["timing"].get<bool>() ? "timing" : !hasStored ? "—"
+                              : !m.contains("within_tolerance") ? "stale"   // stored before the recipe or settings changed
+                              : m["within_tolerance"].get<bool>() ? "yes" : "**no**");
                 md += line;
             }
         }

@@ -46,6 +46,12 @@ FileReference fileReference(const std::string& path) {
 
 std::string stem(const std::string& path) { return std::filesystem::path(path).stem().string(); }
 
+std::string joined(const std::vector<std::string>& parts, const std::string& separator) {
+    std::string text;
+    for (const auto& part : parts) text += (text.empty() ? "" : separator) + part;
+    return text;
+}
+
 void addRecipeVariant(Project& project, const std::string& recipePath, const std::string& name, const std::string& parent) {
     Recipe recipe = Recipe::load(recipePath);
     Variant v;
@@ -185,7 +191,13 @@ int show(const std::vector<std::string>& args) {
     Arguments a(args, {}, {"json"});
     Project project = Project::open(a.requirePositional("PROJECT"), Project::Access::ReadOnly);
     if (a.flag("json")) {
-        std::cout << jsonText(project.toJson()) << "\n";
+        nlohmann::json j = project.toJson();
+        j["stale_results"] = nlohmann::json::object();   // variant -> why its results are out of date
+        for (const auto& name : j["result_basis"].items()) {
+            const std::vector<std::string> why = project.resultsOutdatedBy(name.key());
+            if (!why.empty()) j["stale_results"][name.key()] = why;
+        }
+        std::cout << jsonText(j) << "\n";
         return 0;
     }
     std::printf("project    %s (schema %d, written by cwb %s)\n", project.path().c_str(), project.writtenBy().schema,
@@ -218,6 +230,18 @@ int show(const std::vector<std::string>& args) {
     }
     for (const auto& [variant, count] : perLayer)
         std::printf("result     %-24s reconstruction error of %d layers (project show --json lists them)\n", variant.c_str(), count);
+    std::vector<std::string> measured{Project::kBaseName};
+    for (const auto& v : project.variants()) measured.push_back(v.name);
+    for (const auto& name : measured) {
+        if (project.results(name).empty()) continue;
+        const std::vector<std::string> why = project.resultsOutdatedBy(name);
+        if (!why.empty())
+            std::printf("stale      %-24s %s; measure it again (cwb project run %s --variants %s)\n", name.c_str(),
+                        joined(why, "; ").c_str(), project.path().c_str(), name.c_str());
+        else if (project.resultBasis(name).is_null())
+            std::printf("unknown    %-24s results stored by a build that did not record what they were measured from\n",
+                        name.c_str());
+    }
     return 0;
 }
 
@@ -278,6 +302,9 @@ int runProject(const std::vector<std::string>& args) {
                                  "stored now are of its present content\n", modelPath.c_str(), modelHash.c_str(),
                          recorded.hash.c_str());
     }
+    // What the stored results are measured from: another model or tokenizer than the project's marks them out of date
+    // (cwb project show). The model's own tokenizer, where the project recorded none, is the project's.
+    const std::string basisTokenizer = !a.has("tokenizer") && project.model().tokenizerHash.empty() ? "" : tokenizerHash;
     applyScratch(a, *base, a.flag("quiet"));
     ProjectRunner runner(project, *base);
     for (const auto& name : names) {   // a stored recipe this build cannot run fails before any variant is measured
@@ -319,7 +346,7 @@ int runProject(const std::vector<std::string>& args) {
                 std::fprintf(stderr, "warning: the recipe of %s changed during the run; its results are not stored\n", name.c_str());
                 return false;
             }
-            latest.setResults(name, rows);
+            latest.setResults(name, rows, project.measurementBasis(name, modelHash, basisTokenizer));
             latest.record("run", entry);
             return true;
         });

@@ -17,13 +17,14 @@ AddVariant::AddVariant(ProjectDocument* document, Variant variant)
 
 void AddVariant::redo() {
     mPreviousCurrent = mDocument->currentVariant();
-    mDocument->addVariant(mVariant, mResults);
+    mDocument->addVariant(mVariant, mResults, mBasis);
     mVariant = mDocument->project().variant(mVariant.name);   // keeps the creation time stamped on first add
     mDocument->setCurrentVariant(QString::fromStdString(mVariant.name));
 }
 
 void AddVariant::undo() {
     mResults = mDocument->project().results(mVariant.name);   // measured since the add (a run of hours, say)
+    mBasis = mDocument->project().resultBasis(mVariant.name);
     mDocument->removeVariant(QString::fromStdString(mVariant.name));
     mDocument->setCurrentVariant(mPreviousCurrent);
 }
@@ -70,12 +71,13 @@ RemoveVariant::RemoveVariant(ProjectDocument* document, QString name)
 void RemoveVariant::redo() {
     mRemoved = mDocument->project().variant(mName.toStdString());
     mResults = mDocument->project().results(mName.toStdString());
+    mBasis = mDocument->project().resultBasis(mName.toStdString());
     mWasCurrent = mDocument->currentVariant() == mName;
     mDocument->removeVariant(mName);
 }
 
 void RemoveVariant::undo() {
-    mDocument->addVariant(mRemoved, mResults);
+    mDocument->addVariant(mRemoved, mResults, mBasis);
     if (mWasCurrent) mDocument->setCurrentVariant(mName);
 }
 

@@ -24,6 +24,7 @@ private:
     Variant mVariant;
     QString mPreviousCurrent;
     std::vector<ResultRow> mResults;   // measured while it existed: kept through undo, back on redo
+    nlohmann::json mBasis;             // what they were measured from (Project::resultBasis)
 };
 
 // A copy of `source` (same parent and recipe) named `name`.
@@ -57,6 +58,7 @@ private:
     QString mName;
     Variant mRemoved;
     std::vector<ResultRow> mResults;
+    nlohmann::json mBasis;
     bool mWasCurrent = false;
 };
 

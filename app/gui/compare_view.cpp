@@ -141,9 +141,11 @@ void CompareView::refresh() {
     if (mDocument->model())
         for (const auto& layer : mDocument->model()->linearLayers()) layerIndex.emplace(layer, int(layerIndex.size()));
     // Results measured before their recipe, the settings or the tokenizer changed are marked, not shown as current.
-    std::set<std::string> stale;
-    for (const auto& name : names)
-        if (!mDocument->resultsCurrent(QString::fromStdString(name))) stale.insert(name);
+    std::map<std::string, QStringList> stale;   // variant -> why its results are out of date
+    for (const auto& name : names) {
+        const QStringList why = mDocument->resultsOutdatedBy(QString::fromStdString(name));
+        if (!why.isEmpty()) stale[name] = why;
+    }
     auto label = [&](const std::string& name) { return QString::fromStdString(name) + (stale.count(name) ? tr(" (stale)") : QString()); };
     const QString baseLabel = label(Project::kBaseName);
     for (const auto& name : names) {
@@ -164,9 +166,10 @@ void CompareView::refresh() {
     // labelled so; KL and top-1 have no base bar at all).
     if (!series.empty())
         mChart->setMetric(tr(spec->title), QString::fromLatin1(spec->unit), series, series.front().variant == baseLabel);
-    mTable->setToolTip(stale.empty() ? QString()
-                                     : tr("(stale): measured before the variant's recipe, the project settings or the "
-                                          "tokenizer changed; run it again"));
+    QStringList staleNotes;
+    for (const auto& [name, why] : stale)
+        staleNotes << tr("%1 (stale): %2; run it again").arg(QString::fromStdString(name), why.join(QStringLiteral("; ")));
+    mTable->setToolTip(staleNotes.join(QLatin1Char('\n')));
 
     QStringList columns;
     for (const auto& m : metrics) columns << QString::fromStdString(m);
@@ -247,11 +250,15 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
                 std::vector<ResultRow> rows;
                 for (const auto& r : document->project().results(name))
                     if (!isLatencyMetric(r.metric)) rows.push_back(r);
+                // One basis per variant's rows: rows measured before an edit keep theirs, so the set stays marked.
+                const QString key = QString::fromStdString(name);
+                const std::optional<nlohmann::json> basis =
+                    rows.empty() || document->resultsCurrent(key) ? std::nullopt : std::optional<nlohmann::json>(document->resultBasis(key));
                 const int threads = at::get_num_threads();
                 rows.push_back({name, "decode_ms_p50", latency.decodeP50Ms, 0, device, threads, latency.decodeMeanMs / 1000.0, "", ""});
                 rows.push_back({name, "prefill_tokens_per_second", latency.prefillTokensPerSecond, 0, device, threads,
                                 latency.prefillSeconds, "", ""});
-                document->setResults(QString::fromStdString(name), rows);
+                document->setResults(key, rows, basis);
             }
         }
         emit latencyMeasured(ok, cancelled ? tr("Cancelled; nothing was stored.") : error);

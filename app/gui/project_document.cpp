@@ -34,8 +34,8 @@ QString untitledAutosave(const QString& folder) {
 ProjectDocument::ProjectDocument(Project project, std::shared_ptr<const Model> model, bool untitled)
     : mProject(std::make_unique<Project>(std::move(project))), mModel(std::move(model)), mUntitled(untitled) {
     if (!mProject->variants().empty()) mCurrentVariant = QString::fromStdString(mProject->variants().front().name);
-    rememberMeasured(Project::kBaseName);
-    for (const auto& v : mProject->variants()) rememberMeasured(v.name);
+    assumeBasisIfUnrecorded(Project::kBaseName);
+    for (const auto& v : mProject->variants()) assumeBasisIfUnrecorded(v.name);
     connect(&mUndo, &QUndoStack::cleanChanged, this, [this] { emit dirtyChanged(isDirty()); });
 }
 
@@ -218,16 +218,17 @@ void ProjectDocument::setSteps(const QString& variant, const nlohmann::json& ste
     emit resultsChanged();   // their results may be of another recipe now (resultsCurrent)
 }
 
-void ProjectDocument::addVariant(const Variant& variant, const std::vector<ResultRow>& results) {
+void ProjectDocument::addVariant(const Variant& variant, const std::vector<ResultRow>& results, const nlohmann::json& basis) {
     mProject->addVariant(variant);
-    if (!results.empty()) mProject->setResults(variant.name, results);   // undo/redo: measured from this very recipe
-    rememberMeasured(variant.name);
+    if (!results.empty()) mProject->setResults(variant.name, results, basis);   // undo/redo: as they were
+    // Results without a recorded basis keep the one assumed when the file was opened (kept through the removal).
+    if (results.empty() || !basis.is_null() || !mAssumedBasis.count(variant.name)) assumeBasisIfUnrecorded(variant.name);
     emit variantsChanged();
     if (!results.empty()) emit resultsChanged();
 }
 
 void ProjectDocument::removeVariant(const QString& name) {
-    mProject->removeVariant(name.toStdString());
+    mProject->removeVariant(name.toStdString());   // an assumed basis stays, for undo (addVariant)
     if (mCurrentVariant == name)
         setCurrentVariant(mProject->variants().empty() ? QString() : QString::fromStdString(mProject->variants().back().name));
     emit variantsChanged();
@@ -235,10 +236,12 @@ void ProjectDocument::removeVariant(const QString& name) {
 }
 
 void ProjectDocument::renameVariant(const QString& from, const QString& to) {
-    const bool wasCurrent = resultsCurrent(from);
-    mProject->renameVariant(from.toStdString(), to.toStdString());
-    mMeasuredFrom.erase(from.toStdString());
-    if (wasCurrent) rememberMeasured(to.toStdString());   // a new name changes nothing they were measured from
+    mProject->renameVariant(from.toStdString(), to.toStdString());   // the recorded basis moves with the results
+    const auto assumed = mAssumedBasis.find(from.toStdString());
+    if (assumed != mAssumedBasis.end()) {
+        mAssumedBasis[to.toStdString()] = std::move(assumed->second);
+        mAssumedBasis.erase(from.toStdString());
+    }
     emit variantsChanged();
     if (mCurrentVariant == from) setCurrentVariant(to);
     emit resultsChanged();
@@ -268,31 +271,37 @@ void ProjectDocument::setModelState(const ModelState& state) {
     emit resultsChanged();   // measured with another tokenizer now (resultsCurrent)
 }
 
-std::string ProjectDocument::measuredFrom(const std::string& variant) const {
-    nlohmann::json from = nlohmann::json::array();
-    if (variant != Project::kBaseName && mProject->hasVariant(variant))
-        for (const auto& v : mProject->lineage(variant)) from.push_back(mProject->variant(v).recipe);
-    const ProjectSettings& s = mProject->settings();
-    from.push_back({s.calibration.hash, s.calibrationSamples, s.calibrationSeqLen, s.calibrationSeed, s.evaluation.hash,
-                    s.evalCtx, s.evalChunks, mProject->model().tokenizerHash});
-    return from.dump();
+void ProjectDocument::assumeBasisIfUnrecorded(const std::string& variant) {
+    mAssumedBasis.erase(variant);
+    if (!mProject->results(variant).empty() && mProject->resultBasis(variant).is_null())
+        mAssumedBasis[variant] = mProject->measurementBasis(variant);
 }
 
-void ProjectDocument::rememberMeasured(const std::string& variant) {
-    if (mProject->results(variant).empty()) mMeasuredFrom.erase(variant);
-    else mMeasuredFrom[variant] = measuredFrom(variant);
-}
-
-bool ProjectDocument::resultsCurrent(const QString& variant) const {
+QStringList ProjectDocument::resultsOutdatedBy(const QString& variant) const {
     const std::string name = variant.toStdString();
-    if (mProject->results(name).empty()) return true;
-    const auto found = mMeasuredFrom.find(name);
-    return found != mMeasuredFrom.end() && found->second == measuredFrom(name);
+    if (name != Project::kBaseName && !mProject->hasVariant(name)) return {};
+    std::vector<std::string> reasons = mProject->resultsOutdatedBy(name);
+    const auto assumed = mAssumedBasis.find(name);
+    if (assumed != mAssumedBasis.end() && mProject->resultBasis(name).is_null() && !mProject->results(name).empty())
+        reasons = Project::basisDifferences(assumed->second, mProject->measurementBasis(name));
+    QStringList list;
+    for (const auto& r : reasons) list << QString::fromStdString(r);
+    return list;
 }
 
-void ProjectDocument::setResults(const QString& variant, const std::vector<ResultRow>& rows) {
-    mProject->setResults(variant.toStdString(), rows);
-    rememberMeasured(variant.toStdString());
+nlohmann::json ProjectDocument::resultBasis(const QString& variant) const {
+    const std::string name = variant.toStdString();
+    const nlohmann::json& recorded = mProject->resultBasis(name);
+    if (!recorded.is_null()) return recorded;
+    const auto assumed = mAssumedBasis.find(name);
+    return assumed == mAssumedBasis.end() ? nlohmann::json() : assumed->second;
+}
+
+void ProjectDocument::setResults(const QString& variant, const std::vector<ResultRow>& rows,
+                                 const std::optional<nlohmann::json>& basis) {
+    const std::string name = variant.toStdString();
+    mProject->setResults(name, rows, basis ? *basis : mProject->measurementBasis(name));
+    mAssumedBasis.erase(name);
     markUnsavedData();
     emit resultsChanged();
 }

@@ -78,7 +78,8 @@ public:
 
     // ---- for commands (app/commands) only ----
     void setSteps(const QString& variant, const nlohmann::json& steps);
-    void addVariant(const Variant& variant, const std::vector<ResultRow>& results = {});
+    // `results` and their `basis` (Project::resultBasis): what undo of a removal gives back.
+    void addVariant(const Variant& variant, const std::vector<ResultRow>& results = {}, const nlohmann::json& basis = nullptr);
     void removeVariant(const QString& name);
     void renameVariant(const QString& from, const QString& to);   // throws cwb::Error
     void setSettings(const ProjectSettings& settings);
@@ -99,13 +100,21 @@ public:
     // measured with the earlier tokenizer).
     void setModelState(const ModelState& state);
 
-    // Results are measured from a variant's whole recipe (base → … → it), the evaluation and calibration settings and
-    // the tokenizer: false when one of them changed since its results were stored in this session (results read from
-    // the file count as current for the project as it was opened). True for a variant without results.
-    bool resultsCurrent(const QString& variant) const;
+    // Results are measured from a variant's whole recipe (base → … → it), the model, the tokenizer and the evaluation
+    // and calibration settings (Project::measurementBasis): why its stored results are not what measuring it now would
+    // give, one phrase per change; empty when they are current or there are none. Results a build before schema 3
+    // stored carry no basis: they are taken as measured from the project as opened (for this session only; the guess
+    // is never written to the file).
+    QStringList resultsOutdatedBy(const QString& variant) const;
+    bool resultsCurrent(const QString& variant) const { return resultsOutdatedBy(variant).isEmpty(); }
+    // What the stored results of `variant` were measured from: the recorded basis, else the one assumed at opening
+    // (null when it has no results).
+    nlohmann::json resultBasis(const QString& variant) const;
 
     // ---- computed data (not undo state) ----
-    void setResults(const QString& variant, const std::vector<ResultRow>& rows);
+    // `basis`: what they were measured from (a run passes the project's basis as it started); none: the project's now.
+    void setResults(const QString& variant, const std::vector<ResultRow>& rows,
+                    const std::optional<nlohmann::json>& basis = std::nullopt);
     void setImportance(const ImportanceMap& map);
 
 signals:
@@ -130,9 +139,8 @@ private:
     bool mUntitled = false;
     bool mUnsavedData = false;
     QString mCurrentVariant;
-    std::string measuredFrom(const std::string& variant) const;   // what its results depend on, as text
-    void rememberMeasured(const std::string& variant);
-    std::map<std::string, std::string> mMeasuredFrom;   // per variant with results: measuredFrom() when they were stored
+    void assumeBasisIfUnrecorded(const std::string& variant);
+    std::map<std::string, nlohmann::json> mAssumedBasis;   // results without a recorded basis: the project's as opened
     QString mTemporaryFolder;   // holds the untitled project file
     std::unique_ptr<QLockFile> mFolderLock;   // says the temporary folder is in use
 };

@@ -159,7 +159,8 @@ bool RunView::run(QStringList variants) {
             const QString name = variants[i];
             const nlohmann::json measuredRecipes = lineageRecipes(snapshot, name.toStdString());
             const ProjectSettings measuredSettings = snapshot.settings();
-            QMetaObject::invokeMethod(this, [this, document, name, rows, measuredRecipes, measuredSettings] {
+            const nlohmann::json basis = snapshot.measurementBasis(name.toStdString());
+            QMetaObject::invokeMethod(this, [this, document, name, rows, measuredRecipes, measuredSettings, basis] {
                 if (!document) return;
                 // The project went on being edited during the run: results measured from a recipe or settings that
                 // are no longer the project's (or for a variant since removed) would be shown as if they were.
@@ -174,7 +175,7 @@ bool RunView::run(QStringList variants) {
                     return;
                 }
                 try {
-                    document->setResults(name, rows);
+                    document->setResults(name, rows, basis);
                 } catch (const std::exception& e) {
                     appendLog(tr("%1: results not stored: %2").arg(name, QString::fromStdString(errorText(e))));
                     return;

@@ -107,6 +107,12 @@ public:
             p.mResults.push_back({r.text(0), r.text(1), r.real(2), r.real(3), r.text(4), int(r.integer(5)),
                                   r.real(6), r.text(7), r.text(8)});
 
+        Statement b(db, "SELECT variant, basis FROM result_basis");
+        while (b.step()) {
+            const std::string name = b.text(0);
+            p.mResultBasis[name] = b.jsonValue(1, "what the results of '" + name + "' were measured from");
+        }
+
         Statement m(db, "SELECT kind, row_labels, column_labels, vals FROM importance ORDER BY kind");
         while (m.step()) {
             ImportanceMap map;
@@ -156,7 +162,7 @@ class ProjectWriter {
 public:
     // Replaces every row with the state of `p`; the caller holds the transaction.
     static void write(Database& db, const Project& p, const WrittenBy& writer) {
-        for (const char* table : {"journal", "importance", "results", "variants", "settings", "model"}) {
+        for (const char* table : {"journal", "importance", "result_basis", "results", "variants", "settings", "model"}) {
             const std::string sql = std::string("DELETE FROM ") + table;   // table names are constants
             db.exec(sql.c_str(), "clearing the old state");
         }
@@ -189,6 +195,9 @@ public:
             r.bind(1, x.variant).bind(2, x.metric).bind(3, x.value).bind(4, x.error).bind(5, x.device);
             r.bind(6, int64_t(x.threads)).bind(7, x.seconds).bind(8, x.time).bind(9, x.build).run();
         }
+
+        Statement b(db, "INSERT INTO result_basis (variant, basis) VALUES (?, ?)");
+        for (const auto& [variant, basis] : p.mResultBasis) b.bind(1, variant).bindJson(2, basis).run();
 
         Statement m(db, "INSERT INTO importance (kind, row_labels, column_labels, vals) VALUES (?, ?, ?, ?)");
         for (const ImportanceMap& x : p.mImportance) {
@@ -279,13 +288,21 @@ Project Project::open(const std::string& path, Access access) {
         opened = std::make_unique<Database>(sqliteUri(path, pending ? "mode=ro" : "immutable=1"), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
                                             path);
     }
-    Database& db = *opened;
-    const int version = project_schema::readVersion(db);
+    const int version = project_schema::readVersion(*opened);
     project_schema::checkReadable(version, path);
-    if (version < project_schema::kCurrentVersion && readOnly)
-        throw Error(path, "has schema " + std::to_string(version) + " and cannot be written here to update it to schema " +
-                              std::to_string(project_schema::kCurrentVersion) + "; copy it somewhere writable and open it once");
-    if (version < project_schema::kCurrentVersion) {
+    if (version < project_schema::kCurrentVersion && readOnly) {
+        // An older file opened read-only is migrated in a copy in memory: the file stays as it is, and commands that
+        // only read (show, --batch, export) still read projects an older build wrote.
+        auto copy = std::make_unique<Database>(":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_MEMORY, path);
+        sqlite3_backup* backup = sqlite3_backup_init(copy->handle(), "main", opened->handle(), "main");
+        if (!backup) copy->fail(sqlite3_errcode(copy->handle()), "copying the project to update its schema in memory");
+        sqlite3_backup_step(backup, -1);
+        const int rc = sqlite3_backup_finish(backup);
+        if (rc != SQLITE_OK) opened->fail(rc, "copying the project to update its schema in memory");
+        inTransaction(*copy, "BEGIN", [&] { project_schema::migrate(*copy, version); });
+        opened = std::move(copy);
+    } else if (version < project_schema::kCurrentVersion) {
+        Database& db = *opened;
         useRollbackJournal(db);
         inTransaction(db, "BEGIN IMMEDIATE", [&] {
             if (project_schema::readVersion(db) != version) return;   // another process migrated it meanwhile
@@ -295,6 +312,7 @@ Project Project::open(const std::string& path, Access access) {
             j.bindJson(3, json{{"from", version}, {"to", project_schema::kCurrentVersion}}).run();
         });
     }
+    Database& db = *opened;
     Project p;
     p.mPath = path;
     p.mReadOnly = readOnly;
@@ -302,6 +320,7 @@ Project Project::open(const std::string& path, Access access) {
         project_schema::checkReadable(project_schema::readVersion(db), path);
         ProjectReader::read(db, p);
     });
+    if (readOnly) p.mWrittenBy.schema = version;   // the file's, not that of its copy migrated in memory
     p.checkLineage();
     return p;
 }
@@ -455,6 +474,7 @@ void Project::removeVariant(const std::string& name) {
                     mVariants.end());
     mResults.erase(std::remove_if(mResults.begin(), mResults.end(), [&](const ResultRow& r) { return r.variant == name; }),
                    mResults.end());
+    mResultBasis.erase(name);
     mModified = true;
 }
 
@@ -469,6 +489,11 @@ void Project::renameVariant(const std::string& from, const std::string& to) {
         if (v.parent == from) v.parent = to;
     for (ResultRow& r : mResults)
         if (r.variant == from) r.variant = to;
+    const auto basis = mResultBasis.find(from);
+    if (basis != mResultBasis.end()) {   // recipes, not names, are measured from: the basis moves unchanged
+        mResultBasis[to] = std::move(basis->second);
+        mResultBasis.erase(from);
+    }
     mModified = true;
 }
 
@@ -534,8 +559,10 @@ void Project::checkLineage() const {
     }
 }
 
-void Project::setResults(const std::string& variant, std::vector<ResultRow> rows) {
+void Project::setResults(const std::string& variant, std::vector<ResultRow> rows, nlohmann::json basis) {
     if (variant != kBaseName && !hasVariant(variant)) throw Error(mPath, "no variant named '" + variant + "'");
+    if (rows.empty() || basis.is_null()) mResultBasis.erase(variant);
+    else mResultBasis[variant] = std::move(basis);
     mResults.erase(std::remove_if(mResults.begin(), mResults.end(), [&](const ResultRow& r) { return r.variant == variant; }),
                    mResults.end());
     for (ResultRow& r : rows) {
@@ -543,6 +570,61 @@ void Project::setResults(const std::string& variant, std::vector<ResultRow> rows
         mResults.push_back(std::move(r));
     }
     mModified = true;
+}
+
+const nlohmann::json& Project::resultBasis(const std::string& variant) const {
+    static const json none;
+    const auto found = mResultBasis.find(variant);
+    return found == mResultBasis.end() ? none : found->second;
+}
+
+json Project::measurementBasis(const std::string& variant) const {
+    return measurementBasis(variant, mModel.hash, mModel.tokenizerHash);
+}
+
+json Project::measurementBasis(const std::string& variant, const std::string& modelHash,
+                               const std::string& tokenizerHash) const {
+    // A file without a hash (never hashed) is known by its path alone.
+    auto data = [](const FileReference& f) { return f.hash.empty() ? json{{"path", f.path}} : json{{"hash", f.hash}}; };
+    json basis;
+    basis["steps"] = json::array();
+    if (variant != kBaseName)
+        for (const std::string& name : lineage(variant)) basis["steps"].push_back(this->variant(name).recipe.value("steps", json::array()));
+    basis["model"] = modelHash;
+    basis["tokenizer"] = tokenizerHash;
+    basis["evaluation"] = data(mSettings.evaluation);
+    basis["evaluation"]["ctx"] = mSettings.evalCtx;
+    basis["evaluation"]["chunks"] = mSettings.evalChunks;
+    if (variant != kBaseName) {
+        basis["calibration"] = data(mSettings.calibration);
+        basis["calibration"]["samples"] = mSettings.calibrationSamples;
+        basis["calibration"]["seq_len"] = mSettings.calibrationSeqLen;
+        basis["calibration"]["seed"] = mSettings.calibrationSeed;
+    }
+    return basis;
+}
+
+std::vector<std::string> Project::resultsOutdatedBy(const std::string& variant) const {
+    const json& stored = resultBasis(variant);
+    if (stored.is_null() || results(variant).empty()) return {};
+    return basisDifferences(stored, measurementBasis(variant));
+}
+
+std::vector<std::string> Project::basisDifferences(const json& stored, const json& now) {
+    static const std::pair<const char*, const char*> kParts[] = {
+        {"steps", "its recipe or one it derives from changed"},
+        {"model", "they were measured on another model file"},
+        {"tokenizer", "they were measured with another tokenizer"},
+        {"evaluation", "the evaluation text or windows changed"},
+        {"calibration", "the calibration text or windows changed"},
+    };
+    std::vector<std::string> reasons;
+    for (const auto& [part, reason] : kParts) {
+        const json& before = stored.contains(part) ? stored[part] : json();
+        const json& after = now.contains(part) ? now[part] : json();
+        if (before != after) reasons.push_back(reason);
+    }
+    return reasons;
 }
 
 void Project::setImportance(ImportanceMap map) {
@@ -692,7 +774,7 @@ bool WrittenBy::operator==(const WrittenBy& o) const {
 
 bool Project::operator==(const Project& o) const {
     return mModel == o.mModel && mSettings == o.mSettings && mVariants == o.mVariants && mResults == o.mResults &&
-           mImportance == o.mImportance && mJournal == o.mJournal && mWrittenBy == o.mWrittenBy;
+           mResultBasis == o.mResultBasis && mImportance == o.mImportance && mJournal == o.mJournal && mWrittenBy == o.mWrittenBy;
 }
 
 nlohmann::json Project::toJson() const {
@@ -718,6 +800,8 @@ nlohmann::json Project::toJson() const {
         j["results"].push_back({{"variant", r.variant}, {"metric", r.metric}, {"value", number(r.value)},
                                 {"error", number(r.error)}, {"device", r.device}, {"threads", r.threads},
                                 {"seconds", number(r.seconds)}, {"time", r.time}, {"build", r.build}});
+    j["result_basis"] = json::object();
+    for (const auto& [variant, basis] : mResultBasis) j["result_basis"][variant] = basis;
     j["importance"] = json::array();
     for (const ImportanceMap& m : mImportance) {
         json values = json::array();

@@ -10,6 +10,7 @@
 // since this object read it is refused (ChangedOnDisk) rather than dropping that program's changes.
 // Every failure is a cwb::Error naming the file.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -195,8 +196,27 @@ public:
     // recipes in this order rebuilds `name`. Throws for an unknown name.
     std::vector<std::string> lineage(const std::string& name) const;
 
-    // Replaces every row of `variant` ("base" or a variant's name); each row's variant field is set to it.
-    void setResults(const std::string& variant, std::vector<ResultRow> rows);
+    // Replaces every row of `variant` ("base" or a variant's name); each row's variant field is set to it. `basis` is
+    // what they were measured from (measurementBasis()), kept with them so that a later change of recipe, model,
+    // tokenizer or settings marks them out of date; null: not known.
+    void setResults(const std::string& variant, std::vector<ResultRow> rows, nlohmann::json basis = nullptr);
+    // The basis stored with the results of `variant`; null when it has none or none was recorded (results measured
+    // by a build before schema 3).
+    const nlohmann::json& resultBasis(const std::string& variant) const;
+    // What results of `variant` measured now depend on: the steps of the recipes along its lineage (not their
+    // descriptions), the model's and the tokenizer's hashes, the evaluation text and windows, and for variants the
+    // calibration text and windows (calibrated steps and the per-layer reconstruction errors draw on them). Paths are
+    // left out, so moving a file changes nothing. `modelHash`/`tokenizerHash`: of what a run actually used, where it
+    // was not the project's own (cwb project run --model/--tokenizer).
+    nlohmann::json measurementBasis(const std::string& variant) const;
+    nlohmann::json measurementBasis(const std::string& variant, const std::string& modelHash,
+                                    const std::string& tokenizerHash) const;
+    // Why the stored results of `variant` are not what measuring it now would give: one phrase per part of the basis
+    // that differs ("its recipe changed", ...). Empty when they are current, when there are none, and when no basis
+    // was recorded with them.
+    std::vector<std::string> resultsOutdatedBy(const std::string& variant) const;
+    // The phrases of resultsOutdatedBy for two bases.
+    static std::vector<std::string> basisDifferences(const nlohmann::json& measured, const nlohmann::json& now);
     // Replaces the map of the same kind; refuses values.size() != rows x columns and an empty kind.
     void setImportance(ImportanceMap map);
     void removeImportance(const std::string& kind);
@@ -221,6 +241,7 @@ private:
     ProjectSettings mSettings;
     std::vector<Variant> mVariants;
     std::vector<ResultRow> mResults;
+    std::map<std::string, nlohmann::json> mResultBasis;   // variant -> basis of its results (only where known)
     std::vector<ImportanceMap> mImportance;
     std::vector<JournalEntry> mJournal;
     WrittenBy mWrittenBy;

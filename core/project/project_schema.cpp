@@ -79,13 +79,22 @@ CREATE TABLE journal (
 UPDATE meta SET value = '2' WHERE key = 'schema_version';
 )sql";
 
-// Version 2 as created fresh; its columns match v1 + kMigrate1To2 (a test compares the two).
+// 2 -> 3. Results measured before version 3 get no basis: what they were measured from is unknown.
+const char* const kMigrate2To3 = R"sql(
+CREATE TABLE result_basis (
+    variant TEXT PRIMARY KEY NOT NULL,
+    basis   TEXT NOT NULL
+);
+UPDATE meta SET value = '3' WHERE key = 'schema_version';
+)sql";
+
+// Version 3 as created fresh; its columns match v1 + the migrations (a test compares the two).
 const char* const kDdlCurrent = R"sql(
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY NOT NULL,
     value TEXT NOT NULL
 );
-INSERT INTO meta (key, value) VALUES ('schema_version', '2');
+INSERT INTO meta (key, value) VALUES ('schema_version', '3');
 CREATE TABLE model (
     id     INTEGER PRIMARY KEY CHECK (id = 1),
     path   TEXT NOT NULL,
@@ -140,6 +149,10 @@ CREATE TABLE journal (
     action TEXT NOT NULL,
     detail TEXT NOT NULL DEFAULT 'null'
 );
+CREATE TABLE result_basis (
+    variant TEXT PRIMARY KEY NOT NULL,
+    basis   TEXT NOT NULL
+);
 )sql";
 
 struct Migration {
@@ -149,6 +162,7 @@ struct Migration {
 
 const Migration kMigrations[] = {
     {1, kMigrate1To2},
+    {2, kMigrate2To3},
 };
 
 } // namespace

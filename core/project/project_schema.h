@@ -11,6 +11,8 @@
 // History:
 //   1: meta, model, settings, variants, results (no device/threads columns).
 //   2: results gains device and threads; new tables importance and journal.
+//   3: new table result_basis: per variant, what its results were measured from (recipes, model, tokenizer,
+//      data and windows; see core/project/result_basis.h), so a later change marks them out of date.
 //
 // Conventions: JSON values (recipes, exports, journal details, labels) are stored as text; REAL NULL
 // stands for NaN (SQLite cannot store NaN); importance values are a BLOB of little-endian doubles so
@@ -26,7 +28,7 @@ struct sqlite3_stmt;
 
 namespace cwb::project_schema {
 
-constexpr int kCurrentVersion = 2;
+constexpr int kCurrentVersion = 3;
 constexpr int kOldestVersion = 1;
 constexpr int kApplicationId = 0x43574250;   // "CWBP"
 

@@ -5,6 +5,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QTemporaryFile>
 #include <QtTest/QtTest>
@@ -45,6 +46,7 @@ private slots:
     void changedModelIsReported();
     void sameSizeChangeIsNoticedByProjectRun();
     void tamperedResultIsReported();
+    void resultsOfAnEditedRecipeAreNotJudged();
     void movedModelNeedsModelOption();
     void batchWritesExports();
     void benchRunsAProjectVariant();
@@ -206,6 +208,53 @@ void TestBatch::tamperedResultIsReported() {
     Result r = run({"--batch", copy, "--out", mDir.filePath("t"), "--threads", "1", "--variants", "wanda-50", "--quiet"});
     QCOMPARE(r.exitCode, 1);
     QCOMPARE(readReport(mDir.filePath("t"))["status"].toString(), QStringLiteral("differs"));
+}
+
+// Regression: the file kept no record of what results were measured from, so after a recipe was edited and saved,
+// `project show` listed the old recipe's numbers as the variant's and --batch reported "differs" (as if the replay had
+// failed to reproduce them).
+void TestBatch::resultsOfAnEditedRecipeAreNotJudged() {
+    const QString copy = mDir.filePath("edited.cwbproj");
+    QVERIFY(QFile::copy(mProject, copy));
+    Result before = run({"project", "show", copy});
+    QVERIFY2(!before.out.contains("\nstale") && !before.out.contains("\nunknown"), qPrintable(before.out));
+    {
+        cwb::Project p = cwb::Project::open(copy.toStdString());
+        QCOMPARE(p.resultBasis("rtn-w4g32"), p.measurementBasis("rtn-w4g32"));   // project run stored it
+        nlohmann::json recipe = p.variant("rtn-w4g32").recipe;
+        recipe["steps"][0]["params"]["bits"] = 3;
+        p.setRecipe("rtn-w4g32", recipe);
+        p.save();
+    }
+    Result shown = run({"project", "show", copy});
+    QVERIFY2(shown.out.contains(QRegularExpression("\nstale +rtn-w4g32 +its recipe or one it derives from changed; "
+                                                   "measure it again \\(cwb project run .*edited.cwbproj --variants rtn-w4g32\\)")),
+             qPrintable(shown.out));
+    QVERIFY(!shown.out.contains("stale      gptq"));
+    const QJsonObject json = QJsonDocument::fromJson(run({"project", "show", copy, "--json"}).out.toUtf8()).object();
+    QCOMPARE(json["stale_results"].toObject().keys(), QStringList{"rtn-w4g32"});
+
+    const QString out = mDir.filePath("edited-report");
+    Result batch = run({"--batch", copy, "--out", out, "--threads", "1", "--variants", "rtn-w4g32", "--quiet"});
+    QCOMPARE(batch.exitCode, 1);
+    QVERIFY2(batch.err.contains("the stored results of rtn-w4g32 are out of date (its recipe or one it derives from changed)"),
+             qPrintable(batch.err));
+    const QJsonObject report = readReport(out);
+    QCOMPARE(report["status"].toString(), QStringLiteral("incomplete"));
+    const QJsonObject variant = report["variants"].toArray()[1].toObject();
+    QCOMPARE(variant["stored_results_stale"].toArray().size(), 1);
+    for (const auto& m : variant["metrics"].toArray()) QVERIFY(!m.toObject().contains("within_tolerance"));
+    QFile md(out + "/report.md");
+    QVERIFY(md.open(QIODevice::ReadOnly));
+    const QString mdText = QString::fromUtf8(md.readAll());
+    QVERIFY2(mdText.contains(QRegularExpression("\\| rtn-w4g32 \\| perplexity \\| [0-9.]+ \\| [0-9.]+ \\| [-0-9.]+ \\| [0-9.]+ \\| stale \\|")),
+             qPrintable(mdText));
+    QVERIFY2(mdText.contains("| rtn-w4g32 | reconstruction error, 35 layers | 35 stored | 35 reproduced |"), qPrintable(mdText));
+
+    // Measured again: current, and the replay reproduces them.
+    QCOMPARE(run({"project", "run", copy, "--variants", "rtn-w4g32", "--threads", "1", "--quiet"}).exitCode, 0);
+    QVERIFY(!run({"project", "show", copy}).out.contains("\nstale"));
+    QCOMPARE(run({"--batch", copy, "--out", out, "--threads", "1", "--variants", "rtn-w4g32", "--quiet"}).exitCode, 0);
 }
 
 void TestBatch::movedModelNeedsModelOption() {

@@ -126,6 +126,7 @@ private slots:
     void newNamesAreChecked();
     void removeVariant();
     void renameVariant();
+    void resultsKeepWhatTheyWereMeasuredFrom();
     void cycleInFileIsRefused();
     void hostileExportEntriesAreRefused();
     void readersLeaveNoFilesBesideTheProject();
@@ -188,7 +189,7 @@ void TestProject::roundTrip() {
     QVERIFY(QString::fromStdString(q.journal()[0].time).contains(QRegularExpression("^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\dZ$")));
     QCOMPARE(q.writtenBy().app, std::string("cwb 9.9.9"));
     QCOMPARE(q.writtenBy().cuda, std::string("cuda 12.4"));
-    QCOMPARE(q.writtenBy().schema, 2);
+    QCOMPARE(q.writtenBy().schema, 3);
     QCOMPARE(q.toJson()["variants"].size(), size_t(3));
     QCOMPARE(q.toJson()["variants"][2]["parent"], json("base"));
 
@@ -229,7 +230,7 @@ void TestProject::modelTokenizerIsKept() {
     QVERIFY(q == p);
     QCOMPARE(q.model().loadOptions().tokenizerPath, model.tokenizer);
     QCOMPARE(q.toJson()["model"]["tokenizer"], json(model.tokenizer));
-    QCOMPARE(q.writtenBy().schema, 2);
+    QCOMPARE(q.writtenBy().schema, 3);
     QCOMPARE(queryRaw(path, "SELECT value FROM meta WHERE key = 'model_tokenizer'"),
              QStringList{QString::fromStdString(model.tokenizer)});
     // Another tokenizer is a different project; none removes the row.
@@ -524,6 +525,77 @@ void TestProject::saveRefusesAFileChangedSinceItWasRead() {
     QCOMPARE(last.results("a").size(), size_t(1));
 }
 
+// Before schema 3 a file kept no record of what its results were measured from: after the recipe or the settings
+// changed, results of the old recipe were shown (and compared by --batch) as the new one's, once the GUI session that
+// made the change had ended.
+void TestProject::resultsKeepWhatTheyWereMeasuredFrom() {
+    const QString path = file("basis.cwbproj");
+    Project p = sampleProject(path);
+    for (const char* v : {"base", "a", "b"}) p.setResults(v, rows("perplexity", 2, 1.0), p.measurementBasis(v));
+    p.setResults("c", rows("perplexity", 1, 1.0));   // no basis given: not known, never claimed stale
+    p.save();
+    Project q = Project::open(path.toStdString());
+    QVERIFY(q == p);
+    for (const char* v : {"base", "a", "b", "c"}) QVERIFY2(q.resultsOutdatedBy(v).empty(), v);
+    QCOMPARE(q.resultBasis("b"), p.measurementBasis("b"));
+    QVERIFY(q.resultBasis("c").is_null());
+    QCOMPARE(q.toJson()["result_basis"]["a"], p.measurementBasis("a"));
+
+    // A description is not measured; a parent's steps are.
+    json described = q.variant("a").recipe;
+    described["description"] = "eight bits";
+    q.setRecipe("a", described);
+    QVERIFY(q.resultsOutdatedBy("a").empty());
+    json steps = described;
+    steps["steps"][0]["params"]["bits"] = 6;
+    q.setRecipe("a", steps);
+    const std::vector<std::string> recipe{"its recipe or one it derives from changed"};
+    QCOMPARE(q.resultsOutdatedBy("a"), recipe);
+    QCOMPARE(q.resultsOutdatedBy("b"), recipe);   // derives from a
+    QVERIFY(q.resultsOutdatedBy("base").empty());
+    q.setRecipe("a", described);
+    QVERIFY(q.resultsOutdatedBy("b").empty());    // back as it was measured
+
+    // Calibration concerns the variants only; evaluation everything; moving a file (same hash) nothing.
+    ProjectSettings s = q.settings();
+    s.calibrationSamples = 8;
+    q.setSettings(s);
+    QVERIFY(q.resultsOutdatedBy("base").empty());
+    QCOMPARE(q.resultsOutdatedBy("a"), std::vector<std::string>{"the calibration text or windows changed"});
+    s = q.settings();
+    s.calibrationSamples = sampleSettings().calibrationSamples;
+    s.evaluation.path = "/moved/eval.txt";
+    q.setSettings(s);
+    QVERIFY(q.resultsOutdatedBy("a").empty());
+    s.evaluation.hash = "fnv1a64:3333333333333333";
+    q.setSettings(s);
+    QCOMPARE(q.resultsOutdatedBy("base"), std::vector<std::string>{"the evaluation text or windows changed"});
+    QCOMPARE(q.resultsOutdatedBy("b").size(), size_t(1));
+    q.setSettings(sampleSettings());
+
+    // The model and the tokenizer: those of the project, or those a run used instead.
+    ModelReference m = q.model();
+    m.tokenizerHash = "fnv1a64:4444444444444444";
+    q.setModel(m);
+    QCOMPARE(q.resultsOutdatedBy("base"), std::vector<std::string>{"they were measured with another tokenizer"});
+    q.setModel(sampleModel());
+    q.setResults("a", rows("perplexity", 1, 2.0), q.measurementBasis("a", "fnv1a64:ffffffffffffffff", ""));
+    QCOMPARE(q.resultsOutdatedBy("a"), std::vector<std::string>{"they were measured on another model file"});
+
+    // Renaming moves the basis with the results; removing drops both; results set empty drop it.
+    q.setResults("b", rows("perplexity", 1, 1.0), q.measurementBasis("b"));
+    q.renameVariant("b", "b2");
+    QCOMPARE(q.resultBasis("b2"), q.measurementBasis("b2"));
+    QVERIFY(q.resultBasis("b").is_null());
+    q.removeVariant("b2");
+    QVERIFY(q.resultBasis("b2").is_null());
+    q.setResults("base", {}, q.measurementBasis("base"));
+    QVERIFY(q.resultBasis("base").is_null());
+    q.save();
+    QCOMPARE(queryRaw(path, "SELECT variant FROM result_basis ORDER BY variant"), QStringList{"a"});
+    QVERIFY(Project::open(path.toStdString()) == q);
+}
+
 void TestProject::createRefusesExistingFile() {
     const QString path = file("exists.cwbproj");
     writeBytes(path, "keep me");
@@ -548,10 +620,18 @@ void TestProject::migratesVersion1() {
     QCOMPARE(queryRaw(path, "SELECT value FROM meta WHERE key = 'schema_version'"), QStringList{"1"});
     QCOMPARE(queryRaw(path, "SELECT name FROM sqlite_master WHERE name IN ('journal', 'importance')"), QStringList{});
 
+    // Read-only (show, --batch, export): migrated in a copy in memory, the file left as it is.
+    const Project inMemory = Project::open(path.toStdString(), Project::Access::ReadOnly);
+    QCOMPARE(queryRaw(path, "SELECT value FROM meta WHERE key = 'schema_version'"), QStringList{"1"});
+    QCOMPARE(inMemory.writtenBy().schema, 1);
+    QCOMPARE(inMemory.results("b")[0].value, 13.75);
+    QVERIFY(inMemory.resultBasis("b").is_null());
+    QVERIFY(inMemory.resultsOutdatedBy("b").empty());   // nothing recorded, nothing claimed
+
     Project p = Project::open(path.toStdString());
-    QCOMPARE(queryRaw(path, "SELECT value FROM meta WHERE key = 'schema_version'"), QStringList{"2"});
-    QCOMPARE(queryRaw(path, "SELECT name FROM sqlite_master WHERE name IN ('importance', 'journal') ORDER BY name"),
-             (QStringList{"importance", "journal"}));
+    QCOMPARE(queryRaw(path, "SELECT value FROM meta WHERE key = 'schema_version'"), QStringList{"3"});
+    QCOMPARE(queryRaw(path, "SELECT name FROM sqlite_master WHERE name IN ('importance', 'journal', 'result_basis') ORDER BY name"),
+             (QStringList{"importance", "journal", "result_basis"}));
     QCOMPARE(p.model().path, std::string("/m/old.gguf"));
     QCOMPARE(p.settings().calibrationSamples, int64_t(16));
     QCOMPARE(p.settings().calibrationSeqLen, int64_t(512));   // the v1 column default
@@ -565,13 +645,14 @@ void TestProject::migratesVersion1() {
     QCOMPARE(p.results("b")[0].value, 13.75);
     QCOMPARE(p.journal().size(), size_t(1));
     QCOMPARE(p.journal()[0].action, std::string("project.migrate"));
-    QCOMPARE(p.journal()[0].detail, (json{{"from", 1}, {"to", 2}}));
-    QCOMPARE(p.writtenBy().schema, 2);
+    QCOMPARE(p.journal()[0].detail, (json{{"from", 1}, {"to", 3}}));
+    QCOMPARE(p.writtenBy().schema, 3);
+    QVERIFY(p.resultBasis("b").is_null());
 
     // The migrated layout has the same columns as a freshly created file.
-    const QString fresh = file("v2-fresh.cwbproj");
+    const QString fresh = file("v3-fresh.cwbproj");
     Project::create(fresh.toStdString(), sampleModel(), sampleSettings());
-    for (const char* table : {"meta", "model", "settings", "variants", "results", "importance", "journal"}) {
+    for (const char* table : {"meta", "model", "settings", "variants", "results", "importance", "journal", "result_basis"}) {
         const std::string sql = std::string("SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info('") + table + "')";
         const QStringList migrated = queryRaw(path, sql);
         QVERIFY2(!migrated.isEmpty(), table);
@@ -580,19 +661,20 @@ void TestProject::migratesVersion1() {
 
     // New-schema data can now be stored, and opening again does not migrate twice.
     p.setImportance({"attention", {"l0"}, {"q"}, {0.5}});
-    p.setResults("a", {{"", "kl", 0.125, 0, "cuda:0", 8, 1.5, "t", "cwb 1"}});
+    p.setResults("a", {{"", "kl", 0.125, 0, "cuda:0", 8, 1.5, "t", "cwb 1"}}, p.measurementBasis("a"));
     p.save();
     const Project q = Project::open(path.toStdString());
     QVERIFY(q == p);
     QCOMPARE(q.journal().size(), size_t(1));
     QCOMPARE(q.results("a")[0].device, std::string("cuda:0"));
-    QCOMPARE(queryRaw(path, "SELECT value FROM meta WHERE key = 'schema_version'"), QStringList{"2"});
+    QCOMPARE(q.resultBasis("a"), p.measurementBasis("a"));
+    QCOMPARE(queryRaw(path, "SELECT value FROM meta WHERE key = 'schema_version'"), QStringList{"3"});
 }
 
 void TestProject::badFilesAreRefused_data() {
     QTest::addColumn<QString>("kind");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("newer schema") << "newer" << "written by a newer cwb (schema 3); this build reads schema 1 to 2";
+    QTest::newRow("newer schema") << "newer" << "written by a newer cwb (schema 4); this build reads schema 1 to 3";
     QTest::newRow("older unknown schema") << "older" << "has schema 0, which is too old";
     QTest::newRow("garbage") << "garbage" << "is not a cwb project (not an SQLite database)";
     QTest::newRow("truncated") << "truncated" << "is damaged or truncated (database disk image is malformed)";
@@ -612,7 +694,7 @@ void TestProject::badFilesAreRefused() {
         Project p = sampleProject(kind == "truncated" ? real : path);
         p.setResults("a", rows("kl", 500, 1.0));
         p.save();
-        if (kind == "newer") QVERIFY(execRaw(path, "UPDATE meta SET value = '3' WHERE key = 'schema_version'"));
+        if (kind == "newer") QVERIFY(execRaw(path, "UPDATE meta SET value = '4' WHERE key = 'schema_version'"));
         if (kind == "older") QVERIFY(execRaw(path, "UPDATE meta SET value = '0' WHERE key = 'schema_version'"));
         if (kind == "truncated") {
             QFile f(real);

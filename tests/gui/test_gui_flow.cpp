@@ -1,11 +1,13 @@
 // The whole flow through the real main window: open stories260K → add an RTN step → run → the A/B chart has
 // two series (base and the variant) → save → reopen shows the same steps and chart. Waits on signals.
 #include <QStatusBar>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
 #include "app/commands/settings_commands.h"
 #include "app/commands/step_commands.h"
+#include "app/commands/variant_commands.h"
 #include "app/gui/export_dialog.h"
 #include "app/gui/batch_replay.h"
 #include "app/gui/compare_view.h"
@@ -618,10 +620,29 @@ void TestGuiFlow::resultsOfAnEditedRecipeAreMarkedStale() {
     doc->undoStack()->push(changeStepParameter(doc, variant, 0, "bits", 3));
     QVERIFY(!doc->resultsCurrent(variant));
     QCOMPARE(chart->variantName(1), variant + " (stale)");
+    QVERIFY2(window.compareView()->table()->toolTip().contains(variant + " (stale): its recipe or one it derives from changed"),
+             qPrintable(window.compareView()->table()->toolTip()));
     QVERIFY(doc->resultsCurrent("base"));
+    // Saved and opened again: the file says what the results were measured from (it did not, before schema 3).
+    const QString path = mDir.filePath("stale.cwbproj");
+    QVERIFY(window.saveAs(path));
+    {
+        MainWindow reopened;
+        QVERIFY(reopened.openPath(path, false));
+        QVERIFY(!reopened.document()->resultsCurrent(variant));
+        QVERIFY(reopened.document()->resultsCurrent("base"));
+        reopened.compareView()->setMetric("perplexity");
+        QCOMPARE(reopened.compareView()->chart()->variantName(1), variant + " (stale)");
+    }
     doc->undoStack()->undo();   // the recipe they were measured from again
     QVERIFY(doc->resultsCurrent(variant));
     QCOMPARE(chart->variantName(1), variant);
+    // Removing the variant and undoing that gives its results back with what they were measured from.
+    doc->undoStack()->push(new RemoveVariant(doc, variant));
+    doc->undoStack()->undo();
+    QVERIFY(!doc->project().results(variant.toStdString()).empty());
+    QVERIFY(doc->resultsCurrent(variant));
+    QCOMPARE(doc->project().resultBasis(variant.toStdString()), doc->project().measurementBasis(variant.toStdString()));
 }
 
 QTEST_MAIN(TestGuiFlow)
