@@ -220,6 +220,11 @@ int BatchRunner::run() {
         }
         bool allWithin = true, anyCompared = false, missing = false, exportFailed = false;
         nlohmann::json variants = nlohmann::json::array();
+        // A replay stopped half way (Ctrl-C, or an error in one variant) still writes its report: what finished, and
+        // why it stopped, in place of an older run's report that would otherwise sit beside this run's exports.
+        bool cancelled = false;
+        std::string failure;
+        try {
         for (size_t i = 0; i < names.size(); ++i) {
             const std::string& name = names[i];
             progress("[" + std::to_string(i + 1) + "/" + std::to_string(names.size()) + "] " + name);
@@ -274,12 +279,26 @@ int BatchRunner::run() {
             }
             variants.push_back(v);
         }
+        } catch (const Cancelled&) {
+            cancelled = true;
+        } catch (const std::exception& e) {
+            failure = errorText(e);
+        }
+        const bool stopped = cancelled || !failure.empty();
+        if (stopped) {
+            const std::string done = std::to_string(variants.size()) + " of " + std::to_string(names.size());
+            warnings.push_back(cancelled ? "the replay was cancelled after " + done + " variants"
+                                         : "the replay stopped with an error after " + done + " variants: " + failure);
+        }
         report["device"] = options.device.str();
         report["threads"] = at::get_num_threads();
         report["variants"] = variants;
+        report["variants_planned"] = names;
         report["warnings"] = warnings;
-        const int code = anyCompared && allWithin && !missing && !exportFailed ? Reproduced : Differs;
-        report["status"] = code == Reproduced ? "reproduced" : !allWithin ? "differs" : "incomplete";
+        if (!failure.empty()) report["error"] = failure;
+        const int code = anyCompared && allWithin && !missing && !exportFailed && !stopped ? Reproduced : Differs;
+        report["status"] = cancelled ? "cancelled" : !failure.empty() ? "failed" : code == Reproduced ? "reproduced"
+                                                                                   : !allWithin ? "differs" : "incomplete";
 
         std::filesystem::create_directories(mOutputDir);
         std::string md = "# Batch replay of " + mProjectPath + "\n\nStatus: **" + report["status"].get<std::string>() +
@@ -338,6 +357,16 @@ int BatchRunner::run() {
         writeAtomically(mOutputDir + "/report.md", md);
         writeAtomically(mOutputDir + "/report.json", jsonText(report) + "\n");
         if (mJson) std::cout << jsonText(report) << "\n";
+        if (cancelled) {
+            std::fprintf(stderr, "cwb --batch: cancelled; %s/report.json lists the %zu of %zu variants replayed\n",
+                         mOutputDir.c_str(), variants.size(), names.size());
+            return interruptRequested() ? 128 + interruptSignal() : Failed;   // as the catch below
+        }
+        if (!failure.empty()) {
+            std::fprintf(stderr, "cwb --batch: error: %s (%s/report.json lists the variants replayed before it)\n",
+                         failure.c_str(), mOutputDir.c_str());
+            return Failed;
+        }
         progress(std::string("wrote ") + mOutputDir + "/report.json and report.md: " + report["status"].get<std::string>());
         return code;
     } catch (const Cancelled&) {

@@ -344,11 +344,25 @@ void TestBatch::interruptExits130() {
     Result c = run({"project", "create", project, "--model", model, "--eval", wiki, "--ctx", "128"});
     QVERIFY2(c.exitCode == 0, qPrintable(c.err));
     const QString out = mDir.filePath("interrupted");
+    // An earlier run's report is replaced: left in place, it read as this run's (regression).
+    QVERIFY(QDir().mkpath(out));
+    {
+        QFile old(out + "/report.json");
+        QVERIFY(old.open(QIODevice::WriteOnly));
+        old.write(R"({"status": "reproduced", "variants": []})");
+    }
     const auto r = cwb::test::runCwbInterrupted({"--batch", project, "--out", out}, "base 10%");
     QVERIFY2(r.interrupted, qPrintable("no progress before the interrupt: " + r.err));
     QCOMPARE(r.exitCode, 130);
-    QVERIFY2(r.err.contains("cancelled"), qPrintable(r.err));
-    QVERIFY(!QFile::exists(out + "/report.json"));
+    QVERIFY2(r.err.contains("cancelled; " + out + "/report.json lists the 0 of 1 variants replayed"), qPrintable(r.err));
+    const QJsonObject report = readReport(out);
+    QCOMPARE(report["status"].toString(), QStringLiteral("cancelled"));
+    QCOMPARE(report["variants"].toArray().size(), 0);
+    QCOMPARE(report["variants_planned"].toArray(), QJsonArray{"base"});
+    QVERIFY(report["warnings"].toArray().contains(QJsonValue("the replay was cancelled after 0 of 1 variants")));
+    QFile md(out + "/report.md");
+    QVERIFY(md.open(QIODevice::ReadOnly));
+    QVERIFY(md.readAll().contains("Status: **cancelled**"));
 }
 
 void TestBatch::createShowsHashingProgress() {
