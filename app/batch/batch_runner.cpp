@@ -202,6 +202,8 @@ int BatchRunner::run() {
                 names.push_back(v);
             }
         }
+        const std::string clash = project.exportClashes(names);   // every export lands in one folder
+        if (!clash.empty()) throw Error(mProjectPath, "exports: " + clash);
         ProjectRunner runner(project, *base, options);
         for (const auto& name : names) {   // a stored recipe this build cannot run fails before any variant is replayed
             if (name == "base") continue;

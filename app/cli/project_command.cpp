@@ -452,6 +452,10 @@ int addExport(const std::vector<std::string>& args) {
     nlohmann::json exports = v.exports;
     for (const auto& e : exports)
         if (e.value("file", "") == file) throw Error("variant " + name + " already exports to '" + file + "'");
+    for (const auto& other : project.variants())   // --batch writes every export into one folder
+        for (const auto& e : other.exports)
+            if (e.value("file", "") == file)
+                throw Error("variant " + other.name + " already exports to '" + file + "'; give this one another --file");
     ExportOptions options;
     options.tensorType = a.value("type");
     const std::string problem = exportOptionsProblem(format, options);   // now, not when --batch writes it

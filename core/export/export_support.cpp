@@ -132,8 +132,15 @@ std::string destinationProblem(const std::string& path, bool folder) {
     if (parent.empty()) parent = ".";
     // Missing folders on the way are made by the export (as mkdir -p); the nearest one that exists must take them.
     fs::path existing = parent;
-    while (!fs::exists(existing, ec) && existing.has_parent_path() && existing.parent_path() != existing)
-        existing = existing.parent_path();
+    while (!fs::exists(existing, ec)) {
+        const fs::path up = existing.parent_path();
+        if (up.empty()) {   // a relative path's first folder is missing: it is made in the working folder
+            existing = ".";
+            break;
+        }
+        if (up == existing) break;
+        existing = up;
+    }
     if (!fs::is_directory(existing, ec)) return existing.string() + " is not a folder";
     if (::access(existing.c_str(), W_OK | X_OK) != 0)
         return "cannot write into the folder " + existing.string() + ": " + std::strerror(errno);

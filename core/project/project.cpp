@@ -523,8 +523,33 @@ std::string exportEntriesProblem(const nlohmann::json& exports) {
 void Project::setExports(const std::string& name, nlohmann::json exports) {
     const std::string bad = exportEntriesProblem(exports);
     if (!bad.empty()) throw Error(mPath, "variant '" + name + "': exports: " + bad);
-    findVariant(name).exports = std::move(exports);
+    Variant& variant = findVariant(name);
+    json kept = std::move(variant.exports);
+    variant.exports = std::move(exports);
+    std::vector<std::string> all;
+    for (const Variant& v : mVariants) all.push_back(v.name);
+    const std::string clash = exportClashes(all);
+    if (!clash.empty()) {
+        variant.exports = std::move(kept);
+        throw Error(mPath, "variant '" + name + "': exports: " + clash);
+    }
     mModified = true;
+}
+
+std::string Project::exportClashes(const std::vector<std::string>& variants) const {
+    std::map<std::string, std::string> writer;   // file -> the variant whose entry writes it
+    for (const std::string& name : variants) {
+        if (name == kBaseName) continue;
+        for (const auto& e : variant(name).exports) {
+            const std::string file = e.value("file", "");
+            const auto [at, added] = writer.emplace(file, name);
+            if (!added)
+                return "'" + file + "' is written by two export entries (" +
+                       (at->second == name ? "both of variant '" + name + "'" : "of variants '" + at->second + "' and '" + name + "'") +
+                       "); the later would replace the earlier";
+        }
+    }
+    return "";
 }
 
 bool Project::hasVariant(const std::string& name) const {

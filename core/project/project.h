@@ -184,7 +184,12 @@ public:
     // and, for `to`, what addVariant refuses (empty, reserved, taken).
     void renameVariant(const std::string& from, const std::string& to);
     void setRecipe(const std::string& name, nlohmann::json recipe);
+    // Refuses what exportEntriesProblem refuses and a file name another entry (of this or any variant) writes: --batch
+    // writes every export into one folder, so the later would replace the earlier.
     void setExports(const std::string& name, nlohmann::json exports);
+    // Why the exports of `variants` cannot all be written into one folder ("" when they can): two entries naming one
+    // file. Projects from before setExports checked this may hold such entries; --batch asks before any work.
+    std::string exportClashes(const std::vector<std::string>& variants) const;
     bool hasVariant(const std::string& name) const;
     // Why `name` should not be given to a new variant ("" when it may): a comma (it separates names in --variants
     // lists), a control character, or a space at either end. Asked where a user names one (CLI, GUI); addVariant does

@@ -11,6 +11,7 @@
 #include <QtTest/QtTest>
 
 #include <nlohmann/json.hpp>
+#include <sqlite3.h>
 
 #include "core/project/project.h"
 #include "tests/support/test_paths.h"
@@ -333,6 +334,36 @@ void TestBatch::batchWritesExports() {
     const QString report2Text = QString::fromUtf8(report2.readAll());
     QVERIFY2(report2Text.contains("AWQ checkpoint") && report2Text.contains("not a multiple of"), qPrintable(report2Text));
     QVERIFY2(QFile::exists(mDir.filePath("exports-report-2") + "/exports/rtn-w4g32-gptq/config.json"), "the GPTQ export is written");
+
+    // Regression: another variant could take a file name already exported, and --batch kept only the later export.
+    Result taken = run({"project", "add-export", copy, "--variant", "wanda-50", "--format", "hf", "--file", "rtn-w4g32.gguf"});
+    QCOMPARE(taken.exitCode, 2);
+    QVERIFY2(taken.err.contains("variant rtn-w4g32 already exports to 'rtn-w4g32.gguf'; give this one another --file"),
+             qPrintable(taken.err));
+    {   // as a project written before the check may hold it: --batch refuses before replaying anything
+        cwb::Project p = cwb::Project::open(copy.toStdString());
+        const nlohmann::json exports = p.variant("rtn-w4g32").exports;   // gguf (q8_0), gptq, awq
+        QCOMPARE(exports[0]["file"].get<std::string>(), std::string("rtn-w4g32.gguf"));
+        nlohmann::json rest = exports;
+        rest.erase(rest.begin());
+        p.setExports("rtn-w4g32", rest);
+        p.setExports("wanda-50", nlohmann::json::array({exports[0]}));
+        p.save();
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(copy.toUtf8().constData(), &db), SQLITE_OK);
+        const std::string sql = "UPDATE variants SET exports = '" + exports.dump() + "' WHERE name = 'rtn-w4g32'";
+        QCOMPARE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+        sqlite3_close(db);
+    }
+    const QString clashOut = mDir.filePath("exports-report-3");
+    Result clash = run({"--batch", copy, "--out", clashOut, "--threads", "1"});
+    QCOMPARE(clash.exitCode, 2);
+    QVERIFY2(clash.err.contains("exports: 'rtn-w4g32.gguf' is written by two export entries (of variants 'rtn-w4g32' and 'wanda-50')"),
+             qPrintable(clash.err));
+    QVERIFY(!clash.err.contains("[1/"));
+    QVERIFY(!QFile::exists(clashOut + "/report.json"));
+    Result one = run({"--batch", copy, "--out", clashOut, "--threads", "1", "--variants", "wanda-50", "--quiet"});
+    QVERIFY2(one.exitCode == 0, qPrintable(one.err));   // the two are not written together
 }
 
 // Ctrl-C during a replay: the batch stops at its next check, writes no report and exits 130 as every command does

@@ -497,6 +497,20 @@ void TestExport::cancelLeavesNothing() {
 // over its own file, or a folder above the model.
 void TestExport::neverReplacesItsSource() {
     QTemporaryDir dir;
+    {   // Regression: a relative destination whose first folder is missing was refused as "newdir is not a folder".
+        const QString before = QDir::currentPath();
+        QVERIFY(QDir::setCurrent(dir.path()));
+        const std::string file = exportDestinationProblem("gguf", "newdir/m.gguf");
+        const std::string folder = exportDestinationProblem("hf", "newdir/sub");
+        QFile plain("plain.txt");
+        QVERIFY(plain.open(QIODevice::WriteOnly));
+        plain.close();
+        const std::string underFile = exportDestinationProblem("gguf", "plain.txt/m.gguf");
+        QVERIFY(QDir::setCurrent(before));
+        QCOMPARE(file, std::string());
+        QCOMPARE(folder, std::string());
+        QCOMPARE(underFile, std::string("plain.txt is not a folder"));
+    }
     auto hf = syntheticModel(dir.path(), "hf");
     const std::string folder = hf->path;
     QCOMPARE(exportDestinationProblem("hf", folder), std::string());   // the check that let it through

@@ -466,6 +466,23 @@ void TestProject::hostileExportEntriesAreRefused() {
         QVERIFY2(error.startsWith(path) && error.contains("the exports of variant 'a'"), qPrintable(error));
         QVERIFY_EXCEPTION_THROWN(p.setExports("a", json::parse(bad)), Error);
     }
+    // Regression: two variants could export to one file name; --batch, which writes every export into one folder,
+    // wrote both and kept the later, reporting success for each.
+    const json taken = json::array({{{"format", "gguf"}, {"file", "a.gguf"}}});   // a's own entry
+    QVERIFY(p.exportClashes({"base", "a", "b", "c"}).empty());
+    const QString clash = errorOf([&] { p.setExports("c", taken); });
+    QVERIFY2(clash.contains("'a.gguf' is written by two export entries (of variants 'a' and 'c')"), qPrintable(clash));
+    QCOMPARE(p.variant("c").exports, json::array());   // left as it was
+    const QString twice = errorOf([&] { p.setExports("b", json::array({taken[0], {{"format", "hf"}, {"file", "a.gguf"}}})); });
+    QVERIFY2(twice.contains("'a.gguf' is written by two export entries"), qPrintable(twice));
+    p.setExports("c", json::array({{{"format", "gguf"}, {"file", "c.gguf"}}}));
+    p.save();
+    // A file written before the check: opened as it is, refused where the exports are written together.
+    QVERIFY(execRaw(path, R"(UPDATE variants SET exports = '[{"format":"hf","file":"a.gguf"}]' WHERE name = 'c')"));
+    const Project old = Project::open(path.toStdString());
+    QCOMPARE(old.exportClashes({"a", "c"}), std::string("'a.gguf' is written by two export entries (of variants 'a' and 'c'); "
+                                                         "the later would replace the earlier"));
+    QVERIFY(old.exportClashes({"c"}).empty());
 }
 
 // Projects were kept in WAL mode, whose readers create -wal and -shm files beside the project: a colleague who only
