@@ -12,6 +12,7 @@
 #include "core/compress/compressed_layers.h"
 #include "core/compress/distill_math.h"
 #include "core/model/model.h"
+#include "core/project/file_hash.h"
 #include "core/util/error.h"
 
 namespace cwb {
@@ -143,9 +144,30 @@ void StudentTensors::storeInto(Model& model) const {
     }
 }
 
+std::string StudentTensors::weightsChecksum() const {
+    c10::NoGradGuard noGrad;
+    uint64_t hash = kFnv1a64OffsetBasis;
+    auto add = [&](const std::string& name, const at::Tensor& t) {
+        hash = fnv1a64(name.data(), name.size() + 1, hash);   // with its terminating 0: names cannot run together
+        const std::vector<int64_t> shape = t.sizes().vec();
+        hash = fnv1a64(shape.data(), shape.size() * sizeof(int64_t), hash);
+        const at::Tensor bits = t.detach().to(at::kFloat).contiguous().view(at::kInt);
+        const int64_t sum = at::sum(bits, at::kLong).item<int64_t>();
+        hash = fnv1a64(&sum, sizeof sum, hash);
+    };
+    for (const auto& t : mTrained) {
+        add(t.name, t.latent);
+        if (t.logScales.defined()) add(t.name + "#scales", t.logScales);
+    }
+    for (const auto& [name, t] : mFrozen) add(name, t);
+    return formatHash(hash);
+}
+
 void StudentTensors::save(const std::string& path) const {
     // Version 2 adds each tensor's trained log-scales and their moments ("scale_shape"; absent when fixed).
-    nlohmann::json header = {{"format", "cwb distillation checkpoint"}, {"version", 2}, {"step", mStep}};
+    // Version 3 adds "run": the identity of the run that wrote it (setRun).
+    nlohmann::json header = {{"format", "cwb distillation checkpoint"}, {"version", 3}, {"step", mStep}};
+    if (!mRun.is_null()) header["run"] = mRun;
     std::vector<at::Tensor> blobs;
     for (const auto& t : mTrained) {
         nlohmann::json entry = {{"name", t.name}, {"shape", t.latent.sizes().vec()}};
@@ -185,8 +207,41 @@ void StudentTensors::load(const std::string& path) {
     in.read(text.data(), std::streamsize(length));
     nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
     const int version = header.is_discarded() ? 0 : header.value("version", 0);
-    if (!in || header.is_discarded() || !header.contains("tensors") || (version != 1 && version != 2))
+    if (!in || header.is_discarded() || !header.contains("tensors") || version < 1 || version > 3)
         throw Error(path, "the checkpoint header is damaged or of another version");
+    if (!mRun.is_null() && header.contains("run")) {
+        const nlohmann::json& saved = header["run"];
+        std::vector<std::string> differs;
+        const nlohmann::json none;
+        const nlohmann::json& savedSettings = saved.contains("settings") ? saved["settings"] : none;
+        const nlohmann::json& settings = mRun.contains("settings") ? mRun["settings"] : none;
+        if (savedSettings.is_object() && settings.is_object()) {
+            std::set<std::string> keys;
+            for (const auto& item : savedSettings.items()) keys.insert(item.key());
+            for (const auto& item : settings.items()) keys.insert(item.key());
+            for (const auto& key : keys) {
+                const nlohmann::json a = savedSettings.value(key, nlohmann::json()), b = settings.value(key, nlohmann::json());
+                if (a != b) differs.push_back(key + " differs (checkpoint " + a.dump() + ", this run " + b.dump() + ")");
+            }
+        } else if (savedSettings != settings) {
+            differs.push_back("the settings differ");
+        }
+        auto part = [&](const char* key, const char* what) {
+            if (saved.value(key, nlohmann::json()) != mRun.value(key, nlohmann::json())) differs.push_back(what);
+        };
+        part("student", "the starting weights differ (another model, or other steps before the distillation)");
+        part("teacher", "the teacher differs");
+        part("data", "the training windows differ (other calibration text, samples, sequence length or seed)");
+        if (!differs.empty()) {
+            std::string list;
+            for (const auto& d : differs) list += (list.empty() ? "" : "; ") + d;
+            throw Error(path, "was written by another distillation run: " + list +
+                                  "; delete it, or set \"resume\": false, to start over");
+        }
+    } else if (!mRun.is_null()) {
+        mNotes.push_back(path + " was written by an older build, which recorded no run to check it against: resumed "
+                                "on trust that it is this run's");
+    }
     const auto& tensors = header["tensors"];
     if (tensors.size() != mTrained.size())
         throw Error(path, "the checkpoint holds " + std::to_string(tensors.size()) + " tensors, this student trains " +

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include "core/compress/quant_math.h"
 
@@ -53,8 +54,16 @@ public:
 
     // Checkpoint: latents, moments and the step, written to a temporary file then renamed.
     void save(const std::string& path) const;
-    // Throws cwb::Error naming the file when it does not match this student.
+    // Throws cwb::Error naming the file when it does not match this student, or (setRun) was written by another run.
     void load(const std::string& path);
+
+    // What makes a run resumable from a checkpoint: its settings, its starting weights (weightsChecksum()) and its data,
+    // as a JSON object of parts. Written into checkpoints; load() refuses one whose parts differ, naming them
+    // (resuming another run's checkpoint trained on from the wrong weights, steps and data without a word).
+    void setRun(nlohmann::json run) { mRun = std::move(run); }
+    // Per tensor (latents, scales, frozen tensors, in a fixed order): its name, shape and the 64-bit sum of its float32
+    // bit patterns, computed where the tensors are; any changed value changes it.
+    std::string weightsChecksum() const;
 
 private:
     std::vector<TrainedTensor> mTrained;
@@ -62,6 +71,7 @@ private:
     std::map<std::string, at::Tensor> mEffective;   // rebuilt by effective()
     std::vector<std::string> mNotes;
     int64_t mStep = 0;                              // optimizer steps done
+    nlohmann::json mRun;                            // setRun(); null: not checked
 };
 
 } // namespace cwb

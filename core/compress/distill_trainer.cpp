@@ -8,6 +8,7 @@
 
 #include "core/compress/distill_student.h"
 #include "core/model/model.h"
+#include "core/project/file_hash.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
@@ -56,6 +57,41 @@ at::Tensor drawBatch(const at::Tensor& windows, uint64_t seed, int64_t step, int
 double value(const at::Tensor& t) { return t.defined() ? t.detach().item<double>() : 0.0; }
 
 std::string stepText(int64_t step) { return "step " + std::to_string(step); }
+
+// The teacher's stored bytes, per tensor the 64-bit sum of its 32-bit words (and the odd bytes), with name and size.
+std::string teacherChecksum(const Model& teacher) {
+    uint64_t hash = kFnv1a64OffsetBasis;
+    for (const auto& name : teacher.tensorNames()) {
+        const TensorRecord& r = teacher.tensor(name);
+        hash = fnv1a64(name.data(), name.size() + 1, hash);
+        hash = fnv1a64(&r.bytes, sizeof r.bytes, hash);
+        if (!r.data || r.bytes == 0) continue;   // a layer read packed: its name and size stand for it
+        const int64_t words = int64_t(r.bytes / 4);
+        int64_t sum = words == 0 ? 0
+                                 : at::sum(at::from_blob(const_cast<uint8_t*>(r.data), {words}, at::kInt), at::kLong).item<int64_t>();
+        for (size_t i = size_t(words) * 4; i < r.bytes; ++i) sum += r.data[i];
+        hash = fnv1a64(&sum, sizeof sum, hash);
+    }
+    return formatHash(hash);
+}
+
+uint64_t hashTokens(const at::Tensor& windows, uint64_t hash) {
+    if (!windows.defined()) return fnv1a64("", 1, hash);
+    const at::Tensor t = windows.to(at::kCPU, at::kLong).contiguous();
+    const std::vector<int64_t> shape = t.sizes().vec();
+    hash = fnv1a64(shape.data(), shape.size() * sizeof(int64_t), hash);
+    return fnv1a64(t.data_ptr<int64_t>(), size_t(t.numel()) * sizeof(int64_t), hash);
+}
+
+// The settings a resumed run must share with the one that wrote its checkpoint; not the device, the evaluation
+// interval or the checkpoint's own settings, which change nothing the training computes.
+nlohmann::json resumeSettings(const DistillConfig& c, const std::vector<int64_t>& layerMap) {
+    return {{"steps", c.steps}, {"lr", c.lr}, {"warmup", c.warmup}, {"cosine", c.cosine}, {"weight_decay", c.weightDecay},
+            {"batch_size", c.batchSize}, {"grad_accum", c.gradAccum}, {"grad_clip", c.gradClip}, {"seed", c.seed},
+            {"alpha", c.loss.alpha}, {"temperature", c.loss.temperature}, {"hidden_weight", c.loss.hidden},
+            {"attention_weight", c.loss.attention}, {"layer_map", layerMap}, {"keep_sparsity", c.keepSparsity},
+            {"train_embeddings", c.trainEmbeddings}, {"train_scales", c.trainScales}};
+}
 
 } // namespace
 
@@ -124,9 +160,14 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
     teacherOptions.device = c.device;
     Transformer teacherModel(teacher, teacherOptions);
     StudentTensors tensors(student, c.device, c.keepSparsity, c.trainEmbeddings, c.trainScales);
+    if (!c.checkpointPath.empty())   // what a checkpoint must match to be resumed (costs a read of both models)
+        tensors.setRun({{"settings", resumeSettings(c, layerMap)}, {"student", tensors.weightsChecksum()},
+                        {"teacher", teacherChecksum(teacher)},
+                        {"data", formatHash(hashTokens(data.eval, hashTokens(data.train, kFnv1a64OffsetBasis)))}});
+    const bool resuming = c.resume && !c.checkpointPath.empty() && std::ifstream(c.checkpointPath).good();
+    if (resuming) tensors.load(c.checkpointPath);   // refuses another run's checkpoint
     result.notes = tensors.notes();
-    if (c.resume && !c.checkpointPath.empty() && std::ifstream(c.checkpointPath).good()) {
-        tensors.load(c.checkpointPath);
+    if (resuming) {
         result.startStep = tensors.step();
         result.notes.push_back("resumed from " + c.checkpointPath + " at step " + std::to_string(tensors.step()));
     }

@@ -580,6 +580,41 @@ void TestDistillation::resumeEqualsUninterruptedRun() {
     } catch (const Error& e) {
         QVERIFY(std::string(e.what()).find("kd.ckpt") != std::string::npos);
     }
+
+    // Regression: a checkpoint of another run with the same tensors (other sparsity, steps, data or teacher) was
+    // resumed: its weights, trained from another start, replaced this run's, and the step counter ran past its end.
+    auto refusal = [&](const Model& teacher, const Model& start, const DistillData& data, const DistillConfig& config) {
+        std::unique_ptr<Model> student = start.clone();
+        try {
+            distillModel(teacher, *student, data, config);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    const std::string anotherRun = checkpoint + ": was written by another distillation run: ";
+    const std::string startOver = "; delete it, or set \"resume\": false, to start over";
+    DistillConfig fewer = c;
+    fewer.steps = 4;
+    fewer.lr = 1e-2;
+    QCOMPARE(refusal(*l.model, *pruned, someData(), fewer),
+             anotherRun + "lr differs (checkpoint 0.005, this run 0.01); steps differs (checkpoint 6, this run 4)" + startOver);
+    std::unique_ptr<Model> lighter =
+        compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.2}}]})"), at::Tensor()).model;
+    QCOMPARE(refusal(*l.model, *lighter, someData(), c),
+             anotherRun + "the starting weights differ (another model, or other steps before the distillation)" + startOver);
+    DistillData otherData = someData();
+    otherData.train = windows(24, 16, 5);
+    QCOMPARE(refusal(*l.model, *pruned, otherData, c),
+             anotherRun + "the training windows differ (other calibration text, samples, sequence length or seed)" + startOver);
+    std::unique_ptr<Model> otherTeacher = l.model->clone();
+    otherTeacher->replaceTensor("model.norm.weight", otherTeacher->floatTensor("model.norm.weight") * 1.5);
+    QCOMPARE(refusal(*otherTeacher, *pruned, someData(), c), anotherRun + "the teacher differs" + startOver);
+    // What the training does not depend on may change.
+    DistillConfig elsewhere = c;
+    elsewhere.evalEvery = 2;
+    elsewhere.checkpointEvery = 1;
+    QCOMPARE(refusal(*l.model, *pruned, someData(), elsewhere), std::string());
 }
 
 void TestDistillation::nonFiniteLossStopsCleanly() {
