@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -22,6 +23,7 @@ int runBudget(const std::vector<std::string>& args) {
     const std::string path = a.requirePositional("MODEL");
     if (!a.has("text") || a.has("target-bits") == a.has("target-bytes"))
         throw Error("budget needs --text FILE and one of --target-bits B or --target-bytes N");
+    if (a.has("out")) checkOutputFile(a.value("out"));   // before the measurements, which take long
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
@@ -62,7 +64,11 @@ int runBudget(const std::vector<std::string>& args) {
     CallbackFeedback feedback;
     if (!a.flag("quiet") && !a.flag("json")) showProgress(feedback, "budget: measuring");
     BudgetPlan plan = solveBitBudget(*model, windows, options, &feedback);
-    if (a.has("out")) plan.recipe.save(a.value("out"));
+    if (a.has("out")) {
+        const std::filesystem::path parent = std::filesystem::path(a.value("out")).parent_path();
+        if (!parent.empty()) makeOutputFolder(parent.string());
+        plan.recipe.save(a.value("out"));
+    }
     if (a.flag("json")) {
         nlohmann::json layers = nlohmann::json::array();
         for (const auto& l : plan.layers) {

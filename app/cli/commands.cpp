@@ -136,13 +136,50 @@ int64_t chunksOption(const Arguments& args) {
     return chunks;
 }
 
-void prepareOutputFolder(const std::string& dir) {
+namespace {
+
+// The folder `path` is or would be made in: itself when it exists, else the nearest folder above it that exists.
+std::filesystem::path nearestExisting(const std::filesystem::path& path) {
+    std::error_code ec;
+    std::filesystem::path at = path;
+    while (!std::filesystem::exists(at, ec)) {
+        const std::filesystem::path up = at.parent_path();
+        if (up.empty()) return ".";
+        if (up == at) break;
+        at = up;
+    }
+    return at;
+}
+
+} // namespace
+
+void checkOutputFolder(const std::string& dir) {
     if (dir.empty()) throw Error("--out needs a folder");
+    std::error_code ec;
+    const std::filesystem::path existing = nearestExisting(dir);
+    if (!std::filesystem::is_directory(existing, ec))
+        throw Error(dir, existing.string() == dir ? "exists and is not a folder (--out is a folder)"
+                                                  : existing.string() + " is not a folder, so the output folder cannot be made");
+    if (::access(existing.c_str(), W_OK | X_OK) != 0)
+        throw Error(dir, "cannot write into " + existing.string() + ": " + std::strerror(errno));
+}
+
+void makeOutputFolder(const std::string& dir) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) throw Error(dir, "cannot create the output folder: " + ec.message());
     if (!std::filesystem::is_directory(dir, ec)) throw Error(dir, "exists and is not a folder (--out is a folder)");
-    if (::access(dir.c_str(), W_OK | X_OK) != 0) throw Error(dir, std::string("cannot write into the output folder: ") + std::strerror(errno));
+}
+
+void checkOutputFile(const std::string& path) {
+    if (path.empty()) throw Error("--out needs a file name");
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) throw Error(path, "is a folder; --out names the file to write");
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    const std::filesystem::path existing = nearestExisting(parent.empty() ? "." : parent);
+    if (!std::filesystem::is_directory(existing, ec)) throw Error(path, existing.string() + " is not a folder");
+    if (::access(existing.c_str(), W_OK | X_OK) != 0)
+        throw Error(path, "cannot write into " + existing.string() + ": " + std::strerror(errno));
 }
 
 int threadCount(int64_t threads) {

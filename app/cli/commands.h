@@ -57,9 +57,14 @@ void applyScratch(const Arguments& args, Model& model, bool quiet);
 
 // --chunks K for a perplexity measurement: -1 (every chunk) when absent; refused (cwb::Error) below 1.
 int64_t chunksOption(const Arguments& args);
-// Creates --out DIR for a command's reports (with its parents) and checks that it can be written, before the work
-// starts; throws cwb::Error naming the folder and the reason.
-void prepareOutputFolder(const std::string& dir);
+// Checks, before the work starts, that --out DIR for a command's reports can be made and written, without making
+// it (a run that fails or is interrupted leaves no empty folder); throws cwb::Error naming the folder and the reason.
+void checkOutputFolder(const std::string& dir);
+// Makes --out DIR (with its parents) once there is something to write into it.
+void makeOutputFolder(const std::string& dir);
+// Checks, before the work starts, that a file can be written at `path` (missing folders on the way are made when it
+// is written); throws cwb::Error naming the path.
+void checkOutputFile(const std::string& path);
 
 // Progress of long work on stderr, as "LABEL: 40% (12 s, about 18 s left)" every 10% and at 100% (the estimate from
 // the time so far, once a tenth is done).

@@ -86,7 +86,7 @@ int runCompress(const std::vector<std::string>& args) {
     const std::string path = a.requirePositional("MODEL");
     if (!a.has("recipe")) throw Error("compress needs --recipe FILE (see `cwb methods` for the method ids)");
     Recipe recipe = Recipe::load(a.value("recipe"));
-    if (a.has("out")) prepareOutputFolder(a.value("out"));   // before the work, not after it
+    if (a.has("out")) checkOutputFolder(a.value("out"));   // before the work; made only when its files are written
     if (std::none_of(recipe.steps.begin(), recipe.steps.end(), [](const RecipeStep& s) { return s.enabled; }))
         std::fprintf(stderr, "warning: %s has no enabled step: the output is the base model\n", a.value("recipe").c_str());
     if (!a.has("eval") && (a.has("ctx") || a.has("chunks")))
@@ -103,6 +103,12 @@ int runCompress(const std::vector<std::string>& args) {
     calib.device = a.value("device", "auto");
     calib.forwardType = a.value("calib-dtype", "f32");
     resolveCalibrationCompute(calib);   // a bad --device or --calib-dtype fails before the model is evaluated
+    // What would stop the compression fails now, not after the base's evaluation.
+    if (recipeNeedsCalibration(recipe) && calib.textPath.empty())
+        throw Error(a.value("recipe"), "a step needs calibration text; pass --calib FILE");
+    if (!calib.textPath.empty()) readTextFile(calib.textPath);   // missing or unreadable: named now
+    const std::string noLayer = recipeLayersProblem(*base, recipe);
+    if (!noLayer.empty()) throw Error(a.value("recipe"), noLayer);
     const bool quiet = a.flag("quiet") || a.flag("json");
 
     std::vector<TokenId> evalTokens;
@@ -152,6 +158,7 @@ int runCompress(const std::vector<std::string>& args) {
 
     if (a.has("out")) {
         const std::string dir = a.value("out");
+        makeOutputFolder(dir);
         recipe.save(dir + "/recipe.json");
         const std::string tmp = dir + "/report.json.tmp";
         std::ofstream(tmp) << jsonText(report) << "\n";

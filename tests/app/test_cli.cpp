@@ -379,7 +379,7 @@ void TestCli::mistakesFailBeforeTheWork() {
         {{"eval", model, "--text", text, "--chunks", "0"}, "--chunks must be at least 1"},
         {{"tokenize", model, "--file", dir.path()}, dir.path() + ": is a folder; give a text file"},
         {{"compress", model, "--recipe", QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/rtn-w4g32.json", "--out", mine + "/notes.txt"},
-         mine + "/notes.txt: cannot create the output folder"},
+         mine + "/notes.txt: exists and is not a folder (--out is a folder)"},
         {{"generate", model, "--top-k", "-3"}, "--top-k must be 0 (the whole vocabulary) or more, got -3"},
         {{"project", "create", dir.filePath("p.cwbproj"), "--model", model, "--recipe", dir.filePath("none.json")}, dir.filePath("none.json")},
         {{"project"}, "create, show, add-variant, add-export, set, set-tokenizer, run, importance"},
@@ -615,10 +615,18 @@ void TestCli::methodsAndCompress() {
     }
     QCOMPARE(j["calibration"].toObject()["samples"].toInt(), 8);
     QVERIFY(QFile::exists(out.filePath("o/report.json")) && QFile::exists(out.filePath("o/recipe.json")));
-    // A calibrated method without calibration text is refused with what to do.
-    Result missing = run({"compress", model, "--recipe", recipe});
+    // A calibrated method without calibration text is refused with what to do, before the base is evaluated
+    // (minutes on a 7B model) and without leaving an empty --out folder (regression).
+    Result missing = run({"compress", model, "--recipe", recipe, "--eval", text, "--ctx", "128", "--chunks", "1", "--out",
+                          out.filePath("never")});
     QCOMPARE(missing.exitCode, 2);
-    QVERIFY(missing.err.contains("--calib"));
+    QVERIFY2(missing.err.contains(recipe + ": a step needs calibration text; pass --calib FILE"), qPrintable(missing.err));
+    QVERIFY2(!missing.err.contains("evaluating the base"), qPrintable(missing.err));
+    QVERIFY(!QFileInfo::exists(out.filePath("never")));
+    Result badContext = run({"compress", model, "--recipe", recipe, "--calib", text, "--eval", text, "--ctx", "99999",
+                             "--out", out.filePath("never")});
+    QCOMPARE(badContext.exitCode, 2);
+    QVERIFY(!QFileInfo::exists(out.filePath("never")));
 }
 
 void TestCli::scratchGivesTheSameVariant() {
@@ -674,6 +682,20 @@ void TestCli::budgetWithGptq() {
     Result bad = run({"budget", model, "--text", text, "--target-bits", "6", "--params", "[1]"});
     QCOMPARE(bad.exitCode, 2);
     QVERIFY(bad.err.contains("--params"));
+    // --out is checked before the measurements (regression: refused only once they were done); missing folders are made.
+    QTemporaryDir dir;
+    QFile file(dir.filePath("plan.json"));
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.close();
+    Result unwritable = run({"budget", model, "--text", text, "--target-bits", "6", "--bits", "4,8", "--samples", "2",
+                             "--seq-len", "32", "--out", dir.filePath("plan.json/r.json")});
+    QCOMPARE(unwritable.exitCode, 2);
+    QVERIFY2(unwritable.err.contains(dir.filePath("plan.json/r.json") + ": " + dir.filePath("plan.json") + " is not a folder"),
+             qPrintable(unwritable.err));
+    QVERIFY2(!unwritable.err.contains("measuring"), qPrintable(unwritable.err));
+    Result made = run({"budget", model, "--text", text, "--target-bits", "6", "--bits", "4,8", "--samples", "2", "--seq-len", "32",
+                       "--out", dir.filePath("new/sub/r.json"), "--quiet"});
+    QVERIFY2(made.exitCode == 0 && QFileInfo::exists(dir.filePath("new/sub/r.json")), qPrintable(made.err));
 }
 
 void TestCli::importanceTakesCalib() {
