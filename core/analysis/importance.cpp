@@ -8,6 +8,7 @@
 
 #include "core/analysis/gradient_importance.h"
 #include "core/compress/compressed_layers.h"
+#include "core/compress/method.h"
 #include "core/compress/pipeline.h"
 #include "core/compress/recipe.h"
 #include "core/compress/prune_math.h"
@@ -94,6 +95,14 @@ LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::jso
                                          Feedback* feedback) {
     checkWindows(windows);
     if (!step.is_object() || !step.contains("method")) throw Error("the sensitivity step must be a recipe step {\"method\": ..., \"params\": {...}}");
+    const std::string id = step["method"].is_string() ? step["method"].get<std::string>() : "";
+    const CompressionMethod* method = MethodRegistry::instance().find(id);
+    // Given one linear layer, a structured method removed what that layer alone could not carry (a head's q rows
+    // only), and the map showed meaningless numbers; heads.ablation and channels.* measure those structures instead.
+    if (method && !method->actsPerLinearLayer())
+        throw Error("the sensitivity step " + id + " changes whole heads, channels, blocks or the whole model, not one linear "
+                    "layer at a time; per-layer sensitivity takes quantization or unstructured pruning (for heads and "
+                    "channels use --kind head or channel)");
     const at::Tensor base = logProbs(model, windows);
     const double baseLoss = lossFromLogProbs(base, windows);
     const std::vector<std::string> layers = model.linearLayers();

@@ -55,6 +55,9 @@ public:
     virtual std::string summary() const = 0;
     virtual std::vector<ParamSpec> params() const = 0;
     virtual bool needsCalibration(const nlohmann::json& params) const = 0;
+    // True when the method changes each targeted linear layer on its own, so that it can be given one layer alone
+    // (per-layer sensitivity); false for methods that remove heads, channels or blocks, or train the whole model.
+    virtual bool actsPerLinearLayer() const { return true; }
     // Throws cwb::Error with what is wrong (e.g. a shape the method cannot handle), or Cancelled.
     virtual void apply(StepContext& context) const = 0;
 };

@@ -136,6 +136,16 @@ void TestImportance::chosenStepGivesKlAndDeltaPerplexity() {
         refused = true;
     }
     QVERIFY(refused);
+    // Regression: a structured step given one linear layer at a time gave a map of zeros but for q_proj, without a word.
+    for (const char* method : {"prune.heads", "prune.channels", "prune.layers", "distill.kd"}) {
+        try {
+            computeLayerSensitivity(*model, nlohmann::json{{"method", method}}, windows(), nullptr);
+            QFAIL(method);
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find(std::string("the sensitivity step ") + method + " changes whole heads") != std::string::npos,
+                     e.what());
+        }
+    }
 }
 
 void TestImportance::badRequestsAreRefused() {

@@ -66,6 +66,7 @@ std::vector<int64_t> lowest(const std::vector<double>& scores, int64_t count) {
 class HeadPruning : public CompressionMethod {
 public:
     std::string id() const override { return "prune.heads"; }
+    bool actsPerLinearLayer() const override { return false; }
     int version() const override { return 1; }
     std::string displayName() const override { return "Attention head pruning"; }
     std::string summary() const override { return "removes attention heads; GQA-aware (query heads evenly within kv groups, or whole kv groups)"; }
@@ -220,6 +221,7 @@ private:
 class ChannelPruning : public CompressionMethod {
 public:
     std::string id() const override { return "prune.channels"; }
+    bool actsPerLinearLayer() const override { return false; }
     int version() const override { return 1; }
     std::string displayName() const override { return "MLP channel pruning"; }
     std::string summary() const override { return "removes intermediate channels of the MLP (rows of up/gate, columns of down)"; }
@@ -284,6 +286,7 @@ public:
 class LayerDropping : public CompressionMethod {
 public:
     std::string id() const override { return "prune.layers"; }
+    bool actsPerLinearLayer() const override { return false; }
     int version() const override { return 1; }
     std::string displayName() const override { return "Block dropping"; }
     std::string summary() const override { return "removes whole transformer blocks, those that change their input least"; }
