@@ -58,37 +58,62 @@ Type nearestType(const CompressedLinear& linear) {
     }
 }
 
-// Q4_0 is x = d·(q − 8) over 32 inputs and Q8_0 is x = d·q: a symmetric 4- or 8-bit layer with groups of 32 in
-// input order and no input scales is exactly one of them.
+// Blocks of 32 inputs with one scale d (and offset m): Q4_0 x = d·(q − 8), Q4_1 x = d·q + m, Q5_0 x = d·(q − 16),
+// Q5_1 x = d·q + m, Q8_0 x = d·q. An integer layer of 4, 5 or 8 bits (8: symmetric only) whose groups hold whole
+// blocks in input order, without input scales, is one of them level for level: x = s·(q − z) is d = s and, asymmetric,
+// m = −s·z (rounded to fp16, the only change). Any other layer is re-quantized from its weights.
 bool exactBlockType(const CompressedLinear& linear, Type* type) {
     const auto* intLinear = dynamic_cast<const IntLinear*>(&linear);
     if (!intLinear || intLinear->inputScale().defined()) return false;
     const auto& w = intLinear->quantized();
-    if (w.spec.groupSize != 32 || w.cols % 32 || (w.spec.bits != 4 && w.spec.bits != 8)) return false;
-    if (!at::all(w.zeros == (1 << (w.spec.bits - 1))).item<bool>()) return false;
-    if (!at::equal(w.groupIndex.to(at::kInt), quant::defaultGroupIndex(w.cols, 32))) return false;
-    *type = w.spec.bits == 4 ? Type::Q4_0 : Type::Q8_0;
+    const int bits = w.spec.bits;
+    if (w.cols % 32 || quant::groupWidth(w.cols, w.spec.groupSize) % 32 || (bits != 4 && bits != 5 && bits != 8)) return false;
+    if (!at::equal(w.groupIndex.to(at::kInt), quant::defaultGroupIndex(w.cols, w.spec.groupSize))) return false;
+    const bool symmetric = at::all(w.zeros == (1 << (bits - 1))).item<bool>();
+    if (bits == 8 && !symmetric) return false;   // Q8_1 is an intermediate type llama.cpp does not load weights in
+    *type = bits == 8 ? Type::Q8_0 : bits == 4 ? (symmetric ? Type::Q4_0 : Type::Q4_1) : (symmetric ? Type::Q5_0 : Type::Q5_1);
     return true;
 }
 
 std::vector<uint8_t> exactBlocks(const quant::QuantizedWeight& w, Type type) {
     const at::Tensor levels = w.levels().contiguous();                    // [rows, cols]
-    const at::Tensor scales = w.scales.contiguous();                      // [rows, cols / 32]
-    const int64_t blocks = w.rows * (w.cols / 32);
+    const at::Tensor scales = w.scales.contiguous();                      // [rows, groups]
+    const at::Tensor zeros = w.zeros.contiguous();
+    const int64_t perRow = w.cols / 32, groups = scales.size(1), width = quant::groupWidth(w.cols, w.spec.groupSize);
     std::vector<uint8_t> out(ggml::rowBytes(type, w.cols) * size_t(w.rows));
     const int32_t* l = levels.data_ptr<int32_t>();
     const float* s = scales.data_ptr<float>();
-    for (int64_t b = 0; b < blocks; ++b) {
-        const int32_t* q = l + b * 32;
-        const uint16_t d = ggml::floatToFp16(s[b]);
-        if (type == Type::Q4_0) {
-            auto* blk = reinterpret_cast<ggml::BlockQ4_0*>(out.data()) + b;
-            blk->d = d;
-            for (int j = 0; j < 16; ++j) blk->qs[j] = uint8_t(q[j] | (q[j + 16] << 4));
-        } else {
-            auto* blk = reinterpret_cast<ggml::BlockQ8_0*>(out.data()) + b;
-            blk->d = d;
-            for (int j = 0; j < 32; ++j) blk->qs[j] = int8_t(q[j] - 128);
+    const int32_t* z = zeros.data_ptr<int32_t>();
+    for (int64_t row = 0; row < w.rows; ++row) {
+        for (int64_t k = 0; k < perRow; ++k) {
+            const int64_t b = row * perRow + k, g = row * groups + (k * 32) / width;
+            const int32_t* q = l + b * 32;
+            const uint16_t d = ggml::floatToFp16(s[g]);
+            const uint16_t m = ggml::floatToFp16(-s[g] * float(z[g]));
+            if (type == Type::Q4_0 || type == Type::Q4_1) {
+                uint8_t* qs = type == Type::Q4_0 ? reinterpret_cast<ggml::BlockQ4_0*>(out.data())[b].qs
+                                                 : reinterpret_cast<ggml::BlockQ4_1*>(out.data())[b].qs;
+                for (int j = 0; j < 16; ++j) qs[j] = uint8_t(q[j] | (q[j + 16] << 4));
+                if (type == Type::Q4_0) {
+                    reinterpret_cast<ggml::BlockQ4_0*>(out.data())[b].d = d;
+                } else {
+                    reinterpret_cast<ggml::BlockQ4_1*>(out.data())[b].d = d;
+                    reinterpret_cast<ggml::BlockQ4_1*>(out.data())[b].m = m;
+                }
+            } else if (type == Type::Q5_0) {
+                auto& blk = reinterpret_cast<ggml::BlockQ5_0*>(out.data())[b];
+                blk.d = d;
+                ggml::packQ5(q, blk.qs, blk.qh);
+            } else if (type == Type::Q5_1) {
+                auto& blk = reinterpret_cast<ggml::BlockQ5_1*>(out.data())[b];
+                blk.d = d;
+                blk.m = m;
+                ggml::packQ5(q, blk.qs, blk.qh);
+            } else {
+                auto& blk = reinterpret_cast<ggml::BlockQ8_0*>(out.data())[b];
+                blk.d = d;
+                for (int j = 0; j < 32; ++j) blk.qs[j] = int8_t(q[j] - 128);
+            }
         }
     }
     return out;

@@ -206,12 +206,16 @@ void quantizeQ4_1(const float* x, BlockQ4_1* y, int64_t nb) {
     }
 }
 
+} // namespace
+
 void packQ5(const int q[32], uint8_t qs[16], uint8_t qhBytes[4]) {
     uint32_t qh = 0;
     for (int j = 0; j < 16; ++j) qs[j] = uint8_t((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
     for (int j = 0; j < 32; ++j) qh |= uint32_t((q[j] >> 4) & 1) << j;
     storeQh(qh, qhBytes);
 }
+
+namespace {
 
 void quantizeQ5_0(const float* x, BlockQ5_0* y, int64_t nb) {
     for (int64_t b = 0; b < nb; ++b, x += 32) {

@@ -86,6 +86,8 @@ void quantize(Type type, const float* src, void* dst, int64_t n);
 // IEEE binary16: round-to-nearest-even, subnormals, inf and nan (quiet, sign kept) handled.
 float fp16ToFloat(uint16_t h);
 uint16_t floatToFp16(float f);
+// The 32 levels (0..31) of a Q5_0 / Q5_1 block: low nibbles as in Q4 blocks, bit 4 of level j in bit j of qh.
+void packQ5(const int q[32], uint8_t qs[16], uint8_t qh[4]);
 // bfloat16: round-to-nearest-even; nan stays nan (made quiet).
 float bf16ToFloat(uint16_t h);
 uint16_t floatToBf16(float f);

@@ -393,16 +393,23 @@ void TestExport::packedRoundTrip() {
 void TestExport::ggufMapsQuantizedLayers_data() {
     QTest::addColumn<QString>("recipe");
     QTest::addColumn<QString>("layerType");
-    QTest::addColumn<bool>("exact");
-    QTest::newRow("int4 g32 sym -> q4_0 exactly") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})" << "q4_0" << true;
-    QTest::newRow("int8 g32 sym -> q8_0 exactly") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":8,"group_size":32}}]})" << "q8_0" << true;
-    QTest::newRow("int4 g32 asym -> re-quantized") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"scheme":"asym"}}]})" << "q4_0" << false;
+    QTest::addColumn<int>("kind");   // 0: level for level; 1: the same levels, offsets rounded to fp16; 2: re-quantized
+    auto rtn = [](const char* params) { return QString(R"({"steps":[{"method":"quantize.rtn","params":%1}]})").arg(params); };
+    QTest::newRow("int4 g32 sym -> q4_0 exactly") << rtn(R"({"bits":4,"group_size":32})") << "q4_0" << 0;
+    QTest::newRow("int8 g32 sym -> q8_0 exactly") << rtn(R"({"bits":8,"group_size":32})") << "q8_0" << 0;
+    QTest::newRow("int4 g128 sym -> q4_0 exactly") << rtn(R"({"bits":4,"group_size":128})") << "q4_0" << 0;   // rows of 64 too
+    QTest::newRow("int5 g64 sym -> q5_0 exactly") << rtn(R"({"bits":5,"group_size":64})") << "q5_0" << 0;
+    // Regression: asymmetric int4 (AWQ's default) went to q4_0, which has no offset, and lost its zero points.
+    QTest::newRow("int4 g32 asym -> q4_1") << rtn(R"({"bits":4,"group_size":32,"scheme":"asym"})") << "q4_1" << 1;
+    QTest::newRow("int5 g128 asym -> q5_1") << rtn(R"({"bits":5,"group_size":128,"scheme":"asym"})") << "q5_1" << 1;
+    QTest::newRow("int4 g16 sym -> re-quantized") << rtn(R"({"bits":4,"group_size":16})") << "q4_0" << 2;
+    QTest::newRow("int8 g32 asym -> re-quantized") << rtn(R"({"bits":8,"group_size":32,"scheme":"asym"})") << "q8_0" << 2;
 }
 
 void TestExport::ggufMapsQuantizedLayers() {
     QFETCH(QString, recipe);
     QFETCH(QString, layerType);
-    QFETCH(bool, exact);
+    QFETCH(int, kind);
     QTemporaryDir dir;
     auto base = syntheticModel(dir.path(), "hf");
     auto variant = compressed(*base, recipe.toUtf8().constData());
@@ -414,18 +421,23 @@ void TestExport::ggufMapsQuantizedLayers() {
     for (const auto& t : report.tensors) {
         if (t.name.find("attn_q.") == std::string::npos && t.name.find("ffn_down.") == std::string::npos) continue;
         ++linear;
-        // Rows of 64 and 128 do not fit Q4_K's 256 blocks, so asym int4 falls back to the nearest fitting type.
+        // Rows of 64 and 128 do not fit the K types' blocks of 256, so a re-quantized layer falls back to a fitting type.
         QCOMPARE(QString::fromStdString(t.type), layerType);
-        if (exact) QCOMPARE(t.addedError, 0.0);
-        else QVERIFY2(t.addedError > 0, "a re-quantized layer reports the error it adds");
+        if (kind == 0) QCOMPARE(t.addedError, 0.0);
+        else if (kind == 1) QVERIFY2(t.addedError < 1e-5, qPrintable(QString::number(t.addedError)));
+        else QVERIFY2(t.addedError > 1e-5, "a re-quantized layer reports the error it adds");
     }
     QCOMPARE(linear, 4);
     auto back = loadModel(out);
     const double diff = maxRelativeError(probeLogits(*back), probeLogits(*variant));
-    if (exact) QVERIFY2(diff < 1e-5, qPrintable(QString::number(diff)));
+    // Offsets rounded to fp16 move a block's values by up to 2^-11 of its offset: small against the quantization step,
+    // but visible in the logits of this random model.
+    if (kind < 2) QVERIFY2(diff < (kind == 0 ? 1e-4 : 1e-2), qPrintable(QString::number(diff)));
     for (const auto& layer : variant->linearLayers()) {
-        if (!exact || layer.find("q_proj") != std::string::npos || layer.find("k_proj") != std::string::npos) continue;
-        QVERIFY2(at::equal(back->floatTensor(layer + ".weight"), variant->floatTensor(layer + ".weight")), qPrintable(QString::fromStdString(layer)));
+        if (kind == 2 || layer.find("q_proj") != std::string::npos || layer.find("k_proj") != std::string::npos) continue;
+        const at::Tensor read = back->floatTensor(layer + ".weight"), held = variant->floatTensor(layer + ".weight");
+        if (kind == 0) QVERIFY2(at::equal(read, held), qPrintable(QString::fromStdString(layer)));
+        else QVERIFY2(maxRelativeError(read, held) < 1e-3, qPrintable(QString::fromStdString(layer)));
     }
 }
 
