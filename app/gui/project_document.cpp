@@ -214,6 +214,8 @@ void ProjectDocument::setSteps(const QString& variant, const nlohmann::json& ste
     nlohmann::json recipe = mProject->variant(variant.toStdString()).recipe;
     recipe["steps"] = steps;
     mProject->setRecipe(variant.toStdString(), recipe);
+    // Undo and redo can reach a variant that is not in view: it is brought into view, so the change can be seen.
+    if (variant != mCurrentVariant) setCurrentVariant(variant);
     emit stepsChanged(variant);
     emit resultsChanged();   // their results may be of another recipe now (resultsCurrent)
 }

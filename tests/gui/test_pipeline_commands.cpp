@@ -32,6 +32,7 @@ private slots:
     void spinBoxDragIsOneUndoStep();
     void mergeBackToOriginalLeavesNoCommand();
     void duplicateAndRemoveVariant();
+    void undoShowsTheVariantItChanges();
     void settingsUndo();
     void dirtyFollowsTheStack();
     void renameVariantUndoRedo();
@@ -225,6 +226,36 @@ void TestPipelineCommands::duplicateAndRemoveVariant() {
     mDoc->undoStack()->redo();
     QCOMPARE(mDoc->project().results(second.toStdString()).size(), size_t(1));
     QCOMPARE(mDoc->project().results(second.toStdString())[0].value, 12.5);
+}
+
+// Regression: undoing an edit of a variant other than the one in view changed it out of sight.
+void TestPipelineCommands::undoShowsTheVariantItChanges() {
+    mEditor->addStep("quantize.rtn");
+    const QString first = mDoc->currentVariant();
+    mEditor->addStep("prune.magnitude");
+    QVERIFY(mEditor->duplicateVariant());
+    const QString second = mDoc->currentVariant();
+    mDoc->setCurrentVariant(first);
+    mDoc->setCurrentVariant(second);   // the user looks at the copy; the last edit was to `first`
+    mDoc->undoStack()->undo();         // the duplicate goes: `first` in view
+    QCOMPARE(mDoc->currentVariant(), first);
+    mDoc->setCurrentVariant(first);
+    mDoc->undoStack()->redo();         // the duplicate again, in view
+    QCOMPARE(mDoc->currentVariant(), second);
+    mDoc->undoStack()->undo();
+    QCOMPARE(mDoc->currentVariant(), first);
+    mDoc->undoStack()->redo();
+    mEditor->addStep("quantize.gptq");   // an edit of `second`, then `first` is put in view
+    mDoc->setCurrentVariant(first);
+    QCOMPARE(mEditor->stepCount(), 2);
+    mDoc->undoStack()->undo();
+    QCOMPARE(mDoc->currentVariant(), second);
+    QCOMPARE(methods(second), QString("quantize.rtn,prune.magnitude"));
+    QCOMPARE(mEditor->stepCount(), 2);   // the editor shows the variant that changed
+    mDoc->setCurrentVariant(first);
+    mDoc->undoStack()->redo();
+    QCOMPARE(mDoc->currentVariant(), second);
+    QCOMPARE(mEditor->stepCount(), 3);
 }
 
 void TestPipelineCommands::settingsUndo() {
