@@ -232,6 +232,11 @@ int show(const std::vector<std::string>& args) {
         std::printf("result     %-24s reconstruction error of %d layers (project show --json lists them)\n", variant.c_str(), count);
     std::vector<std::string> measured{Project::kBaseName};
     for (const auto& v : project.variants()) measured.push_back(v.name);
+    for (const auto& m : project.importance()) {
+        const std::string on = describeImportanceMeasurement(m.measuredWith);
+        std::printf("importance %-24s %zu x %zu, %s\n", m.kind.c_str(), m.rowLabels.size(), m.columnLabels.size(),
+                    on.empty() ? "measured on what was not recorded" : ("measured on " + on).c_str());
+    }
     for (const auto& name : measured) {
         if (project.results(name).empty()) continue;
         const std::vector<std::string> why = project.resultsOutdatedBy(name);
@@ -370,6 +375,8 @@ int importance(const std::vector<std::string>& args) {
                                          model->spec.context);
     CallbackFeedback feedback;
     ImportanceMap map = computeImportance(*model, a.value("kind", "heads.ablation"), windows, &feedback);
+    map.measuredWith = importanceMeasurement(text, !s.calibration.path.empty() ? s.calibration.hash : s.evaluation.hash,
+                                             windows, spec.seed, "cpu");
     nlohmann::json entry = {{"kind", map.kind}, {"samples", windows.size(0)}, {"seq_len", windows.size(1)}};
     if (!tokenizerHash.empty()) entry["tokenizer_hash"] = tokenizerHash;
     storeInLatest(project.path(), [&](Project& latest) {

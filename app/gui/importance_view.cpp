@@ -153,8 +153,10 @@ void ImportanceView::showStored() {
         return;
     }
     mHeatmap->setScores(heatmapData(*map));
-    mStatus->setText(tr("%1: %2 × %3. Hover a cell for its value; click it to select the layer in the model tree.")
-                         .arg(kind()).arg(map->rowLabels.size()).arg(map->columnLabels.size()));
+    const std::string measured = describeImportanceMeasurement(map->measuredWith);
+    mStatus->setText(tr("%1: %2 × %3%4. Hover a cell for its value; click it to select the layer in the model tree.")
+                         .arg(kind()).arg(map->rowLabels.size()).arg(map->columnLabels.size())
+                         .arg(measured.empty() ? QString() : tr(", measured on %1").arg(QString::fromStdString(measured))));
 }
 
 bool ImportanceView::compute() {
@@ -171,11 +173,13 @@ bool ImportanceView::compute() {
     }
     const std::string kindId = kind().toStdString();
     const CalibrationSpec spec{text, mSamples->value(), mTokens->value(), s.calibrationSeed};
+    const std::string textHash = !s.calibration.path.empty() ? s.calibration.hash : s.evaluation.hash;
     auto result = std::make_shared<ImportanceMap>();
-    mJob = std::make_unique<BackgroundJob>(tr("Importance %1").arg(kind()), [model, spec, kindId, result](Feedback& feedback) {
+    mJob = std::make_unique<BackgroundJob>(tr("Importance %1").arg(kind()), [model, spec, kindId, result, textHash](Feedback& feedback) {
         const at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), true),
                                                    model->tokenizer->bos(), spec, model->spec.context);
         *result = computeImportance(*model, kindId, windows, &feedback);
+        result->measuredWith = importanceMeasurement(spec.textPath, textHash, windows, spec.seed, "cpu");   // always on the CPU
     });
     connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
     connect(mJob.get(), &BackgroundJob::finished, this, [this, result, kindId](bool cancelled, const QString& error) {
@@ -204,6 +208,8 @@ bool ImportanceView::compute() {
     mJob->start();
     return true;
 }
+
+QString ImportanceView::statusText() const { return mStatus->text(); }
 
 void ImportanceView::cancel() {
     if (mJob) mJob->cancel();

@@ -31,6 +31,7 @@ public:
 
     void setDocument(ProjectDocument* document);
     QString kind() const;
+    QString statusText() const;   // the line under the heatmap
     void setKind(const QString& kind);
     // Starts computing the chosen kind; false (with a message box) when the project has no text to measure on.
     bool compute();

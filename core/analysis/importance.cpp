@@ -207,4 +207,18 @@ ImportanceMap computeImportance(const Model& model, const std::string& kind, con
     return map;
 }
 
+nlohmann::json importanceMeasurement(const std::string& textPath, const std::string& textHash, const at::Tensor& windows,
+                                     uint64_t seed, const std::string& device) {
+    return {{"text", textPath}, {"text_hash", textHash}, {"windows", windows.size(0)}, {"tokens", windows.size(1)},
+            {"seed", seed}, {"device", device}};
+}
+
+std::string describeImportanceMeasurement(const nlohmann::json& m) {
+    if (!m.is_object() || !m.contains("windows")) return "";
+    const std::string text = m.value("text", "");
+    const std::string name = text.substr(text.find_last_of('/') == std::string::npos ? 0 : text.find_last_of('/') + 1);
+    return std::to_string(m.value("windows", int64_t(0))) + " windows of " + std::to_string(m.value("tokens", int64_t(0))) +
+           " tokens of " + name + " (seed " + std::to_string(m.value("seed", uint64_t(0))) + "), " + m.value("device", "cpu");
+}
+
 } // namespace cwb

@@ -34,6 +34,13 @@ ImportanceMap computeImportance(const Model& model, const std::string& kind, con
 // Throws cwb::Error listing the kinds when `kind` is none of them (computeImportance does this first).
 void checkImportanceKind(const std::string& kind);
 
+// What a map records it was measured on (ImportanceMap::measuredWith): the text (path and hash), the windows drawn
+// from it ([windows, tokens]) with their seed, and the device.
+nlohmann::json importanceMeasurement(const std::string& textPath, const std::string& textHash, const at::Tensor& windows,
+                                     uint64_t seed, const std::string& device);
+// "8 windows of 128 tokens of calib.txt (seed 0), cpu"; "" for a map that recorded nothing.
+std::string describeImportanceMeasurement(const nlohmann::json& measuredWith);
+
 struct LayerSensitivity {
     ImportanceMap kl;                // "linears.sensitivity"
     ImportanceMap deltaPerplexity;   // "linears.delta_ppl": PPL(model with the layer compressed) − PPL(model)

@@ -113,7 +113,7 @@ public:
             p.mResultBasis[name] = b.jsonValue(1, "what the results of '" + name + "' were measured from");
         }
 
-        Statement m(db, "SELECT kind, row_labels, column_labels, vals FROM importance ORDER BY kind");
+        Statement m(db, "SELECT kind, row_labels, column_labels, vals, measured FROM importance ORDER BY kind");
         while (m.step()) {
             ImportanceMap map;
             map.kind = m.text(0);
@@ -124,6 +124,7 @@ public:
                 throw Error(file, "is damaged: the labels of importance map '" + map.kind + "' are not strings");
             }
             map.values = decodeDoubles(m.blob(3), file);
+            map.measuredWith = m.jsonValue(4, "what importance map '" + map.kind + "' was measured on");
             if (map.values.size() != map.rowLabels.size() * map.columnLabels.size())
                 throw Error(file, "is damaged: importance map '" + map.kind + "' has the wrong number of values");
             p.mImportance.push_back(std::move(map));
@@ -199,10 +200,10 @@ public:
         Statement b(db, "INSERT INTO result_basis (variant, basis) VALUES (?, ?)");
         for (const auto& [variant, basis] : p.mResultBasis) b.bind(1, variant).bindJson(2, basis).run();
 
-        Statement m(db, "INSERT INTO importance (kind, row_labels, column_labels, vals) VALUES (?, ?, ?, ?)");
+        Statement m(db, "INSERT INTO importance (kind, row_labels, column_labels, vals, measured) VALUES (?, ?, ?, ?, ?)");
         for (const ImportanceMap& x : p.mImportance) {
             m.bind(1, x.kind).bindJson(2, json(x.rowLabels)).bindJson(3, json(x.columnLabels));
-            m.bindBlob(4, encodeDoubles(x.values)).run();
+            m.bindBlob(4, encodeDoubles(x.values)).bindJson(5, x.measuredWith).run();
         }
 
         Statement j(db, "INSERT INTO journal (time, action, detail) VALUES (?, ?, ?)");
@@ -785,7 +786,7 @@ bool ResultRow::operator==(const ResultRow& o) const {
 }
 
 bool ImportanceMap::operator==(const ImportanceMap& o) const {
-    return kind == o.kind && rowLabels == o.rowLabels && columnLabels == o.columnLabels &&
+    return kind == o.kind && rowLabels == o.rowLabels && columnLabels == o.columnLabels && measuredWith == o.measuredWith &&
            std::equal(values.begin(), values.end(), o.values.begin(), o.values.end(), sameDouble);
 }
 
@@ -832,7 +833,7 @@ nlohmann::json Project::toJson() const {
         json values = json::array();
         for (double d : m.values) values.push_back(number(d));
         j["importance"].push_back({{"kind", m.kind}, {"rows", m.rowLabels}, {"columns", m.columnLabels},
-                                   {"values", values}});
+                                   {"values", values}, {"measured_with", m.measuredWith}});
     }
     j["journal"] = json::array();
     for (const JournalEntry& e : mJournal)

@@ -103,6 +103,9 @@ struct ImportanceMap {
     std::string kind;
     std::vector<std::string> rowLabels, columnLabels;
     std::vector<double> values;   // rows x columns, row-major
+    // What it was measured on (null: not recorded, maps from before schema 3): importanceMeasurement() in
+    // core/analysis/importance.h, e.g. {"text": path, "text_hash", "windows", "tokens", "seed", "device"}.
+    nlohmann::json measuredWith;
     bool operator==(const ImportanceMap& o) const;
 };
 

@@ -79,8 +79,9 @@ CREATE TABLE journal (
 UPDATE meta SET value = '2' WHERE key = 'schema_version';
 )sql";
 
-// 2 -> 3. Results measured before version 3 get no basis: what they were measured from is unknown.
+// 2 -> 3. Results and importance maps measured before version 3 get no record of what they were measured on.
 const char* const kMigrate2To3 = R"sql(
+ALTER TABLE importance ADD COLUMN measured TEXT NOT NULL DEFAULT 'null';
 CREATE TABLE result_basis (
     variant TEXT PRIMARY KEY NOT NULL,
     basis   TEXT NOT NULL
@@ -141,7 +142,8 @@ CREATE TABLE importance (
     kind          TEXT PRIMARY KEY NOT NULL,
     row_labels    TEXT NOT NULL,
     column_labels TEXT NOT NULL,
-    vals          BLOB NOT NULL
+    vals          BLOB NOT NULL,
+    measured      TEXT NOT NULL DEFAULT 'null'
 );
 CREATE TABLE journal (
     id     INTEGER PRIMARY KEY,

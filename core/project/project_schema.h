@@ -12,7 +12,8 @@
 //   1: meta, model, settings, variants, results (no device/threads columns).
 //   2: results gains device and threads; new tables importance and journal.
 //   3: new table result_basis: per variant, what its results were measured from (recipes, model, tokenizer,
-//      data and windows; see core/project/result_basis.h), so a later change marks them out of date.
+//      data and windows; Project::measurementBasis), so a later change marks them out of date; importance gains
+//      `measured` (the text, windows and device a map was measured with).
 //
 // Conventions: JSON values (recipes, exports, journal details, labels) are stored as text; REAL NULL
 // stands for NaN (SQLite cannot store NaN); importance values are a BLOB of little-endian doubles so

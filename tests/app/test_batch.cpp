@@ -140,6 +140,13 @@ void TestBatch::lineageAndShow() {
     const QJsonArray maps = j["importance"].toArray();
     QCOMPARE(maps.size(), 1);
     QCOMPARE(maps[0].toObject()["kind"].toString(), QStringLiteral("linears.sensitivity"));
+    const QJsonObject measured = maps[0].toObject()["measured_with"].toObject();
+    QCOMPARE(measured["windows"].toInt(), 4);
+    QCOMPARE(measured["tokens"].toInt(), 64);
+    QVERIFY(measured["text_hash"].toString().startsWith("fnv1a64:"));
+    const QString text = run({"project", "show", copy}).out;
+    QVERIFY2(text.contains(QRegularExpression("importance linears.sensitivity +5 x 7, measured on 4 windows of 64 tokens of "
+                                              "tinystories_v2_valid_first100.txt \\(seed 0\\), cpu")), qPrintable(text));
     // The derived variant's recipe is its parent's steps followed by its own.
     Result batch = run({"--batch", copy, "--out", mDir.filePath("l"), "--threads", "1", "--variants", "wanda-then-rtn", "--quiet"});
     QJsonArray variants = readReport(mDir.filePath("l"))["variants"].toArray();

@@ -156,7 +156,7 @@ void TestProject::roundTrip() {
     p.setResults("b", rows("kl", 2, 2.0));
     p.setImportance({"attention", {"layer0", "layer1"}, {"q", "k", "v"},
                      {1, 2, 3, std::numeric_limits<double>::infinity(), std::nan(""), -0.25}});
-    p.setImportance({"mlp", {"layer0"}, {"up"}, {0.5}});
+    p.setImportance({"mlp", {"layer0"}, {"up"}, {0.5}, {{"text", "/data/calib.txt"}, {"windows", 8}, {"tokens", 128}}});
     p.record("run", {{"variant", "b"}, {"threads", 4}});
     QVERIFY(p.isModified());
     p.save();
@@ -183,6 +183,8 @@ void TestProject::roundTrip() {
     QVERIFY(std::isinf(q.importance("attention")->values[3]));
     QVERIFY(std::isnan(q.importance("attention")->values[4]));
     QCOMPARE(q.importance("attention")->columnLabels, (std::vector<std::string>{"q", "k", "v"}));
+    QVERIFY(q.importance("attention")->measuredWith.is_null());
+    QCOMPARE(q.importance("mlp")->measuredWith["tokens"], json(128));
     QCOMPARE(q.journal().size(), size_t(1));
     QCOMPARE(q.journal()[0].action, std::string("run"));
     QCOMPARE(q.journal()[0].detail["threads"].get<int>(), 4);

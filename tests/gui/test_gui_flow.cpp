@@ -168,6 +168,10 @@ void TestGuiFlow::importanceHeatmapSelectsLayer() {
     QCOMPARE(heatmap->rowCount(), int(map->rowLabels.size()));
     QCOMPARE(heatmap->value(0, 0), map->values[0]);   // the heatmap shows the measured scores
     QVERIFY(window.isWindowModified());
+    // What it was measured on is kept with it and shown (it was not recorded before schema 3).
+    QCOMPARE(map->measuredWith["windows"].get<int64_t>(), int64_t(2));
+    QCOMPARE(map->measuredWith["tokens"].get<int64_t>(), int64_t(32));
+    QVERIFY2(view->statusText().contains("measured on 2 windows of 32 tokens of "), qPrintable(view->statusText()));
 
     // A click on block 1's first column selects that linear layer in the tree.
     heatmap->resize(600, 400);
