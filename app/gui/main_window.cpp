@@ -419,11 +419,47 @@ void MainWindow::openDialog(bool project) {
     openPath(!project && (info.suffix() == "safetensors" || info.fileName() == "config.json") ? info.absolutePath() : path);
 }
 
-bool MainWindow::save() {
+bool MainWindow::save(ChangedFile whenChanged) {
     if (!mDocument) return false;
     if (mDocument->isUntitled()) return saveAs();
     try {
         mDocument->save();
+    } catch (const ChangedOnDisk& e) {
+        if (whenChanged == ChangedFile::Ask) {
+            QMessageBox box(QMessageBox::Question, tr("Compression Workbench"),
+                            tr("%1 was changed by another program since it was opened here (for example, "
+                               "cwb project run stored results).").arg(mDocument->displayName()),
+                            QMessageBox::NoButton, this);
+            box.setInformativeText(tr("Merge its changes with yours and save? Parts that both changed are not merged: "
+                                      "you will be told which, and can save under another name instead."));
+            QPushButton* merge = box.addButton(tr("&Merge and Save"), QMessageBox::AcceptRole);
+            QPushButton* saveAsButton = box.addButton(tr("Save &As…"), QMessageBox::ActionRole);
+            box.addButton(QMessageBox::Cancel);
+            box.setDefaultButton(merge);
+            box.exec();
+            if (box.clickedButton() == saveAsButton) return saveAs();
+            if (box.clickedButton() != merge) return false;
+        } else if (whenChanged == ChangedFile::Refuse) {
+            showError(tr("The project was not saved"), QString::fromUtf8(e.what()), tr("Save it under another name with Save As."));
+            return false;
+        }
+        QStringList problems;
+        try {
+            if (!mDocument->mergeChangesOnDisk(&problems)) {
+                if (whenChanged == ChangedFile::Ask)
+                    showError(tr("The changes could not be merged"), tr("Both this window and the file changed:\n• %1")
+                                                                         .arg(problems.join(QStringLiteral("\n• "))),
+                              tr("Nothing was saved. Save your version under another name with Save As."));
+                statusBar()->showMessage(tr("Not saved: %1").arg(problems.join(QStringLiteral("; "))));
+                return false;
+            }
+            mDocument->save();
+        } catch (const std::exception& again) {
+            showError(tr("The project was not saved"), QString::fromUtf8(again.what()), tr("Save it under another name with Save As."));
+            return false;
+        }
+        statusBar()->showMessage(tr("Merged the file's changes and saved %1").arg(mDocument->filePath()), 5000);
+        return true;
     } catch (const std::exception& e) {
         showError(tr("The project was not saved"), QString::fromUtf8(e.what()),
                   tr("The file on disk is unchanged. Free disk space or choose another place with Save As."));

@@ -46,7 +46,10 @@ public:
     void offerRecovery();
     // Continues the untitled project autosaved in `folder` (see ProjectDocument::abandonedUntitledFolders).
     bool recoverUntitled(const QString& folder, bool interactive = true);
-    bool save();
+    // When another program saved the file since it was read (a `cwb project run`, say), Ask offers to merge its
+    // changes with this window's and save; Merge does so without asking (tests); Refuse shows the error.
+    enum class ChangedFile { Ask, Merge, Refuse };
+    bool save(ChangedFile whenChanged = ChangedFile::Ask);
     bool saveAs(const QString& path = {});
     bool editSettings();
     // Project ▸ Use Tokenizer File: gives the model that tokenizer and records it in the project (an undo step). With no

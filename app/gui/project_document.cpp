@@ -88,6 +88,7 @@ ProjectDocument::Loaded ProjectDocument::loadModel(const QString& modelPath, Fee
 std::unique_ptr<ProjectDocument> ProjectDocument::fromLoaded(Loaded loaded) {
     std::unique_ptr<ProjectDocument> doc(new ProjectDocument(std::move(*loaded.project), std::move(loaded.model), loaded.untitled));
     doc->mUnsavedData = loaded.recovered;
+    if (!loaded.recovered && !loaded.untitled) doc->mLastSaved = std::make_unique<Project>(*doc->mProject);
     doc->mTemporaryFolder = loaded.temporaryFolder;
     if (!doc->mTemporaryFolder.isEmpty()) {
         doc->mFolderLock = std::make_unique<QLockFile>(doc->mTemporaryFolder + "/" + kUntitledLock);
@@ -171,6 +172,39 @@ void ProjectDocument::save() {
     afterSave();
 }
 
+bool ProjectDocument::mergeChangesOnDisk(QStringList* problems) {
+    QStringList found;
+    if (mUntitled || !mLastSaved) {
+        found << tr("this project was recovered from an autosave, so the file as it was read is not known");
+    } else {
+        Project theirs = Project::open(mProject->path());
+        Project merged = *mProject;
+        std::vector<std::string> conflicts;
+        if (!Project::merge(*mLastSaved, merged, theirs, &conflicts)) {
+            for (const auto& c : conflicts) found << QString::fromStdString(c);
+        } else if (!(merged.model() == mProject->model())) {
+            found << tr("the file now names another model or tokenizer (%1); open it again to use that")
+                         .arg(QString::fromStdString(merged.model().path));
+        } else {
+            *mProject = std::move(merged);
+            *mLastSaved = std::move(theirs);
+            for (const auto& v : mProject->variants())
+                if (!mAssumedBasis.count(v.name)) assumeBasisIfUnrecorded(v.name);
+            if (!mAssumedBasis.count(Project::kBaseName)) assumeBasisIfUnrecorded(Project::kBaseName);
+            if (!mCurrentVariant.isEmpty() && !mProject->hasVariant(mCurrentVariant.toStdString()))
+                setCurrentVariant(mProject->variants().empty() ? QString() : QString::fromStdString(mProject->variants().front().name));
+            markUnsavedData();
+            emit variantsChanged();
+            emit settingsChanged();
+            emit importanceChanged();
+            emit resultsChanged();
+            if (!mCurrentVariant.isEmpty()) emit stepsChanged(mCurrentVariant);
+        }
+    }
+    if (problems) *problems = found;
+    return found.isEmpty();
+}
+
 void ProjectDocument::saveAs(const QString& path) {
     const std::string target = absolutePath(path);
     if (!mUntitled && target == mProject->path()) return save();
@@ -198,6 +232,7 @@ void ProjectDocument::autosave() const {
 }
 
 void ProjectDocument::afterSave() {
+    mLastSaved = std::make_unique<Project>(*mProject);
     mUnsavedData = false;
     const bool wasClean = mUndo.isClean();
     mUndo.setClean();

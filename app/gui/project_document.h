@@ -71,8 +71,15 @@ public:
     // The recipe steps of a variant (empty array for an unknown name).
     nlohmann::json steps(const QString& variant) const;
 
-    // Throws cwb::Error; a failed save leaves the document as it was.
+    // Throws cwb::Error; a failed save leaves the document as it was. cwb::ChangedOnDisk when another program saved the
+    // file since this document read or saved it: mergeChangesOnDisk() then save() again, or saveAs().
     void save();
+    // Merges what another program saved into the file (a `cwb project run`'s results, a variant added) with this
+    // document's changes (Project::merge, against the file as this document last read or saved it). False, with the
+    // reasons in `problems` and the document unchanged, for a conflict, a file that now names another model or
+    // tokenizer (the loaded model would no longer be the project's), or a document recovered from an autosave (which
+    // does not know the file as it was read). Merged, the document has unsaved changes; undo still steps back edits.
+    bool mergeChangesOnDisk(QStringList* problems);
     void saveAs(const QString& path);
     void autosave() const;
 
@@ -140,6 +147,7 @@ private:
     bool mUnsavedData = false;
     QString mCurrentVariant;
     void assumeBasisIfUnrecorded(const std::string& variant);
+    std::unique_ptr<Project> mLastSaved;   // the file as this document last read or saved it (null: not known)
     std::map<std::string, nlohmann::json> mAssumedBasis;   // results without a recorded basis: the project's as opened
     QString mTemporaryFolder;   // holds the untitled project file
     std::unique_ptr<QLockFile> mFolderLock;   // says the temporary folder is in use

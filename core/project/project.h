@@ -231,6 +231,14 @@ public:
     // Appends to the journal, stamped with the current UTC time.
     void record(const std::string& action, const nlohmann::json& detail = nullptr);
 
+    // For a save refused with ChangedOnDisk: merges `theirs` (the file as it is now) into `mine` (this program's
+    // state), given `base` (the file as this program last read or saved it). Each part (the model reference, the
+    // settings, each variant by name, each variant's results with their basis, each importance map by kind) takes
+    // the side that changed it; the journal keeps the new entries of both. A part both sides changed, differently, is
+    // a conflict: returns false, names each in `conflicts`, and leaves `mine` as it was. Merged, `mine` counts as
+    // modified and its next save goes over the file (unless it changes again meanwhile).
+    static bool merge(const Project& base, Project& mine, const Project& theirs, std::vector<std::string>* conflicts);
+
     bool operator==(const Project& o) const;   // content: everything above except path() and isModified()
     bool operator!=(const Project& o) const { return !(*this == o); }
     nlohmann::json toJson() const;             // for `cwb project show --json`

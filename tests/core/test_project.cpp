@@ -131,6 +131,7 @@ private slots:
     void hostileExportEntriesAreRefused();
     void readersLeaveNoFilesBesideTheProject();
     void saveRefusesAFileChangedSinceItWasRead();
+    void mergeTakesEachSidesChanges();
     void createRefusesExistingFile();
     void migratesVersion1();
     void badFilesAreRefused_data();
@@ -613,6 +614,64 @@ void TestProject::resultsKeepWhatTheyWereMeasuredFrom() {
     q.save();
     QCOMPARE(queryRaw(path, "SELECT variant FROM result_basis ORDER BY variant"), QStringList{"a"});
     QVERIFY(Project::open(path.toStdString()) == q);
+}
+
+// A GUI holding a project while `cwb project run` stored results in it could only Save As: its save was refused
+// (ChangedOnDisk) and nothing merged the two.
+void TestProject::mergeTakesEachSidesChanges() {
+    const QString path = file("merge.cwbproj");
+    Project start = sampleProject(path);
+    start.save();
+    const Project base = Project::open(path.toStdString());
+    Project mine = base;
+    Project other = Project::open(path.toStdString());   // another program
+    other.addVariant({"d", "a", rtnRecipe(3), "", json::array()});
+    other.setResults("a", rows("perplexity", 2, 1.0), other.measurementBasis("a"));
+    other.record("run", {{"variant", "a"}});
+    other.save();
+    mine.setRecipe("b", rtnRecipe(2));
+    mine.setImportance({"heads", {"l0"}, {"h0"}, {0.5}});
+    mine.record("edit", {});
+    QVERIFY_THROWS_EXCEPTION(ChangedOnDisk, mine.save());
+    const Project theirs = Project::open(path.toStdString());
+    std::vector<std::string> conflicts;
+    QVERIFY(Project::merge(base, mine, theirs, &conflicts));
+    QVERIFY(conflicts.empty());
+    QVERIFY(mine.hasVariant("d"));
+    QCOMPARE(mine.variant("b").recipe, rtnRecipe(2));
+    QCOMPARE(mine.results("a").size(), size_t(2));
+    QCOMPARE(mine.resultBasis("a"), theirs.resultBasis("a"));
+    QVERIFY(mine.importance("heads"));
+    QCOMPARE(mine.journal().size(), size_t(2));
+    QCOMPARE(mine.journal()[0].action, std::string("run"));
+    QCOMPARE(mine.journal()[1].action, std::string("edit"));
+    mine.save();   // over the file now
+    const Project merged = Project::open(path.toStdString());
+    QVERIFY(merged.hasVariant("d") && merged.importance("heads") && merged.variant("b").recipe == rtnRecipe(2));
+    QCOMPARE(merged.lineage("d"), (std::vector<std::string>{"a", "d"}));
+
+    // Both sides changed one part, differently: nothing merges, and the conflict is named.
+    const Project base2 = merged;
+    Project mine2 = merged, other2 = merged;
+    mine2.setRecipe("c", rtnRecipe(8));
+    mine2.setResults("base", rows("perplexity", 1, 5.0));
+    other2.setRecipe("c", rtnRecipe(6));
+    other2.setResults("base", rows("perplexity", 1, 6.0));
+    other2.removeVariant("d");
+    mine2.addVariant({"e", "d", rtnRecipe(4), "", json::array()});
+    const Project before = mine2;
+    QVERIFY(!Project::merge(base2, mine2, other2, &conflicts));
+    QVERIFY(mine2 == before);
+    const std::vector<std::string> expected{"variant 'c' (changed or removed on both sides)",
+                                            "variant 'e' derives from 'd', which the other side removed",
+                                            "the results of 'base' (measured on both sides)"};
+    QCOMPARE(conflicts, expected);
+    // The same change on both sides is no conflict.
+    Project mine3 = merged, other3 = merged;
+    mine3.setRecipe("c", rtnRecipe(8));
+    other3.setRecipe("c", rtnRecipe(8));
+    QVERIFY(Project::merge(merged, mine3, other3, &conflicts));
+    QCOMPARE(mine3.variant("c").recipe, rtnRecipe(8));
 }
 
 void TestProject::createRefusesExistingFile() {

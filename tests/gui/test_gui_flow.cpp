@@ -53,6 +53,7 @@ private slots:
     void computeDeviceIsAChoice();
     void statusShowsEveryRunningJob();
     void resultsOfAnEditedRecipeAreMarkedStale();
+    void saveMergesAFileChangedMeanwhile();
 
 private:
     // Small evaluation so the run takes seconds: 64-token context, 4 chunks of the TinyStories sample.
@@ -647,6 +648,28 @@ void TestGuiFlow::resultsOfAnEditedRecipeAreMarkedStale() {
     QVERIFY(!doc->project().results(variant.toStdString()).empty());
     QVERIFY(doc->resultsCurrent(variant));
     QCOMPARE(doc->project().resultBasis(variant.toStdString()), doc->project().measurementBasis(variant.toStdString()));
+}
+
+// File ▸ Save of a project another program saved meanwhile merges both (it was refused: Save As only).
+void TestGuiFlow::saveMergesAFileChangedMeanwhile() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    const QString path = mDir.filePath("merge-window.cwbproj");
+    QVERIFY(window.saveAs(path));
+    {
+        Project other = Project::open(path.toStdString());
+        other.addVariant({"added-elsewhere", "", {{"steps", nlohmann::json::array()}}, "", nlohmann::json::array()});
+        other.save();
+    }
+    QVERIFY(window.pipelineEditor()->addStep("prune.magnitude"));
+    QVERIFY(window.save(MainWindow::ChangedFile::Merge));
+    QVERIFY(!window.isWindowModified());
+    const Project saved = Project::open(path.toStdString());
+    QVERIFY(saved.hasVariant("added-elsewhere"));
+    QCOMPARE(saved.variant(window.document()->currentVariant().toStdString()).recipe["steps"].size(), size_t(2));
+    QVERIFY(window.document()->project().hasVariant("added-elsewhere"));   // and the window shows it
 }
 
 QTEST_MAIN(TestGuiFlow)

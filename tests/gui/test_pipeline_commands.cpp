@@ -33,6 +33,7 @@ private slots:
     void mergeBackToOriginalLeavesNoCommand();
     void duplicateAndRemoveVariant();
     void undoShowsTheVariantItChanges();
+    void saveMergesWhatAnotherProgramSaved();
     void settingsUndo();
     void dirtyFollowsTheStack();
     void renameVariantUndoRedo();
@@ -256,6 +257,47 @@ void TestPipelineCommands::undoShowsTheVariantItChanges() {
     mDoc->undoStack()->redo();
     QCOMPARE(mDoc->currentVariant(), second);
     QCOMPARE(mEditor->stepCount(), 3);
+}
+
+// Regression: a document whose file another program saved meanwhile (cwb project run) could only Save As.
+void TestPipelineCommands::saveMergesWhatAnotherProgramSaved() {
+    mEditor->addStep("quantize.rtn");
+    const QString first = mDoc->currentVariant();
+    const QString path = mDir.filePath("merged.cwbproj");
+    mDoc->saveAs(path);
+    {   // another program stores results and adds a variant
+        Project other = Project::open(path.toStdString());
+        ResultRow row;
+        row.metric = "perplexity";
+        row.value = 9.5;
+        other.setResults(first.toStdString(), {row}, other.measurementBasis(first.toStdString()));
+        other.addVariant({"from-cli", "", {{"steps", nlohmann::json::array()}}, "", nlohmann::json::array()});
+        other.save();
+    }
+    mEditor->addStep("prune.magnitude");   // meanwhile, here
+    QVERIFY_THROWS_EXCEPTION(ChangedOnDisk, mDoc->save());
+    QStringList problems;
+    QVERIFY2(mDoc->mergeChangesOnDisk(&problems), qPrintable(problems.join("; ")));
+    QVERIFY(mDoc->isDirty());
+    QVERIFY(mDoc->resultsCurrent("base"));
+    QVERIFY(!mDoc->resultsCurrent(first));   // measured before this window added a step
+    mDoc->save();
+    const Project saved = Project::open(path.toStdString());
+    QVERIFY(saved.hasVariant("from-cli"));
+    QCOMPARE(saved.results(first.toStdString()).size(), size_t(1));
+    QCOMPARE(saved.variant(first.toStdString()).recipe["steps"].size(), size_t(2));
+
+    // Both sides change the same variant: nothing is merged, and the reason is given.
+    {
+        Project other = Project::open(path.toStdString());
+        other.setRecipe(first.toStdString(), {{"steps", nlohmann::json::array()}});
+        other.save();
+    }
+    mDoc->undoStack()->undo();   // the prune step goes here
+    QVERIFY_THROWS_EXCEPTION(ChangedOnDisk, mDoc->save());
+    QVERIFY(!mDoc->mergeChangesOnDisk(&problems));
+    QCOMPARE(problems, QStringList{"variant '" + first + "' (changed or removed on both sides)"});
+    QCOMPARE(methods(first), QString("quantize.rtn"));   // unchanged
 }
 
 void TestPipelineCommands::settingsUndo() {
