@@ -1,5 +1,7 @@
 #include "core/export/export_plan.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "core/compress/pipeline.h"
 #include "core/export/ct_layout.h"
 #include "core/export/export_format.h"
+#include "core/export/export_support.h"
 #include "core/export/quant_layouts.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
@@ -67,8 +70,93 @@ PlannedLayer fromBase(const Model& base, const std::string& layer) {
     return p;
 }
 
+// Block sizes as the recipe leaves them (heads, kv heads, MLP channels per block); `known` false once a step makes
+// them depend on more than the recipe (an explicit head list).
+struct PlannedShapes {
+    ArchSpec spec;
+    bool known = true;
+};
+
+// A layer whose rows or columns a structured step removed: dense (the slices are copied out as floats), new shape.
+void sliced(PlannedLayer& p, const std::string& by, int64_t rows, int64_t cols) {
+    PlannedLayer next;
+    next.kind = Kind::Dense;
+    next.by = by;
+    next.rows = p.rows < 0 ? -1 : rows;
+    next.cols = p.cols < 0 ? -1 : cols;
+    p = next;
+}
+
+// prune.channels and prune.heads (core/compress/methods/structured.cpp) remove counts that the ratio decides alone:
+// round(ratio x size), at most all but one; which ones is the data's business, how many is not.
+void applyStructured(const Model& base, const RecipeStep& step, const nlohmann::json& params, const std::string& by,
+                     std::map<std::string, PlannedLayer>& plan, PlannedShapes& shapes) {
+    const bool llama = base.spec.family == Family::Llama;
+    ArchSpec& spec = shapes.spec;
+    const std::vector<std::string> targeted = targetLayers(base, step);
+    auto targets = [&](const std::string& layer) { return std::find(targeted.begin(), targeted.end(), layer) != targeted.end(); };
+    if (step.method == "prune.channels") {
+        for (int64_t l = 0; l < spec.layers; ++l) {
+            const std::string down = llama ? names::llamaLayer(l, "mlp.down_proj") : names::gpt2Layer(l, "mlp.c_proj");
+            if (!targets(down)) continue;
+            const int64_t F = spec.ffnAt(l);
+            const double ratio = paramsForLayer(step, params, down)["ratio"].get<double>();
+            const int64_t kept = F - std::min<int64_t>(F - 1, std::llround(ratio * double(F)));
+            spec.layerShapes.at(size_t(l)).ffn = kept;
+            if (!llama) continue;
+            for (const char* up : {"mlp.gate_proj", "mlp.up_proj"}) {
+                PlannedLayer& p = plan.at(names::llamaLayer(l, up));
+                sliced(p, by, kept, p.cols);
+            }
+            PlannedLayer& d = plan.at(down);
+            sliced(d, by, d.rows, kept);
+        }
+        return;
+    }
+    // prune.heads (Llama only: the build refuses other families).
+    if (!llama || !params["heads"].get<std::string>().empty()) {   // an explicit list: shapes are the list's business
+        shapes.known = false;
+        for (auto& [name, p] : plan)
+            if (name.find("self_attn.") != std::string::npos) {
+                p.kind = Kind::Unknown;
+                p.rows = p.cols = -1;
+                p.by = by;
+            }
+        return;
+    }
+    const int64_t hd = spec.headDim;
+    for (int64_t l = 0; l < spec.layers; ++l) {
+        const std::string q = names::llamaLayer(l, "self_attn.q_proj");
+        if (!targets(q)) continue;
+        const int64_t H = spec.headsAt(l), G = spec.kvHeadsAt(l), group = H / G;
+        const double ratio = paramsForLayer(step, params, q)["ratio"].get<double>();
+        int64_t keptHeads = H, keptGroups = G;
+        if (params["unit"] == "kv_group") {
+            keptGroups = G - std::min<int64_t>(G - 1, std::llround(ratio * double(G)));
+            keptHeads = keptGroups * group;
+        } else if (group == 1) {   // MHA: each head is its own kv group
+            keptHeads = keptGroups = H - std::min<int64_t>(H - 1, std::llround(ratio * double(H)));
+        } else {
+            keptHeads = H - G * std::min<int64_t>(group - 1, std::llround(ratio * double(group)));
+        }
+        if (keptHeads == H) continue;   // nothing removed: the block is left as it was
+        spec.layerShapes.at(size_t(l)).heads = keptHeads;
+        spec.layerShapes.at(size_t(l)).kvHeads = keptGroups;
+        PlannedLayer& qp = plan.at(q);
+        sliced(qp, by, keptHeads * hd, qp.cols);
+        PlannedLayer& op = plan.at(names::llamaLayer(l, "self_attn.o_proj"));
+        sliced(op, by, op.rows, keptHeads * hd);
+        if (keptGroups != G)
+            for (const char* kv : {"self_attn.k_proj", "self_attn.v_proj"}) {
+                PlannedLayer& p = plan.at(names::llamaLayer(l, kv));
+                sliced(p, by, keptGroups * hd, p.cols);
+            }
+    }
+}
+
 // Applies one step to the plan; false when layer names change from here on (nothing more can be judged).
-bool applyStep(const Model& base, const RecipeStep& step, size_t index, std::map<std::string, PlannedLayer>& plan) {
+bool applyStep(const Model& base, const RecipeStep& step, size_t index, std::map<std::string, PlannedLayer>& plan,
+               PlannedShapes& shapes) {
     const CompressionMethod* method = MethodRegistry::instance().find(step.method);
     const nlohmann::json params = resolveParams(step.method, method->params(), step.params);
     const std::string by = "step " + std::to_string(index) + " (" + step.method + ")";
@@ -76,12 +164,7 @@ bool applyStep(const Model& base, const RecipeStep& step, size_t index, std::map
     if (id == "prune.layers" || (id == "distill.kd" && params["student_layers"].get<int64_t>() > 0)) return false;
     if (id == "distill.kd") return true;   // trains the layers in the form it finds them
     if (id == "prune.heads" || id == "prune.channels") {
-        // Rows or columns of the touched blocks are removed, leaving those layers dense with new shapes.
-        for (auto& [name, p] : plan) {
-            p.kind = Kind::Unknown;
-            p.rows = p.cols = -1;
-            p.by = by;
-        }
+        applyStructured(base, step, params, by, plan, shapes);
         return true;
     }
     for (const auto& layer : targetLayers(base, step)) {
@@ -219,14 +302,21 @@ std::string exportRecipeProblem(const Model& base, const Recipe& recipe, const s
         throw Error("unknown export format '" + formatId + "' (hf, gptq, awq, compressed-tensors, gguf)");
     if (formatId == "gguf")
         return base.tokenizer && base.tokenizer->vocabulary() ? "" : "the model has no tokenizer vocabulary to write (llama.cpp needs one)";
-    if (formatId == "hf") return "";   // every layer form is written dense (dequantized); shapes are checked when built
     recipe.validate("recipe");
     std::map<std::string, PlannedLayer> plan;
     for (const auto& layer : base.linearLayers()) plan.emplace(layer, fromBase(base, layer));
+    PlannedShapes shapes{base.spec};
+    shapes.spec.makeLayerShapesExplicit();
     for (size_t i = 0; i < recipe.steps.size(); ++i) {
         if (!recipe.steps[i].enabled) continue;
-        if (!applyStep(base, recipe.steps[i], i + 1, plan)) return "";
+        if (!applyStep(base, recipe.steps[i], i + 1, plan, shapes)) return "";
     }
+    // Hugging Face folders (hf, gptq, awq, compressed-tensors) describe one block size in config.json.
+    if (shapes.known) {
+        const std::string sizes = exporting::nonUniformLayers(shapes.spec);
+        if (!sizes.empty()) return sizes;
+    }
+    if (formatId == "hf") return "";   // every layer form is written dense (dequantized)
     return formatId == "compressed-tensors" ? compressedTensorsProblem(base, plan) : packedProblem(formatId, base, plan);
 }
 

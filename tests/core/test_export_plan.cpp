@@ -114,10 +114,26 @@ private slots:
             "no layer will be quantized");
         row("disabled step -> awq", recipeOf({step("quantize.rtn", R"({"bits":8,"group_size":32})", R"(,"enabled":false)"), kRtn4}),
             "awq", "");
-        // Structured pruning changes shapes and leaves the touched layers dense: judged no further for them, but
-        // a later quantization of every layer is judged again (its shape checks aside).
+        // Structured pruning removes as many heads or channels as its ratio says (which ones is the data's choice):
+        // the touched layers become dense with shapes known from the recipe, and what follows is judged on them.
         row("heads then rtn -> awq", recipeOf({step("prune.heads", R"({"ratio":0.5,"unit":"kv_group","importance":"weight"})"), kRtn4}),
             "awq", "");
+        row("query heads then rtn g64 -> awq",
+            recipeOf({step("prune.heads", R"({"ratio":0.5,"importance":"weight"})"), step("quantize.rtn", R"({"bits":4,"group_size":64})")}),
+            "awq", "in_features 32 is not a multiple of the group size 64");
+        row("channels 0.25 then rtn -> awq", recipeOf({step("prune.channels", R"({"ratio":0.25,"importance":"weight"})"), kRtn4}),
+            "awq", "");
+        row("channels 0.3 then rtn -> awq", recipeOf({step("prune.channels", R"({"ratio":0.3,"importance":"weight"})"), kRtn4}),
+            "awq", "90 is not a multiple of");
+        row("channels 0.25 then rtn g64 -> compressed-tensors",
+            recipeOf({step("prune.channels", R"({"ratio":0.25,"importance":"weight"})"), step("quantize.rtn", R"({"bits":4,"group_size":64})")}),
+            "compressed-tensors", "not a multiple of its group size 64");
+        row("channels then nothing -> gptq", recipeOf({step("prune.channels", R"({"ratio":0.25,"importance":"weight"})")}), "gptq",
+            "dense after step 1 (prune.channels)");
+        row("channels of block 1 -> hf",
+            recipeOf({step("prune.channels", R"({"ratio":0.25,"importance":"weight"})", R"(,"targets":"layers\\.1\\.")")}), "hf",
+            "layer 1 has 96 MLP channels but layer 0 has 128");
+        row("channels of every block -> hf", recipeOf({step("prune.channels", R"({"ratio":0.25,"importance":"weight"})")}), "hf", "");
         row("heads then rtn8 -> awq",
             recipeOf({step("prune.heads", R"({"ratio":0.5,"unit":"kv_group","importance":"weight"})"),
                       step("quantize.rtn", R"({"bits":8,"group_size":32})")}),
