@@ -21,8 +21,10 @@ int runBudget(const std::vector<std::string>& args) {
     Arguments a(args, {"text", "target-bits", "target-bytes", "bits", "group-size", "method", "params", "samples", "seq-len", "seed", "out", "threads", "tokenizer"}, {"json", "quiet", "fused"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
-    if (!a.has("text") || a.has("target-bits") == a.has("target-bytes"))
-        throw Error("budget needs --text FILE and one of --target-bits B or --target-bytes N");
+    if (!a.has("text")) throw Error("budget needs --text FILE (the text whose windows the layers are measured on)");
+    if (a.has("target-bits") == a.has("target-bytes"))
+        throw Error("budget needs one of --target-bits B or --target-bytes N" +
+                    std::string(a.has("target-bits") ? " (both were given)" : ""));
     if (a.has("out")) checkOutputFile(a.value("out"));   // before the measurements, which take long
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");

@@ -123,6 +123,7 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
     if (!windows.defined() || windows.dim() != 2) throw Error("budget: needs token windows (a text file)");
     if (options.bits.empty()) throw Error("budget: no candidate bit widths");
     const CompressionMethod* method = MethodRegistry::instance().find(options.method);
+    if (!method) throw Error("budget: unknown method '" + options.method + "' (quantize.rtn, quantize.gptq or quantize.awq)");
     const auto specs = method->params();
     if (std::none_of(specs.begin(), specs.end(), [](const ParamSpec& p) { return p.name == "bits"; }))
         throw Error("budget: " + options.method + " has no \"bits\" parameter; use quantize.rtn, quantize.gptq or quantize.awq");

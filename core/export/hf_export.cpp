@@ -76,6 +76,11 @@ public:
     std::string refusal(const Model& model, const ExportOptions& options) const override {
         std::string why = exporting::nonUniformLayers(model.spec);
         if (!why.empty()) return why;
+        // llama.cpp files keep Llama 3 scaling only as per-frequency divisors; config.json takes its parameters, which
+        // such a file does not give, and dropping the divisors would export the unscaled model.
+        if (model.has("rope_freqs.weight") && model.spec.ropeScaling.type == "none")
+            return "its RoPE frequencies are scaled by per-frequency divisors (rope_freqs.weight, as llama.cpp keeps Llama 3 "
+                   "scaling) without the scaling parameters config.json needs; export it as gguf";
         return quantRefusal(model, options);
     }
 

@@ -201,8 +201,8 @@ public:
         const std::string embed = family == Family::Llama ? "model.embed_tokens.weight" : "transformer.wte.weight";
         model->spec.vocab = model->tensor(embed).shape.at(0);
         model->spec.tiedEmbeddings = !model->has("lm_head.weight");
-        if (family == Family::Llama && model->spec.attentionBias && !model->has(names::llamaLayer(0, "self_attn.q_proj.bias")))
-            model->spec.attentionBias = false;
+        // q/k/v biases are computed wherever the file has them (llama.cpp loads them for llama too, not only qwen2).
+        if (family == Family::Llama) model->spec.attentionBias = model->has(names::llamaLayer(0, "self_attn.q_proj.bias"));
         if (g.hasKey("tokenizer.ggml.model")) {
             model->tokenizer = makeTokenizer(readTokenizerData(g));
             if (model->tokenizer->vocabSize() != model->spec.vocab)

@@ -1,4 +1,5 @@
 // Reads Hugging Face model folders: config.json plus model.safetensors or index-described shards.
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <algorithm>
@@ -50,7 +51,7 @@ double numFieldOr(const nlohmann::json& j, const std::string& key, double fallba
     return j.contains(key) && j[key].is_number() ? j[key].get<double>() : fallback;
 }
 
-ArchSpec readConfig(const nlohmann::json& c, const std::string& file) {
+ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
     ArchSpec s;
     if (!c.contains("model_type") || !c["model_type"].is_string()) throw Error(file, "'model_type' is missing");
     s.modelType = c["model_type"].get<std::string>();
@@ -68,24 +69,52 @@ ArchSpec readConfig(const nlohmann::json& c, const std::string& file) {
         s.vocab = intField(c, "vocab_size", file);
         s.context = intFieldOr(c, "max_position_embeddings", 2048);
         s.normEps = numFieldOr(c, "rms_norm_eps", 1e-6);
-        s.ropeTheta = numFieldOr(c, "rope_theta", 10000.0);
+        // transformers 5 writes theta and scaling into "rope_parameters"; earlier releases at the top level.
+        const nlohmann::json none = nlohmann::json::object();
+        const nlohmann::json& rope = c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"] : none;
+        s.ropeTheta = numFieldOr(c, "rope_theta", numFieldOr(rope, "rope_theta", 10000.0));
+        if (!(s.ropeTheta > 0) || !std::isfinite(s.ropeTheta)) throw Error(file, "rope_theta must be a positive number");
         s.tiedEmbeddings = c.value("tie_word_embeddings", false);
         s.attentionBias = s.modelType == "qwen2" || c.value("attention_bias", false);
-        if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) {
-            const auto& r = c["rope_scaling"];
-            std::string type = r.contains("rope_type") ? r["rope_type"].get<std::string>() : r.value("type", "none");
+        // What the forward pass does not compute is refused, not ignored: it would change what the model computes.
+        const std::string act = c.value("hidden_act", std::string("silu"));
+        if (act != "silu" && act != "swish")
+            throw Error(file, "hidden_act '" + act + "' is not supported (the Llama family here runs SiLU)");
+        if (c.value("mlp_bias", false)) throw Error(file, "mlp_bias is not supported (MLP layers without biases)");
+        const nlohmann::json* scaling = c.contains("rope_scaling") && c["rope_scaling"].is_object() ? &c["rope_scaling"]
+                                        : rope.contains("rope_type") ? &rope : nullptr;
+        if (scaling) {
+            const auto& r = *scaling;
+            const std::string type = r.contains("rope_type") && r["rope_type"].is_string() ? r["rope_type"].get<std::string>()
+                                                                                          : r.value("type", std::string("none"));
+            auto positive = [&](const char* key, double fallback) {
+                if (r.contains(key) && !r[key].is_number()) throw Error(file, std::string("rope scaling '") + key + "' is not a number");
+                const double v = numFieldOr(r, key, fallback);
+                if (!(v > 0) || !std::isfinite(v)) throw Error(file, std::string("rope scaling '") + key + "' must be positive");
+                return v;
+            };
             if (type == "llama3") {
                 s.ropeScaling.type = "llama3";
-                s.ropeScaling.factor = numFieldOr(r, "factor", 8.0);
-                s.ropeScaling.lowFreqFactor = numFieldOr(r, "low_freq_factor", 1.0);
-                s.ropeScaling.highFreqFactor = numFieldOr(r, "high_freq_factor", 4.0);
+                s.ropeScaling.factor = positive("factor", 8.0);
+                s.ropeScaling.lowFreqFactor = positive("low_freq_factor", 1.0);
+                s.ropeScaling.highFreqFactor = positive("high_freq_factor", 4.0);
                 s.ropeScaling.originalContext = intFieldOr(r, "original_max_position_embeddings", 8192);
+                if (s.ropeScaling.highFreqFactor <= s.ropeScaling.lowFreqFactor || s.ropeScaling.originalContext <= 0)
+                    throw Error(file, "llama3 rope scaling needs high_freq_factor > low_freq_factor and a positive "
+                                      "original_max_position_embeddings");
             } else if (type == "linear") {
                 s.ropeScaling.type = "linear";
-                s.ropeScaling.factor = numFieldOr(r, "factor", 1.0);
+                s.ropeScaling.factor = positive("factor", 1.0);
             } else if (type != "default" && type != "none") {
                 throw Error(file, "rope_scaling type '" + type + "' is not supported (supported: llama3, linear)");
             }
+        }
+        // Sliding-window attention is not computed: within the window it equals full attention, so the context is
+        // limited to the window (Mistral v0.1: 4096), and longer inputs are refused rather than computed otherwise.
+        const bool sliding = s.modelType == "mistral" || c.value("use_sliding_window", false);
+        if (sliding && c.contains("sliding_window") && c["sliding_window"].is_number_integer()) {
+            const int64_t window = c["sliding_window"].get<int64_t>();
+            if (window > 0 && window < s.context) s.context = window;
         }
     } else if (s.modelType == "gpt2") {
         s.family = Family::Gpt2;
@@ -104,6 +133,14 @@ ArchSpec readConfig(const nlohmann::json& c, const std::string& file) {
         throw Error(file, "model_type '" + s.modelType + "' is not supported (supported: llama, mistral, qwen2, gpt2)");
     }
     return s;
+}
+
+ArchSpec readConfig(const nlohmann::json& c, const std::string& file) {
+    try {
+        return readConfigFields(c, file);
+    } catch (const nlohmann::json::exception& e) {   // a field of the wrong JSON type (tie_word_embeddings: "true")
+        throw Error(file, std::string("has a field of the wrong type: ") + e.what());
+    }
 }
 
 // GPT-2 checkpoints name tensors with or without the "transformer." prefix and store Conv1D weights [in, out].
@@ -360,6 +397,8 @@ public:
             else model->replaceTensor(layer + ".weight", linear->effectiveWeight());
         }
         if (!model->has("lm_head.weight")) model->spec.tiedEmbeddings = true;
+        // Tied, transformers uses the embedding as the head even where the file also holds an lm_head.weight.
+        else if (model->spec.tiedEmbeddings) model->removeTensor("lm_head.weight");
         if (isFile(folder + "/tokenizer.json")) {
             model->tokenizer = loadHfTokenizer(folder + "/tokenizer.json");
         } else if (isFile(folder + "/tokenizer.model")) {   // older Llama/Mistral folders ship only the SentencePiece file

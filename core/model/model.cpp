@@ -1,6 +1,7 @@
 #include "core/model/model.h"
 
 #include <algorithm>
+#include <set>
 
 #include "core/model/compressed_linear.h"
 #include "core/util/error.h"
@@ -229,6 +230,48 @@ size_t Model::storageBytes() const {
         n += linear->storageBytes();
     }
     return n;
+}
+
+namespace {
+
+// The tensors the forward pass of `s` reads, by name.
+std::set<std::string> usedTensorNames(const ArchSpec& s) {
+    std::set<std::string> used;
+    if (s.family == Family::Llama) {
+        used = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "rope_freqs.weight"};
+        for (int64_t l = 0; l < s.layers; ++l) {
+            for (const char* t : {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                  "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                                  "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"})
+                used.insert(names::llamaLayer(l, t));
+            if (s.attentionBias)
+                for (const char* t : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"})
+                    used.insert(names::llamaLayer(l, t));
+        }
+    } else {
+        used = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight", "transformer.ln_f.bias", "lm_head.weight"};
+        for (int64_t l = 0; l < s.layers; ++l)
+            for (const char* t : {"ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                                  "attn.c_proj.weight", "attn.c_proj.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                                  "mlp.c_proj.weight", "mlp.c_proj.bias"})
+                used.insert(names::gpt2Layer(l, t));
+    }
+    return used;
+}
+
+} // namespace
+
+void Model::refuseUnusedTensors() const {
+    const std::set<std::string> used = usedTensorNames(spec);
+    for (const auto& name : tensorNames()) {
+        if (used.count(name)) continue;
+        const TensorRecord& r = tensor(name);
+        throw Error(r.file.empty() ? path : r.file,
+                    "tensor '" + name + "' is not one the " + std::string(spec.family == Family::Llama ? "Llama" : "GPT-2") +
+                        "-family forward pass computes with (" + std::to_string(spec.layers) +
+                        " layers; attention biases on q/k/v only, none on o_proj or the MLP); ignoring it would change what "
+                        "the model computes");
+    }
 }
 
 void Model::validateTensors() const {

@@ -85,6 +85,9 @@ public:
 
     // Checks that every tensor the runtime needs is present with the expected shape; throws cwb::Error.
     void validateTensors() const;
+    // Refuses a model read from disk that holds tensors the forward pass would not use (an o_proj or MLP bias, layers
+    // past the configured count): ignored, they would change what the model computes without a word.
+    void refuseUnusedTensors() const;
 
 private:
     std::map<std::string, TensorRecord> mTensors;

@@ -81,7 +81,10 @@ std::string modelInfoText(const Model& model) {
         << ", vocab " << s.vocab << ", context " << s.context << "\n";
     if (s.family == Family::Llama)
         out << "rope       theta " << s.ropeTheta << ", " << (s.ropeStyle == RopeStyle::AdjacentPairs ? "adjacent pairs" : "halves")
-            << ", scaling " << s.ropeScaling.type << "; norm eps " << s.normEps
+            << ", scaling "
+            << (s.ropeScaling.type == "none" && model.has("rope_freqs.weight") ? "per-frequency divisors (rope_freqs.weight)"
+                                                                                : s.ropeScaling.type)
+            << "; norm eps " << s.normEps
             << (s.tiedEmbeddings ? "; tied embeddings" : "") << "\n";
     out << "parameters " << model.parameterCount() << " (" << humanBytes(double(model.storageBytes())) << " stored)\n";
     if (model.tokenizer) {

@@ -679,6 +679,13 @@ void TestCli::budgetWithGptq() {
     QVERIFY(std::abs(QJsonDocument::fromJson(bytes.out.toUtf8()).object()["target_bits_per_weight"].toDouble() - 6.0) < 1e-6);
     Result both = run({"budget", model, "--text", text, "--target-bits", "6", "--target-bytes", "1000"});
     QCOMPARE(both.exitCode, 2);
+    QVERIFY2(both.err.contains("one of --target-bits B or --target-bytes N (both were given)"), qPrintable(both.err));
+    // Regression: an unknown --method crashed (exit 139) after the model was read.
+    for (const QString& method : {QString("foo"), QString("gptq"), QString()}) {
+        Result unknown = run({"budget", model, "--text", text, "--target-bits", "5", "--samples", "2", "--seq-len", "32",
+                              "--method", method});
+        QVERIFY2(unknown.exitCode == 2 && unknown.err.contains("unknown method '" + method + "'"), qPrintable(unknown.err));
+    }
     Result bad = run({"budget", model, "--text", text, "--target-bits", "6", "--params", "[1]"});
     QCOMPARE(bad.exitCode, 2);
     QVERIFY(bad.err.contains("--params"));

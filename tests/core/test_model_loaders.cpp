@@ -1,11 +1,14 @@
 // Loaders: synthetic Llama and GPT-2 models written as HF folders (single file and sharded; f32/f16/bf16)
 // and GGUF (f32/f16) load into the canonical model and give the reference forward's logits; the two
 // formats of stories260K give the same logits.
+#include <QDir>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
 #include <fstream>
+#include <functional>
 
+#include "core/export/export_format.h"
 #include "core/export/hf_config.h"
 #include "core/io/model_format.h"
 #include "core/util/error.h"
@@ -29,6 +32,7 @@ ArchSpec specByName(const QString& name) {
         s.modelType = "qwen2";
         s.attentionBias = true;
     }
+    if (name == "llama-bias") s.attentionBias = true;   // q/k/v biases in a llama (llama.cpp and HF's attention_bias)
     if (name == "llama-blocks32") s.ffn = 64;   // every row length a multiple of 32
     if (name == "llama-blocks256") {              // every row length a multiple of 256, for K-quants
         s.hidden = 256;
@@ -67,6 +71,9 @@ private slots:
     void randomLlamaGgufLoads();
     void registryPicksFormats();
     void tokenizerFileGivenAtLoad();
+    void configsOfOtherModelsAreRefused();
+    void configVariantsThatAreComputed();
+    void llamaCppScalingIsNotDroppedOnExport();
 };
 
 void TestModelLoaders::hfFolderMatchesReference_data() {
@@ -78,6 +85,7 @@ void TestModelLoaders::hfFolderMatchesReference_data() {
     QTest::newRow("llama bf16 single") << "llama" << ggml::Type::BF16 << 1;
     QTest::newRow("llama tied bf16 sharded") << "llama-tied" << ggml::Type::BF16 << 2;
     QTest::newRow("qwen2 biases f32") << "qwen2" << ggml::Type::F32 << 1;
+    QTest::newRow("llama q/k/v biases f32") << "llama-bias" << ggml::Type::F32 << 1;
     QTest::newRow("llama3 rope scaling") << "llama3-rope" << ggml::Type::F32 << 1;
     QTest::newRow("gpt2 f32 single") << "gpt2" << ggml::Type::F32 << 1;
     QTest::newRow("gpt2 f16 sharded") << "gpt2" << ggml::Type::F16 << 2;
@@ -117,6 +125,7 @@ void TestModelLoaders::ggufMatchesReference_data() {
     QTest::newRow("llama f16") << "llama" << ggml::Type::F16;
     QTest::newRow("llama tied f32") << "llama-tied" << ggml::Type::F32;
     QTest::newRow("qwen2 f32") << "qwen2" << ggml::Type::F32;
+    QTest::newRow("llama q/k/v biases f32") << "llama-bias" << ggml::Type::F32;   // were read and ignored
     QTest::newRow("gpt2 f32") << "gpt2" << ggml::Type::F32;
     QTest::newRow("gpt2 f16") << "gpt2" << ggml::Type::F16;
     QTest::newRow("llama q8_0") << "llama-blocks32" << ggml::Type::Q8_0;
@@ -297,6 +306,135 @@ void TestModelLoaders::tokenizerFileGivenAtLoad() {
     std::ofstream(broken) << "{\"model\": ";
     why = refusal(smallDir.path().toStdString(), broken);
     QVERIFY2(why.find(broken) != std::string::npos, why.c_str());
+}
+
+namespace {
+
+// A tiny Llama folder whose config.json (and optionally weights) a test then changes.
+std::string editedFolder(const QTemporaryDir& dir, const std::string& name, const std::function<void(nlohmann::json&)>& edit,
+                         WeightMap weights = {}) {
+    const std::string folder = dir.filePath(QString::fromStdString(name)).toStdString();
+    QDir().mkpath(QString::fromStdString(folder));
+    const ArchSpec spec = tinyLlamaSpec();
+    if (weights.empty()) weights = randomWeights(spec, 3);
+    writeHfFolder(folder, spec, weights, ggml::Type::F32);
+    nlohmann::json config;
+    std::ifstream(folder + "/config.json") >> config;
+    edit(config);
+    std::ofstream(folder + "/config.json") << config.dump(2);
+    return folder;
+}
+
+QString loadError(const std::string& folder) {
+    try {
+        loadModel(folder);
+    } catch (const Error& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
+
+} // namespace
+
+// Regression: each of these loaded and computed something else than the model (SiLU for GELU, no MLP bias, no o_proj
+// bias, a layer dropped, a scaling factor of 1 for "2"), or failed with a message that named no file.
+void TestModelLoaders::configsOfOtherModelsAreRefused() {
+    QTemporaryDir dir;
+    const struct {
+        const char* name;
+        std::function<void(nlohmann::json&)> edit;
+        const char* expected;
+    } cases[] = {
+        {"gelu", [](nlohmann::json& c) { c["hidden_act"] = "gelu"; }, "hidden_act 'gelu' is not supported"},
+        {"mlp-bias", [](nlohmann::json& c) { c["mlp_bias"] = true; }, "mlp_bias is not supported"},
+        {"factor-text", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", "2"}}; },
+         "rope scaling 'factor' is not a number"},
+        {"factor-negative", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", -1}}; },
+         "rope scaling 'factor' must be positive"},
+        {"factor-zero", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 0}}; },
+         "rope scaling 'factor' must be positive"},
+        {"v5-yarn", [](nlohmann::json& c) { c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 2.0}, {"rope_theta", 1e4}}; },
+         "rope_scaling type 'yarn' is not supported"},
+        {"tie-text", [](nlohmann::json& c) { c["tie_word_embeddings"] = "true"; }, "has a field of the wrong type"},
+        {"fewer-layers", [](nlohmann::json& c) { c["num_hidden_layers"] = 1; },
+         "tensor 'model.layers.1.input_layernorm.weight' is not one the Llama-family forward pass computes with (1 layers"},
+    };
+    for (const auto& c : cases) {
+        const std::string folder = editedFolder(dir, c.name, c.edit);
+        const QString error = loadError(folder);
+        QVERIFY2(error.contains(c.expected) && error.startsWith(QString::fromStdString(folder)),
+                 qPrintable(QString(c.name) + ": " + error));
+    }
+    WeightMap withOutputBias = randomWeights(tinyLlamaSpec(), 3);
+    withOutputBias["model.layers.0.self_attn.o_proj.bias"] = at::randn({tinyLlamaSpec().hidden});
+    const std::string folder = editedFolder(dir, "o-bias", [](nlohmann::json&) {}, withOutputBias);
+    QVERIFY2(loadError(folder).contains("tensor 'model.layers.0.self_attn.o_proj.bias' is not one the Llama-family forward pass"),
+             qPrintable(loadError(folder)));
+}
+
+// Accepted forms that were read wrongly: transformers 5's rope_parameters (theta 500000 was read as 10000), a tied
+// head beside a stored lm_head.weight (transformers uses the embedding), Mistral's sliding window (not computed:
+// the context is limited to it).
+void TestModelLoaders::configVariantsThatAreComputed() {
+    QTemporaryDir dir;
+    const WeightMap weights = randomWeights(tinyLlamaSpec(), 3);
+    const std::string v5 = editedFolder(dir, "v5", [](nlohmann::json& c) {
+        c.erase("rope_theta");
+        c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+    });
+    auto model = loadModel(v5);
+    QCOMPARE(model->spec.ropeTheta, 500000.0);
+    ArchSpec written = tinyLlamaSpec();
+    written.ropeTheta = 500000.0;
+    QVERIFY(compareWithReference(*model, written, weights) < 1e-5);
+    QVERIFY(compareWithReference(*model, tinyLlamaSpec(), weights) > 1e-3);   // the theta matters here
+
+    const std::string v5llama3 = editedFolder(dir, "v5-llama3", [](nlohmann::json& c) {
+        c["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                                {"original_max_position_embeddings", 100}, {"rope_theta", 10000.0}};
+    });
+    QCOMPARE(QString::fromStdString(loadModel(v5llama3)->spec.ropeScaling.type), QStringLiteral("llama3"));
+
+    WeightMap untied = weights;
+    untied["lm_head.weight"] = at::zeros_like(weights.at("model.embed_tokens.weight"));
+    const std::string tied = editedFolder(dir, "tied", [](nlohmann::json& c) { c["tie_word_embeddings"] = true; }, untied);
+    auto tiedModel = loadModel(tied);
+    QVERIFY(!tiedModel->has("lm_head.weight"));
+    ArchSpec tiedSpec = tinyLlamaSpec();
+    tiedSpec.tiedEmbeddings = true;
+    WeightMap tiedWeights = weights;
+    tiedWeights.erase("lm_head.weight");
+    QVERIFY(compareWithReference(*tiedModel, tiedSpec, tiedWeights) < 1e-5);
+
+    const std::string mistral = editedFolder(dir, "mistral", [](nlohmann::json& c) {
+        c["model_type"] = "mistral";
+        c["sliding_window"] = 16;
+    });
+    QCOMPARE(loadModel(mistral)->spec.context, int64_t(16));
+    const std::string qwen = editedFolder(dir, "qwen-window-off", [](nlohmann::json& c) {
+        c["sliding_window"] = 16;   // use_sliding_window absent: not used
+    });
+    QCOMPARE(loadModel(qwen)->spec.context, tinyLlamaSpec().context);
+}
+
+// Regression: a llama.cpp file keeps Llama 3 scaling as rope_freqs.weight only; its HF export dropped the divisors
+// and wrote no rope_scaling, so the exported model was the unscaled one.
+void TestModelLoaders::llamaCppScalingIsNotDroppedOnExport() {
+    QTemporaryDir dir;
+    const ArchSpec spec = specByName("llama3-rope");
+    QDir().mkpath(dir.filePath("hf"));
+    writeHfFolder(dir.filePath("hf").toStdString(), spec, randomWeights(spec, 5), ggml::Type::F32);
+    auto hf = loadModel(dir.filePath("hf").toStdString());
+    hf->tokenizer = tinyVocabulary(spec.vocab);
+    const std::string gguf = dir.filePath("m.gguf").toStdString();
+    exportModel(*hf, "gguf", gguf);
+    auto fromGguf = loadModel(gguf);
+    QVERIFY(fromGguf->has("rope_freqs.weight"));
+    for (const char* format : {"hf", "gptq"}) {
+        const std::string why = ExportFormatRegistry::instance().byId(format)->refusal(*fromGguf, ExportOptions{});
+        QVERIFY2(why.find("per-frequency divisors (rope_freqs.weight") != std::string::npos, why.c_str());
+    }
+    QVERIFY(ExportFormatRegistry::instance().byId("hf")->refusal(*hf, ExportOptions{}).empty());
 }
 
 QTEST_APPLESS_MAIN(TestModelLoaders)

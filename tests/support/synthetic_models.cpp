@@ -174,6 +174,8 @@ void writeHfFolder(const std::string& folder, const ArchSpec& s, const WeightMap
                   {"max_position_embeddings", s.context}, {"rms_norm_eps", s.normEps},
                   {"rope_theta", s.ropeTheta}, {"tie_word_embeddings", s.tiedEmbeddings},
                   {"architectures", {s.modelType == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}}};
+        // Without it a llama folder's q/k/v biases were read and ignored (now refused as unused tensors).
+        if (s.attentionBias) config["attention_bias"] = true;
         if (s.ropeScaling.type == "llama3")
             config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", s.ropeScaling.factor},
                                       {"low_freq_factor", s.ropeScaling.lowFreqFactor},
@@ -216,9 +218,10 @@ void writeHfFolder(const std::string& folder, const ArchSpec& s, const WeightMap
 }
 
 // llama.cpp's converter reorders Q/K rows so that RoPE on adjacent pairs equals HF's RoPE on halves.
+// As llama.cpp's converter: the rows of q and k (weights and biases) from rotate-half order to adjacent pairs.
 static at::Tensor permuteForAdjacentPairs(const at::Tensor& w, int64_t heads) {
-    const int64_t out = w.size(0), in = w.size(1);
-    return w.reshape({heads, 2, out / heads / 2, in}).transpose(1, 2).reshape({out, in}).contiguous();
+    const int64_t out = w.size(0), in = w.dim() == 2 ? w.size(1) : 1;
+    return w.reshape({heads, 2, out / heads / 2, in}).transpose(1, 2).reshape(w.sizes()).contiguous();
 }
 
 void writeGguf(const std::string& path, const ArchSpec& s, const WeightMap& weights, ggml::Type storage) {
@@ -265,8 +268,8 @@ void writeGguf(const std::string& path, const ArchSpec& s, const WeightMap& weig
             const auto& parts = s.family == Family::Llama ? llamaParts : gpt2Parts;
             ggufName = "blk." + layer + "." + parts.at(part) + kind;
             if (s.family == Family::Llama && s.ropeStyle == RopeStyle::Halves && s.modelType != "qwen2") {
-                if (part == "self_attn.q_proj" && kind == ".weight") t = permuteForAdjacentPairs(t, s.heads);
-                if (part == "self_attn.k_proj" && kind == ".weight") t = permuteForAdjacentPairs(t, s.kvHeads);
+                if (part == "self_attn.q_proj") t = permuteForAdjacentPairs(t, s.heads);
+                if (part == "self_attn.k_proj") t = permuteForAdjacentPairs(t, s.kvHeads);
             }
         }
         // Norms and biases stay F32, as llama.cpp writes them.
