@@ -128,6 +128,13 @@ int runBench(const std::vector<std::string>& args) {
     const std::string synthetic = a.value("synthetic");
     if (a.has("context") && synthetic.empty())
         throw Error("--context applies to --synthetic shapes only (a model's context is its own)");
+    // Options of the other ways to make a variant are refused where they would be ignored.
+    for (const char* option : {"layers", "format", "bits", "group-size"})
+        if (a.has(option) && synthetic.empty())
+            throw Error(std::string("--") + option + " applies to --synthetic shapes only (for a model, --recipe FILE makes the variant)");
+    for (const char* option : {"calib", "samples", "seq-len"})
+        if (a.has(option) && !a.has("recipe"))
+            throw Error(std::string("--") + option + " calibrates the variant --recipe FILE makes; without --recipe there is none");
     if (!synthetic.empty()) {
         const SyntheticShape& shape = syntheticShape(synthetic);
         const std::string format = a.value("format", "int");

@@ -98,8 +98,11 @@ at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, c
     spec.samples = args.integer("samples", samples);
     spec.seqLen = args.integer("seq-len", 256);
     spec.seed = static_cast<uint64_t>(args.integer("seed", 0));
-    return drawCalibration(model.tokenizer->encode(readTextFile(textPath), true), model.tokenizer->bos(), spec,
-                           model.spec.context);
+    std::string note;   // windows clipped to the context or the text, overlapping: said, as compress says it
+    at::Tensor windows = drawCalibration(model.tokenizer->encode(readTextFile(textPath), true), model.tokenizer->bos(), spec,
+                                         model.spec.context, &note);
+    if (!note.empty() && !args.flag("quiet") && !args.flag("json")) std::fprintf(stderr, "note: %s\n", note.c_str());
+    return windows;
 }
 
 void showProgress(CallbackFeedback& feedback, const std::string& label) {

@@ -498,6 +498,10 @@ void TestCli::errorsNameTheFile() {
         {{"bench", "--synthetic", "llama-7b", "--prefill-warmup", "nan"},
          "option --prefill-warmup expects a finite number, got 'nan'"},
         {{"bench", "/nonexistent/model.gguf", "--context", "8192"}, "--context applies to --synthetic shapes only"},
+        // Regression: ignored, the base alone was measured as if the options had made a variant.
+        {{"bench", "/nonexistent/model.gguf", "--bits", "4"}, "--bits applies to --synthetic shapes only (for a model, --recipe FILE"},
+        {{"bench", "/nonexistent/model.gguf", "--layers", "2"}, "--layers applies to --synthetic shapes only"},
+        {{"bench", "/nonexistent/model.gguf", "--calib", "t.txt"}, "--calib calibrates the variant --recipe FILE makes"},
     };
     for (const auto& refusal : refusals) {
         Result r = run(refusal.args);
@@ -715,6 +719,10 @@ void TestCli::importanceTakesCalib() {
     Result missing = run({"importance", model, "--kind", "head"});
     QCOMPARE(missing.exitCode, 2);
     QVERIFY(missing.err.contains("--calib"));
+    // Regression: windows cut to the model's context were measured without a word (compress says it).
+    Result clipped = run({"importance", model, "--kind", "head", "--calib", text, "--samples", "1", "--seq-len", "3000"});
+    QVERIFY2(clipped.exitCode == 0 && clipped.err.contains("note: calibration windows clipped from 3000 to 2048 tokens (model context)"),
+             qPrintable(clipped.err));
 }
 
 QTEST_APPLESS_MAIN(TestCli)
