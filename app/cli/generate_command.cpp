@@ -67,6 +67,10 @@ int runGenerate(const std::vector<std::string>& args) {
     p.stopAtEos = !a.flag("no-stop");
     Transformer runtime(*model, runtimeOptions(a));
     GenerateResult r = generate(runtime, *model->tokenizer, p);
+    const Tokenizer& tok = *model->tokenizer;
+    if (tok.bos() >= 0 && r.promptIds.size() >= 2 && r.promptIds[0] == tok.bos() && r.promptIds[1] == tok.bos())
+        std::cerr << "warning: the prompt starts with BOS (" << tok.tokenText(tok.bos())
+                  << ") and BOS is added as well: two BOS ids, which the model did not see in training\n";
     if (r.contextLimited)
         std::cerr << "note: the model's context of " << model->spec.context << " tokens left room for "
                   << model->spec.context - int64_t(r.promptIds.size()) << " of the " << tokens << " tokens asked for\n";

@@ -82,6 +82,11 @@ void TestCli::generateJsonIds() {
     auto idsOf = [](const Result& r) { return QJsonDocument::fromJson(r.out.toUtf8()).object()["ids"].toArray(); };
     QCOMPARE(idsOf(s1), idsOf(s2));
     QVERIFY(idsOf(s1) != ids);   // sampling, not greedy
+    // A prompt that writes BOS itself gets a second one: said, as tokenize says it (it was silent).
+    Result twice = run({"generate", model, "--prompt", "<s>Once", "--special", "--tokens", "2"});
+    QVERIFY2(twice.exitCode == 0 && twice.err.contains("warning: the prompt starts with BOS (<s>) and BOS is added as well"),
+             qPrintable(twice.err));
+    QVERIFY(!run({"generate", model, "--prompt", "Once", "--tokens", "2"}).err.contains("two BOS"));
 }
 
 void TestCli::tokenizeShowsIdsAndPieces() {
