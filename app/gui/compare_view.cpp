@@ -235,7 +235,9 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
     QPointer<ProjectDocument> document = mDocument;
     connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
     const std::string device = options.device.str();
-    connect(mJob.get(), &BackgroundJob::finished, this, [this, document, measured, device](bool cancelled, const QString& error) {
+    std::map<std::string, nlohmann::json> startBasis;   // what each is measured from: the project as the job starts
+    for (const auto& name : names) startBasis[name] = snapshot.measurementBasis(name);
+    connect(mJob.get(), &BackgroundJob::finished, this, [this, document, measured, device, startBasis](bool cancelled, const QString& error) {
         mProgress->setVisible(false);
         mCancelMeasure->setVisible(false);
         mMeasure->setEnabled(true);
@@ -253,7 +255,8 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
                 // One basis per variant's rows: rows measured before an edit keep theirs, so the set stays marked.
                 const QString key = QString::fromStdString(name);
                 const std::optional<nlohmann::json> basis =
-                    rows.empty() || document->resultsCurrent(key) ? std::nullopt : std::optional<nlohmann::json>(document->resultBasis(key));
+                    rows.empty() || document->resultsCurrent(key) ? std::optional<nlohmann::json>(startBasis.at(name))
+                                                                  : std::optional<nlohmann::json>(document->resultBasis(key));
                 const int threads = at::get_num_threads();
                 rows.push_back({name, "decode_ms_p50", latency.decodeP50Ms, 0, device, threads, latency.decodeMeanMs / 1000.0, "", ""});
                 rows.push_back({name, "prefill_tokens_per_second", latency.prefillTokensPerSecond, 0, device, threads,

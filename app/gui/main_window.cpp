@@ -431,7 +431,8 @@ bool MainWindow::save(ChangedFile whenChanged) {
                                "cwb project run stored results).").arg(mDocument->displayName()),
                             QMessageBox::NoButton, this);
             box.setInformativeText(tr("Merge its changes with yours and save? Parts that both changed are not merged: "
-                                      "you will be told which, and can save under another name instead."));
+                                      "you will be told which, and can save under another name instead. A merge clears "
+                                      "the undo history."));
             QPushButton* merge = box.addButton(tr("&Merge and Save"), QMessageBox::AcceptRole);
             QPushButton* saveAsButton = box.addButton(tr("Save &As…"), QMessageBox::ActionRole);
             box.addButton(QMessageBox::Cancel);
@@ -458,7 +459,7 @@ bool MainWindow::save(ChangedFile whenChanged) {
             showError(tr("The project was not saved"), QString::fromUtf8(again.what()), tr("Save it under another name with Save As."));
             return false;
         }
-        statusBar()->showMessage(tr("Merged the file's changes and saved %1").arg(mDocument->filePath()), 5000);
+        statusBar()->showMessage(tr("Merged the file's changes and saved %1 (the undo history was cleared)").arg(mDocument->filePath()), 8000);
         return true;
     } catch (const std::exception& e) {
         showError(tr("The project was not saved"), QString::fromUtf8(e.what()),
@@ -504,16 +505,29 @@ bool MainWindow::undo() {
     if (!mDocument) return false;
     QUndoStack* stack = mDocument->undoStack();
     if (!stack->canUndo() || refuseTokenizerStep(stack->command(stack->index() - 1))) return false;
-    stack->undo();
-    return true;
+    return stepHistory(true);
+}
+
+bool MainWindow::stepHistory(bool back) {
+    QUndoStack* stack = mDocument->undoStack();
+    try {
+        back ? stack->undo() : stack->redo();
+        return true;
+    } catch (const std::exception& e) {
+        // The project no longer fits the step (changed by other means); the history past it cannot be trusted.
+        stack->clear();
+        mDocument->markChanged();
+        showError(back ? tr("The edit could not be undone") : tr("The edit could not be redone"), QString::fromUtf8(e.what()),
+                  tr("The undo history was cleared; the project is as shown."));
+        return false;
+    }
 }
 
 bool MainWindow::redo() {
     if (!mDocument) return false;
     QUndoStack* stack = mDocument->undoStack();
     if (!stack->canRedo() || refuseTokenizerStep(stack->command(stack->index()))) return false;
-    stack->redo();
-    return true;
+    return stepHistory(false);
 }
 
 bool MainWindow::useTokenizerFile(const QString& given) {

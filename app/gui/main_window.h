@@ -101,6 +101,7 @@ private:
     void showError(const QString& what, const QString& detail, const QString& todo);
     bool jobsReadingModel() const;
     bool refuseTokenizerStep(const class QUndoCommand* next);
+    bool stepHistory(bool back);   // undo or redo; a step that throws clears the history, with a message
     void openDialog(bool project);
     std::unique_ptr<ProjectDocument> loadInBackground(const QString& path, bool isProject, bool recover, QString* error,
                                                       bool* cancelled = nullptr);

@@ -188,6 +188,7 @@ bool ProjectDocument::mergeChangesOnDisk(QStringList* problems) {
         } else {
             *mProject = std::move(merged);
             *mLastSaved = std::move(theirs);
+            mUndo.clear();   // its steps were recorded against the project before the merge
             for (const auto& v : mProject->variants())
                 if (!mAssumedBasis.count(v.name)) assumeBasisIfUnrecorded(v.name);
             if (!mAssumedBasis.count(Project::kBaseName)) assumeBasisIfUnrecorded(Project::kBaseName);

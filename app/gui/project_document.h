@@ -78,8 +78,11 @@ public:
     // document's changes (Project::merge, against the file as this document last read or saved it). False, with the
     // reasons in `problems` and the document unchanged, for a conflict, a file that now names another model or
     // tokenizer (the loaded model would no longer be the project's), or a document recovered from an autosave (which
-    // does not know the file as it was read). Merged, the document has unsaved changes; undo still steps back edits.
+    // does not know the file as it was read). Merged, the document has unsaved changes and no undo history: its steps
+    // were recorded against a project the merge changed (undoing one could revert the other program's change).
     bool mergeChangesOnDisk(QStringList* problems);
+    // Marks the document as having unsaved changes that are not on the undo stack.
+    void markChanged() { markUnsavedData(); }
     void saveAs(const QString& path);
     void autosave() const;
 

@@ -219,7 +219,11 @@ void StudentTensors::load(const std::string& path) {
             std::set<std::string> keys;
             for (const auto& item : savedSettings.items()) keys.insert(item.key());
             for (const auto& item : settings.items()) keys.insert(item.key());
+            // With a constant learning rate after warmup, more steps continue the same run: only the end moves.
+            const bool constant = savedSettings.value("cosine", true) == false && settings.value("cosine", true) == false;
+            const int64_t done = header.value("step", int64_t(0));
             for (const auto& key : keys) {
+                if (key == "steps" && constant && done <= settings.value("steps", int64_t(0))) continue;
                 const nlohmann::json a = savedSettings.value(key, nlohmann::json()), b = settings.value(key, nlohmann::json());
                 if (a != b) differs.push_back(key + " differs (checkpoint " + a.dump() + ", this run " + b.dump() + ")");
             }

@@ -129,6 +129,11 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
         s.context = intFieldOr(c, "n_positions", 1024);
         s.normEps = numFieldOr(c, "layer_norm_epsilon", 1e-5);
         s.tiedEmbeddings = c.value("tie_word_embeddings", true);
+        const std::string act = c.value("activation_function", std::string("gelu_new"));
+        if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+            throw Error(file, "activation_function '" + act + "' is not supported (GPT-2 here runs the tanh GELU, gelu_new)");
+        if (c.value("scale_attn_by_inverse_layer_idx", false))
+            throw Error(file, "scale_attn_by_inverse_layer_idx is not supported");
     } else {
         throw Error(file, "model_type '" + s.modelType + "' is not supported (supported: llama, mistral, qwen2, gpt2)");
     }
@@ -366,7 +371,10 @@ public:
                 bool skip = false;
                 r.name = gpt2 ? gpt2Canonical(e.name, &r.storedTransposed, &skip) : e.name;
                 if (skip) continue;
-                if (r.name.find("rotary_emb.inv_freq") != std::string::npos) continue;   // recomputed
+                // RoPE tables some trainers save (inv_freq, ColossalAI's cos/sin caches): recomputed from the config.
+                if (r.name.find("rotary_emb.inv_freq") != std::string::npos || r.name.find("rotary_emb.cos_cached") != std::string::npos ||
+                    r.name.find("rotary_emb.sin_cached") != std::string::npos)
+                    continue;
                 r.shape = e.shape;
                 if (r.storedTransposed) {
                     if (r.shape.size() != 2) throw Error(shardPath, "Conv1D tensor '" + e.name + "' is not 2-D");

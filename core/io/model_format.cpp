@@ -59,7 +59,7 @@ std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& opt
     model->format = format->id();
     model->spec.validate(path);
     model->validateTensors();
-    model->refuseUnusedTensors();
+    model->dropOrRefuseUnusedTensors();
     if (!options.tokenizerPath.empty()) {
         auto it = model->metadata.find("tokenizer");
         if (it == model->metadata.end() || it->second != options.tokenizerPath) applyTokenizerFile(*model, options.tokenizerPath);

@@ -261,17 +261,27 @@ std::set<std::string> usedTensorNames(const ArchSpec& s) {
 
 } // namespace
 
-void Model::refuseUnusedTensors() const {
+void Model::dropOrRefuseUnusedTensors() {
     const std::set<std::string> used = usedTensorNames(spec);
+    std::vector<std::string> zeroBiases;
     for (const auto& name : tensorNames()) {
         if (used.count(name)) continue;
         const TensorRecord& r = tensor(name);
+        const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+        if (bias && r.data && !at::any(floatTensor(name) != 0).item<bool>()) {
+            zeroBiases.push_back(name);
+            continue;
+        }
         throw Error(r.file.empty() ? path : r.file,
                     "tensor '" + name + "' is not one the " + std::string(spec.family == Family::Llama ? "Llama" : "GPT-2") +
                         "-family forward pass computes with (" + std::to_string(spec.layers) +
                         " layers; attention biases on q/k/v only, none on o_proj or the MLP); ignoring it would change what "
                         "the model computes");
     }
+    for (const auto& name : zeroBiases) removeTensor(name);
+    if (!zeroBiases.empty())
+        metadata["dropped_tensors"] = std::to_string(zeroBiases.size()) + " bias tensors that are all zero and that the forward "
+                                      "pass does not compute (e.g. " + zeroBiases.front() + ")";
 }
 
 void Model::validateTensors() const {

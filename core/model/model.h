@@ -85,9 +85,11 @@ public:
 
     // Checks that every tensor the runtime needs is present with the expected shape; throws cwb::Error.
     void validateTensors() const;
-    // Refuses a model read from disk that holds tensors the forward pass would not use (an o_proj or MLP bias, layers
-    // past the configured count): ignored, they would change what the model computes without a word.
-    void refuseUnusedTensors() const;
+    // For a model read from disk: tensors the forward pass would not use (an o_proj or MLP bias, layers past the
+    // configured count) are refused, since ignoring them would change what the model computes without a word, except
+    // biases that are all zero (older GPTQ exports carry one beside every linear layer): those are dropped, and
+    // metadata["dropped_tensors"] says how many.
+    void dropOrRefuseUnusedTensors();
 
 private:
     std::map<std::string, TensorRecord> mTensors;

@@ -528,9 +528,17 @@ void Project::setExports(const std::string& name, nlohmann::json exports) {
     Variant& variant = findVariant(name);
     json kept = std::move(variant.exports);
     variant.exports = std::move(exports);
-    std::vector<std::string> all;
-    for (const Variant& v : mVariants) all.push_back(v.name);
-    const std::string clash = exportClashes(all);
+    // Only clashes this variant's entries take part in: one between two others (from an older build) is left to
+    // --batch, and must not block this change.
+    std::string clash = exportClashes({name});
+    for (const Variant& v : mVariants) {
+        if (v.name == name || !clash.empty()) continue;
+        for (const auto& mine : variant.exports)
+            for (const auto& other : v.exports)
+                if (clash.empty() && mine.value("file", "") == other.value("file", ""))
+                    clash = "'" + mine.value("file", "") + "' is written by two export entries (of variants '" + v.name +
+                            "' and '" + name + "'); the later would replace the earlier";
+    }
     if (!clash.empty()) {
         variant.exports = std::move(kept);
         throw Error(mPath, "variant '" + name + "': exports: " + clash);
@@ -872,6 +880,13 @@ bool Project::merge(const Project& base, Project& mine, const Project& theirs, s
     };
     merged.mResults.clear();
     merged.mResultBasis.clear();
+    // Results that change on one side of a variant the other removed (or renamed) would be lost without a word.
+    for (const std::string& name : names) {
+        if (std::find(kept.begin(), kept.end(), name) != kept.end()) continue;
+        const std::optional<Measured> b = measured(base, name), m = measured(mine, name), t = measured(theirs, name);
+        if ((m && !(b && *m == *b)) || (t && !(b && *t == *b)))
+            found.push_back("the results of '" + name + "' (measured on one side; the variant was removed or renamed on the other)");
+    }
     kept.insert(kept.begin(), kBaseName);
     for (const std::string& name : kept) {
         const std::optional<Measured> b = measured(base, name), m = measured(mine, name), t = measured(theirs, name);
@@ -906,6 +921,10 @@ bool Project::merge(const Project& base, Project& mine, const Project& theirs, s
         } catch (const Error& e) {
             found.push_back(e.what());
         }
+        std::vector<std::string> all;
+        for (const Variant& v : merged.mVariants) all.push_back(v.name);
+        const std::string clash = merged.exportClashes(all);
+        if (!clash.empty()) found.push_back("exports: " + clash);
     }
     if (conflicts) *conflicts = found;
     if (!found.empty()) return false;

@@ -610,6 +610,28 @@ void TestDistillation::resumeEqualsUninterruptedRun() {
     std::unique_ptr<Model> otherTeacher = l.model->clone();
     otherTeacher->replaceTensor("model.norm.weight", otherTeacher->floatTensor("model.norm.weight") * 1.5);
     QCOMPARE(refusal(*otherTeacher, *pruned, someData(), c), anotherRun + "the teacher differs" + startOver);
+    // With a constant learning rate, a run may be continued for more steps; with the cosine schedule it may not.
+    {
+        DistillConfig constant = c;
+        constant.cosine = false;
+        constant.resume = false;
+        std::unique_ptr<Model> first = pruned->clone();
+        distillModel(*l.model, *first, someData(), constant);   // writes its checkpoint at step 6
+        constant.resume = true;
+        constant.steps = 8;
+        std::unique_ptr<Model> longer = pruned->clone();
+        DistillResult more = distillModel(*l.model, *longer, someData(), constant);
+        QCOMPARE(more.startStep, int64_t(6));
+        QCOMPARE(more.history.size(), size_t(2));
+        DistillConfig cosine = constant;
+        cosine.cosine = true;
+        QVERIFY(refusal(*l.model, *pruned, someData(), cosine).find("steps differs (checkpoint 8, this run 8)") == std::string::npos);
+        QVERIFY(refusal(*l.model, *pruned, someData(), cosine).find("cosine differs") != std::string::npos);
+        DistillConfig rewrite = c;   // the checkpoint of `c` again, for the checks below
+        rewrite.resume = false;
+        std::unique_ptr<Model> again = pruned->clone();
+        distillModel(*l.model, *again, someData(), rewrite);
+    }
     // What the training does not depend on may change.
     DistillConfig elsewhere = c;
     elsewhere.evalEvery = 2;

@@ -365,11 +365,34 @@ void TestModelLoaders::configsOfOtherModelsAreRefused() {
         QVERIFY2(error.contains(c.expected) && error.startsWith(QString::fromStdString(folder)),
                  qPrintable(QString(c.name) + ": " + error));
     }
+    const std::string gpt2Folder = dir.filePath("gpt2-relu").toStdString();
+    QDir().mkpath(QString::fromStdString(gpt2Folder));
+    writeHfFolder(gpt2Folder, tinyGpt2Spec(), randomWeights(tinyGpt2Spec(), 3), ggml::Type::F32);
+    {
+        nlohmann::json config;
+        std::ifstream(gpt2Folder + "/config.json") >> config;
+        config["activation_function"] = "relu";
+        std::ofstream(gpt2Folder + "/config.json") << config.dump(2);
+    }
+    QVERIFY2(loadError(gpt2Folder).contains("activation_function 'relu' is not supported"), qPrintable(loadError(gpt2Folder)));
     WeightMap withOutputBias = randomWeights(tinyLlamaSpec(), 3);
     withOutputBias["model.layers.0.self_attn.o_proj.bias"] = at::randn({tinyLlamaSpec().hidden});
     const std::string folder = editedFolder(dir, "o-bias", [](nlohmann::json&) {}, withOutputBias);
     QVERIFY2(loadError(folder).contains("tensor 'model.layers.0.self_attn.o_proj.bias' is not one the Llama-family forward pass"),
              qPrintable(loadError(folder)));
+    // Zero biases beside every linear layer (older GPTQ exports) change nothing: dropped, and said; RoPE caches some
+    // trainers save are recomputed (review finding: such checkpoints were refused).
+    WeightMap zeroBiases = randomWeights(tinyLlamaSpec(), 3);
+    for (const char* layer : {"self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "self_attn.q_proj"}) {
+        const std::string weight = std::string("model.layers.1.") + layer + ".weight";
+        zeroBiases[std::string("model.layers.1.") + layer + ".bias"] = at::zeros({zeroBiases.at(weight).size(0)});
+    }
+    zeroBiases["model.layers.0.self_attn.rotary_emb.cos_cached"] = at::randn({16, 8});
+    const std::string zeros = editedFolder(dir, "zero-biases", [](nlohmann::json&) {}, zeroBiases);
+    auto loaded = loadModel(zeros);
+    QVERIFY(!loaded->has("model.layers.1.self_attn.o_proj.bias"));
+    QVERIFY2(loaded->metadata.at("dropped_tensors").find("5 bias tensors that are all zero") == 0,
+             loaded->metadata.at("dropped_tensors").c_str());
 }
 
 // Accepted forms that were read wrongly: transformers 5's rope_parameters (theta 500000 was read as 10000), a tied

@@ -486,6 +486,10 @@ void TestProject::hostileExportEntriesAreRefused() {
     QCOMPARE(old.exportClashes({"a", "c"}), std::string("'a.gguf' is written by two export entries (of variants 'a' and 'c'); "
                                                          "the later would replace the earlier"));
     QVERIFY(old.exportClashes({"c"}).empty());
+    // Such a clash between two variants does not block an export entry of a third (review finding: nothing could be added).
+    Project older = Project::open(path.toStdString());
+    older.setExports("b", json::array({{{"format", "gguf"}, {"file", "b.gguf"}}}));
+    QVERIFY_EXCEPTION_THROWN(older.setExports("b", json::array({{{"format", "gguf"}, {"file", "a.gguf"}}})), Error);
 }
 
 // Projects were kept in WAL mode, whose readers create -wal and -shm files beside the project: a colleague who only
@@ -666,6 +670,19 @@ void TestProject::mergeTakesEachSidesChanges() {
                                             "variant 'e' derives from 'd', which the other side removed",
                                             "the results of 'base' (measured on both sides)"};
     QCOMPARE(conflicts, expected);
+    // Results measured on one side of a variant the other renamed (or removed) are not dropped without a word.
+    Project mine4 = merged, other4 = merged;
+    other4.setResults("c", rows("perplexity", 1, 7.0), other4.measurementBasis("c"));
+    mine4.renameVariant("c", "c2");
+    QVERIFY(!Project::merge(merged, mine4, other4, &conflicts));
+    QCOMPARE(conflicts, std::vector<std::string>{"the results of 'c' (measured on one side; the variant was removed or renamed on the other)"});
+    // Two sides that each give another variant the same export file: refused, as --batch would refuse the project.
+    Project mine5 = merged, other5 = merged;
+    mine5.setExports("b", json::array({{{"format", "gguf"}, {"file", "same.gguf"}}}));
+    other5.setExports("c", json::array({{{"format", "gguf"}, {"file", "same.gguf"}}}));
+    QVERIFY(!Project::merge(merged, mine5, other5, &conflicts));
+    QCOMPARE(conflicts.size(), size_t(1));
+    QVERIFY2(conflicts[0].find("exports: 'same.gguf' is written by two export entries") == 0, conflicts[0].c_str());
     // The same change on both sides is no conflict.
     Project mine3 = merged, other3 = merged;
     mine3.setRecipe("c", rtnRecipe(8));
