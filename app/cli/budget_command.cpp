@@ -8,6 +8,7 @@
 #include "app/cli/arguments.h"
 #include "app/cli/commands.h"
 #include "core/analysis/budget.h"
+#include "core/analysis/importance.h"
 #include "core/compress/pipeline.h"
 #include "core/eval/perplexity.h"
 #include "core/io/model_format.h"
@@ -18,7 +19,7 @@
 namespace cwb::cli {
 
 int runBudget(const std::vector<std::string>& args) {
-    Arguments a(args, {"text", "target-bits", "target-bytes", "bits", "group-size", "method", "params", "samples", "seq-len", "seed", "out", "threads", "tokenizer"}, {"json", "quiet", "fused"});
+    Arguments a(args, {"text", "target-bits", "target-bytes", "bits", "group-size", "method", "params", "samples", "seq-len", "seed", "out", "threads", "tokenizer", "device", "dtype"}, {"json", "quiet", "fused"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
     if (!a.has("text")) throw Error("budget needs --text FILE (the text whose windows the layers are measured on)");
@@ -26,11 +27,12 @@ int runBudget(const std::vector<std::string>& args) {
         throw Error("budget needs one of --target-bits B or --target-bytes N" +
                     std::string(a.has("target-bits") ? " (both were given)" : ""));
     if (a.has("out")) checkOutputFile(a.value("out"));   // before the measurements, which take long
+    BudgetOptions options;
+    options.compute = importanceCompute(a.value("device", "auto"), a.value("dtype"), "linears.sensitivity");
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
     if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
-    BudgetOptions options;
     if (a.has("target-bytes")) {
         // Bytes of the block linear layers as stored (levels, scales, zeros) -> the same budget in bits per weight.
         double parameters = 0;
@@ -64,7 +66,10 @@ int runBudget(const std::vector<std::string>& args) {
     }
     const at::Tensor windows = windowsFromText(a, a.value("text"), *model, 8);
     CallbackFeedback feedback;
-    if (!a.flag("quiet") && !a.flag("json")) showProgress(feedback, "budget: measuring");
+    if (!a.flag("quiet") && !a.flag("json")) {
+        std::fprintf(stderr, "budget: measuring on %s\n", describeCompute(options.compute).c_str());
+        showProgress(feedback, "budget: measuring");
+    }
     BudgetPlan plan = solveBitBudget(*model, windows, options, &feedback);
     if (a.has("out")) {
         const std::filesystem::path parent = std::filesystem::path(a.value("out")).parent_path();

@@ -35,9 +35,9 @@ const std::vector<Command>& commands() {
          "perplexity by llama.cpp's method (second half of each ctx chunk scored)", runEval},
         {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--device auto|cpu|cuda] [--calib-dtype f32|bf16|f16] [--eval FILE] [--ctx N] [--chunks K] [--out DIR] [--scratch DIR|auto|off] [--tokenizer FILE] [--json]",
          "apply a recipe step by step; each stage compared with the base (size, PPL, KL, top-1, reconstruction error)", runCompress},
-        {"importance", "cwb importance MODEL --calib FILE [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--step STEP.json] [--samples N] [--seq-len T] [--tokenizer FILE] [--json]",
+        {"importance", "cwb importance MODEL --calib FILE [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--step STEP.json] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--tokenizer FILE] [--json]",
          "per-head, per-layer or per-channel importance measured on token windows of a text (layer kinds: KL or ΔPPL when only that layer gets --step)", runImportance},
-        {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--fused] [--samples N] [--seq-len T] [--out R.json] [--tokenizer FILE] [--json]",
+        {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--fused] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--out R.json] [--tokenizer FILE] [--json]",
          "choose per-layer bit widths for a bits-per-weight target from measured sensitivity; writes a recipe", runBudget},
         {"export",
          "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--shard-size BYTES] [--scratch DIR|auto|off] [--tokenizer FILE] --out PATH [--json]",
@@ -54,7 +54,7 @@ const std::vector<Command>& commands() {
          "  cwb project set P [--calib F|--no-calib] [--eval F] [--samples N] [--seq-len T] [--seed S] [--ctx N] [--chunks K] [--model PATH]\n"
          "  cwb project set-tokenizer P --tokenizer FILE|--own [--model PATH]\n"
          "  cwb project run P [--variants a,b] [--threads N] [--model PATH] [--tokenizer FILE] [--scratch DIR|auto|off]\n"
-         "  cwb project importance P [--kind head|layer|channel|head-grad|channel-grad] [--samples N] [--seq-len T] [--model PATH] [--tokenizer FILE]",
+         "  cwb project importance P [--kind head|layer|channel|head-grad|channel-grad] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--model PATH] [--tokenizer FILE]",
          "create and inspect project files; `run` evaluates the variants and stores their results", runProjectCommand},
     };
     return list;

@@ -16,7 +16,8 @@
 namespace cwb::cli {
 
 int runImportance(const std::vector<std::string>& args) {
-    Arguments a(args, {"kind", "text", "calib", "samples", "seq-len", "seed", "threads", "step", "tokenizer"}, {"json", "quiet"});
+    Arguments a(args, {"kind", "text", "calib", "samples", "seq-len", "seed", "threads", "step", "tokenizer", "device", "dtype"},
+                {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
     // --calib (the spelling, as in compress) and --text name the same thing.
@@ -24,12 +25,16 @@ int runImportance(const std::vector<std::string>& args) {
     if (calibText.empty()) throw Error("importance needs --calib FILE (the text whose token windows it measures on)");
     const std::string kind = a.value("kind", "heads.ablation");
     checkImportanceKind(kind);   // before the model is read
+    const CalibrationCompute compute = importanceCompute(a.value("device", "auto"), a.value("dtype"), kind);
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
     const at::Tensor windows = windowsFromText(a, calibText, *model, 16);
     CallbackFeedback feedback;
-    if (!a.flag("quiet") && !a.flag("json")) showProgress(feedback, "importance");
+    if (!a.flag("quiet") && !a.flag("json")) {
+        std::fprintf(stderr, "importance %s on %s\n", kind.c_str(), describeCompute(compute).c_str());
+        showProgress(feedback, "importance");
+    }
     ImportanceMap map;
     if (a.has("step")) {
         // --step '{"method": ..., "params": {...}}' or a file holding it: per-layer sensitivity to that step.
@@ -42,14 +47,14 @@ int runImportance(const std::vector<std::string>& args) {
         } catch (const nlohmann::json::exception& e) {
             throw Error(text, std::string("--step is not valid JSON: ") + e.what());
         }
-        LayerSensitivity s = computeLayerSensitivity(*model, step, windows, &feedback);
+        LayerSensitivity s = computeLayerSensitivity(*model, step, windows, &feedback, compute);
         map = kind == "layer" || kind == "linears.sensitivity" ? s.kl : s.deltaPerplexity;
     } else {
-        map = computeImportance(*model, kind, windows, &feedback);
+        map = computeImportance(*model, kind, windows, &feedback, compute);
     }
     if (a.flag("json")) {
-        std::cout << jsonText({{"kind", map.kind}, {"rows", map.rowLabels}, {"columns", map.columnLabels},
-                               {"values", map.values}}) << "\n";
+        std::cout << jsonText({{"kind", map.kind}, {"computed_on", describeCompute(compute)},
+                               {"rows", map.rowLabels}, {"columns", map.columnLabels}, {"values", map.values}}) << "\n";
         return 0;
     }
     std::printf("%-10s", map.kind.c_str());

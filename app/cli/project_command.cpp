@@ -360,7 +360,10 @@ int runProject(const std::vector<std::string>& args) {
 }
 
 int importance(const std::vector<std::string>& args) {
-    Arguments a(args, {"kind", "samples", "seq-len", "model", "tokenizer"}, {"quiet"});
+    Arguments a(args, {"kind", "samples", "seq-len", "model", "tokenizer", "device", "dtype"}, {"quiet"});
+    const std::string kind = a.value("kind", "heads.ablation");
+    checkImportanceKind(kind);
+    const CalibrationCompute compute = importanceCompute(a.value("device", "auto"), a.value("dtype"), kind);
     Project project = Project::open(a.requirePositional("PROJECT"));
     const ProjectSettings& s = project.settings();
     const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
@@ -374,9 +377,13 @@ int importance(const std::vector<std::string>& args) {
     at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(text), true), model->tokenizer->bos(), spec,
                                          model->spec.context);
     CallbackFeedback feedback;
-    ImportanceMap map = computeImportance(*model, a.value("kind", "heads.ablation"), windows, &feedback);
+    if (!a.flag("quiet")) {
+        std::fprintf(stderr, "importance %s on %s\n", kind.c_str(), describeCompute(compute).c_str());
+        showProgress(feedback, "importance");
+    }
+    ImportanceMap map = computeImportance(*model, kind, windows, &feedback, compute);
     map.measuredWith = importanceMeasurement(text, !s.calibration.path.empty() ? s.calibration.hash : s.evaluation.hash,
-                                             windows, spec.seed, "cpu");
+                                             windows, spec.seed, compute);
     nlohmann::json entry = {{"kind", map.kind}, {"samples", windows.size(0)}, {"seq_len", windows.size(1)}};
     if (!tokenizerHash.empty()) entry["tokenizer_hash"] = tokenizerHash;
     storeInLatest(project.path(), [&](Project& latest) {

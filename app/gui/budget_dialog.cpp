@@ -23,8 +23,10 @@
 
 #include "app/commands/variant_commands.h"
 #include "app/gui/background_job.h"
+#include "app/gui/compute_device.h"
 #include "app/gui/project_document.h"
 #include "core/analysis/budget.h"
+#include "core/analysis/importance.h"
 #include "core/compress/pipeline.h"
 #include "core/eval/perplexity.h"
 #include "core/model/model.h"
@@ -202,6 +204,11 @@ bool BudgetDialog::solve(bool interactive) {
     if (text.empty()) return refuse(tr("The project has no calibration or evaluation text to measure on. Choose one in Project ▸ Settings."));
     if (!model->tokenizer) return refuse(tr("The model has no tokenizer, so no text can be turned into tokens. Give it one with Project ▸ Use Tokenizer File."));
     const CalibrationSpec spec{text, mSamples->value(), mTokens->value(), s.calibrationSeed};
+    try {   // Run ▸ Compute On: the GPU measures in f16 and calibrates in f32, as `cwb budget --device cuda`
+        options.compute = importanceCompute(guiComputeDevice() == ComputeDevice::Cuda ? "cuda" : "cpu", "", "linears.sensitivity");
+    } catch (const std::exception& e) {
+        return refuse(QString::fromUtf8(e.what()));
+    }
     auto plan = std::make_shared<BudgetPlan>();
     mJob = std::make_unique<BackgroundJob>(tr("Budget solver"), [model, spec, options, plan](Feedback& feedback) {
         const at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), true),

@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "app/gui/background_job.h"
+#include "app/gui/compute_device.h"
 #include "app/gui/layer_pick_bar.h"
 #include "app/gui/project_document.h"
 #include "core/analysis/importance.h"
@@ -174,12 +175,19 @@ bool ImportanceView::compute() {
     const std::string kindId = kind().toStdString();
     const CalibrationSpec spec{text, mSamples->value(), mTokens->value(), s.calibrationSeed};
     const std::string textHash = !s.calibration.path.empty() ? s.calibration.hash : s.evaluation.hash;
+    CalibrationCompute compute;
+    try {   // Run ▸ Compute On: CUDA in f16 (f32 for the gradient kinds), else the CPU in f32
+        compute = importanceCompute(guiComputeDevice() == ComputeDevice::Cuda ? "cuda" : "cpu", "", kindId);
+    } catch (const std::exception& e) {
+        QMessageBox::warning(this, tr("Cannot measure importance"), QString::fromUtf8(e.what()));
+        return false;
+    }
     auto result = std::make_shared<ImportanceMap>();
-    mJob = std::make_unique<BackgroundJob>(tr("Importance %1").arg(kind()), [model, spec, kindId, result, textHash](Feedback& feedback) {
+    mJob = std::make_unique<BackgroundJob>(tr("Importance %1").arg(kind()), [model, spec, kindId, result, textHash, compute](Feedback& feedback) {
         const at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), true),
                                                    model->tokenizer->bos(), spec, model->spec.context);
-        *result = computeImportance(*model, kindId, windows, &feedback);
-        result->measuredWith = importanceMeasurement(spec.textPath, textHash, windows, spec.seed, "cpu");   // always on the CPU
+        *result = computeImportance(*model, kindId, windows, &feedback, compute);
+        result->measuredWith = importanceMeasurement(spec.textPath, textHash, windows, spec.seed, compute);
     });
     connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
     connect(mJob.get(), &BackgroundJob::finished, this, [this, result, kindId](bool cancelled, const QString& error) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/analysis/importance.h"
 #include "core/compress/compressed_layers.h"
 #include "core/compress/method.h"
 #include "core/compress/pipeline.h"
@@ -144,10 +145,12 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
         SubFeedback sub(feedback, 0.5 * double(i) / double(options.bits.size()), 0.5 * double(i + 1) / double(options.bits.size()));
         Recipe recipe;
         recipe.steps.push_back(stepAt(options.bits[i]));
-        quantized[options.bits[i]] = compressModel(model, recipe, windows, feedback ? &sub : nullptr).model;
+        quantized[options.bits[i]] =
+            compressModel(model, recipe, windows, feedback ? &sub : nullptr, {}, {options.compute.device, at::kFloat}).model;
     }
-    Transformer baseRuntime(model);
-    const at::Tensor base = at::log_softmax(baseRuntime.forward(windows).to(at::kCPU, at::kDouble), -1);
+    // One runtime for every measurement: each (layer, width) swaps one layer into a working copy of the base.
+    VariantRunner runner(model, options.compute);
+    const std::vector<at::Tensor> base = runner.logProbs(windows);
     BudgetPlan plan;
     const std::vector<std::string> layers = model.linearLayers();
     const size_t total = layers.size() * options.bits.size();
@@ -166,9 +169,9 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
                 throw Error("budget: " + options.method + " did not quantize layer " + layer + " to integers");
             auto variant = model.clone();
             variant->setCompressed(layer, linear);
-            Transformer runtime(*variant);
-            const at::Tensor lp = at::log_softmax(runtime.forward(windows).to(at::kCPU, at::kDouble), -1);
-            const double kl = std::max(0.0, (base.exp() * (base - lp)).sum(-1).mean().item<double>());
+            if (!runner.apply(*variant)) throw Error("internal: budget: layer " + layer + " is not inside a block");
+            const double kl = std::max(0.0, meanKl(base, runner.logProbs(windows)));
+            runner.reset();
             entry.options.push_back({bits, linear->bitsPerWeight(), kl});
         }
         plan.layers.push_back(std::move(entry));

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/compress/recipe.h"
+#include "core/compress/sequential.h"
 
 namespace cwb {
 
@@ -45,6 +46,9 @@ struct BudgetOptions {
     // unit whose cost is the sum of theirs: vLLM runs each set as one fused layer with one scheme, so a
     // compressed-tensors export needs it.
     bool fuseSharedInputs = false;
+    // Where the layers are measured and in which type (see importanceCompute); calibrated methods calibrate on the
+    // same device in fp32.
+    CalibrationCompute compute;
 };
 
 struct BudgetPlan {

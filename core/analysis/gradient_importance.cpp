@@ -44,7 +44,8 @@ void checkWindows(const at::Tensor& windows) {
         throw Error("importance needs token windows [samples, length >= 2] (a text file)");
 }
 
-GradientPass runGradientPass(const Model& model, const at::Tensor& windows, bool channels, double threshold, Feedback* feedback) {
+GradientPass runGradientPass(const Model& model, const at::Tensor& windows, bool channels, double threshold, Feedback* feedback,
+                             const CalibrationCompute& compute) {
     checkWindows(windows);
     const ArchSpec& s = model.spec;
     int64_t maxHeads = 0;
@@ -63,14 +64,17 @@ GradientPass runGradientPass(const Model& model, const at::Tensor& windows, bool
         const int64_t n = std::min(batchSize, samples - first);
         const at::Tensor batch = windows.narrow(0, first, n).to(at::kLong);
         std::vector<at::Tensor> gates;
-        for (int64_t l = 0; l < s.layers; ++l) gates.push_back(at::ones({n, s.headsAt(l)}, at::kFloat).set_requires_grad(true));
+        for (int64_t l = 0; l < s.layers; ++l)
+            gates.push_back(at::ones({n, s.headsAt(l)}, at::TensorOptions().dtype(at::kFloat).device(compute.device)).set_requires_grad(true));
         RuntimeOptions options;
+        options.device = compute.device;
+        options.dtype = compute.forwardType;
         options.headGates = &gates;
         Transformer runtime(model, options);
         DownProjectionInputs observer(model);
         at::Tensor logits = runtime.forward(batch, nullptr, channels ? &observer : nullptr);
         const int64_t length = batch.size(1);
-        at::Tensor logProbs = at::log_softmax(logits.narrow(1, 0, length - 1), -1);
+        at::Tensor logProbs = at::log_softmax(logits.narrow(1, 0, length - 1).to(at::kFloat), -1);
         at::Tensor nll = -logProbs.gather(2, batch.narrow(1, 1, length - 1).to(logits.device()).unsqueeze(-1)).squeeze(-1);
         // Σ_w L_w: each window's gradient stays its own (gates are per window).
         nll.mean(1).sum().backward();
@@ -100,12 +104,13 @@ ImportanceMap emptyMap(const std::string& kind, int64_t rows, int64_t columns, c
 
 } // namespace
 
-at::Tensor headGateGradients(const Model& model, const at::Tensor& windows, Feedback* feedback) {
-    return runGradientPass(model, windows, false, 0.0, feedback).headGradients;
+at::Tensor headGateGradients(const Model& model, const at::Tensor& windows, Feedback* feedback, const CalibrationCompute& compute) {
+    return runGradientPass(model, windows, false, 0.0, feedback, compute).headGradients;
 }
 
-ChannelGradientStats channelGradientStats(const Model& model, const at::Tensor& windows, double threshold, Feedback* feedback) {
-    GradientPass pass = runGradientPass(model, windows, true, threshold, feedback);
+ChannelGradientStats channelGradientStats(const Model& model, const at::Tensor& windows, double threshold, Feedback* feedback,
+                                          const CalibrationCompute& compute) {
+    GradientPass pass = runGradientPass(model, windows, true, threshold, feedback, compute);
     int64_t maxFfn = 0;
     for (int64_t l = 0; l < model.spec.layers; ++l) maxFfn = std::max(maxFfn, model.spec.ffnAt(l));
     ChannelGradientStats stats{at::full({model.spec.layers, maxFfn}, std::nan(""), at::kDouble),
@@ -119,15 +124,17 @@ ChannelGradientStats channelGradientStats(const Model& model, const at::Tensor& 
     return stats;
 }
 
-ImportanceMap headGradientImportance(const Model& model, const at::Tensor& windows, Feedback* feedback) {
-    at::Tensor mean = headGateGradients(model, windows, feedback).abs().mean(0).contiguous();   // NaN stays NaN
+ImportanceMap headGradientImportance(const Model& model, const at::Tensor& windows, Feedback* feedback,
+                                     const CalibrationCompute& compute) {
+    at::Tensor mean = headGateGradients(model, windows, feedback, compute).abs().mean(0).contiguous();   // NaN stays NaN
     ImportanceMap map = emptyMap("heads.gradient", mean.size(0), mean.size(1), "head ");
     std::copy(mean.data_ptr<double>(), mean.data_ptr<double>() + mean.numel(), map.values.begin());
     return map;
 }
 
-ImportanceMap channelGradientImportance(const Model& model, const at::Tensor& windows, Feedback* feedback, const ChannelScoreWeights& w) {
-    ChannelGradientStats stats = channelGradientStats(model, windows, w.sparsityThreshold, feedback);
+ImportanceMap channelGradientImportance(const Model& model, const at::Tensor& windows, Feedback* feedback, const ChannelScoreWeights& w,
+                                        const CalibrationCompute& compute) {
+    ChannelGradientStats stats = channelGradientStats(model, windows, w.sparsityThreshold, feedback, compute);
     at::Tensor g = stats.meanAbsGradient;
     at::Tensor peak = at::nan_to_num(g, 0.0).amax(1, /*keepdim=*/true).clamp_min(1e-30);
     at::Tensor score = (w.alpha * g / peak + w.beta * (1.0 - stats.sparsity)).contiguous();

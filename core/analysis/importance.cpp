@@ -22,16 +22,53 @@ namespace cwb {
 
 namespace {
 
-at::Tensor logProbs(const Model& model, const at::Tensor& windows) {
-    Transformer runtime(model);
-    return at::log_softmax(runtime.forward(windows).to(at::kCPU, at::kDouble), -1);   // [samples, length, vocab]
+RuntimeOptions runtimeOptionsFor(const CalibrationCompute& compute) {
+    RuntimeOptions options;
+    options.device = compute.device;
+    options.dtype = compute.forwardType;
+    return options;
 }
 
-double lossFromLogProbs(const at::Tensor& logProbs, const at::Tensor& windows) {
-    const int64_t length = windows.size(1);
-    at::Tensor predicted = logProbs.narrow(1, 0, length - 1);
-    at::Tensor targets = windows.narrow(1, 1, length - 1).unsqueeze(-1);
-    return -predicted.gather(2, targets).mean().item<double>();
+// Block of a tensor name ("model.layers.3.mlp.up_proj.weight", "transformer.h.3.attn.c_attn.weight"); -1 for the
+// embeddings, the output head and the final norm.
+int64_t blockOfTensor(const std::string& name) {
+    for (const std::string prefix : {"model.layers.", "transformer.h."}) {
+        if (name.compare(0, prefix.size(), prefix) != 0) continue;
+        const size_t end = name.find('.', prefix.size());
+        if (end == std::string::npos) return -1;
+        const std::string digits = name.substr(prefix.size(), end - prefix.size());
+        if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+        return std::stoll(digits);
+    }
+    return -1;
+}
+
+// Log-probabilities in fp64 on the runtime's device, one tensor per batch of windows.
+std::vector<at::Tensor> logProbsOf(Transformer& runtime, const at::Tensor& windows) {
+    std::vector<at::Tensor> out;
+    for (int64_t first = 0; first < windows.size(0); first += VariantRunner::kWindowsPerBatch) {
+        const int64_t n = std::min(VariantRunner::kWindowsPerBatch, windows.size(0) - first);
+        out.push_back(at::log_softmax(runtime.forward(windows.narrow(0, first, n).to(at::kLong)).to(at::kDouble), -1));
+    }
+    return out;
+}
+
+// Summed next-token NLL of a batch of windows starting at window `first`.
+double summedLoss(const at::Tensor& logProbs, const at::Tensor& windows, int64_t first) {
+    const int64_t n = logProbs.size(0), length = logProbs.size(1);
+    const at::Tensor targets = windows.narrow(0, first, n).narrow(1, 1, length - 1).to(logProbs.device(), at::kLong).unsqueeze(-1);
+    return -logProbs.narrow(1, 0, length - 1).gather(2, targets).sum().item<double>();
+}
+
+// The mean NLL without keeping every batch's log-probabilities (head ablation runs this once per head).
+double meanLossOn(Transformer& runtime, const at::Tensor& windows) {
+    double sum = 0;
+    for (int64_t first = 0; first < windows.size(0); first += VariantRunner::kWindowsPerBatch) {
+        const int64_t n = std::min(VariantRunner::kWindowsPerBatch, windows.size(0) - first);
+        const at::Tensor lp = at::log_softmax(runtime.forward(windows.narrow(0, first, n).to(at::kLong)).to(at::kDouble), -1);
+        sum += summedLoss(lp, windows, first);
+    }
+    return sum / double(windows.size(0) * (windows.size(1) - 1));
 }
 
 std::string suffixLabel(const std::string& layer) {
@@ -44,10 +81,18 @@ void checkWindows(const at::Tensor& windows) {
         throw Error("importance needs token windows [samples, length >= 2] (a text file)");
 }
 
-ImportanceMap headAblation(const Model& model, const at::Tensor& windows, Feedback* feedback) {
+// Zeroing a head's gate removes its output as zeroing its columns of o_proj would, on one runtime for every head
+// (no copy of the model per head, and on CUDA no upload per head).
+ImportanceMap headAblation(const Model& model, const at::Tensor& windows, Feedback* feedback, const CalibrationCompute& compute) {
     if (model.spec.family != Family::Llama) throw Error("heads.ablation supports the Llama family only");
     const ArchSpec& s = model.spec;
-    const double base = meanLoss(model, windows);
+    std::vector<at::Tensor> gates;
+    for (int64_t l = 0; l < s.layers; ++l)
+        gates.push_back(at::ones({s.headsAt(l)}, at::TensorOptions().dtype(at::kFloat).device(compute.device)));
+    RuntimeOptions options = runtimeOptionsFor(compute);
+    options.headGates = &gates;
+    Transformer runtime(model, options);
+    const double base = meanLossOn(runtime, windows);
     ImportanceMap map;
     map.kind = "heads.ablation";
     int64_t maxHeads = 0;
@@ -58,18 +103,15 @@ ImportanceMap headAblation(const Model& model, const at::Tensor& windows, Feedba
     int64_t done = 0, total = 0;
     for (int64_t l = 0; l < s.layers; ++l) total += s.headsAt(l);
     for (int64_t l = 0; l < s.layers; ++l) {
-        const std::string name = names::llamaLayer(l, "self_attn.o_proj.weight");
-        const at::Tensor wo = model.floatTensor(name);
         for (int64_t h = 0; h < s.headsAt(l); ++h) {
             if (feedback) {
                 feedback->throwIfCancelled();
                 feedback->setProgress(double(done++) / double(total));
             }
-            auto ablated = model.clone();
-            at::Tensor w = wo.clone();
-            w.narrow(1, h * s.headDim, s.headDim).zero_();
-            ablated->replaceTensor(name, w);
-            map.values[static_cast<size_t>(l * maxHeads + h)] = meanLoss(*ablated, windows) - base;
+            at::Tensor gate = gates[size_t(l)].select(0, h);
+            gate.fill_(0.0);
+            map.values[static_cast<size_t>(l * maxHeads + h)] = meanLossOn(runtime, windows) - base;
+            gate.fill_(1.0);
         }
     }
     return map;
@@ -92,7 +134,7 @@ nlohmann::json defaultSensitivityStep() {
 }
 
 LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::json& step, const at::Tensor& windows,
-                                         Feedback* feedback) {
+                                         Feedback* feedback, const CalibrationCompute& compute) {
     checkWindows(windows);
     if (!step.is_object() || !step.contains("method")) throw Error("the sensitivity step must be a recipe step {\"method\": ..., \"params\": {...}}");
     const std::string id = step["method"].is_string() ? step["method"].get<std::string>() : "";
@@ -103,8 +145,10 @@ LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::jso
         throw Error("the sensitivity step " + id + " changes whole heads, channels, blocks or the whole model, not one linear "
                     "layer at a time; per-layer sensitivity takes quantization or unstructured pruning (for heads and "
                     "channels use --kind head or channel)");
-    const at::Tensor base = logProbs(model, windows);
-    const double baseLoss = lossFromLogProbs(base, windows);
+    VariantRunner runner(model, compute);
+    const std::vector<at::Tensor> base = runner.logProbs(windows);
+    const double baseLoss = meanLossOf(base, windows);
+    const CalibrationCompute calibrate{compute.device, at::kFloat};
     const std::vector<std::string> layers = model.linearLayers();
     LayerSensitivity result;
     std::vector<std::string> columns;
@@ -129,14 +173,21 @@ LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::jso
         only["targets"] = exactPattern(layer);
         only.erase("ignore");
         const Recipe recipe = Recipe::fromJson({{"steps", nlohmann::json::array({only})}}, "sensitivity step");
-        const std::unique_ptr<Model> variant = compressModel(model, recipe, windows).model;
-        const at::Tensor lp = logProbs(*variant, windows);
-        const double kl = (base.exp() * (base - lp)).sum(-1).mean().item<double>();
+        const std::unique_ptr<Model> variant = compressModel(model, recipe, windows, nullptr, {}, calibrate).model;
+        std::vector<at::Tensor> lp;
+        if (runner.apply(*variant)) {
+            lp = runner.logProbs(windows);
+            runner.reset();
+        } else {
+            Transformer own(*variant, runtimeOptionsFor(compute));
+            lp = logProbsOf(own, windows);
+        }
+        const double kl = meanKl(base, lp);
         const int64_t row = std::stoll(layer.substr(layer.find_first_of("0123456789")));
         const size_t column = static_cast<size_t>(std::find(columns.begin(), columns.end(), suffixLabel(layer)) - columns.begin());
         const size_t cell = static_cast<size_t>(row) * columns.size() + column;
         result.kl.values[cell] = std::max(0.0, kl);
-        result.deltaPerplexity.values[cell] = std::exp(lossFromLogProbs(lp, windows)) - std::exp(baseLoss);
+        result.deltaPerplexity.values[cell] = std::exp(meanLossOf(lp, windows)) - std::exp(baseLoss);
     }
     return result;
 }
@@ -144,12 +195,13 @@ LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::jso
 namespace {
 
 // Wanda's |W|·‖X‖ summed over the outputs each intermediate MLP channel feeds: blocks × channels.
-ImportanceMap channelWanda(const Model& model, const at::Tensor& windows, Feedback* feedback) {
+ImportanceMap channelWanda(const Model& model, const at::Tensor& windows, Feedback* feedback, const CalibrationCompute& compute) {
     const bool llama = model.spec.family == Family::Llama;
     const std::string suffix = llama ? "mlp.down_proj" : "mlp.c_proj";
     auto layerName = [&](int64_t l) { return llama ? names::llamaLayer(l, suffix) : names::gpt2Layer(l, suffix); };
     std::map<int64_t, std::unique_ptr<prune::InputNormAccumulator>> norms;
     SequentialPass pass;
+    pass.compute = compute;
     pass.layersOf = [&](int64_t b) { return std::vector<std::string>{layerName(b)}; };
     pass.collect = [&](const std::string& layer, const at::Tensor& x) {
         auto& n = norms[std::stoll(layer.substr(layer.find_first_of("0123456789")))];
@@ -177,9 +229,66 @@ std::vector<std::string> importanceKinds() {
     return {"heads.ablation", "linears.sensitivity", "linears.delta_ppl", "channels.wanda", "heads.gradient", "channels.gradient"};
 }
 
-double meanLoss(const Model& model, const at::Tensor& windows) {
+double meanLoss(const Model& model, const at::Tensor& windows, const CalibrationCompute& compute) {
     checkWindows(windows);
-    return lossFromLogProbs(logProbs(model, windows), windows);
+    Transformer runtime(model, runtimeOptionsFor(compute));
+    return meanLossOn(runtime, windows);
+}
+
+double meanLossOf(const std::vector<at::Tensor>& logProbs, const at::Tensor& windows) {
+    double sum = 0;
+    int64_t first = 0;
+    for (const at::Tensor& lp : logProbs) {
+        sum += summedLoss(lp, windows, first);
+        first += lp.size(0);
+    }
+    return sum / double(windows.size(0) * (windows.size(1) - 1));
+}
+
+double meanKl(const std::vector<at::Tensor>& base, const std::vector<at::Tensor>& other) {
+    if (base.size() != other.size()) throw Error("internal: KL of log-probabilities in different batches");
+    double sum = 0;
+    int64_t positions = 0;
+    for (size_t i = 0; i < base.size(); ++i) {
+        sum += (base[i].exp() * (base[i] - other[i])).sum().item<double>();
+        positions += base[i].size(0) * base[i].size(1);
+    }
+    return sum / double(std::max<int64_t>(1, positions));
+}
+
+VariantRunner::VariantRunner(const Model& base, const CalibrationCompute& compute)
+    : mBase(base), mWork(base.clone()), mRuntime(std::make_unique<Transformer>(*mWork, runtimeOptionsFor(compute))) {}
+
+VariantRunner::~VariantRunner() = default;
+
+std::vector<at::Tensor> VariantRunner::logProbs(const at::Tensor& windows) {
+    checkWindows(windows);
+    return logProbsOf(*mRuntime, windows);
+}
+
+bool VariantRunner::apply(const Model& variant) {
+    reset();
+    const std::vector<std::string> differing = mBase.differingTensors(variant);
+    for (const std::string& name : differing) {
+        // Outside the blocks, or a changed shape (the architecture changed): a runtime of the variant's own.
+        if (blockOfTensor(name) < 0 || !mBase.has(name) || !variant.has(name) ||
+            mBase.tensor(name).shape != variant.tensor(name).shape)
+            return false;
+    }
+    for (const std::string& name : differing) {
+        mWork->adoptTensor(variant, name);
+        mRuntime->invalidateBlock(blockOfTensor(name));
+    }
+    mAdopted = differing;
+    return true;
+}
+
+void VariantRunner::reset() {
+    for (const std::string& name : mAdopted) {
+        mWork->adoptTensor(mBase, name);
+        mRuntime->invalidateBlock(blockOfTensor(name));
+    }
+    mAdopted.clear();
 }
 
 void checkImportanceKind(const std::string& kind) {
@@ -192,25 +301,45 @@ void checkImportanceKind(const std::string& kind) {
                     "channels.gradient or channel-grad)");
 }
 
-ImportanceMap computeImportance(const Model& model, const std::string& kind, const at::Tensor& windows, Feedback* feedback) {
+ImportanceMap computeImportance(const Model& model, const std::string& kind, const at::Tensor& windows, Feedback* feedback,
+                                const CalibrationCompute& compute) {
     checkImportanceKind(kind);
     checkWindows(windows);
     ImportanceMap map;
     // "head", "layer" and "channel" are the short names the CLI documents.
-    if (kind == "heads.ablation" || kind == "head") map = headAblation(model, windows, feedback);
-    else if (kind == "linears.sensitivity" || kind == "layer") map = computeLayerSensitivity(model, defaultSensitivityStep(), windows, feedback).kl;
-    else if (kind == "linears.delta_ppl" || kind == "layer-ppl") map = computeLayerSensitivity(model, defaultSensitivityStep(), windows, feedback).deltaPerplexity;
-    else if (kind == "channels.wanda" || kind == "channel") map = channelWanda(model, windows, feedback);
-    else if (kind == "heads.gradient" || kind == "head-grad") map = headGradientImportance(model, windows, feedback);
-    else if (kind == "channels.gradient" || kind == "channel-grad") map = channelGradientImportance(model, windows, feedback);
+    if (kind == "heads.ablation" || kind == "head") map = headAblation(model, windows, feedback, compute);
+    else if (kind == "linears.sensitivity" || kind == "layer") map = computeLayerSensitivity(model, defaultSensitivityStep(), windows, feedback, compute).kl;
+    else if (kind == "linears.delta_ppl" || kind == "layer-ppl") map = computeLayerSensitivity(model, defaultSensitivityStep(), windows, feedback, compute).deltaPerplexity;
+    else if (kind == "channels.wanda" || kind == "channel") map = channelWanda(model, windows, feedback, compute);
+    else if (kind == "heads.gradient" || kind == "head-grad") map = headGradientImportance(model, windows, feedback, compute);
+    else if (kind == "channels.gradient" || kind == "channel-grad") map = channelGradientImportance(model, windows, feedback, {}, compute);
     if (feedback) feedback->setProgress(1.0);
     return map;
 }
 
+CalibrationCompute importanceCompute(const std::string& device, const std::string& dtype, const std::string& kind) {
+    CalibrationCompute compute;
+    compute.device = resolveCompressionDevice(device);
+    const bool gradient = kind == "heads.gradient" || kind == "head-grad" || kind == "channels.gradient" || kind == "channel-grad";
+    if (dtype.empty()) compute.forwardType = compute.device.is_cuda() && !gradient ? at::kHalf : at::kFloat;
+    else if (dtype == "f32") compute.forwardType = at::kFloat;
+    else if (dtype == "f16") compute.forwardType = at::kHalf;
+    else if (dtype == "bf16") compute.forwardType = at::kBFloat16;
+    else throw Error("--dtype must be f32, f16 or bf16, got '" + dtype + "'");
+    requireComputeType(compute.device, compute.forwardType);
+    return compute;
+}
+
+std::string describeCompute(const CalibrationCompute& compute) {
+    const at::ScalarType t = compute.forwardType;
+    return compute.device.str() + " " + (t == at::kHalf ? "f16" : t == at::kBFloat16 ? "bf16" : t == at::kFloat ? "f32" : c10::toString(t));
+}
+
 nlohmann::json importanceMeasurement(const std::string& textPath, const std::string& textHash, const at::Tensor& windows,
-                                     uint64_t seed, const std::string& device) {
+                                     uint64_t seed, const CalibrationCompute& compute) {
+    const std::string described = describeCompute(compute);
     return {{"text", textPath}, {"text_hash", textHash}, {"windows", windows.size(0)}, {"tokens", windows.size(1)},
-            {"seed", seed}, {"device", device}};
+            {"seed", seed}, {"device", compute.device.str()}, {"dtype", described.substr(described.find(' ') + 1)}};
 }
 
 std::string describeImportanceMeasurement(const nlohmann::json& m) {
@@ -218,7 +347,8 @@ std::string describeImportanceMeasurement(const nlohmann::json& m) {
     const std::string text = m.value("text", "");
     const std::string name = text.substr(text.find_last_of('/') == std::string::npos ? 0 : text.find_last_of('/') + 1);
     return std::to_string(m.value("windows", int64_t(0))) + " windows of " + std::to_string(m.value("tokens", int64_t(0))) +
-           " tokens of " + name + " (seed " + std::to_string(m.value("seed", uint64_t(0))) + "), " + m.value("device", "cpu");
+           " tokens of " + name + " (seed " + std::to_string(m.value("seed", uint64_t(0))) + "), " + m.value("device", "cpu") +
+           (m.contains("dtype") ? " " + m.value("dtype", "") : "");
 }
 
 } // namespace cwb

@@ -1,18 +1,21 @@
 #pragma once
 // Importance maps: how much each part of a model matters, measured on token windows. They feed the GUI's
 // heatmaps and are stored in projects (ImportanceMap: row labels × column labels, row-major values).
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "core/compress/sequential.h"
 #include "core/project/project.h"
 
 namespace cwb {
 
 class Model;
 class Feedback;
+class Transformer;
 
 // Kinds this build computes (stable ids stored in projects).
 std::vector<std::string> importanceKinds();
@@ -30,15 +33,24 @@ std::vector<std::string> importanceKinds();
 //   0.3·(1 − fraction of positions with |a_c| < 0.01). See gradient_importance.h.
 // Short names: "head", "layer", "channel", "head-grad", "channel-grad".
 // `windows` are token windows [samples, length] (see drawCalibration); throws cwb::Error or Cancelled.
-ImportanceMap computeImportance(const Model& model, const std::string& kind, const at::Tensor& windows, Feedback* feedback);
+// `compute` says where the forward passes run and the matrices' type (norms, softmax and losses stay fp32/fp64).
+ImportanceMap computeImportance(const Model& model, const std::string& kind, const at::Tensor& windows, Feedback* feedback,
+                                const CalibrationCompute& compute = {});
 // Throws cwb::Error listing the kinds when `kind` is none of them (computeImportance does this first).
 void checkImportanceKind(const std::string& kind);
 
+// Where a kind computes, from a device name ("auto": CUDA when there is a GPU; "cpu", "cuda", "cuda:N") and a type
+// ("f32", "f16", "bf16"; "": f32 on the CPU, on CUDA f16, or f32 for the gradient kinds, whose backward pass half
+// precision would round away). Throws cwb::Error naming the bad value, or when the CPU cannot compute in the type.
+CalibrationCompute importanceCompute(const std::string& device, const std::string& dtype, const std::string& kind);
+// "cpu f32", "cuda:0 f16".
+std::string describeCompute(const CalibrationCompute& compute);
+
 // What a map records it was measured on (ImportanceMap::measuredWith): the text (path and hash), the windows drawn
-// from it ([windows, tokens]) with their seed, and the device.
+// from it ([windows, tokens]) with their seed, and the device and type.
 nlohmann::json importanceMeasurement(const std::string& textPath, const std::string& textHash, const at::Tensor& windows,
-                                     uint64_t seed, const std::string& device);
-// "8 windows of 128 tokens of calib.txt (seed 0), cpu"; "" for a map that recorded nothing.
+                                     uint64_t seed, const CalibrationCompute& compute);
+// "8 windows of 128 tokens of calib.txt (seed 0), cuda:0 f16"; "" for a map that recorded nothing.
 std::string describeImportanceMeasurement(const nlohmann::json& measuredWith);
 
 struct LayerSensitivity {
@@ -47,12 +59,39 @@ struct LayerSensitivity {
 };
 // The step applied to one layer at a time ({"method": ..., "params": {...}}; its targets are replaced by that
 // layer); methods that calibrate use `windows`. Throws cwb::Error (bad step) or Cancelled.
+// Calibrated steps calibrate on `compute`'s device in fp32. One runtime serves every layer: only the block whose layer
+// changed is converted again (uploaded, on CUDA), so a 7B model is not copied to the GPU once per layer.
 LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::json& step, const at::Tensor& windows,
-                                         Feedback* feedback);
+                                         Feedback* feedback, const CalibrationCompute& compute = {});
 // RTN int4, group 32, symmetric: the step behind "linears.sensitivity" and "linears.delta_ppl".
 nlohmann::json defaultSensitivityStep();
 
 // Mean next-token negative log-likelihood of the windows (every position but the last predicts the next).
-double meanLoss(const Model& model, const at::Tensor& windows);
+double meanLoss(const Model& model, const at::Tensor& windows, const CalibrationCompute& compute = {});
+
+// Forward passes of a base model and of variants that differ from it in a few block tensors, on one runtime: a
+// working copy of the base takes the variant's differing tensors, and only their blocks are converted again.
+class VariantRunner {
+public:
+    VariantRunner(const Model& base, const CalibrationCompute& compute);
+    ~VariantRunner();
+    // Log-probabilities (fp64, on the compute device) of every window, [samples, length, vocab], in batches.
+    std::vector<at::Tensor> logProbs(const at::Tensor& windows);
+    // Computes as `variant` until reset(). False (nothing changed) when they differ outside the blocks (embeddings,
+    // output head, final norm): the caller then runs the variant on a runtime of its own.
+    bool apply(const Model& variant);
+    void reset();
+    static constexpr int64_t kWindowsPerBatch = 8;
+
+private:
+    const Model& mBase;
+    std::unique_ptr<Model> mWork;
+    std::unique_ptr<Transformer> mRuntime;
+    std::vector<std::string> mAdopted;
+};
+
+// From per-batch log-probabilities of the same windows: mean next-token NLL, and mean KL(base ‖ other) per position.
+double meanLossOf(const std::vector<at::Tensor>& logProbs, const at::Tensor& windows);
+double meanKl(const std::vector<at::Tensor>& base, const std::vector<at::Tensor>& other);
 
 } // namespace cwb

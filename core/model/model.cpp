@@ -128,7 +128,7 @@ void Model::replaceTensor(const std::string& name, const at::Tensor& value) {
     r.data = static_cast<const uint8_t*>(owned->data_ptr());
     r.bytes = static_cast<size_t>(owned->numel()) * owned->element_size();
     r.file = mScratch ? "(scratch file in " + mScratch->directory() + ")" : "(in memory)";
-    mOwners.push_back(owned);
+    r.owner = owned;
     auto it = mTensors.find(name);
     if (it == mTensors.end()) {
         mOrder.push_back(name);
@@ -170,6 +170,39 @@ void Model::renameTensor(const std::string& from, const std::string& to) {
             mCompressed[to.substr(0, to.size() - 7)] = linear;
         }
     }
+}
+
+std::vector<std::string> Model::differingTensors(const Model& other) const {
+    std::set<std::string> differing;
+    const auto sameRecord = [](const TensorRecord& a, const TensorRecord& b) {
+        return a.data == b.data && a.bytes == b.bytes && a.type == b.type && a.shape == b.shape &&
+               a.storedTransposed == b.storedTransposed && a.packedOnly == b.packedOnly;
+    };
+    for (const auto& [name, record] : mTensors) {
+        auto it = other.mTensors.find(name);
+        if (it == other.mTensors.end() || !sameRecord(record, it->second)) differing.insert(name);
+    }
+    for (const auto& [name, record] : other.mTensors)
+        if (!mTensors.count(name)) differing.insert(name);
+    for (const Model* side : {this, &other})
+        for (const auto& [layer, linear] : side->mCompressed)
+            if (compressed(layer) != other.compressed(layer)) differing.insert(layer + ".weight");
+    return {differing.begin(), differing.end()};
+}
+
+void Model::adoptTensor(const Model& other, const std::string& name) {
+    auto theirs = other.mTensors.find(name);
+    const bool weight = isWeightName(name);
+    const std::string layer = weight ? name.substr(0, name.size() - 7) : "";
+    if (theirs == other.mTensors.end()) {
+        if (mTensors.count(name)) removeTensor(name);
+        return;
+    }
+    if (!mTensors.count(name)) mOrder.push_back(name);
+    mTensors[name] = theirs->second;
+    if (!weight) return;
+    if (auto linear = other.compressed(layer)) mCompressed[layer] = linear;
+    else mCompressed.erase(layer);
 }
 
 void Model::setCompressed(const std::string& layer, std::shared_ptr<const CompressedLinear> linear) {

@@ -32,6 +32,9 @@ struct TensorRecord {
     // The weight of a layer read packed from a checkpoint (GPTQ, AWQ, compressed-tensors): no dense bytes at all
     // (data null, bytes 0); floatTensor dequantizes the compressed layer, which the model always holds with it.
     bool packedOnly = false;
+    // Keeps `data` alive when the model owns it (replaceTensor): shared by the records of clones, released with the
+    // last record, so replacing a tensor twice does not hold both copies.
+    std::shared_ptr<const void> owner;
 
     int64_t elementCount() const;
 };
@@ -66,6 +69,12 @@ public:
     // loading a 70B INT4 checkpoint costs its packed bytes, not a float32 copy. Throws when the weight exists.
     void addPackedLayer(const std::string& layer, std::shared_ptr<const CompressedLinear> linear, const std::string& file);
     std::shared_ptr<const CompressedLinear> compressed(const std::string& layer) const;
+    // Tensors whose record (bytes, shape, type) or compressed layer differ between this model and `other`, by
+    // name, either side's (a variant against its base: what a recipe changed).
+    std::vector<std::string> differingTensors(const Model& other) const;
+    // Takes `other`'s tensor `name` as it is there (record and, for a weight, its compressed layer), sharing its
+    // bytes; absent there, removed here. Swaps one layer of a variant into a working copy of its base and back.
+    void adoptTensor(const Model& other, const std::string& name);
     const std::map<std::string, std::shared_ptr<const CompressedLinear>>& compressedLayers() const { return mCompressed; }
     // Names of the linear layers of the blocks (no embeddings, no output head), in block order.
     std::vector<std::string> linearLayers() const;

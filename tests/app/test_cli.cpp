@@ -719,6 +719,16 @@ void TestCli::importanceTakesCalib() {
     CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
     Result r = run({"importance", model, "--kind", "head", "--calib", text, "--samples", "2", "--seq-len", "32", "--json"});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    const QString computedOn = QJsonDocument::fromJson(r.out.toUtf8()).object().value("computed_on").toString();
+    QVERIFY2(computedOn == "cpu f32" || computedOn == "cuda f16", qPrintable(computedOn));   // --device auto
+    Result onCpu = run({"importance", model, "--kind", "head", "--calib", text, "--samples", "2", "--seq-len", "32",
+                        "--device", "cpu", "--dtype", "f32"});
+    QVERIFY2(onCpu.exitCode == 0 && onCpu.err.contains("importance head on cpu f32"), qPrintable(onCpu.err));
+    // A bad device or type is refused before the model is read.
+    Result device = run({"importance", "/nonexistent/model.gguf", "--calib", text, "--device", "gpu0"});
+    QVERIFY2(device.exitCode == 2 && device.err.contains("device 'gpu0' is not a device name"), qPrintable(device.err));
+    Result dtype = run({"budget", "/nonexistent/model.gguf", "--text", text, "--target-bits", "4", "--dtype", "f64"});
+    QVERIFY2(dtype.exitCode == 2 && dtype.err.contains("--dtype must be f32, f16 or bf16, got 'f64'"), qPrintable(dtype.err));
     Result same = run({"importance", model, "--kind", "head", "--text", text, "--samples", "2", "--seq-len", "32", "--json"});
     QCOMPARE(same.out, r.out);
     Result missing = run({"importance", model, "--kind", "head"});

@@ -4,8 +4,12 @@
 #include <QtTest/QtTest>
 
 #include <cmath>
+#include <tuple>
 
 #include "core/analysis/importance.h"
+#include "core/compress/pipeline.h"
+#include "core/compress/recipe.h"
+#include "core/runtime/transformer.h"
 #include "core/io/model_format.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
@@ -39,6 +43,10 @@ private slots:
     void channelScoresFollowWandaSums();
     void chosenStepGivesKlAndDeltaPerplexity();
     void badRequestsAreRefused();
+    void headAblationEqualsZeroedOutputColumns();
+    void variantRunnerSwapsOneBlock();
+    void replacedTensorsStayWithTheirRecords();
+    void computeSettingsAreCheckedAndRecorded();
 };
 
 void TestImportance::silentHeadHasZeroAblationImportance() {
@@ -156,6 +164,113 @@ void TestImportance::badRequestsAreRefused() {
     Feedback cancelled;
     cancelled.cancel();
     QVERIFY_THROWS_EXCEPTION(Cancelled, computeImportance(*model, "heads.ablation", windows(), &cancelled));
+}
+
+// Regression for the speed-up: ablation now zeroes a gate on the head's output on one runtime instead of copying the
+// model with the head's o_proj columns zeroed. Both remove the same terms, so the maps agree with the old definition.
+void TestImportance::headAblationEqualsZeroedOutputColumns() {
+    QTemporaryDir dir;
+    auto model = load(dir, randomWeights(tinyLlamaSpec(), 11));
+    ImportanceMap map = computeImportance(*model, "heads.ablation", windows(), nullptr);
+    const double base = meanLoss(*model, windows());
+    for (const auto& [block, head] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {0, 3}, {1, 1}}) {
+        auto ablated = model->clone();
+        const std::string name = "model.layers." + std::to_string(block) + ".self_attn.o_proj.weight";
+        at::Tensor w = model->floatTensor(name);
+        w.narrow(1, head * 8, 8).zero_();
+        ablated->replaceTensor(name, w);
+        const double expected = meanLoss(*ablated, windows()) - base;
+        const double measured = map.values[size_t(block * 4 + head)];
+        QVERIFY2(std::abs(measured - expected) < 1e-9 * std::max(1.0, std::abs(expected)),
+                 qPrintable(QString("block %1 head %2: %3 vs %4").arg(block).arg(head).arg(measured).arg(expected)));
+        QVERIFY(expected != 0.0);
+    }
+}
+
+// One runtime for the base and its one-layer variants: after apply() it computes what a runtime of the variant's own
+// computes, after reset() the base again; a variant that changed the embeddings is left to its own runtime.
+void TestImportance::variantRunnerSwapsOneBlock() {
+    QTemporaryDir dir;
+    auto model = load(dir, randomWeights(tinyLlamaSpec(), 12));
+    const at::Tensor w = windows();
+    auto logProbsOwn = [&](const Model& m) {
+        Transformer runtime(m);
+        return at::log_softmax(runtime.forward(w).to(at::kDouble), -1);
+    };
+    auto joined = [](const std::vector<at::Tensor>& batches) { return at::cat(batches, 0); };
+    VariantRunner runner(*model, {});
+    const at::Tensor base = joined(runner.logProbs(w));
+    QVERIFY((base - logProbsOwn(*model)).abs().max().item<double>() < 1e-9);
+
+    const Recipe oneLayer = Recipe::fromJson(nlohmann::json::parse(
+        R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":16},"targets":"^model\\.layers\\.1\\.mlp\\.down_proj$"}]})"), "test");
+    auto variant = compressModel(*model, oneLayer, at::Tensor()).model;
+    QCOMPARE(model->differingTensors(*variant), std::vector<std::string>{"model.layers.1.mlp.down_proj.weight"});
+    QVERIFY(runner.apply(*variant));
+    const at::Tensor swapped = joined(runner.logProbs(w));
+    QVERIFY((swapped - logProbsOwn(*variant)).abs().max().item<double>() < 1e-9);
+    QVERIFY((swapped - base).abs().max().item<double>() > 1e-6);   // the layer did change the output
+    runner.reset();
+    QVERIFY(at::equal(joined(runner.logProbs(w)), base));
+
+    auto embedded = model->clone();
+    embedded->replaceTensor("model.embed_tokens.weight", model->floatTensor("model.embed_tokens.weight") * 2.0);
+    QVERIFY(!runner.apply(*embedded));
+    QVERIFY(at::equal(joined(runner.logProbs(w)), base));
+}
+
+// A replaced tensor's bytes belong to its record (a model no longer keeps every copy it ever replaced until it dies):
+// a clone taken before a later replacement still reads the earlier bytes, and adoptTensor shares them back.
+void TestImportance::replacedTensorsStayWithTheirRecords() {
+    QTemporaryDir dir;
+    auto model = load(dir, randomWeights(tinyLlamaSpec(), 13));
+    const std::string name = "model.layers.0.mlp.up_proj.weight";
+    const at::Tensor first = at::full({48, 32}, 0.25f), second = at::full({48, 32}, -0.5f);
+    model->replaceTensor(name, first);
+    auto before = model->clone();
+    model->replaceTensor(name, second);
+    for (int i = 0; i < 3; ++i) model->replaceTensor(name, second + float(i));   // allocations that may reuse freed bytes
+    QVERIFY(at::equal(before->floatTensor(name), first));
+    QCOMPARE(model->differingTensors(*before), std::vector<std::string>{name});
+    model->adoptTensor(*before, name);
+    QVERIFY(model->differingTensors(*before).empty());
+    before.reset();
+    QVERIFY(at::equal(model->floatTensor(name), first));
+}
+
+void TestImportance::computeSettingsAreCheckedAndRecorded() {
+    const CalibrationCompute cpu = importanceCompute("cpu", "", "head");
+    QVERIFY(cpu.device.is_cpu() && cpu.forwardType == at::kFloat);
+    QCOMPARE(describeCompute(cpu), std::string("cpu f32"));
+    if (!at::hasCUDA()) {
+        QVERIFY(importanceCompute("auto", "", "head").device.is_cpu());
+        try {
+            importanceCompute("cuda", "", "head");
+            QFAIL("cuda accepted without a GPU");
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find("device cuda") != std::string::npos, e.what());
+        }
+    } else {
+        QCOMPARE(importanceCompute("cuda", "", "head").forwardType, at::kHalf);
+        QCOMPARE(importanceCompute("cuda", "", "head-grad").forwardType, at::kFloat);   // gradients in full precision
+    }
+    for (const auto& [device, dtype, message] : std::vector<std::tuple<const char*, const char*, const char*>>{
+             {"gpu", "", "device 'gpu' is not a device name"}, {"cpu", "f8", "--dtype must be f32, f16 or bf16, got 'f8'"}}) {
+        try {
+            importanceCompute(device, dtype, "head");
+            QFAIL(message);
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find(message) != std::string::npos, e.what());
+        }
+    }
+    const nlohmann::json measured = importanceMeasurement("/data/calib.txt", "abc", at::zeros({8, 128}, at::kLong), 3, cpu);
+    QCOMPARE(measured.value("device", ""), std::string("cpu"));
+    QCOMPARE(measured.value("dtype", ""), std::string("f32"));
+    QCOMPARE(describeImportanceMeasurement(measured), std::string("8 windows of 128 tokens of calib.txt (seed 3), cpu f32"));
+    // Maps stored before the type was recorded still read.
+    nlohmann::json older = measured;
+    older.erase("dtype");
+    QCOMPARE(describeImportanceMeasurement(older), std::string("8 windows of 128 tokens of calib.txt (seed 3), cpu"));
 }
 
 QTEST_APPLESS_MAIN(TestImportance)
