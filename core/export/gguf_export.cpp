@@ -174,6 +174,11 @@ public:
             if (gguf::ggufName(family, name).empty()) return "tensor '" + name + "' has no llama.cpp name";
         if (family == Family::Gpt2 && !exporting::nonUniformLayers(model.spec).empty())
             return "llama.cpp's gpt2 architecture needs the same sizes in every layer";
+        const RopeScaling& r = model.spec.ropeScaling;
+        // llama.cpp's YaRN has no key for another attention factor or an untruncated correction range.
+        if (r.type == "yarn" && (!r.truncate || std::abs(r.attentionFactor - yarnMscale(r.factor)) > 1e-6 * yarnMscale(r.factor)))
+            return "its yarn RoPE scaling sets " + std::string(!r.truncate ? "truncate false" : "its own attention factor") +
+                   ", which llama.cpp does not compute from GGUF keys; export it as a Hugging Face folder";
         return "";
     }
 
@@ -316,6 +321,12 @@ private:
         if (s.ropeScaling.type == "linear") {
             w.addString(p + "rope.scaling.type", "linear");
             w.addFloat32(p + "rope.scaling.factor", float(s.ropeScaling.factor));
+        } else if (s.ropeScaling.type == "yarn") {   // ggufYarnProblem refused what llama.cpp would compute otherwise
+            w.addString(p + "rope.scaling.type", "yarn");
+            w.addFloat32(p + "rope.scaling.factor", float(s.ropeScaling.factor));
+            w.addUInt32(p + "rope.scaling.original_context_length", uint32_t(s.ropeScaling.originalContext));
+            w.addFloat32(p + "rope.scaling.yarn_beta_fast", float(s.ropeScaling.betaFast));
+            w.addFloat32(p + "rope.scaling.yarn_beta_slow", float(s.ropeScaling.betaSlow));
         }
     }
 

@@ -56,6 +56,14 @@ nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
                                  {"low_freq_factor", s.ropeScaling.lowFreqFactor},
                                  {"high_freq_factor", s.ropeScaling.highFreqFactor},
                                  {"original_max_position_embeddings", s.ropeScaling.originalContext}};
+        } else if (s.ropeScaling.type == "yarn") {
+            c["rope_scaling"] = {{"rope_type", "yarn"},
+                                 {"factor", s.ropeScaling.factor},
+                                 {"original_max_position_embeddings", s.ropeScaling.originalContext},
+                                 {"beta_fast", s.ropeScaling.betaFast},
+                                 {"beta_slow", s.ropeScaling.betaSlow},
+                                 {"attention_factor", s.ropeScaling.attentionFactor},
+                                 {"truncate", s.ropeScaling.truncate}};
         }
     }
     c["torch_dtype"] = dtypeName;

@@ -1,5 +1,6 @@
 // Reads GGUF models (llama, qwen2, gpt2 architectures) into the canonical Model.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <regex>
 #include <utility>
@@ -149,8 +150,26 @@ ArchSpec readSpec(const GgufFile& g) {
         if (scaling == "linear") {
             s.ropeScaling.type = "linear";
             s.ropeScaling.factor = g.number(p + "rope.scaling.factor");
+        } else if (scaling == "yarn") {
+            // llama.cpp's YaRN with its defaults is transformers' (attention factor 0.1 ln(factor) + 1, correction
+            // range rounded outwards); the keys that change it are not computed here.
+            for (const char* key : {"rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_ext_factor",
+                                    "rope.scaling.yarn_attn_factor", "rope.scaling.attn_factor"}) {
+                const double neutral = std::string(key).find("log_multiplier") != std::string::npos ? 0.0 : 1.0;
+                if (g.hasKey(p + key) && g.numberOr(p + key, neutral) != neutral)
+                    throw Error(path, p + key + " is not supported with yarn rope scaling (only llama.cpp's defaults are computed)");
+            }
+            RopeScaling& y = s.ropeScaling;
+            y.type = "yarn";
+            y.factor = g.number(p + "rope.scaling.factor");
+            y.originalContext = g.integerOr(p + "rope.scaling.original_context_length", s.context);
+            y.betaFast = g.numberOr(p + "rope.scaling.yarn_beta_fast", 32.0);
+            y.betaSlow = g.numberOr(p + "rope.scaling.yarn_beta_slow", 1.0);
+            if (!(y.factor > 0) || !std::isfinite(y.factor) || y.originalContext <= 0 || !(y.betaFast > 0) || !(y.betaSlow > 0))
+                throw Error(path, "yarn rope scaling needs a positive factor, original context length and betas");
+            y.attentionFactor = yarnMscale(y.factor);
         } else if (scaling != "none") {
-            throw Error(path, "rope scaling '" + scaling + "' is not supported (supported: none, linear, and "
+            throw Error(path, "rope scaling '" + scaling + "' is not supported (supported: none, linear, yarn, and "
                               "Llama 3 frequency factors in rope_freqs.weight)");
         }
         const int64_t ropeDims = g.integerOr(p + "rope.dimension_count", s.headDim);

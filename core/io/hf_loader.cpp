@@ -105,10 +105,35 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
             } else if (type == "linear") {
                 s.ropeScaling.type = "linear";
                 s.ropeScaling.factor = positive("factor", 1.0);
+            } else if (type == "yarn") {
+                // As transformers 5 reads it: a top-level original_max_position_embeddings first; without a factor,
+                // the ratio of the two contexts; the attention factor given, or from mscale / mscale_all_dim.
+                RopeScaling& y = s.ropeScaling;
+                y.type = "yarn";
+                auto given = [&](const char* key) { return r.contains(key) && !r[key].is_null(); };
+                y.originalContext = intFieldOr(c, "original_max_position_embeddings",
+                                               intFieldOr(r, "original_max_position_embeddings", s.context));
+                if (y.originalContext <= 0) throw Error(file, "yarn rope scaling needs a positive original_max_position_embeddings");
+                y.factor = given("factor") ? positive("factor", 1.0) : double(s.context) / double(y.originalContext);
+                if (!(y.factor > 0)) throw Error(file, "yarn rope scaling: factor must be positive");
+                y.betaFast = given("beta_fast") && r["beta_fast"] != 0 ? positive("beta_fast", 32.0) : 32.0;
+                y.betaSlow = given("beta_slow") && r["beta_slow"] != 0 ? positive("beta_slow", 1.0) : 1.0;
+                if (given("truncate") && !r["truncate"].is_boolean()) throw Error(file, "rope scaling 'truncate' is not true or false");
+                y.truncate = given("truncate") ? r["truncate"].get<bool>() : true;
+                const double mscale = given("mscale") ? positive("mscale", 1.0) : 0.0;
+                const double mscaleAllDim = given("mscale_all_dim") ? positive("mscale_all_dim", 1.0) : 0.0;
+                y.attentionFactor = given("attention_factor") ? positive("attention_factor", 1.0)
+                                    : mscale > 0 && mscaleAllDim > 0 ? yarnMscale(y.factor, mscale) / yarnMscale(y.factor, mscaleAllDim)
+                                                                     : yarnMscale(y.factor);
+                // The context the scaling was made for (vLLM takes the same): the original one times the factor.
+                s.context = std::max(s.context, int64_t(std::floor(y.factor * double(y.originalContext))));
             } else if (type != "default" && type != "none") {
-                throw Error(file, "rope_scaling type '" + type + "' is not supported (supported: llama3, linear)");
+                throw Error(file, "rope_scaling type '" + type + "' is not supported (supported: llama3, linear, yarn)");
             }
         }
+        for (const nlohmann::json* holder : {&c, &rope, scaling ? scaling : &none})
+            if (holder->contains("partial_rotary_factor") && numFieldOr(*holder, "partial_rotary_factor", 0.0) != 1.0)
+                throw Error(file, "partial_rotary_factor other than 1 (RoPE on part of each head) is not supported");
         // Sliding-window attention is not computed: within the window it equals full attention, so the context is
         // limited to the window (Mistral v0.1: 4096), and longer inputs are refused rather than computed otherwise.
         const bool sliding = s.modelType == "mistral" || c.value("use_sliding_window", false);

@@ -1,5 +1,7 @@
 #include "core/model/arch_spec.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "core/util/error.h"
@@ -67,8 +69,14 @@ void to_json(nlohmann::json& j, const ArchSpec& s) {
         j["rope_style"] = s.ropeStyle == RopeStyle::AdjacentPairs ? "adjacent-pairs" : "halves";
         j["rope_scaling"] = s.ropeScaling.type;
         if (s.ropeScaling.type != "none") j["rope_scaling_factor"] = s.ropeScaling.factor;
+        if (s.ropeScaling.type == "yarn") {
+            j["rope_original_context"] = s.ropeScaling.originalContext;
+            j["rope_attention_factor"] = s.ropeScaling.attentionFactor;
+        }
         j["attention_bias"] = s.attentionBias;
     }
 }
+
+double yarnMscale(double factor, double mscale) { return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }
 
 } // namespace cwb

@@ -16,12 +16,21 @@ enum class Family { Llama, Gpt2 };
 enum class RopeStyle { AdjacentPairs, Halves };
 
 struct RopeScaling {
-    std::string type = "none";        // "none", "linear", "llama3"
+    std::string type = "none";        // "none", "linear", "llama3", "yarn"
     double factor = 1.0;
     double lowFreqFactor = 1.0;       // llama3
     double highFreqFactor = 4.0;      // llama3
-    int64_t originalContext = 8192;   // llama3 original_max_position_embeddings
+    int64_t originalContext = 8192;   // llama3, yarn: original_max_position_embeddings
+    // yarn (Peng et al. 2023, "YaRN"): frequencies between the correction dimensions of beta_fast and beta_slow
+    // rotations blend interpolation and extrapolation; cos and sin are multiplied by attentionFactor.
+    double betaFast = 32.0;
+    double betaSlow = 1.0;
+    double attentionFactor = 1.0;     // resolved at load: attention_factor, or from mscale / mscale_all_dim, or 0.1 ln(factor) + 1
+    bool truncate = true;             // correction range rounded outwards to whole dimensions
 };
+
+// 0.1 · mscale · ln(factor) + 1 (1 for factor <= 1): YaRN's attention temperature correction.
+double yarnMscale(double factor, double mscale = 1.0);
 
 // Per-layer sizes after structured pruning (heads or MLP channels removed in some layers only).
 struct LayerShape {

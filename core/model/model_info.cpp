@@ -23,6 +23,13 @@ std::string humanBytes(double bytes) {
     return buf;
 }
 
+// Up to 6 significant digits, no trailing zeros ("4", "1.13863").
+static std::string formatNumber(double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6g", value);
+    return text;
+}
+
 static const char* typeName(ggml::Type type) {
     const ggml::TypeTraits* t = ggml::traits(static_cast<uint32_t>(type));
     return t ? t->name : "?";
@@ -83,7 +90,10 @@ std::string modelInfoText(const Model& model) {
         out << "rope       theta " << s.ropeTheta << ", " << (s.ropeStyle == RopeStyle::AdjacentPairs ? "adjacent pairs" : "halves")
             << ", scaling "
             << (s.ropeScaling.type == "none" && model.has("rope_freqs.weight") ? "per-frequency divisors (rope_freqs.weight)"
-                                                                                : s.ropeScaling.type)
+                : s.ropeScaling.type == "yarn"
+                    ? "yarn x" + formatNumber(s.ropeScaling.factor) + " of " + std::to_string(s.ropeScaling.originalContext) +
+                          " tokens, attention x" + formatNumber(s.ropeScaling.attentionFactor)
+                    : s.ropeScaling.type)
             << "; norm eps " << s.normEps
             << (s.tiedEmbeddings ? "; tied embeddings" : "") << "\n";
     out << "parameters " << model.parameterCount() << " (" << humanBytes(double(model.storageBytes())) << " stored)\n";

@@ -89,6 +89,26 @@ at::Tensor ropeInverseFrequencies(const ArchSpec& s, const Model& model) {
                 p[i] = (1 - smooth) * p[i] / r.factor + smooth * p[i];
             }
         }
+    } else if (r.type == "yarn") {
+        // Pairs rotating fewer than beta_slow times over the original context are interpolated (divided by the
+        // factor), those rotating more than beta_fast times kept, and a linear ramp between blends the two.
+        const double dims = double(s.headDim), base = s.ropeTheta, context = double(r.originalContext);
+        auto correctionDim = [&](double rotations) {
+            return dims * std::log(context / (rotations * 2 * M_PI)) / (2 * std::log(base));
+        };
+        double low = correctionDim(r.betaFast), high = correctionDim(r.betaSlow);
+        if (r.truncate) {
+            low = std::floor(low);
+            high = std::ceil(high);
+        }
+        low = std::max(low, 0.0);
+        high = std::min(high, dims - 1);
+        if (low == high) high += 0.001;
+        for (int64_t i = 0; i < half; ++i) {
+            const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+            const double keep = 1.0 - ramp;   // weight of the unscaled (extrapolated) frequency
+            p[i] = p[i] / r.factor * (1 - keep) + p[i] * keep;
+        }
     }
     if (model.has("rope_freqs.weight")) {   // GGUF stores Llama 3 scaling as per-frequency divisors
         at::Tensor factors = model.floatTensor("rope_freqs.weight").to(at::kDouble);
@@ -98,10 +118,10 @@ at::Tensor ropeInverseFrequencies(const ArchSpec& s, const Model& model) {
     return inv.to(at::kFloat);
 }
 
-at::Tensor ropeTable(const at::Tensor& inverseFrequencies, int64_t positions, RopeStyle style) {
+at::Tensor ropeTable(const at::Tensor& inverseFrequencies, int64_t positions, RopeStyle style, double scale) {
     const int64_t half = inverseFrequencies.numel();
     at::Tensor angles = at::outer(at::arange(positions, at::kDouble), inverseFrequencies.to(at::kCPU, at::kDouble));
-    at::Tensor cos = angles.cos(), sin = angles.sin();   // [positions, half]
+    at::Tensor cos = angles.cos() * scale, sin = angles.sin() * scale;   // [positions, half]
     at::Tensor cosFull, sinSigned;
     if (style == RopeStyle::AdjacentPairs) {   // pair i is (2i, 2i + 1)
         cosFull = at::stack({cos, cos}, -1).reshape({positions, 2 * half});
@@ -487,7 +507,9 @@ const at::Tensor& Transformer::ropeRows(int64_t positions) {
     if (!mRopeTable.defined() || mRopeTable.size(0) < positions) {
         if (mRopeTable.defined()) mRetiredRopeTables.push_back(mRopeTable);
         const int64_t rows = std::max<int64_t>(positions, mRopeTable.defined() ? 2 * mRopeTable.size(0) : 256);
-        mRopeTable = ropeTable(mInvFreq, rows, mModel.spec.ropeStyle).to(mOptions.device);
+        const RopeScaling& scaling = mModel.spec.ropeScaling;
+        mRopeTable = ropeTable(mInvFreq, rows, mModel.spec.ropeStyle, scaling.type == "yarn" ? scaling.attentionFactor : 1.0)
+                         .to(mOptions.device);
     }
     return mRopeTable;
 }

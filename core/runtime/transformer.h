@@ -286,7 +286,8 @@ at::Tensor ropeInverseFrequencies(const ArchSpec& spec, const Model& model);
 
 // RoPE as one multiply-add per position p: rotated = x * table[p][0] + swapPartners(x) * table[p][1], where
 // swapPartners exchanges each rotation pair's two elements (halves or adjacent, per style). [positions, 2, headDim].
-at::Tensor ropeTable(const at::Tensor& inverseFrequencies, int64_t positions, RopeStyle style);
+// `scale` multiplies cos and sin (YaRN's attention factor).
+at::Tensor ropeTable(const at::Tensor& inverseFrequencies, int64_t positions, RopeStyle style, double scale = 1.0);
 // x [..., headDim] with each rotation pair's elements exchanged.
 at::Tensor swapRopePartners(const at::Tensor& x, RopeStyle style);
 

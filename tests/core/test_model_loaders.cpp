@@ -74,6 +74,7 @@ private slots:
     void configsOfOtherModelsAreRefused();
     void configVariantsThatAreComputed();
     void llamaCppScalingIsNotDroppedOnExport();
+    void yarnScalingAsTransformersComputesIt();
 };
 
 void TestModelLoaders::hfFolderMatchesReference_data() {
@@ -353,8 +354,14 @@ void TestModelLoaders::configsOfOtherModelsAreRefused() {
          "rope scaling 'factor' must be positive"},
         {"factor-zero", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 0}}; },
          "rope scaling 'factor' must be positive"},
-        {"v5-yarn", [](nlohmann::json& c) { c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 2.0}, {"rope_theta", 1e4}}; },
-         "rope_scaling type 'yarn' is not supported"},
+        {"v5-dynamic", [](nlohmann::json& c) { c["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 2.0}, {"rope_theta", 1e4}}; },
+         "rope_scaling type 'dynamic' is not supported (supported: llama3, linear, yarn)"},
+        {"yarn-factor-text", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", "4"}}; },
+         "rope scaling 'factor' is not a number"},
+        {"yarn-truncate-text", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}, {"truncate", "no"}}; },
+         "rope scaling 'truncate' is not true or false"},
+        {"partial-rotary", [](nlohmann::json& c) { c["partial_rotary_factor"] = 0.5; },
+         "partial_rotary_factor other than 1 (RoPE on part of each head) is not supported"},
         {"tie-text", [](nlohmann::json& c) { c["tie_word_embeddings"] = "true"; }, "has a field of the wrong type"},
         {"fewer-layers", [](nlohmann::json& c) { c["num_hidden_layers"] = 1; },
          "tensor 'model.layers.1.input_layernorm.weight' is not one the Llama-family forward pass computes with (1 layers"},
@@ -458,6 +465,75 @@ void TestModelLoaders::llamaCppScalingIsNotDroppedOnExport() {
         QVERIFY2(why.find("per-frequency divisors (rope_freqs.weight") != std::string::npos, why.c_str());
     }
     QVERIFY(ExportFormatRegistry::instance().byId("hf")->refusal(*hf, ExportOptions{}).empty());
+}
+
+// YaRN as transformers 5.25 computes it (LlamaRotaryEmbedding's inv_freq and attention_scaling for this tiny config,
+// printed by transformers and copied here), the forward pass against the double-precision reference, and the
+// scaling kept through GGUF and Hugging Face exports (llama.cpp's keys hold only its default attention factor).
+void TestModelLoaders::yarnScalingAsTransformersComputesIt() {
+    QTemporaryDir dir;
+    const struct {
+        const char* name;
+        nlohmann::json rope;
+        std::vector<double> inverseFrequencies;
+        double attentionFactor;
+        int64_t context;
+    } cases[] = {
+        {"yarn", {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}},
+         {1.0, 0.0625, 0.0024999999441206455, 0.0002500000118743628}, 1.138629436111989, 256},
+        {"mscale", {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}, {"beta_fast", 16},
+                    {"beta_slow", 2}, {"mscale", 0.9}, {"mscale_all_dim", 0.7}},
+         {1.0, 0.02500000037252903, 0.0024999999441206455, 0.0002500000118743628}, 1.0252733463911865, 256},
+        {"no-factor", {{"rope_type", "yarn"}, {"factor", nullptr}, {"original_max_position_embeddings", 32}},
+         {1.0, 0.02500000037252903, 0.0024999999441206455, 0.0002500000118743628}, 1.138629436111989, 128},
+        {"untruncated", {{"rope_type", "yarn"}, {"factor", 3.0}, {"original_max_position_embeddings", 64}, {"truncate", false},
+                         {"attention_factor", 1.3}},
+         {1.0, 0.03386244550347328, 0.0033333334140479565, 0.00033333332976326346}, 1.3, 192},
+    };
+    const WeightMap weights = randomWeights(tinyLlamaSpec(), 3);
+    for (const auto& c : cases) {
+        nlohmann::json rope = c.rope;
+        rope["rope_theta"] = 10000.0;
+        const std::string folder = editedFolder(dir, c.name, [&](nlohmann::json& config) {
+            config.erase("rope_theta");
+            config["rope_parameters"] = rope;
+        }, weights);
+        auto model = loadModel(folder);
+        const RopeScaling& r = model->spec.ropeScaling;
+        QCOMPARE(QString::fromStdString(r.type), QStringLiteral("yarn"));
+        QVERIFY2(std::abs(r.attentionFactor - c.attentionFactor) < 1e-12, qPrintable(QString("%1: %2").arg(c.name).arg(r.attentionFactor)));
+        QCOMPARE(model->spec.context, c.context);   // the original context times the factor
+        const at::Tensor inverse = ropeInverseFrequencies(model->spec, *model).to(at::kDouble);
+        for (size_t i = 0; i < c.inverseFrequencies.size(); ++i)
+            QVERIFY2(std::abs(inverse[int64_t(i)].item<double>() - c.inverseFrequencies[i]) < 1e-6 * c.inverseFrequencies[i],
+                     qPrintable(QString("%1, frequency %2: %3").arg(c.name).arg(i).arg(inverse[int64_t(i)].item<double>())));
+        const double error = compareWithReference(*model, model->spec, weights);
+        QVERIFY2(error < 1e-5, qPrintable(QString("%1: relative logit error %2").arg(c.name).arg(error)));
+        ArchSpec unscaled = model->spec;
+        unscaled.ropeScaling = RopeScaling{};
+        QVERIFY(compareWithReference(*model, unscaled, weights) > 1e-3);   // the scaling matters on these tokens
+
+        model->tokenizer = tinyVocabulary(model->spec.vocab);
+        const std::string hf = dir.filePath(QString(c.name) + "-hf").toStdString();
+        exportModel(*model, "hf", hf);
+        auto again = loadModel(hf);
+        QCOMPARE(again->spec.context, model->spec.context);
+        QVERIFY(at::allclose(ropeInverseFrequencies(again->spec, *again), ropeInverseFrequencies(model->spec, *model), 1e-7, 0));
+        QCOMPARE(again->spec.ropeScaling.attentionFactor, r.attentionFactor);
+        const std::string gguf = dir.filePath(QString(c.name) + ".gguf").toStdString();
+        const std::string refusal = ExportFormatRegistry::instance().byId("gguf")->refusal(*model, ExportOptions{});
+        if (std::string(c.name) == "yarn" || std::string(c.name) == "no-factor") {
+            QVERIFY2(refusal.empty(), refusal.c_str());
+            exportModel(*model, "gguf", gguf);
+            auto fromGguf = loadModel(gguf);
+            QCOMPARE(QString::fromStdString(fromGguf->spec.ropeScaling.type), QStringLiteral("yarn"));
+            QVERIFY(std::abs(fromGguf->spec.ropeScaling.attentionFactor - r.attentionFactor) < 1e-12);
+            QVERIFY(at::allclose(ropeInverseFrequencies(fromGguf->spec, *fromGguf), inverse.to(at::kFloat), 1e-6, 0));
+        } else {
+            QVERIFY2(refusal.find(std::string(c.name) == "untruncated" ? "truncate false" : "its own attention factor") != std::string::npos,
+                     refusal.c_str());
+        }
+    }
 }
 
 QTEST_APPLESS_MAIN(TestModelLoaders)

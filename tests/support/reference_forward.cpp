@@ -71,7 +71,26 @@ void rope(double* h, int64_t dim, int64_t pos, const ArchSpec& s) {
                 freq = (1 - t) * freq / r.factor + t * freq;
             }
         }
-        const double c = std::cos(pos * freq), sn = std::sin(pos * freq);
+        double magnitude = 1.0;
+        if (s.ropeScaling.type == "yarn") {   // YaRN: by how often pair i turns within the original context
+            const RopeScaling& r = s.ropeScaling;
+            // Pair index at which a pair turns `turns` times over the original context (freq = theta^(-2i/dim)).
+            auto pairTurning = [&](double turns) {
+                return std::log(r.originalContext / (2 * M_PI * turns)) / std::log(s.ropeTheta) * double(dim) / 2;
+            };
+            double fast = pairTurning(r.betaFast), slow = pairTurning(r.betaSlow);
+            if (r.truncate) {
+                fast = std::floor(fast);
+                slow = std::ceil(slow);
+            }
+            fast = std::max(fast, 0.0);
+            slow = std::min(slow, double(dim - 1));
+            const double span = slow == fast ? 0.001 : slow - fast;
+            const double interpolated = std::min(1.0, std::max(0.0, (double(i) - fast) / span));   // 1: divided by the factor
+            freq = interpolated * freq / r.factor + (1 - interpolated) * freq;
+            magnitude = r.attentionFactor;
+        }
+        const double c = magnitude * std::cos(pos * freq), sn = magnitude * std::sin(pos * freq);
         const int64_t a = s.ropeStyle == RopeStyle::AdjacentPairs ? 2 * i : i;
         const int64_t b = s.ropeStyle == RopeStyle::AdjacentPairs ? 2 * i + 1 : i + dim / 2;
         const double x0 = h[a], x1 = h[b];

@@ -181,6 +181,11 @@ void writeHfFolder(const std::string& folder, const ArchSpec& s, const WeightMap
                                       {"low_freq_factor", s.ropeScaling.lowFreqFactor},
                                       {"high_freq_factor", s.ropeScaling.highFreqFactor},
                                       {"original_max_position_embeddings", s.ropeScaling.originalContext}};
+        if (s.ropeScaling.type == "yarn")
+            config["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", s.ropeScaling.factor},
+                                      {"original_max_position_embeddings", s.ropeScaling.originalContext},
+                                      {"beta_fast", s.ropeScaling.betaFast}, {"beta_slow", s.ropeScaling.betaSlow},
+                                      {"attention_factor", s.ropeScaling.attentionFactor}, {"truncate", s.ropeScaling.truncate}};
     } else {
         config = {{"model_type", "gpt2"}, {"n_embd", s.hidden}, {"n_layer", s.layers}, {"n_head", s.heads},
                   {"n_inner", s.ffn}, {"vocab_size", s.vocab}, {"n_positions", s.context},
