@@ -29,20 +29,10 @@ int runBudget(const std::vector<std::string>& args) {
     if (a.has("out")) checkOutputFile(a.value("out"));   // before the measurements, which take long
     BudgetOptions options;
     options.compute = importanceCompute(a.value("device", "auto"), a.value("dtype"), "linears.sensitivity");
-    LoadOptions load;
-    load.tokenizerPath = a.value("tokenizer");
-    auto model = loadModel(path, load);
-    if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
-    if (a.has("target-bytes")) {
-        // Bytes of the block linear layers as stored (levels, scales, zeros) -> the same budget in bits per weight.
-        double parameters = 0;
-        for (const auto& layer : model->linearLayers()) parameters += double(model->tensor(layer + ".weight").elementCount());
-        const double bytes = a.number("target-bytes", 0);
-        if (!(bytes > 0)) throw Error("--target-bytes must be a positive number of bytes");
-        options.targetBitsPerWeight = 8.0 * bytes / parameters;
-    } else {
-        options.targetBitsPerWeight = a.number("target-bits", 4.5);
-    }
+    // Every option is checked before the model is read.
+    const double targetBytes = a.has("target-bytes") ? a.number("target-bytes", 0) : 0;
+    if (a.has("target-bytes") && !(targetBytes > 0)) throw Error("--target-bytes must be a positive number of bytes");
+    if (a.has("target-bits")) options.targetBitsPerWeight = a.number("target-bits", 4.5);
     options.groupSize = a.integer("group-size", 32);
     options.method = a.value("method", "quantize.rtn");
     options.fuseSharedInputs = a.flag("fused");
@@ -64,6 +54,16 @@ int runBudget(const std::vector<std::string>& args) {
             options.bits.push_back(bits);
         }
     }
+    LoadOptions load;
+    load.tokenizerPath = a.value("tokenizer");
+    auto model = loadModel(path, load);
+    if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
+    if (a.has("target-bytes")) {
+        // Bytes of the block linear layers as stored (levels, scales, zeros) -> the same budget in bits per weight.
+        double parameters = 0;
+        for (const auto& layer : model->linearLayers()) parameters += double(model->tensor(layer + ".weight").elementCount());
+        options.targetBitsPerWeight = 8.0 * targetBytes / parameters;
+    }
     const at::Tensor windows = windowsFromText(a, a.value("text"), *model, 8);
     CallbackFeedback feedback;
     if (!a.flag("quiet") && !a.flag("json")) {
@@ -84,7 +84,7 @@ int runBudget(const std::vector<std::string>& args) {
             layers.push_back({{"layer", l.name}, {"parameters", l.parameters}, {"chosen", plan.bits.at(l.name)}, {"options", o}});
         }
         std::cout << jsonText({{"method", options.method}, {"target_bits_per_weight", options.targetBitsPerWeight}, {"bits_per_weight", plan.bitsPerWeight},
-                               {"predicted_kl_sum", plan.predictedCost}, {"layers", layers}, {"recipe", plan.recipe.toJson()}})
+                               {"predicted_kl_sum", plan.predictedCost}, {"computed_on", describeCompute(options.compute)}, {"layers", layers}, {"recipe", plan.recipe.toJson()}})
                   << "\n";
         return 0;
     }

@@ -26,27 +26,30 @@ int runImportance(const std::vector<std::string>& args) {
     const std::string kind = a.value("kind", "heads.ablation");
     checkImportanceKind(kind);   // before the model is read
     const CalibrationCompute compute = importanceCompute(a.value("device", "auto"), a.value("dtype"), kind);
+    nlohmann::json step;
+    if (a.has("step")) {
+        // --step '{"method": ..., "params": {...}}' or a file holding it: per-layer sensitivity to that step.
+        const bool layerKind = kind == "layer" || kind == "linears.sensitivity" || kind == "layer-ppl" || kind == "linears.delta_ppl";
+        if (!layerKind) throw Error("--step applies to --kind layer or layer-ppl");
+        const std::string text = a.value("step");
+        try {
+            step = nlohmann::json::parse(!text.empty() && text.front() == '{' ? text : readTextFile(text));
+        } catch (const nlohmann::json::exception& e) {
+            throw Error(text, std::string("--step is not valid JSON: ") + e.what());
+        }
+    }
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
     const at::Tensor windows = windowsFromText(a, calibText, *model, 16);
     CallbackFeedback feedback;
     if (!a.flag("quiet") && !a.flag("json")) {
-        std::fprintf(stderr, "importance %s on %s\n", kind.c_str(), describeCompute(compute).c_str());
+        std::fprintf(stderr, "importance %s on %s\n", a.has("step") ? (kind + " (per-layer sensitivity to --step)").c_str() : kind.c_str(),
+                     describeCompute(compute).c_str());
         showProgress(feedback, "importance");
     }
     ImportanceMap map;
     if (a.has("step")) {
-        // --step '{"method": ..., "params": {...}}' or a file holding it: per-layer sensitivity to that step.
-        const bool layerKind = kind == "layer" || kind == "linears.sensitivity" || kind == "layer-ppl" || kind == "linears.delta_ppl";
-        if (!layerKind) throw Error("--step applies to --kind layer or layer-ppl");
-        const std::string text = a.value("step");
-        nlohmann::json step;
-        try {
-            step = nlohmann::json::parse(!text.empty() && text.front() == '{' ? text : readTextFile(text));
-        } catch (const nlohmann::json::exception& e) {
-            throw Error(text, std::string("--step is not valid JSON: ") + e.what());
-        }
         LayerSensitivity s = computeLayerSensitivity(*model, step, windows, &feedback, compute);
         map = kind == "layer" || kind == "linears.sensitivity" ? s.kl : s.deltaPerplexity;
     } else {

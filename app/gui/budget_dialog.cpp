@@ -204,7 +204,7 @@ bool BudgetDialog::solve(bool interactive) {
     if (text.empty()) return refuse(tr("The project has no calibration or evaluation text to measure on. Choose one in Project ▸ Settings."));
     if (!model->tokenizer) return refuse(tr("The model has no tokenizer, so no text can be turned into tokens. Give it one with Project ▸ Use Tokenizer File."));
     const CalibrationSpec spec{text, mSamples->value(), mTokens->value(), s.calibrationSeed};
-    try {   // Run ▸ Compute On: the GPU measures in f16 and calibrates in f32, as `cwb budget --device cuda`
+    try {   // Run ▸ Compute On picks the device; f32 as `cwb budget` measures
         options.compute = importanceCompute(guiComputeDevice() == ComputeDevice::Cuda ? "cuda" : "cpu", "", "linears.sensitivity");
     } catch (const std::exception& e) {
         return refuse(QString::fromUtf8(e.what()));

@@ -176,7 +176,7 @@ bool ImportanceView::compute() {
     const CalibrationSpec spec{text, mSamples->value(), mTokens->value(), s.calibrationSeed};
     const std::string textHash = !s.calibration.path.empty() ? s.calibration.hash : s.evaluation.hash;
     CalibrationCompute compute;
-    try {   // Run ▸ Compute On: CUDA in f16 (f32 for the gradient kinds), else the CPU in f32
+    try {   // Run ▸ Compute On picks the device; maps are measured in f32 on either
         compute = importanceCompute(guiComputeDevice() == ComputeDevice::Cuda ? "cuda" : "cpu", "", kindId);
     } catch (const std::exception& e) {
         QMessageBox::warning(this, tr("Cannot measure importance"), QString::fromUtf8(e.what()));

@@ -145,8 +145,10 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
         SubFeedback sub(feedback, 0.5 * double(i) / double(options.bits.size()), 0.5 * double(i + 1) / double(options.bits.size()));
         Recipe recipe;
         recipe.steps.push_back(stepAt(options.bits[i]));
-        quantized[options.bits[i]] =
-            compressModel(model, recipe, windows, feedback ? &sub : nullptr, {}, {options.compute.device, at::kFloat}).model;
+        // Windows only where the method calibrates (RTN does not): given them, compressModel also measures
+        // reconstruction errors, a pass over every block the plan does not use.
+        quantized[options.bits[i]] = compressModel(model, recipe, recipeNeedsCalibration(recipe) ? windows : at::Tensor(),
+                                                   feedback ? &sub : nullptr, {}, {options.compute.device, at::kFloat}).model;
     }
     // One runtime for every measurement: each (layer, width) swaps one layer into a working copy of the base.
     VariantRunner runner(model, options.compute);
@@ -170,7 +172,7 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
             auto variant = model.clone();
             variant->setCompressed(layer, linear);
             if (!runner.apply(*variant)) throw Error("internal: budget: layer " + layer + " is not inside a block");
-            const double kl = std::max(0.0, meanKl(base, runner.logProbs(windows)));
+            const double kl = std::max(0.0, runner.compare(windows, base).meanKl);
             runner.reset();
             entry.options.push_back({bits, linear->bitsPerWeight(), kl});
         }

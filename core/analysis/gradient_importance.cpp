@@ -56,6 +56,14 @@ GradientPass runGradientPass(const Model& model, const at::Tensor& windows, bool
     out.absGradientSum.resize(static_cast<size_t>(s.layers));
     out.inactiveCount.resize(static_cast<size_t>(s.layers));
     c10::AutoGradMode gradients(true);
+    // One runtime for every batch (its weights are converted, or uploaded, once); its gates are refilled per batch.
+    std::vector<at::Tensor> gates(static_cast<size_t>(s.layers));
+    RuntimeOptions options;
+    options.device = compute.device;
+    options.dtype = compute.forwardType;
+    options.headGates = &gates;
+    options.nativeKernels = false;   // the integer, FP8 and 2:4 kernels compute outside autograd: no gradient through them
+    Transformer runtime(model, options);
     for (int64_t first = 0; first < samples; first += batchSize) {
         if (feedback) {
             feedback->throwIfCancelled();
@@ -63,14 +71,8 @@ GradientPass runGradientPass(const Model& model, const at::Tensor& windows, bool
         }
         const int64_t n = std::min(batchSize, samples - first);
         const at::Tensor batch = windows.narrow(0, first, n).to(at::kLong);
-        std::vector<at::Tensor> gates;
         for (int64_t l = 0; l < s.layers; ++l)
-            gates.push_back(at::ones({n, s.headsAt(l)}, at::TensorOptions().dtype(at::kFloat).device(compute.device)).set_requires_grad(true));
-        RuntimeOptions options;
-        options.device = compute.device;
-        options.dtype = compute.forwardType;
-        options.headGates = &gates;
-        Transformer runtime(model, options);
+            gates[size_t(l)] = at::ones({n, s.headsAt(l)}, at::TensorOptions().dtype(at::kFloat).device(compute.device)).set_requires_grad(true);
         DownProjectionInputs observer(model);
         at::Tensor logits = runtime.forward(batch, nullptr, channels ? &observer : nullptr);
         const int64_t length = batch.size(1);
@@ -81,8 +83,9 @@ GradientPass runGradientPass(const Model& model, const at::Tensor& windows, bool
         for (int64_t l = 0; l < s.layers; ++l)
             out.headGradients.narrow(0, first, n).select(1, l).narrow(1, 0, s.headsAt(l)).copy_(gates[size_t(l)].grad().to(at::kCPU, at::kDouble));
         for (const auto& [l, x] : observer.inputs) {
-            at::Tensor g = x.grad().to(at::kCPU, at::kDouble).abs().sum(at::IntArrayRef{0, 1});
-            at::Tensor inactive = (x.detach().abs() < threshold).to(at::kCPU, at::kDouble).sum(at::IntArrayRef{0, 1});
+            // Summed where the activations live; only the [ffn] sums cross to the CPU.
+            at::Tensor g = x.grad().to(at::kDouble).abs().sum(at::IntArrayRef{0, 1}).to(at::kCPU);
+            at::Tensor inactive = (x.detach().abs() < threshold).to(at::kDouble).sum(at::IntArrayRef{0, 1}).to(at::kCPU);
             auto& sum = out.absGradientSum[size_t(l)];
             auto& count = out.inactiveCount[size_t(l)];
             sum = sum.defined() ? sum + g : g;

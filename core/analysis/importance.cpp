@@ -43,12 +43,12 @@ int64_t blockOfTensor(const std::string& name) {
     return -1;
 }
 
-// Log-probabilities in fp64 on the runtime's device, one tensor per batch of windows.
+// Log-probabilities in fp64 on the CPU, one tensor per batch of windows.
 std::vector<at::Tensor> logProbsOf(Transformer& runtime, const at::Tensor& windows) {
     std::vector<at::Tensor> out;
     for (int64_t first = 0; first < windows.size(0); first += VariantRunner::kWindowsPerBatch) {
         const int64_t n = std::min(VariantRunner::kWindowsPerBatch, windows.size(0) - first);
-        out.push_back(at::log_softmax(runtime.forward(windows.narrow(0, first, n).to(at::kLong)).to(at::kDouble), -1));
+        out.push_back(at::log_softmax(runtime.forward(windows.narrow(0, first, n).to(at::kLong)).to(at::kDouble), -1).to(at::kCPU));
     }
     return out;
 }
@@ -58,6 +58,17 @@ double summedLoss(const at::Tensor& logProbs, const at::Tensor& windows, int64_t
     const int64_t n = logProbs.size(0), length = logProbs.size(1);
     const at::Tensor targets = windows.narrow(0, first, n).narrow(1, 1, length - 1).to(logProbs.device(), at::kLong).unsqueeze(-1);
     return -logProbs.narrow(1, 0, length - 1).gather(2, targets).sum().item<double>();
+}
+
+// The mean NLL of log-probabilities kept per batch (logProbsOf).
+double meanLossOf(const std::vector<at::Tensor>& logProbs, const at::Tensor& windows) {
+    double sum = 0;
+    int64_t first = 0;
+    for (const at::Tensor& lp : logProbs) {
+        sum += summedLoss(lp, windows, first);
+        first += lp.size(0);
+    }
+    return sum / double(windows.size(0) * (windows.size(1) - 1));
 }
 
 // The mean NLL without keeping every batch's log-probabilities (head ablation runs this once per head).
@@ -173,21 +184,25 @@ LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::jso
         only["targets"] = exactPattern(layer);
         only.erase("ignore");
         const Recipe recipe = Recipe::fromJson({{"steps", nlohmann::json::array({only})}}, "sensitivity step");
-        const std::unique_ptr<Model> variant = compressModel(model, recipe, windows, nullptr, {}, calibrate).model;
-        std::vector<at::Tensor> lp;
+        const bool calibrates = recipeNeedsCalibration(recipe);
+        // Windows only for a step that calibrates: given them, compressModel also measures reconstruction errors,
+        // a pass over every block that this map would throw away.
+        const std::unique_ptr<Model> variant =
+            compressModel(model, recipe, calibrates ? windows : at::Tensor(), nullptr, {}, calibrate).model;
+        WindowComparison measured;
         if (runner.apply(*variant)) {
-            lp = runner.logProbs(windows);
+            measured = runner.compare(windows, base);
             runner.reset();
         } else {
-            Transformer own(*variant, runtimeOptionsFor(compute));
-            lp = logProbsOf(own, windows);
+            Transformer own(*variant, sharingMemory(runtimeOptionsFor(compute), 2));
+            measured = compareWindows(own, windows, base);
         }
-        const double kl = meanKl(base, lp);
+        const double kl = measured.meanKl;
         const int64_t row = std::stoll(layer.substr(layer.find_first_of("0123456789")));
         const size_t column = static_cast<size_t>(std::find(columns.begin(), columns.end(), suffixLabel(layer)) - columns.begin());
         const size_t cell = static_cast<size_t>(row) * columns.size() + column;
         result.kl.values[cell] = std::max(0.0, kl);
-        result.deltaPerplexity.values[cell] = std::exp(meanLossOf(lp, windows)) - std::exp(baseLoss);
+        result.deltaPerplexity.values[cell] = std::exp(measured.meanLoss) - std::exp(baseLoss);
     }
     return result;
 }
@@ -235,25 +250,22 @@ double meanLoss(const Model& model, const at::Tensor& windows, const Calibration
     return meanLossOn(runtime, windows);
 }
 
-double meanLossOf(const std::vector<at::Tensor>& logProbs, const at::Tensor& windows) {
-    double sum = 0;
-    int64_t first = 0;
-    for (const at::Tensor& lp : logProbs) {
-        sum += summedLoss(lp, windows, first);
-        first += lp.size(0);
-    }
-    return sum / double(windows.size(0) * (windows.size(1) - 1));
-}
-
-double meanKl(const std::vector<at::Tensor>& base, const std::vector<at::Tensor>& other) {
-    if (base.size() != other.size()) throw Error("internal: KL of log-probabilities in different batches");
-    double sum = 0;
+WindowComparison compareWindows(Transformer& runtime, const at::Tensor& windows, const std::vector<at::Tensor>& base) {
+    checkWindows(windows);
+    double loss = 0, kl = 0;
     int64_t positions = 0;
-    for (size_t i = 0; i < base.size(); ++i) {
-        sum += (base[i].exp() * (base[i] - other[i])).sum().item<double>();
-        positions += base[i].size(0) * base[i].size(1);
+    size_t batch = 0;
+    for (int64_t first = 0; first < windows.size(0); first += VariantRunner::kWindowsPerBatch, ++batch) {
+        const int64_t n = std::min(VariantRunner::kWindowsPerBatch, windows.size(0) - first);
+        const at::Tensor lp = at::log_softmax(runtime.forward(windows.narrow(0, first, n).to(at::kLong)).to(at::kDouble), -1);
+        if (batch >= base.size() || base[batch].sizes() != lp.sizes())
+            throw Error("internal: the base's log-probabilities are not of these windows");
+        const at::Tensor reference = base[batch].to(lp.device());
+        loss += summedLoss(lp, windows, first);
+        kl += (reference.exp() * (reference - lp)).sum().item<double>();
+        positions += n * windows.size(1);
     }
-    return sum / double(std::max<int64_t>(1, positions));
+    return {loss / double(windows.size(0) * (windows.size(1) - 1)), kl / double(std::max<int64_t>(1, positions))};
 }
 
 VariantRunner::VariantRunner(const Model& base, const CalibrationCompute& compute)
@@ -266,8 +278,13 @@ std::vector<at::Tensor> VariantRunner::logProbs(const at::Tensor& windows) {
     return logProbsOf(*mRuntime, windows);
 }
 
+WindowComparison VariantRunner::compare(const at::Tensor& windows, const std::vector<at::Tensor>& base) {
+    return compareWindows(*mRuntime, windows, base);
+}
+
 bool VariantRunner::apply(const Model& variant) {
     reset();
+    if (nlohmann::json(mBase.spec) != nlohmann::json(variant.spec)) return false;
     const std::vector<std::string> differing = mBase.differingTensors(variant);
     for (const std::string& name : differing) {
         // Outside the blocks, or a changed shape (the architecture changed): a runtime of the variant's own.
@@ -320,9 +337,10 @@ ImportanceMap computeImportance(const Model& model, const std::string& kind, con
 CalibrationCompute importanceCompute(const std::string& device, const std::string& dtype, const std::string& kind) {
     CalibrationCompute compute;
     compute.device = resolveCompressionDevice(device);
-    const bool gradient = kind == "heads.gradient" || kind == "head-grad" || kind == "channels.gradient" || kind == "channel-grad";
-    if (dtype.empty()) compute.forwardType = compute.device.is_cuda() && !gradient ? at::kHalf : at::kFloat;
-    else if (dtype == "f32") compute.forwardType = at::kFloat;
+    checkImportanceKind(kind);
+    // f32 by default on every device: a layer's KL against the base can be ~1e-4 on a 7B model, the size of what
+    // half-precision rounding adds to it, and backward passes in half precision underflow.
+    if (dtype.empty() || dtype == "f32") compute.forwardType = at::kFloat;
     else if (dtype == "f16") compute.forwardType = at::kHalf;
     else if (dtype == "bf16") compute.forwardType = at::kBFloat16;
     else throw Error("--dtype must be f32, f16 or bf16, got '" + dtype + "'");

@@ -40,8 +40,8 @@ ImportanceMap computeImportance(const Model& model, const std::string& kind, con
 void checkImportanceKind(const std::string& kind);
 
 // Where a kind computes, from a device name ("auto": CUDA when there is a GPU; "cpu", "cuda", "cuda:N") and a type
-// ("f32", "f16", "bf16"; "": f32 on the CPU, on CUDA f16, or f32 for the gradient kinds, whose backward pass half
-// precision would round away). Throws cwb::Error naming the bad value, or when the CPU cannot compute in the type.
+// ("f32", "f16", "bf16"; "": f32). Throws cwb::Error naming the bad value (or kind), or when the CPU cannot compute
+// in the type.
 CalibrationCompute importanceCompute(const std::string& device, const std::string& dtype, const std::string& kind);
 // "cpu f32", "cuda:0 f16".
 std::string describeCompute(const CalibrationCompute& compute);
@@ -69,16 +69,25 @@ nlohmann::json defaultSensitivityStep();
 // Mean next-token negative log-likelihood of the windows (every position but the last predicts the next).
 double meanLoss(const Model& model, const at::Tensor& windows, const CalibrationCompute& compute = {});
 
+// The mean next-token NLL of a model on token windows, and its mean KL(base ‖ model) per position.
+struct WindowComparison {
+    double meanLoss = 0;
+    double meanKl = 0;
+};
+
 // Forward passes of a base model and of variants that differ from it in a few block tensors, on one runtime: a
 // working copy of the base takes the variant's differing tensors, and only their blocks are converted again.
 class VariantRunner {
 public:
     VariantRunner(const Model& base, const CalibrationCompute& compute);
     ~VariantRunner();
-    // Log-probabilities (fp64, on the compute device) of every window, [samples, length, vocab], in batches.
+    // Log-probabilities (fp64, on the CPU) of the windows, one tensor per batch of kWindowsPerBatch windows.
     std::vector<at::Tensor> logProbs(const at::Tensor& windows);
+    // Runs the windows a batch at a time and compares each batch with `base` (logProbs() of the same windows) as it
+    // goes, so the device holds one batch of log-probabilities at a time.
+    WindowComparison compare(const at::Tensor& windows, const std::vector<at::Tensor>& base);
     // Computes as `variant` until reset(). False (nothing changed) when they differ outside the blocks (embeddings,
-    // output head, final norm): the caller then runs the variant on a runtime of its own.
+    // output head, final norm) or in their architecture: the caller then runs the variant on a runtime of its own.
     bool apply(const Model& variant);
     void reset();
     static constexpr int64_t kWindowsPerBatch = 8;
@@ -90,8 +99,7 @@ private:
     std::vector<std::string> mAdopted;
 };
 
-// From per-batch log-probabilities of the same windows: mean next-token NLL, and mean KL(base ‖ other) per position.
-double meanLossOf(const std::vector<at::Tensor>& logProbs, const at::Tensor& windows);
-double meanKl(const std::vector<at::Tensor>& base, const std::vector<at::Tensor>& other);
+// compare() on a runtime of the variant's own (a variant VariantRunner::apply refuses).
+WindowComparison compareWindows(Transformer& runtime, const at::Tensor& windows, const std::vector<at::Tensor>& base);
 
 } // namespace cwb

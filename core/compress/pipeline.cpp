@@ -5,6 +5,8 @@
 #include <random>
 #include <regex>
 
+#include <ATen/detail/CUDAHooksInterface.h>
+
 #include "core/compress/gptq_math.h"
 #include "core/compress/method.h"
 #include "core/compress/methods/calibration_stats.h"
@@ -78,11 +80,17 @@ at::Device resolveCompressionDevice(const std::string& name) {
     if (name == "cpu") return at::kCPU;
     if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
         if (!at::hasCUDA()) throw Error("device " + name + ": no CUDA in this build or no GPU visible");
+        at::Device device = at::kCPU;
         try {
-            return at::Device(name);
+            device = at::Device(name);
         } catch (const std::exception&) {
             throw Error("device '" + name + "' is not a device name (cpu, cuda, cuda:N or auto)");
         }
+        const int gpus = at::detail::getCUDAHooks().getNumGPUs();
+        if (device.has_index() && device.index() >= gpus)
+            throw Error("device " + name + ": there " + (gpus == 1 ? "is 1 GPU" : "are " + std::to_string(gpus) + " GPUs") +
+                        " (cuda:0" + (gpus > 1 ? " to cuda:" + std::to_string(gpus - 1) : "") + ")");
+        return device;
     }
     throw Error("device '" + name + "' is not a device name (cpu, cuda, cuda:N or auto)");
 }

@@ -720,7 +720,7 @@ void TestCli::importanceTakesCalib() {
     Result r = run({"importance", model, "--kind", "head", "--calib", text, "--samples", "2", "--seq-len", "32", "--json"});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     const QString computedOn = QJsonDocument::fromJson(r.out.toUtf8()).object().value("computed_on").toString();
-    QVERIFY2(computedOn == "cpu f32" || computedOn == "cuda f16", qPrintable(computedOn));   // --device auto
+    QVERIFY2(computedOn == "cpu f32" || computedOn == "cuda f32", qPrintable(computedOn));   // --device auto
     Result onCpu = run({"importance", model, "--kind", "head", "--calib", text, "--samples", "2", "--seq-len", "32",
                         "--device", "cpu", "--dtype", "f32"});
     QVERIFY2(onCpu.exitCode == 0 && onCpu.err.contains("importance head on cpu f32"), qPrintable(onCpu.err));
@@ -729,6 +729,12 @@ void TestCli::importanceTakesCalib() {
     QVERIFY2(device.exitCode == 2 && device.err.contains("device 'gpu0' is not a device name"), qPrintable(device.err));
     Result dtype = run({"budget", "/nonexistent/model.gguf", "--text", text, "--target-bits", "4", "--dtype", "f64"});
     QVERIFY2(dtype.exitCode == 2 && dtype.err.contains("--dtype must be f32, f16 or bf16, got 'f64'"), qPrintable(dtype.err));
+    Result bits = run({"budget", "/nonexistent/model.gguf", "--text", text, "--target-bits", "4", "--bits", "4,9"});
+    QVERIFY2(bits.exitCode == 2 && bits.err.contains("--bits: each width must be 2..8, got '9'"), qPrintable(bits.err));
+    Result project = run({"project", "importance", "/nonexistent/p.cwbproj", "--device", "gpu0"});
+    QVERIFY2(project.exitCode == 2 && project.err.contains("device 'gpu0' is not a device name"), qPrintable(project.err));
+    Result step = run({"importance", "/nonexistent/model.gguf", "--calib", text, "--kind", "head", "--step", "{}"});
+    QVERIFY2(step.exitCode == 2 && step.err.contains("--step applies to --kind layer or layer-ppl"), qPrintable(step.err));
     Result same = run({"importance", model, "--kind", "head", "--text", text, "--samples", "2", "--seq-len", "32", "--json"});
     QCOMPARE(same.out, r.out);
     Result missing = run({"importance", model, "--kind", "head"});

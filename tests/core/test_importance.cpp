@@ -188,35 +188,51 @@ void TestImportance::headAblationEqualsZeroedOutputColumns() {
 }
 
 // One runtime for the base and its one-layer variants: after apply() it computes what a runtime of the variant's own
-// computes, after reset() the base again; a variant that changed the embeddings is left to its own runtime.
+// computes (a fused q/k/v or gate/up part too, and GPT-2's c_attn), after reset() the base again; a variant that
+// changed the embeddings is left to its own runtime.
 void TestImportance::variantRunnerSwapsOneBlock() {
     QTemporaryDir dir;
-    auto model = load(dir, randomWeights(tinyLlamaSpec(), 12));
+    auto llama = load(dir, randomWeights(tinyLlamaSpec(), 12));
+    QTemporaryDir gpt2Dir;
+    writeHfFolder(gpt2Dir.path().toStdString(), tinyGpt2Spec(), randomWeights(tinyGpt2Spec(), 12), ggml::Type::F32);
+    auto gpt2 = loadModel(gpt2Dir.path().toStdString());
     const at::Tensor w = windows();
     auto logProbsOwn = [&](const Model& m) {
         Transformer runtime(m);
         return at::log_softmax(runtime.forward(w).to(at::kDouble), -1);
     };
-    auto joined = [](const std::vector<at::Tensor>& batches) { return at::cat(batches, 0); };
-    VariantRunner runner(*model, {});
-    const at::Tensor base = joined(runner.logProbs(w));
-    QVERIFY((base - logProbsOwn(*model)).abs().max().item<double>() < 1e-9);
-
-    const Recipe oneLayer = Recipe::fromJson(nlohmann::json::parse(
-        R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":16},"targets":"^model\\.layers\\.1\\.mlp\\.down_proj$"}]})"), "test");
-    auto variant = compressModel(*model, oneLayer, at::Tensor()).model;
-    QCOMPARE(model->differingTensors(*variant), std::vector<std::string>{"model.layers.1.mlp.down_proj.weight"});
-    QVERIFY(runner.apply(*variant));
-    const at::Tensor swapped = joined(runner.logProbs(w));
-    QVERIFY((swapped - logProbsOwn(*variant)).abs().max().item<double>() < 1e-9);
-    QVERIFY((swapped - base).abs().max().item<double>() > 1e-6);   // the layer did change the output
-    runner.reset();
-    QVERIFY(at::equal(joined(runner.logProbs(w)), base));
-
-    auto embedded = model->clone();
-    embedded->replaceTensor("model.embed_tokens.weight", model->floatTensor("model.embed_tokens.weight") * 2.0);
+    for (const auto& [model, layer] : std::vector<std::pair<Model*, std::string>>{
+             {llama.get(), "model.layers.1.mlp.down_proj"}, {llama.get(), "model.layers.0.self_attn.k_proj"},
+             {llama.get(), "model.layers.1.mlp.gate_proj"}, {gpt2.get(), "transformer.h.1.attn.c_attn"}}) {
+        VariantRunner runner(*model, {});
+        const std::vector<at::Tensor> baseBatches = runner.logProbs(w);
+        const at::Tensor base = at::cat(baseBatches, 0);
+        QVERIFY((base - logProbsOwn(*model)).abs().max().item<double>() < 1e-9);
+        std::string pattern = "^";
+        for (char c : layer) pattern += c == '.' ? std::string("\\.") : std::string(1, c);
+        const Recipe oneLayer = Recipe::fromJson(
+            {{"steps", nlohmann::json::array({{{"method", "quantize.rtn"}, {"params", {{"bits", 3}, {"group_size", 16}}},
+                                                {"targets", pattern + "$"}}})}}, "test");
+        auto variant = compressModel(*model, oneLayer, at::Tensor()).model;
+        QCOMPARE(model->differingTensors(*variant), std::vector<std::string>{layer + ".weight"});
+        QVERIFY(runner.apply(*variant));
+        const at::Tensor own = logProbsOwn(*variant);
+        const WindowComparison measured = runner.compare(w, baseBatches);
+        const double loss = -own.narrow(1, 0, w.size(1) - 1).gather(2, w.narrow(1, 1, w.size(1) - 1).unsqueeze(-1)).mean().item<double>();
+        const double kl = (base.exp() * (base - own)).sum(-1).mean().item<double>();
+        QVERIFY2(std::abs(measured.meanLoss - loss) < 1e-9, qPrintable(QString::fromStdString(layer)));
+        QVERIFY2(std::abs(measured.meanKl - kl) < 1e-9 * std::max(1.0, kl), qPrintable(QString::fromStdString(layer)));
+        QVERIFY2(kl > 1e-6, qPrintable(QString::fromStdString(layer)));   // the layer did change the output
+        runner.reset();
+        QVERIFY(at::equal(at::cat(runner.logProbs(w), 0), base));
+        QCOMPARE(runner.compare(w, baseBatches).meanKl, 0.0);
+    }
+    VariantRunner runner(*llama, {});
+    const at::Tensor base = at::cat(runner.logProbs(w), 0);
+    auto embedded = llama->clone();
+    embedded->replaceTensor("model.embed_tokens.weight", llama->floatTensor("model.embed_tokens.weight") * 2.0);
     QVERIFY(!runner.apply(*embedded));
-    QVERIFY(at::equal(joined(runner.logProbs(w)), base));
+    QVERIFY(at::equal(at::cat(runner.logProbs(w), 0), base));
 }
 
 // A replaced tensor's bytes belong to its record (a model no longer keeps every copy it ever replaced until it dies):
@@ -231,6 +247,11 @@ void TestImportance::replacedTensorsStayWithTheirRecords() {
     model->replaceTensor(name, second);
     for (int i = 0; i < 3; ++i) model->replaceTensor(name, second + float(i));   // allocations that may reuse freed bytes
     QVERIFY(at::equal(before->floatTensor(name), first));
+    // Bytes no record holds are released (the model kept every replaced copy until it died).
+    const std::weak_ptr<const void> replaced = model->tensor(name).owner;
+    QVERIFY(!replaced.expired());
+    model->replaceTensor(name, second);
+    QVERIFY(replaced.expired());
     QCOMPARE(model->differingTensors(*before), std::vector<std::string>{name});
     model->adoptTensor(*before, name);
     QVERIFY(model->differingTensors(*before).empty());
@@ -251,11 +272,12 @@ void TestImportance::computeSettingsAreCheckedAndRecorded() {
             QVERIFY2(std::string(e.what()).find("device cuda") != std::string::npos, e.what());
         }
     } else {
-        QCOMPARE(importanceCompute("cuda", "", "head").forwardType, at::kHalf);
-        QCOMPARE(importanceCompute("cuda", "", "head-grad").forwardType, at::kFloat);   // gradients in full precision
+        QCOMPARE(importanceCompute("cuda", "", "head").forwardType, at::kFloat);   // f32 unless asked: KLs near 1e-4
+        QCOMPARE(importanceCompute("cuda", "f16", "head").forwardType, at::kHalf);
     }
     for (const auto& [device, dtype, message] : std::vector<std::tuple<const char*, const char*, const char*>>{
-             {"gpu", "", "device 'gpu' is not a device name"}, {"cpu", "f8", "--dtype must be f32, f16 or bf16, got 'f8'"}}) {
+             {"gpu", "", "device 'gpu' is not a device name"}, {"cpu", "f8", "--dtype must be f32, f16 or bf16, got 'f8'"},
+             {"cuda:99", "", at::hasCUDA() ? "device cuda:99: there " : "device cuda:99: no CUDA"}}) {
         try {
             importanceCompute(device, dtype, "head");
             QFAIL(message);
