@@ -194,7 +194,7 @@ void StudentTensors::save(const std::string& path) const {
     if (std::rename(temporary.c_str(), path.c_str()) != 0) throw Error(path, "cannot replace the checkpoint");
 }
 
-void StudentTensors::load(const std::string& path) {
+void StudentTensors::load(const std::string& path, bool acceptOtherStart) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path, "cannot open the checkpoint");
     char magic[sizeof kMagic];
@@ -233,14 +233,23 @@ void StudentTensors::load(const std::string& path) {
         auto part = [&](const char* key, const char* what) {
             if (saved.value(key, nlohmann::json()) != mRun.value(key, nlohmann::json())) differs.push_back(what);
         };
+        const bool otherStart = saved.value("student", nlohmann::json()) != mRun.value("student", nlohmann::json());
         part("student", "the starting weights differ (another model, or other steps before the distillation)");
         part("teacher", "the teacher differs");
         part("data", "the training windows differ (other calibration text, samples, sequence length or seed)");
-        if (!differs.empty()) {
+        if (otherStart && differs.size() == 1 && acceptOtherStart) {
+            mNotes.push_back(path + " was resumed though this run started from other weights (resume_other_start): "
+                                    "the checkpoint's trained weights replace them");
+        } else if (!differs.empty()) {
             std::string list;
             for (const auto& d : differs) list += (list.empty() ? "" : "; ") + d;
+            // Recomputing a GPU step before the distillation need not give the same bits: a way on for that case.
+            const std::string onlyStart = otherStart && differs.size() == 1
+                                              ? ", or set \"resume_other_start\": true to continue from it anyway (e.g. "
+                                                "when a step before the distillation was recomputed, not bit for bit)"
+                                              : "";
             throw Error(path, "was written by another distillation run: " + list +
-                                  "; delete it, or set \"resume\": false, to start over");
+                                  "; delete it, or set \"resume\": false, to start over" + onlyStart);
         }
     } else if (!mRun.is_null()) {
         mNotes.push_back(path + " was written by an older build, which recorded no run to check it against: resumed "

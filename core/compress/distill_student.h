@@ -54,8 +54,9 @@ public:
 
     // Checkpoint: latents, moments and the step, written to a temporary file then renamed.
     void save(const std::string& path) const;
-    // Throws cwb::Error naming the file when it does not match this student, or (setRun) was written by another run.
-    void load(const std::string& path);
+    // Throws cwb::Error naming the file when it does not match this student, or (setRun) was written by another run;
+    // acceptOtherStart: one that differs only in the starting weights is loaded, with a note.
+    void load(const std::string& path, bool acceptOtherStart = false);
 
     // What makes a run resumable from a checkpoint: its settings, its starting weights (weightsChecksum()) and its data,
     // as a JSON object of parts. Written into checkpoints; load() refuses one whose parts differ, naming them

@@ -165,7 +165,7 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
                         {"teacher", teacherChecksum(teacher)},
                         {"data", formatHash(hashTokens(data.eval, hashTokens(data.train, kFnv1a64OffsetBasis)))}});
     const bool resuming = c.resume && !c.checkpointPath.empty() && std::ifstream(c.checkpointPath).good();
-    if (resuming) tensors.load(c.checkpointPath);   // refuses another run's checkpoint
+    if (resuming) tensors.load(c.checkpointPath, c.resumeOtherStart);   // refuses another run's checkpoint
     result.notes = tensors.notes();
     if (resuming) {
         result.startStep = tensors.step();

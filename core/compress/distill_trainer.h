@@ -39,6 +39,7 @@ struct DistillConfig {
     std::string checkpointPath;      // empty: none
     int64_t checkpointEvery = 0;     // steps between checkpoints (0: only at the end or when stopped)
     bool resume = false;             // continue from checkpointPath when it exists
+    bool resumeOtherStart = false;   // ... even when it was trained from other starting weights (all else the same)
     at::Device device = at::kCPU;
 };
 

@@ -602,7 +602,9 @@ void TestDistillation::resumeEqualsUninterruptedRun() {
     std::unique_ptr<Model> lighter =
         compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.2}}]})"), at::Tensor()).model;
     QCOMPARE(refusal(*l.model, *lighter, someData(), c),
-             anotherRun + "the starting weights differ (another model, or other steps before the distillation)" + startOver);
+             anotherRun + "the starting weights differ (another model, or other steps before the distillation)" + startOver +
+                 ", or set \"resume_other_start\": true to continue from it anyway (e.g. when a step before the distillation "
+                 "was recomputed, not bit for bit)");
     DistillData otherData = someData();
     otherData.train = windows(24, 16, 5);
     QCOMPARE(refusal(*l.model, *pruned, otherData, c),
@@ -628,6 +630,27 @@ void TestDistillation::resumeEqualsUninterruptedRun() {
         QVERIFY(refusal(*l.model, *pruned, someData(), cosine).find("steps differs (checkpoint 8, this run 8)") == std::string::npos);
         QVERIFY(refusal(*l.model, *pruned, someData(), cosine).find("cosine differs") != std::string::npos);
         DistillConfig rewrite = c;   // the checkpoint of `c` again, for the checks below
+        rewrite.resume = false;
+        std::unique_ptr<Model> again = pruned->clone();
+        distillModel(*l.model, *again, someData(), rewrite);
+    }
+    {   // Asked to, a checkpoint that differs only in its start is resumed: its trained weights, with a note.
+        DistillConfig anyStart = c;
+        anyStart.resumeOtherStart = true;
+        std::unique_ptr<Model> fromLighter = lighter->clone();
+        DistillResult continued = distillModel(*l.model, *fromLighter, someData(), anyStart);
+        QCOMPARE(continued.startStep, int64_t(6));
+        QVERIFY(continued.history.empty());
+        const std::string probe = "model.layers.1.mlp.down_proj.weight";
+        QVERIFY(at::equal(fromLighter->floatTensor(probe), straight->floatTensor(probe)));
+        bool noted = false;
+        for (const auto& n : continued.notes) noted |= n.find("resumed though this run started from other weights") != std::string::npos;
+        QVERIFY(noted);
+        // Nothing else may differ.
+        DistillConfig otherLr = anyStart;
+        otherLr.lr = 1e-2;
+        QVERIFY(refusal(*l.model, *lighter, someData(), otherLr).find("lr differs") != std::string::npos);
+        DistillConfig rewrite = c;   // the checkpoint of `c` again (the resumed run wrote its own start into it)
         rewrite.resume = false;
         std::unique_ptr<Model> again = pruned->clone();
         distillModel(*l.model, *again, someData(), rewrite);

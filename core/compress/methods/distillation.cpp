@@ -144,6 +144,9 @@ public:
                 textParam("checkpoint", "", "checkpoint file (written at the end, when stopped, and every checkpoint_every steps)"),
                 intParam("checkpoint_every", 0, 1 << 24, 0, "steps between checkpoints; 0: only at the end or when stopped"),
                 boolParam("resume", false, "continue from the checkpoint file when it exists"),
+                boolParam("resume_other_start", false,
+                          "with resume: continue from a checkpoint trained from other starting weights (all else the same), "
+                          "e.g. when a GPU step before the distillation was recomputed not bit for bit"),
                 choiceParam("device", {"auto", "cpu", "cuda"}, "auto", "where to train; auto: CUDA when available")};
     }
     bool needsCalibration(const nlohmann::json& p) const override {
@@ -210,6 +213,7 @@ public:
         config.checkpointPath = p["checkpoint"];
         config.checkpointEvery = p["checkpoint_every"];
         config.resume = p["resume"];
+        config.resumeOtherStart = p["resume_other_start"];
         const std::string explicitMap = p["layer_map"];
         if (!explicitMap.empty()) {
             config.layerMap = distill::parseLayerMap(explicitMap, ctx.model.spec.layers, teacher.spec.layers);
