@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -32,7 +33,10 @@ int runBudget(const std::vector<std::string>& args) {
     // Every option is checked before the model is read.
     const double targetBytes = a.has("target-bytes") ? a.number("target-bytes", 0) : 0;
     if (a.has("target-bytes") && !(targetBytes > 0)) throw Error("--target-bytes must be a positive number of bytes");
-    if (a.has("target-bits")) options.targetBitsPerWeight = a.number("target-bits", 4.5);
+    if (a.has("target-bits")) {
+        options.targetBitsPerWeight = a.number("target-bits", 4.5);
+        if (!(options.targetBitsPerWeight > 0)) throw Error("--target-bits must be a positive number of bits per weight");
+    }
     options.groupSize = a.integer("group-size", 32);
     options.method = a.value("method", "quantize.rtn");
     options.fuseSharedInputs = a.flag("fused");
@@ -49,11 +53,14 @@ int runBudget(const std::vector<std::string>& args) {
         std::stringstream list(a.value("bits"));
         for (std::string b; std::getline(list, b, ',');) {
             if (b.empty()) continue;
-            const int bits = std::atoi(b.c_str());
-            if (bits < 2 || bits > 8) throw Error("--bits: each width must be 2..8, got '" + b + "'");
+            const int bits = b.size() == 1 && b[0] >= '2' && b[0] <= '8' ? b[0] - '0' : 0;
+            if (bits == 0) throw Error("--bits: each width must be a whole number of bits 2..8, got '" + b + "'");
+            if (std::find(options.bits.begin(), options.bits.end(), bits) != options.bits.end())
+                throw Error("--bits: " + b + " is listed twice");
             options.bits.push_back(bits);
         }
     }
+    if (!a.has("target-bytes")) checkBudgetOptions(options);   // with a byte target, once the parameters are counted
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
@@ -63,6 +70,7 @@ int runBudget(const std::vector<std::string>& args) {
         double parameters = 0;
         for (const auto& layer : model->linearLayers()) parameters += double(model->tensor(layer + ".weight").elementCount());
         options.targetBitsPerWeight = 8.0 * targetBytes / parameters;
+        checkBudgetOptions(options);
     }
     const at::Tensor windows = windowsFromText(a, a.value("text"), *model, 8);
     CallbackFeedback feedback;

@@ -32,11 +32,16 @@ int runImportance(const std::vector<std::string>& args) {
         const bool layerKind = kind == "layer" || kind == "linears.sensitivity" || kind == "layer-ppl" || kind == "linears.delta_ppl";
         if (!layerKind) throw Error("--step applies to --kind layer or layer-ppl");
         const std::string text = a.value("step");
+        const size_t first = text.find_first_not_of(" \t\r\n");
+        const bool inline_ = first != std::string::npos && (text[first] == '{' || text[first] == '[');
         try {
-            step = nlohmann::json::parse(!text.empty() && text.front() == '{' ? text : readTextFile(text));
+            step = nlohmann::json::parse(inline_ ? text : readTextFile(text));
         } catch (const nlohmann::json::exception& e) {
-            throw Error(text, std::string("--step is not valid JSON: ") + e.what());
+            throw Error(inline_ ? "--step" : text, std::string("--step is not valid JSON: ") + e.what());
         }
+        if (step.is_object() && (step.contains("targets") || step.contains("ignore")))
+            throw Error("--step: \"targets\" and \"ignore\" do not apply (every linear layer is measured, one at a time)");
+        checkSensitivityStep(step);   // a bad method or parameter fails now, not after the model is read
     }
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");

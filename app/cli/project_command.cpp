@@ -268,6 +268,34 @@ std::string warnOfTokenizerChange(const Project& project, const LoadOptions& loa
     return hash;
 }
 
+// What is stored under the project's model is of `modelPath`: say so when its bytes are not the ones the project
+// recorded. Another path (--model) is hashed; the recorded one is checked by size only (and hashed again when it was
+// written after the project hashed it), since hashing reads every byte on every run (--batch hashes it: replaying is
+// where the full check belongs). Returns the hash the stored `what` are of.
+std::string checkedModelHash(const Project& project, const std::string& modelPath, const Arguments& a, const char* what) {
+    std::string modelHash = project.model().hash;
+    const ModelReference& recorded = project.model();
+    if (a.has("model") && absolute(modelPath) != recorded.path) {
+        modelHash = hashModel(modelPath, a.flag("quiet"));
+        if (!recorded.hash.empty() && modelHash != recorded.hash)
+            std::fprintf(stderr, "warning: %s is not the model the project recorded (%s; hash %s, recorded %s): the %s "
+                                 "stored now are this model's\n", modelPath.c_str(), recorded.path.c_str(),
+                         modelHash.c_str(), recorded.hash.c_str(), what);
+    } else if (recorded.bytes > 0 && !std::filesystem::is_directory(modelPath) && fileBytes(modelPath) != recorded.bytes) {
+        modelHash = hashModel(modelPath, a.flag("quiet"));
+        std::fprintf(stderr, "warning: %s changed since the project recorded it (%llu bytes, recorded %llu): the %s "
+                             "stored now are of its present content\n", modelPath.c_str(),
+                     static_cast<unsigned long long>(fileBytes(modelPath)), static_cast<unsigned long long>(recorded.bytes), what);
+    } else if (modifiedSinceRecorded(project, modelPath)) {
+        modelHash = hashModel(modelPath, a.flag("quiet"));
+        if (!recorded.hash.empty() && modelHash != recorded.hash)
+            std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): the %s "
+                                 "stored now are of its present content\n", modelPath.c_str(), modelHash.c_str(),
+                         recorded.hash.c_str(), what);
+    }
+    return modelHash;
+}
+
 int runProject(const std::vector<std::string>& args) {
     Arguments a(args, {"variants", "threads", "model", "scratch", "tokenizer"}, {"quiet"});
     applyThreads(a.integer("threads", 0));
@@ -283,30 +311,7 @@ int runProject(const std::vector<std::string>& args) {
         for (const auto& v : project.variants()) names.push_back(v.name);
     auto base = loadModel(modelPath, load);
     const std::string tokenizerHash = warnOfTokenizerChange(project, load, *base);
-    // Results are stored under the project's model: say so when these bytes are not the ones it recorded. Another
-    // path (--model) is hashed; the recorded one is checked by size only, since hashing reads every byte on every run
-    // (--batch hashes it: replaying is where the full check belongs).
-    std::string modelHash = project.model().hash;
-    const ModelReference& recorded = project.model();
-    if (a.has("model") && absolute(modelPath) != recorded.path) {
-        modelHash = hashModel(modelPath, a.flag("quiet"));
-        if (!recorded.hash.empty() && modelHash != recorded.hash)
-            std::fprintf(stderr, "warning: %s is not the model the project recorded (%s; hash %s, recorded %s): the results "
-                                 "stored now are this model's\n", modelPath.c_str(), recorded.path.c_str(),
-                         modelHash.c_str(), recorded.hash.c_str());
-    } else if (recorded.bytes > 0 && !std::filesystem::is_directory(modelPath) && fileBytes(modelPath) != recorded.bytes) {
-        modelHash = hashModel(modelPath, a.flag("quiet"));
-        std::fprintf(stderr, "warning: %s changed since the project recorded it (%llu bytes, recorded %llu): the results "
-                             "stored now are of its present content\n", modelPath.c_str(),
-                     static_cast<unsigned long long>(fileBytes(modelPath)), static_cast<unsigned long long>(recorded.bytes));
-    } else if (modifiedSinceRecorded(project, modelPath)) {
-        // Same size but written after the project hashed it: hashed again (a changed weight keeps the size).
-        modelHash = hashModel(modelPath, a.flag("quiet"));
-        if (!recorded.hash.empty() && modelHash != recorded.hash)
-            std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): the results "
-                                 "stored now are of its present content\n", modelPath.c_str(), modelHash.c_str(),
-                         recorded.hash.c_str());
-    }
+    const std::string modelHash = checkedModelHash(project, modelPath, a, "results");
     // What the stored results are measured from: another model or tokenizer than the project's marks them out of date
     // (cwb project show). The model's own tokenizer, where the project recorded none, is the project's.
     const std::string basisTokenizer = !a.has("tokenizer") && project.model().tokenizerHash.empty() ? "" : tokenizerHash;
@@ -369,8 +374,10 @@ int importance(const std::vector<std::string>& args) {
     const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
     if (text.empty()) throw Error(project.path(), "has neither calibration nor evaluation text to measure importance on");
     const LoadOptions load = projectLoadOptions(project, a);
-    auto model = loadModel(a.value("model", project.model().path), load);
+    const std::string modelPath = a.value("model", project.model().path);
+    auto model = loadModel(modelPath, load);
     if (!model->tokenizer) throw Error(model->path, "has no tokenizer; pass --tokenizer FILE");
+    const std::string modelHash = checkedModelHash(project, modelPath, a, "importance map");
     const std::string tokenizerHash = warnOfTokenizerChange(project, load, *model);
     CalibrationSpec spec{text, a.integer("samples", 16), a.integer("seq-len", std::min<int64_t>(256, s.calibrationSeqLen)),
                          s.calibrationSeed};
@@ -382,8 +389,14 @@ int importance(const std::vector<std::string>& args) {
         showProgress(feedback, "importance");
     }
     ImportanceMap map = computeImportance(*model, kind, windows, &feedback, compute);
-    map.measuredWith = importanceMeasurement(text, !s.calibration.path.empty() ? s.calibration.hash : s.evaluation.hash,
-                                             windows, spec.seed, compute);
+    // The text as read now, not the hash the project recorded: it may have changed since.
+    const std::string recordedTextHash = !s.calibration.path.empty() ? s.calibration.hash : s.evaluation.hash;
+    const std::string textHash = hashFile(text);
+    if (!recordedTextHash.empty() && textHash != recordedTextHash)
+        std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): the map is of its "
+                             "present content\n", text.c_str(), textHash.c_str(), recordedTextHash.c_str());
+    map.measuredWith = importanceMeasurement(text, textHash, windows, spec.seed, compute);
+    if (modelHash != project.model().hash) map.measuredWith["model"] = {{"path", modelPath}, {"hash", modelHash}};
     nlohmann::json entry = {{"kind", map.kind}, {"samples", windows.size(0)}, {"seq_len", windows.size(1)}};
     if (!tokenizerHash.empty()) entry["tokenizer_hash"] = tokenizerHash;
     storeInLatest(project.path(), [&](Project& latest) {

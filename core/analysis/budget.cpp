@@ -7,6 +7,7 @@
 #include "core/compress/compressed_layers.h"
 #include "core/compress/method.h"
 #include "core/compress/pipeline.h"
+#include "core/compress/quant_math.h"
 #include "core/model/model.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
@@ -120,25 +121,48 @@ std::vector<size_t> chooseFusedBits(const Model& model, const std::vector<Budget
 
 } // namespace
 
-BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const BudgetOptions& options, Feedback* feedback) {
-    if (!windows.defined() || windows.dim() != 2) throw Error("budget: needs token windows (a text file)");
+namespace {
+RecipeStep budgetStep(const BudgetOptions& options, int bits) {
+    RecipeStep step;
+    step.method = options.method;
+    step.params = options.params.is_object() ? options.params : nlohmann::json::object();
+    step.params["bits"] = bits;
+    step.params["group_size"] = options.groupSize;
+    return step;
+}
+} // namespace
+
+void checkBudgetOptions(const BudgetOptions& options) {
     if (options.bits.empty()) throw Error("budget: no candidate bit widths");
     const CompressionMethod* method = MethodRegistry::instance().find(options.method);
     if (!method) throw Error("budget: unknown method '" + options.method + "' (quantize.rtn, quantize.gptq or quantize.awq)");
     const auto specs = method->params();
     if (std::none_of(specs.begin(), specs.end(), [](const ParamSpec& p) { return p.name == "bits"; }))
         throw Error("budget: " + options.method + " has no \"bits\" parameter; use quantize.rtn, quantize.gptq or quantize.awq");
+    // What even the narrowest width stores, known from the sizes alone, is checked before the measurements (hours with
+    // GPTQ on a large model): its levels packed 32 / levelsPerWord to a 32-bit word, and an fp16 scale per group.
+    const int narrowest = *std::min_element(options.bits.begin(), options.bits.end());
+    if (narrowest < 2 || narrowest > 8) throw Error("budget: bit widths must be 2..8, got " + std::to_string(narrowest));
+    const double floorBits = 32.0 / double(quant::levelsPerWord(narrowest)) + (options.groupSize > 0 ? 16.0 / double(options.groupSize) : 0.0);
+    if (!(options.targetBitsPerWeight >= floorBits))
+        throw Error("budget: the target of " + std::to_string(options.targetBitsPerWeight) + " bits per weight is below what " +
+                    std::to_string(narrowest) + "-bit layers store (at least " + std::to_string(floorBits) +
+                    ": levels packed into 32-bit words and an fp16 scale per group of " + std::to_string(options.groupSize) +
+                    "); raise the target or add a narrower width");
     if (options.params.is_object() && options.params.value("fold", false))
         throw Error("budget: quantize.awq's \"fold\" moves scales into norms that several layers share, so one layer "
                     "cannot be measured alone; plan without it (the plan's recipe may then add it)");
-    auto stepAt = [&](int bits) {
-        RecipeStep step;
-        step.method = options.method;
-        step.params = options.params.is_object() ? options.params : nlohmann::json::object();
-        step.params["bits"] = bits;
-        step.params["group_size"] = options.groupSize;
-        return step;
-    };
+    for (int bits : options.bits) {   // the method's own checks of its parameters (group size, ...)
+        Recipe recipe;
+        recipe.steps.push_back(budgetStep(options, bits));
+        Recipe::fromJson(recipe.toJson(), "budget");
+    }
+}
+
+BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const BudgetOptions& options, Feedback* feedback) {
+    if (!windows.defined() || windows.dim() != 2) throw Error("budget: needs token windows (a text file)");
+    checkBudgetOptions(options);
+    auto stepAt = [&](int bits) { return budgetStep(options, bits); };
     // Phase 1 (half the progress): every layer at every width, as the method computes it inside a recipe.
     std::map<int, std::unique_ptr<Model>> quantized;
     for (size_t i = 0; i < options.bits.size(); ++i) {

@@ -59,6 +59,10 @@ struct BudgetPlan {
     Recipe recipe;                       // the method at the most common width, overrides for the rest
 };
 
+// Throws cwb::Error for options no model can satisfy: no widths, a method without "bits", bad parameters, or a
+// target below what the narrowest width stores (known from the sizes alone). solveBitBudget checks this first.
+void checkBudgetOptions(const BudgetOptions& options);
+
 // Quantizes the model once per width with the method (calibrated methods use the windows, block by block as in
 // a recipe), measures every (layer, width) alone against the base on the windows, and solves for the target.
 // Throws cwb::Error (not an integer method, bad parameters) or Cancelled.

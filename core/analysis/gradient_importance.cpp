@@ -51,7 +51,8 @@ GradientPass runGradientPass(const Model& model, const at::Tensor& windows, bool
     int64_t maxHeads = 0;
     for (int64_t l = 0; l < s.layers; ++l) maxHeads = std::max(maxHeads, s.headsAt(l));
     GradientPass out;
-    const int64_t samples = windows.size(0), batchSize = 8;
+    // Up to 8 windows and 4096 tokens per backward pass: a stop is noticed between passes, and long windows alone.
+    const int64_t samples = windows.size(0), batchSize = std::max<int64_t>(1, std::min<int64_t>(8, 4096 / windows.size(1)));
     out.headGradients = at::full({samples, s.layers, maxHeads}, std::nan(""), at::kDouble);
     out.absGradientSum.resize(static_cast<size_t>(s.layers));
     out.inactiveCount.resize(static_cast<size_t>(s.layers));
@@ -93,6 +94,7 @@ GradientPass runGradientPass(const Model& model, const at::Tensor& windows, bool
         }
         out.positions += n * length;
     }
+    if (feedback) feedback->throwIfCancelled();
     return out;
 }
 

@@ -140,13 +140,7 @@ std::string exactPattern(const std::string& layer) {
 
 } // namespace
 
-nlohmann::json defaultSensitivityStep() {
-    return {{"method", "quantize.rtn"}, {"params", {{"bits", 4}, {"group_size", 32}}}};
-}
-
-LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::json& step, const at::Tensor& windows,
-                                         Feedback* feedback, const CalibrationCompute& compute) {
-    checkWindows(windows);
+void checkSensitivityStep(const nlohmann::json& step) {
     if (!step.is_object() || !step.contains("method")) throw Error("the sensitivity step must be a recipe step {\"method\": ..., \"params\": {...}}");
     const std::string id = step["method"].is_string() ? step["method"].get<std::string>() : "";
     const CompressionMethod* method = MethodRegistry::instance().find(id);
@@ -156,6 +150,17 @@ LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::jso
         throw Error("the sensitivity step " + id + " changes whole heads, channels, blocks or the whole model, not one linear "
                     "layer at a time; per-layer sensitivity takes quantization or unstructured pruning (for heads and "
                     "channels use --kind head or channel)");
+    Recipe::fromJson({{"steps", nlohmann::json::array({step})}}, "sensitivity step");   // unknown methods, bad parameters
+}
+
+nlohmann::json defaultSensitivityStep() {
+    return {{"method", "quantize.rtn"}, {"params", {{"bits", 4}, {"group_size", 32}}}};
+}
+
+LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::json& step, const at::Tensor& windows,
+                                         Feedback* feedback, const CalibrationCompute& compute) {
+    checkWindows(windows);
+    checkSensitivityStep(step);
     VariantRunner runner(model, compute);
     const std::vector<at::Tensor> base = runner.logProbs(windows);
     const double baseLoss = meanLossOf(base, windows);
@@ -330,7 +335,11 @@ ImportanceMap computeImportance(const Model& model, const std::string& kind, con
     else if (kind == "channels.wanda" || kind == "channel") map = channelWanda(model, windows, feedback, compute);
     else if (kind == "heads.gradient" || kind == "head-grad") map = headGradientImportance(model, windows, feedback, compute);
     else if (kind == "channels.gradient" || kind == "channel-grad") map = channelGradientImportance(model, windows, feedback, {}, compute);
-    if (feedback) feedback->setProgress(1.0);
+    // A stop asked for during the last (uninterruptible) pass still stops: the map is not reported as complete.
+    if (feedback) {
+        feedback->throwIfCancelled();
+        feedback->setProgress(1.0);
+    }
     return map;
 }
 
@@ -366,7 +375,8 @@ std::string describeImportanceMeasurement(const nlohmann::json& m) {
     const std::string name = text.substr(text.find_last_of('/') == std::string::npos ? 0 : text.find_last_of('/') + 1);
     return std::to_string(m.value("windows", int64_t(0))) + " windows of " + std::to_string(m.value("tokens", int64_t(0))) +
            " tokens of " + name + " (seed " + std::to_string(m.value("seed", uint64_t(0))) + "), " + m.value("device", "cpu") +
-           (m.contains("dtype") ? " " + m.value("dtype", "") : "");
+           (m.contains("dtype") ? " " + m.value("dtype", "") : "") +
+           (m.contains("model") && m["model"].is_object() ? ", model " + m["model"].value("path", std::string("?")) : "");
 }
 
 } // namespace cwb

@@ -63,6 +63,9 @@ struct LayerSensitivity {
 // changed is converted again (uploaded, on CUDA), so a 7B model is not copied to the GPU once per layer.
 LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::json& step, const at::Tensor& windows,
                                          Feedback* feedback, const CalibrationCompute& compute = {});
+// Throws cwb::Error when `step` is not one recipe step that acts on one linear layer at a time (or names an unknown
+// method or bad parameters); computeLayerSensitivity does this first.
+void checkSensitivityStep(const nlohmann::json& step);
 // RTN int4, group 32, symmetric: the step behind "linears.sensitivity" and "linears.delta_ppl".
 nlohmann::json defaultSensitivityStep();
 

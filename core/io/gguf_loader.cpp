@@ -155,8 +155,11 @@ ArchSpec readSpec(const GgufFile& g) {
             // range rounded outwards); the keys that change it are not computed here.
             for (const char* key : {"rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_ext_factor",
                                     "rope.scaling.yarn_attn_factor", "rope.scaling.attn_factor"}) {
-                const double neutral = std::string(key).find("log_multiplier") != std::string::npos ? 0.0 : 1.0;
-                if (g.hasKey(p + key) && g.numberOr(p + key, neutral) != neutral)
+                const std::string name = key;
+                const double neutral = name.find("log_multiplier") != std::string::npos ? 0.0 : 1.0;
+                const double value = g.numberOr(p + key, neutral);
+                // A negative ext_factor is llama.cpp's "from the model": 1 for yarn.
+                if (g.hasKey(p + key) && value != neutral && !(name.find("ext_factor") != std::string::npos && value < 0))
                     throw Error(path, p + key + " is not supported with yarn rope scaling (only llama.cpp's defaults are computed)");
             }
             RopeScaling& y = s.ropeScaling;

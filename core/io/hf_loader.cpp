@@ -44,11 +44,22 @@ int64_t intField(const nlohmann::json& j, const std::string& key, const std::str
     if (!j.contains(key) || !j[key].is_number_integer()) throw Error(file, "'" + key + "' is missing or not an integer");
     return j[key].get<int64_t>();
 }
-int64_t intFieldOr(const nlohmann::json& j, const std::string& key, int64_t fallback) {
-    return j.contains(key) && j[key].is_number_integer() ? j[key].get<int64_t>() : fallback;
+// Absent or null: the fallback. A value of another type is refused, not replaced by the default (a context of 64.0 or a
+// theta of "50000" ran as 2048 and 10000); integers may be written as whole floats, as Python's json writes them.
+int64_t intFieldOr(const nlohmann::json& j, const std::string& key, int64_t fallback, const std::string& file) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    const nlohmann::json& v = j[key];
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_float()) {
+        const double d = v.get<double>();
+        if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.0e15) return int64_t(d);
+    }
+    throw Error(file, "'" + key + "' is not an integer (" + v.dump() + ")");
 }
-double numFieldOr(const nlohmann::json& j, const std::string& key, double fallback) {
-    return j.contains(key) && j[key].is_number() ? j[key].get<double>() : fallback;
+double numFieldOr(const nlohmann::json& j, const std::string& key, double fallback, const std::string& file) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_number()) throw Error(file, "'" + key + "' is not a number (" + j[key].dump() + ")");
+    return j[key].get<double>();
 }
 
 ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
@@ -62,17 +73,21 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
         s.ffn = intField(c, "intermediate_size", file);
         s.layers = intField(c, "num_hidden_layers", file);
         s.heads = intField(c, "num_attention_heads", file);
-        s.kvHeads = intFieldOr(c, "num_key_value_heads", s.heads);
+        s.kvHeads = intFieldOr(c, "num_key_value_heads", s.heads, file);
         if (s.heads <= 0) throw Error(file, "num_attention_heads must be positive");
-        s.headDim = c.contains("head_dim") && c["head_dim"].is_number_integer() ? c["head_dim"].get<int64_t>()
-                                                                                 : s.hidden / s.heads;
+        s.headDim = intFieldOr(c, "head_dim", s.hidden / s.heads, file);
         s.vocab = intField(c, "vocab_size", file);
-        s.context = intFieldOr(c, "max_position_embeddings", 2048);
-        s.normEps = numFieldOr(c, "rms_norm_eps", 1e-6);
+        s.context = intFieldOr(c, "max_position_embeddings", 2048, file);
+        s.normEps = numFieldOr(c, "rms_norm_eps", 1e-6, file);
         // transformers 5 writes theta and scaling into "rope_parameters"; earlier releases at the top level.
         const nlohmann::json none = nlohmann::json::object();
+        for (const char* key : {"rope_parameters", "rope_scaling"})
+            if (c.contains(key) && !c[key].is_null() && !c[key].is_object())
+                throw Error(file, std::string("'") + key + "' is not an object (" + c[key].dump() + ")");
         const nlohmann::json& rope = c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"] : none;
-        s.ropeTheta = numFieldOr(c, "rope_theta", numFieldOr(rope, "rope_theta", 10000.0));
+        for (const nlohmann::json* holder : {&c, &rope})   // transformers fails on a null theta; not the default here either
+            if (holder->contains("rope_theta") && (*holder)["rope_theta"].is_null()) throw Error(file, "'rope_theta' is null");
+        s.ropeTheta = numFieldOr(c, "rope_theta", numFieldOr(rope, "rope_theta", 10000.0, file), file);
         if (!(s.ropeTheta > 0) || !std::isfinite(s.ropeTheta)) throw Error(file, "rope_theta must be a positive number");
         s.tiedEmbeddings = c.value("tie_word_embeddings", false);
         s.attentionBias = s.modelType == "qwen2" || c.value("attention_bias", false);
@@ -82,14 +97,17 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
             throw Error(file, "hidden_act '" + act + "' is not supported (the Llama family here runs SiLU)");
         if (c.value("mlp_bias", false)) throw Error(file, "mlp_bias is not supported (MLP layers without biases)");
         const nlohmann::json* scaling = c.contains("rope_scaling") && c["rope_scaling"].is_object() ? &c["rope_scaling"]
-                                        : rope.contains("rope_type") ? &rope : nullptr;
+                                        : rope.contains("rope_type") || rope.contains("type") ? &rope : nullptr;
         if (scaling) {
             const auto& r = *scaling;
-            const std::string type = r.contains("rope_type") && r["rope_type"].is_string() ? r["rope_type"].get<std::string>()
-                                                                                          : r.value("type", std::string("none"));
+            // "rope_type", or the older "type" (transformers reads either).
+            const char* typeKey = r.contains("rope_type") ? "rope_type" : r.contains("type") ? "type" : nullptr;
+            if (typeKey && !r[typeKey].is_string())
+                throw Error(file, std::string("rope scaling '") + typeKey + "' is not a string (" + r[typeKey].dump() + ")");
+            const std::string type = typeKey ? r[typeKey].get<std::string>() : "default";
             auto positive = [&](const char* key, double fallback) {
                 if (r.contains(key) && !r[key].is_number()) throw Error(file, std::string("rope scaling '") + key + "' is not a number");
-                const double v = numFieldOr(r, key, fallback);
+                const double v = numFieldOr(r, key, fallback, file);
                 if (!(v > 0) || !std::isfinite(v)) throw Error(file, std::string("rope scaling '") + key + "' must be positive");
                 return v;
             };
@@ -98,7 +116,7 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
                 s.ropeScaling.factor = positive("factor", 8.0);
                 s.ropeScaling.lowFreqFactor = positive("low_freq_factor", 1.0);
                 s.ropeScaling.highFreqFactor = positive("high_freq_factor", 4.0);
-                s.ropeScaling.originalContext = intFieldOr(r, "original_max_position_embeddings", 8192);
+                s.ropeScaling.originalContext = intFieldOr(r, "original_max_position_embeddings", 8192, file);
                 if (s.ropeScaling.highFreqFactor <= s.ropeScaling.lowFreqFactor || s.ropeScaling.originalContext <= 0)
                     throw Error(file, "llama3 rope scaling needs high_freq_factor > low_freq_factor and a positive "
                                       "original_max_position_embeddings");
@@ -111,28 +129,37 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
                 RopeScaling& y = s.ropeScaling;
                 y.type = "yarn";
                 auto given = [&](const char* key) { return r.contains(key) && !r[key].is_null(); };
+                for (const nlohmann::json* holder : {&c, &r})
+                    if (holder->contains("original_max_position_embeddings") && (*holder)["original_max_position_embeddings"].is_null())
+                        throw Error(file, "yarn rope scaling: 'original_max_position_embeddings' is null");
                 y.originalContext = intFieldOr(c, "original_max_position_embeddings",
-                                               intFieldOr(r, "original_max_position_embeddings", s.context));
+                                               intFieldOr(r, "original_max_position_embeddings", s.context, file), file);
                 if (y.originalContext <= 0) throw Error(file, "yarn rope scaling needs a positive original_max_position_embeddings");
                 y.factor = given("factor") ? positive("factor", 1.0) : double(s.context) / double(y.originalContext);
                 if (!(y.factor > 0)) throw Error(file, "yarn rope scaling: factor must be positive");
                 y.betaFast = given("beta_fast") && r["beta_fast"] != 0 ? positive("beta_fast", 32.0) : 32.0;
                 y.betaSlow = given("beta_slow") && r["beta_slow"] != 0 ? positive("beta_slow", 1.0) : 1.0;
                 if (given("truncate") && !r["truncate"].is_boolean()) throw Error(file, "rope scaling 'truncate' is not true or false");
-                y.truncate = given("truncate") ? r["truncate"].get<bool>() : true;
-                const double mscale = given("mscale") ? positive("mscale", 1.0) : 0.0;
-                const double mscaleAllDim = given("mscale_all_dim") ? positive("mscale_all_dim", 1.0) : 0.0;
+                // Absent: true; null: false, as transformers' rope_parameters.get("truncate", True) gives None.
+                y.truncate = r.contains("truncate") ? given("truncate") && r["truncate"].get<bool>() : true;
+                // 0 counts as not given (transformers: "if mscale and mscale_all_dim").
+                const double mscale = given("mscale") && r["mscale"] != 0 ? positive("mscale", 1.0) : 0.0;
+                const double mscaleAllDim = given("mscale_all_dim") && r["mscale_all_dim"] != 0 ? positive("mscale_all_dim", 1.0) : 0.0;
                 y.attentionFactor = given("attention_factor") ? positive("attention_factor", 1.0)
                                     : mscale > 0 && mscaleAllDim > 0 ? yarnMscale(y.factor, mscale) / yarnMscale(y.factor, mscaleAllDim)
                                                                      : yarnMscale(y.factor);
                 // The context the scaling was made for (vLLM takes the same): the original one times the factor.
-                s.context = std::max(s.context, int64_t(std::floor(y.factor * double(y.originalContext))));
+                const double scaled = std::floor(y.factor * double(y.originalContext));
+                if (!(scaled <= double(1LL << 31)))
+                    throw Error(file, "yarn rope scaling: factor " + std::to_string(y.factor) + " times the original context " +
+                                          std::to_string(y.originalContext) + " is more positions than cwb addresses (2^31)");
+                s.context = std::max(s.context, int64_t(scaled));
             } else if (type != "default" && type != "none") {
                 throw Error(file, "rope_scaling type '" + type + "' is not supported (supported: llama3, linear, yarn)");
             }
         }
         for (const nlohmann::json* holder : {&c, &rope, scaling ? scaling : &none})
-            if (holder->contains("partial_rotary_factor") && numFieldOr(*holder, "partial_rotary_factor", 0.0) != 1.0)
+            if (holder->contains("partial_rotary_factor") && numFieldOr(*holder, "partial_rotary_factor", 1.0, file) != 1.0)
                 throw Error(file, "partial_rotary_factor other than 1 (RoPE on part of each head) is not supported");
         // Sliding-window attention is not computed: within the window it equals full attention, so the context is
         // limited to the window (Mistral v0.1: 4096), and longer inputs are refused rather than computed otherwise.
@@ -149,10 +176,10 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
         if (s.heads <= 0) throw Error(file, "n_head must be positive");
         s.kvHeads = s.heads;
         s.headDim = s.hidden / s.heads;
-        s.ffn = intFieldOr(c, "n_inner", 4 * s.hidden);
+        s.ffn = intFieldOr(c, "n_inner", 4 * s.hidden, file);
         s.vocab = intField(c, "vocab_size", file);
-        s.context = intFieldOr(c, "n_positions", 1024);
-        s.normEps = numFieldOr(c, "layer_norm_epsilon", 1e-5);
+        s.context = intFieldOr(c, "n_positions", 1024, file);
+        s.normEps = numFieldOr(c, "layer_norm_epsilon", 1e-5, file);
         s.tiedEmbeddings = c.value("tie_word_embeddings", true);
         const std::string act = c.value("activation_function", std::string("gelu_new"));
         if (act != "gelu_new" && act != "gelu_pytorch_tanh")
@@ -256,8 +283,8 @@ QuantizedCheckpoint readQuantizationConfig(const nlohmann::json& c, const std::s
     }
     if (q.method != "gptq" && q.method != "awq")
         throw Error(file, "quantization_config.quant_method '" + q.method + "' is not supported (supported: gptq, awq, compressed-tensors)");
-    q.bits = int(intFieldOr(qc, "bits", 4));
-    q.groupSize = intFieldOr(qc, "group_size", 128);
+    q.bits = int(intFieldOr(qc, "bits", 4, file));
+    q.groupSize = intFieldOr(qc, "group_size", 128, file);
     q.symmetric = qc.value("sym", q.method == "gptq");
     if (q.method == "gptq" && qc.value("checkpoint_format", "gptq") != "gptq")
         throw Error(file, "GPTQ checkpoint_format '" + qc.value("checkpoint_format", "") + "' is not supported (supported: gptq)");

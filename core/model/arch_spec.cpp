@@ -72,6 +72,9 @@ void to_json(nlohmann::json& j, const ArchSpec& s) {
         if (s.ropeScaling.type == "yarn") {
             j["rope_original_context"] = s.ropeScaling.originalContext;
             j["rope_attention_factor"] = s.ropeScaling.attentionFactor;
+            j["rope_beta_fast"] = s.ropeScaling.betaFast;
+            j["rope_beta_slow"] = s.ropeScaling.betaSlow;
+            j["rope_truncate"] = s.ropeScaling.truncate;
         }
         j["attention_bias"] = s.attentionBias;
     }

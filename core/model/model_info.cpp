@@ -92,7 +92,11 @@ std::string modelInfoText(const Model& model) {
             << (s.ropeScaling.type == "none" && model.has("rope_freqs.weight") ? "per-frequency divisors (rope_freqs.weight)"
                 : s.ropeScaling.type == "yarn"
                     ? "yarn x" + formatNumber(s.ropeScaling.factor) + " of " + std::to_string(s.ropeScaling.originalContext) +
-                          " tokens, attention x" + formatNumber(s.ropeScaling.attentionFactor)
+                          " tokens, attention x" + formatNumber(s.ropeScaling.attentionFactor) +
+                          (s.ropeScaling.betaFast != 32.0 || s.ropeScaling.betaSlow != 1.0
+                               ? ", betas " + formatNumber(s.ropeScaling.betaFast) + "/" + formatNumber(s.ropeScaling.betaSlow)
+                               : std::string()) +
+                          (s.ropeScaling.truncate ? "" : ", not truncated")
                     : s.ropeScaling.type)
             << "; norm eps " << s.normEps
             << (s.tiedEmbeddings ? "; tied embeddings" : "") << "\n";

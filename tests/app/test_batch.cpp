@@ -147,6 +147,28 @@ void TestBatch::lineageAndShow() {
     const QString text = run({"project", "show", copy}).out;
     QVERIFY2(text.contains(QRegularExpression("importance linears.sensitivity +5 x 7, measured on 4 windows of 64 tokens of "
                                               "tinystories_v2_valid_first100.txt \\(seed 0\\), cpu")), qPrintable(text));
+    {   // Regression: a map of a text changed since the project recorded it carried the recorded hash, without a word.
+        const QString textCopy = mDir.filePath("calib-copy.txt");
+        QFile::remove(textCopy);
+        QVERIFY(QFile::copy(QStringLiteral(CWB_FIXTURES_DIR) + "/text/tinystories_v2_valid_first100.txt", textCopy));
+        QFile::setPermissions(textCopy, QFile::ReadOwner | QFile::WriteOwner);
+        QCOMPARE(run({"project", "set", copy, "--calib", textCopy}).exitCode, 0);
+        const Result before = run({"project", "importance", copy, "--kind", "channel", "--samples", "2", "--seq-len", "32", "--quiet"});
+        QVERIFY2(before.exitCode == 0 && !before.err.contains("changed since"), qPrintable(before.err));
+        const auto hashOfMap = [&] {
+            for (const auto& m : QJsonDocument::fromJson(run({"project", "show", copy, "--json"}).out.toUtf8()).object()["importance"].toArray())
+                if (m.toObject()["kind"].toString() == "channels.wanda") return m.toObject()["measured_with"].toObject()["text_hash"].toString();
+            return QString();
+        };
+        const QString recorded = hashOfMap();
+        QFile f(textCopy);
+        QVERIFY(f.open(QIODevice::Append));
+        f.write("\nOnce upon a time there was a changed calibration text.\n");
+        f.close();
+        const Result after = run({"project", "importance", copy, "--kind", "channel", "--samples", "2", "--seq-len", "32", "--quiet"});
+        QVERIFY2(after.exitCode == 0 && after.err.contains("changed since the project recorded it"), qPrintable(after.err));
+        QVERIFY(!recorded.isEmpty() && hashOfMap() != recorded);
+    }
     // The derived variant's recipe is its parent's steps followed by its own.
     Result batch = run({"--batch", copy, "--out", mDir.filePath("l"), "--threads", "1", "--variants", "wanda-then-rtn", "--quiet"});
     QJsonArray variants = readReport(mDir.filePath("l"))["variants"].toArray();

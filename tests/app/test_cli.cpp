@@ -729,8 +729,27 @@ void TestCli::importanceTakesCalib() {
     QVERIFY2(device.exitCode == 2 && device.err.contains("device 'gpu0' is not a device name"), qPrintable(device.err));
     Result dtype = run({"budget", "/nonexistent/model.gguf", "--text", text, "--target-bits", "4", "--dtype", "f64"});
     QVERIFY2(dtype.exitCode == 2 && dtype.err.contains("--dtype must be f32, f16 or bf16, got 'f64'"), qPrintable(dtype.err));
-    Result bits = run({"budget", "/nonexistent/model.gguf", "--text", text, "--target-bits", "4", "--bits", "4,9"});
-    QVERIFY2(bits.exitCode == 2 && bits.err.contains("--bits: each width must be 2..8, got '9'"), qPrintable(bits.err));
+    for (const char* list : {"4,9", "3.5,4"}) {   // "3.5" ran as 3
+        Result bits = run({"budget", "/nonexistent/model.gguf", "--text", text, "--target-bits", "4", "--bits", list});
+        QVERIFY2(bits.exitCode == 2 && bits.err.contains("--bits: each width must be a whole number of bits 2..8"), qPrintable(bits.err));
+    }
+    Result twice = run({"budget", "/nonexistent/model.gguf", "--text", text, "--target-bits", "4", "--bits", "4,4"});
+    QVERIFY2(twice.exitCode == 2 && twice.err.contains("--bits: 4 is listed twice"), qPrintable(twice.err));
+    Result zero = run({"budget", "/nonexistent/model.gguf", "--text", text, "--target-bits", "0"});
+    QVERIFY2(zero.exitCode == 2 && zero.err.contains("--target-bits must be a positive number"), qPrintable(zero.err));
+    // A target the narrowest width cannot reach is refused before the measurements (they ran to the end first).
+    Result unreachable = run({"budget", model, "--text", text, "--target-bits", "3", "--bits", "3,5", "--samples", "2",
+                              "--seq-len", "32", "--device", "cpu"});
+    QVERIFY2(unreachable.exitCode == 2 && unreachable.err.contains("is below what 3-bit layers store (at least 3.7") &&
+                 !unreachable.err.contains("measuring"),
+             qPrintable(unreachable.err));
+    // --step: inline JSON after spaces is JSON, not a file name; a structured method fails before the model is read.
+    Result spaced = run({"importance", "/nonexistent/model.gguf", "--calib", text, "--kind", "layer", "--step",
+                         " {\"method\": \"prune.heads\"}"});
+    QVERIFY2(spaced.exitCode == 2 && spaced.err.contains("the sensitivity step prune.heads changes whole heads"), qPrintable(spaced.err));
+    Result unknown = run({"importance", "/nonexistent/model.gguf", "--calib", text, "--kind", "layer", "--step",
+                          "{\"method\": \"quantize.magic\"}"});
+    QVERIFY2(unknown.exitCode == 2 && unknown.err.contains("unknown method"), qPrintable(unknown.err));
     Result project = run({"project", "importance", "/nonexistent/p.cwbproj", "--device", "gpu0"});
     QVERIFY2(project.exitCode == 2 && project.err.contains("device 'gpu0' is not a device name"), qPrintable(project.err));
     Result step = run({"importance", "/nonexistent/model.gguf", "--calib", text, "--kind", "head", "--step", "{}"});

@@ -7,6 +7,8 @@
 
 #include "core/analysis/gradient_importance.h"
 #include "core/analysis/importance.h"
+#include "core/util/error.h"
+#include "core/util/feedback.h"
 #include "core/io/model_format.h"
 #include "core/runtime/transformer.h"
 #include "tests/support/synthetic_models.h"
@@ -52,6 +54,7 @@ private slots:
     void silentHeadHasZeroGradientImportance();
     void deadChannelScoresZeroAndScoresFollowTheFormula();
     void kindsAreListedWithShortNames();
+    void stopDuringTheLastPassStops();
 };
 
 void TestGradientImportance::gateGradientEqualsFiniteDifference_data() {
@@ -141,6 +144,18 @@ void TestGradientImportance::kindsAreListedWithShortNames() {
     for (double v : heads.values) QVERIFY(std::isfinite(v) && v > 0);
     ImportanceMap channels = computeImportance(*gpt2, "channels.gradient", windows(), nullptr);
     QCOMPARE(channels.values.size(), size_t(2 * 64));
+}
+
+// Regression (user probe): a stop asked for while the only (or last) backward pass ran was not looked at again, so
+// the map was returned and stored as complete, and `cwb importance` exited 0 after saying it was stopping.
+void TestGradientImportance::stopDuringTheLastPassStops() {
+    QTemporaryDir dir;
+    auto model = load(dir, tinyLlamaSpec(), randomWeights(tinyLlamaSpec(), 6));
+    for (const char* kind : {"heads.gradient", "channels.gradient", "heads.ablation", "channels.wanda"}) {
+        CallbackFeedback feedback;
+        feedback.progressCallback = [&](double) { feedback.cancel(); };   // asked for as the first pass starts
+        QVERIFY_THROWS_EXCEPTION(Cancelled, computeImportance(*model, kind, windows(), &feedback));
+    }
 }
 
 QTEST_GUILESS_MAIN(TestGradientImportance)

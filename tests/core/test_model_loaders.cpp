@@ -362,6 +362,20 @@ void TestModelLoaders::configsOfOtherModelsAreRefused() {
          "rope scaling 'truncate' is not true or false"},
         {"partial-rotary", [](nlohmann::json& c) { c["partial_rotary_factor"] = 0.5; },
          "partial_rotary_factor other than 1 (RoPE on part of each head) is not supported"},
+        // Regression (user probe): values of the wrong type ran as the defaults (theta 10000, no scaling).
+        {"theta-text", [](nlohmann::json& c) { c["rope_theta"] = "50000"; }, "'rope_theta' is not a number (\"50000\")"},
+        {"theta-null", [](nlohmann::json& c) { c["rope_theta"] = nullptr; }, "'rope_theta' is null"},
+        {"context-text", [](nlohmann::json& c) { c["max_position_embeddings"] = "256"; }, "'max_position_embeddings' is not an integer"},
+        {"head-dim-fraction", [](nlohmann::json& c) { c["head_dim"] = 8.5; }, "'head_dim' is not an integer (8.5)"},
+        {"scaling-string", [](nlohmann::json& c) { c["rope_scaling"] = "yarn"; }, "'rope_scaling' is not an object"},
+        {"parameters-array", [](nlohmann::json& c) { c["rope_parameters"] = {1, 2}; }, "'rope_parameters' is not an object"},
+        {"rope-type-null", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", nullptr}, {"factor", 2.0}}; },
+         "rope scaling 'rope_type' is not a string (null)"},
+        {"yarn-original-null", [](nlohmann::json& c) {
+             c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", nullptr}};
+         }, "yarn rope scaling: 'original_max_position_embeddings' is null"},
+        {"yarn-huge-factor", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 1e20}}; },
+         "is more positions than cwb addresses"},
         {"tie-text", [](nlohmann::json& c) { c["tie_word_embeddings"] = "true"; }, "has a field of the wrong type"},
         {"fewer-layers", [](nlohmann::json& c) { c["num_hidden_layers"] = 1; },
          "tensor 'model.layers.1.input_layernorm.weight' is not one the Llama-family forward pass computes with (1 layers"},
@@ -491,6 +505,34 @@ void TestModelLoaders::yarnScalingAsTransformersComputesIt() {
          {1.0, 0.03386244550347328, 0.0033333334140479565, 0.00033333332976326346}, 1.3, 192},
     };
     const WeightMap weights = randomWeights(tinyLlamaSpec(), 3);
+    {   // Forms transformers reads as yarn too (user probe: each ran unscaled or with a default instead).
+        const struct {
+            const char* name;
+            nlohmann::json rope;
+            int64_t original;
+            double attention;
+            bool truncate;
+        } forms[] = {
+            {"type-key", {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}}, 64, 1.138629436111989, true},
+            {"float-context", {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64.0}}, 64, 1.138629436111989, true},
+            {"truncate-null", {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}, {"truncate", nullptr}},
+             64, 1.138629436111989, false},
+            {"mscale-zero", {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}, {"mscale", 0},
+                             {"mscale_all_dim", 0.7}}, 64, 1.138629436111989, true},
+        };
+        for (const auto& f : forms) {
+            nlohmann::json rope = f.rope;
+            rope["rope_theta"] = 10000.0;
+            const std::string folder = editedFolder(dir, f.name, [&](nlohmann::json& config) {
+                config.erase("rope_theta");
+                config["rope_parameters"] = rope;
+            }, weights);
+            auto model = loadModel(folder);
+            const RopeScaling& r = model->spec.ropeScaling;
+            QVERIFY2(r.type == "yarn" && r.originalContext == f.original && std::abs(r.attentionFactor - f.attention) < 1e-12 &&
+                         r.truncate == f.truncate, f.name);
+        }
+    }
     for (const auto& c : cases) {
         nlohmann::json rope = c.rope;
         rope["rope_theta"] = 10000.0;
