@@ -9,6 +9,7 @@
 #include "core/compress/pipeline.h"
 #include "core/eval/perplexity.h"
 #include "core/io/model_format.h"
+#include "core/project/file_hash.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
 #include "core/util/json_text.h"
@@ -21,6 +22,7 @@ int runImportance(const std::vector<std::string>& args) {
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
     // --calib (the spelling, as in compress) and --text name the same thing.
+    if (a.has("calib") && a.has("text")) throw Error("--calib and --text name the same thing; give one");
     const std::string calibText = a.value("calib", a.value("text"));
     if (calibText.empty()) throw Error("importance needs --calib FILE (the text whose token windows it measures on)");
     const std::string kind = a.value("kind", "heads.ablation");
@@ -61,7 +63,9 @@ int runImportance(const std::vector<std::string>& args) {
         map = computeImportance(*model, kind, windows, &feedback, compute);
     }
     if (a.flag("json")) {
-        std::cout << jsonText({{"kind", map.kind}, {"computed_on", describeCompute(compute)},
+        const nlohmann::json measured = importanceMeasurement(calibText, hashFile(calibText), windows,
+                                                              static_cast<uint64_t>(a.integer("seed", 0)), compute);
+        std::cout << jsonText({{"kind", map.kind}, {"computed_on", describeCompute(compute)}, {"measured_with", measured},
                                {"rows", map.rowLabels}, {"columns", map.columnLabels}, {"values", map.values}}) << "\n";
         return 0;
     }

@@ -721,6 +721,11 @@ void TestCli::importanceTakesCalib() {
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     const QString computedOn = QJsonDocument::fromJson(r.out.toUtf8()).object().value("computed_on").toString();
     QVERIFY2(computedOn == "cpu f32" || computedOn == "cuda f32", qPrintable(computedOn));   // --device auto
+    const QJsonObject measuredWith = QJsonDocument::fromJson(r.out.toUtf8()).object().value("measured_with").toObject();
+    QVERIFY2(measuredWith["windows"].toInt() == 2 && measuredWith["tokens"].toInt() == 32 &&
+                 measuredWith["text_hash"].toString().startsWith("fnv1a64:"), qPrintable(r.out.left(400)));
+    Result both = run({"importance", model, "--calib", text, "--text", text});
+    QVERIFY2(both.exitCode == 2 && both.err.contains("--calib and --text name the same thing"), qPrintable(both.err));
     Result onCpu = run({"importance", model, "--kind", "head", "--calib", text, "--samples", "2", "--seq-len", "32",
                         "--device", "cpu", "--dtype", "f32"});
     QVERIFY2(onCpu.exitCode == 0 && onCpu.err.contains("importance head on cpu f32"), qPrintable(onCpu.err));
@@ -755,7 +760,7 @@ void TestCli::importanceTakesCalib() {
     Result step = run({"importance", "/nonexistent/model.gguf", "--calib", text, "--kind", "head", "--step", "{}"});
     QVERIFY2(step.exitCode == 2 && step.err.contains("--step applies to --kind layer or layer-ppl"), qPrintable(step.err));
     Result same = run({"importance", model, "--kind", "head", "--text", text, "--samples", "2", "--seq-len", "32", "--json"});
-    QCOMPARE(same.out, r.out);
+    QCOMPARE(same.out, r.out);   // --text is --calib
     Result missing = run({"importance", model, "--kind", "head"});
     QCOMPARE(missing.exitCode, 2);
     QVERIFY(missing.err.contains("--calib"));
