@@ -60,7 +60,11 @@ int runBudget(const std::vector<std::string>& args) {
             options.bits.push_back(bits);
         }
     }
-    if (!a.has("target-bytes")) checkBudgetOptions(options);   // with a byte target, once the parameters are counted
+    {   // with a byte target the target itself is checked once the parameters are counted
+        BudgetOptions early = options;
+        if (a.has("target-bytes")) early.targetBitsPerWeight = 1e9;
+        checkBudgetOptions(early);
+    }
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);

@@ -49,6 +49,7 @@ int runImportance(const std::vector<std::string>& args) {
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
     const at::Tensor windows = windowsFromText(a, calibText, *model, 16);
+    const std::string textHash = a.flag("json") ? hashFile(calibText) : "";   // as read, not after a long run
     CallbackFeedback feedback;
     if (!a.flag("quiet") && !a.flag("json")) {
         std::fprintf(stderr, "importance %s on %s\n", a.has("step") ? (kind + " (per-layer sensitivity to --step)").c_str() : kind.c_str(),
@@ -63,7 +64,7 @@ int runImportance(const std::vector<std::string>& args) {
         map = computeImportance(*model, kind, windows, &feedback, compute);
     }
     if (a.flag("json")) {
-        const nlohmann::json measured = importanceMeasurement(calibText, hashFile(calibText), windows,
+        const nlohmann::json measured = importanceMeasurement(calibText, textHash, windows,
                                                               static_cast<uint64_t>(a.integer("seed", 0)), compute);
         std::cout << jsonText({{"kind", map.kind}, {"computed_on", describeCompute(compute)}, {"measured_with", measured},
                                {"rows", map.rowLabels}, {"columns", map.columnLabels}, {"values", map.values}}) << "\n";

@@ -388,13 +388,13 @@ int importance(const std::vector<std::string>& args) {
         std::fprintf(stderr, "importance %s on %s\n", kind.c_str(), describeCompute(compute).c_str());
         showProgress(feedback, "importance");
     }
-    ImportanceMap map = computeImportance(*model, kind, windows, &feedback, compute);
     // The text as read now, not the hash the project recorded: it may have changed since.
     const std::string recordedTextHash = !s.calibration.path.empty() ? s.calibration.hash : s.evaluation.hash;
     const std::string textHash = hashFile(text);
     if (!recordedTextHash.empty() && textHash != recordedTextHash)
         std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): the map is of its "
                              "present content\n", text.c_str(), textHash.c_str(), recordedTextHash.c_str());
+    ImportanceMap map = computeImportance(*model, kind, windows, &feedback, compute);
     map.measuredWith = importanceMeasurement(text, textHash, windows, spec.seed, compute);
     if (modelHash != project.model().hash) map.measuredWith["model"] = {{"path", modelPath}, {"hash", modelHash}};
     nlohmann::json entry = {{"kind", map.kind}, {"samples", windows.size(0)}, {"seq_len", windows.size(1)}};

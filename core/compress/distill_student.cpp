@@ -238,8 +238,9 @@ void StudentTensors::load(const std::string& path, bool acceptOtherStart) {
         part("teacher", "the teacher differs");
         part("data", "the training windows differ (other calibration text, samples, sequence length or seed)");
         if (otherStart && differs.size() == 1 && acceptOtherStart) {
-            mNotes.push_back(path + " was resumed though this run started from other weights (resume_other_start): "
-                                    "the checkpoint's trained weights replace them");
+            mNotes.push_back(path + " was resumed though this run started from other weights (resume_other_start): the "
+                                    "checkpoint's trained values and optimizer state replace them, on this run's sparsity "
+                                    "masks and quantization grids");
         } else if (!differs.empty()) {
             std::string list;
             for (const auto& d : differs) list += (list.empty() ? "" : "; ") + d;

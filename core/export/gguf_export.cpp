@@ -176,8 +176,13 @@ public:
             return "llama.cpp's gpt2 architecture needs the same sizes in every layer";
         const RopeScaling& r = model.spec.ropeScaling;
         // llama.cpp's YaRN has no key for another attention factor or an untruncated correction range.
-        if (r.type == "yarn" && (!r.truncate || std::abs(r.attentionFactor - yarnMscale(r.factor)) > 1e-6 * yarnMscale(r.factor)))
-            return "its yarn RoPE scaling sets " + std::string(!r.truncate ? "truncate false" : "its own attention factor") +
+        // llama.cpp's YaRN (llama, qwen2) reads no betas and has no key for another attention factor or an
+        // untruncated correction range.
+        if (r.type == "yarn" && (!r.truncate || std::abs(r.attentionFactor - yarnMscale(r.factor)) > 1e-6 * yarnMscale(r.factor) ||
+                                 r.betaFast != 32.0 || r.betaSlow != 1.0))
+            return "its yarn RoPE scaling sets " +
+                   std::string(!r.truncate ? "truncate false" : r.betaFast != 32.0 || r.betaSlow != 1.0 ? "betas other than 32 / 1"
+                                                                                                           : "its own attention factor") +
                    ", which llama.cpp does not compute from GGUF keys; export it as a Hugging Face folder";
         return "";
     }
@@ -325,8 +330,6 @@ private:
             w.addString(p + "rope.scaling.type", "yarn");
             w.addFloat32(p + "rope.scaling.factor", float(s.ropeScaling.factor));
             w.addUInt32(p + "rope.scaling.original_context_length", uint32_t(s.ropeScaling.originalContext));
-            w.addFloat32(p + "rope.scaling.yarn_beta_fast", float(s.ropeScaling.betaFast));
-            w.addFloat32(p + "rope.scaling.yarn_beta_slow", float(s.ropeScaling.betaSlow));
         }
     }
 

@@ -166,11 +166,19 @@ ArchSpec readSpec(const GgufFile& g) {
             y.type = "yarn";
             y.factor = g.number(p + "rope.scaling.factor");
             y.originalContext = g.integerOr(p + "rope.scaling.original_context_length", s.context);
-            y.betaFast = g.numberOr(p + "rope.scaling.yarn_beta_fast", 32.0);
-            y.betaSlow = g.numberOr(p + "rope.scaling.yarn_beta_slow", 1.0);
+            // llama.cpp's common loader (llama, qwen2) does not read the betas: such a file runs with 32 / 1 there.
+            for (const auto& [key, standard] : {std::pair<const char*, double>{"rope.scaling.yarn_beta_fast", 32.0},
+                                                std::pair<const char*, double>{"rope.scaling.yarn_beta_slow", 1.0}})
+                if (g.hasKey(p + key) && g.numberOr(p + key, standard) != standard)
+                    throw Error(path, p + key + " is not " + std::to_string(int(standard)) + ": llama.cpp does not read it "
+                                      "for this architecture, so the file's model is ambiguous");
             if (!(y.factor > 0) || !std::isfinite(y.factor) || y.originalContext <= 0 || !(y.betaFast > 0) || !(y.betaSlow > 0))
                 throw Error(path, "yarn rope scaling needs a positive factor, original context length and betas");
             y.attentionFactor = yarnMscale(y.factor);
+            // The context the scaling was made for, as the Hugging Face loader takes it.
+            const double scaled = std::floor(y.factor * double(y.originalContext));
+            if (!(scaled <= double(1LL << 31))) throw Error(path, "yarn rope scaling: factor times original context exceeds 2^31");
+            s.context = std::max(s.context, int64_t(scaled));
         } else if (scaling != "none") {
             throw Error(path, "rope scaling '" + scaling + "' is not supported (supported: none, linear, yarn, and "
                               "Llama 3 frequency factors in rope_freqs.weight)");

@@ -84,10 +84,14 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
         for (const char* key : {"rope_parameters", "rope_scaling"})
             if (c.contains(key) && !c[key].is_null() && !c[key].is_object())
                 throw Error(file, std::string("'") + key + "' is not an object (" + c[key].dump() + ")");
-        const nlohmann::json& rope = c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"] : none;
+        // As transformers 5 takes them: the RoPE dict is rope_scaling when it is a non-empty object, else
+        // rope_parameters; theta comes from that dict before the top-level rope_theta.
+        const bool scalingGiven = c.contains("rope_scaling") && c["rope_scaling"].is_object() && !c["rope_scaling"].empty();
+        const nlohmann::json& rope = scalingGiven ? c["rope_scaling"]
+                                     : c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"] : none;
         for (const nlohmann::json* holder : {&c, &rope})   // transformers fails on a null theta; not the default here either
             if (holder->contains("rope_theta") && (*holder)["rope_theta"].is_null()) throw Error(file, "'rope_theta' is null");
-        s.ropeTheta = numFieldOr(c, "rope_theta", numFieldOr(rope, "rope_theta", 10000.0, file), file);
+        s.ropeTheta = numFieldOr(rope, "rope_theta", numFieldOr(c, "rope_theta", 10000.0, file), file);
         if (!(s.ropeTheta > 0) || !std::isfinite(s.ropeTheta)) throw Error(file, "rope_theta must be a positive number");
         s.tiedEmbeddings = c.value("tie_word_embeddings", false);
         s.attentionBias = s.modelType == "qwen2" || c.value("attention_bias", false);
@@ -96,8 +100,18 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
         if (act != "silu" && act != "swish")
             throw Error(file, "hidden_act '" + act + "' is not supported (the Llama family here runs SiLU)");
         if (c.value("mlp_bias", false)) throw Error(file, "mlp_bias is not supported (MLP layers without biases)");
-        const nlohmann::json* scaling = c.contains("rope_scaling") && c["rope_scaling"].is_object() ? &c["rope_scaling"]
-                                        : rope.contains("rope_type") || rope.contains("type") ? &rope : nullptr;
+        const nlohmann::json* scaling = rope.contains("rope_type") || rope.contains("type") ? &rope : nullptr;
+        // llama3 and yarn: a top-level original_max_position_embeddings first (transformers gives it priority), then
+        // the dict's, then max_position_embeddings.
+        auto originalContext = [&](const nlohmann::json& r) {
+            for (const nlohmann::json* holder : {&c, &r})
+                if (holder->contains("original_max_position_embeddings") && (*holder)["original_max_position_embeddings"].is_null())
+                    throw Error(file, "rope scaling: 'original_max_position_embeddings' is null");
+            const int64_t original = intFieldOr(c, "original_max_position_embeddings",
+                                                intFieldOr(r, "original_max_position_embeddings", s.context, file), file);
+            if (original <= 0) throw Error(file, "rope scaling needs a positive original_max_position_embeddings");
+            return original;
+        };
         if (scaling) {
             const auto& r = *scaling;
             // "rope_type", or the older "type" (transformers reads either).
@@ -116,7 +130,7 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
                 s.ropeScaling.factor = positive("factor", 8.0);
                 s.ropeScaling.lowFreqFactor = positive("low_freq_factor", 1.0);
                 s.ropeScaling.highFreqFactor = positive("high_freq_factor", 4.0);
-                s.ropeScaling.originalContext = intFieldOr(r, "original_max_position_embeddings", 8192, file);
+                s.ropeScaling.originalContext = originalContext(r);
                 if (s.ropeScaling.highFreqFactor <= s.ropeScaling.lowFreqFactor || s.ropeScaling.originalContext <= 0)
                     throw Error(file, "llama3 rope scaling needs high_freq_factor > low_freq_factor and a positive "
                                       "original_max_position_embeddings");
@@ -124,17 +138,12 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
                 s.ropeScaling.type = "linear";
                 s.ropeScaling.factor = positive("factor", 1.0);
             } else if (type == "yarn") {
-                // As transformers 5 reads it: a top-level original_max_position_embeddings first; without a factor,
-                // the ratio of the two contexts; the attention factor given, or from mscale / mscale_all_dim.
+                // As transformers 5 reads it: a factor of null is the ratio of the two contexts (transformers refuses
+                // an absent one; taken the same way here); the attention factor given, or from mscale / mscale_all_dim.
                 RopeScaling& y = s.ropeScaling;
                 y.type = "yarn";
                 auto given = [&](const char* key) { return r.contains(key) && !r[key].is_null(); };
-                for (const nlohmann::json* holder : {&c, &r})
-                    if (holder->contains("original_max_position_embeddings") && (*holder)["original_max_position_embeddings"].is_null())
-                        throw Error(file, "yarn rope scaling: 'original_max_position_embeddings' is null");
-                y.originalContext = intFieldOr(c, "original_max_position_embeddings",
-                                               intFieldOr(r, "original_max_position_embeddings", s.context, file), file);
-                if (y.originalContext <= 0) throw Error(file, "yarn rope scaling needs a positive original_max_position_embeddings");
+                y.originalContext = originalContext(r);
                 y.factor = given("factor") ? positive("factor", 1.0) : double(s.context) / double(y.originalContext);
                 if (!(y.factor > 0)) throw Error(file, "yarn rope scaling: factor must be positive");
                 y.betaFast = given("beta_fast") && r["beta_fast"] != 0 ? positive("beta_fast", 32.0) : 32.0;

@@ -373,7 +373,7 @@ void TestModelLoaders::configsOfOtherModelsAreRefused() {
          "rope scaling 'rope_type' is not a string (null)"},
         {"yarn-original-null", [](nlohmann::json& c) {
              c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", nullptr}};
-         }, "yarn rope scaling: 'original_max_position_embeddings' is null"},
+         }, "rope scaling: 'original_max_position_embeddings' is null"},
         {"yarn-huge-factor", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 1e20}}; },
          "is more positions than cwb addresses"},
         {"tie-text", [](nlohmann::json& c) { c["tie_word_embeddings"] = "true"; }, "has a field of the wrong type"},
@@ -520,6 +520,27 @@ void TestModelLoaders::yarnScalingAsTransformersComputesIt() {
             {"mscale-zero", {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}, {"mscale", 0},
                              {"mscale_all_dim", 0.7}}, 64, 1.138629436111989, true},
         };
+        // Which dict and theta transformers takes (review: each of these ran with another theta or no scaling).
+        auto thetaOf = [&](const char* name, const std::function<void(nlohmann::json&)>& edit) {
+            return loadModel(editedFolder(dir, name, edit, weights))->spec;
+        };
+        QCOMPARE(thetaOf("theta-in-scaling", [](nlohmann::json& c) {
+                     c.erase("rope_theta");
+                     c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e6}};
+                 }).ropeTheta, 1e6);
+        QCOMPARE(thetaOf("dict-over-top", [](nlohmann::json& c) {
+                     c["rope_theta"] = 10000.0;
+                     c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+                 }).ropeTheta, 500000.0);
+        QCOMPARE(QString::fromStdString(thetaOf("empty-scaling", [](nlohmann::json& c) {
+                     c["rope_scaling"] = nlohmann::json::object();
+                     c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64},
+                                             {"rope_theta", 10000.0}};
+                 }).ropeScaling.type), QStringLiteral("yarn"));
+        QCOMPARE(thetaOf("llama3-top-original", [](nlohmann::json& c) {
+                     c["original_max_position_embeddings"] = 32;
+                     c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"original_max_position_embeddings", 64}};
+                 }).ropeScaling.originalContext, int64_t(32));
         for (const auto& f : forms) {
             nlohmann::json rope = f.rope;
             rope["rope_theta"] = 10000.0;
@@ -572,7 +593,7 @@ void TestModelLoaders::yarnScalingAsTransformersComputesIt() {
             QVERIFY(std::abs(fromGguf->spec.ropeScaling.attentionFactor - r.attentionFactor) < 1e-12);
             QVERIFY(at::allclose(ropeInverseFrequencies(fromGguf->spec, *fromGguf), inverse.to(at::kFloat), 1e-6, 0));
         } else {
-            QVERIFY2(refusal.find(std::string(c.name) == "untruncated" ? "truncate false" : "its own attention factor") != std::string::npos,
+            QVERIFY2(refusal.find(std::string(c.name) == "untruncated" ? "truncate false" : "betas other than 32 / 1") != std::string::npos,
                      refusal.c_str());
         }
     }

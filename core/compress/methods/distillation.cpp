@@ -146,7 +146,8 @@ public:
                 boolParam("resume", false, "continue from the checkpoint file when it exists"),
                 boolParam("resume_other_start", false,
                           "with resume: continue from a checkpoint trained from other starting weights (all else the same), "
-                          "e.g. when a GPU step before the distillation was recomputed not bit for bit"),
+                          "e.g. when a GPU step before the distillation was recomputed not bit for bit; how far the start "
+                          "differs is not checked"),
                 choiceParam("device", {"auto", "cpu", "cuda"}, "auto", "where to train; auto: CUDA when available")};
     }
     bool needsCalibration(const nlohmann::json& p) const override {
@@ -214,6 +215,8 @@ public:
         config.checkpointEvery = p["checkpoint_every"];
         config.resume = p["resume"];
         config.resumeOtherStart = p["resume_other_start"];
+        if (config.resumeOtherStart && !config.resume)
+            throw Error("distill.kd: resume_other_start applies to a resumed run; set \"resume\": true as well");
         const std::string explicitMap = p["layer_map"];
         if (!explicitMap.empty()) {
             config.layerMap = distill::parseLayerMap(explicitMap, ctx.model.spec.layers, teacher.spec.layers);
