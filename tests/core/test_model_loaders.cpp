@@ -505,6 +505,14 @@ void TestModelLoaders::yarnScalingAsTransformersComputesIt() {
          {1.0, 0.03386244550347328, 0.0033333334140479565, 0.00033333332976326346}, 1.3, 192},
     };
     const WeightMap weights = randomWeights(tinyLlamaSpec(), 3);
+    // A folder whose config gives RoPE as transformers 5 writes it: rope_parameters with theta 10000.
+    auto yarnFolder = [&](const char* name, nlohmann::json rope) {
+        rope["rope_theta"] = 10000.0;
+        return editedFolder(dir, name, [&](nlohmann::json& config) {
+            config.erase("rope_theta");
+            config["rope_parameters"] = rope;
+        }, weights);
+    };
     {   // Forms transformers reads as yarn too (user probe: each ran unscaled or with a default instead).
         const struct {
             const char* name;
@@ -542,26 +550,14 @@ void TestModelLoaders::yarnScalingAsTransformersComputesIt() {
                      c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"original_max_position_embeddings", 64}};
                  }).ropeScaling.originalContext, int64_t(32));
         for (const auto& f : forms) {
-            nlohmann::json rope = f.rope;
-            rope["rope_theta"] = 10000.0;
-            const std::string folder = editedFolder(dir, f.name, [&](nlohmann::json& config) {
-                config.erase("rope_theta");
-                config["rope_parameters"] = rope;
-            }, weights);
-            auto model = loadModel(folder);
+            auto model = loadModel(yarnFolder(f.name, f.rope));
             const RopeScaling& r = model->spec.ropeScaling;
             QVERIFY2(r.type == "yarn" && r.originalContext == f.original && std::abs(r.attentionFactor - f.attention) < 1e-12 &&
                          r.truncate == f.truncate, f.name);
         }
     }
     for (const auto& c : cases) {
-        nlohmann::json rope = c.rope;
-        rope["rope_theta"] = 10000.0;
-        const std::string folder = editedFolder(dir, c.name, [&](nlohmann::json& config) {
-            config.erase("rope_theta");
-            config["rope_parameters"] = rope;
-        }, weights);
-        auto model = loadModel(folder);
+        auto model = loadModel(yarnFolder(c.name, c.rope));
         const RopeScaling& r = model->spec.ropeScaling;
         QCOMPARE(QString::fromStdString(r.type), QStringLiteral("yarn"));
         QVERIFY2(std::abs(r.attentionFactor - c.attentionFactor) < 1e-12, qPrintable(QString("%1: %2").arg(c.name).arg(r.attentionFactor)));
