@@ -293,18 +293,22 @@ bool MainWindow::openPath(const QString& path, bool interactive) {
     }
     bool recover = false;
     if (isProject && interactive && Project::hasAutosave(info.absoluteFilePath().toStdString())) {
-        // An autosave older than the file: the file was saved since (by a command, say), so recovering would take
-        // those saves back; the default is then the saved file. Saving a recovered state over a file saved since is
-        // refused anyway (the project's revision).
-        const QFileInfo autosaved(QString::fromStdString(Project::autosavePath(info.absoluteFilePath().toStdString())));
+        // An autosave older than the file: the file was saved since (by a command, say). Saving a recovered state
+        // over it is refused (the project's revision) and merged where the autosave records the file as it was read;
+        // without that record recovering would take those saves back, so the default is then the saved file.
+        const std::string file = info.absoluteFilePath().toStdString();
+        const QFileInfo autosaved(QString::fromStdString(Project::autosavePath(file)));
         const bool newer = autosaved.lastModified() >= info.lastModified();
+        const bool mergeable = QFileInfo::exists(QString::fromStdString(Project::autosaveBasePath(file)));
         const auto answer = QMessageBox::question(
             this, tr("Recover unsaved changes?"),
             newer ? tr("%1 has autosaved changes newer than the saved file (the app may have stopped before saving). "
                        "Recover them?").arg(info.fileName())
-                  : tr("%1 has autosaved changes, but the file was saved after them (by another program?). Recovering "
-                       "would go back to the autosaved state. Recover them anyway?").arg(info.fileName()),
-            QMessageBox::Yes | QMessageBox::Discard, newer ? QMessageBox::Yes : QMessageBox::Discard);
+                  : mergeable ? tr("%1 has autosaved changes, but the file was saved after them (by another program?). "
+                                   "Recover them? Saving then offers to merge them with the file's changes.").arg(info.fileName())
+                              : tr("%1 has autosaved changes, but the file was saved after them (by another program?). "
+                                   "Recovering would go back to the autosaved state. Recover them anyway?").arg(info.fileName()),
+            QMessageBox::Yes | QMessageBox::Discard, newer || mergeable ? QMessageBox::Yes : QMessageBox::Discard);
         if (answer == QMessageBox::Discard) Project::discardAutosave(info.absoluteFilePath().toStdString());
         recover = answer == QMessageBox::Yes;
     }

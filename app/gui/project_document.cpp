@@ -55,6 +55,13 @@ ProjectDocument::Loaded ProjectDocument::loadProject(const QString& path, bool r
         throw Error(loaded.project->path(), std::string("cannot load the project's model: ") + e.what());
     }
     loaded.recovered = recoverAutosave;
+    if (recoverAutosave) {
+        try {
+            loaded.recoveredBase = Project::recoverAutosaveBase(loaded.project->path());
+        } catch (const Error&) {
+            // A damaged base only costs the merge: the recovered state itself was read.
+        }
+    }
     return loaded;
 }
 
@@ -89,6 +96,7 @@ std::unique_ptr<ProjectDocument> ProjectDocument::fromLoaded(Loaded loaded) {
     std::unique_ptr<ProjectDocument> doc(new ProjectDocument(std::move(*loaded.project), std::move(loaded.model), loaded.untitled));
     doc->mUnsavedData = loaded.recovered;
     if (!loaded.recovered && !loaded.untitled) doc->mLastSaved = std::make_unique<Project>(*doc->mProject);
+    if (loaded.recovered && !loaded.untitled) doc->mLastSaved = std::move(loaded.recoveredBase);
     doc->mTemporaryFolder = loaded.temporaryFolder;
     if (!doc->mTemporaryFolder.isEmpty()) {
         doc->mFolderLock = std::make_unique<QLockFile>(doc->mTemporaryFolder + "/" + kUntitledLock);
@@ -175,7 +183,8 @@ void ProjectDocument::save() {
 bool ProjectDocument::mergeChangesOnDisk(QStringList* problems) {
     QStringList found;
     if (mUntitled || !mLastSaved) {
-        found << tr("this project was recovered from an autosave, so the file as it was read is not known");
+        found << tr("this project was recovered from an autosave that does not record the file as it was read (an "
+                    "older build's, or its record is damaged)");
     } else {
         Project theirs = Project::open(mProject->path());
         Project merged = *mProject;
@@ -188,6 +197,7 @@ bool ProjectDocument::mergeChangesOnDisk(QStringList* problems) {
         } else {
             *mProject = std::move(merged);
             *mLastSaved = std::move(theirs);
+            mBaseAutosaved = false;
             mUndo.clear();   // its steps were recorded against the project before the merge
             for (const auto& v : mProject->variants())
                 if (!mAssumedBasis.count(v.name)) assumeBasisIfUnrecorded(v.name);
@@ -229,11 +239,18 @@ void ProjectDocument::saveAs(const QString& path) {
 
 void ProjectDocument::autosave() const {
     // Untitled projects too: their autosave stays in their temporary folder for a later start to recover.
-    if (isDirty()) mProject->autosave();
+    if (!isDirty()) return;
+    // The base first, once per state of the file: a recovered autosave is merged against it.
+    if (mLastSaved && !mUntitled && !mBaseAutosaved) {
+        mProject->autosaveBase(*mLastSaved);
+        mBaseAutosaved = true;
+    }
+    mProject->autosave();
 }
 
 void ProjectDocument::afterSave() {
     mLastSaved = std::make_unique<Project>(*mProject);
+    mBaseAutosaved = false;
     mUnsavedData = false;
     const bool wasClean = mUndo.isClean();
     mUndo.setClean();

@@ -40,6 +40,7 @@ public:
         std::shared_ptr<const Model> model;
         bool untitled = false;
         bool recovered = false;
+        std::unique_ptr<Project> recoveredBase;   // recovered: the file as the autosaving editor read it (or null)
         QString temporaryFolder;
     };
     // `feedback` (may be null) gets the progress of the slow part, hashing the model's bytes for the project's
@@ -77,8 +78,8 @@ public:
     // Merges what another program saved into the file (a `cwb project run`'s results, a variant added) with this
     // document's changes (Project::merge, against the file as this document last read or saved it). False, with the
     // reasons in `problems` and the document unchanged, for a conflict, a file that now names another model or
-    // tokenizer (the loaded model would no longer be the project's), or a document recovered from an autosave (which
-    // does not know the file as it was read). Merged, the document has unsaved changes and no undo history: its steps
+    // tokenizer (the loaded model would no longer be the project's), or a document recovered from an autosave that
+    // has no record of the file as it was read (an older build's). Merged, the document has unsaved changes and no undo history: its steps
     // were recorded against a project the merge changed (undoing one could revert the other program's change).
     bool mergeChangesOnDisk(QStringList* problems);
     // Marks the document as having unsaved changes that are not on the undo stack.
@@ -151,6 +152,7 @@ private:
     QString mCurrentVariant;
     void assumeBasisIfUnrecorded(const std::string& variant);
     std::unique_ptr<Project> mLastSaved;   // the file as this document last read or saved it (null: not known)
+    mutable bool mBaseAutosaved = false;   // mLastSaved is written beside the autosave (Project::autosaveBase)
     std::map<std::string, nlohmann::json> mAssumedBasis;   // results without a recorded basis: the project's as opened
     QString mTemporaryFolder;   // holds the untitled project file
     std::unique_ptr<QLockFile> mFolderLock;   // says the temporary folder is in use

@@ -368,10 +368,27 @@ bool Project::hasAutosave(const std::string& path) {
 }
 
 void Project::discardAutosave(const std::string& path) {
-    for (const char* suffix : {"", "-journal", ".tmp", ".tmp-journal"}) std::remove((autosavePath(path) + suffix).c_str());
+    for (const std::string& file : {autosavePath(path), autosaveBasePath(path)})
+        for (const char* suffix : {"", "-journal", ".tmp", ".tmp-journal"}) std::remove((file + suffix).c_str());
 }
 
 void Project::autosave() const { writeCopy(autosavePath(mPath)); }
+
+std::string Project::autosaveBasePath(const std::string& path) { return path + ".autosave.base"; }
+
+void Project::autosaveBase(const Project& lastSaved) const { lastSaved.writeCopy(autosaveBasePath(mPath)); }
+
+std::unique_ptr<Project> Project::recoverAutosaveBase(const std::string& path) {
+    const std::string basePath = autosaveBasePath(path);
+    struct stat st {};
+    if (::stat(basePath.c_str(), &st) != 0) return nullptr;
+    auto base = std::make_unique<Project>(open(basePath, Access::ReadOnly));
+    const Project autosaved = open(autosavePath(path), Access::ReadOnly);
+    // A base of another revision would merge against the wrong file state: the recovered project is then not merged.
+    if (base->mRevision != autosaved.mRevision) return nullptr;
+    base->mPath = path;
+    return base;
+}
 
 void Project::writeCopy(const std::string& target) const {
     const std::string tmp = target + ".tmp";

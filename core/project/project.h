@@ -11,6 +11,7 @@
 // Every failure is a cwb::Error naming the file.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -149,13 +150,20 @@ public:
     // process's unsaved work); the GUI drops its own when it saves.
     static std::string autosavePath(const std::string& path);   // path + ".autosave"
     void autosave() const;
+    // The file as the autosaving editor last read or saved it, beside the autosave (path + ".autosave.base"), so that
+    // a recovered state can still be merged with what another program saved into the file since (Project::merge).
+    static std::string autosaveBasePath(const std::string& path);
+    void autosaveBase(const Project& lastSaved) const;   // writes lastSaved there (temporary file + rename)
+    // That base, when it was written for this autosave (the same file revision); null when absent (an autosave of an
+    // older build, or of an untitled project) or of another revision. Opened read-only.
+    static std::unique_ptr<Project> recoverAutosaveBase(const std::string& path);
     // The whole state, journal included, as a complete project file at `target` (temporary file + rename; an
     // existing file there is replaced): Save As, and the autosave. path() stays as it is.
     void writeCopy(const std::string& target) const;
     static bool hasAutosave(const std::string& path);
     // The autosaved state of `path`, ready to continue editing: path() is `path` and it counts as modified, so the
     // next save() writes the real project (refused if the file was saved after the autosave was read).
-    // The autosave itself stays until discardAutosave.
+    // The autosave itself (and its base) stays until discardAutosave.
     static Project recoverAutosave(const std::string& path);
     static void discardAutosave(const std::string& path);
 

@@ -143,6 +143,7 @@ private slots:
     void hashingStopsAtAnInterrupt();
     void hashErrorsNameTheFile();
     void autosaveKeepsTheSavedFileAndRecovers();
+    void autosaveBaseIsRecoveredForItsRevisionOnly();
 
 private:
     QTemporaryDir mDir;
@@ -979,6 +980,50 @@ void TestProject::autosaveKeepsTheSavedFileAndRecovers() {
     p.autosave();
     Project::discardAutosave(path.toStdString());
     QVERIFY(!Project::hasAutosave(path.toStdString()));
+}
+
+// A recovered autosave could not be merged with what another program saved since: the file as the editor read it was
+// not kept. The editor now writes it beside the autosave, and recovery hands it back when it is of the same revision.
+void TestProject::autosaveBaseIsRecoveredForItsRevisionOnly() {
+    const QString path = file("autosave-base.cwbproj");
+    Project p = sampleProject(path);
+    p.save();
+    const Project lastSaved = Project::open(path.toStdString());
+    QVERIFY(Project::recoverAutosaveBase(path.toStdString()) == nullptr);   // none written
+    p.setResults("a", rows("perplexity", 1, 7.0));
+    p.autosaveBase(lastSaved);
+    p.autosave();
+    const std::string basePath = Project::autosaveBasePath(path.toStdString());
+    QVERIFY(QFileInfo::exists(QString::fromStdString(basePath)));
+    {
+        const std::unique_ptr<Project> base = Project::recoverAutosaveBase(path.toStdString());
+        QVERIFY(base != nullptr);
+        QVERIFY(*base == lastSaved);
+        QVERIFY(!(*base == p));
+        QCOMPARE(QString::fromStdString(base->path()), path);
+        // The merge it enables: another program stores a variant; the recovered edits and that variant both survive.
+        Project theirs = Project::open(path.toStdString());
+        theirs.addVariant({"from-cli", "", {{"steps", nlohmann::json::array()}}, "", nlohmann::json::array()});
+        theirs.save();
+        Project mine = Project::recoverAutosave(path.toStdString());
+        QVERIFY_THROWS_EXCEPTION(ChangedOnDisk, Project(mine).save());
+        std::vector<std::string> conflicts;
+        QVERIFY(Project::merge(*base, mine, Project::open(path.toStdString()), &conflicts));
+        mine.save();
+        const Project merged = Project::open(path.toStdString());
+        QVERIFY(merged.hasVariant("from-cli"));
+        QCOMPARE(merged.results("a").size(), size_t(1));
+    }
+    // An autosave of a later revision than its base (the editor saved, then autosaved without writing the base again):
+    // merging against the stale base would undo the save's changes, so there is none.
+    Project again = Project::open(path.toStdString());
+    again.setResults("b", rows("perplexity", 1, 8.0));
+    again.autosave();
+    QVERIFY(Project::recoverAutosaveBase(path.toStdString()) == nullptr);
+    // Discarding the autosave removes its base too.
+    Project::discardAutosave(path.toStdString());
+    QVERIFY(!Project::hasAutosave(path.toStdString()));
+    QVERIFY(!QFileInfo::exists(QString::fromStdString(basePath)));
 }
 
 QTEST_APPLESS_MAIN(TestProject)

@@ -34,6 +34,7 @@ private slots:
     void duplicateAndRemoveVariant();
     void undoShowsTheVariantItChanges();
     void saveMergesWhatAnotherProgramSaved();
+    void recoveredAutosaveMerges();
     void settingsUndo();
     void dirtyFollowsTheStack();
     void renameVariantUndoRedo();
@@ -302,6 +303,55 @@ void TestPipelineCommands::saveMergesWhatAnotherProgramSaved() {
     QVERIFY(!mDoc->mergeChangesOnDisk(&problems));
     QCOMPARE(problems, QStringList{"variant '" + first + "' (changed or removed on both sides)"});
     QCOMPARE(methods(first), QString("quantize.rtn"));   // unchanged
+}
+
+// A project recovered from its autosave could not be merged with what another program saved since, so its work could
+// only be saved under another name. The autosave now keeps the file as the window read it, and the merge works.
+void TestPipelineCommands::recoveredAutosaveMerges() {
+    const QString path = mDir.filePath("recovered.cwbproj");
+    mDoc->saveAs(path);
+    mEditor->addStep("quantize.rtn");   // unsaved work, autosaved; then the app stops
+    const QString first = mDoc->currentVariant();
+    mDoc->autosave();
+    QVERIFY(QFileInfo::exists(path + ".autosave.base"));
+    mEditor.reset();
+    mDoc.reset();
+    {   // another program adds a variant meanwhile
+        Project other = Project::open(path.toStdString());
+        other.addVariant({"from-cli", "", {{"steps", nlohmann::json::array()}}, "", nlohmann::json::array()});
+        other.save();
+    }
+    mDoc = ProjectDocument::openProject(path, /*recoverAutosave=*/true);
+    mEditor = std::make_unique<PipelineEditor>();
+    mEditor->setDocument(mDoc.get());
+    QVERIFY(mDoc->isDirty());
+    QVERIFY(!mDoc->project().hasVariant("from-cli"));
+    QVERIFY_THROWS_EXCEPTION(ChangedOnDisk, mDoc->save());
+    QStringList problems;
+    QVERIFY2(mDoc->mergeChangesOnDisk(&problems), qPrintable(problems.join("; ")));
+    mDoc->save();
+    QVERIFY(!QFileInfo::exists(path + ".autosave"));        // saved: the autosave and its base go
+    QVERIFY(!QFileInfo::exists(path + ".autosave.base"));
+    const Project saved = Project::open(path.toStdString());
+    QVERIFY(saved.hasVariant("from-cli"));
+    QCOMPARE(saved.variant(first.toStdString()).recipe["steps"].size(), size_t(1));
+
+    // An autosave without its base (an older build's): recovered, but the merge is refused with the reason.
+    mEditor->addStep("prune.magnitude");
+    mDoc->autosave();
+    QFile::remove(path + ".autosave.base");
+    mEditor.reset();
+    mDoc.reset();
+    {
+        Project other = Project::open(path.toStdString());
+        other.removeVariant("from-cli");
+        other.save();
+    }
+    mDoc = ProjectDocument::openProject(path, true);
+    QVERIFY_THROWS_EXCEPTION(ChangedOnDisk, mDoc->save());
+    QVERIFY(!mDoc->mergeChangesOnDisk(&problems));
+    QCOMPARE(problems.size(), 1);
+    QVERIFY2(problems.front().contains("does not record the file as it was read"), qPrintable(problems.front()));
 }
 
 void TestPipelineCommands::settingsUndo() {
