@@ -196,7 +196,14 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
             auto variant = model.clone();
             variant->setCompressed(layer, linear);
             if (!runner.apply(*variant)) throw Error("internal: budget: layer " + layer + " is not inside a block");
-            const double kl = std::max(0.0, runner.compare(windows, base).meanKl);
+            double kl = 0;
+            try {
+                kl = std::max(0.0, runner.compare(windows, base).meanKl);   // >= 0 but for rounding
+            } catch (const Cancelled&) {
+                throw;
+            } catch (const Error& e) {
+                throw Error("budget: layer " + layer + " at " + std::to_string(bits) + " bits: " + e.what());
+            }
             runner.reset();
             entry.options.push_back({bits, linear->bitsPerWeight(), kl});
         }

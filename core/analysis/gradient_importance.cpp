@@ -64,6 +64,7 @@ GradientPass runGradientPass(const Model& model, const at::Tensor& windows, bool
     options.dtype = compute.forwardType;
     options.headGates = &gates;
     options.nativeKernels = false;   // the integer, FP8 and 2:4 kernels compute outside autograd: no gradient through them
+    options.fusedAttentionFloat32 = true;   // no fp32 [heads x T x T] scores kept per block for the backward pass
     Transformer runtime(model, options);
     for (int64_t first = 0; first < samples; first += batchSize) {
         if (feedback) {

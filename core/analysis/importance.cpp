@@ -1,8 +1,10 @@
 #include "core/analysis/importance.h"
 
 #include <algorithm>
-#include <cmath>
+#include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -43,42 +45,84 @@ int64_t blockOfTensor(const std::string& name) {
     return -1;
 }
 
-// Log-probabilities in fp64 on the CPU, one tensor per batch of windows.
-std::vector<at::Tensor> logProbsOf(Transformer& runtime, const at::Tensor& windows) {
-    std::vector<at::Tensor> out;
-    for (int64_t first = 0; first < windows.size(0); first += VariantRunner::kWindowsPerBatch) {
-        const int64_t n = std::min(VariantRunner::kWindowsPerBatch, windows.size(0) - first);
-        out.push_back(at::log_softmax(runtime.forward(windows.narrow(0, first, n).to(at::kLong)).to(at::kDouble), -1).to(at::kCPU));
+// Logits of one forward pass at most (f32: 256 MiB): a 128k vocabulary at 1024 tokens is 131M logits per window, so
+// a batch of 8 such windows would take 4 GiB before any fp64 copy.
+int64_t kBatchLogits = int64_t(1) << 26;
+// fp64 log-probabilities are made and compared this many logits at a time (32 MiB each), not a whole batch at once.
+int64_t kChunkLogits = int64_t(1) << 22;
+
+void requireFinite(const at::Tensor& logits, const Transformer& runtime) {
+    if (at::isfinite(logits).all().item<bool>()) return;
+    const at::ScalarType t = logits.scalar_type();
+    throw Error(std::string("the forward pass gave non-finite logits") +
+                (t == at::kHalf || t == at::kBFloat16 ? " (an overflow in " + std::string(t == at::kHalf ? "f16" : "bf16") +
+                                                            "?): compute in f32 (--dtype f32)"
+                                                      : ": the model or this variant of it computes inf or NaN") +
+                " on " + runtime.options().device.str());
+}
+
+// The forward pass of each batch of windows, in fp64 log-probabilities a chunk of positions at a time:
+// visit(first window of the batch, batch size, first row of the chunk in the batch's [n·T] rows, log-probs [rows, V]).
+template <typename Visit>
+void forEachLogProbChunk(Transformer& runtime, const at::Tensor& windows, Visit visit) {
+    const int64_t length = windows.size(1), vocab = std::max<int64_t>(1, runtime.model().spec.vocab);
+    const int64_t perBatch = VariantRunner::windowsPerBatch(length, vocab);
+    const int64_t rowsPerChunk = std::max<int64_t>(1, kChunkLogits / vocab);
+    for (int64_t first = 0; first < windows.size(0); first += perBatch) {
+        const int64_t n = std::min(perBatch, windows.size(0) - first);
+        const at::Tensor logits = runtime.forward(windows.narrow(0, first, n).to(at::kLong));
+        requireFinite(logits, runtime);
+        const at::Tensor rows = logits.reshape({n * length, logits.size(-1)});
+        for (int64_t row = 0; row < rows.size(0); row += rowsPerChunk) {
+            const int64_t count = std::min(rowsPerChunk, rows.size(0) - row);
+            visit(first, n, row, at::log_softmax(rows.narrow(0, row, count).to(at::kDouble), -1));
+        }
     }
+}
+
+// Summed next-token NLL of the log-probabilities of `count` rows from `row` of the [n·T] rows of windows first.. .
+double summedLoss(const at::Tensor& logProbs, const at::Tensor& windows, int64_t first, int64_t n, int64_t row) {
+    const int64_t length = windows.size(1), count = logProbs.size(0);
+    // Row r is position r % T of window r / T; it predicts the next token, the last position none.
+    const at::Tensor next = at::cat({windows.narrow(0, first, n).narrow(1, 1, length - 1).to(at::kLong),
+                                     at::zeros({n, 1}, at::kLong)}, 1).reshape({n * length}).narrow(0, row, count);
+    const at::Tensor predicts = (at::arange(row, row + count, at::kLong) % length != length - 1).to(at::kDouble);
+    const at::Tensor picked = logProbs.gather(1, next.to(logProbs.device()).unsqueeze(1)).squeeze(1);
+    return -(picked * predicts.to(logProbs.device())).sum().item<double>();
+}
+
+std::vector<at::Tensor> logProbsOf(Transformer& runtime, const at::Tensor& windows, double* meanLoss) {
+    const int64_t length = windows.size(1), vocab = runtime.model().spec.vocab;
+    // Kept in fp64 on the CPU (the KL of an insensitive layer is ~1e-6 of a 7B model's; fp32 would round it): refused
+    // where that would take more than half of this machine's memory, before any pass.
+    const double bytes = double(windows.size(0)) * double(length) * double(std::max<int64_t>(1, vocab)) * 8.0;
+    const double physical = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+    if (physical > 0 && bytes > physical / 2) {
+        char text[256];
+        std::snprintf(text, sizeof text, "%.1f GiB, more than half of this machine's memory (%.1f GiB)", bytes / double(1 << 30),
+                      physical / double(1 << 30));
+        throw Error("the base model's log-probabilities over " + std::to_string(windows.size(0)) + " windows of " +
+                    std::to_string(length) + " tokens (a vocabulary of " + std::to_string(vocab) + ") take " + text +
+                    ": use fewer or shorter windows");
+    }
+    std::vector<at::Tensor> out;
+    double loss = 0;
+    forEachLogProbChunk(runtime, windows, [&](int64_t first, int64_t n, int64_t row, const at::Tensor& lp) {
+        if (row == 0) out.push_back(at::empty({n * length, lp.size(1)}, at::kDouble));
+        out.back().narrow(0, row, lp.size(0)).copy_(lp);
+        loss += summedLoss(lp, windows, first, n, row);
+    });
+    for (at::Tensor& batch : out) batch = batch.view({-1, length, batch.size(1)});
+    if (meanLoss) *meanLoss = loss / double(windows.size(0) * (length - 1));
     return out;
 }
 
-// Summed next-token NLL of a batch of windows starting at window `first`.
-double summedLoss(const at::Tensor& logProbs, const at::Tensor& windows, int64_t first) {
-    const int64_t n = logProbs.size(0), length = logProbs.size(1);
-    const at::Tensor targets = windows.narrow(0, first, n).narrow(1, 1, length - 1).to(logProbs.device(), at::kLong).unsqueeze(-1);
-    return -logProbs.narrow(1, 0, length - 1).gather(2, targets).sum().item<double>();
-}
-
-// The mean NLL of log-probabilities kept per batch (logProbsOf).
-double meanLossOf(const std::vector<at::Tensor>& logProbs, const at::Tensor& windows) {
-    double sum = 0;
-    int64_t first = 0;
-    for (const at::Tensor& lp : logProbs) {
-        sum += summedLoss(lp, windows, first);
-        first += lp.size(0);
-    }
-    return sum / double(windows.size(0) * (windows.size(1) - 1));
-}
-
-// The mean NLL without keeping every batch's log-probabilities (head ablation runs this once per head).
+// The mean NLL without keeping the log-probabilities (head ablation runs this once per head).
 double meanLossOn(Transformer& runtime, const at::Tensor& windows) {
     double sum = 0;
-    for (int64_t first = 0; first < windows.size(0); first += VariantRunner::kWindowsPerBatch) {
-        const int64_t n = std::min(VariantRunner::kWindowsPerBatch, windows.size(0) - first);
-        const at::Tensor lp = at::log_softmax(runtime.forward(windows.narrow(0, first, n).to(at::kLong)).to(at::kDouble), -1);
-        sum += summedLoss(lp, windows, first);
-    }
+    forEachLogProbChunk(runtime, windows, [&](int64_t first, int64_t n, int64_t row, const at::Tensor& lp) {
+        sum += summedLoss(lp, windows, first, n, row);
+    });
     return sum / double(windows.size(0) * (windows.size(1) - 1));
 }
 
@@ -162,8 +206,8 @@ LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::jso
     checkWindows(windows);
     checkSensitivityStep(step);
     VariantRunner runner(model, compute);
-    const std::vector<at::Tensor> base = runner.logProbs(windows);
-    const double baseLoss = meanLossOf(base, windows);
+    double baseLoss = 0;
+    const std::vector<at::Tensor> base = runner.logProbs(windows, &baseLoss);
     const CalibrationCompute calibrate{compute.device, at::kFloat};
     const std::vector<std::string> layers = model.linearLayers();
     LayerSensitivity result;
@@ -195,12 +239,18 @@ LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::jso
         const std::unique_ptr<Model> variant =
             compressModel(model, recipe, calibrates ? windows : at::Tensor(), nullptr, {}, calibrate).model;
         WindowComparison measured;
-        if (runner.apply(*variant)) {
-            measured = runner.compare(windows, base);
-            runner.reset();
-        } else {
-            Transformer own(*variant, sharingMemory(runtimeOptionsFor(compute), 2));
-            measured = compareWindows(own, windows, base);
+        try {
+            if (runner.apply(*variant)) {
+                measured = runner.compare(windows, base);
+                runner.reset();
+            } else {
+                Transformer own(*variant, sharingMemory(runtimeOptionsFor(compute), 2));
+                measured = compareWindows(own, windows, base);
+            }
+        } catch (const Cancelled&) {
+            throw;
+        } catch (const Error& e) {
+            throw Error("layer " + layer + " compressed: " + e.what());
         }
         const double kl = measured.meanKl;
         const int64_t row = std::stoll(layer.substr(layer.find_first_of("0123456789")));
@@ -257,20 +307,30 @@ double meanLoss(const Model& model, const at::Tensor& windows, const Calibration
 
 WindowComparison compareWindows(Transformer& runtime, const at::Tensor& windows, const std::vector<at::Tensor>& base) {
     checkWindows(windows);
+    const int64_t length = windows.size(1);
     double loss = 0, kl = 0;
-    int64_t positions = 0;
     size_t batch = 0;
-    for (int64_t first = 0; first < windows.size(0); first += VariantRunner::kWindowsPerBatch, ++batch) {
-        const int64_t n = std::min(VariantRunner::kWindowsPerBatch, windows.size(0) - first);
-        const at::Tensor lp = at::log_softmax(runtime.forward(windows.narrow(0, first, n).to(at::kLong)).to(at::kDouble), -1);
-        if (batch >= base.size() || base[batch].sizes() != lp.sizes())
+    forEachLogProbChunk(runtime, windows, [&](int64_t first, int64_t n, int64_t row, const at::Tensor& lp) {
+        if (row == 0 && first > 0) ++batch;
+        if (batch >= base.size() || base[batch].size(0) != n || base[batch].size(1) != length || base[batch].size(2) != lp.size(1))
             throw Error("internal: the base's log-probabilities are not of these windows");
-        const at::Tensor reference = base[batch].to(lp.device());
-        loss += summedLoss(lp, windows, first);
+        const at::Tensor reference = base[batch].view({n * length, lp.size(1)}).narrow(0, row, lp.size(0)).to(lp.device());
+        loss += summedLoss(lp, windows, first, n, row);
         kl += (reference.exp() * (reference - lp)).sum().item<double>();
-        positions += n * windows.size(1);
-    }
-    return {loss / double(windows.size(0) * (windows.size(1) - 1)), kl / double(std::max<int64_t>(1, positions))};
+    });
+    const double meanKl = kl / double(windows.size(0) * length), meanLoss = loss / double(windows.size(0) * (length - 1));
+    if (!std::isfinite(meanKl) || !std::isfinite(meanLoss))
+        throw Error("the KL against the base is not finite (a probability the base gives is zero here)");
+    return {meanLoss, meanKl};
+}
+
+void VariantRunner::setLogitLimitsForTesting(int64_t batchLogits, int64_t chunkLogits) {
+    kBatchLogits = batchLogits > 0 ? batchLogits : int64_t(1) << 26;
+    kChunkLogits = chunkLogits > 0 ? chunkLogits : int64_t(1) << 22;
+}
+
+int64_t VariantRunner::windowsPerBatch(int64_t length, int64_t vocab) {
+    return std::max<int64_t>(1, std::min<int64_t>(8, kBatchLogits / std::max<int64_t>(1, length * vocab)));
 }
 
 VariantRunner::VariantRunner(const Model& base, const CalibrationCompute& compute)
@@ -278,9 +338,9 @@ VariantRunner::VariantRunner(const Model& base, const CalibrationCompute& comput
 
 VariantRunner::~VariantRunner() = default;
 
-std::vector<at::Tensor> VariantRunner::logProbs(const at::Tensor& windows) {
+std::vector<at::Tensor> VariantRunner::logProbs(const at::Tensor& windows, double* meanLoss) {
     checkWindows(windows);
-    return logProbsOf(*mRuntime, windows);
+    return logProbsOf(*mRuntime, windows, meanLoss);
 }
 
 WindowComparison VariantRunner::compare(const at::Tensor& windows, const std::vector<at::Tensor>& base) {
@@ -353,6 +413,10 @@ CalibrationCompute importanceCompute(const std::string& device, const std::strin
     else if (dtype == "f16") compute.forwardType = at::kHalf;
     else if (dtype == "bf16") compute.forwardType = at::kBFloat16;
     else throw Error("--dtype must be f32, f16 or bf16, got '" + dtype + "'");
+    // Per-position gradients (~p/T) fall below f16's smallest numbers; bf16 has fp32's range.
+    if (compute.forwardType == at::kHalf && (kind == "heads.gradient" || kind == "head-grad" || kind == "channels.gradient" ||
+                                             kind == "channel-grad"))
+        throw Error("importance kind " + kind + " computes gradients, which underflow in f16: use --dtype f32 or bf16");
     requireComputeType(compute.device, compute.forwardType);
     return compute;
 }

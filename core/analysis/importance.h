@@ -84,8 +84,10 @@ class VariantRunner {
 public:
     VariantRunner(const Model& base, const CalibrationCompute& compute);
     ~VariantRunner();
-    // Log-probabilities (fp64, on the CPU) of the windows, one tensor per batch of kWindowsPerBatch windows.
-    std::vector<at::Tensor> logProbs(const at::Tensor& windows);
+    // Log-probabilities (fp64, on the CPU) of the windows, one tensor per batch of windowsPerBatch() windows, and
+    // (when asked) their mean next-token NLL. Refused when they would take more than half of this machine's memory,
+    // or when the forward pass gives non-finite logits (an f16 overflow, say).
+    std::vector<at::Tensor> logProbs(const at::Tensor& windows, double* meanLoss = nullptr);
     // Runs the windows a batch at a time and compares each batch with `base` (logProbs() of the same windows) as it
     // goes, so the device holds one batch of log-probabilities at a time.
     WindowComparison compare(const at::Tensor& windows, const std::vector<at::Tensor>& base);
@@ -93,7 +95,12 @@ public:
     // output head, final norm) or in their architecture: the caller then runs the variant on a runtime of its own.
     bool apply(const Model& variant);
     void reset();
-    static constexpr int64_t kWindowsPerBatch = 8;
+    const Transformer& runtime() const { return *mRuntime; }   // its layer paths, for reports and tests
+    // Windows per forward pass: up to 8, fewer where their logits would pass 2^26 (a large vocabulary, long windows).
+    static int64_t windowsPerBatch(int64_t length, int64_t vocab);
+    // Tests: smaller limits (logits per forward pass, fp64 logits per chunk), so that small models cross batch and
+    // chunk boundaries; 0 restores the defaults. Not thread-safe: set before any run.
+    static void setLogitLimitsForTesting(int64_t batchLogits, int64_t chunkLogits);
 
 private:
     const Model& mBase;

@@ -574,7 +574,7 @@ bool Transformer::fusedAttentionAvailable() { return TORCH_VERSION_MAJOR >= 2; }
 
 bool Transformer::fusedAttentionFor(const RuntimeOptions& options) {
     return options.fusedAttention && fusedAttentionAvailable() && options.device.is_cuda() &&
-           (options.dtype == at::kHalf || options.dtype == at::kBFloat16);
+           (options.dtype == at::kHalf || options.dtype == at::kBFloat16 || (options.fusedAttentionFloat32 && options.dtype == at::kFloat));
 }
 
 at::Tensor Transformer::referenceAttention(int64_t layer, const at::Tensor& q, const at::Tensor& keys,
@@ -725,8 +725,16 @@ void Transformer::invalidateBlock(int64_t layer) {
     if (layer < 0) {
         for (auto& b : mBlocks) b.reset();
         mBlocks.resize(static_cast<size_t>(mModel.spec.layers));
+        mLayerPaths.clear();
+        mStackRefusals.clear();
     } else {
         mBlocks.at(static_cast<size_t>(layer)).reset();
+        // The block's layer paths are recorded again when it is built; until then they would describe the old layers.
+        const std::string prefix = layerPrefix(mModel.spec, layer);
+        for (auto it = mLayerPaths.lower_bound(prefix); it != mLayerPaths.end() && it->first.compare(0, prefix.size(), prefix) == 0;)
+            it = mLayerPaths.erase(it);
+        for (auto it = mStackRefusals.lower_bound(prefix); it != mStackRefusals.end() && it->first.compare(0, prefix.size(), prefix) == 0;)
+            it = mStackRefusals.erase(it);
     }
 }
 

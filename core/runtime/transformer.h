@@ -85,6 +85,9 @@ struct RuntimeOptions {
     // probabilities, the reference path (fp32 scores, mask, softmax). fusedAttentionAvailable() says whether this
     // build has it. On the H200 it made 7B fp16 prefill of 2048 tokens 2.5x faster (docs/performance.md).
     bool fusedAttention = true;
+    // With fusedAttention: on CUDA in fp32 too (SDPA's memory-efficient kernel). Backward passes over long windows
+    // (gradient importance) otherwise keep a [heads x tokens x tokens] fp32 score matrix per block for autograd.
+    bool fusedAttentionFloat32 = false;
     // On CUDA in fp16 / bf16, the fixed-shape decode step runs the fused kernels of kernels/decode_ops.h (RMSNorm,
     // RoPE + cache write + attention in one, SiLU * up: 8-9 launches per dense block, 5-6 with fusedNormGemv and
     // fusedSwiGluGemv); off, or elsewhere, LibTorch operations. Whether they use programmatic dependent launch is
@@ -208,7 +211,7 @@ public:
     // Whether this build's LibTorch has scaled_dot_product_attention (2.x), which RuntimeOptions::fusedAttention uses.
     static bool fusedAttentionAvailable();
     // Whether prefill attention (more than one query, no observer asking for the probabilities) runs through it
-    // with these options: fusedAttention on, available, on CUDA in fp16 / bf16.
+    // with these options: fusedAttention on, available, on CUDA in fp16 / bf16 (or fp32 with fusedAttentionFloat32).
     static bool fusedAttentionFor(const RuntimeOptions& options);
 
     // The path of each compressed layer of the blocks loaded so far (all of them after one forward), by layer name.

@@ -4,8 +4,10 @@
 #include <QtTest/QtTest>
 
 #include <cmath>
+#include <limits>
 #include <tuple>
 
+#include "core/analysis/budget.h"
 #include "core/analysis/importance.h"
 #include "core/compress/pipeline.h"
 #include "core/compress/recipe.h"
@@ -47,6 +49,8 @@ private slots:
     void variantRunnerSwapsOneBlock();
     void replacedTensorsStayWithTheirRecords();
     void computeSettingsAreCheckedAndRecorded();
+    void batchesAndChunksDoNotChangeTheMaps();
+    void nonFiniteLogitsAreRefused();
 };
 
 void TestImportance::silentHeadHasZeroAblationImportance() {
@@ -223,8 +227,11 @@ void TestImportance::variantRunnerSwapsOneBlock() {
         QVERIFY2(std::abs(measured.meanLoss - loss) < 1e-9, qPrintable(QString::fromStdString(layer)));
         QVERIFY2(std::abs(measured.meanKl - kl) < 1e-9 * std::max(1.0, kl), qPrintable(QString::fromStdString(layer)));
         QVERIFY2(kl > 1e-6, qPrintable(QString::fromStdString(layer)));   // the layer did change the output
+        QVERIFY2(runner.runtime().layerPaths().count(layer), qPrintable(QString::fromStdString(layer)));
         runner.reset();
         QVERIFY(at::equal(at::cat(runner.logProbs(w), 0), base));
+        // The rebuilt block's paths are the base's: none left describing the variant's compressed layer.
+        QVERIFY2(!runner.runtime().layerPaths().count(layer), qPrintable(QString::fromStdString(layer)));
         QCOMPARE(runner.compare(w, baseBatches).meanKl, 0.0);
     }
     VariantRunner runner(*llama, {});
@@ -293,6 +300,83 @@ void TestImportance::computeSettingsAreCheckedAndRecorded() {
     nlohmann::json older = measured;
     older.erase("dtype");
     QCOMPARE(describeImportanceMeasurement(older), std::string("8 windows of 128 tokens of calib.txt (seed 3), cpu"));
+}
+
+// Log-probabilities are batched by logits (a 128k vocabulary would otherwise put 8 long windows through at once) and
+// made in fp64 a chunk of positions at a time: where the batches and chunks fall must not change a map.
+void TestImportance::batchesAndChunksDoNotChangeTheMaps() {
+    QCOMPARE(VariantRunner::windowsPerBatch(256, 32000), int64_t(8));
+    QCOMPARE(VariantRunner::windowsPerBatch(256, 128256), int64_t(2));
+    QCOMPARE(VariantRunner::windowsPerBatch(4096, 128256), int64_t(1));
+    QTemporaryDir dir;
+    auto model = load(dir, randomWeights(tinyLlamaSpec(), 31));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+    const at::Tensor w = at::randint(2, 64, {5, 20}, gen, at::kLong);
+    const std::vector<std::string> kinds = {"heads.ablation", "linears.sensitivity", "linears.delta_ppl"};
+    auto mapsWith = [&](int64_t batchLogits, int64_t chunkLogits) {
+        VariantRunner::setLogitLimitsForTesting(batchLogits, chunkLogits);
+        std::vector<ImportanceMap> maps;
+        for (const auto& kind : kinds) maps.push_back(computeImportance(*model, kind, w, nullptr));
+        VariantRunner::setLogitLimitsForTesting(0, 0);
+        return maps;
+    };
+    // Cells agree to `tolerance` of the map's largest cell; most are not zero.
+    auto agree = [&](const std::vector<ImportanceMap>& a, const std::vector<ImportanceMap>& b, double tolerance, const char* what) {
+        for (size_t k = 0; k < kinds.size(); ++k) {
+            QCOMPARE(a[k].values.size(), b[k].values.size());
+            double largest = 0;
+            for (double v : a[k].values) largest = std::max(largest, std::abs(v));
+            int64_t nonzero = 0;
+            for (size_t i = 0; i < a[k].values.size(); ++i) {
+                QVERIFY2(std::isfinite(a[k].values[i]) && std::abs(a[k].values[i] - b[k].values[i]) <= tolerance * largest,
+                         qPrintable(QString("%1, %2 cell %3: %4 vs %5").arg(what, kinds[k].c_str()).arg(i)
+                                        .arg(a[k].values[i], 0, 'g', 17).arg(b[k].values[i], 0, 'g', 17)));
+                nonzero += a[k].values[i] != 0.0;
+            }
+            QVERIFY2(nonzero > 1, kinds[k].c_str());
+        }
+    };
+    const std::vector<ImportanceMap> whole = mapsWith(0, 0);
+    // 7 positions per fp64 chunk (chunks cross windows), one forward pass: only fp64 sums move.
+    agree(whole, mapsWith(0, 7 * 64), 1e-12, "chunks of 7 positions");
+    // 2 windows per forward pass (5 = 2 + 2 + 1): float32 matrix products of other shapes round differently (~1e-7).
+    VariantRunner::setLogitLimitsForTesting(2 * 20 * 64, 7 * 64);
+    QCOMPARE(VariantRunner::windowsPerBatch(20, 64), int64_t(2));
+    VariantRunner runner(*model, {});
+    const std::vector<at::Tensor> batches = runner.logProbs(w);
+    VariantRunner::setLogitLimitsForTesting(0, 0);
+    QCOMPARE(batches.size(), size_t(3));
+    QCOMPARE(batches.back().size(0), int64_t(1));
+    agree(whole, mapsWith(2 * 20 * 64, 7 * 64), 2e-5, "batches of 2 windows");
+}
+
+// A forward pass that overflows (f16 on a GPU, or a broken model) gave NaN KLs that were stored as 0, "insensitive".
+void TestImportance::nonFiniteLogitsAreRefused() {
+    QTemporaryDir dir;
+    WeightMap weights = randomWeights(tinyLlamaSpec(), 32);
+    weights["model.layers.1.mlp.down_proj.weight"][0][0] = std::numeric_limits<float>::infinity();
+    auto model = load(dir, weights);
+    for (const std::string kind : {"linears.sensitivity", "heads.ablation"}) {
+        try {
+            computeImportance(*model, kind, windows(), nullptr);
+            QFAIL(qPrintable(QString::fromStdString(kind) + ": a map was made from non-finite logits"));
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains("non-finite logits"), e.what());
+        }
+    }
+    BudgetOptions options;
+    options.targetBitsPerWeight = 6;
+    options.bits = {4, 8};
+    QVERIFY_THROWS_EXCEPTION(Error, solveBitBudget(*model, windows(), options, nullptr));
+    // Gradients in f16 underflow: refused before any work, whatever the device.
+    for (const std::string kind : {"heads.gradient", "channel-grad"}) {
+        try {
+            importanceCompute("cpu", "f16", kind);
+            QFAIL("f16 gradients were accepted");
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains("underflow in f16"), e.what());
+        }
+    }
 }
 
 QTEST_APPLESS_MAIN(TestImportance)
