@@ -37,7 +37,8 @@ struct LossCurve::Private {
             graphs[i].second->setPen(QPen(plot::seriesColor(int(i)), 1.8));
     }
 
-    void redraw()
+    // `now`: painted before returning (flush); otherwise on the next pass of the event loop.
+    void redraw(bool now = false)
     {
         plot->legend->setVisible(graphs.size() > 1);
         if (!graphs.empty()) {
@@ -52,7 +53,7 @@ struct LossCurve::Private {
             }
             plot->yAxis->scaleRange(1.05, plot->yAxis->range().center());
         }
-        plot->replot(QCustomPlot::rpQueuedReplot);
+        plot->replot(now ? QCustomPlot::rpImmediateRefresh : QCustomPlot::rpQueuedReplot);
     }
 };
 
@@ -138,7 +139,7 @@ QStringList LossCurve::seriesNames() const
 void LossCurve::flush()
 {
     m->replotTimer->stop();
-    m->redraw();
+    m->redraw(true);   // a queued replot would leave the picture as it was until the event loop ran
 }
 
 void LossCurve::changeEvent(QEvent* event)

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <tuple>
 
 #include "core/analysis/budget.h"
@@ -107,6 +108,27 @@ void TestImportance::channelScoresFollowWandaSums() {
     const double channel9 = map.values[0 * 48 + 9];
     for (int c = 0; c < 48; ++c)
         if (c != 9) QVERIFY(map.values[size_t(c)] < channel9);
+    // Every cell is Wanda's sum ‖X_j‖₂ · Σ_i |W_ij|, X_j the down_proj inputs of channel j over every position of the
+    // windows, recorded here from one plain forward pass (the map's sequential pass computes the same inputs).
+    struct DownInputs : ActivationObserver {
+        std::map<std::string, at::Tensor> squares;
+        bool wantsLinear(const std::string& name) const override { return name.find("mlp.down_proj") != std::string::npos; }
+        void onLinear(const std::string& name, const at::Tensor& input, const at::Tensor&) override {
+            const at::Tensor sq = input.detach().to(at::kDouble).reshape({-1, input.size(-1)}).square().sum(0);
+            squares[name] = squares.count(name) ? squares[name] + sq : sq;
+        }
+    } observer;
+    Transformer runtime(*model);
+    runtime.forward(windows(), nullptr, &observer);
+    QCOMPARE(observer.squares.size(), size_t(2));
+    for (int64_t block = 0; block < 2; ++block) {
+        const std::string layer = "model.layers." + std::to_string(block) + ".mlp.down_proj";
+        const at::Tensor expected = (model->floatTensor(layer + ".weight").to(at::kDouble).abs().sum(0) * observer.squares.at(layer).sqrt());
+        for (int64_t c = 0; c < 48; ++c) {
+            const double e = expected[c].item<double>(), got = map.values[size_t(block * 48 + c)];
+            QVERIFY2(std::abs(got - e) <= 1e-5 * std::max(e, 1e-12), qPrintable(QString("block %1 channel %2: %3 vs %4").arg(block).arg(c).arg(got).arg(e)));
+        }
+    }
 }
 
 // Any recipe step can be the probe: here magnitude pruning at 90%. A layer of zeros is unchanged by it (KL 0, ΔPPL 0);

@@ -15,6 +15,7 @@
 #include "core/eval/perplexity.h"
 #include "core/io/model_format.h"
 #include "core/model/model.h"
+#include "core/runtime/transformer.h"
 
 namespace {
 using cwb::testing::check;
@@ -29,8 +30,7 @@ int main() {
     const std::string model = std::string(CWB_FIXTURES_DIR) + "/models/stories260K.gguf";
     const std::string text = std::string(CWB_FIXTURES_DIR) + "/text/tinystories_v2_valid_first100.txt";
     if (!std::ifstream(model) || !std::ifstream(text)) {
-        std::printf("SKIP: fixtures not found under %s\n", CWB_FIXTURES_DIR);
-        return 77;
+        return cwb::testing::missingFixtures(CWB_FIXTURES_DIR);
     }
     try {
         auto base = cwb::loadModel(model);
@@ -65,15 +65,31 @@ int main() {
             zerosKept &= (after.masked_select(before == 0) == 0).all().item<bool>();
         }
         check(zerosKept, "pruned zeros stay zero on CUDA");
+        // The weights trained on the GPU are the model's now: surviving weights moved, and the model evaluated afresh
+        // (on the CPU) gives the perplexity the trainer measured on its own tensors at the end.
+        int64_t moved = 0;
+        for (const auto& layer : pruned->linearLayers())
+            moved += (pruned->floatTensor(layer + ".weight") != onGpu->floatTensor(layer + ".weight")).sum().item<int64_t>();
+        cwb::Transformer trainedModel(*onGpu);
+        const double stored = cwb::windowPerplexity(trainedModel, data.eval.to(at::kLong), config.batchSize);
+        std::printf("  %lld weights moved; the stored model's eval PPL %.4f, the trainer's %.4f\n", static_cast<long long>(moved),
+                    stored, gpu.evalPerplexityAfter);
+        check(moved > 0 && std::abs(stored - gpu.evalPerplexityAfter) < 1e-3 * gpu.evalPerplexityAfter,
+              "the weights trained on CUDA are stored into the model");
         auto quantized = cwb::compressModel(*base, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})"), at::Tensor()).model;
+        const auto untrained = quantized->clone();
         config.steps = 10;
         cwb::distillModel(*base, *quantized, data, config);
         bool onGrid = true;
+        int64_t movedLevels = 0;
         for (const auto& layer : quantized->linearLayers()) {
             auto q = std::dynamic_pointer_cast<const cwb::IntLinear>(quantized->compressed(layer));
-            onGrid &= q && q->quantized().levels().max().item<int>() <= 15 && q->quantized().levels().min().item<int>() >= 0;
+            auto before = std::dynamic_pointer_cast<const cwb::IntLinear>(untrained->compressed(layer));
+            onGrid &= q && before && q->quantized().levels().max().item<int>() <= 15 && q->quantized().levels().min().item<int>() >= 0;
+            if (q && before) movedLevels += (q->quantized().levels() != before->quantized().levels()).sum().item<int64_t>();
         }
-        check(onGrid, "a 4-bit student trained on CUDA is stored as packed 4-bit levels");
+        std::printf("  4-bit student: %lld levels moved\n", static_cast<long long>(movedLevels));
+        check(onGrid && movedLevels > 0, "a 4-bit student trained on CUDA is stored as packed 4-bit levels, some moved");
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

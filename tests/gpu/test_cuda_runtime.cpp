@@ -81,8 +81,7 @@ int main() {
     const std::string model = std::string(CWB_FIXTURES_DIR) + "/models/stories260K.gguf";
     const std::string text = std::string(CWB_FIXTURES_DIR) + "/text/tinystories_v2_valid_first100.txt";
     if (!std::ifstream(model) || !std::ifstream(text)) {
-        std::printf("SKIP: fixtures not found under %s\n", CWB_FIXTURES_DIR);
-        return 77;
+        return cwb::testing::missingFixtures(CWB_FIXTURES_DIR);
     }
     try {
         auto m = cwb::loadModel(model);

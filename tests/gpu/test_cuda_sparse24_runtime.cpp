@@ -205,6 +205,8 @@ int main() {
                         type.c_str(), versusCpu, versusDense, normalisedError(reference, denseLogits), tolerance);
             check(versusCpu <= tolerance, type + ": 2:4 logits match the CPU");
             check(versusDense <= tolerance, type + ": 2:4 logits match the dense CUDA path");
+            // ... and are cuSPARSELt's own: another kernel rounds differently (the layer paths alone could be mislabelled).
+            check(!at::equal(sparseLogits, denseLogits), type + ": 2:4 logits are not the dense path's bits");
 
             // Below the threshold the same layers run on their dense weights.
             cwb::Transformer high(*model, cudaOptions(dtype, 1 << 30));

@@ -96,7 +96,13 @@ void int8Case(int64_t rows, int64_t cols, ActType act, bool divided, uint32_t se
     check(toHost(dc, codes.size()) == codes, (t + "codes equal the CPU reference").c_str());
     check(toHost(ds, scales.size()) == scales, (t + "scales equal the CPU reference").c_str());
     if (!divided) {   // without a divisor: the W8A8 GEMM's own quantizer gives the same
+        // Its outputs back to the sentinels first: it must write every code and scale itself.
+        check(cudaMemset(dc, 99, codes.size()) == cudaSuccess &&
+                  cudaMemcpy(ds, std::vector<float>(scales.size(), -1.0f).data(), scales.size() * sizeof(float),
+                             cudaMemcpyHostToDevice) == cudaSuccess,
+              (t + "outputs reset").c_str());
         quantizeRowsInt8(dx, act, rows, cols, dc, ds, nullptr);
+        check(cudaDeviceSynchronize() == cudaSuccess, (t + "quantizeRowsInt8 ran").c_str());
         check(toHost(dc, codes.size()) == codes && toHost(ds, scales.size()) == scales,
               (t + "equals quantizeRowsInt8 (no divisor)").c_str());
     }

@@ -403,7 +403,8 @@ int main() {
                                            {1, 32, 32, 128, 4096}};
             // Every case under each kernel (Wide: 4 warps below 128 keys per chunk, 8 from there; OnePass: Wide where a block
             // has more than two query heads), then Auto.
-            check(std::size(splits) == std::size(attention), "one split expectation per attention case");
+            static_assert(sizeof(splits) / sizeof(splits[0]) == sizeof(attention) / sizeof(attention[0]),
+                          "one split expectation per attention case");
             for (DecodeAttentionKernel k : {DecodeAttentionKernel::Wide, DecodeAttentionKernel::Scalar,
                                             DecodeAttentionKernel::OnePass, DecodeAttentionKernel::Auto}) {
                 setDecodeAttentionKernel(k);

@@ -35,7 +35,10 @@ private:
 void TestBudgetDialog::init() {
     const QString model = test::fixture("models/stories260K.gguf");
     const QString text = test::fixture("text/tinystories_v2_valid_first100.txt");
-    if (model.isEmpty() || text.isEmpty()) QSKIP("fixtures models/stories260K.gguf and text/tinystories_v2_valid_first100.txt needed");
+    if (model.isEmpty() || text.isEmpty()) {
+        if (test::fixturesRequired()) QFAIL("fixtures models/stories260K.gguf and text/tinystories_v2_valid_first100.txt needed (CWB_REQUIRE_FIXTURES=1)");
+        QSKIP("fixtures models/stories260K.gguf and text/tinystories_v2_valid_first100.txt needed");
+    }
     mDoc = ProjectDocument::openModel(model);
     ProjectSettings s = mDoc->project().settings();
     s.calibration = SettingsDialog::reference(text);
@@ -97,6 +100,21 @@ void TestBudgetDialog::fusedPlanFromTheDialog() {
         QCOMPARE(width("self_attn.v_proj"), width("self_attn.q_proj"));
         QCOMPARE(width("mlp.up_proj"), width("mlp.gate_proj"));
     }
+    // The same solve without the constraint splits some projection: the checkbox did take effect.
+    const BudgetPlan fused = *plan;
+    dialog.setFusedSharedInputs(false);
+    QVERIFY(dialog.solve(false));
+    QVERIFY(finished.wait(120000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+    QVERIFY(dialog.plan());
+    bool split = false;
+    for (int64_t b = 0; b < mDoc->model()->spec.layers; ++b) {
+        const auto width = [&](const char* n) { return dialog.plan()->bits.at(names::llamaLayer(b, n)); };
+        split = split || width("self_attn.k_proj") != width("self_attn.q_proj") ||
+                width("self_attn.v_proj") != width("self_attn.q_proj") || width("mlp.up_proj") != width("mlp.gate_proj");
+    }
+    QVERIFY2(split, "without the constraint the plan keeps every shared input at one width: the test proves nothing");
+    QVERIFY(dialog.plan()->bits != fused.bits);
 }
 
 void TestBudgetDialog::solvesAndAppliesAsVariant() {

@@ -73,6 +73,7 @@ void TestCompareView::generatesTwoVariantsSideBySide() {
     const QString base = directly(*doc, "base", "Once upon a time", 24);
     const QString variant = directly(*doc, "w2", "Once upon a time", 24);
     QVERIFY(base.size() > QString("Once upon a time").size());
+    QVERIFY2(variant != base, "2-bit RTN must change the text, or the swap below proves nothing");
     QCOMPARE(panel->leftText(), base);
     QCOMPARE(panel->rightText(), variant);
 

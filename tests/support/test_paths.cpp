@@ -14,6 +14,8 @@ QString fixture(const QString& relative) {
     return QFileInfo::exists(path) ? path : QString();
 }
 
+bool fixturesRequired() { return QProcessEnvironment::systemEnvironment().value("CWB_REQUIRE_FIXTURES") == "1"; }
+
 QString cwbBinary() { return QProcessEnvironment::systemEnvironment().value("CWB_BINARY"); }
 
 CwbRun runCwb(const QStringList& args, int timeoutMs) {

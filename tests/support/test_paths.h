@@ -7,6 +7,9 @@ namespace cwb::test {
 
 // CWB_FIXTURES_DIR + "/" + relative, or an empty string when the file is absent.
 QString fixture(const QString& relative);
+// CWB_REQUIRE_FIXTURES=1: a missing fixture fails the test instead of skipping it (a Qt Test skip exits 0, so CTest
+// counts it as passed: a wrong fixture folder would otherwise pass every test that needs one).
+bool fixturesRequired();
 // The cwb executable under test (CWB_BINARY, set by CTest).
 QString cwbBinary();
 
@@ -27,9 +30,12 @@ InterruptedRun runCwbInterrupted(const QStringList& args, const QByteArray& mark
 
 } // namespace cwb::test
 
-// Skips the current test with a clear message when a fixture is missing.
+// Skips the current test with a clear message when a fixture is missing (fails it under CWB_REQUIRE_FIXTURES=1).
 #define CWB_REQUIRE_FIXTURE(var, relative)                                                                    \
     const QString var = cwb::test::fixture(relative);                                                         \
-    if (var.isEmpty())                                                                                         \
-        QSKIP(qPrintable(QStringLiteral("fixture %1 not found under CWB_FIXTURES_DIR=%2")                     \
-                             .arg(relative, QStringLiteral(CWB_FIXTURES_DIR))))
+    if (var.isEmpty()) {                                                                                       \
+        const QString missing = QStringLiteral("fixture %1 not found under CWB_FIXTURES_DIR=%2")               \
+                                    .arg(relative, QStringLiteral(CWB_FIXTURES_DIR));                          \
+        if (cwb::test::fixturesRequired()) QFAIL(qPrintable(missing + " (CWB_REQUIRE_FIXTURES=1)"));           \
+        QSKIP(qPrintable(missing));                                                                            \
+    }

@@ -1,5 +1,6 @@
 // AbChart: bars per variant, error bars, offscreen PNG export.
 #include "widgets/ab_chart.h"
+#include "widgets/plot_palette.h"
 
 #include <QApplication>
 #include <QImage>
@@ -15,6 +16,17 @@ using cwb::AbSeries;
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Pixels of exactly this colour (a bar's fill).
+int pixelsOf(const QImage& image, const QColor& color)
+{
+    const QImage rgb = image.convertToFormat(QImage::Format_RGB32);
+    int count = 0;
+    for (int y = 0; y < rgb.height(); ++y)
+        for (int x = 0; x < rgb.width(); ++x)
+            count += (rgb.pixel(x, y) & 0xFFFFFFu) == (color.rgb() & 0xFFFFFFu);
+    return count;
+}
 
 std::vector<AbSeries> baselineAndThree(double error)
 {
@@ -153,6 +165,18 @@ void TestAbChart::savePngOffscreen()
     QCOMPARE(image.size(), size);
     if (shown)
         QCOMPARE(chart.size(), QSize(600, 400));  // exporting does not resize the widget
+    // The bars are in the picture: the "int4 rtn" bar (6.87) covers more of its colour than "int8" (5.93) of its own,
+    // and without a value it is gone.
+    const int int8Pixels = pixelsOf(image, cwb::plot::seriesColor(0));
+    const int rtnPixels = pixelsOf(image, cwb::plot::seriesColor(2));
+    QVERIFY2(int8Pixels > 100 && rtnPixels > int8Pixels, qPrintable(QString("%1, %2").arg(int8Pixels).arg(rtnPixels)));
+    std::vector<AbSeries> withoutRtn = baselineAndThree(0.05);
+    withoutRtn[3].value = kNaN;
+    chart.setMetric(QStringLiteral("perplexity"), QString(), withoutRtn);
+    const QString without = dir.filePath(QStringLiteral("without.png"));
+    QVERIFY(chart.savePng(without, size.width(), size.height()));
+    QVERIFY(image.load(without, "PNG"));
+    QCOMPARE(pixelsOf(image, cwb::plot::seriesColor(2)), 0);
 
     QVERIFY(!chart.savePng(dir.filePath(QStringLiteral("zero.png")), 0, 100));
     QVERIFY(!chart.savePng(dir.filePath(QStringLiteral("missing/dir/ab.png")), 100, 100));

@@ -1,5 +1,6 @@
 // LossCurve: points per series, clearing, throttled redraws.
 #include "widgets/loss_curve.h"
+#include "widgets/plot_palette.h"
 
 #include <QApplication>
 #include <QtTest/QtTest>
@@ -18,6 +19,23 @@ private slots:
     void clearRemovesEverything();
     void manyPointsStayCheap();
 };
+
+namespace {
+
+// Pixels within a small distance of `color` (antialiased lines blend at their edges).
+int pixelsNear(const QImage& image, const QColor& color)
+{
+    const QImage rgb = image.convertToFormat(QImage::Format_RGB32);
+    int count = 0;
+    for (int y = 0; y < rgb.height(); ++y)
+        for (int x = 0; x < rgb.width(); ++x) {
+            const QRgb p = rgb.pixel(x, y);
+            count += std::abs(qRed(p) - color.red()) + std::abs(qGreen(p) - color.green()) + std::abs(qBlue(p) - color.blue()) < 40;
+        }
+    return count;
+}
+
+}  // namespace
 
 void TestLossCurve::initTestCase()
 {
@@ -44,9 +62,16 @@ void TestLossCurve::pointsAddUpPerSeries()
     QCOMPARE(curve.pointCount(QStringLiteral("unknown")), 0);
     QCOMPARE(curve.seriesNames(), (QStringList{QStringLiteral("train"), QStringLiteral("eval")}));
     QTest::qWait(80);  // let the throttled redraw run
+    curve.flush();
+    const QImage linear = curve.grab().toImage();
+    QVERIFY2(pixelsNear(linear, cwb::plot::seriesColor(0)) > 50, "the train curve is drawn");
+    QVERIFY2(pixelsNear(linear, cwb::plot::seriesColor(1)) > 20, "the eval curve is drawn");
     curve.setLogScale(true);
     curve.flush();
     QCOMPARE(curve.pointCount(QStringLiteral("train")), 11);
+    // On a log axis the curves are drawn elsewhere (3/(step+1) spreads over decades), at once: flush() redraws now
+    // (it queued the replot, so the picture stayed the linear one until the event loop ran).
+    QVERIFY(curve.grab().toImage() != linear);
 }
 
 void TestLossCurve::ignoresNonFiniteValues()
