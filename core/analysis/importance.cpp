@@ -358,19 +358,20 @@ bool VariantRunner::apply(const Model& variant) {
             return false;
     }
     for (const std::string& name : differing) {
+        const int64_t block = blockOfTensor(name);
+        // The base's block is kept as built, so reset() puts it back instead of converting (uploading) it again.
+        if (!mSetAside.count(block)) mSetAside[block] = mRuntime->setBlockAside(block);
         mWork->adoptTensor(variant, name);
-        mRuntime->invalidateBlock(blockOfTensor(name));
     }
     mAdopted = differing;
     return true;
 }
 
 void VariantRunner::reset() {
-    for (const std::string& name : mAdopted) {
-        mWork->adoptTensor(mBase, name);
-        mRuntime->invalidateBlock(blockOfTensor(name));
-    }
+    for (const std::string& name : mAdopted) mWork->adoptTensor(mBase, name);
+    for (auto& [block, saved] : mSetAside) mRuntime->restoreBlock(block, std::move(saved));
     mAdopted.clear();
+    mSetAside.clear();
 }
 
 void checkImportanceKind(const std::string& kind) {

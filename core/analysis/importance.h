@@ -1,6 +1,7 @@
 #pragma once
 // Importance maps: how much each part of a model matters, measured on token windows. They feed the GUI's
 // heatmaps and are stored in projects (ImportanceMap: row labels × column labels, row-major values).
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ namespace cwb {
 class Model;
 class Feedback;
 class Transformer;
+struct SavedTransformerBlock;
 
 // Kinds this build computes (stable ids stored in projects).
 std::vector<std::string> importanceKinds();
@@ -107,6 +109,7 @@ private:
     std::unique_ptr<Model> mWork;
     std::unique_ptr<Transformer> mRuntime;
     std::vector<std::string> mAdopted;
+    std::map<int64_t, std::shared_ptr<SavedTransformerBlock>> mSetAside;   // the base's blocks while a variant runs
 };
 
 // compare() on a runtime of the variant's own (a variant VariantRunner::apply refuses).

@@ -720,6 +720,32 @@ at::Tensor Transformer::headLinear(const at::Tensor& x) const {
     return at::linear(x, mGlobals->head);
 }
 
+struct SavedTransformerBlock {
+    std::unique_ptr<Transformer::Block> block;
+    std::map<std::string, LayerPath> paths;
+    std::map<std::string, std::string> refusals;
+};
+
+std::shared_ptr<SavedTransformerBlock> Transformer::setBlockAside(int64_t layer) {
+    auto saved = std::make_shared<SavedTransformerBlock>();
+    saved->block = std::move(mBlocks.at(static_cast<size_t>(layer)));
+    const std::string prefix = layerPrefix(mModel.spec, layer);
+    for (auto it = mLayerPaths.lower_bound(prefix); it != mLayerPaths.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+        saved->paths.insert(*it);
+    for (auto it = mStackRefusals.lower_bound(prefix); it != mStackRefusals.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+        saved->refusals.insert(*it);
+    invalidateBlock(layer);
+    return saved;
+}
+
+void Transformer::restoreBlock(int64_t layer, std::shared_ptr<SavedTransformerBlock> saved) {
+    invalidateBlock(layer);   // what was built meanwhile goes, with its paths
+    if (!saved || !saved->block) return;   // never built: built again on first use
+    mBlocks.at(static_cast<size_t>(layer)) = std::move(saved->block);
+    mLayerPaths.insert(saved->paths.begin(), saved->paths.end());
+    mStackRefusals.insert(saved->refusals.begin(), saved->refusals.end());
+}
+
 void Transformer::invalidateBlock(int64_t layer) {
     ++mWeightsVersion;
     if (layer < 0) {

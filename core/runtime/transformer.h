@@ -183,6 +183,8 @@ private:
     std::string mGraphFailure;
 };
 
+struct SavedTransformerBlock;   // Transformer::setBlockAside
+
 class Transformer {
 public:
     explicit Transformer(const Model& model, RuntimeOptions options = {});
@@ -199,6 +201,11 @@ public:
     at::Tensor logits(const at::Tensor& hidden) const;
     // Forgets converted weights of one block (or all, layer < 0) after the model's tensors changed.
     void invalidateBlock(int64_t layer);
+    // A block's converted (on CUDA: uploaded) weights and layer paths, set aside: setBlockAside forgets them as
+    // invalidateBlock does and hands them over (an empty record when the block was not built); restoreBlock puts them
+    // back once the model's tensors of that block are again what they were, without converting them again.
+    std::shared_ptr<SavedTransformerBlock> setBlockAside(int64_t layer);
+    void restoreBlock(int64_t layer, std::shared_ptr<SavedTransformerBlock> saved);
 
     const ArchSpec& spec() const { return mModel.spec; }
     const Model& model() const { return mModel; }
@@ -229,6 +236,7 @@ public:
 private:
     struct Block;
     struct Globals;
+    friend struct SavedTransformerBlock;
     const Block& block(int64_t layer);
     // On the CPU: resolves CpuPackedInt::Auto and turns cacheWeights off where the float weights would not fit.
     void planCpuWeights();

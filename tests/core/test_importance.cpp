@@ -227,10 +227,15 @@ void TestImportance::variantRunnerSwapsOneBlock() {
         Transformer runtime(m);
         return at::log_softmax(runtime.forward(w).to(at::kDouble), -1);
     };
+    // One runner per model for all its variants (blocks 1, 0, 1 of the Llama): reset() puts the base's blocks back as
+    // they were built, and the next variant must still compute as on its own runtime.
+    std::map<const Model*, std::unique_ptr<VariantRunner>> runners;
     for (const auto& [model, layer] : std::vector<std::pair<Model*, std::string>>{
              {llama.get(), "model.layers.1.mlp.down_proj"}, {llama.get(), "model.layers.0.self_attn.k_proj"},
              {llama.get(), "model.layers.1.mlp.gate_proj"}, {gpt2.get(), "transformer.h.1.attn.c_attn"}}) {
-        VariantRunner runner(*model, {});
+        auto& held = runners[model];
+        if (!held) held = std::make_unique<VariantRunner>(*model, CalibrationCompute{});
+        VariantRunner& runner = *held;
         const std::vector<at::Tensor> baseBatches = runner.logProbs(w);
         const at::Tensor base = at::cat(baseBatches, 0);
         QVERIFY((base - logProbsOwn(*model)).abs().max().item<double>() < 1e-9);
