@@ -106,6 +106,7 @@ nlohmann::json BatchRunner::writeExports(const Variant& variant, const Model& mo
             std::filesystem::create_directories(mOutputDir + "/exports");
             ExportOptions options;
             options.tensorType = e.value("type", "");
+            options.requantizeType = e.value("requantize", "");
             progress("  export " + variant.name + " as " + format + " to " + path);
             CallbackFeedback writing; // so that an interrupt stops the export and removes its temporary output
             const ExportReport r = exportModel(model, format, path, options, &writing);

@@ -40,7 +40,7 @@ const std::vector<Command>& commands() {
         {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--fused] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--out R.json] [--tokenizer FILE] [--json]",
          "choose per-layer bit widths for a bits-per-weight target from measured sensitivity; writes a recipe", runBudget},
         {"export",
-         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--shard-size BYTES] [--scratch DIR|auto|off] [--tokenizer FILE] --out PATH [--json]",
+         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T] [--seed S]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--requantize T] [--shard-size BYTES] [--scratch DIR|auto|off] [--tokenizer FILE] --out PATH [--json]",
          "write a model or variant as a Hugging Face folder (dense, GPTQ, AWQ, compressed-tensors) or a GGUF file", runExport},
         {"bench",
          "cwb bench MODEL|PROJECT|--synthetic llama-7b|llama-70b|llama3-8b|llama3-70b [--layers N] [--context N] [--recipe R.json [--calib F]] [--variant V] [--model M] [--format int|fp8|w8a8|w8a8-folded|sparse24] [--bits 4|8] [--group-size G] "
@@ -50,7 +50,7 @@ const std::vector<Command>& commands() {
         {"project",
          "cwb project create OUT.cwbproj --model M [--tokenizer FILE] [--recipe R.json ...] [--calib F] [--eval F] [--ctx N] [--chunks K] [--samples N] [--seq-len T] [--seed S]\n"
          "  cwb project show P [--json]\n  cwb project add-variant P --recipe R.json [--name N] [--from VARIANT]\n"
-         "  cwb project add-export P --variant V --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--file NAME]\n"
+         "  cwb project add-export P --variant V --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--requantize T] [--file NAME]\n"
          "  cwb project set P [--calib F|--no-calib] [--eval F] [--samples N] [--seq-len T] [--seed S] [--ctx N] [--chunks K] [--model PATH]\n"
          "  cwb project set-tokenizer P --tokenizer FILE|--own [--model PATH]\n"
          "  cwb project run P [--variants a,b] [--threads N] [--model PATH] [--tokenizer FILE] [--scratch DIR|auto|off]\n"

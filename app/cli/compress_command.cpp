@@ -106,7 +106,12 @@ int runCompress(const std::vector<std::string>& args) {
     // What would stop the compression fails now, not after the base's evaluation.
     if (recipeNeedsCalibration(recipe) && calib.textPath.empty())
         throw Error(a.value("recipe"), "a step needs calibration text; pass --calib FILE");
-    if (!calib.textPath.empty()) readTextFile(calib.textPath);   // missing or unreadable: named now
+    if (!calib.textPath.empty() && recipeNeedsCalibration(recipe)) {   // missing, unreadable or empty: named now
+        const std::string text = readTextFile(calib.textPath);
+        if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw Error(calib.textPath, "calibration text is empty");
+    } else if (!calib.textPath.empty()) {
+        readTextFile(calib.textPath);
+    }
     const std::string noLayer = recipeLayersProblem(*base, recipe);
     if (!noLayer.empty()) throw Error(a.value("recipe"), noLayer);
     const bool quiet = a.flag("quiet") || a.flag("json");
@@ -118,6 +123,7 @@ int runCompress(const std::vector<std::string>& args) {
         evalTokens = base->tokenizer->encode(readTextFile(a.value("eval")), true);
         p.ctx = a.integer("ctx", std::min<int64_t>(512, base->spec.context));
         p.maxChunks = chunksOption(a);
+        p.textPath = a.value("eval");
     }
     const std::vector<TokenId>* tokens = a.has("eval") ? &evalTokens : nullptr;
     CallbackFeedback evalFeedback;

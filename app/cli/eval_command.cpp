@@ -28,6 +28,7 @@ int runEval(const std::vector<std::string>& args) {
     PerplexityParams p;
     p.ctx = a.integer("ctx", std::min<int64_t>(512, model->spec.context));
     p.maxChunks = chunksOption(a);
+    p.textPath = textPath;
 
     CallbackFeedback feedback;
     const bool quiet = a.flag("quiet") || a.flag("json");

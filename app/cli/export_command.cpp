@@ -38,7 +38,7 @@ void refuseOverwritingSource(const std::string& out, const Model& base) {
 } // namespace
 
 int runExport(const std::vector<std::string>& args) {
-    Arguments a(args, {"variant", "format", "type", "out", "recipe", "calib", "samples", "seq-len", "seed", "model",
+    Arguments a(args, {"variant", "format", "type", "requantize", "out", "recipe", "calib", "samples", "seq-len", "seed", "model",
                        "shard-size", "threads", "tokenizer", "scratch"},
                 {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
@@ -53,8 +53,9 @@ int runExport(const std::vector<std::string>& args) {
     const bool quiet = a.flag("quiet") || a.flag("json");
     ExportOptions options;
     options.tensorType = a.value("type");
+    options.requantizeType = a.value("requantize");
     const std::string problem = exportOptionsProblem(a.value("format"), options);
-    if (!problem.empty()) throw Error("--type for a " + a.value("format") + " export: " + problem);
+    if (!problem.empty()) throw Error("a " + a.value("format") + " export: " + problem);
     if (a.has("shard-size")) {
         const int64_t bytes = a.integer("shard-size", 0);
         if (bytes <= 0) throw Error("--shard-size must be a positive number of bytes");

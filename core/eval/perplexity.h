@@ -16,6 +16,7 @@ class Feedback;
 struct PerplexityParams {
     int64_t ctx = 512;
     int64_t maxChunks = -1;   // -1: all chunks the text holds
+    std::string textPath;     // named in errors about the text (too short); may be empty
 };
 
 struct PerplexityResult {

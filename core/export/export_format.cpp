@@ -66,6 +66,8 @@ std::string exportOverwritesSource(const std::string& path, const std::string& s
 }
 
 std::string exportOptionsProblem(const std::string& formatId, const ExportOptions& options) {
+    if (!options.requantizeType.empty() && formatId != "gguf")
+        return "--requantize applies to GGUF exports (a " + formatId + " export writes compressed layers in its own layout)";
     return formatOf(formatId).optionsProblem(options);
 }
 
@@ -75,7 +77,7 @@ ExportReport exportModel(const Model& model, const std::string& formatId, const 
     std::string where = exportOverwritesSource(path, model.path);
     if (where.empty()) where = exporting::destinationProblem(path, format->writesFolder());
     if (!where.empty()) throw Error(path, where);
-    std::string why = format->optionsProblem(options);
+    std::string why = exportOptionsProblem(formatId, options);
     if (why.empty()) why = format->refusal(model, options);
     if (!why.empty()) throw Error(path, "cannot export as " + format->displayName() + ": " + why);
     return format->write(model, path, options, feedback);

@@ -17,6 +17,10 @@ struct ExportOptions {
     // recipe (default f16; any of f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K). gptq/awq: the type of
     // the tensors left unquantized (embeddings, norms, head): f16 (default), bf16 or f32.
     std::string tensorType;
+    // gguf only: the type of compressed layers that cannot be written level for level (act-order, input scales, groups
+    // that are not whole 32-blocks, other bit widths); default: the ggml type nearest each layer's format. f16/f32
+    // writes them unrounded (the variant's exact weights, at the size of a dense model).
+    std::string requantizeType;
     // hf/gptq/awq: a model whose tensors take more bytes than this is written as shards with an index.
     uint64_t shardBytes = uint64_t(4) << 30;
 };
@@ -31,7 +35,7 @@ struct ExportedTensor {
 struct ExportReport {
     std::string format;
     std::string path;
-    std::vector<std::string> files;        // every file written
+    std::vector<std::string> files;        // every file written, by name: in the folder `path`, or (GGUF) the file itself
     std::vector<ExportedTensor> tensors;
     std::vector<std::string> notes;        // fallbacks, re-quantizations, what the format drops
     uint64_t bytes = 0;                    // tensor data bytes written (headers and padding not counted)

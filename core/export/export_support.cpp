@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <unistd.h>
 
@@ -148,6 +149,14 @@ std::string destinationProblem(const std::string& path, bool folder) {
     if (!fs::exists(status)) return "";
     if (!folder) {
         if (fs::is_directory(status)) return "is a folder; give the path of the file to write (e.g. " + path + "/model.gguf)";
+        // One-file exports are GGUF: an earlier GGUF (or an empty file) may be replaced, anything else is someone's data.
+        std::ifstream in(path, std::ios::binary);
+        char magic[4] = {};
+        in.read(magic, 4);
+        const std::streamsize got = in.gcount();
+        if (got == 0 && fs::file_size(path, ec) == 0) return "";
+        if (got != 4 || std::memcmp(magic, "GGUF", 4) != 0)
+            return "exists and is not a GGUF file; an export would replace it: remove it or choose another name";
         return "";
     }
     if (!fs::is_directory(status)) return "exists and is not a folder (an export in this format is a folder)";

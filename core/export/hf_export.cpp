@@ -89,7 +89,7 @@ public:
             denseType(options);
             return "";
         } catch (const Error& e) {
-            return e.what();
+            return std::string("--type: ") + e.what();
         }
     }
 

@@ -123,6 +123,7 @@ std::vector<ResultRow> ProjectRunner::evaluate(const std::string& variant, Feedb
     PerplexityParams params;
     params.ctx = s.evalCtx;
     params.maxChunks = s.evalChunks;
+    params.textPath = s.evaluation.path;
     const std::string device = mOptions.device.str();
     const int threads = at::get_num_threads();
     std::vector<ResultRow> rows;

@@ -368,6 +368,9 @@ void TestCli::mistakesFailBeforeTheWork() {
     QVERIFY(notes.open(QIODevice::WriteOnly));
     notes.write("keep me");
     notes.close();
+    QFile empty(dir.filePath("empty.txt"));
+    QVERIFY(empty.open(QIODevice::WriteOnly));
+    empty.close();
     const struct {
         QStringList args;
         QString message;
@@ -376,12 +379,21 @@ void TestCli::mistakesFailBeforeTheWork() {
         {{"export", model, "--format", "gguf", "--out", mine}, mine + ": is a folder; give the path of the file to write"},
         {{"export", model, "--format", "gguf", "--out", mine + "/notes.txt/m.gguf"}, mine + "/notes.txt is not a folder"},
         {{"export", model, "--format", "gguf", "--out", dir.filePath("m.gguf"), "--shard-size", "1000"}, "--shard-size applies to the safetensors formats"},
+        // Regression (user probe): a GGUF export replaced any file at --out.
+        {{"export", model, "--format", "gguf", "--out", mine + "/notes.txt"}, mine + "/notes.txt: exists and is not a GGUF file"},
+        {{"export", model, "--format", "hf", "--requantize", "q5_0", "--out", dir.filePath("hf")}, "--requantize applies to GGUF exports"},
+        {{"export", model, "--format", "gguf", "--requantize", "int4", "--out", dir.filePath("m.gguf")}, "--requantize: "},
         {{"export", model, "--recipe", QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/rtn-w4g32.json", "--format", "awq",
           "--out", dir.filePath("awq")},
          "the recipe builds a variant that the awq format cannot hold: model.layers.0.mlp.gate_proj (int4 g32 after step 1 "
          "(quantize.rtn)): out_features 172 is not a multiple of 8"},
         {{"eval", model, "--text", dir.path()}, dir.path() + ": is a folder; give a text file"},
         {{"eval", model, "--text", text, "--chunks", "0"}, "--chunks must be at least 1"},
+        // Regression (user probe): an empty text was "the text has 1 tokens", naming no file.
+        {{"eval", model, "--text", dir.filePath("empty.txt")}, dir.filePath("empty.txt") + ": the evaluation text is empty"},
+        {{"compress", model, "--recipe", QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/gptq-w4g32.json", "--calib",
+          dir.filePath("empty.txt"), "--eval", text},
+         dir.filePath("empty.txt") + ": calibration text is empty"},
         {{"tokenize", model, "--file", dir.path()}, dir.path() + ": is a folder; give a text file"},
         {{"compress", model, "--recipe", QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/rtn-w4g32.json", "--out", mine + "/notes.txt"},
          mine + "/notes.txt: exists and is not a folder (--out is a folder)"},
@@ -394,6 +406,9 @@ void TestCli::mistakesFailBeforeTheWork() {
         QVERIFY2(got.exitCode == 2 && got.err.contains(r.message), qPrintable(r.args.join(' ') + " -> " + got.err));
     }
     QCOMPARE(QDir(mine).entryList(QDir::Files), QStringList{"notes.txt"});   // the user's file stays
+    QFile kept(mine + "/notes.txt");
+    QVERIFY(kept.open(QIODevice::ReadOnly));
+    QCOMPARE(kept.readAll(), QByteArray("keep me"));
     QVERIFY(!QFile::exists(dir.filePath("p.cwbproj")));                      // no half-made project
     QVERIFY(!QFile::exists(dir.filePath("m.gguf")));
     QVERIFY(!QFile::exists(dir.filePath("awq")));
@@ -425,7 +440,7 @@ void TestCli::mistakesFailBeforeTheWork() {
                   "--recipe", recipe}).exitCode, 0);
     // Export types are checked when the export is added, not when --batch writes it.
     Result gguf = run({"project", "add-export", project, "--variant", "rtn-w4g32", "--format", "gguf", "--type", "q9_9"});
-    QVERIFY2(gguf.exitCode == 2 && gguf.err.contains("--type for a gguf export: unknown or unsupported tensor type 'q9_9'"), qPrintable(gguf.err));
+    QVERIFY2(gguf.exitCode == 2 && gguf.err.contains("a gguf export: --type: unknown or unsupported tensor type 'q9_9'"), qPrintable(gguf.err));
     Result hfType = run({"project", "add-export", project, "--variant", "rtn-w4g32", "--format", "hf", "--type", "q4_0"});
     QVERIFY2(hfType.exitCode == 2 && hfType.err.contains("(choose one of: f32, f16, bf16)"), qPrintable(hfType.err));
     QCOMPARE(run({"project", "add-export", project, "--variant", "rtn-w4g32", "--format", "gguf", "--type", "q8_0"}).exitCode, 0);
