@@ -69,6 +69,11 @@ int runBudget(const std::vector<std::string>& args) {
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
     if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
+    if (a.value("device", "auto") == "auto") {
+        std::string note;
+        options.compute = fitAutoDevice(*model, options.compute, &note);
+        if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+    }
     if (a.has("target-bytes")) {
         // Bytes of the block linear layers as stored (levels, scales, zeros) -> the same budget in bits per weight.
         double parameters = 0;

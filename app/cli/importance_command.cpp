@@ -27,7 +27,7 @@ int runImportance(const std::vector<std::string>& args) {
     if (calibText.empty()) throw Error("importance needs --calib FILE (the text whose token windows it measures on)");
     const std::string kind = a.value("kind", "heads.ablation");
     checkImportanceKind(kind);   // before the model is read
-    const CalibrationCompute compute = importanceCompute(a.value("device", "auto"), a.value("dtype"), kind);
+    CalibrationCompute compute = importanceCompute(a.value("device", "auto"), a.value("dtype"), kind);
     nlohmann::json step;
     if (a.has("step")) {
         // --step '{"method": ..., "params": {...}}' or a file holding it: per-layer sensitivity to that step.
@@ -48,6 +48,11 @@ int runImportance(const std::vector<std::string>& args) {
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
+    if (a.value("device", "auto") == "auto") {
+        std::string note;
+        compute = fitAutoDevice(*model, compute, &note);
+        if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+    }
     const at::Tensor windows = windowsFromText(a, calibText, *model, 16);
     const std::string textHash = a.flag("json") ? hashFile(calibText) : "";   // as read, not after a long run
     CallbackFeedback feedback;

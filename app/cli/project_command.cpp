@@ -369,7 +369,7 @@ int importance(const std::vector<std::string>& args) {
     Arguments a(args, {"kind", "samples", "seq-len", "model", "tokenizer", "device", "dtype"}, {"quiet"});
     const std::string kind = a.value("kind", "heads.ablation");
     checkImportanceKind(kind);
-    const CalibrationCompute compute = importanceCompute(a.value("device", "auto"), a.value("dtype"), kind);
+    CalibrationCompute compute = importanceCompute(a.value("device", "auto"), a.value("dtype"), kind);
     Project project = Project::open(a.requirePositional("PROJECT"));
     const ProjectSettings& s = project.settings();
     const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
@@ -378,6 +378,11 @@ int importance(const std::vector<std::string>& args) {
     const std::string modelPath = a.value("model", project.model().path);
     auto model = loadModel(modelPath, load);
     if (!model->tokenizer) throw Error(model->path, "has no tokenizer; pass --tokenizer FILE");
+    if (a.value("device", "auto") == "auto") {
+        std::string note;
+        compute = fitAutoDevice(*model, compute, &note);
+        if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+    }
     const std::string modelHash = checkedModelHash(project, modelPath, a, "importance map");
     const std::string tokenizerHash = warnOfTokenizerChange(project, load, *model);
     CalibrationSpec spec{text, a.integer("samples", 16), a.integer("seq-len", std::min<int64_t>(256, s.calibrationSeqLen)),

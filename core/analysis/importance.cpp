@@ -8,6 +8,8 @@
 #include <map>
 #include <set>
 
+#include <c10/core/DeviceGuard.h>
+
 #include "core/analysis/gradient_importance.h"
 #include "core/compress/compressed_layers.h"
 #include "core/compress/method.h"
@@ -16,6 +18,7 @@
 #include "core/compress/prune_math.h"
 #include "core/compress/sequential.h"
 #include "core/model/model.h"
+#include "core/runtime/cuda_linear.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
@@ -327,6 +330,30 @@ WindowComparison compareWindows(Transformer& runtime, const at::Tensor& windows,
 void VariantRunner::setLogitLimitsForTesting(int64_t batchLogits, int64_t chunkLogits) {
     kBatchLogits = batchLogits > 0 ? batchLogits : int64_t(1) << 26;
     kChunkLogits = chunkLogits > 0 ? chunkLogits : int64_t(1) << 22;
+}
+
+std::string autoDeviceFitProblem(const Model& model, at::ScalarType type, int64_t freeBytes) {
+    if (freeBytes < 0) return "";
+    const double need = double(model.parameterCount()) * double(c10::elementSize(type)) * 1.25;
+    if (need <= double(freeBytes)) return "";
+    char text[200];
+    std::snprintf(text, sizeof text, "its weights in %s with room to work take about %.1f GiB, more than the GPU's %.1f GiB free",
+                  type == at::kFloat ? "f32" : type == at::kHalf ? "f16" : "bf16", need / double(1 << 30),
+                  double(freeBytes) / double(1 << 30));
+    return text;
+}
+
+CalibrationCompute fitAutoDevice(const Model& model, const CalibrationCompute& compute, std::string* note) {
+    if (!compute.device.is_cuda()) return compute;
+    int64_t freeBytes = -1;
+    {
+        const c10::DeviceGuard onDevice(compute.device);   // the free memory of the GPU asked for
+        freeBytes = deviceMemoryFreeBytes();
+    }
+    const std::string why = autoDeviceFitProblem(model, compute.forwardType, freeBytes);
+    if (why.empty()) return compute;
+    if (note) *note = "--device auto: " + why + "; computing on the CPU in f32 (--device cuda tries the GPU anyway, --dtype bf16 halves the weights)";
+    return {at::Device(at::kCPU), at::kFloat};
 }
 
 int64_t VariantRunner::windowsPerBatch(int64_t length, int64_t vocab) {

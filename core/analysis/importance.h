@@ -112,6 +112,12 @@ private:
     std::map<int64_t, std::shared_ptr<SavedTransformerBlock>> mSetAside;   // the base's blocks while a variant runs
 };
 
+// --device auto picked CUDA: why the model would not fit the GPU ("" when it fits or memory is unknown). Its weights in
+// the compute type, plus a quarter for activations and a working copy's swapped block, against `freeBytes`.
+std::string autoDeviceFitProblem(const Model& model, at::ScalarType type, int64_t freeBytes);
+// For --device auto: the CPU in place of a GPU the model does not fit, with the reason in `note` (else unchanged).
+CalibrationCompute fitAutoDevice(const Model& model, const CalibrationCompute& compute, std::string* note);
+
 // compare() on a runtime of the variant's own (a variant VariantRunner::apply refuses).
 WindowComparison compareWindows(Transformer& runtime, const at::Tensor& windows, const std::vector<at::Tensor>& base);
 

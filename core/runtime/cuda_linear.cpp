@@ -679,6 +679,14 @@ int64_t deviceMemoryUsedBytes() {
     }
 }
 
+int64_t deviceMemoryFreeBytes() {
+    try {
+        return int64_t(kernels::deviceMemory().freeBytes);
+    } catch (const kernels::KernelError&) {
+        return -1;
+    }
+}
+
 int kernelDispatchCapability() { return kernels::deviceCapability(); }
 int kernelCapabilityCeiling() { return kernels::deviceCapabilityCeiling(); }
 
@@ -715,6 +723,7 @@ std::unique_ptr<NativeIntLinear> makeNativeW8a8Rows(const std::vector<const W8A8
 bool nativeKernelsBuilt() { return false; }
 
 int64_t deviceMemoryUsedBytes() { return -1; }
+int64_t deviceMemoryFreeBytes() { return -1; }
 int kernelDispatchCapability() { return 0; }
 int kernelCapabilityCeiling() { return 0; }
 

@@ -118,6 +118,8 @@ bool nativeKernelsBuilt();
 
 // Bytes in use on the current CUDA device (driver's count, LibTorch's cache included); -1 without the kernels.
 int64_t deviceMemoryUsedBytes();
+// Bytes free on the current CUDA device (the driver's count); -1 without the kernels or a device.
+int64_t deviceMemoryFreeBytes();
 
 // The compute capability the kernels dispatch for on the current device (10 x major + minor; lowered by
 // CWB_CUDA_CAPABILITY), and the ceiling that variable sets; 0 for either without the kernels or a device.

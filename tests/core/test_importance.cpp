@@ -395,6 +395,17 @@ void TestImportance::nonFiniteLogitsAreRefused() {
     options.targetBitsPerWeight = 6;
     options.bits = {4, 8};
     QVERIFY_THROWS_EXCEPTION(Error, solveBitBudget(*model, windows(), options, nullptr));
+    // --device auto on a GPU the model does not fit: the reason, for the CPU fallback (the GPU side is not reachable
+    // here: a CPU compute is returned unchanged).
+    QVERIFY(autoDeviceFitProblem(*model, at::kFloat, -1).empty());   // memory unknown
+    const int64_t f32Bytes = model->parameterCount() * 4;
+    QVERIFY(autoDeviceFitProblem(*model, at::kFloat, f32Bytes * 2).empty());
+    const QString tight = QString::fromStdString(autoDeviceFitProblem(*model, at::kFloat, f32Bytes));
+    QVERIFY2(tight.contains("weights in f32") && tight.contains("GiB free"), qPrintable(tight));
+    QVERIFY(autoDeviceFitProblem(*model, at::kBFloat16, f32Bytes).empty());   // half the bytes fit
+    std::string note;
+    const CalibrationCompute cpu = fitAutoDevice(*model, CalibrationCompute{}, &note);
+    QVERIFY(cpu.device.is_cpu() && note.empty());
     // Gradients in f16 underflow: refused before any work, whatever the device.
     for (const std::string kind : {"heads.gradient", "channel-grad"}) {
         try {
