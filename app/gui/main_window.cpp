@@ -299,7 +299,11 @@ bool MainWindow::openPath(const QString& path, bool interactive) {
         const std::string file = info.absoluteFilePath().toStdString();
         const QFileInfo autosaved(QString::fromStdString(Project::autosavePath(file)));
         const bool newer = autosaved.lastModified() >= info.lastModified();
-        const bool mergeable = QFileInfo::exists(QString::fromStdString(Project::autosaveBasePath(file)));
+        bool mergeable = false;   // the autosave records the file as it was read, of the autosave's revision
+        try {
+            mergeable = Project::recoverAutosaveBase(file) != nullptr;
+        } catch (const std::exception&) {
+        }
         const auto answer = QMessageBox::question(
             this, tr("Recover unsaved changes?"),
             newer ? tr("%1 has autosaved changes newer than the saved file (the app may have stopped before saving). "

@@ -184,7 +184,7 @@ bool ProjectDocument::mergeChangesOnDisk(QStringList* problems) {
     QStringList found;
     if (mUntitled || !mLastSaved) {
         found << tr("this project was recovered from an autosave that does not record the file as it was read (an "
-                    "older build's, or its record is damaged)");
+                    "older build's, or its record is damaged or of another save of the file)");
     } else {
         Project theirs = Project::open(mProject->path());
         Project merged = *mProject;
@@ -222,6 +222,9 @@ void ProjectDocument::saveAs(const QString& path) {
     // The whole state goes, history included (a copy made table by table lost the journal).
     Project copy = *mProject;
     copy.record("save-as", {{"from", mProject->path()}});
+    // An autosave left at the target by a session on the file being replaced is not this document's: recovering it
+    // (or merging with it) later would bring that project's edits into this one.
+    Project::discardAutosave(target);
     copy.writeCopy(target);
     const std::string previous = mProject->path();
     *mProject = Project::open(target);
@@ -241,7 +244,9 @@ void ProjectDocument::autosave() const {
     // Untitled projects too: their autosave stays in their temporary folder for a later start to recover.
     if (!isDirty()) return;
     // The base first, once per state of the file: a recovered autosave is merged against it.
-    if (mLastSaved && !mUntitled && !mBaseAutosaved) {
+    // Again when the base file went (the autosave was discarded while this document stayed open).
+    if (mLastSaved && !mUntitled &&
+        (!mBaseAutosaved || !QFileInfo::exists(QString::fromStdString(Project::autosaveBasePath(mProject->path()))))) {
         mProject->autosaveBase(*mLastSaved);
         mBaseAutosaved = true;
     }

@@ -162,6 +162,7 @@ void checkBudgetOptions(const BudgetOptions& options) {
 BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const BudgetOptions& options, Feedback* feedback) {
     if (!windows.defined() || windows.dim() != 2) throw Error("budget: needs token windows (a text file)");
     checkBudgetOptions(options);
+    checkBaseLogProbMemory(windows, model.spec.vocab);   // before phase 1, which may calibrate for long
     auto stepAt = [&](int bits) { return budgetStep(options, bits); };
     // Phase 1 (half the progress): every layer at every width, as the method computes it inside a recipe.
     std::map<int, std::unique_ptr<Model>> quantized;

@@ -48,8 +48,8 @@ int64_t blockOfTensor(const std::string& name) {
     return -1;
 }
 
-// Logits of one forward pass at most (f32: 256 MiB): a 128k vocabulary at 1024 tokens is 131M logits per window, so
-// a batch of 8 such windows would take 4 GiB before any fp64 copy.
+// Logits of one forward pass (f32: 256 MiB), unless one window alone has more: a 128k vocabulary at 1024 tokens is 131M
+// logits per window, so a batch of 8 such windows would take 4 GiB before any fp64 copy.
 int64_t kBatchLogits = int64_t(1) << 26;
 // fp64 log-probabilities are made and compared this many logits at a time (32 MiB each), not a whole batch at once.
 int64_t kChunkLogits = int64_t(1) << 22;
@@ -96,18 +96,7 @@ double summedLoss(const at::Tensor& logProbs, const at::Tensor& windows, int64_t
 
 std::vector<at::Tensor> logProbsOf(Transformer& runtime, const at::Tensor& windows, double* meanLoss) {
     const int64_t length = windows.size(1), vocab = runtime.model().spec.vocab;
-    // Kept in fp64 on the CPU (the KL of an insensitive layer is ~1e-6 of a 7B model's; fp32 would round it): refused
-    // where that would take more than half of this machine's memory, before any pass.
-    const double bytes = double(windows.size(0)) * double(length) * double(std::max<int64_t>(1, vocab)) * 8.0;
-    const double physical = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
-    if (physical > 0 && bytes > physical / 2) {
-        char text[256];
-        std::snprintf(text, sizeof text, "%.1f GiB, more than half of this machine's memory (%.1f GiB)", bytes / double(1 << 30),
-                      physical / double(1 << 30));
-        throw Error("the base model's log-probabilities over " + std::to_string(windows.size(0)) + " windows of " +
-                    std::to_string(length) + " tokens (a vocabulary of " + std::to_string(vocab) + ") take " + text +
-                    ": use fewer or shorter windows");
-    }
+    checkBaseLogProbMemory(windows, vocab);
     std::vector<at::Tensor> out;
     double loss = 0;
     forEachLogProbChunk(runtime, windows, [&](int64_t first, int64_t n, int64_t row, const at::Tensor& lp) {
@@ -332,6 +321,21 @@ void VariantRunner::setLogitLimitsForTesting(int64_t batchLogits, int64_t chunkL
     kChunkLogits = chunkLogits > 0 ? chunkLogits : int64_t(1) << 22;
 }
 
+void checkBaseLogProbMemory(const at::Tensor& windows, int64_t vocab) {
+    // Kept in fp64 (the KL of an insensitive layer is ~1e-6 of a 7B model's; fp32 would round it).
+    const int64_t length = windows.size(1);
+    const double bytes = double(windows.size(0)) * double(length) * double(std::max<int64_t>(1, vocab)) * 8.0;
+    const double physical = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+    if (physical > 0 && bytes > physical / 2) {
+        char text[256];
+        std::snprintf(text, sizeof text, "%.1f GiB, more than half of this machine's memory (%.1f GiB)", bytes / double(1 << 30),
+                      physical / double(1 << 30));
+        throw Error("the base model's log-probabilities over " + std::to_string(windows.size(0)) + " windows of " +
+                    std::to_string(length) + " tokens (a vocabulary of " + std::to_string(vocab) + ") take " + text +
+                    ": use fewer or shorter windows");
+    }
+}
+
 std::string autoDeviceFitProblem(const Model& model, at::ScalarType type, int64_t freeBytes) {
     if (freeBytes < 0) return "";
     const double need = double(model.parameterCount()) * double(c10::elementSize(type)) * 1.25;
@@ -352,7 +356,9 @@ CalibrationCompute fitAutoDevice(const Model& model, const CalibrationCompute& c
     }
     const std::string why = autoDeviceFitProblem(model, compute.forwardType, freeBytes);
     if (why.empty()) return compute;
-    if (note) *note = "--device auto: " + why + "; computing on the CPU in f32 (--device cuda tries the GPU anyway, --dtype bf16 halves the weights)";
+    if (note)
+        *note = "--device auto: " + why + "; computing on the CPU in f32 (--device cuda tries the GPU anyway" +
+                (compute.forwardType == at::kFloat ? ", --dtype bf16 halves the weights)" : ")");
     return {at::Device(at::kCPU), at::kFloat};
 }
 
@@ -388,9 +394,9 @@ bool VariantRunner::apply(const Model& variant) {
         const int64_t block = blockOfTensor(name);
         // The base's block is kept as built, so reset() puts it back instead of converting (uploading) it again.
         if (!mSetAside.count(block)) mSetAside[block] = mRuntime->setBlockAside(block);
+        mAdopted.push_back(name);   // before adopting: a throw midway leaves reset() knowing what to put back
         mWork->adoptTensor(variant, name);
     }
-    mAdopted = differing;
     return true;
 }
 

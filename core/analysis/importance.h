@@ -112,6 +112,10 @@ private:
     std::map<int64_t, std::shared_ptr<SavedTransformerBlock>> mSetAside;   // the base's blocks while a variant runs
 };
 
+// Throws when the base's fp64 log-probabilities over `windows` at `vocab` would take more than half of this machine's
+// memory (VariantRunner::logProbs keeps them on the host); called before any pass, and before a budget's quantization.
+void checkBaseLogProbMemory(const at::Tensor& windows, int64_t vocab);
+
 // --device auto picked CUDA: why the model would not fit the GPU ("" when it fits or memory is unknown). Its weights in
 // the compute type, plus a quarter for activations and a working copy's swapped block, against `freeBytes`.
 std::string autoDeviceFitProblem(const Model& model, at::ScalarType type, int64_t freeBytes);

@@ -14,9 +14,9 @@ ChunkPlan planChunks(const Transformer& model, const std::vector<TokenId>& token
     plan.ctx = params.ctx;
     plan.chunks = chunkCount(static_cast<int64_t>(tokens.size()), params);
     if (plan.chunks == 0)
-        throw Error(params.textPath, std::string(tokens.size() <= 1 ? "the evaluation text is empty (" : "the evaluation text has ") +
-                                         std::to_string(tokens.size()) + " tokens" + (tokens.size() <= 1 ? ")" : "") +
-                                         ", less than one chunk of " + std::to_string(params.ctx) +
+        throw Error(params.textPath, std::string(tokens.size() <= 1 ? "the evaluation text is empty or all but empty (" : "the evaluation text has ") +
+                                         std::to_string(tokens.size()) + (tokens.size() == 1 ? " token" : " tokens") +
+                                         (tokens.size() <= 1 ? ")" : "") + ", less than one chunk of " + std::to_string(params.ctx) +
                                          "; use a longer text or a smaller --ctx");
     plan.first = params.ctx / 2;
     plan.scored = params.ctx - 1 - plan.first;

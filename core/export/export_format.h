@@ -18,8 +18,8 @@ struct ExportOptions {
     // the tensors left unquantized (embeddings, norms, head): f16 (default), bf16 or f32.
     std::string tensorType;
     // gguf only: the type of compressed layers that cannot be written level for level (act-order, input scales, groups
-    // that are not whole 32-blocks, other bit widths); default: the ggml type nearest each layer's format. f16/f32
-    // writes them unrounded (the variant's exact weights, at the size of a dense model).
+    // that are not whole 32-blocks, other bit widths); default: the ggml type nearest each layer's format. f32 writes
+    // the variant's exact weights (at the size of a dense model); f16 rounds them.
     std::string requantizeType;
     // hf/gptq/awq: a model whose tensors take more bytes than this is written as shards with an index.
     uint64_t shardBytes = uint64_t(4) << 30;

@@ -150,7 +150,10 @@ std::string destinationProblem(const std::string& path, bool folder) {
     if (!folder) {
         if (fs::is_directory(status)) return "is a folder; give the path of the file to write (e.g. " + path + "/model.gguf)";
         // One-file exports are GGUF: an earlier GGUF (or an empty file) may be replaced, anything else is someone's data.
+        // Not opened unless a regular file (a FIFO would block the read).
+        if (!fs::is_regular_file(status)) return "exists and is not a regular file; choose another name";
         std::ifstream in(path, std::ios::binary);
+        if (!in) return std::string("exists and cannot be read to check that it is a GGUF file: ") + std::strerror(errno);
         char magic[4] = {};
         in.read(magic, 4);
         const std::streamsize got = in.gcount();

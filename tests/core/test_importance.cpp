@@ -340,11 +340,15 @@ void TestImportance::batchesAndChunksDoNotChangeTheMaps() {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
     const at::Tensor w = at::randint(2, 64, {5, 20}, gen, at::kLong);
     const std::vector<std::string> kinds = {"heads.ablation", "linears.sensitivity", "linears.delta_ppl"};
+    // The limits go back to the defaults however the test leaves (a failed check returns early).
+    struct Limits {
+        Limits(int64_t batch, int64_t chunk) { VariantRunner::setLogitLimitsForTesting(batch, chunk); }
+        ~Limits() { VariantRunner::setLogitLimitsForTesting(0, 0); }
+    };
     auto mapsWith = [&](int64_t batchLogits, int64_t chunkLogits) {
-        VariantRunner::setLogitLimitsForTesting(batchLogits, chunkLogits);
+        const Limits limits(batchLogits, chunkLogits);
         std::vector<ImportanceMap> maps;
         for (const auto& kind : kinds) maps.push_back(computeImportance(*model, kind, w, nullptr));
-        VariantRunner::setLogitLimitsForTesting(0, 0);
         return maps;
     };
     // Cells agree to `tolerance` of the map's largest cell; most are not zero.
@@ -367,11 +371,13 @@ void TestImportance::batchesAndChunksDoNotChangeTheMaps() {
     // 7 positions per fp64 chunk (chunks cross windows), one forward pass: only fp64 sums move.
     agree(whole, mapsWith(0, 7 * 64), 1e-12, "chunks of 7 positions");
     // 2 windows per forward pass (5 = 2 + 2 + 1): float32 matrix products of other shapes round differently (~1e-7).
-    VariantRunner::setLogitLimitsForTesting(2 * 20 * 64, 7 * 64);
-    QCOMPARE(VariantRunner::windowsPerBatch(20, 64), int64_t(2));
-    VariantRunner runner(*model, {});
-    const std::vector<at::Tensor> batches = runner.logProbs(w);
-    VariantRunner::setLogitLimitsForTesting(0, 0);
+    std::vector<at::Tensor> batches;
+    {
+        const Limits limits(2 * 20 * 64, 7 * 64);
+        QCOMPARE(VariantRunner::windowsPerBatch(20, 64), int64_t(2));
+        VariantRunner runner(*model, {});
+        batches = runner.logProbs(w);
+    }
     QCOMPARE(batches.size(), size_t(3));
     QCOMPARE(batches.back().size(0), int64_t(1));
     agree(whole, mapsWith(2 * 20 * 64, 7 * 64), 2e-5, "batches of 2 windows");
@@ -391,10 +397,25 @@ void TestImportance::nonFiniteLogitsAreRefused() {
             QVERIFY2(QString(e.what()).contains("non-finite logits"), e.what());
         }
     }
-    BudgetOptions options;
-    options.targetBitsPerWeight = 6;
-    options.bits = {4, 8};
-    QVERIFY_THROWS_EXCEPTION(Error, solveBitBudget(*model, windows(), options, nullptr));
+    // A finite base whose one-layer variant overflows: the comparison names what went wrong, the layer where the
+    // caller knows it (the budget and the sensitivity map wrap it with the layer and width).
+    QTemporaryDir finiteDir;
+    auto finite = load(finiteDir, randomWeights(tinyLlamaSpec(), 33));
+    auto broken = finite->clone();
+    at::Tensor w = finite->floatTensor("model.layers.1.mlp.down_proj.weight").clone();
+    w[0][0] = std::numeric_limits<float>::infinity();
+    broken->replaceTensor("model.layers.1.mlp.down_proj.weight", w);
+    VariantRunner runner(*finite, {});
+    const std::vector<at::Tensor> base = runner.logProbs(windows());
+    QVERIFY(runner.apply(*broken));
+    try {
+        runner.compare(windows(), base);
+        QFAIL("a variant's non-finite logits were compared");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("non-finite logits") && QString(e.what()).contains("this variant"), e.what());
+    }
+    runner.reset();
+    QCOMPARE(runner.compare(windows(), base).meanKl, 0.0);   // the base's block is back
     // --device auto on a GPU the model does not fit: the reason, for the CPU fallback (the GPU side is not reachable
     // here: a CPU compute is returned unchanged).
     QVERIFY(autoDeviceFitProblem(*model, at::kFloat, -1).empty());   // memory unknown

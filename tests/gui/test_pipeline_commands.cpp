@@ -309,9 +309,18 @@ void TestPipelineCommands::saveMergesWhatAnotherProgramSaved() {
 // only be saved under another name. The autosave now keeps the file as the window read it, and the merge works.
 void TestPipelineCommands::recoveredAutosaveMerges() {
     const QString path = mDir.filePath("recovered.cwbproj");
+    {   // a stale autosave at the target, of a session on a file of that name: Save As drops it (review finding)
+        QFile stale(path + ".autosave");
+        QVERIFY(stale.open(QIODevice::WriteOnly));
+        stale.write("stale");
+    }
     mDoc->saveAs(path);
+    QVERIFY(!QFileInfo::exists(path + ".autosave"));
     mEditor->addStep("quantize.rtn");   // unsaved work, autosaved; then the app stops
     const QString first = mDoc->currentVariant();
+    mDoc->autosave();
+    QVERIFY(QFileInfo::exists(path + ".autosave.base"));
+    Project::discardAutosave(path.toStdString());   // dropped behind the open document's back: written again
     mDoc->autosave();
     QVERIFY(QFileInfo::exists(path + ".autosave.base"));
     mEditor.reset();
