@@ -53,6 +53,11 @@ ExportDialog::ExportDialog(const Project& project, const QString& currentVariant
     mType = new QComboBox(this);
     mType->setToolTip(tr("Type of the tensors the recipe left unquantized; empty: the format's default (f16). "
                          "GGUF maps quantized layers to the nearest ggml type and reports any error it adds."));
+    mRequantize = new QComboBox(this);
+    mRequantize->setToolTip(tr("GGUF: the type of compressed layers that cannot be written level for level (act-order, "
+                               "input scales, groups that are not whole blocks of 32). Nearest: the ggml type closest "
+                               "to each layer's format; f32 keeps their exact weights."));
+    for (const QString& t : typesFor("gguf")) mRequantize->addItem(t.isEmpty() ? tr("(nearest)") : t, t);
     mPath = new QLineEdit(this);
     auto* browseButton = new QPushButton(tr("Browse…"), this);
     auto* pathRow = new QHBoxLayout;
@@ -62,6 +67,7 @@ ExportDialog::ExportDialog(const Project& project, const QString& currentVariant
     form->addRow(tr("Variant"), mVariant);
     form->addRow(tr("Format"), mFormat);
     form->addRow(tr("Tensor type"), mType);
+    form->addRow(tr("Re-quantized layers"), mRequantize);
     form->addRow(tr("Write to"), pathRow);
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
     buttons->button(QDialogButtonBox::Ok)->setText(tr("Export"));
@@ -79,6 +85,7 @@ ExportDialog::ExportDialog(const Project& project, const QString& currentVariant
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
     mOk = buttons->button(QDialogButtonBox::Ok);
     connect(mType, &QComboBox::currentIndexChanged, this, &ExportDialog::validate);
+    connect(mRequantize, &QComboBox::currentIndexChanged, this, &ExportDialog::validate);
     connect(mVariant, &QComboBox::currentIndexChanged, this, &ExportDialog::validate);
     formatChanged();
 }
@@ -86,6 +93,9 @@ ExportDialog::ExportDialog(const Project& project, const QString& currentVariant
 void ExportDialog::formatChanged() {
     mType->clear();
     for (const QString& t : typesFor(mFormat->currentData().toString())) mType->addItem(t.isEmpty() ? tr("(default)") : t, t);
+    const bool gguf = mFormat->currentData().toString() == "gguf";
+    mRequantize->setEnabled(gguf);   // the other formats write compressed layers in their own layouts
+    if (!gguf) mRequantize->setCurrentIndex(0);
     validate();
 }
 
@@ -102,6 +112,7 @@ void ExportDialog::validate() {
     if (!path.isEmpty()) {
         ExportOptions options;
         options.tensorType = mType->currentData().toString().toStdString();
+        if (mRequantize->isEnabled()) options.requantizeType = mRequantize->currentData().toString().toStdString();
         const std::string format = mFormat->currentData().toString().toStdString();
         std::string why = mBase ? exportOverwritesSource(path.toStdString(), mBase->path) : std::string();
         if (why.empty()) why = exportDestinationProblem(format, path.toStdString());
@@ -121,13 +132,15 @@ void ExportDialog::validate() {
 QString ExportDialog::problem() const { return mProblem->text(); }
 
 ExportRequest ExportDialog::request() const {
-    return {mVariant->currentText(), mFormat->currentData().toString(), mType->currentData().toString(), mPath->text().trimmed()};
+    return {mVariant->currentText(), mFormat->currentData().toString(), mType->currentData().toString(), mPath->text().trimmed(),
+            mRequantize->isEnabled() ? mRequantize->currentData().toString() : QString()};
 }
 
 void ExportDialog::setRequest(const ExportRequest& r) {
     mVariant->setCurrentText(r.variant);
     mFormat->setCurrentIndex(mFormat->findData(r.format));
     mType->setCurrentIndex(std::max(0, mType->findData(r.type)));
+    mRequantize->setCurrentIndex(mRequantize->isEnabled() ? std::max(0, mRequantize->findData(r.requantize)) : 0);
     mPath->setText(r.path);
 }
 
@@ -157,6 +170,7 @@ std::unique_ptr<BackgroundJob> makeExportJob(const Project& snapshot, std::share
         }
         ExportOptions options;
         options.tensorType = request.type.toStdString();
+        options.requantizeType = request.requantize.toStdString();
         const ExportReport report = exportModel(*variant, request.format.toStdString(), request.path.toStdString(), options, &writing);
         summary->append(QObject::tr("Wrote %1 (%2 tensor bytes).").arg(QString::fromStdString(report.path)).arg(report.bytes));
         for (const auto& note : report.notes) summary->append(QString::fromStdString(note));

@@ -21,6 +21,7 @@ struct ExportRequest {
     QString format;    // "hf", "gptq", "awq", "gguf"
     QString type;      // "" for the format's default
     QString path;      // folder (hf/gptq/awq) or .gguf file
+    QString requantize;   // gguf: type of layers that cannot be written level for level; "" the nearest
 };
 
 class ExportDialog : public QDialog {
@@ -44,6 +45,7 @@ private:
     QComboBox* mVariant;
     QComboBox* mFormat;
     QComboBox* mType;
+    QComboBox* mRequantize;   // GGUF only
     QLineEdit* mPath;
     class QPushButton* mOk = nullptr;
     class QLabel* mProblem = nullptr;

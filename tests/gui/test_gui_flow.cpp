@@ -384,10 +384,11 @@ void TestGuiFlow::exportVariantFromTheWindow() {
     const QString variant = window.document()->currentVariant();
 
     ExportDialog dialog(window.document()->project(), variant, window.document()->model());
-    dialog.setRequest({variant, "gguf", "q8_0", mDir.filePath("gui-export.gguf")});
+    dialog.setRequest({variant, "gguf", "q8_0", mDir.filePath("gui-export.gguf"), "q5_0"});
     const ExportRequest request = dialog.request();
     QCOMPARE(request.format, QString("gguf"));
     QCOMPARE(request.type, QString("q8_0"));
+    QCOMPARE(request.requantize, QString("q5_0"));   // GGUF's type for layers it cannot write level for level
     QSignalSpy done(&window, &MainWindow::exportFinished);
     QVERIFY(window.exportVariant(request, false));
     QVERIFY(done.wait(120000));
@@ -402,8 +403,9 @@ void TestGuiFlow::exportVariantFromTheWindow() {
     dialog.setRequest({variant, "awq", "", mDir.filePath("gui-export-awq")});
     QVERIFY2(dialog.problem().contains("cannot be written as awq") && dialog.problem().contains("is not a multiple of"),
              qPrintable(dialog.problem()));
-    dialog.setRequest({variant, "gptq", "", mDir.filePath("gui-export-gptq")});
+    dialog.setRequest({variant, "gptq", "", mDir.filePath("gui-export-gptq"), "q5_0"});
     QCOMPARE(dialog.problem(), QString());   // GPTQ pads a last word
+    QCOMPARE(dialog.request().requantize, QString());   // not a GGUF export: no re-quantization type
     dialog.setRequest({variant, "gguf", "", model});   // over the model itself
     QVERIFY2(dialog.problem().contains("is where the model was read from"), qPrintable(dialog.problem()));
     QSignalSpy refused(&window, &MainWindow::exportFinished);
