@@ -47,6 +47,11 @@ int runBudget(const std::vector<std::string>& args) {
             throw Error(std::string("--params must be a JSON object: ") + e.what());
         }
         if (!options.params.is_object()) throw Error("--params must be a JSON object, e.g. '{\"act_order\":true}'");
+        // The widths and the group size are the plan's own options: given here they were silently replaced.
+        for (const char* own : {"bits", "group_size"})
+            if (options.params.contains(own))
+                throw Error(std::string("--params: \"") + own + "\" is set by " +
+                            (std::string(own) == "bits" ? "--bits (the widths to choose from)" : "--group-size"));
     }
     if (a.has("bits")) {
         options.bits.clear();
@@ -74,10 +79,11 @@ int runBudget(const std::vector<std::string>& args) {
         options.compute = fitAutoDevice(*model, options.compute, &note);
         if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
     }
+    // The plan covers the block linear layers; embeddings, the output head and norms keep their bytes.
+    double parameters = 0;
+    for (const auto& layer : model->linearLayers()) parameters += double(model->tensor(layer + ".weight").elementCount());
     if (a.has("target-bytes")) {
         // Bytes of the block linear layers as stored (levels, scales, zeros) -> the same budget in bits per weight.
-        double parameters = 0;
-        for (const auto& layer : model->linearLayers()) parameters += double(model->tensor(layer + ".weight").elementCount());
         options.targetBitsPerWeight = 8.0 * targetBytes / parameters;
         checkBudgetOptions(options);
     }
@@ -100,14 +106,20 @@ int runBudget(const std::vector<std::string>& args) {
             for (const auto& opt : l.options) o.push_back({{"bits", opt.bits}, {"bits_per_weight", opt.bitsPerWeight}, {"kl", opt.cost}});
             layers.push_back({{"layer", l.name}, {"parameters", l.parameters}, {"chosen", plan.bits.at(l.name)}, {"options", o}});
         }
-        std::cout << jsonText({{"method", options.method}, {"target_bits_per_weight", options.targetBitsPerWeight}, {"bits_per_weight", plan.bitsPerWeight},
-                               {"predicted_kl_sum", plan.predictedCost}, {"computed_on", describeCompute(options.compute)}, {"layers", layers}, {"recipe", plan.recipe.toJson()}})
+        nlohmann::json out = {{"method", options.method}, {"target_bits_per_weight", options.targetBitsPerWeight},
+                              {"bits_per_weight", plan.bitsPerWeight}, {"linear_parameters", parameters},
+                              {"linear_bytes", plan.bitsPerWeight * parameters / 8.0}, {"predicted_kl_sum", plan.predictedCost},
+                              {"computed_on", describeCompute(options.compute)}, {"layers", layers}, {"recipe", plan.recipe.toJson()}};
+        if (a.has("target-bytes")) out["target_bytes"] = targetBytes;   // of the block linear layers, as linear_bytes
+        std::cout << jsonText(out)
                   << "\n";
         return 0;
     }
     for (const auto& [layer, bits] : plan.bits) std::printf("%-44s %d bits\n", layer.c_str(), bits);
-    std::printf("plan: %.3f bits per weight (target %.3f), summed single-layer KL %.5f%s\n", plan.bitsPerWeight,
-                options.targetBitsPerWeight, plan.predictedCost, a.has("out") ? (", recipe written to " + a.value("out")).c_str() : "");
+    std::printf("plan: %.3f bits per weight (target %.3f), %.0f bytes of block linear layers (embeddings, output head and "
+                "norms not counted), summed single-layer KL %.5f%s\n",
+                plan.bitsPerWeight, options.targetBitsPerWeight, plan.bitsPerWeight * parameters / 8.0, plan.predictedCost,
+                a.has("out") ? (", recipe written to " + a.value("out")).c_str() : "");
     return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <unistd.h>
 
@@ -183,6 +184,25 @@ void checkOutputFile(const std::string& path) {
     if (!std::filesystem::is_directory(existing, ec)) throw Error(path, existing.string() + " is not a folder");
     if (::access(existing.c_str(), W_OK | X_OK) != 0)
         throw Error(path, "cannot write into " + existing.string() + ": " + std::strerror(errno));
+    // An existing file is replaced only when it is a recipe (an earlier plan) or empty: a typo must not turn the model,
+    // a project or a text into a recipe.
+    const std::filesystem::file_status status = std::filesystem::status(path, ec);
+    if (!std::filesystem::exists(status)) return;
+    if (!std::filesystem::is_regular_file(status)) throw Error(path, "exists and is not a regular file; choose another name");
+    if (std::filesystem::file_size(path, ec) == 0 && !ec) return;
+    std::ifstream in(path, std::ios::binary);
+    std::string head(4096, '\0');
+    in.read(head.data(), std::streamsize(head.size()));
+    head.resize(size_t(in.gcount()));
+    const size_t first = head.find_first_not_of(" \t\r\n");
+    bool recipe = false;
+    if (first != std::string::npos && head[first] == '{' && std::filesystem::file_size(path, ec) < (64u << 20)) {
+        const nlohmann::json j = nlohmann::json::parse(readTextFile(path), nullptr, false);
+        recipe = !j.is_discarded() && j.is_object() && j.contains("steps") && j["steps"].is_array();
+    }
+    if (!recipe)
+        throw Error(path, "exists and is not a recipe (a JSON object with \"steps\"); --out would replace it: remove it or "
+                          "choose another name");
 }
 
 int threadCount(int64_t threads) {

@@ -226,8 +226,9 @@ int show(const std::vector<std::string>& args) {
             ++perLayer[r.variant];
             continue;
         }
-        std::printf("result     %-24s %-22s %.6g%s (%s, %d threads)\n", r.variant.c_str(), r.metric.c_str(), r.value,
-                    r.error > 0 ? (" +/- " + std::to_string(r.error)).c_str() : "", r.device.c_str(), r.threads);
+        std::printf("result     %-24s %-22s %.6g%s (%s, %d thread%s)\n", r.variant.c_str(), r.metric.c_str(), r.value,
+                    r.error > 0 ? (" +/- " + std::to_string(r.error)).c_str() : "", r.device.c_str(), r.threads,
+                    r.threads == 1 ? "" : "s");
     }
     for (const auto& [variant, count] : perLayer)
         std::printf("result     %-24s reconstruction error of %d layers (project show --json lists them)\n", variant.c_str(), count);

@@ -725,8 +725,23 @@ void TestCli::budgetWithGptq() {
              qPrintable(unwritable.err));
     QVERIFY2(!unwritable.err.contains("measuring"), qPrintable(unwritable.err));
     Result made = run({"budget", model, "--text", text, "--target-bits", "6", "--bits", "4,8", "--samples", "2", "--seq-len", "32",
-                       "--out", dir.filePath("new/sub/r.json"), "--quiet"});
+                       "--out", dir.filePath("new/sub/r.json")});
     QVERIFY2(made.exitCode == 0 && QFileInfo::exists(dir.filePath("new/sub/r.json")), qPrintable(made.err));
+    QVERIFY2(made.out.contains("bytes of block linear layers (embeddings, output head and norms not counted)"), qPrintable(made.out));
+    // An earlier plan is replaced; anything else is not (regression, user probe: --out over the model turned it into a
+    // recipe, and over a project destroyed it).
+    Result again = run({"budget", model, "--text", text, "--target-bits", "6", "--bits", "4,8", "--samples", "2", "--seq-len", "32",
+                        "--out", dir.filePath("new/sub/r.json"), "--quiet"});
+    QVERIFY2(again.exitCode == 0, qPrintable(again.err));
+    const QString copy = dir.filePath("model-copy.gguf");
+    QVERIFY(QFile::copy(model, copy));
+    const qint64 size = QFileInfo(copy).size();
+    Result overModel = run({"budget", copy, "--text", text, "--target-bits", "6", "--out", copy});
+    QVERIFY2(overModel.exitCode == 2 && overModel.err.contains(copy + ": exists and is not a recipe"), qPrintable(overModel.err));
+    QCOMPARE(QFileInfo(copy).size(), size);
+    // The widths and group size are the plan's options: in --params they were silently replaced.
+    Result group = run({"budget", model, "--text", text, "--target-bits", "6", "--params", R"({"group_size":64})"});
+    QVERIFY2(group.exitCode == 2 && group.err.contains("\"group_size\" is set by --group-size"), qPrintable(group.err));
 }
 
 void TestCli::importanceTakesCalib() {
