@@ -13,6 +13,7 @@
 #include "core/compress/pipeline.h"
 #include "core/eval/perplexity.h"
 #include "core/io/model_format.h"
+#include "core/project/file_hash.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
 #include "core/util/json_text.h"
@@ -88,6 +89,7 @@ int runBudget(const std::vector<std::string>& args) {
         checkBudgetOptions(options);
     }
     const at::Tensor windows = windowsFromText(a, a.value("text"), *model, 8);
+    const std::string textHash = a.flag("json") ? hashFile(a.value("text")) : "";   // as read, not after a long run
     CallbackFeedback feedback;
     if (!a.flag("quiet") && !a.flag("json")) {
         std::fprintf(stderr, "budget: measuring on %s\n", describeCompute(options.compute).c_str());
@@ -111,6 +113,9 @@ int runBudget(const std::vector<std::string>& args) {
                               {"linear_bytes", plan.bitsPerWeight * parameters / 8.0}, {"predicted_kl_sum", plan.predictedCost},
                               {"computed_on", describeCompute(options.compute)}, {"layers", layers}, {"recipe", plan.recipe.toJson()}};
         if (a.has("target-bytes")) out["target_bytes"] = targetBytes;   // of the block linear layers, as linear_bytes
+        // What the costs were measured on, as `importance --json` records it.
+        out["measured_with"] = importanceMeasurement(a.value("text"), textHash, windows, static_cast<uint64_t>(a.integer("seed", 0)),
+                                                     options.compute);
         std::cout << jsonText(out)
                   << "\n";
         return 0;

@@ -2,6 +2,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sys/stat.h>
 #include <ctime>
@@ -33,6 +34,15 @@
 namespace cwb::cli {
 
 namespace {
+
+// A result as a person reads it: whole numbers of a million and more (bytes, parameters) in full, not as 1.1712e+06.
+std::string resultValue(double value) {
+    char text[64];
+    if (std::abs(value) >= 1e6 && std::abs(value) < 1e15 && value == std::floor(value)) std::snprintf(text, sizeof text, "%.0f", value);
+    else std::snprintf(text, sizeof text, "%.6g", value);
+    return text;
+}
+
 
 std::string absolute(const std::string& path) { return std::filesystem::absolute(path).lexically_normal().string(); }
 
@@ -226,7 +236,7 @@ int show(const std::vector<std::string>& args) {
             ++perLayer[r.variant];
             continue;
         }
-        std::printf("result     %-24s %-22s %.6g%s (%s, %d thread%s)\n", r.variant.c_str(), r.metric.c_str(), r.value,
+        std::printf("result     %-24s %-22s %s%s (%s, %d thread%s)\n", r.variant.c_str(), r.metric.c_str(), resultValue(r.value).c_str(),
                     r.error > 0 ? (" +/- " + std::to_string(r.error)).c_str() : "", r.device.c_str(), r.threads,
                     r.threads == 1 ? "" : "s");
     }
@@ -338,7 +348,7 @@ int runProject(const std::vector<std::string>& args) {
                 ++layers;
                 continue;
             }
-            std::printf("%-24s %-24s %.6g%s\n", name.c_str(), r.metric.c_str(), r.value,
+            std::printf("%-24s %-24s %s%s\n", name.c_str(), r.metric.c_str(), resultValue(r.value).c_str(),
                         r.error > 0 ? (" +/- " + std::to_string(r.error)).c_str() : "");
         }
         if (layers > 0)

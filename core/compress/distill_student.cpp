@@ -95,7 +95,8 @@ StudentTensors::StudentTensors(const Model& student, const at::Device& device, b
     if (eightBit)
         mNotes.push_back(std::to_string(eightBit) + " FP8/W8A8 layers train on their grid (" +
                          (trainScales ? "scales trained" : "scales kept") + "; QAT, straight-through estimator)");
-    if (masked) mNotes.push_back(std::to_string(masked) + " sparse layers keep their zeros");
+    if (masked)   // a quantized layer's weights that rounded to zero count too: "sparse" alone misled (user probe)
+        mNotes.push_back(std::to_string(masked) + " layers keep their zero weights (pruned, or rounded to zero on a quantized grid)");
     if (quantized) mNotes.push_back(std::to_string(quantized) + " integer layers train on their grid (QAT, straight-through estimator)");
     if (scaled) mNotes.push_back(std::to_string(scaled) + " quantized layers train their scales too (LSQ; zero points fixed)");
 }

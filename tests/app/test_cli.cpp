@@ -687,6 +687,10 @@ void TestCli::budgetWithGptq() {
     const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
     QCOMPARE(j["method"].toString(), QStringLiteral("quantize.gptq"));
     QVERIFY(j["bits_per_weight"].toDouble() <= 6.0);
+    const QJsonObject measured = j["measured_with"].toObject();   // was not recorded (user probe)
+    QVERIFY2(measured["windows"].toInt() == 4 && measured["tokens"].toInt() == 64 &&
+                 measured["text_hash"].toString().startsWith("fnv1a64:"), qPrintable(r.out.left(300)));
+    QVERIFY(std::abs(j["linear_bytes"].toDouble() - j["bits_per_weight"].toDouble() * j["linear_parameters"].toDouble() / 8) < 1e-6 * j["linear_bytes"].toDouble());
     const QJsonObject step = j["recipe"].toObject()["steps"].toArray()[0].toObject();
     QCOMPARE(step["method"].toString(), QStringLiteral("quantize.gptq"));
     QCOMPARE(step["params"].toObject()["act_order"].toBool(), true);
