@@ -1,6 +1,8 @@
 #include "core/analysis/budget.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 
 #include "core/analysis/importance.h"
@@ -174,6 +176,23 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
         // reconstruction errors, a pass over every block the plan does not use.
         quantized[options.bits[i]] = compressModel(model, recipe, recipeNeedsCalibration(recipe) ? windows : at::Tensor(),
                                                    feedback ? &sub : nullptr, {}, {options.compute.device, at::kFloat}).model;
+    }
+    // The smallest plan is known from the stored bits alone: a target below it fails now, not after the measurements.
+    {
+        double parameters = 0, bits = 0;
+        for (const auto& layer : model.linearLayers()) {
+            double narrowest = std::numeric_limits<double>::infinity();
+            for (const auto& [width, variant] : quantized)
+                if (auto linear = variant->compressed(layer)) narrowest = std::min(narrowest, linear->bitsPerWeight());
+            if (!std::isfinite(narrowest)) continue;   // reported with its layer below
+            const double n = double(model.tensor(layer + ".weight").elementCount());
+            parameters += n;
+            bits += n * narrowest;
+        }
+        if (parameters > 0 && bits / parameters > options.targetBitsPerWeight + 1e-12)
+            throw Error("budget: the target of " + std::to_string(options.targetBitsPerWeight) +
+                        " bits per weight is below the smallest plan (" + std::to_string(bits / parameters) +
+                        ", every layer at its narrowest width); nothing was measured");
     }
     // One runtime for every measurement: each (layer, width) swaps one layer into a working copy of the base.
     VariantRunner runner(model, options.compute);

@@ -11,6 +11,7 @@
 #include "core/io/model_format.h"
 #include "core/model/compressed_linear.h"
 #include "core/util/error.h"
+#include "core/util/feedback.h"
 #include "tests/support/synthetic_models.h"
 
 using namespace cwb;
@@ -45,6 +46,7 @@ class TestBudget : public QObject {
 private slots:
     void greedyUpgradesTheMostSensitiveLayer();
     void impossibleTargetIsRefused();
+    void unreachableTargetFailsBeforeMeasuring();
     void planMeetsTargetWhenApplied();
     void sensitivityComesFromTheChosenMethod();
     void methodWithoutBitsIsRefused();
@@ -73,6 +75,25 @@ void TestBudget::impossibleTargetIsRefused() {
     } catch (const Error& e) {
         QVERIFY(QString(e.what()).contains("below the smallest plan"));
     }
+}
+
+// A target the stored widths cannot meet (3 bits store as ~5.1 per weight on these tiny layers, above the loose early
+// bound) failed only after every layer and width was measured (user probe): now right after quantizing.
+void TestBudget::unreachableTargetFailsBeforeMeasuring() {
+    QTemporaryDir dir;
+    auto model = tinyModel(dir);
+    BudgetOptions options = sevenBitsOf({3, 8});
+    options.targetBitsPerWeight = 4.5;
+    CallbackFeedback feedback;
+    double furthest = 0;
+    feedback.progressCallback = [&](double p) { furthest = std::max(furthest, p); };
+    try {
+        solveBitBudget(*model, seededWindows(), options, &feedback);
+        QFAIL("accepted a target below the smallest plan");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("below the smallest plan") && QString(e.what()).contains("nothing was measured"), e.what());
+    }
+    QVERIFY2(furthest <= 0.5, qPrintable(QString::number(furthest)));   // the measurements are the second half
 }
 
 void TestBudget::planMeetsTargetWhenApplied() {
