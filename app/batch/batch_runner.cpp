@@ -334,15 +334,9 @@ int BatchRunner::run() {
                 if (isPerLayerMetric(m["metric"].get<std::string>())) continue;
                 const bool hasStored = m.contains("stored");
                 // Whole numbers (bytes) in full in both columns: "1.1712e+06" stood beside "1171200.000000".
-                auto shown = [](double value) {
-                    char text[64];
-                    if (value == std::floor(value) && std::abs(value) < 1e15) std::snprintf(text, sizeof text, "%.0f", value);
-                    else std::snprintf(text, sizeof text, "%.6g", value);
-                    return std::string(text);
-                };
                 std::snprintf(line, sizeof line, "| %s | %s | %s | %s | %s | %s | %s |\n", v["name"].get<std::string>().c_str(),
                               m["metric"].get<std::string>().c_str(),
-                              hasStored ? shown(m["stored"].get<double>()).c_str() : "—", shown(m["reproduced"].get<double>()).c_str(),
+                              hasStored ? resultText(m["stored"].get<double>()).c_str() : "—", resultText(m["reproduced"].get<double>()).c_str(),
                               hasStored ? std::to_string(m["difference"].get<double>()).c_str() : "—",
                               hasStored ? std::to_string(m["tolerance"].get<double>()).c_str() : "—",
                               m["timing"].get<bool>() ? "timing" : !hasStored ? "—"

@@ -75,11 +75,7 @@ int runBudget(const std::vector<std::string>& args) {
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
     if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
-    if (a.value("device", "auto") == "auto") {
-        std::string note;
-        options.compute = fitAutoDevice(*model, options.compute, &note);
-        if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
-    }
+    options.compute = autoFittedCompute(a, *model, options.compute);
     // The plan covers the block linear layers; embeddings, the output head and norms keep their bytes.
     double parameters = 0;
     for (const auto& layer : model->linearLayers()) parameters += double(model->tensor(layer + ".weight").elementCount());

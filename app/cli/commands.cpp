@@ -15,6 +15,7 @@
 
 #include "app/cli/arguments.h"
 
+#include "core/analysis/importance.h"
 #include "core/compress/pipeline.h"
 #include "core/eval/perplexity.h"
 #include "core/model/model.h"
@@ -104,6 +105,14 @@ at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, c
                                          model.spec.context, &note);
     if (!note.empty() && !args.flag("quiet") && !args.flag("json")) std::fprintf(stderr, "note: %s\n", note.c_str());
     return windows;
+}
+
+CalibrationCompute autoFittedCompute(const Arguments& args, const Model& model, const CalibrationCompute& compute) {
+    if (args.value("device", "auto") != "auto") return compute;
+    std::string note;
+    const CalibrationCompute fitted = fitAutoDevice(model, compute, &note);
+    if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+    return fitted;
 }
 
 void showProgress(CallbackFeedback& feedback, const std::string& label) {

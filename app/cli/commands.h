@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/io/model_format.h"
+#include "core/compress/sequential.h"
 #include "core/runtime/transformer.h"
 
 namespace cwb {
@@ -47,6 +48,9 @@ RuntimeOptions runtimeOptions(const Arguments& args);
 // Token windows for measurements: --samples (default `samples`) windows of --seq-len (256) tokens of the text
 // file, drawn with --seed (0). Throws cwb::Error when the model has no tokenizer or the text cannot be read.
 at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples);
+// Under --device auto (the default): `compute`, or the CPU with a note on stderr when the model would not fit the GPU
+// (fitAutoDevice). An explicit --device is kept as given.
+CalibrationCompute autoFittedCompute(const Arguments& args, const Model& model, const CalibrationCompute& compute);
 
 // How a project's model is read: the project's tokenizer, or --tokenizer FILE in its place (moved, or none recorded).
 LoadOptions projectLoadOptions(const Project& project, const Arguments& args);

@@ -48,11 +48,7 @@ int runImportance(const std::vector<std::string>& args) {
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
-    if (a.value("device", "auto") == "auto") {
-        std::string note;
-        compute = fitAutoDevice(*model, compute, &note);
-        if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
-    }
+    compute = autoFittedCompute(a, *model, compute);
     const at::Tensor windows = windowsFromText(a, calibText, *model, 16);
     const std::string textHash = a.flag("json") ? hashFile(calibText) : "";   // as read, not after a long run
     CallbackFeedback feedback;

@@ -35,14 +35,6 @@ namespace cwb::cli {
 
 namespace {
 
-// A result as a person reads it: whole numbers of a million and more (bytes, parameters) in full, not as 1.1712e+06.
-std::string resultValue(double value) {
-    char text[64];
-    if (std::abs(value) >= 1e6 && std::abs(value) < 1e15 && value == std::floor(value)) std::snprintf(text, sizeof text, "%.0f", value);
-    else std::snprintf(text, sizeof text, "%.6g", value);
-    return text;
-}
-
 
 std::string absolute(const std::string& path) { return std::filesystem::absolute(path).lexically_normal().string(); }
 
@@ -236,7 +228,7 @@ int show(const std::vector<std::string>& args) {
             ++perLayer[r.variant];
             continue;
         }
-        std::printf("result     %-24s %-22s %s%s (%s, %d thread%s)\n", r.variant.c_str(), r.metric.c_str(), resultValue(r.value).c_str(),
+        std::printf("result     %-24s %-22s %s%s (%s, %d thread%s)\n", r.variant.c_str(), r.metric.c_str(), resultText(r.value).c_str(),
                     r.error > 0 ? (" +/- " + std::to_string(r.error)).c_str() : "", r.device.c_str(), r.threads,
                     r.threads == 1 ? "" : "s");
     }
@@ -348,7 +340,7 @@ int runProject(const std::vector<std::string>& args) {
                 ++layers;
                 continue;
             }
-            std::printf("%-24s %-24s %s%s\n", name.c_str(), r.metric.c_str(), resultValue(r.value).c_str(),
+            std::printf("%-24s %-24s %s%s\n", name.c_str(), r.metric.c_str(), resultText(r.value).c_str(),
                         r.error > 0 ? (" +/- " + std::to_string(r.error)).c_str() : "");
         }
         if (layers > 0)
@@ -389,11 +381,7 @@ int importance(const std::vector<std::string>& args) {
     const std::string modelPath = a.value("model", project.model().path);
     auto model = loadModel(modelPath, load);
     if (!model->tokenizer) throw Error(model->path, "has no tokenizer; pass --tokenizer FILE");
-    if (a.value("device", "auto") == "auto") {
-        std::string note;
-        compute = fitAutoDevice(*model, compute, &note);
-        if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
-    }
+    compute = autoFittedCompute(a, *model, compute);
     const std::string modelHash = checkedModelHash(project, modelPath, a, "importance map");
     const std::string tokenizerHash = warnOfTokenizerChange(project, load, *model);
     CalibrationSpec spec{text, a.integer("samples", 16), a.integer("seq-len", std::min<int64_t>(256, s.calibrationSeqLen)),
