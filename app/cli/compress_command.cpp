@@ -42,9 +42,7 @@ int runMethods(const std::vector<std::string>& args) {
         }
         std::printf("%-22s v%d  %s: %s\n", m->id().c_str(), m->version(), m->displayName().c_str(), m->summary().c_str());
         for (const auto& p : m->params()) {
-            std::string range;
-            if (p.type == ParamType::Int || p.type == ParamType::Float)
-                range = " [" + nlohmann::json(p.minimum).dump() + ", " + nlohmann::json(p.maximum).dump() + "]";
+            std::string range = rangeText(p);
             if (p.type == ParamType::Choice)
                 for (const auto& c : p.choices) range += (range.empty() ? " {" : "|") + c;
             if (p.type == ParamType::Choice) range += "}";
@@ -156,7 +154,8 @@ int runCompress(const std::vector<std::string>& args) {
     for (const char* key : {"method", "version", "params", "layers", "seconds", "notes", "reconstruction_error"}) report["final"].erase(key);
     if (result.calibrationSamples)
         report["calibration"] = {{"file", calib.textPath}, {"samples", result.calibrationSamples},
-                                 {"seq_len", result.calibrationSeqLen}, {"seed", calib.seed}, {"note", result.calibrationNote}};
+                                 {"seq_len", result.calibrationSeqLen}, {"seed", calib.seed}, {"device", calib.device},
+                                 {"dtype", calib.forwardType}, {"note", result.calibrationNote}};
     nlohmann::json layers = nlohmann::json::object();
     for (const auto& [name, linear] : result.model->compressedLayers())
         layers[name] = {{"form", linear->describe()}, {"bits_per_weight", linear->bitsPerWeight()}};

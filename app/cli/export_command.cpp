@@ -1,11 +1,14 @@
 // cwb export: writes a model, a recipe's result or a project variant in a format other engines load.
 #include <cstdio>
+#include <filesystem>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
 #include "app/cli/arguments.h"
 #include "app/cli/commands.h"
 #include "core/compress/pipeline.h"
+#include "core/eval/perplexity.h"
 #include "core/export/export_format.h"
 #include "core/export/export_plan.h"
 #include "core/io/model_format.h"
@@ -33,6 +36,71 @@ void refuseBeforeBuilding(const Model& base, const Recipe& recipe, const std::st
 void refuseOverwritingSource(const std::string& out, const Model& base) {
     const std::string why = exportOverwritesSource(out, base.path);
     if (!why.empty()) throw Error(out, why);
+}
+
+// `cwb compress --out DIR` writes DIR/recipe.json and DIR/report.json. Exporting that recipe calibrates again; with
+// other windows the variant written is not the one compress measured (a user probe found PPL 7.56 exported against
+// 7.62 reported, from the default 128 x 512 windows in place of 32 x 256). So what the command line leaves out is
+// taken from the report beside the recipe, when the report is of this recipe, and what it sets otherwise is warned of.
+void calibrationAsCompressRanIt(const Arguments& a, const std::string& modelPath, const Recipe& recipe, CalibrationSpec& calib) {
+    if (!recipeNeedsCalibration(recipe)) return;
+    const std::filesystem::path reportPath = std::filesystem::path(a.value("recipe")).parent_path() / "report.json";
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(reportPath, ec)) return;
+    nlohmann::json report;
+    try {
+        report = nlohmann::json::parse(readTextFile(reportPath.string()));
+    } catch (const std::exception&) {
+        return;   // not a report of ours: nothing to take
+    }
+    if (!report.is_object() || !report.contains("calibration") || !report["calibration"].is_object() ||
+        !report.contains("recipe") || report["recipe"] != recipe.toJson())
+        return;   // the recipe was edited after compress ran it, or the file is something else
+    const nlohmann::json& c = report["calibration"];
+    std::vector<std::string> taken, differing;
+    auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    auto take = [&](const char* option, const char* key, auto& field) {
+        if (!c.contains(key)) return;
+        using Field = std::decay_t<decltype(field)>;
+        Field recorded;
+        try {
+            recorded = c[key].get<Field>();
+        } catch (const std::exception&) {
+            return;
+        }
+        if (!a.has(option)) {
+            field = recorded;
+            taken.push_back(std::string("--") + option + " " + text(c[key]));
+        } else if (field != recorded) {
+            differing.push_back(std::string("--") + option + " " + a.value(option) + " (compress: " + text(c[key]) + ")");
+        }
+    };
+    take("calib", "file", calib.textPath);
+    take("samples", "samples", calib.samples);
+    take("seq-len", "seq_len", calib.seqLen);
+    take("seed", "seed", calib.seed);
+    if (c.contains("device") && c["device"].is_string()) calib.device = c["device"].get<std::string>();
+    if (c.contains("dtype") && c["dtype"].is_string()) calib.forwardType = c["dtype"].get<std::string>();
+    const bool quiet = a.flag("quiet") || a.flag("json");
+    if (!taken.empty() && !quiet) {
+        std::string line;
+        for (const auto& t : taken) line += (line.empty() ? "" : " ") + t;
+        std::fprintf(stderr, "calibration as compress ran it (%s): %s\n", reportPath.string().c_str(), line.c_str());
+    }
+    if (!differing.empty()) {   // even with --quiet: the variant written is not the one measured
+        std::string line;
+        for (const auto& d : differing) line += (line.empty() ? "" : ", ") + d;
+        std::fprintf(stderr, "warning: %s differs from the calibration in %s, so the variant exported is not the one "
+                             "compress measured\n", line.c_str(), reportPath.string().c_str());
+    }
+    if (report.contains("model") && report["model"].is_string()) {
+        std::error_code e1, e2;
+        const auto recorded = std::filesystem::weakly_canonical(report["model"].get<std::string>(), e1);
+        const auto given = std::filesystem::weakly_canonical(modelPath, e2);
+        if (!e1 && !e2 && recorded != given)
+            std::fprintf(stderr, "warning: %s was made from %s, not %s\n", reportPath.string().c_str(),
+                         report["model"].get<std::string>().c_str(), modelPath.c_str());
+    }
 }
 
 } // namespace
@@ -95,6 +163,7 @@ int runExport(const std::vector<std::string>& args) {
             calib.seqLen = a.integer("seq-len", 512);
             calib.seed = static_cast<uint64_t>(a.integer("seed", 0));
             const Recipe recipe = Recipe::load(a.value("recipe"));
+            calibrationAsCompressRanIt(a, input, recipe, calib);
             refuseBeforeBuilding(*base, recipe, a.value("format"));
             variant = std::move(compressModel(*base, recipe, calib, &build).model);
         } else {
@@ -105,12 +174,13 @@ int runExport(const std::vector<std::string>& args) {
     CallbackFeedback writing;
     progressToStderr(writing, quiet, "export");
     const ExportReport report = exportModel(*variant, a.value("format"), a.value("out"), options, &writing);
+    for (const auto& w : report.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());   // even with --quiet or --json
     if (a.flag("json")) {
         nlohmann::json tensors = nlohmann::json::array();
         for (const auto& t : report.tensors)
             tensors.push_back({{"name", t.name}, {"type", t.type}, {"added_error", t.addedError}, {"note", t.note}});
         nlohmann::json out = {{"source", source}, {"format", report.format}, {"path", report.path},
-                              {"files", report.files}, {"bytes", report.bytes}, {"notes", report.notes},
+                              {"files", report.files}, {"bytes", report.bytes}, {"notes", report.notes}, {"warnings", report.warnings},
                               {"tensors", tensors}};
         std::printf("%s\n", jsonText(out).c_str());
         return 0;

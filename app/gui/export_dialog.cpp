@@ -173,6 +173,7 @@ std::unique_ptr<BackgroundJob> makeExportJob(const Project& snapshot, std::share
         options.requantizeType = request.requantize.toStdString();
         const ExportReport report = exportModel(*variant, request.format.toStdString(), request.path.toStdString(), options, &writing);
         summary->append(QObject::tr("Wrote %1 (%2 tensor bytes).").arg(QString::fromStdString(report.path)).arg(report.bytes));
+        for (const auto& warning : report.warnings) summary->append(QObject::tr("Warning: %1").arg(QString::fromStdString(warning)));
         for (const auto& note : report.notes) summary->append(QString::fromStdString(note));
     }, parent);
 }

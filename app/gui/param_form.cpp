@@ -138,6 +138,8 @@ void ParamForm::setSpecs(const std::vector<ParamSpec>& specs, const nlohmann::js
         QString help = QString::fromStdString(spec.help);
         if (spec.type == ParamType::Int || spec.type == ParamType::Float)
             help += tr("\nrange %1 … %2, default %3").arg(spec.minimum).arg(spec.maximum).arg(QString::fromStdString(spec.defaultValue.dump()));
+        for (size_t i = 0; i < spec.excluded.size(); ++i)
+            help += (i ? QStringLiteral(", ") : tr("; not allowed: ")) + QString::number(spec.excluded[i]);
         editor->setToolTip(help);
         auto* label = new QLabel(QString::fromStdString(spec.name), this);
         label->setToolTip(help);

@@ -50,6 +50,8 @@ nlohmann::json resolveParams(const std::string& methodId, const std::vector<Para
             if (!v.is_number_integer()) problems.push_back(where + " must be an integer");
             else if (v.get<double>() < p.minimum || v.get<double>() > p.maximum)
                 problems.push_back(where + " = " + v.dump() + " is out of range " + numberText(p.minimum) + ".." + numberText(p.maximum));
+            else if (std::find(p.excluded.begin(), p.excluded.end(), v.get<int64_t>()) != p.excluded.end())
+                problems.push_back(where + " = " + v.dump() + " is not allowed (range" + rangeText(p) + ")");
             else out[p.name] = v;
             break;
         case ParamType::Float:
@@ -92,6 +94,7 @@ nlohmann::json describeParams(const std::vector<ParamSpec>& specs) {
         if (p.type == ParamType::Int || p.type == ParamType::Float) {
             j["min"] = p.minimum;
             j["max"] = p.maximum;
+            if (!p.excluded.empty()) j["excluded"] = p.excluded;
         }
         if (p.type == ParamType::Choice) j["choices"] = p.choices;
         out.push_back(j);
@@ -113,6 +116,18 @@ ParamSpec choiceParam(std::string name, std::vector<std::string> choices, std::s
 }
 ParamSpec textParam(std::string name, std::string def, std::string help) {
     return {std::move(name), ParamType::Text, 0, 0, def, {}, std::move(help)};
+}
+
+ParamSpec excluding(ParamSpec spec, std::vector<int64_t> values) {
+    spec.excluded = std::move(values);
+    return spec;
+}
+
+std::string rangeText(const ParamSpec& spec) {
+    if (spec.type != ParamType::Int && spec.type != ParamType::Float) return "";
+    std::string text = " [" + numberText(spec.minimum) + ", " + numberText(spec.maximum) + "]";
+    for (size_t i = 0; i < spec.excluded.size(); ++i) text += (i ? ", " : " except ") + std::to_string(spec.excluded[i]);
+    return text;
 }
 
 } // namespace cwb

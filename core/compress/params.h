@@ -18,6 +18,7 @@ struct ParamSpec {
     nlohmann::json defaultValue;
     std::vector<std::string> choices;   // Choice
     std::string help;
+    std::vector<int64_t> excluded;      // Int: values inside the range that are refused (GPTQ's group_size 0)
 };
 
 const char* paramTypeName(ParamType type);
@@ -34,5 +35,9 @@ ParamSpec floatParam(std::string name, double minimum, double maximum, double de
 ParamSpec boolParam(std::string name, bool def, std::string help);
 ParamSpec choiceParam(std::string name, std::vector<std::string> choices, std::string def, std::string help);
 ParamSpec textParam(std::string name, std::string def, std::string help);
+// An Int parameter that refuses some values inside its range.
+ParamSpec excluding(ParamSpec spec, std::vector<int64_t> values);
+// " [-1, 65536] except 0": the range of an Int or Float parameter as `cwb methods` and the GUI print it.
+std::string rangeText(const ParamSpec& spec);
 
 } // namespace cwb

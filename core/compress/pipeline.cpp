@@ -194,6 +194,18 @@ static bool needsCalibration(const Recipe& recipe) {
     return need;
 }
 
+// A step that writes a dense weight over a layer an earlier step quantized (pruning after quantizing) drops the
+// quantization: the size grows back and exports hold the layer as floats or re-quantize it. Allowed, but said.
+static void noteLayersMadeDense(const Model& before, const Model& after, StepContext& ctx) {
+    std::vector<std::string> dense;
+    for (const auto& [layer, linear] : before.compressedLayers())
+        if (!after.compressed(layer) && after.has(layer + ".weight")) dense.push_back(layer);
+    if (dense.empty()) return;
+    ctx.note(std::to_string(dense.size()) + " layer" + (dense.size() == 1 ? "" : "s") + " that an earlier step compressed " +
+             "(" + dense.front() + (dense.size() > 1 ? ", ..." : "") + ") now hold dense weights: this step replaced them, so " +
+             "their quantization is gone and they count at full size; put this step before the quantization to keep both");
+}
+
 CompressionResult compressModel(const Model& base, const Recipe& recipe, const CalibrationSpec& calibration, Feedback* feedback,
                                 const StepObserver& onStep) {
     recipe.validate("recipe");
@@ -241,6 +253,7 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         auto t0 = std::chrono::steady_clock::now();
         std::unique_ptr<Model> before = result.model->clone();
         method->apply(ctx);
+        noteLayersMadeDense(*before, *result.model, ctx);
         StepReport report;
         report.method = step.method;
         report.version = method->version();

@@ -38,6 +38,9 @@ struct ExportReport {
     std::vector<std::string> files;        // every file written, by name: in the folder `path`, or (GGUF) the file itself
     std::vector<ExportedTensor> tensors;
     std::vector<std::string> notes;        // fallbacks, re-quantizations, what the format drops
+    // What changes what the exported model computes against the variant (layers re-quantized): shown even with
+    // --quiet, and in batch reports.
+    std::vector<std::string> warnings;
     uint64_t bytes = 0;                    // tensor data bytes written (headers and padding not counted)
 };
 

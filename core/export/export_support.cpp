@@ -1,5 +1,6 @@
 #include "core/export/export_support.h"
 
+#include <cstdio>
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -77,6 +78,12 @@ ggml::Type parseGgmlType(const std::string& name, const std::vector<ggml::Type>&
         choices += (choices.empty() ? "" : ", ") + ggmlTypeName(t);
     }
     throw Error("unknown or unsupported tensor type '" + name + "' (choose one of: " + choices + ")");
+}
+
+std::string errorText(double error) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", error);
+    return text;
 }
 
 double relativeError(const at::Tensor& a, const at::Tensor& b) {

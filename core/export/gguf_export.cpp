@@ -207,6 +207,11 @@ public:
         std::optional<Type> requantize;   // --requantize: compressed layers that cannot be written level for level
         if (!options.requantizeType.empty()) requantize = exporting::parseGgmlType(options.requantizeType, kWritable);
         std::set<std::string> compressedNames;   // written from a compressed layer: the error they add is reported
+        struct Requantized {
+            bool inputScales = false;   // a per-layer x / s (AWQ without fold) that GGUF has no place for
+            bool asymmetric = false;
+        };
+        std::map<std::string, Requantized> requantized;   // compressed layers not written level for level
         GgufWriter writer;
         const std::string arch = gguf::ggufArchitecture(model.spec);
         writeArchitecture(writer, model, arch);
@@ -222,22 +227,40 @@ public:
             auto linear = layer.empty() ? nullptr : model.compressed(layer);
             Type exact = Type::F32;
             bool isExact = linear && exactBlockType(*linear, &exact);
-            Type wanted = r.shape.size() < 2 ? Type::F32 : isExact ? exact : linear ? (requantize ? *requantize : nearestType(*linear)) : dense;
-            const Type type = fittingType(wanted, r.shape.back(), &t.note, floatFallback);
+            const int64_t heads = toAdjacent ? exporting::ropeHeadsOf(model, name) : 0;
+            // A tensor of a quantized GGUF source that no step changed keeps its bytes (re-encoding a q4_K from its
+            // floats would add error, and f16 would triple its size); one a step replaced goes back to its type.
+            const bool floatRecord = r.type == Type::F32 || r.type == Type::F16 || r.type == Type::BF16;
+            const bool keepBytes = !linear && !r.packedOnly && !r.storedTransposed && !floatRecord && options.tensorType.empty() && heads == 0 && r.shape.size() >= 2;
+            const bool backToSource = !linear && floatRecord && r.quantizedSource && options.tensorType.empty() && r.shape.size() >= 2 &&
+                                      std::find(kWritable.begin(), kWritable.end(), *r.quantizedSource) != kWritable.end();
+            Type wanted = r.shape.size() < 2 ? Type::F32 : isExact ? exact : linear ? (requantize ? *requantize : nearestType(*linear))
+                          : keepBytes ? r.type : backToSource ? *r.quantizedSource : dense;
+            const Type type = keepBytes ? r.type : fittingType(wanted, r.shape.back(), &t.note, floatFallback);
+            if (backToSource && t.note.empty()) t.note = "changed by a step; written as " + exporting::ggmlTypeName(type) + ", the type it was read in";
             if (linear) compressedNames.insert(t.name);
             if (!t.note.empty() && linear && !isExact && wanted == nearestType(*linear))   // say where the type came from
                 t.note += " (" + exporting::ggmlTypeName(wanted) + ": the ggml type nearest the layer's " + linear->describe() + ")";
             isExact = isExact && type == exact;
-            if (linear && !isExact)
+            if (linear && !isExact) {
                 report.notes.push_back(t.name + " (" + linear->describe() + ") re-quantized to " + exporting::ggmlTypeName(type));
+                const auto* ints = dynamic_cast<const IntLinear*>(linear.get());
+                requantized[t.name] = {ints && ints->inputScale().defined(), ints && !ints->quantized().spec.symmetric};
+            }
             if (!t.note.empty()) report.notes.push_back(t.name + ": " + t.note);
             t.type = exporting::ggmlTypeName(type);
             report.bytes += ggml::rowBytes(type, r.shape.back()) * size_t(r.elementCount() / r.shape.back());
             const size_t index = report.tensors.size();
             report.tensors.push_back(t);
             std::vector<int64_t> ne(r.shape.rbegin(), r.shape.rend());
-            const int64_t heads = toAdjacent ? exporting::ropeHeadsOf(model, name) : 0;
             const int64_t headDim = model.spec.headDim;
+            if (keepBytes) {
+                writer.addTensor(t.name, type, ne, [&model, name] {
+                    const TensorRecord& kept = model.tensor(name);
+                    return std::vector<uint8_t>(kept.data, kept.data + kept.bytes);
+                });
+                continue;
+            }
             writer.addTensor(t.name, type, ne, [&model, &report, name, type, isExact, linear, heads, headDim, index] {
                 auto order = [&](at::Tensor rows) { return heads > 0 ? exporting::halvesToAdjacent(rows, heads, headDim) : rows; };
                 const at::Tensor reference = order(model.floatTensor(name));
@@ -281,12 +304,44 @@ public:
         for (const auto& t : report.tensors) {
             if (t.type == "f32" && t.name.find("norm") != std::string::npos) continue;
             if (t.addedError > 0 && (compressedNames.count(t.name) || (t.type != "f16" && t.type != "bf16" && t.type != "f32")))
-                report.notes.push_back(t.name + ": added error " + std::to_string(t.addedError));
+                report.notes.push_back(t.name + ": added error " + exporting::errorText(t.addedError));
         }
+        if (!requantized.empty()) report.warnings.push_back(requantizedWarning(report, requantized, compressedNames.size()));
         return report;
     }
 
 private:
+    // One line for every compressed layer GGUF could not hold level for level: how many, to what, how far their
+    // weights moved, and what keeps them exact where something does.
+    template <class Requantized>
+    static std::string requantizedWarning(const ExportReport& report, const std::map<std::string, Requantized>& requantized,
+                                          size_t compressed) {
+        std::map<std::string, int> types;
+        double worst = 0, sum = 0;
+        bool inputScales = false, asymmetric = false;
+        for (const auto& t : report.tensors) {
+            auto it = requantized.find(t.name);
+            if (it == requantized.end()) continue;
+            ++types[t.type];
+            worst = std::max(worst, t.addedError);
+            sum += t.addedError;
+            inputScales |= it->second.inputScales;
+            asymmetric |= it->second.asymmetric;
+        }
+        std::string to;
+        for (const auto& [type, n] : types) to += (to.empty() ? "" : ", ") + type + " x" + std::to_string(n);
+        std::string line = std::to_string(requantized.size()) + " of " + std::to_string(compressed) +
+                           " compressed layers are not written level for level (re-quantized: " + to + "); their added error "
+                           "(|w' - w|^2 / |w|^2 against the variant's weights) is up to " + exporting::errorText(worst) + ", mean " +
+                           exporting::errorText(sum / double(requantized.size())) + ", so the file will not score as the variant did";
+        if (inputScales)
+            line += "; layers with a per-layer input scale (AWQ without \"fold\": true) have no such scale in GGUF: compress "
+                    "with \"fold\": true to write them exactly";
+        else if (asymmetric)
+            line += "; asymmetric layers keep more with --requantize q5_1 or q5_0";
+        return line;
+    }
+
     static uint32_t fileType(const ExportReport& report) {
         // llama.cpp's LLAMA_FTYPE of the type most 2-D tensors have: f32 0, f16 1, q4_0 2, q4_1 3, q8_0 7,
         // q5_0 8, q5_1 9, q2_K 10, q3_K_M 12, q4_K_M 15, q5_K_M 17, q6_K 18, bf16 32.

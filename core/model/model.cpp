@@ -130,6 +130,11 @@ void Model::replaceTensor(const std::string& name, const at::Tensor& value) {
     r.file = mScratch ? "(scratch file in " + mScratch->directory() + ")" : "(in memory)";
     r.owner = owned;
     auto it = mTensors.find(name);
+    if (it != mTensors.end()) {
+        const TensorRecord& old = it->second;
+        const bool oldQuantized = old.type != ggml::Type::F32 && old.type != ggml::Type::F16 && old.type != ggml::Type::BF16;
+        r.quantizedSource = oldQuantized && !old.packedOnly ? std::optional<ggml::Type>(old.type) : old.quantizedSource;
+    }
     if (it == mTensors.end()) {
         mOrder.push_back(name);
         mTensors.emplace(name, std::move(r));

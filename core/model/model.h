@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ struct TensorRecord {
     // The weight of a layer read packed from a checkpoint (GPTQ, AWQ, compressed-tensors): no dense bytes at all
     // (data null, bytes 0); floatTensor dequantizes the compressed layer, which the model always holds with it.
     bool packedOnly = false;
+    // The quantized GGUF type (q4_K, ...) the tensor was read in, once a method replaced it with floats: a GGUF export
+    // writes it in that type again unless --type says otherwise. Unset while the record holds the type itself.
+    std::optional<ggml::Type> quantizedSource;
     // Keeps `data` alive when the model owns it (replaceTensor): shared by the records of clones, released with the
     // last record, so replacing a tensor twice does not hold both copies.
     std::shared_ptr<const void> owner;

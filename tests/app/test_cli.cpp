@@ -1,4 +1,6 @@
 // The cwb command line, run as a user would: exit codes, JSON output, and errors that name the file.
+#include <cmath>
+
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -639,6 +641,23 @@ void TestCli::methodsAndCompress() {
     }
     QCOMPARE(j["calibration"].toObject()["samples"].toInt(), 8);
     QVERIFY(QFile::exists(out.filePath("o/report.json")) && QFile::exists(out.filePath("o/recipe.json")));
+    {   // Regression (user probe): exporting compress's recipe calibrated again on the default 128 x 512 windows, so the
+        // model written was not the one measured. The calibration left out is taken from the report beside the recipe.
+        Result exported = run({"export", model, "--recipe", out.filePath("o/recipe.json"), "--format", "gptq", "--out", out.filePath("gptq")});
+        QVERIFY2(exported.exitCode == 0, qPrintable(exported.err));
+        QVERIFY2(exported.err.contains("calibration as compress ran it (" + out.filePath("o/report.json") + "): --calib " + text +
+                                       " --samples 8 --seq-len 128 --seed 0"), qPrintable(exported.err));
+        QVERIFY(!exported.err.contains("warning"));
+        Result eval = run({"eval", out.filePath("gptq"), "--text", text, "--ctx", "128", "--chunks", "4", "--json"});
+        QVERIFY2(eval.exitCode == 0, qPrintable(eval.err));
+        const double ppl = QJsonDocument::fromJson(eval.out.toUtf8()).object()["perplexity"].toDouble();
+        QVERIFY2(std::abs(ppl - final_["ppl"].toDouble()) < 1e-4 * ppl, qPrintable(QString("%1 %2").arg(ppl).arg(final_["ppl"].toDouble())));
+        // Other windows given on purpose: taken, and warned of.
+        Result other = run({"export", model, "--recipe", out.filePath("o/recipe.json"), "--samples", "4", "--format", "gptq",
+                            "--out", out.filePath("gptq4"), "--quiet"});
+        QVERIFY2(other.exitCode == 0, qPrintable(other.err));
+        QVERIFY2(other.err.contains("warning: --samples 4 (compress: 8) differs from the calibration in"), qPrintable(other.err));
+    }
     // A calibrated method without calibration text is refused with what to do, before the base is evaluated
     // (minutes on a 7B model) and without leaving an empty --out folder (regression).
     Result missing = run({"compress", model, "--recipe", recipe, "--eval", text, "--ctx", "128", "--chunks", "1", "--out",

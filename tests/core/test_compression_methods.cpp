@@ -57,6 +57,7 @@ private slots:
     void overridesTargetsAndIgnore();
     void nmLeavesTwoZerosInEveryFour();
     void globalMagnitudeAndDisabledSteps();
+    void pruningAfterQuantizingIsNoted();
     void removingSilentHeadsKeepsLogits();
     void kvGroupAndChannelPruningChangeShapes();
     void droppingABlockRenumbersTheRest();
@@ -145,6 +146,26 @@ void TestCompressionMethods::globalMagnitudeAndDisabledSteps() {
     QVERIFY(*std::max_element(perLayer.begin(), perLayer.end()) - *std::min_element(perLayer.begin(), perLayer.end()) > 0.01);   // ...not per layer
     QVERIFY(r.model->compressedLayers().empty());   // the disabled RTN step did not run
     QCOMPARE(r.steps.size(), size_t(1));
+}
+
+// Regression (user probe): a prune step after a quantize step stored the layers dense again, and nothing said so.
+void TestCompressionMethods::pruningAfterQuantizingIsNoted() {
+    Loaded l(tinyLlamaSpec());
+    CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":16}},
+        {"method":"prune.magnitude","params":{"sparsity":0.5},"targets":"mlp"}]})"), at::Tensor());
+    QCOMPARE(r.steps.size(), size_t(2));
+    QVERIFY(r.steps[0].notes.empty());
+    QCOMPARE(r.model->compressedLayers().size(), size_t(2 * 4));   // attention stays quantized, the MLP is dense
+    QVERIFY(!r.model->compressed("model.layers.0.mlp.gate_proj"));
+    bool noted = false;
+    for (const auto& n : r.steps[1].notes)
+        noted |= n.find("6 layers that an earlier step compressed (model.layers.0.mlp.") == 0 && n.find("quantization is gone") != std::string::npos;
+    QVERIFY2(noted, r.steps[1].notes.empty() ? "no note" : r.steps[1].notes.front().c_str());
+    // Pruning first and quantizing after keeps both, and says nothing.
+    CompressionResult ordered = compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5}},
+        {"method":"quantize.rtn","params":{"bits":4,"group_size":16}}]})"), at::Tensor());
+    QCOMPARE(ordered.model->compressedLayers().size(), size_t(2 * 7));
+    QVERIFY(ordered.steps[0].notes.empty() && ordered.steps[1].notes.empty());
 }
 
 void TestCompressionMethods::removingSilentHeadsKeepsLogits() {

@@ -15,6 +15,7 @@
 #include "core/compress/compressed_layers.h"
 #include "core/compress/pipeline.h"
 #include "core/export/export_format.h"
+#include "core/export/export_support.h"
 #include "core/export/quant_layouts.h"
 #include "core/io/gguf_file.h"
 #include "core/io/model_format.h"
@@ -75,6 +76,8 @@ private slots:
     void ggufMapsQuantizedLayers();
     void ggufFallbackFollowsTheTypeAskedFor();
     void ggufRequantizeTypeIsChosen();
+    void ggufRequantizedLayersAreWarnedOf();
+    void ggufSourceTypesAreKept();
     void refusals_data();
     void refusals();
     void cancelLeavesNothing();
@@ -527,6 +530,95 @@ void TestExport::ggufRequantizeTypeIsChosen() {
     wrong.requantizeType = "int4";
     QVERIFY2(QString::fromStdString(exportOptionsProblem("gguf", wrong)).startsWith("--requantize: "),
              exportOptionsProblem("gguf", wrong).c_str());
+}
+
+// Regression (user probe): a GGUF of an unfolded AWQ variant scored 6% worse than the variant and only per-layer notes
+// in report.json said why. One warning now gives how many layers moved, how far, and what keeps them exact.
+void TestExport::ggufRequantizedLayersAreWarnedOf() {
+    QTemporaryDir dir;
+    auto base = syntheticModel(dir.path(), "hf");
+    struct Case {
+        const char* recipe;
+        const char* hint;   // nullptr: every layer exact, no warning
+    };
+    const Case cases[] = {
+        {R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})", nullptr},
+        {R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":32,"sym":false,"act_order":true}}]})",
+         "asymmetric layers keep more with --requantize q5_1 or q5_0"},
+        {R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":32,"grid":4}}]})", "compress with \"fold\": true"},
+    };
+    int index = 0;
+    for (const Case& c : cases) {
+        auto variant = compressed(*base, c.recipe);
+        const size_t layers = variant->compressedLayers().size();
+        const ExportReport report = exportModel(*variant, "gguf", (dir.path() + "/warned-" + QString::number(index++) + ".gguf").toStdString(), {});
+        if (!c.hint) {
+            QVERIFY2(report.warnings.empty(), report.warnings.empty() ? "" : report.warnings.front().c_str());
+            continue;
+        }
+        QCOMPARE(report.warnings.size(), size_t(1));
+        const QString w = QString::fromStdString(report.warnings.front());
+        QVERIFY2(w.startsWith(QString("%1 of %1 compressed layers are not written level for level (re-quantized: q4_0 x").arg(layers)), qPrintable(w));
+        QVERIFY2(w.contains(c.hint), qPrintable(w));
+        double worst = 0;
+        for (const auto& t : report.tensors)
+            if (t.type == "q4_0") worst = std::max(worst, t.addedError);
+        QVERIFY(worst > 0);
+        QVERIFY2(w.contains("is up to " + QString::fromStdString(exporting::errorText(worst)) + ", mean "), qPrintable(w));
+    }
+}
+
+// Regression (user probe): a quantized GGUF exported again came out all f16 (260 KB -> 601 KB), without a word. Tensors
+// no step changed keep their bytes; one a step replaced is written in the type it was read in.
+void TestExport::ggufSourceTypesAreKept() {
+    QTemporaryDir dir;
+    auto base = syntheticModel(dir.path(), "gguf");
+    ExportOptions q4;
+    q4.tensorType = "q4_0";
+    const std::string quantizedPath = (dir.path() + "/q4.gguf").toStdString();
+    exportModel(*base, "gguf", quantizedPath, q4);
+    auto source = loadModel(quantizedPath);
+    auto isQuantized = [](ggml::Type t) { return t != ggml::Type::F32 && t != ggml::Type::F16 && t != ggml::Type::BF16; };
+    const std::string up = "model.layers.0.mlp.up_proj.weight";
+    QCOMPARE(int(source->tensor(up).type), int(ggml::Type::Q4_0));
+
+    const std::string againPath = (dir.path() + "/again.gguf").toStdString();
+    const ExportReport again = exportModel(*source, "gguf", againPath, {});
+    QVERIFY(again.warnings.empty());
+    auto back = loadModel(againPath);
+    int kept = 0;
+    for (const auto& name : source->tensorNames()) {
+        const TensorRecord& a = source->tensor(name);
+        if (!isQuantized(a.type)) continue;
+        const TensorRecord& b = back->tensor(name);
+        QCOMPARE(int(b.type), int(a.type));
+        QVERIFY2(b.bytes == a.bytes && std::memcmp(a.data, b.data, a.bytes) == 0, name.c_str());
+        ++kept;
+    }
+    QVERIFY(kept >= 7 * int(base->spec.layers));
+    QVERIFY(at::equal(probeLogits(*back), probeLogits(*source)));   // q/k rows kept in the order they were read
+
+    auto pruned = compressed(*source, R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5},"targets":"layers\\.0\\.mlp\\.up_proj"}]})");
+    QVERIFY(pruned->tensor(up).quantizedSource == ggml::Type::Q4_0);
+    const std::string prunedPath = (dir.path() + "/pruned.gguf").toStdString();
+    const ExportReport report = exportModel(*pruned, "gguf", prunedPath, {});
+    bool noted = false;
+    for (const auto& t : report.tensors)
+        if (t.name == "blk.0.ffn_up.weight") noted = t.type == "q4_0" && t.note.find("the type it was read in") != std::string::npos;
+    QVERIFY(noted);
+    auto prunedBack = loadModel(prunedPath);
+    QCOMPARE(int(prunedBack->tensor(up).type), int(ggml::Type::Q4_0));
+    const at::Tensor read = prunedBack->floatTensor(up), held = pruned->floatTensor(up);
+    QVERIFY((read == 0).sum().item<int64_t>() >= (held == 0).sum().item<int64_t>());   // q4_0 keeps zeros zero
+    QVERIFY2(maxRelativeError(read, held) < 0.2, qPrintable(QString::number(maxRelativeError(read, held))));
+    const std::string down = "model.layers.0.mlp.down_proj.weight";   // untouched: the source's bytes
+    QVERIFY(std::memcmp(prunedBack->tensor(down).data, source->tensor(down).data, source->tensor(down).bytes) == 0);
+    // --type still re-encodes everything in the type asked for.
+    ExportOptions f16;
+    f16.tensorType = "f16";
+    const std::string f16Path = (dir.path() + "/f16.gguf").toStdString();
+    exportModel(*source, "gguf", f16Path, f16);
+    QCOMPARE(int(loadModel(f16Path)->tensor(down).type), int(ggml::Type::F16));
 }
 
 void TestExport::refusals_data() {

@@ -39,6 +39,11 @@ void TestRecipes::badRecipesAreRefused_data() {
     QTest::newRow("other version") << R"({"steps":[{"method":"quantize.rtn","version":7}]})" << "version 7";
     QTest::newRow("unknown param") << R"({"steps":[{"method":"quantize.gptq","params":{"bitz":4}}]})" << "unknown parameter 'bitz'";
     QTest::newRow("out of range") << R"({"steps":[{"method":"quantize.gptq","params":{"bits":9}}]})" << "'bits' = 9 is out of range 2..8";
+    // Regression (user probe): GPTQ's group_size 0 passed the recipe checks and failed a project run half way.
+    QTest::newRow("excluded value") << R"({"steps":[{"method":"quantize.gptq","params":{"group_size":0}}]})"
+                                    << "'group_size' = 0 is not allowed (range [-1, 65536] except 0)";
+    QTest::newRow("excluded value in override") << R"({"steps":[{"method":"quantize.gptq","overrides":[{"pattern":"q_proj","params":{"group_size":0}}]}]})"
+                                                << "'group_size' = 0 is not allowed";
     QTest::newRow("wrong type") << R"({"steps":[{"method":"prune.wanda","params":{"sparsity":"half"}}]})" << "must be a number";
     QTest::newRow("bad choice") << R"({"steps":[{"method":"quantize.rtn","params":{"scheme":"odd"}}]})" << "not one of: sym, asym";
     QTest::newRow("bad override") << R"({"steps":[{"method":"quantize.rtn","overrides":[{"pattern":"layers\\.0\\.","params":{"bits":1}}]}]})" << "'bits' = 1";

@@ -72,7 +72,7 @@ public:
     std::string summary() const override { return "Hessian-aware rounding column by column with error feedback (Frantar et al. 2023)"; }
     std::vector<ParamSpec> params() const override {
         return {intParam("bits", 2, 8, 4, "bits per weight"),
-                intParam("group_size", -1, 1 << 16, 128, "input columns per group; -1: one scale per output channel"),
+                excluding(intParam("group_size", -1, 1 << 16, 128, "input columns per group; -1: one scale per output channel"), {0}),
                 boolParam("sym", true, "symmetric grid (zero point mid-range)"),
                 boolParam("act_order", false, "quantize columns in order of decreasing Hessian diagonal"),
                 floatParam("damp_percent", 0.0, 1.0, 0.01, "damping added to the Hessian diagonal, as a fraction of its mean"),
