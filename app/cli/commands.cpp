@@ -55,7 +55,7 @@ const std::vector<Command>& commands() {
          "  cwb project add-export P --variant V --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--requantize T] [--file NAME]\n"
          "  cwb project set P [--calib F|--no-calib] [--eval F] [--samples N] [--seq-len T] [--seed S] [--ctx N] [--chunks K] [--model PATH]\n"
          "  cwb project set-tokenizer P --tokenizer FILE|--own [--model PATH]\n"
-         "  cwb project run P [--variants a,b] [--threads N] [--model PATH] [--tokenizer FILE] [--scratch DIR|auto|off]\n"
+         "  cwb project run P [--variants a,b|--all] [--threads N] [--model PATH] [--tokenizer FILE] [--scratch DIR|auto|off]\n"
          "  cwb project importance P [--kind head|layer|channel|head-grad|channel-grad] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--model PATH] [--tokenizer FILE]",
          "create and inspect project files; `run` evaluates the variants and stores their results", runProjectCommand},
     };

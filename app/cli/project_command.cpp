@@ -301,8 +301,9 @@ std::string checkedModelHash(const Project& project, const std::string& modelPat
 }
 
 int runProject(const std::vector<std::string>& args) {
-    Arguments a(args, {"variants", "threads", "model", "scratch", "tokenizer"}, {"quiet"});
+    Arguments a(args, {"variants", "threads", "model", "scratch", "tokenizer"}, {"quiet", "all"});
     applyThreads(a.integer("threads", 0));
+    if (a.flag("all") && a.has("variants")) throw Error("--all measures every variant; --variants names some: give one of them");
     Project project = Project::open(a.requirePositional("PROJECT"));
     const std::string modelPath = a.value("model", project.model().path);
     const LoadOptions load = projectLoadOptions(project, a);
@@ -319,6 +320,24 @@ int runProject(const std::vector<std::string>& args) {
     // What the stored results are measured from: another model or tokenizer than the project's marks them out of date
     // (cwb project show). The model's own tokenizer, where the project recorded none, is the project's.
     const std::string basisTokenizer = !a.has("tokenizer") && project.model().tokenizerHash.empty() ? "" : tokenizerHash;
+    if (!a.has("variants") && !a.flag("all")) {
+        // Results measured from what this run would measure (recipe, model, tokenizer, texts and windows) are kept: after
+        // adding one variant to a 7B project, a run measured the base and every other variant again (hours on a CPU).
+        std::vector<std::string> current, stale;
+        for (const auto& name : names) {
+            const nlohmann::json& stored = project.resultBasis(name);
+            const bool upToDate = !project.results(name).empty() && !stored.is_null() &&
+                                  Project::basisDifferences(stored, project.measurementBasis(name, modelHash, basisTokenizer)).empty();
+            (upToDate ? current : stale).push_back(name);
+        }
+        if (!current.empty() && !a.flag("quiet")) {
+            std::string list;
+            for (const auto& n : current) list += (list.empty() ? "" : ", ") + n;
+            std::fprintf(stderr, "run: up to date, not measured again: %s (--all measures them again)\n", list.c_str());
+        }
+        names = stale;
+        if (names.empty()) return 0;
+    }
     applyScratch(a, *base, a.flag("quiet"));
     ProjectRunner runner(project, *base);
     for (const auto& name : names) {   // a stored recipe this build cannot run fails before any variant is measured

@@ -50,6 +50,7 @@ private slots:
     void sameSizeChangeIsNoticedByProjectRun();
     void tamperedResultIsReported();
     void toleranceFollowsTheSizeOfKlAndDisagreement();
+    void projectRunMeasuresWhatIsOutOfDate();
     void resultsOfAnEditedRecipeAreNotJudged();
     void movedModelNeedsModelOption();
     void batchWritesExports();
@@ -241,6 +242,39 @@ void TestBatch::tamperedResultIsReported() {
     Result r = run({"--batch", copy, "--out", mDir.filePath("t"), "--threads", "1", "--variants", "wanda-50", "--quiet"});
     QCOMPARE(r.exitCode, 1);
     QCOMPARE(readReport(mDir.filePath("t"))["status"].toString(), QStringLiteral("differs"));
+}
+
+// Regression (user probe): adding one variant and running measured the base and every other variant again.
+void TestBatch::projectRunMeasuresWhatIsOutOfDate() {
+    const QString copy = mDir.filePath("rerun.cwbproj");
+    QVERIFY(QFile::copy(mProject, copy));
+    Result again = run({"project", "run", copy, "--threads", "1"});
+    QVERIFY2(again.exitCode == 0 && again.out.isEmpty(), qPrintable(again.out));
+    QVERIFY2(again.err.contains("up to date, not measured again: base, rtn-w4g32, gptq-w4g32, wanda-50 (--all measures them again)"),
+             qPrintable(again.err));
+    const QString recipe = QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/rtn-w4g32.json";
+    QCOMPARE(run({"project", "add-variant", copy, "--recipe", recipe, "--name", "rtn-again"}).exitCode, 0);
+    Result added = run({"project", "run", copy, "--threads", "1"});
+    QVERIFY2(added.exitCode == 0 && added.out.contains("rtn-again ") && !added.out.contains("gptq-w4g32 ") &&
+             !added.out.contains("base "), qPrintable(added.out));
+    // The new variant's results are stored, and equal the identical recipe's.
+    cwb::Project p = cwb::Project::open(copy.toStdString());
+    double rtn = 0, rtnAgain = 0;
+    for (const auto& r : p.results()) {
+        if (r.metric != "perplexity") continue;
+        if (r.variant == "rtn-w4g32") rtn = r.value;
+        if (r.variant == "rtn-again") rtnAgain = r.value;
+    }
+    QVERIFY(rtn > 0);
+    QCOMPARE(rtnAgain, rtn);
+    // A changed setting makes every result out of date.
+    QCOMPARE(run({"project", "set", copy, "--chunks", "5"}).exitCode, 0);
+    Result changed = run({"project", "run", copy, "--threads", "1", "--quiet"});
+    QVERIFY2(changed.exitCode == 0 && changed.out.contains("base ") && changed.out.contains("wanda-50 "), qPrintable(changed.out));
+    Result all = run({"project", "run", copy, "--threads", "1", "--quiet", "--all"});
+    QVERIFY2(all.exitCode == 0 && all.out.contains("base ") && all.out.contains("gptq-w4g32 "), qPrintable(all.out));
+    Result both = run({"project", "run", copy, "--all", "--variants", "wanda-50"});
+    QVERIFY2(both.exitCode == 2 && both.err.contains("give one of them"), qPrintable(both.err));
 }
 
 // Regression (user probe): stored on another thread count, a KL 3.5x the replay's and a top-1 disagreement 2.4x it were
