@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +17,11 @@
 #include "core/util/json_text.h"
 
 namespace cwb::cli {
+
+namespace {
+constexpr size_t kWidestTable = 64;   // columns printed as a table; wider maps get a line of spread per row
+constexpr size_t kLowestShown = 8;
+} // namespace
 
 int runImportance(const std::vector<std::string>& args) {
     Arguments a(args, {"kind", "text", "calib", "samples", "seq-len", "seed", "threads", "step", "tokenizer", "device", "dtype"},
@@ -69,6 +76,26 @@ int runImportance(const std::vector<std::string>& args) {
                                                               static_cast<uint64_t>(a.integer("seed", 0)), compute);
         std::cout << jsonText({{"kind", map.kind}, {"computed_on", describeCompute(compute)}, {"measured_with", measured},
                                {"rows", map.rowLabels}, {"columns", map.columnLabels}, {"values", map.values}}) << "\n";
+        return 0;
+    }
+    const size_t columns = map.columnLabels.size();
+    if (columns > kWidestTable) {
+        // A channel map of a 7B model has 11008 columns a row: a line per row of its spread and least important
+        // columns (what pruning would take first); --json has every value.
+        std::printf("%s: %zu rows x %zu columns; per row the spread and the %zu lowest (--json gives every value)\n",
+                    map.kind.c_str(), map.rowLabels.size(), columns, kLowestShown);
+        std::printf("%-10s %10s %10s %10s  lowest (column value)\n", "", "min", "median", "max");
+        for (size_t r = 0; r < map.rowLabels.size(); ++r) {
+            const double* row = map.values.data() + r * columns;
+            std::vector<size_t> order(columns);
+            std::iota(order.begin(), order.end(), size_t(0));
+            std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return row[x] < row[y] || (row[x] == row[y] && x < y); });
+            std::printf("%-10s %10.5f %10.5f %10.5f ", map.rowLabels[r].c_str(), row[order.front()], row[order[columns / 2]],
+                        row[order.back()]);
+            for (size_t k = 0; k < std::min(kLowestShown, columns); ++k)
+                std::printf(" %s %.5g", map.columnLabels[order[k]].c_str(), row[order[k]]);
+            std::printf("\n");
+        }
         return 0;
     }
     std::printf("%-10s", map.kind.c_str());

@@ -495,6 +495,9 @@ int addExport(const std::vector<std::string>& args) {
     Project project = Project::open(a.requirePositional("PROJECT"));
     if (!a.has("variant") || !a.has("format")) throw Error("project add-export needs --variant V and --format hf|gptq|awq|compressed-tensors|gguf");
     const std::string name = a.value("variant"), format = a.value("format");
+    if (name == Project::kBaseName)   // exports are kept per variant; the base has no recipe to keep one with
+        throw Error("project add-export records exports of variants; write the base with `cwb export " + project.path() +
+                    " --format " + format + " --out PATH` (or add a variant with an empty recipe)");
     const Variant& v = project.variant(name);
     if (!ExportFormatRegistry::instance().byId(format)) throw Error("unknown export format '" + format + "' (hf, gptq, awq, compressed-tensors, gguf)");
     std::string file = a.value("file", name + (format == "gguf" ? ".gguf" : "-" + format));

@@ -301,9 +301,11 @@ protected:
             actOrder = actOrder || !at::equal(w.groupIndex.to(at::kInt), quant::defaultGroupIndex(w.cols, w.spec.groupSize));
         }
         const auto& w = firstWeight(model);
+        // Only what the layers show. damp_percent, static_groups and true_sequential say how a checkpoint was made,
+        // which the layers do not record (RTN layers had none); they were written as 0.01 / false / true whatever the
+        // recipe set (user probe). Loaders (transformers, GPTQModel, vLLM) do not read them.
         config["quantization_config"] = {{"quant_method", "gptq"}, {"bits", w.spec.bits}, {"group_size", groupOf(w)},
-                                         {"desc_act", actOrder},   {"sym", sym},           {"damp_percent", 0.01},
-                                         {"true_sequential", true}, {"static_groups", false},
+                                         {"desc_act", actOrder},   {"sym", sym},
                                          {"checkpoint_format", "gptq"}, {"lm_head", false}};
     }
 };

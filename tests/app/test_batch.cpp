@@ -417,6 +417,8 @@ void TestBatch::batchWritesExports() {
     QVERIFY2(add.exitCode == 0, qPrintable(add.err));
     Result unknown = run({"project", "add-export", copy, "--variant", "nope", "--format", "gguf"});
     QCOMPARE(unknown.exitCode, 2);
+    Result base = run({"project", "add-export", copy, "--variant", "base", "--format", "gguf"});   // said "no variant named 'base'"
+    QVERIFY2(base.exitCode == 2 && base.err.contains("write the base with `cwb export " + copy + " --format gguf"), qPrintable(base.err));
     const QString out = mDir.filePath("exports-report");
     Result ok = run({"--batch", copy, "--out", out, "--threads", "1", "--variants", "rtn-w4g32", "--quiet"});
     QVERIFY2(ok.exitCode == 0, qPrintable(ok.err));

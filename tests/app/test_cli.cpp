@@ -779,6 +779,27 @@ void TestCli::importanceTakesCalib() {
                  measuredWith["text_hash"].toString().startsWith("fnv1a64:"), qPrintable(r.out.left(400)));
     Result both = run({"importance", model, "--calib", text, "--text", text});
     QVERIFY2(both.exitCode == 2 && both.err.contains("--calib and --text name the same thing"), qPrintable(both.err));
+    {   // Regression (user probe): a channel map printed one column per channel (11008 a row on a 7B). Wide maps print a
+        // line per row: min, median, max and the lowest columns, the values of --json.
+        const QStringList args = {"importance", model, "--kind", "channel", "--calib", text, "--samples", "2", "--seq-len", "32"};
+        Result table = run(args);
+        Result json = run(args + QStringList{"--json"});
+        QVERIFY2(table.exitCode == 0 && json.exitCode == 0, qPrintable(table.err + json.err));
+        const QStringList lines = table.out.split('\n', Qt::SkipEmptyParts);
+        QCOMPARE(lines.size(), 2 + 5);   // title, header, 5 blocks
+        QVERIFY2(lines[0].startsWith("channels.wanda: 5 rows x 172 columns"), qPrintable(lines[0]));
+        const QJsonObject map = QJsonDocument::fromJson(json.out.toUtf8()).object();
+        const QJsonArray values = map["values"].toArray();
+        std::vector<std::pair<double, int>> row0;
+        for (int c = 0; c < 172; ++c) row0.push_back({values[c].toDouble(), c});
+        std::sort(row0.begin(), row0.end());
+        const QStringList cells = lines[2].split(' ', Qt::SkipEmptyParts);   // block 0 min median max (col value) x 8
+        QCOMPARE(cells.size(), 2 + 3 + 16);
+        QCOMPARE(cells[2].toDouble(), std::round(row0.front().first * 1e5) / 1e5);
+        QCOMPARE(cells[4].toDouble(), std::round(row0.back().first * 1e5) / 1e5);
+        QCOMPARE(cells[5].toInt(), row0[0].second);   // the least important channel first
+        QCOMPARE(cells[7].toInt(), row0[1].second);
+    }
     Result onCpu = run({"importance", model, "--kind", "head", "--calib", text, "--samples", "2", "--seq-len", "32",
                         "--device", "cpu", "--dtype", "f32"});
     QVERIFY2(onCpu.exitCode == 0 && onCpu.err.contains("importance head on cpu f32"), qPrintable(onCpu.err));

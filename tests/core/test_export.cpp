@@ -365,6 +365,8 @@ void TestExport::packedRoundTrip() {
     exportModel(*variant, format.toStdString(), out, options);
     const json config = json::parse(std::ifstream(out + "/config.json"));
     QCOMPARE(QString::fromStdString(config["quantization_config"]["quant_method"].get<std::string>()), format);
+    // Regression (user probe): how the layers were made (damp, static groups) was claimed whatever the recipe set.
+    for (const char* key : {"damp_percent", "static_groups", "true_sequential"}) QVERIFY2(!config["quantization_config"].contains(key), key);
     auto back = loadModel(out);
     back->tokenizer = base->tokenizer;
     for (const auto& layer : variant->linearLayers()) {
