@@ -29,7 +29,7 @@ namespace {
 void printHelp() {
     std::printf("Compression Workbench %s: load, inspect, evaluate and compress LLMs.\n\nUsage:\n", cwb::versionString());
     for (const auto& c : cwb::cli::commands()) std::printf("  %s\n      %s\n", c.usage, c.summary);
-    std::printf("  cwb --batch PROJECT [--out DIR] [--device cpu|cuda] [--model PATH] [--tokenizer FILE] [--threads N] [--variants a,b] [--quiet] [--json]\n"
+    std::printf("  cwb --batch PROJECT [--out DIR] [--device cpu|cuda] [--model PATH] [--tokenizer FILE] [--threads N] [--variants a,b] [--no-export-check] [--quiet] [--json]\n"
                 "      replay a saved project headless; exit 0 reproduced, 1 differs beyond tolerance or incomplete (a\n"
                 "      variant without stored results, or a failed export: said on stderr), 2 error\n");
 #ifdef CWB_WITH_GUI
@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
         installInterruptHandler();
         try {
             std::vector<std::string> rest(args.begin() + 1, args.end());
-            cwb::cli::Arguments a(rest, {"out", "device", "model", "tokenizer", "threads", "variants"}, {"quiet", "json"});
+            cwb::cli::Arguments a(rest, {"out", "device", "model", "tokenizer", "threads", "variants"},
+                                   {"quiet", "json", "no-export-check"});
             cwb::BatchRunner runner;
             runner.setProjectPath(a.requirePositional("PROJECT"));
             runner.setOutputDir(a.value("out", "cwb-report"));
@@ -116,6 +117,7 @@ int main(int argc, char** argv) {
             runner.setVariants(variants);
             runner.setQuiet(a.flag("quiet"));
             runner.setJson(a.flag("json"));
+            runner.setCheckExports(!a.flag("no-export-check"));
             return runner.run();
         } catch (const std::exception& e) {
             std::fprintf(stderr, "cwb --batch: error: %s\n", cwb::errorText(e).c_str());

@@ -32,6 +32,10 @@ namespace cwb {
 
 namespace {
 
+// An export whose perplexity read back differs more than this from the variant's is warned of (not a failed replay:
+// the format, not the replay, is what differs). f16 rounding of embeddings moves stories260K's by ~1e-4.
+constexpr double kReadBackWarning = 0.01;
+
 bool onCuda(const std::string& device) { return device.rfind("cuda", 0) == 0; }
 
 // The largest |reproduced - stored| accepted for a metric stored as `stored`. On the same device, build and thread
@@ -105,8 +109,8 @@ void BatchRunner::progress(const std::string& line) const {
     if (!mQuiet && !mJson) std::fprintf(stderr, "batch: %s\n", line.c_str());
 }
 
-nlohmann::json BatchRunner::writeExports(const Variant& variant, const Model& model, std::vector<std::string>& warnings,
-                                         bool* failed) const {
+nlohmann::json BatchRunner::writeExports(const Variant& variant, const Model& model, ProjectRunner& runner,
+                                         double variantPerplexity, std::vector<std::string>& warnings, bool* failed) const {
     nlohmann::json written = nlohmann::json::array();
     const std::string bad = exportEntriesProblem(variant.exports);   // Project::open checked; never write outside --out
     if (!bad.empty()) throw Error(mProjectPath, "variant '" + variant.name + "': exports: " + bad);
@@ -127,6 +131,25 @@ nlohmann::json BatchRunner::writeExports(const Variant& variant, const Model& mo
             entry["notes"] = r.notes;
             entry["warnings"] = r.warnings;
             for (const auto& w : r.warnings) progress("  warning: " + w);
+            if (mCheckExports && variantPerplexity > 0) {
+                // What an engine will load, measured: re-quantized layers, dropped scales or a layout slip show here,
+                // not in the variant's numbers.
+                progress("  reading back " + path);
+                CallbackFeedback reading;
+                reading.logCallback = [&](const std::string& line) { progress("    " + line); };
+                auto back = loadModel(path);
+                const PerplexityResult measured = runner.evaluateOther(*back, &reading);
+                const double relative = measured.perplexity / variantPerplexity - 1.0;
+                entry["read_back"] = {{"perplexity", measured.perplexity}, {"error", measured.error},
+                                      {"variant_perplexity", variantPerplexity}, {"relative_difference", relative}};
+                if (std::abs(relative) > kReadBackWarning) {
+                    char line[256];
+                    std::snprintf(line, sizeof line, "the %s export of %s reads back at PPL %.4f, %+.2f%% from the variant's %.4f",
+                                  format.c_str(), variant.name.c_str(), measured.perplexity, 100.0 * relative, variantPerplexity);
+                    warnings.push_back(line);
+                    std::fprintf(stderr, "cwb --batch: %s\n", line);   // even with --quiet: the file is not the variant
+                }
+            }
         } catch (const Cancelled&) {
             throw;
         } catch (const Error& error) {
@@ -292,7 +315,10 @@ int BatchRunner::run() {
             if (!stale.empty()) v["stored_results_stale"] = stale;
             if (name != "base") {
                 v["recipe"] = runner.fullRecipe(name).toJson();
-                v["exports"] = writeExports(project.variant(name), *runner.lastBuilt(), warnings, &exportFailed);
+                double perplexity = 0;
+                for (const auto& r : rows)
+                    if (r.metric == "perplexity") perplexity = r.value;
+                v["exports"] = writeExports(project.variant(name), *runner.lastBuilt(), runner, perplexity, warnings, &exportFailed);
             }
             variants.push_back(v);
         }
@@ -365,6 +391,13 @@ int BatchRunner::run() {
                 if (e.contains("error")) continue;
                 md += "\nExported " + v["name"].get<std::string>() + " as " + e["format"].get<std::string>() + " to `" +
                       e["path"].get<std::string>() + "` (" + std::to_string(e["bytes"].get<uint64_t>()) + " tensor bytes).\n";
+                if (e.contains("read_back")) {
+                    char line[256];
+                    std::snprintf(line, sizeof line, "Read back: PPL %.4f against the variant's %.4f (%+.3f%%).\n",
+                                  e["read_back"]["perplexity"].get<double>(), e["read_back"]["variant_perplexity"].get<double>(),
+                                  100.0 * e["read_back"]["relative_difference"].get<double>());
+                    md += line;
+                }
                 if (e.contains("warnings"))
                     for (const auto& w : e["warnings"]) md += "\n> Warning: " + w.get<std::string>() + "\n";
             }

@@ -10,6 +10,7 @@
 namespace cwb {
 
 class Model;
+class ProjectRunner;
 struct Variant;
 
 class BatchRunner {
@@ -26,19 +27,22 @@ public:
     void setVariants(std::vector<std::string> names) { mVariants = std::move(names); }
     void setQuiet(bool quiet) { mQuiet = quiet; }
     void setJson(bool json) { mJson = json; }
+    // Each export is read back and its perplexity measured beside the variant's (on by default).
+    void setCheckExports(bool check) { mCheckExports = check; }
 
     int run();
 
 private:
     void progress(const std::string& line) const;
     // Writes the exports the project asks of a variant into <out>/exports/; a failure is a warning and fails the run.
-    nlohmann::json writeExports(const Variant& variant, const Model& model, std::vector<std::string>& warnings,
-                                bool* failed) const;
+    // With an evaluation text and mCheckExports, each export is read back and measured (`read_back` in its entry).
+    nlohmann::json writeExports(const Variant& variant, const Model& model, ProjectRunner& runner, double variantPerplexity,
+                                std::vector<std::string>& warnings, bool* failed) const;
 
     std::string mProjectPath, mOutputDir = "cwb-report", mDevice = "cpu", mModelPath, mTokenizerPath;
     int mThreads = 0;
     std::vector<std::string> mVariants;
-    bool mQuiet = false, mJson = false;
+    bool mQuiet = false, mJson = false, mCheckExports = true;
 };
 
 } // namespace cwb

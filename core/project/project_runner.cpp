@@ -118,6 +118,17 @@ std::unique_ptr<Model> ProjectRunner::build(const std::string& variant, Feedback
     return std::move(result.model);
 }
 
+PerplexityResult ProjectRunner::evaluateOther(const Model& model, Feedback* feedback) {
+    const ProjectSettings& s = mProject.settings();
+    if (s.evaluation.path.empty()) throw Error(mProject.path(), "has no evaluation text");
+    PerplexityParams params;
+    params.ctx = s.evalCtx;
+    params.maxChunks = s.evalChunks;
+    params.textPath = s.evaluation.path;
+    Transformer runtime(model, mOptions);
+    return evaluatePerplexity(runtime, evaluationTokens(), mBase.tokenizer->bos(), params, feedback);
+}
+
 std::vector<ResultRow> ProjectRunner::evaluate(const std::string& variant, Feedback* feedback) {
     const ProjectSettings& s = mProject.settings();
     PerplexityParams params;

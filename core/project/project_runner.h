@@ -9,6 +9,7 @@
 
 #include "core/compress/recipe.h"
 #include "core/project/project.h"
+#include "core/eval/perplexity.h"
 #include "core/runtime/transformer.h"
 
 namespace cwb {
@@ -40,6 +41,9 @@ public:
     std::unique_ptr<Model> build(const std::string& variant, Feedback* feedback);
     // "base" or a variant name: the rows to store (device, threads, build and time filled in).
     std::vector<ResultRow> evaluate(const std::string& variant, Feedback* feedback);
+    // Perplexity of another model (an export read back) on the project's evaluation, as evaluate() measures the
+    // variants: same tokens, windows and runtime options. Throws cwb::Error when the project has no evaluation text.
+    PerplexityResult evaluateOther(const Model& model, Feedback* feedback);
     // The variant the last evaluate() built (nullptr after evaluating the base), for exporting it without a rebuild.
     const Model* lastBuilt() const { return mLastBuilt.get(); }
     // Notes of the last build (calibration clipping, method notes).

@@ -435,9 +435,54 @@ void TestBatch::batchWritesExports() {
     QCOMPARE(warnings.size(), size_t(1));
     const QString warning = QString::fromStdString(warnings[0].get<std::string>());
     QVERIFY2(warning.startsWith("5 of 35 compressed layers are not written level for level (re-quantized: f16 x5)"), qPrintable(warning));
+    // The file is read back and measured beside the variant (q8_0 embeddings and f16 down_proj: close, no warning).
+    const auto& readBack = json["variants"][1]["exports"][0]["read_back"];
+    double variantPpl = 0;
+    for (const auto& m : json["variants"][1]["metrics"])
+        if (m["metric"] == "perplexity") variantPpl = m["reproduced"].get<double>();
+    QCOMPARE(readBack["variant_perplexity"].get<double>(), variantPpl);
+    const double readPpl = readBack["perplexity"].get<double>();
+    QVERIFY2(readPpl > 1 && readPpl != variantPpl && std::abs(readPpl / variantPpl - 1) < 0.01,
+             qPrintable(QString("%1 %2").arg(readPpl).arg(variantPpl)));
+    QCOMPARE(readBack["relative_difference"].get<double>(), readPpl / variantPpl - 1);
+    // The same as `cwb eval` of the file on the project's text and settings (ctx 128, 6 chunks).
+    Result eval = run({"eval", gguf, "--text", QStringLiteral(CWB_FIXTURES_DIR) + "/text/tinystories_v2_valid_first100.txt",
+                       "--ctx", "128", "--chunks", "6", "--threads", "1", "--json"});
+    QVERIFY2(eval.exitCode == 0, qPrintable(eval.err));
+    QCOMPARE(QJsonDocument::fromJson(eval.out.toUtf8()).object()["perplexity"].toDouble(), readPpl);
     QFile md(out + "/report.md");
     QVERIFY(md.open(QIODevice::ReadOnly));
-    QVERIFY(QString::fromUtf8(md.readAll()).contains("> Warning: " + warning));
+    const QString mdText = QString::fromUtf8(md.readAll());
+    QVERIFY(mdText.contains("> Warning: " + warning));
+    QVERIFY2(mdText.contains(QString::asprintf("Read back: PPL %.4f against the variant's %.4f", readPpl, variantPpl)), qPrintable(mdText));
+    for (const auto& w : json["warnings"]) QVERIFY2(w.get<std::string>().find("reads back") == std::string::npos, w.get<std::string>().c_str());
+    {   // Regression (user probe): an unfolded AWQ variant's GGUF scored worse than the variant, and --batch said
+        // "reproduced". Its read-back is now measured and warned of; --no-export-check skips it.
+        const QString awq = mDir.filePath("awq-g32.json");
+        QFile f(awq);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":32}}]})");
+        f.close();
+        QCOMPARE(run({"project", "add-variant", copy, "--recipe", awq, "--name", "awq-g32"}).exitCode, 0);
+        QCOMPARE(run({"project", "add-export", copy, "--variant", "awq-g32", "--format", "gguf"}).exitCode, 0);
+        const QString awqOut = mDir.filePath("exports-awq");
+        Result replay = run({"--batch", copy, "--out", awqOut, "--threads", "1", "--variants", "awq-g32", "--quiet"});
+        QCOMPARE(replay.exitCode, 1);   // nothing stored for the new variant: incomplete
+        QFile awqReport(awqOut + "/report.json");
+        QVERIFY(awqReport.open(QIODevice::ReadOnly));
+        const auto awqJson = nlohmann::json::parse(awqReport.readAll().toStdString());
+        const double relative = awqJson["variants"][1]["exports"][0]["read_back"]["relative_difference"].get<double>();
+        QVERIFY2(relative > 0.01, qPrintable(QString::number(relative)));
+        QVERIFY2(replay.err.contains("the gguf export of awq-g32 reads back at PPL "), qPrintable(replay.err));
+        const std::string exportWarning = awqJson["variants"][1]["exports"][0]["warnings"][0].get<std::string>();
+        QVERIFY2(exportWarning.find("\"fold\": true") != std::string::npos, exportWarning.c_str());
+        Result unchecked = run({"--batch", copy, "--out", mDir.filePath("exports-awq-2"), "--threads", "1", "--variants", "awq-g32",
+                                "--quiet", "--no-export-check"});
+        QFile uncheckedReport(mDir.filePath("exports-awq-2") + "/report.json");
+        QVERIFY(uncheckedReport.open(QIODevice::ReadOnly));
+        QVERIFY(!nlohmann::json::parse(uncheckedReport.readAll().toStdString())["variants"][1]["exports"][0].contains("read_back"));
+        QVERIFY(!unchecked.err.contains("reads back"));
+    }
 
     // stories260K's MLP has 172 channels: the AWQ layout packs 8 outputs per word and cannot hold it (GPTQ pads a
     // last word, as GPTQModel does, and can). add-export judges the variant's recipe against the model's layers now.
