@@ -46,7 +46,7 @@ const std::vector<Command>& commands() {
          "write a model or variant as a Hugging Face folder (dense, GPTQ, AWQ, compressed-tensors) or a GGUF file", runExport},
         {"bench",
          "cwb bench MODEL|PROJECT|--synthetic llama-7b|llama-70b|llama3-8b|llama3-70b [--layers N] [--context N] [--recipe R.json [--calib F]] [--variant V] [--model M] [--format int|fp8|w8a8|w8a8-folded|sparse24] [--bits 4|8] [--group-size G] "
-         "[--device cuda] [--dtype f16|bf16] [--batch B] [--prompt-tokens P] [--gen-tokens G] [--repeats N] [--prefill-warmup SECONDS] [--no-native] [--no-graphs] [--no-fused-decode] [--no-fused-attention] [--no-dense-gemv] [--[no-]fused-norm-gemv] [--[no-]fused-swiglu-gemv] [--[no-]fused-int-linear] [--[no-]sparse24-gemv] [--[no-]sparse24-keep-dense] [--tokenizer FILE] [--json]",
+         "[--device cuda] [--dtype f16|bf16] [--batch B] [--prompt-tokens P] [--gen-tokens G] [--repeats N] [--prefill-warmup SECONDS] [--no-native] [--no-graphs] [--no-fused-decode] [--no-fused-attention] [--no-dense-gemv] [--[no-]fused-norm-gemv] [--[no-]fused-swiglu-gemv] [--[no-]fused-int-linear] [--[no-]sparse24-gemv] [--[no-]sparse24-keep-dense] [--[no-]fused-projections] [--[no-]cpu-packed] [--tokenizer FILE] [--json]",
          "prefill tokens/s, decode ms/token (p50, p99; on CUDA with and without CUDA graphs) and peak GPU memory of the base and the variant", runBench},
         {"methods", "cwb methods [--json]", "compression methods with their parameters, ranges and defaults", runMethods},
         {"project",
@@ -56,7 +56,7 @@ const std::vector<Command>& commands() {
          "  cwb project set P [--calib F|--no-calib] [--eval F] [--samples N] [--seq-len T] [--seed S] [--ctx N] [--chunks K] [--model PATH]\n"
          "  cwb project set-tokenizer P --tokenizer FILE|--own [--model PATH]\n"
          "  cwb project run P [--variants a,b|--all] [--threads N] [--model PATH] [--tokenizer FILE] [--scratch DIR|auto|off]\n"
-         "  cwb project importance P [--kind head|layer|channel|head-grad|channel-grad] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--model PATH] [--tokenizer FILE]",
+         "  cwb project importance P [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--model PATH] [--tokenizer FILE]",
          "create and inspect project files; `run` evaluates the variants and stores their results", runProjectCommand},
     };
     return list;
