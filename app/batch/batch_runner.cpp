@@ -137,17 +137,28 @@ nlohmann::json BatchRunner::writeExports(const Variant& variant, const Model& mo
                 progress("  reading back " + path);
                 CallbackFeedback reading;
                 reading.logCallback = [&](const std::string& line) { progress("    " + line); };
-                auto back = loadModel(path);
-                const PerplexityResult measured = runner.evaluateOther(*back, &reading);
-                const double relative = measured.perplexity / variantPerplexity - 1.0;
-                entry["read_back"] = {{"perplexity", measured.perplexity}, {"error", measured.error},
-                                      {"variant_perplexity", variantPerplexity}, {"relative_difference", relative}};
-                if (std::abs(relative) > kReadBackWarning) {
-                    char line[256];
-                    std::snprintf(line, sizeof line, "the %s export of %s reads back at PPL %.4f, %+.2f%% from the variant's %.4f",
-                                  format.c_str(), variant.name.c_str(), measured.perplexity, 100.0 * relative, variantPerplexity);
-                    warnings.push_back(line);
-                    std::fprintf(stderr, "cwb --batch: %s\n", line);   // even with --quiet: the file is not the variant
+                // The file is written whatever happens here: a read-back that fails (memory, a loader's refusal) is a
+                // warning beside the export, not a failed export.
+                try {
+                    auto back = loadModel(path);
+                    const PerplexityResult measured = runner.evaluateOther(*back, &reading);
+                    const double relative = measured.perplexity / variantPerplexity - 1.0;
+                    entry["read_back"] = {{"perplexity", measured.perplexity}, {"error", measured.error},
+                                          {"variant_perplexity", variantPerplexity}, {"relative_difference", relative}};
+                    if (std::abs(relative) > kReadBackWarning) {
+                        char line[256];
+                        std::snprintf(line, sizeof line, "the %s export of %s reads back at PPL %.4f, %+.2f%% from the variant's %.4f",
+                                      format.c_str(), variant.name.c_str(), measured.perplexity, 100.0 * relative, variantPerplexity);
+                        warnings.push_back(line);
+                        std::fprintf(stderr, "cwb --batch: %s\n", line);   // even with --quiet: the file is not the variant
+                    }
+                } catch (const Cancelled&) {
+                    throw;
+                } catch (const std::exception& e) {
+                    entry["read_back"] = {{"error", errorText(e)}};
+                    warnings.push_back("the " + format + " export of " + variant.name + " was written but could not be read back: " +
+                                       errorText(e));
+                    std::fprintf(stderr, "cwb --batch: %s\n", warnings.back().c_str());
                 }
             }
         } catch (const Cancelled&) {
@@ -391,7 +402,7 @@ int BatchRunner::run() {
                 if (e.contains("error")) continue;
                 md += "\nExported " + v["name"].get<std::string>() + " as " + e["format"].get<std::string>() + " to `" +
                       e["path"].get<std::string>() + "` (" + std::to_string(e["bytes"].get<uint64_t>()) + " tensor bytes).\n";
-                if (e.contains("read_back")) {
+                if (e.contains("read_back") && e["read_back"].contains("perplexity")) {
                     char line[256];
                     std::snprintf(line, sizeof line, "Read back: PPL %.4f against the variant's %.4f (%+.3f%%).\n",
                                   e["read_back"]["perplexity"].get<double>(), e["read_back"]["variant_perplexity"].get<double>(),

@@ -14,6 +14,7 @@
 #include "core/io/model_format.h"
 #include "core/model/compressed_linear.h"
 #include "core/model/model_info.h"
+#include "core/project/file_hash.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
 #include "core/util/json_text.h"
@@ -127,7 +128,7 @@ int runCompress(const std::vector<std::string>& args) {
     CallbackFeedback evalFeedback;
     reportToStderr(evalFeedback, quiet, "  evaluate");
     if (!quiet && tokens) std::fprintf(stderr, "evaluating the base on %s\n", a.value("eval").c_str());
-    nlohmann::json report = {{"model", path}, {"recipe", recipe.toJson()},
+    nlohmann::json report = {{"model", std::filesystem::absolute(path).string()}, {"recipe", recipe.toJson()},
                              {"base", stageMetrics(*base, *base, tokens, p, &evalFeedback)}};
     if (tokens) report["evaluation"] = {{"text", a.value("eval")}, {"ctx", p.ctx}, {"chunks", chunkCount(int64_t(evalTokens.size()), p)}};
     nlohmann::json steps = nlohmann::json::array();
@@ -152,10 +153,14 @@ int runCompress(const std::vector<std::string>& args) {
     report["steps"] = steps;
     report["final"] = steps.empty() ? report["base"] : steps.back();
     for (const char* key : {"method", "version", "params", "layers", "seconds", "notes", "reconstruction_error"}) report["final"].erase(key);
+    // Absolute paths, the text's hash, what was asked and where it ran: `cwb export --recipe` repeats the calibration
+    // from this, from any folder, and says when it cannot.
     if (result.calibrationSamples)
-        report["calibration"] = {{"file", calib.textPath}, {"samples", result.calibrationSamples},
-                                 {"seq_len", result.calibrationSeqLen}, {"seed", calib.seed}, {"device", calib.device},
-                                 {"dtype", calib.forwardType}, {"note", result.calibrationNote}};
+        report["calibration"] = {{"file", std::filesystem::absolute(calib.textPath).string()}, {"text_hash", hashFile(calib.textPath)},
+                                 {"samples", result.calibrationSamples}, {"samples_requested", calib.samples},
+                                 {"seq_len", result.calibrationSeqLen}, {"seq_len_requested", calib.seqLen}, {"seed", calib.seed},
+                                 {"device", resolveCalibrationCompute(calib).device.str()}, {"dtype", calib.forwardType},
+                                 {"note", result.calibrationNote}};
     nlohmann::json layers = nlohmann::json::object();
     for (const auto& [name, linear] : result.model->compressedLayers())
         layers[name] = {{"form", linear->describe()}, {"bits_per_weight", linear->bitsPerWeight()}};

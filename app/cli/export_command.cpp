@@ -1,14 +1,17 @@
 // cwb export: writes a model, a recipe's result or a project variant in a format other engines load.
 #include <cstdio>
+#include <initializer_list>
 #include <filesystem>
 #include <type_traits>
 
+#include <ATen/Context.h>
 #include <nlohmann/json.hpp>
 
 #include "app/cli/arguments.h"
 #include "app/cli/commands.h"
 #include "core/compress/pipeline.h"
 #include "core/eval/perplexity.h"
+#include "core/project/file_hash.h"
 #include "core/export/export_format.h"
 #include "core/export/export_plan.h"
 #include "core/io/model_format.h"
@@ -57,57 +60,79 @@ void calibrationAsCompressRanIt(const Arguments& a, const std::string& modelPath
         !report.contains("recipe") || report["recipe"] != recipe.toJson())
         return;   // the recipe was edited after compress ran it, or the file is something else
     const nlohmann::json& c = report["calibration"];
-    std::vector<std::string> taken, differing;
+    const std::string where = reportPath.string();
+    std::vector<std::string> taken, differing, warnings;
     auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
-    auto take = [&](const char* option, const char* key, auto& field) {
-        if (!c.contains(key)) return;
+    auto samePath = [](const std::string& x, const std::string& y) {
+        std::error_code e1, e2;
+        const auto cx = std::filesystem::weakly_canonical(x, e1), cy = std::filesystem::weakly_canonical(y, e2);
+        return !e1 && !e2 ? cx == cy : x == y;
+    };
+    // The value compress was asked for (the windows it drew may be fewer or shorter: the same request draws them again).
+    auto take = [&](const char* option, std::initializer_list<const char*> keys, auto& field) {
         using Field = std::decay_t<decltype(field)>;
-        Field recorded;
-        try {
-            recorded = c[key].get<Field>();
-        } catch (const std::exception&) {
+        for (const char* key : keys) {
+            if (!c.contains(key)) continue;
+            Field recorded;
+            try {
+                recorded = c[key].get<Field>();
+            } catch (const std::exception&) {
+                return;
+            }
+            bool same = field == recorded;
+            if constexpr (std::is_same_v<Field, std::string>) same = samePath(field, recorded);
+            if (!a.has(option)) {
+                field = recorded;
+                taken.push_back(std::string("--") + option + " " + text(c[key]));
+            } else if (!same) {
+                differing.push_back(std::string("--") + option + " " + a.value(option) + " (compress: " + text(c[key]) + ")");
+            }
             return;
         }
-        if (!a.has(option)) {
-            field = recorded;
-            taken.push_back(std::string("--") + option + " " + text(c[key]));
-        } else if (field != recorded) {
-            differing.push_back(std::string("--") + option + " " + a.value(option) + " (compress: " + text(c[key]) + ")");
-        }
     };
-    take("calib", "file", calib.textPath);
-    take("samples", "samples", calib.samples);
-    take("seq-len", "seq_len", calib.seqLen);
-    take("seed", "seed", calib.seed);
-    if (c.contains("device") && c["device"].is_string()) calib.device = c["device"].get<std::string>();
-    if (c.contains("dtype") && c["dtype"].is_string()) calib.forwardType = c["dtype"].get<std::string>();
+    take("calib", {"file"}, calib.textPath);
+    take("samples", {"samples_requested", "samples"}, calib.samples);
+    take("seq-len", {"seq_len_requested", "seq_len"}, calib.seqLen);
+    take("seed", {"seed"}, calib.seed);
+    take("calib-dtype", {"dtype"}, calib.forwardType);
+    if (!a.has("device") && c.contains("device") && c["device"].is_string()) {
+        const std::string recorded = c["device"].get<std::string>();
+        if (recorded.rfind("cuda", 0) == 0 && !at::hasCUDA()) {
+            warnings.push_back("compress calibrated on " + recorded + "; this export calibrates on the CPU, where GPTQ and "
+                               "SparseGPT's float64 algebra can choose a few other levels than CUDA's float32");
+            calib.device = "cpu";
+        } else if (recorded != "auto") {
+            calib.device = recorded;
+            taken.push_back("--device " + recorded);
+        }
+    }
+    if (c.contains("text_hash") && c["text_hash"].is_string() && samePath(calib.textPath, text(c.value("file", nlohmann::json(""))))) {
+        std::error_code e;
+        if (std::filesystem::is_regular_file(calib.textPath, e) && hashFile(calib.textPath) != c["text_hash"].get<std::string>())
+            warnings.push_back(calib.textPath + " changed since compress read it: the windows drawn from it differ");
+    }
     const bool quiet = a.flag("quiet") || a.flag("json");
     if (!taken.empty() && !quiet) {
         std::string line;
         for (const auto& t : taken) line += (line.empty() ? "" : " ") + t;
-        std::fprintf(stderr, "calibration as compress ran it (%s): %s\n", reportPath.string().c_str(), line.c_str());
+        std::fprintf(stderr, "calibration as compress ran it (%s): %s\n", where.c_str(), line.c_str());
     }
-    if (!differing.empty()) {   // even with --quiet: the variant written is not the one measured
+    if (!differing.empty()) {
         std::string line;
         for (const auto& d : differing) line += (line.empty() ? "" : ", ") + d;
-        std::fprintf(stderr, "warning: %s differs from the calibration in %s, so the variant exported is not the one "
-                             "compress measured\n", line.c_str(), reportPath.string().c_str());
+        warnings.push_back(line + " differs from the calibration in " + where);
     }
-    if (report.contains("model") && report["model"].is_string()) {
-        std::error_code e1, e2;
-        const auto recorded = std::filesystem::weakly_canonical(report["model"].get<std::string>(), e1);
-        const auto given = std::filesystem::weakly_canonical(modelPath, e2);
-        if (!e1 && !e2 && recorded != given)
-            std::fprintf(stderr, "warning: %s was made from %s, not %s\n", reportPath.string().c_str(),
-                         report["model"].get<std::string>().c_str(), modelPath.c_str());
-    }
+    if (report.contains("model") && report["model"].is_string() && !samePath(report["model"].get<std::string>(), modelPath))
+        warnings.push_back(where + " was made from " + report["model"].get<std::string>() + ", not " + modelPath);
+    for (const auto& w : warnings)   // even with --quiet: the variant exported is not the one compress measured
+        std::fprintf(stderr, "warning: %s, so the variant exported is not the one compress measured\n", w.c_str());
 }
 
 } // namespace
 
 int runExport(const std::vector<std::string>& args) {
     Arguments a(args, {"variant", "format", "type", "requantize", "out", "recipe", "calib", "samples", "seq-len", "seed", "model",
-                       "shard-size", "threads", "tokenizer", "scratch"},
+                       "shard-size", "threads", "tokenizer", "scratch", "device", "calib-dtype"},
                 {"json", "quiet"});
     applyThreads(a.integer("threads", 0));
     const std::string input = a.requirePositional("MODEL or PROJECT");
@@ -162,8 +187,11 @@ int runExport(const std::vector<std::string>& args) {
             calib.samples = a.integer("samples", 128);
             calib.seqLen = a.integer("seq-len", 512);
             calib.seed = static_cast<uint64_t>(a.integer("seed", 0));
+            calib.device = a.value("device", "auto");
+            calib.forwardType = a.value("calib-dtype", "f32");
             const Recipe recipe = Recipe::load(a.value("recipe"));
             calibrationAsCompressRanIt(a, input, recipe, calib);
+            resolveCalibrationCompute(calib);   // a bad --device or --calib-dtype fails before the calibration
             refuseBeforeBuilding(*base, recipe, a.value("format"));
             variant = std::move(compressModel(*base, recipe, calib, &build).model);
         } else {

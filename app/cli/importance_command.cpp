@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <numeric>
@@ -89,7 +90,12 @@ int runImportance(const std::vector<std::string>& args) {
             const double* row = map.values.data() + r * columns;
             std::vector<size_t> order(columns);
             std::iota(order.begin(), order.end(), size_t(0));
-            std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return row[x] < row[y] || (row[x] == row[y] && x < y); });
+            // NaN last (a strict weak order; `<` alone is not one with NaN in the row).
+            std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+                const bool nx = std::isnan(row[x]), ny = std::isnan(row[y]);
+                if (nx != ny) return ny;
+                return (!nx && row[x] < row[y]) || ((nx || row[x] == row[y]) && x < y);
+            });
             std::printf("%-10s %10.5f %10.5f %10.5f ", map.rowLabels[r].c_str(), row[order.front()], row[order[columns / 2]],
                         row[order.back()]);
             for (size_t k = 0; k < std::min(kLowestShown, columns); ++k)

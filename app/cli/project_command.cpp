@@ -320,11 +320,28 @@ int runProject(const std::vector<std::string>& args) {
     // What the stored results are measured from: another model or tokenizer than the project's marks them out of date
     // (cwb project show). The model's own tokenizer, where the project recorded none, is the project's.
     const std::string basisTokenizer = !a.has("tokenizer") && project.model().tokenizerHash.empty() ? "" : tokenizerHash;
-    if (!a.has("variants") && !a.flag("all")) {
+    // A text edited in place keeps its recorded hash, so the results would look current: they are measured again.
+    bool textsChanged = false;
+    for (const FileReference* ref : {&project.settings().evaluation, &project.settings().calibration}) {
+        std::error_code ec;
+        if (ref->path.empty() || ref->hash.empty() || !std::filesystem::is_regular_file(ref->path, ec)) continue;
+        const std::string now = hashFile(ref->path);
+        if (now == ref->hash) continue;
+        std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): every variant is "
+                             "measured on its present content (`cwb project set` records it)\n",
+                     ref->path.c_str(), now.c_str(), ref->hash.c_str());
+        textsChanged = true;
+    }
+    if (!a.flag("all") && !textsChanged) {
         // Results measured from what this run would measure (recipe, model, tokenizer, texts and windows) are kept: after
         // adding one variant to a 7B project, a run measured the base and every other variant again (hours on a CPU).
+        // Variants named with --variants are measured whatever they hold; the base only when out of date.
         std::vector<std::string> current, stale;
         for (const auto& name : names) {
+            if (a.has("variants") && name != Project::kBaseName) {
+                stale.push_back(name);
+                continue;
+            }
             const nlohmann::json& stored = project.resultBasis(name);
             const bool upToDate = !project.results(name).empty() && !stored.is_null() &&
                                   Project::basisDifferences(stored, project.measurementBasis(name, modelHash, basisTokenizer)).empty();

@@ -50,6 +50,23 @@ Type fittingType(Type wanted, int64_t rowLength, std::string* note, Type floatTy
     return best;
 }
 
+// A tensor a step changed goes back to the quantized type it was read in, but zeros a step left (pruning) survive only
+// a type whose level 0 is 0: the offset types (q4_1, q5_1, q2_K, q4_K, q5_K) turn them into small values. Where 1% or
+// more of the weights are zero, the symmetric type of the same width is taken instead, and *note says so.
+Type keepingZeros(Type source, const at::Tensor& weight, std::string* note) {
+    static const std::map<Type, Type> symmetric = {{Type::Q4_1, Type::Q4_0}, {Type::Q5_1, Type::Q5_0}, {Type::Q4_K, Type::Q4_0},
+                                                   {Type::Q5_K, Type::Q5_0}, {Type::Q2_K, Type::Q3_K}};
+    const auto it = symmetric.find(source);
+    if (it == symmetric.end() || weight.numel() == 0) return source;
+    const double zeros = (weight == 0).sum().item<double>() / double(weight.numel());
+    if (zeros < 0.01) return source;
+    char text[256];
+    std::snprintf(text, sizeof text, "changed by a step, %.1f%% zeros; written as %s, which keeps zeros zero, in place of %s, the type "
+                  "it was read in", 100.0 * zeros, exporting::ggmlTypeName(it->second).c_str(), exporting::ggmlTypeName(source).c_str());
+    *note = text;
+    return it->second;
+}
+
 // The ggml type nearest to a compressed layer's own format.
 Type nearestType(const CompressedLinear& linear) {
     if (linear.kind() != "int") return Type::Q8_0;   // fp8 and w8a8: 8-bit codes with a scale
@@ -234,10 +251,14 @@ public:
             const bool keepBytes = !linear && !r.packedOnly && !r.storedTransposed && !floatRecord && options.tensorType.empty() && heads == 0 && r.shape.size() >= 2;
             const bool backToSource = !linear && floatRecord && r.quantizedSource && options.tensorType.empty() && r.shape.size() >= 2 &&
                                       std::find(kWritable.begin(), kWritable.end(), *r.quantizedSource) != kWritable.end();
+            std::string zerosNote;
+            const Type sourceType = backToSource ? keepingZeros(*r.quantizedSource, model.floatTensor(name), &zerosNote) : Type::F32;
             Type wanted = r.shape.size() < 2 ? Type::F32 : isExact ? exact : linear ? (requantize ? *requantize : nearestType(*linear))
-                          : keepBytes ? r.type : backToSource ? *r.quantizedSource : dense;
+                          : keepBytes ? r.type : backToSource ? sourceType : dense;
             const Type type = keepBytes ? r.type : fittingType(wanted, r.shape.back(), &t.note, floatFallback);
-            if (backToSource && t.note.empty()) t.note = "changed by a step; written as " + exporting::ggmlTypeName(type) + ", the type it was read in";
+            if (backToSource && t.note.empty())
+                t.note = !zerosNote.empty() ? zerosNote
+                                            : "changed by a step; written as " + exporting::ggmlTypeName(type) + ", the type it was read in";
             if (linear) compressedNames.insert(t.name);
             if (!t.note.empty() && linear && !isExact && wanted == nearestType(*linear))   // say where the type came from
                 t.note += " (" + exporting::ggmlTypeName(wanted) + ": the ggml type nearest the layer's " + linear->describe() + ")";
@@ -306,34 +327,43 @@ public:
             if (t.addedError > 0 && (compressedNames.count(t.name) || (t.type != "f16" && t.type != "bf16" && t.type != "f32")))
                 report.notes.push_back(t.name + ": added error " + exporting::errorText(t.addedError));
         }
-        if (!requantized.empty()) report.warnings.push_back(requantizedWarning(report, requantized, compressedNames.size()));
+        const std::string warning = requantizedWarning(report, requantized, compressedNames.size());
+        if (!warning.empty()) report.warnings.push_back(warning);
         return report;
     }
 
 private:
     // One line for every compressed layer GGUF could not hold level for level: how many, to what, how far their
     // weights moved, and what keeps them exact where something does.
+    static constexpr double kNegligibleError = 1e-6;   // |w' - w|^2 / |w|^2; fp16 rounding is ~1e-7
+
     template <class Requantized>
     static std::string requantizedWarning(const ExportReport& report, const std::map<std::string, Requantized>& requantized,
                                           size_t compressed) {
         std::map<std::string, int> types;
         double worst = 0, sum = 0;
         bool inputScales = false, asymmetric = false;
+        size_t moved = 0;
         for (const auto& t : report.tensors) {
             auto it = requantized.find(t.name);
             if (it == requantized.end()) continue;
+            // Written as floats with no more than fp16 rounding (~1e-7): the variant's weights, for what an engine computes.
+            const bool floatType = t.type == "f32" || t.type == "f16" || t.type == "bf16";
+            if (floatType && t.addedError < kNegligibleError) continue;
+            ++moved;
             ++types[t.type];
             worst = std::max(worst, t.addedError);
             sum += t.addedError;
             inputScales |= it->second.inputScales;
             asymmetric |= it->second.asymmetric;
         }
+        if (moved == 0) return "";
         std::string to;
         for (const auto& [type, n] : types) to += (to.empty() ? "" : ", ") + type + " x" + std::to_string(n);
-        std::string line = std::to_string(requantized.size()) + " of " + std::to_string(compressed) +
+        std::string line = std::to_string(moved) + " of " + std::to_string(compressed) +
                            " compressed layers are not written level for level (re-quantized: " + to + "); their added error "
                            "(|w' - w|^2 / |w|^2 against the variant's weights) is up to " + exporting::errorText(worst) + ", mean " +
-                           exporting::errorText(sum / double(requantized.size())) + ", so the file will not score as the variant did";
+                           exporting::errorText(sum / double(moved)) + ", so the file will not score as the variant did";
         if (inputScales)
             line += "; layers with a per-layer input scale (AWQ without \"fold\": true) have no such scale in GGUF: compress "
                     "with \"fold\": true to write them exactly";

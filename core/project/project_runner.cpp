@@ -125,8 +125,9 @@ PerplexityResult ProjectRunner::evaluateOther(const Model& model, Feedback* feed
     params.ctx = s.evalCtx;
     params.maxChunks = s.evalChunks;
     params.textPath = s.evaluation.path;
+    const std::vector<TokenId>& tokens = evaluationTokens();   // names a missing tokenizer before bos() is asked
     Transformer runtime(model, mOptions);
-    return evaluatePerplexity(runtime, evaluationTokens(), mBase.tokenizer->bos(), params, feedback);
+    return evaluatePerplexity(runtime, tokens, mBase.tokenizer->bos(), params, feedback);
 }
 
 std::vector<ResultRow> ProjectRunner::evaluate(const std::string& variant, Feedback* feedback) {

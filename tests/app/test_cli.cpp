@@ -645,8 +645,15 @@ void TestCli::methodsAndCompress() {
         // model written was not the one measured. The calibration left out is taken from the report beside the recipe.
         Result exported = run({"export", model, "--recipe", out.filePath("o/recipe.json"), "--format", "gptq", "--out", out.filePath("gptq")});
         QVERIFY2(exported.exitCode == 0, qPrintable(exported.err));
-        QVERIFY2(exported.err.contains("calibration as compress ran it (" + out.filePath("o/report.json") + "): --calib " + text +
-                                       " --samples 8 --seq-len 128 --seed 0"), qPrintable(exported.err));
+        QVERIFY2(exported.err.contains("calibration as compress ran it (" + out.filePath("o/report.json") + "): --calib ") &&
+                     exported.err.contains(" --samples 8 --seq-len 128 --seed 0 --calib-dtype f32 --device cpu"), qPrintable(exported.err));
+        // The report names the text by an absolute path with its hash, so an export from another folder finds it.
+        QFile reportFile(out.filePath("o/report.json"));
+        QVERIFY(reportFile.open(QIODevice::ReadOnly));
+        const QJsonObject calibration = QJsonDocument::fromJson(reportFile.readAll()).object()["calibration"].toObject();
+        QVERIFY(QFileInfo(calibration["file"].toString()).isAbsolute() && QFileInfo::exists(calibration["file"].toString()));
+        QVERIFY(calibration["text_hash"].toString().startsWith("fnv1a64:"));
+        QCOMPARE(calibration["seq_len_requested"].toInt(), 128);
         QVERIFY(!exported.err.contains("warning"));
         Result eval = run({"eval", out.filePath("gptq"), "--text", text, "--ctx", "128", "--chunks", "4", "--json"});
         QVERIFY2(eval.exitCode == 0, qPrintable(eval.err));
@@ -657,6 +664,10 @@ void TestCli::methodsAndCompress() {
                             "--out", out.filePath("gptq4"), "--quiet"});
         QVERIFY2(other.exitCode == 0, qPrintable(other.err));
         QVERIFY2(other.err.contains("warning: --samples 4 (compress: 8) differs from the calibration in"), qPrintable(other.err));
+        // The same text named another way is the same text: no warning.
+        Result spelled = run({"export", model, "--recipe", out.filePath("o/recipe.json"), "--calib", QFileInfo(text).dir().path() + "/../text/" +
+                              QFileInfo(text).fileName(), "--format", "gptq", "--out", out.filePath("gptq-spelled"), "--quiet"});
+        QVERIFY2(spelled.exitCode == 0 && !spelled.err.contains("warning"), qPrintable(spelled.err));
     }
     // A calibrated method without calibration text is refused with what to do, before the base is evaluated
     // (minutes on a 7B model) and without leaving an empty --out folder (regression).

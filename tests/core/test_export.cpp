@@ -615,6 +615,23 @@ void TestExport::ggufSourceTypesAreKept() {
     QVERIFY2(maxRelativeError(read, held) < 0.2, qPrintable(QString::number(maxRelativeError(read, held))));
     const std::string down = "model.layers.0.mlp.down_proj.weight";   // untouched: the source's bytes
     QVERIFY(std::memcmp(prunedBack->tensor(down).data, source->tensor(down).data, source->tensor(down).bytes) == 0);
+    // From a source with offsets (q4_1) zeros would become small values: the symmetric type of the width is taken (review).
+    ExportOptions q41;
+    q41.tensorType = "q4_1";
+    const std::string offsetPath = (dir.path() + "/q41.gguf").toStdString();
+    exportModel(*base, "gguf", offsetPath, q41);
+    auto offsetSource = loadModel(offsetPath);
+    auto offsetPruned = compressed(*offsetSource, R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5},"targets":"layers\\.0\\.mlp\\.up_proj"}]})");
+    const std::string offsetPrunedPath = (dir.path() + "/q41-pruned.gguf").toStdString();
+    const ExportReport offsetReport = exportModel(*offsetPruned, "gguf", offsetPrunedPath, {});
+    std::string upNote;
+    for (const auto& t : offsetReport.tensors)
+        if (t.name == "blk.0.ffn_up.weight") upNote = t.type + ": " + t.note;
+    QVERIFY2(upNote.rfind("q4_0: changed by a step, 50.0% zeros; written as q4_0, which keeps zeros zero, in place of q4_1", 0) == 0,
+             upNote.c_str());
+    auto offsetBack = loadModel(offsetPrunedPath);
+    QVERIFY((offsetBack->floatTensor(up) == 0).sum().item<int64_t>() >= (offsetPruned->floatTensor(up) == 0).sum().item<int64_t>());
+    QCOMPARE(int(offsetBack->tensor(down).type), int(ggml::Type::Q4_1));   // untouched: as read
     // --type still re-encodes everything in the type asked for.
     ExportOptions f16;
     f16.tensorType = "f16";
