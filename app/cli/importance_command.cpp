@@ -96,8 +96,8 @@ int runImportance(const std::vector<std::string>& args) {
                 if (nx != ny) return ny;
                 return (!nx && row[x] < row[y]) || ((nx || row[x] == row[y]) && x < y);
             });
-            std::printf("%-10s %10.5f %10.5f %10.5f ", map.rowLabels[r].c_str(), row[order.front()], row[order[columns / 2]],
-                        row[order.back()]);
+            const double median = columns % 2 ? row[order[columns / 2]] : 0.5 * (row[order[columns / 2 - 1]] + row[order[columns / 2]]);
+            std::printf("%-10s %10.5f %10.5f %10.5f ", map.rowLabels[r].c_str(), row[order.front()], median, row[order.back()]);
             for (size_t k = 0; k < std::min(kLowestShown, columns); ++k)
                 std::printf(" %s %.5g", map.columnLabels[order[k]].c_str(), row[order[k]]);
             std::printf("\n");

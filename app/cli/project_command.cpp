@@ -320,19 +320,27 @@ int runProject(const std::vector<std::string>& args) {
     // What the stored results are measured from: another model or tokenizer than the project's marks them out of date
     // (cwb project show). The model's own tokenizer, where the project recorded none, is the project's.
     const std::string basisTokenizer = !a.has("tokenizer") && project.model().tokenizerHash.empty() ? "" : tokenizerHash;
-    // A text edited in place keeps its recorded hash, so the results would look current: they are measured again.
-    bool textsChanged = false;
-    for (const FileReference* ref : {&project.settings().evaluation, &project.settings().calibration}) {
+    // Results are stamped with the texts as they are read now: a text edited in place keeps the hash the project
+    // recorded, and results measured on its new content stamped with the old hash looked current once it was put back
+    // (user probe).
+    std::string evaluationHash = project.settings().evaluation.hash, calibrationHash = project.settings().calibration.hash;
+    for (std::string* hash : {&evaluationHash, &calibrationHash}) {
+        const FileReference& ref = hash == &evaluationHash ? project.settings().evaluation : project.settings().calibration;
         std::error_code ec;
-        if (ref->path.empty() || ref->hash.empty() || !std::filesystem::is_regular_file(ref->path, ec)) continue;
-        const std::string now = hashFile(ref->path);
-        if (now == ref->hash) continue;
-        std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): every variant is "
-                             "measured on its present content (`cwb project set` records it)\n",
-                     ref->path.c_str(), now.c_str(), ref->hash.c_str());
-        textsChanged = true;
+        if (ref.path.empty() || ref.hash.empty() || !std::filesystem::is_regular_file(ref.path, ec)) continue;
+        *hash = hashFile(ref.path);
+        if (*hash != ref.hash)
+            std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): results are measured "
+                                 "on its present content, and `cwb project show` lists them as out of date until `cwb project "
+                                 "set` records it\n", ref.path.c_str(), hash->c_str(), ref.hash.c_str());
     }
-    if (!a.flag("all") && !textsChanged) {
+    auto basisNow = [&](const std::string& name) {
+        nlohmann::json basis = project.measurementBasis(name, modelHash, basisTokenizer);
+        if (basis.contains("evaluation") && basis["evaluation"].contains("hash")) basis["evaluation"]["hash"] = evaluationHash;
+        if (basis.contains("calibration") && basis["calibration"].contains("hash")) basis["calibration"]["hash"] = calibrationHash;
+        return basis;
+    };
+    if (!a.flag("all")) {
         // Results measured from what this run would measure (recipe, model, tokenizer, texts and windows) are kept: after
         // adding one variant to a 7B project, a run measured the base and every other variant again (hours on a CPU).
         // Variants named with --variants are measured whatever they hold; the base only when out of date.
@@ -344,7 +352,7 @@ int runProject(const std::vector<std::string>& args) {
             }
             const nlohmann::json& stored = project.resultBasis(name);
             const bool upToDate = !project.results(name).empty() && !stored.is_null() &&
-                                  Project::basisDifferences(stored, project.measurementBasis(name, modelHash, basisTokenizer)).empty();
+                                  Project::basisDifferences(stored, basisNow(name)).empty();
             (upToDate ? current : stale).push_back(name);
         }
         if (!current.empty() && !a.flag("quiet")) {
@@ -396,7 +404,7 @@ int runProject(const std::vector<std::string>& args) {
                 std::fprintf(stderr, "warning: the recipe of %s changed during the run; its results are not stored\n", name.c_str());
                 return false;
             }
-            latest.setResults(name, rows, project.measurementBasis(name, modelHash, basisTokenizer));
+            latest.setResults(name, rows, basisNow(name));
             latest.record("run", entry);
             return true;
         });

@@ -285,12 +285,25 @@ void TestBatch::projectRunMeasuresWhatIsOutOfDate() {
         QCOMPARE(run({"project", "set", copy, "--eval", textCopy}).exitCode, 0);
         QCOMPARE(run({"project", "run", copy, "--threads", "1", "--quiet"}).exitCode, 0);
         QFile f(textCopy);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QByteArray original = f.readAll();
+        f.close();
         QVERIFY(f.open(QIODevice::Append));
         f.write("\nOnce upon a time there was a changed evaluation text.\n");
         f.close();
         Result edited = run({"project", "run", copy, "--threads", "1", "--quiet"});
         QVERIFY2(edited.exitCode == 0 && edited.out.contains("base ") && edited.out.contains("gptq-w4g32 "), qPrintable(edited.out));
         QVERIFY2(edited.err.contains("rerun-eval.txt changed since the project recorded it"), qPrintable(edited.err));
+        // Stamped with the text as measured: the next run keeps them (it measured everything again on every call), ...
+        Result settled = run({"project", "run", copy, "--threads", "1"});
+        QVERIFY2(settled.exitCode == 0 && settled.out.isEmpty() && settled.err.contains("up to date, not measured again: base,"),
+                 qPrintable(settled.out + settled.err));
+        // ... and once the text is put back they are of another text (they were stamped with its hash and kept; probe).
+        QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        f.write(original);
+        f.close();
+        Result restored = run({"project", "run", copy, "--threads", "1", "--quiet"});
+        QVERIFY2(restored.exitCode == 0 && restored.out.contains("base ") && restored.out.contains("wanda-50 "), qPrintable(restored.out));
     }
     Result both = run({"project", "run", copy, "--all", "--variants", "wanda-50"});
     QVERIFY2(both.exitCode == 2 && both.err.contains("give one of them"), qPrintable(both.err));

@@ -808,6 +808,7 @@ void TestCli::importanceTakesCalib() {
         QCOMPARE(cells.size(), 2 + 3 + 16);
         QCOMPARE(cells[2].toDouble(), std::round(row0.front().first * 1e5) / 1e5);
         QCOMPARE(cells[4].toDouble(), std::round(row0.back().first * 1e5) / 1e5);
+        QCOMPARE(cells[3].toDouble(), std::round(0.5 * (row0[85].first + row0[86].first) * 1e5) / 1e5);   // the median of 172
         QCOMPARE(cells[5].toInt(), row0[0].second);   // the least important channel first
         QCOMPARE(cells[7].toInt(), row0[1].second);
     }
