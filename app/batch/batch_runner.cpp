@@ -53,13 +53,6 @@ double allowedDifference(const std::string& metric, double stored, bool sameEnvi
     return 1e-3;
 }
 
-// Differences and tolerances to three significant digits: "0.000001" hid a KL tolerance of 1.4e-6.
-std::string differenceText(double value) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.3g", value);
-    return text;
-}
-
 bool within(double stored, double reproduced, double allowed) {
     return allowed == 0 ? stored == reproduced : std::abs(stored - reproduced) <= allowed;
 }
@@ -388,8 +381,8 @@ int BatchRunner::run() {
                 std::snprintf(line, sizeof line, "| %s | %s | %s | %s | %s | %s | %s |\n", v["name"].get<std::string>().c_str(),
                               m["metric"].get<std::string>().c_str(),
                               hasStored ? resultText(m["stored"].get<double>()).c_str() : "—", resultText(m["reproduced"].get<double>()).c_str(),
-                              hasStored ? differenceText(m["difference"].get<double>()).c_str() : "—",
-                              hasStored ? differenceText(m["tolerance"].get<double>()).c_str() : "—",
+                              hasStored ? smallNumberText(m["difference"].get<double>()).c_str() : "—",
+                              hasStored ? smallNumberText(m["tolerance"].get<double>()).c_str() : "—",
                               m["timing"].get<bool>() ? "timing" : !hasStored ? "—"
                               : !m.contains("within_tolerance") ? "stale"   // stored before the recipe or settings changed
                               : m["within_tolerance"].get<bool>() ? "yes" : "**no**");

@@ -80,12 +80,6 @@ ggml::Type parseGgmlType(const std::string& name, const std::vector<ggml::Type>&
     throw Error("unknown or unsupported tensor type '" + name + "' (choose one of: " + choices + ")");
 }
 
-std::string errorText(double error) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.3g", error);
-    return text;
-}
-
 double relativeError(const at::Tensor& a, const at::Tensor& b) {
     const double den = b.to(at::kDouble).pow(2).sum().item<double>();
     const double num = (a.to(at::kDouble) - b.to(at::kDouble)).pow(2).sum().item<double>();

@@ -28,8 +28,6 @@ std::string ggmlTypeName(ggml::Type type);
 
 // ‖a − b‖² / ‖b‖² (0 when b is zero and a equals it).
 double relativeError(const at::Tensor& a, const at::Tensor& b);
-// An added error to three significant digits ("2.1e-07", not "0.000000").
-std::string errorText(double error);
 
 // Empty when every layer has the model's head, kv-head and MLP sizes; else which layer differs and how.
 std::string nonUniformLayers(const ArchSpec& spec);

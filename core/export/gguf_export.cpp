@@ -18,6 +18,7 @@
 #include "core/io/gguf_names.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
+#include "core/util/json_text.h"
 
 namespace cwb {
 
@@ -325,7 +326,7 @@ public:
         for (const auto& t : report.tensors) {
             if (t.type == "f32" && t.name.find("norm") != std::string::npos) continue;
             if (t.addedError > 0 && (compressedNames.count(t.name) || (t.type != "f16" && t.type != "bf16" && t.type != "f32")))
-                report.notes.push_back(t.name + ": added error " + exporting::errorText(t.addedError));
+                report.notes.push_back(t.name + ": added error " + smallNumberText(t.addedError));
         }
         const std::string warning = requantizedWarning(report, requantized, compressedNames.size());
         if (!warning.empty()) report.warnings.push_back(warning);
@@ -362,8 +363,8 @@ private:
         for (const auto& [type, n] : types) to += (to.empty() ? "" : ", ") + type + " x" + std::to_string(n);
         std::string line = std::to_string(moved) + " of " + std::to_string(compressed) +
                            " compressed layers are not written level for level (re-quantized: " + to + "); their added error "
-                           "(|w' - w|^2 / |w|^2 against the variant's weights) is up to " + exporting::errorText(worst) + ", mean " +
-                           exporting::errorText(sum / double(moved)) + ", so the file will not score as the variant did";
+                           "(|w' - w|^2 / |w|^2 against the variant's weights) is up to " + smallNumberText(worst) + ", mean " +
+                           smallNumberText(sum / double(moved)) + ", so the file will not score as the variant did";
         if (inputScales)
             line += "; layers with a per-layer input scale (AWQ without \"fold\": true) have no such scale in GGUF: compress "
                     "with \"fold\": true to write them exactly";

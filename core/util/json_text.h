@@ -22,4 +22,11 @@ inline std::string resultText(double value) {
     return text;
 }
 
+// A small difference, error or tolerance to 3 significant digits ("2.1e-07", not "0.000000").
+inline std::string smallNumberText(double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", value);
+    return text;
+}
+
 } // namespace cwb

@@ -16,6 +16,7 @@
 #include "core/compress/pipeline.h"
 #include "core/export/export_format.h"
 #include "core/export/export_support.h"
+#include "core/util/json_text.h"
 #include "core/export/quant_layouts.h"
 #include "core/io/gguf_file.h"
 #include "core/io/model_format.h"
@@ -566,7 +567,7 @@ void TestExport::ggufRequantizedLayersAreWarnedOf() {
         for (const auto& t : report.tensors)
             if (t.type == "q4_0") worst = std::max(worst, t.addedError);
         QVERIFY(worst > 0);
-        QVERIFY2(w.contains("is up to " + QString::fromStdString(exporting::errorText(worst)) + ", mean "), qPrintable(w));
+        QVERIFY2(w.contains("is up to " + QString::fromStdString(smallNumberText(worst)) + ", mean "), qPrintable(w));
     }
 }
 
