@@ -29,7 +29,7 @@ namespace {
 void printHelp() {
     std::printf("Compression Workbench %s: load, inspect, evaluate and compress LLMs.\n\nUsage:\n", cwb::versionString());
     for (const auto& c : cwb::cli::commands()) std::printf("  %s\n      %s\n", c.usage, c.summary);
-    std::printf("  cwb --batch PROJECT [--out DIR] [--device cpu|cuda] [--model PATH] [--tokenizer FILE] [--threads N] [--variants a,b] [--no-export-check] [--quiet] [--json]\n"
+    std::printf("  cwb --batch PROJECT [--out DIR] [--device cpu|cuda] [--model PATH] [--tokenizer FILE] [--calib FILE] [--eval FILE] [--threads N] [--variants a,b] [--no-export-check] [--quiet] [--json]\n"
                 "      replay a saved project headless; exit 0 reproduced, 1 differs beyond tolerance or incomplete (a\n"
                 "      variant without stored results, or a failed export: said on stderr), 2 error\n");
 #ifdef CWB_WITH_GUI
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
         installInterruptHandler();
         try {
             std::vector<std::string> rest(args.begin() + 1, args.end());
-            cwb::cli::Arguments a(rest, {"out", "device", "model", "tokenizer", "threads", "variants"},
+            cwb::cli::Arguments a(rest, {"out", "device", "model", "tokenizer", "calib", "eval", "threads", "variants"},
                                    {"quiet", "json", "no-export-check"});
             cwb::BatchRunner runner;
             runner.setProjectPath(a.requirePositional("PROJECT"));
@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
             runner.setDevice(a.value("device", "cpu"));
             runner.setModelPath(a.value("model"));
             runner.setTokenizerPath(a.value("tokenizer"));
+            runner.setCalibrationPath(a.value("calib"));
+            runner.setEvaluationPath(a.value("eval"));
             runner.setThreads(cwb::cli::threadCount(a.integer("threads", 0)));
             std::vector<std::string> variants;
             std::string list = a.value("variants");

@@ -195,11 +195,40 @@ int BatchRunner::run() {
         if (!project.model().hash.empty() && hash != project.model().hash)
             warnings.push_back("the model's content changed since the project was saved (hash " + project.model().hash +
                                " -> " + hash + "); results may differ");
-        for (const auto* ref : {&project.settings().calibration, &project.settings().evaluation}) {
-            if (ref->path.empty()) continue;
-            if (!std::filesystem::exists(ref->path)) throw Error(mProjectPath, "its data file " + ref->path + " is missing");
-            if (!ref->hash.empty() && hashFile(ref->path) != ref->hash)
-                warnings.push_back("data file " + ref->path + " changed since the project was saved");
+        {   // The texts, where the project names them or where --calib/--eval say they are now (a replay on a server
+            // whose folders differ). Paths are not part of what results were measured from; the texts' hashes are.
+            ProjectSettings settings = project.settings();
+            struct Text {
+                const char *role, *option;
+                FileReference* ref;
+                std::string given;
+            };
+            for (const Text& t : {Text{"calibration", "--calib", &settings.calibration, mCalibrationPath},
+                                  Text{"evaluation", "--eval", &settings.evaluation, mEvaluationPath}}) {
+                if (!t.given.empty()) {
+                    if (t.ref->path.empty())
+                        throw Error(mProjectPath, std::string("has no ") + t.role + " text for " + t.option +
+                                                      " to stand in for (a replay measures what the project measured)");
+                    if (!std::filesystem::is_regular_file(t.given))
+                        throw Error(t.given, std::string("is not a file (") + t.option + ")");
+                    report["data"][t.role]["stored_path"] = t.ref->path;
+                    t.ref->path = std::filesystem::absolute(t.given).lexically_normal().string();
+                }
+                if (t.ref->path.empty()) continue;
+                if (!std::filesystem::exists(t.ref->path))
+                    throw Error(mProjectPath, std::string("its ") + t.role + " text is not at " + t.ref->path + " (moved?); pass " +
+                                                  t.option + " PATH");
+                const std::string now = hashFile(t.ref->path);
+                report["data"][t.role]["path"] = t.ref->path;
+                report["data"][t.role]["hash"] = now;
+                report["data"][t.role]["stored_hash"] = t.ref->hash;
+                if (!t.ref->hash.empty() && now != t.ref->hash)
+                    warnings.push_back(std::string("the ") + t.role + " text " + t.ref->path +
+                                       (t.given.empty() ? " changed since the project was saved"
+                                                        : " differs from the one the project recorded") +
+                                       " (hash " + t.ref->hash + " -> " + now + "); results may differ");
+            }
+            project.setSettings(settings);   // in memory only: a replay never writes the project
         }
 
         if (mThreads < 0) throw Error("--threads must be 0 or more");
@@ -351,6 +380,11 @@ int BatchRunner::run() {
         std::string md = "# Batch replay of " + mProjectPath + "\n\nStatus: **" + report["status"].get<std::string>() +
                          "** — device " + options.device.str() + ", " + std::to_string(at::get_num_threads()) + " threads, " +
                          report["build"].get<std::string>() + ".\n\n";
+        md += "Model: " + modelPath;
+        for (const char* role : {"evaluation", "calibration"})
+            if (report.contains("data") && report["data"].contains(role))
+                md += std::string("; ") + role + " text: " + report["data"][role].value("path", "");
+        md += ".\n\n";
         for (const auto& w : warnings) md += "> " + w + "\n\n";
         md += "| variant | metric | stored | reproduced | difference | tolerance | ok |\n| --- | --- | ---: | ---: | ---: | ---: | --- |\n";
         char line[512];

@@ -23,6 +23,10 @@ public:
     void setModelPath(std::string path) { mModelPath = std::move(path); }
     // In place of the tokenizer the project names (moved, or none recorded); "" keeps the project's.
     void setTokenizerPath(std::string path) { mTokenizerPath = std::move(path); }
+    // In place of the calibration / evaluation text the project names (moved); "" keeps the project's. The replay
+    // warns when the given file's bytes differ from what the project recorded.
+    void setCalibrationPath(std::string path) { mCalibrationPath = std::move(path); }
+    void setEvaluationPath(std::string path) { mEvaluationPath = std::move(path); }
     void setThreads(int threads) { mThreads = threads; }
     void setVariants(std::vector<std::string> names) { mVariants = std::move(names); }
     void setQuiet(bool quiet) { mQuiet = quiet; }
@@ -39,7 +43,7 @@ private:
     nlohmann::json writeExports(const Variant& variant, const Model& model, ProjectRunner& runner, double variantPerplexity,
                                 std::vector<std::string>& warnings, bool* failed) const;
 
-    std::string mProjectPath, mOutputDir = "cwb-report", mDevice = "cpu", mModelPath, mTokenizerPath;
+    std::string mProjectPath, mOutputDir = "cwb-report", mDevice = "cpu", mModelPath, mTokenizerPath, mCalibrationPath, mEvaluationPath;
     int mThreads = 0;
     std::vector<std::string> mVariants;
     bool mQuiet = false, mJson = false, mCheckExports = true;

@@ -58,6 +58,7 @@ private slots:
     void interruptExits130();
     void createShowsHashingProgress();
     void checksBeforeReplayAndSettings();
+    void movedTextsNeedTextOptions();
 };
 
 void TestBatch::initTestCase() {
@@ -693,6 +694,75 @@ void TestBatch::checksBeforeReplayAndSettings() {
     Result once = run({"--batch", project, "--out", out, "--threads", "1", "--variants", "base,rtn-w4g32,rtn-w4g32", "--json"});
     QVERIFY2(once.exitCode != 2, qPrintable(once.err));
     QCOMPARE(QJsonDocument::fromJson(once.out.toUtf8()).object()["variants"].toArray().size(), 2);
+}
+
+// A project made on a desktop names its texts by the desktop's paths; a replay on a server found them missing and
+// could only be pointed at the model (user probe). --calib / --eval now name where they are; the project is not
+// changed, the results stay current (paths are not part of what they were measured from), and a text whose bytes
+// differ is said.
+void TestBatch::movedTextsNeedTextOptions() {
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    CWB_REQUIRE_FIXTURE(wiki, "text/wiki.test.raw");
+    const QString recipes = QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/";
+    const QString calib = mDir.filePath("desk-calib.txt"), eval = mDir.filePath("desk-eval.txt");
+    QVERIFY(QFile::copy(text, calib));
+    QVERIFY(QFile::copy(text, eval));
+    const QString project = mDir.filePath("texts.cwbproj");
+    Result c = run({"project", "create", project, "--model", mModel, "--calib", calib, "--eval", eval, "--ctx", "64",
+                    "--chunks", "3", "--samples", "4", "--seq-len", "32", "--recipe", recipes + "gptq-w4g32.json"});
+    QVERIFY2(c.exitCode == 0, qPrintable(c.err));
+    QVERIFY2(run({"project", "run", project, "--threads", "1", "--quiet"}).exitCode == 0, "project run");
+    QFile projectFile(project);
+    QVERIFY(projectFile.open(QIODevice::ReadOnly));
+    const QByteArray projectBytes = projectFile.readAll();
+    projectFile.close();
+
+    const QString serverCalib = mDir.filePath("server-calib.txt"), serverEval = mDir.filePath("server-eval.txt");
+    QVERIFY(QFile::rename(calib, serverCalib));
+    QVERIFY(QFile::rename(eval, serverEval));
+    const QString out = mDir.filePath("texts-report");
+    Result missing = run({"--batch", project, "--out", out, "--threads", "1", "--quiet"});
+    QCOMPARE(missing.exitCode, 2);
+    QVERIFY2(missing.err.contains("text is not at") && missing.err.contains("pass --calib PATH"), qPrintable(missing.err));
+    Result missingEval = run({"--batch", project, "--out", out, "--calib", serverCalib, "--threads", "1", "--quiet"});
+    QCOMPARE(missingEval.exitCode, 2);
+    QVERIFY2(missingEval.err.contains(eval) && missingEval.err.contains("pass --eval PATH"), qPrintable(missingEval.err));
+    Result notThere = run({"--batch", project, "--out", out, "--calib", mDir.filePath("nowhere.txt"), "--quiet"});
+    QVERIFY2(notThere.exitCode == 2 && notThere.err.contains("nowhere.txt") && notThere.err.contains("--calib"),
+             qPrintable(notThere.err));
+
+    Result moved = run({"--batch", project, "--out", out, "--calib", serverCalib, "--eval", serverEval, "--threads", "1", "--quiet"});
+    QVERIFY2(moved.exitCode == 0, qPrintable(moved.err));
+    const QJsonObject report = readReport(out);
+    QCOMPARE(report["status"].toString(), QStringLiteral("reproduced"));
+    QCOMPARE(report["warnings"].toArray().size(), 0);
+    const QJsonObject data = report["data"].toObject();
+    QCOMPARE(data["calibration"].toObject()["path"].toString(), QFileInfo(serverCalib).absoluteFilePath());
+    QCOMPARE(data["calibration"].toObject()["stored_path"].toString(), QFileInfo(calib).absoluteFilePath());
+    QCOMPARE(data["evaluation"].toObject()["path"].toString(), QFileInfo(serverEval).absoluteFilePath());
+    QCOMPARE(data["evaluation"].toObject()["hash"].toString(), data["evaluation"].toObject()["stored_hash"].toString());
+    QVERIFY(projectFile.open(QIODevice::ReadOnly));
+    QVERIFY(projectFile.readAll() == projectBytes);   // the replay never writes the project
+    projectFile.close();
+    QFile md(out + "/report.md");
+    QVERIFY(md.open(QIODevice::ReadOnly));
+    QVERIFY(QString::fromUtf8(md.readAll()).contains("evaluation text: " + QFileInfo(serverEval).absoluteFilePath()));
+
+    // Another text in place of the evaluation text: said, and the metrics measured on it differ from the stored ones.
+    const QString other = mDir.filePath("texts-report-other");
+    Result edited = run({"--batch", project, "--out", other, "--calib", serverCalib, "--eval", wiki, "--threads", "1", "--quiet"});
+    QCOMPARE(edited.exitCode, 1);
+    const QJsonObject editedReport = readReport(other);
+    QCOMPARE(editedReport["status"].toString(), QStringLiteral("differs"));
+    const QJsonArray warnings = editedReport["warnings"].toArray();
+    QVERIFY2(!warnings.isEmpty() && warnings[0].toString().contains("differs from the one the project recorded"),
+             qPrintable(QJsonDocument(warnings).toJson()));
+
+    // A project without calibration text has nothing for --calib to stand in for.
+    const QString plain = mDir.filePath("texts-plain.cwbproj");
+    QCOMPARE(run({"project", "create", plain, "--model", mModel, "--eval", serverEval, "--ctx", "64", "--chunks", "2"}).exitCode, 0);
+    Result extra = run({"--batch", plain, "--out", mDir.filePath("texts-plain"), "--calib", serverCalib, "--quiet"});
+    QVERIFY2(extra.exitCode == 2 && extra.err.contains("has no calibration text for --calib"), qPrintable(extra.err));
 }
 
 QTEST_APPLESS_MAIN(TestBatch)
