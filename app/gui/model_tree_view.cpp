@@ -119,8 +119,9 @@ void ModelTreeView::rebuild() {
         item->setText(ShapeColumn, shapeText(t.shape));
         // A compressed layer shows what it is stored as (packed levels, FP8 codes), not its weight record.
         const auto packed = name != layer ? mModel->compressed(layer) : nullptr;
-        const ggml::TypeTraits* traits = ggml::traits(t.type);
-        const qint64 bytes = packed ? qint64(packed->storageBytes()) : qint64(t.bytes);
+        // A tensor of a quantized GGUF source that a step replaced is counted in the type an export writes it in.
+        const ggml::TypeTraits* traits = ggml::traits(t.storedType());
+        const qint64 bytes = packed ? qint64(packed->storageBytes()) : qint64(t.storedBytes());
         item->setText(TypeColumn, packed ? QString::fromStdString(packed->describe())
                                          : traits ? QString::fromLatin1(traits->name) : tr("unknown"));
         item->setData(ParametersColumn, Qt::UserRole, qint64(t.elementCount()));

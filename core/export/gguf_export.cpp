@@ -26,46 +26,31 @@ namespace {
 
 using ggml::Type;
 
-const std::vector<Type> kWritable = {Type::F32,  Type::F16,  Type::BF16, Type::Q8_0, Type::Q4_0, Type::Q4_1,
-                                     Type::Q5_0, Type::Q5_1, Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K};
-
-double bitsPerWeight(Type t) {
-    const ggml::TypeTraits* tr = ggml::traits(t);
-    return 8.0 * double(tr->typeSize) / double(tr->blockSize);
-}
+const std::vector<Type>& kWritable = ggml::writableTypes();
 
 // The type asked for when its block fits the row, else the smallest (in bits per weight) that fits and holds at least
 // as many bits; `floatType` (f16, or the f32/bf16 asked for) always fits. Offsets (q4_1, q5_1) are not preferred for
 // asymmetric layers: re-quantizing an act-order int4 g32 asym GPTQ layer of stories260K gave PPL 7.76 as q4_0 and
 // 7.99 as q4_1 (7.40 / 7.44 as q5_0 / q5_1; 7.24 unquantized; session 43), its blocks holding no one grid anyway.
 Type fittingType(Type wanted, int64_t rowLength, std::string* note, Type floatType) {
-    if (rowLength % ggml::traits(wanted)->blockSize == 0) return wanted;
-    Type best = floatType;
-    for (Type t : kWritable) {
-        if (rowLength % ggml::traits(t)->blockSize || bitsPerWeight(t) < bitsPerWeight(wanted)) continue;
-        if (t == Type::F32 || t == Type::F16 || t == Type::BF16) continue;   // the float type is floatType
-        if (bitsPerWeight(t) < bitsPerWeight(best)) best = t;
-    }
-    *note = "rows of " + std::to_string(rowLength) + " do not fit " + exporting::ggmlTypeName(wanted) + " blocks of " +
-            std::to_string(ggml::traits(wanted)->blockSize) + "; written as " + exporting::ggmlTypeName(best);
+    const Type best = ggml::fittingType(wanted, rowLength, floatType);
+    if (best != wanted)
+        *note = "rows of " + std::to_string(rowLength) + " do not fit " + exporting::ggmlTypeName(wanted) + " blocks of " +
+                std::to_string(ggml::traits(wanted)->blockSize) + "; written as " + exporting::ggmlTypeName(best);
     return best;
 }
 
 // A tensor a step changed goes back to the quantized type it was read in, but zeros a step left (pruning) survive only
-// a type whose level 0 is 0: the offset types (q4_1, q5_1, q2_K, q4_K, q5_K) turn them into small values. Where 1% or
-// more of the weights are zero, the symmetric type of the same width is taken instead, and *note says so.
-Type keepingZeros(Type source, const at::Tensor& weight, std::string* note) {
-    static const std::map<Type, Type> symmetric = {{Type::Q4_1, Type::Q4_0}, {Type::Q5_1, Type::Q5_0}, {Type::Q4_K, Type::Q4_0},
-                                                   {Type::Q5_K, Type::Q5_0}, {Type::Q2_K, Type::Q3_K}};
-    const auto it = symmetric.find(source);
-    if (it == symmetric.end() || weight.numel() == 0) return source;
-    const double zeros = (weight == 0).sum().item<double>() / double(weight.numel());
-    if (zeros < 0.01) return source;
+// a type whose level 0 is 0 (ggml::zeroKeepingType, from the share of zeros measured when the tensor was replaced);
+// *note says so where that type differs.
+Type keepingZeros(const TensorRecord& record, std::string* note) {
+    const Type source = *record.quantizedSource, kept = ggml::zeroKeepingType(source, record.zeroFraction);
+    if (kept == source) return source;
     char text[256];
     std::snprintf(text, sizeof text, "changed by a step, %.1f%% zeros; written as %s, which keeps zeros zero, in place of %s, the type "
-                  "it was read in", 100.0 * zeros, exporting::ggmlTypeName(it->second).c_str(), exporting::ggmlTypeName(source).c_str());
+                  "it was read in", 100.0 * record.zeroFraction, exporting::ggmlTypeName(kept).c_str(), exporting::ggmlTypeName(source).c_str());
     *note = text;
-    return it->second;
+    return kept;
 }
 
 // The ggml type nearest to a compressed layer's own format.
@@ -251,9 +236,9 @@ public:
             const bool floatRecord = r.type == Type::F32 || r.type == Type::F16 || r.type == Type::BF16;
             const bool keepBytes = !linear && !r.packedOnly && !r.storedTransposed && !floatRecord && options.tensorType.empty() && heads == 0 && r.shape.size() >= 2;
             const bool backToSource = !linear && floatRecord && r.quantizedSource && options.tensorType.empty() && r.shape.size() >= 2 &&
-                                      std::find(kWritable.begin(), kWritable.end(), *r.quantizedSource) != kWritable.end();
+                                      ggml::isWritable(*r.quantizedSource);
             std::string zerosNote;
-            const Type sourceType = backToSource ? keepingZeros(*r.quantizedSource, model.floatTensor(name), &zerosNote) : Type::F32;
+            const Type sourceType = backToSource ? keepingZeros(r, &zerosNote) : Type::F32;
             Type wanted = r.shape.size() < 2 ? Type::F32 : isExact ? exact : linear ? (requantize ? *requantize : nearestType(*linear))
                           : keepBytes ? r.type : backToSource ? sourceType : dense;
             const Type type = keepBytes ? r.type : fittingType(wanted, r.shape.back(), &t.note, floatFallback);

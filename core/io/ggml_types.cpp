@@ -323,6 +323,39 @@ bool canQuantize(Type type) {
     }
 }
 
+const std::vector<Type>& writableTypes() {
+    static const std::vector<Type> types = {Type::F32,  Type::F16,  Type::BF16, Type::Q8_0, Type::Q4_0, Type::Q4_1, Type::Q5_0,
+                                            Type::Q5_1, Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K};
+    return types;
+}
+
+bool isWritable(Type type) {
+    const auto& types = writableTypes();
+    return std::find(types.begin(), types.end(), type) != types.end();
+}
+
+Type fittingType(Type wanted, int64_t rowLength, Type floatType) {
+    const auto width = [](Type t) { return 8.0 * double(traits(t)->typeSize) / double(traits(t)->blockSize); };
+    if (rowLength % traits(wanted)->blockSize == 0) return wanted;
+    Type best = floatType;
+    for (Type t : writableTypes()) {
+        if (t == Type::F32 || t == Type::F16 || t == Type::BF16) continue;   // the float type is floatType
+        if (rowLength % traits(t)->blockSize || width(t) < width(wanted)) continue;
+        if (width(t) < width(best)) best = t;
+    }
+    return best;
+}
+
+Type zeroKeepingType(Type type, double zeroFraction) {
+    if (zeroFraction < 0.01) return type;
+    switch (type) {
+    case Type::Q4_1: case Type::Q4_K: return Type::Q4_0;
+    case Type::Q5_1: case Type::Q5_K: return Type::Q5_0;
+    case Type::Q2_K: return Type::Q3_K;
+    default: return type;
+    }
+}
+
 void quantize(Type type, const float* src, void* dst, int64_t n) {
     const int64_t nb = blockCount(type, n);
     switch (type) {

@@ -7,6 +7,7 @@
 // module assumes a little-endian host (checked at compile time where the compiler says).
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace cwb::ggml {
 
@@ -74,6 +75,18 @@ void dequantize(Type type, const void* src, float* dst, int64_t n);
 
 // Whether quantize() can write the type.
 bool canQuantize(Type type);
+
+// The types a GGUF export writes, in the order it prefers among types of equal width: the float types and the
+// quantized types llama.cpp reads as weights (quantize() also writes Q8_1 and Q8_K, which are activation types there).
+const std::vector<Type>& writableTypes();
+bool isWritable(Type type);
+// `wanted` where rows of rowLength fill its blocks; else the narrowest writable quantized type no narrower than it
+// whose blocks fit (q4_K rows of 4032 → q4_0), else floatType.
+Type fittingType(Type wanted, int64_t rowLength, Type floatType);
+// The type of the same width whose level 0 is 0, for a tensor with 1% or more exact zeros (pruned) whose type has
+// offsets that would turn them into small values (q4_1 → q4_0, q5_1 → q5_0, q4_K → q4_0, q5_K → q5_0, q2_K → q3_K);
+// `type` itself otherwise.
+Type zeroKeepingType(Type type, double zeroFraction);
 
 // Quantize n fp32 elements (n a multiple of the block size) into dst, which must hold rowBytes(type, n).
 // F32/F16/BF16 convert; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 follow ggml's *_ref quantizers (round to

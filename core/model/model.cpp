@@ -134,6 +134,8 @@ void Model::replaceTensor(const std::string& name, const at::Tensor& value) {
         const TensorRecord& old = it->second;
         const bool oldQuantized = old.type != ggml::Type::F32 && old.type != ggml::Type::F16 && old.type != ggml::Type::BF16;
         r.quantizedSource = oldQuantized && !old.packedOnly ? std::optional<ggml::Type>(old.type) : old.quantizedSource;
+        if (r.quantizedSource && owned->numel() > 0)
+            r.zeroFraction = (*owned == 0).sum().item<double>() / double(owned->numel());
     }
     if (it == mTensors.end()) {
         mOrder.push_back(name);
@@ -259,12 +261,23 @@ int64_t Model::parameterCount() const {
     return n;
 }
 
+ggml::Type TensorRecord::storedType() const {
+    if (!quantizedSource || shape.size() < 2 || shape.back() <= 0 || !ggml::isWritable(*quantizedSource)) return type;
+    return ggml::fittingType(ggml::zeroKeepingType(*quantizedSource, zeroFraction), shape.back(), ggml::Type::F16);
+}
+
+size_t TensorRecord::storedBytes() const {
+    const ggml::Type stored = storedType();
+    if (stored == type) return bytes;
+    return ggml::rowBytes(stored, shape.back()) * size_t(elementCount() / shape.back());
+}
+
 size_t Model::storageBytes() const {
     size_t n = 0;
-    for (const auto& kv : mTensors) n += kv.second.bytes;
+    for (const auto& kv : mTensors) n += kv.second.storedBytes();
     for (const auto& [layer, linear] : mCompressed) {
         auto it = mTensors.find(layer + ".weight");
-        if (it != mTensors.end()) n -= it->second.bytes;
+        if (it != mTensors.end()) n -= it->second.storedBytes();
         n += linear->storageBytes();
     }
     return n;

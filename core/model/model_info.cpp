@@ -73,7 +73,7 @@ nlohmann::json modelInfoJson(const Model& model) {
             tensors.push_back({{"name", name}, {"shape", r.shape}, {"dtype", packed->kind()}, {"bits", packed->bits()},
                                {"compressed", packed->describe()}, {"bytes", packed->storageBytes()}});
         else
-            tensors.push_back({{"name", name}, {"shape", r.shape}, {"dtype", typeName(r.type)}, {"bytes", r.bytes}});
+            tensors.push_back({{"name", name}, {"shape", r.shape}, {"dtype", typeName(r.storedType())}, {"bytes", r.storedBytes()}});
     }
     j["tensors"] = tensors;
     return j;
@@ -118,7 +118,7 @@ std::string modelInfoText(const Model& model) {
         std::string shape;
         for (size_t i = 0; i < r.shape.size(); ++i) shape += (i ? " x " : "") + std::to_string(r.shape[i]);
         const auto packed = compressedWeight(model, name);
-        rows.push_back({name, shape, packed ? packed->describe() : typeName(r.type), packed ? packed->storageBytes() : r.bytes});
+        rows.push_back({name, shape, packed ? packed->describe() : typeName(r.storedType()), packed ? packed->storageBytes() : r.storedBytes()});
         dtypeWidth = std::max(dtypeWidth, rows.back().dtype.size());
     }
     char line[512];

@@ -28,7 +28,7 @@ double linearBitsPerWeight(const Model& m, const Model& base) {
     double bytes = 0, params = 0;
     for (const auto& layer : m.linearLayers()) {
         auto c = m.compressed(layer);
-        bytes += c ? double(c->storageBytes()) : double(m.tensor(layer + ".weight").bytes);
+        bytes += c ? double(c->storageBytes()) : double(m.tensor(layer + ".weight").storedBytes());
     }
     for (const auto& layer : base.linearLayers()) params += double(base.tensor(layer + ".weight").elementCount());
     return params > 0 ? 8.0 * bytes / params : 0.0;

@@ -603,8 +603,14 @@ void TestExport::ggufSourceTypesAreKept() {
 
     auto pruned = compressed(*source, R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5},"targets":"layers\\.0\\.mlp\\.up_proj"}]})");
     QVERIFY(pruned->tensor(up).quantizedSource == ggml::Type::Q4_0);
+    // Counted in the type it goes back to (review: a pruned q4 variant showed 6.5x its base's bytes, counted as f32).
+    QCOMPARE(int(pruned->tensor(up).type), int(ggml::Type::F32));
+    QCOMPARE(int(pruned->tensor(up).storedType()), int(ggml::Type::Q4_0));
+    QCOMPARE(pruned->tensor(up).storedBytes(), source->tensor(up).bytes);
+    QCOMPARE(pruned->storageBytes(), source->storageBytes());
     const std::string prunedPath = (dir.path() + "/pruned.gguf").toStdString();
     const ExportReport report = exportModel(*pruned, "gguf", prunedPath, {});
+    QCOMPARE(report.bytes, pruned->storageBytes());   // what is counted is what an export writes
     bool noted = false;
     for (const auto& t : report.tensors)
         if (t.name == "blk.0.ffn_up.weight") noted = t.type == "q4_0" && t.note.find("the type it was read in") != std::string::npos;
@@ -625,6 +631,9 @@ void TestExport::ggufSourceTypesAreKept() {
     auto offsetPruned = compressed(*offsetSource, R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5},"targets":"layers\\.0\\.mlp\\.up_proj"}]})");
     const std::string offsetPrunedPath = (dir.path() + "/q41-pruned.gguf").toStdString();
     const ExportReport offsetReport = exportModel(*offsetPruned, "gguf", offsetPrunedPath, {});
+    QCOMPARE(int(offsetPruned->tensor(up).storedType()), int(ggml::Type::Q4_0));
+    QCOMPARE(offsetPruned->tensor(up).storedBytes() * 20, offsetSource->tensor(up).bytes * 18);   // q4_0 blocks of 18 bytes, q4_1 of 20
+    QCOMPARE(offsetReport.bytes, offsetPruned->storageBytes());
     std::string upNote;
     for (const auto& t : offsetReport.tensors)
         if (t.name == "blk.0.ffn_up.weight") upNote = t.type + ": " + t.note;
@@ -633,6 +642,13 @@ void TestExport::ggufSourceTypesAreKept() {
     auto offsetBack = loadModel(offsetPrunedPath);
     QVERIFY((offsetBack->floatTensor(up) == 0).sum().item<int64_t>() >= (offsetPruned->floatTensor(up) == 0).sum().item<int64_t>());
     QCOMPARE(int(offsetBack->tensor(down).type), int(ggml::Type::Q4_1));   // untouched: as read
+    // Rows that no longer fill the source type's blocks (structured pruning) count, and are written, in the narrowest
+    // type no narrower whose blocks fit, else f16.
+    QCOMPARE(int(ggml::fittingType(ggml::Type::Q4_K, 4032, ggml::Type::F16)), int(ggml::Type::Q4_0));
+    QCOMPARE(int(ggml::fittingType(ggml::Type::Q4_0, 48, ggml::Type::F16)), int(ggml::Type::F16));
+    QCOMPARE(int(ggml::fittingType(ggml::Type::Q6_K, 4096, ggml::Type::F16)), int(ggml::Type::Q6_K));
+    QCOMPARE(int(ggml::zeroKeepingType(ggml::Type::Q2_K, 0.5)), int(ggml::Type::Q3_K));
+    QCOMPARE(int(ggml::zeroKeepingType(ggml::Type::Q4_K, 0.005)), int(ggml::Type::Q4_K));
     // --type still re-encodes everything in the type asked for.
     ExportOptions f16;
     f16.tensorType = "f16";
