@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -97,6 +98,17 @@ int runBudget(const std::vector<std::string>& args) {
         if (!parent.empty()) makeOutputFolder(parent.string());
         plan.recipe.save(a.value("out"));
     }
+    // Where the plan can go: a GPTQ or AWQ folder holds one bit width; GGUF and compressed-tensors hold one per layer.
+    std::set<int> widths;
+    for (const auto& [layer, bits] : plan.bits) widths.insert(bits);
+    std::vector<std::string> notes;
+    if (widths.size() > 1) {
+        std::string list;
+        for (int w : widths) list += (list.empty() ? "" : ", ") + std::to_string(w);
+        notes.push_back("the plan mixes " + std::to_string(widths.size()) + " bit widths (" + list + "): a GGUF or "
+                        "compressed-tensors export holds it, a GPTQ or AWQ folder holds one width only");
+    }
+    for (const auto& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
     if (a.flag("json")) {
         nlohmann::json layers = nlohmann::json::array();
         for (const auto& l : plan.layers) {
@@ -108,6 +120,7 @@ int runBudget(const std::vector<std::string>& args) {
                               {"bits_per_weight", plan.bitsPerWeight}, {"linear_parameters", parameters},
                               {"linear_bytes", plan.bitsPerWeight * parameters / 8.0}, {"predicted_kl_sum", plan.predictedCost},
                               {"computed_on", describeCompute(options.compute)}, {"layers", layers}, {"recipe", plan.recipe.toJson()}};
+        out["notes"] = notes;
         if (a.has("target-bytes")) out["target_bytes"] = targetBytes;   // of the block linear layers, as linear_bytes
         // What the costs were measured on, as `importance --json` records it.
         out["measured_with"] = importanceMeasurement(a.value("text"), textHash, windows, static_cast<uint64_t>(a.integer("seed", 0)),

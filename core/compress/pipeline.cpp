@@ -201,9 +201,10 @@ static void noteLayersMadeDense(const Model& before, const Model& after, StepCon
     for (const auto& [layer, linear] : before.compressedLayers())
         if (!after.compressed(layer) && after.has(layer + ".weight")) dense.push_back(layer);
     if (dense.empty()) return;
-    ctx.note(std::to_string(dense.size()) + " layer" + (dense.size() == 1 ? "" : "s") + " that an earlier step compressed " +
-             "(" + dense.front() + (dense.size() > 1 ? ", ..." : "") + ") now hold dense weights: this step replaced them, so " +
-             "their quantization is gone and they count at full size; put this step before the quantization to keep both");
+    ctx.note(std::to_string(dense.size()) + " compressed layer" + (dense.size() == 1 ? "" : "s") + " (" + dense.front() +
+             (dense.size() > 1 ? ", ..." : "") + ", compressed by an earlier step or in the checkpoint read) now hold dense " +
+             "weights: this step replaced them, so their quantization is gone and they count at full size; put this step before " +
+             "the quantization, or start from the unquantized model, to keep both");
 }
 
 CompressionResult compressModel(const Model& base, const Recipe& recipe, const CalibrationSpec& calibration, Feedback* feedback,

@@ -6,24 +6,33 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <vector>
 
 #include "core/eval/chunks.h"
+#include "core/model/model_info.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
 
 namespace cwb {
 
-std::string readTextFile(const std::string& path) {
+std::string readTextFile(const std::string& path, size_t limit) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) throw Error(path, "is a folder; give a text file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path, std::string("cannot open the text file: ") + std::strerror(errno));
-    std::ostringstream s;
-    s << in.rdbuf();
+    // Read in pieces up to a limit: a device or a pipe without end (/dev/zero) must not take all memory.
+    std::string text;
+    std::vector<char> piece(size_t(1) << 20);
+    while (in) {
+        in.read(piece.data(), std::streamsize(piece.size()));
+        const size_t got = size_t(in.gcount());
+        if (text.size() + got > limit)
+            throw Error(path, "is longer than " + humanBytes(double(limit)) + "; texts are read whole into memory, so give an excerpt");
+        text.append(piece.data(), got);
+    }
     if (in.bad()) throw Error(path, "read failed");
-    return s.str();
+    return text;
 }
 
 double NllAccumulator::perplexity() const { return std::exp(mean()); }

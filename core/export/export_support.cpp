@@ -1,9 +1,9 @@
 #include "core/export/export_support.h"
 
-#include <cstdio>
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,7 +14,7 @@
 
 namespace cwb::exporting {
 
-std::vector<uint8_t> plainBytes(const at::Tensor& tensor, ggml::Type type) {
+std::vector<uint8_t> plainBytes(const at::Tensor& tensor, ggml::Type type, const std::string& what) {
     at::ScalarType scalar;
     switch (type) {
     case ggml::Type::F32: scalar = at::kFloat; break;
@@ -25,10 +25,31 @@ std::vector<uint8_t> plainBytes(const at::Tensor& tensor, ggml::Type type) {
     case ggml::Type::I8: scalar = at::kChar; break;
     default: throw Error("internal: plainBytes cannot write type " + ggmlTypeName(type));
     }
+    if (scalar == at::kHalf && tensor.is_floating_point() && tensor.scalar_type() != at::kHalf && tensor.numel() > 0) {
+        const at::Tensor magnitude = tensor.to(at::kCPU).to(at::kFloat).abs();
+        const double largest = at::where(at::isfinite(magnitude), magnitude, at::zeros_like(magnitude)).max().item<double>();
+        if (largest >= 65520.0) {   // rounds to inf in f16 (largest finite 65504)
+            char text[160];
+            std::snprintf(text, sizeof text, "has values up to %.6g, past f16's largest (65504), which would be written as "
+                          "inf; export it with --type bf16 or f32", largest);
+            throw Error(what.empty() ? std::string("a tensor") : "tensor '" + what + "'", text);
+        }
+    }
     const at::Tensor t = tensor.to(at::kCPU).to(scalar).contiguous();
     std::vector<uint8_t> bytes(size_t(t.numel()) * t.element_size());
     if (!bytes.empty()) std::memcpy(bytes.data(), t.data_ptr(), bytes.size());
     return bytes;
+}
+
+ggml::Type sourceFloatType(const Model& model) {
+    bool bf16 = false;
+    for (const auto& name : model.tensorNames()) {
+        const TensorRecord& r = model.tensor(name);
+        if (r.quantizedSource) continue;   // held as floats only while a step changed it
+        if (r.type == ggml::Type::F16) return ggml::Type::F16;
+        bf16 |= r.type == ggml::Type::BF16;
+    }
+    return bf16 ? ggml::Type::BF16 : ggml::Type::F16;
 }
 
 namespace {

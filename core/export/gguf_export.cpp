@@ -127,8 +127,8 @@ std::vector<uint8_t> exactBlocks(const quant::QuantizedWeight& w, Type type) {
     return out;
 }
 
-std::vector<uint8_t> encode(const at::Tensor& rows, Type type) {
-    if (type == Type::F32 || type == Type::F16 || type == Type::BF16) return exporting::plainBytes(rows, type);
+std::vector<uint8_t> encode(const at::Tensor& rows, Type type, const std::string& name) {
+    if (type == Type::F32 || type == Type::F16 || type == Type::BF16) return exporting::plainBytes(rows, type, name);
     const at::Tensor f = rows.to(at::kFloat).contiguous();
     const int64_t width = f.size(-1), count = f.numel() / width;
     std::vector<uint8_t> out(ggml::rowBytes(type, width) * size_t(count));
@@ -204,7 +204,8 @@ public:
         report.format = id();
         report.path = path;
         report.files.push_back(std::filesystem::path(path).filename().string());   // names, as the folder formats give them
-        const Type dense = options.tensorType.empty() ? Type::F16 : exporting::parseGgmlType(options.tensorType, kWritable);
+        // Without --type: f16, or bf16 for a bf16 source (f16 would turn its values past 65504 into inf).
+        const Type dense = options.tensorType.empty() ? exporting::sourceFloatType(model) : exporting::parseGgmlType(options.tensorType, kWritable);
         // Where a row fits no block of the type wanted: f16, or the f32/bf16 asked for with --type.
         const Type floatFallback = dense == Type::F32 || dense == Type::BF16 ? dense : Type::F16;
         std::optional<Type> requantize;   // --requantize: compressed layers that cannot be written level for level
@@ -281,7 +282,7 @@ public:
                     }
                     bytes = exactBlocks(w, type);
                 } else {
-                    bytes = encode(reference, type);
+                    bytes = encode(reference, type, name);
                 }
                 report.tensors[index].addedError = exporting::relativeError(decode(bytes, type, reference.sizes().vec()), reference);
                 return bytes;

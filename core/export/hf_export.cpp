@@ -64,7 +64,7 @@ Entry denseEntry(const Model& model, const std::string& name, ggml::Type type) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     return {name, type, shape, size_t(n) * elementBytes(type),
-            [&model, name, type] { return plainBytes(hfLayout(model, name, model.floatTensor(name)), type); }, ""};
+            [&model, name, type] { return plainBytes(hfLayout(model, name, model.floatTensor(name)), type, name); }, ""};
 }
 
 const char* torchDtype(ggml::Type t) {
@@ -99,7 +99,7 @@ public:
         ExportReport report;
         report.format = id();
         report.path = folder;
-        const ggml::Type dense = denseType(options);
+        const ggml::Type dense = options.tensorType.empty() && followsSourceFloat() ? exporting::sourceFloatType(model) : denseType(options);
         std::vector<Entry> entries = plan(model, dense, report);
 
         const std::string staging = folder + ".tmp-export";
@@ -162,7 +162,13 @@ public:
     }
 
 protected:
-    virtual ggml::Type denseType(const ExportOptions& options) const = 0;
+    // The float type of dense tensors that --type asks for; without it f16 (sourceFloatType where followsSourceFloat).
+    static ggml::Type denseType(const ExportOptions& options) {
+        return options.tensorType.empty() ? ggml::Type::F16
+                                          : exporting::parseGgmlType(options.tensorType, {ggml::Type::F32, ggml::Type::F16, ggml::Type::BF16});
+    }
+    // Whether, without --type, dense tensors keep a bf16 source's type (exporting::sourceFloatType).
+    virtual bool followsSourceFloat() const { return true; }
     virtual std::string quantRefusal(const Model&, const ExportOptions&) const { return ""; }
     virtual std::vector<Entry> plan(const Model& model, ggml::Type dense, ExportReport& report) const = 0;
     virtual void addQuantizationConfig(const Model&, nlohmann::json&) const {}
@@ -187,10 +193,6 @@ public:
     std::string displayName() const override { return "Hugging Face folder (dense safetensors)"; }
 
 protected:
-    ggml::Type denseType(const ExportOptions& options) const override {
-        return options.tensorType.empty() ? ggml::Type::F16
-                                          : exporting::parseGgmlType(options.tensorType, {ggml::Type::F32, ggml::Type::F16, ggml::Type::BF16});
-    }
     std::vector<Entry> plan(const Model& model, ggml::Type dense, ExportReport& report) const override {
         std::vector<Entry> entries = denseEntries(model, dense, report, {});
         for (const auto& [layer, linear] : model.compressedLayers()) {
@@ -208,11 +210,9 @@ protected:
     virtual std::string layerRefusal(const quant::QuantizedWeight& w) const = 0;
     virtual const char* layoutName() const = 0;
 
-    // Embeddings, norms and the head: f16 unless asked otherwise (transformers casts them to torch_dtype).
-    ggml::Type denseType(const ExportOptions& options) const override {
-        return options.tensorType.empty() ? ggml::Type::F16
-                                          : exporting::parseGgmlType(options.tensorType, {ggml::Type::F32, ggml::Type::F16, ggml::Type::BF16});
-    }
+    // Embeddings, norms and the head: f16 unless asked otherwise, whatever the source (GPTQ and AWQ kernels such as
+    // exllama take f16 activations; transformers casts the tensors to torch_dtype).
+    bool followsSourceFloat() const override { return false; }
 
     std::string quantRefusal(const Model& model, const ExportOptions&) const override {
         if (model.spec.family != Family::Llama) return std::string(layoutName()) + " export supports the Llama family";
@@ -255,8 +255,8 @@ protected:
                 int64_t n = 1;
                 for (int64_t d : shape) n *= d;
                 entries.push_back({layer + suffix, type, shape, size_t(n) * elementBytes(type),
-                                   [part, linear, &model, layer, type] {
-                                       return plainBytes(part(hfRows(model, layer, linear->quantized())), type);
+                                   [part, linear, &model, layer, type, name = layer + suffix] {
+                                       return plainBytes(part(hfRows(model, layer, linear->quantized())), type, name);
                                    },
                                    ""});
             };
@@ -334,11 +334,6 @@ public:
     std::string displayName() const override { return "compressed-tensors checkpoint (Hugging Face folder; vLLM, llm-compressor)"; }
 
 protected:
-    ggml::Type denseType(const ExportOptions& options) const override {
-        return options.tensorType.empty() ? ggml::Type::F16
-                                          : exporting::parseGgmlType(options.tensorType, {ggml::Type::F32, ggml::Type::F16, ggml::Type::BF16});
-    }
-
     std::string quantRefusal(const Model& model, const ExportOptions&) const override {
         if (model.spec.family != Family::Llama) return "compressed-tensors export supports the Llama family";
         bool any = false;
@@ -385,9 +380,9 @@ protected:
                 const int64_t headDim = model.spec.headDim;
                 const ggml::Type type = part.type;
                 entries.push_back({layer + "." + part.suffix, type, part.shape, size_t(n) * elementBytes(type),
-                                   [make, reorder, heads, headDim, type] {
+                                   [make, reorder, heads, headDim, type, name = layer + "." + part.suffix] {
                                        at::Tensor t = make(reorder ? ct::RowOrder{heads, headDim} : ct::RowOrder{});
-                                       return plainBytes(t, type);
+                                       return plainBytes(t, type, name);
                                    },
                                    part.dtypeName});
             }

@@ -141,6 +141,10 @@ ArchSpec readSpec(const GgufFile& g) {
         s.kvHeads = g.integerOr(p + "attention.head_count_kv", s.heads);
     }
     if (s.heads <= 0) throw Error(path, "attention.head_count must be positive");
+    if (s.hidden <= 0) throw Error(path, p + "embedding_length must be positive, got " + std::to_string(s.hidden));
+    if (!perLayer && !g.hasKey(p + "attention.key_length") && s.hidden % s.heads != 0)
+        throw Error(path, p + "embedding_length " + std::to_string(s.hidden) + " is not a multiple of attention.head_count " +
+                              std::to_string(s.heads) + ", and no attention.key_length gives the head size");
     if (!perLayer) s.headDim = g.integerOr(p + "attention.key_length", s.hidden / s.heads);
     s.context = g.integerOr(p + "context_length", 2048);
     if (s.family == Family::Llama) {

@@ -175,7 +175,7 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
         const bool sliding = s.modelType == "mistral" || c.value("use_sliding_window", false);
         if (sliding && c.contains("sliding_window") && c["sliding_window"].is_number_integer()) {
             const int64_t window = c["sliding_window"].get<int64_t>();
-            if (window > 0 && window < s.context) s.context = window;
+            if (window > 0 && window < s.context) s.context = s.slidingWindow = window;
         }
     } else if (s.modelType == "gpt2") {
         s.family = Family::Gpt2;
@@ -183,6 +183,8 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
         s.layers = intField(c, "n_layer", file);
         s.heads = intField(c, "n_head", file);
         if (s.heads <= 0) throw Error(file, "n_head must be positive");
+        if (s.hidden % s.heads != 0)
+            throw Error(file, "n_embd " + std::to_string(s.hidden) + " is not a multiple of n_head " + std::to_string(s.heads));
         s.kvHeads = s.heads;
         s.headDim = s.hidden / s.heads;
         s.ffn = intFieldOr(c, "n_inner", 4 * s.hidden, file);
@@ -195,6 +197,9 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
             throw Error(file, "activation_function '" + act + "' is not supported (GPT-2 here runs the tanh GELU, gelu_new)");
         if (c.value("scale_attn_by_inverse_layer_idx", false))
             throw Error(file, "scale_attn_by_inverse_layer_idx is not supported");
+        if (!c.value("scale_attn_weights", true))   // scores not divided by sqrt(head_dim): not what the forward pass computes
+            throw Error(file, "scale_attn_weights: false is not supported (attention scores are divided by the square root of "
+                              "the head dimension)");
     } else {
         throw Error(file, "model_type '" + s.modelType + "' is not supported (supported: llama, mistral, qwen2, gpt2)");
     }
@@ -373,7 +378,11 @@ public:
         const std::string configPath = folder + "/config.json";
         auto model = std::make_unique<Model>();
         model->path = folder;
-        model->spec = readConfig(readJson(configPath), configPath);
+        const nlohmann::json configJson = readJson(configPath);
+        model->spec = readConfig(configJson, configPath);
+        // Said untied, a folder without lm_head.weight is not a tied model: transformers would start a new random head.
+        const bool saidUntied = configJson.contains("tie_word_embeddings") && configJson["tie_word_embeddings"].is_boolean() &&
+                                !configJson["tie_word_embeddings"].get<bool>();
 
         std::vector<std::string> shards;
         const std::string single = folder + "/model.safetensors", index = folder + "/model.safetensors.index.json";
@@ -465,6 +474,9 @@ public:
             if (layer.rfind("model.layers.", 0) == 0) model->addPackedLayer(layer, linear, folder);
             else model->replaceTensor(layer + ".weight", linear->effectiveWeight());
         }
+        if (!model->has("lm_head.weight") && saidUntied)
+            throw Error(folder, "config.json says tie_word_embeddings: false, but no shard holds lm_head.weight (the output "
+                                "head); a tied model says true");
         if (!model->has("lm_head.weight")) model->spec.tiedEmbeddings = true;
         // Tied, transformers uses the embedding as the head even where the file also holds an lm_head.weight.
         else if (model->spec.tiedEmbeddings) model->removeTensor("lm_head.weight");

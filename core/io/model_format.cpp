@@ -63,6 +63,12 @@ std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& opt
     if (!options.tokenizerPath.empty()) {
         auto it = model->metadata.find("tokenizer");
         if (it == model->metadata.end() || it->second != options.tokenizerPath) applyTokenizerFile(*model, options.tokenizerPath);
+    } else if (model->tokenizer && model->tokenizer->vocabSize() > model->spec.vocab) {
+        // As a --tokenizer file is checked: ids past the embedding would fail only once a text produced one.
+        const auto file = model->metadata.find("tokenizer");
+        throw Error(file != model->metadata.end() ? file->second : path,
+                    "the tokenizer's ids run to " + std::to_string(model->tokenizer->vocabSize() - 1) + ", past the model's embedding of " +
+                        std::to_string(model->spec.vocab) + " rows");
     }
     return model;
 }

@@ -94,7 +94,10 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
         if (!offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
             throw Error(path, "tensor '" + name + "' has invalid data_offsets");
         uint64_t begin = offs[0].get<uint64_t>(), end = offs[1].get<uint64_t>();
-        if (begin > end || end > dataSize)
+        if (begin > end)
+            throw Error(path, "tensor '" + name + "' data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                  "] end before they begin");
+        if (end > dataSize)
             throw Error(path, "tensor '" + name + "' data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                                   ") lie outside the " + std::to_string(dataSize) + "-byte data section (truncated file?)");
         const ggml::TypeTraits* traits = ggml::traits(static_cast<uint32_t>(e.type));

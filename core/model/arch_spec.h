@@ -50,6 +50,7 @@ struct ArchSpec {
     int64_t ffn = 0;
     int64_t vocab = 0;
     int64_t context = 2048;
+    int64_t slidingWindow = 0;        // > 0: `context` was cut to this attention window (sliding windows are not computed)
     double ropeTheta = 10000.0;
     RopeStyle ropeStyle = RopeStyle::Halves;
     RopeScaling ropeScaling;

@@ -279,7 +279,10 @@ TokenizerData readTokenizerJson(const std::string& path, const json& root, SpmOp
         }
         const int64_t id = idValue.get<int64_t>();
         if (id < 0 || id >= kMaxVocab) throw Error(path, "vocab entry " + quoteToken(text) + " has id out of range");
-        byId[id] = text;
+        const auto [at, fresh] = byId.emplace(id, text);
+        if (!fresh)   // one id, two pieces: which one a text would get depends on the order read
+            throw Error(path, "vocab entries " + quoteToken(at->second) + " and " + quoteToken(text) + " have the same id " +
+                                  std::to_string(id));
     }
     struct Added { int64_t id; std::string text; bool special; };
     std::vector<Added> added;

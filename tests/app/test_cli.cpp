@@ -717,6 +717,10 @@ void TestCli::budgetWithGptq() {
     const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
     QCOMPARE(j["method"].toString(), QStringLiteral("quantize.gptq"));
     QVERIFY(j["bits_per_weight"].toDouble() <= 6.0);
+    // A plan of two widths is said to need a GGUF or compressed-tensors export (user probe: GPTQ refused it only later).
+    QVERIFY2(j["notes"].toArray().size() == 1 &&
+                 j["notes"].toArray()[0].toString().startsWith("the plan mixes 2 bit widths (4, 8): a GGUF or compressed-tensors"),
+             qPrintable(r.out.right(400)));
     const QJsonObject measured = j["measured_with"].toObject();   // was not recorded (user probe)
     QVERIFY2(measured["windows"].toInt() == 4 && measured["tokens"].toInt() == 64 &&
                  measured["text_hash"].toString().startsWith("fnv1a64:"), qPrintable(r.out.left(300)));

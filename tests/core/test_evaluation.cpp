@@ -95,6 +95,16 @@ void TestEvaluation::tooShortTextIsRefused() {
     }
     p.ctx = 1000;   // the synthetic model's context is 128
     QVERIFY_THROWS_EXCEPTION(Error, evaluatePerplexity(rt, someTokens(2000), 1, p));
+    // A context cut to a sliding window says so (user probe: only the number was given).
+    auto windowed = writeAndLoad(dir, "w", randomWeights(tinyLlamaSpec(), 1));
+    windowed->spec.slidingWindow = windowed->spec.context;
+    Transformer wrt(*windowed);
+    try {
+        evaluatePerplexity(wrt, someTokens(2000), 1, p);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("exceeds the model's context of 128 tokens (its sliding_window"), e.what());
+    }
 }
 
 void TestEvaluation::identicalModelsHaveZeroDivergence() {
@@ -188,6 +198,19 @@ void TestEvaluation::folderGivenAsTextIsNamed() {
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("No such file"), e.what());
     }
+    // Regression (user probe): --text /dev/zero read until memory ran out. A text past the limit is refused.
+    try {
+        readTextFile("/dev/zero", size_t(3) << 20);
+        QFAIL("a text without end was read");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).startsWith("/dev/zero") && QString(e.what()).contains("is longer than 3"), e.what());
+    }
+    const QString small = dir.filePath("small.txt");
+    QFile f(small);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(QByteArray(3 << 20, 'a'));   // exactly the limit, over several read pieces
+    f.close();
+    QCOMPARE(readTextFile(small.toStdString(), size_t(3) << 20).size(), size_t(3) << 20);
 }
 
 QTEST_APPLESS_MAIN(TestEvaluation)

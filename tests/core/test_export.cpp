@@ -90,6 +90,7 @@ private slots:
     void hfExportCopiesSourceTokenizerFiles();
     void chatTemplateAndPaddingTravel();
     void hfExportWithoutUtf8Vocabulary();
+    void bf16SourceKeepsItsRange();
 };
 
 // Blocks small enough to compute by hand from ggml's block definitions (ggml-common.h).
@@ -963,6 +964,63 @@ void TestExport::hfExportWithoutUtf8Vocabulary() {
         return n.find("no tokenizer files were written") != std::string::npos;
     }));
     QVERIFY(loadModel(out) != nullptr);
+}
+
+// Regression (user probe): a bf16 model exported without --type came out in f16, and a value past f16's range (1e5 in
+// an embedding) was written as inf without a word. A bf16 source now stays bf16 where the format allows (hf,
+// compressed-tensors, gguf); a conversion to f16 that would overflow is refused with the tensor and --type bf16/f32.
+void TestExport::bf16SourceKeepsItsRange() {
+    QTemporaryDir dir;
+    const ArchSpec spec = packableLlamaSpec();
+    WeightMap w = randomWeights(spec, 3);
+    w["model.embed_tokens.weight"][5][3] = 1e5;
+    const std::string folder = (dir.path() + "/bf16").toStdString();
+    std::filesystem::create_directories(folder);
+    writeHfFolder(folder, spec, w, ggml::Type::BF16);
+    auto model = loadModel(folder);
+    model->tokenizer = tinyVocabulary(spec.vocab);
+    const std::string embed = "model.embed_tokens.weight";
+    QCOMPARE(int(exporting::sourceFloatType(*model)), int(ggml::Type::BF16));
+
+    const std::string hf = (dir.path() + "/hf").toStdString();
+    exportModel(*model, "hf", hf, {});
+    auto hfBack = loadModel(hf);
+    QCOMPARE(int(hfBack->tensor(embed).type), int(ggml::Type::BF16));
+    QCOMPARE(hfBack->floatTensor(embed)[5][3].item<double>(), model->floatTensor(embed)[5][3].item<double>());
+    if (!hfBack->tokenizer) hfBack->tokenizer = model->tokenizer;
+    QVERIFY(at::equal(probeLogits(*hfBack), probeLogits(*model)));
+    std::ifstream configFile(hf + "/config.json");
+    QCOMPARE(QString::fromStdString(json::parse(configFile).value("torch_dtype", "")), QStringLiteral("bfloat16"));
+
+    const std::string gguf = (dir.path() + "/m.gguf").toStdString();
+    exportModel(*model, "gguf", gguf, {});
+    QCOMPARE(int(loadModel(gguf)->tensor(embed).type), int(ggml::Type::BF16));
+
+    for (const std::string format : {"hf", "gguf"}) {
+        ExportOptions f16;
+        f16.tensorType = "f16";
+        const std::string out = (dir.path() + "/f16-").toStdString() + format + (format == "gguf" ? ".gguf" : "");
+        try {
+            exportModel(*model, format, out, f16);
+            QFAIL("a value past f16's range was written as f16");
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains("tensor '" + QString::fromStdString(embed) + "': has values up to 99840") &&
+                         QString(e.what()).contains("--type bf16 or f32"), e.what());
+        }
+        QVERIFY(!fileExists(out));   // nothing half-written
+    }
+    // GPTQ folders keep f16 for their other tensors (exllama-style kernels take f16): the same refusal applies.
+    auto quantized = compressed(*model, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
+    try {
+        exportModel(*quantized, "gptq", (dir.path() + "/gptq").toStdString(), {});
+        QFAIL("a value past f16's range was written as f16");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("past f16's largest"), e.what());
+    }
+    ExportOptions keep;
+    keep.tensorType = "bf16";
+    exportModel(*quantized, "gptq", (dir.path() + "/gptq").toStdString(), keep);
+    QCOMPARE(int(loadModel((dir.path() + "/gptq").toStdString())->tensor(embed).type), int(ggml::Type::BF16));
 }
 
 QTEST_GUILESS_MAIN(TestExport)

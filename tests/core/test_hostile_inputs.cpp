@@ -42,6 +42,7 @@ public:
 
 Bytes ggufHeader(uint64_t tensors, uint64_t kvs, uint32_t version = 3) {
     Bytes b;
+    b.data.reserve(64);   // GCC 12 warns (-Wstringop-overflow, a false positive) of an insert into the empty vector
     b.raw("GGUF").put<uint32_t>(version).put<uint64_t>(tensors).put<uint64_t>(kvs);
     return b;
 }
@@ -154,6 +155,40 @@ void TestHostileInputs::refusedWithClearError_data() {
         writeText(file(d, "config.json"), R"({"model_type":"llama","hidden_size":32,"intermediate_size":48,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":64})");
         writeText(file(d, "model.safetensors"), validSafetensors(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8));
         return d.toStdString(); }) << "lie outside";
+    QTest::newRow("safetensors offsets reversed") << Builder([=](const QString& d) {
+        writeText(file(d, "config.json"), R"({"model_type":"llama","hidden_size":32,"intermediate_size":48,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":64})");
+        writeText(file(d, "model.safetensors"), validSafetensors(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8));
+        return d.toStdString(); }) << "data_offsets [8, 0] end before they begin";
+    // From a user probe: a GPT-2 config that asks for unscaled attention scores was run scaled; one whose heads do not
+    // divide the width failed in LibTorch without naming the file; a model said untied without a head ran tied.
+    QTest::newRow("gpt2 unscaled attention") << Builder([=](const QString& d) {
+        writeText(file(d, "config.json"), R"({"model_type":"gpt2","n_embd":32,"n_layer":1,"n_head":4,"vocab_size":64,"scale_attn_weights":false})");
+        return d.toStdString(); }) << "scale_attn_weights: false is not supported";
+    QTest::newRow("gpt2 heads not dividing") << Builder([=](const QString& d) {
+        writeText(file(d, "config.json"), R"({"model_type":"gpt2","n_embd":32,"n_layer":1,"n_head":3,"vocab_size":64})");
+        return d.toStdString(); }) << "n_embd 32 is not a multiple of n_head 3";
+    QTest::newRow("untied without head") << Builder([=](const QString& d) {
+        ArchSpec s = tinyLlamaSpec(); s.tiedEmbeddings = false; WeightMap w = randomWeights(s, 1); w.erase("lm_head.weight");
+        writeHfFolder(d.toStdString(), s, w, ggml::Type::F32, 1); return d.toStdString(); })
+        << "tie_word_embeddings: false, but no shard holds lm_head.weight";
+    // The folder's own tokenizer is held to what a --tokenizer file is: ids past the embedding fail at load, not at the
+    // first text that produces one; two pieces with one id are refused.
+    QTest::newRow("tokenizer past the embedding") << Builder([=](const QString& d) {
+        ArchSpec s = tinyLlamaSpec(); writeHfFolder(d.toStdString(), s, randomWeights(s, 1), ggml::Type::F32, 1);
+        writeText(file(d, "tokenizer.json"), R"({"model":{"type":"BPE","vocab":{"a":0,"b":1,"c":100},"merges":[]}})");
+        return d.toStdString(); }) << "the tokenizer's ids run to 100, past the model's embedding of 64 rows";
+    QTest::newRow("tokenizer ids shared") << Builder([=](const QString& d) {
+        ArchSpec s = tinyLlamaSpec(); writeHfFolder(d.toStdString(), s, randomWeights(s, 1), ggml::Type::F32, 1);
+        writeText(file(d, "tokenizer.json"), R"({"model":{"type":"BPE","vocab":{"a":0,"b":1,"c":1},"merges":[]}})");
+        return d.toStdString(); }) << "have the same id 1";
+    QTest::newRow("gguf heads not dividing") << Builder([=](const QString& d) {
+        auto p = file(d, "heads3.gguf"); ArchSpec s = tinyGpt2Spec(); WeightMap w = randomWeights(s, 1); s.heads = 3; s.kvHeads = 3;
+        writeGguf(p, s, w, ggml::Type::F32); return p; })
+        << "embedding_length 32 is not a multiple of attention.head_count 3";
+    QTest::newRow("gguf zero width") << Builder([=](const QString& d) {
+        auto p = file(d, "width0.gguf"); ArchSpec s = tinyLlamaSpec(); WeightMap w = randomWeights(s, 1); s.hidden = 0;
+        writeGguf(p, s, w, ggml::Type::F32); return p; })
+        << "embedding_length must be positive, got 0";
     QTest::newRow("missing shard") << Builder([=](const QString& d) {
         ArchSpec s = tinyLlamaSpec(); writeHfFolder(d.toStdString(), s, randomWeights(s, 1), ggml::Type::F32, 2);
         QFile::remove(d + "/model-00002-of-00002.safetensors"); return d.toStdString(); }) << "which is missing";

@@ -455,6 +455,7 @@ void TestModelLoaders::configVariantsThatAreComputed() {
         c["sliding_window"] = 16;
     });
     QCOMPARE(loadModel(mistral)->spec.context, int64_t(16));
+    QCOMPARE(loadModel(mistral)->spec.slidingWindow, int64_t(16));   // said when a longer ctx is refused
     const std::string qwen = editedFolder(dir, "qwen-window-off", [](nlohmann::json& c) {
         c["sliding_window"] = 16;   // use_sliding_window absent: not used
     });
