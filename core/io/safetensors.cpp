@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -53,11 +55,25 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
                               std::to_string(size) + " bytes)");
     if (headerBytes > kMaxHeaderBytes) throw Error(path, "header length " + std::to_string(headerBytes) + " exceeds 100 MB");
     nlohmann::json header;
+    // A tensor named twice would be read as whichever entry the parser keeps last, and other readers may keep
+    // another: refused. Keys are tracked at the top level only (depth 1).
+    std::set<std::string> names;
+    std::string repeated;
+    int depth = 0;
+    const auto callback = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        using Event = nlohmann::json::parse_event_t;
+        if (event == Event::object_start || event == Event::array_start) ++depth;
+        else if (event == Event::object_end || event == Event::array_end) --depth;
+        else if (event == Event::key && depth == 1 && !names.insert(parsed.get<std::string>()).second && repeated.empty())
+            repeated = parsed.get<std::string>();
+        return true;
+    };
     try {
-        header = nlohmann::json::parse(st.file->data() + 8, st.file->data() + 8 + headerBytes);
+        header = nlohmann::json::parse(st.file->data() + 8, st.file->data() + 8 + headerBytes, callback);
     } catch (const std::exception& e) {
         throw Error(path, std::string("header is not valid JSON: ") + e.what());
     }
+    if (!repeated.empty()) throw Error(path, "the header names tensor '" + repeated + "' twice");
     if (!header.is_object()) throw Error(path, "header is not a JSON object");
     const uint8_t* dataStart = st.file->data() + 8 + headerBytes;
     const uint64_t dataSize = size - 8 - headerBytes;

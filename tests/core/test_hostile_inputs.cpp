@@ -155,6 +155,10 @@ void TestHostileInputs::refusedWithClearError_data() {
         writeText(file(d, "config.json"), R"({"model_type":"llama","hidden_size":32,"intermediate_size":48,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":64})");
         writeText(file(d, "model.safetensors"), validSafetensors(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8));
         return d.toStdString(); }) << "lie outside";
+    QTest::newRow("safetensors tensor named twice") << Builder([=](const QString& d) {
+        writeText(file(d, "config.json"), R"({"model_type":"llama","hidden_size":32,"intermediate_size":48,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":64})");
+        writeText(file(d, "model.safetensors"), validSafetensors(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"w":"x"},"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", 16));
+        return d.toStdString(); }) << "names tensor 'w' twice";
     QTest::newRow("safetensors offsets reversed") << Builder([=](const QString& d) {
         writeText(file(d, "config.json"), R"({"model_type":"llama","hidden_size":32,"intermediate_size":48,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":64})");
         writeText(file(d, "model.safetensors"), validSafetensors(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8));
