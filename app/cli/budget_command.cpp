@@ -98,15 +98,22 @@ int runBudget(const std::vector<std::string>& args) {
         if (!parent.empty()) makeOutputFolder(parent.string());
         plan.recipe.save(a.value("out"));
     }
-    // Where the plan can go: a GPTQ or AWQ folder holds one bit width; GGUF and compressed-tensors hold one per layer.
+    // Where the plan can go: a GPTQ or AWQ folder holds one bit width; GGUF holds one per layer; compressed-tensors one
+    // per layer of 2, 4 or 8 bits, with q/k/v and gate/up in one scheme (--fused).
     std::set<int> widths;
     for (const auto& [layer, bits] : plan.bits) widths.insert(bits);
     std::vector<std::string> notes;
     if (widths.size() > 1) {
         std::string list;
         for (int w : widths) list += (list.empty() ? "" : ", ") + std::to_string(w);
-        notes.push_back("the plan mixes " + std::to_string(widths.size()) + " bit widths (" + list + "): a GGUF or "
-                        "compressed-tensors export holds it, a GPTQ or AWQ folder holds one width only");
+        const bool ctWidths = std::all_of(widths.begin(), widths.end(), [](int w) { return w == 2 || w == 4 || w == 8; });
+        const std::string holders = ctWidths && options.fuseSharedInputs
+                                        ? "a GGUF or compressed-tensors export holds it"
+                                        : std::string("a GGUF export holds it (compressed-tensors: ") +
+                                              (ctWidths ? "only a plan made with --fused, whose q/k/v and gate/up share a width"
+                                                        : "2, 4 and 8 bits only") + ")";
+        notes.push_back("the plan mixes " + std::to_string(widths.size()) + " bit widths (" + list + "): " + holders +
+                        "; a GPTQ or AWQ folder holds one width only");
     }
     for (const auto& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
     if (a.flag("json")) {

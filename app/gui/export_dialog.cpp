@@ -51,7 +51,7 @@ ExportDialog::ExportDialog(const Project& project, const QString& currentVariant
     for (const ExportFormat* f : ExportFormatRegistry::instance().formats())
         mFormat->addItem(QString::fromStdString(f->displayName()), QString::fromStdString(f->id()));
     mType = new QComboBox(this);
-    mType->setToolTip(tr("Type of the tensors the recipe left unquantized; empty: the format's default (f16). "
+    mType->setToolTip(tr("Type of the tensors the recipe left unquantized; empty: the format's default (f16, or bf16 for a model read as bf16; GPTQ and AWQ f16). "
                          "GGUF maps quantized layers to the nearest ggml type and reports any error it adds."));
     mRequantize = new QComboBox(this);
     mRequantize->setToolTip(tr("GGUF: the type of compressed layers that cannot be written level for level (act-order, "

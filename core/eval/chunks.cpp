@@ -9,10 +9,7 @@ ChunkPlan planChunks(const Transformer& model, const std::vector<TokenId>& token
     if (params.ctx < 4) throw Error("evaluation: ctx must be at least 4 tokens, got " + std::to_string(params.ctx));
     if (params.ctx > model.spec().context)
         throw Error("evaluation: ctx " + std::to_string(params.ctx) + " exceeds the model's context of " +
-                    std::to_string(model.spec().context) + " tokens" +
-                    (model.spec().slidingWindow == model.spec().context
-                         ? " (its sliding_window: attention over a sliding window is not computed, so inputs are limited to one)"
-                         : ""));
+                    std::to_string(model.spec().context) + " tokens" + model.spec().contextLimitNote());
     ChunkPlan plan;
     plan.ctx = params.ctx;
     plan.chunks = chunkCount(static_cast<int64_t>(tokens.size()), params);

@@ -21,14 +21,17 @@ std::string readTextFile(const std::string& path, size_t limit) {
     if (std::filesystem::is_directory(path, ec)) throw Error(path, "is a folder; give a text file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path, std::string("cannot open the text file: ") + std::strerror(errno));
+    const auto tooLong = [&] {
+        return Error(path, "is longer than " + humanBytes(double(limit)) + "; texts are read whole into memory, so give an excerpt");
+    };
+    if (std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) > limit && !ec) throw tooLong();
     // Read in pieces up to a limit: a device or a pipe without end (/dev/zero) must not take all memory.
     std::string text;
     std::vector<char> piece(size_t(1) << 20);
     while (in) {
         in.read(piece.data(), std::streamsize(piece.size()));
         const size_t got = size_t(in.gcount());
-        if (text.size() + got > limit)
-            throw Error(path, "is longer than " + humanBytes(double(limit)) + "; texts are read whole into memory, so give an excerpt");
+        if (text.size() + got > limit) throw tooLong();
         text.append(piece.data(), got);
     }
     if (in.bad()) throw Error(path, "read failed");

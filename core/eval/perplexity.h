@@ -31,7 +31,7 @@ struct PerplexityResult {
 };
 
 // Texts past this size are refused (WikiText-103's training text is about 0.5 GiB).
-constexpr size_t kMaxTextBytes = size_t(2) << 30;
+constexpr size_t kMaxTextBytes = size_t(1) << 30;
 // Reads a UTF-8 text file; throws cwb::Error naming the file when missing, unreadable or longer than `limit` bytes
 // (a device or a pipe without end, such as /dev/zero, is refused once past it, not read until memory runs out).
 std::string readTextFile(const std::string& path, size_t limit = kMaxTextBytes);

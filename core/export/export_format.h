@@ -13,8 +13,8 @@
 namespace cwb {
 
 struct ExportOptions {
-    // hf: f32 | f16 | bf16 (default f16). gguf: the type of tensors that are not already quantized by the
-    // recipe (default f16; any of f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K). gptq/awq: the type of
+    // hf, compressed-tensors: f32 | f16 | bf16 (default f16, bf16 for a model read as bf16). gguf: the type of tensors
+    // that are not already quantized by the recipe (default as hf; any of f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K). gptq/awq: the type of
     // the tensors left unquantized (embeddings, norms, head): f16 (default), bf16 or f32.
     std::string tensorType;
     // gguf only: the type of compressed layers that cannot be written level for level (act-order, input scales, groups

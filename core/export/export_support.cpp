@@ -25,31 +25,30 @@ std::vector<uint8_t> plainBytes(const at::Tensor& tensor, ggml::Type type, const
     case ggml::Type::I8: scalar = at::kChar; break;
     default: throw Error("internal: plainBytes cannot write type " + ggmlTypeName(type));
     }
-    if (scalar == at::kHalf && tensor.is_floating_point() && tensor.scalar_type() != at::kHalf && tensor.numel() > 0) {
-        const at::Tensor magnitude = tensor.to(at::kCPU).to(at::kFloat).abs();
-        const double largest = at::where(at::isfinite(magnitude), magnitude, at::zeros_like(magnitude)).max().item<double>();
-        if (largest >= 65520.0) {   // rounds to inf in f16 (largest finite 65504)
+    const at::Tensor source = tensor.to(at::kCPU);
+    const at::Tensor t = source.to(scalar).contiguous();
+    // Finite values that f16 turns into inf (magnitudes of 65520 and more; the largest finite f16 is 65504). Checked on
+    // the converted tensor first, so that the usual case costs one pass over 2-byte values.
+    if (scalar == at::kHalf && source.is_floating_point() && source.scalar_type() != at::kHalf && at::isinf(t).any().item<bool>()) {
+        const at::Tensor overflowed = at::isinf(t).logical_and(at::isfinite(source));
+        if (overflowed.any().item<bool>()) {
+            const double largest = source.masked_select(overflowed).to(at::kFloat).abs().max().item<double>();
             char text[160];
             std::snprintf(text, sizeof text, "has values up to %.6g, past f16's largest (65504), which would be written as "
                           "inf; export it with --type bf16 or f32", largest);
             throw Error(what.empty() ? std::string("a tensor") : "tensor '" + what + "'", text);
         }
     }
-    const at::Tensor t = tensor.to(at::kCPU).to(scalar).contiguous();
     std::vector<uint8_t> bytes(size_t(t.numel()) * t.element_size());
     if (!bytes.empty()) std::memcpy(bytes.data(), t.data_ptr(), bytes.size());
     return bytes;
 }
 
 ggml::Type sourceFloatType(const Model& model) {
-    bool bf16 = false;
-    for (const auto& name : model.tensorNames()) {
-        const TensorRecord& r = model.tensor(name);
-        if (r.quantizedSource) continue;   // held as floats only while a step changed it
-        if (r.type == ggml::Type::F16) return ggml::Type::F16;
-        bf16 |= r.type == ggml::Type::BF16;
-    }
-    return bf16 ? ggml::Type::BF16 : ggml::Type::F16;
+    // One bf16 tensor is enough: its values may lie past f16's range, and bf16 holds every f16 value's range.
+    for (const auto& name : model.tensorNames())
+        if (model.tensor(name).type == ggml::Type::BF16) return ggml::Type::BF16;
+    return ggml::Type::F16;
 }
 
 namespace {

@@ -16,8 +16,8 @@ namespace cwb::exporting {
 // A conversion to F16 that would turn finite values into inf (magnitudes of 65520 and more) throws cwb::Error naming
 // `what` (the tensor) and its largest value: a bf16 or f32 source can hold such values, f16 cannot.
 std::vector<uint8_t> plainBytes(const at::Tensor& tensor, ggml::Type type, const std::string& what = "");
-// The float type dense tensors are written in when --type does not say: bf16 for a model whose float tensors were
-// read as bf16 and none as f16 (bf16 -> f16 loses range and turns large values into inf), else f16.
+// The float type dense tensors are written in when --type does not say: bf16 for a model with a bf16 tensor (bf16 ->
+// f16 loses range and turns large values into inf), else f16.
 ggml::Type sourceFloatType(const Model& model);
 
 // Hugging Face Llama checkpoints rotate the two halves of a head; GGUF "llama" rotates adjacent pairs. These

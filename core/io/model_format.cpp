@@ -1,5 +1,6 @@
 #include "core/io/model_format.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sys/stat.h>
 
@@ -63,12 +64,9 @@ std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& opt
     if (!options.tokenizerPath.empty()) {
         auto it = model->metadata.find("tokenizer");
         if (it == model->metadata.end() || it->second != options.tokenizerPath) applyTokenizerFile(*model, options.tokenizerPath);
-    } else if (model->tokenizer && model->tokenizer->vocabSize() > model->spec.vocab) {
-        // As a --tokenizer file is checked: ids past the embedding would fail only once a text produced one.
+    } else if (model->tokenizer) {
         const auto file = model->metadata.find("tokenizer");
-        throw Error(file != model->metadata.end() ? file->second : path,
-                    "the tokenizer's ids run to " + std::to_string(model->tokenizer->vocabSize() - 1) + ", past the model's embedding of " +
-                        std::to_string(model->spec.vocab) + " rows");
+        fitTokenizerToEmbedding(*model, file != model->metadata.end() ? file->second : path);
     }
     return model;
 }
@@ -120,12 +118,53 @@ void applyTokenizerFile(Model& model, const std::string& path) {
     case TokenizerFileKind::Gguf: tokenizer = loadGgufTokenizer(file); break;
     case TokenizerFileKind::Llama2c: tokenizer = loadLlama2cTokenizer(file, static_cast<int32_t>(model.spec.vocab), true); break;
     }
-    if (tokenizer->vocabSize() > model.spec.vocab)
-        throw Error(file, "the tokenizer has " + std::to_string(tokenizer->vocabSize()) + " tokens, the model's " +
-                              "embedding only " + std::to_string(model.spec.vocab));
+    std::shared_ptr<Tokenizer> previous = std::move(model.tokenizer);
     model.tokenizer = std::move(tokenizer);
-    model.metadata.erase("tokenizer_note");   // said something of the tokenizer this one replaces
+    try {
+        model.metadata.erase("tokenizer_note");   // said something of the tokenizer this one replaces
+        fitTokenizerToEmbedding(model, file);
+    } catch (...) {
+        model.tokenizer = std::move(previous);
+        throw;
+    }
     model.metadata["tokenizer"] = file;
+}
+
+void fitTokenizerToEmbedding(Model& model, const std::string& file) {
+    const int64_t rows = model.spec.vocab;
+    if (!model.tokenizer || model.tokenizer->vocabSize() <= rows) return;
+    const auto data = model.tokenizer->vocabulary();
+    const std::string past = "past the model's embedding of " + std::to_string(rows) + " rows";
+    if (!data) throw Error(file, "the tokenizer has " + std::to_string(model.tokenizer->vocabSize()) + " tokens, " + past);
+    // Added tokens past the embedding (a <pad> at 32000 in Llama 2 fine-tunes whose embedding was not resized) are
+    // dropped, as transformers runs such models; a piece of the vocabulary itself there means another model's tokenizer.
+    std::vector<std::string> dropped;
+    for (size_t id = size_t(rows); id < data->tokens.size(); ++id) {
+        const auto type = id < data->types.size() ? TokenType(data->types[id]) : TokenType::Normal;
+        if (type == TokenType::Unused) continue;   // a hole: no piece
+        if (type != TokenType::Control && type != TokenType::UserDefined)
+            throw Error(file, "the tokenizer's vocabulary has '" + data->tokens[id] + "' at id " + std::to_string(id) + ", " + past +
+                                  " (is it this model's tokenizer?)");
+        dropped.push_back("'" + data->tokens[id] + "' (" + std::to_string(id) + ")");
+    }
+    for (const auto& [name, id] : {std::pair<const char*, TokenId>{"BOS", data->bos}, {"EOS", data->eos}, {"unknown", data->unk}})
+        if (id >= rows) throw Error(file, std::string("the tokenizer's ") + name + " token is id " + std::to_string(id) + ", " + past);
+    TokenizerData fitted = *data;
+    fitted.tokens.resize(size_t(rows));
+    if (fitted.types.size() > size_t(rows)) fitted.types.resize(size_t(rows));
+    if (fitted.scores.size() > size_t(rows)) fitted.scores.resize(size_t(rows));
+    for (TokenId* id : {&fitted.pad, &fitted.sep, &fitted.cls, &fitted.mask})
+        if (*id >= rows) *id = -1;
+    fitted.stopIds.erase(std::remove_if(fitted.stopIds.begin(), fitted.stopIds.end(), [&](TokenId id) { return id >= rows; }),
+                         fitted.stopIds.end());
+    model.tokenizer = makeTokenizer(fitted);
+    std::string list;
+    for (size_t i = 0; i < dropped.size() && i < 4; ++i) list += (i ? ", " : "") + dropped[i];
+    if (dropped.size() > 4) list += ", ...";
+    const std::string note = std::to_string(dropped.size()) + " added token" + (dropped.size() == 1 ? "" : "s") + " " + past +
+                             " dropped from the tokenizer: " + list;
+    auto& existing = model.metadata["tokenizer_note"];
+    existing = existing.empty() ? note : existing + "; " + note;
 }
 
 } // namespace cwb

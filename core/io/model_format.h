@@ -44,8 +44,12 @@ private:
 std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& options = {});
 
 // Gives the model the tokenizer of `path` (see LoadOptions::tokenizerPath); throws cwb::Error naming the file when it
-// is missing, of another kind, malformed, or has more tokens than the model's embedding.
+// is missing, of another kind, malformed, or does not fit the model's embedding (fitTokenizerToEmbedding).
 void applyTokenizerFile(Model& model, const std::string& path);
+// Where the model's tokenizer has ids past its embedding: added tokens there (control or user-defined, such as a <pad>
+// a fine-tune added without resizing the embedding) are dropped, with a tokenizer_note; a piece of the vocabulary
+// itself, or a BOS/EOS/unknown token, there throws cwb::Error naming `file`.
+void fitTokenizerToEmbedding(Model& model, const std::string& file);
 // The files applyTokenizerFile reads for `path`: the tokenizer file (a folder's tokenizer.json) and, for a
 // tokenizer.json, the files beside it that it takes when present. Throws cwb::Error as applyTokenizerFile does when
 // there is no such file or folder or it is of another kind.

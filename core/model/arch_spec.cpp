@@ -15,6 +15,12 @@ void ArchSpec::makeLayerShapesExplicit() {
     layerShapes.assign(static_cast<size_t>(layers), LayerShape{heads, kvHeads, ffn});
 }
 
+std::string ArchSpec::contextLimitNote() const {
+    return slidingWindow > 0 && slidingWindow == context
+               ? " (its sliding_window: attention over a sliding window is not computed, so inputs are limited to one)"
+               : "";
+}
+
 void ArchSpec::validate(const std::string& source) const {
     // Bounds far above any real model but low enough that products of them cannot overflow int64.
     auto check = [&](const char* what, int64_t value, int64_t maxValue) {

@@ -68,6 +68,8 @@ struct ArchSpec {
 
     // Throws cwb::Error(source, ...) when a dimension is missing, non-positive, absurd or inconsistent.
     void validate(const std::string& source) const;
+    // " (its sliding_window: ...)" where the context was cut to a sliding window, else "": for refusals of longer inputs.
+    std::string contextLimitNote() const;
 };
 
 const char* familyName(Family family);

@@ -48,7 +48,7 @@ GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const Ge
     const int64_t promptLength = static_cast<int64_t>(result.promptIds.size());
     if (promptLength >= context)
         throw Error("generate: the prompt has " + std::to_string(promptLength) + " tokens; the model's context is " +
-                    std::to_string(context));
+                    std::to_string(context) + model.spec().contextLimitNote());
     const int64_t budget = std::min<int64_t>(params.tokens, context - promptLength);
     result.contextLimited = budget < params.tokens;
     std::vector<TokenId> stops = tokenizer.stopIds();

@@ -47,7 +47,7 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
     if (p.promptTokens > model.spec.context || p.genTokens > model.spec.context - p.promptTokens)   // no overflow
         throw Error("bench: " + std::to_string(p.promptTokens) + " + " + std::to_string(p.genTokens) +
                     " tokens exceed the model's context of " +
-                    std::to_string(model.spec.context));
+                    std::to_string(model.spec.context) + model.spec.contextLimitNote());
     const bool cuda = options.device.is_cuda();
     LatencyResult r;
     std::mt19937_64 rng(p.seed);

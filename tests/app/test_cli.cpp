@@ -719,8 +719,16 @@ void TestCli::budgetWithGptq() {
     QVERIFY(j["bits_per_weight"].toDouble() <= 6.0);
     // A plan of two widths is said to need a GGUF or compressed-tensors export (user probe: GPTQ refused it only later).
     QVERIFY2(j["notes"].toArray().size() == 1 &&
-                 j["notes"].toArray()[0].toString().startsWith("the plan mixes 2 bit widths (4, 8): a GGUF or compressed-tensors"),
+                 j["notes"].toArray()[0].toString().startsWith("the plan mixes 2 bit widths (4, 8): a GGUF export holds it "
+                                                               "(compressed-tensors: only a plan made with --fused"),
              qPrintable(r.out.right(400)));
+    for (const auto& [extra, said] : {std::pair<QStringList, QString>{{"--bits", "4,8", "--fused"}, "a GGUF or compressed-tensors export holds it;"},
+                                      {{"--bits", "3,4"}, "a GGUF export holds it (compressed-tensors: 2, 4 and 8 bits only)"}}) {
+        Result mixed = run(QStringList{"budget", model, "--text", text, "--target-bits", extra[1] == "3,4" ? "4.2" : "6",
+                                       "--samples", "2", "--seq-len", "32", "--json"} + extra);
+        const QJsonArray notes = QJsonDocument::fromJson(mixed.out.toUtf8()).object()["notes"].toArray();
+        QVERIFY2(mixed.exitCode == 0 && notes.size() == 1 && notes[0].toString().contains(said), qPrintable(mixed.err + mixed.out.right(300)));
+    }
     const QJsonObject measured = j["measured_with"].toObject();   // was not recorded (user probe)
     QVERIFY2(measured["windows"].toInt() == 4 && measured["tokens"].toInt() == 64 &&
                  measured["text_hash"].toString().startsWith("fnv1a64:"), qPrintable(r.out.left(300)));

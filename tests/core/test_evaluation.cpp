@@ -211,6 +211,12 @@ void TestEvaluation::folderGivenAsTextIsNamed() {
     f.write(QByteArray(3 << 20, 'a'));   // exactly the limit, over several read pieces
     f.close();
     QCOMPARE(readTextFile(small.toStdString(), size_t(3) << 20).size(), size_t(3) << 20);
+    try {   // a file past the limit is refused from its size, before it is read
+        readTextFile(small.toStdString(), (size_t(3) << 20) - 1);
+        QFAIL("a text past the limit was read");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("is longer than"), e.what());
+    }
 }
 
 QTEST_APPLESS_MAIN(TestEvaluation)

@@ -1021,6 +1021,13 @@ void TestExport::bf16SourceKeepsItsRange() {
     keep.tensorType = "bf16";
     exportModel(*quantized, "gptq", (dir.path() + "/gptq").toStdString(), keep);
     QCOMPARE(int(loadModel((dir.path() + "/gptq").toStdString())->tensor(embed).type), int(ggml::Type::BF16));
+    // One f16 tensor beside bf16 ones does not make the default f16 (review): the bf16 values keep their range.
+    model->replaceTensor("model.norm.weight", model->floatTensor("model.norm.weight").to(at::kHalf));
+    QCOMPARE(int(exporting::sourceFloatType(*model)), int(ggml::Type::BF16));
+    ExportOptions ct;
+    const std::string ctOut = (dir.path() + "/ct").toStdString();
+    exportModel(*compressed(*model, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})"), "compressed-tensors", ctOut, ct);
+    QCOMPARE(int(loadModel(ctOut)->tensor(embed).type), int(ggml::Type::BF16));   // compressed-tensors follows the source too
 }
 
 QTEST_GUILESS_MAIN(TestExport)

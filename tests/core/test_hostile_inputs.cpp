@@ -180,7 +180,7 @@ void TestHostileInputs::refusedWithClearError_data() {
     QTest::newRow("tokenizer past the embedding") << Builder([=](const QString& d) {
         ArchSpec s = tinyLlamaSpec(); writeHfFolder(d.toStdString(), s, randomWeights(s, 1), ggml::Type::F32, 1);
         writeText(file(d, "tokenizer.json"), R"({"model":{"type":"BPE","vocab":{"a":0,"b":1,"c":100},"merges":[]}})");
-        return d.toStdString(); }) << "the tokenizer's ids run to 100, past the model's embedding of 64 rows";
+        return d.toStdString(); }) << "the tokenizer's vocabulary has 'c' at id 100, past the model's embedding of 64 rows";
     QTest::newRow("tokenizer ids shared") << Builder([=](const QString& d) {
         ArchSpec s = tinyLlamaSpec(); writeHfFolder(d.toStdString(), s, randomWeights(s, 1), ggml::Type::F32, 1);
         writeText(file(d, "tokenizer.json"), R"({"model":{"type":"BPE","vocab":{"a":0,"b":1,"c":1},"merges":[]}})");
