@@ -74,7 +74,7 @@ int runImportance(const std::vector<std::string>& args) {
     }
     if (a.flag("json")) {
         const nlohmann::json measured = importanceMeasurement(calibText, textHash, windows,
-                                                              static_cast<uint64_t>(a.integer("seed", 0)), compute);
+                                                              static_cast<uint64_t>(a.integer("seed", 0)), compute, map.kind, step);
         std::cout << jsonText({{"kind", map.kind}, {"computed_on", describeCompute(compute)}, {"measured_with", measured},
                                {"rows", map.rowLabels}, {"columns", map.columnLabels}, {"values", map.values}}) << "\n";
         return 0;

@@ -444,7 +444,7 @@ int importance(const std::vector<std::string>& args) {
         std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): the map is of its "
                              "present content\n", text.c_str(), textHash.c_str(), recordedTextHash.c_str());
     ImportanceMap map = computeImportance(*model, kind, windows, &feedback, compute);
-    map.measuredWith = importanceMeasurement(text, textHash, windows, spec.seed, compute);
+    map.measuredWith = importanceMeasurement(text, textHash, windows, spec.seed, compute, map.kind);
     if (modelHash != project.model().hash) map.measuredWith["model"] = {{"path", modelPath}, {"hash", modelHash}};
     nlohmann::json entry = {{"kind", map.kind}, {"samples", windows.size(0)}, {"seq_len", windows.size(1)}};
     if (!tokenizerHash.empty()) entry["tokenizer_hash"] = tokenizerHash;

@@ -187,7 +187,7 @@ bool ImportanceView::compute() {
         const at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), true),
                                                    model->tokenizer->bos(), spec, model->spec.context);
         *result = computeImportance(*model, kindId, windows, &feedback, compute);
-        result->measuredWith = importanceMeasurement(spec.textPath, textHash, windows, spec.seed, compute);
+        result->measuredWith = importanceMeasurement(spec.textPath, textHash, windows, spec.seed, compute, result->kind);
     });
     connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
     connect(mJob.get(), &BackgroundJob::finished, this, [this, result, kindId](bool cancelled, const QString& error) {

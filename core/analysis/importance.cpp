@@ -461,19 +461,26 @@ std::string describeCompute(const CalibrationCompute& compute) {
 }
 
 nlohmann::json importanceMeasurement(const std::string& textPath, const std::string& textHash, const at::Tensor& windows,
-                                     uint64_t seed, const CalibrationCompute& compute) {
+                                     uint64_t seed, const CalibrationCompute& compute, const std::string& mapKind,
+                                     const nlohmann::json& step) {
     const std::string described = describeCompute(compute);
-    return {{"text", textPath}, {"text_hash", textHash}, {"windows", windows.size(0)}, {"tokens", windows.size(1)},
-            {"seed", seed}, {"device", compute.device.str()}, {"dtype", described.substr(described.find(' ') + 1)}};
+    nlohmann::json m = {{"text", textPath}, {"text_hash", textHash}, {"windows", windows.size(0)}, {"tokens", windows.size(1)},
+                        {"seed", seed}, {"device", compute.device.str()}, {"dtype", described.substr(described.find(' ') + 1)}};
+    if (mapKind == "linears.sensitivity" || mapKind == "linears.delta_ppl") m["step"] = step.is_null() ? defaultSensitivityStep() : step;
+    return m;
 }
 
 std::string describeImportanceMeasurement(const nlohmann::json& m) {
     if (!m.is_object() || !m.contains("windows")) return "";
     const std::string text = m.value("text", "");
     const std::string name = text.substr(text.find_last_of('/') == std::string::npos ? 0 : text.find_last_of('/') + 1);
+    const bool stepGiven = m.contains("step") && m["step"].is_object() && m["step"].contains("method");
     return std::to_string(m.value("windows", int64_t(0))) + " windows of " + std::to_string(m.value("tokens", int64_t(0))) +
            " tokens of " + name + " (seed " + std::to_string(m.value("seed", uint64_t(0))) + "), " + m.value("device", "cpu") +
            (m.contains("dtype") ? " " + m.value("dtype", "") : "") +
+           (stepGiven ? ", each layer " + m["step"].value("method", std::string()) + " " +
+                            (m["step"].contains("params") ? m["step"]["params"].dump() : std::string("{}"))
+                      : std::string()) +
            (m.contains("model") && m["model"].is_object() ? ", model " + m["model"].value("path", std::string("?")) : "");
 }
 

@@ -49,9 +49,12 @@ CalibrationCompute importanceCompute(const std::string& device, const std::strin
 std::string describeCompute(const CalibrationCompute& compute);
 
 // What a map records it was measured on (ImportanceMap::measuredWith): the text (path and hash), the windows drawn
-// from it ([windows, tokens]) with their seed, and the device and type.
+// from it ([windows, tokens]) with their seed, and the device and type; for a per-layer sensitivity map (mapKind
+// "linears.sensitivity" or "linears.delta_ppl") the step applied to each layer (`step`, or defaultSensitivityStep()
+// when null), whose choice changes its values by orders of magnitude.
 nlohmann::json importanceMeasurement(const std::string& textPath, const std::string& textHash, const at::Tensor& windows,
-                                     uint64_t seed, const CalibrationCompute& compute);
+                                     uint64_t seed, const CalibrationCompute& compute, const std::string& mapKind = "",
+                                     const nlohmann::json& step = nullptr);
 // "8 windows of 128 tokens of calib.txt (seed 0), cuda:0 f16"; "" for a map that recorded nothing.
 std::string describeImportanceMeasurement(const nlohmann::json& measuredWith);
 

@@ -165,6 +165,8 @@ GptqResult gptqQuantize(const at::Tensor& w, const at::Tensor& hessian, const Gp
     const at::Tensor dead = h.diagonal() == 0;
     h.diagonal().masked_fill_(dead, 1.0);
     W.masked_fill_(dead.unsqueeze(0), 0.0);
+    at::Tensor keptZeros;   // in processing order below
+    if (options.keepZeros) keptZeros = W == 0;
 
     const int64_t groups = groupCount(cols, spec.groupSize);
     const int64_t width = groupWidth(cols, spec.groupSize);
@@ -193,6 +195,7 @@ GptqResult gptqQuantize(const at::Tensor& w, const at::Tensor& hessian, const Gp
     const std::vector<int64_t> order(permCpu.data_ptr<int64_t>(), permCpu.data_ptr<int64_t>() + cols);
     W = W.index_select(1, perm).contiguous();
     h = h.index_select(0, perm).index_select(1, perm);
+    if (keptZeros.defined()) keptZeros = keptZeros.index_select(1, perm).contiguous();
 
     GptqResult result;
     const at::Tensor hinv = inverseCholeskyUpper(h, options.dampPercent, result.damping);
@@ -202,7 +205,7 @@ GptqResult gptqQuantize(const at::Tensor& w, const at::Tensor& hessian, const Gp
     at::Tensor levels = at::empty({rows, cols}, on.dtype(at::kInt));  // in processing order
     at::Tensor loss = at::zeros({}, on.dtype(work));
 #ifdef CWB_HAVE_KERNELS
-    const bool blockKernel = useBlockKernel(device, options);
+    const bool blockKernel = useBlockKernel(device, options) && !keptZeros.defined();
     if (blockKernel) {
         at::Tensor columnGroup;
         if (!dynamicGroups) {
@@ -251,7 +254,8 @@ GptqResult gptqQuantize(const at::Tensor& w, const at::Tensor& hessian, const Gp
                 currentGroup = g;
             }
             const at::Tensor column = block.select(1, i);
-            const at::Tensor level = quantizeLevels(column, colScale, colZero, spec.bits);
+            at::Tensor level = quantizeLevels(column, colScale, colZero, spec.bits);
+            if (keptZeros.defined()) level = at::where(keptZeros.select(1, c), colZero.to(level.scalar_type()), level);
             levels.select(1, c).copy_(level);
             const at::Tensor q = (level.to(at::kFloat) - colZeroFloat).mul(colScale).to(work);
             const at::Tensor err = (column - q).div(pivots[c]);

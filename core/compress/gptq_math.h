@@ -22,6 +22,10 @@ struct GptqOptions {
     bool actOrder = false;      // process columns by descending diag(H)
     bool staticGroups = false;  // group parameters from the original weight, fixed before any update
     int64_t blockSize = 128;    // columns per lazy batch update
+    // Weights that are exactly zero (a pruning mask: 2:4, magnitude, Wanda) stay zero: their level is the zero point,
+    // and the error of holding them there flows to later columns as any rounding error does. Without it the updates
+    // fill the pruned places and the mask is lost. Runs the column loop in LibTorch on CUDA (the block kernel has no mask).
+    bool keepZeros = false;
 };
 
 // H = 2/n · Σ XᵀX over all n calibration rows seen so far, kept as a running average so that batches can

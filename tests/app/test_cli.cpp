@@ -800,6 +800,18 @@ void TestCli::importanceTakesCalib() {
     const QJsonObject measuredWith = QJsonDocument::fromJson(r.out.toUtf8()).object().value("measured_with").toObject();
     QVERIFY2(measuredWith["windows"].toInt() == 2 && measuredWith["tokens"].toInt() == 32 &&
                  measuredWith["text_hash"].toString().startsWith("fnv1a64:"), qPrintable(r.out.left(400)));
+    QVERIFY(!measuredWith.contains("step"));   // a head map applies no step
+    // A per-layer sensitivity map records the step applied to each layer, given or the default RTN int4 g32 (user
+    // probe: int2 and int8 maps differed 10 000x and could not be told apart).
+    for (const auto& [given, method, bits] : {std::tuple<QString, QString, int>{"", "quantize.rtn", 4},
+                                              {R"({"method":"quantize.rtn","params":{"bits":8,"group_size":32}})", "quantize.rtn", 8}}) {
+        QStringList args = {"importance", model, "--kind", "layer", "--calib", text, "--samples", "2", "--seq-len", "32", "--json"};
+        if (!given.isEmpty()) args << "--step" << given;
+        Result layer = run(args);
+        QVERIFY2(layer.exitCode == 0, qPrintable(layer.err));
+        const QJsonObject step = QJsonDocument::fromJson(layer.out.toUtf8()).object()["measured_with"].toObject()["step"].toObject();
+        QVERIFY2(step["method"].toString() == method && step["params"].toObject()["bits"].toInt() == bits, qPrintable(layer.out.left(600)));
+    }
     Result both = run({"importance", model, "--calib", text, "--text", text});
     QVERIFY2(both.exitCode == 2 && both.err.contains("--calib and --text name the same thing"), qPrintable(both.err));
     {   // Regression (user probe): a channel map printed one column per channel (11008 a row on a 7B). Wide maps print a

@@ -58,6 +58,7 @@ private slots:
     void nmLeavesTwoZerosInEveryFour();
     void globalMagnitudeAndDisabledSteps();
     void pruningAfterQuantizingIsNoted();
+    void gptqAfterPruningKeepsTheMask();
     void removingSilentHeadsKeepsLogits();
     void kvGroupAndChannelPruningChangeShapes();
     void droppingABlockRenumbersTheRest();
@@ -166,6 +167,29 @@ void TestCompressionMethods::pruningAfterQuantizingIsNoted() {
         {"method":"quantize.rtn","params":{"bits":4,"group_size":16}}]})"), at::Tensor());
     QCOMPARE(ordered.model->compressedLayers().size(), size_t(2 * 7));
     QVERIFY(ordered.steps[0].notes.empty() && ordered.steps[1].notes.empty());
+}
+
+// Regression (user probe): prune.nm 2:4 then quantize.gptq gave layers whose zeros had moved (GPTQ's updates filled
+// the pruned places). keep_zeros (default) holds them; off, the old behaviour.
+void TestCompressionMethods::gptqAfterPruningKeepsTheMask() {
+    Loaded l(tinyLlamaSpec());
+    const char* pruneThenGptq = R"({"steps":[{"method":"prune.nm","params":{"n":2,"m":4}},
+        {"method":"quantize.gptq","params":{"bits":4,"group_size":16%s}}]})";
+    auto brokenGroups = [](const Model& m) {
+        int64_t broken = 0;
+        for (const auto& name : m.linearLayers())
+            broken += ((m.floatTensor(name + ".weight").reshape({-1, 4}) != 0).sum(1) > 2).sum().item<int64_t>();
+        return broken;
+    };
+    char text[512];
+    std::snprintf(text, sizeof text, pruneThenGptq, "");
+    CompressionResult kept = compressModel(*l.model, recipe(text), windows());
+    QCOMPARE(kept.model->compressedLayers().size(), size_t(2 * 7));
+    QCOMPARE(brokenGroups(*kept.model), int64_t(0));
+    const auto& notes = kept.steps[1].notes;
+    QVERIFY(std::any_of(notes.begin(), notes.end(), [](const std::string& n) { return n.find("14 layers with pruned (zero) weights kept them zero") == 0; }));
+    std::snprintf(text, sizeof text, pruneThenGptq, R"(,"keep_zeros":false)");
+    QVERIFY(brokenGroups(*compressModel(*l.model, recipe(text), windows()).model) > 0);
 }
 
 void TestCompressionMethods::removingSilentHeadsKeepsLogits() {

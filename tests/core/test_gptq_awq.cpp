@@ -199,6 +199,41 @@ private slots:
         QVERIFY(actError < rtnError);
     }
 
+    // Regression (user probe): GPTQ after 2:4 pruning filled about a tenth of the pruned places through its error updates,
+    // so the 2:4 kernels could not use the result. keepZeros holds them at the zero point, with or without act-order,
+    // symmetric or not, and the output error stays below RTN's.
+    void keepZerosKeepsAPruningMask_data() {
+        QTest::addColumn<bool>("symmetric");
+        QTest::addColumn<bool>("actOrder");
+        QTest::newRow("sym") << true << false;
+        QTest::newRow("asym act-order") << false << true;
+    }
+    void keepZerosKeepsAPruningMask() {
+        QFETCH(bool, symmetric);
+        QFETCH(bool, actOrder);
+        const at::Tensor x = correlatedInputs(512, 96, 41);
+        at::manual_seed(42);
+        at::Tensor w = at::randn({32, 96});
+        // 2:4 along each row: the two smallest of every four set to zero.
+        const at::Tensor groups = w.reshape({32, 24, 4});
+        const at::Tensor smallest = std::get<1>(groups.abs().topk(2, -1, /*largest=*/false));
+        w = groups.scatter(-1, smallest, 0.0).reshape({32, 96});
+        const at::Tensor mask = w == 0;
+        QCOMPARE(mask.sum().item<int64_t>(), int64_t(32 * 48));
+        GptqOptions options;
+        options.quant = {4, symmetric, 32};
+        options.actOrder = actOrder;
+        const at::Tensor h = hessianOf(x);
+        const at::Tensor filled = gptqQuantize(w, h, options).weight.dequantize();
+        QVERIFY2((filled.masked_select(mask) != 0).sum().item<int64_t>() > 0, "the updates are expected to fill pruned places");
+        options.keepZeros = true;
+        const at::Tensor kept = gptqQuantize(w, h, options).weight.dequantize();
+        QCOMPARE((kept.masked_select(mask) != 0).sum().item<int64_t>(), int64_t(0));
+        const double keptError = outputError(w, kept, x), rtnError = outputError(w, quantizeRtn(w, options.quant).dequantize(), x);
+        qInfo("output error with the mask kept %.1f, RTN %.1f", keptError, rtnError);
+        QVERIFY(keptError < rtnError);
+    }
+
     // Accumulated block by block below the diagonal and mirrored: the same H as the full product, exactly symmetric.
     void hessianAccumulator_data() {
         QTest::addColumn<qint64>("columns");

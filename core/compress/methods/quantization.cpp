@@ -77,10 +77,13 @@ public:
                 boolParam("act_order", false, "quantize columns in order of decreasing Hessian diagonal"),
                 floatParam("damp_percent", 0.0, 1.0, 0.01, "damping added to the Hessian diagonal, as a fraction of its mean"),
                 boolParam("static_groups", false, "compute group scales up front from the original weights (with act_order)"),
-                intParam("block_size", 1, 4096, 128, "columns updated together (speed only)")};
+                intParam("block_size", 1, 4096, 128, "columns updated together (speed only)"),
+                boolParam("keep_zeros", true, "in a layer with 1% or more weights exactly zero (pruned: 2:4, magnitude, "
+                                              "Wanda), they stay zero; off: the error updates fill the pruned places")};
     }
     bool needsCalibration(const nlohmann::json&) const override { return true; }
     void apply(StepContext& ctx) const override {
+        int64_t masked = 0;
         calibrateLayerByLayer<quant::HessianAccumulator>(ctx, [&](const std::string& layer, quant::HessianAccumulator& hessian) {
             nlohmann::json p = ctx.paramsFor(layer);
             quant::GptqOptions options;
@@ -90,9 +93,16 @@ public:
             options.staticGroups = p["static_groups"].get<bool>();
             options.blockSize = p["block_size"].get<int64_t>();
             if (options.quant.groupSize == 0) throw Error("quantize.gptq: group_size 0 is not allowed (use -1 for per channel)");
-            quant::GptqResult r = quant::gptqQuantize(ctx.model.floatTensor(weightOf(layer)), hessian.hessian(), options);
+            const at::Tensor weight = ctx.model.floatTensor(weightOf(layer));
+            options.keepZeros = p["keep_zeros"].get<bool>() && weight.numel() > 0 &&
+                                (weight == 0).sum().item<double>() >= 0.01 * double(weight.numel());
+            masked += options.keepZeros;
+            quant::GptqResult r = quant::gptqQuantize(weight, hessian.hessian(), options);
             ctx.model.setCompressed(layer, std::make_shared<IntLinear>(std::move(r.weight), at::Tensor(), "gptq"));
         }, /*onDevice=*/true);
+        if (masked > 0)
+            ctx.note(std::to_string(masked) + " layer" + (masked == 1 ? "" : "s") + " with pruned (zero) weights kept them zero "
+                     "(keep_zeros), so a 2:4 or sparse mask survives the quantization");
     }
 };
 
