@@ -10,13 +10,13 @@
 #include "core/runtime/fused_decode.h"
 #include "core/util/error.h"
 #include "kernels/include/cwb/kernels/env_setting.h"   // CUDA-free: read here with or without the kernels
+#include "cwb/kernels/w8_small_m.h"                     // its row limit, with or without the kernels (-DCWB_CUDA=OFF)
 
 #ifdef CWB_HAVE_KERNELS
 #include "cwb/kernels/act_quant.h"
 #include "cwb/kernels/dequant_tiled.h"
 #include "cwb/kernels/device_info.h"
 #include "cwb/kernels/fp8_gemm.h"
-#include "cwb/kernels/w8_small_m.h"
 #include "cwb/kernels/w8a8_gemm.h"
 #include "cwb/kernels/wxa16_gemm.h"
 #include "core/util/torch_stream.h"
