@@ -102,6 +102,30 @@ void compareOneLayer() {
               std::string(c.name) + ": CUDA reconstruction error within 1% of the CPU's and below RTN's");
     }
 
+    {   // keepZeros: a 2:4-pruned weight keeps its zeros on CUDA (the LibTorch column loop, not the block kernel)
+        const at::Tensor groupsOfFour = w.reshape({rows, cols / 4, 4});
+        const at::Tensor keep = at::zeros_like(groupsOfFour, at::kBool)
+                                    .scatter_(2, std::get<1>(groupsOfFour.abs().topk(2, 2)), true);
+        const at::Tensor pruned = (groupsOfFour * keep).reshape({rows, cols});
+        cwb::quant::GptqOptions o;
+        o.quant = {4, true, 128};
+        o.keepZeros = true;
+        const cwb::quant::GptqResult cpu = cwb::quant::gptqQuantize(pruned, hCpu, o);
+        const cwb::quant::GptqResult gpu = cwb::quant::gptqQuantize(pruned, hCuda, o);
+        const at::Tensor zerosCpu = cpu.weight.dequantize().eq(0), zerosGpu = gpu.weight.dequantize().eq(0);
+        const at::Tensor prunedPlaces = pruned.eq(0);
+        const double same = agreement(cpu.weight.levels(), gpu.weight.levels());
+        const double eCpu = reconstructionError(pruned, cpu.weight.dequantize(), x);
+        const double eGpu = reconstructionError(pruned, gpu.weight.dequantize(), x);
+        std::printf("  GPTQ int4 g128 keeping a 2:4 mask: %.4f%% levels equal; error CPU %.5g, CUDA %.5g\n", 100 * same,
+                    eCpu, eGpu);
+        check(zerosGpu.logical_and(prunedPlaces).equal(prunedPlaces) && zerosCpu.logical_and(prunedPlaces).equal(prunedPlaces),
+              "GPTQ keepZeros: every pruned weight is zero after quantizing, on CUDA and on the CPU");
+        check(same >= kLayerAgreement, "GPTQ keepZeros: CUDA gives the CPU's levels for >= 99% of weights");
+        check(std::fabs(eGpu - eCpu) <= kLayerErrorTolerance * eCpu,
+              "GPTQ keepZeros: CUDA reconstruction error within 1% of the CPU's");
+    }
+
     for (int m : {0, 4}) {
         cwb::prune::SparseGptOptions o;
         o.sparsity = 0.5;
@@ -183,6 +207,24 @@ void comparePipeline() {
         check(worst <= kErrorTolerance, std::string(step) + ": every layer's reconstruction error within 2% of the CPU's");
     }
     check(cwb::resolveCompressionDevice("auto").is_cuda(), "device auto picks CUDA where a GPU is visible");
+
+    // prune.nm 2:4 then GPTQ through the pipeline on CUDA: every layer keeps two zeros in each group of four.
+    const cwb::Recipe pruneThenGptq = cwb::Recipe::fromJson(
+        nlohmann::json::parse(R"({"steps":[{"method":"prune.nm","params":{"n":2,"m":4}},
+                                            {"method":"quantize.gptq","params":{"bits":4,"group_size":128}}]})"),
+        "test");
+    cwb::CalibrationCompute onCuda;
+    onCuda.device = at::Device(at::kCUDA);
+    const cwb::CompressionResult kept = cwb::compressModel(*base, pruneThenGptq, windows, nullptr, {}, onCuda);
+    int64_t brokenGroups = 0, layers = 0;
+    for (const std::string& layer : base->linearLayers()) {
+        if (!kept.model->compressed(layer)) continue;
+        brokenGroups += ((kept.model->floatTensor(layer + ".weight").reshape({-1, 4}) != 0).sum(1) > 2).sum().item<int64_t>();
+        ++layers;
+    }
+    std::printf("  pipeline prune.nm 2:4 then GPTQ on CUDA: %lld groups of four with fewer than two zeros in %lld layers\n",
+                (long long)brokenGroups, (long long)layers);
+    check(layers > 0 && brokenGroups == 0, "prune.nm 2:4 then GPTQ on CUDA: the 2:4 mask survives in every layer");
 }
 
 } // namespace
