@@ -85,7 +85,8 @@ int runBudget(const std::vector<std::string>& args) {
         options.targetBitsPerWeight = 8.0 * targetBytes / parameters;
         checkBudgetOptions(options);
     }
-    const at::Tensor windows = windowsFromText(a, a.value("text"), *model, 8);
+    std::string calibrationNote;   // printed now (a long measurement follows); in --json's notes
+    const at::Tensor windows = windowsFromText(a, a.value("text"), *model, 8, &calibrationNote);
     const std::string textHash = a.flag("json") ? hashFile(a.value("text")) : "";   // as read, not after a long run
     CallbackFeedback feedback;
     if (!a.flag("quiet") && !a.flag("json")) {
@@ -127,6 +128,7 @@ int runBudget(const std::vector<std::string>& args) {
                               {"bits_per_weight", plan.bitsPerWeight}, {"linear_parameters", parameters},
                               {"linear_bytes", plan.bitsPerWeight * parameters / 8.0}, {"predicted_kl_sum", plan.predictedCost},
                               {"computed_on", describeCompute(options.compute)}, {"layers", layers}, {"recipe", plan.recipe.toJson()}};
+        if (!calibrationNote.empty()) notes.insert(notes.begin(), calibrationNote);
         out["notes"] = notes;
         if (a.has("target-bytes")) out["target_bytes"] = targetBytes;   // of the block linear layers, as linear_bytes
         // What the costs were measured on, as `importance --json` records it.

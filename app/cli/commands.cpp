@@ -93,7 +93,8 @@ LoadOptions projectLoadOptions(const Project& project, const Arguments& args) {
     return options;
 }
 
-at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples) {
+at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples,
+                           std::string* noteOut) {
     if (!model.tokenizer) throw Error(model.path, "has no tokenizer; pass --tokenizer FILE");
     CalibrationSpec spec;
     spec.textPath = textPath;
@@ -104,6 +105,7 @@ at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, c
     at::Tensor windows = drawCalibration(model.tokenizer->encode(readTextFile(textPath), true), model.tokenizer->bos(), spec,
                                          model.spec.context, &note);
     if (!note.empty() && !args.flag("quiet") && !args.flag("json")) std::fprintf(stderr, "note: %s\n", note.c_str());
+    if (noteOut) *noteOut = note;
     return windows;
 }
 

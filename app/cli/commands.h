@@ -47,7 +47,9 @@ RuntimeOptions runtimeOptions(const Arguments& args);
 
 // Token windows for measurements: --samples (default `samples`) windows of --seq-len (256) tokens of the text
 // file, drawn with --seed (0). Throws cwb::Error when the model has no tokenizer or the text cannot be read.
-at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples);
+// A note (windows clipped or overlapping) goes to stderr unless --quiet or --json, and to `note` when given, for --json.
+at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples,
+                           std::string* note = nullptr);
 // Under --device auto (the default): `compute`, or the CPU with a note on stderr when the model would not fit the GPU
 // (fitAutoDevice). An explicit --device is kept as given.
 CalibrationCompute autoFittedCompute(const Arguments& args, const Model& model, const CalibrationCompute& compute);

@@ -11,6 +11,7 @@
 #include "core/compress/method.h"
 #include "core/compress/pipeline.h"
 #include "core/eval/divergence.h"
+#include "core/eval/perplexity.h"
 #include "core/io/model_format.h"
 #include "core/model/compressed_linear.h"
 #include "core/model/model_info.h"
@@ -68,6 +69,8 @@ nlohmann::json stageMetrics(const Model& base, const Model& model, const std::ve
     m["kl_p99"] = d.klP99;
     m["top1"] = d.top1Agreement;
     m["tokens_scored"] = d.variant.tokensScored;
+    const std::string warning = perplexityWarning(d.variant, model.spec.vocab);   // worse than chance: broken weights
+    if (!warning.empty()) m["warning"] = warning;
     return m;
 }
 
@@ -85,6 +88,8 @@ int runCompress(const std::vector<std::string>& args) {
     const std::string path = a.requirePositional("MODEL");
     if (!a.has("recipe")) throw Error("compress needs --recipe FILE (see `cwb methods` for the method ids)");
     Recipe recipe = Recipe::load(a.value("recipe"));
+    const std::string badParams = recipeParamsProblem(recipe);   // a distillation's missing data file: before any work
+    if (!badParams.empty()) throw Error(a.value("recipe"), badParams);
     if (a.has("out")) checkOutputFolder(a.value("out"));   // before the work; made only when its files are written
     if (std::none_of(recipe.steps.begin(), recipe.steps.end(), [](const RecipeStep& s) { return s.enabled; }))
         std::fprintf(stderr, "warning: %s has no enabled step: the output is the base model\n", a.value("recipe").c_str());
@@ -185,11 +190,13 @@ int runCompress(const std::vector<std::string>& args) {
                     cell(m, "top1", "%.4f").c_str(), recon.c_str(), time.c_str());
     };
     row("base", report["base"], "-", "-");
+    if (report["base"].contains("warning")) std::printf("    warning: %s\n", report["base"]["warning"].get<std::string>().c_str());
     for (const auto& st : steps) {
         char time[32];
         std::snprintf(time, sizeof time, "%.2fs", st["seconds"].get<double>());
         row(st["method"].get<std::string>(), st, st.contains("reconstruction_error") ? cell(st["reconstruction_error"], "mean", "%.2e") : "-", time);
         for (const auto& n : st["notes"]) std::printf("    %s\n", n.get<std::string>().c_str());
+        if (st.contains("warning")) std::printf("    warning: %s\n", st["warning"].get<std::string>().c_str());
     }
     if (!tokens) std::printf("(no --eval FILE: sizes only)\n");
     return 0;

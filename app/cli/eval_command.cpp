@@ -35,12 +35,15 @@ int runEval(const std::vector<std::string>& args) {
     if (!quiet) showProgress(feedback, "eval");
     Transformer runtime(*model, runtimeOptions(a));
     PerplexityResult r = evaluatePerplexity(runtime, tokens, model->tokenizer->bos(), p, &feedback);
+    const std::string warning = perplexityWarning(r, model->spec.vocab);
+    if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
     if (a.flag("json")) {
         nlohmann::json j = {{"model", path},          {"text", textPath},         {"ctx", r.ctx},
                             {"chunks", r.chunks},     {"tokens_scored", r.tokensScored},
                             {"perplexity", r.perplexity}, {"error", r.error},      {"mean_nll", r.meanNll},
                             {"seconds", r.seconds},   {"tokens_per_second", r.tokensPerSecond},
-                            {"text_tokens", tokens.size()}};
+                            {"text_tokens", tokens.size()},
+                            {"warnings", warning.empty() ? std::vector<std::string>{} : std::vector<std::string>{warning}}};
         // Which compressed layers ran through a kernel on their packed weights and which were dequantized.
         if (!runtime.layerPaths().empty()) j["compressed_layers"] = runtime.layerPathSummary();
         if (!runtime.cpuWeightPlan().empty()) j["cpu_weight_plan"] = runtime.cpuWeightPlan();

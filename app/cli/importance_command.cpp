@@ -57,7 +57,8 @@ int runImportance(const std::vector<std::string>& args) {
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
     compute = autoFittedCompute(a, *model, compute);
-    const at::Tensor windows = windowsFromText(a, calibText, *model, 16);
+    std::string calibrationNote;
+    const at::Tensor windows = windowsFromText(a, calibText, *model, 16, &calibrationNote);
     const std::string textHash = a.flag("json") ? hashFile(calibText) : "";   // as read, not after a long run
     CallbackFeedback feedback;
     if (!a.flag("quiet") && !a.flag("json")) {
@@ -76,7 +77,9 @@ int runImportance(const std::vector<std::string>& args) {
         const nlohmann::json measured = importanceMeasurement(calibText, textHash, windows,
                                                               static_cast<uint64_t>(a.integer("seed", 0)), compute, map.kind, step);
         std::cout << jsonText({{"kind", map.kind}, {"computed_on", describeCompute(compute)}, {"measured_with", measured},
-                               {"rows", map.rowLabels}, {"columns", map.columnLabels}, {"values", map.values}}) << "\n";
+                               {"rows", map.rowLabels}, {"columns", map.columnLabels}, {"values", map.values},
+                               {"notes", calibrationNote.empty() ? std::vector<std::string>{} : std::vector<std::string>{calibrationNote}}})
+                  << "\n";
         return 0;
     }
     const size_t columns = map.columnLabels.size();

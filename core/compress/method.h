@@ -55,6 +55,9 @@ public:
     virtual std::string summary() const = 0;
     virtual std::vector<ParamSpec> params() const = 0;
     virtual bool needsCalibration(const nlohmann::json& params) const = 0;
+    // What in the step's resolved parameters would fail it once it runs, found before any model work ("" when
+    // nothing): a file it reads that is not there, options that contradict each other.
+    virtual std::string paramsProblem(const nlohmann::json&) const { return ""; }
     // True when the method changes each targeted linear layer on its own, so that it can be given one layer alone
     // (per-layer sensitivity); false for methods that remove heads, channels or blocks, or train the whole model.
     virtual bool actsPerLinearLayer() const { return true; }

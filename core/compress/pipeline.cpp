@@ -169,6 +169,18 @@ static bool needsCalibration(const Recipe& recipe);
 
 bool recipeNeedsCalibration(const Recipe& recipe) { return needsCalibration(recipe); }
 
+std::string recipeParamsProblem(const Recipe& recipe) {
+    for (size_t i = 0; i < recipe.steps.size(); ++i) {
+        const RecipeStep& step = recipe.steps[i];
+        if (!step.enabled) continue;
+        const CompressionMethod* m = MethodRegistry::instance().find(step.method);
+        if (!m) continue;   // Recipe refuses unknown methods when it is read
+        const std::string why = m->paramsProblem(resolveParams(step.method, m->params(), step.params));
+        if (!why.empty()) return "step " + std::to_string(i + 1) + ": " + why;
+    }
+    return "";
+}
+
 std::string recipeLayersProblem(const Model& base, const Recipe& recipe) {
     for (size_t i = 0; i < recipe.steps.size(); ++i) {
         const RecipeStep& step = recipe.steps[i];
@@ -249,8 +261,10 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         StepContext ctx{*result.model, step, resolveParams(step.method, method->params(), step.params),
                         targetLayers(*result.model, step), windows, &sub, {}, &base, compute, {}};
         checkPatternsMatch(*result.model, step, ctx.layers, i + 1);
+        // Structural steps (heads, channels, blocks, training) act on the model, not on their target layers one by one.
         if (feedback) feedback->log("step " + std::to_string(i + 1) + "/" + std::to_string(steps) + ": " + step.method +
-                                    " on " + std::to_string(ctx.layers.size()) + " layers");
+                                    (method->actsPerLinearLayer() ? " on " + std::to_string(ctx.layers.size()) + " layers"
+                                                                  : " on the model's " + std::to_string(result.model->spec.layers) + " blocks"));
         auto t0 = std::chrono::steady_clock::now();
         std::unique_ptr<Model> before = result.model->clone();
         method->apply(ctx);

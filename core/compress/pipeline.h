@@ -82,6 +82,9 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
 
 // Whether an enabled step of the recipe needs calibration windows.
 bool recipeNeedsCalibration(const Recipe& recipe);
+// What in an enabled step's parameters would fail it once it runs (CompressionMethod::paramsProblem: a data file that
+// is not there, say), "" when nothing: asked before any model work.
+std::string recipeParamsProblem(const Recipe& recipe);
 // Why the recipe's "targets" or override patterns name no layer of `base` ("" when they all do), judged for the
 // steps before any that renames layers; compressModel checks every step as it reaches it.
 std::string recipeLayersProblem(const Model& base, const Recipe& recipe);

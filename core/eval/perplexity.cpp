@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +52,23 @@ int64_t chunkCount(int64_t tokenCount, const PerplexityParams& params) {
     int64_t n = params.ctx > 0 ? tokenCount / params.ctx : 0;
     if (params.maxChunks >= 0) n = std::min(n, params.maxChunks);
     return n;
+}
+
+std::string perplexityWarning(const PerplexityResult& result, int64_t vocab) {
+    if (vocab <= 1 || result.tokensScored == 0) return "";
+    const double uniform = std::log(double(vocab));
+    // 1e-6 nats of slack: a model whose logits are all equal scores ln(vocab) up to rounding.
+    if (!(result.meanNll > uniform + 1e-6)) return "";
+    char text[320];
+    if (!std::isfinite(result.perplexity))
+        std::snprintf(text, sizeof text, "the perplexity overflows (mean NLL %.6g nats per token, where a uniform guess over the "
+                      "%lld-token vocabulary scores %.4g): the model's weights are probably broken", result.meanNll,
+                      static_cast<long long>(vocab), uniform);
+    else
+        std::snprintf(text, sizeof text, "perplexity %.6g is above the vocabulary size %lld (what a uniform guess scores): the model "
+                      "predicts this text worse than chance; its weights are probably broken", result.perplexity,
+                      static_cast<long long>(vocab));
+    return text;
 }
 
 PerplexityResult evaluatePerplexity(Transformer& model, const std::vector<TokenId>& tokens, TokenId bos,

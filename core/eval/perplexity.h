@@ -43,6 +43,11 @@ int64_t chunkCount(int64_t tokenCount, const PerplexityParams& params);
 PerplexityResult evaluatePerplexity(Transformer& model, const std::vector<TokenId>& tokens, TokenId bos,
                                     const PerplexityParams& params, Feedback* feedback = nullptr);
 
+// "" for a plausible result; else a sentence for the user: the model predicts the text worse than a uniform guess over
+// its `vocab` tokens (perplexity above the vocabulary size), or its perplexity overflows a double (mean NLL past ~709):
+// broken weights (a wrong scale, a bad dequantization), not a measurement to compare.
+std::string perplexityWarning(const PerplexityResult& result, int64_t vocab);
+
 // Accumulates −log p over scored tokens and turns it into PPL ± error as llama.cpp does.
 class NllAccumulator {
 public:

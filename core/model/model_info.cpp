@@ -83,9 +83,18 @@ std::string modelInfoText(const Model& model) {
     std::ostringstream out;
     const ArchSpec& s = model.spec;
     out << "model      " << model.path << " (" << model.format << ")\n";
+    // Per-layer shapes (after pruning heads or channels) as a range, not layer 0's.
+    const auto perLayer = [&](int64_t (ArchSpec::*at)(int64_t) const) {
+        int64_t low = s.layers > 0 ? (s.*at)(0) : 0, high = low;
+        for (int64_t l = 1; l < s.layers; ++l) {
+            low = std::min(low, (s.*at)(l));
+            high = std::max(high, (s.*at)(l));
+        }
+        return low == high ? std::to_string(low) : std::to_string(low) + "-" + std::to_string(high) + " by layer";
+    };
     out << "arch       " << s.modelType << " (" << familyName(s.family) << "): " << s.layers << " layers, hidden "
-        << s.hidden << ", heads " << s.heads << " (kv " << s.kvHeads << ", dim " << s.headDim << "), ffn " << s.ffn
-        << ", vocab " << s.vocab << ", context " << s.context << "\n";
+        << s.hidden << ", heads " << perLayer(&ArchSpec::headsAt) << " (kv " << perLayer(&ArchSpec::kvHeadsAt) << ", dim "
+        << s.headDim << "), ffn " << perLayer(&ArchSpec::ffnAt) << ", vocab " << s.vocab << ", context " << s.context << "\n";
     if (s.family == Family::Llama)
         out << "rope       theta " << s.ropeTheta << ", " << (s.ropeStyle == RopeStyle::AdjacentPairs ? "adjacent pairs" : "halves")
             << ", scaling "

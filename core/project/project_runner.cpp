@@ -69,6 +69,8 @@ std::string ProjectRunner::buildProblem(const std::string& variant) const {
     const Recipe recipe = fullRecipe(variant);
     const std::string layers = recipeLayersProblem(mBase, recipe);
     if (!layers.empty()) return layers;
+    const std::string params = recipeParamsProblem(recipe);
+    if (!params.empty()) return params;
     if (recipeNeedsCalibration(recipe) && mProject.settings().calibration.path.empty())
         return "a step needs calibration text, and the project has none (cwb project set " + mProject.path() + " --calib FILE)";
     return "";

@@ -534,6 +534,21 @@ void TestCli::errorsNameTheFile() {
     Result text = run({"eval", model, "--text", "/nonexistent/text.txt"});
     QCOMPARE(text.exitCode, 2);
     QVERIFY(text.err.contains("/nonexistent/text.txt"));
+    // A distillation's parameters that would fail it are refused before the model is read (user probe: after the base's
+    // evaluation and the steps before it).
+    QTemporaryDir dir;
+    for (const auto& [step, message] : {std::pair<QString, QString>{R"({"method":"distill.kd","params":{"data":"/nonexistent/train.txt"}})",
+                                                                     "step 2: distill.kd: its data file /nonexistent/train.txt is not there"},
+                                         {R"({"method":"distill.kd","params":{"resume_other_start":true}})",
+                                          "step 2: distill.kd: resume_other_start applies to a resumed run"}}) {
+        const QString recipe = dir.filePath("kd.json");
+        QFile f(recipe);
+        QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        f.write(QString(R"({"steps":[{"method":"prune.channels","params":{"ratio":0.25}},%1]})").arg(step).toUtf8());
+        f.close();
+        Result early = run({"compress", "/nonexistent/model.gguf", "--recipe", recipe});
+        QVERIFY2(early.exitCode == 2 && early.err.contains(message) && !early.err.contains("/nonexistent/model.gguf"), qPrintable(early.err));
+    }
 }
 
 // The decode and attention switches reach the runtime options that `cwb bench --json` reports: the defaults (dense
@@ -878,6 +893,13 @@ void TestCli::importanceTakesCalib() {
     Result clipped = run({"importance", model, "--kind", "head", "--calib", text, "--samples", "1", "--seq-len", "3000"});
     QVERIFY2(clipped.exitCode == 0 && clipped.err.contains("note: calibration windows clipped from 3000 to 2048 tokens (model context)"),
              qPrintable(clipped.err));
+    // ... and --json left it out (user probe): it is in "notes" there.
+    Result clippedJson = run({"importance", model, "--kind", "head", "--calib", text, "--samples", "1", "--seq-len", "3000", "--json"});
+    const QJsonArray notes = QJsonDocument::fromJson(clippedJson.out.toUtf8()).object()["notes"].toArray();
+    QVERIFY2(clippedJson.exitCode == 0 && notes.size() == 1 &&
+                 notes[0].toString().startsWith("calibration windows clipped from 3000 to 2048 tokens (model context)"),
+             qPrintable(clippedJson.out.left(400)));
+    QVERIFY(QJsonDocument::fromJson(r.out.toUtf8()).object()["notes"].toArray().isEmpty());
 }
 
 QTEST_APPLESS_MAIN(TestCli)

@@ -10,6 +10,7 @@
 #include "core/compress/method.h"
 #include "core/compress/quant_math.h"
 #include "core/compress/pipeline.h"
+#include "core/model/model_info.h"
 #include "core/compress/prune_math.h"
 #include "core/io/model_format.h"
 #include "core/model/compressed_linear.h"
@@ -170,7 +171,7 @@ void TestCompressionMethods::pruningAfterQuantizingIsNoted() {
 }
 
 // Regression (user probe): prune.nm 2:4 then quantize.gptq gave layers whose zeros had moved (GPTQ's updates filled
-// the pruned places). keep_zeros (default) holds them; off, the old behaviour.
+// the pruned places). keep_sparsity (default) holds them; off, the old behaviour.
 void TestCompressionMethods::gptqAfterPruningKeepsTheMask() {
     Loaded l(tinyLlamaSpec());
     const char* pruneThenGptq = R"({"steps":[{"method":"prune.nm","params":{"n":2,"m":4}},
@@ -188,7 +189,7 @@ void TestCompressionMethods::gptqAfterPruningKeepsTheMask() {
     QCOMPARE(brokenGroups(*kept.model), int64_t(0));
     const auto& notes = kept.steps[1].notes;
     QVERIFY(std::any_of(notes.begin(), notes.end(), [](const std::string& n) { return n.find("14 layers with pruned (zero) weights kept them zero") == 0; }));
-    std::snprintf(text, sizeof text, pruneThenGptq, R"(,"keep_zeros":false)");
+    std::snprintf(text, sizeof text, pruneThenGptq, R"(,"keep_sparsity":false)");
     QVERIFY(brokenGroups(*compressModel(*l.model, recipe(text), windows()).model) > 0);
 }
 
@@ -199,10 +200,19 @@ void TestCompressionMethods::removingSilentHeadsKeepsLogits() {
     o.narrow(1, 1 * 8, 8).zero_();   // head 1 (group 0) and head 3 (group 1) contribute nothing
     o.narrow(1, 3 * 8, 8).zero_();
     Loaded l(spec, w);
-    CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.heads","params":{"heads":"0:1,0:3"}}]})"), at::Tensor());
+    CallbackFeedback feedback;
+    std::string logged;
+    feedback.logCallback = [&](const std::string& line) { logged += line + "\n"; };
+    CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.heads","params":{"heads":"0:1,0:3"}}]})"),
+                                        at::Tensor(), &feedback);
+    // A structural step acts on the model (its log said "on 14 layers", the target linears it does not act on one by one).
+    QVERIFY2(logged.find("step 1/1: prune.heads on the model's 2 blocks\n") != std::string::npos, logged.c_str());
     QCOMPARE(r.model->spec.headsAt(0), int64_t(2));
     QCOMPARE(r.model->spec.kvHeadsAt(0), int64_t(2));
     QCOMPARE(r.model->spec.headsAt(1), int64_t(4));
+    // `cwb info` gives the range over the layers (it gave layer 0's heads as the model's).
+    const std::string info = modelInfoText(*r.model);
+    QVERIFY2(info.find(", heads 2-4 by layer (kv 2, dim 8), ffn 48,") != std::string::npos, info.substr(0, 400).c_str());
     QCOMPARE(r.model->tensor("model.layers.0.self_attn.q_proj.weight").shape, (std::vector<int64_t>{16, 32}));
     QCOMPARE(r.model->tensor("model.layers.0.self_attn.o_proj.weight").shape, (std::vector<int64_t>{32, 16}));
     QVERIFY(at::allclose(logitsOf(*r.model), logitsOf(*l.model), 1e-5, 1e-5));
@@ -254,6 +264,16 @@ void TestCompressionMethods::droppingABlockRenumbersTheRest() {
     QVERIFY(!r.model->has("model.layers.1.mlp.up_proj.weight"));
     QVERIFY(at::equal(r.model->floatTensor("model.layers.0.mlp.up_proj.weight"), l.model->floatTensor("model.layers.1.mlp.up_proj.weight")));
     QVERIFY(at::isfinite(logitsOf(*r.model)).all().item<bool>());
+    const auto noted = [](const CompressionResult& c, const std::string& note) {
+        const auto& notes = c.steps.at(0).notes;
+        return std::find(notes.begin(), notes.end(), note) != notes.end();
+    };
+    QVERIFY(noted(r, "removed blocks 0"));
+    // count 0 removes nothing and says so (the note read "removed blocks " with an empty list).
+    CompressionResult none = compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.layers","params":{"count":0,"importance":"last"}}]})"),
+                                           at::Tensor());
+    QCOMPARE(none.model->spec.layers, int64_t(2));
+    QVERIFY(noted(none, "removed no block (count 0)"));
 }
 
 void TestCompressionMethods::calibratedMethodsRun_data() {

@@ -541,6 +541,17 @@ void TestDistillation::methodCutsAShallowerStudent() {
     const double fromBlock1 = (r.model->floatTensor(name) - l.model->floatTensor("model.layers.1.self_attn.q_proj.weight")).abs().max().item<double>();
     const double fromBlock0 = (r.model->floatTensor(name) - l.model->floatTensor(name)).abs().max().item<double>();
     QVERIFY2(fromBlock1 < fromBlock0, qPrintable(QString("%1 vs %2").arg(fromBlock1).arg(fromBlock0)));
+    // 6 sequences over 22 training windows: no overfitting note; 30 steps of 8 (240 sequences, 10.9 passes): one.
+    const auto overfitNote = [](const CompressionResult& c) {
+        for (const auto& n : c.steps.back().notes)
+            if (n.find("pass over the 22 training windows") != std::string::npos) return n;
+        return std::string();
+    };
+    QCOMPARE(overfitNote(r), std::string());
+    CompressionResult many = compressModel(*l.model, recipe(R"({"steps":[{"method":"distill.kd","params":{
+        "steps":30,"batch_size":8,"seq_len":16,"eval_every":0,"device":"cpu"}}]})"), windows());
+    QVERIFY2(overfitNote(many).find("30 steps of 8 sequences pass over the 22 training windows 10.9 times") == 0,
+             overfitNote(many).c_str());
 }
 
 void TestDistillation::resumeEqualsUninterruptedRun() {

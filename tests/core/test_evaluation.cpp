@@ -45,6 +45,7 @@ private slots:
     void cancelStopsEvaluation();
     void nonFiniteOutputIsAnError();
     void folderGivenAsTextIsNamed();
+    void worseThanChanceIsWarned();
 };
 
 void TestEvaluation::accumulatorByHand() {
@@ -217,6 +218,45 @@ void TestEvaluation::folderGivenAsTextIsNamed() {
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("is longer than"), e.what());
     }
+}
+
+// A model that predicts worse than a uniform guess (user probe: broken weights gave "PPL = inf" and nothing else) is
+// warned of; a uniform model, exactly at the vocabulary size, and a plausible one are not.
+void TestEvaluation::worseThanChanceIsWarned() {
+    QTemporaryDir dir;
+    WeightMap w = randomWeights(tinyLlamaSpec(), 9);
+    PerplexityParams p;
+    p.ctx = 16;
+    const auto measure = [&](const char* name, const WeightMap& weights) {
+        auto model = writeAndLoad(dir, name, weights);
+        Transformer rt(*model);
+        return evaluatePerplexity(rt, someTokens(50), 1, p);
+    };
+    // Random weights predict worse than chance (PPL 279 over 64 tokens): warned. A trained model's figure is not.
+    const PerplexityResult random = measure("random", w);
+    QVERIFY2(random.perplexity > 64 && perplexityWarning(random, 64).find(" is above the vocabulary size 64") != std::string::npos,
+             qPrintable(QString::number(random.perplexity)));
+    PerplexityResult plausible = random;
+    plausible.perplexity = 20;
+    plausible.meanNll = std::log(20.0);
+    QCOMPARE(perplexityWarning(plausible, 64), std::string());
+    WeightMap uniform = w;
+    uniform["model.norm.weight"] = at::zeros({32});
+    QCOMPARE(perplexityWarning(measure("uniform", uniform), 64), std::string());
+    WeightMap loud = w;
+    loud["model.norm.weight"] = at::full({32}, 1e4);   // logits in the tens of thousands: confident and mostly wrong
+    const PerplexityResult broken = measure("loud", loud);
+    const std::string warning = perplexityWarning(broken, 64);
+    QVERIFY2(broken.meanNll > std::log(64.0), qPrintable(QString::number(broken.meanNll)));
+    QVERIFY2(warning.find(std::isfinite(broken.perplexity) ? " is above the vocabulary size 64" : "the perplexity overflows") !=
+                 std::string::npos,
+             warning.c_str());
+    PerplexityResult overflow = broken;
+    overflow.meanNll = 800;
+    overflow.perplexity = std::exp(800.0);
+    QVERIFY(std::isinf(overflow.perplexity));
+    QVERIFY2(perplexityWarning(overflow, 64).find("the perplexity overflows (mean NLL 800 nats per token") == 0,
+             perplexityWarning(overflow, 64).c_str());
 }
 
 QTEST_APPLESS_MAIN(TestEvaluation)

@@ -3,6 +3,8 @@
 // its config, prepares the data (a text file, the calibration windows, or teacher samples) and the student.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <numeric>
 
 #include "core/compress/distill_trainer.h"
@@ -17,6 +19,9 @@
 namespace cwb {
 
 namespace {
+
+// Passes over the training windows past which a note warns of overfitting.
+constexpr double kManyPasses = 10.0;
 
 // Consecutive windows of `length` tokens (BOS first) covering the text.
 at::Tensor textWindows(const Model& model, const std::string& path, int64_t length) {
@@ -153,6 +158,15 @@ public:
     bool needsCalibration(const nlohmann::json& p) const override {
         return p["source"] == "text" && p["data"].get<std::string>().empty();
     }
+    std::string paramsProblem(const nlohmann::json& p) const override {
+        const std::string data = p["data"];
+        std::error_code ec;
+        if (!data.empty() && !std::filesystem::is_regular_file(data, ec))
+            return "distill.kd: its data file " + data + " is not there (or is not a file)";
+        if (p["resume_other_start"].get<bool>() && !p["resume"].get<bool>())
+            return "distill.kd: resume_other_start applies to a resumed run; set \"resume\": true as well";
+        return "";
+    }
     void apply(StepContext& ctx) const override {
         const nlohmann::json& p = ctx.params;
         std::unique_ptr<Model> input = ctx.model.clone();
@@ -224,6 +238,18 @@ public:
             config.layerMap = kept;   // each student block imitates the block it was cut from
         }
 
+        // Many passes over few windows fit them rather than the teacher (user probe: 200 steps on 12 windows, said nothing).
+        const int64_t trainWindows = data.train.size(0);
+        const int64_t sequences = config.steps * config.batchSize * config.gradAccum;
+        if (trainWindows > 0 && double(sequences) > kManyPasses * double(trainWindows)) {
+            char text[400];
+            std::snprintf(text, sizeof text, "%lld steps of %lld sequences pass over the %lld training windows %.1f times: the student "
+                          "may learn them by heart (the held-out perplexity shows whether it does); more text or fewer steps avoid it",
+                          (long long)config.steps, (long long)(config.batchSize * config.gradAccum), (long long)trainWindows,
+                          double(sequences) / double(trainWindows));
+            ctx.note(text);
+            if (ctx.feedback) ctx.feedback->log(std::string("distill.kd: ") + text);
+        }
         FeedbackObserver observer(ctx.feedback);
         DistillResult r = distillModel(teacher, ctx.model, data, config, ctx.feedback, &observer);
         for (const auto& n : r.notes) ctx.note(n);

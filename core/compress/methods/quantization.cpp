@@ -78,8 +78,8 @@ public:
                 floatParam("damp_percent", 0.0, 1.0, 0.01, "damping added to the Hessian diagonal, as a fraction of its mean"),
                 boolParam("static_groups", false, "compute group scales up front from the original weights (with act_order)"),
                 intParam("block_size", 1, 4096, 128, "columns updated together (speed only)"),
-                boolParam("keep_zeros", true, "in a layer with 1% or more weights exactly zero (pruned: 2:4, magnitude, "
-                                              "Wanda), they stay zero; off: the error updates fill the pruned places")};
+                boolParam("keep_sparsity", true, "in a layer with 1% or more weights exactly zero (pruned: 2:4, magnitude, "
+                                                 "Wanda), they stay zero; off: the error updates fill the pruned places")};
     }
     bool needsCalibration(const nlohmann::json&) const override { return true; }
     void apply(StepContext& ctx) const override {
@@ -94,7 +94,7 @@ public:
             options.blockSize = p["block_size"].get<int64_t>();
             if (options.quant.groupSize == 0) throw Error("quantize.gptq: group_size 0 is not allowed (use -1 for per channel)");
             const at::Tensor weight = ctx.model.floatTensor(weightOf(layer));
-            options.keepZeros = p["keep_zeros"].get<bool>() && weight.numel() > 0 &&
+            options.keepZeros = p["keep_sparsity"].get<bool>() && weight.numel() > 0 &&
                                 (weight == 0).sum().item<double>() >= 0.01 * double(weight.numel());
             masked += options.keepZeros;
             quant::GptqResult r = quant::gptqQuantize(weight, hessian.hessian(), options);
@@ -102,7 +102,7 @@ public:
         }, /*onDevice=*/true);
         if (masked > 0)
             ctx.note(std::to_string(masked) + " layer" + (masked == 1 ? "" : "s") + " with pruned (zero) weights kept them zero "
-                     "(keep_zeros), so a 2:4 or sparse mask survives the quantization");
+                     "(keep_sparsity), so a 2:4 or sparse mask survives the quantization");
     }
 };
 

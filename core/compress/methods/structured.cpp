@@ -353,7 +353,7 @@ public:
         m.spec.layerShapes = shapes;
         std::string text;
         for (int64_t b : drop) text += (text.empty() ? "" : ", ") + std::to_string(b);
-        ctx.note("removed blocks " + text);
+        ctx.note(drop.empty() ? "removed no block (count 0)" : "removed blocks " + text);
     }
 };
 
