@@ -70,7 +70,7 @@ nlohmann::json stageMetrics(const Model& base, const Model& model, const std::ve
     m["top1"] = d.top1Agreement;
     m["tokens_scored"] = d.variant.tokensScored;
     const std::string warning = perplexityWarning(d.variant, model.spec.vocab);   // worse than chance: broken weights
-    if (!warning.empty()) m["warning"] = warning;
+    m["warnings"] = warning.empty() ? std::vector<std::string>{} : std::vector<std::string>{warning};
     return m;
 }
 
@@ -190,13 +190,13 @@ int runCompress(const std::vector<std::string>& args) {
                     cell(m, "top1", "%.4f").c_str(), recon.c_str(), time.c_str());
     };
     row("base", report["base"], "-", "-");
-    if (report["base"].contains("warning")) std::printf("    warning: %s\n", report["base"]["warning"].get<std::string>().c_str());
+    for (const auto& w : report["base"].value("warnings", nlohmann::json::array())) std::printf("    warning: %s\n", w.get<std::string>().c_str());
     for (const auto& st : steps) {
         char time[32];
         std::snprintf(time, sizeof time, "%.2fs", st["seconds"].get<double>());
         row(st["method"].get<std::string>(), st, st.contains("reconstruction_error") ? cell(st["reconstruction_error"], "mean", "%.2e") : "-", time);
         for (const auto& n : st["notes"]) std::printf("    %s\n", n.get<std::string>().c_str());
-        if (st.contains("warning")) std::printf("    warning: %s\n", st["warning"].get<std::string>().c_str());
+        for (const auto& w : st.value("warnings", nlohmann::json::array())) std::printf("    warning: %s\n", w.get<std::string>().c_str());
     }
     if (!tokens) std::printf("(no --eval FILE: sizes only)\n");
     return 0;

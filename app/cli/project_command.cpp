@@ -64,6 +64,8 @@ void addRecipeVariant(Project& project, const std::string& recipePath, const std
     v.recipe = recipe.toJson();
     project.addVariant(v);
     project.record("add-variant", {{"name", v.name}, {"parent", parent}, {"recipe", recipePath}});
+    const std::string badParams = recipeParamsProblem(recipe);   // stored all the same: the file may come before the run
+    if (!badParams.empty()) std::fprintf(stderr, "warning: variant %s: %s\n", v.name.c_str(), badParams.c_str());
     if (recipeNeedsCalibration(recipe) && project.settings().calibration.path.empty())
         std::fprintf(stderr, "warning: variant %s has a step that needs calibration text, and the project has none; "
                              "give it one before running: cwb project set %s --calib FILE\n", v.name.c_str(), project.path().c_str());

@@ -222,6 +222,8 @@ static void noteLayersMadeDense(const Model& before, const Model& after, StepCon
 CompressionResult compressModel(const Model& base, const Recipe& recipe, const CalibrationSpec& calibration, Feedback* feedback,
                                 const StepObserver& onStep) {
     recipe.validate("recipe");
+    const std::string badParams = recipeParamsProblem(recipe);   // before the calibration text is read
+    if (!badParams.empty()) throw Error(badParams);
     at::Tensor windows;
     std::string note;
     // Windows are drawn whenever a text is given: they also measure each step's reconstruction error.
@@ -244,6 +246,10 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const C
 CompressionResult compressModel(const Model& base, const Recipe& recipe, const at::Tensor& windows, Feedback* feedback,
                                 const StepObserver& onStep, const CalibrationCompute& compute) {
     recipe.validate("recipe");
+    // A step's parameters that would fail it (a distillation's data file): before the steps ahead of it run. Every
+    // caller (GUI, export, bench, project runs) comes through here.
+    const std::string badParams = recipeParamsProblem(recipe);
+    if (!badParams.empty()) throw Error(badParams);
     if (needsCalibration(recipe) && !windows.defined())
         throw Error("the recipe has a step that needs calibration data; give a text file (--calib FILE)");
     CompressionResult result;
@@ -261,10 +267,10 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         StepContext ctx{*result.model, step, resolveParams(step.method, method->params(), step.params),
                         targetLayers(*result.model, step), windows, &sub, {}, &base, compute, {}};
         checkPatternsMatch(*result.model, step, ctx.layers, i + 1);
-        // Structural steps (heads, channels, blocks, training) act on the model, not on their target layers one by one.
+        // Structural steps (heads, channels, blocks, training) act on the model, not on their target layers one by one:
+        // no count of linear layers for them.
         if (feedback) feedback->log("step " + std::to_string(i + 1) + "/" + std::to_string(steps) + ": " + step.method +
-                                    (method->actsPerLinearLayer() ? " on " + std::to_string(ctx.layers.size()) + " layers"
-                                                                  : " on the model's " + std::to_string(result.model->spec.layers) + " blocks"));
+                                    (method->actsPerLinearLayer() ? " on " + std::to_string(ctx.layers.size()) + " layers" : ""));
         auto t0 = std::chrono::steady_clock::now();
         std::unique_ptr<Model> before = result.model->clone();
         method->apply(ctx);

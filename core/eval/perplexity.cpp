@@ -56,6 +56,7 @@ int64_t chunkCount(int64_t tokenCount, const PerplexityParams& params) {
 
 std::string perplexityWarning(const PerplexityResult& result, int64_t vocab) {
     if (vocab <= 1 || result.tokensScored == 0) return "";
+    if (std::isnan(result.meanNll)) return "the perplexity is NaN: the model's outputs are not numbers; its weights are probably broken";
     const double uniform = std::log(double(vocab));
     // 1e-6 nats of slack: a model whose logits are all equal scores ln(vocab) up to rounding.
     if (!(result.meanNll > uniform + 1e-6)) return "";

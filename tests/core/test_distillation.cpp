@@ -550,7 +550,16 @@ void TestDistillation::methodCutsAShallowerStudent() {
     QCOMPARE(overfitNote(r), std::string());
     CompressionResult many = compressModel(*l.model, recipe(R"({"steps":[{"method":"distill.kd","params":{
         "steps":30,"batch_size":8,"seq_len":16,"eval_every":0,"device":"cpu"}}]})"), windows());
-    QVERIFY2(overfitNote(many).find("30 steps of 8 sequences pass over the 22 training windows 10.9 times") == 0,
+    // A data file that is not there is refused before any step runs (every caller: GUI, export, bench, projects); with
+    // source teacher `data` is not read, so a stale path there is no problem.
+    const Recipe missingData = recipe(R"({"steps":[{"method":"prune.magnitude"},
+        {"method":"distill.kd","params":{"data":"/nonexistent/train.txt","steps":1,"device":"cpu"}}]})");
+    QCOMPARE(recipeParamsProblem(missingData), std::string("step 2: distill.kd: its data file /nonexistent/train.txt is not there (or is a folder)"));
+    QVERIFY_THROWS_EXCEPTION(Error, compressModel(*l.model, missingData, windows()));
+    QCOMPARE(recipeParamsProblem(recipe(R"({"steps":[{"method":"distill.kd","params":{"source":"teacher","data":"/nonexistent/train.txt"}}]})")),
+             std::string());
+    QVERIFY2(overfitNote(many).find("30 steps of 8 sequences pass over the 22 training windows 10.9 times") == 0 &&
+                 overfitNote(many).find("more calibration windows (--samples) or fewer steps") != std::string::npos,
              overfitNote(many).c_str());
 }
 

@@ -161,8 +161,10 @@ public:
     std::string paramsProblem(const nlohmann::json& p) const override {
         const std::string data = p["data"];
         std::error_code ec;
-        if (!data.empty() && !std::filesystem::is_regular_file(data, ec))
-            return "distill.kd: its data file " + data + " is not there (or is not a file)";
+        // Read only with source text; a pipe (<(zcat …)) reads as well as a file.
+        if (p["source"] == "text" && !data.empty() &&
+            (!std::filesystem::exists(data, ec) || std::filesystem::is_directory(data, ec)))
+            return "distill.kd: its data file " + data + " is not there (or is a folder)";
         if (p["resume_other_start"].get<bool>() && !p["resume"].get<bool>())
             return "distill.kd: resume_other_start applies to a resumed run; set \"resume\": true as well";
         return "";
@@ -243,10 +245,13 @@ public:
         const int64_t sequences = config.steps * config.batchSize * config.gradAccum;
         if (trainWindows > 0 && double(sequences) > kManyPasses * double(trainWindows)) {
             char text[400];
-            std::snprintf(text, sizeof text, "%lld steps of %lld sequences pass over the %lld training windows %.1f times: the student "
-                          "may learn them by heart (the held-out perplexity shows whether it does); more text or fewer steps avoid it",
+            const std::string more = p["source"] == "teacher"        ? "a larger `generated`"
+                                     : !p["data"].get<std::string>().empty() ? "a longer `data` text"
+                                                                             : "more calibration windows (--samples)";
+            std::snprintf(text, sizeof text, "%lld steps of %lld sequences pass over the %lld training %s %.1f times: the student "
+                          "may learn them by heart (the held-out perplexity shows whether it does); %s or fewer steps avoid it",
                           (long long)config.steps, (long long)(config.batchSize * config.gradAccum), (long long)trainWindows,
-                          double(sequences) / double(trainWindows));
+                          p["source"] == "teacher" ? "sequences" : "windows", double(sequences) / double(trainWindows), more.c_str());
             ctx.note(text);
             if (ctx.feedback) ctx.feedback->log(std::string("distill.kd: ") + text);
         }

@@ -297,7 +297,7 @@ public:
                 textParam("layers", "", "explicit blocks to remove, e.g. '3,4' (overrides count and importance)")};
     }
     bool needsCalibration(const nlohmann::json& p) const override {
-        return p["layers"].get<std::string>().empty() && p["importance"] == "block_influence";
+        return p["layers"].get<std::string>().empty() && p["importance"] == "block_influence" && p["count"].get<int64_t>() > 0;
     }
     void apply(StepContext& ctx) const override {
         Model& m = ctx.model;
@@ -305,6 +305,10 @@ public:
         std::vector<int64_t> drop = parseIntList(ctx.params["layers"], "prune.layers");
         if (drop.empty()) {
             const int64_t count = ctx.params["count"].get<int64_t>();
+            if (count == 0) {   // nothing to remove: no influence pass
+                ctx.note("removed no block (count 0)");
+                return;
+            }
             if (count >= L) throw Error("prune.layers: cannot remove " + std::to_string(count) + " of " + std::to_string(L) + " blocks");
             if (ctx.params["importance"] == "last") {
                 for (int64_t i = 0; i < count; ++i) drop.push_back(L - 2 - i >= 0 ? L - 2 - i : L - 1 - i);
@@ -353,7 +357,7 @@ public:
         m.spec.layerShapes = shapes;
         std::string text;
         for (int64_t b : drop) text += (text.empty() ? "" : ", ") + std::to_string(b);
-        ctx.note(drop.empty() ? "removed no block (count 0)" : "removed blocks " + text);
+        ctx.note("removed blocks " + text);
     }
 };
 
