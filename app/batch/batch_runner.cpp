@@ -20,6 +20,7 @@
 #include "core/project/file_hash.h"
 #include "core/project/project.h"
 #include "core/export/export_format.h"
+#include "core/eval/perplexity.h"
 #include "core/export/export_plan.h"
 #include "core/project/project_runner.h"
 #include "core/util/error.h"
@@ -331,6 +332,12 @@ int BatchRunner::run() {
                     }
                 }
                 metrics.push_back(m);
+            }
+            for (const auto& r : rows) {   // worse than chance: broken weights, not a result to compare
+                const std::string warning = r.metric == "perplexity" ? perplexityWarning(r.value, base->spec.vocab) : "";
+                if (warning.empty()) continue;
+                warnings.push_back("variant " + name + ": " + warning);
+                std::fprintf(stderr, "cwb --batch: %s\n", warnings.back().c_str());
             }
             if (!stale.empty()) {
                 std::string why;

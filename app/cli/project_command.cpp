@@ -391,6 +391,10 @@ int runProject(const std::vector<std::string>& args) {
         }
         if (layers > 0)
             std::printf("%-24s %-24s %d layers, worst %.6g\n", name.c_str(), "reconstruction_error", layers, worstLayer);
+        for (const auto& r : rows) {   // worse than chance: broken weights, said even with --quiet
+            const std::string warning = r.metric == "perplexity" ? perplexityWarning(r.value, base->spec.vocab) : "";
+            if (!warning.empty()) std::fprintf(stderr, "warning: variant %s: %s\n", name.c_str(), warning.c_str());
+        }
         nlohmann::json entry = {{"variant", name}, {"threads", at::get_num_threads()}};
         if (!tokenizerHash.empty()) entry["tokenizer_hash"] = tokenizerHash;
         if (modelHash != project.model().hash) entry["model"] = {{"path", modelPath}, {"hash", modelHash}};

@@ -72,6 +72,14 @@ std::string perplexityWarning(const PerplexityResult& result, int64_t vocab) {
     return text;
 }
 
+std::string perplexityWarning(double perplexity, int64_t vocab) {
+    PerplexityResult r;
+    r.perplexity = perplexity;
+    r.meanNll = std::log(perplexity);   // inf for an overflowed figure, NaN for NaN
+    r.tokensScored = 1;
+    return perplexityWarning(r, vocab);
+}
+
 PerplexityResult evaluatePerplexity(Transformer& model, const std::vector<TokenId>& tokens, TokenId bos,
                                     const PerplexityParams& params, Feedback* feedback) {
     ChunkPlan plan = planChunks(model, tokens, params);

@@ -47,6 +47,8 @@ PerplexityResult evaluatePerplexity(Transformer& model, const std::vector<TokenI
 // its `vocab` tokens (perplexity above the vocabulary size), or its perplexity overflows a double (mean NLL past ~709):
 // broken weights (a wrong scale, a bad dequantization), not a measurement to compare.
 std::string perplexityWarning(const PerplexityResult& result, int64_t vocab);
+// The same from a stored perplexity alone (project results).
+std::string perplexityWarning(double perplexity, int64_t vocab);
 
 // Accumulates −log p over scored tokens and turns it into PPL ± error as llama.cpp does.
 class NllAccumulator {

@@ -59,6 +59,7 @@ private slots:
     void createShowsHashingProgress();
     void checksBeforeReplayAndSettings();
     void movedTextsNeedTextOptions();
+    void brokenVariantIsWarned();
 };
 
 void TestBatch::initTestCase() {
@@ -763,6 +764,31 @@ void TestBatch::movedTextsNeedTextOptions() {
     QCOMPARE(run({"project", "create", plain, "--model", mModel, "--eval", serverEval, "--ctx", "64", "--chunks", "2"}).exitCode, 0);
     Result extra = run({"--batch", plain, "--out", mDir.filePath("texts-plain"), "--calib", serverCalib, "--quiet"});
     QVERIFY2(extra.exitCode == 2 && extra.err.contains("has no calibration text for --calib"), qPrintable(extra.err));
+}
+
+// A variant that predicts worse than chance (int2 per 256 on stories260K: PPL ~2100 over 512 tokens) is warned of by
+// `project run` and in the batch report (user probe: eval printed PPL = inf and exit 0, and nothing said why).
+void TestBatch::brokenVariantIsWarned() {
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    const QString recipe = mDir.filePath("int2.json");
+    QFile f(recipe);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(R"({"steps":[{"method":"quantize.rtn","params":{"bits":2,"group_size":256}}]})");
+    f.close();
+    const QString project = mDir.filePath("broken.cwbproj");
+    QCOMPARE(run({"project", "create", project, "--model", mModel, "--eval", text, "--ctx", "128", "--chunks", "4",
+                  "--recipe", recipe}).exitCode, 0);
+    Result r = run({"project", "run", project, "--threads", "1", "--quiet"});
+    QVERIFY2(r.exitCode == 0 && r.err.contains(QRegularExpression("warning: variant int2: perplexity [0-9.e+]+ is above the vocabulary size 512")) &&
+                 !r.err.contains("variant base:"),
+             qPrintable(r.err));
+    const QString out = mDir.filePath("broken-report");
+    Result b = run({"--batch", project, "--out", out, "--threads", "1", "--quiet"});
+    QVERIFY2(b.exitCode == 0, qPrintable(b.err));
+    int warned = 0;
+    for (const auto& w : readReport(out)["warnings"].toArray())
+        warned += w.toString().startsWith("variant int2: perplexity ") && w.toString().contains("above the vocabulary size 512");
+    QCOMPARE(warned, 1);
 }
 
 QTEST_APPLESS_MAIN(TestBatch)

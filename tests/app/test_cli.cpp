@@ -39,6 +39,7 @@ private slots:
     void scratchGivesTheSameVariant();
     void budgetWithGptq();
     void importanceTakesCalib();
+    void compressWarnsOfABrokenVariant();
 };
 
 void TestCli::versionAndHelp() {
@@ -900,6 +901,27 @@ void TestCli::importanceTakesCalib() {
                  notes[0].toString().startsWith("calibration windows clipped from 3000 to 2048 tokens (model context)"),
              qPrintable(clippedJson.out.left(400)));
     QVERIFY(QJsonDocument::fromJson(r.out.toUtf8()).object()["notes"].toArray().isEmpty());
+}
+
+// int2 per 256 on stories260K predicts worse than chance: compress says so under its row and in --json "warnings";
+// the base gets none.
+void TestCli::compressWarnsOfABrokenVariant() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    QTemporaryDir dir;
+    const QString recipe = dir.filePath("int2.json");
+    QFile f(recipe);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(R"({"steps":[{"method":"quantize.rtn","params":{"bits":2,"group_size":256}}]})");
+    f.close();
+    Result json = run({"compress", model, "--recipe", recipe, "--eval", text, "--ctx", "128", "--chunks", "4", "--json"});
+    QVERIFY2(json.exitCode == 0, qPrintable(json.err));
+    const QJsonObject report = QJsonDocument::fromJson(json.out.toUtf8()).object();
+    QVERIFY(report["base"].toObject()["warnings"].toArray().isEmpty());
+    const QJsonArray warnings = report["final"].toObject()["warnings"].toArray();
+    QVERIFY2(warnings.size() == 1 && warnings[0].toString().contains("is above the vocabulary size 512"), qPrintable(json.out.right(600)));
+    Result table = run({"compress", model, "--recipe", recipe, "--eval", text, "--ctx", "128", "--chunks", "4", "--quiet"});
+    QVERIFY2(table.exitCode == 0 && table.out.contains("    warning: perplexity ") && table.out.count("warning:") == 1, qPrintable(table.out));
 }
 
 QTEST_APPLESS_MAIN(TestCli)
