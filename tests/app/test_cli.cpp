@@ -16,6 +16,12 @@ class TestCli : public QObject {
 private:
     using Result = cwb::test::CwbRun;
     static Result run(const QStringList& args) { return cwb::test::runCwb(args, 120000); }
+    // A recipe file in `dir` holding `json`; its path ("" when it could not be written, which the run then names).
+    static QString writeRecipe(const QTemporaryDir& dir, const QString& name, const QByteArray& json) {
+        QFile f(dir.filePath(name));
+        if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate) || f.write(json) != json.size()) return "";
+        return f.fileName();
+    }
 
 private slots:
     void initTestCase() {
@@ -542,11 +548,9 @@ void TestCli::errorsNameTheFile() {
                                                                      "step 2: distill.kd: its data file /nonexistent/train.txt is not there"},
                                          {R"({"method":"distill.kd","params":{"resume_other_start":true}})",
                                           "step 2: distill.kd: resume_other_start applies to a resumed run"}}) {
-        const QString recipe = dir.filePath("kd.json");
-        QFile f(recipe);
-        QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
-        f.write(QString(R"({"steps":[{"method":"prune.channels","params":{"ratio":0.25}},%1]})").arg(step).toUtf8());
-        f.close();
+        const QString recipe =
+            writeRecipe(dir, "kd.json", QString(R"({"steps":[{"method":"prune.channels","params":{"ratio":0.25}},%1]})").arg(step).toUtf8());
+        QVERIFY(!recipe.isEmpty());
         Result early = run({"compress", "/nonexistent/model.gguf", "--recipe", recipe});
         QVERIFY2(early.exitCode == 2 && early.err.contains(message) && !early.err.contains("/nonexistent/model.gguf"), qPrintable(early.err));
     }
@@ -703,12 +707,8 @@ void TestCli::scratchGivesTheSameVariant() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
     QTemporaryDir out;
-    const QString recipe = out.filePath("r.json");
-    {
-        QFile f(recipe);
-        QVERIFY(f.open(QIODevice::WriteOnly));
-        f.write(R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5,"scope":"global"}},{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
-    }
+    const QString recipe = writeRecipe(out, "r.json", R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5,"scope":"global"}},{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
+    QVERIFY(!recipe.isEmpty());
     const QStringList common = {"compress", model, "--recipe", recipe, "--eval", text, "--ctx", "128", "--chunks", "4", "--json"};
     Result inMemory = run(common + QStringList{"--scratch", "off"});
     QVERIFY2(inMemory.exitCode == 0, qPrintable(inMemory.err));
@@ -910,11 +910,8 @@ void TestCli::compressWarnsOfABrokenVariant() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
     QTemporaryDir dir;
-    const QString recipe = dir.filePath("int2.json");
-    QFile f(recipe);
-    QVERIFY(f.open(QIODevice::WriteOnly));
-    f.write(R"({"steps":[{"method":"quantize.rtn","params":{"bits":2,"group_size":256}}]})");
-    f.close();
+    const QString recipe = writeRecipe(dir, "int2.json", R"({"steps":[{"method":"quantize.rtn","params":{"bits":2,"group_size":256}}]})");
+    QVERIFY(!recipe.isEmpty());
     Result json = run({"compress", model, "--recipe", recipe, "--eval", text, "--ctx", "128", "--chunks", "4", "--json"});
     QVERIFY2(json.exitCode == 0, qPrintable(json.err));
     const QJsonObject report = QJsonDocument::fromJson(json.out.toUtf8()).object();
