@@ -1,5 +1,7 @@
 #include "core/runtime/transformer.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -580,13 +582,32 @@ bool Transformer::fusedAttentionFor(const RuntimeOptions& options) {
 at::Tensor Transformer::referenceAttention(int64_t layer, const at::Tensor& q, const at::Tensor& keys,
                                            const at::Tensor& values, int64_t start, ActivationObserver* observer) const {
     const int64_t tokens = q.size(2), total = keys.size(2);
-    at::Tensor scores = at::matmul(q.to(at::kFloat), keys.to(at::kFloat).transpose(-2, -1)) / std::sqrt(double(q.size(3)));
-    // Query i (absolute position start + i) sees keys 0 .. start + i.
-    at::Tensor mask = at::ones({tokens, total}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(start + 1);
-    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-    at::Tensor probs = at::softmax(scores, -1);
-    if (observer && observer->wantsAttentionProbs()) observer->onAttentionProbs(layer, probs);
-    return at::matmul(probs, values.to(at::kFloat)).to(q.scalar_type());   // [B, H, T, hd]
+    const at::Tensor keysT = keys.to(at::kFloat).transpose(-2, -1), valuesF = values.to(at::kFloat);
+    const double scale = 1.0 / std::sqrt(double(q.size(3)));
+    // Queries first .. first + rows - 1 (absolute position start + i sees keys 0 .. start + i).
+    auto block = [&](int64_t first, int64_t rows) {
+        at::Tensor scores = at::matmul(q.narrow(2, first, rows).to(at::kFloat), keysT).mul_(scale);
+        const at::Tensor masked =
+            at::ones({rows, total}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(start + first + 1);
+        return at::softmax(scores.masked_fill_(masked, -std::numeric_limits<float>::infinity()), -1);
+    };
+    const bool wantsProbs = observer && observer->wantsAttentionProbs();
+    const int64_t rowBytes = q.size(0) * q.size(1) * total * int64_t(sizeof(float));
+    // Under autograd every block's probabilities stay alive for the backward pass anyway (gradient importance).
+    const bool recording = at::GradMode::is_enabled() && q.requires_grad();
+    const int64_t budget = q.is_cuda() || recording ? 0 : mOptions.cpuAttentionBlockBytes;
+    const int64_t rowsPerBlock = budget > 0 ? std::max<int64_t>(1, budget / std::max<int64_t>(1, rowBytes)) : tokens;
+    if (wantsProbs || rowsPerBlock >= tokens) {
+        const at::Tensor probs = block(0, tokens);
+        if (wantsProbs) observer->onAttentionProbs(layer, probs);
+        return at::matmul(probs, valuesF).to(q.scalar_type());   // [B, H, T, hd]
+    }
+    std::vector<at::Tensor> parts;
+    for (int64_t first = 0; first < tokens; first += rowsPerBlock) {
+        const int64_t rows = std::min(rowsPerBlock, tokens - first);
+        parts.push_back(at::matmul(block(first, rows), valuesF));
+    }
+    return at::cat(parts, 2).to(q.scalar_type());
 }
 
 at::Tensor Transformer::llamaBlock(int64_t layer, const at::Tensor& x, KvCache* cache, int64_t start,

@@ -1,5 +1,5 @@
 // Transformer runtime: KV-cache decode equals full prefill, batches equal single runs, observers see the
-// real activations, uncached weights give the same logits, and bad input is refused.
+// real activations, uncached weights and attention in query blocks give the same logits, and bad input is refused.
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
@@ -40,6 +40,14 @@ public:
     std::vector<std::vector<int64_t>> headShapes;
 };
 
+// Wants the attention probabilities (as distillation's attention loss does): they come whole, [B, H, T, keys].
+class ProbsRecorder : public ActivationObserver {
+public:
+    bool wantsAttentionProbs() const override { return true; }
+    void onAttentionProbs(int64_t layer, const at::Tensor& probs) override { shapes.push_back(probs.sizes().vec()); }
+    std::vector<std::vector<int64_t>> shapes;
+};
+
 } // namespace
 
 class TestTransformer : public QObject {
@@ -50,6 +58,8 @@ private slots:
     void batchEqualsSingleRuns();
     void observerSeesActivations();
     void uncachedWeightsGiveSameLogits();
+    void attentionInQueryBlocksGivesSameLogits_data();
+    void attentionInQueryBlocksGivesSameLogits();
     void badInputIsRefused();
 };
 
@@ -111,6 +121,38 @@ void TestTransformer::uncachedWeightsGiveSameLogits() {
     Transformer cached(*f.model), uncached(*f.model, streaming);
     at::Tensor t = ids({7, 8, 9, 10});
     QVERIFY(at::equal(cached.forward(t), uncached.forward(t)));
+}
+
+void TestTransformer::attentionInQueryBlocksGivesSameLogits_data() {
+    QTest::addColumn<bool>("gpt2");
+    QTest::newRow("llama gqa") << false;
+    QTest::newRow("gpt2") << true;
+}
+
+// The CPU reference attention splits long windows into blocks of queries (RuntimeOptions::cpuAttentionBlockBytes);
+// each block's causal mask starts at its own first query, also after a cached prefix.
+void TestTransformer::attentionInQueryBlocksGivesSameLogits() {
+    QFETCH(bool, gpt2);
+    Fixture f(gpt2 ? tinyGpt2Spec() : tinyLlamaSpec());
+    const int64_t tokens = 41, heads = f.model->spec.heads;
+    at::Tensor window = at::randint(0, f.model->spec.vocab, {2, tokens}, at::TensorOptions().dtype(at::kLong));
+    RuntimeOptions whole, blocks;
+    whole.cpuAttentionBlockBytes = 0;
+    // 3 query rows of a batch of 2 over all 41 keys per block: 14 blocks, the last of 2 rows.
+    blocks.cpuAttentionBlockBytes = 3 * 2 * heads * tokens * int64_t(sizeof(float));
+    Transformer wholeRuntime(*f.model, whole), blockRuntime(*f.model, blocks);
+    const at::Tensor expected = wholeRuntime.forward(window);
+    QVERIFY(at::allclose(blockRuntime.forward(window), expected, 1e-5, 1e-5));
+    // An observer of the probabilities gets them for every query at once.
+    ProbsRecorder probs;
+    QVERIFY(at::allclose(blockRuntime.forward(window, nullptr, &probs), expected, 1e-5, 1e-5));
+    QCOMPARE(probs.shapes.size(), size_t(f.model->spec.layers));
+    QCOMPARE(probs.shapes[0], (std::vector<int64_t>{2, heads, tokens, tokens}));
+    // After a cached prefix of 11 tokens the 30 queries see keys 0 .. 11 + i.
+    auto cache = blockRuntime.makeCache(2, tokens);
+    blockRuntime.forward(window.narrow(1, 0, 11), cache.get());
+    const at::Tensor rest = blockRuntime.forward(window.narrow(1, 11, tokens - 11), cache.get());
+    QVERIFY(at::allclose(rest, expected.narrow(1, 11, tokens - 11), 1e-5, 1e-5));
 }
 
 void TestTransformer::badInputIsRefused() {
