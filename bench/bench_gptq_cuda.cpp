@@ -3,7 +3,8 @@
 // Prints a markdown table: the step's time, compressModel's whole time (with the per-layer reconstruction errors: measured
 // inside GPTQ's and SparseGPT's own pass now, by a second pass before), and both scaled linearly to 32 blocks when fewer
 // were built. A first table times the GPTQ math alone on the three 7B layer shapes (Hessian from random activations);
-// CWB_GPTQ_KERNEL=0 in the environment times the LibTorch column loop instead of the block kernel. Speed only: the
+// CWB_GPTQ_KERNEL=0 in the environment times the LibTorch column loop instead of the block kernel; a column times GPTQ of
+// the weight pruned 2:4 with keepZeros (GPTQ after a pruning step). Speed only: the
 // weights are random.
 //
 //   bench_gptq_cuda [--blocks N] [--samples 128] [--seq-len 2048] [--device cuda] [--forward f32,bf16] [--sparsegpt]
@@ -58,8 +59,16 @@ void timeMath(const at::Device& device, int64_t out, int64_t in, int64_t rows) {
     const auto t2 = std::chrono::steady_clock::now();
     cwb::prune::sparseGpt(w, hessian, pruning);
     const double prune = secondsSince(t2);
-    std::printf("| %lld x %lld | %lld | %.2f | %.2f | %.2f |\n", (long long)out, (long long)in, (long long)rows, accumulate,
-                quantize, prune);
+    // GPTQ keeping a 2:4 mask (a pruned layer): the block kernel with its keep-zero mask.
+    at::Tensor pruned = w.clone();
+    const at::Tensor quads = pruned.view({out, -1, 4});
+    quads.scatter_(-1, std::get<1>(quads.abs().topk(2, -1, /*largest=*/false)), 0.0);
+    options.keepZeros = true;
+    const auto t3 = std::chrono::steady_clock::now();
+    cwb::quant::gptqQuantize(pruned, hessian, options);
+    const double keepingZeros = secondsSince(t3);
+    std::printf("| %lld x %lld | %lld | %.2f | %.2f | %.2f | %.2f |\n", (long long)out, (long long)in, (long long)rows, accumulate,
+                quantize, keepingZeros, prune);
 }
 
 } // namespace
@@ -95,7 +104,7 @@ int main(int argc, char** argv) {
                     (long long)blocks, (long long)samples, (long long)seqLen);
         std::printf("column loop: %s\n\n", cwb::env::envSwitch("CWB_GPTQ_KERNEL", true) ? "block kernel on CUDA"
                                                                                      : "LibTorch (CWB_GPTQ_KERNEL off)");
-        std::printf("GPTQ math alone (w4 g128 sym, block 128; SparseGPT 50%%), seconds:\n\n| layer (out x in) | Hessian rows | accumulate H | GPTQ | SparseGPT |\n| --- | ---: | ---: | ---: | ---: |\n");
+        std::printf("GPTQ math alone (w4 g128 sym, block 128; SparseGPT 50%%), seconds:\n\n| layer (out x in) | Hessian rows | accumulate H | GPTQ | GPTQ of a 2:4 weight, keeping its zeros | SparseGPT |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
         timeMath(device, 4096, 4096, samples * seqLen / 4);   // warm-up shapes first, then the three 7B shapes
         timeMath(device, 4096, 4096, samples * seqLen);
         timeMath(device, 11008, 4096, samples * seqLen);

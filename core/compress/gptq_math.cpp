@@ -55,14 +55,16 @@ bool useBlockKernel(const at::Device& device, const GptqOptions& options) {
 }
 
 // W, hinv: float32 CUDA in processing order. columnGroup: int32 group of each processed column for static groups,
-// undefined for dynamic ones. Fills levels, scales, zeros (dynamic) and returns ½ Σ err².
+// undefined for dynamic ones. keptZeros: bool in processing order, or undefined. Fills levels, scales, zeros (dynamic)
+// and returns ½ Σ err².
 double columnLoopKernel(at::Tensor& W, const at::Tensor& hinvUpper, const QuantSpec& spec, int64_t width,
-                        int64_t blockSize, const at::Tensor& columnGroup, at::Tensor& scales, at::Tensor& zeros,
-                        at::Tensor& levels) {
+                        int64_t blockSize, const at::Tensor& columnGroup, const at::Tensor& keptZeros, at::Tensor& scales,
+                        at::Tensor& zeros, at::Tensor& levels) {
     const c10::DeviceGuard guard(W.device());
     const int64_t rows = W.size(0), cols = W.size(1);
     const at::Tensor hinv = hinvUpper.contiguous();
     at::Tensor errors = at::empty({rows, cols}, W.options());
+    const at::Tensor keep = keptZeros.defined() ? keptZeros.to(at::kByte).contiguous() : at::Tensor();
     kernels::GptqBlockArgs a;
     a.weight = W.data_ptr<float>();
     a.hinvUpper = hinv.data_ptr<float>();
@@ -76,6 +78,7 @@ double columnLoopKernel(at::Tensor& W, const at::Tensor& hinvUpper, const QuantS
     a.zeros = zeros.data_ptr<int32_t>();
     a.columnGroup = columnGroup.defined() ? columnGroup.data_ptr<int32_t>() : nullptr;
     a.levels = levels.data_ptr<int32_t>();
+    a.keepZero = keep.defined() ? keep.data_ptr<uint8_t>() : nullptr;
     a.errors = errors.data_ptr<float>();
     a.errorStride = cols;
     const kernels::Stream stream = torchCurrentStream();
@@ -205,7 +208,7 @@ GptqResult gptqQuantize(const at::Tensor& w, const at::Tensor& hessian, const Gp
     at::Tensor levels = at::empty({rows, cols}, on.dtype(at::kInt));  // in processing order
     at::Tensor loss = at::zeros({}, on.dtype(work));
 #ifdef CWB_HAVE_KERNELS
-    const bool blockKernel = useBlockKernel(device, options) && !keptZeros.defined();
+    const bool blockKernel = useBlockKernel(device, options);
     if (blockKernel) {
         at::Tensor columnGroup;
         if (!dynamicGroups) {
@@ -214,7 +217,7 @@ GptqResult gptqQuantize(const at::Tensor& w, const at::Tensor& hessian, const Gp
                 for (int64_t c = 0; c < cols; ++c) group[size_t(c)] = int32_t(order[size_t(c)] / width);
             columnGroup = at::tensor(group, at::kInt).to(device);
         }
-        loss.fill_(columnLoopKernel(W, hinv, spec, width, options.blockSize, columnGroup, scales, zeros, levels));
+        loss.fill_(columnLoopKernel(W, hinv, spec, width, options.blockSize, columnGroup, keptZeros, scales, zeros, levels));
     }
 #else
     const bool blockKernel = false;

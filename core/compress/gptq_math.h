@@ -24,7 +24,7 @@ struct GptqOptions {
     int64_t blockSize = 128;    // columns per lazy batch update
     // Weights that are exactly zero (a pruning mask: 2:4, magnitude, Wanda) stay zero: their level is the zero point,
     // and the error of holding them there flows to later columns as any rounding error does. Without it the updates
-    // fill the pruned places and the mask is lost. Runs the column loop in LibTorch on CUDA (the block kernel has no mask).
+    // fill the pruned places and the mask is lost. On CUDA the block kernel takes the mask (GptqBlockArgs::keepZero).
     bool keepZeros = false;
 };
 

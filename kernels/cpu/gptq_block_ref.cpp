@@ -101,7 +101,8 @@ void gptqBlockRef(const GptqBlockArgs& a) {
                 loaded = g;
             }
             const float x = v[size_t(i)];
-            const float level = std::min(std::max(std::nearbyint(x / scale) + float(zero), 0.0f), maxq);
+            const bool keep = a.keepZero && a.keepZero[r * a.cols + c] != 0;
+            const float level = keep ? float(zero) : std::min(std::max(std::nearbyint(x / scale) + float(zero), 0.0f), maxq);
             const float q = (level - float(zero)) * scale;
             const float e = (x - q) / a.hinvUpper[c * a.cols + c];
             err[size_t(i)] = e;

@@ -1,6 +1,8 @@
 // One GPTQ column block on the GPU (gptq_block.h): one warp per weight row, lane l holding the block's columns
 // l, l + 32, l + 64, l + 96 in registers. Each column is broadcast from its lane, quantized by every lane alike
-// (no second broadcast), and the lanes update their later columns with one FMA each. Intrinsics with explicit
+// (no second broadcast), and the lanes update their later columns with one FMA each. A keep-zero mask is read the
+// same way: each lane loads its columns' bytes up front, one bit per register slot, broadcast with the column.
+// Intrinsics with explicit
 // rounding keep the compiler from contracting what the CPU reference rounds separately.
 #include <cuda_fp16.h>
 
@@ -51,10 +53,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gptqBlockKernel(GptqBlock
     float* errRow = a.errors + r * a.errorStride + a.errorOffset;
     const float maxq = float((1 << a.bits) - 1);
     float v[kRegs];
+    unsigned keepMine = 0;   // bit k: this lane's column lane + 32 k keeps its zero
 #pragma unroll
     for (int k = 0; k < kRegs; ++k) {
         const int j = lane + 32 * k;
         v[k] = j < count ? row[a.begin + j] : 0.0f;
+        if (a.keepZero && j < count && a.keepZero[r * a.cols + a.begin + j] != 0) keepMine |= 1u << k;
     }
     float scale = 0.0f;
     int32_t zero = 0;
@@ -109,7 +113,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gptqBlockKernel(GptqBlock
                 loaded = g;
             }
             const float x = __shfl_sync(kFullMask, v[k], l);
-            const float level = fminf(fmaxf(__fadd_rn(rintf(__fdiv_rn(x, scale)), float(zero)), 0.0f), maxq);
+            const bool keep = (__shfl_sync(kFullMask, keepMine, l) >> k) & 1u;
+            const float level = keep ? float(zero) : fminf(fmaxf(__fadd_rn(rintf(__fdiv_rn(x, scale)), float(zero)), 0.0f), maxq);
             const float q = __fmul_rn(__fsub_rn(level, float(zero)), scale);
             const float e = __fdiv_rn(__fsub_rn(x, q), u[c * a.cols + c]);
             if (lane == 0) {

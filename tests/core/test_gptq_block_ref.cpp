@@ -8,6 +8,8 @@
 //    change the rest of that row; the bounds are those of tests/gpu/test_cuda_gptq_sparsegpt (>= 99% equal levels or
 //    mask, reconstruction error within 1%), far above what a wrong group rule, order or update gives (GPTQ and RTN
 //    differ in about a third of the levels).
+//  - A 2:4-pruned weight with keepZeros: every pruned place keeps its group's zero point in both, and the rest agree
+//    as above.
 #include <ATen/ATen.h>  // before Qt, whose `slots` macro breaks ATen headers
 #include <QtTest/QtTest>
 
@@ -61,6 +63,7 @@ RefGptq gptqByBlocks(const at::Tensor& w, const at::Tensor& hessian, const quant
     if (o.actOrder) perm = std::get<1>(at::sort(hessian.diagonal(), /*stable=*/true, 0, /*descending=*/true));
     const at::Tensor u = inverseFactor(hessian, perm, o.dampPercent);
     at::Tensor W = w.to(at::kFloat).index_select(1, perm).contiguous();
+    const at::Tensor keep = o.keepZeros ? (W == 0).to(at::kByte).contiguous() : at::Tensor();
     RefGptq r;
     r.scales = at::zeros({rows, groups}, at::kFloat);
     r.zeros = at::zeros({rows, groups}, at::kInt);
@@ -88,6 +91,7 @@ RefGptq gptqByBlocks(const at::Tensor& w, const at::Tensor& hessian, const quant
     a.zeros = r.zeros.data_ptr<int32_t>();
     a.columnGroup = dynamicGroups ? nullptr : columnGroup.data_ptr<int32_t>();
     a.levels = levels.data_ptr<int32_t>();
+    a.keepZero = keep.defined() ? keep.data_ptr<uint8_t>() : nullptr;
     a.errors = errors.data_ptr<float>();
     a.errorStride = cols;
     for (int64_t i1 = 0; i1 < cols; i1 += o.blockSize) {
@@ -170,12 +174,15 @@ private slots:
         QTest::addColumn<int>("groupSize");
         QTest::addColumn<bool>("actOrder");
         QTest::addColumn<bool>("staticGroups");
-        QTest::newRow("int4 sym g128") << 4 << true << 128 << false << false;
-        QTest::newRow("int3 asym g32") << 3 << false << 32 << false << false;
-        QTest::newRow("int4 sym g128 act-order") << 4 << true << 128 << true << false;
-        QTest::newRow("int4 asym g64 act-order static groups") << 4 << false << 64 << true << true;
-        QTest::newRow("int3 asym g96 (groups past a block)") << 3 << false << 96 << false << false;
-        QTest::newRow("int4 sym per channel") << 4 << true << -1 << false << false;
+        QTest::addColumn<bool>("pruned");
+        QTest::newRow("int4 sym g128") << 4 << true << 128 << false << false << false;
+        QTest::newRow("int3 asym g32") << 3 << false << 32 << false << false << false;
+        QTest::newRow("int4 sym g128 act-order") << 4 << true << 128 << true << false << false;
+        QTest::newRow("int4 asym g64 act-order static groups") << 4 << false << 64 << true << true << false;
+        QTest::newRow("int3 asym g96 (groups past a block)") << 3 << false << 96 << false << false << false;
+        QTest::newRow("int4 sym per channel") << 4 << true << -1 << false << false << false;
+        QTest::newRow("int4 sym g128, 2:4 pruned, keep zeros") << 4 << true << 128 << false << false << true;
+        QTest::newRow("int3 asym g96 act-order, 2:4 pruned, keep zeros") << 3 << false << 96 << true << false << true;
     }
     void gptqMatchesCore() {
         QFETCH(int, bits);
@@ -183,14 +190,21 @@ private slots:
         QFETCH(int, groupSize);
         QFETCH(bool, actOrder);
         QFETCH(bool, staticGroups);
+        QFETCH(bool, pruned);
         const at::Tensor x = correlatedInputs(2048, 384, 7);
         at::manual_seed(8);
-        const at::Tensor w = at::randn({96, 384}) * 0.05;
+        at::Tensor w = at::randn({96, 384}) * 0.05;
+        if (pruned) {   // 2:4 by magnitude: the two smallest of every 4 consecutive weights of a row are zero
+            const at::Tensor quads = w.view({96, -1, 4});
+            const at::Tensor smallest = std::get<1>(quads.abs().topk(2, -1, /*largest=*/false));
+            quads.scatter_(-1, smallest, 0.0);
+        }
         const at::Tensor hessian = hessianOf(x);
         quant::GptqOptions o;
         o.quant = {bits, symmetric, groupSize};
         o.actOrder = actOrder;
         o.staticGroups = staticGroups;
+        o.keepZeros = pruned;
         const quant::GptqResult core = quant::gptqQuantize(w, hessian, o);
         const RefGptq ref = gptqByBlocks(w, hessian, o);
         const double same = ref.levels.eq(core.weight.levels()).to(at::kDouble).mean().item<double>();
@@ -198,6 +212,13 @@ private slots:
         refWeight.packed = quant::packLevels(ref.levels, bits);
         refWeight.scales = ref.scales;
         refWeight.zeros = ref.zeros;
+        if (pruned) {   // the pruned places hold their group's zero point, so both dequantize them to exactly 0
+            const at::Tensor zeroPlaces = w == 0;
+            QCOMPARE(zeroPlaces.sum().item<int64_t>(), w.numel() / 2);
+            QVERIFY(core.weight.dequantize().masked_select(zeroPlaces).eq(0).all().item<bool>());
+            QVERIFY(refWeight.dequantize().masked_select(zeroPlaces).eq(0).all().item<bool>());
+            QVERIFY(!refWeight.dequantize().masked_select(~zeroPlaces).eq(0).all().item<bool>());
+        }
         const double eCore = outputError(w, core.weight.dequantize(), x), eRef = outputError(w, refWeight.dequantize(), x);
         const double eRtn = outputError(w, quant::quantizeRtn(w, o.quant).dequantize(), x);
         qInfo("levels equal %.4f%%, error core %.5g, reference %.5g, RTN %.5g", 100 * same, eCore, eRef, eRtn);

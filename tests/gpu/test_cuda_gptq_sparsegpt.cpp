@@ -102,7 +102,8 @@ void compareOneLayer() {
               std::string(c.name) + ": CUDA reconstruction error within 1% of the CPU's and below RTN's");
     }
 
-    {   // keepZeros: a 2:4-pruned weight keeps its zeros on CUDA (the LibTorch column loop, not the block kernel)
+    {   // keepZeros: a 2:4-pruned weight keeps its zeros on CUDA (the block kernel with its keep-zero mask;
+        // CWB_GPTQ_KERNEL=0 runs the LibTorch loop)
         const at::Tensor groupsOfFour = w.reshape({rows, cols / 4, 4});
         const at::Tensor keep = at::zeros_like(groupsOfFour, at::kBool)
                                     .scatter_(2, std::get<1>(groupsOfFour.abs().topk(2, 2)), true);

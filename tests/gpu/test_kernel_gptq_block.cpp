@@ -4,6 +4,8 @@
 // agree bit for bit. Cases cover sym / asym, 2, 3, 4 and 8 bits, groups inside a block (32), groups that run past
 // the block (96, 256: their parameters need the block's pending errors), per-row groups, static groups through a
 // shuffled column-to-group map (act-order with static groups), a short last block and rows not a multiple of 8.
+// Keep-zero cases (a pruning mask kept through GPTQ): a 2:4 pattern, and a random half of the places; every marked
+// weight must get its group's zero point.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,6 +32,7 @@ struct Case {
     int64_t groupWidth;   // -1: one group per row
     bool staticGroups;
     int64_t rows, cols, block;
+    enum Mask { NoMask, TwoFour, RandomHalf } mask = NoMask;
 };
 
 void runCase(const Case& t, uint32_t seed) {
@@ -38,6 +41,20 @@ void runCase(const Case& t, uint32_t seed) {
     const int64_t groups = (cols + width - 1) / width;
     std::vector<float> w = gaussian(size_t(rows * cols), seed, 0.05f);
     for (int64_t c = 0; c < cols; ++c) w[size_t(c)] = 0.0f;  // an all-zero row takes the [-1, 1] rule
+    std::vector<uint8_t> keep;   // keepZero: the pruned places, zero in w
+    if (t.mask != Case::NoMask) {
+        keep.assign(size_t(rows * cols), 0);
+        std::mt19937 rng(seed + 4);
+        for (int64_t r = 1; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+                // 2:4: two of every four, at a position that changes with the row
+                const bool pruned = t.mask == Case::TwoFour ? ((c + r) % 4) < 2 : (rng() & 1u) != 0;
+                if (pruned) {
+                    keep[size_t(r * cols + c)] = 1;
+                    w[size_t(r * cols + c)] = 0.0f;
+                }
+            }
+    }
     const std::vector<float> u = upperFactor(cols, seed + 1);
     std::vector<int32_t> columnGroup(static_cast<size_t>(cols));
     std::vector<float> scales(size_t(rows * groups), 0.0f);
@@ -70,6 +87,7 @@ void runCase(const Case& t, uint32_t seed) {
     host.columnGroup = t.staticGroups ? columnGroup.data() : nullptr;
     host.levels = levels.data();
     host.errors = errors.data();
+    host.keepZero = keep.empty() ? nullptr : keep.data();
 
     GptqBlockArgs dev = host;
     float* dw = toDevice(w);
@@ -79,6 +97,7 @@ void runCase(const Case& t, uint32_t seed) {
     int32_t* dg = toDevice(columnGroup);
     int32_t* dl = toDevice(std::vector<int32_t>(levels.size(), -7));
     float* de = toDevice(std::vector<float>(errors.size(), -7.0f));
+    uint8_t* dk = keep.empty() ? nullptr : toDevice(keep);
     dev.weight = dw;
     dev.hinvUpper = du;
     dev.scales = ds;
@@ -86,6 +105,7 @@ void runCase(const Case& t, uint32_t seed) {
     dev.columnGroup = t.staticGroups ? dg : nullptr;
     dev.levels = dl;
     dev.errors = de;
+    dev.keepZero = dk;
 
     for (int64_t begin = 0; begin < cols; begin += t.block) {
         const int64_t end = std::min(begin + t.block, cols);
@@ -129,13 +149,26 @@ void runCase(const Case& t, uint32_t seed) {
         double worst = 0.0;
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t c = 0; c < cols; c += width) {
+                if (!keep.empty() && keep[size_t(r * cols + c)]) continue;   // held at zero: its whole value is the error
                 const double step = scales[size_t(r * groups + c / width)];
                 worst = std::max(worst, std::fabs(double(errors[size_t(r * cols + c)]) * u[size_t(c * cols + c)]) / step);
             }
         std::printf("  %slargest |w - q| at a group's first column: %.4f grid steps\n", tag.c_str(), worst);
         check(worst <= 0.5 + 1e-3, (tag + "a group's first column lies within half a step of its level").c_str());
     }
-    for (void* p : {(void*)dw, (void*)du, (void*)ds, (void*)dz, (void*)dg, (void*)dl, (void*)de}) cudaFree(p);
+    if (!keep.empty()) {
+        int64_t marked = 0, atZero = 0;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+                if (!keep[size_t(r * cols + c)]) continue;
+                ++marked;
+                const int64_t g = t.staticGroups ? columnGroup[size_t(c)] : c / width;
+                atZero += levels[size_t(r * cols + c)] == zeros[size_t(r * groups + g)];
+            }
+        std::printf("  %s%lld of %lld marked weights at their group's zero point\n", tag.c_str(), (long long)atZero, (long long)marked);
+        check(marked > 0 && atZero == marked, (tag + "every marked weight keeps its group's zero point").c_str());
+    }
+    for (void* p : {(void*)dw, (void*)du, (void*)ds, (void*)dz, (void*)dg, (void*)dl, (void*)de, (void*)dk}) cudaFree(p);
 }
 
 } // namespace
@@ -151,6 +184,9 @@ int main() {
         {"int4 sym g128 block 64", 4, true, 128, false, 30, 448, 64},
         {"int4 asym static groups g64 (act-order)", 4, false, 64, true, 29, 320, 128},
         {"int3 sym block 20 (short blocks)", 3, true, 128, false, 9, 200, 20},
+        {"int4 sym g128, 2:4 kept", 4, true, 128, false, 67, 512, 128, Case::TwoFour},
+        {"int3 asym g96, half kept (groups past the block)", 3, false, 96, false, 33, 480, 128, Case::RandomHalf},
+        {"int4 asym static groups g64, 2:4 kept", 4, false, 64, true, 29, 320, 128, Case::TwoFour},
     };
     try {
         uint32_t seed = 1;

@@ -5,7 +5,8 @@
 //     current weights (columns past the block are read with the pending update of this block's errors so far),
 //     sym: scale = 2·max|x| / maxq, zero = 2^(bits-1); asym: scale = (max(x,0) - min(x,0)) / maxq,
 //     zero = round(-min / scale); all-zero: range [-1, 1]; the scale then rounded up to an fp16 value;
-//   - level = clamp(round_half_even(w / scale) + zero, 0, maxq), q = (level - zero) · scale,
+//   - level = clamp(round_half_even(w / scale) + zero, 0, maxq), or the group's zero where keepZero marks the
+//     weight (a pruned weight stays exactly 0: q = 0 and its whole value becomes the error), q = (level - zero) · scale,
 //     err = (w - q) / U[c][c] with U the upper Cholesky factor of H⁻¹,
 //   - the block's later columns j: w_j -= err · U[c][j] (one fused multiply-add).
 // The errors come back so that the caller updates the columns after the block with one GEMM
@@ -36,6 +37,9 @@ struct GptqBlockArgs {
     int32_t* zeros = nullptr;
     const int32_t* columnGroup = nullptr;
     int32_t* levels = nullptr;        // [rows, cols] processing order: column c written
+    // [rows, cols] processing order, or null: nonzero marks a weight whose level is the zero point (keeps a pruning
+    // mask through GPTQ, GptqOptions::keepZeros).
+    const uint8_t* keepZero = nullptr;
     float* errors = nullptr;          // [rows, errorStride]: err of column c at (c - begin) + errorOffset
     int64_t errorStride = 0;
     int64_t errorOffset = 0;
