@@ -1,5 +1,6 @@
 #include "app/gui/compare_view.h"
 
+#include <QColor>
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -22,6 +23,7 @@
 #include "app/gui/generation_panel.h"
 #include "app/gui/project_document.h"
 #include "core/model/model.h"
+#include "core/eval/perplexity.h"
 #include "core/model/model_info.h"
 #include "core/project/project_runner.h"
 #include "core/runtime/latency.h"
@@ -55,7 +57,7 @@ bool isLatencyMetric(const std::string& metric) { return metric == "decode_ms_p5
 
 CompareView::CompareView(QWidget* parent)
     : QWidget(parent), mMetric(new QComboBox(this)), mChart(new AbChart(this)), mLayerErrors(new LossCurve(this)),
-      mTable(new QTableWidget(this)),
+      mTable(new QTableWidget(this)), mWarnings(new QLabel(this)),
       mMeasure(new QPushButton(tr("Measure &Latency"), this)), mCancelMeasure(new QPushButton(tr("Cancel"), this)),
       mProgress(new QProgressBar(this)), mMeasureStatus(new QLabel(this)),
       mGeneration(new GenerationPanel(this)) {
@@ -86,7 +88,15 @@ CompareView::CompareView(QWidget* parent)
     charts->addWidget(mLayerErrors);
     auto* splitter = new QSplitter(Qt::Vertical, this);
     splitter->addWidget(charts);
-    splitter->addWidget(mTable);
+    auto* tablePane = new QWidget(this);
+    auto* tableLayout = new QVBoxLayout(tablePane);
+    tableLayout->setContentsMargins(0, 0, 0, 0);
+    mWarnings->setWordWrap(true);
+    mWarnings->setStyleSheet(QStringLiteral("color: #b00020;"));
+    mWarnings->setVisible(false);
+    tableLayout->addWidget(mWarnings);
+    tableLayout->addWidget(mTable);
+    splitter->addWidget(tablePane);
     splitter->addWidget(mGeneration);
     splitter->setStretchFactor(0, 3);
     splitter->setStretchFactor(1, 1);
@@ -125,6 +135,8 @@ void CompareView::refresh() {
     mTable->clear();
     mTable->setRowCount(0);
     mTable->setColumnCount(0);
+    mWarnings->clear();
+    mWarnings->setVisible(false);
     if (!mDocument) return;
     const Project& project = mDocument->project();
     std::vector<std::string> names{Project::kBaseName};
@@ -147,7 +159,10 @@ void CompareView::refresh() {
         if (!why.isEmpty()) stale[name] = why;
     }
     auto label = [&](const std::string& name) { return QString::fromStdString(name) + (stale.count(name) ? tr(" (stale)") : QString()); };
-    const QString baseLabel = label(Project::kBaseName);
+    QString baseBarLabel;   // the base's bar, when it has one
+    // A perplexity above the vocabulary size is worse than a uniform guess: broken weights, not a figure to compare.
+    const int64_t vocab = mDocument->model() ? mDocument->model()->spec.vocab : 0;
+    auto brokenPerplexity = [&](const ResultRow& r) { return r.metric == "perplexity" ? perplexityWarning(r.value, vocab) : std::string(); };
     for (const auto& name : names) {
         for (const auto& r : project.results(name)) {
             if (isPerLayerMetric(r.metric)) {
@@ -158,14 +173,17 @@ void CompareView::refresh() {
             }
             if (std::find(metrics.begin(), metrics.end(), r.metric) == metrics.end()) metrics.push_back(r.metric);
             cells[{name, r.metric}] = r;
-            if (r.metric == spec->id && (spec->withBase || name != Project::kBaseName))
-                series.push_back({label(name), r.value, r.error});
+            if (r.metric == spec->id && (spec->withBase || name != Project::kBaseName)) {
+                const bool broken = !brokenPerplexity(r).empty();
+                series.push_back({label(name) + (broken ? tr(" ⚠ worse than chance") : QString()), r.value, r.error});
+                if (name == Project::kBaseName) baseBarLabel = series.back().variant;
+            }
         }
     }
     // The first bar is the baseline only when it is the base's (a variant measured before the base must not be
     // labelled so; KL and top-1 have no base bar at all).
     if (!series.empty())
-        mChart->setMetric(tr(spec->title), QString::fromLatin1(spec->unit), series, series.front().variant == baseLabel);
+        mChart->setMetric(tr(spec->title), QString::fromLatin1(spec->unit), series, series.front().variant == baseBarLabel);
     QStringList staleNotes;
     for (const auto& [name, why] : stale)
         staleNotes << tr("%1 (stale): %2; run it again").arg(QString::fromStdString(name), why.join(QStringLiteral("; ")));
@@ -175,6 +193,7 @@ void CompareView::refresh() {
     for (const auto& m : metrics) columns << QString::fromStdString(m);
     mTable->setColumnCount(columns.size());
     mTable->setHorizontalHeaderLabels(columns);
+    QStringList warnings;
     QStringList rows;
     for (const auto& name : names) {
         if (project.results(name).empty()) continue;
@@ -188,14 +207,26 @@ void CompareView::refresh() {
                                                          : QString::number(it->second.value, 'g', 6);
             if (it->second.error > 0) text += QStringLiteral(" ± %1").arg(it->second.error, 0, 'g', 3);
             auto* item = new QTableWidgetItem(text);
-            item->setToolTip(tr("%1 on %2, %3 threads, %4").arg(QString::fromStdString(it->second.device)).arg(it->second.threads)
-                                 .arg(QString::fromStdString(it->second.time)));
+            QString tip = tr("%1 on %2, %3 threads, %4").arg(QString::fromStdString(it->second.device)).arg(it->second.threads)
+                              .arg(QString::fromStdString(it->second.time));
+            const std::string warning = brokenPerplexity(it->second);
+            if (!warning.empty()) {
+                item->setText(QStringLiteral("⚠ ") + text);
+                item->setForeground(QColor(0xb0, 0x00, 0x20));
+                tip = QString::fromStdString(warning) + QLatin1Char('\n') + tip;
+                warnings << tr("%1: %2").arg(label(name), QString::fromStdString(warning));
+            }
+            item->setToolTip(tip);
             mTable->setItem(row, c, item);
         }
     }
     mTable->setVerticalHeaderLabels(rows);
+    mWarnings->setText(warnings.join(QLatin1Char('\n')));
+    mWarnings->setVisible(!warnings.isEmpty());
     mLayerErrors->flush();
 }
+
+QString CompareView::warnings() const { return mWarnings->text(); }
 
 QString CompareView::measurementStatus() const { return mMeasureStatus->text(); }
 

@@ -33,6 +33,9 @@ public:
     AbChart* chart() const { return mChart; }
     QTableWidget* table() const { return mTable; }
     LossCurve* layerErrorChart() const { return mLayerErrors; }
+    // What the label above the table says of the stored results, one line per variant: a perplexity above the
+    // vocabulary size (worse than chance: broken weights). Empty when there is nothing to warn of.
+    QString warnings() const;
     GenerationPanel* generationPanel() const { return mGeneration; }
     // Measures decode latency (ms per token, p50) and prefill speed of the base and every variant on a worker
     // thread (each variant built from the base first) and stores them with its results; the other stored
@@ -54,6 +57,7 @@ private:
     AbChart* mChart;
     LossCurve* mLayerErrors;
     QTableWidget* mTable;
+    class QLabel* mWarnings;
     QPushButton* mMeasure;
     QPushButton* mCancelMeasure;
     QProgressBar* mProgress;

@@ -16,6 +16,7 @@
 #include "app/gui/background_job.h"
 #include "app/gui/compute_device.h"
 #include "app/gui/project_document.h"
+#include "core/eval/perplexity.h"
 #include "core/model/model.h"
 #include "core/project/project_runner.h"
 #include "core/util/error.h"
@@ -156,6 +157,10 @@ bool RunView::run(QStringList variants) {
             QString summary;
             for (const auto& r : rows) summary += QStringLiteral("  %1 %2").arg(QString::fromStdString(r.metric)).arg(r.value, 0, 'g', 6);
             feedback.log((variants[i] + ":" + summary).toStdString());
+            for (const auto& r : rows) {
+                const std::string warning = r.metric == "perplexity" ? perplexityWarning(r.value, model->spec.vocab) : "";
+                if (!warning.empty()) feedback.log("  warning: " + warning);
+            }
             const QString name = variants[i];
             const nlohmann::json measuredRecipes = lineageRecipes(snapshot, name.toStdString());
             const ProjectSettings measuredSettings = snapshot.settings();
@@ -236,6 +241,8 @@ void RunView::updateProgress(double fraction) {
 }
 
 void RunView::appendLog(const QString& line) { mLog->appendPlainText(line); }
+
+QString RunView::logText() const { return mLog->toPlainText(); }
 
 void RunView::addMetrics(const QString& series, const QVariantMap& values) {
     if (!values.contains("step")) return;

@@ -37,6 +37,7 @@ public:
     bool isRunning() const;
     double elapsedSeconds() const;   // of the run in progress (0 when none)
     LossCurve* lossCurve() const { return mLossCurve; }
+    QString logText() const;   // the log as shown (each variant's results, notes and warnings)
 
 public slots:
     void appendLog(const QString& line);

@@ -54,6 +54,7 @@ private slots:
     void statusShowsEveryRunningJob();
     void resultsOfAnEditedRecipeAreMarkedStale();
     void saveMergesAFileChangedMeanwhile();
+    void brokenVariantIsWarned();
 
 private:
     // Small evaluation so the run takes seconds: 64-token context, 4 chunks of the TinyStories sample.
@@ -675,6 +676,52 @@ void TestGuiFlow::saveMergesAFileChangedMeanwhile() {
     QVERIFY(saved.hasVariant("added-elsewhere"));
     QCOMPARE(saved.variant(window.document()->currentVariant().toStdString()).recipe["steps"].size(), size_t(2));
     QVERIFY(window.document()->project().hasVariant("added-elsewhere"));   // and the window shows it
+}
+
+// A perplexity above the vocabulary size (worse than a uniform guess: broken weights) is warned of in the run's log and
+// above the comparison table, as `eval`, `compress`, `project run` and `--batch` warn of it; a sound variant is not.
+void TestGuiFlow::brokenVariantIsWarned() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    useSmallEvaluation(window);
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    ProjectDocument* doc = window.document();
+    const QString variant = doc->currentVariant();
+    doc->undoStack()->push(changeStepParameter(doc, variant, 0, "bits", 2));
+    doc->undoStack()->push(changeStepParameter(doc, variant, 0, "group_size", 256));
+    QSignalSpy finished(window.runView(), &RunView::finished);
+    QVERIFY(window.runView()->runCurrent());
+    QVERIFY(finished.wait(180000));
+    QVERIFY(finished.first().at(0).toBool());
+
+    double basePpl = 0, variantPpl = 0;
+    for (const auto& r : doc->project().results(Project::kBaseName)) if (r.metric == "perplexity") basePpl = r.value;
+    for (const auto& r : doc->project().results(variant.toStdString())) if (r.metric == "perplexity") variantPpl = r.value;
+    QVERIFY2(basePpl > 1 && basePpl < 512, qPrintable(QString::number(basePpl)));
+    QVERIFY2(variantPpl > 512, qPrintable(QString("int2 per 256 must break stories260K for this test: PPL %1").arg(variantPpl)));
+
+    const QString log = window.runView()->logText();
+    QVERIFY2(log.contains(QRegularExpression("warning: perplexity [0-9.e+]+ is above the vocabulary size 512")), qPrintable(log));
+    QCOMPARE(log.count("warning:"), 1);   // the base's perplexity is sound
+    const QString warnings = window.compareView()->warnings();
+    QVERIFY2(warnings.startsWith(variant + ": perplexity ") && !warnings.contains("\n"), qPrintable(warnings));
+    QTableWidget* table = window.compareView()->table();
+    int flagged = 0;
+    for (int row = 0; row < table->rowCount(); ++row)
+        for (int column = 0; column < table->columnCount(); ++column)
+            if (QTableWidgetItem* item = table->item(row, column); item && item->text().startsWith(QStringLiteral("⚠"))) {
+                ++flagged;
+                QCOMPARE(table->verticalHeaderItem(row)->text(), variant);
+                QVERIFY(item->toolTip().contains("worse than chance"));
+            }
+    QCOMPARE(flagged, 1);
+    window.compareView()->setMetric("perplexity");
+    AbChart* chart = window.compareView()->chart();
+    QCOMPARE(chart->seriesCount(), 2);
+    QCOMPARE(chart->variantName(0), QString("base"));
+    QCOMPARE(chart->variantName(1), variant + " ⚠ worse than chance");
+    QVERIFY(chart->hasBaseline());
 }
 
 QTEST_MAIN(TestGuiFlow)
