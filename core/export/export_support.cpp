@@ -51,6 +51,16 @@ ggml::Type sourceFloatType(const Model& model) {
     return ggml::Type::F16;
 }
 
+std::string roundedFloatsNote(const std::vector<std::string>& names, ggml::Type written) {
+    if (names.empty() || written == ggml::Type::F32) return "";
+    std::string list;
+    for (size_t i = 0; i < names.size() && i < 3; ++i) list += (i ? ", " : "") + names[i];
+    if (names.size() > 3) list += ", ...";
+    return std::to_string(names.size()) + (names.size() == 1 ? " tensor" : " tensors") + " held as f32 (" + list +
+           ") written as " + ggmlTypeName(written) + ", rounded: --type f32 writes " + (names.size() == 1 ? "it" : "them") +
+           " exactly";
+}
+
 namespace {
 
 at::Tensor reorderHeadRows(const at::Tensor& rows, int64_t heads, int64_t headDim, bool toHalves) {

@@ -223,6 +223,7 @@ public:
         const bool toAdjacent = arch == "llama" && model.spec.ropeStyle == RopeStyle::Halves;
 
         report.tensors.reserve(model.tensorNames().size() + 1);
+        std::vector<std::string> roundedFloats;   // f32 records the default dense type rounds
         for (const auto& name : model.tensorNames()) {
             const TensorRecord& r = model.tensor(name);
             ExportedTensor t;
@@ -247,6 +248,8 @@ public:
                 t.note = !zerosNote.empty() ? zerosNote
                                             : "changed by a step; written as " + exporting::ggmlTypeName(type) + ", the type it was read in";
             if (linear) compressedNames.insert(t.name);
+            if (!linear && r.type == Type::F32 && type == dense && dense != Type::F32 && options.tensorType.empty())
+                roundedFloats.push_back(t.name);
             if (!t.note.empty() && linear && !isExact && wanted == nearestType(*linear))   // say where the type came from
                 t.note += " (" + exporting::ggmlTypeName(wanted) + ": the ggml type nearest the layer's " + linear->describe() + ")";
             isExact = isExact && type == exact;
@@ -288,6 +291,7 @@ public:
                 return bytes;
             });
         }
+        if (const std::string note = exporting::roundedFloatsNote(roundedFloats, dense); !note.empty()) report.notes.push_back(note);
         if (model.spec.family == Family::Llama && model.spec.ropeScaling.type == "llama3" && !model.has("rope_freqs.weight")) {
             // llama.cpp applies Llama 3 scaling as per-frequency divisors in rope_freqs.weight.
             const int64_t half = model.spec.headDim / 2;

@@ -101,6 +101,18 @@ public:
         report.path = folder;
         const ggml::Type dense = options.tensorType.empty() && followsSourceFloat() ? exporting::sourceFloatType(model) : denseType(options);
         std::vector<Entry> entries = plan(model, dense, report);
+        if (options.tensorType.empty()) {
+            std::vector<std::string> rounded;
+            for (const Entry& e : entries) {
+                const std::string layer = e.name.size() > 7 && e.name.compare(e.name.size() - 7, 7, ".weight") == 0
+                                              ? e.name.substr(0, e.name.size() - 7) : "";
+                if (e.type == dense && model.has(e.name) && model.tensor(e.name).type == ggml::Type::F32 &&
+                    (layer.empty() || !model.compressed(layer)))
+                    rounded.push_back(e.name);
+            }
+            const std::string note = exporting::roundedFloatsNote(rounded, dense);
+            if (!note.empty()) report.notes.push_back(note);
+        }
 
         const std::string staging = folder + ".tmp-export";
         exporting::TemporaryPath cleanup(staging);

@@ -91,6 +91,7 @@ private slots:
     void chatTemplateAndPaddingTravel();
     void hfExportWithoutUtf8Vocabulary();
     void bf16SourceKeepsItsRange();
+    void roundedF32TensorsAreNoted();
 };
 
 // Blocks small enough to compute by hand from ggml's block definitions (ggml-common.h).
@@ -1028,6 +1029,51 @@ void TestExport::bf16SourceKeepsItsRange() {
     const std::string ctOut = (dir.path() + "/ct").toStdString();
     exportModel(*compressed(*model, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})"), "compressed-tensors", ctOut, ct);
     QCOMPARE(int(loadModel(ctOut)->tensor(embed).type), int(ggml::Type::BF16));   // compressed-tensors follows the source too
+}
+
+// Regression (user probe): an FP8-dynamic variant of stories260K (an f32 GGUF) scored 0.17% differently read back from
+// its compressed-tensors export, because the embeddings and norms were written as f16 by default, and nothing said so.
+void TestExport::roundedF32TensorsAreNoted() {
+    QTemporaryDir dir;
+    auto noteOf = [](const ExportReport& report) {
+        std::string found;
+        for (const auto& n : report.notes)
+            if (n.find("held as f32") != std::string::npos) found = n;
+        return found;
+    };
+    for (const QString kind : {"hf", "gguf"}) {
+        auto base = syntheticModel(dir.path(), kind);
+        auto variant = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
+        size_t uncompressed = 0, uncompressedMatrices = 0;   // what stays dense: embeddings, norms, the head
+        for (const auto& name : variant->tensorNames()) {
+            const bool compressedWeight = name.size() > 7 && variant->compressed(name.substr(0, name.size() - 7));
+            if (compressedWeight || name == "rope_freqs.weight") continue;
+            ++uncompressed;
+            if (variant->tensor(name).shape.size() >= 2) ++uncompressedMatrices;
+        }
+        QVERIFY(uncompressed > uncompressedMatrices && uncompressedMatrices >= 1);
+        const std::string tag = (kind + "-").toStdString();
+        for (const std::string format : {"hf", "compressed-tensors", "gguf"}) {
+            const std::string out = (dir.path() + "/").toStdString() + tag + format + (format == "gguf" ? ".gguf" : "");
+            const std::string note = noteOf(exportModel(*variant, format, out, {}));
+            // GGUF keeps 1-D tensors (norms) in f32 anyway; the folders round them too.
+            const size_t expected = format == "gguf" ? uncompressedMatrices : uncompressed;
+            QVERIFY2(note.rfind(std::to_string(expected) + " tensors held as f32 (", 0) == 0, note.c_str());
+            QVERIFY2(note.find("written as f16, rounded: --type f32 writes them exactly") != std::string::npos, note.c_str());
+            ExportOptions f32;
+            f32.tensorType = "f32";
+            const std::string exact = out + (format == "gguf" ? ".f32.gguf" : "-f32");
+            QVERIFY(noteOf(exportModel(*variant, format, exact, f32)).empty());
+        }
+    }
+    // A bf16 source is written as bf16: nothing is rounded, and nothing is noted.
+    const ArchSpec spec = packableLlamaSpec();
+    const std::string folder = (dir.path() + "/bf16-src").toStdString();
+    std::filesystem::create_directories(folder);
+    writeHfFolder(folder, spec, randomWeights(spec, 5), ggml::Type::BF16);
+    auto bf16 = loadModel(folder);
+    bf16->tokenizer = tinyVocabulary(spec.vocab);
+    QVERIFY(noteOf(exportModel(*bf16, "hf", (dir.path() + "/bf16-out").toStdString(), {})).empty());
 }
 
 QTEST_GUILESS_MAIN(TestExport)
