@@ -184,9 +184,33 @@ int BatchRunner::run() {
             const std::string taken = outputFolderProblem(mOutputDir, exports);
             if (!taken.empty()) throw Error(mOutputDir, taken);
         }
+        // A stored export this build cannot write at all (an unknown format, a type the format does not take) fails
+        // the replay now, before the model is hashed and the variants rebuilt (user probe: it failed after them).
+        for (const auto& v : project.variants()) {
+            if (!mVariants.empty() && std::find(mVariants.begin(), mVariants.end(), v.name) == mVariants.end()) continue;
+            for (const auto& e : v.exports) {
+                const std::string format = e.value("format", ""), file = e.value("file", "");
+                if (!ExportFormatRegistry::instance().byId(format)) {
+                    std::string known;
+                    for (const ExportFormat* f : ExportFormatRegistry::instance().formats()) known += (known.empty() ? "" : ", ") + f->id();
+                    throw Error(mProjectPath, "variant '" + v.name + "': the export to '" + file + "' has format '" + format +
+                                                  "', which this build does not write (it writes " + known + ")");
+                }
+                ExportOptions options;
+                options.tensorType = e.value("type", "");
+                options.requantizeType = e.value("requantize", "");
+                const std::string why = exportOptionsProblem(format, options);
+                if (!why.empty()) throw Error(mProjectPath, "variant '" + v.name + "': the export to '" + file + "': " + why);
+            }
+        }
         nlohmann::json report = {{"project", mProjectPath}, {"schema", "cwb-batch-report/1"},
                                  {"build", std::string(versionString()) + " / LibTorch " + torchVersionString()}};
         std::vector<std::string> warnings;
+        // What makes a replay differ before anything is run: on stderr too (even with --quiet), not only in the report.
+        const auto warnNow = [&warnings](std::string text) {
+            warnings.push_back(std::move(text));
+            std::fprintf(stderr, "cwb --batch: warning: %s\n", warnings.back().c_str());
+        };
 
         const std::string modelPath = mModelPath.empty() ? project.model().path : mModelPath;
         if (!std::filesystem::exists(modelPath))
@@ -194,8 +218,8 @@ int BatchRunner::run() {
         const std::string hash = currentHash(modelPath);
         report["model"] = {{"path", modelPath}, {"stored_hash", project.model().hash}, {"hash", hash}};
         if (!project.model().hash.empty() && hash != project.model().hash)
-            warnings.push_back("the model's content changed since the project was saved (hash " + project.model().hash +
-                               " -> " + hash + "); results may differ");
+            warnNow("the model's content changed since the project was saved (hash " + project.model().hash + " -> " + hash +
+                    "); results may differ");
         {   // The texts, where the project names them or where --calib/--eval say they are now (a replay on a server
             // whose folders differ). Paths are not part of what results were measured from; the texts' hashes are.
             ProjectSettings settings = project.settings();
@@ -224,10 +248,9 @@ int BatchRunner::run() {
                 report["data"][t.role]["hash"] = now;
                 report["data"][t.role]["stored_hash"] = t.ref->hash;
                 if (!t.ref->hash.empty() && now != t.ref->hash)
-                    warnings.push_back(std::string("the ") + t.role + " text " + t.ref->path +
-                                       (t.given.empty() ? " changed since the project was saved"
-                                                        : " differs from the one the project recorded") +
-                                       " (hash " + t.ref->hash + " -> " + now + "); results may differ");
+                    warnNow(std::string("the ") + t.role + " text " + t.ref->path +
+                            (t.given.empty() ? " changed since the project was saved" : " differs from the one the project recorded") +
+                            " (hash " + t.ref->hash + " -> " + now + "); results may differ");
             }
             project.setSettings(settings);   // in memory only: a replay never writes the project
         }
@@ -253,7 +276,7 @@ int BatchRunner::run() {
         // Checked like the model: a moved tokenizer with the same bytes gives the same tokens; changed bytes may not.
         std::string tokenizerHash;
         const std::string tokenizerWarning = tokenizerChangeWarning(project.model(), tokenizer, *base, &tokenizerHash);
-        if (!tokenizerWarning.empty()) warnings.push_back(tokenizerWarning);
+        if (!tokenizerWarning.empty()) warnNow(tokenizerWarning);
         const auto found = base->metadata.find("tokenizer");   // a llama2.c checkpoint's, when none was given
         if (!tokenizer.empty() || found != base->metadata.end()) {
             report["model"]["tokenizer"] = !tokenizer.empty() ? tokenizer : found->second;

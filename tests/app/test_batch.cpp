@@ -205,6 +205,8 @@ void TestBatch::changedModelIsReported() {
     QVERIFY(warned);
     QCOMPARE(r.exitCode, 1);
     QCOMPARE(report["status"].toString(), QStringLiteral("differs"));
+    // Regression (user probe): stderr said only "differs"; why was in the report alone, even without --quiet.
+    QVERIFY2(r.err.contains("cwb --batch: warning: the model's content changed since the project was saved (hash "), qPrintable(r.err));
 }
 
 // Regression: project run checked the recorded model by size only, so a changed weight (same size) went unnoticed
@@ -586,6 +588,25 @@ void TestBatch::batchWritesExports() {
     QVERIFY(!QFile::exists(clashOut + "/report.json"));
     Result one = run({"--batch", copy, "--out", clashOut, "--threads", "1", "--variants", "wanda-50", "--quiet"});
     QVERIFY2(one.exitCode == 0, qPrintable(one.err));   // the two are not written together
+
+    // Regression (user probe): an export format this build does not write (a newer build's, or a damaged project)
+    // failed the replay only after every variant was rebuilt. Now before the model is even hashed; so does a bad type.
+    for (const auto& [entry, expected] :
+         {std::make_pair(R"([{"file":"x","format":"zip"}])", "variant 'wanda-50': the export to 'x' has format 'zip', which "
+                                                              "this build does not write (it writes hf, "),
+          std::make_pair(R"([{"file":"x","format":"hf","type":"q9_X"}])", "variant 'wanda-50': the export to 'x': --type: ")}) {
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(copy.toUtf8().constData(), &db), SQLITE_OK);
+        const std::string sql = std::string("UPDATE variants SET exports = '") + entry + "' WHERE name = 'wanda-50'";
+        QCOMPARE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+        sqlite3_close(db);
+        const QString unknownOut = mDir.filePath("exports-report-4");
+        Result unknown = run({"--batch", copy, "--out", unknownOut, "--threads", "1", "--variants", "wanda-50"});
+        QCOMPARE(unknown.exitCode, 2);
+        QVERIFY2(unknown.err.contains(expected), qPrintable(unknown.err));
+        QVERIFY2(!unknown.err.contains("loading ") && !unknown.err.contains("[1/"), qPrintable(unknown.err));
+        QVERIFY(!QFile::exists(unknownOut + "/report.json"));
+    }
 }
 
 // Ctrl-C during a replay: the batch stops at its next check, writes no report and exits 130 as every command does
@@ -758,6 +779,9 @@ void TestBatch::movedTextsNeedTextOptions() {
     const QJsonArray warnings = editedReport["warnings"].toArray();
     QVERIFY2(!warnings.isEmpty() && warnings[0].toString().contains("differs from the one the project recorded"),
              qPrintable(QJsonDocument(warnings).toJson()));
+    QVERIFY2(edited.err.contains("cwb --batch: warning: the evaluation text ") &&
+                 edited.err.contains("wiki.test.raw differs from the one the project recorded (hash "),
+             qPrintable(edited.err));
 
     // A project without calibration text has nothing for --calib to stand in for.
     const QString plain = mDir.filePath("texts-plain.cwbproj");

@@ -171,12 +171,14 @@ void TestEvaluation::nonFiniteOutputIsAnError() {
     Transformer a(*base), b(*broken);
     PerplexityParams p;
     p.ctx = 32;
-    const auto expectNotFinite = [](const std::function<void()>& run, const char* who) {
+    // The error names the file of the model whose output it is (user probe: it named none).
+    const auto expectNotFinite = [&](const std::function<void()>& run, const char* who) {
         try {
             run();
             QFAIL("a NaN output gave a result");
         } catch (const Error& e) {
             QVERIFY2(QString(e.what()).contains("not finite") && QString(e.what()).contains(who), e.what());
+            QVERIFY2(e.file() == broken->path && QString(e.what()).startsWith(QString::fromStdString(broken->path) + ": "), e.what());
         }
     };
     expectNotFinite([&] { evaluatePerplexity(b, someTokens(100), 1, p); }, "perplexity");
