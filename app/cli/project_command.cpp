@@ -38,6 +38,48 @@ namespace {
 
 std::string absolute(const std::string& path) { return std::filesystem::absolute(path).lexically_normal().string(); }
 
+// The calibration and evaluation texts as they are on disk now: a text edited in place keeps the hash the project
+// recorded, so what results were measured from is judged by these (a text not there, or with no recorded hash, keeps
+// the recorded one).
+struct TextsNow {
+    struct Text {
+        const char* role;
+        std::string path, recorded, now;
+        bool changed() const { return now != recorded; }
+    };
+    std::vector<Text> texts;   // evaluation, calibration
+
+    explicit TextsNow(const Project& project) {
+        const ProjectSettings& s = project.settings();
+        for (const auto& [role, ref] : {std::make_pair("evaluation", &s.evaluation), std::make_pair("calibration", &s.calibration)}) {
+            Text t{role, ref->path, ref->hash, ref->hash};
+            std::error_code ec;
+            if (!ref->path.empty() && !ref->hash.empty() && std::filesystem::is_regular_file(ref->path, ec)) t.now = hashFile(ref->path);
+            texts.push_back(t);
+        }
+    }
+    // What measuring `name` now would be measured from (Project::measurementBasis), with the texts as they are.
+    nlohmann::json basis(const Project& project, const std::string& name, const std::string& modelHash,
+                         const std::string& tokenizerHash) const {
+        nlohmann::json b = project.measurementBasis(name, modelHash, tokenizerHash);
+        for (const Text& t : texts)
+            if (b.contains(t.role) && b[t.role].contains("hash")) b[t.role]["hash"] = t.now;
+        return b;
+    }
+    nlohmann::json basis(const Project& project, const std::string& name) const {
+        nlohmann::json b = project.measurementBasis(name);
+        for (const Text& t : texts)
+            if (b.contains(t.role) && b[t.role].contains("hash")) b[t.role]["hash"] = t.now;
+        return b;
+    }
+    // Why the stored results of `name` are not what measuring it now would give (empty: current, none, or no basis).
+    std::vector<std::string> outdatedBy(const Project& project, const std::string& name) const {
+        const nlohmann::json& stored = project.resultBasis(name);
+        if (stored.is_null() || project.results(name).empty()) return {};
+        return Project::basisDifferences(stored, basis(project, name));
+    }
+};
+
 FileReference fileReference(const std::string& path) {
     if (path.empty()) return {};
     std::error_code ec;
@@ -196,11 +238,15 @@ int show(const std::vector<std::string>& args) {
     Project project = Project::open(a.requirePositional("PROJECT"), Project::Access::ReadOnly);
     if (a.flag("json")) {
         nlohmann::json j = project.toJson();
+        const TextsNow texts(project);
         j["stale_results"] = nlohmann::json::object();   // variant -> why its results are out of date
         for (const auto& name : j["result_basis"].items()) {
-            const std::vector<std::string> why = project.resultsOutdatedBy(name.key());
+            const std::vector<std::string> why = texts.outdatedBy(project, name.key());
             if (!why.empty()) j["stale_results"][name.key()] = why;
         }
+        j["changed_texts"] = nlohmann::json::object();   // role -> a text edited since the project recorded it
+        for (const auto& t : texts.texts)
+            if (t.changed()) j["changed_texts"][t.role] = {{"path", t.path}, {"recorded_hash", t.recorded}, {"hash", t.now}};
         std::cout << jsonText(j) << "\n";
         return 0;
     }
@@ -243,9 +289,15 @@ int show(const std::vector<std::string>& args) {
         std::printf("importance %-24s %zu x %zu, %s\n", m.kind.c_str(), m.rowLabels.size(), m.columnLabels.size(),
                     on.empty() ? "measured on what was not recorded" : ("measured on " + on).c_str());
     }
+    const TextsNow texts(project);
+    for (const auto& t : texts.texts)
+        if (t.changed())
+            std::printf("changed    %s text %s since the project recorded it (hash %s, recorded %s); `cwb project set --%s` "
+                        "records it\n", t.role, t.path.c_str(), t.now.c_str(), t.recorded.c_str(),
+                        std::string(t.role) == "evaluation" ? "eval" : "calib");
     for (const auto& name : measured) {
         if (project.results(name).empty()) continue;
-        const std::vector<std::string> why = project.resultsOutdatedBy(name);
+        const std::vector<std::string> why = texts.outdatedBy(project, name);
         if (!why.empty())
             std::printf("stale      %-24s %s; measure it again (cwb project run %s --variants %s)\n", name.c_str(),
                         joined(why, "; ").c_str(), project.path().c_str(), name.c_str());
@@ -325,23 +377,13 @@ int runProject(const std::vector<std::string>& args) {
     // Results are stamped with the texts as they are read now: a text edited in place keeps the hash the project
     // recorded, and results measured on its new content stamped with the old hash looked current once it was put back
     // (user probe).
-    std::string evaluationHash = project.settings().evaluation.hash, calibrationHash = project.settings().calibration.hash;
-    for (std::string* hash : {&evaluationHash, &calibrationHash}) {
-        const FileReference& ref = hash == &evaluationHash ? project.settings().evaluation : project.settings().calibration;
-        std::error_code ec;
-        if (ref.path.empty() || ref.hash.empty() || !std::filesystem::is_regular_file(ref.path, ec)) continue;
-        *hash = hashFile(ref.path);
-        if (*hash != ref.hash)
+    const TextsNow texts(project);
+    for (const auto& t : texts.texts)
+        if (t.changed())
             std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): results are measured "
-                                 "on its present content, and `cwb project show` lists them as out of date until `cwb project "
-                                 "set` records it\n", ref.path.c_str(), hash->c_str(), ref.hash.c_str());
-    }
-    auto basisNow = [&](const std::string& name) {
-        nlohmann::json basis = project.measurementBasis(name, modelHash, basisTokenizer);
-        if (basis.contains("evaluation") && basis["evaluation"].contains("hash")) basis["evaluation"]["hash"] = evaluationHash;
-        if (basis.contains("calibration") && basis["calibration"].contains("hash")) basis["calibration"]["hash"] = calibrationHash;
-        return basis;
-    };
+                                 "on its present content; `cwb project set --%s` records it\n", t.path.c_str(), t.now.c_str(),
+                         t.recorded.c_str(), std::string(t.role) == "evaluation" ? "eval" : "calib");
+    auto basisNow = [&](const std::string& name) { return texts.basis(project, name, modelHash, basisTokenizer); };
     if (!a.flag("all")) {
         // Results measured from what this run would measure (recipe, model, tokenizer, texts and windows) are kept: after
         // adding one variant to a 7B project, a run measured the base and every other variant again (hours on a CPU).
@@ -513,10 +555,27 @@ int setSettings(const std::vector<std::string>& args) {
     const bool calibrationChanged = s.calibration.hash != before.calibration.hash || s.calibrationSamples != before.calibrationSamples ||
                                     s.calibrationSeqLen != before.calibrationSeqLen || s.calibrationSeed != before.calibrationSeed;
     std::printf("%s: settings changed\n", project.path().c_str());
-    if (!project.results().empty() && (evaluationChanged || calibrationChanged))
-        std::fprintf(stderr, "warning: the stored results were measured with the earlier %s; `cwb project run` measures them "
-                             "again\n", evaluationChanged && calibrationChanged ? "calibration and evaluation" :
-                                         evaluationChanged ? "evaluation" : "calibration");
+    if (!project.results().empty() && (evaluationChanged || calibrationChanged)) {
+        // Judged by what each result was measured from: after `project run` measured a text edited in place, recording
+        // that text leaves its results current (user probe: this warned that they were of the earlier text).
+        std::vector<std::string> names = {Project::kBaseName};
+        for (const auto& v : project.variants()) names.push_back(v.name);
+        std::string outdated;
+        bool unknownBasis = false;
+        const TextsNow texts(project);
+        for (const auto& name : names) {
+            if (project.results(name).empty()) continue;
+            unknownBasis |= project.resultBasis(name).is_null();
+            if (!texts.outdatedBy(project, name).empty()) outdated += (outdated.empty() ? "" : ", ") + name;
+        }
+        if (!outdated.empty())
+            std::fprintf(stderr, "warning: the stored results of %s are out of date with these settings; `cwb project run` "
+                                 "measures them again\n", outdated.c_str());
+        else if (unknownBasis)   // results of a build before schema 3 carry no basis to judge by
+            std::fprintf(stderr, "warning: the stored results may have been measured with the earlier %s; `cwb project run "
+                                 "--all` measures them again\n", evaluationChanged && calibrationChanged ? "calibration and evaluation" :
+                                                                   evaluationChanged ? "evaluation" : "calibration");
+    }
     return 0;
 }
 

@@ -19,9 +19,11 @@ const char* paramTypeName(ParamType type) {
 }
 
 static std::string numberText(double v) {
-    if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+    // Whole numbers as integers up to int64's range (2^62, the seeds' bound, printed as "4611686018427387904." before).
+    if (v == std::floor(v) && std::abs(v) < 9.2e18) return std::to_string(static_cast<long long>(v));
     std::string s = std::to_string(v);
     while (s.size() > 1 && s.back() == '0') s.pop_back();
+    if (s.size() > 1 && s.back() == '.') s.pop_back();
     return s;
 }
 

@@ -272,7 +272,10 @@ void TestBatch::projectRunMeasuresWhatIsOutOfDate() {
     QVERIFY(rtn > 0);
     QCOMPARE(rtnAgain, rtn);
     // A changed setting makes every result out of date.
-    QCOMPARE(run({"project", "set", copy, "--chunks", "5"}).exitCode, 0);
+    Result chunks = run({"project", "set", copy, "--chunks", "5"});
+    QVERIFY2(chunks.exitCode == 0 && chunks.err.contains("warning: the stored results of base, rtn-w4g32, gptq-w4g32, wanda-50, "
+                                                         "rtn-again are out of date with these settings"),
+             qPrintable(chunks.err));
     Result changed = run({"project", "run", copy, "--threads", "1", "--quiet"});
     QVERIFY2(changed.exitCode == 0 && changed.out.contains("base ") && changed.out.contains("wanda-50 "), qPrintable(changed.out));
     // --variants measures those named, and the base only when it is out of date.
@@ -295,6 +298,15 @@ void TestBatch::projectRunMeasuresWhatIsOutOfDate() {
         QVERIFY(f.open(QIODevice::Append));
         f.write("\nOnce upon a time there was a changed evaluation text.\n");
         f.close();
+        // `project show` reads the text as it is (user probe: it listed the results as current).
+        Result shownEdited = run({"project", "show", copy});
+        QVERIFY2(shownEdited.out.contains("changed    evaluation text " + QFileInfo(textCopy).absoluteFilePath() +
+                                          " since the project recorded it") &&
+                     shownEdited.out.contains("stale      base") && shownEdited.out.contains("stale      wanda-50"),
+                 qPrintable(shownEdited.out));
+        const QJsonObject shownJson = QJsonDocument::fromJson(run({"project", "show", copy, "--json"}).out.toUtf8()).object();
+        QVERIFY(shownJson["changed_texts"].toObject().contains("evaluation"));
+        QVERIFY(shownJson["stale_results"].toObject().contains("gptq-w4g32"));
         Result edited = run({"project", "run", copy, "--threads", "1", "--quiet"});
         QVERIFY2(edited.exitCode == 0 && edited.out.contains("base ") && edited.out.contains("gptq-w4g32 "), qPrintable(edited.out));
         QVERIFY2(edited.err.contains("rerun-eval.txt changed since the project recorded it"), qPrintable(edited.err));
@@ -302,6 +314,19 @@ void TestBatch::projectRunMeasuresWhatIsOutOfDate() {
         Result settled = run({"project", "run", copy, "--threads", "1"});
         QVERIFY2(settled.exitCode == 0 && settled.out.isEmpty() && settled.err.contains("up to date, not measured again: base,"),
                  qPrintable(settled.out + settled.err));
+        // Recording the edited text keeps them current, and says nothing else (user probe: it warned they were of the
+        // earlier text).
+        Result shownMeasured = run({"project", "show", copy});   // measured on the text as it is: current, still changed
+        QVERIFY2(shownMeasured.out.contains("changed    evaluation text") && !shownMeasured.out.contains("stale "),
+                 qPrintable(shownMeasured.out));
+        Result recorded = run({"project", "set", copy, "--eval", textCopy});
+        QVERIFY2(recorded.exitCode == 0 && recorded.out.contains("settings changed") && !recorded.err.contains("warning"),
+                 qPrintable(recorded.out + recorded.err));
+        Result current = run({"project", "run", copy, "--threads", "1"});
+        QVERIFY2(current.exitCode == 0 && current.out.isEmpty() && current.err.contains("up to date, not measured again: base,"),
+                 qPrintable(current.out + current.err));
+        Result shownRecorded = run({"project", "show", copy});
+        QVERIFY2(!shownRecorded.out.contains("changed ") && !shownRecorded.out.contains("stale "), qPrintable(shownRecorded.out));
         // ... and once the text is put back they are of another text (they were stamped with its hash and kept; probe).
         QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
         f.write(original);

@@ -548,8 +548,12 @@ void TestDistillation::methodCutsAShallowerStudent() {
         return std::string();
     };
     QCOMPARE(overfitNote(r), std::string());
+    CallbackFeedback logged;
+    int overfitLines = 0;   // the log says it once (user probe: the CLI printed it twice)
+    logged.logCallback = [&](const std::string& line) { overfitLines += line.find("pass over the 22 training windows") != std::string::npos; };
     CompressionResult many = compressModel(*l.model, recipe(R"({"steps":[{"method":"distill.kd","params":{
-        "steps":30,"batch_size":8,"seq_len":16,"eval_every":0,"device":"cpu"}}]})"), windows());
+        "steps":30,"batch_size":8,"seq_len":16,"eval_every":0,"device":"cpu"}}]})"), windows(), &logged);
+    QCOMPARE(overfitLines, 1);
     // A data file that is not there is refused before any step runs (every caller: GUI, export, bench, projects); with
     // source teacher `data` is not read, so a stale path there is no problem.
     const Recipe missingData = recipe(R"({"steps":[{"method":"prune.magnitude"},

@@ -4,6 +4,7 @@
 #include <QtTest/QtTest>
 
 #include "core/compress/method.h"
+#include "core/compress/params.h"
 #include "core/compress/recipe.h"
 #include "core/util/error.h"
 
@@ -14,6 +15,7 @@ class TestRecipes : public QObject {
     Q_OBJECT
 private slots:
     void defaultsAreFilled();
+    void rangesAreWholeNumbers();
     void badRecipesAreRefused_data();
     void badRecipesAreRefused();
     void usualPatternsAreAllowed();
@@ -31,6 +33,13 @@ void TestRecipes::defaultsAreFilled() {
     QCOMPARE(p["act_order"].get<bool>(), false);
 }
 
+// Regression (user probe): `cwb methods` listed the seeds' range as [0, 4611686018427387904.] (a double's text).
+void TestRecipes::rangesAreWholeNumbers() {
+    QCOMPARE(rangeText(intParam("seed", 0, 1LL << 62, 0, "")), std::string(" [0, 4611686018427387904]"));
+    QCOMPARE(rangeText(floatParam("damp", 0.0, 0.5, 0.01, "")), std::string(" [0, 0.5]"));
+    QCOMPARE(rangeText(floatParam("scale", 0.25, 1e20, 1.0, "")), std::string(" [0.25, 100000000000000000000]"));
+}
+
 void TestRecipes::badRecipesAreRefused_data() {
     QTest::addColumn<QString>("recipe");
     QTest::addColumn<QString>("expected");
@@ -44,6 +53,9 @@ void TestRecipes::badRecipesAreRefused_data() {
                                     << "'group_size' = 0 is not allowed (range [-1, 65536] except 0)";
     QTest::newRow("excluded value in override") << R"({"steps":[{"method":"quantize.gptq","overrides":[{"pattern":"q_proj","params":{"group_size":0}}]}]})"
                                                 << "'group_size' = 0 is not allowed";
+    // Regression (user probe): the bound 2^62 printed as "4611686018427387904." (a double's text).
+    QTest::newRow("large bound") << R"({"steps":[{"method":"distill.kd","params":{"seed":-1}}]})"
+                                 << "'seed' = -1 is out of range 0..4611686018427387904";
     QTest::newRow("wrong type") << R"({"steps":[{"method":"prune.wanda","params":{"sparsity":"half"}}]})" << "must be a number";
     QTest::newRow("bad choice") << R"({"steps":[{"method":"quantize.rtn","params":{"scheme":"odd"}}]})" << "not one of: sym, asym";
     QTest::newRow("bad override") << R"({"steps":[{"method":"quantize.rtn","overrides":[{"pattern":"layers\\.0\\.","params":{"bits":1}}]}]})" << "'bits' = 1";

@@ -253,7 +253,6 @@ public:
                           (long long)config.steps, (long long)(config.batchSize * config.gradAccum), (long long)trainWindows,
                           p["source"] == "teacher" ? "sequences" : "windows", double(sequences) / double(trainWindows), more.c_str());
             ctx.note(text);
-            if (ctx.feedback) ctx.feedback->log(std::string("distill.kd: ") + text);
         }
         FeedbackObserver observer(ctx.feedback);
         DistillResult r = distillModel(teacher, ctx.model, data, config, ctx.feedback, &observer);
