@@ -29,34 +29,34 @@ namespace cwb::cli {
 const std::vector<Command>& commands() {
     static const std::vector<Command> list = {
         {"info", "cwb info MODEL [--tokenizer FILE] [--json]", "architecture, parameter count and every tensor of a model", runInfo},
-        {"generate", "cwb generate MODEL [--prompt TEXT [--special] | --chat TEXT [--system TEXT] [--chat-format F]] [--tokens N] [--temperature T] [--top-k K] [--seed S] [--device D] [--dtype T] [--no-stop] [--tokenizer FILE] [--json]",
+        {"generate", "cwb generate MODEL [--prompt TEXT [--special] | --chat TEXT [--system TEXT] [--chat-format F]] [--tokens N] [--temperature T] [--top-k K] [--seed S] [--threads N] [--device D] [--dtype T] [--no-stop] [--tokenizer FILE] [--json]",
          "generate text (greedy unless --temperature is set)", runGenerate},
         {"tokenize", "cwb tokenize MODEL --text TEXT|--file FILE [--no-bos] [--special] [--tokenizer FILE] [--json]",
          "the ids and pieces the model's own tokenizer gives a text (a file: its token count)", runTokenize},
-        {"eval", "cwb eval MODEL --text FILE [--ctx N] [--chunks K] [--threads N] [--device cpu|cuda] [--dtype f32|f16|bf16] [--tokenizer FILE] [--json]",
+        {"eval", "cwb eval MODEL --text FILE [--ctx N] [--chunks K] [--threads N] [--device cpu|cuda[:N]] [--dtype f32|f16|bf16] [--tokenizer FILE] [--json] [--quiet]",
          "perplexity by llama.cpp's method (second half of each ctx chunk scored)", runEval},
-        {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--device auto|cpu|cuda] [--calib-dtype f32|bf16|f16] [--eval FILE] [--ctx N] [--chunks K] [--out DIR] [--scratch DIR|auto|off] [--tokenizer FILE] [--json]",
+        {"compress", "cwb compress MODEL --recipe R.json [--calib FILE] [--samples N] [--seq-len T] [--seed S] [--device auto|cpu|cuda] [--calib-dtype f32|bf16|f16] [--eval FILE] [--ctx N] [--chunks K] [--out DIR] [--scratch DIR|auto|off] [--threads N] [--tokenizer FILE] [--json] [--quiet]",
          "apply a recipe step by step; each stage compared with the base (size, PPL, KL, top-1, reconstruction error)", runCompress},
-        {"importance", "cwb importance MODEL --calib FILE [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--step STEP.json] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--tokenizer FILE] [--json]",
+        {"importance", "cwb importance MODEL --calib FILE [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--step STEP.json] [--samples N] [--seq-len T] [--seed S] [--threads N] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--tokenizer FILE] [--json] [--quiet]",
          "per-head, per-layer or per-channel importance measured on token windows of a text (layer kinds: KL or ΔPPL when only that layer gets --step)", runImportance},
-        {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--fused] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--out R.json] [--tokenizer FILE] [--json]",
+        {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--fused] [--samples N] [--seq-len T] [--seed S] [--threads N] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--out R.json] [--tokenizer FILE] [--json] [--quiet]",
          "choose per-layer bit widths for a bits-per-weight target from measured sensitivity; writes a recipe", runBudget},
         {"export",
-         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T] [--seed S] [--device auto|cpu|cuda[:N]] [--calib-dtype f32|bf16|f16]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--requantize T] [--shard-size BYTES] [--scratch DIR|auto|off] [--tokenizer FILE] --out PATH [--json]",
+         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T] [--seed S] [--device auto|cpu|cuda[:N]] [--calib-dtype f32|bf16|f16]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--requantize T] [--shard-size BYTES] [--scratch DIR|auto|off] [--model PATH] [--threads N] [--tokenizer FILE] --out PATH [--json] [--quiet]",
          "write a model or variant as a Hugging Face folder (dense, GPTQ, AWQ, compressed-tensors) or a GGUF file", runExport},
         {"bench",
-         "cwb bench MODEL|PROJECT|--synthetic llama-7b|llama-70b|llama3-8b|llama3-70b [--layers N] [--context N] [--recipe R.json [--calib F]] [--variant V] [--model M] [--format int|fp8|w8a8|w8a8-folded|sparse24] [--bits 4|8] [--group-size G] "
-         "[--device cuda] [--dtype f16|bf16] [--batch B] [--prompt-tokens P] [--gen-tokens G] [--repeats N] [--prefill-warmup SECONDS] [--no-native] [--no-graphs] [--no-fused-decode] [--no-fused-attention] [--no-dense-gemv] [--[no-]fused-norm-gemv] [--[no-]fused-swiglu-gemv] [--[no-]fused-int-linear] [--[no-]sparse24-gemv] [--[no-]sparse24-keep-dense] [--[no-]fused-projections] [--[no-]cpu-packed] [--tokenizer FILE] [--json]",
+         "cwb bench MODEL|PROJECT|--synthetic llama-7b|llama-70b|llama3-8b|llama3-70b [--layers N] [--context N] [--recipe R.json [--calib F] [--samples N] [--seq-len T] [--seed S]] [--variant V] [--model M] [--format int|fp8|w8a8|w8a8-folded|sparse24] [--bits 4|8] [--group-size G] "
+         "[--device cuda] [--dtype f16|bf16] [--batch B] [--prompt-tokens P] [--gen-tokens G] [--repeats N] [--prefill-warmup SECONDS] [--no-native] [--no-graphs] [--no-fused-decode] [--no-fused-attention] [--no-dense-gemv] [--[no-]fused-norm-gemv] [--[no-]fused-swiglu-gemv] [--[no-]fused-int-linear] [--[no-]sparse24-gemv] [--[no-]sparse24-keep-dense] [--[no-]fused-projections] [--[no-]cpu-packed] [--threads N] [--tokenizer FILE] [--json]",
          "prefill tokens/s, decode ms/token (p50, p99; on CUDA with and without CUDA graphs) and peak GPU memory of the base and the variant", runBench},
         {"methods", "cwb methods [--json]", "compression methods with their parameters, ranges and defaults", runMethods},
         {"project",
          "cwb project create OUT.cwbproj --model M [--tokenizer FILE] [--recipe R.json ...] [--calib F] [--eval F] [--ctx N] [--chunks K] [--samples N] [--seq-len T] [--seed S]\n"
          "  cwb project show P [--json]\n  cwb project add-variant P --recipe R.json [--name N] [--from VARIANT]\n"
-         "  cwb project add-export P --variant V --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--requantize T] [--file NAME]\n"
-         "  cwb project set P [--calib F|--no-calib] [--eval F] [--samples N] [--seq-len T] [--seed S] [--ctx N] [--chunks K] [--model PATH]\n"
+         "  cwb project add-export P --variant V --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--requantize T] [--file NAME] [--model PATH] [--tokenizer FILE]\n"
+         "  cwb project set P [--calib F|--no-calib] [--eval F] [--samples N] [--seq-len T] [--seed S] [--ctx N] [--chunks K] [--model PATH] [--tokenizer FILE]\n"
          "  cwb project set-tokenizer P --tokenizer FILE|--own [--model PATH]\n"
-         "  cwb project run P [--variants a,b|--all] [--threads N] [--model PATH] [--tokenizer FILE] [--scratch DIR|auto|off]\n"
-         "  cwb project importance P [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--model PATH] [--tokenizer FILE]",
+         "  cwb project run P [--variants a,b|--all] [--threads N] [--model PATH] [--tokenizer FILE] [--scratch DIR|auto|off] [--quiet]\n"
+         "  cwb project importance P [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--model PATH] [--tokenizer FILE] [--quiet]",
          "create and inspect project files; `run` evaluates the variants and stores their results", runProjectCommand},
     };
     return list;

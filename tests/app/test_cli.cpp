@@ -55,6 +55,20 @@ void TestCli::versionAndHelp() {
     Result h = run({"--help"});
     QCOMPARE(h.exitCode, 0);
     QVERIFY(h.out.contains("cwb eval MODEL --text FILE"));
+    // The README's "Command line" block is the help's usage lines (user probe: options had drifted apart).
+    QFile readme(QStringLiteral(CWB_SOURCE_DIR) + "/README.md");
+    QVERIFY(readme.open(QIODevice::ReadOnly));
+    const QString text = QString::fromUtf8(readme.readAll());
+    const qsizetype start = text.indexOf("## Command line\n\n```\n");
+    QVERIFY(start >= 0);
+    const qsizetype from = start + QString("## Command line\n\n```\n").size();
+    QStringList documented = text.mid(from, text.indexOf("```", from) - from).split('\n', Qt::SkipEmptyParts);
+    QStringList usage;
+    for (const QString& line : h.out.split('\n'))
+        if (line.startsWith("  cwb ")) usage << line.trimmed();
+    const QString guiLine = "cwb [MODEL | PROJECT.cwbproj]";   // in the help of builds with the GUI only
+    if (!usage.contains(guiLine)) documented.removeAll(guiLine);
+    QCOMPARE(documented, usage);
 }
 
 void TestCli::infoJson() {
