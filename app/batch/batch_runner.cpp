@@ -308,8 +308,7 @@ int BatchRunner::run() {
             if (!cannot.empty()) throw Error(mProjectPath, "variant '" + name + "': " + cannot);
             // An export its layout cannot hold still fails where it is written; say so now, not hours later.
             for (const auto& e : project.variant(name).exports) {
-                const std::string format = e.value("format", "");
-                if (!ExportFormatRegistry::instance().byId(format)) continue;
+                const std::string format = e.value("format", "");   // known: checked before the model was read
                 const std::string why = exportRecipeProblem(*base, recipe, format);
                 if (!why.empty())
                     std::fprintf(stderr, "cwb --batch: the export of %s as %s will fail: %s\n", name.c_str(), format.c_str(), why.c_str());

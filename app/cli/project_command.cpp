@@ -39,8 +39,8 @@ namespace {
 std::string absolute(const std::string& path) { return std::filesystem::absolute(path).lexically_normal().string(); }
 
 // The calibration and evaluation texts as they are on disk now: a text edited in place keeps the hash the project
-// recorded, so what results were measured from is judged by these (a text not there, or with no recorded hash, keeps
-// the recorded one).
+// recorded. `project run` measures from and stamps with these; a text not there, unreadable, or with no recorded hash
+// keeps the recorded one.
 struct TextsNow {
     struct Text {
         const char* role;
@@ -54,7 +54,12 @@ struct TextsNow {
         for (const auto& [role, ref] : {std::make_pair("evaluation", &s.evaluation), std::make_pair("calibration", &s.calibration)}) {
             Text t{role, ref->path, ref->hash, ref->hash};
             std::error_code ec;
-            if (!ref->path.empty() && !ref->hash.empty() && std::filesystem::is_regular_file(ref->path, ec)) t.now = hashFile(ref->path);
+            if (!ref->path.empty() && !ref->hash.empty() && std::filesystem::is_regular_file(ref->path, ec)) {
+                try {
+                    t.now = hashFile(ref->path);
+                } catch (const Error&) {   // unreadable: judged as recorded; reading it for a run says why
+                }
+            }
             texts.push_back(t);
         }
     }
@@ -66,17 +71,9 @@ struct TextsNow {
             if (b.contains(t.role) && b[t.role].contains("hash")) b[t.role]["hash"] = t.now;
         return b;
     }
-    nlohmann::json basis(const Project& project, const std::string& name) const {
-        nlohmann::json b = project.measurementBasis(name);
-        for (const Text& t : texts)
-            if (b.contains(t.role) && b[t.role].contains("hash")) b[t.role]["hash"] = t.now;
-        return b;
-    }
-    // Why the stored results of `name` are not what measuring it now would give (empty: current, none, or no basis).
-    std::vector<std::string> outdatedBy(const Project& project, const std::string& name) const {
-        const nlohmann::json& stored = project.resultBasis(name);
-        if (stored.is_null() || project.results(name).empty()) return {};
-        return Project::basisDifferences(stored, basis(project, name));
+    // How to record a changed text in the project.
+    static std::string recordCommand(const Project& project, const Text& t) {
+        return "cwb project set " + project.path() + (std::string(t.role) == "evaluation" ? " --eval " : " --calib ") + t.path;
     }
 };
 
@@ -238,12 +235,12 @@ int show(const std::vector<std::string>& args) {
     Project project = Project::open(a.requirePositional("PROJECT"), Project::Access::ReadOnly);
     if (a.flag("json")) {
         nlohmann::json j = project.toJson();
-        const TextsNow texts(project);
         j["stale_results"] = nlohmann::json::object();   // variant -> why its results are out of date
         for (const auto& name : j["result_basis"].items()) {
-            const std::vector<std::string> why = texts.outdatedBy(project, name.key());
+            const std::vector<std::string> why = project.resultsOutdatedBy(name.key());
             if (!why.empty()) j["stale_results"][name.key()] = why;
         }
+        const TextsNow texts(project);
         j["changed_texts"] = nlohmann::json::object();   // role -> a text edited since the project recorded it
         for (const auto& t : texts.texts)
             if (t.changed()) j["changed_texts"][t.role] = {{"path", t.path}, {"recorded_hash", t.recorded}, {"hash", t.now}};
@@ -289,15 +286,17 @@ int show(const std::vector<std::string>& args) {
         std::printf("importance %-24s %zu x %zu, %s\n", m.kind.c_str(), m.rowLabels.size(), m.columnLabels.size(),
                     on.empty() ? "measured on what was not recorded" : ("measured on " + on).c_str());
     }
+    // Results are judged by what the project recorded, as --batch and the GUI judge them; a text edited in place since
+    // is said here (user probe: nothing said so until `project run`).
     const TextsNow texts(project);
     for (const auto& t : texts.texts)
         if (t.changed())
-            std::printf("changed    %s text %s since the project recorded it (hash %s, recorded %s); `cwb project set --%s` "
-                        "records it\n", t.role, t.path.c_str(), t.now.c_str(), t.recorded.c_str(),
-                        std::string(t.role) == "evaluation" ? "eval" : "calib");
+            std::printf("changed    %s text %s since the project recorded it (hash %s, recorded %s): results measured "
+                        "before may be of its earlier content; `%s` records it\n", t.role, t.path.c_str(), t.now.c_str(),
+                        t.recorded.c_str(), TextsNow::recordCommand(project, t).c_str());
     for (const auto& name : measured) {
         if (project.results(name).empty()) continue;
-        const std::vector<std::string> why = texts.outdatedBy(project, name);
+        const std::vector<std::string> why = project.resultsOutdatedBy(name);
         if (!why.empty())
             std::printf("stale      %-24s %s; measure it again (cwb project run %s --variants %s)\n", name.c_str(),
                         joined(why, "; ").c_str(), project.path().c_str(), name.c_str());
@@ -381,8 +380,8 @@ int runProject(const std::vector<std::string>& args) {
     for (const auto& t : texts.texts)
         if (t.changed())
             std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): results are measured "
-                                 "on its present content; `cwb project set --%s` records it\n", t.path.c_str(), t.now.c_str(),
-                         t.recorded.c_str(), std::string(t.role) == "evaluation" ? "eval" : "calib");
+                                 "on its present content, and `cwb project show` lists them as out of date until `%s` records "
+                                 "it\n", t.path.c_str(), t.now.c_str(), t.recorded.c_str(), TextsNow::recordCommand(project, t).c_str());
     auto basisNow = [&](const std::string& name) { return texts.basis(project, name, modelHash, basisTokenizer); };
     if (!a.flag("all")) {
         // Results measured from what this run would measure (recipe, model, tokenizer, texts and windows) are kept: after
@@ -560,21 +559,20 @@ int setSettings(const std::vector<std::string>& args) {
         // that text leaves its results current (user probe: this warned that they were of the earlier text).
         std::vector<std::string> names = {Project::kBaseName};
         for (const auto& v : project.variants()) names.push_back(v.name);
-        std::string outdated;
-        bool unknownBasis = false;
-        const TextsNow texts(project);
+        std::string outdated, unknown;   // results of a build before schema 3 carry no basis to judge by
         for (const auto& name : names) {
             if (project.results(name).empty()) continue;
-            unknownBasis |= project.resultBasis(name).is_null();
-            if (!texts.outdatedBy(project, name).empty()) outdated += (outdated.empty() ? "" : ", ") + name;
+            if (project.resultBasis(name).is_null()) unknown += (unknown.empty() ? "" : ", ") + name;
+            else if (!project.resultsOutdatedBy(name).empty()) outdated += (outdated.empty() ? "" : ", ") + name;
         }
+        const std::string unrecorded = " carry no record of what they were measured from and may be of the earlier settings";
         if (!outdated.empty())
-            std::fprintf(stderr, "warning: the stored results of %s are out of date with these settings; `cwb project run` "
-                                 "measures them again\n", outdated.c_str());
-        else if (unknownBasis)   // results of a build before schema 3 carry no basis to judge by
-            std::fprintf(stderr, "warning: the stored results may have been measured with the earlier %s; `cwb project run "
-                                 "--all` measures them again\n", evaluationChanged && calibrationChanged ? "calibration and evaluation" :
-                                                                   evaluationChanged ? "evaluation" : "calibration");
+            std::fprintf(stderr, "warning: the stored results of %s are out of date with these settings%s; `cwb project run` "
+                                 "measures them again\n", outdated.c_str(),
+                         unknown.empty() ? "" : ("; those of " + unknown + unrecorded).c_str());
+        else if (!unknown.empty())
+            std::fprintf(stderr, "warning: the stored results of %s%s; `cwb project run` measures them again\n", unknown.c_str(),
+                         unrecorded.c_str());
     }
     return 0;
 }

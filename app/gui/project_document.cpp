@@ -316,6 +316,7 @@ void ProjectDocument::setSettings(const ProjectSettings& settings) {
 ProjectDocument::ModelState ProjectDocument::withTokenizer(const QString& path) const {
     const std::string file = absolutePath(path);
     std::unique_ptr<Model> model = mModel->clone();
+    model->derived = false;             // the file's weights as read, with another tokenizer
     applyTokenizerFile(*model, file);   // refuses a tokenizer the model cannot use
     ModelState state{mProject->model(), std::move(model)};
     state.reference.tokenizer = file;

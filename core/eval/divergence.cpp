@@ -34,7 +34,7 @@ DivergenceResult compareModels(Transformer& base, Transformer& variant, const st
         // Finite logits give finite log-probabilities in double; a NaN would read as a KL of 0 below (max(0, NaN)).
         for (const auto& [logProbs, which] : {std::make_pair(lb, "base"), std::make_pair(lv, "variant")})
             if (!at::all(at::isfinite(logProbs)).item<bool>())
-                throw Error((std::string(which) == "base" ? base : variant).model().path, std::string("compare: the ") + which + "'s output is not finite (NaN or infinity) in chunk " +
+                throw (std::string(which) == "base" ? base : variant).model().computeError(std::string("compare: the ") + which + "'s output is not finite (NaN or infinity) in chunk " +
                             std::to_string(c + 1) + " of " + std::to_string(plan.chunks) + ": its weights hold NaN or " +
                             "infinite values, or the compute type overflowed (try f32)");
         at::Tensor kl = (lb.exp() * (lb - lv)).sum(-1);

@@ -97,7 +97,7 @@ PerplexityResult evaluatePerplexity(Transformer& model, const std::vector<TokenI
         at::Tensor nll = -logProbs.gather(1, targets.unsqueeze(1)).squeeze(1);
         // Finite logits always give a finite log-probability in double: anything else is a broken model or overflow.
         if (!at::all(at::isfinite(nll)).item<bool>())
-            throw Error(model.model().path, "perplexity: the model's output is not finite (NaN or infinity) in chunk " + std::to_string(c + 1) +
+            throw model.model().computeError("perplexity: the model's output is not finite (NaN or infinity) in chunk " + std::to_string(c + 1) +
                         " of " + std::to_string(plan.chunks) + ": its weights hold NaN or infinite values, or the compute "
                         "type overflowed (try f32)");
         auto n = nll.accessor<double, 1>();

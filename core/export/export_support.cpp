@@ -51,6 +51,12 @@ ggml::Type sourceFloatType(const Model& model) {
     return ggml::Type::F16;
 }
 
+bool roundsValues(const at::Tensor& values, ggml::Type type) {
+    if (type != ggml::Type::F16 && type != ggml::Type::BF16) return false;
+    const at::Tensor f = values.to(at::kFloat);
+    return !at::equal(f, f.to(type == ggml::Type::F16 ? at::kHalf : at::kBFloat16).to(at::kFloat));
+}
+
 std::string roundedFloatsNote(const std::vector<std::string>& names, ggml::Type written) {
     if (names.empty() || written == ggml::Type::F32) return "";
     std::string list;
@@ -58,7 +64,7 @@ std::string roundedFloatsNote(const std::vector<std::string>& names, ggml::Type 
     if (names.size() > 3) list += ", ...";
     return std::to_string(names.size()) + (names.size() == 1 ? " tensor" : " tensors") + " held as f32 (" + list +
            ") written as " + ggmlTypeName(written) + ", rounded: --type f32 writes " + (names.size() == 1 ? "it" : "them") +
-           " exactly";
+           " exactly (and every other tensor left unquantized as f32)";
 }
 
 namespace {

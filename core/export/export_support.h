@@ -19,9 +19,12 @@ std::vector<uint8_t> plainBytes(const at::Tensor& tensor, ggml::Type type, const
 // The float type dense tensors are written in when --type does not say: bf16 for a model with a bf16 tensor (bf16 ->
 // f16 loses range and turns large values into inf), else f16.
 ggml::Type sourceFloatType(const Model& model);
-// A report note for f32 tensors (`names`, in the file's naming) that the default dense type `written` rounds, saying
-// how to keep them; "" when there are none. Rounding embeddings and norms to f16 moves a variant's measured perplexity
-// (most where activations are quantized per token), so the export says it did so.
+// Whether writing `values` (f32) as `type` (f16 or bf16) changes any of them. llama.cpp keeps norms in f32 even in f16
+// files, where their values are f16 already: those are not rounded.
+bool roundsValues(const at::Tensor& values, ggml::Type type);
+// A report note for f32 tensors (`names`, in the file's naming) whose values the default dense type `written` rounds,
+// saying how to keep them; "" when there are none. Rounding embeddings and norms to f16 moves a variant's measured
+// perplexity (most where activations are quantized per token), so the export says it did so.
 std::string roundedFloatsNote(const std::vector<std::string>& names, ggml::Type written);
 
 // Hugging Face Llama checkpoints rotate the two halves of a head; GGUF "llama" rotates adjacent pairs. These

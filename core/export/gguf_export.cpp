@@ -248,7 +248,8 @@ public:
                 t.note = !zerosNote.empty() ? zerosNote
                                             : "changed by a step; written as " + exporting::ggmlTypeName(type) + ", the type it was read in";
             if (linear) compressedNames.insert(t.name);
-            if (!linear && r.type == Type::F32 && type == dense && dense != Type::F32 && options.tensorType.empty())
+            if (!linear && r.type == Type::F32 && type == dense && dense != Type::F32 && options.tensorType.empty() &&
+                exporting::roundsValues(model.floatTensor(name), type))
                 roundedFloats.push_back(t.name);
             if (!t.note.empty() && linear && !isExact && wanted == nearestType(*linear))   // say where the type came from
                 t.note += " (" + exporting::ggmlTypeName(wanted) + ": the ggml type nearest the layer's " + linear->describe() + ")";

@@ -107,7 +107,7 @@ public:
                 const std::string layer = e.name.size() > 7 && e.name.compare(e.name.size() - 7, 7, ".weight") == 0
                                               ? e.name.substr(0, e.name.size() - 7) : "";
                 if (e.type == dense && model.has(e.name) && model.tensor(e.name).type == ggml::Type::F32 &&
-                    (layer.empty() || !model.compressed(layer)))
+                    (layer.empty() || !model.compressed(layer)) && exporting::roundsValues(model.floatTensor(e.name), dense))
                     rounded.push_back(e.name);
             }
             const std::string note = exporting::roundedFloatsNote(rounded, dense);

@@ -99,10 +99,16 @@ at::Tensor Model::floatTensor(const std::string& name) const {
     return result;
 }
 
+Error Model::computeError(const std::string& message) const {
+    if (!derived) return Error(path, message);
+    return Error((path.empty() ? std::string("a variant built in memory") : "a variant built from " + path) + ": " + message);
+}
+
 std::unique_ptr<Model> Model::clone() const {
     auto copy = std::make_unique<Model>();
     copy->spec = spec;
     copy->path = path;
+    copy->derived = true;
     copy->format = format;
     copy->tokenizer = tokenizer;
     copy->metadata = metadata;

@@ -15,6 +15,7 @@
 #include "core/io/ggml_types.h"
 #include "core/model/arch_spec.h"
 #include "core/tokenizer/tokenizer.h"
+#include "core/util/error.h"
 
 namespace cwb {
 
@@ -56,6 +57,7 @@ class Model {
 public:
     ArchSpec spec;
     std::string path;                // file or folder it was loaded from
+    bool derived = false;            // a clone (a variant): a step may have changed what it computes since `path`
     std::string format;              // "gguf", "hf", "llama2c"
     std::shared_ptr<Tokenizer> tokenizer;
     std::map<std::string, std::string> metadata;   // free-form facts shown by `cwb info`
@@ -67,6 +69,10 @@ public:
     // The tensor in fp32 on the CPU, always a fresh contiguous tensor the caller may modify. For the weight of
     // a compressed layer, the weight it effectively computes with (dequantized, in the original input space).
     at::Tensor floatTensor(const std::string& name) const;
+
+    // An error about what the model computes (its output is not finite, ...): named by its file, or as a variant built
+    // from it, so that a broken variant is not blamed on its base's file.
+    Error computeError(const std::string& message) const;
 
     // ---- variants: a copy that shares the base's mapped tensors and replaces what a method changes ----
     std::unique_ptr<Model> clone() const;

@@ -69,7 +69,7 @@ GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const Ge
         // One copy to the CPU, which sampling needs anyway; the check adds no work on the GPU.
         const at::Tensor last = logits[0][logits.size(1) - 1].to(at::kCPU, at::kDouble).contiguous();
         if (!at::all(at::isfinite(last)).item<bool>())
-            throw Error(model.model().path, "generate: the model's output is not finite (NaN or infinity) at token " + std::to_string(i + 1) +
+            throw model.model().computeError("generate: the model's output is not finite (NaN or infinity) at token " + std::to_string(i + 1) +
                         ": its weights hold NaN or infinite values, or the compute type overflowed (try f32)");
         TokenId next = pick(last, params, rng);
         result.generatedIds.push_back(next);

@@ -184,6 +184,19 @@ void TestEvaluation::nonFiniteOutputIsAnError() {
     expectNotFinite([&] { evaluatePerplexity(b, someTokens(100), 1, p); }, "perplexity");
     expectNotFinite([&] { compareModels(a, b, someTokens(100), 1, p); }, "variant");
     expectNotFinite([&] { compareModels(b, a, someTokens(100), 1, p); }, "base");
+    // A variant built in memory (a clone with a broken weight) is named as built from its base's file, not as the
+    // file (review: a diverged variant read as a damaged base).
+    std::unique_ptr<Model> variant = base->clone();
+    variant->replaceTensor("model.layers.0.mlp.up_proj.weight", variant->floatTensor("model.layers.0.mlp.up_proj.weight").fill_(INFINITY));
+    Transformer c(*variant);
+    try {
+        compareModels(a, c, someTokens(100), 1, p);
+        QFAIL("an infinite output gave a result");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).startsWith("a variant built from " + QString::fromStdString(base->path) + ": compare: the variant's") &&
+                     e.file().empty(),
+                 e.what());
+    }
     QVERIFY(std::isfinite(evaluatePerplexity(a, someTokens(100), 1, p).perplexity));
 }
 
