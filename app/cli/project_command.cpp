@@ -38,38 +38,26 @@ namespace {
 
 std::string absolute(const std::string& path) { return std::filesystem::absolute(path).lexically_normal().string(); }
 
-// The calibration and evaluation texts as they are on disk now: a text edited in place keeps the hash the project
-// recorded. `project run` measures from and stamps with these; a text not there, unreadable, or with no recorded hash
-// keeps the recorded one.
+// The calibration and evaluation texts as they are on disk now (textHashesOnDisk): a text edited in place keeps the
+// hash the project recorded. `project run` measures from and stamps with these; `project show` says which changed.
 struct TextsNow {
     struct Text {
         const char* role;
         std::string path, recorded, now;
         bool changed() const { return now != recorded; }
     };
+    TextHashes hashes;
     std::vector<Text> texts;   // evaluation, calibration
 
-    explicit TextsNow(const Project& project) {
+    explicit TextsNow(const Project& project) : hashes(textHashesOnDisk(project.settings())) {
         const ProjectSettings& s = project.settings();
-        for (const auto& [role, ref] : {std::make_pair("evaluation", &s.evaluation), std::make_pair("calibration", &s.calibration)}) {
-            Text t{role, ref->path, ref->hash, ref->hash};
-            std::error_code ec;
-            if (!ref->path.empty() && !ref->hash.empty() && std::filesystem::is_regular_file(ref->path, ec)) {
-                try {
-                    t.now = hashFile(ref->path);
-                } catch (const Error&) {   // unreadable: judged as recorded; reading it for a run says why
-                }
-            }
-            texts.push_back(t);
-        }
+        texts.push_back({"evaluation", s.evaluation.path, s.evaluation.hash, hashes.evaluation});
+        texts.push_back({"calibration", s.calibration.path, s.calibration.hash, hashes.calibration});
     }
     // What measuring `name` now would be measured from (Project::measurementBasis), with the texts as they are.
     nlohmann::json basis(const Project& project, const std::string& name, const std::string& modelHash,
                          const std::string& tokenizerHash) const {
-        nlohmann::json b = project.measurementBasis(name, modelHash, tokenizerHash);
-        for (const Text& t : texts)
-            if (b.contains(t.role) && b[t.role].contains("hash")) b[t.role]["hash"] = t.now;
-        return b;
+        return withTextHashes(project.measurementBasis(name, modelHash, tokenizerHash), hashes);
     }
     // How to record a changed text in the project.
     static std::string recordCommand(const Project& project, const Text& t) {

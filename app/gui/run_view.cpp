@@ -148,6 +148,9 @@ bool RunView::run(QStringList variants) {
     const RuntimeOptions options = guiRuntimeOptions();   // Run ▸ Compute On, as the run starts
     mJob = std::make_unique<BackgroundJob>(tr("Run %1").arg(variants.join(", ")), [this, snapshot, model, variants, document, options](Feedback& feedback) {
         ProjectRunner runner(snapshot, *model, options);
+        // Results are stamped with the texts as read now: one edited in place since the project recorded it keeps the
+        // recorded hash, and results measured on its new content must not claim the old (as `project run` does).
+        const TextHashes texts = textHashesOnDisk(snapshot.settings());
         const int n = variants.size();
         for (int i = 0; i < n; ++i) {
             feedback.log(QStringLiteral("%1: building and evaluating").arg(variants[i]).toStdString());
@@ -164,7 +167,7 @@ bool RunView::run(QStringList variants) {
             const QString name = variants[i];
             const nlohmann::json measuredRecipes = lineageRecipes(snapshot, name.toStdString());
             const ProjectSettings measuredSettings = snapshot.settings();
-            const nlohmann::json basis = snapshot.measurementBasis(name.toStdString());
+            const nlohmann::json basis = withTextHashes(snapshot.measurementBasis(name.toStdString()), texts);
             QMetaObject::invokeMethod(this, [this, document, name, rows, measuredRecipes, measuredSettings, basis] {
                 if (!document) return;
                 // The project went on being edited during the run: results measured from a recipe or settings that

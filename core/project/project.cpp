@@ -522,6 +522,25 @@ void Project::setRecipe(const std::string& name, nlohmann::json recipe) {
     mModified = true;
 }
 
+TextHashes textHashesOnDisk(const ProjectSettings& settings) {
+    const auto now = [](const FileReference& ref) {
+        std::error_code ec;
+        if (ref.path.empty() || ref.hash.empty() || !std::filesystem::is_regular_file(ref.path, ec)) return ref.hash;
+        try {
+            return hashFile(ref.path);
+        } catch (const Error&) {   // unreadable: kept as recorded; reading it for a run says why
+            return ref.hash;
+        }
+    };
+    return {now(settings.evaluation), now(settings.calibration)};
+}
+
+json withTextHashes(json basis, const TextHashes& texts) {
+    for (const auto& [part, hash] : {std::make_pair("evaluation", &texts.evaluation), std::make_pair("calibration", &texts.calibration)})
+        if (basis.contains(part) && basis[part].contains("hash")) basis[part]["hash"] = *hash;
+    return basis;
+}
+
 std::string exportEntriesProblem(const nlohmann::json& exports) {
     if (!exports.is_array()) return "not a list";
     for (const auto& e : exports) {

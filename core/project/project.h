@@ -72,6 +72,16 @@ struct ProjectSettings {
     bool operator==(const ProjectSettings& o) const;
 };
 
+// The calibration and evaluation texts' hashes as the files are now. Results are stamped with what they were measured
+// on, and a text edited in place keeps the hash the project recorded. A text not there, unreadable, or with no
+// recorded hash keeps the recorded one.
+struct TextHashes {
+    std::string evaluation, calibration;
+};
+TextHashes textHashesOnDisk(const ProjectSettings& settings);
+// A Project::measurementBasis with `texts` in place of the recorded hashes.
+nlohmann::json withTextHashes(nlohmann::json basis, const TextHashes& texts);
+
 struct Variant {
     std::string name;             // unique; "base" is reserved for the base model
     std::string parent;           // "" = the base model, else another variant's name

@@ -23,6 +23,7 @@
 #include "core/io/model_format.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
+#include "core/project/file_hash.h"
 #include "core/project/project.h"
 #include "core/export/export_format.h"
 #include "tests/support/synthetic_models.h"
@@ -53,6 +54,7 @@ private slots:
     void computeDeviceIsAChoice();
     void statusShowsEveryRunningJob();
     void resultsOfAnEditedRecipeAreMarkedStale();
+    void resultsAreStampedWithTheTextAsRead();
     void saveMergesAFileChangedMeanwhile();
     void brokenVariantIsWarned();
 
@@ -654,6 +656,45 @@ void TestGuiFlow::resultsOfAnEditedRecipeAreMarkedStale() {
     QVERIFY(!doc->project().results(variant.toStdString()).empty());
     QVERIFY(doc->resultsCurrent(variant));
     QCOMPARE(doc->project().resultBasis(variant.toStdString()), doc->project().measurementBasis(variant.toStdString()));
+}
+
+// Regression (review): the GUI stamped results measured on a text edited in place with the hash the project recorded,
+// so once the text was put back they looked current though they were of the edited one (`project run` stamps the text
+// as read since session 44).
+void TestGuiFlow::resultsAreStampedWithTheTextAsRead() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    const QString copy = mDir.filePath("stamped-eval.txt");
+    QFile::remove(copy);
+    QVERIFY(QFile::copy(text, copy));
+    QFile::setPermissions(copy, QFile::ReadOwner | QFile::WriteOwner);
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    ProjectDocument* doc = window.document();
+    ProjectSettings s = doc->project().settings();
+    s.evaluation = SettingsDialog::reference(copy);
+    s.evalCtx = 64;
+    s.evalChunks = 2;
+    doc->undoStack()->push(changeSettings(doc, s));
+    const std::string recorded = doc->project().settings().evaluation.hash;
+    {
+        QFile f(copy);
+        QVERIFY(f.open(QIODevice::Append));
+        f.write("\nOnce upon a time the evaluation text was edited in place.\n");
+    }
+    const std::string edited = hashFile(copy.toStdString());
+    QVERIFY(edited != recorded);
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    const QString variant = doc->currentVariant();
+    QSignalSpy finished(window.runView(), &RunView::finished);
+    QVERIFY(window.runView()->runCurrent());   // the variant, and the base it is compared with
+    QVERIFY(finished.wait(120000));
+    for (const std::string name : {std::string(Project::kBaseName), variant.toStdString()}) {
+        const nlohmann::json& basis = doc->project().resultBasis(name);
+        QVERIFY2(!basis.is_null(), name.c_str());
+        QCOMPARE(basis["evaluation"]["hash"].get<std::string>(), edited);
+        QVERIFY(!doc->resultsCurrent(QString::fromStdString(name)));   // of another text than the recorded one
+    }
 }
 
 // File ▸ Save of a project another program saved meanwhile merges both (it was refused: Save As only).
