@@ -97,7 +97,8 @@ int runBench(const std::vector<std::string>& args) {
                 {"json", "no-native", "no-graphs", "no-fused-decode", "no-dense-gemv", "no-fused-attention",
                  "fused-norm-gemv", "no-fused-norm-gemv", "fused-swiglu-gemv", "no-fused-swiglu-gemv",
                  "fused-int-linear", "no-fused-int-linear", "sparse24-gemv", "no-sparse24-gemv", "sparse24-keep-dense",
-                 "no-sparse24-keep-dense", "fused-projections", "no-fused-projections", "cpu-packed", "no-cpu-packed"});
+                 "no-sparse24-keep-dense", "fused-projections", "no-fused-projections", "cpu-packed", "no-cpu-packed",
+                 "quantize-head"});
     applyThreads(a.integer("threads", 0));
     RuntimeOptions options = runtimeOptions(a);
     options.nativeKernels = !a.flag("no-native");
@@ -129,6 +130,9 @@ int runBench(const std::vector<std::string>& args) {
     if (a.has("context") && synthetic.empty())
         throw Error("--context applies to --synthetic shapes only (a model's context is its own)");
     // Options of the other ways to make a variant are refused where they would be ignored.
+    if (a.flag("quantize-head") && (synthetic.empty() || a.value("format", "int") != "int"))
+        throw Error("--quantize-head applies to the int format of --synthetic shapes (for a model, quantize.rtn's \"head\" "
+                    "parameter in the recipe)");
     for (const char* option : {"layers", "format", "bits", "group-size"})
         if (a.has(option) && synthetic.empty())
             throw Error(std::string("--") + option + " applies to --synthetic shapes only (for a model, --recipe FILE makes the variant)");
@@ -157,8 +161,9 @@ int runBench(const std::vector<std::string>& args) {
         base = syntheticLlama(synthetic, a.integer("layers", shape.defaultLayers), device, p.seed, context);
         if (format == "int") {
             const int64_t group = a.integer("group-size", 128);
-            variant = randomIntVariant(*base, static_cast<int>(bits), group, device, p.seed);
-            variantName = "int" + std::to_string(bits) + " g" + std::to_string(group) + " (random levels)";
+            const bool head = a.flag("quantize-head");
+            variant = randomIntVariant(*base, static_cast<int>(bits), group, device, p.seed, head);
+            variantName = "int" + std::to_string(bits) + " g" + std::to_string(group) + (head ? ", head too" : "") + " (random levels)";
         } else if (format == "sparse24") {
             variant = sparse24Variant(*base, device);
             variantName = "2:4 magnitude-pruned fp16";

@@ -154,6 +154,9 @@ void checkBudgetOptions(const BudgetOptions& options) {
     if (options.params.is_object() && options.params.value("fold", false))
         throw Error("budget: quantize.awq's \"fold\" moves scales into norms that several layers share, so one layer "
                     "cannot be measured alone; plan without it (the plan's recipe may then add it)");
+    if (options.params.is_object() && options.params.value("head", std::string("none")) != "none")
+        throw Error("budget: \"head\" quantizes the output head beside every layer measured; the plan covers the block "
+                    "layers, so leave it out (a step with \"head\": \"only\" after the plan's recipe quantizes the head)");
     for (int bits : options.bits) {   // the method's own checks of its parameters (group size, ...)
         Recipe recipe;
         recipe.steps.push_back(budgetStep(options, bits));

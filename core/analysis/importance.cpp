@@ -187,6 +187,11 @@ void checkSensitivityStep(const nlohmann::json& step) {
                     "layer at a time; per-layer sensitivity takes quantization or unstructured pruning (for heads and "
                     "channels use --kind head or channel)");
     Recipe::fromJson({{"steps", nlohmann::json::array({step})}}, "sensitivity step");   // unknown methods, bad parameters
+    // The head would be quantized beside every layer measured (or, "only", instead of it).
+    const nlohmann::json params = step.value("params", nlohmann::json::object());
+    if (params.is_object() && params.value("head", std::string("none")) != "none")
+        throw Error("the sensitivity step quantizes the output head (\"head\": \"" + params["head"].get<std::string>() +
+                    "\"); per-layer sensitivity measures one block layer at a time, so leave \"head\" out");
 }
 
 nlohmann::json defaultSensitivityStep() {

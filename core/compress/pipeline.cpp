@@ -45,7 +45,15 @@ at::Tensor drawCalibration(const std::vector<TokenId>& tokens, TokenId bos, cons
     return out;
 }
 
+std::string headTargeting(const RecipeStep& step) {
+    if (!step.params.is_object()) return "none";
+    auto it = step.params.find("head");
+    return it != step.params.end() && it->is_string() ? it->get<std::string>() : "none";
+}
+
 std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step) {
+    const std::string head = headTargeting(step);
+    if (head == "only") return {kHeadLayer};
     std::vector<std::string> out;
     const std::regex targets(step.targets.empty() ? std::string(".*") : step.targets);
     std::vector<std::regex> ignores;
@@ -56,16 +64,42 @@ std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step
         for (const auto& r : ignores) ignored |= std::regex_search(layer, r);
         if (!ignored) out.push_back(layer);
     }
+    if (head == "also") out.push_back(kHeadLayer);
     return out;
+}
+
+static std::string embeddingName(const Model& model) {
+    return model.spec.family == Family::Llama ? "model.embed_tokens.weight" : "transformer.wte.weight";
+}
+
+at::Tensor targetWeight(const Model& model, const std::string& layer) {
+    const std::string name = layer + ".weight";
+    if (layer == kHeadLayer && !model.has(name)) return model.floatTensor(embeddingName(model));
+    return model.floatTensor(name);
+}
+
+void storeCompressedLayer(Model& model, const std::string& layer, std::shared_ptr<const CompressedLinear> linear) {
+    if (layer == kHeadLayer && !model.has(layer + ".weight")) {
+        model.addPackedLayer(layer, std::move(linear), model.tensor(embeddingName(model)).file);
+        model.spec.tiedEmbeddings = false;
+        return;
+    }
+    model.setCompressed(layer, std::move(linear));
 }
 
 // A "targets" or override pattern that names no layer is a mistake (a misspelt name), not a step to skip quietly.
 static void checkPatternsMatch(const Model& model, const RecipeStep& step, const std::vector<std::string>& targeted,
                                size_t index) {
     const std::string where = "step " + std::to_string(index) + " (" + step.method + "): ";
-    const std::vector<std::string> layers = model.linearLayers();
+    std::vector<std::string> layers = model.linearLayers();
     const std::string example = layers.empty() ? std::string() : " (layer names look like " + layers.front() + ")";
-    if (!step.targets.empty() && targeted.empty())
+    const std::string head = headTargeting(step);
+    if (head == "only" && (!step.targets.empty() || !step.ignore.empty()))
+        throw Error(where + "\"head\": \"only\" compresses the output head alone, so \"targets\" and \"ignore\" would be "
+                    "unused; leave them out, or use \"head\": \"also\"");
+    if (head == "only") layers = {kHeadLayer};
+    else if (head == "also") layers.push_back(kHeadLayer);
+    if (!step.targets.empty() && targeted.size() == (head == "also" ? 1u : 0u))
         throw Error(where + "\"targets\" '" + step.targets + "' leaves no layer of the model" +
                     (step.ignore.empty() ? "" : " after \"ignore\"") + example);
     for (const auto& o : step.overrides) {
@@ -126,7 +160,8 @@ std::map<std::string, double> reconstructionErrors(const Model& before, Model& a
                                                    const at::Tensor& windows, Feedback* feedback, const CalibrationCompute& compute) {
     std::map<std::string, double> errors;
     std::map<int64_t, std::vector<std::string>> byBlock;
-    for (const auto& layer : measurableLayers(before, after, layers)) byBlock[blockOf(layer)].push_back(layer);
+    for (const auto& layer : measurableLayers(before, after, layers))
+        if (blockOf(layer) >= 0) byBlock[blockOf(layer)].push_back(layer);   // the output head: no block pass reaches it
     if (!windows.defined() || byBlock.empty()) return errors;
     std::map<std::string, std::unique_ptr<quant::HessianAccumulator>> hessians;
     std::map<std::string, std::string> sameInputAs;   // q/k/v and gate/up: one Hessian each

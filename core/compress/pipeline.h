@@ -17,6 +17,7 @@ namespace cwb {
 
 class Model;
 class Feedback;
+class CompressedLinear;
 
 struct CalibrationSpec {
     std::string textPath;       // empty: no calibration (methods that need it refuse)
@@ -89,7 +90,20 @@ std::string recipeParamsProblem(const Recipe& recipe);
 // steps before any that renames layers; compressModel checks every step as it reaches it.
 std::string recipeLayersProblem(const Model& base, const Recipe& recipe);
 
-// Linear layers a step targets: its regex (default all block linears) minus its ignore list.
+// Linear layers a step targets: its regex (default all block linears) minus its ignore list, and the output head
+// (kHeadLayer) where the step's "head" parameter (quantize.rtn, quantize.fp8) says so: "also" after the block layers,
+// "only" alone.
 std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step);
+
+// The output head as a layer name. A model whose head is tied to the embedding has no "lm_head.weight": a step that
+// compresses the head gives it its own compressed copy (headWeight reads the embedding; storeCompressedLayer unties).
+inline constexpr const char* kHeadLayer = "lm_head";
+// The step's "head" parameter as given ("none" when absent).
+std::string headTargeting(const RecipeStep& step);
+// A targeted layer's weight in fp32 (Model::floatTensor), the tied embedding for a head that has no weight of its own.
+at::Tensor targetWeight(const Model& model, const std::string& layer);
+// Model::setCompressed, or for a tied head: a packed head of its own (Model::addPackedLayer) and the spec untied,
+// the embedding left as it is.
+void storeCompressedLayer(Model& model, const std::string& layer, std::shared_ptr<const CompressedLinear> linear);
 
 } // namespace cwb

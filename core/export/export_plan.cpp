@@ -168,6 +168,7 @@ bool applyStep(const Model& base, const RecipeStep& step, size_t index, std::map
         return true;
     }
     for (const auto& layer : targetLayers(base, step)) {
+        if (!plan.count(layer)) continue;   // the output head: every format writes it, dense or as the step left it
         PlannedLayer& p = plan.at(layer);
         const nlohmann::json q = paramsForLayer(step, params, layer);
         PlannedLayer next;

@@ -186,6 +186,14 @@ protected:
     virtual void addQuantizationConfig(const Model&, nlohmann::json&) const {}
 
     // Every tensor except those `skip` names, dense in `type`; embeddings, norms and the head too.
+    // A compressed output head (quantize.rtn / quantize.fp8 with "head") goes out dense in the packed layouts.
+    static void noteDenseHead(const Model& model, ggml::Type dense, const std::string& layout, ExportReport& report) {
+        if (auto head = model.compressed("lm_head"))
+            report.notes.push_back("lm_head (" + head->describe() + ") is written dequantized, as " +
+                                   exporting::ggmlTypeName(dense) + ": cwb's " + layout +
+                                   " layout packs the block layers only (gguf keeps the head quantized)");
+    }
+
     static std::vector<Entry> denseEntries(const Model& model, ggml::Type type, ExportReport& report,
                                            const std::function<bool(const std::string&)>& skip) {
         std::vector<Entry> entries;
@@ -286,6 +294,7 @@ protected:
             }
             report.tensors.push_back({layer, "int" + std::to_string(w.spec.bits) + " " + layoutName(), 0, ""});
         }
+        noteDenseHead(model, dense, layoutName(), report);
         return entries;
     }
 
@@ -402,6 +411,7 @@ protected:
             if (linear->bits() == 2 && linear->kind() == "int") twoBit = true;
         }
         if (twoBit) report.notes.push_back("2-bit layers: transformers reads them; vLLM's integer kernels take 4 and 8 bits only");
+        noteDenseHead(model, dense, "compressed-tensors", report);
         return entries;
     }
 

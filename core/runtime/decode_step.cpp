@@ -56,7 +56,10 @@ at::Tensor Transformer::fixedShapeStep(const at::Tensor& tokens, const at::Tenso
     at::Tensor x = at::embedding(mGlobals->embedding, tokens);   // [batch, 1, hidden]
     if (fusedDecodeActive()) {   // the kernels read the RoPE table and the position themselves
         for (int64_t l = 0; l < mModel.spec.layers; ++l) x = fixedShapeBlock(l, x, at::Tensor(), at::Tensor(), position, cache);
-        if (foldNormsIntoGemv() && denseGemvApplies(x, mGlobals->head, kDenseGemvRuntimeRows))
+        if (mGlobals->headNative && intLinearFused() && mGlobals->headNative->fusesNormAndResidual())
+            return mGlobals->headNative->forwardFused(x, mGlobals->finalNormWeight, mModel.spec.normEps, at::Tensor())
+                .to(at::kFloat);
+        if (!mGlobals->headCompressed && foldNormsIntoGemv() && denseGemvApplies(x, mGlobals->head, kDenseGemvRuntimeRows))
             return denseGemvRmsNormLinear(x, mGlobals->finalNormInComputeType, mModel.spec.normEps, mGlobals->head, at::Tensor())
                 .to(at::kFloat);
         return headLinear(fusedRmsNorm(x, mGlobals->finalNormWeight, mModel.spec.normEps)).to(at::kFloat);

@@ -233,7 +233,7 @@ std::unique_ptr<Model> syntheticLlama7b(int64_t layers, const at::Device& device
 }
 
 std::unique_ptr<Model> randomIntVariant(const Model& base, int bits, int64_t groupSize, const at::Device& device,
-                                        uint64_t seed) {
+                                        uint64_t seed, bool head) {
     quant::QuantSpec spec;
     spec.bits = bits;
     spec.symmetric = true;
@@ -241,7 +241,12 @@ std::unique_ptr<Model> randomIntVariant(const Model& base, int bits, int64_t gro
     quant::validateSpec(spec);
     auto variant = base.clone();
     at::manual_seed(seed + 1);
-    for (const std::string& layer : base.linearLayers()) {
+    std::vector<std::string> layers = base.linearLayers();
+    if (head) {
+        if (!base.has("lm_head.weight")) throw Error(base.path, "the output head is tied to the embedding; no head to quantize");
+        layers.push_back("lm_head");
+    }
+    for (const std::string& layer : layers) {
         const TensorRecord& record = base.tensor(layer + ".weight");
         quant::QuantizedWeight q;
         q.spec = spec;
@@ -326,6 +331,7 @@ size_t decodeWeightBytes(const Model& model, at::ScalarType dtype) {
             bytes += size_t(model.tensor(layer + ".weight").elementCount()) * element;
         }
     }
+    if (auto head = model.compressed("lm_head")) return bytes + head->storageBytes();
     const std::string head = model.has("lm_head.weight") ? "lm_head.weight"
                              : model.spec.family == Family::Llama ? "model.embed_tokens.weight" : "transformer.wte.weight";
     return bytes + size_t(model.tensor(head).elementCount()) * element;

@@ -82,9 +82,10 @@ std::unique_ptr<Model> syntheticLlama(const std::string& name, int64_t layers, c
 std::unique_ptr<Model> syntheticLlama7b(int64_t layers, const at::Device& device, uint64_t seed = 0);
 
 // The variant a speed measurement needs without the cost of quantizing: every block linear becomes an IntLinear
-// with random levels in the layout RTN gives (`bits`, symmetric, `groupSize`); values are meaningless.
+// with random levels in the layout RTN gives (`bits`, symmetric, `groupSize`); values are meaningless. With `head`,
+// the output head too (lm_head, as quantize.rtn's "head"; the synthetic models' head is untied).
 std::unique_ptr<Model> randomIntVariant(const Model& base, int bits, int64_t groupSize, const at::Device& device,
-                                        uint64_t seed = 0);
+                                        uint64_t seed = 0, bool head = false);
 
 // The same for the 8-bit float and integer formats: FP8 E4M3 codes with per-channel scales and dynamic activations
 // (what quantize.fp8 gives), or SmoothQuant W8A8 int8 codes with per-channel scales and a random smoothing vector per

@@ -193,19 +193,38 @@ Transformer::Transformer(const Model& model, RuntimeOptions options)
         mGlobals->embedding = load("model.embed_tokens.weight");
         mGlobals->finalNormWeight = load("model.norm.weight");
         mGlobals->finalNormInComputeType = mGlobals->finalNormWeight.to(mOptions.dtype);
-        mGlobals->head = model.has("lm_head.weight") ? load("lm_head.weight") : mGlobals->embedding;
+        loadHead();
         mInvFreq = ropeInverseFrequencies(s, model).to(options.device);
     } else {
         mGlobals->embedding = load("transformer.wte.weight");
         mGlobals->positions = load("transformer.wpe.weight");
         mGlobals->finalNormWeight = load("transformer.ln_f.weight");
         mGlobals->finalNormBias = load("transformer.ln_f.bias");
-        mGlobals->head = model.has("lm_head.weight") ? load("lm_head.weight") : mGlobals->embedding;
+        loadHead();
     }
     mBlocks.resize(static_cast<size_t>(s.layers));
 }
 
 Transformer::~Transformer() = default;
+
+void Transformer::loadHead() {
+    const std::string name = "lm_head.weight";
+    if (!mModel.has(name)) {   // tied to the embedding
+        mGlobals->head = mGlobals->embedding;
+        return;
+    }
+    auto compressed = parameter(name) ? nullptr : mModel.compressed("lm_head");
+    if (compressed) {
+        mGlobals->headCompressed = compressed;
+        mGlobals->headNative = nativeLinear("lm_head", *compressed);
+        if (mGlobals->headNative && mOptions.device.is_cuda() && compressed->kind() == "int")
+            mGlobals->headTokenSlice = mOptions.dequantAboveTokens >= 0 ? mOptions.dequantAboveTokens : defaultDequantAboveTokens();
+        if (mGlobals->headNative) return;
+        mGlobals->head = compressed->weightOn(mOptions.device).to(mOptions.dtype);
+        return;
+    }
+    mGlobals->head = weight(name);
+}
 
 std::unique_ptr<KvCache> Transformer::makeCache(int64_t batch, int64_t capacity) const {
     return std::make_unique<KvCache>(mModel.spec, batch, capacity, mOptions);
@@ -736,9 +755,22 @@ at::Tensor Transformer::logits(const at::Tensor& hidden) const {
 }
 
 at::Tensor Transformer::headLinear(const at::Tensor& x) const {
-    if (mOptions.denseGemv && !mOptions.parameters && denseGemvApplies(x, mGlobals->head, kDenseGemvRuntimeRows))
-        return denseGemvLinear(x, mGlobals->head, at::Tensor(), at::Tensor());
-    return at::linear(x, mGlobals->head);
+    if (mGlobals->headNative) {
+        const int64_t slice = mGlobals->headTokenSlice, cols = x.size(-1);
+        if (slice <= 0 || x.numel() / cols <= slice) return mGlobals->headNative->forward(x).to(x.scalar_type());
+        const at::Tensor rows = x.reshape({-1, cols});
+        std::vector<at::Tensor> parts;
+        for (int64_t start = 0; start < rows.size(0); start += slice)
+            parts.push_back(mGlobals->headNative->forward(rows.narrow(0, start, std::min(slice, rows.size(0) - start))));
+        std::vector<int64_t> shape = x.sizes().vec();
+        shape.back() = parts.front().size(-1);
+        return at::cat(parts, 0).view(shape).to(x.scalar_type());
+    }
+    const at::Tensor input = mGlobals->headCompressed
+                                 ? mGlobals->headCompressed->prepareInput(x.to(at::kFloat)).to(x.scalar_type()) : x;
+    if (mOptions.denseGemv && !mOptions.parameters && denseGemvApplies(input, mGlobals->head, kDenseGemvRuntimeRows))
+        return denseGemvLinear(input, mGlobals->head, at::Tensor(), at::Tensor());
+    return at::linear(input, mGlobals->head);
 }
 
 struct SavedTransformerBlock {

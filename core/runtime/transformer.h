@@ -227,7 +227,8 @@ public:
     // with these options: fusedAttention on, available, on CUDA in fp16 / bf16 (or fp32 with fusedAttentionFloat32).
     static bool fusedAttentionFor(const RuntimeOptions& options);
 
-    // The path of each compressed layer of the blocks loaded so far (all of them after one forward), by layer name.
+    // The path of each compressed layer of the blocks loaded so far (all of them after one forward), and of a
+    // compressed output head ("lm_head"), by layer name.
     const std::map<std::string, LayerPath>& layerPaths() const { return mLayerPaths; }
     // "native: n W4A16 (M<=32), dequant + cuBLAS (M>32); m ... | dequantized: k reason; ..." (entries of a kind
     // split by "; ", the two kinds by " | "), or "" when there are no compressed layers.
@@ -247,6 +248,8 @@ private:
     // On the CPU: resolves CpuPackedInt::Auto and turns cacheWeights off where the float weights would not fit.
     void planCpuWeights();
     std::shared_ptr<const NativeIntLinear> nativeLinear(const std::string& name, const CompressedLinear& layer);
+    // The output head: the embedding when tied; a compressed head through its kernel where one applies.
+    void loadHead();
     // Native integer parts of one projection (q/k/v, gate/up) packed as one matrix under `fused` in `native`;
     // false (nothing added) when they differ in format or any part has no kernel.
     bool fuseNativeProjection(std::map<std::string, std::shared_ptr<const NativeIntLinear>>& native,

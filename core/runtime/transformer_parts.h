@@ -155,6 +155,13 @@ struct Transformer::Block {
 struct Transformer::Globals {
     at::Tensor embedding, positions, finalNormWeight, finalNormBias, head;
     at::Tensor finalNormInComputeType;   // for the head's GEMV when it folds the final norm
+    // A compressed output head (lm_head): run by a kernel on its stored form (head then undefined), or dequantized
+    // into head with its input prepared as the layer says (FP8 / W8A8 activations).
+    std::shared_ptr<const CompressedLinear> headCompressed;
+    std::shared_ptr<const NativeIntLinear> headNative;
+    // An integer head on CUDA runs in slices of this many token rows (0: whole): past the kernels' limit a layer
+    // dequantizes into a dense scratch of its own size, for a 128k-vocabulary head 1 GiB more than any block needs.
+    int64_t headTokenSlice = 0;
 };
 
 // In fp32, in few operations (each is a launch in decode): ‖x‖ in one reduction, then rsqrt(‖x‖² / n + eps).

@@ -544,6 +544,9 @@ void TestCli::errorsNameTheFile() {
         // Regression: ignored, the base alone was measured as if the options had made a variant.
         {{"bench", "/nonexistent/model.gguf", "--bits", "4"}, "--bits applies to --synthetic shapes only (for a model, --recipe FILE"},
         {{"bench", "/nonexistent/model.gguf", "--layers", "2"}, "--layers applies to --synthetic shapes only"},
+        {{"bench", "/nonexistent/model.gguf", "--quantize-head"}, "--quantize-head applies to the int format of --synthetic shapes"},
+        {{"bench", "--synthetic", "llama-7b", "--format", "fp8", "--quantize-head"},
+         "--quantize-head applies to the int format of --synthetic shapes"},
         {{"bench", "/nonexistent/model.gguf", "--calib", "t.txt"}, "--calib calibrates the variant --recipe FILE makes"},
     };
     for (const auto& refusal : refusals) {

@@ -171,6 +171,15 @@ void TestBudget::methodWithoutBitsIsRefused() {
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("fold"), e.what());
     }
+    // The output head would be quantized beside every layer measured.
+    options.method = "quantize.rtn";
+    options.params = {{"head", "also"}};
+    try {
+        solveBitBudget(*model, at::ones({2, 8}, at::kLong), options, nullptr);
+        QFAIL("accepted head, which quantizes the output head beside every layer");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("\"head\" quantizes the output head"), e.what());
+    }
 }
 
 // With fuseSharedInputs, q/k/v and gate/up of a block get one width (vLLM fuses them), the plan still meets the

@@ -56,6 +56,8 @@ class TestCompressionMethods : public QObject {
 private slots:
     void rtnStoresPackedIntegers();
     void overridesTargetsAndIgnore();
+    void outputHeadIsQuantizedOnRequest();
+    void fp8HeadQuantizesItsInput();
     void nmLeavesTwoZerosInEveryFour();
     void globalMagnitudeAndDisabledSteps();
     void pruningAfterQuantizingIsNoted();
@@ -120,6 +122,91 @@ void TestCompressionMethods::overridesTargetsAndIgnore() {
     QVERIFY2(why.contains("leaves no layer of the model after \"ignore\""), qPrintable(why));
     why = refusal(R"({"steps":[{"method":"prune.nm"},{"method":"quantize.rtn","overrides":[{"pattern":"layer\\.0\\.","params":{"bits":8}}]}]})");
     QVERIFY2(why.contains("step 2 (quantize.rtn): the override pattern 'layer\\.0\\.' matches no layer"), qPrintable(why));
+}
+
+// quantize.rtn / quantize.fp8 "head": the output head as a layer of its own; a tied head gets a quantized copy and the
+// embedding stays as it was.
+void TestCompressionMethods::outputHeadIsQuantizedOnRequest() {
+    for (const bool tied : {false, true}) {
+        ArchSpec spec = tinyLlamaSpec();
+        spec.tiedEmbeddings = tied;
+        Loaded l(spec);
+        QCOMPARE(l.model->has("lm_head.weight"), !tied);
+        const at::Tensor embedding = l.model->floatTensor("model.embed_tokens.weight");
+        const at::Tensor head = tied ? embedding : l.model->floatTensor("lm_head.weight");
+        CompressionResult blocks = compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":16}}]})"), at::Tensor());
+        QVERIFY(!blocks.model->compressed("lm_head"));   // "none" by default: what every recipe before "head" did
+        CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":16,"head":"also"},
+            "overrides":[{"pattern":"^lm_head$","params":{"bits":8}}]}]})"), at::Tensor());
+        QCOMPARE(r.steps.at(0).layers, int64_t(2 * 7 + 1));
+        QCOMPARE(r.model->compressedLayers().size(), size_t(2 * 7 + 1));
+        auto quantized = r.model->compressed("lm_head");
+        QVERIFY(quantized);
+        QCOMPARE(QString::fromStdString(quantized->describe()), QStringLiteral("int8 g16 sym"));
+        QCOMPARE(r.model->compressed("model.layers.1.mlp.up_proj")->bits(), 4);
+        QVERIFY(!r.model->spec.tiedEmbeddings);
+        QVERIFY(!l.model->compressed("lm_head") && l.model->spec.tiedEmbeddings == tied);   // the base is untouched
+        QVERIFY(at::equal(r.model->floatTensor("model.embed_tokens.weight"), embedding));
+        quant::QuantSpec q;
+        q.bits = 8;
+        q.groupSize = 16;
+        const at::Tensor expected = IntLinear(quant::quantizeRtn(head, q)).effectiveWeight();
+        QVERIFY(at::equal(r.model->floatTensor("lm_head.weight"), expected));
+        QVERIFY(!at::equal(expected, head));
+        // The runtime computes with the quantized head and the embedding as it was: the blocks-only variant given that
+        // head as a dense weight gives the same logits.
+        auto reference = blocks.model->clone();
+        reference->replaceTensor("lm_head.weight", expected);
+        reference->spec.tiedEmbeddings = false;
+        const at::Tensor logits = logitsOf(*r.model);
+        QVERIFY2(at::allclose(logits, logitsOf(*reference), 1e-5, 1e-5), tied ? "tied" : "untied");
+        QVERIFY(!at::allclose(logits, logitsOf(*blocks.model), 1e-3, 1e-3));
+        // Untied, the quantized head replaces the f32 one; tied, it is added beside the embedding.
+        if (tied) QCOMPARE(r.model->storageBytes(), blocks.model->storageBytes() + quantized->storageBytes());
+        else QVERIFY(r.model->storageBytes() < blocks.model->storageBytes());
+
+        // "only": the head alone, after the blocks' own step; the blocks keep what step 1 gave them.
+        CompressionResult two = compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":16}},
+            {"method":"quantize.fp8","params":{"head":"only"}}]})"), at::Tensor());
+        QCOMPARE(two.steps.at(1).layers, int64_t(1));
+        QCOMPARE(QString::fromStdString(two.model->compressed("lm_head")->kind()), QStringLiteral("fp8"));
+        QCOMPARE(two.model->compressed("model.layers.0.self_attn.q_proj")->bits(), 4);
+        QVERIFY(at::equal(two.model->floatTensor("model.layers.0.self_attn.q_proj.weight"),
+                          blocks.model->floatTensor("model.layers.0.self_attn.q_proj.weight")));
+    }
+    Loaded l(tinyLlamaSpec());
+    try {
+        compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"head":"only"},"targets":"mlp"}]})"), at::Tensor());
+        QFAIL("targets with head only were accepted");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("\"head\": \"only\" compresses the output head alone"), e.what());
+    }
+    try {
+        compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.gptq","params":{"head":"also"}}]})"), at::Tensor());
+        QFAIL("a calibrated method took the head");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("head"), e.what());
+    }
+}
+
+// An FP8 head with dynamic activations quantizes the normed hidden state first, as the blocks' FP8 layers do.
+void TestCompressionMethods::fp8HeadQuantizesItsInput() {
+    ArchSpec spec = tinyLlamaSpec();
+    spec.tiedEmbeddings = false;
+    Loaded l(spec);
+    CompressionResult r = compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.fp8","params":{"head":"only","activations":"dynamic"}}]})"), at::Tensor());
+    auto head = r.model->compressed("lm_head");
+    QVERIFY(head);
+    Transformer rt(*r.model);
+    at::Tensor hidden = rt.embed(at::tensor(std::vector<int64_t>{1, 7, 3, 9, 22, 41}, at::kLong).unsqueeze(0));
+    for (int64_t b = 0; b < spec.layers; ++b) hidden = rt.runBlock(b, hidden);
+    const at::Tensor normed = hidden * at::rsqrt(hidden.pow(2).mean(-1, true) + spec.normEps) *
+                              r.model->floatTensor("model.norm.weight");
+    const at::Tensor expected = at::linear(head->prepareInput(normed), head->weight());
+    const at::Tensor unquantizedInput = at::linear(normed, head->weight());
+    const at::Tensor logits = rt.logits(hidden);
+    QVERIFY(at::allclose(logits, expected, 1e-4, 1e-4));
+    QVERIFY(!at::allclose(logits, unquantizedInput, 1e-4, 1e-4));
 }
 
 void TestCompressionMethods::nmLeavesTwoZerosInEveryFour() {

@@ -2,7 +2,8 @@
 // GPTQ and AWQ exports reload to exactly the quantized weights the variant computed with; GGUF maps symmetric
 // 4/8-bit g32 layers to Q4_0/Q8_0 exactly; refusals name what the format cannot hold; a cancelled export
 // leaves no file behind; a llama2.c vocabulary becomes the same GGUF tokenizer llama.cpp's file has; Hugging Face
-// exports carry tokenizer files (the source's own, or written from the vocabulary) that tokenize as the source.
+// exports carry tokenizer files (the source's own, or written from the vocabulary) that tokenize as the source; a
+// quantized output head goes to GGUF as output.weight in its type, to the Hugging Face layouts dequantized.
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
@@ -92,6 +93,7 @@ private slots:
     void hfExportWithoutUtf8Vocabulary();
     void bf16SourceKeepsItsRange();
     void roundedF32TensorsAreNoted();
+    void compressedHeadIsExported();
 };
 
 // Blocks small enough to compute by hand from ggml's block definitions (ggml-common.h).
@@ -1082,4 +1084,49 @@ void TestExport::roundedF32TensorsAreNoted() {
 }
 
 QTEST_GUILESS_MAIN(TestExport)
+// quantize.rtn with "head": GGUF writes output.weight level for level (q8_0 for int8 g32), so the file computes what
+// the variant did; the Hugging Face layouts write it dequantized and say so. A tied source's head becomes its own
+// tensor and the embedding stays as it was.
+void TestExport::compressedHeadIsExported() {
+    for (const bool tied : {false, true}) {
+        QTemporaryDir dir;
+        ArchSpec spec = packableLlamaSpec();
+        spec.tiedEmbeddings = tied;
+        const std::string source = (dir.path() + "/src").toStdString();
+        std::filesystem::create_directories(source);
+        writeHfFolder(source, spec, randomWeights(spec, 7), ggml::Type::F32);
+        auto base = loadModel(source);
+        base->tokenizer = tinyVocabulary(spec.vocab);
+        QCOMPARE(base->has("lm_head.weight"), !tied);
+        auto variant = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"head":"also"},
+            "overrides":[{"pattern":"^lm_head$","params":{"bits":8}}]}]})");
+        const at::Tensor logits = probeLogits(*variant);
+        ExportOptions options;
+        options.tensorType = "f32";   // embeddings and norms unrounded, so the logits can be compared exactly
+
+        const std::string gguf = (dir.path() + "/out.gguf").toStdString();
+        const ExportReport g = exportModel(*variant, "gguf", gguf, options);
+        auto head = std::find_if(g.tensors.begin(), g.tensors.end(), [](const ExportedTensor& t) { return t.name == "output.weight"; });
+        QVERIFY(head != g.tensors.end());
+        QCOMPARE(QString::fromStdString(head->type), QStringLiteral("q8_0"));
+        QCOMPARE(head->addedError, 0.0);
+        auto back = loadModel(gguf);
+        QVERIFY(!back->spec.tiedEmbeddings);
+        QVERIFY(at::equal(back->floatTensor("lm_head.weight"), variant->floatTensor("lm_head.weight")));
+        QVERIFY(at::equal(back->floatTensor("model.embed_tokens.weight"), base->floatTensor("model.embed_tokens.weight")));
+        QVERIFY2(maxRelativeError(probeLogits(*back), logits) < 1e-4, qPrintable(QString::number(maxRelativeError(probeLogits(*back), logits))));
+
+        const std::string gptq = (dir.path() + "/out-gptq").toStdString();
+        const ExportReport r = exportModel(*variant, "gptq", gptq, options);
+        QVERIFY(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+            return n.find("lm_head (int8 g32 sym) is written dequantized, as f32: cwb's gptq layout packs the block layers only") == 0;
+        }));
+        const json config = json::parse(std::ifstream(gptq + "/config.json"));
+        QCOMPARE(config["tie_word_embeddings"].get<bool>(), false);
+        back = loadModel(gptq);
+        QVERIFY(at::equal(back->floatTensor("lm_head.weight"), variant->floatTensor("lm_head.weight")));
+        QVERIFY2(at::equal(probeLogits(*back), logits), "the GPTQ folder computes what the variant did");
+    }
+}
+
 #include "test_export.moc"

@@ -170,6 +170,15 @@ void TestImportance::chosenStepGivesKlAndDeltaPerplexity() {
         refused = true;
     }
     QVERIFY(refused);
+    // A step that takes the output head would quantize it beside (or, "only", instead of) each layer measured.
+    for (const char* head : {"also", "only"}) {
+        try {
+            computeLayerSensitivity(*model, nlohmann::json{{"method", "quantize.rtn"}, {"params", {{"head", head}}}}, windows(), nullptr);
+            QFAIL(head);
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find("the sensitivity step quantizes the output head") != std::string::npos, e.what());
+        }
+    }
     // Regression: a structured step given one linear layer at a time gave a map of zeros but for q_proj, without a word.
     for (const char* method : {"prune.heads", "prune.channels", "prune.layers", "distill.kd"}) {
         try {

@@ -25,6 +25,7 @@ private slots:
     void cpuWeightPlanFollowsAvailableMemory();
     void measuresPrefillAndDecode();
     void randomVariantCompressesEveryLinear();
+    void randomVariantQuantizesTheHeadOnRequest();
     void randomEightBitVariantsCompressEveryLinear();
     void sparse24VariantKeepsTheTwoLargestOfFour();
     void sparse24ThresholdIsAutomaticByDefault();
@@ -206,6 +207,36 @@ void TestLatency::randomVariantCompressesEveryLinear() {
     QVERIFY(decodeWeightBytes(*variant, at::kHalf) < decodeWeightBytes(*model, at::kHalf));
     Transformer rt(*variant);
     QVERIFY(rt.forward(at::tensor(std::vector<int64_t>{1, 2}, at::kLong).unsqueeze(0)).isfinite().all().item<bool>());
+}
+
+// `cwb bench --quantize-head`: the head too, and the bytes a decode step reads count it in its packed form.
+void TestLatency::randomVariantQuantizesTheHeadOnRequest() {
+    for (const bool tied : {false, true}) {
+        QTemporaryDir dir;
+        ArchSpec spec = tinyLlamaSpec();
+        spec.tiedEmbeddings = tied;
+        writeHfFolder(dir.path().toStdString(), spec, randomWeights(spec, 3), ggml::Type::F16);
+        auto model = loadModel(dir.path().toStdString());
+        if (tied) {
+            try {
+                randomIntVariant(*model, 4, 16, at::kCPU, 0, true);
+                QFAIL("a tied head was quantized");
+            } catch (const Error& e) {
+                QVERIFY2(std::string(e.what()).find("tied to the embedding") != std::string::npos, e.what());
+            }
+            continue;
+        }
+        auto blocks = randomIntVariant(*model, 4, 16, at::kCPU);
+        auto variant = randomIntVariant(*model, 4, 16, at::kCPU, 0, true);
+        QVERIFY(!blocks->compressed("lm_head"));
+        auto head = variant->compressed("lm_head");
+        QVERIFY(head && head->kind() == "int" && head->bits() == 4);
+        const size_t denseHead = size_t(spec.vocab * spec.hidden) * 2;
+        QCOMPARE(decodeWeightBytes(*variant, at::kHalf), decodeWeightBytes(*blocks, at::kHalf) - denseHead + head->storageBytes());
+        Transformer rt(*variant);
+        QVERIFY(rt.forward(at::tensor(std::vector<int64_t>{1, 2}, at::kLong).unsqueeze(0)).isfinite().all().item<bool>());
+        QVERIFY(rt.layerPaths().count("lm_head"));   // the head's path is reported with the blocks'
+    }
 }
 
 void TestLatency::randomEightBitVariantsCompressEveryLinear() {

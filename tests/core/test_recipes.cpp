@@ -1,5 +1,6 @@
 // Recipes and parameters: declared defaults fill in, unknown or out-of-range parameters, unknown methods and
 // other versions are refused with messages that name them; recipes round-trip through JSON.
+#include <QDir>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
@@ -21,6 +22,7 @@ private slots:
     void usualPatternsAreAllowed();
     void roundTripThroughFile();
     void everyMethodDeclaresValidDefaults();
+    void exampleRecipesAreValid();
 };
 
 void TestRecipes::defaultsAreFilled() {
@@ -128,6 +130,21 @@ void TestRecipes::everyMethodDeclaresValidDefaults() {
         QCOMPARE(p.size(), m->params().size());
         resolveParams(m->id(), m->params(), p);
         QVERIFY(!m->summary().empty());
+    }
+}
+
+// The recipes under projects/recipes load as this build reads recipes (methods, versions, parameters, patterns).
+void TestRecipes::exampleRecipesAreValid() {
+    const QDir folder(QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes");
+    const QStringList files = folder.entryList({"*.json"}, QDir::Files);
+    QVERIFY(files.size() >= 9);
+    for (const QString& file : files) {
+        try {
+            const Recipe recipe = Recipe::load(folder.filePath(file).toStdString());
+            QVERIFY2(!recipe.steps.empty(), qPrintable(file));
+        } catch (const Error& e) {
+            QFAIL(qPrintable(file + ": " + e.what()));
+        }
     }
 }
 

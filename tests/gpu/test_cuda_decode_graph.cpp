@@ -9,7 +9,8 @@
 // and on models whose attention or MLP layers alone are INT4 (where only some can be folded); INT4 layers take the
 // norm before them and the residual after them into their launch, compared with separate kernels. Programmatic
 // dependent launch of the decode kernels
-// (CWB_PDL) is compared with plain launches, in the graph and without it.
+// (CWB_PDL) is compared with plain launches, in the graph and without it. A compressed output head (INT4, INT8, FP8;
+// tied or not) runs through its kernel.
 // Exits 77 without a GPU or without a CUDA build of LibTorch.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -20,6 +21,7 @@
 
 #include "tests/gpu/gpu_check.h"
 #include "core/compress/compressed_layers.h"
+#include "core/compress/pipeline.h"
 #include "core/model/model.h"
 #include "tests/gpu/random_llama.h"
 #include "core/runtime/cuda_linear.h"
@@ -98,6 +100,21 @@ std::unique_ptr<cwb::Model> int4Only(const cwb::Model& base, const std::string& 
             variant->setCompressed(layer, std::make_shared<cwb::IntLinear>(
                                               cwb::quant::quantizeRtn(base.floatTensor(layer + ".weight"), {4, true, 128}),
                                               at::Tensor(), "rtn"));
+    return variant;
+}
+
+// `variant` with its output head compressed as quantize.rtn / quantize.fp8 with "head" store it (bits 0: FP8 E4M3 with
+// dynamic activations); `tied`: the head is first tied to the embedding, so the head stored is a copy of that.
+std::unique_ptr<cwb::Model> withCompressedHead(std::unique_ptr<cwb::Model> variant, int bits, bool tied = false) {
+    if (tied) {
+        variant->removeTensor("lm_head.weight");
+        variant->spec.tiedEmbeddings = true;
+    }
+    const at::Tensor w = cwb::targetWeight(*variant, cwb::kHeadLayer);
+    std::shared_ptr<const cwb::CompressedLinear> head;
+    if (bits > 0) head = std::make_shared<cwb::IntLinear>(cwb::quant::quantizeRtn(w, {bits, true, 128}), at::Tensor(), "rtn");
+    else head = std::make_shared<cwb::Fp8Linear>(cwb::quant::quantizeFp8(w, true), true);
+    cwb::storeCompressedLayer(*variant, cwb::kHeadLayer, head);
     return variant;
 }
 
@@ -249,6 +266,23 @@ void runCase(const std::string& caseName, const cwb::Model& model, at::ScalarTyp
     const at::Tensor recaptured = greedy(graphs, *graphCache, otherPrompt, againIds);
     check(graphCache->graphReplays() == kSteps && normalisedError(again, recaptured) <= 1e-6,
           "after invalidateBlock a new graph is captured and gives the same logits");
+}
+
+// A compressed output head runs through its kernel (W4A16 / W8A16 / FP8 GEMM) in prefill, eager and graph decode,
+// with the final norm inside the W4A16 / W8A16 launch where fused decode is on; runCase checks the logits.
+void compressedHeadCase(const std::string& caseName, const cwb::Model& model, at::ScalarType dtype, double cpuTolerance = 0.0) {
+    cwb::Transformer runtime(model, gpuOptions(cwb::DecodeMode::CudaGraph, dtype));
+    const auto& paths = runtime.layerPaths();
+    const auto head = paths.find("lm_head");
+    check(head != paths.end() && head->second.native,
+          caseName + ": the compressed head runs through a kernel (" + (head == paths.end() ? "no path" : head->second.how) + ")");
+    // A prompt past the integer kernels' 32 rows: the head runs in slices of them (no dense copy of its own size).
+    const at::Tensor prompt = at::randint(0, model.spec.vocab, {1, 77}, at::kLong);
+    const double prefill = normalisedError(cwb::Transformer(model).forward(prompt), runtime.forward(prompt).to(at::kCPU));
+    std::printf("  prefill of 77 tokens against the CPU: normalised logit error %.3g\n", prefill);
+    check(prefill <= (cpuTolerance > 0 ? cpuTolerance : dtype == at::kBFloat16 ? kBf16Tolerance : kFp16Tolerance),
+          caseName + ": a 77-token prefill matches the CPU path");
+    runCase(caseName, model, dtype, true, cpuTolerance);
 }
 
 // Graph decode with the dense GEMV kernel (the default) against the same with cuBLAS (RuntimeOptions::denseGemv
@@ -589,6 +623,13 @@ int main() {
             } else {
                 std::printf("  cluster merge not run: this device is below compute capability 9.0\n");
             }
+            // The output head compressed too (quantize.rtn / quantize.fp8 "head"), tied to the embedding or not.
+            compressedHeadCase("INT4 g128, head INT4 too", *withCompressedHead(int4Variant(*gqa), 4), at::kHalf);
+            compressedHeadCase("INT4 g128, tied head INT4 too", *withCompressedHead(int4Variant(*gqa), 4, true), at::kBFloat16);
+            compressedHeadCase("dense, head INT8", *withCompressedHead(gqa->clone(), 8), at::kHalf);
+            compressedHeadCase("FP8 E4M3 dynamic activations, head FP8 too",
+                               *withCompressedHead(activationQuantizedVariant(*base, true), 0), at::kHalf,
+                               kQuantizedActivationTolerance);
             dependentLaunchCase("dense, GQA 4/2", *gqa, at::kHalf);
             dependentLaunchCase("INT4 attention (W4A16 between the decode kernels), q/k/v biases",
                                 *int4Only(*wide, "self_attn"), at::kHalf);

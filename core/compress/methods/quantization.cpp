@@ -4,6 +4,7 @@
 #include "core/compress/gptq_math.h"
 #include "core/compress/awq_math.h"
 #include "core/compress/method.h"
+#include "core/compress/pipeline.h"
 #include "core/compress/methods/calibration_stats.h"
 #include "core/compress/reconstruction_meter.h"
 #include "core/compress/sequential.h"
@@ -37,6 +38,14 @@ quant::QuantSpec specFrom(const nlohmann::json& p, bool symmetric) {
     return spec;
 }
 
+// The data-free methods can take the output head too (as llama.cpp quantizes output.weight); the calibrated ones see
+// only the blocks' inputs.
+ParamSpec headParam() {
+    return choiceParam("head", {"none", "also", "only"}, "none",
+                       "the output head (lm_head): none: the block layers only; also: the head too; only: the head alone (no "
+                       "targets). A head tied to the embedding gets its own copy; the embedding stays as it is");
+}
+
 class RtnMethod : public CompressionMethod {
 public:
     std::string id() const override { return "quantize.rtn"; }
@@ -47,7 +56,8 @@ public:
         return {intParam("bits", 2, 8, 4, "bits per weight"),
                 choiceParam("scheme", {"sym", "asym"}, "sym", "sym: zero point fixed mid-range; asym: min/max range with a zero point"),
                 choiceParam("granularity", {"tensor", "channel", "group"}, "group", "one scale per tensor, per output channel, or per group of input columns"),
-                intParam("group_size", 1, 1 << 16, 128, "input columns per group (granularity group); the last group of a row may be shorter")};
+                intParam("group_size", 1, 1 << 16, 128, "input columns per group (granularity group); the last group of a row may be shorter"),
+                headParam()};
     }
     bool needsCalibration(const nlohmann::json&) const override { return false; }
     void apply(StepContext& ctx) const override {
@@ -59,7 +69,7 @@ public:
             const std::string g = p["granularity"];
             if (g == "tensor") spec.groupSize = 0;
             if (g == "channel") spec.groupSize = -1;
-            ctx.model.setCompressed(layer, std::make_shared<IntLinear>(quant::quantizeRtn(ctx.model.floatTensor(weightOf(layer)), spec)));
+            storeCompressedLayer(ctx.model, layer, std::make_shared<IntLinear>(quant::quantizeRtn(targetWeight(ctx.model, layer), spec)));
         }
     }
 };
@@ -367,7 +377,8 @@ public:
     std::string summary() const override { return "weights in FP8 E4M3 with a per-tensor or per-channel scale; optional dynamic FP8 activations"; }
     std::vector<ParamSpec> params() const override {
         return {choiceParam("scale", {"tensor", "channel"}, "channel", "one scale per tensor or per output channel"),
-                choiceParam("activations", {"none", "dynamic"}, "none", "dynamic: activations quantized to FP8 per token at run time")};
+                choiceParam("activations", {"none", "dynamic"}, "none", "dynamic: activations quantized to FP8 per token at run time"),
+                headParam()};
     }
     bool needsCalibration(const nlohmann::json&) const override { return false; }
     void apply(StepContext& ctx) const override {
@@ -375,8 +386,8 @@ public:
             ctx.progress(double(i) / double(ctx.layers.size()));
             const std::string& layer = ctx.layers[i];
             nlohmann::json p = ctx.paramsFor(layer);
-            ctx.model.setCompressed(layer, std::make_shared<Fp8Linear>(
-                quant::quantizeFp8(ctx.model.floatTensor(weightOf(layer)), p["scale"] == "channel"), p["activations"] == "dynamic"));
+            storeCompressedLayer(ctx.model, layer, std::make_shared<Fp8Linear>(
+                quant::quantizeFp8(targetWeight(ctx.model, layer), p["scale"] == "channel"), p["activations"] == "dynamic"));
         }
     }
 };
