@@ -64,7 +64,8 @@ std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step
         for (const auto& r : ignores) ignored |= std::regex_search(layer, r);
         if (!ignored) out.push_back(layer);
     }
-    if (head == "also") out.push_back(kHeadLayer);
+    if (head == "also" && std::none_of(ignores.begin(), ignores.end(), [](const std::regex& r) { return std::regex_search(kHeadLayer, r); }))
+        out.push_back(kHeadLayer);
     return out;
 }
 
@@ -99,7 +100,8 @@ static void checkPatternsMatch(const Model& model, const RecipeStep& step, const
                     "unused; leave them out, or use \"head\": \"also\"");
     if (head == "only") layers = {kHeadLayer};
     else if (head == "also") layers.push_back(kHeadLayer);
-    if (!step.targets.empty() && targeted.size() == (head == "also" ? 1u : 0u))
+    const auto blockLayers = std::count_if(targeted.begin(), targeted.end(), [](const std::string& l) { return l != kHeadLayer; });
+    if (head != "only" && !step.targets.empty() && blockLayers == 0)
         throw Error(where + "\"targets\" '" + step.targets + "' leaves no layer of the model" +
                     (step.ignore.empty() ? "" : " after \"ignore\"") + example);
     for (const auto& o : step.overrides) {

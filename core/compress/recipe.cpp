@@ -187,6 +187,10 @@ void Recipe::validate(const std::string& source) const {
         try {
             resolveParams(step.method, method->params(), step.params);
             for (const auto& o : step.overrides) {
+                // Which layers a step takes is the step's: an override's "head" would be read for no layer.
+                if (o.params.is_object() && o.params.contains("head"))
+                    throw Error(step.method + " override '" + o.pattern + "': \"head\" says which layers the step takes, "
+                                "so it belongs in the step's params, not in an override");
                 nlohmann::json merged = step.params.is_object() ? step.params : nlohmann::json::object();
                 merged.update(o.params);
                 resolveParams(step.method + " override '" + o.pattern + "'", method->params(), merged);

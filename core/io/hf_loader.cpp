@@ -470,8 +470,8 @@ public:
             const nlohmann::json* group = ct::groupFor(quantized.config, layer, configPath);
             if (!group) throw Error(configPath, "'" + layer + "' has compressed tensors but no config group targets it");
             auto linear = ct::readLayer(*group, layer, parts, folder);
-            // A quantized head or embedding is kept dequantized: cwb runs only block layers compressed.
-            if (layer.rfind("model.layers.", 0) == 0) model->addPackedLayer(layer, linear, folder);
+            // A quantized embedding is kept dequantized (it is looked up, not multiplied); the head runs compressed.
+            if (layer.rfind("model.layers.", 0) == 0 || layer == "lm_head") model->addPackedLayer(layer, linear, folder);
             else model->replaceTensor(layer + ".weight", linear->effectiveWeight());
         }
         if (!model->has("lm_head.weight") && saidUntied)

@@ -56,7 +56,8 @@ at::Tensor Transformer::fixedShapeStep(const at::Tensor& tokens, const at::Tenso
     at::Tensor x = at::embedding(mGlobals->embedding, tokens);   // [batch, 1, hidden]
     if (fusedDecodeActive()) {   // the kernels read the RoPE table and the position themselves
         for (int64_t l = 0; l < mModel.spec.layers; ++l) x = fixedShapeBlock(l, x, at::Tensor(), at::Tensor(), position, cache);
-        if (mGlobals->headNative && intLinearFused() && mGlobals->headNative->fusesNormAndResidual())
+        const int64_t rows = x.numel() / x.size(-1), slice = mGlobals->headTokenSlice;   // past the slice: headLinear slices
+        if (mGlobals->headNative && intLinearFused() && mGlobals->headNative->fusesNormAndResidual() && (slice <= 0 || rows <= slice))
             return mGlobals->headNative->forwardFused(x, mGlobals->finalNormWeight, mModel.spec.normEps, at::Tensor())
                 .to(at::kFloat);
         if (!mGlobals->headCompressed && foldNormsIntoGemv() && denseGemvApplies(x, mGlobals->head, kDenseGemvRuntimeRows))

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -213,7 +214,12 @@ void Transformer::loadHead() {
         mGlobals->head = mGlobals->embedding;
         return;
     }
-    auto compressed = parameter(name) ? nullptr : mModel.compressed("lm_head");
+    auto compressed = mModel.compressed("lm_head");
+    if (compressed && parameter(name)) {   // training: the dense parameter, its input prepared as the layer's (FP8)
+        mGlobals->headCompressed = compressed;
+        mGlobals->head = *parameter(name);
+        return;
+    }
     if (compressed) {
         mGlobals->headCompressed = compressed;
         mGlobals->headNative = nativeLinear("lm_head", *compressed);
@@ -341,8 +347,10 @@ void Transformer::planCpuWeights() {
     // layers account for: those the packed CPU path can run without a copy.
     const double element = double(at::elementSize(mOptions.dtype));
     double integerBytes = 0;
+    std::vector<std::string> layers = mModel.linearLayers();   // the embeddings load as floats; an integer head need not
+    if (mModel.compressed("lm_head")) layers.push_back("lm_head");
     if (mOptions.nativeKernels && !mOptions.parameters)
-        for (const auto& layer : mModel.linearLayers()) {   // block layers: the head and embeddings load as floats
+        for (const auto& layer : layers) {
             const auto* integer = dynamic_cast<const IntLinear*>(mModel.compressed(layer).get());
             if (integer && integer->bits() >= 2 && integer->bits() <= 8)
                 integerBytes += double(mModel.tensor(layer + ".weight").elementCount()) * element;
@@ -804,7 +812,12 @@ void Transformer::invalidateBlock(int64_t layer) {
     if (layer < 0) {
         for (auto& b : mBlocks) b.reset();
         mBlocks.resize(static_cast<size_t>(mModel.spec.layers));
+        // The head is loaded once, with the runtime, so its path stays.
+        auto head = mLayerPaths.find("lm_head");
+        std::optional<LayerPath> headPath;
+        if (head != mLayerPaths.end()) headPath = head->second;
         mLayerPaths.clear();
+        if (headPath) mLayerPaths["lm_head"] = *headPath;
         mStackRefusals.clear();
     } else {
         mBlocks.at(static_cast<size_t>(layer)).reset();

@@ -101,7 +101,7 @@ private slots:
     void packedLayersHoldNoDenseCopy();
     void zeroZeroPointBesideSymmetricWeights_data();
     void zeroZeroPointBesideSymmetricWeights();
-    void quantizedHeadIsReadDequantized();
+    void quantizedHeadIsReadPacked();
     void refusals_data();
     void refusals();
     void hostileCheckpoints_data();
@@ -487,9 +487,9 @@ void TestCompressedTensors::zeroZeroPointBesideSymmetricWeights() {
     QVERIFY(at::equal(back->floatTensor(layer + ".weight"), variant->floatTensor(layer + ".weight")));
 }
 
-// A checkpoint that quantizes lm_head too (some do): cwb runs only block layers compressed, so the head is read
-// dequantized, to the values the format defines.
-void TestCompressedTensors::quantizedHeadIsReadDequantized() {
+// A checkpoint that quantizes lm_head too (some do): the head is read packed, as the blocks are, and computes the values
+// the format defines.
+void TestCompressedTensors::quantizedHeadIsReadPacked() {
     QTemporaryDir dir;
     const std::string folder = (dir.path() + "/ct").toStdString();
     ExportOptions options;
@@ -510,10 +510,11 @@ void TestCompressedTensors::quantizedHeadIsReadDequantized() {
     config["quantization_config"]["ignore"] = json::array();   // "Linear" now reaches lm_head
     std::ofstream(folder + "/config.json") << config.dump(2);
     auto back = loadModel(folder);
-    QVERIFY(!back->compressed("lm_head"));
-    QVERIFY(!back->tensor("lm_head.weight").packedOnly);
+    auto packed = std::dynamic_pointer_cast<const Fp8Linear>(back->compressed("lm_head"));
+    QVERIFY(packed && packed->dynamicActivations());
+    QVERIFY(back->tensor("lm_head.weight").packedOnly);
     QVERIFY(at::equal(back->floatTensor("lm_head.weight"), head.dequantize()));
-    QCOMPARE(back->compressedLayers().size(), variant->compressedLayers().size());
+    QCOMPARE(back->compressedLayers().size(), variant->compressedLayers().size() + 1);
 }
 
 void TestCompressedTensors::refusals_data() {

@@ -185,8 +185,18 @@ void TestCompressionMethods::outputHeadIsQuantizedOnRequest() {
         compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.gptq","params":{"head":"also"}}]})"), at::Tensor());
         QFAIL("a calibrated method took the head");
     } catch (const Error& e) {
-        QVERIFY2(QString(e.what()).contains("head"), e.what());
+        QVERIFY2(QString(e.what()).contains("unknown parameter 'head'"), e.what());
     }
+    try {
+        recipe(R"({"steps":[{"method":"quantize.rtn","overrides":[{"pattern":"mlp","params":{"head":"also"}}]}]})");
+        QFAIL("an override's head was accepted");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("\"head\" says which layers the step takes"), e.what());
+    }
+    // "ignore" holds for the head too.
+    CompressionResult ignored = compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"head":"also"},"ignore":["^lm_head$"]}]})"), at::Tensor());
+    QVERIFY(!ignored.model->compressed("lm_head"));
+    QCOMPARE(ignored.model->compressedLayers().size(), size_t(2 * 7));
 }
 
 // An FP8 head with dynamic activations quantizes the normed hidden state first, as the blocks' FP8 layers do.

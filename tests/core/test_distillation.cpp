@@ -111,6 +111,7 @@ private slots:
     void identicalStudentHasZeroDistillationTerms();
     void masksArePreservedAndEventsReported();
     void qatStudentStaysOnItsGrid();
+    void quantizedHeadStaysOnItsGrid();
     void activationQuantizersPassGradients();
     void eightBitStudentsTrainOnTheirGrid_data();
     void eightBitStudentsTrainOnTheirGrid();
@@ -425,6 +426,29 @@ void TestDistillation::qatStudentStaysOnItsGrid() {
         movedLevels += (levels != b->quantized().levels()).sum().item<int64_t>();
     }
     QVERIFY(movedLevels > 0);
+}
+
+// A head quantized by "head" trains on its grid with train_embeddings (not replaced by a dense copy), and stays as it
+// was without.
+void TestDistillation::quantizedHeadStaysOnItsGrid() {
+    Loaded l;
+    const std::string quantize = R"({"method":"quantize.rtn","params":{"bits":4,"group_size":16,"head":"also"}})";
+    CompressionResult before = compressModel(*l.model, recipe(R"({"steps":[)" + quantize + "]}"), windows());
+    auto original = std::dynamic_pointer_cast<const IntLinear>(before.model->compressed("lm_head"));
+    QVERIFY(original);
+    for (const bool trainHead : {false, true}) {
+        CompressionResult after = compressModel(
+            *l.model,
+            recipe(R"({"steps":[)" + quantize + R"(,{"method":"distill.kd","params":{"steps":8,"lr":0.02,"batch_size":4,)" +
+                   R"("seq_len":16,"device":"cpu","train_embeddings":)" + (trainHead ? "true" : "false") + "}}]}"),
+            windows());
+        auto head = std::dynamic_pointer_cast<const IntLinear>(after.model->compressed("lm_head"));
+        QVERIFY2(head, trainHead ? "trained head" : "frozen head");
+        QVERIFY(at::equal(head->quantized().scales, original->quantized().scales));
+        const int64_t moved = (head->quantized().levels() != original->quantized().levels()).sum().item<int64_t>();
+        if (trainHead) QVERIFY(moved > 0);
+        else QCOMPARE(moved, int64_t(0));
+    }
 }
 
 void TestDistillation::activationQuantizersPassGradients() {

@@ -43,6 +43,7 @@ private slots:
     void openingAMissingFileFailsCleanly();
     void tokenizerFileFromTheWindow();
     void packedCheckpointShowsPackedSizes();
+    void treeShowsWhatStepsDoToTheHead();
     void loadingKeepsTheWindowResponsive();
     void loadingShowsProgressAndCanBeCancelled();
     void exportVariantFromTheWindow();
@@ -211,6 +212,34 @@ void TestGuiFlow::packedCheckpointShowsPackedSizes() {
     const qint64 bytes = q->data(ModelTreeView::BytesColumn, Qt::UserRole).toLongLong();
     const qint64 params = q->data(ModelTreeView::ParametersColumn, Qt::UserRole).toLongLong();
     QVERIFY2(bytes > 0 && bytes < params, qPrintable(QString("%1 bytes for %2 parameters").arg(bytes).arg(params)));
+}
+
+// A step with "head" shows on the head's row, or for a tied head (no row of its own) on the embedding's.
+void TestGuiFlow::treeShowsWhatStepsDoToTheHead() {
+    const nlohmann::json steps = nlohmann::json::parse(R"([{"method":"quantize.rtn","params":{"bits":4,"head":"also"}}])");
+    for (const bool tied : {false, true}) {
+        ArchSpec spec = test::tinyLlamaSpec();
+        spec.tiedEmbeddings = tied;
+        const QString folder = mDir.filePath(tied ? "tied-head" : "own-head");
+        QVERIFY(QDir().mkpath(folder));
+        test::writeHfFolder(folder.toStdString(), spec, test::randomWeights(spec, 5), ggml::Type::F32);
+        auto model = loadModel(folder.toStdString());
+        ModelTreeView tree;
+        tree.setModel(model.get());
+        tree.setSteps(steps);
+        QCOMPARE(tree.itemForLayer("model.layers.0.mlp.up_proj")->text(ModelTreeView::StateColumn), QString("rtn bits=4"));
+        if (!tied) {
+            QVERIFY(tree.itemForLayer("lm_head"));
+            QCOMPARE(tree.itemForLayer("lm_head")->text(ModelTreeView::StateColumn), QString("rtn bits=4"));
+            QVERIFY(tree.itemForLayer("model.embed_tokens.weight")->text(ModelTreeView::StateColumn).isEmpty());
+        } else {
+            QVERIFY(!tree.itemForLayer("lm_head"));
+            QCOMPARE(tree.itemForLayer("model.embed_tokens.weight")->text(ModelTreeView::StateColumn),
+                     QString("output head (tied): rtn bits=4 on a copy; the embedding stays"));
+        }
+        tree.setSteps(nlohmann::json::parse(R"([{"method":"quantize.rtn","params":{"bits":4}}])"));
+        QVERIFY(tree.itemForLayer("model.embed_tokens.weight")->text(ModelTreeView::StateColumn).isEmpty());
+    }
 }
 
 void TestGuiFlow::openingAMissingFileFailsCleanly() {
