@@ -223,7 +223,7 @@ void Transformer::loadHead() {
     if (compressed) {
         mGlobals->headCompressed = compressed;
         mGlobals->headNative = nativeLinear("lm_head", *compressed);
-        if (mGlobals->headNative && mOptions.device.is_cuda() && compressed->kind() == "int")
+        if (mGlobals->headNative && compressed->kind() == "int")
             mGlobals->headTokenSlice = mOptions.dequantAboveTokens >= 0 ? mOptions.dequantAboveTokens : defaultDequantAboveTokens();
         if (mGlobals->headNative) return;
         mGlobals->head = compressed->weightOn(mOptions.device).to(mOptions.dtype);

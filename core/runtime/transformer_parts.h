@@ -159,8 +159,9 @@ struct Transformer::Globals {
     // into head with its input prepared as the layer says (FP8 / W8A8 activations).
     std::shared_ptr<const CompressedLinear> headCompressed;
     std::shared_ptr<const NativeIntLinear> headNative;
-    // An integer head on CUDA runs in slices of this many token rows (0: whole): past the kernels' limit a layer
+    // An integer head run by a kernel takes slices of this many token rows (0: whole): past the limit a CUDA layer
     // dequantizes into a dense scratch of its own size, for a 128k-vocabulary head 1 GiB more than any block needs.
+    // (The CPU's packed kernels slice the same way, which keeps that path's tests meaningful for CUDA.)
     int64_t headTokenSlice = 0;
 };
 

@@ -161,6 +161,16 @@ void TestCompressionMethods::outputHeadIsQuantizedOnRequest() {
         const at::Tensor logits = logitsOf(*r.model);
         QVERIFY2(at::allclose(logits, logitsOf(*reference), 1e-5, 1e-5), tied ? "tied" : "untied");
         QVERIFY(!at::allclose(logits, logitsOf(*blocks.model), 1e-3, 1e-3));
+        // From its packed levels (the CPU's integer kernels), over more token rows than one slice of the head (32),
+        // the head gives the dequantized path's logits.
+        RuntimeOptions packed;
+        packed.cpuPackedInt = CpuPackedInt::On;
+        Transformer packedRuntime(*r.model, packed);
+        QVERIFY(packedRuntime.layerPaths().at("lm_head").native);
+        const at::Tensor tokens = at::randint(1, spec.vocab, {2, 77}, at::kLong);
+        const at::Tensor sliced = packedRuntime.forward(tokens);
+        QCOMPARE(sliced.sizes().vec(), (std::vector<int64_t>{2, 77, spec.vocab}));
+        QVERIFY(at::allclose(sliced, Transformer(*r.model).forward(tokens), 1e-4, 1e-4));
         // Untied, the quantized head replaces the f32 one; tied, it is added beside the embedding.
         if (tied) QCOMPARE(r.model->storageBytes(), blocks.model->storageBytes() + quantized->storageBytes());
         else QVERIFY(r.model->storageBytes() < blocks.model->storageBytes());
