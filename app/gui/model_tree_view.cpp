@@ -72,10 +72,9 @@ void ModelTreeView::setSteps(const nlohmann::json& steps) {
     auto states = layerStates(*mModel, mSteps);
     // A head tied to the embedding has no row of its own: what a step does to it (a quantized copy) shows on the
     // embedding's row.
-    const auto head = states.find("lm_head");
+    const auto head = states.find(names::kHead);
     if (head != states.end() && !mModel->has("lm_head.weight")) {
-        const std::string embedding = mModel->spec.family == Family::Llama ? "model.embed_tokens.weight" : "transformer.wte.weight";
-        states[embedding] = "output head (tied): " + head->second + " on a copy; the embedding stays";
+        states[names::embedding(mModel->spec.family)] = "output head (tied): " + head->second + " on a copy; the embedding stays";
     }
     for (QTreeWidgetItemIterator it(this); *it; ++it) {
         const auto found = states.find((*it)->data(NameColumn, LayerRole).toString().toStdString());
@@ -94,7 +93,7 @@ void ModelTreeView::rebuild() {
     std::map<int, QTreeWidgetItem*> blocks;
     std::set<std::string> linear;
     for (const auto& l : mModel->linearLayers()) linear.insert(l);
-    if (mModel->has("lm_head.weight")) linear.insert("lm_head");   // the head's row carries what steps do to it
+    if (mModel->has("lm_head.weight")) linear.insert(names::kHead);   // the head's row carries what steps do to it
     auto* other = new QTreeWidgetItem({tr("Other tensors")});
     for (const auto& name : mModel->tensorNames()) {
         const TensorRecord& t = mModel->tensor(name);

@@ -42,7 +42,7 @@ StudentTensors::StudentTensors(const Model& student, const at::Device& device, b
                                bool trainScales) {
     std::set<std::string> linearWeights;
     for (const auto& layer : student.linearLayers()) linearWeights.insert(layer + ".weight");
-    if (student.compressed("lm_head")) linearWeights.insert("lm_head.weight");   // a quantized head trains on its grid too
+    if (student.compressed(names::kHead)) linearWeights.insert("lm_head.weight");   // a quantized head trains on its grid too
     int64_t frozenLayers = 0, masked = 0, quantized = 0, eightBit = 0, scaled = 0;
     for (const auto& name : student.tensorNames()) {
         if (name == "rope_freqs.weight") continue;   // read by the runtime itself, never trained

@@ -53,7 +53,7 @@ std::string headTargeting(const RecipeStep& step) {
 
 std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step) {
     const std::string head = headTargeting(step);
-    if (head == "only") return {kHeadLayer};
+    if (head == "only") return {names::kHead};
     std::vector<std::string> out;
     const std::regex targets(step.targets.empty() ? std::string(".*") : step.targets);
     std::vector<std::regex> ignores;
@@ -64,24 +64,20 @@ std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step
         for (const auto& r : ignores) ignored |= std::regex_search(layer, r);
         if (!ignored) out.push_back(layer);
     }
-    if (head == "also" && std::none_of(ignores.begin(), ignores.end(), [](const std::regex& r) { return std::regex_search(kHeadLayer, r); }))
-        out.push_back(kHeadLayer);
+    if (head == "also" && std::none_of(ignores.begin(), ignores.end(), [](const std::regex& r) { return std::regex_search(names::kHead, r); }))
+        out.push_back(names::kHead);
     return out;
-}
-
-static std::string embeddingName(const Model& model) {
-    return model.spec.family == Family::Llama ? "model.embed_tokens.weight" : "transformer.wte.weight";
 }
 
 at::Tensor targetWeight(const Model& model, const std::string& layer) {
     const std::string name = layer + ".weight";
-    if (layer == kHeadLayer && !model.has(name)) return model.floatTensor(embeddingName(model));
+    if (layer == names::kHead && !model.has(name)) return model.floatTensor(names::embedding(model.spec.family));
     return model.floatTensor(name);
 }
 
 void storeCompressedLayer(Model& model, const std::string& layer, std::shared_ptr<const CompressedLinear> linear) {
-    if (layer == kHeadLayer && !model.has(layer + ".weight")) {
-        model.addPackedLayer(layer, std::move(linear), model.tensor(embeddingName(model)).file);
+    if (layer == names::kHead && !model.has(layer + ".weight")) {
+        model.addPackedLayer(layer, std::move(linear), model.tensor(names::embedding(model.spec.family)).file);
         model.spec.tiedEmbeddings = false;
         return;
     }
@@ -98,9 +94,9 @@ static void checkPatternsMatch(const Model& model, const RecipeStep& step, const
     if (head == "only" && (!step.targets.empty() || !step.ignore.empty()))
         throw Error(where + "\"head\": \"only\" compresses the output head alone, so \"targets\" and \"ignore\" would be "
                     "unused; leave them out, or use \"head\": \"also\"");
-    if (head == "only") layers = {kHeadLayer};
-    else if (head == "also") layers.push_back(kHeadLayer);
-    const auto blockLayers = std::count_if(targeted.begin(), targeted.end(), [](const std::string& l) { return l != kHeadLayer; });
+    if (head == "only") layers = {names::kHead};
+    else if (head == "also") layers.push_back(names::kHead);
+    const auto blockLayers = std::count_if(targeted.begin(), targeted.end(), [](const std::string& l) { return l != names::kHead; });
     if (head != "only" && !step.targets.empty() && blockLayers == 0)
         throw Error(where + "\"targets\" '" + step.targets + "' leaves no layer of the model" +
                     (step.ignore.empty() ? "" : " after \"ignore\"") + example);

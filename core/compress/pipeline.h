@@ -11,6 +11,7 @@
 
 #include "core/compress/recipe.h"
 #include "core/compress/sequential.h"
+#include "core/model/model.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace cwb {
@@ -91,13 +92,13 @@ std::string recipeParamsProblem(const Recipe& recipe);
 std::string recipeLayersProblem(const Model& base, const Recipe& recipe);
 
 // Linear layers a step targets: its regex (default all block linears) minus its ignore list, and the output head
-// (kHeadLayer) where the step's "head" parameter (quantize.rtn, quantize.fp8) says so: "also" after the block layers,
+// (names::kHead) where the step's "head" parameter (quantize.rtn, quantize.fp8) says so: "also" after the block layers,
 // "only" alone.
 std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step);
 
-// The output head as a layer name. A model whose head is tied to the embedding has no "lm_head.weight": a step that
-// compresses the head gives it its own compressed copy (headWeight reads the embedding; storeCompressedLayer unties).
-inline constexpr const char* kHeadLayer = "lm_head";
+// The output head is the layer names::kHead. A model whose head is tied to the embedding has no "lm_head.weight": a
+// step that compresses the head gives it its own compressed copy (targetWeight reads the embedding;
+// storeCompressedLayer unties).
 // The step's "head" parameter as given ("none" when absent).
 std::string headTargeting(const RecipeStep& step);
 // A targeted layer's weight in fp32 (Model::floatTensor), the tied embedding for a head that has no weight of its own.

@@ -188,7 +188,7 @@ protected:
     // Every tensor except those `skip` names, dense in `type`; embeddings, norms and the head too.
     // A compressed output head (quantize.rtn / quantize.fp8 with "head") goes out dense in the packed layouts.
     static void noteDenseHead(const Model& model, ggml::Type dense, const std::string& layout, ExportReport& report) {
-        if (auto head = model.compressed("lm_head"))
+        if (auto head = model.compressed(names::kHead))
             report.notes.push_back("lm_head (" + head->describe() + ") is written dequantized, as " +
                                    exporting::ggmlTypeName(dense) + ": cwb's " + layout +
                                    " layout packs the block layers only (gguf keeps the head quantized)");

@@ -232,7 +232,7 @@ public:
             model->addTensor(std::move(r));
         }
         model->keepAlive(g.file);
-        const std::string embed = family == Family::Llama ? "model.embed_tokens.weight" : "transformer.wte.weight";
+        const std::string embed = names::embedding(family);
         model->spec.vocab = model->tensor(embed).shape.at(0);
         model->spec.tiedEmbeddings = !model->has("lm_head.weight");
         // q/k/v biases are computed wherever the file has them (llama.cpp loads them for llama too, not only qwen2).

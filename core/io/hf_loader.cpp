@@ -471,7 +471,7 @@ public:
             if (!group) throw Error(configPath, "'" + layer + "' has compressed tensors but no config group targets it");
             auto linear = ct::readLayer(*group, layer, parts, folder);
             // A quantized embedding is kept dequantized (it is looked up, not multiplied); the head runs compressed.
-            if (layer.rfind("model.layers.", 0) == 0 || layer == "lm_head") model->addPackedLayer(layer, linear, folder);
+            if (layer.rfind("model.layers.", 0) == 0 || layer == names::kHead) model->addPackedLayer(layer, linear, folder);
             else model->replaceTensor(layer + ".weight", linear->effectiveWeight());
         }
         if (!model->has("lm_head.weight") && saidUntied)

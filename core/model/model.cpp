@@ -13,6 +13,9 @@ namespace names {
 std::string llamaLayer(int64_t layer, const std::string& suffix) {
     return "model.layers." + std::to_string(layer) + "." + suffix;
 }
+std::string embedding(Family family) {
+    return family == Family::Llama ? "model.embed_tokens.weight" : "transformer.wte.weight";
+}
 std::string gpt2Layer(int64_t layer, const std::string& suffix) {
     return "transformer.h." + std::to_string(layer) + "." + suffix;
 }

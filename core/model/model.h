@@ -131,6 +131,9 @@ private:
 namespace names {
 std::string llamaLayer(int64_t layer, const std::string& suffix);   // "model.layers.L." + suffix
 std::string gpt2Layer(int64_t layer, const std::string& suffix);    // "transformer.h.L." + suffix
+// The output head as a layer ("lm_head"; its weight "lm_head.weight", absent when tied to the embedding).
+inline constexpr const char* kHead = "lm_head";
+std::string embedding(Family family);   // "model.embed_tokens.weight" or "transformer.wte.weight"
 } // namespace names
 
 } // namespace cwb

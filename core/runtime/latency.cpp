@@ -244,7 +244,7 @@ std::unique_ptr<Model> randomIntVariant(const Model& base, int bits, int64_t gro
     std::vector<std::string> layers = base.linearLayers();
     if (head) {
         if (!base.has("lm_head.weight")) throw Error(base.path, "the output head is tied to the embedding; no head to quantize");
-        layers.push_back("lm_head");
+        layers.push_back(names::kHead);
     }
     for (const std::string& layer : layers) {
         const TensorRecord& record = base.tensor(layer + ".weight");
@@ -331,9 +331,8 @@ size_t decodeWeightBytes(const Model& model, at::ScalarType dtype) {
             bytes += size_t(model.tensor(layer + ".weight").elementCount()) * element;
         }
     }
-    if (auto head = model.compressed("lm_head")) return bytes + head->storageBytes();
-    const std::string head = model.has("lm_head.weight") ? "lm_head.weight"
-                             : model.spec.family == Family::Llama ? "model.embed_tokens.weight" : "transformer.wte.weight";
+    if (auto head = model.compressed(names::kHead)) return bytes + head->storageBytes();
+    const std::string head = model.has("lm_head.weight") ? "lm_head.weight" : names::embedding(model.spec.family);
     return bytes + size_t(model.tensor(head).elementCount()) * element;
 }
 

@@ -214,7 +214,7 @@ void Transformer::loadHead() {
         mGlobals->head = mGlobals->embedding;
         return;
     }
-    auto compressed = mModel.compressed("lm_head");
+    auto compressed = mModel.compressed(names::kHead);
     if (compressed && parameter(name)) {   // training: the dense parameter, its input prepared as the layer's (FP8)
         mGlobals->headCompressed = compressed;
         mGlobals->head = *parameter(name);
@@ -222,7 +222,7 @@ void Transformer::loadHead() {
     }
     if (compressed) {
         mGlobals->headCompressed = compressed;
-        mGlobals->headNative = nativeLinear("lm_head", *compressed);
+        mGlobals->headNative = nativeLinear(names::kHead, *compressed);
         if (mGlobals->headNative && compressed->kind() == "int")
             mGlobals->headTokenSlice = mOptions.dequantAboveTokens >= 0 ? mOptions.dequantAboveTokens : defaultDequantAboveTokens();
         if (mGlobals->headNative) return;
@@ -348,7 +348,7 @@ void Transformer::planCpuWeights() {
     const double element = double(at::elementSize(mOptions.dtype));
     double integerBytes = 0;
     std::vector<std::string> layers = mModel.linearLayers();   // the embeddings load as floats; an integer head need not
-    if (mModel.compressed("lm_head")) layers.push_back("lm_head");
+    if (mModel.compressed(names::kHead)) layers.push_back(names::kHead);
     if (mOptions.nativeKernels && !mOptions.parameters)
         for (const auto& layer : layers) {
             const auto* integer = dynamic_cast<const IntLinear*>(mModel.compressed(layer).get());
@@ -813,11 +813,11 @@ void Transformer::invalidateBlock(int64_t layer) {
         for (auto& b : mBlocks) b.reset();
         mBlocks.resize(static_cast<size_t>(mModel.spec.layers));
         // The head is loaded once, with the runtime, so its path stays.
-        auto head = mLayerPaths.find("lm_head");
+        auto head = mLayerPaths.find(names::kHead);
         std::optional<LayerPath> headPath;
         if (head != mLayerPaths.end()) headPath = head->second;
         mLayerPaths.clear();
-        if (headPath) mLayerPaths["lm_head"] = *headPath;
+        if (headPath) mLayerPaths[names::kHead] = *headPath;
         mStackRefusals.clear();
     } else {
         mBlocks.at(static_cast<size_t>(layer)).reset();

@@ -110,11 +110,11 @@ std::unique_ptr<cwb::Model> withCompressedHead(std::unique_ptr<cwb::Model> varia
         variant->removeTensor("lm_head.weight");
         variant->spec.tiedEmbeddings = true;
     }
-    const at::Tensor w = cwb::targetWeight(*variant, cwb::kHeadLayer);
+    const at::Tensor w = cwb::targetWeight(*variant, cwb::names::kHead);
     std::shared_ptr<const cwb::CompressedLinear> head;
     if (bits > 0) head = std::make_shared<cwb::IntLinear>(cwb::quant::quantizeRtn(w, {bits, true, 128}), at::Tensor(), "rtn");
     else head = std::make_shared<cwb::Fp8Linear>(cwb::quant::quantizeFp8(w, true), true);
-    cwb::storeCompressedLayer(*variant, cwb::kHeadLayer, head);
+    cwb::storeCompressedLayer(*variant, cwb::names::kHead, head);
     return variant;
 }
 
