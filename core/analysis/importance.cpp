@@ -269,7 +269,7 @@ ImportanceMap channelWanda(const Model& model, const at::Tensor& windows, Feedba
     std::map<int64_t, std::unique_ptr<prune::InputNormAccumulator>> norms;
     SequentialPass pass;
     pass.compute = compute;
-    pass.layersOf = [&](int64_t b) { return std::vector<std::string>{layerName(b)}; };
+    pass.layersOf = [&](int64_t b) { return b < model.spec.layers ? std::vector<std::string>{layerName(b)} : std::vector<std::string>{}; };
     pass.collect = [&](const std::string& layer, const at::Tensor& x) {
         auto& n = norms[std::stoll(layer.substr(layer.find_first_of("0123456789")))];
         if (!n) n = std::make_unique<prune::InputNormAccumulator>(x.size(1));

@@ -144,8 +144,11 @@ static std::vector<std::string> measurableLayers(const Model& before, const Mode
     // Dropped blocks renumber the rest: the same name no longer means the same layer, so nothing compares.
     if (before.spec.layers != after.spec.layers) return out;
     for (const auto& layer : layers) {
-        if (!before.has(layer + ".weight") || !after.has(layer + ".weight")) continue;
-        if (before.tensor(layer + ".weight").shape != after.tensor(layer + ".weight").shape) continue;
+        // A head tied to the embedding is compared with the embedding it was (targetWeight).
+        const std::string source = layer == names::kHead && !before.has(layer + ".weight") && before.spec.tiedEmbeddings
+                                       ? names::embedding(before.spec.family) : layer + ".weight";
+        if (!before.has(source) || !after.has(layer + ".weight")) continue;
+        if (before.tensor(source).shape != after.tensor(layer + ".weight").shape) continue;
         const bool unchanged = before.compressed(layer) == after.compressed(layer) &&
                                before.tensor(layer + ".weight").data == after.tensor(layer + ".weight").data;
         if (unchanged) continue;   // the step left this layer alone
@@ -159,7 +162,8 @@ std::map<std::string, double> reconstructionErrors(const Model& before, Model& a
     std::map<std::string, double> errors;
     std::map<int64_t, std::vector<std::string>> byBlock;
     for (const auto& layer : measurableLayers(before, after, layers))
-        if (blockOf(layer) >= 0) byBlock[blockOf(layer)].push_back(layer);   // the output head: no block pass reaches it
+        if (layer == names::kHead) byBlock[after.spec.layers].push_back(layer);   // the pass's stage past the last block
+        else if (blockOf(layer) >= 0) byBlock[blockOf(layer)].push_back(layer);
     if (!windows.defined() || byBlock.empty()) return errors;
     std::map<std::string, std::unique_ptr<quant::HessianAccumulator>> hessians;
     std::map<std::string, std::string> sameInputAs;   // q/k/v and gate/up: one Hessian each
@@ -177,7 +181,7 @@ std::map<std::string, double> reconstructionErrors(const Model& before, Model& a
         for (const auto& layer : byBlock[b]) {
             auto shared = sameInputAs.find(layer);
             at::Tensor h = hessians.at(shared == sameInputAs.end() ? layer : shared->second)->hessian();
-            errors[layer] = reconstructionError(before.floatTensor(layer + ".weight"), after.floatTensor(layer + ".weight"), h);
+            errors[layer] = reconstructionError(targetWeight(before, layer), after.floatTensor(layer + ".weight"), h);
         }
         for (const auto& layer : byBlock[b]) {
             hessians.erase(layer);

@@ -92,8 +92,8 @@ std::string recipeParamsProblem(const Recipe& recipe);
 std::string recipeLayersProblem(const Model& base, const Recipe& recipe);
 
 // Linear layers a step targets: its regex (default all block linears) minus its ignore list, and the output head
-// (names::kHead) where the step's "head" parameter (quantize.rtn, quantize.fp8) says so: "also" after the block layers,
-// "only" alone.
+// (names::kHead) where the step's "head" parameter (quantize.rtn, quantize.fp8, quantize.gptq) says so: "also" after
+// the block layers, "only" alone.
 std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step);
 
 // The output head is the layer names::kHead. A model whose head is tied to the embedding has no "lm_head.weight": a

@@ -56,6 +56,11 @@ void runSequential(const Model& model, const at::Tensor& calibration, const Sequ
     for (int64_t start = 0; start < calibration.size(0); start += pass.microBatch)
         hidden.push_back(runtime.embed(calibration.narrow(0, start, std::min(pass.microBatch, calibration.size(0) - start))));
     const int64_t blocks = model.spec.layers;
+    const std::vector<std::string> headStage = pass.layersOf ? pass.layersOf(blocks) : std::vector<std::string>{};
+    if (!headStage.empty() && headStage != std::vector<std::string>{names::kHead})
+        throw Error("calibration: past the last block only the output head (" + std::string(names::kHead) + ") can be observed");
+    const bool withHead = !headStage.empty();
+    const double stages = double(blocks + (withHead ? 1 : 0));
     // Checked per micro-batch too: one block of a large calibration set can take minutes.
     const auto checkCancel = [feedback] {
         if (feedback) feedback->throwIfCancelled();
@@ -63,7 +68,7 @@ void runSequential(const Model& model, const at::Tensor& calibration, const Sequ
     for (int64_t b = 0; b < blocks; ++b) {
         if (feedback) {
             feedback->throwIfCancelled();
-            feedback->setProgress(double(b) / double(blocks));
+            feedback->setProgress(double(b) / stages);
         }
         std::vector<std::string> wanted = pass.layersOf ? pass.layersOf(b) : std::vector<std::string>{};
         BlockObserver observer({wanted.begin(), wanted.end()}, pass, b, pass.collect);
@@ -84,11 +89,32 @@ void runSequential(const Model& model, const at::Tensor& calibration, const Sequ
                 h = runtime.runBlock(b, h, wanted.empty() ? nullptr : &compressed);
             }
             if (pass.compressedBlockDone) pass.compressedBlockDone(b);
-        } else if (b + 1 < blocks) {
+        } else if (b + 1 < blocks || withHead) {
             for (auto& h : hidden) {
                 checkCancel();
                 h = runtime.runBlock(b, h, nullptr);
             }
+        }
+    }
+    if (withHead) {
+        if (feedback) {
+            feedback->throwIfCancelled();
+            feedback->setProgress(double(blocks) / stages);
+        }
+        // The final norm is computed again for the second look rather than kept: a whole calibration set of it
+        // is as large as the hidden states.
+        const auto headInputs = [&](const InputSink& sink) {
+            for (const auto& h : hidden) {
+                checkCancel();
+                const at::Tensor x = runtime.finalNorm(h);
+                sink(names::kHead, x.reshape({-1, x.size(-1)}).to(at::kFloat));
+            }
+        };
+        if (pass.collect) headInputs(pass.collect);
+        if (pass.compressBlock) pass.compressBlock(blocks);
+        if (pass.collectCompressed) {
+            headInputs(pass.collectCompressed);
+            if (pass.compressedBlockDone) pass.compressedBlockDone(blocks);
         }
     }
     if (feedback) feedback->setProgress(1.0);

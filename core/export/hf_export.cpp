@@ -186,12 +186,12 @@ protected:
     virtual void addQuantizationConfig(const Model&, nlohmann::json&) const {}
 
     // Every tensor except those `skip` names, dense in `type`; embeddings, norms and the head too.
-    // A compressed output head (quantize.rtn / quantize.fp8 with "head") goes out dense in the packed layouts.
-    static void noteDenseHead(const Model& model, ggml::Type dense, const std::string& layout, ExportReport& report) {
+    // A compressed output head ("head" of quantize.rtn / fp8 / gptq) that a layout cannot pack goes out dense; `why`
+    // says what stops it.
+    static void noteDenseHead(const Model& model, ggml::Type dense, const std::string& why, ExportReport& report) {
         if (auto head = model.compressed(names::kHead))
             report.notes.push_back("lm_head (" + head->describe() + ") is written dequantized, as " +
-                                   exporting::ggmlTypeName(dense) + ": cwb's " + layout +
-                                   " layout packs the block layers only (gguf keeps the head quantized)");
+                                   exporting::ggmlTypeName(dense) + ": " + why + " (gguf keeps the head quantized)");
     }
 
     static std::vector<Entry> denseEntries(const Model& model, ggml::Type type, ExportReport& report,
@@ -258,13 +258,42 @@ protected:
     }
 
     static int64_t groupOf(const quant::QuantizedWeight& w) { return w.spec.groupSize > 0 ? w.spec.groupSize : -1; }
+    static bool symmetricLevels(const quant::QuantizedWeight& w) { return at::all(w.zeros == (1 << (w.spec.bits - 1))).item<bool>(); }
+
+    // Why a compressed head cannot be packed with the block layers ("" when it is packed): only GPTQ's
+    // quantization_config has a place for it ("lm_head": true, GPTQModel and vLLM read it), and then only as an
+    // integer layer on the blocks' grid, since one config describes every packed layer.
+    std::string headPackRefusal(const Model& model) const {
+        auto head = model.compressed(names::kHead);
+        if (!head) return "the head is not compressed";
+        if (!isGptq()) return std::string("cwb's ") + layoutName() + " layout packs the block layers only";
+        auto linear = std::dynamic_pointer_cast<const IntLinear>(head);
+        if (!linear) return "it is not integer-quantized, and gptq packs integer layers only";
+        if (linear->inputScale().defined()) return "it carries input scales, which the gptq layout has no place for";
+        const auto& w = linear->quantized();
+        const std::string why = layerRefusal(w);
+        if (!why.empty()) return why;
+        const auto& first = firstWeight(model);
+        if (w.spec.bits != first.spec.bits || groupOf(w) != groupOf(first) || symmetricLevels(w) != symmetricLevels(first))
+            return "the block layers are " + std::to_string(first.spec.bits) + " bits, group " + std::to_string(groupOf(first)) +
+                   (symmetricLevels(first) ? ", sym" : ", asym") + " and one quantization_config covers every packed layer";
+        return "";
+    }
+
+    // The layers written packed: every block linear, and the head where headPackRefusal allows.
+    std::vector<std::string> packedLayers(const Model& model) const {
+        std::vector<std::string> layers = model.linearLayers();
+        if (model.compressed(names::kHead) && headPackRefusal(model).empty()) layers.push_back(names::kHead);
+        return layers;
+    }
 
     std::vector<Entry> plan(const Model& model, ggml::Type dense, ExportReport& report) const override {
+        const std::vector<std::string> layers = packedLayers(model);
         std::set<std::string> quantized;
-        for (const auto& layer : model.linearLayers()) quantized.insert(layer + ".weight");
+        for (const auto& layer : layers) quantized.insert(layer + ".weight");
         std::vector<Entry> entries =
             denseEntries(model, dense, report, [&](const std::string& n) { return quantized.count(n) != 0; });
-        for (const auto& layer : model.linearLayers()) {
+        for (const auto& layer : layers) {
             auto linear = std::dynamic_pointer_cast<const IntLinear>(model.compressed(layer));
             const auto& w = linear->quantized();
             const int64_t groups = w.scales.size(1);
@@ -294,7 +323,8 @@ protected:
             }
             report.tensors.push_back({layer, "int" + std::to_string(w.spec.bits) + " " + layoutName(), 0, ""});
         }
-        noteDenseHead(model, dense, layoutName(), report);
+        if (model.compressed(names::kHead) && !quantized.count(std::string(names::kHead) + ".weight"))
+            noteDenseHead(model, dense, headPackRefusal(model), report);
         return entries;
     }
 
@@ -316,18 +346,20 @@ protected:
     std::string layerRefusal(const quant::QuantizedWeight& w) const override { return layouts::gptqRefusal(w); }
     void addQuantizationConfig(const Model& model, nlohmann::json& config) const override {
         bool sym = true, actOrder = false;
-        for (const auto& layer : model.linearLayers()) {
+        const std::vector<std::string> layers = packedLayers(model);
+        for (const auto& layer : layers) {
             const auto& w = std::dynamic_pointer_cast<const IntLinear>(model.compressed(layer))->quantized();
-            sym = sym && at::all(w.zeros == (1 << (w.spec.bits - 1))).item<bool>();
+            sym = sym && symmetricLevels(w);
             actOrder = actOrder || !at::equal(w.groupIndex.to(at::kInt), quant::defaultGroupIndex(w.cols, w.spec.groupSize));
         }
+        const bool packedHead = std::find(layers.begin(), layers.end(), names::kHead) != layers.end();
         const auto& w = firstWeight(model);
         // Only what the layers show. damp_percent, static_groups and true_sequential say how a checkpoint was made,
         // which the layers do not record (RTN layers had none); they were written as 0.01 / false / true whatever the
         // recipe set (user probe). Loaders (transformers, GPTQModel, vLLM) do not read them.
         config["quantization_config"] = {{"quant_method", "gptq"}, {"bits", w.spec.bits}, {"group_size", groupOf(w)},
                                          {"desc_act", actOrder},   {"sym", sym},
-                                         {"checkpoint_format", "gptq"}, {"lm_head", false}};
+                                         {"checkpoint_format", "gptq"}, {"lm_head", packedHead}};
     }
 };
 
@@ -411,7 +443,7 @@ protected:
             if (linear->bits() == 2 && linear->kind() == "int") twoBit = true;
         }
         if (twoBit) report.notes.push_back("2-bit layers: transformers reads them; vLLM's integer kernels take 4 and 8 bits only");
-        noteDenseHead(model, dense, "compressed-tensors", report);
+        noteDenseHead(model, dense, "cwb's compressed-tensors layout packs the block layers only", report);
         return entries;
     }
 

@@ -755,12 +755,13 @@ at::Tensor Transformer::runBlock(int64_t layer, const at::Tensor& x, ActivationO
     return y;
 }
 
-at::Tensor Transformer::logits(const at::Tensor& hidden) const {
+at::Tensor Transformer::finalNorm(const at::Tensor& hidden) const {
     const ArchSpec& s = mModel.spec;
-    at::Tensor x = s.family == Family::Llama ? runtimeRmsNorm(hidden, mGlobals->finalNormWeight, s.normEps)
-                                             : layerNorm(hidden, mGlobals->finalNormWeight, mGlobals->finalNormBias, s.normEps);
-    return headLinear(x).to(at::kFloat);
+    return s.family == Family::Llama ? runtimeRmsNorm(hidden, mGlobals->finalNormWeight, s.normEps)
+                                     : layerNorm(hidden, mGlobals->finalNormWeight, mGlobals->finalNormBias, s.normEps);
 }
+
+at::Tensor Transformer::logits(const at::Tensor& hidden) const { return headLinear(finalNorm(hidden)).to(at::kFloat); }
 
 at::Tensor Transformer::headLinear(const at::Tensor& x) const {
     if (mGlobals->headNative) {

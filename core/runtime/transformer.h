@@ -201,9 +201,11 @@ public:
     at::Tensor forward(const at::Tensor& tokens, KvCache* cache = nullptr, ActivationObserver* observer = nullptr);
 
     // The same pass in pieces, for calibration that goes block by block: hidden states of the embeddings
-    // ([batch, count, hidden]), of one block applied to them, and the logits of final hidden states.
+    // ([batch, count, hidden]), of one block applied to them, the final norm of the last block's output (the output
+    // head's input) and the logits of final hidden states (finalNorm, then the head).
     at::Tensor embed(const at::Tensor& tokens) const;
     at::Tensor runBlock(int64_t layer, const at::Tensor& hidden, ActivationObserver* observer = nullptr);
+    at::Tensor finalNorm(const at::Tensor& hidden) const;
     at::Tensor logits(const at::Tensor& hidden) const;
     // Forgets converted weights of one block (or all, layer < 0) after the model's tensors changed.
     void invalidateBlock(int64_t layer);

@@ -7,6 +7,8 @@
 #include <algorithm>
 
 #include "core/compress/compressed_layers.h"
+#include "core/compress/gptq_math.h"
+#include "core/compress/reconstruction_meter.h"
 #include "core/compress/method.h"
 #include "core/compress/quant_math.h"
 #include "core/compress/pipeline.h"
@@ -58,6 +60,7 @@ private slots:
     void overridesTargetsAndIgnore();
     void outputHeadIsQuantizedOnRequest();
     void fp8HeadQuantizesItsInput();
+    void gptqTakesTheHeadAfterTheLastBlock();
     void nmLeavesTwoZerosInEveryFour();
     void globalMagnitudeAndDisabledSteps();
     void pruningAfterQuantizingIsNoted();
@@ -192,8 +195,8 @@ void TestCompressionMethods::outputHeadIsQuantizedOnRequest() {
         QVERIFY2(QString(e.what()).contains("\"head\": \"only\" compresses the output head alone"), e.what());
     }
     try {
-        compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.gptq","params":{"head":"also"}}]})"), at::Tensor());
-        QFAIL("a calibrated method took the head");
+        compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.awq","params":{"head":"also"}}]})"), at::Tensor());
+        QFAIL("AWQ took the head");
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("unknown parameter 'head'"), e.what());
     }
@@ -207,6 +210,58 @@ void TestCompressionMethods::outputHeadIsQuantizedOnRequest() {
     CompressionResult ignored = compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"head":"also"},"ignore":["^lm_head$"]}]})"), at::Tensor());
     QVERIFY(!ignored.model->compressed("lm_head"));
     QCOMPARE(ignored.model->compressedLayers().size(), size_t(2 * 7));
+}
+
+// GPTQ with "head": after the last block the pass gives the head the final norm of the variant's hidden states (the
+// compressed blocks' output with "also"), and the head is quantized from that Hessian: the same levels as GPTQ run by
+// hand on inputs computed with the runtime's own pieces. Tied, the embedding stays and the head gets its own copy.
+void TestCompressionMethods::gptqTakesTheHeadAfterTheLastBlock() {
+    const at::Tensor w = windows(6, 24);
+    for (const bool tied : {false, true}) {
+        for (const char* head : {"only", "also"}) {
+            ArchSpec spec = tinyLlamaSpec();
+            spec.tiedEmbeddings = tied;
+            Loaded l(spec);
+            const at::Tensor embedding = l.model->floatTensor("model.embed_tokens.weight");
+            const at::Tensor original = tied ? embedding : l.model->floatTensor("lm_head.weight");
+            const std::string text = std::string(R"({"steps":[{"method":"quantize.gptq","params":{"bits":3,"group_size":16,"head":")") +
+                                     head + "\"}}]}";
+            CompressionResult r = compressModel(*l.model, recipe(text.c_str()), w);
+            const std::string where = std::string(tied ? "tied, " : "untied, ") + head;
+            auto quantized = r.model->compressed("lm_head");
+            QVERIFY2(quantized, where.c_str());
+            QCOMPARE(QString::fromStdString(quantized->describe()), QStringLiteral("int3 g16 sym gptq"));
+            QCOMPARE(r.model->compressedLayers().size(), size_t(std::string(head) == "also" ? 2 * 7 + 1 : 1));
+            QVERIFY(!r.model->spec.tiedEmbeddings);
+            QVERIFY(at::equal(r.model->floatTensor("model.embed_tokens.weight"), embedding));
+
+            // The head's inputs by hand: the variant's blocks (as the pass computes them: dequantized, f32, CPU), then
+            // the final norm.
+            RuntimeOptions dequantized;
+            dequantized.nativeKernels = false;
+            Transformer rt(*r.model, dequantized);
+            at::Tensor hidden = rt.embed(w);
+            for (int64_t b = 0; b < spec.layers; ++b) hidden = rt.runBlock(b, hidden);
+            const at::Tensor x = rt.finalNorm(hidden);
+            quant::HessianAccumulator hessian(spec.hidden);
+            hessian.add(x.reshape({-1, spec.hidden}).to(at::kFloat));
+            quant::GptqOptions options;
+            options.quant.bits = 3;
+            options.quant.groupSize = 16;
+            const at::Tensor expected = IntLinear(quant::gptqQuantize(original, hessian.hessian(), options).weight).effectiveWeight();
+            QVERIFY2(at::equal(r.model->floatTensor("lm_head.weight"), expected), where.c_str());
+            // GPTQ minimises the error on those inputs: below round-to-nearest's on the same grid.
+            quant::QuantSpec grid = options.quant;
+            const at::Tensor rounded = IntLinear(quant::quantizeRtn(original, grid)).effectiveWeight();
+            const double gptqError = reconstructionError(original, expected, hessian.hessian());
+            const double rtnError = reconstructionError(original, rounded, hessian.hessian());
+            QVERIFY2(gptqError < rtnError, (where + ": " + std::to_string(gptqError) + " vs " + std::to_string(rtnError)).c_str());
+            // The step reports the head's error (a tied head's against the embedding it was).
+            const auto& errors = r.steps.at(0).reconstructionError;
+            QVERIFY2(errors.count("lm_head"), where.c_str());
+            QVERIFY(std::abs(errors.at("lm_head") - gptqError) <= 1e-6 * gptqError);
+        }
+    }
 }
 
 // An FP8 head with dynamic activations quantizes the normed hidden state first, as the blocks' FP8 layers do.
@@ -457,6 +512,8 @@ void TestCompressionMethods::stepErrorsEqualASecondPass_data() {
     QTest::newRow("gptq on mlp only") << "" << R"({"method":"quantize.gptq","params":{"group_size":16},"targets":"mlp"})" << true;
     QTest::newRow("gptq after wanda") << R"({"method":"prune.wanda"})" << R"({"method":"quantize.gptq","params":{"group_size":16}})" << true;
     QTest::newRow("awq (second pass)") << "" << R"({"method":"quantize.awq","params":{"group_size":16}})" << false;
+    QTest::newRow("gptq with the head") << "" << R"({"method":"quantize.gptq","params":{"group_size":16,"head":"also"}})" << true;
+    QTest::newRow("rtn head only (second pass)") << "" << R"({"method":"quantize.rtn","params":{"group_size":16,"head":"only"}})" << false;
 }
 
 // A calibrated step measures its reconstruction errors during its own pass; they must be the numbers a second pass

@@ -1119,13 +1119,38 @@ void TestExport::compressedHeadIsExported() {
         const std::string gptq = (dir.path() + "/out-gptq").toStdString();
         const ExportReport r = exportModel(*variant, "gptq", gptq, options);
         QVERIFY(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
-            return n.find("lm_head (int8 g32 sym) is written dequantized, as f32: cwb's gptq layout packs the block layers only") == 0;
+            return n.find("lm_head (int8 g32 sym) is written dequantized, as f32: the block layers are 4 bits, group 32, sym and "
+                          "one quantization_config covers every packed layer") == 0;
         }));
-        const json config = json::parse(std::ifstream(gptq + "/config.json"));
+        json config = json::parse(std::ifstream(gptq + "/config.json"));
         QCOMPARE(config["tie_word_embeddings"].get<bool>(), false);
+        QCOMPARE(config["quantization_config"]["lm_head"].get<bool>(), false);
         back = loadModel(gptq);
+        QVERIFY(!back->compressed("lm_head"));
         QVERIFY(at::equal(back->floatTensor("lm_head.weight"), variant->floatTensor("lm_head.weight")));
         QVERIFY2(at::equal(probeLogits(*back), logits), "the GPTQ folder computes what the variant did");
+
+        // A head on the blocks' grid is packed beside them ("lm_head": true, as GPTQModel writes it) and read back packed.
+        auto sameGrid = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"head":"also"}}]})");
+        const std::string packedHead = (dir.path() + "/out-gptq-head").toStdString();
+        const ExportReport p = exportModel(*sameGrid, "gptq", packedHead, options);
+        QVERIFY(std::none_of(p.notes.begin(), p.notes.end(), [](const std::string& n) { return n.find("lm_head") != std::string::npos; }));
+        QVERIFY(std::any_of(p.tensors.begin(), p.tensors.end(), [](const ExportedTensor& t) { return t.name == "lm_head" && t.type == "int4 gptq"; }));
+        config = json::parse(std::ifstream(packedHead + "/config.json"));
+        QCOMPARE(config["quantization_config"]["lm_head"].get<bool>(), true);
+        QCOMPARE(config["tie_word_embeddings"].get<bool>(), false);
+        back = loadModel(packedHead);
+        QVERIFY(back->compressed("lm_head"));
+        QCOMPARE(back->compressed("lm_head")->bits(), 4);
+        QVERIFY(at::equal(back->floatTensor("lm_head.weight"), sameGrid->floatTensor("lm_head.weight")));
+        QVERIFY(at::equal(back->floatTensor("model.embed_tokens.weight"), base->floatTensor("model.embed_tokens.weight")));
+        QVERIFY2(at::equal(probeLogits(*back), probeLogits(*sameGrid)), "the packed head computes what the variant's did");
+        // AWQ has no place for it: written dense, and said.
+        auto awqGrid = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"scheme":"asym","head":"also"}}]})");
+        const ExportReport a = exportModel(*awqGrid, "awq", (dir.path() + "/out-awq").toStdString(), options);
+        QVERIFY(std::any_of(a.notes.begin(), a.notes.end(), [](const std::string& n) {
+            return n.find("lm_head (int4 g32 asym) is written dequantized, as f32: cwb's awq layout packs the block layers only") == 0;
+        }));
     }
 }
 

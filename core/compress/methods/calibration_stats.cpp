@@ -16,7 +16,7 @@ int64_t blockOf(const std::string& layer) {
 std::vector<std::string> layersOfBlock(const StepContext& ctx, int64_t block) {
     std::vector<std::string> out;
     for (const auto& layer : ctx.layers)
-        if (blockOf(layer) == block) out.push_back(layer);
+        if ((layer == names::kHead ? ctx.model.spec.layers : blockOf(layer)) == block) out.push_back(layer);
     return out;
 }
 

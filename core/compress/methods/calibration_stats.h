@@ -8,13 +8,15 @@
 #include <vector>
 
 #include "core/compress/method.h"
+#include "core/compress/pipeline.h"
 #include "core/compress/reconstruction_meter.h"
 #include "core/compress/sequential.h"
 #include "core/model/model.h"
 
 namespace cwb {
 
-// Targeted layers of block `block`, in the step's order.
+// Targeted layers of block `block`, in the step's order; the output head (names::kHead) when targeted is the stage
+// one past the last block (block = model.spec.layers), as SequentialPass::layersOf asks for it.
 std::vector<std::string> layersOfBlock(const StepContext& ctx, int64_t block);
 // "model.layers.12.mlp.up_proj" -> 12; -1 when the name is not a block layer.
 int64_t blockOf(const std::string& layer);
@@ -63,7 +65,7 @@ void calibrateLayerByLayer(StepContext& ctx, const std::function<void(const std:
         const std::vector<std::string> layers = layersOfBlock(ctx, block);
         for (const auto& layer : layers) {
             auto shared = sameInputAs.find(layer);
-            if (measure) meter.rememberBefore(layer, ctx.model.floatTensor(layer + ".weight"));
+            if (measure) meter.rememberBefore(layer, targetWeight(ctx.model, layer));   // a tied head: the embedding
             compress(layer, stats.get(shared == sameInputAs.end() ? layer : shared->second));
         }
         for (const auto& layer : layers) {

@@ -38,8 +38,8 @@ quant::QuantSpec specFrom(const nlohmann::json& p, bool symmetric) {
     return spec;
 }
 
-// The data-free methods can take the output head too (as llama.cpp quantizes output.weight); the calibrated ones see
-// only the blocks' inputs.
+// The output head too (llama.cpp quantizes output.weight, GPTQModel takes lm_head): RTN, FP8 and GPTQ, which sees the
+// head's input after the last block (SequentialPass). AWQ does not: its scales fold into or sit before a block layer.
 ParamSpec headParam() {
     return choiceParam("head", {"none", "also", "only"}, "none",
                        "the output head (lm_head): none: the block layers only; also: the head too; only: the head alone (no "
@@ -89,7 +89,8 @@ public:
                 boolParam("static_groups", false, "compute group scales up front from the original weights (with act_order)"),
                 intParam("block_size", 1, 4096, 128, "columns updated together (speed only)"),
                 boolParam("keep_sparsity", true, "in a layer with 1% or more weights exactly zero (pruned: 2:4, magnitude, "
-                                                 "Wanda), they stay zero; off: the error updates fill the pruned places")};
+                                                 "Wanda), they stay zero; off: the error updates fill the pruned places"),
+                headParam()};
     }
     bool needsCalibration(const nlohmann::json&) const override { return true; }
     void apply(StepContext& ctx) const override {
@@ -103,12 +104,12 @@ public:
             options.staticGroups = p["static_groups"].get<bool>();
             options.blockSize = p["block_size"].get<int64_t>();
             if (options.quant.groupSize == 0) throw Error("quantize.gptq: group_size 0 is not allowed (use -1 for per channel)");
-            const at::Tensor weight = ctx.model.floatTensor(weightOf(layer));
+            const at::Tensor weight = targetWeight(ctx.model, layer);
             options.keepZeros = p["keep_sparsity"].get<bool>() && weight.numel() > 0 &&
                                 (weight == 0).sum().item<double>() >= 0.01 * double(weight.numel());
             masked += options.keepZeros;
             quant::GptqResult r = quant::gptqQuantize(weight, hessian.hessian(), options);
-            ctx.model.setCompressed(layer, std::make_shared<IntLinear>(std::move(r.weight), at::Tensor(), "gptq"));
+            storeCompressedLayer(ctx.model, layer, std::make_shared<IntLinear>(std::move(r.weight), at::Tensor(), "gptq"));
         }, /*onDevice=*/true);
         if (masked > 0)
             ctx.note(std::to_string(masked) + " layer" + (masked == 1 ? "" : "s") + " with pruned (zero) weights kept them zero "
