@@ -158,6 +158,7 @@ void comparePipeline() {
     const at::Tensor windows = at::randint(0, base->spec.vocab, {16, 64}, at::kLong);
     for (const char* step : {R"({"method":"quantize.gptq","params":{"bits":4,"group_size":32}})",
                              R"({"method":"quantize.gptq","params":{"bits":4,"group_size":128,"act_order":true}})",
+                             R"({"method":"quantize.gptq","params":{"bits":4,"group_size":32,"head":"also"}})",
                              R"({"method":"prune.sparsegpt","params":{"sparsity":0.5}})"}) {
         const cwb::Recipe recipe =
             cwb::Recipe::fromJson(nlohmann::json::parse(std::string(R"({"steps":[)") + step + "]}"), "test");
@@ -167,7 +168,7 @@ void comparePipeline() {
         const cwb::CompressionResult gpu = cwb::compressModel(*base, recipe, windows, nullptr, {}, onCuda);
         int64_t equal = 0, total = 0;
         double worst = 0;
-        for (const std::string& layer : base->linearLayers()) {
+        for (const std::string& layer : cwb::targetLayers(*base, recipe.steps.at(0))) {   // the output head too
             at::Tensor a, b;
             if (auto q = std::dynamic_pointer_cast<const cwb::IntLinear>(cpu.model->compressed(layer))) {
                 a = q->quantized().levels();
