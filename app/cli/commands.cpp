@@ -42,7 +42,7 @@ const std::vector<Command>& commands() {
         {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--fused] [--samples N] [--seq-len T] [--seed S] [--threads N] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--out R.json] [--tokenizer FILE] [--json] [--quiet]",
          "choose per-layer bit widths for a bits-per-weight target from measured sensitivity; writes a recipe", runBudget},
         {"export",
-         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T] [--seed S] [--device auto|cpu|cuda[:N]] [--calib-dtype f32|bf16|f16]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--requantize T] [--shard-size BYTES] [--scratch DIR|auto|off] [--model PATH] [--threads N] [--tokenizer FILE] --out PATH [--json] [--quiet]",
+         "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T] [--seed S] [--device auto|cpu|cuda[:N]] [--calib-dtype f32|bf16|f16]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--requantize T] [--pack-head] [--shard-size BYTES] [--scratch DIR|auto|off] [--model PATH] [--threads N] [--tokenizer FILE] --out PATH [--json] [--quiet]",
          "write a model or variant as a Hugging Face folder (dense, GPTQ, AWQ, compressed-tensors) or a GGUF file", runExport},
         {"bench",
          "cwb bench MODEL|PROJECT|--synthetic llama-7b|llama-70b|llama3-8b|llama3-70b [--layers N] [--context N] [--recipe R.json [--calib F] [--samples N] [--seq-len T] [--seed S]] [--variant V] [--model M] [--format int|fp8|w8a8|w8a8-folded|sparse24] [--bits 4|8] [--group-size G] [--quantize-head] "

@@ -133,7 +133,7 @@ void calibrationAsCompressRanIt(const Arguments& a, const std::string& modelPath
 int runExport(const std::vector<std::string>& args) {
     Arguments a(args, {"variant", "format", "type", "requantize", "out", "recipe", "calib", "samples", "seq-len", "seed", "model",
                        "shard-size", "threads", "tokenizer", "scratch", "device", "calib-dtype"},
-                {"json", "quiet"});
+                {"json", "quiet", "pack-head"});
     applyThreads(a.integer("threads", 0));
     const std::string input = a.requirePositional("MODEL or PROJECT");
     if (!a.has("format")) throw Error("export needs --format hf|gptq|awq|compressed-tensors|gguf");
@@ -147,6 +147,7 @@ int runExport(const std::vector<std::string>& args) {
     ExportOptions options;
     options.tensorType = a.value("type");
     options.requantizeType = a.value("requantize");
+    options.packHead = a.flag("pack-head");
     const std::string problem = exportOptionsProblem(a.value("format"), options);
     if (!problem.empty()) throw Error("a " + a.value("format") + " export: " + problem);
     if (a.has("shard-size")) {

@@ -165,6 +165,9 @@ std::map<std::string, double> reconstructionErrors(const Model& before, Model& a
         if (layer == names::kHead) byBlock[after.spec.layers].push_back(layer);   // the pass's stage past the last block
         else if (blockOf(layer) >= 0) byBlock[blockOf(layer)].push_back(layer);
     if (!windows.defined() || byBlock.empty()) return errors;
+    // A step on the head alone (RTN / FP8 "head": "only"): a forward through every block for one layer's error is not
+    // paid here; GPTQ measures its head in its own pass.
+    if (byBlock.size() == 1 && byBlock.count(after.spec.layers)) return errors;
     std::map<std::string, std::unique_ptr<quant::HessianAccumulator>> hessians;
     std::map<std::string, std::string> sameInputAs;   // q/k/v and gate/up: one Hessian each
     SequentialPass pass;

@@ -101,21 +101,20 @@ void runSequential(const Model& model, const at::Tensor& calibration, const Sequ
             feedback->throwIfCancelled();
             feedback->setProgress(double(blocks) / stages);
         }
-        // The final norm is computed again for the second look rather than kept: a whole calibration set of it
-        // is as large as the hidden states.
-        const auto headInputs = [&](const InputSink& sink) {
-            for (const auto& h : hidden) {
-                checkCancel();
-                const at::Tensor x = runtime.finalNorm(h);
-                sink(names::kHead, x.reshape({-1, x.size(-1)}).to(at::kFloat));
-            }
-        };
-        if (pass.collect) headInputs(pass.collect);
-        if (pass.compressBlock) pass.compressBlock(blocks);
-        if (pass.collectCompressed) {
-            headInputs(pass.collectCompressed);
-            if (pass.compressedBlockDone) pass.compressedBlockDone(blocks);
+        // The head's input does not depend on the head: each micro-batch's final norm goes to collect and, for the
+        // look at the compressed stage, to collectCompressed at once; the hidden states are freed before the head
+        // is compressed (GPTQ of a large-vocabulary head needs several head-sized buffers).
+        for (auto& h : hidden) {
+            checkCancel();
+            const at::Tensor normed = runtime.finalNorm(h);
+            const at::Tensor x = normed.reshape({-1, normed.size(-1)}).to(at::kFloat);
+            h = at::Tensor();
+            if (pass.collect) pass.collect(names::kHead, x);
+            if (pass.collectCompressed) pass.collectCompressed(names::kHead, x);
         }
+        hidden.clear();
+        if (pass.compressBlock) pass.compressBlock(blocks);
+        if (pass.collectCompressed && pass.compressedBlockDone) pass.compressedBlockDone(blocks);
     }
     if (feedback) feedback->setProgress(1.0);
 }

@@ -26,9 +26,9 @@ struct CalibrationCompute {
 struct SequentialPass {
     // Which layers of block `layer` to observe (full names, e.g. "model.layers.3.mlp.down_proj"). Asked once more
     // with block = model.spec.layers, one past the last block: {names::kHead} there makes the output head a last
-    // stage, whose input (the final norm of the last block's output) goes to collect as "lm_head", followed by
-    // compressBlock(model.spec.layers) and, with collectCompressed, the same inputs again (the head's input does not
-    // depend on the head) and compressedBlockDone(model.spec.layers).
+    // stage, whose input (the final norm of the last block's output) goes to collect as "lm_head" and, since it does
+    // not depend on the head, to collectCompressed in the same loop, before compressBlock(model.spec.layers) and
+    // compressedBlockDone(model.spec.layers).
     std::function<std::vector<std::string>(int64_t block)> layersOf;
     InputSink collect;
     // Compresses block `block` of the model after its inputs were collected.

@@ -68,6 +68,8 @@ std::string exportOverwritesSource(const std::string& path, const std::string& s
 std::string exportOptionsProblem(const std::string& formatId, const ExportOptions& options) {
     if (!options.requantizeType.empty() && formatId != "gguf")
         return "--requantize applies to GGUF exports (a " + formatId + " export writes compressed layers in its own layout)";
+    if (options.packHead && formatId != "gptq")
+        return "--pack-head applies to gptq exports (the other layouts have no place for a packed head; gguf keeps it quantized anyway)";
     return formatOf(formatId).optionsProblem(options);
 }
 

@@ -23,6 +23,10 @@ struct ExportOptions {
     std::string requantizeType;
     // hf/gptq/awq: a model whose tensors take more bytes than this is written as shards with an index.
     uint64_t shardBytes = uint64_t(4) << 30;
+    // gptq only: a quantized output head on the block layers' grid is packed beside them ("lm_head": true in
+    // quantization_config, as GPTQModel writes it; GPTQModel and vLLM read it) instead of written dequantized.
+    // Off by default: transformers' GPTQ loader (optimum) converts the block layers only.
+    bool packHead = false;
 };
 
 struct ExportedTensor {

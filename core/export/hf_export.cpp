@@ -100,7 +100,7 @@ public:
         report.format = id();
         report.path = folder;
         const ggml::Type dense = options.tensorType.empty() && followsSourceFloat() ? exporting::sourceFloatType(model) : denseType(options);
-        std::vector<Entry> entries = plan(model, dense, report);
+        std::vector<Entry> entries = plan(model, dense, options, report);
         if (options.tensorType.empty()) {
             std::vector<std::string> rounded;
             for (const Entry& e : entries) {
@@ -159,7 +159,7 @@ public:
             report.files.push_back("model.safetensors.index.json");
         }
         nlohmann::json config = exporting::hfConfig(model, torchDtype(dense));
-        addQuantizationConfig(model, config);
+        addQuantizationConfig(model, options, config);
         exporting::writeJsonFile(staging + "/config.json", config);
         report.files.push_back("config.json");
         for (const auto& f : exporting::writeHfTokenizerFiles(model, staging, report.notes)) report.files.push_back(f);
@@ -182,8 +182,8 @@ protected:
     // Whether, without --type, dense tensors keep a bf16 source's type (exporting::sourceFloatType).
     virtual bool followsSourceFloat() const { return true; }
     virtual std::string quantRefusal(const Model&, const ExportOptions&) const { return ""; }
-    virtual std::vector<Entry> plan(const Model& model, ggml::Type dense, ExportReport& report) const = 0;
-    virtual void addQuantizationConfig(const Model&, nlohmann::json&) const {}
+    virtual std::vector<Entry> plan(const Model& model, ggml::Type dense, const ExportOptions& options, ExportReport& report) const = 0;
+    virtual void addQuantizationConfig(const Model&, const ExportOptions&, nlohmann::json&) const {}
 
     // Every tensor except those `skip` names, dense in `type`; embeddings, norms and the head too.
     // A compressed output head ("head" of quantize.rtn / fp8 / gptq) that a layout cannot pack goes out dense; `why`
@@ -213,7 +213,7 @@ public:
     std::string displayName() const override { return "Hugging Face folder (dense safetensors)"; }
 
 protected:
-    std::vector<Entry> plan(const Model& model, ggml::Type dense, ExportReport& report) const override {
+    std::vector<Entry> plan(const Model& model, ggml::Type dense, const ExportOptions& options, ExportReport& report) const override {
         std::vector<Entry> entries = denseEntries(model, dense, report, {});
         for (const auto& [layer, linear] : model.compressedLayers()) {
             report.notes.push_back(layer + " (" + linear->describe() + ") is written dequantized");
@@ -260,13 +260,17 @@ protected:
     static int64_t groupOf(const quant::QuantizedWeight& w) { return w.spec.groupSize > 0 ? w.spec.groupSize : -1; }
     static bool symmetricLevels(const quant::QuantizedWeight& w) { return at::all(w.zeros == (1 << (w.spec.bits - 1))).item<bool>(); }
 
-    // Why a compressed head cannot be packed with the block layers ("" when it is packed): only GPTQ's
-    // quantization_config has a place for it ("lm_head": true, GPTQModel and vLLM read it), and then only as an
-    // integer layer on the blocks' grid, since one config describes every packed layer.
-    std::string headPackRefusal(const Model& model) const {
+    // Why a compressed head is not packed with the block layers ("" when it is): only GPTQ's quantization_config has a
+    // place for it ("lm_head": true, which GPTQModel and vLLM read), and only when asked (ExportOptions::packHead:
+    // transformers' GPTQ loader converts the block layers only); then as an integer layer on the blocks' grid, since
+    // one config describes every packed layer.
+    std::string headPackRefusal(const Model& model, const ExportOptions& options) const {
         auto head = model.compressed(names::kHead);
         if (!head) return "the head is not compressed";
         if (!isGptq()) return std::string("cwb's ") + layoutName() + " layout packs the block layers only";
+        if (!options.packHead)
+            return "transformers' GPTQ loader converts the block layers only (--pack-head packs it for GPTQModel and vLLM "
+                   "where it is on the blocks' grid)";
         auto linear = std::dynamic_pointer_cast<const IntLinear>(head);
         if (!linear) return "it is not integer-quantized, and gptq packs integer layers only";
         if (linear->inputScale().defined()) return "it carries input scales, which the gptq layout has no place for";
@@ -274,21 +278,25 @@ protected:
         const std::string why = layerRefusal(w);
         if (!why.empty()) return why;
         const auto& first = firstWeight(model);
-        if (w.spec.bits != first.spec.bits || groupOf(w) != groupOf(first) || symmetricLevels(w) != symmetricLevels(first))
+        bool blocksSymmetric = true;
+        for (const auto& layer : model.linearLayers())
+            blocksSymmetric = blocksSymmetric && symmetricLevels(std::dynamic_pointer_cast<const IntLinear>(model.compressed(layer))->quantized());
+        // An asymmetric head among symmetric blocks would make the whole config "sym": false (slower kernels in vLLM).
+        if (w.spec.bits != first.spec.bits || groupOf(w) != groupOf(first) || (blocksSymmetric && !symmetricLevels(w)))
             return "the block layers are " + std::to_string(first.spec.bits) + " bits, group " + std::to_string(groupOf(first)) +
-                   (symmetricLevels(first) ? ", sym" : ", asym") + " and one quantization_config covers every packed layer";
+                   (blocksSymmetric ? ", sym" : "") + " and one quantization_config covers every packed layer";
         return "";
     }
 
     // The layers written packed: every block linear, and the head where headPackRefusal allows.
-    std::vector<std::string> packedLayers(const Model& model) const {
+    std::vector<std::string> packedLayers(const Model& model, const ExportOptions& options) const {
         std::vector<std::string> layers = model.linearLayers();
-        if (model.compressed(names::kHead) && headPackRefusal(model).empty()) layers.push_back(names::kHead);
+        if (model.compressed(names::kHead) && headPackRefusal(model, options).empty()) layers.push_back(names::kHead);
         return layers;
     }
 
-    std::vector<Entry> plan(const Model& model, ggml::Type dense, ExportReport& report) const override {
-        const std::vector<std::string> layers = packedLayers(model);
+    std::vector<Entry> plan(const Model& model, ggml::Type dense, const ExportOptions& options, ExportReport& report) const override {
+        const std::vector<std::string> layers = packedLayers(model, options);
         std::set<std::string> quantized;
         for (const auto& layer : layers) quantized.insert(layer + ".weight");
         std::vector<Entry> entries =
@@ -324,7 +332,7 @@ protected:
             report.tensors.push_back({layer, "int" + std::to_string(w.spec.bits) + " " + layoutName(), 0, ""});
         }
         if (model.compressed(names::kHead) && !quantized.count(std::string(names::kHead) + ".weight"))
-            noteDenseHead(model, dense, headPackRefusal(model), report);
+            noteDenseHead(model, dense, headPackRefusal(model, options), report);
         return entries;
     }
 
@@ -344,9 +352,9 @@ protected:
     const char* layoutName() const override { return "gptq"; }
     bool isGptq() const override { return true; }
     std::string layerRefusal(const quant::QuantizedWeight& w) const override { return layouts::gptqRefusal(w); }
-    void addQuantizationConfig(const Model& model, nlohmann::json& config) const override {
+    void addQuantizationConfig(const Model& model, const ExportOptions& options, nlohmann::json& config) const override {
         bool sym = true, actOrder = false;
-        const std::vector<std::string> layers = packedLayers(model);
+        const std::vector<std::string> layers = packedLayers(model, options);
         for (const auto& layer : layers) {
             const auto& w = std::dynamic_pointer_cast<const IntLinear>(model.compressed(layer))->quantized();
             sym = sym && symmetricLevels(w);
@@ -372,7 +380,7 @@ protected:
     const char* layoutName() const override { return "awq"; }
     bool isGptq() const override { return false; }
     std::string layerRefusal(const quant::QuantizedWeight& w) const override { return layouts::awqRefusal(w); }
-    void addQuantizationConfig(const Model& model, nlohmann::json& config) const override {
+    void addQuantizationConfig(const Model& model, const ExportOptions& options, nlohmann::json& config) const override {
         const auto& w = firstWeight(model);
         config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4},        {"group_size", w.spec.groupSize},
                                          {"zero_point", true},    {"version", "gemm"}, {"modules_to_not_convert", nullptr}};
@@ -412,7 +420,7 @@ protected:
         return "";
     }
 
-    std::vector<Entry> plan(const Model& model, ggml::Type dense, ExportReport& report) const override {
+    std::vector<Entry> plan(const Model& model, ggml::Type dense, const ExportOptions& options, ExportReport& report) const override {
         std::set<std::string> quantized;
         for (const auto& layer : model.linearLayers())
             if (model.compressed(layer)) quantized.insert(layer + ".weight");
@@ -447,7 +455,7 @@ protected:
         return entries;
     }
 
-    void addQuantizationConfig(const Model& model, nlohmann::json& config) const override {
+    void addQuantizationConfig(const Model& model, const ExportOptions& options, nlohmann::json& config) const override {
         std::vector<std::pair<std::string, const CompressedLinear*>> layers;
         bool allCompressed = true;
         for (const auto& layer : model.linearLayers()) {

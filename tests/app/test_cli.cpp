@@ -405,6 +405,7 @@ void TestCli::mistakesFailBeforeTheWork() {
         // Regression (user probe): a GGUF export replaced any file at --out.
         {{"export", model, "--format", "gguf", "--out", mine + "/notes.txt"}, mine + "/notes.txt: exists and is not a GGUF file"},
         {{"export", model, "--format", "hf", "--requantize", "q5_0", "--out", dir.filePath("hf")}, "--requantize applies to GGUF exports"},
+        {{"export", model, "--format", "awq", "--pack-head", "--out", dir.filePath("awq")}, "--pack-head applies to gptq exports"},
         {{"export", model, "--format", "gguf", "--requantize", "int4", "--out", dir.filePath("m.gguf")}, "--requantize: "},
         {{"export", model, "--recipe", QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/rtn-w4g32.json", "--format", "awq",
           "--out", dir.filePath("awq")},

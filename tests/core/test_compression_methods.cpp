@@ -492,6 +492,8 @@ void TestCompressionMethods::reconstructionErrorIsReported() {
     // In the first block both see the same inputs, and GPTQ minimises exactly this error.
     for (const auto& [layer, e] : b)
         if (layer.rfind("model.layers.0.", 0) == 0) QVERIFY2(e < a.at(layer), layer.c_str());
+    // A data-free step on the head alone gets no second pass (a forward through every block for one error).
+    QVERIFY(compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn","params":{"head":"only"}}]})"), w).steps[0].reconstructionError.empty());
     // Without calibration windows nothing is measured; structured steps change shapes and report nothing.
     QVERIFY(compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn"}]})"), at::Tensor()).steps[0].reconstructionError.empty());
     QVERIFY(compressModel(*l.model, recipe(R"({"steps":[{"method":"prune.channels","params":{"importance":"weight"}}]})"), w)
@@ -513,7 +515,7 @@ void TestCompressionMethods::stepErrorsEqualASecondPass_data() {
     QTest::newRow("gptq after wanda") << R"({"method":"prune.wanda"})" << R"({"method":"quantize.gptq","params":{"group_size":16}})" << true;
     QTest::newRow("awq (second pass)") << "" << R"({"method":"quantize.awq","params":{"group_size":16}})" << false;
     QTest::newRow("gptq with the head") << "" << R"({"method":"quantize.gptq","params":{"group_size":16,"head":"also"}})" << true;
-    QTest::newRow("rtn head only (second pass)") << "" << R"({"method":"quantize.rtn","params":{"group_size":16,"head":"only"}})" << false;
+    QTest::newRow("rtn with the head (second pass)") << "" << R"({"method":"quantize.rtn","params":{"group_size":16,"head":"also"}})" << false;
 }
 
 // A calibrated step measures its reconstruction errors during its own pass; they must be the numbers a second pass

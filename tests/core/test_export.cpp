@@ -1119,6 +1119,13 @@ void TestExport::compressedHeadIsExported() {
         const std::string gptq = (dir.path() + "/out-gptq").toStdString();
         const ExportReport r = exportModel(*variant, "gptq", gptq, options);
         QVERIFY(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+            return n.find("lm_head (int8 g32 sym) is written dequantized, as f32: transformers' GPTQ loader converts the block "
+                          "layers only (--pack-head packs it") == 0;
+        }));
+        ExportOptions packHead = options;
+        packHead.packHead = true;
+        const ExportReport offGrid = exportModel(*variant, "gptq", (dir.path() + "/out-gptq-8").toStdString(), packHead);
+        QVERIFY(std::any_of(offGrid.notes.begin(), offGrid.notes.end(), [](const std::string& n) {
             return n.find("lm_head (int8 g32 sym) is written dequantized, as f32: the block layers are 4 bits, group 32, sym and "
                           "one quantization_config covers every packed layer") == 0;
         }));
@@ -1130,10 +1137,11 @@ void TestExport::compressedHeadIsExported() {
         QVERIFY(at::equal(back->floatTensor("lm_head.weight"), variant->floatTensor("lm_head.weight")));
         QVERIFY2(at::equal(probeLogits(*back), logits), "the GPTQ folder computes what the variant did");
 
-        // A head on the blocks' grid is packed beside them ("lm_head": true, as GPTQModel writes it) and read back packed.
+        // Asked to, a head on the blocks' grid is packed beside them ("lm_head": true, as GPTQModel writes it) and read
+        // back packed; only gptq takes the option.
         auto sameGrid = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"head":"also"}}]})");
         const std::string packedHead = (dir.path() + "/out-gptq-head").toStdString();
-        const ExportReport p = exportModel(*sameGrid, "gptq", packedHead, options);
+        const ExportReport p = exportModel(*sameGrid, "gptq", packedHead, packHead);
         QVERIFY(std::none_of(p.notes.begin(), p.notes.end(), [](const std::string& n) { return n.find("lm_head") != std::string::npos; }));
         QVERIFY(std::any_of(p.tensors.begin(), p.tensors.end(), [](const ExportedTensor& t) { return t.name == "lm_head" && t.type == "int4 gptq"; }));
         config = json::parse(std::ifstream(packedHead + "/config.json"));
@@ -1147,6 +1155,12 @@ void TestExport::compressedHeadIsExported() {
         QVERIFY2(at::equal(probeLogits(*back), probeLogits(*sameGrid)), "the packed head computes what the variant's did");
         // AWQ has no place for it: written dense, and said.
         auto awqGrid = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"scheme":"asym","head":"also"}}]})");
+        try {
+            exportModel(*awqGrid, "awq", (dir.path() + "/out-awq-packed").toStdString(), packHead);
+            QFAIL("an awq export took --pack-head");
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains("--pack-head applies to gptq exports"), e.what());
+        }
         const ExportReport a = exportModel(*awqGrid, "awq", (dir.path() + "/out-awq").toStdString(), options);
         QVERIFY(std::any_of(a.notes.begin(), a.notes.end(), [](const std::string& n) {
             return n.find("lm_head (int4 g32 asym) is written dequantized, as f32: cwb's awq layout packs the block layers only") == 0;
