@@ -353,6 +353,29 @@ void TestCompressionMethods::gptqAfterPruningKeepsTheMask() {
     QVERIFY(std::any_of(notes.begin(), notes.end(), [](const std::string& n) { return n.find("14 layers with pruned (zero) weights kept them zero") == 0; }));
     std::snprintf(text, sizeof text, pruneThenGptq, R"(,"keep_sparsity":false)");
     QVERIFY(brokenGroups(*compressModel(*l.model, recipe(text), windows()).model) > 0);
+
+    // Regression (review): zeros that rounding left were taken for a pruning mask. A GGUF read as Q4_0 (w = d(q - 8):
+    // about 1/16 exactly zero) and a layer RTN int4 sym made (level 8) both pass the 1% rule; neither is pruned.
+    auto keptNote = [](const CompressionResult& r) {
+        const auto& n = r.steps.back().notes;
+        return std::any_of(n.begin(), n.end(), [](const std::string& s) { return s.find("kept them zero") != std::string::npos; });
+    };
+    QTemporaryDir dir;
+    const std::string gguf = (dir.path() + "/q4_0.gguf").toStdString();
+    writeGguf(gguf, packableLlamaSpec(), randomWeights(packableLlamaSpec(), 21), ggml::Type::Q4_0);   // rows of 32s
+    auto quantizedFile = loadModel(gguf);
+    const at::Tensor q = quantizedFile->floatTensor("model.layers.0.self_attn.q_proj.weight");
+    QCOMPARE(quantizedFile->tensor("model.layers.0.self_attn.q_proj.weight").type, ggml::Type::Q4_0);
+    QVERIFY((q == 0).sum().item<double>() >= 0.01 * double(q.numel()));
+    const char* gptq = R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":16}}]})";
+    QVERIFY(!keptNote(compressModel(*quantizedFile, recipe(gptq), windows())));
+    const char* rtnThenGptq = R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":16}},
+        {"method":"quantize.gptq","params":{"bits":4,"group_size":16}}]})";
+    const CompressionResult twice = compressModel(*l.model, recipe(rtnThenGptq), windows());
+    QVERIFY(!keptNote(twice));
+    // Pruned after reading the Q4_0 file, the zeros are a mask again.
+    std::snprintf(text, sizeof text, pruneThenGptq, "");
+    QVERIFY(keptNote(compressModel(*quantizedFile, recipe(text), windows())));
 }
 
 void TestCompressionMethods::removingSilentHeadsKeepsLogits() {

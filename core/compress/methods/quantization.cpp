@@ -30,6 +30,15 @@ bool hasTensor(const Model& model, const std::string& name) {
     return std::find(all.begin(), all.end(), name) != all.end();
 }
 
+// Zeros that rounding left are not a pruning mask: a layer still in a quantized file's type (Q4_0 puts about 1/16 of
+// its weights exactly at zero, Q6_K about 1/64) or compressed by an earlier step (int4 sym: about 1/16 too).
+bool zerosFromRounding(const Model& model, const std::string& layer) {
+    if (model.compressed(layer)) return true;
+    const std::string name = layer == names::kHead && !model.has(weightOf(layer)) ? names::embedding(model.spec.family) : weightOf(layer);
+    const ggml::Type t = model.tensor(name).type;
+    return t != ggml::Type::F32 && t != ggml::Type::F16 && t != ggml::Type::BF16;
+}
+
 quant::QuantSpec specFrom(const nlohmann::json& p, bool symmetric) {
     quant::QuantSpec spec;
     spec.bits = p["bits"].get<int>();
@@ -89,7 +98,9 @@ public:
                 boolParam("static_groups", false, "compute group scales up front from the original weights (with act_order)"),
                 intParam("block_size", 1, 4096, 128, "columns updated together (speed only)"),
                 boolParam("keep_sparsity", true, "in a layer with 1% or more weights exactly zero (pruned: 2:4, magnitude, "
-                                                 "Wanda), they stay zero; off: the error updates fill the pruned places"),
+                                                 "Wanda), they stay zero; off: the error updates fill the pruned places. Zeros "
+                                                 "of a layer read quantized (GGUF) or compressed by an earlier step are rounding, "
+                                                 "not a mask, and are not kept"),
                 headParam()};
     }
     bool needsCalibration(const nlohmann::json&) const override { return true; }
@@ -105,7 +116,7 @@ public:
             options.blockSize = p["block_size"].get<int64_t>();
             if (options.quant.groupSize == 0) throw Error("quantize.gptq: group_size 0 is not allowed (use -1 for per channel)");
             const at::Tensor weight = targetWeight(ctx.model, layer);
-            options.keepZeros = p["keep_sparsity"].get<bool>() && weight.numel() > 0 &&
+            options.keepZeros = p["keep_sparsity"].get<bool>() && weight.numel() > 0 && !zerosFromRounding(ctx.model, layer) &&
                                 (weight == 0).sum().item<double>() >= 0.01 * double(weight.numel());
             masked += options.keepZeros;
             quant::GptqResult r = quant::gptqQuantize(weight, hessian.hessian(), options);
