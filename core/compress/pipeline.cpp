@@ -69,11 +69,12 @@ std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step
     return out;
 }
 
-at::Tensor targetWeight(const Model& model, const std::string& layer) {
+std::string targetWeightName(const Model& model, const std::string& layer) {
     const std::string name = layer + ".weight";
-    if (layer == names::kHead && !model.has(name)) return model.floatTensor(names::embedding(model.spec.family));
-    return model.floatTensor(name);
+    return layer == names::kHead && !model.has(name) ? names::embedding(model.spec.family) : name;
 }
+
+at::Tensor targetWeight(const Model& model, const std::string& layer) { return model.floatTensor(targetWeightName(model, layer)); }
 
 void storeCompressedLayer(Model& model, const std::string& layer, std::shared_ptr<const CompressedLinear> linear) {
     if (layer == names::kHead && !model.has(layer + ".weight")) {
@@ -144,9 +145,7 @@ static std::vector<std::string> measurableLayers(const Model& before, const Mode
     // Dropped blocks renumber the rest: the same name no longer means the same layer, so nothing compares.
     if (before.spec.layers != after.spec.layers) return out;
     for (const auto& layer : layers) {
-        // A head tied to the embedding is compared with the embedding it was (targetWeight).
-        const std::string source = layer == names::kHead && !before.has(layer + ".weight") && before.spec.tiedEmbeddings
-                                       ? names::embedding(before.spec.family) : layer + ".weight";
+        const std::string source = targetWeightName(before, layer);   // a tied head: the embedding it was
         if (!before.has(source) || !after.has(layer + ".weight")) continue;
         if (before.tensor(source).shape != after.tensor(layer + ".weight").shape) continue;
         const bool unchanged = before.compressed(layer) == after.compressed(layer) &&

@@ -101,6 +101,9 @@ std::vector<std::string> targetLayers(const Model& model, const RecipeStep& step
 // storeCompressedLayer unties).
 // The step's "head" parameter as given ("none" when absent).
 std::string headTargeting(const RecipeStep& step);
+// The tensor a targeted layer's weight is read from: layer + ".weight", or the embedding for a head tied to it (no
+// weight of its own).
+std::string targetWeightName(const Model& model, const std::string& layer);
 // A targeted layer's weight in fp32 (Model::floatTensor), the tied embedding for a head that has no weight of its own.
 at::Tensor targetWeight(const Model& model, const std::string& layer);
 // Model::setCompressed, or for a tied head: a packed head of its own (Model::addPackedLayer) and the spec untied,

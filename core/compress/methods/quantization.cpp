@@ -34,8 +34,7 @@ bool hasTensor(const Model& model, const std::string& name) {
 // its weights exactly at zero, Q6_K about 1/64) or compressed by an earlier step (int4 sym: about 1/16 too).
 bool zerosFromRounding(const Model& model, const std::string& layer) {
     if (model.compressed(layer)) return true;
-    const std::string name = layer == names::kHead && !model.has(weightOf(layer)) ? names::embedding(model.spec.family) : weightOf(layer);
-    const ggml::Type t = model.tensor(name).type;
+    const ggml::Type t = model.tensor(targetWeightName(model, layer)).type;
     return t != ggml::Type::F32 && t != ggml::Type::F16 && t != ggml::Type::BF16;
 }
 
