@@ -8,7 +8,8 @@
 // weights are random.
 //
 //   bench_gptq_cuda [--blocks N] [--samples 128] [--seq-len 2048] [--device cuda] [--forward f32,bf16] [--sparsegpt]
-//                   [--math-only]
+//                   [--awq] [--math-only]
+// --awq adds AWQ w4 g128 with fold (AutoAWQ's default grid of 20, 4096 rows a layer) to the timed steps.
 // --forward lists the calibration forward types to time (CalibrationSpec::forwardType), one row each.
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -76,7 +77,7 @@ void timeMath(const at::Device& device, int64_t out, int64_t in, int64_t rows) {
 int main(int argc, char** argv) {
     int64_t blocks = 2, samples = 128, seqLen = 2048;
     std::string deviceName = "cuda", forwards = "f32";
-    bool sparsegpt = false, mathOnly = false;
+    bool sparsegpt = false, awq = false, mathOnly = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -92,9 +93,10 @@ int main(int argc, char** argv) {
         else if (a == "--device") deviceName = next();
         else if (a == "--forward") forwards = next();
         else if (a == "--sparsegpt") sparsegpt = true;
+        else if (a == "--awq") awq = true;
         else if (a == "--math-only") mathOnly = true;
         else {
-            std::fprintf(stderr, "usage: bench_gptq_cuda [--blocks N] [--samples S] [--seq-len T] [--device cpu|cuda] [--forward f32,bf16] [--sparsegpt] [--math-only]\n");
+            std::fprintf(stderr, "usage: bench_gptq_cuda [--blocks N] [--samples S] [--seq-len T] [--device cpu|cuda] [--forward f32,bf16] [--sparsegpt] [--awq] [--math-only]\n");
             return 2;
         }
     }
@@ -119,6 +121,7 @@ int main(int argc, char** argv) {
         std::vector<std::pair<std::string, std::string>> steps = {
             {"GPTQ w4 g128 sym", R"({"method":"quantize.gptq","params":{"bits":4,"group_size":128}})"}};
         if (sparsegpt) steps.push_back({"SparseGPT 50%", R"({"method":"prune.sparsegpt","params":{"sparsity":0.5}})"});
+        if (awq) steps.push_back({"AWQ w4 g128 fold", R"({"method":"quantize.awq","params":{"bits":4,"group_size":128,"fold":true}})"});
         std::printf("| method | forward | blocks | step (s) | compressModel with errors (s) | step, 32 blocks (scaled) | compressModel, 32 blocks (scaled) |\n"
                     "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
         for (size_t start = 0; start <= forwards.size();) {

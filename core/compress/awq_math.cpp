@@ -17,8 +17,11 @@ AwqResult awqSearch(const at::Tensor& weights, const at::Tensor& inputs, const A
     if (!at::isFloatingType(inputs.scalar_type()) || !inputs.isfinite().all().item<bool>())
         throw Error("awq: calibration inputs must be finite floating-point values");
 
-    const at::Tensor w = weights.to(at::kFloat);
-    const at::Tensor x = inputs.to(at::kDouble);
+    // Where the inputs live: float64 on the CPU; float32 on a GPU (as GPTQ there), where float64 is slow on most cards.
+    const at::Device device = inputs.device();
+    const at::ScalarType work = device.is_cuda() ? at::kFloat : at::kDouble;
+    const at::Tensor w = weights.to(device, at::kFloat);
+    const at::Tensor x = inputs.to(work);
     const at::Tensor meanAbs = inputs.to(at::kFloat).abs().mean(0);
     // mean((X·ΔWᵀ)²) = Σ (ΔW·XᵀX) ∘ ΔW / (n·out): with more rows than features the Gram matrix is cheaper.
     const int64_t n = x.size(0), out = w.size(0);
@@ -33,9 +36,9 @@ AwqResult awqSearch(const at::Tensor& weights, const at::Tensor& inputs, const A
         // Centre the scales around 1 so the search does not drift the overall magnitude.
         s = s.div(s.max().mul(s.min()).sqrt());
         const at::Tensor scaled = w.mul(s);
-        const at::Tensor back = quantizeRtn(scaled, options.quant).dequantize().div(s);
+        const at::Tensor back = roundTrip(scaled, options.quant).div(s);
         // Measured through ΔW = W - Q rather than as a difference of outputs, so nothing cancels.
-        const at::Tensor delta = (w - back).to(at::kDouble);
+        const at::Tensor delta = (w - back).to(work);
         const double error = useGram ? delta.mm(gram).mul(delta).sum().item<double>() / double(n * out)
                                      : x.mm(delta.t()).pow(2).mean().item<double>();
         result.errors.push_back(error);

@@ -25,7 +25,8 @@ struct AwqResult {
 
 // weights: the linear layers sharing one input, concatenated along rows [out_total, in]; inputs: calibration
 // activations [n, in]. s = max(mean|x_j|^α, 1e-4), divided by sqrt(max(s)·min(s)); error = mean over n·out of
-// ((W - Q(W·diag(s))/s) xᵀ)², in float64 (through XᵀX when n > in). The first strictly smaller error wins, so α = 0 (plain RTN, s = 1)
+// ((W - Q(W·diag(s))/s) xᵀ)², through XᵀX when n > in, computed where the inputs live: in float64 on the CPU, in
+// float32 on a GPU (inputScales stays there too; the weights are moved to it). The first strictly smaller error wins, so α = 0 (plain RTN, s = 1)
 // is kept unless some α beats it. Throws cwb::Error on a bad spec, shapes that do not match, or grid < 1.
 AwqResult awqSearch(const at::Tensor& weights, const at::Tensor& inputs, const AwqOptions& options);
 

@@ -135,6 +135,26 @@ QuantizedWeight quantizeRtn(const at::Tensor& w, const QuantSpec& spec) {
     return q;
 }
 
+at::Tensor roundTrip(const at::Tensor& w, const QuantSpec& spec) {
+    validateSpec(spec);
+    validateWeight(w, "quantize");
+    const at::Tensor x = w.to(at::kFloat).contiguous();
+    // Rows of equal-width groups, each quantized as quantizeRtn quantizes one group's slab row.
+    const auto rounded = [&spec](const at::Tensor& slabs) {
+        at::Tensor scale, zero;
+        groupParams(slabs, spec, scale, zero);
+        const at::Tensor s = scale.unsqueeze(1), z = zero.unsqueeze(1);
+        return (quantizeLevels(slabs, s, z, spec.bits).to(at::kFloat) - z.to(at::kFloat)).mul(s);
+    };
+    if (spec.groupSize == 0) return rounded(x.reshape({1, -1})).view(x.sizes());
+    const int64_t rows = x.size(0), cols = x.size(1), width = groupWidth(cols, spec.groupSize);
+    const int64_t whole = cols / width;
+    std::vector<at::Tensor> parts;
+    if (whole > 0) parts.push_back(rounded(x.narrow(1, 0, whole * width).reshape({rows * whole, width})).view({rows, whole * width}));
+    if (whole * width < cols) parts.push_back(rounded(x.narrow(1, whole * width, cols - whole * width).contiguous()));
+    return parts.size() == 1 ? parts.front() : at::cat(parts, 1);
+}
+
 at::Tensor packLevels(const at::Tensor& levels, int bits) {
     const int k = levelsPerWord(bits);
     if (!levels.defined() || levels.dim() != 2)

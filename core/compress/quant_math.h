@@ -63,6 +63,9 @@ at::Tensor quantizeLevels(const at::Tensor& w, const at::Tensor& scale, const at
 
 // Round-to-nearest quantization of a [out, in] weight with the min/max parameters of each group.
 QuantizedWeight quantizeRtn(const at::Tensor& w, const QuantSpec& spec);
+// quantizeRtn(w, spec).dequantize(), bit for bit, computed where w lives with nothing packed: all groups of a row
+// at once (a search that rounds a layer many times, e.g. AWQ's, stays on the GPU).
+at::Tensor roundTrip(const at::Tensor& w, const QuantSpec& spec);
 
 // Packs int levels [rows, cols] in [0, 2^bits - 1] into int32 words; throws on a level out of range.
 at::Tensor packLevels(const at::Tensor& levels, int bits);

@@ -186,7 +186,7 @@ protected:
     virtual void addQuantizationConfig(const Model&, const ExportOptions&, nlohmann::json&) const {}
 
     // Every tensor except those `skip` names, dense in `type`; embeddings, norms and the head too.
-    // A compressed output head ("head" of quantize.rtn / fp8 / gptq) that a layout cannot pack goes out dense; `why`
+    // A compressed output head ("head" of quantize.rtn / fp8 / gptq / awq) that a layout cannot pack goes out dense; `why`
     // says what stops it.
     static void noteDenseHead(const Model& model, ggml::Type dense, const std::string& why, ExportReport& report) {
         if (auto head = model.compressed(names::kHead))

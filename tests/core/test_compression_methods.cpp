@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/compress/compressed_layers.h"
+#include "core/compress/awq_math.h"
 #include "core/compress/gptq_math.h"
 #include "core/compress/reconstruction_meter.h"
 #include "core/compress/method.h"
@@ -61,6 +62,7 @@ private slots:
     void outputHeadIsQuantizedOnRequest();
     void fp8HeadQuantizesItsInput();
     void gptqTakesTheHeadAfterTheLastBlock();
+    void awqTakesTheHeadAfterTheLastBlock();
     void nmLeavesTwoZerosInEveryFour();
     void globalMagnitudeAndDisabledSteps();
     void pruningAfterQuantizingIsNoted();
@@ -195,8 +197,8 @@ void TestCompressionMethods::outputHeadIsQuantizedOnRequest() {
         QVERIFY2(QString(e.what()).contains("\"head\": \"only\" compresses the output head alone"), e.what());
     }
     try {
-        compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.awq","params":{"head":"also"}}]})"), at::Tensor());
-        QFAIL("AWQ took the head");
+        compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.smoothquant","params":{"head":"also"}}]})"), at::Tensor());
+        QFAIL("SmoothQuant took the head");
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("unknown parameter 'head'"), e.what());
     }
@@ -260,6 +262,78 @@ void TestCompressionMethods::gptqTakesTheHeadAfterTheLastBlock() {
             const auto& errors = r.steps.at(0).reconstructionError;
             QVERIFY2(errors.count("lm_head"), where.c_str());
             QVERIFY(std::abs(errors.at("lm_head") - gptqError) <= 1e-6 * gptqError);
+        }
+    }
+}
+
+// AWQ's head: its scale searched on the final norm of the compressed blocks' output, then kept beside the head
+// (x / s) or, with fold, folded into the final norm; a tied head gets its own copy.
+void TestCompressionMethods::awqTakesTheHeadAfterTheLastBlock() {
+    const at::Tensor w = windows(6, 24);
+    for (const bool tied : {false, true}) {
+        for (const bool fold : {false, true}) {
+            for (const char* head : {"only", "also"}) {
+                ArchSpec spec = tinyLlamaSpec();
+                spec.tiedEmbeddings = tied;
+                Loaded l(spec);
+                const at::Tensor embedding = l.model->floatTensor("model.embed_tokens.weight");
+                const at::Tensor original = tied ? embedding : l.model->floatTensor("lm_head.weight");
+                // A few salient channels in the head's input (as real models have), so the search picks a scale.
+                at::Tensor gamma = l.model->floatTensor("model.norm.weight").clone();
+                for (int64_t c : {3, 17, 29}) gamma[c] *= 12;
+                l.model->replaceTensor("model.norm.weight", gamma);
+                const std::string text = std::string(R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":16,"grid":8,"fold":)") +
+                                         (fold ? "true" : "false") + R"(,"head":")" + head + "\"}}]}";
+                CompressionResult r = compressModel(*l.model, recipe(text.c_str()), w);
+                const std::string where = std::string(tied ? "tied, " : "untied, ") + (fold ? "fold, " : "") + head;
+                auto quantized = r.model->compressed("lm_head");
+                QVERIFY2(quantized, where.c_str());
+                QCOMPARE(quantized->bits(), 4);
+                QCOMPARE(r.model->compressedLayers().size(), size_t(std::string(head) == "also" ? 2 * 7 + 1 : 1));
+                QVERIFY(!r.model->spec.tiedEmbeddings);
+                QVERIFY(at::equal(r.model->floatTensor("model.embed_tokens.weight"), embedding));
+
+                // The head's search inputs by hand: the variant's blocks (dequantized, f32, CPU) and the final norm as
+                // it was before the head's scale was folded into it.
+                std::unique_ptr<Model> unfolded = r.model->clone();
+                unfolded->replaceTensor("model.norm.weight", gamma);
+                RuntimeOptions dequantized;
+                dequantized.nativeKernels = false;
+                Transformer rt(*unfolded, dequantized);
+                at::Tensor hidden = rt.embed(w);
+                for (int64_t b = 0; b < spec.layers; ++b) hidden = rt.runBlock(b, hidden);
+                const at::Tensor x = rt.finalNorm(hidden).reshape({-1, spec.hidden}).to(at::kFloat);
+                quant::AwqOptions options;
+                options.quant = {4, false, 16};
+                options.grid = 8;
+                const quant::AwqResult search = quant::awqSearch(original, x, options);
+                const at::Tensor s = search.inputScales;
+                QVERIFY2(search.alpha > 0, (where + ": the search kept s = 1, so nothing here tells a scale from none").c_str());
+                const quant::QuantizedWeight q = quant::quantizeRtn(original * s.unsqueeze(0), options.quant);
+                if (fold) {
+                    QVERIFY2(at::equal(r.model->floatTensor("lm_head.weight"), IntLinear(q).effectiveWeight()), where.c_str());
+                    QVERIFY2(at::equal(r.model->floatTensor("model.norm.weight"), gamma / s), where.c_str());
+                } else {
+                    QVERIFY2(at::equal(r.model->floatTensor("lm_head.weight"), IntLinear(q, s, "awq").effectiveWeight()), where.c_str());
+                    QVERIFY2(at::equal(r.model->floatTensor("model.norm.weight"), gamma), where.c_str());
+                }
+                // The runtime computes the head as the step left it (input scales beside it, or the folded norm).
+                Transformer native(*r.model);
+                const at::Tensor logits = native.logits(hidden);
+                const at::Tensor expected = at::linear(x, IntLinear(q).effectiveWeight() / s.unsqueeze(0));
+                QVERIFY2(at::allclose(logits, expected.view(logits.sizes()), 1e-4, 1e-4), where.c_str());
+                // The head's error is reported, and the search kept it at or below round-to-nearest's on the same grid.
+                const auto& errors = r.steps.at(0).reconstructionError;
+                QVERIFY2(errors.count("lm_head"), where.c_str());
+                quant::HessianAccumulator hessian(spec.hidden);
+                hessian.add(x);
+                const double rtnError = reconstructionError(original, quant::quantizeRtn(original, options.quant).dequantize(),
+                                                            hessian.hessian());
+                const double awqError = reconstructionError(original, IntLinear(q).effectiveWeight() / s.unsqueeze(0), hessian.hessian());
+                QVERIFY2(awqError <= rtnError * (1 + 1e-9), (where + ": " + std::to_string(awqError) + " vs " + std::to_string(rtnError)).c_str());
+                QVERIFY2(std::abs(errors.at("lm_head") - awqError) <= 1e-4 * awqError,
+                         (where + ": " + std::to_string(errors.at("lm_head")) + " vs " + std::to_string(awqError)).c_str());
+            }
         }
     }
 }
@@ -536,7 +610,8 @@ void TestCompressionMethods::stepErrorsEqualASecondPass_data() {
     QTest::newRow("wanda") << "" << R"({"method":"prune.wanda","params":{"sparsity":0.5}})" << true;
     QTest::newRow("gptq on mlp only") << "" << R"({"method":"quantize.gptq","params":{"group_size":16},"targets":"mlp"})" << true;
     QTest::newRow("gptq after wanda") << R"({"method":"prune.wanda"})" << R"({"method":"quantize.gptq","params":{"group_size":16}})" << true;
-    QTest::newRow("awq (second pass)") << "" << R"({"method":"quantize.awq","params":{"group_size":16}})" << false;
+    QTest::newRow("awq") << "" << R"({"method":"quantize.awq","params":{"group_size":16}})" << true;
+    QTest::newRow("awq with the head") << "" << R"({"method":"quantize.awq","params":{"group_size":16,"head":"also"}})" << true;
     QTest::newRow("gptq with the head") << "" << R"({"method":"quantize.gptq","params":{"group_size":16,"head":"also"}})" << true;
     QTest::newRow("rtn with the head (second pass)") << "" << R"({"method":"quantize.rtn","params":{"group_size":16,"head":"also"}})" << false;
 }

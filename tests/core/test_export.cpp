@@ -94,6 +94,7 @@ private slots:
     void bf16SourceKeepsItsRange();
     void roundedF32TensorsAreNoted();
     void compressedHeadIsExported();
+    void awqHeadIsExported();
 };
 
 // Blocks small enough to compute by hand from ggml's block definitions (ggml-common.h).
@@ -1087,6 +1088,63 @@ QTEST_GUILESS_MAIN(TestExport)
 // quantize.rtn with "head": GGUF writes output.weight level for level (q8_0 for int8 g32), so the file computes what
 // the variant did; the Hugging Face layouts write it dequantized and say so. A tied source's head becomes its own
 // tensor and the embedding stays as it was.
+// An AWQ head (its scale folded into the final norm, or kept beside it) reaches GGUF and the awq layout as the variant
+// computes it: the folded norm goes out with it, and the awq layout, which packs block layers only, writes the head dense.
+void TestExport::awqHeadIsExported() {
+    for (const bool fold : {true, false}) {
+        QTemporaryDir dir;
+        ArchSpec spec = packableLlamaSpec();
+        spec.tiedEmbeddings = true;
+        const std::string source = (dir.path() + "/src").toStdString();
+        std::filesystem::create_directories(source);
+        writeHfFolder(source, spec, randomWeights(spec, 9), ggml::Type::F32);
+        auto base = loadModel(source);
+        base->tokenizer = tinyVocabulary(spec.vocab);
+        auto variant = compressed(*base, fold ? R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":32,"grid":6,"fold":true,"head":"also"}}]})"
+                                              : R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":32,"grid":6,"head":"only"}}]})");
+        QVERIFY(variant->compressed("lm_head"));
+        const at::Tensor logits = probeLogits(*variant);
+        ExportOptions options;
+        options.tensorType = "f32";
+        const std::string gguf = (dir.path() + "/out.gguf").toStdString();
+        const ExportReport g = exportModel(*variant, "gguf", gguf, options);
+        auto back = loadModel(gguf);
+        QVERIFY(!back->spec.tiedEmbeddings);
+        QVERIFY(at::equal(back->floatTensor("model.embed_tokens.weight"), base->floatTensor("model.embed_tokens.weight")));
+        QVERIFY(at::equal(back->floatTensor("model.norm.weight"), variant->floatTensor("model.norm.weight")));
+        const double ggufError = maxRelativeError(probeLogits(*back), logits);
+        if (fold) {
+            // No scale beside the head: its int4 g32 asym levels go to q4_1 level for level, with only the offsets
+            // (-zero · scale) rounded to fp16, as for the block layers (ggufMapsQuantizedLayers).
+            auto head = std::find_if(g.tensors.begin(), g.tensors.end(), [](const ExportedTensor& t) { return t.name == "output.weight"; });
+            QVERIFY(head != g.tensors.end());
+            QCOMPARE(QString::fromStdString(head->type), QStringLiteral("q4_1"));
+            QVERIFY2(head->addedError < 1e-5, qPrintable(QString::number(head->addedError)));
+            QVERIFY2(maxRelativeError(back->floatTensor("lm_head.weight"), variant->floatTensor("lm_head.weight")) < 1e-3,
+                     "the head reads back on the variant's grid");
+            // Visible in this random model's logits, as ggufMapsQuantizedLayers measures it for the block layers.
+            QVERIFY2(ggufError < 1e-2, qPrintable(QString::number(ggufError)));
+
+            const std::string awq = (dir.path() + "/out-awq").toStdString();
+            const ExportReport a = exportModel(*variant, "awq", awq, options);
+            QVERIFY(std::any_of(a.notes.begin(), a.notes.end(), [](const std::string& n) {
+                return n.find("lm_head (int4 g32 asym awq) is written dequantized, as f32: cwb's awq layout packs the block layers") == 0;
+            }));
+            back = loadModel(awq);
+            QVERIFY(at::equal(back->floatTensor("lm_head.weight"), variant->floatTensor("lm_head.weight")));
+            const double awqError = maxRelativeError(probeLogits(*back), logits);
+            QVERIFY2(awqError < 1e-4, qPrintable(QString::number(awqError)));
+        } else {
+            // The head's input scale has no place in GGUF: W / s is requantized, and the report says what that costs.
+            QCOMPARE(g.warnings.size(), size_t(1));
+            const QString w = QString::fromStdString(g.warnings.front());
+            QVERIFY2(w.startsWith("1 of 1 compressed layers are not written level for level") && w.contains("compress with \"fold\": true"),
+                     qPrintable(w));
+            QVERIFY2(ggufError < 0.2, qPrintable(QString::number(ggufError)));
+        }
+    }
+}
+
 void TestExport::compressedHeadIsExported() {
     for (const bool tied : {false, true}) {
         QTemporaryDir dir;

@@ -328,6 +328,37 @@ private slots:
         QCOMPARE(qint64(q.storageBytes()), expected);
     }
 
+    // roundTrip is what a search calls many times on the GPU; it must give quantizeRtn's weights exactly.
+    void roundTripEqualsQuantizeDequantize_data() {
+        QTest::addColumn<int>("bits");
+        QTest::addColumn<bool>("symmetric");
+        QTest::addColumn<qint64>("groupSize");
+        QTest::newRow("int4 sym g32") << 4 << true << qint64(32);
+        QTest::newRow("int4 asym g32, a short last group") << 4 << false << qint64(32);
+        QTest::newRow("int3 asym g128, one short group") << 3 << false << qint64(128);
+        QTest::newRow("int8 sym per channel") << 8 << true << qint64(-1);
+        QTest::newRow("int2 asym per tensor") << 2 << false << qint64(0);
+        QTest::newRow("int5 sym g7") << 5 << true << qint64(7);
+    }
+    void roundTripEqualsQuantizeDequantize() {
+        QFETCH(int, bits);
+        QFETCH(bool, symmetric);
+        QFETCH(qint64, groupSize);
+        at::manual_seed(5);
+        at::Tensor w = at::randn({9, 172}) * at::rand({9, 1}) * 3;
+        w[2].zero_();                          // an all-zero row
+        w[4].clamp_min_(0.f);                  // no negative value
+        w.slice(1, 0, 40)[6].fill_(0.25f);     // a flat group
+        const QuantSpec spec{bits, symmetric, groupSize};
+        const at::Tensor expected = quantizeRtn(w, spec).dequantize();
+        const at::Tensor got = roundTrip(w, spec);
+        QCOMPARE(got.sizes().vec(), expected.sizes().vec());
+        QVERIFY(at::equal(got, expected));
+        QVERIFY(at::equal(roundTrip(w.to(at::kDouble), spec), expected));
+        QVERIFY(throwsWith([&] { roundTrip(w, {9, true, 4}); }, "bits"));
+        QVERIFY(throwsWith([&] { roundTrip(at::randn({8}), spec); }, "2-D"));
+    }
+
     void storageCountsPermutedGroupIndex() {
         at::manual_seed(3);
         QuantizedWeight q = quantizeRtn(at::randn({4, 172}), {4, true, 32});

@@ -1,5 +1,6 @@
-// GPU test (plain executable, CTest label `gpu`): GPTQ and SparseGPT computed on CUDA (float32 Hessian algebra, the column
-// loops in the block kernels of kernels/gptq_block.h and sparsegpt_block.h) against the CPU path (float64), on one layer
+// GPU test (plain executable, CTest label `gpu`): GPTQ, SparseGPT and AWQ computed on CUDA (float32 Hessian algebra, the column
+// loops in the block kernels of kernels/gptq_block.h and sparsegpt_block.h; AWQ's search in float32) against the CPU path
+// (float64), on one layer (GPTQ, SparseGPT)
 // and through the whole pipeline on a small synthetic model.
 // Exits 77 without a GPU.
 //
@@ -156,10 +157,19 @@ std::unique_ptr<cwb::Model> smallLlama() {
 void comparePipeline() {
     auto base = smallLlama();
     const at::Tensor windows = at::randint(0, base->spec.vocab, {16, 64}, at::kLong);
-    for (const char* step : {R"({"method":"quantize.gptq","params":{"bits":4,"group_size":32}})",
-                             R"({"method":"quantize.gptq","params":{"bits":4,"group_size":128,"act_order":true}})",
-                             R"({"method":"quantize.gptq","params":{"bits":4,"group_size":32,"head":"also"}})",
-                             R"({"method":"prune.sparsegpt","params":{"sparsity":0.5}})"}) {
+    // AWQ's search runs in float32 on CUDA: a near-tie between two grid points could pick another scale for a layer.
+    // AWQ with fold measures its errors on the folded inputs, which a second pass over the variant does not see.
+    struct Case {
+        const char* step;
+        bool secondPassComparable;
+    };
+    for (const auto& [step, secondPassComparable] : {
+             Case{R"({"method":"quantize.gptq","params":{"bits":4,"group_size":32}})", true},
+             Case{R"({"method":"quantize.gptq","params":{"bits":4,"group_size":128,"act_order":true}})", true},
+             Case{R"({"method":"quantize.gptq","params":{"bits":4,"group_size":32,"head":"also"}})", true},
+             Case{R"({"method":"prune.sparsegpt","params":{"sparsity":0.5}})", true},
+             Case{R"({"method":"quantize.awq","params":{"bits":4,"group_size":32,"head":"also"}})", true},
+             Case{R"({"method":"quantize.awq","params":{"bits":4,"group_size":32,"fold":true,"head":"also"}})", false}}) {
         const cwb::Recipe recipe =
             cwb::Recipe::fromJson(nlohmann::json::parse(std::string(R"({"steps":[)") + step + "]}"), "test");
         cwb::CalibrationCompute onCuda;
@@ -186,6 +196,9 @@ void comparePipeline() {
         const double same = double(equal) / double(total);
         std::printf("  pipeline %s: %.3f%% equal (levels or zero mask); worst relative error difference %.3g\n", step,
                     100 * same, worst);
+        check(same >= kPipelineAgreement, std::string(step) + ": CUDA pipeline agrees with the CPU on >= 90% of weights");
+        check(worst <= kErrorTolerance, std::string(step) + ": every layer's reconstruction error within 2% of the CPU's");
+        if (!secondPassComparable) continue;
         // The step measured its errors in its own pass on CUDA: a second pass over the variant must give the same.
         const std::map<std::string, double> second = cwb::reconstructionErrors(
             *base, *gpu.model, cwb::targetLayers(*base, recipe.steps.at(0)), windows, nullptr, onCuda);
@@ -205,8 +218,6 @@ void comparePipeline() {
                     (long long)identical, second.size(), apart);
         check(!second.empty() && apart <= kSecondPassTolerance,
               std::string(step) + ": errors measured in the step equal a second pass over the variant");
-        check(same >= kPipelineAgreement, std::string(step) + ": CUDA pipeline agrees with the CPU on >= 90% of weights");
-        check(worst <= kErrorTolerance, std::string(step) + ": every layer's reconstruction error within 2% of the CPU's");
     }
     check(cwb::resolveCompressionDevice("auto").is_cuda(), "device auto picks CUDA where a GPU is visible");
 

@@ -24,9 +24,12 @@ int64_t blockOf(const std::string& layer);
 template <typename Accumulator>
 class PerLayer {
 public:
-    Accumulator& at(const std::string& layer, int64_t columns) {
+    // A layer's accumulator, made on first use by `make` (given the layer and its input columns) or from (columns).
+    using Maker = std::function<std::unique_ptr<Accumulator>(const std::string& layer, int64_t columns)>;
+    Accumulator& at(const std::string& layer, int64_t columns, const Maker& make = {}) {
         auto it = mItems.find(layer);
-        if (it == mItems.end()) it = mItems.emplace(layer, std::make_unique<Accumulator>(columns)).first;
+        if (it == mItems.end())
+            it = mItems.emplace(layer, make ? make(layer, columns) : std::make_unique<Accumulator>(columns)).first;
         return *it->second;
     }
     Accumulator& get(const std::string& layer) { return *mItems.at(layer); }
@@ -45,15 +48,16 @@ private:
 // Layers that read the same tensor (q/k/v, gate/up) share one accumulator, filled once.
 // When the pass runs where the step's reconstruction errors are measured (ctx.compute), it also measures them on
 // the forward that carries each compressed block on (ctx.reconstructionErrors), so compressModel needs no second pass.
+// `make`, when given, makes a layer's accumulator (e.g. one whose size is a per-layer parameter).
 template <typename Accumulator>
 void calibrateLayerByLayer(StepContext& ctx, const std::function<void(const std::string& layer, Accumulator& stats)>& compress,
-                           bool onDevice = false) {
+                           bool onDevice = false, const typename PerLayer<Accumulator>::Maker& make = {}) {
     PerLayer<Accumulator> stats;
     std::map<std::string, std::string> sameInputAs;
     SequentialPass pass;
     if (onDevice) pass.compute = ctx.compute;
     pass.layersOf = [&](int64_t block) { return layersOfBlock(ctx, block); };
-    pass.collect = [&](const std::string& layer, const at::Tensor& x) { stats.at(layer, x.size(1)).add(x); };
+    pass.collect = [&](const std::string& layer, const at::Tensor& x) { stats.at(layer, x.size(1), make).add(x); };
     const bool measure = pass.compute.device == ctx.compute.device && pass.compute.forwardType == ctx.compute.forwardType;
     ReconstructionMeter meter;
     bool compressing = true;   // which forward sharedInput hears from

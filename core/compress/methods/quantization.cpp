@@ -46,8 +46,8 @@ quant::QuantSpec specFrom(const nlohmann::json& p, bool symmetric) {
     return spec;
 }
 
-// The output head too (llama.cpp quantizes output.weight, GPTQModel takes lm_head): RTN, FP8 and GPTQ, which sees the
-// head's input after the last block (SequentialPass). AWQ does not: its scales fold into or sit before a block layer.
+// The output head too (llama.cpp quantizes output.weight, GPTQModel takes lm_head): RTN, FP8, and GPTQ and AWQ, which
+// see the head's input after the last block (SequentialPass); AWQ's fold puts the head's scale into the final norm.
 ParamSpec headParam() {
     return choiceParam("head", {"none", "also", "only"}, "none",
                        "the output head (lm_head): none: the block layers only; also: the head too; only: the head alone (no "
@@ -127,6 +127,24 @@ public:
     }
 };
 
+// The first calibration rows a layer sees, up to a limit, kept where the pass runs (AWQ's search reads them all).
+class KeptRows {
+public:
+    explicit KeptRows(int64_t limit) : mLimit(limit) {}
+    void add(const at::Tensor& x) {
+        const int64_t keep = std::min(mLimit - mRows, x.size(0));
+        if (keep <= 0) return;
+        mParts.push_back(x.narrow(0, 0, keep).clone());
+        mRows += keep;
+    }
+    at::Tensor rows() const { return at::cat(mParts, 0); }
+
+private:
+    int64_t mLimit;
+    int64_t mRows = 0;
+    std::vector<at::Tensor> mParts;
+};
+
 class AwqMethod : public CompressionMethod {
 public:
     std::string id() const override { return "quantize.awq"; }
@@ -140,43 +158,53 @@ public:
                 intParam("grid", 1, 100, 20, "alpha candidates searched in [0, 1)"),
                 intParam("max_rows", 16, 1 << 20, 4096, "calibration rows kept per layer for the search"),
                 boolParam("fold", false, "one scale per input shared by its layers, folded into the norm, v_proj or up_proj "
-                                         "that produces it (as AutoAWQ; the AWQ checkpoint layout needs it; Llama family)")};
+                                         "that produces it (as AutoAWQ; the AWQ checkpoint layout needs it; Llama family)"),
+                headParam()};
     }
     bool needsCalibration(const nlohmann::json&) const override { return true; }
     void apply(StepContext& ctx) const override {
-        std::map<std::string, std::vector<at::Tensor>> inputs;
-        std::map<std::string, int64_t> rows;
-        SequentialPass pass;
-        pass.layersOf = [&](int64_t b) { return layersOfBlock(ctx, b); };
-        pass.collect = [&](const std::string& layer, const at::Tensor& x) {
-            const int64_t keep = ctx.paramsFor(layer)["max_rows"].get<int64_t>() - rows[layer];
-            if (keep <= 0) return;
-            inputs[layer].push_back(x.narrow(0, 0, std::min(keep, x.size(0))).clone());
-            rows[layer] += std::min(keep, x.size(0));
-        };
         const bool fold = ctx.params.value("fold", false);
-        if (fold) ctx.reconstructionErrors.emplace();   // measured in the pass: the folded inputs are not the base's
         if (fold && ctx.model.spec.family != Family::Llama)
             throw Error("quantize.awq with fold: folding the scales is implemented for the Llama family only");
-        if (fold && ctx.model.spec.kvHeads != ctx.model.spec.heads)
+        const auto keptRows = [&ctx](const std::string& layer, int64_t) {
+            return std::make_unique<KeptRows>(ctx.paramsFor(layer)["max_rows"].get<int64_t>());
+        };
+        if (!fold) {
+            // The search and the rounding run where the pass runs (a GPU when there is one); the errors are measured
+            // in the same pass, on the forward that carries each compressed block on.
+            calibrateLayerByLayer<KeptRows>(ctx, [&](const std::string& layer, KeptRows& kept) {
+                const quant::AwqOptions options = optionsFor(ctx, layer);
+                const at::Tensor x = kept.rows();
+                const at::Tensor w = targetWeight(ctx.model, layer).to(x.device());
+                const quant::AwqResult r = quant::awqSearch(w, x, options);
+                storeCompressedLayer(ctx.model, layer, std::make_shared<IntLinear>(
+                    quant::quantizeRtn(w * r.inputScales.unsqueeze(0), options.quant), r.inputScales.to(at::kCPU), "awq"));
+            }, /*onDevice=*/true, keptRows);
+            ctx.note("input scales are kept per layer (x / s before the layer), not folded into the preceding norm");
+            return;
+        }
+        PerLayer<KeptRows> inputs;
+        std::map<std::string, std::string> sameInputAs;   // k/v_proj -> q_proj, up_proj -> gate_proj: one copy each
+        SequentialPass pass;
+        pass.compute = ctx.compute;
+        pass.layersOf = [&](int64_t b) { return layersOfBlock(ctx, b); };
+        pass.collect = [&](const std::string& layer, const at::Tensor& x) { inputs.at(layer, x.size(1), keptRows).add(x); };
+        pass.sharedInput = [&](const std::string& layer, const std::string& first) { sameInputAs[layer] = first; };
+        ctx.reconstructionErrors.emplace();   // measured in the pass: the folded inputs are not the base's
+        if (ctx.model.spec.kvHeads != ctx.model.spec.heads)
             ctx.note("o_proj gets no scale: with grouped-query attention a v_proj row feeds several heads (as AutoAWQ)");
         pass.compressBlock = [&](int64_t b) {
-            if (fold) {
-                compressBlockFolded(ctx, b, inputs);
-                return;
-            }
+            const auto rowsOf = [&](const std::string& layer) {
+                const auto shared = sameInputAs.find(layer);
+                return inputs.get(shared == sameInputAs.end() ? layer : shared->second).rows();
+            };
+            compressBlockFolded(ctx, b, rowsOf);
             for (const auto& layer : layersOfBlock(ctx, b)) {
-                const quant::AwqOptions options = optionsFor(ctx, layer);
-                at::Tensor w = ctx.model.floatTensor(weightOf(layer));
-                quant::AwqResult r = quant::awqSearch(w, at::cat(inputs.at(layer), 0), options);
-                at::Tensor scaled = w * r.inputScales.unsqueeze(0);
-                ctx.model.setCompressed(layer, std::make_shared<IntLinear>(quant::quantizeRtn(scaled, options.quant),
-                                                                           r.inputScales, "awq"));
                 inputs.erase(layer);
+                sameInputAs.erase(layer);
             }
         };
         runSequential(ctx.model, ctx.calibration, pass, ctx.feedback);
-        if (!fold) ctx.note("input scales are kept per layer (x / s before the layer), not folded into the preceding norm");
     }
 
 private:
@@ -192,28 +220,34 @@ private:
     // calibration inputs and folded into what produces the input (W·diag(s) in the readers, the producer divided
     // by s: exact before rounding); then every layer is rounded, with no input scale left beside it. The scaled
     // weights stay local (only the norms and biases are replaced in the model), so no dense copy builds up.
-    static void compressBlockFolded(StepContext& ctx, int64_t b, std::map<std::string, std::vector<at::Tensor>>& inputs) {
+    // Past the last block the head reads the final norm, which takes its scale (a tied head gets its own copy first).
+    static void compressBlockFolded(StepContext& ctx, int64_t b, const std::function<at::Tensor(const std::string&)>& rowsOf) {
         const auto named = [b](const char* suffix) { return names::llamaLayer(b, suffix); };
         struct Group {
             std::vector<std::string> readers;
             std::string producer;   // a norm weight [in], or a linear layer whose output rows make the input
             bool producerIsLinear;
         };
-        const Group groups[] = {
-            {{named("self_attn.q_proj"), named("self_attn.k_proj"), named("self_attn.v_proj")}, named("input_layernorm.weight"), false},
-            {{named("self_attn.o_proj")}, named("self_attn.v_proj"), true},
-            {{named("mlp.gate_proj"), named("mlp.up_proj")}, named("post_attention_layernorm.weight"), false},
-            {{named("mlp.down_proj")}, named("mlp.up_proj"), true},
-        };
+        std::vector<Group> groups;
+        if (b == ctx.model.spec.layers) {
+            groups.push_back({{names::kHead}, "model.norm.weight", false});
+        } else {
+            groups.push_back({{named("self_attn.q_proj"), named("self_attn.k_proj"), named("self_attn.v_proj")},
+                              named("input_layernorm.weight"), false});
+            groups.push_back({{named("self_attn.o_proj")}, named("self_attn.v_proj"), true});
+            groups.push_back({{named("mlp.gate_proj"), named("mlp.up_proj")}, named("post_attention_layernorm.weight"), false});
+            groups.push_back({{named("mlp.down_proj")}, named("mlp.up_proj"), true});
+        }
         const std::vector<std::string> targeted = layersOfBlock(ctx, b);
         const auto isTargeted = [&](const std::string& l) {
             return std::find(targeted.begin(), targeted.end(), l) != targeted.end();
         };
+        const at::Device device = ctx.compute.device;
         std::map<std::string, at::Tensor> scaled;       // weights with the folded scales, rounded below
         std::map<std::string, at::Tensor> inputScales;  // s of a reader's input: it reads x / s once folded
         const auto weight = [&](const std::string& layer) {
             const auto it = scaled.find(layer);
-            return it != scaled.end() ? it->second : ctx.model.floatTensor(weightOf(layer));
+            return it != scaled.end() ? it->second : targetWeight(ctx.model, layer).to(device);
         };
         for (const Group& g : groups) {
             const size_t count = size_t(std::count_if(g.readers.begin(), g.readers.end(), isTargeted));
@@ -235,8 +269,8 @@ private:
             }
             std::vector<at::Tensor> weights;
             for (const auto& l : g.readers) weights.push_back(weight(l));
-            const quant::AwqResult r = quant::awqSearch(at::cat(weights, 0), at::cat(inputs.at(g.readers.front()), 0), options);
-            const at::Tensor& s = r.inputScales;
+            const at::Tensor s = quant::awqSearch(at::cat(weights, 0), rowsOf(g.readers.front()), options).inputScales.to(device);
+            const at::Tensor sCpu = s.to(at::kCPU);
             for (size_t i = 0; i < g.readers.size(); ++i) {
                 scaled[g.readers[i]] = weights[i] * s.unsqueeze(0);
                 inputScales[g.readers[i]] = s;
@@ -245,23 +279,22 @@ private:
                 scaled[g.producer] = weight(g.producer) / s.unsqueeze(1);
                 const std::string bias = g.producer + ".bias";
                 if (hasTensor(ctx.model, bias))
-                    ctx.model.replaceTensor(bias, (ctx.model.floatTensor(bias) / s).to(storageType(ctx.model, bias)));
+                    ctx.model.replaceTensor(bias, (ctx.model.floatTensor(bias) / sCpu).to(storageType(ctx.model, bias)));
             } else {
-                ctx.model.replaceTensor(g.producer, (ctx.model.floatTensor(g.producer) / s).to(storageType(ctx.model, g.producer)));
+                ctx.model.replaceTensor(g.producer, (ctx.model.floatTensor(g.producer) / sCpu).to(storageType(ctx.model, g.producer)));
             }
         }
         for (const auto& layer : targeted) {
             const at::Tensor w = weight(layer);
             quant::QuantizedWeight q = quant::quantizeRtn(w, optionsFor(ctx, layer).quant);
             // The error of what the layer now computes: Q(W·s) against W·s on its folded input x / s.
-            at::Tensor x = at::cat(inputs.at(layer), 0).to(at::kFloat);
+            at::Tensor x = rowsOf(layer).to(at::kFloat);
             const auto s = inputScales.find(layer);
             if (s != inputScales.end()) x = x / s->second;
             quant::HessianAccumulator h(x.size(1));
             h.add(x);
             (*ctx.reconstructionErrors)[layer] = reconstructionError(w, q.dequantize(), h.hessian());
-            ctx.model.setCompressed(layer, std::make_shared<IntLinear>(std::move(q), at::Tensor(), "awq"));
-            inputs.erase(layer);
+            storeCompressedLayer(ctx.model, layer, std::make_shared<IntLinear>(std::move(q), at::Tensor(), "awq"));
         }
     }
 };
