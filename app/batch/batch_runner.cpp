@@ -39,6 +39,15 @@ constexpr double kReadBackWarning = 0.01;
 
 bool onCuda(const std::string& device) { return device.rfind("cuda", 0) == 0; }
 
+// A project's export entry (exportEntriesProblem checked its fields) as the exporter's options.
+ExportOptions exportOptionsOf(const nlohmann::json& entry) {
+    ExportOptions options;
+    options.tensorType = entry.value("type", "");
+    options.requantizeType = entry.value("requantize", "");
+    options.packHead = entry.value("pack_head", false);
+    return options;
+}
+
 // The largest |reproduced - stored| accepted for a metric stored as `stored`. On the same device, build and thread
 // count nothing may differ. On the same kind of device with other threads or another build only the order of sums
 // changes, so KL and the rate of top-1 disagreement (1 - top1) must hold to a few percent of their own size: an
@@ -114,9 +123,7 @@ nlohmann::json BatchRunner::writeExports(const Variant& variant, const Model& mo
         nlohmann::json entry = {{"format", format}, {"file", file}, {"path", path}};
         try {
             std::filesystem::create_directories(mOutputDir + "/exports");
-            ExportOptions options;
-            options.tensorType = e.value("type", "");
-            options.requantizeType = e.value("requantize", "");
+            const ExportOptions options = exportOptionsOf(e);
             progress("  export " + variant.name + " as " + format + " to " + path);
             CallbackFeedback writing; // so that an interrupt stops the export and removes its temporary output
             const ExportReport r = exportModel(model, format, path, options, &writing);
@@ -196,9 +203,7 @@ int BatchRunner::run() {
                     throw Error(mProjectPath, "variant '" + v.name + "': the export to '" + file + "' has format '" + format +
                                                   "', which this build does not write (it writes " + known + ")");
                 }
-                ExportOptions options;
-                options.tensorType = e.value("type", "");
-                options.requantizeType = e.value("requantize", "");
+                const ExportOptions options = exportOptionsOf(e);
                 const std::string why = exportOptionsProblem(format, options);
                 if (!why.empty()) throw Error(mProjectPath, "variant '" + v.name + "': the export to '" + file + "': " + why);
             }

@@ -52,7 +52,7 @@ const std::vector<Command>& commands() {
         {"project",
          "cwb project create OUT.cwbproj --model M [--tokenizer FILE] [--recipe R.json ...] [--calib F] [--eval F] [--ctx N] [--chunks K] [--samples N] [--seq-len T] [--seed S]\n"
          "  cwb project show P [--json]\n  cwb project add-variant P --recipe R.json [--name N] [--from VARIANT]\n"
-         "  cwb project add-export P --variant V --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--requantize T] [--file NAME] [--model PATH] [--tokenizer FILE]\n"
+         "  cwb project add-export P --variant V --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--requantize T] [--pack-head] [--file NAME] [--model PATH] [--tokenizer FILE]\n"
          "  cwb project set P [--calib F|--no-calib] [--eval F] [--samples N] [--seq-len T] [--seed S] [--ctx N] [--chunks K] [--model PATH] [--tokenizer FILE]\n"
          "  cwb project set-tokenizer P --tokenizer FILE|--own [--model PATH]\n"
          "  cwb project run P [--variants a,b|--all] [--threads N] [--model PATH] [--tokenizer FILE] [--scratch DIR|auto|off] [--quiet]\n"

@@ -251,9 +251,10 @@ int show(const std::vector<std::string>& args) {
     for (const auto& v : project.variants()) {
         std::printf("variant    %-24s from %-12s %s\n", v.name.c_str(), v.parent.empty() ? "base" : v.parent.c_str(), v.recipe.dump().c_str());
         for (const auto& e : v.exports)
-            std::printf("export     %-24s %s as %s%s%s\n", v.name.c_str(), e.value("file", "").c_str(), e.value("format", "").c_str(),
+            std::printf("export     %-24s %s as %s%s%s%s\n", v.name.c_str(), e.value("file", "").c_str(), e.value("format", "").c_str(),
                         e.contains("type") ? (" (" + e.value("type", "") + ")").c_str() : "",
-                        e.contains("requantize") ? (", re-quantized layers as " + e.value("requantize", "")).c_str() : "");
+                        e.contains("requantize") ? (", re-quantized layers as " + e.value("requantize", "")).c_str() : "",
+                        e.value("pack_head", false) ? ", head packed" : "");
     }
     std::map<std::string, int> perLayer;   // variant -> layers with a reconstruction error, shown as a count
     for (const auto& r : project.results()) {
@@ -567,7 +568,7 @@ int setSettings(const std::vector<std::string>& args) {
 
 // Records that `cwb --batch` should write this variant in a format (the file lands in the batch's --out folder).
 int addExport(const std::vector<std::string>& args) {
-    Arguments a(args, {"variant", "format", "type", "requantize", "file", "model", "tokenizer"}, {});
+    Arguments a(args, {"variant", "format", "type", "requantize", "file", "model", "tokenizer"}, {"pack-head"});
     Project project = Project::open(a.requirePositional("PROJECT"));
     if (!a.has("variant") || !a.has("format")) throw Error("project add-export needs --variant V and --format hf|gptq|awq|compressed-tensors|gguf");
     const std::string name = a.value("variant"), format = a.value("format");
@@ -589,6 +590,7 @@ int addExport(const std::vector<std::string>& args) {
     ExportOptions options;
     options.tensorType = a.value("type");
     options.requantizeType = a.value("requantize");
+    options.packHead = a.flag("pack-head");
     const std::string problem = exportOptionsProblem(format, options);   // now, not when --batch writes it
     if (!problem.empty()) throw Error("a " + format + " export: " + problem);
     // What the variant's recipe makes, judged now against the model's layers: a layout that cannot hold it would
@@ -606,6 +608,7 @@ int addExport(const std::vector<std::string>& args) {
     nlohmann::json entry = {{"format", format}, {"file", file}};
     if (a.has("type")) entry["type"] = a.value("type");
     if (a.has("requantize")) entry["requantize"] = a.value("requantize");
+    if (options.packHead) entry["pack_head"] = true;
     exports.push_back(entry);
     project.setExports(name, exports);
     project.record("add-export", {{"variant", name}, {"export", entry}});

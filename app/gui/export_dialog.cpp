@@ -1,5 +1,6 @@
 #include "app/gui/export_dialog.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDialogButtonBox>
 #include <QFileDialog>
@@ -58,6 +59,10 @@ ExportDialog::ExportDialog(const Project& project, const QString& currentVariant
                                "input scales, groups that are not whole blocks of 32). Nearest: the ggml type closest "
                                "to each layer's format; f32 keeps their exact weights."));
     for (const QString& t : typesFor("gguf")) mRequantize->addItem(t.isEmpty() ? tr("(nearest)") : t, t);
+    mPackHead = new QCheckBox(tr("Pack a quantized output head (GPTQModel, vLLM)"), this);
+    mPackHead->setToolTip(tr("GPTQ: an lm_head quantized on the block layers' grid (same bits and group size) is packed "
+                             "beside them, with \"lm_head\": true in quantization_config, as GPTQModel writes it. Off: it is "
+                             "written dequantized, since transformers' GPTQ loader converts the block layers only."));
     mPath = new QLineEdit(this);
     auto* browseButton = new QPushButton(tr("Browse…"), this);
     auto* pathRow = new QHBoxLayout;
@@ -68,6 +73,7 @@ ExportDialog::ExportDialog(const Project& project, const QString& currentVariant
     form->addRow(tr("Format"), mFormat);
     form->addRow(tr("Tensor type"), mType);
     form->addRow(tr("Re-quantized layers"), mRequantize);
+    form->addRow(tr("Output head"), mPackHead);
     form->addRow(tr("Write to"), pathRow);
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
     buttons->button(QDialogButtonBox::Ok)->setText(tr("Export"));
@@ -86,6 +92,7 @@ ExportDialog::ExportDialog(const Project& project, const QString& currentVariant
     mOk = buttons->button(QDialogButtonBox::Ok);
     connect(mType, &QComboBox::currentIndexChanged, this, &ExportDialog::validate);
     connect(mRequantize, &QComboBox::currentIndexChanged, this, &ExportDialog::validate);
+    connect(mPackHead, &QCheckBox::toggled, this, &ExportDialog::validate);
     connect(mVariant, &QComboBox::currentIndexChanged, this, &ExportDialog::validate);
     formatChanged();
 }
@@ -96,6 +103,9 @@ void ExportDialog::formatChanged() {
     const bool gguf = mFormat->currentData().toString() == "gguf";
     mRequantize->setEnabled(gguf);   // the other formats write compressed layers in their own layouts
     if (!gguf) mRequantize->setCurrentIndex(0);
+    const bool gptq = mFormat->currentData().toString() == "gptq";
+    mPackHead->setEnabled(gptq);   // no other layout has a place for a packed head (GGUF keeps it quantized anyway)
+    if (!gptq) mPackHead->setChecked(false);
     validate();
 }
 
@@ -113,6 +123,7 @@ void ExportDialog::validate() {
         ExportOptions options;
         options.tensorType = mType->currentData().toString().toStdString();
         if (mRequantize->isEnabled()) options.requantizeType = mRequantize->currentData().toString().toStdString();
+        options.packHead = mPackHead->isChecked();
         const std::string format = mFormat->currentData().toString().toStdString();
         std::string why = mBase ? exportOverwritesSource(path.toStdString(), mBase->path) : std::string();
         if (why.empty()) why = exportDestinationProblem(format, path.toStdString());
@@ -133,7 +144,7 @@ QString ExportDialog::problem() const { return mProblem->text(); }
 
 ExportRequest ExportDialog::request() const {
     return {mVariant->currentText(), mFormat->currentData().toString(), mType->currentData().toString(), mPath->text().trimmed(),
-            mRequantize->isEnabled() ? mRequantize->currentData().toString() : QString()};
+            mRequantize->isEnabled() ? mRequantize->currentData().toString() : QString(), mPackHead->isChecked()};
 }
 
 void ExportDialog::setRequest(const ExportRequest& r) {
@@ -141,6 +152,7 @@ void ExportDialog::setRequest(const ExportRequest& r) {
     mFormat->setCurrentIndex(mFormat->findData(r.format));
     mType->setCurrentIndex(std::max(0, mType->findData(r.type)));
     mRequantize->setCurrentIndex(mRequantize->isEnabled() ? std::max(0, mRequantize->findData(r.requantize)) : 0);
+    mPackHead->setChecked(mPackHead->isEnabled() && r.packHead);
     mPath->setText(r.path);
 }
 
@@ -171,6 +183,7 @@ std::unique_ptr<BackgroundJob> makeExportJob(const Project& snapshot, std::share
         ExportOptions options;
         options.tensorType = request.type.toStdString();
         options.requantizeType = request.requantize.toStdString();
+        options.packHead = request.packHead;
         const ExportReport report = exportModel(*variant, request.format.toStdString(), request.path.toStdString(), options, &writing);
         summary->append(QObject::tr("Wrote %1 (%2 tensor bytes).").arg(QString::fromStdString(report.path)).arg(report.bytes));
         for (const auto& warning : report.warnings) summary->append(QObject::tr("Warning: %1").arg(QString::fromStdString(warning)));

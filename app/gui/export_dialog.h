@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 
+class QCheckBox;
 class QComboBox;
 class QLineEdit;
 
@@ -22,6 +23,7 @@ struct ExportRequest {
     QString type;      // "" for the format's default
     QString path;      // folder (hf/gptq/awq) or .gguf file
     QString requantize;   // gguf: type of layers that cannot be written level for level; "" the nearest
+    bool packHead = false;   // gptq: a quantized head on the blocks' grid packed beside them (ExportOptions::packHead)
 };
 
 class ExportDialog : public QDialog {
@@ -46,6 +48,7 @@ private:
     QComboBox* mFormat;
     QComboBox* mType;
     QComboBox* mRequantize;   // GGUF only
+    QCheckBox* mPackHead;     // GPTQ only
     QLineEdit* mPath;
     class QPushButton* mOk = nullptr;
     class QLabel* mProblem = nullptr;

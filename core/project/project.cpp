@@ -548,6 +548,7 @@ std::string exportEntriesProblem(const nlohmann::json& exports) {
         if (!e.contains("format") || !e["format"].is_string()) return "an entry has no format: " + e.dump();
         if (e.contains("type") && !e["type"].is_string()) return "an entry's type is not text: " + e.dump();
         if (e.contains("requantize") && !e["requantize"].is_string()) return "an entry's requantize type is not text: " + e.dump();
+        if (e.contains("pack_head") && !e["pack_head"].is_boolean()) return "an entry's pack_head is not true or false: " + e.dump();
         if (!e.contains("file") || !e["file"].is_string()) return "an entry has no file name: " + e.dump();
         const std::string file = e["file"];
         const bool control = std::any_of(file.begin(), file.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });

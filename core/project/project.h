@@ -93,7 +93,8 @@ struct Variant {
 
 // Why `exports` is not a list of export requests a variant can keep ("" when it is): each an object with a
 // string "format", a "file" that is a plain file or folder name (the export lands in the batch's --out folder, so
-// no path separators, no "." or "..") and an optional string "type". Checked when a project is read and when one
+// no path separators, no "." or "..") and an optional string "type", string "requantize" and boolean "pack_head"
+// (ExportOptions::packHead). Checked when a project is read and when one
 // is set, so a hostile project file cannot make --batch write elsewhere.
 std::string exportEntriesProblem(const nlohmann::json& exports);
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
+#include "core/model/model.h"
 #include "core/project/project.h"
 #include "tests/support/test_paths.h"
 
@@ -560,6 +561,28 @@ void TestBatch::batchWritesExports() {
         QVERIFY(uncheckedReport.open(QIODevice::ReadOnly));
         QVERIFY(!nlohmann::json::parse(uncheckedReport.readAll().toStdString())["variants"][1]["exports"][0].contains("read_back"));
         QVERIFY(!unchecked.err.contains("reads back"));
+    }
+
+    {   // A project's GPTQ export can pack a quantized head (`--pack-head`, as `cwb export`); other formats refuse it.
+        const QString headRecipe = mDir.filePath("rtn-head.json");
+        QFile f(headRecipe);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32,"head":"also"}}]})");
+        f.close();
+        QCOMPARE(run({"project", "add-variant", copy, "--recipe", headRecipe, "--name", "rtn-head"}).exitCode, 0);
+        Result gguf = run({"project", "add-export", copy, "--variant", "rtn-head", "--format", "gguf", "--pack-head"});
+        QCOMPARE(gguf.exitCode, 2);
+        QVERIFY2(gguf.err.contains("--pack-head applies to gptq exports"), qPrintable(gguf.err));
+        Result packed = run({"project", "add-export", copy, "--variant", "rtn-head", "--format", "gptq", "--pack-head"});
+        QVERIFY2(packed.exitCode == 0, qPrintable(packed.err));
+        QVERIFY2(run({"project", "show", copy}).out.contains("rtn-head-gptq as gptq, head packed"), "show names the packed head");
+        const QString headOut = mDir.filePath("exports-head");
+        run({"--batch", copy, "--out", headOut, "--threads", "1", "--variants", "rtn-head", "--quiet"});
+        QFile config(headOut + "/exports/rtn-head-gptq/config.json");
+        QVERIFY(config.open(QIODevice::ReadOnly));
+        QVERIFY(nlohmann::json::parse(config.readAll().toStdString())["quantization_config"]["lm_head"].get<bool>());
+        auto back = cwb::loadModel((headOut + "/exports/rtn-head-gptq").toStdString());
+        QVERIFY(back->compressed("lm_head"));   // read back packed, not as a dense head
     }
 
     // stories260K's MLP has 172 channels: the AWQ layout packs 8 outputs per word and cannot hold it (GPTQ pads a

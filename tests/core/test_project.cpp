@@ -464,7 +464,8 @@ void TestProject::hostileExportEntriesAreRefused() {
     Project p = sampleProject(path);
     p.save();
     for (const char* bad : {R"([{"format":"gguf","file":"../../../victim.txt"}])", R"([{"format":"gguf","file":"/etc/x"}])",
-                            R"([{"format":"hf","file":"."}])", R"([1])", R"("abc")", R"([{"format":5,"file":"a"}])"}) {
+                            R"([{"format":"hf","file":"."}])", R"([1])", R"("abc")", R"([{"format":5,"file":"a"}])",
+                            R"([{"format":"gptq","file":"a","pack_head":"yes"}])"}) {
         QVERIFY(execRaw(path, std::string("UPDATE variants SET exports = '") + bad + "' WHERE name = 'a'"));
         const QString error = errorOf([&] { Project::open(path.toStdString()); });
         QVERIFY2(error.startsWith(path) && error.contains("the exports of variant 'a'"), qPrintable(error));

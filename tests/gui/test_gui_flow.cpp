@@ -438,6 +438,11 @@ void TestGuiFlow::exportVariantFromTheWindow() {
     dialog.setRequest({variant, "gptq", "", mDir.filePath("gui-export-gptq"), "q5_0"});
     QCOMPARE(dialog.problem(), QString());   // GPTQ pads a last word
     QCOMPARE(dialog.request().requantize, QString());   // not a GGUF export: no re-quantization type
+    dialog.setRequest({variant, "gptq", "", mDir.filePath("gui-export-gptq"), "", true});
+    QVERIFY(dialog.request().packHead);                 // GPTQ's packed head, as `cwb export --pack-head`
+    QCOMPARE(dialog.problem(), QString());
+    dialog.setRequest({variant, "gguf", "", mDir.filePath("gui-export-2.gguf"), "", true});
+    QVERIFY(!dialog.request().packHead);                // only GPTQ has a place for a packed head
     dialog.setRequest({variant, "gguf", "", model});   // over the model itself
     QVERIFY2(dialog.problem().contains("is where the model was read from"), qPrintable(dialog.problem()));
     QSignalSpy refused(&window, &MainWindow::exportFinished);
