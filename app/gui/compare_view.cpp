@@ -118,6 +118,7 @@ void CompareView::setDocument(ProjectDocument* document) {
     if (document) {
         connect(document, &ProjectDocument::resultsChanged, this, &CompareView::refresh);
         connect(document, &ProjectDocument::variantsChanged, this, &CompareView::refresh);
+        connect(document, &ProjectDocument::textsOnDiskChanged, this, &CompareView::refresh);
     }
     refresh();
 }
@@ -194,6 +195,9 @@ void CompareView::refresh() {
     mTable->setColumnCount(columns.size());
     mTable->setHorizontalHeaderLabels(columns);
     QStringList warnings;
+    for (const QString& text : mDocument->textsChangedOnDisk())
+        warnings << tr("%1: results measured before may be of its earlier content, and a run now measures it as it is "
+                       "(its results then show as stale). Project ▸ Settings ▸ OK records the text as it is now.").arg(text);
     QStringList rows;
     for (const auto& name : names) {
         if (project.results(name).empty()) continue;

@@ -37,6 +37,31 @@ ProjectDocument::ProjectDocument(Project project, std::shared_ptr<const Model> m
     assumeBasisIfUnrecorded(Project::kBaseName);
     for (const auto& v : mProject->variants()) assumeBasisIfUnrecorded(v.name);
     connect(&mUndo, &QUndoStack::cleanChanged, this, [this] { emit dirtyChanged(isDirty()); });
+    connect(this, &ProjectDocument::settingsChanged, this, &ProjectDocument::refreshTextsOnDisk);
+    connect(&mTextWatcher, &QFileSystemWatcher::fileChanged, this, &ProjectDocument::refreshTextsOnDisk);
+    refreshTextsOnDisk();
+}
+
+void ProjectDocument::refreshTextsOnDisk() {
+    const ProjectSettings& s = mProject->settings();
+    const TextHashes now = textHashesOnDisk(s);
+    QStringList changed;
+    if (now.evaluation != s.evaluation.hash)
+        changed << tr("the evaluation text %1 changed on disk since the project recorded it").arg(QString::fromStdString(s.evaluation.path));
+    if (now.calibration != s.calibration.hash)
+        changed << tr("the calibration text %1 changed on disk since the project recorded it").arg(QString::fromStdString(s.calibration.path));
+    // Watched again each time: an editor that saves by writing a new file and renaming it ends the old watch.
+    if (!mTextWatcher.files().isEmpty()) mTextWatcher.removePaths(mTextWatcher.files());
+    QStringList paths;
+    for (const FileReference* ref : {&s.evaluation, &s.calibration}) {
+        const QString path = QString::fromStdString(ref->path);
+        if (!path.isEmpty() && !paths.contains(path) && QFileInfo(path).isFile()) paths << path;
+    }
+    if (!paths.isEmpty()) mTextWatcher.addPaths(paths);
+    if (changed != mTextsChanged) {
+        mTextsChanged = changed;
+        emit textsOnDiskChanged();
+    }
 }
 
 ProjectDocument::~ProjectDocument() {

@@ -3,6 +3,7 @@
 // commands in app/commands call the mutators marked "for commands"; widgets read and listen to the signals.
 // Measured results and importance maps are not undo state (STYLE.md §4): they are set directly and only
 // make the document dirty.
+#include <QFileSystemWatcher>
 #include <QLockFile>
 #include <QObject>
 #include <QString>
@@ -121,6 +122,10 @@ public:
     // What the stored results of `variant` were measured from: the recorded basis, else the one assumed at opening
     // (null when it has no results).
     nlohmann::json resultBasis(const QString& variant) const;
+    // The calibration and evaluation texts whose content on disk is no longer what the project recorded (one phrase
+    // each, naming the file), as `cwb project show` says it: results measured before may be of the earlier content,
+    // and a run measures the text as it is. Rechecked when the settings change and when a watched text changes.
+    QStringList textsChangedOnDisk() const { return mTextsChanged; }
 
     // ---- computed data (not undo state) ----
     // `basis`: what they were measured from (a run passes the project's basis as it started); none: the project's now.
@@ -138,6 +143,7 @@ signals:
     void modelChanged();   // model() is another object (e.g. read again with another tokenizer)
     void dirtyChanged(bool dirty);
     void filePathChanged(const QString& path);
+    void textsOnDiskChanged();   // textsChangedOnDisk() says something else
 
 private:
     ProjectDocument(Project project, std::shared_ptr<const Model> model, bool untitled);
@@ -151,6 +157,9 @@ private:
     bool mUnsavedData = false;
     QString mCurrentVariant;
     void assumeBasisIfUnrecorded(const std::string& variant);
+    void refreshTextsOnDisk();
+    QFileSystemWatcher mTextWatcher;
+    QStringList mTextsChanged;
     std::unique_ptr<Project> mLastSaved;   // the file as this document last read or saved it (null: not known)
     mutable bool mBaseAutosaved = false;   // mLastSaved is written beside the autosave (Project::autosaveBase)
     std::map<std::string, nlohmann::json> mAssumedBasis;   // results without a recorded basis: the project's as opened

@@ -58,6 +58,16 @@ SettingsDialog::SettingsDialog(const ProjectSettings& s, int64_t modelContext, Q
     mProblem->setStyleSheet(QStringLiteral("color: #b00020"));
     mProblem->setVisible(false);
     layout->addWidget(mProblem);
+    const TextHashes onDisk = textHashesOnDisk(s);
+    QStringList changed;
+    if (onDisk.evaluation != s.evaluation.hash) changed << tr("the evaluation text");
+    if (onDisk.calibration != s.calibration.hash) changed << tr("the calibration text");
+    if (!changed.isEmpty()) {
+        mTextsChanged = new QLabel(tr("%1 changed on disk since the project recorded it; OK records it as it is now.")
+                                       .arg(changed.join(tr(" and "))), this);
+        mTextsChanged->setWordWrap(true);
+        layout->addWidget(mTextsChanged);
+    }
     layout->addWidget(buttons);
 }
 
@@ -103,8 +113,17 @@ void SettingsDialog::setSeedText(const QString& text) { mSeed->setText(text); }
 
 ProjectSettings SettingsDialog::read() const {
     ProjectSettings s = mOriginal;
+    // The same file keeps its reference unless its content changed on disk since it was recorded: OK records it again.
     auto keepOrHash = [](const FileReference& old, const QString& path) {
-        return QFileInfo(path).absoluteFilePath().toStdString() == old.path && !old.path.empty() ? old : reference(path);
+        const bool same = QFileInfo(path).absoluteFilePath().toStdString() == old.path && !old.path.empty();
+        if (!same) return reference(path);
+        if (!QFileInfo(path).isFile()) return old;   // gone: kept as recorded; a run says it is missing
+        try {
+            const FileReference now = reference(path);
+            return now.hash == old.hash ? old : now;
+        } catch (const Error&) {
+            return old;   // unreadable now: as recorded, as textHashesOnDisk takes it
+        }
     };
     s.calibration = keepOrHash(mOriginal.calibration, mCalibration->text().trimmed());
     s.evaluation = keepOrHash(mOriginal.evaluation, mEvaluation->text().trimmed());

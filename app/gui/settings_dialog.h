@@ -41,6 +41,7 @@ private:
     QSpinBox* mChunks;
     class QFormLayout* mForm;
     class QLabel* mProblem = nullptr;
+    class QLabel* mTextsChanged = nullptr;   // a text edited on disk since the project recorded it
     std::optional<ProjectSettings> mAccepted;
     ProjectSettings read() const;
 };

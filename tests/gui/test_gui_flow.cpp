@@ -56,6 +56,7 @@ private slots:
     void statusShowsEveryRunningJob();
     void resultsOfAnEditedRecipeAreMarkedStale();
     void resultsAreStampedWithTheTextAsRead();
+    void textEditedOnDiskIsSaid();
     void saveMergesAFileChangedMeanwhile();
     void brokenVariantIsWarned();
 
@@ -729,6 +730,48 @@ void TestGuiFlow::resultsAreStampedWithTheTextAsRead() {
         QCOMPARE(basis["evaluation"]["hash"].get<std::string>(), edited);
         QVERIFY(!doc->resultsCurrent(QString::fromStdString(name)));   // of another text than the recorded one
     }
+}
+
+// The Compare view says when the evaluation text was edited on disk after the project recorded it (as `cwb project
+// show` does; it said nothing), and Project ▸ Settings ▸ OK records the text as it is now (it kept the old hash).
+void TestGuiFlow::textEditedOnDiskIsSaid() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    const QString copy = mDir.filePath("watched-eval.txt");
+    QFile::remove(copy);
+    QVERIFY(QFile::copy(text, copy));
+    QFile::setPermissions(copy, QFile::ReadOwner | QFile::WriteOwner);
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    ProjectDocument* doc = window.document();
+    ProjectSettings s = doc->project().settings();
+    s.evaluation = SettingsDialog::reference(copy);
+    doc->undoStack()->push(changeSettings(doc, s));
+    QVERIFY(doc->textsChangedOnDisk().isEmpty());
+    QVERIFY(!window.compareView()->warnings().contains("changed on disk"));
+    {
+        QFile f(copy);
+        QVERIFY(f.open(QIODevice::Append));
+        f.write("\nOnce upon a time the evaluation text was edited in place.\n");
+    }
+    QTRY_VERIFY_WITH_TIMEOUT(!doc->textsChangedOnDisk().isEmpty(), 10000);   // the file watcher's notice
+    QCOMPARE(doc->textsChangedOnDisk().size(), 1);
+    QVERIFY2(doc->textsChangedOnDisk().front().contains("the evaluation text " + QFileInfo(copy).absoluteFilePath()),
+             qPrintable(doc->textsChangedOnDisk().front()));
+    QVERIFY2(window.compareView()->warnings().contains("changed on disk since the project recorded it: results measured before"),
+             qPrintable(window.compareView()->warnings()));
+    // OK in the settings dialog, the path unchanged, records the edited text.
+    SettingsDialog dialog(doc->project().settings(), 1 << 20);
+    const ProjectSettings recorded = dialog.settings();
+    QCOMPARE(recorded.evaluation.hash, hashFile(copy.toStdString()));
+    QVERIFY(recorded.evaluation.hash != s.evaluation.hash);
+    doc->undoStack()->push(changeSettings(doc, recorded));
+    QVERIFY(doc->textsChangedOnDisk().isEmpty());
+    QVERIFY(!window.compareView()->warnings().contains("changed on disk"));
+    // A text that is gone keeps its reference (a run says it is missing): OK is not refused for it.
+    QVERIFY(QFile::remove(copy));
+    SettingsDialog gone(doc->project().settings(), 1 << 20);
+    QCOMPARE(gone.settings().evaluation.hash, recorded.evaluation.hash);
 }
 
 // File ▸ Save of a project another program saved meanwhile merges both (it was refused: Save As only).
