@@ -22,7 +22,7 @@
 namespace cwb::cli {
 
 int runBudget(const std::vector<std::string>& args) {
-    Arguments a(args, {"text", "target-bits", "target-bytes", "bits", "group-size", "method", "params", "samples", "seq-len", "seed", "out", "threads", "tokenizer", "device", "dtype"}, {"json", "quiet", "fused"});
+    Arguments a(args, {"text", "target-bits", "target-bytes", "bits", "group-size", "method", "params", "samples", "seq-len", "seed", "out", "threads", "tokenizer", "device", "dtype"}, {"json", "quiet", "fused", "head"});
     applyThreads(a.integer("threads", 0));
     const std::string path = a.requirePositional("MODEL");
     if (!a.has("text")) throw Error("budget needs --text FILE (the text whose windows the layers are measured on)");
@@ -42,6 +42,7 @@ int runBudget(const std::vector<std::string>& args) {
     options.groupSize = a.integer("group-size", 32);
     options.method = a.value("method", "quantize.rtn");
     options.fuseSharedInputs = a.flag("fused");
+    options.includeHead = a.flag("head");
     if (a.has("params")) {
         try {
             options.params = nlohmann::json::parse(a.value("params"));
@@ -77,11 +78,10 @@ int runBudget(const std::vector<std::string>& args) {
     auto model = loadModel(path, load);
     if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
     options.compute = autoFittedCompute(a, *model, options.compute);
-    // The plan covers the block linear layers; embeddings, the output head and norms keep their bytes.
-    double parameters = 0;
-    for (const auto& layer : model->linearLayers()) parameters += double(model->tensor(layer + ".weight").elementCount());
+    // The plan covers the block linear layers (and the output head with --head); embeddings and norms keep their bytes.
+    const double parameters = plannedParameters(*model, options);
     if (a.has("target-bytes")) {
-        // Bytes of the block linear layers as stored (levels, scales, zeros) -> the same budget in bits per weight.
+        // Bytes of the planned layers as stored (levels, scales, zeros) -> the same budget in bits per weight.
         options.targetBitsPerWeight = 8.0 * targetBytes / parameters;
         checkBudgetOptions(options);
     }

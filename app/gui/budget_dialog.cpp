@@ -47,26 +47,21 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     mTarget->setValue(4.5);
     mTarget->setToolTip(tr("Average bits per weight over the quantized layers, scales and zeros included"));
     // Bits per weight and size are one budget: editing either updates the other.
-    double linearParameters = 0;
-    if (mDocument && mDocument->model())
-        for (const auto& layer : mDocument->model()->linearLayers())
-            linearParameters += double(mDocument->model()->tensor(layer + ".weight").elementCount());
-    const double mibPerBit = linearParameters / 8.0 / (1024.0 * 1024.0);
     mTargetMiB->setDecimals(6);   // small models are a fraction of a MiB per bit
-    mTargetMiB->setRange(2.0 * mibPerBit, 16.0 * mibPerBit);
-    mTargetMiB->setSingleStep(std::max(0.001, 0.25 * mibPerBit));
     mTargetMiB->setSuffix(tr(" MiB"));
-    mTargetMiB->setValue(mTarget->value() * mibPerBit);
-    mTargetMiB->setEnabled(mibPerBit > 0);
-    mTargetMiB->setToolTip(tr("The same budget as the size of the block linear layers (levels, scales and zeros)"));
-    connect(mTarget, &QDoubleSpinBox::valueChanged, this, [this, mibPerBit](double bits) {
+    mTargetMiB->setToolTip(tr("The same budget as the size of the planned layers (levels, scales and zeros)"));
+    mHead = new QCheckBox(tr("The output head too"), this);
+    mHead->setToolTip(tr("Plans lm_head as one more layer, measured alone as the others (a tied head gets its own "
+                         "quantized copy); the size target then counts it"));
+    updateSizeScale();
+    connect(mTarget, &QDoubleSpinBox::valueChanged, this, [this](double bits) {
         const QSignalBlocker block(mTargetMiB);
-        mTargetMiB->setValue(bits * mibPerBit);
+        mTargetMiB->setValue(bits * mMiBPerBit);
     });
-    connect(mTargetMiB, &QDoubleSpinBox::valueChanged, this, [this, mibPerBit](double mib) {
-        if (mibPerBit <= 0) return;
+    connect(mTargetMiB, &QDoubleSpinBox::valueChanged, this, [this](double mib) {
+        if (mMiBPerBit <= 0) return;
         const QSignalBlocker block(mTarget);
-        mTarget->setValue(mib / mibPerBit);
+        mTarget->setValue(mib / mMiBPerBit);
     });
     mBits->setToolTip(tr("Candidate widths per layer, comma-separated (2..8), e.g. 4,8 or 3,4,8"));
     mGroupSize->setRange(8, 4096);
@@ -101,6 +96,7 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     form->addRow(tr("Quantizer:"), mMethod);
     form->addRow(tr("Group size:"), mGroupSize);
     form->addRow(QString(), mFused);
+    form->addRow(QString(), mHead);
     auto* windows = new QHBoxLayout;
     windows->addWidget(mSamples);
     windows->addWidget(new QLabel(tr("× tokens:"), this));
@@ -125,6 +121,10 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     connect(mGroupSize, &QSpinBox::valueChanged, this, &BudgetDialog::inputsChanged);
     connect(mMethod, &QComboBox::currentIndexChanged, this, &BudgetDialog::inputsChanged);
     connect(mFused, &QCheckBox::toggled, this, &BudgetDialog::inputsChanged);
+    connect(mHead, &QCheckBox::toggled, this, [this] {
+        updateSizeScale();
+        inputsChanged();
+    });
     connect(mSamples, &QSpinBox::valueChanged, this, &BudgetDialog::inputsChanged);
     connect(mTokens, &QSpinBox::valueChanged, this, &BudgetDialog::inputsChanged);
     connect(mSolve, &QPushButton::clicked, this, [this] { solve(); });
@@ -154,6 +154,20 @@ void BudgetDialog::setWindowSize(int samples, int tokens) {
 }
 
 void BudgetDialog::setFusedSharedInputs(bool fused) { mFused->setChecked(fused); }
+void BudgetDialog::setIncludeHead(bool head) { mHead->setChecked(head); }
+
+// The size that one bit per weight of the planned layers takes; the bits-per-weight target stays as it is.
+void BudgetDialog::updateSizeScale() {
+    BudgetOptions planned;
+    planned.includeHead = mHead->isChecked();
+    const double parameters = mDocument && mDocument->model() ? plannedParameters(*mDocument->model(), planned) : 0.0;
+    mMiBPerBit = parameters / 8.0 / (1024.0 * 1024.0);
+    const QSignalBlocker block(mTargetMiB);
+    mTargetMiB->setRange(2.0 * mMiBPerBit, 16.0 * mMiBPerBit);
+    mTargetMiB->setSingleStep(std::max(0.001, 0.25 * mMiBPerBit));
+    mTargetMiB->setValue(mTarget->value() * mMiBPerBit);
+    mTargetMiB->setEnabled(mMiBPerBit > 0);
+}
 bool BudgetDialog::isSolving() const { return mJob && mJob->isRunning(); }
 
 void BudgetDialog::inputsChanged() {
@@ -195,6 +209,7 @@ bool BudgetDialog::solve(bool interactive) {
     options.groupSize = mGroupSize->value();
     options.method = mMethod->currentData().toString().toStdString();
     options.fuseSharedInputs = mFused->isChecked();
+    options.includeHead = mHead->isChecked();
     QString error;
     options.bits = parseBits(mBits->text(), &error);
     if (options.bits.empty()) return refuse(error);

@@ -39,6 +39,8 @@ public:
     void setCandidateBits(const QString& list);   // "4,8" or "3,4,8"
     // One width for q/k/v and for gate/up of each block (what vLLM and a compressed-tensors export need).
     void setFusedSharedInputs(bool fused);
+    // The output head as one more layer of the plan (BudgetOptions::includeHead); the size target then counts it.
+    void setIncludeHead(bool head);
     void setWindowSize(int samples, int tokens);
     // Widths 2..8 from a comma list; empty with *error set when the list is not valid.
     static std::vector<int> parseBits(const QString& list, QString* error);
@@ -70,6 +72,9 @@ private:
     QSpinBox* mGroupSize;
     QComboBox* mMethod;   // the quantizer whose per-layer sensitivity is measured (and the recipe's step)
     QCheckBox* mFused = nullptr;
+    QCheckBox* mHead = nullptr;
+    double mMiBPerBit = 0;   // MiB of the planned layers per bit per weight
+    void updateSizeScale();
     QSpinBox* mSamples;
     QSpinBox* mTokens;
     QPushButton* mSolve;

@@ -130,9 +130,26 @@ RecipeStep budgetStep(const BudgetOptions& options, int bits) {
     step.params = options.params.is_object() ? options.params : nlohmann::json::object();
     step.params["bits"] = bits;
     step.params["group_size"] = options.groupSize;
+    if (options.includeHead) step.params["head"] = "also";
     return step;
 }
+
+int64_t parametersOf(const Model& model, const std::string& layer) {
+    return model.tensor(targetWeightName(model, layer)).elementCount();
+}
 } // namespace
+
+std::vector<std::string> plannedLayers(const Model& model, const BudgetOptions& options) {
+    std::vector<std::string> layers = model.linearLayers();
+    if (options.includeHead) layers.push_back(names::kHead);
+    return layers;
+}
+
+double plannedParameters(const Model& model, const BudgetOptions& options) {
+    double parameters = 0;
+    for (const auto& layer : plannedLayers(model, options)) parameters += double(parametersOf(model, layer));
+    return parameters;
+}
 
 void checkBudgetOptions(const BudgetOptions& options) {
     if (options.bits.empty()) throw Error("budget: no candidate bit widths");
@@ -155,8 +172,8 @@ void checkBudgetOptions(const BudgetOptions& options) {
         throw Error("budget: quantize.awq's \"fold\" moves scales into norms that several layers share, so one layer "
                     "cannot be measured alone; plan without it (the plan's recipe may then add it)");
     if (options.params.is_object() && options.params.value("head", std::string("none")) != "none")
-        throw Error("budget: \"head\" quantizes the output head beside every layer measured; the plan covers the block "
-                    "layers, so leave it out (a step with \"head\": \"only\" after the plan's recipe quantizes the head)");
+        throw Error("budget: \"head\" quantizes the output head beside every layer measured; leave it out of the "
+                    "parameters and plan the head as one more layer instead (--head)");
     for (int bits : options.bits) {   // the method's own checks of its parameters (group size, ...)
         Recipe recipe;
         recipe.steps.push_back(budgetStep(options, bits));
@@ -183,12 +200,12 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
     // The smallest plan is known from the stored bits alone: a target below it fails now, not after the measurements.
     {
         double parameters = 0, bits = 0;
-        for (const auto& layer : model.linearLayers()) {
+        for (const auto& layer : plannedLayers(model, options)) {
             double narrowest = std::numeric_limits<double>::infinity();
             for (const auto& [width, variant] : quantized)
                 if (auto linear = variant->compressed(layer)) narrowest = std::min(narrowest, linear->bitsPerWeight());
             if (!std::isfinite(narrowest)) continue;   // reported with its layer below
-            const double n = double(model.tensor(layer + ".weight").elementCount());
+            const double n = double(parametersOf(model, layer));
             parameters += n;
             bits += n * narrowest;
         }
@@ -201,13 +218,13 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
     VariantRunner runner(model, options.compute);
     const std::vector<at::Tensor> base = runner.logProbs(windows);
     BudgetPlan plan;
-    const std::vector<std::string> layers = model.linearLayers();
+    const std::vector<std::string> layers = plannedLayers(model, options);
     const size_t total = layers.size() * options.bits.size();
     size_t done = 0;
     for (const auto& layer : layers) {
         BudgetLayer entry;
         entry.name = layer;
-        entry.parameters = model.tensor(layer + ".weight").elementCount();
+        entry.parameters = parametersOf(model, layer);
         for (int bits : options.bits) {
             if (feedback) {
                 feedback->throwIfCancelled();
@@ -217,11 +234,20 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
             if (!linear || linear->kind() != "int")
                 throw Error("budget: " + options.method + " did not quantize layer " + layer + " to integers");
             auto variant = model.clone();
-            variant->setCompressed(layer, linear);
-            if (!runner.apply(*variant)) throw Error("internal: budget: layer " + layer + " is not inside a block");
+            storeCompressedLayer(*variant, layer, linear);   // a tied head: its own copy
+            const bool swapped = runner.apply(*variant);
+            if (!swapped && layer != names::kHead) throw Error("internal: budget: layer " + layer + " is not inside a block");
             double kl = 0;
             try {
-                kl = std::max(0.0, runner.compare(windows, base).meanKl);   // >= 0 but for rounding
+                if (swapped) {
+                    kl = std::max(0.0, runner.compare(windows, base).meanKl);   // >= 0 but for rounding
+                } else {   // the head, outside the blocks: a runtime of the variant's own, sharing the device with the runner's
+                    RuntimeOptions own;
+                    own.device = options.compute.device;
+                    own.dtype = options.compute.forwardType;
+                    Transformer runtime(*variant, sharingMemory(own, 2));
+                    kl = std::max(0.0, compareWindows(runtime, windows, base).meanKl);
+                }
             } catch (const Cancelled&) {
                 throw;
             } catch (const Error& e) {

@@ -46,6 +46,10 @@ struct BudgetOptions {
     // unit whose cost is the sum of theirs: vLLM runs each set as one fused layer with one scheme, so a
     // compressed-tensors export needs it.
     bool fuseSharedInputs = false;
+    // The output head (lm_head) as one more layer of the plan, measured alone as the block layers are; the recipe's
+    // step then has "head": "also" (and an override when the head's width is not the step's). A tied head is planned
+    // as its own quantized copy; the embedding stays.
+    bool includeHead = false;
     // Where the layers are measured and in which type (see importanceCompute); calibrated methods calibrate on the
     // same device in fp32.
     CalibrationCompute compute;
@@ -58,6 +62,11 @@ struct BudgetPlan {
     double predictedCost = 0;            // sum of the chosen options' costs
     Recipe recipe;                       // the method at the most common width, overrides for the rest
 };
+
+// The layers a plan covers (every linear layer of the blocks, then names::kHead with includeHead) and their weights
+// count (a tied head counts its embedding's, which its own copy will have).
+std::vector<std::string> plannedLayers(const Model& model, const BudgetOptions& options);
+double plannedParameters(const Model& model, const BudgetOptions& options);
 
 // Throws cwb::Error for options no model can satisfy: no widths, a method without "bits", bad parameters, or a
 // target below what the narrowest width stores (known from the sizes alone). solveBitBudget checks this first.

@@ -781,6 +781,15 @@ void TestCli::budgetWithGptq() {
                         "--samples", "4", "--seq-len", "64", "--json"});
     QVERIFY2(bytes.exitCode == 0, qPrintable(bytes.err));
     QVERIFY(std::abs(QJsonDocument::fromJson(bytes.out.toUtf8()).object()["target_bits_per_weight"].toDouble() - 6.0) < 1e-6);
+    // --head plans the output head as one more layer; the byte budget then counts it too.
+    Result withHead = run({"budget", model, "--text", text, "--target-bits", "6", "--bits", "4,8", "--samples", "2",
+                           "--seq-len", "32", "--head", "--json"});
+    QVERIFY2(withHead.exitCode == 0, qPrintable(withHead.err));
+    const QJsonObject h = QJsonDocument::fromJson(withHead.out.toUtf8()).object();
+    const QJsonArray headLayers = h["layers"].toArray();
+    QCOMPARE(headLayers.last().toObject()["layer"].toString(), QStringLiteral("lm_head"));
+    QCOMPARE(h["linear_parameters"].toDouble(), params + headLayers.last().toObject()["parameters"].toDouble());
+    QCOMPARE(h["recipe"].toObject()["steps"].toArray()[0].toObject()["params"].toObject()["head"].toString(), QStringLiteral("also"));
     Result both = run({"budget", model, "--text", text, "--target-bits", "6", "--target-bytes", "1000"});
     QCOMPARE(both.exitCode, 2);
     QVERIFY2(both.err.contains("one of --target-bits B or --target-bytes N (both were given)"), qPrintable(both.err));

@@ -5,11 +5,14 @@
 #include <QtTest/QtTest>
 
 #include "core/analysis/budget.h"
+#include "core/analysis/importance.h"
 #include "core/compress/compressed_layers.h"
 #include "core/compress/pipeline.h"
 #include "core/export/export_format.h"
 #include "core/io/model_format.h"
 #include "core/model/compressed_linear.h"
+#include "core/model/model.h"
+#include "core/runtime/transformer.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
 #include "tests/support/synthetic_models.h"
@@ -51,6 +54,7 @@ private slots:
     void sensitivityComesFromTheChosenMethod();
     void methodWithoutBitsIsRefused();
     void fusedPlanKeepsSharedInputsAlike();
+    void headIsPlannedAsOneMoreLayer();
 };
 
 void TestBudget::greedyUpgradesTheMostSensitiveLayer() {
@@ -178,7 +182,7 @@ void TestBudget::methodWithoutBitsIsRefused() {
         solveBitBudget(*model, at::ones({2, 8}, at::kLong), options, nullptr);
         QFAIL("accepted head, which quantizes the output head beside every layer");
     } catch (const Error& e) {
-        QVERIFY2(QString(e.what()).contains("\"head\" quantizes the output head"), e.what());
+        QVERIFY2(QString(e.what()).contains("\"head\" quantizes the output head") && QString(e.what()).contains("--head"), e.what());
     }
 }
 
@@ -216,6 +220,55 @@ void TestBudget::fusedPlanKeepsSharedInputsAlike() {
     const std::string out = (dir.path() + "/ct").toStdString();
     exportModel(*r.model, "compressed-tensors", out, {});
     QVERIFY(loadModel(out)->compressedLayers().size() == 14);
+}
+
+// With includeHead the output head is one more layer of the plan: measured alone (its cost is the KL of the base with
+// only the head quantized, as a head-only step gives it), counted in the bits per weight, and the recipe quantizes it
+// at the planned width. A tied head is planned as its own copy.
+void TestBudget::headIsPlannedAsOneMoreLayer() {
+    for (const bool tied : {false, true}) {
+        QTemporaryDir dir;
+        ArchSpec spec = tinyLlamaSpec();
+        spec.tiedEmbeddings = tied;
+        writeHfFolder(dir.path().toStdString(), spec, randomWeights(spec, 17), ggml::Type::F32);
+        auto model = loadModel(dir.path().toStdString());
+        const at::Tensor windows = seededWindows();
+        BudgetOptions options = sevenBitsOf({3, 8});
+        options.includeHead = true;
+        const BudgetPlan plan = solveBitBudget(*model, windows, options, nullptr);
+        QCOMPARE(plan.layers.size(), size_t(15));
+        const BudgetLayer& head = plan.layers.back();
+        QCOMPARE(QString::fromStdString(head.name), QStringLiteral("lm_head"));
+        QCOMPARE(head.parameters, spec.vocab * spec.hidden);
+        QCOMPARE(plannedParameters(*model, options), plannedParameters(*model, sevenBitsOf({3, 8})) + double(spec.vocab * spec.hidden));
+        QVERIFY(plan.bitsPerWeight <= 7.0 + 1e-9);
+        // The head's cost at each width: the KL of the base with the head alone quantized that way.
+        VariantRunner runner(*model, options.compute);
+        const std::vector<at::Tensor> base = runner.logProbs(windows);
+        for (const BudgetOption& o : head.options) {
+            const std::string step = R"({"steps":[{"method":"quantize.rtn","params":{"bits":)" + std::to_string(o.bits) +
+                                     R"(,"group_size":16,"head":"only"}}]})";
+            const auto variant = compressModel(*model, Recipe::fromJson(nlohmann::json::parse(step), "head"), at::Tensor()).model;
+            Transformer runtime(*variant);
+            const double kl = std::max(0.0, compareWindows(runtime, windows, base).meanKl);
+            QVERIFY2(std::abs(o.cost - kl) <= 1e-9 * std::max(kl, 1e-12), qPrintable(QString("%1 bits: %2 vs %3").arg(o.bits).arg(o.cost).arg(kl)));
+            QVERIFY(o.cost > 0);
+        }
+        // Applied, the recipe quantizes the head at its planned width, and the stored bits are the plan's.
+        QCOMPARE(QString::fromStdString(plan.recipe.steps.at(0).params.value("head", "")), QStringLiteral("also"));
+        CompressionResult r = compressModel(*model, plan.recipe, at::Tensor());
+        double bits = 0, parameters = 0;
+        for (const auto& [layer, width] : plan.bits) {
+            auto linear = r.model->compressed(layer);
+            QVERIFY2(linear, layer.c_str());
+            QCOMPARE(linear->bits(), width);
+            bits += 8.0 * double(linear->storageBytes());
+            parameters += double(linear->rows() * linear->cols());
+        }
+        QCOMPARE(plan.bits.count("lm_head"), size_t(1));
+        QVERIFY(std::abs(bits / parameters - plan.bitsPerWeight) < 1e-9);
+        QVERIFY(at::equal(r.model->floatTensor("model.embed_tokens.weight"), model->floatTensor("model.embed_tokens.weight")));
+    }
 }
 
 QTEST_APPLESS_MAIN(TestBudget)

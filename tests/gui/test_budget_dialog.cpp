@@ -25,6 +25,7 @@ private slots:
     void measuresWithTheChosenQuantizer();
     void solvesAndAppliesAsVariant();
     void fusedPlanFromTheDialog();
+    void headPlannedFromTheDialog();
     void cancelLeavesNoPlan();
     void unreachableTargetFailsWithAMessage();
 
@@ -115,6 +116,27 @@ void TestBudgetDialog::fusedPlanFromTheDialog() {
     }
     QVERIFY2(split, "without the constraint the plan keeps every shared input at one width: the test proves nothing");
     QVERIFY(dialog.plan()->bits != fused.bits);
+}
+
+// "The output head too": the size target counts the head, and the plan and its recipe take it.
+void TestBudgetDialog::headPlannedFromTheDialog() {
+    BudgetDialog dialog(mDoc.get());
+    dialog.setTargetBitsPerWeight(6.0);
+    const double withoutHead = dialog.targetMiB();
+    dialog.setIncludeHead(true);
+    const Model& model = *mDoc->model();
+    const double headMiBPerBit = double(model.spec.vocab * model.spec.hidden) / 8.0 / (1024.0 * 1024.0);
+    QVERIFY(std::abs(dialog.targetMiB() - (withoutHead + 6.0 * headMiBPerBit)) < 1e-5);
+    QVERIFY(std::abs(dialog.targetBitsPerWeight() - 6.0) < 1e-9);   // the bits target stays; the size follows it
+    dialog.setCandidateBits("4,8");
+    dialog.setWindowSize(2, 32);
+    QSignalSpy finished(&dialog, &BudgetDialog::solveFinished);
+    QVERIFY(dialog.solve(false));
+    QVERIFY(finished.wait(120000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+    QVERIFY(dialog.plan());
+    QCOMPARE(dialog.plan()->bits.count(names::kHead), size_t(1));
+    QCOMPARE(QString::fromStdString(dialog.plan()->recipe.steps.at(0).params.value("head", "")), QStringLiteral("also"));
 }
 
 void TestBudgetDialog::solvesAndAppliesAsVariant() {
