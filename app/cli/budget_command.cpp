@@ -130,7 +130,7 @@ int runBudget(const std::vector<std::string>& args) {
                               {"computed_on", describeCompute(options.compute)}, {"layers", layers}, {"recipe", plan.recipe.toJson()}};
         if (!calibrationNote.empty()) notes.insert(notes.begin(), calibrationNote);
         out["notes"] = notes;
-        if (a.has("target-bytes")) out["target_bytes"] = targetBytes;   // of the block linear layers, as linear_bytes
+        if (a.has("target-bytes")) out["target_bytes"] = targetBytes;   // of the planned layers, as linear_bytes
         // What the costs were measured on, as `importance --json` records it.
         out["measured_with"] = importanceMeasurement(a.value("text"), textHash, windows, static_cast<uint64_t>(a.integer("seed", 0)),
                                                      options.compute);
@@ -139,9 +139,11 @@ int runBudget(const std::vector<std::string>& args) {
         return 0;
     }
     for (const auto& [layer, bits] : plan.bits) std::printf("%-44s %d bits\n", layer.c_str(), bits);
-    std::printf("plan: %.3f bits per weight (target %.3f), %.0f bytes of block linear layers (embeddings, output head and "
-                "norms not counted), summed single-layer KL %.5f%s\n",
-                plan.bitsPerWeight, options.targetBitsPerWeight, plan.bitsPerWeight * parameters / 8.0, plan.predictedCost,
+    std::printf("plan: %.3f bits per weight (target %.3f), %.0f bytes of %s, summed single-layer KL %.5f%s\n",
+                plan.bitsPerWeight, options.targetBitsPerWeight, plan.bitsPerWeight * parameters / 8.0,
+                options.includeHead ? "the block linear layers and the output head (embeddings and norms not counted)"
+                                    : "block linear layers (embeddings, output head and norms not counted)",
+                plan.predictedCost,
                 a.has("out") ? (", recipe written to " + a.value("out")).c_str() : "");
     return 0;
 }

@@ -38,13 +38,32 @@ ProjectDocument::ProjectDocument(Project project, std::shared_ptr<const Model> m
     for (const auto& v : mProject->variants()) assumeBasisIfUnrecorded(v.name);
     connect(&mUndo, &QUndoStack::cleanChanged, this, [this] { emit dirtyChanged(isDirty()); });
     connect(this, &ProjectDocument::settingsChanged, this, &ProjectDocument::refreshTextsOnDisk);
-    connect(&mTextWatcher, &QFileSystemWatcher::fileChanged, this, &ProjectDocument::refreshTextsOnDisk);
+    mTextCheck.setSingleShot(true);
+    mTextCheck.setInterval(250);
+    connect(&mTextCheck, &QTimer::timeout, this, &ProjectDocument::refreshTextsOnDisk);
+    connect(&mTextWatcher, &QFileSystemWatcher::fileChanged, &mTextCheck, qOverload<>(&QTimer::start));
+    connect(&mTextWatcher, &QFileSystemWatcher::directoryChanged, &mTextCheck, qOverload<>(&QTimer::start));
     refreshTextsOnDisk();
 }
 
 void ProjectDocument::refreshTextsOnDisk() {
     const ProjectSettings& s = mProject->settings();
-    const TextHashes now = textHashesOnDisk(s);
+    // As textHashesOnDisk takes them (a text not there, unreadable or never hashed: as recorded), without hashing a
+    // file again whose size and time did not change.
+    const auto hashNow = [this](const FileReference& ref) {
+        if (ref.path.empty() || ref.hash.empty()) return ref.hash;
+        const QFileInfo info(QString::fromStdString(ref.path));
+        if (!info.isFile()) return ref.hash;
+        TextStamp& stamp = mTextStamps[ref.path];
+        if (stamp.size == info.size() && stamp.modified == info.lastModified() && !stamp.hash.empty()) return stamp.hash;
+        try {
+            stamp = {info.size(), info.lastModified(), hashFile(ref.path)};
+        } catch (const Error&) {
+            return ref.hash;
+        }
+        return stamp.hash;
+    };
+    const TextHashes now{hashNow(s.evaluation), hashNow(s.calibration)};
     QStringList changed;
     if (now.evaluation != s.evaluation.hash)
         changed << tr("the evaluation text %1 changed on disk since the project recorded it").arg(QString::fromStdString(s.evaluation.path));
@@ -53,9 +72,13 @@ void ProjectDocument::refreshTextsOnDisk() {
     // Watched again each time: an editor that saves by writing a new file and renaming it ends the old watch.
     if (!mTextWatcher.files().isEmpty()) mTextWatcher.removePaths(mTextWatcher.files());
     QStringList paths;
+    if (!mTextWatcher.directories().isEmpty()) mTextWatcher.removePaths(mTextWatcher.directories());
     for (const FileReference* ref : {&s.evaluation, &s.calibration}) {
         const QString path = QString::fromStdString(ref->path);
-        if (!path.isEmpty() && !paths.contains(path) && QFileInfo(path).isFile()) paths << path;
+        if (path.isEmpty()) continue;
+        const QString folder = QFileInfo(path).absolutePath();
+        if (QFileInfo(path).isFile() && !paths.contains(path)) paths << path;
+        if (QFileInfo(folder).isDir() && !paths.contains(folder)) paths << folder;
     }
     if (!paths.isEmpty()) mTextWatcher.addPaths(paths);
     if (changed != mTextsChanged) {

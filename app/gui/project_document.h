@@ -3,8 +3,10 @@
 // commands in app/commands call the mutators marked "for commands"; widgets read and listen to the signals.
 // Measured results and importance maps are not undo state (STYLE.md §4): they are set directly and only
 // make the document dirty.
+#include <QDateTime>
 #include <QFileSystemWatcher>
 #include <QLockFile>
+#include <QTimer>
 #include <QObject>
 #include <QString>
 #include <QStringList>
@@ -158,7 +160,14 @@ private:
     QString mCurrentVariant;
     void assumeBasisIfUnrecorded(const std::string& variant);
     void refreshTextsOnDisk();
-    QFileSystemWatcher mTextWatcher;
+    QFileSystemWatcher mTextWatcher;   // the texts and their folders (an editor may replace a file, or a file come back)
+    QTimer mTextCheck;                 // one check after a burst of notices
+    struct TextStamp {
+        qint64 size = -1;
+        QDateTime modified;
+        std::string hash;
+    };
+    std::map<std::string, TextStamp> mTextStamps;   // hashed again only when size or time changed
     QStringList mTextsChanged;
     std::unique_ptr<Project> mLastSaved;   // the file as this document last read or saved it (null: not known)
     mutable bool mBaseAutosaved = false;   // mLastSaved is written beside the autosave (Project::autosaveBase)

@@ -233,20 +233,15 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
             auto linear = quantized.at(bits)->compressed(layer);
             if (!linear || linear->kind() != "int")
                 throw Error("budget: " + options.method + " did not quantize layer " + layer + " to integers");
-            auto variant = model.clone();
-            storeCompressedLayer(*variant, layer, linear);   // a tied head: its own copy
-            const bool swapped = runner.apply(*variant);
-            if (!swapped && layer != names::kHead) throw Error("internal: budget: layer " + layer + " is not inside a block");
             double kl = 0;
             try {
-                if (swapped) {
+                if (layer == names::kHead) {   // outside the blocks: the runner's blocks, then this head
+                    kl = std::max(0.0, runner.compareWithHead(windows, base, *linear).meanKl);
+                } else {
+                    auto variant = model.clone();
+                    variant->setCompressed(layer, linear);
+                    if (!runner.apply(*variant)) throw Error("internal: budget: layer " + layer + " is not inside a block");
                     kl = std::max(0.0, runner.compare(windows, base).meanKl);   // >= 0 but for rounding
-                } else {   // the head, outside the blocks: a runtime of the variant's own, sharing the device with the runner's
-                    RuntimeOptions own;
-                    own.device = options.compute.device;
-                    own.dtype = options.compute.forwardType;
-                    Transformer runtime(*variant, sharingMemory(own, 2));
-                    kl = std::max(0.0, compareWindows(runtime, windows, base).meanKl);
                 }
             } catch (const Cancelled&) {
                 throw;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -66,14 +67,17 @@ void requireFinite(const at::Tensor& logits, const Transformer& runtime) {
 
 // The forward pass of each batch of windows, in fp64 log-probabilities a chunk of positions at a time:
 // visit(first window of the batch, batch size, first row of the chunk in the batch's [n·T] rows, log-probs [rows, V]).
+// `logitsOf`, when given, computes a batch's logits in place of runtime.forward (e.g. with another output head).
 template <typename Visit>
-void forEachLogProbChunk(Transformer& runtime, const at::Tensor& windows, Visit visit) {
+void forEachLogProbChunk(Transformer& runtime, const at::Tensor& windows, Visit visit,
+                         const std::function<at::Tensor(const at::Tensor& tokens)>& logitsOf = {}) {
     const int64_t length = windows.size(1), vocab = std::max<int64_t>(1, runtime.model().spec.vocab);
     const int64_t perBatch = VariantRunner::windowsPerBatch(length, vocab);
     const int64_t rowsPerChunk = std::max<int64_t>(1, kChunkLogits / vocab);
     for (int64_t first = 0; first < windows.size(0); first += perBatch) {
         const int64_t n = std::min(perBatch, windows.size(0) - first);
-        const at::Tensor logits = runtime.forward(windows.narrow(0, first, n).to(at::kLong));
+        const at::Tensor tokens = windows.narrow(0, first, n).to(at::kLong);
+        const at::Tensor logits = logitsOf ? logitsOf(tokens) : runtime.forward(tokens);
         requireFinite(logits, runtime);
         const at::Tensor rows = logits.reshape({n * length, logits.size(-1)});
         for (int64_t row = 0; row < rows.size(0); row += rowsPerChunk) {
@@ -302,7 +306,10 @@ double meanLoss(const Model& model, const at::Tensor& windows, const Calibration
     return meanLossOn(runtime, windows);
 }
 
-WindowComparison compareWindows(Transformer& runtime, const at::Tensor& windows, const std::vector<at::Tensor>& base) {
+namespace {
+
+WindowComparison compareChunks(Transformer& runtime, const at::Tensor& windows, const std::vector<at::Tensor>& base,
+                               const std::function<at::Tensor(const at::Tensor&)>& logitsOf) {
     checkWindows(windows);
     const int64_t length = windows.size(1);
     double loss = 0, kl = 0;
@@ -314,11 +321,31 @@ WindowComparison compareWindows(Transformer& runtime, const at::Tensor& windows,
         const at::Tensor reference = base[batch].view({n * length, lp.size(1)}).narrow(0, row, lp.size(0)).to(lp.device());
         loss += summedLoss(lp, windows, first, n, row);
         kl += (reference.exp() * (reference - lp)).sum().item<double>();
-    });
+    }, logitsOf);
     const double meanKl = kl / double(windows.size(0) * length), meanLoss = loss / double(windows.size(0) * (length - 1));
     if (!std::isfinite(meanKl) || !std::isfinite(meanLoss))
         throw Error("the KL against the base is not finite (a probability the base gives is zero here)");
     return {meanLoss, meanKl};
+}
+
+} // namespace
+
+WindowComparison compareWindows(Transformer& runtime, const at::Tensor& windows, const std::vector<at::Tensor>& base) {
+    return compareChunks(runtime, windows, base, {});
+}
+
+WindowComparison VariantRunner::compareWithHead(const at::Tensor& windows, const std::vector<at::Tensor>& base,
+                                                const CompressedLinear& head) {
+    reset();
+    Transformer& runtime = *mRuntime;
+    const RuntimeOptions& options = runtime.options();
+    const at::Tensor weight = head.weightOn(options.device).to(options.dtype);   // once, not per batch
+    return compareChunks(runtime, windows, base, [&](const at::Tensor& tokens) {
+        at::Tensor hidden = runtime.embed(tokens);
+        for (int64_t b = 0; b < runtime.model().spec.layers; ++b) hidden = runtime.runBlock(b, hidden);
+        const at::Tensor x = runtime.finalNorm(hidden);
+        return at::linear(head.prepareInput(x.to(at::kFloat)).to(x.scalar_type()), weight).to(at::kFloat);
+    });
 }
 
 void VariantRunner::setLogitLimitsForTesting(int64_t batchLogits, int64_t chunkLogits) {

@@ -14,6 +14,7 @@
 
 namespace cwb {
 
+class CompressedLinear;
 class Model;
 class Feedback;
 class Transformer;
@@ -100,6 +101,9 @@ public:
     // output head, final norm) or in their architecture: the caller then runs the variant on a runtime of its own.
     bool apply(const Model& variant);
     void reset();
+    // compare() with `head` (dequantized, its input prepared as the layer's) in place of the base's output head, the
+    // blocks the base's: a quantized head measured without a second runtime of the whole model.
+    WindowComparison compareWithHead(const at::Tensor& windows, const std::vector<at::Tensor>& base, const CompressedLinear& head);
     const Transformer& runtime() const { return *mRuntime; }   // its layer paths, for reports and tests
     // Windows per forward pass: up to 8, fewer where their logits would pass 2^26 (a large vocabulary, long windows).
     static int64_t windowsPerBatch(int64_t length, int64_t vocab);

@@ -254,8 +254,14 @@ void TestBudget::headIsPlannedAsOneMoreLayer() {
             QVERIFY2(std::abs(o.cost - kl) <= 1e-9 * std::max(kl, 1e-12), qPrintable(QString("%1 bits: %2 vs %3").arg(o.bits).arg(o.cost).arg(kl)));
             QVERIFY(o.cost > 0);
         }
-        // Applied, the recipe quantizes the head at its planned width, and the stored bits are the plan's.
+        // Applied, the recipe quantizes the head at its planned width, and the stored bits are the plan's: through an
+        // override where the head's width is not the step's.
         QCOMPARE(QString::fromStdString(plan.recipe.steps.at(0).params.value("head", "")), QStringLiteral("also"));
+        const bool headOverridden = std::any_of(plan.recipe.steps.at(0).overrides.begin(), plan.recipe.steps.at(0).overrides.end(),
+                                                [](const auto& o) { return o.pattern == "^lm_head$"; });
+        QCOMPARE(headOverridden, plan.bits.at("lm_head") != plan.recipe.steps.at(0).params["bits"].get<int>());
+        qInfo("%s head: %d bits, the step's %d", tied ? "tied" : "untied", plan.bits.at("lm_head"),
+              plan.recipe.steps.at(0).params["bits"].get<int>());
         CompressionResult r = compressModel(*model, plan.recipe, at::Tensor());
         double bits = 0, parameters = 0;
         for (const auto& [layer, width] : plan.bits) {

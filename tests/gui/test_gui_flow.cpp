@@ -768,6 +768,14 @@ void TestGuiFlow::textEditedOnDiskIsSaid() {
     doc->undoStack()->push(changeSettings(doc, recorded));
     QVERIFY(doc->textsChangedOnDisk().isEmpty());
     QVERIFY(!window.compareView()->warnings().contains("changed on disk"));
+    // Replaced as some editors save (removed, then written anew): the folder's watch notices it.
+    QVERIFY(QFile::remove(copy));
+    {
+        QFile f(copy);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("Once upon a time the evaluation text was replaced.\n");
+    }
+    QTRY_VERIFY_WITH_TIMEOUT(!doc->textsChangedOnDisk().isEmpty(), 10000);
     // A text that is gone keeps its reference (a run says it is missing): OK is not refused for it.
     QVERIFY(QFile::remove(copy));
     SettingsDialog gone(doc->project().settings(), 1 << 20);

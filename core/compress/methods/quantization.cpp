@@ -166,15 +166,20 @@ public:
         const bool fold = ctx.params.value("fold", false);
         if (fold && ctx.model.spec.family != Family::Llama)
             throw Error("quantize.awq with fold: folding the scales is implemented for the Llama family only");
-        const auto keptRows = [&ctx](const std::string& layer, int64_t) {
-            return std::make_unique<KeptRows>(ctx.paramsFor(layer)["max_rows"].get<int64_t>());
+        // Layers reading one input (q/k/v, gate/up) share its kept rows: as many as the largest max_rows of the step,
+        // each layer then reading its own max_rows of them.
+        int64_t mostRows = 0;
+        for (const auto& layer : ctx.layers) mostRows = std::max(mostRows, ctx.paramsFor(layer)["max_rows"].get<int64_t>());
+        const auto keptRows = [mostRows](const std::string&, int64_t) { return std::make_unique<KeptRows>(mostRows); };
+        const auto ownRows = [&ctx](const std::string& layer, const at::Tensor& rows) {
+            return rows.narrow(0, 0, std::min(rows.size(0), ctx.paramsFor(layer)["max_rows"].get<int64_t>()));
         };
         if (!fold) {
             // The search and the rounding run where the pass runs (a GPU when there is one); the errors are measured
             // in the same pass, on the forward that carries each compressed block on.
             calibrateLayerByLayer<KeptRows>(ctx, [&](const std::string& layer, KeptRows& kept) {
                 const quant::AwqOptions options = optionsFor(ctx, layer);
-                const at::Tensor x = kept.rows();
+                const at::Tensor x = ownRows(layer, kept.rows());
                 const at::Tensor w = targetWeight(ctx.model, layer).to(x.device());
                 const quant::AwqResult r = quant::awqSearch(w, x, options);
                 storeCompressedLayer(ctx.model, layer, std::make_shared<IntLinear>(
@@ -196,7 +201,7 @@ public:
         pass.compressBlock = [&](int64_t b) {
             const auto rowsOf = [&](const std::string& layer) {
                 const auto shared = sameInputAs.find(layer);
-                return inputs.get(shared == sameInputAs.end() ? layer : shared->second).rows();
+                return ownRows(layer, inputs.get(shared == sameInputAs.end() ? layer : shared->second).rows());
             };
             compressBlockFolded(ctx, b, rowsOf);
             for (const auto& layer : layersOfBlock(ctx, b)) {
