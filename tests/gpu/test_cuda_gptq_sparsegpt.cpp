@@ -16,7 +16,8 @@
 // calibration forward began to fuse q/k/v and gate/up (merged HEAD 543481b) 97.94% and 96.45% with the same errors
 // (worst difference 0.36%): the pipeline agreement moves with any change of float32 summation order, so its bound
 // leaves room for that. GPTQ and RTN differ in about a third of the levels at 4 bits, so a lost update, a wrong
-// permutation or wrong group parameters fall far below these bounds.
+// permutation or wrong group parameters fall far below these bounds. AWQ on an H100 (2026-12-06): 100% of the levels
+// equal, with and without fold, errors within 8.2e-5.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <nlohmann/json.hpp>
