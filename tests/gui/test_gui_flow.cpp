@@ -63,6 +63,9 @@ private slots:
 private:
     // Small evaluation so the run takes seconds: 64-token context, 4 chunks of the TinyStories sample.
     void useSmallEvaluation(MainWindow& window);
+    // A writable copy of `text` in the test folder (`name`) made the project's evaluation text (64-token chunks, 2 of
+    // them); "" when it cannot be copied.
+    QString evaluateOnACopy(MainWindow& window, const QString& text, const QString& name);
     QTemporaryDir mDir;
 };
 
@@ -70,6 +73,20 @@ void TestGuiFlow::initTestCase() {
     QVERIFY(mDir.isValid());
     QCoreApplication::setOrganizationName("cwb-tests");   // recent files go to a test-only settings file
     QCoreApplication::setApplicationName("test_gui_flow");
+}
+
+QString TestGuiFlow::evaluateOnACopy(MainWindow& window, const QString& text, const QString& name) {
+    const QString copy = mDir.filePath(name);
+    QFile::remove(copy);
+    if (!QFile::copy(text, copy)) return {};
+    QFile::setPermissions(copy, QFile::ReadOwner | QFile::WriteOwner);
+    ProjectDocument* doc = window.document();
+    ProjectSettings s = doc->project().settings();
+    s.evaluation = SettingsDialog::reference(copy);
+    s.evalCtx = 64;
+    s.evalChunks = 2;
+    doc->undoStack()->push(changeSettings(doc, s));
+    return copy;
 }
 
 void TestGuiFlow::useSmallEvaluation(MainWindow& window) {
@@ -699,18 +716,11 @@ void TestGuiFlow::resultsOfAnEditedRecipeAreMarkedStale() {
 void TestGuiFlow::resultsAreStampedWithTheTextAsRead() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
-    const QString copy = mDir.filePath("stamped-eval.txt");
-    QFile::remove(copy);
-    QVERIFY(QFile::copy(text, copy));
-    QFile::setPermissions(copy, QFile::ReadOwner | QFile::WriteOwner);
     MainWindow window;
     QVERIFY(window.openPath(model, false));
     ProjectDocument* doc = window.document();
-    ProjectSettings s = doc->project().settings();
-    s.evaluation = SettingsDialog::reference(copy);
-    s.evalCtx = 64;
-    s.evalChunks = 2;
-    doc->undoStack()->push(changeSettings(doc, s));
+    const QString copy = evaluateOnACopy(window, text, "stamped-eval.txt");
+    QVERIFY(!copy.isEmpty());
     const std::string recorded = doc->project().settings().evaluation.hash;
     {
         QFile f(copy);
@@ -737,16 +747,12 @@ void TestGuiFlow::resultsAreStampedWithTheTextAsRead() {
 void TestGuiFlow::textEditedOnDiskIsSaid() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
-    const QString copy = mDir.filePath("watched-eval.txt");
-    QFile::remove(copy);
-    QVERIFY(QFile::copy(text, copy));
-    QFile::setPermissions(copy, QFile::ReadOwner | QFile::WriteOwner);
     MainWindow window;
     QVERIFY(window.openPath(model, false));
     ProjectDocument* doc = window.document();
-    ProjectSettings s = doc->project().settings();
-    s.evaluation = SettingsDialog::reference(copy);
-    doc->undoStack()->push(changeSettings(doc, s));
+    const QString copy = evaluateOnACopy(window, text, "watched-eval.txt");
+    QVERIFY(!copy.isEmpty());
+    const ProjectSettings s = doc->project().settings();
     QVERIFY(doc->textsChangedOnDisk().isEmpty());
     QVERIFY(!window.compareView()->warnings().contains("changed on disk"));
     {
