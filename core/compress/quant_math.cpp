@@ -1,5 +1,6 @@
 #include "core/compress/quant_math.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
@@ -38,7 +39,11 @@ void validateWeight(const at::Tensor& w, const char* context) {
     if (w.numel() == 0) throw Error(std::string(context) + ": the weight " + shapeText(w) + " is empty");
     if (!at::isFloatingType(w.scalar_type()))
         throw Error(std::string(context) + ": the weight must be a floating-point tensor");
-    if (!w.isfinite().all().item<bool>()) throw Error(std::string(context) + ": the weight has non-finite values");
+    // A slice of rows at a time: isfinite's temporaries of a whole 128K-row head would be several bytes per weight.
+    const int64_t rows = w.size(0), sliceRows = std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(1, w.size(1)));
+    for (int64_t first = 0; first < rows; first += sliceRows)
+        if (!w.narrow(0, first, std::min(sliceRows, rows - first)).isfinite().all().item<bool>())
+            throw Error(std::string(context) + ": the weight has non-finite values");
 }
 
 int levelsPerWord(int bits) {

@@ -339,6 +339,38 @@ private slots:
         QVERIFY(std::abs(centre - 1.0) < 1e-5);
     }
 
+    // The search runs over slices of rows (a large head's temporaries stay slice-sized); any slicing, uneven
+    // ones included, must give the same errors, choice and scales as one slice.
+    void awqSlicesAgreeWithOneSlice_data() {
+        QTest::addColumn<qint64>("samples");
+        QTest::newRow("gram (more rows than inputs)") << qint64(256);
+        QTest::newRow("direct (fewer rows than inputs)") << qint64(48);
+    }
+    void awqSlicesAgreeWithOneSlice() {
+        QFETCH(qint64, samples);
+        at::Tensor x = correlatedInputs(samples, 64, 73);
+        for (int64_t c : {5, 33}) x.select(1, c).mul_(20);
+        at::manual_seed(74);
+        const at::Tensor w = at::randn({100, 64}).to(at::kBFloat16);   // converted a slice at a time
+        AwqOptions options;
+        options.quant = {4, false, 16};
+        const AwqResult whole = awqSearch(w, x, options);
+        QVERIFY(whole.alpha > 0);   // a real choice, so the scales compared below are not all ones
+        for (int64_t rows : {1, 7, 32, 99}) {
+            options.sliceWeights = rows * 64;
+            const AwqResult sliced = awqSearch(w, x, options);
+            QCOMPARE(sliced.alpha, whole.alpha);
+            QVERIFY(at::equal(sliced.inputScales, whole.inputScales));
+            QCOMPARE(int(sliced.errors.size()), int(whole.errors.size()));
+            for (size_t i = 0; i < whole.errors.size(); ++i)
+                QVERIFY2(std::abs(sliced.errors[i] / whole.errors[i] - 1) < 1e-12,
+                         qPrintable(QString("%1 rows a slice, candidate %2: %3 against %4").arg(rows).arg(i)
+                                        .arg(sliced.errors[i], 0, 'g', 17).arg(whole.errors[i], 0, 'g', 17)));
+        }
+        options.sliceWeights = 0;
+        QVERIFY(throwsWith([&] { awqSearch(w, x, options); }, "sliceWeights"));
+    }
+
     void awqSalientChannels_data() {
         QTest::addColumn<int>("bits");
         QTest::addColumn<qint64>("groupSize");
