@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <QString>
 #include <cmath>
+#include <filesystem>
 
 #include "app/batch/batch_charts.h"
 #include "widgets/ab_chart.h"
@@ -60,7 +61,13 @@ std::vector<std::string> renderCharts(const nlohmann::json& report, const std::s
         AbChart chart;
         chart.setMetric(spec.title, spec.unit, series, series.front().variant == QLatin1String("base"));
         const std::string file = std::string("chart-") + spec.metric + ".png";
-        if (chart.savePng(QString::fromStdString(dir + "/" + file), 900, 500)) written.push_back(file);
+        // Whole or not at all, as every file of the report: into a temporary name, renamed once saved.
+        const std::string path = dir + "/" + file, tmp = path + ".tmp";
+        std::error_code ec;
+        if (chart.savePng(QString::fromStdString(tmp), 900, 500)) std::filesystem::rename(tmp, path, ec);
+        else ec = std::make_error_code(std::errc::io_error);
+        if (ec) std::filesystem::remove(tmp, ec);
+        else written.push_back(file);
     }
     if (written.empty() && note) *note = "no chart could be rendered";
     return written;

@@ -23,6 +23,7 @@
 #include "core/eval/perplexity.h"
 #include "core/export/export_plan.h"
 #include "core/project/project_runner.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/scratch_file.h"
 #include "core/util/feedback.h"
@@ -65,28 +66,6 @@ double allowedDifference(const std::string& metric, double stored, bool sameEnvi
 
 bool within(double stored, double reproduced, double allowed) {
     return allowed == 0 ? stored == reproduced : std::abs(stored - reproduced) <= allowed;
-}
-
-void writeAtomically(const std::string& path, const std::string& text) {
-    const std::string tmp = path + ".tmp";
-    std::error_code ec;
-    {
-        std::ofstream out(tmp);
-        if (!out) throw Error(tmp, "cannot create file");
-        out << text;
-        out.flush();
-        if (!out) {
-            out.close();
-            std::filesystem::remove(tmp, ec);   // no half-written file left behind
-            throw Error(path, "write failed (disk full?)");
-        }
-    }
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        const std::string why = ec.message();
-        std::filesystem::remove(tmp, ec);
-        throw Error(path, "cannot be written: " + why);
-    }
 }
 
 // Why the report and exports cannot go to `out` ("" when they can), checked before anything is replayed: a report
@@ -479,8 +458,8 @@ int BatchRunner::run() {
         report["charts"] = charts;
         if (charts.empty()) md += "\n" + chartNote + ".\n";
         for (const auto& c : charts) md += "\n![" + c + "](" + c + ")\n";
-        writeAtomically(mOutputDir + "/report.md", md);
-        writeAtomically(mOutputDir + "/report.json", jsonText(report) + "\n");
+        writeFileAtomically(mOutputDir + "/report.md", md);
+        writeFileAtomically(mOutputDir + "/report.json", jsonText(report) + "\n");
         if (mJson) std::cout << jsonText(report) << "\n";
         if (cancelled) {
             std::fprintf(stderr, "cwb --batch: cancelled; %s/report.json lists the %zu of %zu variants replayed\n",

@@ -16,6 +16,7 @@
 #include "core/model/compressed_linear.h"
 #include "core/model/model_info.h"
 #include "core/project/file_hash.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
 #include "core/util/json_text.h"
@@ -174,10 +175,17 @@ int runCompress(const std::vector<std::string>& args) {
     if (a.has("out")) {
         const std::string dir = a.value("out");
         makeOutputFolder(dir);
-        recipe.save(dir + "/recipe.json");
-        const std::string tmp = dir + "/report.json.tmp";
-        std::ofstream(tmp) << jsonText(report) << "\n";
-        std::filesystem::rename(tmp, dir + "/report.json");
+        // The two belong together: when either cannot be written (a full disk), neither is left, not even an earlier run's.
+        const std::string recipePath = dir + "/recipe.json", reportPath = dir + "/report.json";
+        try {
+            recipe.save(recipePath);
+            writeFileAtomically(reportPath, jsonText(report) + "\n");
+        } catch (const Error&) {
+            std::error_code ec;
+            std::filesystem::remove(recipePath, ec);
+            std::filesystem::remove(reportPath, ec);
+            throw;
+        }
     }
     if (a.flag("json")) {
         std::cout << jsonText(report) << "\n";

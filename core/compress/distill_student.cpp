@@ -13,6 +13,7 @@
 #include "core/compress/distill_math.h"
 #include "core/model/model.h"
 #include "core/project/file_hash.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
 namespace cwb {
@@ -182,18 +183,13 @@ void StudentTensors::save(const std::string& path) const {
         header["tensors"].push_back(entry);
     }
     const std::string text = header.dump();
-    const std::string temporary = path + ".tmp";
-    {
-        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-        if (!out) throw Error(path, "cannot write the checkpoint");
+    writeFileAtomically(path, [&](std::ostream& out) {
         const uint64_t length = text.size();
         out.write(kMagic, sizeof kMagic);
         out.write(reinterpret_cast<const char*>(&length), sizeof length);
         out.write(text.data(), std::streamsize(text.size()));
         for (const auto& b : blobs) out.write(static_cast<const char*>(b.data_ptr()), std::streamsize(b.numel() * 4));
-        if (!out) throw Error(path, "writing the checkpoint failed (disk full?)");
-    }
-    if (std::rename(temporary.c_str(), path.c_str()) != 0) throw Error(path, "cannot replace the checkpoint");
+    });
 }
 
 void StudentTensors::load(const std::string& path, bool acceptOtherStart) {

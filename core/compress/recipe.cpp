@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "core/compress/method.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
 namespace cwb {
@@ -248,15 +249,6 @@ nlohmann::json Recipe::toJson() const {
     return recipe;
 }
 
-void Recipe::save(const std::string& path) const {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp);
-        if (!out) throw Error(tmp, "cannot create file");
-        out << toJson().dump(2) << "\n";
-        if (!out) throw Error(tmp, "write failed");
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(path, "cannot rename the temporary file into place");
-}
+void Recipe::save(const std::string& path) const { writeFileAtomically(path, toJson().dump(2) + "\n"); }
 
 } // namespace cwb

@@ -6,6 +6,7 @@
 
 #include "core/export/export_support.h"
 #include "core/tokenizer/hf_tokenizer_writer.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
 namespace cwb::exporting {
@@ -86,11 +87,7 @@ nlohmann::json hfGenerationConfig(const Model& model) {
 
 namespace {
 
-void writeTextFile(const std::string& path, const std::string& text) {
-    std::ofstream out(path, std::ios::trunc);
-    out << text << "\n";
-    if (!out.flush()) throw Error(path, "cannot write");
-}
+void writeTextFile(const std::string& path, const std::string& text) { writeFileAtomically(path, text + "\n"); }
 
 // tokenizer.json, tokenizer_config.json and special_tokens_map.json from the model's vocabulary.
 std::vector<std::string> writeFromVocabulary(const Model& model, const std::string& folder,

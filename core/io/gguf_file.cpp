@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/mapped_file.h"
 
@@ -284,7 +285,7 @@ namespace {
 
 class Sink {
 public:
-    explicit Sink(std::ofstream& out) : mOut(out) {}
+    explicit Sink(std::ostream& out) : mOut(out) {}
     template <typename T>
     void put(T v) {
         mOut.write(reinterpret_cast<const char*>(&v), sizeof(T));
@@ -305,7 +306,7 @@ public:
     size_t written() const { return mWritten; }
 
 private:
-    std::ofstream& mOut;
+    std::ostream& mOut;
     size_t mWritten = 0;
 };
 
@@ -330,10 +331,7 @@ void putScalar(Sink& s, GgufValueType t, const nlohmann::json& v) {
 } // namespace
 
 void GgufWriter::write(const std::string& path, const std::function<void(size_t, size_t)>& progress) const {
-    const std::string tmp = path + ".tmp";
-    try {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw Error(tmp, "cannot create file");
+    writeFileAtomically(path, [&](std::ostream& out) {
         Sink s(out);
         s.put<uint32_t>(kGgufMagic);
         s.put<uint32_t>(3);
@@ -374,19 +372,10 @@ void GgufWriter::write(const std::string& path, const std::function<void(size_t,
                                       " bytes, its shape and type need " + std::to_string(mTensors[i].info.bytes));
             s.putBytes(data.data(), data.size());
             if (i + 1 < mTensors.size()) s.pad(mAlignment);
-            if (!out) throw Error(tmp, "write failed (disk full?)");
+            if (!out) throw Error(path, "writing failed (disk full?)");
             if (progress) progress(i + 1, mTensors.size());
         }
-        out.flush();
-        if (!out) throw Error(tmp, "write failed (disk full?)");
-    } catch (...) {
-        std::remove(tmp.c_str());
-        throw;
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw Error(path, "cannot rename the temporary file into place");
-    }
+    });
 }
 
 } // namespace cwb

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/mapped_file.h"
 
@@ -169,10 +170,7 @@ void SafetensorsWriter::write(const std::string& path, const std::function<void(
     }
     std::string text = header.dump();
     while ((8 + text.size()) % 8) text.push_back(' ');   // keep tensor data 8-byte aligned
-    const std::string tmp = path + ".tmp";
-    try {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw Error(tmp, "cannot create file");
+    writeFileAtomically(path, [&](std::ostream& out) {
         uint64_t n = text.size();
         out.write(reinterpret_cast<const char*>(&n), 8);
         out.write(text.data(), static_cast<std::streamsize>(text.size()));
@@ -183,19 +181,10 @@ void SafetensorsWriter::write(const std::string& path, const std::function<void(
                 throw Error(path, "tensor '" + mTensors[i].name + "' produced " + std::to_string(data.size()) +
                                       " bytes, expected " + std::to_string(mTensors[i].bytes));
             out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-            if (!out) throw Error(tmp, "write failed (disk full?)");
+            if (!out) throw Error(path, "writing failed (disk full?)");
             if (progress) progress(i + 1, mTensors.size());
         }
-        out.flush();
-        if (!out) throw Error(tmp, "write failed (disk full?)");
-    } catch (...) {
-        std::remove(tmp.c_str());
-        throw;
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw Error(path, "cannot rename the temporary file into place");
-    }
+    });
 }
 
 } // namespace cwb

@@ -15,6 +15,7 @@
 
 #include "core/compress/compressed_layers.h"
 #include "core/compress/pipeline.h"
+#include "core/compress/recipe.h"
 #include "core/export/export_format.h"
 #include "core/export/export_support.h"
 #include "core/util/json_text.h"
@@ -26,6 +27,7 @@
 #include "core/runtime/transformer.h"
 #include "core/tokenizer/hf_tokenizer_writer.h"
 #include "core/tokenizer/tokenizer.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "tests/support/synthetic_models.h"
 #include "tests/support/test_paths.h"
@@ -83,6 +85,7 @@ private slots:
     void refusals_data();
     void refusals();
     void cancelLeavesNothing();
+    void fullDiskLeavesNothing();
     void neverReplacesItsSource();
     void shardedFolder();
     void llama2cVocabularyToGguf();
@@ -722,6 +725,51 @@ void TestExport::cancelLeavesNothing() {
         QVERIFY(!fileExists(out));
         QVERIFY(!fileExists(out + ".tmp"));
         QVERIFY(!fileExists(out + ".tmp-export"));
+    }
+}
+
+// Regression (user probe): `cwb compress --out` on a full disk exited 0 with a truncated report.json, and budget left
+// a 0-byte .tmp. Every writer goes through writeFileAtomically: its temporary file is made a link to /dev/full, where
+// every write fails with ENOSPC, so a full disk is met at the first write or at the last flush.
+void TestExport::fullDiskLeavesNothing() {
+    if (!fileExists("/dev/full")) QSKIP("/dev/full is not there to stand for a full disk");
+    QTemporaryDir dir;
+    const std::string base = dir.path().toStdString();
+    GgufWriter gguf;
+    gguf.addString("general.architecture", "llama");
+    gguf.addTensor("t", ggml::Type::F32, {4}, std::vector<uint8_t>(16, 1));
+    SafetensorsWriter safetensors;
+    safetensors.add("t", ggml::Type::F32, {4}, std::vector<uint8_t>(16, 1));
+    const Recipe recipe = Recipe::fromJson(nlohmann::json::parse(R"({"steps":[{"method":"quantize.rtn"}]})"), "test");
+    const std::pair<const char*, std::function<void(const std::string&)>> writers[] = {
+        {"m.gguf", [&](const std::string& p) { gguf.write(p); }},
+        {"m.safetensors", [&](const std::string& p) { safetensors.write(p); }},
+        {"recipe.json", [&](const std::string& p) { recipe.save(p); }},
+        {"small.txt", [&](const std::string& p) { writeFileAtomically(p, "a few bytes, left in the stream's buffer until close"); }},
+        {"large.bin", [&](const std::string& p) { writeFileAtomically(p, std::string(1 << 20, 'x')); }},
+    };
+    for (const auto& [name, write] : writers) {
+        for (bool earlier : {false, true}) {
+            const std::string path = base + "/" + name, tmp = path + ".tmp";
+            std::filesystem::remove(path);
+            if (earlier) std::ofstream(path) << "an earlier file";
+            std::filesystem::create_symlink("/dev/full", tmp);
+            QString message;
+            try {
+                write(path);
+            } catch (const Error& e) {
+                message = e.what();
+            }
+            QVERIFY2(message.contains(QString::fromStdString(path)) && message.contains("disk full"), qPrintable(name + (": " + message)));
+            QVERIFY2(!std::filesystem::is_symlink(tmp) && !fileExists(tmp), name);
+            if (earlier) {
+                std::ifstream in(path);
+                const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+                QCOMPARE(QString::fromStdString(kept), QString("an earlier file"));
+            } else {
+                QVERIFY2(!fileExists(path), name);
+            }
+        }
     }
 }
 
