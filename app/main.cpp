@@ -30,8 +30,9 @@ void printHelp() {
     std::printf("Compression Workbench %s: load, inspect, evaluate and compress LLMs.\n\nUsage:\n", cwb::versionString());
     for (const auto& c : cwb::cli::commands()) std::printf("  %s\n      %s\n", c.usage, c.summary);
     std::printf("  cwb --batch PROJECT [--out DIR] [--device cpu|cuda[:N]] [--model PATH] [--tokenizer FILE] [--calib FILE] [--eval FILE] [--threads N] [--variants a,b] [--no-export-check] [--quiet] [--json]\n"
-                "      replay a saved project headless; exit 0 reproduced, 1 differs beyond tolerance or incomplete (a\n"
-                "      variant without stored results, or a failed export: said on stderr), 2 error\n");
+                "      replay a saved project headless into --out (default ./cwb-report: report.md, report.json, charts,\n"
+                "      exports); exit 0 reproduced, 1 differs beyond tolerance or incomplete (a variant without stored\n"
+                "      results, or a failed export: said on stderr), 2 error\n");
 #ifdef CWB_WITH_GUI
     std::printf("  cwb [MODEL | PROJECT.cwbproj]\n      open the desktop GUI (no arguments: an empty window)\n");
 #endif

@@ -76,7 +76,7 @@ int runBudget(const std::vector<std::string>& args) {
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);
-    if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
+    requireTokenizer(*model, path);
     options.compute = autoFittedCompute(a, *model, options.compute);
     // The plan covers the block linear layers (and the output head with --head); embeddings and norms keep their bytes.
     const double parameters = plannedParameters(*model, options);

@@ -93,9 +93,18 @@ LoadOptions projectLoadOptions(const Project& project, const Arguments& args) {
     return options;
 }
 
+void requireTokenizer(const Model& model, const std::string& path) {
+    if (model.tokenizer) return;
+    const auto note = model.metadata.find("tokenizer_note");
+    const std::string why = note != model.metadata.end() && note->second.rfind("no tokenizer: ", 0) == 0
+                                ? " (" + note->second.substr(std::string("no tokenizer: ").size()) + ")"
+                                : "";
+    throw Error(path, "has no tokenizer" + why + "; pass --tokenizer FILE");
+}
+
 at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, const Model& model, int64_t samples,
                            std::string* noteOut) {
-    if (!model.tokenizer) throw Error(model.path, "has no tokenizer; pass --tokenizer FILE");
+    requireTokenizer(model, model.path);
     CalibrationSpec spec;
     spec.textPath = textPath;
     spec.samples = args.integer("samples", samples);

@@ -45,6 +45,9 @@ class Arguments;
 // --device cpu|cuda[:N] and --dtype f32|f16|bf16 (default: f32 on CPU, f16 on CUDA); refuses CUDA when absent.
 RuntimeOptions runtimeOptions(const Arguments& args);
 
+// Throws cwb::Error naming `path` when the model has no tokenizer, with why (a damaged one in the file) and what to do.
+void requireTokenizer(const Model& model, const std::string& path);
+
 // Token windows for measurements: --samples (default `samples`) windows of --seq-len (256) tokens of the text
 // file, drawn with --seed (0). Throws cwb::Error when the model has no tokenizer or the text cannot be read.
 // A note (windows clipped or overlapping) goes to stderr unless --quiet or --json, and to `note` when given, for --json.

@@ -124,7 +124,7 @@ int runCompress(const std::vector<std::string>& args) {
     std::vector<TokenId> evalTokens;
     PerplexityParams p;
     if (a.has("eval")) {
-        if (!base->tokenizer) throw Error(path, "has no tokenizer to evaluate with");
+        requireTokenizer(*base, path);
         evalTokens = base->tokenizer->encode(readTextFile(a.value("eval")), true);
         p.ctx = a.integer("ctx", std::min<int64_t>(512, base->spec.context));
         p.maxChunks = chunksOption(a);

@@ -22,7 +22,7 @@ int runEval(const std::vector<std::string>& args) {
     const std::string path = a.requirePositional("MODEL");
     if (!a.has("text")) throw Error("eval needs --text FILE");
     auto model = loadModel(path, options);
-    if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
+    requireTokenizer(*model, path);
     const std::string textPath = a.value("text");
     std::vector<TokenId> tokens = model->tokenizer->encode(readTextFile(textPath), /*addBos=*/true);
     PerplexityParams p;

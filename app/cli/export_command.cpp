@@ -177,6 +177,13 @@ int runExport(const std::vector<std::string>& args) {
         }
     } else {
         if (a.has("variant")) throw Error("--variant needs a project (.cwbproj); for a model use --recipe");
+        // Options that would do nothing here are refused, not ignored (user probe: --model and --calib were dropped).
+        if (a.has("model")) throw Error("--model applies to a project (the model its variants are built from); a model to export is MODEL itself");
+        if (!a.has("recipe"))
+            for (const char* option : {"calib", "samples", "seq-len", "seed", "device", "calib-dtype"})
+                if (a.has(option))
+                    throw Error(std::string("--") + option + " sets the calibration of --recipe's steps; without a recipe the model is "
+                                "written as it is");
         LoadOptions load;
         load.tokenizerPath = a.value("tokenizer");
         base = loadModel(input, load);
@@ -191,6 +198,8 @@ int runExport(const std::vector<std::string>& args) {
             calib.device = a.value("device", "auto");
             calib.forwardType = a.value("calib-dtype", "f32");
             const Recipe recipe = Recipe::load(a.value("recipe"));
+            for (const std::string& why : {recipeParamsProblem(recipe), recipeLayersProblem(*base, recipe)})
+                if (!why.empty()) throw Error(a.value("recipe"), why);
             calibrationAsCompressRanIt(a, input, recipe, calib);
             resolveCalibrationCompute(calib);   // a bad --device or --calib-dtype fails before the calibration
             refuseBeforeBuilding(*base, recipe, a.value("format"));

@@ -31,7 +31,7 @@ int runGenerate(const std::vector<std::string>& args) {
     options.tokenizerPath = a.value("tokenizer");
     const std::string path = a.requirePositional("MODEL");
     auto model = loadModel(path, options);
-    if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
+    requireTokenizer(*model, path);
     GenerateParams p;
     p.prompt = a.value("prompt");
     p.parseSpecial = a.flag("special");

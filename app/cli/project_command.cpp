@@ -460,7 +460,7 @@ int importance(const std::vector<std::string>& args) {
     const LoadOptions load = projectLoadOptions(project, a);
     const std::string modelPath = a.value("model", project.model().path);
     auto model = loadModel(modelPath, load);
-    if (!model->tokenizer) throw Error(model->path, "has no tokenizer; pass --tokenizer FILE");
+    requireTokenizer(*model, model->path);
     compute = autoFittedCompute(a, *model, compute);
     const std::string modelHash = checkedModelHash(project, modelPath, a, "importance map");
     const std::string tokenizerHash = warnOfTokenizerChange(project, load, *model);

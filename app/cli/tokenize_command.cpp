@@ -28,7 +28,7 @@ int runTokenize(const std::vector<std::string>& args) {
     options.tokenizerPath = a.value("tokenizer");
     const std::string path = a.requirePositional("MODEL");
     const auto model = loadModel(path, options);
-    if (!model->tokenizer) throw Error(path, "has no tokenizer; pass --tokenizer FILE");
+    requireTokenizer(*model, path);
     const Tokenizer& tok = *model->tokenizer;
     const bool bos = tok.addBosByDefault() && !a.flag("no-bos") && tok.bos() >= 0;
     // --special: control tokens written in the text ("</s>", "<|im_start|>") become their ids, as in chat prompts.

@@ -58,6 +58,9 @@ public:
     // What in the step's resolved parameters would fail it once it runs, found before any model work ("" when
     // nothing): a file it reads that is not there, options that contradict each other.
     virtual std::string paramsProblem(const nlohmann::json&) const { return ""; }
+    // What in the resolved parameters does not fit `model` (a head or block it does not have), found before any
+    // model work; "" when nothing.
+    virtual std::string modelProblem(const Model&, const nlohmann::json&) const { return ""; }
     // True when the method changes each targeted linear layer on its own, so that it can be given one layer alone
     // (per-layer sensitivity); false for methods that remove heads, channels or blocks, or train the whole model.
     virtual bool actsPerLinearLayer() const { return true; }

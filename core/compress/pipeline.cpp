@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <regex>
 
@@ -12,6 +13,7 @@
 #include "core/compress/methods/calibration_stats.h"
 #include "core/compress/sequential.h"
 #include "core/eval/perplexity.h"
+#include "core/io/gguf_names.h"
 #include "core/model/model.h"
 #include "core/runtime/transformer.h"
 #include "core/util/error.h"
@@ -221,9 +223,19 @@ std::string recipeParamsProblem(const Recipe& recipe) {
 }
 
 std::string recipeLayersProblem(const Model& base, const Recipe& recipe) {
+    bool shapesChanged = false;
     for (size_t i = 0; i < recipe.steps.size(); ++i) {
         const RecipeStep& step = recipe.steps[i];
         if (!step.enabled) continue;
+        const CompressionMethod* m = MethodRegistry::instance().find(step.method);
+        if (!m) continue;   // Recipe refuses unknown methods when it is read
+        // Heads or blocks a step names that the model lacks: found now, not after the steps before it ran (hours on a
+        // 7B model). Past a step that changes heads, channels or blocks, the build checks them.
+        if (!shapesChanged) {
+            const std::string why = m->modelProblem(base, resolveParams(step.method, m->params(), step.params));
+            if (!why.empty()) return "step " + std::to_string(i + 1) + ": " + why;
+            shapesChanged = !m->actsPerLinearLayer();
+        }
         // Past a step that removes blocks or cuts a student, layer names change: the build checks the rest.
         if (step.method == "prune.layers" || step.method == "distill.kd") break;
         try {
@@ -258,11 +270,31 @@ static void noteLayersMadeDense(const Model& before, const Model& after, StepCon
              "the quantization, or start from the unquantized model, to keep both");
 }
 
+// The error to give when a step failed and one of its layers holds NaN or infinite weights, the likely cause whatever
+// the math that failed said (a weight check, a Hessian or inputs made non-finite by it); the tensor is named as its
+// file names it, with the file. Empty when every layer is finite.
+static std::optional<Error> nonFiniteLayerError(const Model& model, const std::vector<std::string>& layers, size_t stepNumber,
+                                                const std::string& method) {
+    for (const auto& layer : layers) {
+        if (targetWeight(model, layer).isfinite().all().item<bool>()) continue;
+        const std::string name = targetWeightName(model, layer);
+        const std::string spelt = model.format == "gguf" ? gguf::ggufName(model.spec.family, name) : std::string();
+        const std::string tensor = spelt.empty() || spelt == name ? "'" + name + "'" : "'" + spelt + "' ('" + name + "')";
+        const std::string& file = model.tensor(name).file;
+        return Error(file.empty() ? model.path : file, "step " + std::to_string(stepNumber) + " (" + method + "): tensor " + tensor +
+                                                           " has NaN or infinite values; the model file is damaged or was saved "
+                                                           "from a diverged run");
+    }
+    return std::nullopt;
+}
+
 CompressionResult compressModel(const Model& base, const Recipe& recipe, const CalibrationSpec& calibration, Feedback* feedback,
                                 const StepObserver& onStep) {
     recipe.validate("recipe");
     const std::string badParams = recipeParamsProblem(recipe);   // before the calibration text is read
     if (!badParams.empty()) throw Error(badParams);
+    const std::string badLayers = recipeLayersProblem(base, recipe);
+    if (!badLayers.empty()) throw Error(badLayers);
     at::Tensor windows;
     std::string note;
     // Windows are drawn whenever a text is given: they also measure each step's reconstruction error.
@@ -289,6 +321,9 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
     // caller (GUI, export, bench, project runs) comes through here.
     const std::string badParams = recipeParamsProblem(recipe);
     if (!badParams.empty()) throw Error(badParams);
+    // Heads or blocks the model lacks, patterns that match no layer: before the steps ahead of them run.
+    const std::string badLayers = recipeLayersProblem(base, recipe);
+    if (!badLayers.empty()) throw Error(badLayers);
     if (needsCalibration(recipe) && !windows.defined())
         throw Error("the recipe has a step that needs calibration data; give a text file (--calib FILE)");
     CompressionResult result;
@@ -312,7 +347,14 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
                                     (method->actsPerLinearLayer() ? " on " + std::to_string(ctx.layers.size()) + " layers" : ""));
         auto t0 = std::chrono::steady_clock::now();
         std::unique_ptr<Model> before = result.model->clone();
-        method->apply(ctx);
+        try {
+            method->apply(ctx);
+        } catch (const Cancelled&) {
+            throw;
+        } catch (const Error&) {
+            if (std::optional<Error> cause = nonFiniteLayerError(*before, ctx.layers, i + 1, step.method)) throw *cause;
+            throw;
+        }
         noteLayersMadeDense(*before, *result.model, ctx);
         StepReport report;
         report.method = step.method;

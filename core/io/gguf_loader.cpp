@@ -23,15 +23,34 @@ TokenizerData readTokenizerData(const GgufFile& g) {
         if (!t.is_string()) throw Error(g.file->path(), "tokenizer.ggml.tokens holds a non-string");
         d.tokens.push_back(t.get<std::string>());
     }
+    // What makeTokenizer refuses is named here by the key that holds it (user probe: "BOS id 9999 is out of range"
+    // named neither the file nor the key).
+    const auto bad = [&](const std::string& what) { return Error(g.file->path(), what); };
     if (g.hasKey("tokenizer.ggml.scores"))
-        for (const auto& s : g.array("tokenizer.ggml.scores")) d.scores.push_back(s.get<float>());
+        for (const auto& s : g.array("tokenizer.ggml.scores")) {
+            d.scores.push_back(s.get<float>());
+            if (std::isnan(d.scores.back()))
+                throw bad("tokenizer.ggml.scores[" + std::to_string(d.scores.size() - 1) + "] is NaN");
+        }
     if (g.hasKey("tokenizer.ggml.token_type"))
-        for (const auto& t : g.array("tokenizer.ggml.token_type")) d.types.push_back(t.get<int32_t>());
+        for (const auto& t : g.array("tokenizer.ggml.token_type")) {
+            d.types.push_back(t.get<int32_t>());
+            if (d.types.back() < 0 || d.types.back() > static_cast<int32_t>(TokenType::Byte))
+                throw bad("tokenizer.ggml.token_type[" + std::to_string(d.types.size() - 1) + "] is " +
+                          std::to_string(d.types.back()) + ", not a token type (0.." +
+                          std::to_string(static_cast<int32_t>(TokenType::Byte)) + ")");
+        }
     if (g.hasKey("tokenizer.ggml.merges"))
         for (const auto& m : g.array("tokenizer.ggml.merges")) d.merges.push_back(m.get<std::string>());
-    d.bos = static_cast<TokenId>(g.integerOr("tokenizer.ggml.bos_token_id", -1));
-    d.eos = static_cast<TokenId>(g.integerOr("tokenizer.ggml.eos_token_id", -1));
-    d.unk = static_cast<TokenId>(g.integerOr("tokenizer.ggml.unknown_token_id", -1));
+    for (const auto& [key, target] : {std::pair<const char*, TokenId*>{"tokenizer.ggml.bos_token_id", &d.bos},
+                                      {"tokenizer.ggml.eos_token_id", &d.eos},
+                                      {"tokenizer.ggml.unknown_token_id", &d.unk}}) {
+        const int64_t id = g.integerOr(key, -1);
+        if (id < -1 || id >= int64_t(d.tokens.size()))
+            throw bad(std::string(key) + " is " + std::to_string(id) + ", outside the vocabulary of " +
+                      std::to_string(d.tokens.size()) + " tokens (tokenizer.ggml.tokens)");
+        *target = static_cast<TokenId>(id);
+    }
     // cwb only carries these for engines: one it cannot use (wrong type, id outside the vocabulary) is dropped
     // rather than refused, as the keys were before cwb read them. ("seperator" is llama.cpp's spelling of the key.)
     for (const auto& [key, target] : {std::pair<const char*, TokenId*>{"tokenizer.ggml.padding_token_id", &d.pad},
@@ -238,8 +257,15 @@ public:
         // q/k/v biases are computed wherever the file has them (llama.cpp loads them for llama too, not only qwen2).
         if (family == Family::Llama) model->spec.attentionBias = model->has(names::llamaLayer(0, "self_attn.q_proj.bias"));
         if (g.hasKey("tokenizer.ggml.model")) {
-            model->tokenizer = makeTokenizer(readTokenizerData(g));
-            if (model->tokenizer->vocabSize() != model->spec.vocab)
+            // A damaged tokenizer leaves the model readable (info, weights) without one, as a Hugging Face folder's
+            // does; what needs tokens says why there is none.
+            try {
+                model->tokenizer = makeTokenizer(readTokenizerData(g));
+            } catch (const Error& e) {
+                const std::string why = e.what();
+                model->metadata["tokenizer_note"] = "no tokenizer: " + (why.rfind(path, 0) == 0 ? why : path + ": " + why);
+            }
+            if (model->tokenizer && model->tokenizer->vocabSize() != model->spec.vocab)
                 model->metadata["tokenizer_note"] = "tokenizer has " + std::to_string(model->tokenizer->vocabSize()) +
                                                     " tokens, embedding has " + std::to_string(model->spec.vocab);
         }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sys/stat.h>
 
+#include "core/io/gguf_names.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/error.h"
 
@@ -59,7 +60,11 @@ std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& opt
     model->path = path;
     model->format = format->id();
     model->spec.validate(path);
-    model->validateTensors();
+    // Messages name a GGUF's tensors as the file does ("blk.2.ffn_norm.weight"), not by the names cwb reads them as.
+    if (model->format == "gguf")
+        model->validateTensors([family = model->spec.family](const std::string& name) { return gguf::ggufName(family, name); });
+    else
+        model->validateTensors();
     model->dropOrRefuseUnusedTensors();
     if (!options.tokenizerPath.empty()) {
         auto it = model->metadata.find("tokenizer");

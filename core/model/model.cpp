@@ -344,12 +344,17 @@ void Model::dropOrRefuseUnusedTensors() {
                                       "pass does not compute (e.g. " + zeroBiases.front() + ")";
 }
 
-void Model::validateTensors() const {
+void Model::validateTensors(const std::function<std::string(const std::string&)>& nameInFile) const {
     const ArchSpec& s = spec;
+    auto named = [&](const std::string& name) {
+        const std::string spelt = nameInFile ? nameInFile(name) : std::string();
+        return spelt.empty() || spelt == name ? "tensor '" + name + "'" : "tensor '" + spelt + "' ('" + name + "')";
+    };
     auto expect = [&](const std::string& name, std::vector<int64_t> shape) {
+        if (!has(name)) throw Error(path, named(name) + " is missing");
         const TensorRecord& r = tensor(name);
         if (r.shape != shape)
-            throw Error(r.file.empty() ? path : r.file, "tensor '" + name + "' has shape " + shapeText(r.shape) +
+            throw Error(r.file.empty() ? path : r.file, named(name) + " has shape " + shapeText(r.shape) +
                                                             ", expected " + shapeText(shape));
     };
     if (s.family == Family::Llama) {

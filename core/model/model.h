@@ -4,6 +4,7 @@
 // (model.layers.N.self_attn.q_proj.weight for Llama, transformer.h.N.attn.c_attn.weight for GPT-2), and every
 // matrix has the logical shape [out, in] of a linear layer whatever its layout on disk.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -112,7 +113,8 @@ public:
     size_t storageBytes() const;
 
     // Checks that every tensor the runtime needs is present with the expected shape; throws cwb::Error.
-    void validateTensors() const;
+    // `nameInFile` gives a tensor's name as the file spells it ("blk.2.ffn_norm.weight" in a GGUF), for messages.
+    void validateTensors(const std::function<std::string(const std::string&)>& nameInFile = {}) const;
     // For a model read from disk: tensors the forward pass would not use (an o_proj or MLP bias, layers past the
     // configured count) are refused, since ignoring them would change what the model computes without a word, except
     // biases that are all zero (older GPTQ exports carry one beside every linear layer): those are dropped, and

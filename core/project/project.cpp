@@ -452,6 +452,10 @@ void Project::setSettings(const ProjectSettings& settings) {
 std::string Project::newNameProblem(const std::string& name) {
     if (name.find(',') != std::string::npos)
         return "variant name '" + name + "' has a comma, which separates names in --variants lists";
+    // Its exports are named after it ("NAME-hf"), so it must be a plain file name (user probe: 'a/b' was taken, and
+    // its export then refused a --file no one gave).
+    if (name.find_first_of("/\\") != std::string::npos)
+        return "variant name '" + name + "' has a slash; its exports are files named after it, so choose a name without one";
     if (std::any_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
         return "variant name '" + name + "' has a control character";
     if (!name.empty() && (std::isspace(static_cast<unsigned char>(name.front())) || std::isspace(static_cast<unsigned char>(name.back()))))

@@ -5,6 +5,7 @@
 #include "core/util/error.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -167,6 +168,8 @@ std::unique_ptr<Tokenizer> loadLlama2cTokenizer(const std::string& path, int32_t
     for (int32_t i = 0; i < vocabSize; ++i) {
         int32_t len = 0;
         read(&scores[i], 4, "score", i);
+        // Merges are chosen by score: a NaN one would change the tokens without a word (the GGUF reader refuses it too).
+        if (std::isnan(scores[i])) throw Error(path, "token " + std::to_string(i) + " has a NaN score (file corrupt)");
         read(&len, 4, "length", i);
         if (len < 0 || len > kMaxPieceBytes) {
             throw Error(path, "token " + std::to_string(i) + " has an invalid length " + std::to_string(len) +

@@ -767,6 +767,22 @@ void TestBatch::checksBeforeReplayAndSettings() {
     QVERIFY2(tooLong.exitCode == 2 && tooLong.err.contains("--seq-len must be between 2 and the model's context of 2048"),
              qPrintable(tooLong.err));
 
+    // Regression (user probe): a setting `project set` refuses, stored by other means, failed the replay with
+    // "evaluation: ctx must be at least 4 tokens, got 0", naming neither the project nor the setting.
+    sqlite3* db = nullptr;
+    QCOMPARE(sqlite3_open(project.toUtf8().constData(), &db), SQLITE_OK);
+    QCOMPARE(sqlite3_exec(db, "UPDATE settings SET eval_ctx = 0 WHERE id = 1", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+    const QString said = project + ": its setting eval_ctx is 0, at least 4 is needed; store another with cwb project set " +
+                         project + " --ctx N";
+    Result storedBadly = run({"--batch", project, "--out", out + "-settings", "--threads", "1"});
+    QVERIFY2(storedBadly.exitCode != 0 && storedBadly.err.contains(said), qPrintable(storedBadly.err));
+    Result runBadly = run({"project", "run", project, "--threads", "1", "--quiet"});
+    QVERIFY2(runBadly.exitCode == 2 && runBadly.err.contains(said), qPrintable(runBadly.err));
+    QCOMPARE(sqlite3_open(project.toUtf8().constData(), &db), SQLITE_OK);
+    QCOMPARE(sqlite3_exec(db, "UPDATE settings SET eval_ctx = 64 WHERE id = 1", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+
     // A pattern that names no layer fails the replay before anything is measured.
     QTemporaryFile recipe(mDir.filePath("XXXXXX-nomatch.json"));
     QVERIFY(recipe.open());

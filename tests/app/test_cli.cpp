@@ -407,6 +407,10 @@ void TestCli::mistakesFailBeforeTheWork() {
         {{"export", model, "--format", "hf", "--requantize", "q5_0", "--out", dir.filePath("hf")}, "--requantize applies to GGUF exports"},
         {{"export", model, "--format", "awq", "--pack-head", "--out", dir.filePath("awq")}, "--pack-head applies to gptq exports"},
         {{"export", model, "--format", "gguf", "--requantize", "int4", "--out", dir.filePath("m.gguf")}, "--requantize: "},
+        // Regression (user probe): these were ignored without a word.
+        {{"export", model, "--format", "gguf", "--model", llama2c, "--out", dir.filePath("m.gguf")}, "--model applies to a project"},
+        {{"export", model, "--format", "gguf", "--calib", text, "--out", dir.filePath("m.gguf")},
+         "--calib sets the calibration of --recipe's steps; without a recipe the model is written as it is"},
         {{"export", model, "--recipe", QStringLiteral(CWB_SOURCE_DIR) + "/projects/recipes/rtn-w4g32.json", "--format", "awq",
           "--out", dir.filePath("awq")},
          "the recipe builds a variant that the awq format cannot hold: model.layers.0.mlp.gate_proj (int4 g32 after step 1 "

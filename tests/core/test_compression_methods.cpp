@@ -77,6 +77,8 @@ private slots:
     void stepErrorsEqualASecondPass_data();
     void stepErrorsEqualASecondPass();
     void missingCalibrationAndCancelAreReported();
+    void headsAndBlocksTheModelLacksAreRefusedFirst_data();
+    void headsAndBlocksTheModelLacksAreRefusedFirst();
     void awqFoldMovesScalesIntoProducers_data();
     void awqFoldMovesScalesIntoProducers();
     void smoothQuantFoldMovesScalesIntoNorms_data();
@@ -678,6 +680,58 @@ void TestCompressionMethods::missingCalibrationAndCancelAreReported() {
     QVERIFY_THROWS_EXCEPTION(Cancelled, compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.rtn"}]})"), at::Tensor(), &cancelled));
     QVERIFY_THROWS_EXCEPTION(Cancelled, compressModel(*l.model, recipe(R"({"steps":[{"method":"quantize.gptq"}]})"), windows(), &cancelled));
     QVERIFY(l.model->compressedLayers().empty());
+}
+
+void TestCompressionMethods::headsAndBlocksTheModelLacksAreRefusedFirst_data() {
+    QTest::addColumn<QString>("lastStep");
+    QTest::addColumn<QString>("said");
+    // tinyLlamaSpec: 2 blocks, 4 query heads in 2 kv groups of 2.
+    QTest::newRow("a block it lacks") << R"({"method":"prune.heads","params":{"heads":"9:1"}})"
+                                      << "step 2: prune.heads: no head 9:1 in this model (blocks 0..1)";
+    QTest::newRow("a head it lacks") << R"({"method":"prune.heads","params":{"heads":"0:1,1:4"}})"
+                                     << "step 2: prune.heads: no head 1:4 in this model (block 1 has query heads 0..3)";
+    QTest::newRow("not layer:head") << R"({"method":"prune.heads","params":{"heads":"0:x"}})"
+                                    << "step 2: prune.heads: 'x' is not an integer";
+    QTest::newRow("uneven groups") << R"({"method":"prune.heads","params":{"heads":"0:0"}})"
+                                   << "step 2: prune.heads: layer 0 would keep kv groups of different sizes";
+    QTest::newRow("every head") << R"({"method":"prune.heads","params":{"heads":"1:0,1:1,1:2,1:3"}})"
+                                << "step 2: prune.heads: layer 1 would lose every head";
+    QTest::newRow("a block to drop it lacks") << R"({"method":"prune.layers","params":{"layers":"7"}})"
+                                              << "step 2: prune.layers: no block 7 in this model (blocks 0..1)";
+    QTest::newRow("every block") << R"({"method":"prune.layers","params":{"layers":"0,1"}})"
+                                 << "step 2: prune.layers: cannot remove every block";
+    QTest::newRow("too many blocks") << R"({"method":"prune.layers","params":{"count":2,"importance":"last"}})"
+                                     << "step 2: prune.layers: cannot remove 2 of 2 blocks";
+}
+
+// Regression (user probe): GPTQ ran for 20 s before a later step's head list was found not to fit the model (hours on
+// a 7B model). Every caller comes through compressModel, which now refuses it before the first step.
+void TestCompressionMethods::headsAndBlocksTheModelLacksAreRefusedFirst() {
+    QFETCH(QString, lastStep);
+    QFETCH(QString, said);
+    Loaded l(tinyLlamaSpec());
+    const Recipe r = recipe((R"({"steps":[{"method":"quantize.gptq","params":{"group_size":16}},)" + lastStep.toStdString() + "]}").c_str());
+    QVERIFY2(QString::fromStdString(recipeLayersProblem(*l.model, r)).startsWith(said), recipeLayersProblem(*l.model, r).c_str());
+    CallbackFeedback feedback;
+    QStringList logged;
+    feedback.logCallback = [&](const std::string& line) { logged << QString::fromStdString(line); };
+    try {
+        compressModel(*l.model, r, windows(), &feedback);
+        QFAIL("the recipe ran");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).startsWith(said), e.what());
+    }
+    QVERIFY2(logged.filter("step 1/2").isEmpty(), qPrintable(logged.join("\n")));   // GPTQ never started
+    // The same list on a model that has those heads and blocks runs.
+    if (!said.contains("every") && !said.contains("uneven") && !said.contains("integer") && !said.contains("cannot remove")) {
+        ArchSpec larger = tinyLlamaSpec();
+        larger.layers = 10;
+        larger.heads = 8;
+        larger.kvHeads = 8;
+        larger.headDim = 4;
+        Loaded big(larger);
+        QCOMPARE(recipeLayersProblem(*big.model, r), std::string());
+    }
 }
 
 void TestCompressionMethods::awqFoldMovesScalesIntoProducers_data() {

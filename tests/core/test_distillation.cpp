@@ -586,6 +586,9 @@ void TestDistillation::methodCutsAShallowerStudent() {
     QVERIFY_THROWS_EXCEPTION(Error, compressModel(*l.model, missingData, windows()));
     QCOMPARE(recipeParamsProblem(recipe(R"({"steps":[{"method":"distill.kd","params":{"source":"teacher","data":"/nonexistent/train.txt"}}]})")),
              std::string());
+    // Regression (user probe): a checkpoint in a folder that is not there failed after the whole training.
+    QCOMPARE(recipeParamsProblem(recipe(R"({"steps":[{"method":"distill.kd","params":{"source":"teacher","checkpoint":"/nonexistent/kd/ck.pt"}}]})")),
+             std::string("step 1: distill.kd: the folder of its checkpoint /nonexistent/kd/ck.pt is not there"));
     QVERIFY2(overfitNote(many).find("30 steps of 8 sequences pass over the 22 training windows 10.9 times") == 0 &&
                  overfitNote(many).find("more calibration windows (--samples) or fewer steps") != std::string::npos,
              overfitNote(many).c_str());

@@ -3,6 +3,7 @@
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 
@@ -11,6 +12,7 @@
 #include "core/io/safetensors.h"
 #include "core/util/error.h"
 #include "tests/support/synthetic_models.h"
+#include "tests/support/test_paths.h"
 
 using namespace cwb;
 using namespace cwb::test;
@@ -79,6 +81,10 @@ class TestHostileInputs : public QObject {
 private slots:
     void refusedWithClearError_data();
     void refusedWithClearError();
+    void nonFiniteWeightIsNamed_data();
+    void nonFiniteWeightIsNamed();
+    void damagedGgufTokenizerIsNamed_data();
+    void damagedGgufTokenizerIsNamed();
 };
 
 void TestHostileInputs::refusedWithClearError_data() {
@@ -131,11 +137,11 @@ void TestHostileInputs::refusedWithClearError_data() {
     QTest::newRow("gguf missing tensor") << Builder([=](const QString& d) {
         auto p = file(d, "notensor.gguf"); ArchSpec s = tinyLlamaSpec(); WeightMap w = randomWeights(s, 1);
         w.erase("model.layers.1.mlp.up_proj.weight"); writeGguf(p, s, w, ggml::Type::F32); return p; })
-        << "'model.layers.1.mlp.up_proj.weight' is missing";
+        << "tensor 'blk.1.ffn_up.weight' ('model.layers.1.mlp.up_proj.weight') is missing";   // as the file names it (user probe)
     QTest::newRow("gguf wrong shape") << Builder([=](const QString& d) {
         auto p = file(d, "shape.gguf"); ArchSpec s = tinyLlamaSpec(); WeightMap w = randomWeights(s, 1);
         w["model.layers.0.mlp.gate_proj.weight"] = at::zeros({47, 32}); writeGguf(p, s, w, ggml::Type::F32); return p; })
-        << "expected [48, 32]";
+        << "tensor 'blk.0.ffn_gate.weight' ('model.layers.0.mlp.gate_proj.weight') has shape [47, 32], expected [48, 32]";
     QTest::newRow("safetensors header past end") << Builder([=](const QString& d) {
         writeText(file(d, "config.json"), R"({"model_type":"llama","hidden_size":32,"intermediate_size":48,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":64})");
         Bytes b; b.put<uint64_t>(1000).raw("{}"); b.save(file(d, "model.safetensors")); return d.toStdString(); })
@@ -232,6 +238,91 @@ void TestHostileInputs::refusedWithClearError() {
                  qPrintable("message does not name the file: " + message));
         QVERIFY2(message.contains(expected), qPrintable("message '" + message + "' lacks '" + expected + "'"));
     }
+}
+
+void TestHostileInputs::nonFiniteWeightIsNamed_data() {
+    QTest::addColumn<QString>("recipe");
+    QTest::newRow("rtn") << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})";
+    QTest::newRow("gptq") << R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":32}}]})";
+    QTest::newRow("awq") << R"({"steps":[{"method":"quantize.awq","params":{"bits":4,"group_size":32}}]})";
+}
+
+// Regression (user probe): one NaN in a GGUF's blk.0.attn_q gave "quantize: the weight has non-finite values",
+// naming neither the file nor the tensor.
+void TestHostileInputs::nonFiniteWeightIsNamed() {
+    QFETCH(QString, recipe);
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/nan.gguf").toStdString();
+    const ArchSpec spec = packableLlamaSpec();
+    WeightMap weights = randomWeights(spec, 3);
+    weights["model.layers.1.self_attn.q_proj.weight"][5][7] = std::nan("");
+    writeGguf(path, spec, weights, ggml::Type::F32);
+    const auto model = loadModel(path);
+    try {
+        compressWithRecipe(*model, recipe.toStdString());
+        QFAIL("compressing succeeded; expected an error");
+    } catch (const Error& e) {
+        QCOMPARE(QString::fromStdString(e.file()), QString::fromStdString(path));
+        QVERIFY2(QString(e.what()).contains("step 1 (quantize.") &&
+                     QString(e.what()).contains("tensor 'blk.1.attn_q.weight' ('model.layers.1.self_attn.q_proj.weight') has "
+                                                "NaN or infinite values"),
+                 e.what());
+    }
+}
+
+void TestHostileInputs::damagedGgufTokenizerIsNamed_data() {
+    QTest::addColumn<QString>("key");
+    QTest::addColumn<int>("index");   // an array element to change; -1 for a scalar key
+    QTest::addColumn<double>("value");
+    QTest::addColumn<QString>("said");
+    QTest::newRow("bos") << "tokenizer.ggml.bos_token_id" << -1 << 9999.0
+                         << "tokenizer.ggml.bos_token_id is 9999, outside the vocabulary of 512 tokens";
+    QTest::newRow("unknown") << "tokenizer.ggml.unknown_token_id" << -1 << 700.0
+                             << "tokenizer.ggml.unknown_token_id is 700, outside the vocabulary of 512 tokens";
+    QTest::newRow("token type") << "tokenizer.ggml.token_type" << 5 << 99.0 << "tokenizer.ggml.token_type[5] is 99, not a token type (0..6)";
+    QTest::newRow("score") << "tokenizer.ggml.scores" << 300 << double(NAN) << "tokenizer.ggml.scores[300] is NaN";
+}
+
+// Regression (user probe): a GGUF with a damaged tokenizer key said "BOS id 9999 is out of range", naming neither the
+// file nor the key, and `cwb info` could not show the model at all. The model now loads without a tokenizer and says
+// why; the weights are as the undamaged file's.
+void TestHostileInputs::damagedGgufTokenizerIsNamed() {
+    QFETCH(QString, key);
+    QFETCH(int, index);
+    QFETCH(double, value);
+    QFETCH(QString, said);
+    CWB_REQUIRE_FIXTURE(source, "models/stories260K.gguf");
+    const GgufFile in = GgufFile::open(source.toStdString());
+    GgufWriter out;
+    for (const auto& name : in.metadataOrder) {
+        GgufValue v = in.metadata.at(name);
+        if (name == key.toStdString()) {
+            if (index < 0) v.value = int64_t(value);
+            else if (v.elementType == GgufValueType::Float32) v.value[size_t(index)] = value;
+            else v.value[size_t(index)] = int64_t(value);
+        }
+        if (name != "general.alignment") out.add(name, v);
+    }
+    for (const auto& t : in.tensors) {
+        const uint8_t* data = in.tensorData(t);
+        out.addTensor(t.name, t.type, t.ne, std::vector<uint8_t>(data, data + t.bytes));
+    }
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/damaged.gguf").toStdString();
+    out.write(path);
+    try {
+        loadGgufTokenizer(path);   // as --tokenizer FILE: refused, naming the file and the key
+        QFAIL("the damaged tokenizer was read");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(path) + ": " + said), e.what());
+    }
+    const auto model = loadModel(path);
+    QVERIFY(!model->tokenizer);
+    const QString note = QString::fromStdString(model->metadata.at("tokenizer_note"));
+    QVERIFY2(note.startsWith("no tokenizer: " + QString::fromStdString(path) + ": " + said), qPrintable(note));
+    const auto intact = loadModel(source.toStdString());
+    QVERIFY(at::equal(model->floatTensor("model.layers.0.self_attn.q_proj.weight"),
+                      intact->floatTensor("model.layers.0.self_attn.q_proj.weight")));
 }
 
 QTEST_APPLESS_MAIN(TestHostileInputs)

@@ -401,6 +401,8 @@ void TestProject::newNamesAreChecked() {
     QVERIFY(QString::fromStdString(Project::newNameProblem("a,b")).contains("has a comma"));
     QVERIFY(QString::fromStdString(Project::newNameProblem("d ")).contains("starts or ends with a space"));
     QVERIFY(QString::fromStdString(Project::newNameProblem("d\te")).contains("control character"));
+    QVERIFY(QString::fromStdString(Project::newNameProblem("a/b")).contains("has a slash"));   // user probe: taken, then its export failed
+    QVERIFY(QString::fromStdString(Project::newNameProblem("a\\b")).contains("has a slash"));
     QCOMPARE(Project::newNameProblem("w4 g128-v2"), std::string());
     Project p = sampleProject(file("old-names.cwbproj"));
     p.addVariant({"w4,g128", "", json::parse(R"({"steps":[]})"), "", json::array()});

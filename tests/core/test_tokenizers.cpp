@@ -286,6 +286,8 @@ void TestTokenizers::llama2cBadInput_data() {
     QTest::newRow("vocab too large") << "intact" << 100000 << "too small";
     QTest::newRow("vocab zero") << "intact" << 0 << "must be positive";
     QTest::newRow("missing file") << "missing" << 512 << "cannot open";
+    // Regression (user probe): NaN scores were taken, and changed the tokens without a word.
+    QTest::newRow("NaN score") << "nan" << 512 << "token 0 has a NaN score";
 }
 
 void TestTokenizers::llama2cBadInput() {
@@ -301,6 +303,10 @@ void TestTokenizers::llama2cBadInput() {
     if (kind == "header") bytes.truncate(6);
     if (kind == "negative") setLength0(-5);
     if (kind == "huge") setLength0(0x7FFFFFF0);
+    if (kind == "nan") {
+        const float nan = std::nanf("");
+        std::memcpy(bytes.data() + 4, &nan, 4);
+    }
 
     QTemporaryDir dir;
     const QString bad = dir.filePath("bad_tokenizer.bin");

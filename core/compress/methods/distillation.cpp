@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <unistd.h>
 
 #include "core/compress/distill_trainer.h"
 #include "core/compress/method.h"
@@ -165,6 +166,15 @@ public:
         if (p["source"] == "text" && !data.empty() &&
             (!std::filesystem::exists(data, ec) || std::filesystem::is_directory(data, ec)))
             return "distill.kd: its data file " + data + " is not there (or is a folder)";
+        const std::string checkpoint = p["checkpoint"];
+        if (!checkpoint.empty()) {   // written at the end of training: a folder it cannot go in would fail only then
+            const std::filesystem::path folder = std::filesystem::path(checkpoint).parent_path();
+            const std::string where = folder.empty() ? "." : folder.string();
+            if (!std::filesystem::is_directory(where, ec))
+                return "distill.kd: the folder of its checkpoint " + checkpoint + " is not there";
+            if (::access(where.c_str(), W_OK | X_OK) != 0)
+                return "distill.kd: its checkpoint " + checkpoint + " cannot be written (" + where + " is not writable)";
+        }
         if (p["resume_other_start"].get<bool>() && !p["resume"].get<bool>())
             return "distill.kd: resume_other_start applies to a resumed run; set \"resume\": true as well";
         return "";

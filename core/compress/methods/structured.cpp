@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -48,6 +49,44 @@ std::vector<int64_t> parseIntList(const std::string& text, const std::string& wh
     return out;
 }
 
+// The query heads an explicit 'layer:head,...' list removes, per block; throws cwb::Error for an item that is not
+// 'layer:head', a head or block the model does not have, or a block left with kv groups of different sizes or none.
+std::map<int64_t, std::set<int64_t>> explicitHeadRemoval(const std::string& list, const ArchSpec& spec) {
+    std::map<int64_t, std::set<int64_t>> remove;
+    std::stringstream in(list);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+        if (item.empty()) continue;
+        const size_t colon = item.find(':');
+        if (colon == std::string::npos) throw Error("prune.heads: '" + item + "' is not 'layer:head'");
+        const std::vector<int64_t> layer = parseIntList(item.substr(0, colon), "prune.heads"),
+                                   head = parseIntList(item.substr(colon + 1), "prune.heads");
+        if (layer.size() != 1 || head.size() != 1) throw Error("prune.heads: '" + item + "' is not 'layer:head'");
+        const int64_t l = layer.front(), h = head.front();
+        if (l < 0 || l >= spec.layers)
+            throw Error("prune.heads: no head " + item + " in this model (blocks 0.." + std::to_string(spec.layers - 1) + ")");
+        if (h < 0 || h >= spec.headsAt(l))
+            throw Error("prune.heads: no head " + item + " in this model (block " + std::to_string(l) + " has query heads 0.." +
+                        std::to_string(spec.headsAt(l) - 1) + ")");
+        remove[l].insert(h);
+    }
+    for (const auto& [l, heads] : remove) {
+        const int64_t H = spec.headsAt(l), G = spec.kvHeadsAt(l), group = H / G;
+        if (int64_t(heads.size()) == H) throw Error("prune.heads: layer " + std::to_string(l) + " would lose every head");
+        std::vector<int64_t> perGroup(size_t(G), 0);
+        for (int64_t h : heads) ++perGroup[size_t(h / group)];
+        int64_t kept = -1;
+        for (int64_t n : perGroup) {
+            if (n == group) continue;   // the whole kv group goes
+            if (kept >= 0 && n != kept)
+                throw Error("prune.heads: layer " + std::to_string(l) + " would keep kv groups of different sizes; "
+                            "remove the same number of query heads from every group (or whole groups)");
+            kept = n;
+        }
+    }
+    return remove;
+}
+
 void requireLlama(const StepContext& ctx) {
     if (ctx.model.spec.family != Family::Llama)
         throw Error(ctx.step.method + ": supports the Llama family only (GPT-2's fused attention is not handled yet)");
@@ -79,10 +118,19 @@ public:
     bool needsCalibration(const nlohmann::json& p) const override {
         return p["heads"].get<std::string>().empty() && p["importance"] == "activation";
     }
+    std::string modelProblem(const Model& model, const nlohmann::json& p) const override {
+        if (model.spec.family != Family::Llama)
+            return "prune.heads: supports the Llama family only (GPT-2's fused attention is not handled yet)";
+        try {
+            explicitHeadRemoval(p["heads"], model.spec);
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "";
+    }
     void apply(StepContext& ctx) const override {
         requireLlama(ctx);
         Model& m = ctx.model;
-        const int64_t L = m.spec.layers;
         std::set<int64_t> targeted;
         for (const auto& layer : ctx.layers)
             if (layer.find("self_attn.q_proj") != std::string::npos) targeted.insert(blockOf(layer));
@@ -90,16 +138,7 @@ public:
         std::map<int64_t, std::set<int64_t>> removeQuery;   // per block: query heads to remove
         const std::string explicitList = ctx.params["heads"];
         if (!explicitList.empty()) {
-            std::stringstream in(explicitList);
-            std::string item;
-            while (std::getline(in, item, ',')) {
-                auto colon = item.find(':');
-                if (colon == std::string::npos) throw Error("prune.heads: '" + item + "' is not 'layer:head'");
-                int64_t l = std::stoll(item.substr(0, colon)), h = std::stoll(item.substr(colon + 1));
-                if (l < 0 || l >= L || h < 0 || h >= m.spec.headsAt(l))
-                    throw Error("prune.heads: no head " + item + " in this model");
-                removeQuery[l].insert(h);
-            }
+            removeQuery = explicitHeadRemoval(explicitList, m.spec);
         } else {
             std::vector<std::vector<double>> importance = scores(ctx, targeted);
             for (int64_t l : targeted) {
@@ -283,6 +322,16 @@ public:
     }
 };
 
+// Sorts and deduplicates `drop`; throws cwb::Error for a block the model does not have, or when every block would go.
+void checkBlocksToDrop(std::vector<int64_t>& drop, int64_t blocks) {
+    std::sort(drop.begin(), drop.end());
+    drop.erase(std::unique(drop.begin(), drop.end()), drop.end());
+    for (int64_t b : drop)
+        if (b < 0 || b >= blocks)
+            throw Error("prune.layers: no block " + std::to_string(b) + " in this model (blocks 0.." + std::to_string(blocks - 1) + ")");
+    if (static_cast<int64_t>(drop.size()) >= blocks) throw Error("prune.layers: cannot remove every block");
+}
+
 class LayerDropping : public CompressionMethod {
 public:
     std::string id() const override { return "prune.layers"; }
@@ -298,6 +347,21 @@ public:
     }
     bool needsCalibration(const nlohmann::json& p) const override {
         return p["layers"].get<std::string>().empty() && p["importance"] == "block_influence" && p["count"].get<int64_t>() > 0;
+    }
+    std::string modelProblem(const Model& model, const nlohmann::json& p) const override {
+        const int64_t L = model.spec.layers;
+        try {
+            std::vector<int64_t> drop = parseIntList(p["layers"], "prune.layers");
+            if (drop.empty()) {
+                const int64_t count = p["count"].get<int64_t>();
+                if (count >= L) return "prune.layers: cannot remove " + std::to_string(count) + " of " + std::to_string(L) + " blocks";
+                return "";
+            }
+            checkBlocksToDrop(drop, L);
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "";
     }
     void apply(StepContext& ctx) const override {
         Model& m = ctx.model;
@@ -329,11 +393,7 @@ public:
                 ctx.note("block influence: " + text);
             }
         }
-        std::sort(drop.begin(), drop.end());
-        drop.erase(std::unique(drop.begin(), drop.end()), drop.end());
-        for (int64_t b : drop)
-            if (b < 0 || b >= L) throw Error("prune.layers: no block " + std::to_string(b));
-        if (static_cast<int64_t>(drop.size()) >= L) throw Error("prune.layers: cannot remove every block");
+        checkBlocksToDrop(drop, L);
         const bool llama = m.spec.family == Family::Llama;
         auto prefix = [&](int64_t b) { return llama ? names::llamaLayer(b, "") : names::gpt2Layer(b, ""); };
         m.spec.makeLayerShapesExplicit();
