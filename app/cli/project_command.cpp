@@ -2,6 +2,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <sys/stat.h>
@@ -70,7 +71,25 @@ FileReference fileReference(const std::string& path) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) throw Error(path, "is a folder; give a text file");
     if (!std::filesystem::is_regular_file(path, ec)) throw Error(path, "no such file");
+    // An empty text would fail every run that reads it; said now (user probe: `project set --calib empty.txt` was taken).
+    const std::string text = readTextFile(path);
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw Error(path, "the text is empty");
     return {absolute(path), hashFile(path), fileBytes(path)};
+}
+
+// The files a project names that are not where it says (a model moved, a text deleted), with the option that points a
+// run at where they are now: role, path, option.
+std::vector<std::array<std::string, 3>> missingFiles(const Project& project) {
+    std::vector<std::array<std::string, 3>> missing;
+    const auto check = [&](const char* role, const std::string& path, const char* option) {
+        std::error_code ec;
+        if (!path.empty() && !std::filesystem::exists(path, ec)) missing.push_back({role, path, option});
+    };
+    check("model", project.model().path, "--model PATH");
+    check("tokenizer", project.model().tokenizer, "--tokenizer PATH");
+    check("calibration text", project.settings().calibration.path, "--calib PATH");
+    check("evaluation text", project.settings().evaluation.path, "--eval PATH");
+    return missing;
 }
 
 std::string stem(const std::string& path) { return std::filesystem::path(path).stem().string(); }
@@ -232,6 +251,8 @@ int show(const std::vector<std::string>& args) {
         j["changed_texts"] = nlohmann::json::object();   // role -> a text edited since the project recorded it
         for (const auto& t : texts.texts)
             if (t.changed()) j["changed_texts"][t.role] = {{"path", t.path}, {"recorded_hash", t.recorded}, {"hash", t.now}};
+        j["missing_files"] = nlohmann::json::object();   // role -> a path the project names that is not there
+        for (const auto& [role, path, option] : missingFiles(project)) j["missing_files"][role] = path;
         std::cout << jsonText(j) << "\n";
         return 0;
     }
@@ -283,6 +304,9 @@ int show(const std::vector<std::string>& args) {
             std::printf("changed    %s text %s since the project recorded it (hash %s, recorded %s): results measured "
                         "before may be of its earlier content; `%s` records it\n", t.role, t.path.c_str(), t.now.c_str(),
                         t.recorded.c_str(), TextsNow::recordCommand(project, t).c_str());
+    for (const auto& [role, path, option] : missingFiles(project))
+        std::printf("missing    %s %s is not there; runs and replays need %s where it is now\n", role.c_str(), path.c_str(),
+                    option.c_str());
     for (const auto& name : measured) {
         if (project.results(name).empty()) continue;
         const std::vector<std::string> why = project.resultsOutdatedBy(name);

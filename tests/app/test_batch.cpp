@@ -825,6 +825,21 @@ void TestBatch::movedTextsNeedTextOptions() {
     const QString serverCalib = mDir.filePath("server-calib.txt"), serverEval = mDir.filePath("server-eval.txt");
     QVERIFY(QFile::rename(calib, serverCalib));
     QVERIFY(QFile::rename(eval, serverEval));
+    // Regression (user probe): `project show` said nothing of texts no longer there; only a run found out.
+    Result shown = run({"project", "show", project});
+    QVERIFY2(shown.out.contains("missing    calibration text " + QFileInfo(calib).absoluteFilePath() +
+                                " is not there; runs and replays need --calib PATH where it is now") &&
+                 shown.out.contains("missing    evaluation text " + QFileInfo(eval).absoluteFilePath()) && !shown.out.contains("missing    model"),
+             qPrintable(shown.out));
+    const QJsonObject missingJson = QJsonDocument::fromJson(run({"project", "show", project, "--json"}).out.toUtf8()).object()["missing_files"].toObject();
+    QCOMPARE(missingJson.keys(), QStringList({"calibration text", "evaluation text"}));
+    // An empty text is refused when it is set, not when a run reads it.
+    QFile empty(mDir.filePath("empty-calib.txt"));
+    QVERIFY(empty.open(QIODevice::WriteOnly));
+    empty.write(" \n");
+    empty.close();
+    Result setEmpty = run({"project", "set", project, "--calib", empty.fileName()});
+    QVERIFY2(setEmpty.exitCode == 2 && setEmpty.err.contains(empty.fileName() + ": the text is empty"), qPrintable(setEmpty.err));
     const QString out = mDir.filePath("texts-report");
     Result missing = run({"--batch", project, "--out", out, "--threads", "1", "--quiet"});
     QCOMPARE(missing.exitCode, 2);
