@@ -660,9 +660,16 @@ int setTokenizer(const std::vector<std::string>& args) {
     project.save();
     std::printf("%s: tokenizer %s%s\n", project.path().c_str(), ref.tokenizer.empty() ? "of the model" : ref.tokenizer.c_str(),
                 ref.tokenizerHash.empty() ? "" : (" (" + ref.tokenizerHash + ")").c_str());
-    if (!project.results().empty())
-        std::fprintf(stderr, "warning: the stored results were measured with the earlier tokenizer; `cwb project run` "
-                             "measures them again\n");
+    // Only results the change leaves out of date are said (user probe: back to the tokenizer they were measured with,
+    // the warning still said they were of the earlier one, while show and --batch found them current).
+    std::vector<std::string> outdated;
+    std::vector<std::string> names{Project::kBaseName};
+    for (const auto& v : project.variants()) names.push_back(v.name);
+    for (const auto& name : names)
+        if (!project.results(name).empty() && !project.resultsOutdatedBy(name).empty()) outdated.push_back(name);
+    if (!outdated.empty())
+        std::fprintf(stderr, "warning: the stored results of %s were measured with another tokenizer; `cwb project run` "
+                             "measures them again\n", joined(outdated, ", ").c_str());
     return 0;
 }
 
