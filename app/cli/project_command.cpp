@@ -67,14 +67,8 @@ struct TextsNow {
 };
 
 FileReference fileReference(const std::string& path) {
-    if (path.empty()) return {};
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) throw Error(path, "is a folder; give a text file");
-    if (!std::filesystem::is_regular_file(path, ec)) throw Error(path, "no such file");
     // An empty text would fail every run that reads it; said now (user probe: `project set --calib empty.txt` was taken).
-    const std::string text = readTextFile(path);
-    if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw Error(path, "the text is empty");
-    return {absolute(path), hashFile(path), fileBytes(path)};
+    return path.empty() ? FileReference{} : textFileReference(path);
 }
 
 // The files a project names that are not where it says (a model moved, a text deleted), with the option that points a
@@ -161,13 +155,14 @@ void storeInLatest(const std::string& path, const std::function<bool(Project&)>&
 // Why these settings cannot run on a model of `context` tokens ("" when they can; context 0: not known).
 std::string settingsProblem(const ProjectSettings& s, int64_t context) {
     const int64_t limit = context > 0 ? context : std::numeric_limits<int64_t>::max();
-    if (s.calibrationSamples < 1 || s.calibrationSamples > 1000000)
-        return "--samples must be between 1 and 1000000, got " + std::to_string(s.calibrationSamples);
-    if (s.calibrationSeqLen < 2 || s.calibrationSeqLen > limit)
-        return "--seq-len must be between 2 and the model's context" + (context > 0 ? " of " + std::to_string(context) : std::string()) +
+    if (s.calibrationSamples < kLeastCalibrationSamples || s.calibrationSamples > kMostCalibrationSamples)
+        return "--samples must be between " + std::to_string(kLeastCalibrationSamples) + " and " +
+               std::to_string(kMostCalibrationSamples) + ", got " + std::to_string(s.calibrationSamples);
+    if (s.calibrationSeqLen < kLeastCalibrationSeqLen || s.calibrationSeqLen > limit)
+        return "--seq-len must be between " + std::to_string(kLeastCalibrationSeqLen) + " and the model's context" + (context > 0 ? " of " + std::to_string(context) : std::string()) +
                ", got " + std::to_string(s.calibrationSeqLen);
-    if (s.evalCtx < 4 || s.evalCtx > limit)
-        return "--ctx must be between 4 and the model's context" + (context > 0 ? " of " + std::to_string(context) : std::string()) +
+    if (s.evalCtx < kLeastEvalCtx || s.evalCtx > limit)
+        return "--ctx must be between " + std::to_string(kLeastEvalCtx) + " and the model's context" + (context > 0 ? " of " + std::to_string(context) : std::string()) +
                ", got " + std::to_string(s.evalCtx);
     return "";
 }

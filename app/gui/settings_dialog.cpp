@@ -25,11 +25,11 @@ SettingsDialog::SettingsDialog(const ProjectSettings& s, int64_t modelContext, Q
     setWindowTitle(tr("Project Settings"));
     mCalibration = fileRow(QString::fromStdString(s.calibration.path), tr("Calibration text"));
     mCalibration->setToolTip(tr("Plain text the calibrated methods (GPTQ, AWQ, Wanda, …) draw token windows from"));
-    mSamples->setRange(1, 100000);
+    mSamples->setRange(int(kLeastCalibrationSamples), int(kMostCalibrationSamples));
     mSamples->setValue(int(s.calibrationSamples));
     mSamples->setToolTip(tr("calibration windows"));
     mForm->addRow(tr("Windows"), mSamples);
-    mSeqLen->setRange(2, int(modelContext));
+    mSeqLen->setRange(int(kLeastCalibrationSeqLen), int(modelContext));
     mSeqLen->setValue(int(std::min<int64_t>(s.calibrationSeqLen, modelContext)));
     mSeqLen->setToolTip(tr("tokens per calibration window (at most the model's context)"));
     mForm->addRow(tr("Tokens per window"), mSeqLen);
@@ -39,7 +39,7 @@ SettingsDialog::SettingsDialog(const ProjectSettings& s, int64_t modelContext, Q
     mForm->addRow(tr("Seed"), mSeed);
     mEvaluation = fileRow(QString::fromStdString(s.evaluation.path), tr("Evaluation text"));
     mEvaluation->setToolTip(tr("Plain text perplexity, KL and top-1 are measured on"));
-    mCtx->setRange(4, int(modelContext));
+    mCtx->setRange(int(kLeastEvalCtx), int(modelContext));
     mCtx->setValue(int(std::min<int64_t>(s.evalCtx, modelContext)));
     mCtx->setToolTip(tr("tokens per evaluation chunk (at most the model's context)"));
     mForm->addRow(tr("Context"), mCtx);
@@ -89,9 +89,8 @@ QLineEdit* SettingsDialog::fileRow(const QString& path, const QString& what) {
 
 FileReference SettingsDialog::reference(const QString& path) {
     if (path.isEmpty()) return {};
-    const std::string p = QFileInfo(path).absoluteFilePath().toStdString();
-    if (!QFileInfo(path).isFile()) throw Error(p, "no such file");
-    return {p, hashFile(p), fileBytes(p)};
+    // An empty text is refused here, as the CLI refuses it, not after a run has built its variant (GUI probe).
+    return textFileReference(QFileInfo(path).absoluteFilePath().toStdString());
 }
 
 void SettingsDialog::accept() {

@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <ctime>
 #include <memory>
 #include <mutex>
 
+#include "core/eval/perplexity.h"
 #include "core/io/model_format.h"
 #include "core/project/file_hash.h"
 #include "core/project/project_schema.h"
@@ -524,6 +526,36 @@ void Project::setRecipe(const std::string& name, nlohmann::json recipe) {
         throw Error(mPath, "variant '" + name + "': the recipe must be an object with a \"steps\" array");
     findVariant(name).recipe = std::move(recipe);
     mModified = true;
+}
+
+FileReference textFileReference(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) throw Error(path, "is a folder; give a text file");
+    if (!std::filesystem::is_regular_file(path, ec)) throw Error(path, "no such file");
+    const std::string text = readTextFile(path);
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw Error(path, "the text is empty");
+    return {std::filesystem::absolute(path).lexically_normal().string(), hashFile(path), fileBytes(path)};
+}
+
+void checkStoredSettings(const ProjectSettings& s, const std::string& projectPath) {
+    constexpr int64_t unbounded = std::numeric_limits<int64_t>::max();
+    struct Bound {
+        const char* column;
+        const char* option;
+        int64_t value, least, most;
+    };
+    const Bound bounds[] = {
+        {"calibration_samples", "--samples", s.calibrationSamples, kLeastCalibrationSamples, kMostCalibrationSamples},
+        {"calibration_seq_len", "--seq-len", s.calibrationSeqLen, kLeastCalibrationSeqLen, unbounded},
+        {"eval_ctx", "--ctx", s.evalCtx, kLeastEvalCtx, unbounded},
+        {"eval_chunks", "--chunks", s.evalChunks == -1 ? 1 : s.evalChunks, 1, unbounded}};   // -1: every chunk
+    for (const Bound& b : bounds) {
+        if (b.value >= b.least && b.value <= b.most) continue;
+        const std::string limit = b.value < b.least ? "at least " + std::to_string(b.least) + " is needed"
+                                                    : "at most " + std::to_string(b.most) + " is allowed";
+        throw Error(projectPath, std::string("its setting ") + b.column + " is " + std::to_string(b.value) + ", " + limit +
+                                     "; store another with cwb project set " + projectPath + " " + b.option + " N");
+    }
 }
 
 TextHashes textHashesOnDisk(const ProjectSettings& settings) {

@@ -29,6 +29,11 @@ struct FileReference {
     bool operator==(const FileReference& o) const { return path == o.path && hash == o.hash && bytes == o.bytes; }
 };
 
+// A reference to the calibration or evaluation text at `path` (made absolute), hashed as it is now. Throws cwb::Error
+// naming the path for a folder, a missing or unreadable file, and a text that is empty or only white space (it would
+// fail every run that reads it).
+FileReference textFileReference(const std::string& path);
+
 struct ModelReference {
     std::string path;
     std::string format;           // gguf | hf | llama2c
@@ -71,6 +76,18 @@ struct ProjectSettings {
     int64_t evalChunks = -1;      // -1: all chunks
     bool operator==(const ProjectSettings& o) const;
 };
+
+// The bounds `cwb project create`/`set`, the GUI's settings dialog and a project's run hold the settings to. Window and
+// chunk sizes in tokens are also at most the model's context where it is known; eval_chunks is -1 (every chunk) or at
+// least 1.
+constexpr int64_t kLeastCalibrationSamples = 1;
+constexpr int64_t kMostCalibrationSamples = 1000000;
+constexpr int64_t kLeastCalibrationSeqLen = 2;
+constexpr int64_t kLeastEvalCtx = 4;
+// Throws cwb::Error naming `projectPath`, the setting as stored and the `cwb project set` option that replaces it, for
+// the first setting outside those bounds (a file edited by other means): a run names it instead of failing later in an
+// evaluation or a calibration whose error names neither.
+void checkStoredSettings(const ProjectSettings& s, const std::string& projectPath);
 
 // The calibration and evaluation texts' hashes as the files are now. Results are stamped with what they were measured
 // on, and a text edited in place keeps the hash the project recorded. A text not there, unreadable, or with no

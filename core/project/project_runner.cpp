@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <ctime>
-#include <tuple>
 
 #include "core/compress/pipeline.h"
 #include "core/eval/divergence.h"
@@ -77,23 +76,8 @@ std::string ProjectRunner::buildProblem(const std::string& variant) const {
     return "";
 }
 
-// Settings `cwb project set` would refuse (a file edited by other means): named with the project and the setting,
-// not left to fail as an evaluation's or a calibration's error that names neither (user probe).
-static void checkStoredSettings(const Project& project) {
-    const ProjectSettings& s = project.settings();
-    for (const auto& [column, option, value, least] :
-         {std::tuple<const char*, const char*, int64_t, int64_t>{"calibration_samples", "--samples", s.calibrationSamples, 1},
-          {"calibration_seq_len", "--seq-len", s.calibrationSeqLen, 2},
-          {"eval_ctx", "--ctx", s.evalCtx, 4},
-          {"eval_chunks", "--chunks", s.evalChunks == -1 ? 1 : s.evalChunks, 1}})   // -1: every chunk
-        if (value < least)
-            throw Error(project.path(), std::string("its setting ") + column + " is " + std::to_string(value) + ", at least " +
-                                            std::to_string(least) + " is needed; store another with cwb project set " +
-                                            project.path() + " " + option + " N");
-}
-
 const std::vector<TokenId>& ProjectRunner::evaluationTokens() {
-    checkStoredSettings(mProject);
+    checkStoredSettings(mProject.settings(), mProject.path());
     if (mEvalTokens.empty()) {
         const std::string& path = mProject.settings().evaluation.path;
         if (path.empty()) throw Error(mProject.path(), "the project has no evaluation text (project create --eval FILE)");
@@ -106,7 +90,7 @@ const std::vector<TokenId>& ProjectRunner::evaluationTokens() {
 }
 
 const at::Tensor& ProjectRunner::calibrationWindows(Feedback* feedback) {
-    checkStoredSettings(mProject);
+    checkStoredSettings(mProject.settings(), mProject.path());
     if (mCalibrationDrawn) return mCalibration;
     const ProjectSettings& s = mProject.settings();
     if (!s.calibration.path.empty()) {

@@ -124,6 +124,7 @@ private slots:
     void refusals_data();
     void refusals();
     void newNamesAreChecked();
+    void storedSettingsOutOfBoundsAreNamed();
     void removeVariant();
     void renameVariant();
     void resultsKeepWhatTheyWereMeasuredFrom();
@@ -397,6 +398,46 @@ void TestProject::refusals() {
 
 // New names are checked where a user gives one (CLI, GUI); a project holding such a name from an older build still
 // takes it back (undo of a removal, Save As copies), so addVariant itself accepts it.
+// Settings stored by other means than cwb (a file edited in place) are named with the project, the column and the option
+// that replaces them; the GUI's samples box once stopped at 100000 where the CLI stores up to 1000000.
+void TestProject::storedSettingsOutOfBoundsAreNamed() {
+    const std::string path = "/p/x.cwbproj";
+    ProjectSettings fine;
+    fine.calibrationSamples = kMostCalibrationSamples;
+    fine.calibrationSeqLen = kLeastCalibrationSeqLen;
+    fine.evalCtx = kLeastEvalCtx;
+    for (int64_t chunks : {int64_t(-1), int64_t(1), int64_t(1) << 40}) {
+        fine.evalChunks = chunks;
+        checkStoredSettings(fine, path);   // throws on failure
+    }
+    const auto said = [&](ProjectSettings s) -> QString {
+        try {
+            checkStoredSettings(s, path);
+        } catch (const Error& e) {
+            return QString::fromUtf8(e.what());
+        }
+        return "accepted";
+    };
+    ProjectSettings s = fine;
+    s.calibrationSamples = 0;
+    QCOMPARE(said(s), QString("/p/x.cwbproj: its setting calibration_samples is 0, at least 1 is needed; store another "
+                              "with cwb project set /p/x.cwbproj --samples N"));
+    s.calibrationSamples = kMostCalibrationSamples + 1;
+    QCOMPARE(said(s), QString("/p/x.cwbproj: its setting calibration_samples is 1000001, at most 1000000 is allowed; store "
+                              "another with cwb project set /p/x.cwbproj --samples N"));
+    s = fine;
+    s.calibrationSeqLen = 1;
+    QVERIFY2(said(s).contains("calibration_seq_len is 1, at least 2") && said(s).contains("--seq-len N"), qPrintable(said(s)));
+    s = fine;
+    s.evalCtx = 3;
+    QVERIFY2(said(s).contains("eval_ctx is 3, at least 4") && said(s).contains("--ctx N"), qPrintable(said(s)));
+    s = fine;
+    s.evalChunks = 0;
+    QVERIFY2(said(s).contains("eval_chunks is 0, at least 1") && said(s).contains("--chunks N"), qPrintable(said(s)));
+    s.evalChunks = -2;
+    QVERIFY2(said(s).contains("eval_chunks is -2"), qPrintable(said(s)));
+}
+
 void TestProject::newNamesAreChecked() {
     QVERIFY(QString::fromStdString(Project::newNameProblem("a,b")).contains("has a comma"));
     QVERIFY(QString::fromStdString(Project::newNameProblem("d ")).contains("starts or ends with a space"));
