@@ -216,7 +216,8 @@ BudgetPlan solveBitBudget(const Model& model, const at::Tensor& windows, const B
     }
     // One runtime for every measurement: each (layer, width) swaps one layer into a working copy of the base.
     VariantRunner runner(model, options.compute);
-    const std::vector<at::Tensor> base = runner.logProbs(windows);
+    SubFeedback basePass(feedback, 0.5, 0.5);   // cancels; its share of the time is not counted apart
+    const std::vector<at::Tensor> base = runner.logProbs(windows, nullptr, feedback ? &basePass : nullptr);
     BudgetPlan plan;
     const std::vector<std::string> layers = plannedLayers(model, options);
     const size_t total = layers.size() * options.bits.size();

@@ -68,13 +68,15 @@ void requireFinite(const at::Tensor& logits, const Transformer& runtime) {
 // The forward pass of each batch of windows, in fp64 log-probabilities a chunk of positions at a time:
 // visit(first window of the batch, batch size, first row of the chunk in the batch's [n·T] rows, log-probs [rows, V]).
 // `logitsOf`, when given, computes a batch's logits in place of runtime.forward (e.g. with another output head).
+// `feedback`, when given, is checked for a cancel before each batch and told the fraction of windows done after it.
 template <typename Visit>
-void forEachLogProbChunk(Transformer& runtime, const at::Tensor& windows, Visit visit,
+void forEachLogProbChunk(Transformer& runtime, const at::Tensor& windows, Visit visit, Feedback* feedback,
                          const std::function<at::Tensor(const at::Tensor& tokens)>& logitsOf = {}) {
     const int64_t length = windows.size(1), vocab = std::max<int64_t>(1, runtime.model().spec.vocab);
     const int64_t perBatch = VariantRunner::windowsPerBatch(length, vocab);
     const int64_t rowsPerChunk = std::max<int64_t>(1, kChunkLogits / vocab);
     for (int64_t first = 0; first < windows.size(0); first += perBatch) {
+        if (feedback) feedback->throwIfCancelled();
         const int64_t n = std::min(perBatch, windows.size(0) - first);
         const at::Tensor tokens = windows.narrow(0, first, n).to(at::kLong);
         const at::Tensor logits = logitsOf ? logitsOf(tokens) : runtime.forward(tokens);
@@ -84,6 +86,7 @@ void forEachLogProbChunk(Transformer& runtime, const at::Tensor& windows, Visit 
             const int64_t count = std::min(rowsPerChunk, rows.size(0) - row);
             visit(first, n, row, at::log_softmax(rows.narrow(0, row, count).to(at::kDouble), -1));
         }
+        if (feedback) feedback->setProgress(double(first + n) / double(windows.size(0)));
     }
 }
 
@@ -98,7 +101,7 @@ double summedLoss(const at::Tensor& logProbs, const at::Tensor& windows, int64_t
     return -(picked * predicts.to(logProbs.device())).sum().item<double>();
 }
 
-std::vector<at::Tensor> logProbsOf(Transformer& runtime, const at::Tensor& windows, double* meanLoss) {
+std::vector<at::Tensor> logProbsOf(Transformer& runtime, const at::Tensor& windows, double* meanLoss, Feedback* feedback) {
     const int64_t length = windows.size(1), vocab = runtime.model().spec.vocab;
     checkBaseLogProbMemory(windows, vocab);
     std::vector<at::Tensor> out;
@@ -107,7 +110,7 @@ std::vector<at::Tensor> logProbsOf(Transformer& runtime, const at::Tensor& windo
         if (row == 0) out.push_back(at::empty({n * length, lp.size(1)}, at::kDouble));
         out.back().narrow(0, row, lp.size(0)).copy_(lp);
         loss += summedLoss(lp, windows, first, n, row);
-    });
+    }, feedback);
     for (at::Tensor& batch : out) batch = batch.view({-1, length, batch.size(1)});
     if (meanLoss) *meanLoss = loss / double(windows.size(0) * (length - 1));
     return out;
@@ -118,7 +121,7 @@ double meanLossOn(Transformer& runtime, const at::Tensor& windows) {
     double sum = 0;
     forEachLogProbChunk(runtime, windows, [&](int64_t first, int64_t n, int64_t row, const at::Tensor& lp) {
         sum += summedLoss(lp, windows, first, n, row);
-    });
+    }, nullptr);
     return sum / double(windows.size(0) * (windows.size(1) - 1));
 }
 
@@ -180,6 +183,17 @@ std::string exactPattern(const std::string& layer) {
 
 } // namespace
 
+namespace {
+// A step's progress and cancel, without its log lines ("step 1/1: ...", once per layer measured).
+class ProgressOnly : public SubFeedback {
+public:
+    using SubFeedback::SubFeedback;
+
+protected:
+    void onLog(const std::string&) override {}
+};
+} // namespace
+
 void checkSensitivityStep(const nlohmann::json& step) {
     if (!step.is_object() || !step.contains("method")) throw Error("the sensitivity step must be a recipe step {\"method\": ..., \"params\": {...}}");
     const std::string id = step["method"].is_string() ? step["method"].get<std::string>() : "";
@@ -207,10 +221,14 @@ LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::jso
     checkWindows(windows);
     checkSensitivityStep(step);
     VariantRunner runner(model, compute);
-    double baseLoss = 0;
-    const std::vector<at::Tensor> base = runner.logProbs(windows, &baseLoss);
-    const CalibrationCompute calibrate{compute.device, at::kFloat};
     const std::vector<std::string> layers = model.linearLayers();
+    // The base's pass, then each layer's compression and pass, in equal shares of the progress: the base pass alone
+    // takes minutes on a 7B model, and each step's compression (GPTQ, say) as long again.
+    const double share = 1.0 / double(layers.size() + 1);
+    double baseLoss = 0;
+    SubFeedback basePass(feedback, 0, share);
+    const std::vector<at::Tensor> base = runner.logProbs(windows, &baseLoss, feedback ? &basePass : nullptr);
+    const CalibrationCompute calibrate{compute.device, at::kFloat};
     LayerSensitivity result;
     std::vector<std::string> columns;
     for (const auto& layer : layers) {
@@ -225,9 +243,12 @@ LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::jso
     result.kl.kind = "linears.sensitivity";
     result.deltaPerplexity.kind = "linears.delta_ppl";
     for (size_t i = 0; i < layers.size(); ++i) {
+        const double begin = double(i + 1) * share;
+        ProgressOnly compressing(feedback, begin, begin + share / 2);
+        SubFeedback measuring(feedback, begin + share / 2, begin + share);
         if (feedback) {
             feedback->throwIfCancelled();
-            feedback->setProgress(double(i) / double(layers.size()));
+            feedback->setProgress(begin);
         }
         const std::string& layer = layers[i];
         nlohmann::json only = step;
@@ -238,15 +259,15 @@ LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::jso
         // Windows only for a step that calibrates: given them, compressModel also measures reconstruction errors,
         // a pass over every block that this map would throw away.
         const std::unique_ptr<Model> variant =
-            compressModel(model, recipe, calibrates ? windows : at::Tensor(), nullptr, {}, calibrate).model;
+            compressModel(model, recipe, calibrates ? windows : at::Tensor(), feedback ? &compressing : nullptr, {}, calibrate).model;
         WindowComparison measured;
         try {
             if (runner.apply(*variant)) {
-                measured = runner.compare(windows, base);
+                measured = runner.compare(windows, base, feedback ? &measuring : nullptr);
                 runner.reset();
             } else {
                 Transformer own(*variant, sharingMemory(runtimeOptionsFor(compute), 2));
-                measured = compareWindows(own, windows, base);
+                measured = compareWindows(own, windows, base, feedback ? &measuring : nullptr);
             }
         } catch (const Cancelled&) {
             throw;
@@ -309,7 +330,7 @@ double meanLoss(const Model& model, const at::Tensor& windows, const Calibration
 namespace {
 
 WindowComparison compareChunks(Transformer& runtime, const at::Tensor& windows, const std::vector<at::Tensor>& base,
-                               const std::function<at::Tensor(const at::Tensor&)>& logitsOf) {
+                               Feedback* feedback, const std::function<at::Tensor(const at::Tensor&)>& logitsOf) {
     checkWindows(windows);
     const int64_t length = windows.size(1);
     double loss = 0, kl = 0;
@@ -321,7 +342,7 @@ WindowComparison compareChunks(Transformer& runtime, const at::Tensor& windows, 
         const at::Tensor reference = base[batch].view({n * length, lp.size(1)}).narrow(0, row, lp.size(0)).to(lp.device());
         loss += summedLoss(lp, windows, first, n, row);
         kl += (reference.exp() * (reference - lp)).sum().item<double>();
-    }, logitsOf);
+    }, feedback, logitsOf);
     const double meanKl = kl / double(windows.size(0) * length), meanLoss = loss / double(windows.size(0) * (length - 1));
     if (!std::isfinite(meanKl) || !std::isfinite(meanLoss))
         throw Error("the KL against the base is not finite (a probability the base gives is zero here)");
@@ -330,17 +351,18 @@ WindowComparison compareChunks(Transformer& runtime, const at::Tensor& windows, 
 
 } // namespace
 
-WindowComparison compareWindows(Transformer& runtime, const at::Tensor& windows, const std::vector<at::Tensor>& base) {
-    return compareChunks(runtime, windows, base, {});
+WindowComparison compareWindows(Transformer& runtime, const at::Tensor& windows, const std::vector<at::Tensor>& base,
+                                Feedback* feedback) {
+    return compareChunks(runtime, windows, base, feedback, {});
 }
 
 WindowComparison VariantRunner::compareWithHead(const at::Tensor& windows, const std::vector<at::Tensor>& base,
-                                                const CompressedLinear& head) {
+                                                const CompressedLinear& head, Feedback* feedback) {
     reset();
     Transformer& runtime = *mRuntime;
     const RuntimeOptions& options = runtime.options();
     const at::Tensor weight = head.weightOn(options.device).to(options.dtype);   // once, not per batch
-    return compareChunks(runtime, windows, base, [&](const at::Tensor& tokens) {
+    return compareChunks(runtime, windows, base, feedback, [&](const at::Tensor& tokens) {
         at::Tensor hidden = runtime.embed(tokens);
         for (int64_t b = 0; b < runtime.model().spec.layers; ++b) hidden = runtime.runBlock(b, hidden);
         const at::Tensor x = runtime.finalNorm(hidden);
@@ -403,13 +425,13 @@ VariantRunner::VariantRunner(const Model& base, const CalibrationCompute& comput
 
 VariantRunner::~VariantRunner() = default;
 
-std::vector<at::Tensor> VariantRunner::logProbs(const at::Tensor& windows, double* meanLoss) {
+std::vector<at::Tensor> VariantRunner::logProbs(const at::Tensor& windows, double* meanLoss, Feedback* feedback) {
     checkWindows(windows);
-    return logProbsOf(*mRuntime, windows, meanLoss);
+    return logProbsOf(*mRuntime, windows, meanLoss, feedback);
 }
 
-WindowComparison VariantRunner::compare(const at::Tensor& windows, const std::vector<at::Tensor>& base) {
-    return compareWindows(*mRuntime, windows, base);
+WindowComparison VariantRunner::compare(const at::Tensor& windows, const std::vector<at::Tensor>& base, Feedback* feedback) {
+    return compareWindows(*mRuntime, windows, base, feedback);
 }
 
 bool VariantRunner::apply(const Model& variant) {

@@ -93,17 +93,19 @@ public:
     // Log-probabilities (fp64, on the CPU) of the windows, one tensor per batch of windowsPerBatch() windows, and
     // (when asked) their mean next-token NLL. Refused when they would take more than half of this machine's memory,
     // or when the forward pass gives non-finite logits (an f16 overflow, say).
-    std::vector<at::Tensor> logProbs(const at::Tensor& windows, double* meanLoss = nullptr);
+    // `feedback` (optional) is checked for a cancel before each batch and told the fraction of windows done.
+    std::vector<at::Tensor> logProbs(const at::Tensor& windows, double* meanLoss = nullptr, Feedback* feedback = nullptr);
     // Runs the windows a batch at a time and compares each batch with `base` (logProbs() of the same windows) as it
     // goes, so the device holds one batch of log-probabilities at a time.
-    WindowComparison compare(const at::Tensor& windows, const std::vector<at::Tensor>& base);
+    WindowComparison compare(const at::Tensor& windows, const std::vector<at::Tensor>& base, Feedback* feedback = nullptr);
     // Computes as `variant` until reset(). False (nothing changed) when they differ outside the blocks (embeddings,
     // output head, final norm) or in their architecture: the caller then runs the variant on a runtime of its own.
     bool apply(const Model& variant);
     void reset();
     // compare() with `head` (dequantized, its input prepared as the layer's) in place of the base's output head, the
     // blocks the base's: a quantized head measured without a second runtime of the whole model.
-    WindowComparison compareWithHead(const at::Tensor& windows, const std::vector<at::Tensor>& base, const CompressedLinear& head);
+    WindowComparison compareWithHead(const at::Tensor& windows, const std::vector<at::Tensor>& base, const CompressedLinear& head,
+                                     Feedback* feedback = nullptr);
     const Transformer& runtime() const { return *mRuntime; }   // its layer paths, for reports and tests
     // Windows per forward pass: up to 8, fewer where their logits would pass 2^26 (a large vocabulary, long windows).
     static int64_t windowsPerBatch(int64_t length, int64_t vocab);
@@ -130,6 +132,7 @@ std::string autoDeviceFitProblem(const Model& model, at::ScalarType type, int64_
 CalibrationCompute fitAutoDevice(const Model& model, const CalibrationCompute& compute, std::string* note);
 
 // compare() on a runtime of the variant's own (a variant VariantRunner::apply refuses).
-WindowComparison compareWindows(Transformer& runtime, const at::Tensor& windows, const std::vector<at::Tensor>& base);
+WindowComparison compareWindows(Transformer& runtime, const at::Tensor& windows, const std::vector<at::Tensor>& base,
+                                Feedback* feedback = nullptr);
 
 } // namespace cwb

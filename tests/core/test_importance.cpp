@@ -46,6 +46,7 @@ private slots:
     void channelScoresFollowWandaSums();
     void chosenStepGivesKlAndDeltaPerplexity();
     void badRequestsAreRefused();
+    void sensitivityReportsAndStopsFromItsFirstPass();
     void headAblationEqualsZeroedOutputColumns();
     void variantRunnerSwapsOneBlock();
     void replacedTensorsStayWithTheirRecords();
@@ -199,6 +200,41 @@ void TestImportance::badRequestsAreRefused() {
     Feedback cancelled;
     cancelled.cancel();
     QVERIFY_THROWS_EXCEPTION(Cancelled, computeImportance(*model, "heads.ablation", windows(), &cancelled));
+}
+
+// Regression (GUI probe): the base's pass of a sensitivity map ran with no progress and no cancel, minutes on a 7B
+// model at 0% with Cancel doing nothing. Now it reports after each batch, and a cancel there stops before any layer is
+// compressed; the whole run's progress never goes back and ends at the last layer's share.
+void TestImportance::sensitivityReportsAndStopsFromItsFirstPass() {
+    QTemporaryDir dir;
+    auto model = load(dir, randomWeights(tinyLlamaSpec(), 7));
+    struct Limits {   // one window per batch: the base pass reports 4 times
+        Limits() { VariantRunner::setLogitLimitsForTesting(20 * 64, 0); }
+        ~Limits() { VariantRunner::setLogitLimitsForTesting(0, 0); }
+    } limits;
+    const nlohmann::json step = {{"method", "quantize.rtn"}, {"params", {{"bits", 4}, {"group_size", 32}}}};
+    const double share = 1.0 / double(model->linearLayers().size() + 1);
+
+    struct CancelAtFirstReport : Feedback {
+        std::vector<double> seen;
+        void onProgress(double f) override {
+            seen.push_back(f);
+            cancel();
+        }
+    } first;
+    QVERIFY_THROWS_EXCEPTION(Cancelled, computeLayerSensitivity(*model, step, windows(), &first));
+    QCOMPARE(first.seen.size(), size_t(1));
+    QVERIFY2(first.seen[0] > 0 && first.seen[0] <= share / 4 + 1e-12, qPrintable(QString::number(first.seen[0])));
+
+    struct Recording : Feedback {
+        std::vector<double> seen;
+        void onProgress(double f) override { seen.push_back(f); }
+    } all;
+    computeLayerSensitivity(*model, step, windows(), &all);
+    QVERIFY(all.seen.size() > model->linearLayers().size() * 2);
+    for (size_t i = 1; i < all.seen.size(); ++i)
+        QVERIFY2(all.seen[i] >= all.seen[i - 1] - 1e-12, qPrintable(QString("%1 after %2").arg(all.seen[i]).arg(all.seen[i - 1])));
+    QVERIFY2(std::abs(all.seen.back() - 1.0) < 1e-9, qPrintable(QString::number(all.seen.back())));
 }
 
 // Regression for the speed-up: ablation now zeroes a gate on the head's output on one runtime instead of copying the
