@@ -146,6 +146,15 @@ int main(int argc, char** argv) {
 #ifdef CWB_WITH_GUI
     if (cwb::isGuiInvocation(args)) return cwb::runGui(argc, argv);   // a model or project path, or GUI options
 #endif
-    std::fprintf(stderr, "cwb: unknown command '%s' (see cwb --help)\n", args[0].c_str());
+    // A path that is not there (a model or project mistyped) is said to be missing, not called an unknown command.
+    const std::string& word = args[0];
+    const bool looksLikePath = word.find('/') != std::string::npos ||
+                               (word.find('.') != std::string::npos && word.find('.') > 0 && word.rfind('-', 0) != 0);
+    if (looksLikePath) {
+        std::fprintf(stderr, "cwb: %s: no such file or folder (give a model or project that exists; commands: cwb --help)\n",
+                     word.c_str());
+        return 2;
+    }
+    std::fprintf(stderr, "cwb: unknown command '%s' (see cwb --help)\n", word.c_str());
     return 2;
 }

@@ -306,6 +306,7 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
     mCancelMeasure->setVisible(true);
     mMeasureStatus->clear();
     mMeasure->setEnabled(false);
+    emit latencyStarted(mJob->title());
     mJob->start();
     return true;
 }

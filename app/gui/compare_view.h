@@ -46,6 +46,7 @@ public:
     QString measurementStatus() const;   // what the last measurement ended with; for tests
 
 signals:
+    void latencyStarted(const QString& title);   // for the status bar
     void latencyMeasured(bool succeeded, const QString& error);
 
 public slots:

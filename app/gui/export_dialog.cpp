@@ -125,7 +125,9 @@ void ExportDialog::validate() {
         if (mRequantize->isEnabled()) options.requantizeType = mRequantize->currentData().toString().toStdString();
         options.packHead = mPackHead->isChecked();
         const std::string format = mFormat->currentData().toString().toStdString();
+        // The core words it to follow the path, as the CLI prints it; alone it had no subject (GUI probe).
         std::string why = mBase ? exportOverwritesSource(path.toStdString(), mBase->path) : std::string();
+        if (!why.empty()) why = "This path " + why;
         if (why.empty()) why = exportDestinationProblem(format, path.toStdString());
         if (why.empty()) why = exportOptionsProblem(format, options);
         const auto recipe = mRecipes.find(mVariant->currentText());

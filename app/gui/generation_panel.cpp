@@ -9,6 +9,7 @@
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QSignalBlocker>
 #include <QSpinBox>
 #include <QVBoxLayout>
 
@@ -66,6 +67,9 @@ GenerationPanel::GenerationPanel(QWidget* parent)
     connect(mGenerate, &QPushButton::clicked, this, &GenerationPanel::generate);
     connect(mCancel, &QPushButton::clicked, this, &GenerationPanel::cancel);
     connect(mPrompt, &QLineEdit::returnPressed, this, &GenerationPanel::generate);
+    // A pane's text belongs to the variant that wrote it: another choice clears it (it once stayed under the new name).
+    connect(mLeft, &QComboBox::currentTextChanged, mLeftText, &QPlainTextEdit::clear);
+    connect(mRight, &QComboBox::currentTextChanged, mRightText, &QPlainTextEdit::clear);
     setDocument(nullptr);
 }
 
@@ -77,18 +81,25 @@ void GenerationPanel::setDocument(ProjectDocument* document) {
     mDocument = document;
     setEnabled(document != nullptr);
     if (document) connect(document, &ProjectDocument::variantsChanged, this, &GenerationPanel::refreshVariants);
+    mLeftText->clear();   // the previous project's answers
+    mRightText->clear();
     refreshVariants();
 }
 
 void GenerationPanel::refreshVariants() {
     for (QComboBox* combo : {mLeft, mRight}) {
         const QString previous = combo->currentText();
-        combo->clear();
-        if (!mDocument) continue;
-        combo->addItem(QString::fromLatin1(Project::kBaseName));
-        for (const auto& v : mDocument->project().variants()) combo->addItem(QString::fromStdString(v.name));
-        if (combo->findText(previous) >= 0) combo->setCurrentText(previous);
-        else if (combo == mRight && combo->count() > 1) combo->setCurrentIndex(combo->count() - 1);
+        {
+            const QSignalBlocker quiet(combo);   // refilled with the same choice: the pane keeps its text
+            combo->clear();
+            if (mDocument) {
+                combo->addItem(QString::fromLatin1(Project::kBaseName));
+                for (const auto& v : mDocument->project().variants()) combo->addItem(QString::fromStdString(v.name));
+                if (combo->findText(previous) >= 0) combo->setCurrentText(previous);
+                else if (combo == mRight && combo->count() > 1) combo->setCurrentIndex(combo->count() - 1);
+            }
+        }
+        if (combo->currentText() != previous) (combo == mLeft ? mLeftText : mRightText)->clear();
     }
 }
 
@@ -173,6 +184,7 @@ bool GenerationPanel::generate() {
     mProgress->setVisible(true);
     mCancel->setEnabled(true);
     mGenerate->setEnabled(false);
+    emit generationStarted(mJob->title());
     mJob->start();
     return true;
 }

@@ -42,6 +42,7 @@ public:
     QString lastError() const { return mLastError; }
 
 signals:
+    void generationStarted(const QString& title);   // for the status bar
     void generationFinished(bool succeeded);
 
 private:

@@ -69,6 +69,10 @@ ImportanceView::ImportanceView(QWidget* parent)
     mCancel->setEnabled(false);
     mProgress->setRange(0, 1000);
     mProgress->setVisible(false);
+    // The description names the measurement (a recipe step's JSON for sensitivity maps): wrapped, and never what
+    // sets the view's width, which once squeezed the model dock to a sliver (GUI probe).
+    mStatus->setWordWrap(true);
+    mStatus->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
 
     auto* row = new QHBoxLayout;
     row->addWidget(new QLabel(tr("Metric:"), this));
@@ -121,6 +125,8 @@ void ImportanceView::setDocument(ProjectDocument* document) {
     if (mDocument) disconnect(mDocument, nullptr, this, nullptr);
     mDocument = document;
     setEnabled(document != nullptr);
+    // Windows longer than the model's context were clipped to it without a word (GUI probe).
+    if (document) mTokens->setMaximum(int(std::clamp<int64_t>(document->model()->spec.context, 2, 1 << 20)));
     if (document) connect(document, &ProjectDocument::importanceChanged, this, &ImportanceView::showStored);
     mPick->setDocument(document);
     showStored();

@@ -69,13 +69,21 @@ MainWindow::MainWindow(QWidget* parent)
     connect(mImportance, &ImportanceView::jobStarted, this, [this](const QString& title) { mStatus->setJob("importance", title); });
     connect(mRun, &RunView::jobStarted, this, [this](const QString& title) { mStatus->setJob("run", title); });
     connect(mImportance, &ImportanceView::jobFinished, this, [this] { mStatus->setJob("importance", {}); });
+    // Latency and generation run on workers too: the status bar said "idle" while they ran (GUI probe).
+    connect(mCompare, &CompareView::latencyStarted, this, [this](const QString& title) { mStatus->setJob("latency", title); });
+    connect(mCompare, &CompareView::latencyMeasured, this, [this] { mStatus->setJob("latency", {}); });
+    connect(mCompare->generationPanel(), &GenerationPanel::generationStarted, this,
+            [this](const QString& title) { mStatus->setJob("generation", title); });
+    connect(mCompare->generationPanel(), &GenerationPanel::generationFinished, this, [this] { mStatus->setJob("generation", {}); });
     connect(mRun, &RunView::finished, this, [this](bool ok) {
         mStatus->setJob("run", {});
         statusBar()->showMessage(ok ? tr("Run finished") : tr("Run stopped"), 5000);
     });
     connect(mBatch, &BatchReplay::line, mRun, &RunView::appendLog);
+    connect(mRun, &RunView::batchCancelRequested, mBatch, &BatchReplay::cancel);
     connect(mBatch, &BatchReplay::finished, this, [this](int code) {
         mStatus->setJob("batch", {});
+        mRun->setBatchRunning(false, tr("Batch replay: %1").arg(BatchReplay::describeExit(code)));
         mRun->appendLog(tr("batch replay: %1").arg(BatchReplay::describeExit(code)));
         statusBar()->showMessage(tr("Batch replay: %1").arg(BatchReplay::describeExit(code)), 10000);
     });
@@ -628,6 +636,7 @@ bool MainWindow::replayAsBatch(const QString& outputDir) {
     showTab(RunTab);
     mRun->appendLog(tr("batch replay of %1 into %2").arg(mDocument->filePath(), out));
     mStatus->setJob("batch", tr("Batch replay"));
+    mRun->setBatchRunning(true);
     mBatch->start(mDocument->filePath(), out);
     return true;
 }

@@ -11,6 +11,7 @@
 #include <QSpinBox>
 #include <QWheelEvent>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -58,6 +59,38 @@ public:
     }
 };
 
+// Whole numbers in the range but for the values a method refuses (GPTQ's group_size 0): those are not accepted as
+// typed, and the arrows step over them. The form once took 0 and the run refused it later (GUI probe).
+class IntBox : public FocusedWheel<QSpinBox> {
+public:
+    IntBox(QWidget* parent, std::vector<int64_t> excluded) : FocusedWheel<QSpinBox>(parent), mExcluded(std::move(excluded)) {}
+
+    QValidator::State validate(QString& text, int& position) const override {
+        const QValidator::State state = QSpinBox::validate(text, position);
+        if (state == QValidator::Acceptable && isExcluded(valueFromText(text))) return QValidator::Intermediate;
+        return state;
+    }
+    void fixup(QString& text) const override {
+        if (isExcluded(valueFromText(text))) text = textFromValue(value());   // back to the last accepted value
+    }
+    void stepBy(int steps) override {
+        // To the next allowed value directly: stepping through a refused one emitted it (an edit of 0) on the way.
+        int64_t target = value();
+        const int64_t direction = steps > 0 ? 1 : -1;
+        for (int i = 0; i < std::abs(steps); ++i) {
+            int64_t next = target + direction * singleStep();
+            while (next >= minimum() && next <= maximum() && isExcluded(next)) next += direction;
+            if (next < minimum() || next > maximum()) break;
+            target = next;
+        }
+        setValue(int(target));
+    }
+
+private:
+    bool isExcluded(int64_t v) const { return std::find(mExcluded.begin(), mExcluded.end(), v) != mExcluded.end(); }
+    std::vector<int64_t> mExcluded;
+};
+
 } // namespace
 
 ParamForm::ParamForm(QWidget* parent) : QWidget(parent), mLayout(new QFormLayout(this)) {
@@ -77,7 +110,7 @@ QWidget* ParamForm::makeEditor(const ParamSpec& spec) {
     const std::string name = spec.name;
     switch (spec.type) {
     case ParamType::Int: {
-        auto* box = new FocusedWheel<QSpinBox>(this);
+        auto* box = new IntBox(this, spec.excluded);
         box->setFocusPolicy(Qt::StrongFocus);
         box->setRange(static_cast<int>(std::max<double>(spec.minimum, INT_MIN)), static_cast<int>(std::min<double>(spec.maximum, INT_MAX)));
         box->setKeyboardTracking(false);
@@ -88,6 +121,8 @@ QWidget* ParamForm::makeEditor(const ParamSpec& spec) {
         auto* box = new FloatBox(this);
         box->setFocusPolicy(Qt::StrongFocus);
         box->setRange(spec.minimum, spec.maximum);
+        // The width Qt derives from a 0…1 range cut "0.01" to "0.(" (GUI probe): room for 8 significant digits.
+        box->setMinimumWidth(box->fontMetrics().horizontalAdvance(QStringLiteral("-0.00012345678")) + 40);
         box->setSingleStep(spec.maximum - spec.minimum > 10 ? 1.0 : 0.01);
         box->setKeyboardTracking(false);
         connect(box, &QDoubleSpinBox::valueChanged, this, [this, name](double v) { report(name, v); });

@@ -34,7 +34,32 @@ QString stepLabel(const nlohmann::json& step, int index) {
     for (auto it = stepParams.begin(); it != stepParams.end(); ++it)
         params << QString::fromStdString(it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump()));
     if (!params.isEmpty()) text += "  —  " + params.join(", ");
+    // Which layers the step takes, and the layers given other parameters: a step narrowed to block 1's attention or
+    // a budget's mixed widths once read like a step over every layer (GUI probe).
+    QStringList scope;
+    if (step.contains("targets") && step["targets"].is_string() && !step["targets"].get<std::string>().empty())
+        scope << QStringLiteral("targets /%1/").arg(QString::fromStdString(step["targets"].get<std::string>()));
+    if (step.contains("ignore") && step["ignore"].is_array() && !step["ignore"].empty())
+        scope << QStringLiteral("ignores %1 pattern%2").arg(step["ignore"].size()).arg(step["ignore"].size() == 1 ? "" : "s");
+    if (step.contains("overrides") && step["overrides"].is_array() && !step["overrides"].empty())
+        scope << QStringLiteral("%1 per-layer override%2").arg(step["overrides"].size()).arg(step["overrides"].size() == 1 ? "" : "s");
+    if (!scope.isEmpty()) text += "  —  " + scope.join(", ");
     return text;
+}
+
+// The step's layer patterns and overrides in full, for the item's tooltip ("" when it has none).
+QString scopeDetail(const nlohmann::json& step) {
+    QStringList lines;
+    if (step.contains("targets") && step["targets"].is_string() && !step["targets"].get<std::string>().empty())
+        lines << QStringLiteral("targets: %1").arg(QString::fromStdString(step["targets"].get<std::string>()));
+    if (step.contains("ignore") && step["ignore"].is_array())
+        for (const auto& pattern : step["ignore"]) lines << QStringLiteral("ignore: %1").arg(QString::fromStdString(pattern.dump()));
+    if (step.contains("overrides") && step["overrides"].is_array())
+        for (const auto& o : step["overrides"])
+            lines << QStringLiteral("override %1: %2")
+                         .arg(QString::fromStdString(o.value("pattern", std::string())))
+                         .arg(QString::fromStdString(o.value("params", nlohmann::json::object()).dump()));
+    return lines.join('\n');
 }
 
 QPushButton* button(const QString& text, const QString& tip, QWidget* parent) {
@@ -197,6 +222,9 @@ void PipelineEditor::refreshSteps() {
         const nlohmann::json steps = mDocument->steps(mDocument->currentVariant());
         for (size_t i = 0; i < steps.size(); ++i) {
             auto* item = new QListWidgetItem(stepLabel(steps[i], int(i)), mSteps);
+            const QString detail = scopeDetail(steps[i]);
+            if (!detail.isEmpty()) item->setToolTip(detail + tr("\n(set from the Importance tab: pick layers, then Use Picked Layers as Step Targets or Override Bits for "
+                                                                  "Picked Layers)"));
             item->setFlags(item->flags() | Qt::ItemIsUserCheckable | Qt::ItemIsDragEnabled);
             item->setCheckState(steps[i].value("enabled", true) ? Qt::Checked : Qt::Unchecked);
         }

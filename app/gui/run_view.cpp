@@ -127,8 +127,9 @@ private:
 
 bool RunView::run(QStringList variants) {
     if (!mDocument) return false;
-    if (isRunning()) {
-        QMessageBox::information(this, tr("A run is in progress"), tr("Wait for it to finish or cancel it (Esc) first."));
+    if (isRunning() || mBatchRunning) {
+        QMessageBox::information(this, mBatchRunning ? tr("A batch replay is in progress") : tr("A run is in progress"),
+                                 tr("Wait for it to finish or cancel it (Esc) first."));
         return false;
     }
     if (mDocument->project().settings().evaluation.path.empty()) {
@@ -139,8 +140,15 @@ bool RunView::run(QStringList variants) {
     }
     const auto& baseRows = mDocument->project().results(Project::kBaseName);
     const bool baseMeasured = std::any_of(baseRows.begin(), baseRows.end(), [](const ResultRow& r) { return r.metric == "perplexity"; });
-    if (!baseMeasured && !variants.contains(Project::kBaseName))   // latency rows alone are not the base's evaluation
-        variants.prepend(QString::fromLatin1(Project::kBaseName));   // every comparison needs the base's numbers
+    // Every comparison needs the base's numbers as the variants' are measured now: a base not measured (latency rows
+    // alone are not its evaluation), or measured under other settings or another tokenizer, runs first. A variant
+    // once came out beside a stale base, compared across two contexts (GUI probe).
+    const QStringList baseOutdated = mDocument->resultsOutdatedBy(QString::fromLatin1(Project::kBaseName));
+    QString baseNote;
+    if ((!baseMeasured || !baseOutdated.isEmpty()) && !variants.contains(Project::kBaseName)) {
+        variants.prepend(QString::fromLatin1(Project::kBaseName));
+        if (baseMeasured) baseNote = tr("base: measured again first, since its results are out of date (%1)").arg(baseOutdated.join(tr("; ")));
+    }
 
     const Project snapshot = mDocument->project();   // the worker reads a copy; editing goes on meanwhile
     std::shared_ptr<const Model> model = mDocument->model();
@@ -157,8 +165,15 @@ bool RunView::run(QStringList variants) {
             VariantFeedback part(&feedback, double(i) / n, double(i + 1) / n, variants[i].toStdString());
             std::vector<ResultRow> rows = runner.evaluate(variants[i].toStdString(), &part);
             for (const auto& note : runner.notes()) feedback.log("  " + note);
+            // One line of whole-model figures; the per-layer errors (one per linear layer) are counted, not listed: they
+            // flooded the log (GUI probe) and the Compare tab charts them.
             QString summary;
-            for (const auto& r : rows) summary += QStringLiteral("  %1 %2").arg(QString::fromStdString(r.metric)).arg(r.value, 0, 'g', 6);
+            int perLayer = 0;
+            for (const auto& r : rows) {
+                if (isPerLayerMetric(r.metric)) ++perLayer;
+                else summary += QStringLiteral("  %1 %2").arg(QString::fromStdString(r.metric)).arg(r.value, 0, 'g', 6);
+            }
+            if (perLayer > 0) summary += QStringLiteral("  (+%1 per-layer reconstruction errors: Compare tab)").arg(perLayer);
             feedback.log((variants[i] + ":" + summary).toStdString());
             for (const auto& r : rows) {
                 const std::string warning = r.metric == "perplexity" ? perplexityWarning(r.value, model->spec.vocab) : "";
@@ -215,6 +230,7 @@ bool RunView::run(QStringList variants) {
         QMetaObject::invokeMethod(this, [this, cancelled, error] { emit finished(!cancelled && error.isEmpty()); }, Qt::QueuedConnection);
     });
     mLog->clear();
+    if (!baseNote.isEmpty()) appendLog(baseNote);
     mLossCurve->clear();
     mLossCurve->setVisible(false);
     mProgress->setValue(0);
@@ -232,6 +248,26 @@ void RunView::cancel() {
     if (isRunning()) {
         mJob->cancel();
         mStatus->setText(tr("Cancelling…"));
+    } else if (mBatchRunning) {
+        emit batchCancelRequested();
+        mStatus->setText(tr("Stopping the batch replay…"));
+    }
+}
+
+void RunView::setBatchRunning(bool running, const QString& summary) {
+    // The replay had no progress or Cancel here, and Run stayed enabled beside it (GUI probe).
+    mBatchRunning = running;
+    mRunCurrent->setEnabled(!running && !isRunning());
+    mRunAll->setEnabled(!running && !isRunning());
+    mCancel->setEnabled(running || isRunning());
+    if (running) {
+        mProgress->setRange(0, 0);   // busy: the replay reports lines, not fractions
+        mStatus->setText(tr("Replaying the saved project as a batch (Cancel or Esc stops it)…"));
+        mClock.start();
+    } else {
+        mProgress->setRange(0, 1000);
+        mProgress->setValue(0);
+        mStatus->setText(summary);
     }
 }
 

@@ -35,6 +35,10 @@ public:
     bool runAll();
     void cancel();
     bool isRunning() const;
+    // A batch replay of the saved project (a separate process the main window runs) shown here: a busy bar, the run
+    // buttons off, Cancel asking it to stop (batchCancelRequested); `summary` is shown when it ends.
+    void setBatchRunning(bool running, const QString& summary = {});
+    bool isBatchRunning() const { return mBatchRunning; }
     double elapsedSeconds() const;   // of the run in progress (0 when none)
     LossCurve* lossCurve() const { return mLossCurve; }
     QString logText() const;   // the log as shown (each variant's results, notes and warnings)
@@ -50,6 +54,7 @@ signals:
     // Exactly once per started run.
     void finished(bool succeeded);
     void variantEvaluated(const QString& variant);
+    void batchCancelRequested();
 
 private:
     void updateProgress(double fraction);
@@ -64,6 +69,7 @@ private:
     LossCurve* mLossCurve;
     std::unique_ptr<BackgroundJob> mJob;
     QElapsedTimer mClock;
+    bool mBatchRunning = false;
 };
 
 } // namespace cwb

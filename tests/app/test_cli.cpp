@@ -69,6 +69,14 @@ void TestCli::versionAndHelp() {
     const QString guiLine = "cwb [MODEL | PROJECT.cwbproj]";   // in the help of builds with the GUI only
     if (!usage.contains(guiLine)) documented.removeAll(guiLine);
     QCOMPARE(documented, usage);
+    // Regression (GUI probe): a mistyped model path was called an unknown command.
+    Result missing = run({"/nonexistent/m.gguf"});
+    QCOMPARE(missing.exitCode, 2);
+    QVERIFY2(missing.err.contains("/nonexistent/m.gguf: no such file or folder"), qPrintable(missing.err));
+    Result relative = run({"missing-model.gguf"});
+    QVERIFY2(relative.exitCode == 2 && relative.err.contains("missing-model.gguf: no such file or folder"), qPrintable(relative.err));
+    Result word = run({"evaluate"});
+    QVERIFY2(word.exitCode == 2 && word.err.contains("unknown command 'evaluate'"), qPrintable(word.err));
 }
 
 void TestCli::infoJson() {

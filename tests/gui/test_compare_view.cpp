@@ -84,6 +84,21 @@ void TestCompareView::generatesTwoVariantsSideBySide() {
     QCOMPARE(panel->leftText(), variant);
     QCOMPARE(panel->rightText(), base);
 
+    // Regression (GUI probe): a pane kept its text under another variant's name. A variant added keeps the choices
+    // and the texts; another choice on one side clears that side; another document clears both.
+    Variant w3 = w2;
+    w3.name = "w3";
+    doc->undoStack()->push(new AddVariant(doc.get(), w3));
+    QCOMPARE(panel->leftText(), variant);
+    QCOMPARE(panel->rightText(), base);
+    QVERIFY(panel->setVariants("w2", "w3"));
+    QCOMPARE(panel->leftText(), variant);
+    QVERIFY(panel->rightText().isEmpty());
+    auto other = ProjectDocument::openModel(model);
+    view.setDocument(other.get());
+    QVERIFY(panel->leftText().isEmpty());
+    view.setDocument(doc.get());
+
     // Cancel: reported as not succeeded, nothing half-shown.
     finished.clear();
     QVERIFY(panel->generate());

@@ -1,5 +1,6 @@
 // The whole flow through the real main window: open stories260K → add an RTN step → run → the A/B chart has
 // two series (base and the variant) → save → reopen shows the same steps and chart. Waits on signals.
+#include <QProgressBar>
 #include <QStatusBar>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -9,6 +10,7 @@
 #include "app/commands/step_commands.h"
 #include "app/commands/variant_commands.h"
 #include "app/gui/export_dialog.h"
+#include "app/gui/generation_panel.h"
 #include "app/gui/batch_replay.h"
 #include "app/gui/compare_view.h"
 #include "app/gui/compute_device.h"
@@ -54,6 +56,8 @@ private slots:
     void escapeStopsOnlyTheVisibleTabsJob();
     void computeDeviceIsAChoice();
     void statusShowsEveryRunningJob();
+    void latencyAndGenerationShowInTheStatusBar();
+    void batchReplayShowsOnTheRunTab();
     void resultsOfAnEditedRecipeAreMarkedStale();
     void resultsAreStampedWithTheTextAsRead();
     void textEditedOnDiskIsSaid();
@@ -462,7 +466,7 @@ void TestGuiFlow::exportVariantFromTheWindow() {
     dialog.setRequest({variant, "gguf", "", mDir.filePath("gui-export-2.gguf"), "", true});
     QVERIFY(!dialog.request().packHead);                // only GPTQ has a place for a packed head
     dialog.setRequest({variant, "gguf", "", model});   // over the model itself
-    QVERIFY2(dialog.problem().contains("is where the model was read from"), qPrintable(dialog.problem()));
+    QVERIFY2(dialog.problem().startsWith("This path is where the model was read from"), qPrintable(dialog.problem()));
     QSignalSpy refused(&window, &MainWindow::exportFinished);
     QVERIFY(window.exportVariant({variant, "awq", "", mDir.filePath("gui-export-awq")}, false));
     QVERIFY(refused.wait(120000));
@@ -600,12 +604,20 @@ void TestGuiFlow::untitledWorkIsRecoveredAfterACrash() {
 void TestGuiFlow::settingsDialogKeepsEditsAndLargeSeeds() {
     ProjectSettings s;
     s.calibrationSeed = 3000000000ULL;
+    s.calibrationSamples = 500000;   // the CLI stores up to 1000000; the samples box stopped at 100000 and clipped it
     SettingsDialog dialog(s, 1 << 20);
     QVERIFY(dialog.settings() == s);
     dialog.setCalibrationPath(mDir.filePath("missing.txt"));
     dialog.accept();
     QCOMPARE(dialog.result(), int(QDialog::Rejected));   // still open
     QVERIFY2(dialog.problem().contains("missing.txt"), qPrintable(dialog.problem()));
+    // Regression (GUI probe): an empty text was taken, and the first run failed after building its variant.
+    const QString empty = mDir.filePath("empty.txt");
+    QVERIFY(QFile(empty).open(QIODevice::WriteOnly));
+    dialog.setCalibrationPath(empty);
+    dialog.accept();
+    QCOMPARE(dialog.result(), int(QDialog::Rejected));
+    QVERIFY2(dialog.problem().contains("empty.txt: the text is empty"), qPrintable(dialog.problem()));
     dialog.setCalibrationPath({});
     dialog.setSeedText("18446744073709551615");
     dialog.accept();
@@ -667,6 +679,44 @@ void TestGuiFlow::statusShowsEveryRunningJob() {
 }
 
 // Regression: after a variant's recipe changed, Compare showed its old numbers as if they were the new recipe's.
+// Regression (GUI probe): the status bar said "idle" while latency was measured or text generated.
+void TestGuiFlow::latencyAndGenerationShowInTheStatusBar() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    QCOMPARE(window.statusPanel()->jobText(), QString("idle"));
+    GenerationPanel* panel = window.compareView()->generationPanel();
+    panel->setPrompt("Once");
+    panel->setTokens(4);
+    QSignalSpy generated(panel, &GenerationPanel::generationFinished);
+    QVERIFY(panel->generate());
+    QVERIFY2(window.statusPanel()->jobText().contains("Generate"), qPrintable(window.statusPanel()->jobText()));
+    QVERIFY(generated.wait(60000));
+    QCOMPARE(window.statusPanel()->jobText(), QString("idle"));
+    QSignalSpy measured(window.compareView(), &CompareView::latencyMeasured);
+    QVERIFY(window.compareView()->measureLatency(8, 4));
+    QVERIFY2(window.statusPanel()->jobText() != "idle", qPrintable(window.statusPanel()->jobText()));
+    QVERIFY(measured.wait(120000));
+    QCOMPARE(window.statusPanel()->jobText(), QString("idle"));
+}
+
+// Regression (GUI probe): a batch replay showed the last run's progress and status, and Cancel there did nothing.
+void TestGuiFlow::batchReplayShowsOnTheRunTab() {
+    RunView view;
+    QSignalSpy stop(&view, &RunView::batchCancelRequested);
+    view.setBatchRunning(true);
+    QVERIFY(view.isBatchRunning());
+    QProgressBar* bar = view.findChild<QProgressBar*>();
+    QVERIFY(bar && bar->maximum() == 0);   // busy
+    view.cancel();
+    QCOMPARE(stop.count(), 1);
+    view.setBatchRunning(false, "Batch replay: finished");
+    QVERIFY(!view.isBatchRunning());
+    QVERIFY(bar->maximum() > 0);
+    view.cancel();   // nothing running: nothing asked
+    QCOMPARE(stop.count(), 1);
+}
+
 void TestGuiFlow::resultsOfAnEditedRecipeAreMarkedStale() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     MainWindow window;
@@ -708,6 +758,19 @@ void TestGuiFlow::resultsOfAnEditedRecipeAreMarkedStale() {
     QVERIFY(!doc->project().results(variant.toStdString()).empty());
     QVERIFY(doc->resultsCurrent(variant));
     QCOMPARE(doc->project().resultBasis(variant.toStdString()), doc->project().measurementBasis(variant.toStdString()));
+
+    // Regression (GUI probe): after a settings change, Run Variant measured the variant alone and showed it beside the
+    // base's old figure, measured at another context. The base, out of date, now runs first.
+    ProjectSettings s = doc->project().settings();
+    s.evalCtx = 32;
+    doc->undoStack()->push(changeSettings(doc, s));
+    QVERIFY(!doc->resultsCurrent("base"));
+    QVERIFY(window.runView()->runCurrent());
+    QVERIFY(finished.wait(120000));
+    QVERIFY(doc->resultsCurrent("base"));
+    QVERIFY(doc->resultsCurrent(variant));
+    QVERIFY2(window.runView()->logText().contains("base: measured again first, since its results are out of date"),
+             qPrintable(window.runView()->logText()));
 }
 
 // Regression (review): the GUI stamped results measured on a text edited in place with the hash the project recorded,
@@ -836,6 +899,8 @@ void TestGuiFlow::brokenVariantIsWarned() {
     const QString log = window.runView()->logText();
     QVERIFY2(log.contains(QRegularExpression("warning: perplexity [0-9.e+]+ is above the vocabulary size 512")), qPrintable(log));
     QCOMPARE(log.count("warning:"), 1);   // the base's perplexity is sound
+    // Regression (GUI probe): each variant's line listed every layer's reconstruction error; they are counted now.
+    QVERIFY2(!log.contains("reconstruction_error/") && log.contains(" per-layer reconstruction errors: Compare tab)"), qPrintable(log));
     const QString warnings = window.compareView()->warnings();
     QVERIFY2(warnings.startsWith(variant + ": perplexity ") && !warnings.contains("\n"), qPrintable(warnings));
     QTableWidget* table = window.compareView()->table();

@@ -1,6 +1,7 @@
 // ImportanceView. Heatmap pick → pipeline: clicking cells of the importance map picks layers (Ctrl toggles, Shift
 // adds the row), and the picked layers become a step's `targets` or a per-layer bits override, each one undo step.
 // Per-channel kinds show a histogram of one block's channel scores.
+#include <QListWidget>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
@@ -156,8 +157,14 @@ void TestImportanceView::pickedLayersBecomeStepTargets() {
     const std::vector<std::string> targeted = targetLayers(*mDoc->model(), recipe.steps[0]);
     QCOMPARE(std::set<std::string>(targeted.begin(), targeted.end()), expected);
 
+    // Regression (GUI probe): the pipeline's step read as if it took every layer.
+    const QString label = mEditor->stepList()->item(0)->text();
+    QVERIFY2(label.contains("targets /" + QString::fromStdString(step["targets"].get<std::string>()) + "/"), qPrintable(label));
+    QVERIFY2(mEditor->stepList()->item(0)->toolTip().startsWith("targets: "), qPrintable(mEditor->stepList()->item(0)->toolTip()));
+
     mDoc->undoStack()->undo();
     QVERIFY(!mDoc->steps(variant)[0].contains("targets"));
+    QVERIFY(!mEditor->stepList()->item(0)->text().contains("targets"));
     mDoc->undoStack()->redo();
     QCOMPARE(mDoc->steps(variant)[0].value("targets", ""), step["targets"].get<std::string>());
 }
@@ -177,6 +184,9 @@ void TestImportanceView::pickedLayersGetABitsOverride() {
     QCOMPARE(matching(overrides[0]["pattern"].get<std::string>(), linears), picked);
     // The recipe with the override still passes the core's validation.
     Recipe::fromJson({{"steps", mDoc->steps(variant)}}, "test");
+    // Regression (GUI probe): a step with overrides read as one width for every layer.
+    QVERIFY2(mEditor->stepList()->item(0)->text().endsWith("1 per-layer override"), qPrintable(mEditor->stepList()->item(0)->text()));
+    QVERIFY2(mEditor->stepList()->item(0)->toolTip().contains("{\"bits\":8}"), qPrintable(mEditor->stepList()->item(0)->toolTip()));
     // The same pattern again replaces the override instead of stacking a second one.
     bar->setOverrideBits(6);
     QVERIFY(bar->addBitsOverride(false));

@@ -71,6 +71,32 @@ private slots:
         QCOMPARE(steps->value(), 200);
         QVERIFY(edited.isEmpty());
     }
+
+    // Regression (GUI probe): GPTQ's group_size took 0, an undo step was pushed, and the run refused it later; a
+    // damping box sized from its 0…1 range showed "0.(".
+    void refusedValuesAreNotTaken() {
+        ParamSpec group = intParam("group_size", -1, 65536, 128, "group");
+        group.excluded = {0};
+        ParamForm form;
+        form.setSpecs({group, floatParam("damp", 0.0, 1.0, 0.01, "damping")}, {{"group_size", 1}});
+        auto* box = qobject_cast<QSpinBox*>(form.editor("group_size"));
+        QVERIFY(box);
+        QSignalSpy edited(&form, &ParamForm::parameterEdited);
+        box->stepBy(-1);   // 1, past 0, to -1
+        QCOMPARE(box->value(), -1);
+        box->stepBy(1);
+        QCOMPARE(box->value(), 1);
+        QLineEdit* line = box->findChild<QLineEdit*>();
+        QVERIFY(line);
+        line->selectAll();
+        QTest::keyClicks(box, "0");
+        QTest::keyClick(box, Qt::Key_Return);
+        QCOMPARE(box->value(), 1);
+        for (const auto& signal : edited) QVERIFY2(signal.at(1).toString() != "0", "group_size 0 was reported as an edit");
+        auto* damp = qobject_cast<QDoubleSpinBox*>(form.editor("damp"));
+        QVERIFY(damp);
+        QVERIFY(damp->minimumWidth() > damp->fontMetrics().horizontalAdvance(QStringLiteral("0.00012345")));
+    }
 };
 
 QTEST_MAIN(TestParamForm)
