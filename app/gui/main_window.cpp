@@ -20,6 +20,7 @@
 #include <QUndoStack>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "app/commands/command_ids.h"
 #include "app/commands/settings_commands.h"
@@ -283,7 +284,7 @@ bool MainWindow::maybeSave() {
     return true;
 }
 
-bool MainWindow::openPath(const QString& path, bool interactive) {
+bool MainWindow::openPath(const QString& path, bool interactive, const QString& modelPath) {
     if (interactive && (!maybeStopJobs() || !maybeSave())) return false;
     const QFileInfo info(path);
     auto report = [this, interactive](const QString& what, const QString& detail, const QString& todo) {
@@ -324,9 +325,20 @@ bool MainWindow::openPath(const QString& path, bool interactive) {
         if (answer == QMessageBox::Discard) Project::discardAutosave(info.absoluteFilePath().toStdString());
         recover = answer == QMessageBox::Yes;
     }
+    // A moved or deleted model: found again here instead of leaving the project unopenable (GUI probe: only
+    // `cwb project run --model` could use it then).
+    QString relocated = modelPath;
+    if (isProject && interactive && relocated.isEmpty()) relocated = locateMissingModel(info.absoluteFilePath());
+    std::string recordedHash;
+    if (!relocated.isEmpty()) {
+        try {
+            recordedHash = Project::open(info.absoluteFilePath().toStdString()).model().hash;
+        } catch (const std::exception&) {
+        }
+    }
     QString error;
     bool cancelled = false;
-    std::unique_ptr<ProjectDocument> doc = loadInBackground(path, isProject, recover, &error, &cancelled);
+    std::unique_ptr<ProjectDocument> doc = loadInBackground(path, isProject, recover, &error, &cancelled, relocated);
     mLastOpenError = doc ? QString() : tr("%1: %2").arg(info.absoluteFilePath(), error);
     if (cancelled) {   // the user's own choice: no error dialog
         statusBar()->showMessage(tr("Opening %1 was cancelled").arg(info.fileName()), 5000);
@@ -339,18 +351,48 @@ bool MainWindow::openPath(const QString& path, bool interactive) {
         return false;
     }
     mRecent->add(path);
+    const bool located = doc->isDirty() && !relocated.isEmpty();
     setDocument(std::move(doc));
-    statusBar()->showMessage(tr("Opened %1").arg(info.absoluteFilePath()), 5000);
+    statusBar()->showMessage(located ? tr("Opened %1 with its model at %2 (save to keep the new path)").arg(info.absoluteFilePath(), relocated)
+                                     : tr("Opened %1").arg(info.absoluteFilePath()),
+                             located ? 15000 : 5000);
+    if (located && interactive && !recordedHash.empty() && mDocument->project().model().hash != recordedHash)
+        QMessageBox::warning(this, tr("Not the same model"),
+                             tr("%1 is not the model the project recorded (its bytes differ). The project now points at it; "
+                                "results measured on the recorded model are marked out of date.").arg(relocated));
     return true;
 }
 
+QString MainWindow::locateMissingModel(const QString& projectPath) {
+    std::string recorded;
+    try {
+        recorded = Project::open(projectPath.toStdString()).model().path;
+    } catch (const std::exception&) {
+        return {};   // the load says what is wrong with the project
+    }
+    std::error_code ec;
+    if (recorded.empty() || std::filesystem::exists(recorded, ec)) return {};
+    const QString missing = QString::fromStdString(recorded);
+    const auto answer = QMessageBox::question(
+        this, tr("Model not found"),
+        tr("The project's model is not where it points:\n%1\n\nIt may have been moved or renamed. Locate it?").arg(missing),
+        QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Yes);
+    if (answer != QMessageBox::Yes) return {};
+    // A file dialog picks files: a Hugging Face folder is given by its config.json.
+    const QString chosen = QFileDialog::getOpenFileName(
+        this, tr("Locate %1").arg(QFileInfo(missing).fileName()), QFileInfo(projectPath).absolutePath(),
+        tr("Models (*.gguf *.bin config.json);;All files (*)"));
+    if (chosen.isEmpty()) return {};
+    return QFileInfo(chosen).fileName() == QLatin1String("config.json") ? QFileInfo(chosen).absolutePath() : chosen;
+}
+
 std::unique_ptr<ProjectDocument> MainWindow::loadInBackground(const QString& path, bool isProject, bool recover, QString* error,
-                                                              bool* cancelledOut) {
+                                                              bool* cancelledOut, const QString& modelPath) {
     // Reading a model can take long: a worker thread does it while this thread keeps the window painting and
     // answering (a busy bar in the status bar). The call returns when the load is done, so callers see the outcome.
     auto loaded = std::make_shared<ProjectDocument::Loaded>();
-    BackgroundJob job(tr("Loading %1").arg(QFileInfo(path).fileName()), [loaded, path, isProject, recover](Feedback& feedback) {
-        *loaded = isProject ? ProjectDocument::loadProject(path, recover, &feedback) : ProjectDocument::loadModel(path, &feedback);
+    BackgroundJob job(tr("Loading %1").arg(QFileInfo(path).fileName()), [loaded, path, isProject, recover, modelPath](Feedback& feedback) {
+        *loaded = isProject ? ProjectDocument::loadProject(path, recover, &feedback, modelPath) : ProjectDocument::loadModel(path, &feedback);
     });
     // The job as context: progress still queued when it is destroyed is dropped, never read from a dead job.
     connect(&job, &BackgroundJob::progressChanged, &job, [this, title = job.title()](double fraction) {

@@ -35,7 +35,9 @@ public:
     // A .cwbproj opens as a project; anything else as a model (file or folder) in a new untitled project.
     // Errors are shown as message boxes; returns whether it opened. `interactive` false: no questions asked
     // (autosave recovery, unsaved changes), for scripts and tests.
-    bool openPath(const QString& path, bool interactive = true);
+    // A project whose model is not where it points asks to locate it (interactive) and, given one, opens with it.
+    // `modelPath`: where the project's model is now (the project points there once saved); "" for its own path.
+    bool openPath(const QString& path, bool interactive = true, const QString& modelPath = {});
     // Run ▸ Compute On: where later runs, latency measurements and generation compute; false (with a status
     // message) for CUDA where none is available.
     bool setComputeDevice(ComputeDevice device);
@@ -104,7 +106,9 @@ private:
     bool stepHistory(bool back);   // undo or redo; a step that throws clears the history, with a message
     void openDialog(bool project);
     std::unique_ptr<ProjectDocument> loadInBackground(const QString& path, bool isProject, bool recover, QString* error,
-                                                      bool* cancelled = nullptr);
+                                                      bool* cancelled = nullptr, const QString& modelPath = {});
+    // Where the project's model is now, asked of the user when the path it records holds nothing ("" to give up).
+    QString locateMissingModel(const QString& projectPath);
 
     std::unique_ptr<ProjectDocument> mDocument;
     ModelTreeView* mTree;

@@ -93,14 +93,27 @@ ProjectDocument::~ProjectDocument() {
     if (ours && !mTemporaryFolder.isEmpty()) QDir(mTemporaryFolder).removeRecursively();
 }
 
-ProjectDocument::Loaded ProjectDocument::loadProject(const QString& path, bool recoverAutosave, Feedback* feedback) {
+ProjectDocument::Loaded ProjectDocument::loadProject(const QString& path, bool recoverAutosave, Feedback* feedback,
+                                                     const QString& modelPath) {
     Loaded loaded;
     loaded.project = std::make_unique<Project>(recoverAutosave ? Project::recoverAutosave(absolutePath(path)) : Project::open(absolutePath(path)));
     if (feedback) feedback->throwIfCancelled();
+    const ModelReference& recorded = loaded.project->model();
+    const std::string readFrom = modelPath.isEmpty() ? recorded.path : absolutePath(modelPath);
     try {
-        loaded.model = cwb::loadModel(loaded.project->model().path, loaded.project->model().loadOptions());
+        loaded.model = cwb::loadModel(readFrom, recorded.loadOptions());
     } catch (const Error& e) {
         throw Error(loaded.project->path(), std::string("cannot load the project's model: ") + e.what());
+    }
+    if (!modelPath.isEmpty() && readFrom != recorded.path) {
+        ModelReference moved = recorded;
+        moved.path = readFrom;
+        moved.format = loaded.model->format;
+        const bool folder = std::filesystem::is_directory(readFrom);
+        moved.hash = folder ? hashFolder(readFrom, feedback) : hashFile(readFrom, feedback);
+        moved.bytes = folder ? 0 : fileBytes(readFrom);
+        moved.tokenizerHash = tokenizerHashToRecord(*loaded.model, moved.tokenizer);
+        loaded.relocatedModel = moved;
     }
     loaded.recovered = recoverAutosave;
     if (recoverAutosave) {
@@ -146,6 +159,13 @@ std::unique_ptr<ProjectDocument> ProjectDocument::fromLoaded(Loaded loaded) {
     if (!loaded.recovered && !loaded.untitled) doc->mLastSaved = std::make_unique<Project>(*doc->mProject);
     if (loaded.recovered && !loaded.untitled) doc->mLastSaved = std::move(loaded.recoveredBase);
     doc->mTemporaryFolder = loaded.temporaryFolder;
+    if (loaded.relocatedModel) {   // after mLastSaved: the file on disk still names the old path until a save
+        const std::string previous = doc->mProject->model().path;
+        doc->mProject->setModel(*loaded.relocatedModel);
+        doc->mProject->record("model-located", {{"path", loaded.relocatedModel->path}, {"previous", previous},
+                                                {"hash", loaded.relocatedModel->hash}});
+        doc->mUnsavedData = true;
+    }
     if (!doc->mTemporaryFolder.isEmpty()) {
         doc->mFolderLock = std::make_unique<QLockFile>(doc->mTemporaryFolder + "/" + kUntitledLock);
         if (!doc->mFolderLock->tryLock(0)) {   // another instance took it first (it recovered the same folder)

@@ -45,10 +45,17 @@ public:
         bool recovered = false;
         std::unique_ptr<Project> recoveredBase;   // recovered: the file as the autosaving editor read it (or null)
         QString temporaryFolder;
+        // The project's model found at another path (loadProject's `modelPath`): the reference the document takes,
+        // as an unsaved change, once it is made.
+        std::optional<ModelReference> relocatedModel;
     };
     // `feedback` (may be null) gets the progress of the slow part, hashing the model's bytes for the project's
     // reference, and stops the load at its next check when cancelled (throws Cancelled).
-    static Loaded loadProject(const QString& path, bool recoverAutosave = false, Feedback* feedback = nullptr);
+    // `modelPath`, when given, is where the project's model is now (it moved): the model is read and hashed from
+    // there, and the document points the project at it (a model with other bytes than the recorded ones leaves the
+    // stored results out of date, as they are).
+    static Loaded loadProject(const QString& path, bool recoverAutosave = false, Feedback* feedback = nullptr,
+                              const QString& modelPath = {});
     static Loaded loadModel(const QString& modelPath, Feedback* feedback = nullptr);
     static std::unique_ptr<ProjectDocument> fromLoaded(Loaded loaded);
     ~ProjectDocument() override;

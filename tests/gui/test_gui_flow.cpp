@@ -58,6 +58,7 @@ private slots:
     void statusShowsEveryRunningJob();
     void latencyAndGenerationShowInTheStatusBar();
     void batchReplayShowsOnTheRunTab();
+    void projectWithAMovedModelOpensWhereItIsNow();
     void resultsOfAnEditedRecipeAreMarkedStale();
     void resultsAreStampedWithTheTextAsRead();
     void textEditedOnDiskIsSaid();
@@ -715,6 +716,47 @@ void TestGuiFlow::batchReplayShowsOnTheRunTab() {
     QVERIFY(bar->maximum() > 0);
     view.cancel();   // nothing running: nothing asked
     QCOMPARE(stop.count(), 1);
+}
+
+// Regression (GUI probe): a project whose model had moved could not be opened in the GUI at all. Given where the
+// model is now, it opens with it, points there once saved, and its results stay current for the same bytes; another
+// model's bytes leave them out of date.
+void TestGuiFlow::projectWithAMovedModelOpensWhereItIsNow() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(other, "models/llama-2-tiny-random.gguf");
+    const QString before = mDir.filePath("moving-a.gguf"), after = mDir.filePath("moving-b.gguf");
+    QFile::remove(before);
+    QFile::remove(after);
+    QVERIFY(QFile::copy(model, before));
+    const QString project = mDir.filePath("moving.cwbproj");
+    {
+        MainWindow window;
+        QVERIFY(window.openPath(before, false));
+        useSmallEvaluation(window);
+        QSignalSpy finished(window.runView(), &RunView::finished);
+        QVERIFY(window.runView()->run({QString::fromLatin1(Project::kBaseName)}));
+        QVERIFY(finished.wait(120000));
+        QVERIFY(window.saveAs(project));
+    }
+    QVERIFY(QFile::rename(before, after));
+    MainWindow window;
+    QVERIFY(!window.openPath(project, false));
+    QVERIFY2(window.lastOpenError().contains("cannot load the project's model"), qPrintable(window.lastOpenError()));
+    QVERIFY(window.openPath(project, false, after));
+    ProjectDocument* doc = window.document();
+    QCOMPARE(QString::fromStdString(doc->project().model().path), QFileInfo(after).absoluteFilePath());
+    QVERIFY(doc->isDirty());   // the file still names the old path until saved
+    QVERIFY(doc->resultsCurrent(QString::fromLatin1(Project::kBaseName)));
+    QVERIFY(window.save(MainWindow::ChangedFile::Refuse));
+    {
+        MainWindow reopened;
+        QVERIFY(reopened.openPath(project, false));
+        QVERIFY(reopened.document()->resultsCurrent(QString::fromLatin1(Project::kBaseName)));
+    }
+    // Another model in its place: it opens, and the results measured on the recorded one are out of date.
+    MainWindow swapped;
+    QVERIFY(swapped.openPath(project, false, other));
+    QVERIFY(!swapped.document()->resultsCurrent(QString::fromLatin1(Project::kBaseName)));
 }
 
 void TestGuiFlow::resultsOfAnEditedRecipeAreMarkedStale() {
