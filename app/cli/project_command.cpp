@@ -459,7 +459,8 @@ int runProject(const std::vector<std::string>& args) {
                 std::fprintf(stderr, "warning: the recipe of %s changed during the run; its results are not stored\n", name.c_str());
                 return false;
             }
-            latest.setResults(name, rows, basisNow(name));
+            const nlohmann::json basis = basisNow(name);
+            latest.setResults(name, keepingLatency(latest, name, rows, basis), basis);
             latest.record("run", entry);
             return true;
         });

@@ -51,8 +51,6 @@ const MetricSpec kMetrics[] = {{"perplexity", "Perplexity", "", true},
                                {"decode_ms_p50", "Decode latency (median per token)", "ms", true},
                                {"prefill_tokens_per_second", "Prefill speed", "tokens/s", true}};
 
-bool isLatencyMetric(const std::string& metric) { return metric == "decode_ms_p50" || metric == "prefill_tokens_per_second"; }
-
 } // namespace
 
 CompareView::CompareView(QWidget* parent)

@@ -198,7 +198,7 @@ bool RunView::run(QStringList variants) {
                     return;
                 }
                 try {
-                    document->setResults(name, rows, basis);
+                    document->setResults(name, keepingLatency(now, key, rows, basis), basis);
                 } catch (const std::exception& e) {
                     appendLog(tr("%1: results not stored: %2").arg(name, QString::fromStdString(errorText(e))));
                     return;

@@ -50,6 +50,19 @@ bool isTimingMetric(const std::string& metric) {
            metric == "prefill_tokens_per_second";
 }
 
+bool isLatencyMetric(const std::string& metric) { return metric == "decode_ms_p50" || metric == "prefill_tokens_per_second"; }
+
+std::vector<ResultRow> keepingLatency(const Project& project, const std::string& variant, std::vector<ResultRow> measured,
+                                      const nlohmann::json& basis) {
+    const nlohmann::json& before = project.resultBasis(variant);
+    if (before.is_null() || !basis.is_object()) return measured;
+    for (const char* part : {"steps", "model"})
+        if (before.value(part, nlohmann::json()) != basis.value(part, nlohmann::json())) return measured;
+    for (const ResultRow& r : project.results(variant))
+        if (isLatencyMetric(r.metric)) measured.push_back(r);
+    return measured;
+}
+
 ProjectRunner::ProjectRunner(const Project& project, const Model& base, RuntimeOptions options)
     : mProject(project), mBase(base), mOptions(options) {}
 

@@ -19,6 +19,13 @@ class Feedback;
 
 // Metrics whose values depend on the machine's speed; reported, never compared.
 bool isTimingMetric(const std::string& metric);
+// Decode latency and prefill speed, which the GUI's Measure Latency stores beside a run's results.
+bool isLatencyMetric(const std::string& metric);
+// The rows to store for `variant` after a new evaluation (`measured`, measured from `basis`): those, and the latency
+// rows stored before when they were measured from the same recipe and model (a run measures quality, not speed, and
+// texts, windows and tokenizer do not change a latency). A re-run once dropped them without a word (GUI probe).
+std::vector<ResultRow> keepingLatency(const Project& project, const std::string& variant, std::vector<ResultRow> measured,
+                                      const nlohmann::json& basis);
 
 // Per-layer metrics are stored as "<metric>/<layer>": "reconstruction_error/model.layers.0.mlp.up_proj" holds
 // ‖WX − ŴX‖² / ‖WX‖² of the last step that changed that layer (rows exist when the project has calibration text).

@@ -17,6 +17,7 @@
 
 #include "core/project/file_hash.h"
 #include "core/project/project.h"
+#include "core/project/project_runner.h"
 #include "core/project/project_schema.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
@@ -125,6 +126,7 @@ private slots:
     void refusals();
     void newNamesAreChecked();
     void storedSettingsOutOfBoundsAreNamed();
+    void aRunKeepsLatencyOfTheSameRecipeAndModel();
     void removeVariant();
     void renameVariant();
     void resultsKeepWhatTheyWereMeasuredFrom();
@@ -436,6 +438,33 @@ void TestProject::storedSettingsOutOfBoundsAreNamed() {
     QVERIFY2(said(s).contains("eval_chunks is 0, at least 1") && said(s).contains("--chunks N"), qPrintable(said(s)));
     s.evalChunks = -2;
     QVERIFY2(said(s).contains("eval_chunks is -2"), qPrintable(said(s)));
+}
+
+// Regression (GUI probe): running a variant again replaced its rows, latency included, without a word. Latency measured
+// from the same recipe and model is kept; from another recipe or model, or with no recorded basis, it is not.
+void TestProject::aRunKeepsLatencyOfTheSameRecipeAndModel() {
+    Project p = sampleProject(file("latency.cwbproj"));
+    std::vector<ResultRow> stored = rows("perplexity", 1, 1.0);
+    stored.push_back(rows("decode_ms_p50", 1, 2.0)[0]);
+    stored.push_back(rows("prefill_tokens_per_second", 1, 900.0)[0]);
+    p.setResults("a", stored, p.measurementBasis("a"));
+    ProjectSettings s = p.settings();
+    s.evalCtx = 64;   // other windows: the perplexity changes, the latency does not
+    p.setSettings(s);
+    const json now = p.measurementBasis("a");
+    std::vector<ResultRow> kept = keepingLatency(p, "a", rows("perplexity", 1, 3.0), now);
+    QCOMPARE(kept.size(), size_t(3));
+    QCOMPARE(kept[0].value, 3.0 * 0.125);
+    QCOMPARE(kept[1].metric, std::string("decode_ms_p50"));
+    QCOMPARE(kept[2].metric, std::string("prefill_tokens_per_second"));
+    json otherRecipe = now;
+    otherRecipe["steps"] = json::array();
+    QCOMPARE(keepingLatency(p, "a", rows("perplexity", 1, 3.0), otherRecipe).size(), size_t(1));
+    json otherModel = now;
+    otherModel["model"] = "fnv1a64:ffffffffffffffff";
+    QCOMPARE(keepingLatency(p, "a", rows("perplexity", 1, 3.0), otherModel).size(), size_t(1));
+    p.setResults("b", stored);   // measured by a build that recorded no basis
+    QCOMPARE(keepingLatency(p, "b", rows("perplexity", 1, 3.0), p.measurementBasis("b")).size(), size_t(1));
 }
 
 void TestProject::newNamesAreChecked() {
