@@ -77,14 +77,17 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     mSamples->setRange(1, 1024);
     mSamples->setValue(8);
     mSamples->setToolTip(tr("Token windows drawn from the project's calibration text (or its evaluation text)"));
-    mTokens->setRange(2, 8192);
-    mTokens->setValue(128);
+    // Windows past the model's context were clipped to it without a word.
+    mTokens->setRange(2, document && document->model() ? int(std::clamp<int64_t>(document->model()->spec.context, 2, 1 << 20)) : 8192);
+    mTokens->setValue(std::min(128, mTokens->maximum()));
     mProgress->setRange(0, 1000);
     mProgress->setVisible(false);
     mCancel->setEnabled(false);
     mApply->setEnabled(false);
     mTable->setHorizontalHeaderLabels({tr("Layer"), tr("Parameters"), tr("Bits"), tr("KL of the layer alone")});
     mTable->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+    for (int column = 1; column < 4; ++column)   // the headers whole ("KL of the layer alone" was cut short)
+        mTable->horizontalHeader()->setSectionResizeMode(column, QHeaderView::ResizeToContents);
     mTable->setEditTriggers(QAbstractItemView::NoEditTriggers);
     mSummary->setWordWrap(true);
     mSummary->setText(tr("Choose a target and the candidate widths, then Solve."));

@@ -113,6 +113,7 @@ void CompareView::setDocument(ProjectDocument* document) {
     if (mDocument) disconnect(mDocument, nullptr, this, nullptr);
     mDocument = document;
     mGeneration->setDocument(document);
+    mMeasureStatus->clear();   // the previous project's latency note (GUI probe)
     if (document) {
         connect(document, &ProjectDocument::resultsChanged, this, &CompareView::refresh);
         connect(document, &ProjectDocument::variantsChanged, this, &CompareView::refresh);

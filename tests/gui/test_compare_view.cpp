@@ -193,6 +193,14 @@ void TestCompareView::measuresAndChartsLatency() {
     QCOMPARE(view.chart()->barValue(1), value("w4", "decode_ms_p50"));
     QVERIFY(view.chart()->hasBaseline());
     QVERIFY2(view.measurementStatus().contains("Latency measured"), qPrintable(view.measurementStatus()));
+    {   // Regression (GUI probe): another project showed this one's latency note.
+        CompareView other;
+        other.setDocument(doc.get());
+        QVERIFY(other.measurementStatus().isEmpty());
+        view.setDocument(nullptr);
+        QVERIFY(view.measurementStatus().isEmpty());
+        view.setDocument(doc.get());
+    }
     // Regression: with no perplexity row for the base, w4's bar was labelled "(baseline)"; KL and top-1 never have
     // a base bar, and their first variant was labelled so too.
     view.setMetric("perplexity");
