@@ -78,6 +78,7 @@ std::string layerPatternProblem(const std::string& pattern) {
     // cancel reaches). Layer names are short, and real patterns need none of these.
     constexpr size_t kMaxLength = 1 << 20;
     constexpr int kMaxDepth = 32, kMaxUnbounded = 4;
+    constexpr int64_t kMaxCount = 1000;
     if (pattern.size() > kMaxLength) return "is longer than " + std::to_string(kMaxLength) + " characters";
     struct Frame {
         int current = 0, best = 0;   // unbounded repetitions along this alternative / the worst alternative so far
@@ -144,6 +145,22 @@ std::string layerPatternProblem(const std::string& pattern) {
                 const size_t comma = inside.find(',');
                 quantifier = true;
                 unbounded = comma != std::string::npos && comma + 1 == inside.size();
+                // std::regex builds one copy of the atom per count (a{100000000} takes minutes and gigabytes), and
+                // a count past 2^63 overflows inside its parser (found by fuzz_recipe, with UBSan).
+                size_t digits = 0;
+                int64_t count = 0;
+                for (size_t k = 0; k <= inside.size(); ++k) {
+                    const char d = k < inside.size() ? inside[k] : ',';
+                    if (d >= '0' && d <= '9') {
+                        if (++digits <= 9) count = count * 10 + (d - '0');
+                        continue;
+                    }
+                    if (digits > 9 || count > kMaxCount)
+                        return "repeats something {" + inside + "} times; counts above " + std::to_string(kMaxCount) +
+                               " are not accepted (layer names are short)";
+                    digits = 0;
+                    count = 0;
+                }
                 i = close;
             }
         } else if (c == '?') {

@@ -75,6 +75,11 @@ void TestRecipes::badRecipesAreRefused_data() {
                                              << "more than 4 unbounded repetitions";
     QTest::newRow("repeated alternatives (hang)") << R"({"steps":[{"method":"quantize.rtn","targets":"(.|..)*#"}]})" << "exponential time";
     QTest::newRow("class that ends at once") << R"({"steps":[{"method":"quantize.rtn","targets":"[^](.+)+#"}]})" << "exponential time";
+    // Found by fuzz_recipe (UBSan): a count past 2^63 overflowed inside std::regex's parser; large counts build one copy
+    // of the atom each.
+    QTest::newRow("count past 2^63") << R"({"steps":[{"method":"quantize.rtn","targets":"q{99999999999999999999}"}]})"
+                                     << "repeats something {99999999999999999999} times; counts above 1000";
+    QTest::newRow("large count") << R"({"steps":[{"method":"quantize.rtn","ignore":["x{2,100000000}"]}]})" << "{2,100000000} times";
     QTest::newRow("enabled not boolean") << R"({"steps":[{"method":"quantize.rtn","enabled":"yes"}]})" << "\"enabled\" must be true or false";
     QTest::newRow("override params not object") << R"({"steps":[{"method":"quantize.rtn","overrides":[{"pattern":"x","params":5}]}]})"
                                                 << "a \"params\" object";
@@ -98,7 +103,7 @@ void TestRecipes::badRecipesAreRefused() {
 void TestRecipes::usualPatternsAreAllowed() {
     for (const char* p : {"layers\\.0\\.", "^(?:model\\.layers\\.1\\.self_attn\\.|model\\.layers\\.3\\.mlp\\.up_proj$)",
                           "(q|k|v)_proj", "layers\\.([0-9]+)\\.(self_attn|mlp)\\..*", "mlp\\.(gate|up)_proj$", "[a-z]{2,}_proj",
-                          "^model\\.layers\\.[0-9]+\\.mlp\\..*$", "(?:blk\\.[0-9]+\\.)?ffn_(up|down)", "a(bc)?d+",
+                          "^model\\.layers\\.[0-9]+\\.mlp\\..*$", "(?:blk\\.[0-9]+\\.)?ffn_(up|down)", "a(bc)?d+", "layers\\.[0-9]{1,3}\\.", "x{1000}",
                           // five \\d+, one in each alternative: one at a time along any path
                           "^model\\.layers\\.\\d+\\.self_attn\\.q_proj$|^model\\.layers\\.\\d+\\.self_attn\\.k_proj$|"
                           "^model\\.layers\\.\\d+\\.self_attn\\.v_proj$|^model\\.layers\\.\\d+\\.mlp\\.gate_proj$|"

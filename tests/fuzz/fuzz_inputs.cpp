@@ -108,8 +108,18 @@ void runOne(const uint8_t* data, size_t size) {
         const std::string text(reinterpret_cast<const char*>(data), size);
         nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
         if (j.is_discarded()) return;   // the parser's own errors are nlohmann's concern; Recipe::load words them
-        cwb::Recipe recipe = cwb::Recipe::fromJson(j, "fuzz.json");
-        cwb::Recipe::fromJson(recipe.toJson(), "fuzz-roundtrip.json");   // what toJson writes must read back
+        const cwb::Recipe recipe = cwb::Recipe::fromJson(j, "fuzz.json");
+        // What toJson writes must read back, whole: a failure here is a finding, not a bad input.
+        try {
+            const cwb::Recipe again = cwb::Recipe::fromJson(recipe.toJson(), "fuzz-roundtrip.json");
+            if (again.toJson() != recipe.toJson()) {
+                std::fprintf(stderr, "finding: a recipe read back from its own JSON differs\n");
+                std::abort();
+            }
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "finding: a recipe's own JSON does not read back: %s\n", e.what());
+            std::abort();
+        }
         break;
     }
     }
