@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <cstring>
 #include <set>
 #include <string>
@@ -146,10 +147,16 @@ int main(int argc, char** argv) {
 #ifdef CWB_WITH_GUI
     if (cwb::isGuiInvocation(args)) return cwb::runGui(argc, argv);   // a model or project path, or GUI options
 #endif
-    // A path that is not there (a model or project mistyped) is said to be missing, not called an unknown command.
+    // A path that is not there (a model or project mistyped) is said to be missing, not called an unknown command; one
+    // that is there, in a build without the GUI, is said to need it.
     const std::string& word = args[0];
-    const bool looksLikePath = word.find('/') != std::string::npos ||
-                               (word.find('.') != std::string::npos && word.find('.') > 0 && word.rfind('-', 0) != 0);
+    std::error_code ec;
+    if (word.rfind('-', 0) != 0 && std::filesystem::exists(word, ec)) {
+        std::fprintf(stderr, "cwb: %s: opening a model or project in a window needs a build with the GUI (this one has "
+                             "none); the commands work on it (cwb --help)\n", word.c_str());
+        return 2;
+    }
+    const bool looksLikePath = word.rfind('-', 0) != 0 && (word.find('/') != std::string::npos || word.find('.') != std::string::npos);
     if (looksLikePath) {
         std::fprintf(stderr, "cwb: %s: no such file or folder (give a model or project that exists; commands: cwb --help)\n",
                      word.c_str());

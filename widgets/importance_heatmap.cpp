@@ -166,8 +166,11 @@ struct ImportanceHeatmap::Private {
             }
             map->setDataRange(QCPRange(lo, hi));
             map->setVisible(true);
+            scale->setVisible(true);
         } else {
+            // No map, no colour scale: it kept the last map's range, or showed 0–6 over nothing (GUI probe).
             map->setVisible(false);
+            scale->setVisible(false);
         }
 
         QVector<double> xTicks;
@@ -263,6 +266,8 @@ const HeatmapData& ImportanceHeatmap::scores() const { return m->data; }
 void ImportanceHeatmap::clear() { setScores(HeatmapData{}); }
 
 int ImportanceHeatmap::rowCount() const { return m->rows(); }
+
+bool ImportanceHeatmap::colorScaleShown() const { return m->scale->visible(); }
 
 int ImportanceHeatmap::columnCount() const { return m->columns(); }
 

@@ -26,6 +26,7 @@ public:
     void clear();
 
     int rowCount() const;
+    bool colorScaleShown() const;   // only beside a map: without one it showed a stale range
     int columnCount() const;
     // Value of a cell, NaN when out of range or when the cell has no value.
     double value(int row, int column) const;

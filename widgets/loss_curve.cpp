@@ -20,6 +20,10 @@ constexpr int kReplotIntervalMs = 50;
 struct LossCurve::Private {
     QCustomPlot* plot = nullptr;
     QTimer* replotTimer = nullptr;
+    // Log axis: decades labelled where the values span several; evenly spaced labels within one decade, where the
+    // log ticker put its labels on top of each other and left half the axis bare (GUI probe).
+    QSharedPointer<QCPAxisTickerLog> decadeTicker = QSharedPointer<QCPAxisTickerLog>::create();
+    QSharedPointer<QCPAxisTicker> evenTicker = QSharedPointer<QCPAxisTicker>::create();
     std::vector<std::pair<QString, QCPGraph*>> graphs;  // creation order = colour order
 
     QCPGraph* find(const QString& name) const
@@ -37,10 +41,26 @@ struct LossCurve::Private {
             graphs[i].second->setPen(QPen(plot::seriesColor(int(i)), 1.8));
     }
 
+    // The legend sits below the plot, in rows, for two series or more (inside the plot it covered the curves: GUI
+    // probe). Hidden, it is taken out of the layout, which would otherwise keep an empty strip for it.
+    void placeLegend(bool shown)
+    {
+        QCPLayoutGrid* layout = plot->plotLayout();
+        const bool placed = plot->legend->layout() == layout;
+        if (shown && !placed) {
+            layout->addElement(1, 0, plot->legend);
+            layout->setRowStretchFactor(1, 0.001);
+        } else if (!shown && placed) {
+            layout->take(plot->legend);
+            layout->simplify();
+        }
+        plot->legend->setVisible(shown);
+    }
+
     // `now`: painted before returning (flush); otherwise on the next pass of the event loop.
     void redraw(bool now = false)
     {
-        plot->legend->setVisible(graphs.size() > 1);
+        placeLegend(graphs.size() > 1);
         if (!graphs.empty()) {
             plot->rescaleAxes(true);
             // A flat or single-point curve gives an empty range; widen it a little.
@@ -52,6 +72,13 @@ struct LossCurve::Private {
                 }
             }
             plot->yAxis->scaleRange(1.05, plot->yAxis->range().center());
+            if (plot->yAxis->scaleType() == QCPAxis::stLogarithmic) {
+                const QCPRange range = plot->yAxis->range();
+                const bool withinADecade = range.lower > 0 && range.upper / range.lower < 10.0;
+                const QSharedPointer<QCPAxisTicker> wanted = withinADecade ? evenTicker : decadeTicker.staticCast<QCPAxisTicker>();
+                if (plot->yAxis->ticker() != wanted)
+                    plot->yAxis->setTicker(wanted);
+            }
         }
         plot->replot(now ? QCustomPlot::rpImmediateRefresh : QCustomPlot::rpQueuedReplot);
     }
@@ -68,7 +95,9 @@ LossCurve::LossCurve(QWidget* parent) : QWidget(parent), m(std::make_unique<Priv
     m->plot->xAxis->setLabel(tr("step"));
     m->plot->yAxis->setLabel(tr("loss"));
     m->plot->legend->setVisible(false);
-    m->plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    m->plot->axisRect()->insetLayout()->take(m->plot->legend);   // placed below the plot when shown (placeLegend)
+    m->plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+    m->plot->legend->setWrap(4);
 
     m->replotTimer = new QTimer(this);
     m->replotTimer->setSingleShot(true);
@@ -113,14 +142,15 @@ void LossCurve::setAxisLabels(const QString& stepLabel, const QString& valueLabe
 void LossCurve::setLogScale(bool logarithmic)
 {
     m->plot->yAxis->setScaleType(logarithmic ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-    if (logarithmic)
-        m->plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
-    else
-        m->plot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    m->plot->yAxis->setTicker(logarithmic ? m->decadeTicker.staticCast<QCPAxisTicker>() : m->evenTicker);
     m->redraw();
 }
 
 int LossCurve::seriesCount() const { return int(m->graphs.size()); }
+
+bool LossCurve::labelsDecades() const { return !m->plot->yAxis->ticker().dynamicCast<QCPAxisTickerLog>().isNull(); }
+
+bool LossCurve::legendOutsidePlot() const { return m->plot->legend->layout() == m->plot->plotLayout(); }
 
 int LossCurve::pointCount(const QString& series) const
 {

@@ -24,6 +24,10 @@ public:
     void clear();
     void setAxisLabels(const QString& stepLabel, const QString& valueLabel);
     void setLogScale(bool logarithmic);  // value axis; points <= 0 are then not drawn
+    // For tests: whether the log value axis labels powers of ten (values over more than a decade) rather than evenly
+    // spaced values (within one), and whether the legend sits outside the plotted area.
+    bool labelsDecades() const;
+    bool legendOutsidePlot() const;
 
     int seriesCount() const;
     int pointCount(const QString& series) const;  // 0 for an unknown series

@@ -402,8 +402,11 @@ int runProject(const std::vector<std::string>& args) {
                 continue;
             }
             const nlohmann::json& stored = project.resultBasis(name);
-            const bool upToDate = !project.results(name).empty() && !stored.is_null() &&
-                                  Project::basisDifferences(stored, basisNow(name)).empty();
+            // Latency rows alone (the GUI's Measure Latency) are not an evaluation (review: such a variant was called
+            // up to date and never measured).
+            const auto& rows = project.results(name);
+            const bool evaluated = std::any_of(rows.begin(), rows.end(), [](const ResultRow& r) { return r.metric == "perplexity"; });
+            const bool upToDate = evaluated && !stored.is_null() && Project::basisDifferences(stored, basisNow(name)).empty();
             (upToDate ? current : stale).push_back(name);
         }
         if (!current.empty() && !a.flag("quiet")) {

@@ -46,7 +46,7 @@ struct MetricSpec {
 const MetricSpec kMetrics[] = {{"perplexity", "Perplexity", "", true},
                                {"kl_mean", "KL divergence to the base (mean)", "nats", false},
                                {"top1", "Top-1 agreement with the base", "fraction", false},
-                               {"bytes", "Model size", "bytes", true},
+                               {"bytes", "Model size", "MiB", true},   // charted in MiB, as the table and tree say sizes
                                {"bits_per_weight", "Bits per weight (linear layers)", "bits", true},
                                {"decode_ms_p50", "Decode latency (median per token)", "ms", true},
                                {"prefill_tokens_per_second", "Prefill speed", "tokens/s", true}};
@@ -175,7 +175,9 @@ void CompareView::refresh() {
             cells[{name, r.metric}] = r;
             if (r.metric == spec->id && (spec->withBase || name != Project::kBaseName)) {
                 const bool broken = !brokenPerplexity(r).empty();
-                series.push_back({label(name) + (broken ? tr(" ⚠ worse than chance") : QString()), r.value, r.error});
+                // Sizes in MiB: the bars read "1.171e+06" bytes beside a table in MiB (GUI probe).
+                const double scale = r.metric == "bytes" ? 1.0 / (1024.0 * 1024.0) : 1.0;
+                series.push_back({label(name) + (broken ? tr(" ⚠ worse than chance") : QString()), r.value * scale, r.error * scale});
                 if (name == Project::kBaseName) baseBarLabel = series.back().variant;
             }
         }
@@ -281,22 +283,38 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
                                    : cancelled ? tr("Latency measurement cancelled; nothing was stored.")
                                                : tr("Latency not measured: %1").arg(error));
         if (ok) {
+            QStringList notStored;
             for (const auto& [name, latency] : *measured) {
                 if (name != Project::kBaseName && !document->project().hasVariant(name)) continue;   // removed meanwhile
                 std::vector<ResultRow> rows;
                 for (const auto& r : document->project().results(name))
                     if (!isLatencyMetric(r.metric)) rows.push_back(r);
-                // One basis per variant's rows: rows measured before an edit keep theirs, so the set stays marked.
+                // One basis per variant's rows: rows measured before an edit keep theirs, so the set stays marked. Their
+                // basis must then be of the recipe and model the latency was measured from, or the latency would be
+                // filed under another recipe (and a later run would keep it as that recipe's: review).
                 const QString key = QString::fromStdString(name);
+                const nlohmann::json stored = document->resultBasis(key);
+                const bool current = rows.empty() || document->resultsCurrent(key);
+                bool sameBuild = true;
+                for (const char* part : {"steps", "model"})
+                    sameBuild = sameBuild && stored.is_object() &&
+                                stored.value(part, nlohmann::json()) == startBasis.at(name).value(part, nlohmann::json());
+                if (!current && !sameBuild) {
+                    notStored << key;
+                    continue;
+                }
                 const std::optional<nlohmann::json> basis =
-                    rows.empty() || document->resultsCurrent(key) ? std::optional<nlohmann::json>(startBasis.at(name))
-                                                                  : std::optional<nlohmann::json>(document->resultBasis(key));
+                    current ? std::optional<nlohmann::json>(startBasis.at(name)) : std::optional<nlohmann::json>(stored);
                 const int threads = at::get_num_threads();
                 rows.push_back({name, "decode_ms_p50", latency.decodeP50Ms, 0, device, threads, latency.decodeMeanMs / 1000.0, "", ""});
                 rows.push_back({name, "prefill_tokens_per_second", latency.prefillTokensPerSecond, 0, device, threads,
                                 latency.prefillSeconds, "", ""});
                 document->setResults(key, rows, basis);
             }
+            if (!notStored.isEmpty())
+                mMeasureStatus->setText(mMeasureStatus->text() +
+                                        tr(" Not stored for %1: its results are of an earlier recipe or model; run it, then "
+                                           "measure again.").arg(notStored.join(tr(", "))));
         }
         emit latencyMeasured(ok, cancelled ? tr("Cancelled; nothing was stored.") : error);
     });

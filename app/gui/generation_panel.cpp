@@ -76,7 +76,12 @@ GenerationPanel::GenerationPanel(QWidget* parent)
 GenerationPanel::~GenerationPanel() = default;
 
 void GenerationPanel::setDocument(ProjectDocument* document) {
-    if (mJob) mJob.reset();   // cancels and waits: the job reads the old document's model
+    if (mJob) mJob.reset();   // cancels and waits: the job reads the old document's model (no finished signal then)
+    mProgress->setVisible(false);
+    mCancel->setEnabled(false);
+    mGenerate->setEnabled(true);
+    mLeft->setEnabled(true);
+    mRight->setEnabled(true);
     if (mDocument) disconnect(mDocument, nullptr, this, nullptr);
     mDocument = document;
     setEnabled(document != nullptr);
@@ -167,6 +172,8 @@ bool GenerationPanel::generate() {
         mProgress->setVisible(false);
         mCancel->setEnabled(false);
         mGenerate->setEnabled(true);
+        mLeft->setEnabled(true);
+        mRight->setEnabled(true);
         const bool ok = !cancelled && error.isEmpty();
         if (ok) {
             mLeftText->setPlainText(prompt + QString::fromStdString((*texts)[0]));
@@ -184,6 +191,9 @@ bool GenerationPanel::generate() {
     mProgress->setVisible(true);
     mCancel->setEnabled(true);
     mGenerate->setEnabled(false);
+    // The answers go under the names they were asked of: the choices stay put until they are in (review).
+    mLeft->setEnabled(false);
+    mRight->setEnabled(false);
     emit generationStarted(mJob->title());
     mJob->start();
     return true;

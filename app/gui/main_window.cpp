@@ -218,6 +218,9 @@ void MainWindow::setDocument(std::unique_ptr<ProjectDocument> document) {
     mPipeline->setDocument(nullptr);
     mCompare->setDocument(nullptr);
     mTree->setModel(nullptr);
+    // Jobs stopped with their views end without their finished signals (the job is destroyed with them): their
+    // status-bar entries go here, or "▶ Measure latency" stayed on show under the next project (review).
+    for (const char* key : {"importance", "run", "latency", "generation"}) mStatus->setJob(key, {});
     mDocument = std::move(document);
     ProjectDocument* doc = mDocument.get();
     for (QAction* a : mDocumentActions) a->setEnabled(doc);
@@ -351,7 +354,8 @@ bool MainWindow::openPath(const QString& path, bool interactive, const QString& 
         return false;
     }
     mRecent->add(path);
-    const bool located = doc->isDirty() && !relocated.isEmpty();
+    const bool located = !relocated.isEmpty() &&
+                         doc->project().model().path == QFileInfo(relocated).absoluteFilePath().toStdString();
     setDocument(std::move(doc));
     statusBar()->showMessage(located ? tr("Opened %1 with its model at %2 (save to keep the new path)").arg(info.absoluteFilePath(), relocated)
                                      : tr("Opened %1").arg(info.absoluteFilePath()),
@@ -667,6 +671,10 @@ bool MainWindow::exportVariant(const ExportRequest& request, bool interactive) {
 
 bool MainWindow::replayAsBatch(const QString& outputDir) {
     if (!mDocument || mBatch->isRunning()) return false;
+    if (mRun->isRunning()) {   // the two would share the Run tab's bar, buttons and Cancel
+        showError(tr("A run is in progress"), tr("The batch replay would run beside it."), tr("Wait for the run or cancel it (Esc), then replay."));
+        return false;
+    }
     if (mDocument->isUntitled() || mDocument->isDirty()) {
         showError(tr("Save the project first"), tr("The batch replay reads the project file, and it has unsaved changes."),
                   tr("Save (Ctrl+S), then replay again."));
@@ -762,12 +770,15 @@ bool MainWindow::maybeStopJobs() {
     if (mRun->isRunning()) running << tr("a run");
     if (mImportance->isComputing()) running << tr("an importance computation");
     if (mCompare->isMeasuring()) running << tr("a latency measurement");
+    if (mCompare->generationPanel()->isGenerating()) running << tr("a text generation");
     if (mExportJob && mExportJob->isRunning()) running << tr("an export");
     if (mBatch->isRunning()) running << tr("a batch replay");
     if (running.isEmpty()) return true;
+    QString what = running.join(tr(", "));
+    what[0] = what[0].toUpper();
     const auto answer = QMessageBox::question(
         this, tr("Stop the work in progress?"),
-        tr("%1 is in progress on this project and will be stopped; what it has not stored yet is lost.").arg(running.join(tr(", "))),
+        tr("%1 is in progress on this project and will be stopped; what it has not stored yet is lost.").arg(what),
         QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
     return answer == QMessageBox::Yes;
 }

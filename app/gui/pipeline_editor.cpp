@@ -223,8 +223,8 @@ void PipelineEditor::refreshSteps() {
         for (size_t i = 0; i < steps.size(); ++i) {
             auto* item = new QListWidgetItem(stepLabel(steps[i], int(i)), mSteps);
             const QString detail = scopeDetail(steps[i]);
-            if (!detail.isEmpty()) item->setToolTip(detail + tr("\n(set from the Importance tab: pick layers, then Use Picked Layers as Step Targets or Override Bits for "
-                                                                  "Picked Layers)"));
+            if (!detail.isEmpty()) item->setToolTip(detail + tr("\n(from a recipe, the Budget Solver, or the Importance tab's Use Picked Layers as Step "
+                                                                  "Targets / Override Bits for Picked Layers)"));
             item->setFlags(item->flags() | Qt::ItemIsUserCheckable | Qt::ItemIsDragEnabled);
             item->setCheckState(steps[i].value("enabled", true) ? Qt::Checked : Qt::Unchecked);
         }

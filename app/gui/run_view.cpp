@@ -71,10 +71,10 @@ RunView::~RunView() = default;
 void RunView::setDocument(ProjectDocument* document) {
     mJob.reset();   // cancels and waits: the job reads the old document's model
     mDocument = document;
-    mRunCurrent->setEnabled(document);
-    mRunAll->setEnabled(document);
-    mCancel->setEnabled(false);
-    mStatus->setText(document ? tr("Ready.") : tr("Open a model or project."));
+    mRunCurrent->setEnabled(document && !mBatchRunning);   // a batch replay goes on across documents
+    mRunAll->setEnabled(document && !mBatchRunning);
+    mCancel->setEnabled(mBatchRunning);
+    if (!mBatchRunning) mStatus->setText(document ? tr("Ready.") : tr("Open a model or project."));
 }
 
 double RunView::elapsedSeconds() const { return isRunning() ? mClock.elapsed() / 1000.0 : 0.0; }
@@ -141,24 +141,33 @@ bool RunView::run(QStringList variants) {
     const auto& baseRows = mDocument->project().results(Project::kBaseName);
     const bool baseMeasured = std::any_of(baseRows.begin(), baseRows.end(), [](const ResultRow& r) { return r.metric == "perplexity"; });
     // Every comparison needs the base's numbers as the variants' are measured now: a base not measured (latency rows
-    // alone are not its evaluation), or measured under other settings or another tokenizer, runs first. A variant
-    // once came out beside a stale base, compared across two contexts (GUI probe).
-    const QStringList baseOutdated = mDocument->resultsOutdatedBy(QString::fromLatin1(Project::kBaseName));
-    QString baseNote;
-    if ((!baseMeasured || !baseOutdated.isEmpty()) && !variants.contains(Project::kBaseName)) {
-        variants.prepend(QString::fromLatin1(Project::kBaseName));
-        if (baseMeasured) baseNote = tr("base: measured again first, since its results are out of date (%1)").arg(baseOutdated.join(tr("; ")));
-    }
+    // alone are not its evaluation) runs first, and so does one measured under other settings, tokenizer or texts
+    // (decided on the worker, which reads the texts as they are now). A variant once came out beside a stale base,
+    // compared across two contexts (GUI probe).
+    if (!baseMeasured && !variants.contains(Project::kBaseName)) variants.prepend(QString::fromLatin1(Project::kBaseName));
 
     const Project snapshot = mDocument->project();   // the worker reads a copy; editing goes on meanwhile
     std::shared_ptr<const Model> model = mDocument->model();
     QPointer<ProjectDocument> document = mDocument;
     const RuntimeOptions options = guiRuntimeOptions();   // Run ▸ Compute On, as the run starts
-    mJob = std::make_unique<BackgroundJob>(tr("Run %1").arg(variants.join(", ")), [this, snapshot, model, variants, document, options](Feedback& feedback) {
+    mJob = std::make_unique<BackgroundJob>(tr("Run %1").arg(variants.join(", ")), [this, snapshot, model, requested = variants, document, options](Feedback& feedback) {
         ProjectRunner runner(snapshot, *model, options);
         // Results are stamped with the texts as read now: one edited in place since the project recorded it keeps the
         // recorded hash, and results measured on its new content must not claim the old (as `project run` does).
         const TextHashes texts = textHashesOnDisk(snapshot.settings());
+        QStringList variants = requested;
+        const std::string base = Project::kBaseName;
+        // Base results of a build that recorded no basis count as current, as the Compare tab shows them.
+        if (!variants.contains(QString::fromStdString(base)) && !snapshot.resultBasis(base).is_null()) {
+            const std::vector<std::string> why =
+                Project::basisDifferences(snapshot.resultBasis(base), withTextHashes(snapshot.measurementBasis(base), texts));
+            if (!why.empty()) {
+                variants.prepend(QString::fromStdString(base));
+                std::string reasons;
+                for (const auto& w : why) reasons += (reasons.empty() ? "" : "; ") + w;
+                feedback.log("base: measured again first, since its results are out of date (" + reasons + ")");
+            }
+        }
         const int n = variants.size();
         for (int i = 0; i < n; ++i) {
             feedback.log(QStringLiteral("%1: building and evaluating").arg(variants[i]).toStdString());
@@ -211,9 +220,9 @@ bool RunView::run(QStringList variants) {
     connect(mJob.get(), &BackgroundJob::logged, this, &RunView::appendLog);
     connect(mJob.get(), &BackgroundJob::metricsReported, this, &RunView::addMetrics);
     connect(mJob.get(), &BackgroundJob::finished, this, [this](bool cancelled, const QString& error) {
-        mRunCurrent->setEnabled(true);
-        mRunAll->setEnabled(true);
-        mCancel->setEnabled(false);
+        mRunCurrent->setEnabled(!mBatchRunning);
+        mRunAll->setEnabled(!mBatchRunning);
+        mCancel->setEnabled(mBatchRunning);
         const QString elapsed = duration(mClock.elapsed() / 1000.0);
         if (cancelled) {
             mStatus->setText(tr("Cancelled after %1; variants that finished keep their results.").arg(elapsed));
@@ -230,7 +239,6 @@ bool RunView::run(QStringList variants) {
         QMetaObject::invokeMethod(this, [this, cancelled, error] { emit finished(!cancelled && error.isEmpty()); }, Qt::QueuedConnection);
     });
     mLog->clear();
-    if (!baseNote.isEmpty()) appendLog(baseNote);
     mLossCurve->clear();
     mLossCurve->setVisible(false);
     mProgress->setValue(0);
@@ -263,7 +271,6 @@ void RunView::setBatchRunning(bool running, const QString& summary) {
     if (running) {
         mProgress->setRange(0, 0);   // busy: the replay reports lines, not fractions
         mStatus->setText(tr("Replaying the saved project as a batch (Cancel or Esc stops it)…"));
-        mClock.start();
     } else {
         mProgress->setRange(0, 1000);
         mProgress->setValue(0);

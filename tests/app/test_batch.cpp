@@ -286,6 +286,15 @@ void TestBatch::projectRunMeasuresWhatIsOutOfDate() {
     }
     QVERIFY(rtn > 0);
     QCOMPARE(rtnAgain, rtn);
+    {   // Regression (review): latency rows alone (the GUI's Measure Latency) counted as an evaluation, up to date.
+        cwb::Project latencyOnly = cwb::Project::open(copy.toStdString());
+        const nlohmann::json basis = latencyOnly.resultBasis("rtn-again");
+        latencyOnly.setResults("rtn-again", {{"rtn-again", "decode_ms_p50", 1.5, 0, "cpu", 1, 0.1, "", ""}}, basis);
+        latencyOnly.save();
+    }
+    Result measured = run({"project", "run", copy, "--threads", "1"});
+    QVERIFY2(measured.exitCode == 0 && measured.out.contains("rtn-again ") && !measured.out.contains("gptq-w4g32 "),
+             qPrintable(measured.out + measured.err));
     // A changed setting makes every result out of date.
     Result chunks = run({"project", "set", copy, "--chunks", "5"});
     QVERIFY2(chunks.exitCode == 0 && chunks.err.contains("warning: the stored results of base, rtn-w4g32, gptq-w4g32, wanda-50, "

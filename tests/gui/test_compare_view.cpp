@@ -214,6 +214,19 @@ void TestCompareView::measuresAndChartsLatency() {
     for (const auto& r : doc->project().results("w4")) latencyRows += r.metric == "decode_ms_p50";
     QCOMPARE(latencyRows, 1);
 
+    // Regression (review): with w4's results of an earlier recipe, its new latency was filed under that recipe's basis
+    // (and a later run of that recipe kept it as its own). It is not stored then, and the status says so.
+    const double before = value("w4", "decode_ms_p50");
+    doc->undoStack()->push(changeStepParameter(doc.get(), "w4", 0, "bits", 3));
+    QVERIFY(!doc->resultsCurrent("w4"));
+    QVERIFY(view.measureLatency(8, 4));
+    QVERIFY(measured.wait(120000));
+    QVERIFY2(measured.last().at(0).toBool(), qPrintable(measured.last().at(1).toString()));
+    QVERIFY2(view.measurementStatus().contains("Not stored for w4: its results are of an earlier recipe or model"),
+             qPrintable(view.measurementStatus()));
+    QCOMPARE(value("w4", "decode_ms_p50"), before);
+    doc->undoStack()->undo();
+
     // Regression: a failed measurement said nothing (the signal was connected to nothing). Now the view says which
     // variant failed and why: GPTQ needs calibration text, which a fresh project has none of.
     Variant gptq;

@@ -268,10 +268,12 @@ void TestImportanceHeatmap::emptyAndSingleCell()
     one.values = {3.25};
     QVERIFY(heatmap.setScores(one));
     QCOMPARE(heatmap.valueAt(heatmap.cellCenter(0, 0)), 3.25);
+    QVERIFY(heatmap.colorScaleShown());
 
     heatmap.clear();
     QCOMPARE(heatmap.rowCount(), 0);
     QCOMPARE(heatmap.columnCount(), 0);
+    QVERIFY(!heatmap.colorScaleShown());   // regression (GUI probe): the last map's range stayed on show
     QVERIFY(std::isnan(heatmap.valueAt(QPoint(200, 150))));
 }
 

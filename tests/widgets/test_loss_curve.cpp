@@ -18,6 +18,7 @@ private slots:
     void ignoresNonFiniteValues();
     void clearRemovesEverything();
     void manyPointsStayCheap();
+    void logAxisLabelsFitTheRange();
 };
 
 namespace {
@@ -112,6 +113,27 @@ void TestLossCurve::manyPointsStayCheap()
     // Appending does not redraw per point (the timer does, at most every 50 ms); generous bound.
     QVERIFY2(timer.elapsed() < 2000, qPrintable(QString::number(timer.elapsed())));
     curve.flush();
+}
+
+// Regression (GUI probe): errors within one decade on the log axis got overlapping labels and half an axis bare; the
+// legend covered the curves. Within a decade the labels are evenly spaced, across decades at powers of ten, and the
+// legend sits below the plot.
+void TestLossCurve::logAxisLabelsFitTheRange()
+{
+    LossCurve curve;
+    curve.resize(600, 400);
+    curve.show();
+    curve.setLogScale(true);
+    for (int i = 0; i < 8; ++i) {
+        curve.addPoint("a", i, 0.012 + 0.001 * i);
+        curve.addPoint("b", i, 0.013 + 0.001 * i);
+    }
+    curve.flush();
+    QVERIFY(!curve.labelsDecades());
+    QVERIFY(curve.legendOutsidePlot());
+    curve.addPoint("a", 9, 5.0);   // now more than a decade
+    curve.flush();
+    QVERIFY(curve.labelsDecades());
 }
 
 QTEST_MAIN(TestLossCurve)
