@@ -331,11 +331,12 @@ bool MainWindow::openPath(const QString& path, bool interactive, const QString& 
     // A moved or deleted model: found again here instead of leaving the project unopenable (GUI probe: only
     // `cwb project run --model` could use it then).
     QString relocated = modelPath;
-    if (isProject && interactive && relocated.isEmpty()) relocated = locateMissingModel(info.absoluteFilePath());
+    if (isProject && interactive && relocated.isEmpty()) relocated = locateMissingModel(info.absoluteFilePath(), recover);
     std::string recordedHash;
     if (!relocated.isEmpty()) {
         try {
-            recordedHash = Project::open(info.absoluteFilePath().toStdString()).model().hash;
+            const std::string file = info.absoluteFilePath().toStdString();
+            recordedHash = (recover ? Project::recoverAutosave(file) : Project::open(file)).model().hash;
         } catch (const std::exception&) {
         }
     }
@@ -367,10 +368,11 @@ bool MainWindow::openPath(const QString& path, bool interactive, const QString& 
     return true;
 }
 
-QString MainWindow::locateMissingModel(const QString& projectPath) {
+QString MainWindow::locateMissingModel(const QString& projectPath, bool recovered) {
     std::string recorded;
     try {
-        recorded = Project::open(projectPath.toStdString()).model().path;
+        const std::string file = projectPath.toStdString();
+        recorded = (recovered ? Project::recoverAutosave(file) : Project::open(file)).model().path;
     } catch (const std::exception&) {
         return {};   // the load says what is wrong with the project
     }

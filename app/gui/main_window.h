@@ -108,7 +108,8 @@ private:
     std::unique_ptr<ProjectDocument> loadInBackground(const QString& path, bool isProject, bool recover, QString* error,
                                                       bool* cancelled = nullptr, const QString& modelPath = {});
     // Where the project's model is now, asked of the user when the path it records holds nothing ("" to give up).
-    QString locateMissingModel(const QString& projectPath);
+    // `recovered`: the autosave is what opens, and its model path is the one that counts.
+    QString locateMissingModel(const QString& projectPath, bool recovered);
 
     std::unique_ptr<ProjectDocument> mDocument;
     ModelTreeView* mTree;
