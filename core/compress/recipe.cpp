@@ -97,6 +97,11 @@ std::string layerPatternProblem(const std::string& pattern) {
         const char c = pattern[i];
         bool quantifier = false, unbounded = false;
         if (c == '\\') {
+            // A back-reference's number goes through the same overflowing parser as a count (fuzz_recipe, UBSan).
+            size_t digits = 0;
+            while (i + 1 + digits < pattern.size() && pattern[i + 1 + digits] >= '0' && pattern[i + 1 + digits] <= '9') ++digits;
+            if (digits > 3)
+                return "has a back-reference \\" + pattern.substr(i + 1, digits) + "; layer patterns need none";
             ++i;
             lastAtomAmbiguous = false;
             lastAtomCount = 0;

@@ -80,6 +80,9 @@ void TestRecipes::badRecipesAreRefused_data() {
     QTest::newRow("count past 2^63") << R"({"steps":[{"method":"quantize.rtn","targets":"q{99999999999999999999}"}]})"
                                      << "repeats something {99999999999999999999} times; counts above 1000";
     QTest::newRow("large count") << R"({"steps":[{"method":"quantize.rtn","ignore":["x{2,100000000}"]}]})" << "{2,100000000} times";
+    QTest::newRow("back-reference past 2^63")
+        << R"({"steps":[{"method":"quantize.rtn","overrides":[{"pattern":"K\\9929999999999999999.","params":{}}]}]})"
+        << "has a back-reference \\9929999999999999999";
     QTest::newRow("enabled not boolean") << R"({"steps":[{"method":"quantize.rtn","enabled":"yes"}]})" << "\"enabled\" must be true or false";
     QTest::newRow("override params not object") << R"({"steps":[{"method":"quantize.rtn","overrides":[{"pattern":"x","params":5}]}]})"
                                                 << "a \"params\" object";
