@@ -19,6 +19,7 @@
 #include "app/commands/variant_commands.h"
 #include "app/gui/param_form.h"
 #include "app/gui/project_document.h"
+#include "app/gui/step_layers_editor.h"
 #include "core/compress/method.h"
 
 namespace cwb {
@@ -72,7 +73,7 @@ QPushButton* button(const QString& text, const QString& tip, QWidget* parent) {
 
 PipelineEditor::PipelineEditor(QWidget* parent)
     : QWidget(parent), mVariants(new QComboBox(this)), mSteps(new QListWidget(this)), mPalette(new QListWidget(this)),
-      mForm(new ParamForm(this)), mStepTitle(new QLabel(this)) {
+      mForm(new ParamForm(this)), mLayers(new StepLayersEditor(this)), mStepTitle(new QLabel(this)) {
     mVariants->setObjectName(QStringLiteral("variantChooser"));
     auto* variantRow = new QHBoxLayout;
     variantRow->addWidget(new QLabel(tr("Variant:"), this));
@@ -160,7 +161,16 @@ PipelineEditor::PipelineEditor(QWidget* parent)
     auto* scroll = new QScrollArea(this);
     scroll->setWidgetResizable(true);
     scroll->setWidget(mForm);
-    formLayout->addWidget(scroll);
+    formLayout->addWidget(scroll, 1);
+    auto* layersBox = new QGroupBox(tr("Layers"), this);
+    auto* layersLayout = new QVBoxLayout(layersBox);
+    layersLayout->addWidget(mLayers);
+    formLayout->addWidget(layersBox);
+    connect(mLayers, &StepLayersEditor::stepEdited, this, [this](int index, const nlohmann::json& step) {
+        if (!mDocument || index < 0 || size_t(index) >= mDocument->steps(mDocument->currentVariant()).size()) return;
+        mDocument->undoStack()->push(new ReplaceStep(tr("Change layers of step %1").arg(index + 1), mDocument,
+                                                     mDocument->currentVariant(), index, step));
+    });
     connect(mForm, &ParamForm::parameterEdited, this, [this](const QString& name, const QString& json) {
         const int row = selectedStep();
         if (!mDocument || row < 0) return;
@@ -190,6 +200,7 @@ void PipelineEditor::setDocument(ProjectDocument* document) {
             refreshVariants();
             refreshSteps();
         });
+        connect(document, &ProjectDocument::modelChanged, this, &PipelineEditor::showSelectedStep);   // the layers' counts
         connect(document, &ProjectDocument::stepsChanged, this, [this](const QString& variant) {
             if (variant == mDocument->currentVariant()) refreshSteps();
         });
@@ -223,8 +234,8 @@ void PipelineEditor::refreshSteps() {
         for (size_t i = 0; i < steps.size(); ++i) {
             auto* item = new QListWidgetItem(stepLabel(steps[i], int(i)), mSteps);
             const QString detail = scopeDetail(steps[i]);
-            if (!detail.isEmpty()) item->setToolTip(detail + tr("\n(from a recipe, the Budget Solver, or the Importance tab's Use Picked Layers as Step "
-                                                                  "Targets / Override Bits for Picked Layers)"));
+            if (!detail.isEmpty()) item->setToolTip(detail + tr("\n(edited in the Layers box below the parameters; also set by the Budget "
+                                                                  "Solver and the Importance tab's picked layers)"));
             item->setFlags(item->flags() | Qt::ItemIsUserCheckable | Qt::ItemIsDragEnabled);
             item->setCheckState(steps[i].value("enabled", true) ? Qt::Checked : Qt::Unchecked);
         }
@@ -238,12 +249,15 @@ void PipelineEditor::showSelectedStep() {
     if (mRefreshing) return;
     const int row = selectedStep();
     if (!mDocument || row < 0) {
+        mLayers->clear();
         mForm->setSpecs({}, nlohmann::json::object());
         mStepTitle->setText(mDocument && mDocument->currentVariant().isEmpty() ? tr("Add a variant, then add steps from the methods list.")
                                                                                 : tr("Select a step to edit its parameters."));
         return;
     }
-    const nlohmann::json step = mDocument->steps(mDocument->currentVariant())[size_t(row)];
+    const nlohmann::json steps = mDocument->steps(mDocument->currentVariant());
+    const nlohmann::json step = steps[size_t(row)];
+    mLayers->setStep(mDocument->currentVariant(), steps, row, mDocument->model());
     const CompressionMethod* method = MethodRegistry::instance().find(step.value("method", ""));
     if (!method) {
         mForm->setSpecs({}, nlohmann::json::object());

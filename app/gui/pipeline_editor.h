@@ -1,7 +1,8 @@
 #pragma once
 // The steps of the current variant: a variant chooser (new, duplicate to branch, remove), the step list
 // (check box = enabled, drag or Alt+Up/Down to reorder, Delete to remove), a palette of the core's
-// registered methods, and the selected step's generated parameter form. Every edit is an undo command.
+// registered methods, and the selected step's generated parameter form and layers (targets, ignore, per-layer
+// overrides). Every edit is an undo command.
 #include <QWidget>
 
 class QComboBox;
@@ -13,6 +14,7 @@ namespace cwb {
 
 class ParamForm;
 class ProjectDocument;
+class StepLayersEditor;
 
 class PipelineEditor : public QWidget {
     Q_OBJECT
@@ -37,6 +39,7 @@ public:
     int selectedStep() const;
     void selectStep(int index);
     ParamForm* paramForm() const { return mForm; }
+    StepLayersEditor* layersEditor() const { return mLayers; }
     QListWidget* stepList() const { return mSteps; }
 
 private:
@@ -51,6 +54,7 @@ private:
     QListWidget* mSteps;
     QListWidget* mPalette;
     ParamForm* mForm;
+    StepLayersEditor* mLayers;
     QLabel* mStepTitle;
     QPushButton* mRemoveVariant;
     bool mRefreshing = false;

@@ -1,0 +1,92 @@
+#pragma once
+// Which layers a recipe step takes, edited in place: its "targets" regex, its "ignore" patterns (one per line) and its
+// per-layer overrides (pattern + parameters as JSON; the first matching override applies). Each finished edit that
+// makes a valid step is reported through stepEdited (the pipeline editor turns it into one undo command); an edit
+// that does not is kept in the fields, not applied, and the reason is shown. Against the loaded model it shows how
+// many linear layers the step takes and how many of them an override changes, and warns of a pattern that names no
+// layer (the run would stop there).
+#include <QWidget>
+
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QPushButton;
+class QTableWidget;
+
+namespace cwb {
+
+class Model;
+
+class StepLayersEditor : public QWidget {
+    Q_OBJECT
+public:
+    explicit StepLayersEditor(QWidget* parent = nullptr);
+
+    // Shows step `index` of `steps` (the variant's steps; earlier ones decide whether layer names are the base
+    // model's). Edits not yet applied to the same step survive a reload that leaves its layer fields as they were
+    // (a parameter changed in the form, say). `model` may be null: then nothing is counted.
+    // `owner` names whose steps they are (the variant), so that pending edits stay with their step.
+    void setStep(const QString& owner, const nlohmann::json& steps, int index, std::shared_ptr<const Model> model);
+    void clear();
+
+    // Reads the fields and applies them when they make a valid step that differs from the shown one: emits
+    // stepEdited and returns true. Otherwise returns false and shows why (problem()).
+    bool commit();
+    // Puts the fields back to the step as the project has it.
+    void revert();
+
+    // What the fields say: the shown step with their targets, ignore and overrides; problem() says why it cannot be
+    // applied ("" when it can).
+    nlohmann::json editedStep() const;
+    QString problem() const { return mProblem; }
+    QString warning() const { return mWarning; }
+    QString summary() const;   // the counts line as shown
+    bool hasPendingEdits() const { return mPending; }
+
+    QLineEdit* targetsEdit() const { return mTargets; }
+    QPlainTextEdit* ignoreEdit() const { return mIgnore; }
+    QTableWidget* overridesTable() const { return mOverrides; }
+    void addOverrideRow();
+    void removeOverrideRow(int row);
+    void moveOverrideRow(int row, int delta);
+
+signals:
+    void stepEdited(int index, const nlohmann::json& step);
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override;
+
+private:
+    void load(const nlohmann::json& layerFields);
+    nlohmann::json fieldsFromWidgets(QString* problem) const;
+    void validate();
+    void showState();
+
+    QString mOwner;
+    nlohmann::json mSteps = nlohmann::json::array();
+    int mIndex = -1;
+    std::shared_ptr<const Model> mModel;
+    nlohmann::json mShown;   // the layer fields of the step as the project has it
+    bool mPending = false;
+    bool mLoading = false;
+    QString mProblem, mWarning, mSummary, mLayerList;
+
+    QLineEdit* mTargets;
+    QPlainTextEdit* mIgnore;
+    QTableWidget* mOverrides;
+    QPushButton* mRemoveOverride;
+    QPushButton* mUp;
+    QPushButton* mDown;
+    QPushButton* mRevert;
+    QLabel* mStatus;
+};
+
+// The layer fields of a step in one normalised form: {"targets": "", "ignore": [], "overrides": []} with what the
+// step has.
+nlohmann::json stepLayerFields(const nlohmann::json& step);
+
+} // namespace cwb

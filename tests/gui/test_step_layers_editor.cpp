@@ -1,0 +1,277 @@
+// StepLayersEditor in the Pipeline tab: a step's targets, ignore patterns and per-layer overrides are edited in place,
+// each finished edit is one undo command, edits that make no valid step are kept in the fields but not applied (with
+// the reason), and the counts of layers taken and overridden follow the model.
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include "app/commands/step_commands.h"
+#include "app/gui/param_form.h"
+#include "app/gui/pipeline_editor.h"
+#include "app/gui/project_document.h"
+#include "app/gui/step_layers_editor.h"
+#include "core/compress/pipeline.h"
+#include "core/compress/recipe.h"
+#include "core/model/model.h"
+#include "tests/support/synthetic_models.h"
+
+using namespace cwb;
+using nlohmann::json;
+
+class TestStepLayersEditor : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void init();
+    void cleanup();
+    void targetsAreOneUndoStepAndCounted();
+    void invalidPatternIsKeptButNotApplied();
+    void pendingEditsSurviveAParameterChange();
+    void ignoreOnePatternPerLine();
+    void overridesAddEditReorderRemove();
+    void overrideParametersAreChecked();
+    void patternThatNamesNoLayerWarns();
+    void externalChangesReload();
+    void headOnlyStep();
+    void layerNamesPastARenamingStep();
+
+private:
+    json step(int index = 0) const { return mDoc->steps(mDoc->currentVariant())[size_t(index)]; }
+    void setOverrideRow(int row, const QString& pattern, const QString& params);
+    StepLayersEditor* layers() const { return mEditor->layersEditor(); }
+    QTemporaryDir mDir;
+    QString mModelPath;
+    std::unique_ptr<ProjectDocument> mDoc;
+    std::unique_ptr<PipelineEditor> mEditor;
+};
+
+void TestStepLayersEditor::initTestCase() {
+    QVERIFY(mDir.isValid());
+    mModelPath = mDir.filePath("tiny.gguf");
+    const ArchSpec spec = test::tinyLlamaSpec();
+    test::writeGguf(mModelPath.toStdString(), spec, test::randomWeights(spec, 7), ggml::Type::F32);
+}
+
+void TestStepLayersEditor::init() {
+    mDoc = ProjectDocument::openModel(mModelPath);
+    mEditor = std::make_unique<PipelineEditor>();
+    mEditor->setDocument(mDoc.get());
+    QVERIFY(mEditor->addStep("quantize.rtn"));
+    mEditor->selectStep(0);
+    QCOMPARE(mDoc->model()->linearLayers().size(), size_t(14));   // 2 blocks x 7
+}
+
+void TestStepLayersEditor::cleanup() {
+    mEditor.reset();
+    mDoc.reset();
+}
+
+void TestStepLayersEditor::setOverrideRow(int row, const QString& pattern, const QString& params) {
+    QTableWidget* table = layers()->overridesTable();
+    // A cell edit commits at once, as a user's finished cell edit does: the parameters first, so the row is complete
+    // when its pattern lands.
+    table->item(row, 1)->setText(params);
+    table->item(row, 0)->setText(pattern);
+}
+
+void TestStepLayersEditor::targetsAreOneUndoStepAndCounted() {
+    QUndoStack* stack = mDoc->undoStack();
+    QCOMPARE(layers()->summary(), QString("Takes 14 of 14 linear layers of the blocks."));
+    const int before = stack->count();
+    QLineEdit* targets = layers()->targetsEdit();
+    targets->setFocus();
+    QTest::keyClicks(targets, "layers\\.1\\.self_attn");
+    QCOMPARE(stack->count(), before);   // nothing applied while typing
+    QTest::keyClick(targets, Qt::Key_Return);
+    QCOMPARE(stack->count(), before + 1);
+    QCOMPARE(step()["targets"].get<std::string>(), std::string("layers\\.1\\.self_attn"));
+    QCOMPARE(layers()->summary(), QString("Takes 4 of 14 linear layers of the blocks."));
+    // The count is the core's: what a run would compress.
+    const Recipe recipe = Recipe::fromJson({{"steps", json::array({step()})}}, "test");
+    QCOMPARE(targetLayers(*mDoc->model(), recipe.steps[0]).size(), size_t(4));
+    QVERIFY(!layers()->hasPendingEdits());
+    // Enter again with the same text is no second command.
+    QTest::keyClick(targets, Qt::Key_Return);
+    QCOMPARE(stack->count(), before + 1);
+
+    stack->undo();
+    QVERIFY(!step().contains("targets"));
+    QCOMPARE(targets->text(), QString());
+    QCOMPARE(layers()->summary(), QString("Takes 14 of 14 linear layers of the blocks."));
+    stack->redo();
+    QCOMPARE(targets->text(), QString("layers\\.1\\.self_attn"));
+}
+
+void TestStepLayersEditor::invalidPatternIsKeptButNotApplied() {
+    QUndoStack* stack = mDoc->undoStack();
+    const int before = stack->count();
+    layers()->targetsEdit()->setText("layers\\.(1");
+    QVERIFY(!layers()->commit());
+    QCOMPARE(stack->count(), before);
+    QVERIFY(!step().contains("targets"));
+    QVERIFY2(layers()->problem().contains("regular expression"), qPrintable(layers()->problem()));
+    QVERIFY(layers()->hasPendingEdits());
+    QCOMPARE(layers()->targetsEdit()->text(), QString("layers\\.(1"));
+    auto* status = layers()->findChild<QLabel*>("stepLayersStatus");
+    QVERIFY(status->text().startsWith("Not applied: "));
+
+    // A pattern std::regex would take exponential time on is refused as a recipe refuses it.
+    layers()->targetsEdit()->setText("(a+)+b");
+    QVERIFY(!layers()->commit());
+    QVERIFY(!layers()->problem().isEmpty());
+    QCOMPARE(stack->count(), before);
+
+    layers()->revert();
+    QCOMPARE(layers()->targetsEdit()->text(), QString());
+    QVERIFY(!layers()->hasPendingEdits());
+    QVERIFY(layers()->problem().isEmpty());
+}
+
+void TestStepLayersEditor::pendingEditsSurviveAParameterChange() {
+    layers()->targetsEdit()->setText("layers\\.(1");
+    QVERIFY(!layers()->commit());
+    // A parameter edited in the form rewrites the steps (stepsChanged); the unapplied pattern stays.
+    mDoc->undoStack()->push(changeStepParameter(mDoc.get(), mDoc->currentVariant(), 0, "bits", 8));
+    QCOMPARE(step()["params"]["bits"].get<int>(), 8);
+    QCOMPARE(layers()->targetsEdit()->text(), QString("layers\\.(1"));
+    QVERIFY(layers()->hasPendingEdits());
+    // Fixed, it applies with the new parameter kept.
+    layers()->targetsEdit()->setText("layers\\.(1)");
+    QVERIFY(layers()->commit());
+    QCOMPARE(step()["targets"].get<std::string>(), std::string("layers\\.(1)"));
+    QCOMPARE(step()["params"]["bits"].get<int>(), 8);
+}
+
+void TestStepLayersEditor::ignoreOnePatternPerLine() {
+    layers()->ignoreEdit()->setPlainText("  down_proj \n\nlayers\\.0\\.self_attn\\.o_proj\n");
+    QVERIFY(layers()->commit());
+    QCOMPARE(step()["ignore"], json({"down_proj", "layers\\.0\\.self_attn\\.o_proj"}));
+    QCOMPARE(layers()->summary(), QString("Takes 11 of 14 linear layers of the blocks."));
+    layers()->ignoreEdit()->setPlainText("");
+    QVERIFY(layers()->commit());
+    QVERIFY(!step().contains("ignore"));
+}
+
+void TestStepLayersEditor::overridesAddEditReorderRemove() {
+    QUndoStack* stack = mDoc->undoStack();
+    const int before = stack->count();
+    QTableWidget* table = layers()->overridesTable();
+    layers()->addOverrideRow();
+    QCOMPARE(table->rowCount(), 1);
+    QCOMPARE(stack->count(), before);   // an empty row is nothing yet
+    QVERIFY(layers()->problem().isEmpty());
+    setOverrideRow(0, "layers\\.0\\.", R"({"bits": 8})");
+    QCOMPARE(stack->count(), before + 1);
+    QCOMPARE(step()["overrides"], json::parse(R"([{"pattern": "layers\\.0\\.", "params": {"bits": 8}}])"));
+    QCOMPARE(layers()->summary(), QString("Takes 14 of 14 linear layers of the blocks. Overrides change 7 of them."));
+
+    layers()->addOverrideRow();
+    setOverrideRow(1, "mlp", R"({"bits": 3})");
+    QCOMPARE(stack->count(), before + 2);
+    // The first match applies: block 0's MLP keeps 8 bits, so 7 + 3 layers are overridden.
+    QCOMPARE(layers()->summary(), QString("Takes 14 of 14 linear layers of the blocks. Overrides change 10 of them."));
+    layers()->moveOverrideRow(1, -1);
+    QCOMPARE(stack->count(), before + 3);
+    QCOMPARE(step()["overrides"][0]["pattern"].get<std::string>(), std::string("mlp"));
+    QCOMPARE(table->item(0, 0)->text(), QString("mlp"));
+
+    // What a run resolves for a layer follows the order: block 0's gate takes the MLP override now.
+    const Recipe recipe = Recipe::fromJson({{"steps", json::array({step()})}}, "test");
+    QCOMPARE(recipe.steps[0].overrides.front().params["bits"].get<int>(), 3);
+
+    layers()->removeOverrideRow(0);
+    QCOMPARE(stack->count(), before + 4);
+    QCOMPARE(step()["overrides"].size(), size_t(1));
+    QCOMPARE(step()["overrides"][0]["pattern"].get<std::string>(), std::string("layers\\.0\\."));
+    stack->undo();
+    QCOMPARE(table->rowCount(), 2);
+    QCOMPARE(table->item(0, 0)->text(), QString("mlp"));
+}
+
+void TestStepLayersEditor::overrideParametersAreChecked() {
+    QUndoStack* stack = mDoc->undoStack();
+    const int before = stack->count();
+    layers()->addOverrideRow();
+    setOverrideRow(0, "mlp", R"({"bitz": 8})");
+    QCOMPARE(stack->count(), before);
+    QVERIFY2(layers()->problem().contains("bitz"), qPrintable(layers()->problem()));
+    setOverrideRow(0, "mlp", R"({"bits": 99})");
+    QCOMPARE(stack->count(), before);
+    QVERIFY2(layers()->problem().contains("bits"), qPrintable(layers()->problem()));
+    setOverrideRow(0, "mlp", "bits=8");
+    QVERIFY2(layers()->problem().contains("not JSON"), qPrintable(layers()->problem()));
+    setOverrideRow(0, "mlp", "[8]");
+    QVERIFY2(layers()->problem().contains("JSON object"), qPrintable(layers()->problem()));
+    layers()->overridesTable()->item(0, 0)->setText("");   // the pattern cleared first, then valid parameters
+    layers()->overridesTable()->item(0, 1)->setText(R"({"bits": 8})");
+    QVERIFY2(layers()->problem().contains("needs a layer pattern"), qPrintable(layers()->problem()));
+    // "head" says which layers the step takes: not an override's business.
+    setOverrideRow(0, "mlp", R"({"head": "also"})");
+    QVERIFY2(layers()->problem().contains("head"), qPrintable(layers()->problem()));
+    QCOMPARE(stack->count(), before);
+    QVERIFY(!step().contains("overrides"));
+    setOverrideRow(0, "mlp", R"({"bits": 8})");
+    QCOMPARE(stack->count(), before + 1);
+    QVERIFY(layers()->problem().isEmpty());
+}
+
+void TestStepLayersEditor::patternThatNamesNoLayerWarns() {
+    // Valid, so it is applied (the project may be for another model), but a run would stop: said before it runs.
+    layers()->targetsEdit()->setText("q_prj");
+    QVERIFY(layers()->commit());
+    QCOMPARE(step()["targets"].get<std::string>(), std::string("q_prj"));
+    QVERIFY2(layers()->warning().contains("leaves no layer"), qPrintable(layers()->warning()));
+    QCOMPARE(layers()->summary(), QString("Takes 0 of 14 linear layers of the blocks."));
+    layers()->targetsEdit()->setText("q_proj");
+    QVERIFY(layers()->commit());
+    QVERIFY(layers()->warning().isEmpty());
+
+    layers()->addOverrideRow();
+    setOverrideRow(0, "layers\\.7\\.", R"({"bits": 8})");
+    QVERIFY2(layers()->warning().contains("matches no layer"), qPrintable(layers()->warning()));
+}
+
+void TestStepLayersEditor::externalChangesReload() {
+    layers()->targetsEdit()->setText("layers\\.(1");
+    QVERIFY(!layers()->commit());
+    // The Importance tab sets the targets of the same step: its change wins over the unapplied text.
+    mDoc->undoStack()->push(setStepTargets(mDoc.get(), mDoc->currentVariant(), 0, "^(?:model\\.layers\\.0\\.mlp\\.)"));
+    QCOMPARE(layers()->targetsEdit()->text(), QString("^(?:model\\.layers\\.0\\.mlp\\.)"));
+    QVERIFY(!layers()->hasPendingEdits());
+    QCOMPARE(layers()->summary(), QString("Takes 3 of 14 linear layers of the blocks."));
+
+    // Another step shows its own fields; pending text of the first does not leak into it.
+    layers()->targetsEdit()->setText("layers\\.(1");
+    QVERIFY(!layers()->commit());
+    QVERIFY(mEditor->addStep("prune.magnitude"));
+    mEditor->selectStep(1);
+    QCOMPARE(layers()->targetsEdit()->text(), QString());
+    QVERIFY(!layers()->hasPendingEdits());
+    // No step selected: the box is off.
+    mEditor->selectStep(-1);
+    QVERIFY(!layers()->isEnabled());
+}
+
+void TestStepLayersEditor::headOnlyStep() {
+    mDoc->undoStack()->push(changeStepParameter(mDoc.get(), mDoc->currentVariant(), 0, "head", "only"));
+    QCOMPARE(layers()->summary(), QString("Takes the output head only."));
+    layers()->targetsEdit()->setText("mlp");
+    QVERIFY(layers()->commit());
+    QVERIFY2(layers()->warning().contains("\"only\""), qPrintable(layers()->warning()));
+}
+
+void TestStepLayersEditor::layerNamesPastARenamingStep() {
+    mDoc->undoStack()->push(new AddStep(mDoc.get(), mDoc->currentVariant(), defaultStep("prune.layers"), 0));
+    mEditor->selectStep(1);
+    QCOMPARE(step(1).value("method", ""), std::string("quantize.rtn"));
+    layers()->targetsEdit()->setText("layers\\.9\\.");
+    QVERIFY(layers()->commit());
+    QVERIFY(layers()->warning().isEmpty());   // block numbers after the removal are checked by the run
+    QVERIFY2(layers()->summary().contains("step 1 (prune.layers)"), qPrintable(layers()->summary()));
+}
+
+QTEST_MAIN(TestStepLayersEditor)
+#include "test_step_layers_editor.moc"
