@@ -1,9 +1,15 @@
 // The whole flow through the real main window: open stories260K → add an RTN step → run → the A/B chart has
 // two series (base and the variant) → save → reopen shows the same steps and chart. Waits on signals.
+#include <QAbstractButton>
+#include <QFileDialog>
+#include <QLineEdit>
+#include <QMessageBox>
+#include <QPointer>
 #include <QProgressBar>
 #include <QStatusBar>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QTimer>
 #include <QtTest/QtTest>
 
 #include "app/commands/settings_commands.h"
@@ -59,6 +65,7 @@ private slots:
     void latencyAndGenerationShowInTheStatusBar();
     void batchReplayShowsOnTheRunTab();
     void projectWithAMovedModelOpensWhereItIsNow();
+    void locatingAMovedModelThroughItsDialogs();
     void resultsOfAnEditedRecipeAreMarkedStale();
     void resultsAreStampedWithTheTextAsRead();
     void textEditedOnDiskIsSaid();
@@ -763,6 +770,124 @@ void TestGuiFlow::projectWithAMovedModelOpensWhereItIsNow() {
     MainWindow swapped;
     QVERIFY(swapped.openPath(project, false, other));
     QVERIFY(!swapped.document()->resultsCurrent(QString::fromLatin1(Project::kBaseName)));
+}
+
+namespace {
+
+// Answers the modal dialogs a call opens, as a user would: each is recorded by its title and given to `answer`.
+class DialogAnswerer : public QObject {
+public:
+    explicit DialogAnswerer(std::function<void(QWidget*)> answer) : mAnswer(std::move(answer)) {
+        connect(&mTimer, &QTimer::timeout, this, [this] {
+            QWidget* dialog = QApplication::activeModalWidget();
+            if (!dialog || dialog == mLast) return;
+            mLast = dialog;
+            seen << dialog->windowTitle();
+            auto* box = qobject_cast<QMessageBox*>(dialog);
+            texts << (box ? box->text() : QString());
+            mAnswer(dialog);
+        });
+        mTimer.start(20);
+    }
+    QStringList seen;    // titles
+    QStringList texts;   // a message box's text, else ""
+
+private:
+    std::function<void(QWidget*)> mAnswer;
+    QPointer<QWidget> mLast;
+    QTimer mTimer;
+};
+
+void clickButton(QWidget* dialog, QMessageBox::StandardButton which) {
+    auto* box = qobject_cast<QMessageBox*>(dialog);
+    QVERIFY2(box && box->button(which), qPrintable(dialog->windowTitle()));
+    box->button(which)->click();
+}
+
+// As a user does it: the path typed into the file dialog's name field (focused when it opens), then Enter.
+void typePathAndEnter(QFileDialog* dialog, const QString& path) {
+    auto* name = qobject_cast<QLineEdit*>(QApplication::focusWidget());
+    QVERIFY2(name && dialog->isAncestorOf(name), "the file dialog's name field has no focus");
+    name->selectAll();
+    QTest::keyClicks(name, path);
+    QTest::keyClick(name, Qt::Key_Return);
+}
+
+} // namespace
+
+// The interactive side of locating a moved model: the question, the file dialog, the warning for other bytes, and
+// an autosave recovered at the same time (the model path is then the autosave's).
+void TestGuiFlow::locatingAMovedModelThroughItsDialogs() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(other, "models/llama-2-tiny-random.gguf");
+    const QString before = mDir.filePath("dialog-a.gguf"), after = mDir.filePath("dialog-b.gguf");
+    QFile::remove(before);
+    QFile::remove(after);
+    QVERIFY(QFile::copy(model, before));
+    const QString project = mDir.filePath("dialog.cwbproj");
+    QString variant;
+    {
+        MainWindow window;
+        QVERIFY(window.openPath(before, false));
+        QVERIFY(window.saveAs(project));
+        QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));   // unsaved, autosaved
+        variant = window.document()->currentVariant();
+        window.document()->autosave();
+        QVERIFY(Project::hasAutosave(project.toStdString()));
+    }
+    QVERIFY(QFile::rename(before, after));
+    // The platform's own file dialog (where the platform has one) cannot be driven from here: Qt's is.
+    QCoreApplication::setAttribute(Qt::AA_DontUseNativeDialogs, true);
+    auto nativeAgain = qScopeGuard([] { QCoreApplication::setAttribute(Qt::AA_DontUseNativeDialogs, false); });
+
+    {   // Recover, locate: the recovered steps open with the model where it is now.
+        DialogAnswerer answerer([&](QWidget* dialog) {
+            if (dialog->windowTitle() == "Recover unsaved changes?") clickButton(dialog, QMessageBox::Yes);
+            else if (dialog->windowTitle() == "Model not found") clickButton(dialog, QMessageBox::Yes);
+            else if (auto* files = qobject_cast<QFileDialog*>(dialog)) {
+                typePathAndEnter(files, after);
+            } else dialog->close();
+        });
+        MainWindow window;
+        QVERIFY2(window.openPath(project, true), qPrintable(window.lastOpenError()));
+        QCOMPARE(answerer.seen.size(), 3);
+        QCOMPARE(answerer.seen[0], QString("Recover unsaved changes?"));
+        QCOMPARE(answerer.seen[1], QString("Model not found"));
+        QVERIFY2(answerer.seen[2].contains("dialog-a.gguf"), qPrintable(answerer.seen[2]));   // "Locate dialog-a.gguf"
+        QCOMPARE(QString::fromStdString(window.document()->project().model().path), QFileInfo(after).absoluteFilePath());
+        QVERIFY(window.document()->project().hasVariant(variant.toStdString()));   // the autosave's step came back
+        QCOMPARE(window.document()->steps(variant).size(), size_t(1));
+        QVERIFY(window.statusBar()->currentMessage().contains("with its model at"));
+    }
+    Project::discardAutosave(project.toStdString());
+
+    {   // Not located: the open fails, saying why, and nothing is asked twice.
+        DialogAnswerer answerer([&](QWidget* dialog) {
+            if (dialog->windowTitle() == "Model not found") clickButton(dialog, QMessageBox::Cancel);
+            else dialog->close();
+        });
+        MainWindow window;
+        QVERIFY(!window.openPath(project, true));
+        QVERIFY2(window.lastOpenError().contains("cannot load the project's model"), qPrintable(window.lastOpenError()));
+        QCOMPARE(answerer.seen.size(), 2);
+        QCOMPARE(answerer.seen[0], QString("Model not found"));
+        QVERIFY2(answerer.texts[1].startsWith("Cannot open dialog.cwbproj"), qPrintable(answerer.texts[1]));
+    }
+
+    {   // Other bytes located: opened, and the user is told its results are not of this model.
+        DialogAnswerer answerer([&](QWidget* dialog) {
+            if (dialog->windowTitle() == "Model not found") clickButton(dialog, QMessageBox::Yes);
+            else if (auto* files = qobject_cast<QFileDialog*>(dialog)) {
+                typePathAndEnter(files, other);
+            } else if (auto* box = qobject_cast<QMessageBox*>(dialog)) box->accept();
+            else dialog->close();
+        });
+        MainWindow window;
+        QVERIFY2(window.openPath(project, true), qPrintable(window.lastOpenError()));
+        QCOMPARE(answerer.seen.size(), 3);
+        QCOMPARE(answerer.seen[2], QString("Not the same model"));
+        QCOMPARE(QString::fromStdString(window.document()->project().model().path), QFileInfo(other).absoluteFilePath());
+    }
 }
 
 // Regression: after a variant's recipe changed, Compare showed its old numbers as if they were the new recipe's.
