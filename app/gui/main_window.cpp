@@ -40,6 +40,7 @@
 #include "app/gui/run_view.h"
 #include "app/gui/settings_dialog.h"
 #include "app/gui/status_panel.h"
+#include "app/gui/step_layers_editor.h"
 #include "core/model/model.h"
 #include "core/project/project.h"
 #include "core/util/error.h"
@@ -120,6 +121,7 @@ void MainWindow::createActions() {
     file->addSeparator();
     mDocumentActions << file->addAction(tr("&Export Variant…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this] {
         if (!mDocument) return;
+        mPipeline->commitPendingEdits();
         ExportDialog dialog(mDocument->project(), mDocument->currentVariant(), mDocument->model(), this);
         if (dialog.exec() == QDialog::Accepted) exportVariant(dialog.request());
     });
@@ -157,10 +159,12 @@ void MainWindow::createActions() {
 
     QMenu* run = menuBar()->addMenu(tr("&Run"));
     mDocumentActions << run->addAction(tr("Run &Variant"), QKeySequence(Qt::Key_F5), this, [this] {
+        mPipeline->commitPendingEdits();   // a target typed without Enter is part of what runs
         showTab(RunTab);
         mRun->runCurrent();
     });
     mDocumentActions << run->addAction(tr("Run &All"), QKeySequence(Qt::SHIFT | Qt::Key_F5), this, [this] {
+        mPipeline->commitPendingEdits();
         showTab(RunTab);
         mRun->runAll();
     });
@@ -276,7 +280,20 @@ void MainWindow::updateTitle() {
 }
 
 bool MainWindow::maybeSave() {
-    if (!mDocument || !mDocument->isDirty()) return true;
+    if (!mDocument) return true;
+    // Typed in the Layers box but not applied: applied now, or (when it cannot be) said before it is lost.
+    if (!mPipeline->commitPendingEdits()) {
+        const auto answer = QMessageBox::warning(
+            this, tr("Edits not applied"),
+            tr("The Layers box of the selected step has edits that cannot be applied:\n%1\n\nGo on without them?")
+                .arg(mPipeline->layersEditor()->problem()),
+            QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Cancel);
+        if (answer != QMessageBox::Discard) {
+            showTab(PipelineTab);
+            return false;
+        }
+    }
+    if (!mDocument->isDirty()) return true;
     const auto answer = QMessageBox::warning(this, tr("Unsaved changes"),
                                              tr("%1 has unsaved changes. Save them?").arg(mDocument->displayName()),
                                              QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Save);
@@ -485,6 +502,8 @@ void MainWindow::openDialog(bool project) {
 
 bool MainWindow::save(ChangedFile whenChanged) {
     if (!mDocument) return false;
+    if (!mPipeline->commitPendingEdits())
+        statusBar()->showMessage(tr("Saved without the Layers box's edits, which cannot be applied: %1").arg(mPipeline->layersEditor()->problem()), 10000);
     if (mDocument->isUntitled()) return saveAs();
     try {
         mDocument->save();
@@ -536,6 +555,7 @@ bool MainWindow::save(ChangedFile whenChanged) {
 
 bool MainWindow::saveAs(const QString& chosen) {
     if (!mDocument) return false;
+    mPipeline->commitPendingEdits();
     QString path = chosen;
     if (path.isEmpty()) {
         path = QFileDialog::getSaveFileName(this, tr("Save Project As"), mDocument->isUntitled() ? QString() : mDocument->filePath(),
@@ -673,6 +693,7 @@ bool MainWindow::exportVariant(const ExportRequest& request, bool interactive) {
 
 bool MainWindow::replayAsBatch(const QString& outputDir) {
     if (!mDocument || mBatch->isRunning()) return false;
+    mPipeline->commitPendingEdits();
     if (mRun->isRunning()) {   // the two would share the Run tab's bar, buttons and Cancel
         showError(tr("A run is in progress"), tr("The batch replay would run beside it."), tr("Wait for the run or cancel it (Esc), then replay."));
         return false;

@@ -166,10 +166,11 @@ PipelineEditor::PipelineEditor(QWidget* parent)
     auto* layersLayout = new QVBoxLayout(layersBox);
     layersLayout->addWidget(mLayers);
     formLayout->addWidget(layersBox);
-    connect(mLayers, &StepLayersEditor::stepEdited, this, [this](int index, const nlohmann::json& step) {
-        if (!mDocument || index < 0 || size_t(index) >= mDocument->steps(mDocument->currentVariant()).size()) return;
-        mDocument->undoStack()->push(new ReplaceStep(tr("Change layers of step %1").arg(index + 1), mDocument,
-                                                     mDocument->currentVariant(), index, step));
+    connect(mLayers, &StepLayersEditor::stepEdited, this, [this](const QString& variant, int index, const nlohmann::json& step) {
+        if (!mDocument || !mDocument->project().hasVariant(variant.toStdString()) || index < 0 ||
+            size_t(index) >= mDocument->steps(variant).size())
+            return;
+        mDocument->undoStack()->push(new ReplaceStep(tr("Change layers of step %1").arg(index + 1), mDocument, variant, index, step));
     });
     connect(mForm, &ParamForm::parameterEdited, this, [this](const QString& name, const QString& json) {
         const int row = selectedStep();
@@ -274,6 +275,11 @@ void PipelineEditor::showSelectedStep() {
         mForm->setProperty("step", row);
     }
     mStepTitle->setText(title + "\n" + QString::fromStdString(method->summary()));
+}
+
+bool PipelineEditor::commitPendingEdits() {
+    if (mLayers->isEnabled()) mLayers->commit();
+    return !mLayers->hasPendingEdits();
 }
 
 int PipelineEditor::stepCount() const { return mSteps->count(); }

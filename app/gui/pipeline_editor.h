@@ -34,6 +34,9 @@ public:
     // message (a box when `interactive`; always in lastError()).
     bool renameVariant(const QString& name = {}, bool interactive = true);
     QString lastError() const { return mLastError; }
+    // Applies what is typed in the Layers box but not yet applied (a target without Enter), as saving, closing and
+    // running need; false when some of it cannot be applied (the box says why).
+    bool commitPendingEdits();
 
     int stepCount() const;
     int selectedStep() const;

@@ -14,6 +14,7 @@
 
 #include <regex>
 
+#include "core/compress/method.h"
 #include "core/compress/pipeline.h"
 #include "core/compress/recipe.h"
 #include "core/model/model.h"
@@ -23,19 +24,31 @@ namespace cwb {
 
 namespace {
 
+QString targetsHelp(const QString& example = QStringLiteral("model.layers.0.self_attn.q_proj")) {
+    return QObject::tr("A regular expression searched in each linear layer's name, e.g. layers\\.[0-3]\\. for blocks 0 to 3, or "
+                       "self_attn; empty takes every linear layer of the blocks. Enter applies it.\nThis model's layer names "
+                       "look like %1.").arg(example);
+}
+
 // Recipe messages start with the step they are about ("step 1 (quantize.rtn): "); here the step is the one shown.
 QString withoutStepPrefix(const std::string& message) {
     static const QRegularExpression prefix(QStringLiteral("^step \\d+( \\([^)]*\\))?: "));
     return QString::fromStdString(message).remove(prefix);
 }
 
-// Methods after which the blocks' layer names are not the base model's (pipeline.cpp's recipeLayersProblem stops there).
-bool changesLayerNames(const nlohmann::json& step) {
-    const std::string method = step.value("method", "");
-    return step.value("enabled", true) && (method == "prune.layers" || method == "distill.kd");
-}
+// Marks an override row added with Add and not yet filled in: it is not part of the step until it has both a pattern
+// and parameters (rows read from the project are taken as they are, an empty pattern matching every layer).
+constexpr int kNewRowRole = Qt::UserRole + 1;
 
 } // namespace
+
+bool sameStepOf(const nlohmann::json& before, const nlohmann::json& steps, int index) {
+    if (!before.is_array() || !steps.is_array() || before.size() != steps.size() || index < 0 || size_t(index) >= steps.size())
+        return false;
+    for (size_t i = 0; i < steps.size(); ++i)
+        if (i != size_t(index) && before[i] != steps[i]) return false;
+    return before[size_t(index)].value("method", "") == steps[size_t(index)].value("method", "");
+}
 
 nlohmann::json stepLayerFields(const nlohmann::json& step) {
     nlohmann::json fields = {{"targets", ""}, {"ignore", nlohmann::json::array()}, {"overrides", nlohmann::json::array()}};
@@ -52,9 +65,9 @@ StepLayersEditor::StepLayersEditor(QWidget* parent)
       mDown(new QPushButton(tr("Down"), this)), mRevert(new QPushButton(tr("Revert"), this)), mStatus(new QLabel(this)) {
     mTargets->setObjectName(QStringLiteral("stepTargets"));
     mTargets->setPlaceholderText(tr("every linear layer of the blocks"));
-    mTargets->setToolTip(tr("A regular expression searched in each linear layer's name (e.g. blk\\.[0-3]\\. or attn_); "
-                            "empty takes every linear layer of the blocks. Enter applies it."));
+    mTargets->setToolTip(targetsHelp());
     connect(mTargets, &QLineEdit::editingFinished, this, [this] { commit(); });
+    connect(mTargets, &QLineEdit::textEdited, this, &StepLayersEditor::updateRevert);
 
     mIgnore->setObjectName(QStringLiteral("stepIgnore"));
     mIgnore->setPlaceholderText(tr("one regular expression per line"));
@@ -63,6 +76,9 @@ StepLayersEditor::StepLayersEditor(QWidget* parent)
     mIgnore->setTabChangesFocus(true);
     mIgnore->setFixedHeight(mIgnore->fontMetrics().lineSpacing() * 3 + 12);
     mIgnore->installEventFilter(this);
+    connect(mIgnore, &QPlainTextEdit::textChanged, this, [this] {
+        if (!mLoading) updateRevert();
+    });
 
     mOverrides->setObjectName(QStringLiteral("stepOverrides"));
     mOverrides->setHorizontalHeaderLabels({tr("Layers (regex)"), tr("Parameters (JSON)")});
@@ -73,8 +89,18 @@ StepLayersEditor::StepLayersEditor(QWidget* parent)
     mOverrides->setToolTip(tr("Per-layer parameters: a layer takes the first override whose pattern matches its name, "
                               "merged over the step's parameters, e.g. {\"bits\": 8}."));
     mOverrides->setMinimumHeight(mOverrides->verticalHeader()->defaultSectionSize() * 4);
-    connect(mOverrides, &QTableWidget::itemChanged, this, [this] {
-        if (!mLoading) commit();
+    connect(mOverrides, &QTableWidget::itemChanged, this, [this](QTableWidgetItem* item) {
+        if (mLoading) return;
+        const int row = item->row();
+        QTableWidgetItem* pattern = mOverrides->item(row, 0);
+        QTableWidgetItem* params = mOverrides->item(row, 1);
+        if (pattern && params && pattern->data(kNewRowRole).toBool() && !pattern->text().trimmed().isEmpty() &&
+            !params->text().trimmed().isEmpty()) {
+            mLoading = true;   // setData emits itemChanged again
+            pattern->setData(kNewRowRole, false);
+            mLoading = false;
+        }
+        commit();
     });
     connect(mOverrides, &QTableWidget::currentCellChanged, this, [this] { showState(); });
 
@@ -84,6 +110,8 @@ StepLayersEditor::StepLayersEditor(QWidget* parent)
     mUp->setToolTip(tr("Move the selected override up: it is tried before the ones below it"));
     mDown->setToolTip(tr("Move the selected override down"));
     mRevert->setToolTip(tr("Put the fields back to the step as the project has it"));
+    // Clicking must not take the focus: that would apply the text being reverted (editingFinished, focus-out).
+    mRevert->setFocusPolicy(Qt::NoFocus);
     connect(add, &QPushButton::clicked, this, &StepLayersEditor::addOverrideRow);
     connect(mRemoveOverride, &QPushButton::clicked, this, [this] { removeOverrideRow(mOverrides->currentRow()); });
     connect(mUp, &QPushButton::clicked, this, [this] { moveOverrideRow(mOverrides->currentRow(), -1); });
@@ -130,6 +158,7 @@ void StepLayersEditor::clear() {
     load(mShown);
     mProblem.clear();
     mWarning.clear();
+    mNote.clear();
     mSummary.clear();
     mLayerList.clear();
     setEnabled(false);
@@ -142,13 +171,15 @@ void StepLayersEditor::setStep(const QString& owner, const nlohmann::json& steps
         return;
     }
     const nlohmann::json fields = stepLayerFields(steps[size_t(index)]);
-    const bool sameStep = owner == mOwner && index == mIndex && mIndex >= 0 && size_t(mIndex) < mSteps.size() &&
-                          mSteps[size_t(mIndex)].value("method", "") == steps[size_t(index)].value("method", "");
+    // The same step of the same variant, with nothing around it moved or removed: edits not yet applied belong to it.
+    const bool sameStep = owner == mOwner && index == mIndex && sameStepOf(mSteps, steps, index);
     mOwner = owner;
     mSteps = steps;
     mIndex = index;
     mModel = std::move(model);
     setEnabled(true);
+    const std::vector<std::string> names = mModel ? mModel->linearLayers() : std::vector<std::string>();
+    mTargets->setToolTip(names.empty() ? targetsHelp() : targetsHelp(QString::fromStdString(names.front())));
     QString unused;
     if (sameStep && mPending && fields == mShown) {
         // The project's layer fields did not move (a parameter changed): the edits not yet applied stay.
@@ -184,33 +215,41 @@ void StepLayersEditor::load(const nlohmann::json& fields) {
     mLoading = false;
 }
 
-nlohmann::json StepLayersEditor::fieldsFromWidgets(QString* problem) const {
+nlohmann::json StepLayersEditor::fieldsFromWidgets(QString* problem, QString* incomplete) const {
     problem->clear();
+    if (incomplete) incomplete->clear();
     nlohmann::json fields = {{"targets", mTargets->text().trimmed().toStdString()},
                              {"ignore", nlohmann::json::array()},
                              {"overrides", nlohmann::json::array()}};
+    // Layer names hold no spaces: whitespace around a pattern is never meant, so it is cut.
     for (const QString& line : mIgnore->toPlainText().split('\n')) {
         const QString pattern = line.trimmed();
         if (!pattern.isEmpty()) fields["ignore"].push_back(pattern.toStdString());
     }
     for (int row = 0; row < mOverrides->rowCount(); ++row) {
-        const QString pattern = mOverrides->item(row, 0) ? mOverrides->item(row, 0)->text().trimmed() : QString();
+        const QTableWidgetItem* patternItem = mOverrides->item(row, 0);
+        const QString pattern = patternItem ? patternItem->text().trimmed() : QString();
         const QString paramsText = mOverrides->item(row, 1) ? mOverrides->item(row, 1)->text().trimmed() : QString();
-        if (pattern.isEmpty() && (paramsText.isEmpty() || paramsText == QLatin1String("{}"))) continue;   // a row just added
-        if (problem->isEmpty() && pattern.isEmpty())
-            *problem = tr("override %1 needs a layer pattern").arg(row + 1);
+        if (pattern.isEmpty() && paramsText.isEmpty()) continue;   // an empty row is no override
+        if (patternItem && patternItem->data(kNewRowRole).toBool() && (pattern.isEmpty() || paramsText.isEmpty())) {
+            if (incomplete && incomplete->isEmpty())
+                *incomplete = pattern.isEmpty() ? tr("Override %1 is not complete: give the layers it is for (a regex; "
+                                                     "empty matches every layer once its parameters are in).").arg(row + 1)
+                                                : tr("Override %1 is not complete: give its parameters as JSON, e.g. {\"bits\": 8}.").arg(row + 1);
+            continue;
+        }
         nlohmann::json params;
         try {
             params = nlohmann::json::parse(paramsText.toStdString());
         } catch (const nlohmann::json::exception& e) {
             if (problem->isEmpty())
-                *problem = paramsText.isEmpty() ? tr("override %1 (%2) sets no parameter: give them as JSON, e.g. {\"bits\": 8}").arg(row + 1).arg(pattern)
+                *problem = paramsText.isEmpty() ? tr("override %1 (%2) has no parameters: give them as JSON, e.g. {\"bits\": 8}").arg(row + 1).arg(pattern)
                                                 : tr("the parameters of override %1 are not JSON: %2").arg(row + 1).arg(QString::fromUtf8(e.what()));
             continue;
         }
-        if (!params.is_object() || params.empty()) {
+        if (!params.is_object()) {
             if (problem->isEmpty())
-                *problem = tr("the parameters of override %1 must be a JSON object with at least one parameter, e.g. {\"bits\": 8}").arg(row + 1);
+                *problem = tr("the parameters of override %1 must be a JSON object, e.g. {\"bits\": 8}").arg(row + 1);
             continue;
         }
         fields["overrides"].push_back({{"pattern", pattern.toStdString()}, {"params", params}});
@@ -235,10 +274,11 @@ nlohmann::json StepLayersEditor::editedStep() const {
 void StepLayersEditor::validate() {
     mProblem.clear();
     mWarning.clear();
+    mNote.clear();
     mSummary.clear();
     mLayerList.clear();
     if (mIndex < 0) return;
-    fieldsFromWidgets(&mProblem);
+    fieldsFromWidgets(&mProblem, &mNote);
     if (!mProblem.isEmpty()) return;
     const nlohmann::json step = editedStep();
     Recipe single;
@@ -248,9 +288,20 @@ void StepLayersEditor::validate() {
         mProblem = withoutStepPrefix(e.what());
         return;
     }
-    if (!mModel) return;
+    if (mModel) describeLayers(single.steps.front());
+}
 
-    const RecipeStep& edited = single.steps.front();
+void StepLayersEditor::describeLayers(const RecipeStep& edited) {
+    const CompressionMethod* method = MethodRegistry::instance().find(edited.method);
+    if (!method) return;   // fromJson refused it
+    QStringList warnings;
+    const bool hasFields = !edited.targets.empty() || !edited.ignore.empty() || !edited.overrides.empty();
+    if (!method->readsLayerPatterns()) {
+        mSummary = tr("%1 acts on whole blocks or the whole model: it does not read targets, ignore patterns or overrides.")
+                       .arg(QString::fromStdString(method->displayName()));
+        if (hasFields) mWarning = tr("This step has layer fields its method does not read; clear them to avoid confusion.");
+        return;
+    }
     std::vector<std::string> taken;
     try {
         taken = targetLayers(*mModel, edited);
@@ -258,57 +309,76 @@ void StepLayersEditor::validate() {
         mProblem = QString::fromStdString(errorText(e));
         return;
     }
+    // What the step acts on: each layer it takes, or for heads and channels the blocks whose selector layer it takes
+    // (the overrides are read at that layer).
+    const std::string selector = method->blockSelector(mModel->spec.family);
+    auto isUnit = [&](const std::string& layer) {
+        return selector.empty() || (layer.size() > selector.size() && layer.compare(layer.size() - selector.size(), selector.size(), selector) == 0);
+    };
+    std::vector<std::string> units;
+    for (const auto& layer : taken)
+        if (isUnit(layer)) units.push_back(layer);
     const std::vector<std::string> all = mModel->linearLayers();
-    const bool head = std::find(taken.begin(), taken.end(), std::string(names::kHead)) != taken.end();
-    const size_t blockLayers = taken.size() - (head ? 1 : 0);
+    const size_t allUnits = size_t(std::count_if(all.begin(), all.end(), isUnit));
+
     std::vector<std::regex> overridePatterns;
     for (const auto& o : edited.overrides) overridePatterns.emplace_back(o.pattern);
+    std::vector<size_t> perOverride(overridePatterns.size(), 0);
     size_t overridden = 0;
     QStringList lines;
-    for (const auto& layer : taken) {
+    for (const auto& layer : units) {
         QString line = QString::fromStdString(layer);
         for (size_t i = 0; i < overridePatterns.size(); ++i)
-            if (std::regex_search(layer, overridePatterns[i])) {
+            if (std::regex_search(layer, overridePatterns[i])) {   // the first match applies
                 ++overridden;
+                ++perOverride[i];
                 line += QStringLiteral("  ← override %1: %2").arg(i + 1).arg(QString::fromStdString(edited.overrides[i].params.dump()));
                 break;
             }
         lines << line;
     }
     mLayerList = lines.join('\n');
-    if (blockLayers == 0 && head) mSummary = tr("Takes the output head only.");
+    const bool head = std::find(taken.begin(), taken.end(), std::string(names::kHead)) != taken.end();
+    if (!selector.empty())
+        mSummary = tr("Takes %1 of %2 blocks (those whose %3 the patterns take).").arg(units.size()).arg(allUnits).arg(QString::fromStdString(selector));
+    else if (taken.size() == 1 && head)
+        mSummary = tr("Takes the output head only.");
     else
         mSummary = tr("Takes %1 of %2 linear layers of the blocks%3.")
-                       .arg(blockLayers)
+                       .arg(units.size() - (head ? 1 : 0))
                        .arg(all.size())
                        .arg(head ? tr(" and the output head") : QString());
     if (!edited.overrides.empty())
         mSummary += ' ' + (overridden == 1 ? tr("An override changes 1 of them.") : tr("Overrides change %1 of them.").arg(overridden));
     if (!edited.enabled) mSummary += ' ' + tr("(The step is disabled.)");
 
-    // Whether the patterns name layers is judged as a run would: against the base model's names, up to a step that
-    // renames them, with the steps before this one in place (a head or block they remove counts).
+    // Whether the patterns name layers is judged as a run would: against the base model's names, unless a step before
+    // this one changes the blocks (the run checks the patterns when it gets there).
     int renamer = -1;
-    for (int i = 0; i < mIndex; ++i)
-        if (changesLayerNames(mSteps[size_t(i)])) renamer = i;
+    for (int i = 0; i < mIndex; ++i) {
+        const nlohmann::json& s = mSteps[size_t(i)];
+        const CompressionMethod* m = MethodRegistry::instance().find(s.value("method", ""));
+        if (m && !m->readsLayerPatterns() && s.value("enabled", true)) renamer = i;
+    }
     if (renamer >= 0) {
         mSummary += ' ' + tr("Names are the base model's; step %1 (%2) changes the blocks, so the run checks the patterns.")
                               .arg(renamer + 1)
                               .arg(QString::fromStdString(mSteps[size_t(renamer)].value("method", "")));
-        return;
+    } else {
+        const std::string why = stepPatternsProblem(*mModel, edited);
+        if (!why.empty()) warnings << tr("Running this variant would stop at this step: %1").arg(QString::fromStdString(why));
     }
-    nlohmann::json upTo = nlohmann::json::array();
-    for (int i = 0; i < mIndex; ++i) upTo.push_back(mSteps[size_t(i)]);
-    upTo.push_back(step);
-    try {
-        const Recipe recipe = Recipe::fromJson({{"steps", upTo}}, "");
-        const std::string why = recipeLayersProblem(*mModel, recipe);
-        const std::string mine = "step " + std::to_string(mIndex + 1);
-        if (why.rfind(mine + ":", 0) == 0 || why.rfind(mine + " (", 0) == 0)
-            mWarning = tr("Running this variant would stop at this step: %1").arg(withoutStepPrefix(why));
-    } catch (const Error&) {
-        // An earlier step is malformed: that step's own form says so; the run refuses the recipe.
+    for (size_t i = 0; i < edited.overrides.size(); ++i) {
+        const QString pattern = QString::fromStdString(edited.overrides[i].pattern);
+        if (edited.overrides[i].params.empty()) warnings << tr("Override %1 (%2) sets no parameter.").arg(i + 1).arg(pattern);
+        else if (perOverride[i] == 0 && renamer < 0)
+            warnings << tr("Override %1 (%2) changes none of the %3 this step takes%4.")
+                            .arg(i + 1)
+                            .arg(pattern)
+                            .arg(selector.empty() ? tr("layers") : tr("blocks"))
+                            .arg(i > 0 ? tr(" (or an override above it takes them first)") : QString());
     }
+    mWarning = warnings.join('\n');
 }
 
 QString StepLayersEditor::summary() const { return mSummary; }
@@ -318,20 +388,26 @@ void StepLayersEditor::showState() {
     mRemoveOverride->setEnabled(row >= 0);
     mUp->setEnabled(row > 0);
     mDown->setEnabled(row >= 0 && row + 1 < mOverrides->rowCount());
-    mRevert->setEnabled(mPending);
+    updateRevert();
     if (!mProblem.isEmpty()) {
         mStatus->setStyleSheet(QStringLiteral("color: #b00020"));
         mStatus->setText(tr("Not applied: %1").arg(mProblem));
         mStatus->setToolTip(QString());
-    } else if (!mWarning.isEmpty()) {
-        mStatus->setStyleSheet(QStringLiteral("color: #8a5300"));
-        mStatus->setText(mSummary.isEmpty() ? mWarning : mSummary + '\n' + mWarning);
-        mStatus->setToolTip(mLayerList);
     } else {
-        mStatus->setStyleSheet(QString());
-        mStatus->setText(mIndex < 0 ? tr("Select a step to choose its layers.") : mSummary);
+        QStringList lines;
+        if (mIndex < 0) lines << tr("Select a step to choose its layers.");
+        if (!mSummary.isEmpty()) lines << mSummary;
+        if (!mNote.isEmpty()) lines << mNote;
+        if (!mWarning.isEmpty()) lines << mWarning;
+        mStatus->setStyleSheet(mWarning.isEmpty() ? QString() : QStringLiteral("color: #8a5300"));
+        mStatus->setText(lines.join('\n'));
         mStatus->setToolTip(mLayerList);
     }
+}
+
+void StepLayersEditor::updateRevert() {
+    QString problem;
+    mRevert->setEnabled(mIndex >= 0 && (mPending || fieldsFromWidgets(&problem) != mShown));
 }
 
 bool StepLayersEditor::commit() {
@@ -347,7 +423,7 @@ bool StepLayersEditor::commit() {
     mPending = false;
     showState();
     if (fields == mShown) return false;
-    emit stepEdited(mIndex, editedStep());
+    emit stepEdited(mOwner, mIndex, editedStep());
     return true;
 }
 
@@ -363,7 +439,9 @@ void StepLayersEditor::addOverrideRow() {
     const int row = mOverrides->rowCount();
     mLoading = true;
     mOverrides->insertRow(row);
-    mOverrides->setItem(row, 0, new QTableWidgetItem());
+    auto* pattern = new QTableWidgetItem();
+    pattern->setData(kNewRowRole, true);
+    mOverrides->setItem(row, 0, pattern);
     mOverrides->setItem(row, 1, new QTableWidgetItem());
     mLoading = false;
     mOverrides->setCurrentCell(row, 0);

@@ -20,6 +20,7 @@ class QTableWidget;
 namespace cwb {
 
 class Model;
+struct RecipeStep;
 
 class StepLayersEditor : public QWidget {
     Q_OBJECT
@@ -42,8 +43,9 @@ public:
     // What the fields say: the shown step with their targets, ignore and overrides; problem() says why it cannot be
     // applied ("" when it can).
     nlohmann::json editedStep() const;
-    QString problem() const { return mProblem; }
-    QString warning() const { return mWarning; }
+    QString problem() const { return mProblem; }   // red: not applied
+    QString warning() const { return mWarning; }   // orange: applied, but a run would stop or an override does nothing
+    QString note() const { return mNote; }         // neutral: an override row not filled in yet
     QString summary() const;   // the counts line as shown
     bool hasPendingEdits() const { return mPending; }
 
@@ -55,16 +57,20 @@ public:
     void moveOverrideRow(int row, int delta);
 
 signals:
-    void stepEdited(int index, const nlohmann::json& step);
+    // `owner` as given to setStep: the pipeline editor writes only into the variant the edit was made in.
+    void stepEdited(const QString& owner, int index, const nlohmann::json& step);
 
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
 
 private:
     void load(const nlohmann::json& layerFields);
-    nlohmann::json fieldsFromWidgets(QString* problem) const;
+    // The layer fields the widgets say; `problem`: why they make no step, `incomplete`: an added row not filled in.
+    nlohmann::json fieldsFromWidgets(QString* problem, QString* incomplete = nullptr) const;
+    void describeLayers(const RecipeStep& step);
     void validate();
     void showState();
+    void updateRevert();   // Revert is on while the fields differ from the project's step
 
     QString mOwner;
     nlohmann::json mSteps = nlohmann::json::array();
@@ -73,7 +79,7 @@ private:
     nlohmann::json mShown;   // the layer fields of the step as the project has it
     bool mPending = false;
     bool mLoading = false;
-    QString mProblem, mWarning, mSummary, mLayerList;
+    QString mProblem, mWarning, mNote, mSummary, mLayerList;
 
     QLineEdit* mTargets;
     QPlainTextEdit* mIgnore;
@@ -84,6 +90,9 @@ private:
     QPushButton* mRevert;
     QLabel* mStatus;
 };
+
+// Whether `steps` differ from `before` only in step `index`'s parameters and layer fields: the same step is shown.
+bool sameStepOf(const nlohmann::json& before, const nlohmann::json& steps, int index);
 
 // The layer fields of a step in one normalised form: {"targets": "", "ignore": [], "overrides": []} with what the
 // step has.

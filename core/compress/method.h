@@ -14,6 +14,7 @@
 #include "core/compress/params.h"
 #include "core/compress/recipe.h"
 #include "core/compress/sequential.h"
+#include "core/model/arch_spec.h"
 
 namespace cwb {
 
@@ -64,6 +65,13 @@ public:
     // True when the method changes each targeted linear layer on its own, so that it can be given one layer alone
     // (per-layer sensitivity); false for methods that remove heads, channels or blocks, or train the whole model.
     virtual bool actsPerLinearLayer() const { return true; }
+    // False for methods that act on whole blocks or the whole model (prune.layers, distill.kd): a step's targets,
+    // ignore patterns and overrides are not read, and past the step the blocks' layer names are not the base model's.
+    virtual bool readsLayerPatterns() const { return true; }
+    // For methods that remove structures of a block (heads, MLP channels): the suffix of the block's linear layer
+    // whose being targeted selects the block, and at which the overrides are read ("self_attn.q_proj"); "" for
+    // methods that act on each targeted layer.
+    virtual std::string blockSelector(Family) const { return ""; }
     // Throws cwb::Error with what is wrong (e.g. a shape the method cannot handle), or Cancelled.
     virtual void apply(StepContext& context) const = 0;
 };

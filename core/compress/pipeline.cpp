@@ -87,10 +87,14 @@ void storeCompressedLayer(Model& model, const std::string& layer, std::shared_pt
     model.setCompressed(layer, std::move(linear));
 }
 
+static std::string stepWhere(const RecipeStep& step, size_t index) {
+    return "step " + std::to_string(index) + " (" + step.method + "): ";
+}
+
 // A "targets" or override pattern that names no layer is a mistake (a misspelt name), not a step to skip quietly.
+// `where` starts each message ("step 2 (quantize.rtn): ").
 static void checkPatternsMatch(const Model& model, const RecipeStep& step, const std::vector<std::string>& targeted,
-                               size_t index) {
-    const std::string where = "step " + std::to_string(index) + " (" + step.method + "): ";
+                               const std::string& where) {
     std::vector<std::string> layers = model.linearLayers();
     const std::string example = layers.empty() ? std::string() : " (layer names look like " + layers.front() + ")";
     const std::string head = headTargeting(step);
@@ -222,6 +226,15 @@ std::string recipeParamsProblem(const Recipe& recipe) {
     return "";
 }
 
+std::string stepPatternsProblem(const Model& model, const RecipeStep& step) {
+    try {
+        checkPatternsMatch(model, step, targetLayers(model, step), "");
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
 std::string recipeLayersProblem(const Model& base, const Recipe& recipe) {
     bool shapesChanged = false;
     for (size_t i = 0; i < recipe.steps.size(); ++i) {
@@ -237,9 +250,9 @@ std::string recipeLayersProblem(const Model& base, const Recipe& recipe) {
             shapesChanged = !m->actsPerLinearLayer();
         }
         // Past a step that removes blocks or cuts a student, layer names change: the build checks the rest.
-        if (step.method == "prune.layers" || step.method == "distill.kd") break;
+        if (!m->readsLayerPatterns()) break;
         try {
-            checkPatternsMatch(base, step, targetLayers(base, step), i + 1);
+            checkPatternsMatch(base, step, targetLayers(base, step), stepWhere(step, i + 1));
         } catch (const Error& e) {
             return e.what();
         }
@@ -340,7 +353,7 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         SubFeedback sub(feedback, double(i) / double(steps), double(i + 1) / double(steps));
         StepContext ctx{*result.model, step, resolveParams(step.method, method->params(), step.params),
                         targetLayers(*result.model, step), windows, &sub, {}, &base, compute, {}};
-        checkPatternsMatch(*result.model, step, ctx.layers, i + 1);
+        checkPatternsMatch(*result.model, step, ctx.layers, stepWhere(step, i + 1));
         // Structural steps (heads, channels, blocks, training) act on the model, not on their target layers one by one:
         // no count of linear layers for them.
         if (feedback) feedback->log("step " + std::to_string(i + 1) + "/" + std::to_string(steps) + ": " + step.method +

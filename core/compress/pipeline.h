@@ -90,6 +90,8 @@ std::string recipeParamsProblem(const Recipe& recipe);
 // Why the recipe's "targets" or override patterns name no layer of `base` ("" when they all do), judged for the
 // steps before any that renames layers; compressModel checks every step as it reaches it.
 std::string recipeLayersProblem(const Model& base, const Recipe& recipe);
+// The same for one step whose layer names are `model`'s: why its patterns name no layer ("" when they do).
+std::string stepPatternsProblem(const Model& model, const RecipeStep& step);
 
 // Linear layers a step targets: its regex (default all block linears) minus its ignore list, and the output head
 // (names::kHead) where the step's "head" parameter (quantize.rtn, quantize.fp8, quantize.gptq) says so: "also" after

@@ -28,6 +28,7 @@
 #include "app/gui/run_view.h"
 #include "app/gui/settings_dialog.h"
 #include "app/gui/status_panel.h"
+#include "app/gui/step_layers_editor.h"
 #include "core/io/model_format.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
@@ -66,6 +67,7 @@ private slots:
     void batchReplayShowsOnTheRunTab();
     void projectWithAMovedModelOpensWhereItIsNow();
     void locatingAMovedModelThroughItsDialogs();
+    void savingAppliesTypedLayerPatterns();
     void resultsOfAnEditedRecipeAreMarkedStale();
     void resultsAreStampedWithTheTextAsRead();
     void textEditedOnDiskIsSaid();
@@ -888,6 +890,27 @@ void TestGuiFlow::locatingAMovedModelThroughItsDialogs() {
         QCOMPARE(answerer.seen[2], QString("Not the same model"));
         QCOMPARE(QString::fromStdString(window.document()->project().model().path), QFileInfo(other).absoluteFilePath());
     }
+}
+
+// Regression (review of the Layers box): a target typed without Enter was left out of Ctrl+S's file, with no mark of
+// unsaved changes, and lost at exit.
+void TestGuiFlow::savingAppliesTypedLayerPatterns() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    const QString path = mDir.filePath("typed-targets.cwbproj");
+    QString variant;
+    {
+        MainWindow window;
+        QVERIFY(window.openPath(model, false));
+        QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+        variant = window.document()->currentVariant();
+        QVERIFY(window.saveAs(path));
+        window.pipelineEditor()->layersEditor()->targetsEdit()->setText("mlp");   // no Enter, focus never left
+        QVERIFY(window.save(MainWindow::ChangedFile::Refuse));
+        QVERIFY(!window.document()->isDirty());
+    }
+    MainWindow reopened;
+    QVERIFY(reopened.openPath(path, false));
+    QCOMPARE(reopened.document()->steps(variant)[0].value("targets", ""), std::string("mlp"));
 }
 
 // Regression: after a variant's recipe changed, Compare showed its old numbers as if they were the new recipe's.

@@ -4,6 +4,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
+#include <QPushButton>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
@@ -13,6 +14,7 @@
 #include "app/gui/pipeline_editor.h"
 #include "app/gui/project_document.h"
 #include "app/gui/step_layers_editor.h"
+#include "core/compress/method.h"
 #include "core/compress/pipeline.h"
 #include "core/compress/recipe.h"
 #include "core/model/model.h"
@@ -37,6 +39,16 @@ private slots:
     void externalChangesReload();
     void headOnlyStep();
     void layerNamesPastARenamingStep();
+    void newRowIsIncompleteNotWrong();
+    void storedEmptyPatternDoesNotBlockOtherEdits();
+    void overrideThatChangesNothingWarns();
+    void eachStepIsCheckedOnItsOwn();
+    void wholeBlockMethodsReadNoPatterns();
+    void headAndChannelPruningCountBlocks();
+    void revertDoesNotApplyWhatItReverts();
+    void ignoreAppliesWhenFocusLeaves();
+    void pendingEditsStayWithTheirStep();
+    void pendingEditsAreAppliedBeforeSaving();
 
 private:
     json step(int index = 0) const { return mDoc->steps(mDoc->currentVariant())[size_t(index)]; }
@@ -205,9 +217,6 @@ void TestStepLayersEditor::overrideParametersAreChecked() {
     QVERIFY2(layers()->problem().contains("not JSON"), qPrintable(layers()->problem()));
     setOverrideRow(0, "mlp", "[8]");
     QVERIFY2(layers()->problem().contains("JSON object"), qPrintable(layers()->problem()));
-    layers()->overridesTable()->item(0, 0)->setText("");   // the pattern cleared first, then valid parameters
-    layers()->overridesTable()->item(0, 1)->setText(R"({"bits": 8})");
-    QVERIFY2(layers()->problem().contains("needs a layer pattern"), qPrintable(layers()->problem()));
     // "head" says which layers the step takes: not an override's business.
     setOverrideRow(0, "mlp", R"({"head": "also"})");
     QVERIFY2(layers()->problem().contains("head"), qPrintable(layers()->problem()));
@@ -216,6 +225,13 @@ void TestStepLayersEditor::overrideParametersAreChecked() {
     setOverrideRow(0, "mlp", R"({"bits": 8})");
     QCOMPARE(stack->count(), before + 1);
     QVERIFY(layers()->problem().isEmpty());
+    // As the core reads them: an empty pattern matches every layer, and {} is an override that sets nothing (warned).
+    layers()->overridesTable()->item(0, 0)->setText("");
+    QCOMPARE(stack->count(), before + 2);
+    QCOMPARE(layers()->summary(), QString("Takes 14 of 14 linear layers of the blocks. Overrides change 14 of them."));
+    layers()->overridesTable()->item(0, 1)->setText("{}");
+    QCOMPARE(stack->count(), before + 3);
+    QVERIFY2(layers()->warning().contains("sets no parameter"), qPrintable(layers()->warning()));
 }
 
 void TestStepLayersEditor::patternThatNamesNoLayerWarns() {
@@ -271,6 +287,177 @@ void TestStepLayersEditor::layerNamesPastARenamingStep() {
     QVERIFY(layers()->commit());
     QVERIFY(layers()->warning().isEmpty());   // block numbers after the removal are checked by the run
     QVERIFY2(layers()->summary().contains("step 1 (prune.layers)"), qPrintable(layers()->summary()));
+}
+
+void TestStepLayersEditor::newRowIsIncompleteNotWrong() {
+    QUndoStack* stack = mDoc->undoStack();
+    const int before = stack->count();
+    layers()->addOverrideRow();
+    // Filled in column order: the pattern first. Not applied, not an error either.
+    layers()->overridesTable()->item(0, 0)->setText("mlp");
+    QCOMPARE(stack->count(), before);
+    QVERIFY(layers()->problem().isEmpty());
+    QVERIFY2(layers()->note().contains("not complete"), qPrintable(layers()->note()));
+    auto* status = layers()->findChild<QLabel*>("stepLayersStatus");
+    QVERIFY(!status->text().startsWith("Not applied"));
+    layers()->overridesTable()->item(0, 1)->setText(R"({"bits": 8})");
+    QCOMPARE(stack->count(), before + 1);
+    QVERIFY(layers()->note().isEmpty());
+    // Complete once, it is an override like any other: clearing its pattern now means "every layer".
+    layers()->overridesTable()->item(0, 0)->setText("");
+    QCOMPARE(stack->count(), before + 2);
+    QCOMPARE(step()["overrides"][0]["pattern"].get<std::string>(), std::string());
+}
+
+void TestStepLayersEditor::storedEmptyPatternDoesNotBlockOtherEdits() {
+    json edited = step();
+    edited["overrides"] = json::parse(R"([{"pattern": "", "params": {"bits": 8}}])");
+    mDoc->undoStack()->push(new ReplaceStep("test", mDoc.get(), mDoc->currentVariant(), 0, edited));
+    QVERIFY(layers()->problem().isEmpty());
+    QCOMPARE(layers()->summary(), QString("Takes 14 of 14 linear layers of the blocks. Overrides change 14 of them."));
+    layers()->targetsEdit()->setText("mlp");
+    QVERIFY(layers()->commit());
+    QCOMPARE(step()["targets"].get<std::string>(), std::string("mlp"));
+    QCOMPARE(step()["overrides"], edited["overrides"]);
+}
+
+void TestStepLayersEditor::overrideThatChangesNothingWarns() {
+    layers()->targetsEdit()->setText("self_attn");
+    QVERIFY(layers()->commit());
+    layers()->addOverrideRow();
+    setOverrideRow(0, "mlp\\.down_proj", R"({"bits": 8})");   // names layers, none of them this step's
+    QVERIFY2(layers()->warning().contains("Override 1 (mlp\\.down_proj) changes none"), qPrintable(layers()->warning()));
+    layers()->addOverrideRow();
+    setOverrideRow(1, "layers\\.0\\.self_attn\\.q_proj", R"({"bits": 3})");
+    layers()->addOverrideRow();
+    setOverrideRow(2, "q_proj", R"({"bits": 2})");
+    // Override 2 takes block 0's q_proj first, so override 3 still has block 1's: only override 1 is warned of.
+    QCOMPARE(layers()->summary(), QString("Takes 8 of 14 linear layers of the blocks. Overrides change 2 of them."));
+    QVERIFY(!layers()->warning().contains("Override 2"));
+    QVERIFY(!layers()->warning().contains("Override 3"));
+    layers()->moveOverrideRow(2, -1);   // q_proj first: it takes both, the exact one below it changes nothing
+    QVERIFY2(layers()->warning().contains("Override 3 (layers\\.0\\.self_attn\\.q_proj) changes none"), qPrintable(layers()->warning()));
+}
+
+void TestStepLayersEditor::eachStepIsCheckedOnItsOwn() {
+    QVERIFY(mEditor->addStep("quantize.rtn"));
+    mEditor->selectStep(0);
+    layers()->targetsEdit()->setText("blk\\.0\\.");   // another format's names: matches nothing here
+    QVERIFY(layers()->commit());
+    QVERIFY(layers()->warning().contains("leaves no layer"));
+    mEditor->selectStep(1);
+    layers()->targetsEdit()->setText("zzz");
+    QVERIFY(layers()->commit());
+    // Step 1's problem no longer hides step 2's.
+    QVERIFY2(layers()->warning().contains("'zzz' leaves no layer"), qPrintable(layers()->warning()));
+}
+
+void TestStepLayersEditor::wholeBlockMethodsReadNoPatterns() {
+    QVERIFY(mEditor->addStep("prune.layers"));
+    mEditor->selectStep(1);
+    QVERIFY2(layers()->summary().contains("does not read targets"), qPrintable(layers()->summary()));
+    QVERIFY(layers()->warning().isEmpty());
+    layers()->targetsEdit()->setText("mlp");
+    QVERIFY(layers()->commit());
+    QVERIFY2(layers()->warning().contains("does not read"), qPrintable(layers()->warning()));
+    // The core agrees: no layers are checked past it.
+    QVERIFY(!MethodRegistry::instance().find("prune.layers")->readsLayerPatterns());
+    QVERIFY(!MethodRegistry::instance().find("distill.kd")->readsLayerPatterns());
+    QVERIFY(MethodRegistry::instance().find("prune.heads")->readsLayerPatterns());
+}
+
+void TestStepLayersEditor::headAndChannelPruningCountBlocks() {
+    QVERIFY(mEditor->addStep("prune.heads"));
+    mEditor->selectStep(1);
+    QCOMPARE(layers()->summary(), QString("Takes 2 of 2 blocks (those whose self_attn.q_proj the patterns take)."));
+    layers()->targetsEdit()->setText("layers\\.1\\.");
+    QVERIFY(layers()->commit());
+    QCOMPARE(layers()->summary(), QString("Takes 1 of 2 blocks (those whose self_attn.q_proj the patterns take)."));
+    // An override is read at the block's q_proj: one for its k_proj changes no block (the run would ignore it).
+    layers()->targetsEdit()->setText("");
+    QVERIFY(layers()->commit());
+    layers()->addOverrideRow();
+    setOverrideRow(0, "layers\\.0\\.self_attn\\.k_proj", R"({"ratio": 0.5})");
+    QVERIFY2(layers()->warning().contains("changes none of the blocks"), qPrintable(layers()->warning()));
+    setOverrideRow(0, "layers\\.0\\.", R"({"ratio": 0.5})");
+    QCOMPARE(layers()->summary(),
+             QString("Takes 2 of 2 blocks (those whose self_attn.q_proj the patterns take). An override changes 1 of them."));
+
+    QVERIFY(mEditor->addStep("prune.channels"));
+    mEditor->selectStep(2);
+    QCOMPARE(layers()->summary(), QString("Takes 2 of 2 blocks (those whose mlp.down_proj the patterns take)."));
+}
+
+void TestStepLayersEditor::revertDoesNotApplyWhatItReverts() {
+    mEditor->show();
+    QVERIFY(QTest::qWaitForWindowExposed(mEditor.get()));
+    QUndoStack* stack = mDoc->undoStack();
+    const int before = stack->count();
+    QLineEdit* targets = layers()->targetsEdit();
+    targets->setFocus();
+    QTest::keyClicks(targets, "mlp");   // typed, no Enter
+    QPushButton* revert = nullptr;
+    for (auto* b : layers()->findChildren<QPushButton*>())
+        if (b->text() == "Revert") revert = b;
+    QVERIFY(revert && revert->text() == "Revert");
+    QVERIFY(revert->isEnabled());   // typed text differs from the step
+    QTest::mouseClick(revert, Qt::LeftButton);
+    QCOMPARE(stack->count(), before);
+    QVERIFY(!step().contains("targets"));
+    QCOMPARE(targets->text(), QString());
+    QVERIFY(!revert->isEnabled());
+}
+
+void TestStepLayersEditor::ignoreAppliesWhenFocusLeaves() {
+    mEditor->show();
+    QVERIFY(QTest::qWaitForWindowActive(mEditor.get()));
+    QPlainTextEdit* ignore = layers()->ignoreEdit();
+    ignore->setFocus();
+    QTRY_VERIFY(ignore->hasFocus());
+    QTest::keyClicks(ignore, "down_proj");
+    QVERIFY(!step().contains("ignore"));
+    layers()->targetsEdit()->setFocus();   // as Tab or a click elsewhere moves it
+    QTRY_VERIFY(step().contains("ignore"));
+    QCOMPARE(step()["ignore"], json({"down_proj"}));
+}
+
+void TestStepLayersEditor::pendingEditsStayWithTheirStep() {
+    QVERIFY(mEditor->addStep("quantize.rtn"));   // two identical steps
+    mEditor->selectStep(0);
+    layers()->targetsEdit()->setText("x(");
+    QVERIFY(!layers()->commit());
+    QVERIFY(layers()->hasPendingEdits());
+    // Step 1 removed: the step now shown at row 0 is the other one, and shows its own (empty) fields.
+    QVERIFY(mEditor->removeSelectedStep());
+    QCOMPARE(mEditor->stepCount(), 1);
+    QCOMPARE(layers()->targetsEdit()->text(), QString());
+    QVERIFY(!layers()->hasPendingEdits());
+    // And a move: the edit does not travel to the step that takes its row.
+    QVERIFY(mEditor->addStep("prune.magnitude"));
+    mEditor->selectStep(0);
+    layers()->targetsEdit()->setText("x(");
+    QVERIFY(!layers()->commit());
+    QVERIFY(mEditor->moveSelectedStep(+1));
+    mEditor->selectStep(0);
+    QCOMPARE(QString::fromStdString(step(0).value("method", "")), QString("prune.magnitude"));
+    QCOMPARE(layers()->targetsEdit()->text(), QString());
+    // A variant switch: the other variant's step shows its own fields.
+    layers()->targetsEdit()->setText("x(");
+    QVERIFY(!layers()->commit());
+    QVERIFY(mEditor->newVariant());
+    QVERIFY(mEditor->addStep("prune.magnitude"));
+    mEditor->selectStep(0);
+    QCOMPARE(layers()->targetsEdit()->text(), QString());
+}
+
+void TestStepLayersEditor::pendingEditsAreAppliedBeforeSaving() {
+    layers()->targetsEdit()->setText("mlp");   // typed, no Enter
+    QVERIFY(!step().contains("targets"));
+    QVERIFY(mEditor->commitPendingEdits());
+    QCOMPARE(step()["targets"].get<std::string>(), std::string("mlp"));
+    layers()->targetsEdit()->setText("x(");
+    QVERIFY(!mEditor->commitPendingEdits());   // the caller asks before dropping it
+    QCOMPARE(step()["targets"].get<std::string>(), std::string("mlp"));
 }
 
 QTEST_MAIN(TestStepLayersEditor)

@@ -114,6 +114,7 @@ class KnowledgeDistillation : public CompressionMethod {
 public:
     std::string id() const override { return "distill.kd"; }
     bool actsPerLinearLayer() const override { return false; }
+    bool readsLayerPatterns() const override { return false; }
     int version() const override { return 1; }
     std::string displayName() const override { return "Knowledge distillation"; }
     std::string summary() const override {

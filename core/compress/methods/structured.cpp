@@ -106,6 +106,7 @@ class HeadPruning : public CompressionMethod {
 public:
     std::string id() const override { return "prune.heads"; }
     bool actsPerLinearLayer() const override { return false; }
+    std::string blockSelector(Family) const override { return "self_attn.q_proj"; }
     int version() const override { return 1; }
     std::string displayName() const override { return "Attention head pruning"; }
     std::string summary() const override { return "removes attention heads; GQA-aware (query heads evenly within kv groups, or whole kv groups)"; }
@@ -133,7 +134,7 @@ public:
         Model& m = ctx.model;
         std::set<int64_t> targeted;
         for (const auto& layer : ctx.layers)
-            if (layer.find("self_attn.q_proj") != std::string::npos) targeted.insert(blockOf(layer));
+            if (layer.find(blockSelector(m.spec.family)) != std::string::npos) targeted.insert(blockOf(layer));
 
         std::map<int64_t, std::set<int64_t>> removeQuery;   // per block: query heads to remove
         const std::string explicitList = ctx.params["heads"];
@@ -145,7 +146,7 @@ public:
                 const int64_t H = m.spec.headsAt(l), G = m.spec.kvHeadsAt(l), group = H / G;
                 const std::vector<double>& s = importance[static_cast<size_t>(l)];
                 // Per-layer ratios come from the step's overrides, matched against the block's q_proj.
-                const double ratio = ctx.paramsFor(names::llamaLayer(l, "self_attn.q_proj"))["ratio"].get<double>();
+                const double ratio = ctx.paramsFor(names::llamaLayer(l, blockSelector(m.spec.family)))["ratio"].get<double>();
                 if (ctx.params["unit"] == "kv_group") {
                     std::vector<double> groupScore(static_cast<size_t>(G), 0.0);
                     for (int64_t h = 0; h < H; ++h) groupScore[static_cast<size_t>(h / group)] += s[static_cast<size_t>(h)];
@@ -261,6 +262,7 @@ class ChannelPruning : public CompressionMethod {
 public:
     std::string id() const override { return "prune.channels"; }
     bool actsPerLinearLayer() const override { return false; }
+    std::string blockSelector(Family family) const override { return family == Family::Llama ? "mlp.down_proj" : "mlp.c_proj"; }
     int version() const override { return 1; }
     std::string displayName() const override { return "MLP channel pruning"; }
     std::string summary() const override { return "removes intermediate channels of the MLP (rows of up/gate, columns of down)"; }
@@ -273,7 +275,7 @@ public:
     void apply(StepContext& ctx) const override {
         Model& m = ctx.model;
         const bool llama = m.spec.family == Family::Llama;
-        const std::string downSuffix = llama ? "mlp.down_proj" : "mlp.c_proj", upSuffix = llama ? "mlp.up_proj" : "mlp.c_fc";
+        const std::string downSuffix = blockSelector(m.spec.family), upSuffix = llama ? "mlp.up_proj" : "mlp.c_fc";
         auto layerName = [&](int64_t l, const std::string& s) { return llama ? names::llamaLayer(l, s) : names::gpt2Layer(l, s); };
         std::set<int64_t> targeted;
         for (const auto& layer : ctx.layers)
@@ -336,6 +338,7 @@ class LayerDropping : public CompressionMethod {
 public:
     std::string id() const override { return "prune.layers"; }
     bool actsPerLinearLayer() const override { return false; }
+    bool readsLayerPatterns() const override { return false; }
     int version() const override { return 1; }
     std::string displayName() const override { return "Block dropping"; }
     std::string summary() const override { return "removes whole transformer blocks, those that change their input least"; }
