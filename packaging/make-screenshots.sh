@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes docs/screenshots/*.png with the real cwb GUI under Xvfb, on real data (the stories260K fixture):
 #   main-window.png  the model tree and a head-ablation heatmap the GUI computes
-#   pipeline.png     the pipeline editor: a variant's steps and the form generated from the method's parameters
+#   pipeline.png     the pipeline editor: a variant's steps, the form generated from the method's parameters and the
+#                    step's layers (targets, ignore patterns, per-layer overrides)
 #   compare.png      the A/B view after the GUI evaluates the base and three variants
 #   distillation.png the Run tab while a distillation step trains, with its live loss curves
 # Usage: packaging/make-screenshots.sh [BUILD_DIR] [FIXTURES_DIR]   (needs xvfb-run: apt-get install xvfb xauth)
@@ -39,7 +40,11 @@ project="$work/stories260K.cwbproj"
 shot() { xvfb-run -a -s "-screen 0 1700x1000x24" env QT_QPA_PLATFORM=xcb XDG_CONFIG_HOME="$work/config" "$cwb" "$@"; }
 shot "$project" --size 1600x900 --compute-importance heads.ablation --tab importance \
     --select-layer model.layers.2.self_attn.q_proj --screenshot "$out/main-window.png"
-shot "$project" --size 1600x900 --tab pipeline --select-layer model.layers.0.mlp.up_proj --screenshot "$out/pipeline.png"
+# The pipeline editor on a mixed-precision GPTQ variant: its parameters and its per-layer overrides in the Layers box.
+mixed="$work/mixed.cwbproj"
+"$cwb" project create "$mixed" --model "$model" --calib "$text" --eval "$text" --ctx 128 --chunks 16 \
+    --samples 8 --seq-len 64 --recipe projects/recipes/mixed-precision.json
+shot "$mixed" --size 1600x900 --tab pipeline --select-layer model.layers.0.mlp.up_proj --screenshot "$out/pipeline.png"
 shot "$project" --size 1600x900 --run-all --tab compare --metric perplexity \
     --select-layer model.layers.0.self_attn.q_proj --screenshot "$out/compare.png"
 # Distillation: magnitude 50% pruning recovered by distill.kd; grabbed while it trains.

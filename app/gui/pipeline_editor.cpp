@@ -143,6 +143,8 @@ PipelineEditor::PipelineEditor(QWidget* parent)
     connect(mPalette, &QListWidget::itemDoubleClicked, this,
             [this](QListWidgetItem* item) { addStep(item->data(Qt::UserRole).toString()); });
 
+    // Wide enough for the longest method name ("Round to nearest" was cut to "Round to nea").
+    mPalette->setMinimumWidth(mPalette->sizeHintForColumn(0) + 2 * mPalette->frameWidth() + 8);
     auto* paletteBox = new QGroupBox(tr("Methods"), this);
     auto* paletteLayout = new QVBoxLayout(paletteBox);
     paletteLayout->addWidget(mPalette);
