@@ -81,12 +81,13 @@ public:
     Runner(std::string dir, const std::vector<TokenId>& tokens, PerplexityParams pp) : mDir(std::move(dir)), mTokens(tokens), mParams(pp) {}
 
     Row exportAndEvaluate(const Model& model, const std::string& label, const std::string& format, const std::string& type,
-                          const std::string& fileName) {
+                          const std::string& fileName, bool packHead = false) {
         Row row;
         row.what = label;
         row.file = mDir + "/" + fileName;
         ExportOptions options;
         options.tensorType = type;
+        options.packHead = packHead;
         try {
             const ExportReport report = exportModel(model, format, row.file, options);
             row.bytes = report.bytes;
@@ -202,7 +203,7 @@ int main(int argc, char** argv) {
         for (const char* t : kGgufTypes)
             synth.push_back(run.exportAndEvaluate(*synthetic, std::string("gguf ") + t, "gguf", t, std::string("synthetic256-") + t + ".gguf"));
         synth.push_back(run.exportAndEvaluate(*synthetic, "dense → hf f32", "hf", "f32", "synthetic256-hf-f32"));
-        struct Packed { const char* label; const char* recipe; const char* format; const char* file; };
+        struct Packed { const char* label; const char* recipe; const char* format; const char* file; bool packHead = false; };
         const Packed packed[] = {
             {"rtn w4 g128 sym → gptq", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":128}}]})", "gptq", "synthetic256-rtn-w4g128-gptq"},
             {"gptq w4 g128 act_order → gptq", R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":128,"act_order":true}}]})", "gptq", "synthetic256-gptq-w4g128-actorder"},
@@ -214,12 +215,13 @@ int main(int argc, char** argv) {
             {"gptq w4 g128 → compressed-tensors", R"({"steps":[{"method":"quantize.gptq","params":{"bits":4,"group_size":128}}]})", "compressed-tensors", "synthetic256-gptq-w4g128-ct"},
             {"rtn w4 g128 asym → compressed-tensors", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":128,"scheme":"asym"}}]})", "compressed-tensors", "synthetic256-rtn-w4g128-asym-ct"},
             {"fp8 per tensor, weight only → compressed-tensors", R"({"steps":[{"method":"quantize.fp8","params":{"scale":"tensor"}}]})", "compressed-tensors", "synthetic256-fp8-tensor-ct"},
+            {"rtn w4 g128 sym, head too → gptq --pack-head", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":128,"head":"also"}}]})", "gptq", "synthetic256-rtn-w4g128-head-gptq", true},
         };
         std::vector<std::pair<std::string, double>> variantPpl;
         for (const auto& p : packed) {
             auto variant = compress(*synthetic, p.recipe, calib);
             variantPpl.push_back({p.label, run.reference(*variant)});
-            synth.push_back(run.exportAndEvaluate(*variant, p.label, p.format, std::strcmp(p.format, "gguf") ? "f32" : "", p.file));
+            synth.push_back(run.exportAndEvaluate(*variant, p.label, p.format, std::strcmp(p.format, "gguf") ? "f32" : "", p.file, p.packHead));
             // The same variant dense, so check_exports.py can compare its own unpacking of the layout with it.
             if (std::strcmp(p.format, "gguf")) exportModel(*variant, "hf", dir + "/" + p.file + "-dense", ExportOptions{"f32"});
         }

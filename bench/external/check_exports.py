@@ -44,9 +44,14 @@ try:
         kernel = next((type(m).__name__ for m in model.modules() if hasattr(m, "qweight")), "dense")
         return model, kernel
 
+    def packed_head(folder):
+        """A folder written with --pack-head: transformers' GPTQ loader would leave its head unread (see below)."""
+        config = os.path.join(folder, "config.json")
+        return os.path.isfile(config) and bool(json.load(open(config)).get("quantization_config", {}).get("lm_head"))
+
     for logits_file in sorted(glob.glob(os.path.join(files, "*.logits.f32"))):
         folder = logits_file[: -len(".logits.f32")]
-        if folder.endswith("-ct"):
+        if folder.endswith("-ct") or packed_head(folder):
             continue   # compressed-tensors folders: bench/external/check_compressed_tensors.py
         try:
             model, kernel = load(folder)
@@ -60,7 +65,7 @@ try:
     # error (bit order, zero offset, group index) shows as differences of whole quantization steps.
     from safetensors.numpy import load_file as load_numpy
     for folder in sorted(glob.glob(os.path.join(files, "*-gptq*")) + glob.glob(os.path.join(files, "*-awq*"))):
-        if folder.endswith("-dense") or not os.path.isdir(folder) or not os.path.isdir(folder + "-dense"):
+        if folder.endswith(("-dense", "-ct")) or not os.path.isdir(folder) or not os.path.isdir(folder + "-dense") or packed_head(folder):
             continue
         try:
             model, _ = load(folder)
@@ -79,6 +84,34 @@ try:
             kernels.add(type(module).__name__)
         say(f"GPTQModel {os.path.basename(folder)}: {modules} quantized modules ({', '.join(sorted(kernels))}); "
             f"max |dequantized − fp16(dense export)| / max |w| = {worst:.3g}")
+    # A head packed with --pack-head ("lm_head": true) is read by GPTQModel's own loader (transformers' GPTQ loader
+    # converts the block layers only). Its TorchLinear kernel takes fp16 or bf16; fp16 dequantizes exactly as the
+    # dense export rounded to fp16.
+    for folder in sorted(glob.glob(os.path.join(files, "*-gptq"))):
+        if not packed_head(folder):
+            continue
+        try:
+            from gptqmodel import BACKEND, GPTQModel
+        except ImportError as e:
+            say(f"GPTQModel {os.path.basename(folder)}: skipped ({e})")
+            continue
+        hf = GPTQModel.load(folder, device="cpu", backend=BACKEND.TORCH, dtype=torch.float16).model
+        head = hf.lm_head
+        if not hasattr(head, "qweight"):
+            say(f"GPTQModel {os.path.basename(folder)}: FAILED, lm_head loaded as {type(head).__name__}, not packed")
+            continue
+        dense = load_numpy(os.path.join(folder + "-dense", "model.safetensors")) if os.path.isdir(folder + "-dense") else None
+        worst = 0.0
+        if dense is not None:
+            for name, module in hf.named_modules():
+                if hasattr(module, "qweight"):
+                    theirs = module.dequantize_weight().float().numpy()
+                    ref = dense[name + ".weight"].T.astype(np.float16).astype(np.float32)
+                    worst = max(worst, float(np.abs(theirs - ref).max() / np.abs(ref).max()))
+        diff, same = logits_agreement(hf, folder + ".logits.f32")
+        say(f"GPTQModel {os.path.basename(folder)} (packed head, fp16): lm_head {type(head).__name__}; max |dequantized − "
+            f"fp16(dense export)| / max |w| over every packed module = {worst:.3g}; max |Δlogit| / max |logit| = {diff:.2e}, "
+            f"argmax agreement {same:.3f}")
 except ImportError as e:
     say(f"transformers check skipped: {e}")
 
@@ -161,6 +194,8 @@ try:
         if folder.endswith("-dense") or not os.path.isdir(folder) or not os.path.isdir(folder + "-dense"):
             continue
         qc = json.load(open(os.path.join(folder, "config.json")))["quantization_config"]
+        if qc.get("quant_method") not in ("gptq", "awq"):
+            continue   # "synthetic256-gptq-w4g128-ct" is compressed-tensors: check_compressed_tensors.py
         packed, dense = load_file(os.path.join(folder, "model.safetensors")), load_file(os.path.join(folder + "-dense", "model.safetensors"))
         worst = 0.0
         for name in [n[: -len(".qweight")] for n in packed if n.endswith(".qweight")]:
