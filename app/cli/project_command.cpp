@@ -537,6 +537,15 @@ int setSettings(const std::vector<std::string>& args) {
     s.evalCtx = a.integer("ctx", s.evalCtx);
     if (a.has("chunks")) s.evalChunks = chunksOption(a);
     int64_t context = 0;
+    // Another model read for its context: said when it is plainly not the recorded one (by size; hashing it is the
+    // commands' that store results).
+    const ModelReference& recorded = project.model();
+    if (a.has("model") && absolute(a.value("model")) != recorded.path && recorded.bytes > 0 &&
+        std::filesystem::is_regular_file(a.value("model")) && fileBytes(a.value("model")) != recorded.bytes)
+        std::fprintf(stderr, "warning: %s is not the model the project recorded (%s: %llu bytes, recorded %llu); the settings "
+                             "are checked against its context, and the project still points at %s\n",
+                     a.value("model").c_str(), recorded.path.c_str(), static_cast<unsigned long long>(fileBytes(a.value("model"))),
+                     static_cast<unsigned long long>(recorded.bytes), recorded.path.c_str());
     try {
         context = loadModel(a.value("model", project.model().path), projectLoadOptions(project, a))->spec.context;
     } catch (const Error& e) {

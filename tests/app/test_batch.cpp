@@ -772,6 +772,12 @@ void TestBatch::checksBeforeReplayAndSettings() {
     Result shown = run({"project", "show", project});
     QVERIFY2(shown.out.contains(QFileInfo(moved).absoluteFilePath() + ": 4 x 32 tokens"), qPrintable(shown.out));
     QCOMPARE(run({"project", "set", project, "--samples", "4"}).out.trimmed(), project + ": settings unchanged");
+    // Another model given to read the context from: said when it is plainly not the recorded one.
+    CWB_REQUIRE_FIXTURE(other, "models/llama-2-tiny-random.gguf");
+    Result otherModel = run({"project", "set", project, "--samples", "4", "--model", other});
+    QVERIFY2(otherModel.exitCode == 0 && otherModel.err.contains("is not the model the project recorded"), qPrintable(otherModel.err));
+    Result sameModel = run({"project", "set", project, "--samples", "4", "--model", mModel});
+    QVERIFY2(!sameModel.err.contains("is not the model"), qPrintable(sameModel.err));
     Result tooLong = run({"project", "set", project, "--seq-len", "100000"});
     QVERIFY2(tooLong.exitCode == 2 && tooLong.err.contains("--seq-len must be between 2 and the model's context of 2048"),
              qPrintable(tooLong.err));
