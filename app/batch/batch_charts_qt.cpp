@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "app/batch/batch_charts.h"
+#include "core/util/atomic_file.h"
+#include "core/util/error.h"
 #include "widgets/ab_chart.h"
 
 namespace cwb {
@@ -62,7 +64,13 @@ std::vector<std::string> renderCharts(const nlohmann::json& report, const std::s
         chart.setMetric(spec.title, spec.unit, series, series.front().variant == QLatin1String("base"));
         const std::string file = std::string("chart-") + spec.metric + ".png";
         // Whole or not at all, as every file of the report: into a temporary name, renamed once saved.
-        const std::string path = dir + "/" + file, tmp = path + ".tmp";
+        const std::string path = dir + "/" + file;
+        std::string tmp;
+        try {
+            tmp = createSiblingFile(path);   // a name of its own: never a file that was there
+        } catch (const Error&) {
+            continue;
+        }
         std::error_code ec;
         if (chart.savePng(QString::fromStdString(tmp), 900, 500)) std::filesystem::rename(tmp, path, ec);
         else ec = std::make_error_code(std::errc::io_error);

@@ -10,6 +10,7 @@
 #include <regex>
 #include <unistd.h>
 
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
 namespace cwb::exporting {
@@ -143,6 +144,34 @@ std::string nonUniformLayers(const ArchSpec& spec) {
     return "";
 }
 
+ParentFolders::ParentFolders(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::vector<fs::path> missing;
+    std::error_code ec;
+    for (fs::path p = fs::path(path).parent_path(); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+        missing.push_back(p);
+        if (p == p.parent_path()) break;
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+        if (!fs::create_directory(*it, ec) && ec) {
+            removeMade();   // a destructor does not run for a constructor that throws
+            throw Error(it->string(), "cannot create the folder: " + ec.message());
+        }
+        mMade.push_back(it->string());
+    }
+}
+
+ParentFolders::~ParentFolders() {
+    if (!mCommitted) removeMade();
+}
+
+void ParentFolders::removeMade() {
+    std::error_code ignored;
+    for (auto it = mMade.rbegin(); it != mMade.rend(); ++it)
+        if (std::filesystem::is_empty(*it, ignored)) std::filesystem::remove(*it, ignored);
+    mMade.clear();
+}
+
 TemporaryPath::~TemporaryPath() {
     if (mCommitted) return;
     std::error_code ignored;
@@ -221,9 +250,14 @@ void replacePath(const std::string& from, const std::string& to) {
     std::error_code ec;
     if (fs::is_directory(to, ec)) {
         // Move the old folder aside first so a failure never leaves neither.
-        const std::string aside = to + ".old-" + std::to_string(::getpid());
+        // Onto a new empty folder of its own: rename replaces an empty folder, and no folder of the user's is touched.
+        const std::string aside = createSiblingFolder(to, ".old-");
         fs::rename(to, aside, ec);
-        if (ec) throw Error(to, "cannot replace the existing folder: " + ec.message());
+        if (ec) {
+            std::error_code ignored;
+            fs::remove(aside, ignored);
+            throw Error(to, "cannot replace the existing folder: " + ec.message());
+        }
         fs::rename(from, to, ec);
         if (ec) {
             fs::rename(aside, to);

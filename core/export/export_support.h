@@ -59,6 +59,21 @@ private:
     bool mCommitted = false;
 };
 
+// Makes the folders missing on the way to `path` (its parent and above, as `cwb export --out new/sub/x` needs) and,
+// unless commit() is called, removes again those it made, deepest first, where they are still empty: a failed or
+// cancelled export leaves no folder behind. Throws cwb::Error naming the folder that cannot be made.
+class ParentFolders {
+public:
+    explicit ParentFolders(const std::string& path);
+    ~ParentFolders();
+    void commit() { mCommitted = true; }
+
+private:
+    void removeMade();
+    std::vector<std::string> mMade;   // outermost first
+    bool mCommitted = false;
+};
+
 // See exportDestinationProblem (export_format.h); `folder`: the export is a folder, else one file.
 std::string destinationProblem(const std::string& path, bool folder);
 

@@ -303,17 +303,14 @@ public:
             report.tensors.push_back({"rope_freqs.weight", "f32", 0, "Llama 3 RoPE scaling"});
         }
         writer.addUInt32("general.file_type", fileType(report));
-        {   // missing folders on the way, as the folder formats make them (exportDestinationProblem checked the rest)
-            std::error_code ec;
-            const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-            if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-            if (ec) throw Error(parent.string(), "cannot create the folder: " + ec.message());
-        }
+        // Missing folders on the way, as the folder formats make them (exportDestinationProblem checked the rest).
+        exporting::ParentFolders parents(path);
         writer.write(path, [&](size_t done, size_t total) {
             if (!feedback) return;
             feedback->setProgress(double(done) / double(total));
             feedback->throwIfCancelled();
         });
+        parents.commit();
         for (const auto& t : report.tensors) {
             if (t.type == "f32" && t.name.find("norm") != std::string::npos) continue;
             if (t.addedError > 0 && (compressedNames.count(t.name) || (t.type != "f16" && t.type != "bf16" && t.type != "f32")))

@@ -13,6 +13,7 @@
 #include "core/export/ct_layout.h"
 #include "core/export/quant_layouts.h"
 #include "core/io/safetensors.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
 namespace cwb {
@@ -114,11 +115,11 @@ public:
             if (!note.empty()) report.notes.push_back(note);
         }
 
-        const std::string staging = folder + ".tmp-export";
+        // A staging folder of its own (created new, never one of the user's that happens to have the name).
+        exporting::ParentFolders parents(folder);
+        const std::string staging = createSiblingFolder(folder, ".tmp-export-");
         exporting::TemporaryPath cleanup(staging);
         std::error_code ec;
-        fs::remove_all(staging, ec);
-        if (!fs::create_directories(staging, ec) || ec) throw Error(staging, "cannot create the folder: " + (ec ? ec.message() : "it exists"));
 
         // Shards: consecutive entries until the next would pass shardBytes.
         std::vector<std::vector<const Entry*>> shards(1);
@@ -170,6 +171,7 @@ public:
         report.bytes = total;
         exporting::replacePath(staging, folder);
         cleanup.commit();
+        parents.commit();
         return report;
     }
 

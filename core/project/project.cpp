@@ -19,6 +19,7 @@
 #include "core/io/model_format.h"
 #include "core/project/file_hash.h"
 #include "core/project/project_schema.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
 namespace cwb {
@@ -393,8 +394,7 @@ std::unique_ptr<Project> Project::recoverAutosaveBase(const std::string& path) {
 }
 
 void Project::writeCopy(const std::string& target) const {
-    const std::string tmp = target + ".tmp";
-    for (const char* suffix : {"", "-journal"}) std::remove((tmp + suffix).c_str());
+    const std::string tmp = createSiblingFile(target);   // empty: SQLite takes it as a new database
     WrittenBy writer = [] { std::lock_guard<std::mutex> lock(gWriterMutex); return gWriter; }();
     writer.schema = project_schema::kCurrentVersion;
     try {

@@ -3,7 +3,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
+
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "core/util/error.h"
 
@@ -13,8 +18,40 @@ void writeFileAtomically(const std::string& path, const std::string& bytes) {
     writeFileAtomically(path, [&](std::ostream& out) { out.write(bytes.data(), std::streamsize(bytes.size())); });
 }
 
+namespace {
+
+// Fault injection for tests: the files named in CWB_TEST_FULL_DISK (file names, comma-separated) get a temporary file
+// that links to /dev/full, where every write fails with ENOSPC, as on a full disk.
+bool standsOnAFullDisk(const std::string& path) {
+    const char* names = std::getenv("CWB_TEST_FULL_DISK");
+    if (!names || !*names) return false;
+    const std::string file = path.substr(path.find_last_of('/') + 1);
+    std::stringstream list(names);
+    for (std::string name; std::getline(list, name, ',');)
+        if (name == file) return true;
+    return false;
+}
+
+} // namespace
+
+std::string createSiblingFile(const std::string& path, const std::string& tag) {
+    std::string name = path + tag + "XXXXXX";
+    const int fd = ::mkstemp(name.data());
+    if (fd < 0) throw Error(path, std::string("cannot create a file beside it: ") + std::strerror(errno));
+    ::close(fd);
+    if (standsOnAFullDisk(path) && (::unlink(name.c_str()) != 0 || ::symlink("/dev/full", name.c_str()) != 0))
+        throw Error(path, std::string("cannot stand in a full disk: ") + std::strerror(errno));
+    return name;
+}
+
+std::string createSiblingFolder(const std::string& path, const std::string& tag) {
+    std::string name = path + tag + "XXXXXX";
+    if (!::mkdtemp(name.data())) throw Error(path, std::string("cannot create a folder beside it: ") + std::strerror(errno));
+    return name;
+}
+
 void writeFileAtomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
-    const std::string tmp = path + ".tmp";
+    const std::string tmp = createSiblingFile(path);
     try {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) throw Error(path, std::string("cannot create the file: ") + std::strerror(errno));

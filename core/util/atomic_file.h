@@ -1,6 +1,8 @@
 #pragma once
-// Files written whole or not at all: the bytes go to `path`.tmp, are flushed and checked, and only then renamed over
-// `path`. On any failure (a full disk, a writer that throws) the temporary file is removed and `path` is untouched.
+// Files written whole or not at all: the bytes go to a new temporary file beside `path`, are flushed and checked, and
+// only then renamed over `path`. On any failure (a full disk, a writer that throws) the temporary file is removed and
+// `path` is untouched. Temporary names are made unique and created exclusively (`path`.tmp-XXXXXX), so a file or
+// folder of the user's that happens to be named like one is never truncated or removed.
 #include <functional>
 #include <ostream>
 #include <string>
@@ -11,5 +13,11 @@ namespace cwb {
 void writeFileAtomically(const std::string& path, const std::string& bytes);
 // `write` fills the (binary) stream; what it throws is passed on after the temporary file is removed.
 void writeFileAtomically(const std::string& path, const std::function<void(std::ostream&)>& write);
+
+// A new empty file beside `path` named `path` + `tag` + six random characters, created so that it cannot be one that
+// existed; returns its name. Throws cwb::Error naming `path` when the folder does not take it.
+std::string createSiblingFile(const std::string& path, const std::string& tag = ".tmp-");
+// The same for an empty folder.
+std::string createSiblingFolder(const std::string& path, const std::string& tag = ".tmp-");
 
 } // namespace cwb

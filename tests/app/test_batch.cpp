@@ -122,18 +122,20 @@ void TestBatch::replayReproducesStoredResults() {
     QCOMPARE(be32(16), 900u);   // IHDR width and height
     QCOMPARE(be32(20), 500u);
     // Regression (user probe): on a full disk the charts were left behind truncated or empty. A chart whose temporary
-    // file links to /dev/full (every write fails) is left out whole, and nothing of it stays.
+    // file links to /dev/full (CWB_TEST_FULL_DISK: every write fails) is left out whole, and nothing of it stays.
     if (QFileInfo::exists("/dev/full")) {
         const QString c = mDir.filePath("c");
         QVERIFY(QDir().mkpath(c));
-        QVERIFY(QFile::link("/dev/full", c + "/chart-kl_mean.png.tmp"));
+        qputenv("CWB_TEST_FULL_DISK", "chart-kl_mean.png");
         Result rc = run({"--batch", mProject, "--out", c, "--threads", "1", "--quiet"});
+        qunsetenv("CWB_TEST_FULL_DISK");
         QVERIFY2(rc.exitCode == 0, qPrintable(rc.err));
         QStringList charts;
         for (const auto& chartName : readReport(c)["charts"].toArray()) charts << chartName.toString();
         QCOMPARE(charts, QStringList({"chart-perplexity.png", "chart-top1.png", "chart-bytes.png"}));
         QVERIFY(!QFileInfo::exists(c + "/chart-kl_mean.png"));
-        QVERIFY(!QFileInfo(c + "/chart-kl_mean.png.tmp").isSymLink() && !QFileInfo::exists(c + "/chart-kl_mean.png.tmp"));
+        QVERIFY2(QDir(c).entryList({"chart-kl_mean.png.tmp*"}, QDir::Files | QDir::System | QDir::Hidden).isEmpty(),
+                 qPrintable(QDir(c).entryList().join(", ")));
     }
 }
 

@@ -5,6 +5,10 @@
 // exports carry tokenizer files (the source's own, or written from the vocabulary) that tokenize as the source; a
 // quantized output head goes to GGUF as output.weight in its type, to the Hugging Face layouts dequantized.
 #include <QTemporaryDir>
+
+#include <csignal>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <QtTest/QtTest>
 
 #include <filesystem>
@@ -60,6 +64,37 @@ std::unique_ptr<Model> compressed(const Model& base, const char* recipe) { retur
 
 bool fileExists(const std::string& p) { return std::filesystem::exists(p); }
 
+// Entries beside `path` whose names start with its own name followed by `tag` (a writer's temporary names).
+QStringList besideWith(const std::string& path, const std::string& tag) {
+    const std::filesystem::path p(path);
+    const std::string prefix = p.filename().string() + tag;
+    QStringList found;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(p.parent_path(), ec))
+        if (entry.path().filename().string().rfind(prefix, 0) == 0) found << QString::fromStdString(entry.path().string());
+    return found;
+}
+
+// While alive, writing past 0 bytes into any file fails (EFBIG), as on a full disk; SIGXFSZ is ignored meanwhile.
+class FileSizeLimit {
+public:
+    FileSizeLimit() {
+        getrlimit(RLIMIT_FSIZE, &mSaved);
+        mSignal = std::signal(SIGXFSZ, SIG_IGN);
+        rlimit none = mSaved;
+        none.rlim_cur = 0;
+        setrlimit(RLIMIT_FSIZE, &none);
+    }
+    ~FileSizeLimit() {
+        setrlimit(RLIMIT_FSIZE, &mSaved);
+        std::signal(SIGXFSZ, mSignal);
+    }
+
+private:
+    rlimit mSaved{};
+    void (*mSignal)(int) = nullptr;
+};
+
 } // namespace
 
 class TestExport : public QObject {
@@ -85,6 +120,7 @@ private slots:
     void refusals_data();
     void refusals();
     void cancelLeavesNothing();
+    void exportLeavesNeighboursAlone();
     void fullDiskLeavesNothing();
     void neverReplacesItsSource();
     void shardedFolder();
@@ -723,16 +759,48 @@ void TestExport::cancelLeavesNothing() {
         }
         QVERIFY2(cancelled, format);
         QVERIFY(!fileExists(out));
-        QVERIFY(!fileExists(out + ".tmp"));
-        QVERIFY(!fileExists(out + ".tmp-export"));
+        QVERIFY2(besideWith(out, ".tmp").isEmpty(), qPrintable(besideWith(out, ".tmp").join(", ")));
+        // Regression (GUI probe): the folders made on the way to a new destination stayed after a failed export.
+        const std::string fresh = (dir.path() + "/new-" + format).toStdString();
+        CallbackFeedback again;
+        again.progressCallback = [&](double) { again.cancel(); };
+        QVERIFY_THROWS_EXCEPTION(Cancelled, exportModel(*model, format, fresh + "/sub/out", {}, &again));
+        QVERIFY2(!fileExists(fresh), format);
+        exportModel(*model, format, fresh + "/sub/out", {});   // and made when it succeeds
+        QVERIFY(fileExists(fresh + "/sub/out"));
     }
 }
 
+// Regression (GUI probe): the staging names were fixed (x.tmp-export, x.gguf.tmp), so an export deleted a folder or
+// file of the user's that happened to have the name. They are now unique and created new; neighbours stay.
+void TestExport::exportLeavesNeighboursAlone() {
+    QTemporaryDir dir;
+    auto model = syntheticModel(dir.path(), "hf");
+    const std::string root = dir.path().toStdString();
+    std::filesystem::create_directories(root + "/out.tmp-export");
+    std::ofstream(root + "/out.tmp-export/important.txt") << "mine";
+    std::ofstream(root + "/out.gguf.tmp") << "mine too";
+    std::filesystem::create_directories(root + "/out.old-" + std::to_string(::getpid()));
+    std::ofstream(root + "/out.old-" + std::to_string(::getpid()) + "/kept.txt") << "and mine";
+    for (int round = 0; round < 2; ++round) {   // the second replaces the first export (the folder moved aside)
+        exportModel(*model, "hf", root + "/out", {});
+        exportModel(*model, "gguf", root + "/out.gguf", {});
+    }
+    QVERIFY(fileExists(root + "/out/model.safetensors"));
+    QVERIFY(fileExists(root + "/out.gguf"));
+    QVERIFY(fileExists(root + "/out.tmp-export/important.txt"));
+    QVERIFY(fileExists(root + "/out.gguf.tmp"));
+    QVERIFY(fileExists(root + "/out.old-" + std::to_string(::getpid()) + "/kept.txt"));
+    // Nothing of the exports' own is left beside them.
+    QStringList left = besideWith(root + "/out", ".tmp-export-") + besideWith(root + "/out", ".old-") + besideWith(root + "/out.gguf", ".tmp-");
+    left.removeAll(QString::fromStdString(root + "/out.old-" + std::to_string(::getpid())));
+    QVERIFY2(left.isEmpty(), qPrintable(left.join(", ")));
+}
+
 // Regression (user probe): `cwb compress --out` on a full disk exited 0 with a truncated report.json, and budget left
-// a 0-byte .tmp. Every writer goes through writeFileAtomically: its temporary file is made a link to /dev/full, where
-// every write fails with ENOSPC, so a full disk is met at the first write or at the last flush.
+// a 0-byte .tmp. Every writer goes through writeFileAtomically; a file size limit of 0 bytes (RLIMIT_FSIZE, SIGXFSZ
+// ignored) fails every write with EFBIG, so a full disk is met at the first write or at the last flush.
 void TestExport::fullDiskLeavesNothing() {
-    if (!fileExists("/dev/full")) QSKIP("/dev/full is not there to stand for a full disk");
     QTemporaryDir dir;
     const std::string base = dir.path().toStdString();
     GgufWriter gguf;
@@ -750,18 +818,20 @@ void TestExport::fullDiskLeavesNothing() {
     };
     for (const auto& [name, write] : writers) {
         for (bool earlier : {false, true}) {
-            const std::string path = base + "/" + name, tmp = path + ".tmp";
+            const std::string path = base + "/" + name;
             std::filesystem::remove(path);
             if (earlier) std::ofstream(path) << "an earlier file";
-            std::filesystem::create_symlink("/dev/full", tmp);
             QString message;
-            try {
-                write(path);
-            } catch (const Error& e) {
-                message = e.what();
+            {
+                FileSizeLimit full;   // every write past 0 bytes fails, as on a full disk
+                try {
+                    write(path);
+                } catch (const Error& e) {
+                    message = e.what();
+                }
             }
             QVERIFY2(message.contains(QString::fromStdString(path)) && message.contains("disk full"), qPrintable(name + (": " + message)));
-            QVERIFY2(!std::filesystem::is_symlink(tmp) && !fileExists(tmp), name);
+            QVERIFY2(besideWith(path, ".tmp").isEmpty(), qPrintable(besideWith(path, ".tmp").join(", ")));
             if (earlier) {
                 std::ifstream in(path);
                 const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
