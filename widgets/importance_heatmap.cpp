@@ -142,13 +142,16 @@ struct ImportanceHeatmap::Private {
 
         map->data()->clear();
         if (r > 0 && c > 0) {
-            map->data()->setSize(c, r);
-            map->data()->setRange(QCPRange(0, c - 1), QCPRange(0, r - 1));
+            // QCustomPlot draws no cell along a dimension of one (its range has no width: a one-block model's map was
+            // empty, GUI probe). Such a dimension is stored as two equal halves of the one cell's span instead.
+            const int cells = c == 1 ? 2 : c, lines = r == 1 ? 2 : r;
+            map->data()->setSize(cells, lines);
+            map->data()->setRange(c == 1 ? QCPRange(-0.25, 0.25) : QCPRange(0, c - 1), r == 1 ? QCPRange(-0.25, 0.25) : QCPRange(0, r - 1));
             double lo = std::numeric_limits<double>::infinity();
             double hi = -lo;
-            for (int row = 0; row < r; ++row) {
-                for (int column = 0; column < c; ++column) {
-                    const double v = data.values[size_t(row) * size_t(c) + size_t(column)];
+            for (int row = 0; row < lines; ++row) {
+                for (int column = 0; column < cells; ++column) {
+                    const double v = data.values[size_t(r == 1 ? 0 : row) * size_t(c) + size_t(c == 1 ? 0 : column)];
                     map->data()->setCell(column, row, v);
                     if (std::isfinite(v)) {
                         lo = std::min(lo, v);

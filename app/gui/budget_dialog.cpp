@@ -44,7 +44,7 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     mTarget->setRange(2.0, 16.0);
     mTarget->setSingleStep(0.25);
     mTarget->setDecimals(3);
-    mTarget->setValue(4.5);
+    mTarget->setValue(5.0);   // 4.5 is below what 4-bit g32 layers store (4.667), so the defaults failed
     mTarget->setToolTip(tr("Average bits per weight over the quantized layers, scales and zeros included"));
     // Bits per weight and size are one budget: editing either updates the other.
     mTargetMiB->setDecimals(6);   // small models are a fraction of a MiB per bit
@@ -60,8 +60,11 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     });
     connect(mTargetMiB, &QDoubleSpinBox::valueChanged, this, [this](double mib) {
         if (mMiBPerBit <= 0) return;
-        const QSignalBlocker block(mTarget);
-        mTarget->setValue(mib / mMiBPerBit);
+        {
+            const QSignalBlocker block(mTarget);
+            mTarget->setValue(mib / mMiBPerBit);
+        }
+        inputsChanged();   // the target changed, though its own signal was held back (GUI probe: a stale plan stayed applicable)
     });
     mBits->setToolTip(tr("Candidate widths per layer, comma-separated (2..8), e.g. 4,8 or 3,4,8"));
     mGroupSize->setRange(8, 4096);
@@ -216,6 +219,11 @@ bool BudgetDialog::solve(bool interactive) {
     QString error;
     options.bits = parseBits(mBits->text(), &error);
     if (options.bits.empty()) return refuse(error);
+    try {   // a target no width can meet is said now, not after measuring every layer
+        checkBudgetOptions(options);
+    } catch (const std::exception& e) {
+        return refuse(QString::fromUtf8(e.what()));
+    }
     const ProjectSettings& s = mDocument->project().settings();
     const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
     std::shared_ptr<const Model> model = mDocument->model();

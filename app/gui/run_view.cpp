@@ -74,7 +74,15 @@ void RunView::setDocument(ProjectDocument* document) {
     mRunCurrent->setEnabled(document && !mBatchRunning);   // a batch replay goes on across documents
     mRunAll->setEnabled(document && !mBatchRunning);
     mCancel->setEnabled(mBatchRunning);
-    if (!mBatchRunning) mStatus->setText(document ? tr("Ready.") : tr("Open a model or project."));
+    if (!mBatchRunning) {
+        mStatus->setText(document ? tr("Ready.") : tr("Open a model or project."));
+        // The last document's log, bar and curves are not this one's (GUI probe: its "weights are probably broken"
+        // stayed under the next project).
+        mLog->clear();
+        mProgress->setValue(0);
+        mLossCurve->clear();
+        mLossCurve->setVisible(false);
+    }
 }
 
 double RunView::elapsedSeconds() const { return isRunning() ? mClock.elapsed() / 1000.0 : 0.0; }

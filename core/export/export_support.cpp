@@ -209,6 +209,13 @@ std::string destinationProblem(const std::string& path, bool folder) {
         existing = up;
     }
     if (!fs::is_directory(existing, ec)) return existing.string() + " is not a folder";
+    if (folder) {   // a folder named like a model file is read back by its name's format, and fails (GUI probe)
+        const std::string extension = fs::path(path).extension().string();
+        for (const char* file : {".gguf", ".bin", ".safetensors", ".json"})
+            if (extension == file)
+                return "a folder named '" + fs::path(path).filename().string() + "' would be taken for a " + std::string(file + 1) +
+                       " file when read; choose a name without '" + file + "' (this format writes a folder)";
+    }
     if (::access(existing.c_str(), W_OK | X_OK) != 0)
         return "cannot write into the folder " + existing.string() + ": " + std::strerror(errno);
     const fs::file_status status = fs::status(path, ec);

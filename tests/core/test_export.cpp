@@ -795,6 +795,10 @@ void TestExport::exportLeavesNeighboursAlone() {
     QStringList left = besideWith(root + "/out", ".tmp-export-") + besideWith(root + "/out", ".old-") + besideWith(root + "/out.gguf", ".tmp-");
     left.removeAll(QString::fromStdString(root + "/out.old-" + std::to_string(::getpid())));
     QVERIFY2(left.isEmpty(), qPrintable(left.join(", ")));
+    // Regression (GUI probe): a Hugging Face folder named x.gguf was written, then could not be read (taken for a file).
+    const QString named = QString::fromStdString(exportDestinationProblem("hf", root + "/model.gguf"));
+    QVERIFY2(named.contains("would be taken for a gguf file"), qPrintable(named));
+    QVERIFY(exportDestinationProblem("gguf", root + "/model.gguf").empty());
 }
 
 // Regression (user probe): `cwb compress --out` on a full disk exited 0 with a truncated report.json, and budget left

@@ -68,6 +68,7 @@ private slots:
     void projectWithAMovedModelOpensWhereItIsNow();
     void locatingAMovedModelThroughItsDialogs();
     void savingAppliesTypedLayerPatterns();
+    void runLogIsTheDocumentsOwn();
     void resultsOfAnEditedRecipeAreMarkedStale();
     void resultsAreStampedWithTheTextAsRead();
     void textEditedOnDiskIsSaid();
@@ -911,6 +912,24 @@ void TestGuiFlow::savingAppliesTypedLayerPatterns() {
     MainWindow reopened;
     QVERIFY(reopened.openPath(path, false));
     QCOMPARE(reopened.document()->steps(variant)[0].value("targets", ""), std::string("mlp"));
+}
+
+// Regression (GUI probe): the Run tab kept the last document's log and full bar under the next project opened.
+void TestGuiFlow::runLogIsTheDocumentsOwn() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(other, "models/llama-2-tiny-random.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    useSmallEvaluation(window);
+    QSignalSpy finished(window.runView(), &RunView::finished);
+    QVERIFY(window.runView()->run({QString::fromLatin1(Project::kBaseName)}));
+    QVERIFY(finished.wait(120000));
+    QVERIFY(!window.runView()->logText().isEmpty());
+    QVERIFY(window.openPath(other, false));
+    QVERIFY2(window.runView()->logText().isEmpty(), qPrintable(window.runView()->logText()));
+    auto* bar = window.runView()->findChild<QProgressBar*>();
+    QVERIFY(bar);
+    QCOMPARE(bar->value(), 0);
 }
 
 // Regression: after a variant's recipe changed, Compare showed its old numbers as if they were the new recipe's.

@@ -270,6 +270,31 @@ void TestImportanceHeatmap::emptyAndSingleCell()
     QCOMPARE(heatmap.valueAt(heatmap.cellCenter(0, 0)), 3.25);
     QVERIFY(heatmap.colorScaleShown());
 
+    // Regression (GUI probe): a map one row (or one column) high drew no cell at all, only its axes: a one-block
+    // model's maps were blank. Each cell is painted in its own colour now.
+    for (bool oneRow : {true, false}) {
+        HeatmapData line;
+        const QStringList three = {QStringLiteral("a"), QStringLiteral("b"), QStringLiteral("c")};
+        line.rowLabels = oneRow ? QStringList{QStringLiteral("block 0")} : three;
+        line.columnLabels = oneRow ? three : QStringList{QStringLiteral("q_proj")};
+        line.values = {0.0, 0.5, 1.0};
+        QVERIFY(heatmap.setScores(line));
+        // The distinct colours at the three cells' centres, none of them the plot's background (the plot replots queued).
+        const auto paintedCells = [&] {
+            const QImage image = heatmap.grab().toImage();
+            const QColor background = image.pixelColor(1, 1);
+            QSet<QRgb> colours;
+            for (int i = 0; i < 3; ++i) {
+                const QColor painted = image.pixelColor(oneRow ? heatmap.cellCenter(0, i) : heatmap.cellCenter(i, 0));
+                if (painted != background) colours.insert(painted.rgb());
+            }
+            return colours.size();
+        };
+        QTRY_COMPARE(paintedCells(), 3);
+        for (int i = 0; i < 3; ++i)
+            QCOMPARE(heatmap.valueAt(oneRow ? heatmap.cellCenter(0, i) : heatmap.cellCenter(i, 0)), line.values[size_t(i)]);
+    }
+
     heatmap.clear();
     QCOMPARE(heatmap.rowCount(), 0);
     QCOMPARE(heatmap.columnCount(), 0);
