@@ -3,11 +3,14 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDialogButtonBox>
+#include <QDir>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMessageBox>
 #include <QPushButton>
 
 #include "app/gui/background_job.h"
@@ -80,14 +83,18 @@ ExportDialog::ExportDialog(const Project& project, const QString& currentVariant
     mProblem = new QLabel(this);   // why the destination cannot take the export, before anything is built
     mProblem->setWordWrap(true);
     mProblem->setStyleSheet(QStringLiteral("color: #b00020"));
+    mWhere = new QLabel(this);
+    mWhere->setWordWrap(true);
+    mWhere->setVisible(false);
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(form);
+    layout->addWidget(mWhere);
     layout->addWidget(mProblem);
     layout->addWidget(buttons);
     connect(mFormat, &QComboBox::currentIndexChanged, this, &ExportDialog::formatChanged);
     connect(browseButton, &QPushButton::clicked, this, &ExportDialog::browse);
     connect(mPath, &QLineEdit::textChanged, this, &ExportDialog::validate);
-    connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::accepted, this, &ExportDialog::accept);
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
     mOk = buttons->button(QDialogButtonBox::Ok);
     connect(mType, &QComboBox::currentIndexChanged, this, &ExportDialog::validate);
@@ -110,33 +117,64 @@ void ExportDialog::formatChanged() {
 }
 
 void ExportDialog::browse() {
-    const bool gguf = mFormat->currentData().toString() == "gguf";
-    const QString path = gguf ? QFileDialog::getSaveFileName(this, tr("Export to GGUF file"), mPath->text(), tr("GGUF (*.gguf)"))
-                              : QFileDialog::getSaveFileName(this, tr("Export to folder (created or replaced)"), mPath->text());
-    if (!path.isEmpty()) mPath->setText(path);
+    const QString format = mFormat->currentData().toString();
+    if (format == "gguf") {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export to GGUF file"), mPath->text(), tr("GGUF (*.gguf)"));
+        if (!path.isEmpty()) mPath->setText(path);
+        return;
+    }
+    // A folder format: a save dialog could not pick an existing folder (GUI probe). The folder chosen is the export
+    // itself when it is empty or holds an earlier export; otherwise a new folder inside it, named after the variant.
+    const QString start = mPath->text().isEmpty() ? QString() : QFileInfo(mPath->text()).absolutePath();
+    const QString folder = QFileDialog::getExistingDirectory(this, tr("Export to folder (an empty one, an earlier export, or one to create it in)"), start);
+    if (folder.isEmpty()) return;
+    const bool usable = QDir(folder).isEmpty() || exportDestinationProblem(format.toStdString(), folder.toStdString()).empty();
+    mPath->setText(usable ? folder : QDir(folder).filePath(mVariant->currentText() + "-" + format));
+}
+
+QString ExportDialog::replaceQuestion() const {
+    const QString path = request().path;
+    const QFileInfo info(path);
+    if (path.isEmpty() || !info.exists()) return {};
+    if (info.isDir() && QDir(path).isEmpty()) return {};
+    return info.isDir() ? tr("The folder %1 holds an earlier export. Replace it with this one?").arg(path)
+                        : tr("The file %1 exists. Replace it with this export?").arg(path);
+}
+
+void ExportDialog::accept() {
+    validate();
+    if (!mOk->isEnabled()) return;
+    const QString question = replaceQuestion();
+    if (mInteractive && !question.isEmpty() &&
+        QMessageBox::question(this, tr("Replace?"), question, QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel) != QMessageBox::Yes)
+        return;
+    QDialog::accept();
 }
 
 void ExportDialog::validate() {
     const QString path = mPath->text().trimmed();
-    QString problem;
-    if (!path.isEmpty()) {
-        ExportOptions options;
-        options.tensorType = mType->currentData().toString().toStdString();
-        if (mRequantize->isEnabled()) options.requantizeType = mRequantize->currentData().toString().toStdString();
-        options.packHead = mPackHead->isChecked();
-        const std::string format = mFormat->currentData().toString().toStdString();
+    ExportOptions options;
+    options.tensorType = mType->currentData().toString().toStdString();
+    if (mRequantize->isEnabled()) options.requantizeType = mRequantize->currentData().toString().toStdString();
+    options.packHead = mPackHead->isChecked();
+    const std::string format = mFormat->currentData().toString().toStdString();
+    // What the format cannot hold is said as soon as the format is chosen, before a path is typed (GUI probe).
+    std::string why = exportOptionsProblem(format, options);
+    const auto recipe = mRecipes.find(mVariant->currentText());
+    if (why.empty() && mBase && recipe != mRecipes.end()) {
+        why = exportRecipeProblem(*mBase, *recipe->second, format);
+        if (!why.empty()) why = "the variant cannot be written as " + format + ": " + why;
+    }
+    if (why.empty() && !path.isEmpty()) {
         // The core words it to follow the path, as the CLI prints it; alone it had no subject (GUI probe).
-        std::string why = mBase ? exportOverwritesSource(path.toStdString(), mBase->path) : std::string();
+        why = mBase ? exportOverwritesSource(path.toStdString(), mBase->path) : std::string();
         if (!why.empty()) why = "This path " + why;
         if (why.empty()) why = exportDestinationProblem(format, path.toStdString());
-        if (why.empty()) why = exportOptionsProblem(format, options);
-        const auto recipe = mRecipes.find(mVariant->currentText());
-        if (why.empty() && mBase && recipe != mRecipes.end()) {
-            why = exportRecipeProblem(*mBase, *recipe->second, format);
-            if (!why.empty()) why = "the variant cannot be written as " + format + ": " + why;
-        }
-        problem = QString::fromStdString(why);
     }
+    const QString problem = QString::fromStdString(why);
+    const bool relative = !path.isEmpty() && QFileInfo(path).isRelative();
+    mWhere->setText(relative ? tr("Writes to %1").arg(QFileInfo(path).absoluteFilePath()) : QString());
+    mWhere->setVisible(relative);
     mProblem->setText(problem);
     mProblem->setVisible(!problem.isEmpty());
     mOk->setEnabled(!path.isEmpty() && problem.isEmpty());
@@ -145,7 +183,9 @@ void ExportDialog::validate() {
 QString ExportDialog::problem() const { return mProblem->text(); }
 
 ExportRequest ExportDialog::request() const {
-    return {mVariant->currentText(), mFormat->currentData().toString(), mType->currentData().toString(), mPath->text().trimmed(),
+    const QString path = mPath->text().trimmed();
+    return {mVariant->currentText(), mFormat->currentData().toString(), mType->currentData().toString(),
+            path.isEmpty() ? path : QFileInfo(path).absoluteFilePath(),
             mRequantize->isEnabled() ? mRequantize->currentData().toString() : QString(), mPackHead->isChecked()};
 }
 

@@ -33,11 +33,17 @@ public:
     // before anything is built (exportRecipeProblem).
     ExportDialog(const Project& project, const QString& currentVariant, std::shared_ptr<const Model> base = nullptr,
                  QWidget* parent = nullptr);
+    // The path is made absolute (a relative one is of the app's working folder, which the dialog shows).
     ExportRequest request() const;
     void setRequest(const ExportRequest& request);   // for tests and scripts
     // Why the chosen variant, format, destination or type cannot make the export ("" when they can); the dialog
     // shows it and keeps Export disabled.
     QString problem() const;
+    // Asks before an existing file or folder is replaced (Export); `interactive` false only for tests.
+    void accept() override;
+    void setInteractive(bool interactive) { mInteractive = interactive; }
+    // What accept() would ask, "" when nothing exists at the destination.
+    QString replaceQuestion() const;
 
 private:
     void formatChanged();
@@ -52,6 +58,8 @@ private:
     QLineEdit* mPath;
     class QPushButton* mOk = nullptr;
     class QLabel* mProblem = nullptr;
+    class QLabel* mWhere = nullptr;   // the absolute destination, for a relative path
+    bool mInteractive = true;
     std::shared_ptr<const Model> mBase;
     std::map<QString, std::shared_ptr<const Recipe>> mRecipes;   // each variant's whole recipe (base → … → it)
 };

@@ -9,6 +9,7 @@
 #include <QEventLoop>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QKeyEvent>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QLocale>
@@ -53,6 +54,7 @@ MainWindow::MainWindow(QWidget* parent)
       mTabs(new QTabWidget(this)), mStatus(new StatusPanel(statusBar())), mRecent(new RecentFilesMenu(this)),
       mAutosave(new QTimer(this)), mBatch(new BatchReplay(this)) {
     setAcceptDrops(true);
+    qApp->installEventFilter(this);   // see eventFilter: the window's shortcuts over text fields' own keys
     // No mnemonics on the tabs: Alt+P and Alt+R also open the Project and Run menus (View ▸ Alt+1…4 switch tabs).
     mTabs->addTab(mImportance, tr("Importance"));
     mTabs->addTab(mPipeline, tr("Pipeline"));
@@ -117,10 +119,19 @@ void MainWindow::createActions() {
     file->addMenu(mRecent);
     file->addSeparator();
     mDocumentActions << file->addAction(tr("&Save"), QKeySequence::Save, this, [this] { save(); });
-    mDocumentActions << file->addAction(tr("Save &As…"), QKeySequence::SaveAs, this, [this] { saveAs(); });
+    // QKeySequence::SaveAs is empty on some platforms (the GUI probe's X11 had none).
+    QAction* saveAsAction = file->addAction(tr("Save &As…"), this, [this] { saveAs(); });
+    saveAsAction->setShortcuts(QKeySequence::keyBindings(QKeySequence::SaveAs).isEmpty()
+                                   ? QList<QKeySequence>{QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_S)}
+                                   : QKeySequence::keyBindings(QKeySequence::SaveAs));
+    mDocumentActions << saveAsAction;
     file->addSeparator();
     mDocumentActions << file->addAction(tr("&Export Variant…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this] {
         if (!mDocument) return;
+        if (mExportJob && mExportJob->isRunning()) {   // said before the dialog is filled in, not after (GUI probe)
+            QMessageBox::information(this, tr("An export is in progress"), tr("Wait for it to finish, or cancel it (Esc), first."));
+            return;
+        }
         mPipeline->commitPendingEdits();
         ExportDialog dialog(mDocument->project(), mDocument->currentVariant(), mDocument->model(), this);
         if (dialog.exec() == QDialog::Accepted) exportVariant(dialog.request());
@@ -679,11 +690,27 @@ bool MainWindow::exportVariant(const ExportRequest& request, bool interactive) {
         mStatus->setJob("export", {});
         const bool ok = !cancelled && error.isEmpty();
         const QString message = ok ? summary->join('\n') : cancelled ? tr("Export cancelled; nothing was written.") : error;
+        if (cancelled) statusBar()->showMessage(message, 8000);
         if (interactive) {
-            if (ok) QMessageBox::information(this, tr("Exported"), message);
-            else if (!cancelled)
+            if (ok) {
+                // The first lines, and every tensor's note behind Show Details: a 7B export lists hundreds of layers, and
+                // the box once ran past the screen with its OK button (GUI probe).
+                constexpr int kShown = 6;
+                QMessageBox box(QMessageBox::Information, tr("Exported"),
+                                summary->size() <= kShown ? message
+                                                          : QStringList(summary->mid(0, kShown)).join('\n') +
+                                                                tr("\n… and %1 more lines (Show Details…)").arg(summary->size() - kShown),
+                                QMessageBox::Ok, this);
+                if (summary->size() > kShown) box.setDetailedText(message);
+                box.exec();
+            } else if (!cancelled) {
+                // A full disk or a folder that cannot be written is not the format's fault.
+                const bool io = error.contains("disk full") || error.contains("cannot create") || error.contains("cannot write") ||
+                                error.contains("cannot move");
                 showError(tr("The export of %1 as %2 failed.").arg(request.variant, request.format), error,
-                          tr("Choose another format or tensor type (the message says what the format cannot hold)."));
+                          io ? tr("Free some space or choose another folder; nothing was left half-written.")
+                             : tr("Choose another format or tensor type (the message says what the format cannot hold)."));
+            }
         }
         emit exportFinished(ok, message);
     });
@@ -712,6 +739,23 @@ bool MainWindow::replayAsBatch(const QString& outputDir) {
     mRun->setBatchRunning(true);
     mBatch->start(mDocument->filePath(), out);
     return true;
+}
+
+bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
+    if (event->type() != QEvent::ShortcutOverride) return QMainWindow::eventFilter(watched, event);
+    auto* widget = qobject_cast<QWidget*>(watched);
+    auto* key = static_cast<QKeyEvent*>(event);
+    if (!widget || widget->window() != this || !(key->modifiers() & Qt::ControlModifier)) return QMainWindow::eventFilter(watched, event);
+    for (QKeySequence::StandardKey editing : {QKeySequence::Undo, QKeySequence::Redo, QKeySequence::Copy, QKeySequence::Cut,
+                                               QKeySequence::Paste, QKeySequence::SelectAll, QKeySequence::Delete})
+        if (key->matches(editing)) return QMainWindow::eventFilter(watched, event);
+    const QKeySequence pressed(key->keyCombination());
+    for (QAction* action : findChildren<QAction*>())
+        if (action->isEnabled() && action->shortcuts().contains(pressed)) {
+            event->ignore();   // not taken by the field: the shortcut map then triggers the action
+            return true;
+        }
+    return QMainWindow::eventFilter(watched, event);
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

@@ -89,6 +89,10 @@ signals:
 
 protected:
     void closeEvent(QCloseEvent* event) override;
+    // The window's own shortcuts (Ctrl+E, Ctrl+D, ...) win over a focused text field's Emacs-style keys, which took them
+    // (GUI probe: Ctrl+E and Ctrl+D did nothing from any spin box or line edit); editing keys (Undo, Copy, ...) stay
+    // the field's.
+    bool eventFilter(QObject* watched, QEvent* event) override;
     void dragEnterEvent(QDragEnterEvent* event) override;
     void dropEvent(QDropEvent* event) override;
 

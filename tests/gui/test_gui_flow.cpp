@@ -2,6 +2,8 @@
 // two series (base and the variant) → save → reopen shows the same steps and chart. Waits on signals.
 #include <QAbstractButton>
 #include <QFileDialog>
+#include <QKeyEvent>
+#include <QLayout>
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPointer>
@@ -69,6 +71,7 @@ private slots:
     void locatingAMovedModelThroughItsDialogs();
     void savingAppliesTypedLayerPatterns();
     void runLogIsTheDocumentsOwn();
+    void windowShortcutsWorkFromTextFields();
     void resultsOfAnEditedRecipeAreMarkedStale();
     void resultsAreStampedWithTheTextAsRead();
     void textEditedOnDiskIsSaid();
@@ -483,6 +486,15 @@ void TestGuiFlow::exportVariantFromTheWindow() {
     QCOMPARE(dialog.problem(), QString());
     dialog.setRequest({variant, "gguf", "", mDir.filePath("gui-export-2.gguf"), "", true});
     QVERIFY(!dialog.request().packHead);                // only GPTQ has a place for a packed head
+    // Regressions (GUI probe): the format's refusal waited for a path; a relative path went to the app's working folder
+    // unsaid; an existing export was replaced without a question.
+    dialog.setRequest({variant, "awq", "", ""});
+    QVERIFY2(dialog.problem().contains("cannot be written as awq"), qPrintable(dialog.problem()));
+    dialog.setRequest({variant, "gguf", "", "relative.gguf"});
+    QCOMPARE(dialog.request().path, QDir::current().absoluteFilePath("relative.gguf"));
+    QCOMPARE(dialog.replaceQuestion(), QString());
+    dialog.setRequest({variant, "gguf", "q8_0", mDir.filePath("gui-export.gguf")});
+    QVERIFY2(dialog.replaceQuestion().contains("exists"), qPrintable(dialog.replaceQuestion()));
     dialog.setRequest({variant, "gguf", "", model});   // over the model itself
     QVERIFY2(dialog.problem().startsWith("This path is where the model was read from"), qPrintable(dialog.problem()));
     QSignalSpy refused(&window, &MainWindow::exportFinished);
@@ -930,6 +942,42 @@ void TestGuiFlow::runLogIsTheDocumentsOwn() {
     auto* bar = window.runView()->findChild<QProgressBar*>();
     QVERIFY(bar);
     QCOMPARE(bar->value(), 0);
+}
+
+// Regression (GUI probe): Ctrl+D (Duplicate Variant) and Ctrl+E (Export) did nothing while a text field had the focus:
+// the field took them as its own Emacs-style keys.
+void TestGuiFlow::windowShortcutsWorkFromTextFields() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    window.showTab(MainWindow::PipelineTab);
+    // A field that takes Ctrl+D and Ctrl+E as QLineEdit does under X11's key scheme (the offscreen platform's has no
+    // Emacs keys, so the window's own fields would not show the problem here).
+    class EmacsField : public QLineEdit {
+    public:
+        using QLineEdit::QLineEdit;
+        bool event(QEvent* e) override {
+            if (e->type() == QEvent::ShortcutOverride) {
+                auto* k = static_cast<QKeyEvent*>(e);
+                if ((k->modifiers() & Qt::ControlModifier) && (k->key() == Qt::Key_D || k->key() == Qt::Key_E)) {
+                    e->accept();
+                    return true;
+                }
+            }
+            return QLineEdit::event(e);
+        }
+    };
+    auto* field = new EmacsField(window.pipelineEditor());
+    window.pipelineEditor()->layout()->addWidget(field);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    field->setFocus();
+    QTRY_VERIFY(field->hasFocus());
+    QTest::keyClicks(field, "mlp");
+    const size_t before = window.document()->project().variants().size();
+    QTest::keyClick(field, Qt::Key_D, Qt::ControlModifier);
+    QCOMPARE(window.document()->project().variants().size(), before + 1);
 }
 
 // Regression: after a variant's recipe changed, Compare showed its old numbers as if they were the new recipe's.
