@@ -3,6 +3,7 @@
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QStandardPaths>
 #include <QTemporaryDir>
 
 #include <algorithm>
@@ -142,8 +143,8 @@ ProjectDocument::Loaded ProjectDocument::loadModel(const QString& modelPath, Fee
     settings.evalCtx = std::min<int64_t>(settings.evalCtx, loaded.model->spec.context);
     settings.calibrationSeqLen = std::min<int64_t>(settings.calibrationSeqLen, loaded.model->spec.context);
 
-    QTemporaryDir folderForUntitled(QDir::tempPath() + "/cwb-untitled-XXXXXX");
-    if (!folderForUntitled.isValid()) throw Error(QDir::tempPath().toStdString(), "cannot create a temporary folder");
+    QTemporaryDir folderForUntitled(untitledRoot() + "/cwb-untitled-XXXXXX");
+    if (!folderForUntitled.isValid()) throw Error(untitledRoot().toStdString(), "cannot create a folder for the untitled project");
     folderForUntitled.setAutoRemove(false);
     const QString stem = QFileInfo(modelPath).completeBaseName();
     loaded.project = std::make_unique<Project>(Project::create((folderForUntitled.path() + "/" + stem + ".cwbproj").toStdString(), ref, settings));
@@ -177,15 +178,25 @@ std::unique_ptr<ProjectDocument> ProjectDocument::fromLoaded(Loaded loaded) {
     return doc;
 }
 
+QString ProjectDocument::untitledRoot() {
+    const QString data = QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation);
+    if (!data.isEmpty() && QDir().mkpath(data + "/untitled")) return data + "/untitled";
+    return QDir::tempPath();
+}
+
 QStringList ProjectDocument::abandonedUntitledFolders() {
     QStringList found;
-    const QDir temp(QDir::tempPath());
-    for (const QFileInfo& folder : temp.entryInfoList({QStringLiteral("cwb-untitled-*")}, QDir::Dirs | QDir::NoDotAndDotDot, QDir::Time)) {
-        const QString path = folder.absoluteFilePath();
-        if (untitledAutosave(path).isEmpty()) continue;   // nothing to recover (or an older app's folder): left alone
-        QLockFile lock(path + "/" + kUntitledLock);
-        if (!lock.tryLock(0)) continue;   // a running app holds it (a lock of an ended process counts as free)
-        found << path;
+    // Also the temporary folder, where builds before this one put them.
+    QStringList roots{untitledRoot()};
+    if (!roots.contains(QDir::tempPath())) roots << QDir::tempPath();
+    for (const QString& root : roots) {
+        for (const QFileInfo& folder : QDir(root).entryInfoList({QStringLiteral("cwb-untitled-*")}, QDir::Dirs | QDir::NoDotAndDotDot, QDir::Time)) {
+            const QString path = folder.absoluteFilePath();
+            if (untitledAutosave(path).isEmpty()) continue;   // nothing to recover (or an older app's folder): left alone
+            QLockFile lock(path + "/" + kUntitledLock);
+            if (!lock.tryLock(0)) continue;   // a running app holds it (a lock of an ended process counts as free)
+            found << path;
+        }
     }
     return found;
 }

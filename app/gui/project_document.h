@@ -60,9 +60,13 @@ public:
     static std::unique_ptr<ProjectDocument> fromLoaded(Loaded loaded);
     ~ProjectDocument() override;
 
-    // Untitled projects live in a temporary folder that their document locks; their autosave goes there too. A
-    // folder whose lock is gone (the app ended without closing it) and that holds an autosave can be recovered.
+    // Untitled projects live in a folder of their own under untitledRoot() that their document locks; their autosave
+    // goes there too. A folder whose lock is gone (the app ended without closing it) and that holds an autosave can be
+    // recovered.
     static QStringList abandonedUntitledFolders();
+    // Where untitled projects' folders go: the app's data folder (~/.local/share/<org>/<app>/untitled), which a
+    // reboot keeps, unlike /tmp where they were (GUI probe); the temporary folder only where there is none.
+    static QString untitledRoot();
     // The autosaved state of such a folder, untitled, counting as unsaved; the document adopts the folder.
     static Loaded loadAbandonedUntitled(const QString& folder, Feedback* feedback = nullptr);
     static void discardAbandonedUntitled(const QString& folder);

@@ -598,7 +598,10 @@ void TestGuiFlow::untitledWorkIsRecoveredAfterACrash() {
     QVERIFY(!ProjectDocument::abandonedUntitledFolders().contains(live));   // locked by this document
 
     // The same folder as an app that crashed leaves it: its files, and a lock naming a process that has ended.
-    QTemporaryDir parent(QDir::tempPath() + "/cwb-untitled-crashed-XXXXXX");
+    // Kept where a reboot keeps it, not in /tmp (GUI probe).
+    QVERIFY2(!live.startsWith(QDir::tempPath() + "/"), qPrintable(live));
+    QVERIFY(live.startsWith(ProjectDocument::untitledRoot() + "/"));
+    QTemporaryDir parent(ProjectDocument::untitledRoot() + "/cwb-untitled-crashed-XXXXXX");
     parent.setAutoRemove(false);   // the recovered document owns it and removes it
     const QString crashed = parent.path();
     for (const QString& name : QDir(live).entryList(QDir::Files)) {
