@@ -102,6 +102,13 @@ QWidget* ParamForm::editor(const std::string& name) const {
     return it == mEditors.end() ? nullptr : it->second;
 }
 
+QList<QWidget*> ParamForm::editorsInOrder() const {
+    QList<QWidget*> out;
+    for (const auto& spec : mSpecs)
+        if (QWidget* w = editor(spec.name)) out << w;
+    return out;
+}
+
 void ParamForm::report(const std::string& name, const nlohmann::json& value) {
     emit parameterEdited(QString::fromStdString(name), QString::fromStdString(value.dump()));
 }

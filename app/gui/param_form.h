@@ -27,6 +27,7 @@ public:
     // Updates the shown values without emitting parameterEdited and without rebuilding (keeps focus).
     void setValues(const nlohmann::json& values);
     QWidget* editor(const std::string& name) const;   // nullptr when absent
+    QList<QWidget*> editorsInOrder() const;            // as declared: the order Tab should follow
 
 signals:
     void parameterEdited(const QString& name, const QString& jsonValue);   // jsonValue: the value as JSON text

@@ -160,7 +160,7 @@ PipelineEditor::PipelineEditor(QWidget* parent)
     auto* formLayout = new QVBoxLayout(formBox);
     mStepTitle->setWordWrap(true);
     formLayout->addWidget(mStepTitle);
-    auto* scroll = new QScrollArea(this);
+    auto* scroll = mScroll = new QScrollArea(this);
     scroll->setWidgetResizable(true);
     scroll->setWidget(mForm);
     formLayout->addWidget(scroll, 1);
@@ -190,6 +190,11 @@ PipelineEditor::PipelineEditor(QWidget* parent)
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(splitter);
+    // Tab goes pane by pane, left to right as in reading order: the variant row, the steps and their buttons, the
+    // methods, then the selected step's parameters and layers (it followed creation order and jumped, GUI probe).
+    const QList<QWidget*> order = {mVariants, newButton, duplicateButton, renameButton, mRemoveVariant, mSteps, up, down,
+                                   remove,    mPalette,  addButton,       scroll,       mLayers};
+    for (int i = 1; i < order.size(); ++i) QWidget::setTabOrder(order[i - 1], order[i]);
     setDocument(nullptr);
 }
 
@@ -275,6 +280,13 @@ void PipelineEditor::showSelectedStep() {
     } else {
         mForm->setSpecs(method->params(), params);
         mForm->setProperty("step", row);
+        // A new form's fields would come last in the focus chain, after the Layers box: between the two instead.
+        QWidget* previous = mScroll;
+        for (QWidget* field : mForm->editorsInOrder()) {
+            QWidget::setTabOrder(previous, field);
+            previous = field;
+        }
+        QWidget::setTabOrder(previous, mLayers->targetsEdit());
     }
     mStepTitle->setText(title + "\n" + QString::fromStdString(method->summary()));
 }

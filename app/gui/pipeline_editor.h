@@ -59,6 +59,7 @@ private:
     ParamForm* mForm;
     StepLayersEditor* mLayers;
     QLabel* mStepTitle;
+    class QScrollArea* mScroll = nullptr;
     QPushButton* mRemoveVariant;
     bool mRefreshing = false;
     QString mLastError;

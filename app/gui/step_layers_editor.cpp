@@ -140,6 +140,9 @@ StepLayersEditor::StepLayersEditor(QWidget* parent)
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addLayout(form);
     layout->addWidget(mStatus);
+    for (auto [from, to] : {std::pair<QWidget*, QWidget*>{mTargets, mIgnore}, {mIgnore, mOverrides}, {mOverrides, add},
+                            {add, mRemoveOverride}, {mRemoveOverride, mUp}, {mUp, mDown}})
+        QWidget::setTabOrder(from, to);
     clear();
 }
 

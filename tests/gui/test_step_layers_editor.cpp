@@ -1,10 +1,13 @@
 // StepLayersEditor in the Pipeline tab: a step's targets, ignore patterns and per-layer overrides are edited in place,
 // each finished edit is one undo command, edits that make no valid step are kept in the fields but not applied (with
 // the reason), and the counts of layers taken and overridden follow the model.
+#include <QComboBox>
 #include <QLabel>
 #include <QLineEdit>
+#include <QListWidget>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
@@ -49,6 +52,7 @@ private slots:
     void ignoreAppliesWhenFocusLeaves();
     void pendingEditsStayWithTheirStep();
     void pendingEditsAreAppliedBeforeSaving();
+    void tabGoesPaneByPane();
 
 private:
     json step(int index = 0) const { return mDoc->steps(mDoc->currentVariant())[size_t(index)]; }
@@ -458,6 +462,38 @@ void TestStepLayersEditor::pendingEditsAreAppliedBeforeSaving() {
     layers()->targetsEdit()->setText("x(");
     QVERIFY(!mEditor->commitPendingEdits());   // the caller asks before dropping it
     QCOMPARE(step()["targets"].get<std::string>(), std::string("mlp"));
+}
+
+// Regression (GUI probe): Tab followed the order widgets were made in, so it jumped from the steps to the variant row,
+// the methods, the Layers box and back, and reached the parameters only after some 19 presses.
+void TestStepLayersEditor::tabGoesPaneByPane() {
+    mEditor->show();
+    QVERIFY(QTest::qWaitForWindowActive(mEditor.get()));
+    QWidget* start = mEditor->findChild<QComboBox*>("variantChooser");
+    QVERIFY(start);
+    start->setFocus();
+    QTRY_VERIFY(start->hasFocus());
+    QList<QWidget*> visited{start};
+    for (int i = 0; i < 40; ++i) {
+        QTest::keyClick(QApplication::focusWidget(), Qt::Key_Tab);
+        QWidget* now = QApplication::focusWidget();
+        if (!now || now == start) break;
+        visited << now;
+    }
+    const auto at = [&](QWidget* w) { return visited.indexOf(w); };
+    QWidget* bits = mEditor->paramForm()->editor("bits");
+    QVERIFY(bits);
+    const auto within = [&](QWidget* parent) {
+        for (int i = 0; i < visited.size(); ++i)
+            if (visited[i] == parent || parent->isAncestorOf(visited[i])) return i;
+        return -1;
+    };
+    QVERIFY(at(mEditor->stepList()) > 0);
+    QVERIFY2(at(mEditor->stepList()) < within(bits), "the steps come before the parameters");
+    QVERIFY2(within(bits) >= 0 && within(bits) < at(layers()->targetsEdit()), "the parameters come before the layers");
+    QVERIFY2(at(layers()->targetsEdit()) < at(layers()->ignoreEdit()), "targets, then ignore");
+    // The methods pane, then straight into the parameters (the layers box came between them).
+    QVERIFY2(at(mEditor->findChild<QScrollArea*>()) + 1 == within(bits), "the first parameter follows the form's pane");
 }
 
 QTEST_MAIN(TestStepLayersEditor)
