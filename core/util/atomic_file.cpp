@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/util/error.h"
@@ -32,12 +33,27 @@ bool standsOnAFullDisk(const std::string& path) {
     return false;
 }
 
+// The process's file creation mask, read once: mkstemp and mkdtemp create private files (0600) and folders (0700),
+// which a rename would hand on to the exports and projects (unreadable to others on a shared server).
+mode_t creationMask() {
+    static const mode_t mask = [] {
+        std::ifstream status("/proc/self/status");   // Linux 4.7+: read without changing it
+        for (std::string line; std::getline(status, line);)
+            if (line.rfind("Umask:", 0) == 0) return mode_t(std::strtoul(line.c_str() + 6, nullptr, 8));
+        const mode_t m = ::umask(022);   // elsewhere: read by setting it, once
+        ::umask(m);
+        return m;
+    }();
+    return mask;
+}
+
 } // namespace
 
 std::string createSiblingFile(const std::string& path, const std::string& tag) {
     std::string name = path + tag + "XXXXXX";
     const int fd = ::mkstemp(name.data());
     if (fd < 0) throw Error(path, std::string("cannot create a file beside it: ") + std::strerror(errno));
+    ::fchmod(fd, 0666 & ~creationMask());   // as a plain create would make it
     ::close(fd);
     if (standsOnAFullDisk(path) && (::unlink(name.c_str()) != 0 || ::symlink("/dev/full", name.c_str()) != 0))
         throw Error(path, std::string("cannot stand in a full disk: ") + std::strerror(errno));
@@ -47,6 +63,7 @@ std::string createSiblingFile(const std::string& path, const std::string& tag) {
 std::string createSiblingFolder(const std::string& path, const std::string& tag) {
     std::string name = path + tag + "XXXXXX";
     if (!::mkdtemp(name.data())) throw Error(path, std::string("cannot create a folder beside it: ") + std::strerror(errno));
+    ::chmod(name.c_str(), 0777 & ~creationMask());   // as mkdir would make it
     return name;
 }
 

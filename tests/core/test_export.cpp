@@ -8,6 +8,7 @@
 
 #include <csignal>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <QtTest/QtTest>
 
@@ -795,6 +796,12 @@ void TestExport::exportLeavesNeighboursAlone() {
     QStringList left = besideWith(root + "/out", ".tmp-export-") + besideWith(root + "/out", ".old-") + besideWith(root + "/out.gguf", ".tmp-");
     left.removeAll(QString::fromStdString(root + "/out.old-" + std::to_string(::getpid())));
     QVERIFY2(left.isEmpty(), qPrintable(left.join(", ")));
+    // Unique temporary names are made private (0600, 0700); what is renamed into place has the usual modes.
+    const mode_t mask = ::umask(022);
+    ::umask(mask);
+    QCOMPARE(int(std::filesystem::status(root + "/out.gguf").permissions() & std::filesystem::perms::all), int(0666 & ~mask));
+    QCOMPARE(int(std::filesystem::status(root + "/out").permissions() & std::filesystem::perms::all), int(0777 & ~mask));
+    QCOMPARE(int(std::filesystem::status(root + "/out/model.safetensors").permissions() & std::filesystem::perms::all), int(0666 & ~mask));
     // Regression (GUI probe): a Hugging Face folder named x.gguf was written, then could not be read (taken for a file).
     const QString named = QString::fromStdString(exportDestinationProblem("hf", root + "/model.gguf"));
     QVERIFY2(named.contains("would be taken for a gguf file"), qPrintable(named));
