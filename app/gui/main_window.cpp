@@ -1,8 +1,10 @@
 #include "app/gui/main_window.h"
 
+#include <QAbstractSpinBox>
 #include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QComboBox>
 #include <QDateTime>
 #include <QDir>
 #include <QDockWidget>
@@ -10,13 +12,17 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QKeyEvent>
+#include <QLineEdit>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QLocale>
 #include <QMimeData>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QTextDocument>
+#include <QTextEdit>
 #include <QTimer>
 #include <QUndoStack>
 
@@ -741,11 +747,35 @@ bool MainWindow::replayAsBatch(const QString& outputDir) {
     return true;
 }
 
+namespace {
+
+// Whether the text field `widget` (or a spin box's or editable combo's) has its own undo (redo) step to take; true
+// for widgets that are no text field, which handle the keys as they do.
+bool fieldCanUndo(QWidget* widget, bool undo) {
+    QLineEdit* line = qobject_cast<QLineEdit*>(widget);
+    if (!line && (qobject_cast<QAbstractSpinBox*>(widget) || qobject_cast<QComboBox*>(widget))) line = widget->findChild<QLineEdit*>();
+    if (line) return !line->isReadOnly() && (undo ? line->isUndoAvailable() : line->isRedoAvailable());
+    if (auto* plain = qobject_cast<QPlainTextEdit*>(widget))
+        return !plain->isReadOnly() && (undo ? plain->document()->isUndoAvailable() : plain->document()->isRedoAvailable());
+    if (auto* rich = qobject_cast<QTextEdit*>(widget))
+        return !rich->isReadOnly() && (undo ? rich->document()->isUndoAvailable() : rich->document()->isRedoAvailable());
+    return true;
+}
+
+} // namespace
+
 bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
     if (event->type() != QEvent::ShortcutOverride) return QMainWindow::eventFilter(watched, event);
     auto* widget = qobject_cast<QWidget*>(watched);
     auto* key = static_cast<QKeyEvent*>(event);
     if (!widget || widget->window() != this || !(key->modifiers() & Qt::ControlModifier)) return QMainWindow::eventFilter(watched, event);
+    // Undo and redo go to the field while it has typing of its own to undo, then to the project (a field took Ctrl+Z
+    // and did nothing, or undid its text alone while the project kept the value, GUI probe).
+    for (QKeySequence::StandardKey history : {QKeySequence::Undo, QKeySequence::Redo})
+        if (key->matches(history) && !fieldCanUndo(widget, history == QKeySequence::Undo)) {
+            event->ignore();
+            return true;
+        }
     for (QKeySequence::StandardKey editing : {QKeySequence::Undo, QKeySequence::Redo, QKeySequence::Copy, QKeySequence::Cut,
                                                QKeySequence::Paste, QKeySequence::SelectAll, QKeySequence::Delete})
         if (key->matches(editing)) return QMainWindow::eventFilter(watched, event);

@@ -111,6 +111,19 @@ QList<QWidget*> ParamForm::editorsInOrder() const {
 
 void ParamForm::report(const std::string& name, const nlohmann::json& value) {
     emit parameterEdited(QString::fromStdString(name), QString::fromStdString(value.dump()));
+    // The value is now the project's: the field's own undo covers only typing not yet applied, so that Ctrl+Z next
+    // undoes the edit in the project (the field undid its text alone, and the step list kept the value, GUI probe).
+    if (QWidget* field = editor(name)) forgetTyping(field);
+}
+
+void ParamForm::forgetTyping(QWidget* field) {
+    auto* line = qobject_cast<QLineEdit*>(field);
+    if (!line) line = field->findChild<QLineEdit*>();   // a spin box's own line edit
+    if (!line || (!line->isUndoAvailable() && !line->isRedoAvailable())) return;
+    const QSignalBlocker block(line);   // the same text: nothing to tell the spin box
+    const int cursor = line->cursorPosition();
+    line->setText(line->text());        // setText clears the undo history
+    line->setCursorPosition(cursor);
 }
 
 QWidget* ParamForm::makeEditor(const ParamSpec& spec) {

@@ -36,6 +36,7 @@ private:
     QWidget* makeEditor(const ParamSpec& spec);
     void showValue(const ParamSpec& spec, QWidget* editor, const nlohmann::json& value);
     void report(const std::string& name, const nlohmann::json& value);
+    static void forgetTyping(QWidget* field);
 
     QFormLayout* mLayout;
     std::vector<ParamSpec> mSpecs;

@@ -4,12 +4,15 @@
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QKeyEvent>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QSignalBlocker>
 #include <QTableWidget>
+#include <QTextDocument>
 #include <QVBoxLayout>
 
 #include <regex>
@@ -76,6 +79,8 @@ StepLayersEditor::StepLayersEditor(QWidget* parent)
     mIgnore->setTabChangesFocus(true);
     mIgnore->setFixedHeight(mIgnore->fontMetrics().lineSpacing() * 3 + 12);
     mIgnore->installEventFilter(this);
+    mTargets->installEventFilter(this);
+    mOverrides->installEventFilter(this);
     connect(mIgnore, &QPlainTextEdit::textChanged, this, [this] {
         if (!mLoading) updateRevert();
     });
@@ -148,6 +153,16 @@ StepLayersEditor::StepLayersEditor(QWidget* parent)
 
 bool StepLayersEditor::eventFilter(QObject* watched, QEvent* event) {
     if (watched == mIgnore && event->type() == QEvent::FocusOut) commit();
+    // Escape puts the fields back while they differ from the project's step; otherwise it is the window's (it stops the
+    // job in view). The window's Escape took it before, and edits had to be reverted with the mouse (GUI probe).
+    if (event->type() == QEvent::ShortcutOverride || event->type() == QEvent::KeyPress) {
+        auto* key = static_cast<QKeyEvent*>(event);
+        if (key->key() == Qt::Key_Escape && key->modifiers() == Qt::NoModifier && mRevert->isEnabled()) {
+            if (event->type() == QEvent::KeyPress) revert();
+            event->accept();
+            return true;
+        }
+    }
     return QWidget::eventFilter(watched, event);
 }
 
@@ -427,7 +442,17 @@ bool StepLayersEditor::commit() {
     showState();
     if (fields == mShown) return false;
     emit stepEdited(mOwner, mIndex, editedStep());
+    forgetTyping();
     return true;
+}
+
+void StepLayersEditor::forgetTyping() {
+    // Applied: Ctrl+Z now undoes the edit in the project, not the fields' text alone (see MainWindow::eventFilter).
+    const QSignalBlocker blockTargets(mTargets);
+    const int cursor = mTargets->cursorPosition();
+    mTargets->setText(mTargets->text());   // setText clears the undo history
+    mTargets->setCursorPosition(cursor);
+    mIgnore->document()->clearUndoRedoStacks();
 }
 
 void StepLayersEditor::revert() {

@@ -70,7 +70,8 @@ private:
     void describeLayers(const RecipeStep& step);
     void validate();
     void showState();
-    void updateRevert();   // Revert is on while the fields differ from the project's step
+    void updateRevert();
+    void forgetTyping();   // clears the text fields' own undo history   // Revert is on while the fields differ from the project's step
 
     QString mOwner;
     nlohmann::json mSteps = nlohmann::json::array();

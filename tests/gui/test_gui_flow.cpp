@@ -1,13 +1,16 @@
 // The whole flow through the real main window: open stories260K → add an RTN step → run → the A/B chart has
 // two series (base and the variant) → save → reopen shows the same steps and chart. Waits on signals.
 #include <QAbstractButton>
+#include <QElapsedTimer>
 #include <QFileDialog>
 #include <QKeyEvent>
 #include <QLayout>
 #include <QLineEdit>
+#include <QListWidget>
 #include <QMessageBox>
 #include <QPointer>
 #include <QProgressBar>
+#include <QSpinBox>
 #include <QStatusBar>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -25,6 +28,7 @@
 #include "app/gui/importance_view.h"
 #include "app/gui/main_window.h"
 #include "app/gui/model_tree_view.h"
+#include "app/gui/param_form.h"
 #include "app/gui/pipeline_editor.h"
 #include "app/gui/project_document.h"
 #include "app/gui/run_view.h"
@@ -72,6 +76,7 @@ private slots:
     void savingAppliesTypedLayerPatterns();
     void runLogIsTheDocumentsOwn();
     void windowShortcutsWorkFromTextFields();
+    void undoInAFieldReachesTheProject();
     void resultsOfAnEditedRecipeAreMarkedStale();
     void resultsAreStampedWithTheTextAsRead();
     void textEditedOnDiskIsSaid();
@@ -793,17 +798,27 @@ void TestGuiFlow::projectWithAMovedModelOpensWhereItIsNow() {
 namespace {
 
 // Answers the modal dialogs a call opens, as a user would: each is recorded by its title and given to `answer`.
+// Answers each modal dialog as it opens. `answer` returns false when the dialog is not ready for its answer yet (its
+// field not focused yet, under load): it is asked again at the next tick, not left open for good (the test hung).
 class DialogAnswerer : public QObject {
 public:
-    explicit DialogAnswerer(std::function<void(QWidget*)> answer) : mAnswer(std::move(answer)) {
+    explicit DialogAnswerer(std::function<bool(QWidget*)> answer) : mAnswer(std::move(answer)) {
         connect(&mTimer, &QTimer::timeout, this, [this] {
             QWidget* dialog = QApplication::activeModalWidget();
             if (!dialog || dialog == mLast) return;
+            if (dialog != mWaiting) {
+                mWaiting = dialog;
+                mWaited.start();
+            }
+            if (!mAnswer(dialog)) {
+                if (mWaited.elapsed() < 30000) return;
+                QTest::qFail(qPrintable("dialog '" + dialog->windowTitle() + "' never became ready for its answer"), __FILE__, __LINE__);
+                qobject_cast<QDialog*>(dialog) ? qobject_cast<QDialog*>(dialog)->reject() : void(dialog->close());
+            }
             mLast = dialog;
             seen << dialog->windowTitle();
             auto* box = qobject_cast<QMessageBox*>(dialog);
             texts << (box ? box->text() : QString());
-            mAnswer(dialog);
         });
         mTimer.start(20);
     }
@@ -811,24 +826,32 @@ public:
     QStringList texts;   // a message box's text, else ""
 
 private:
-    std::function<void(QWidget*)> mAnswer;
-    QPointer<QWidget> mLast;
+    std::function<bool(QWidget*)> mAnswer;
+    QPointer<QWidget> mLast, mWaiting;
+    QElapsedTimer mWaited;
     QTimer mTimer;
 };
 
-void clickButton(QWidget* dialog, QMessageBox::StandardButton which) {
+bool clickButton(QWidget* dialog, QMessageBox::StandardButton which) {
     auto* box = qobject_cast<QMessageBox*>(dialog);
-    QVERIFY2(box && box->button(which), qPrintable(dialog->windowTitle()));
-    box->button(which)->click();
+    if (!box || !box->button(which)) {
+        QTest::qFail(qPrintable("no such button in '" + dialog->windowTitle() + "'"), __FILE__, __LINE__);
+        dialog->close();
+    } else {
+        box->button(which)->click();
+    }
+    return true;
 }
 
-// As a user does it: the path typed into the file dialog's name field (focused when it opens), then Enter.
-void typePathAndEnter(QFileDialog* dialog, const QString& path) {
+// As a user does it: the path typed into the file dialog's name field (focused when it opens), then Enter. False
+// while the focus has not reached the field yet.
+bool typePathAndEnter(QFileDialog* dialog, const QString& path) {
     auto* name = qobject_cast<QLineEdit*>(QApplication::focusWidget());
-    QVERIFY2(name && dialog->isAncestorOf(name), "the file dialog's name field has no focus");
+    if (!name || !dialog->isAncestorOf(name)) return false;
     name->selectAll();
     QTest::keyClicks(name, path);
     QTest::keyClick(name, Qt::Key_Return);
+    return true;
 }
 
 } // namespace
@@ -860,11 +883,11 @@ void TestGuiFlow::locatingAMovedModelThroughItsDialogs() {
 
     {   // Recover, locate: the recovered steps open with the model where it is now.
         DialogAnswerer answerer([&](QWidget* dialog) {
-            if (dialog->windowTitle() == "Recover unsaved changes?") clickButton(dialog, QMessageBox::Yes);
-            else if (dialog->windowTitle() == "Model not found") clickButton(dialog, QMessageBox::Yes);
-            else if (auto* files = qobject_cast<QFileDialog*>(dialog)) {
-                typePathAndEnter(files, after);
-            } else dialog->close();
+            if (dialog->windowTitle() == "Recover unsaved changes?") return clickButton(dialog, QMessageBox::Yes);
+            if (dialog->windowTitle() == "Model not found") return clickButton(dialog, QMessageBox::Yes);
+            if (auto* files = qobject_cast<QFileDialog*>(dialog)) return typePathAndEnter(files, after);
+            dialog->close();
+            return true;
         });
         MainWindow window;
         QVERIFY2(window.openPath(project, true), qPrintable(window.lastOpenError()));
@@ -881,8 +904,9 @@ void TestGuiFlow::locatingAMovedModelThroughItsDialogs() {
 
     {   // Not located: the open fails, saying why, and nothing is asked twice.
         DialogAnswerer answerer([&](QWidget* dialog) {
-            if (dialog->windowTitle() == "Model not found") clickButton(dialog, QMessageBox::Cancel);
-            else dialog->close();
+            if (dialog->windowTitle() == "Model not found") return clickButton(dialog, QMessageBox::Cancel);
+            dialog->close();
+            return true;
         });
         MainWindow window;
         QVERIFY(!window.openPath(project, true));
@@ -894,11 +918,11 @@ void TestGuiFlow::locatingAMovedModelThroughItsDialogs() {
 
     {   // Other bytes located: opened, and the user is told its results are not of this model.
         DialogAnswerer answerer([&](QWidget* dialog) {
-            if (dialog->windowTitle() == "Model not found") clickButton(dialog, QMessageBox::Yes);
-            else if (auto* files = qobject_cast<QFileDialog*>(dialog)) {
-                typePathAndEnter(files, other);
-            } else if (auto* box = qobject_cast<QMessageBox*>(dialog)) box->accept();
+            if (dialog->windowTitle() == "Model not found") return clickButton(dialog, QMessageBox::Yes);
+            if (auto* files = qobject_cast<QFileDialog*>(dialog)) return typePathAndEnter(files, other);
+            if (auto* box = qobject_cast<QMessageBox*>(dialog)) box->accept();
             else dialog->close();
+            return true;
         });
         MainWindow window;
         QVERIFY2(window.openPath(project, true), qPrintable(window.lastOpenError()));
@@ -981,6 +1005,67 @@ void TestGuiFlow::windowShortcutsWorkFromTextFields() {
     const size_t before = window.document()->project().variants().size();
     QTest::keyClick(field, Qt::Key_D, Qt::ControlModifier);
     QCOMPARE(window.document()->project().variants().size(), before + 1);
+}
+
+// Regression (GUI probe): Ctrl+Z in a parameter field undid its text alone (the project and the step list kept the
+// value, until the field lost focus and applied the old text as a new edit), and in a field with nothing typed it did
+// nothing. Typing not yet applied is the field's to undo; an applied value is the project's.
+void TestGuiFlow::undoInAFieldReachesTheProject() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    window.showTab(MainWindow::PipelineTab);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    ProjectDocument* doc = window.document();
+    const QString variant = doc->currentVariant();
+    auto bits = [&] { return doc->steps(variant)[0]["params"].value("bits", -1); };
+    auto listed = [&] { return window.pipelineEditor()->stepList()->item(0)->text(); };
+    auto* box = qobject_cast<QSpinBox*>(window.pipelineEditor()->paramForm()->editor("bits"));
+    QVERIFY(box);
+    QCOMPARE(bits(), 4);
+    box->setFocus();
+    QTRY_VERIFY(box->hasFocus());
+    QLineEdit* line = box->findChild<QLineEdit*>();
+    QVERIFY(line);
+    line->selectAll();
+    QTest::keyClicks(box, "8");
+    QTest::keyClick(box, Qt::Key_Return);
+    QCOMPARE(bits(), 8);
+    QVERIFY2(listed().contains("bits=8"), qPrintable(listed()));
+
+    QTest::keyClick(box, Qt::Key_Z, Qt::ControlModifier);   // the applied edit: undone in the project
+    QCOMPARE(bits(), 4);
+    QCOMPARE(box->value(), 4);
+    QCOMPARE(box->text(), QString("4"));
+    QVERIFY2(listed().contains("bits=4"), qPrintable(listed()));
+    const QKeyCombination redo = QKeySequence(QKeySequence::Redo)[0];   // the platform's keys (Ctrl+Y, Ctrl+Shift+Z)
+    QTest::keyClick(box, redo.key(), redo.keyboardModifiers());   // and redone
+    QCOMPARE(bits(), 8);
+    QCOMPARE(box->text(), QString("8"));
+    QVERIFY2(listed().contains("bits=8"), qPrintable(listed()));
+
+    line->selectAll();
+    QTest::keyClicks(box, "6");   // typed, not applied: the field's own undo takes it back, the project is untouched
+    const int depth = doc->undoStack()->index();
+    QTest::keyClick(box, Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(box->text(), QString("8"));
+    QCOMPARE(doc->undoStack()->index(), depth);
+    QCOMPARE(bits(), 8);
+    box->clearFocus();   // leaving the field applies nothing: its text is the project's value
+    QCOMPARE(doc->undoStack()->index(), depth);
+
+    // The Layers box: an applied target is undone in the project too.
+    QLineEdit* targets = window.pipelineEditor()->layersEditor()->targetsEdit();
+    targets->setFocus();
+    QTRY_VERIFY(targets->hasFocus());
+    QTest::keyClicks(targets, "mlp");
+    QTest::keyClick(targets, Qt::Key_Return);
+    QCOMPARE(doc->steps(variant)[0].value("targets", ""), std::string("mlp"));
+    QTest::keyClick(targets, Qt::Key_Z, Qt::ControlModifier);
+    QVERIFY(!doc->steps(variant)[0].contains("targets") || doc->steps(variant)[0]["targets"] == "");
+    QCOMPARE(targets->text(), QString());
 }
 
 // Regression: after a variant's recipe changed, Compare showed its old numbers as if they were the new recipe's.

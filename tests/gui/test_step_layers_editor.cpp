@@ -1,6 +1,7 @@
 // StepLayersEditor in the Pipeline tab: a step's targets, ignore patterns and per-layer overrides are edited in place,
 // each finished edit is one undo command, edits that make no valid step are kept in the fields but not applied (with
 // the reason), and the counts of layers taken and overridden follow the model.
+#include <QAction>
 #include <QComboBox>
 #include <QLabel>
 #include <QLineEdit>
@@ -53,6 +54,7 @@ private slots:
     void pendingEditsStayWithTheirStep();
     void pendingEditsAreAppliedBeforeSaving();
     void tabGoesPaneByPane();
+    void escapeRevertsEditsNotApplied();
 
 private:
     json step(int index = 0) const { return mDoc->steps(mDoc->currentVariant())[size_t(index)]; }
@@ -494,6 +496,40 @@ void TestStepLayersEditor::tabGoesPaneByPane() {
     QVERIFY2(at(layers()->targetsEdit()) < at(layers()->ignoreEdit()), "targets, then ignore");
     // The methods pane, then straight into the parameters (the layers box came between them).
     QVERIFY2(at(mEditor->findChild<QScrollArea*>()) + 1 == within(bits), "the first parameter follows the form's pane");
+}
+
+// Regression (GUI probe): Escape in the Layers box was the window's (Run ▸ Cancel) and typed edits stayed, to be
+// reverted with the mouse. It reverts the fields while they differ from the step, and is the window's otherwise.
+void TestStepLayersEditor::escapeRevertsEditsNotApplied() {
+    auto* cancel = new QAction(mEditor.get());   // as the main window's Run ▸ Cancel
+    cancel->setShortcut(QKeySequence(Qt::Key_Escape));
+    mEditor->addAction(cancel);
+    QSignalSpy cancelled(cancel, &QAction::triggered);
+    QSignalSpy edited(layers(), &StepLayersEditor::stepEdited);
+    mEditor->show();
+    QVERIFY(QTest::qWaitForWindowActive(mEditor.get()));
+    QLineEdit* targets = layers()->targetsEdit();
+    targets->setFocus();
+    QTRY_VERIFY(targets->hasFocus());
+    QTest::keyClicks(targets, "mlp");
+    QTest::keyClick(targets, Qt::Key_Escape);
+    QCOMPARE(targets->text(), QString());
+    QVERIFY(!layers()->hasPendingEdits());
+    QCOMPARE(cancelled.size(), 0);
+    targets->clearFocus();   // nothing is applied on leaving: the text is the step's again
+    QCOMPARE(edited.size(), 0);
+    QVERIFY(!step().contains("targets"));
+
+    layers()->ignoreEdit()->setFocus();
+    QTRY_VERIFY(layers()->ignoreEdit()->hasFocus());
+    QTest::keyClicks(layers()->ignoreEdit(), "(");   // not a valid pattern: pending, shown in red
+    QTest::keyClick(layers()->ignoreEdit(), Qt::Key_Escape);
+    QCOMPARE(layers()->ignoreEdit()->toPlainText(), QString());
+    QCOMPARE(cancelled.size(), 0);
+
+    QTest::keyClick(layers()->ignoreEdit(), Qt::Key_Escape);   // nothing to revert: the window's Escape
+    QCOMPARE(cancelled.size(), 1);
+    QCOMPARE(edited.size(), 0);
 }
 
 QTEST_MAIN(TestStepLayersEditor)
