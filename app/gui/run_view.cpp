@@ -8,6 +8,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSplitter>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include <algorithm>
@@ -38,7 +39,12 @@ QString duration(double seconds) {
 RunView::RunView(QWidget* parent)
     : QWidget(parent), mRunCurrent(new QPushButton(tr("Run variant"), this)), mRunAll(new QPushButton(tr("Run all"), this)),
       mCancel(new QPushButton(tr("Cancel"), this)), mProgress(new QProgressBar(this)), mStatus(new QLabel(this)),
-      mLog(new QPlainTextEdit(this)), mLossCurve(new LossCurve(this)) {
+      mLog(new QPlainTextEdit(this)), mLossCurve(new LossCurve(this)), mTick(new QTimer(this)) {
+    mTick->setObjectName(QStringLiteral("progressTick"));
+    mTick->setInterval(1000);
+    connect(mTick, &QTimer::timeout, this, [this] {
+        if (isRunning()) updateProgress(mJob->progress());
+    });
     mRunCurrent->setToolTip(tr("Build and evaluate the current variant (F5)"));
     mRunAll->setToolTip(tr("Evaluate the base model and every variant (Shift+F5)"));
     mCancel->setToolTip(tr("Stop the run; variants already evaluated keep their results (Esc)"));
@@ -70,6 +76,7 @@ RunView::~RunView() = default;
 
 void RunView::setDocument(ProjectDocument* document) {
     mJob.reset();   // cancels and waits: the job reads the old document's model
+    mTick->stop();
     mDocument = document;
     mRunCurrent->setEnabled(document && !mBatchRunning);   // a batch replay goes on across documents
     mRunAll->setEnabled(document && !mBatchRunning);
@@ -228,6 +235,7 @@ bool RunView::run(QStringList variants) {
     connect(mJob.get(), &BackgroundJob::logged, this, &RunView::appendLog);
     connect(mJob.get(), &BackgroundJob::metricsReported, this, &RunView::addMetrics);
     connect(mJob.get(), &BackgroundJob::finished, this, [this](bool cancelled, const QString& error) {
+        mTick->stop();
         mRunCurrent->setEnabled(!mBatchRunning);
         mRunAll->setEnabled(!mBatchRunning);
         mCancel->setEnabled(mBatchRunning);
@@ -255,6 +263,7 @@ bool RunView::run(QStringList variants) {
     mCancel->setEnabled(true);
     mStatus->setText(tr("Running %1…").arg(variants.join(", ")));
     mClock.start();
+    mTick->start();
     emit jobStarted(mJob->title());
     mJob->start();
     return true;
@@ -286,12 +295,15 @@ void RunView::setBatchRunning(bool running, const QString& summary) {
     }
 }
 
+QString RunView::progressText(double fraction, double elapsedSeconds) {
+    QString text = tr("Running: %1 % · elapsed %2").arg(fraction * 100, 0, 'f', 1).arg(duration(elapsedSeconds));
+    if (fraction > 0.02 && elapsedSeconds >= 3) text += tr(" · about %1 left").arg(duration(elapsedSeconds * (1 - fraction) / fraction));
+    return text;
+}
+
 void RunView::updateProgress(double fraction) {
     mProgress->setValue(int(std::lround(std::clamp(fraction, 0.0, 1.0) * 1000)));
-    const double elapsed = mClock.elapsed() / 1000.0;
-    QString text = tr("Running: %1 % · elapsed %2").arg(fraction * 100, 0, 'f', 1).arg(duration(elapsed));
-    if (fraction > 0.02) text += tr(" · about %1 left").arg(duration(elapsed * (1 - fraction) / fraction));
-    mStatus->setText(text);
+    mStatus->setText(progressText(fraction, mClock.elapsed() / 1000.0));
 }
 
 void RunView::appendLog(const QString& line) { mLog->appendPlainText(line); }

@@ -13,6 +13,7 @@
 class QLabel;
 class QPlainTextEdit;
 class QProgressBar;
+class QTimer;
 class QPushButton;
 
 namespace cwb {
@@ -58,6 +59,12 @@ signals:
 
 private:
     void updateProgress(double fraction);
+public:
+    // "Running: 48.6 % · elapsed 0:12 · about 0:13 left": no estimate before a few seconds or a little progress,
+    // from which it would say "0:00 left" of a long step just begun (GUI probe).
+    static QString progressText(double fraction, double elapsedSeconds);
+
+private:
 
     ProjectDocument* mDocument = nullptr;
     QPushButton* mRunCurrent;
@@ -69,6 +76,7 @@ private:
     LossCurve* mLossCurve;
     std::unique_ptr<BackgroundJob> mJob;
     QElapsedTimer mClock;
+    QTimer* mTick;   // the elapsed time and estimate go on while no progress comes (a long step)
     bool mBatchRunning = false;
 };
 

@@ -350,9 +350,14 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
         const RecipeStep& step = recipe.steps[i];
         if (!step.enabled) continue;
         const CompressionMethod* method = MethodRegistry::instance().find(step.method);
-        SubFeedback sub(feedback, double(i) / double(steps), double(i + 1) / double(steps));
-        StepContext ctx{*result.model, step, resolveParams(step.method, method->params(), step.params),
-                        targetLayers(*result.model, step), windows, &sub, {}, &base, compute, {}};
+        nlohmann::json params = resolveParams(step.method, method->params(), step.params);
+        // A step that does not calibrate (RTN, magnitude) leaves its reconstruction errors to a pass over every block,
+        // which takes most of its time: that pass gets most of the step's progress, and is cancelled as it goes (it
+        // ran without either, and the bar stood still while it did).
+        const double applyShare = windows.defined() && !method->needsCalibration(params) ? 0.2 : 1.0;
+        SubFeedback stepFeedback(feedback, double(i) / double(steps), double(i + 1) / double(steps));
+        SubFeedback sub(&stepFeedback, 0.0, applyShare), measuring(&stepFeedback, applyShare, 1.0);
+        StepContext ctx{*result.model, step, std::move(params), targetLayers(*result.model, step), windows, &sub, {}, &base, compute, {}};
         checkPatternsMatch(*result.model, step, ctx.layers, stepWhere(step, i + 1));
         // Structural steps (heads, channels, blocks, training) act on the model, not on their target layers one by one:
         // no count of linear layers for them.
@@ -380,7 +385,7 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const a
             report.reconstructionError = *ctx.reconstructionErrors;
             if (feedback) feedback->log("step " + std::to_string(i + 1) + ": reconstruction errors measured in the step's own pass");
         } else {
-            report.reconstructionError = reconstructionErrors(*before, *result.model, ctx.layers, windows, nullptr, compute);
+            report.reconstructionError = reconstructionErrors(*before, *result.model, ctx.layers, windows, feedback ? &measuring : nullptr, compute);
         }
         if (onStep) onStep(report, *result.model);
         result.steps.push_back(std::move(report));

@@ -123,11 +123,14 @@ const at::Tensor& ProjectRunner::calibrationWindows(Feedback* feedback) {
     return mCalibration;
 }
 
-std::unique_ptr<Model> ProjectRunner::build(const std::string& variant, Feedback* feedback) {
+std::unique_ptr<Model> ProjectRunner::build(const std::string& variant, Feedback* feedback, ErrorPass errors) {
     mNotes.clear();
     mLastErrors.clear();
     Recipe recipe = fullRecipe(variant);
-    CompressionResult result = compressModel(mBase, recipe, calibrationWindows(feedback), feedback);
+    // Windows given at all also measure each step's reconstruction error, in a pass over every block: a variant built
+    // to generate text, time or export with was paying it (12 s for RTN of stories260K against 0.5 s, GUI probe).
+    const bool windows = errors == ErrorPass::Measure || recipeNeedsCalibration(recipe);
+    CompressionResult result = compressModel(mBase, recipe, windows ? calibrationWindows(feedback) : at::Tensor(), feedback);
     for (const auto& step : result.steps) {
         for (const auto& n : step.notes) mNotes.push_back(step.method + ": " + n);
         for (const auto& [layer, error] : step.reconstructionError) mLastErrors[layer] = error;
@@ -172,7 +175,7 @@ std::vector<ResultRow> ProjectRunner::evaluate(const std::string& variant, Feedb
     }
     SubFeedback buildFeedback(feedback, 0.0, 0.5), evalFeedback(feedback, 0.5, 1.0);
     auto t0 = std::chrono::steady_clock::now();
-    std::unique_ptr<Model> model = build(variant, &buildFeedback);
+    std::unique_ptr<Model> model = build(variant, &buildFeedback, ErrorPass::Measure);
     const double buildSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     Transformer base(mBase, sharingMemory(mOptions, 2)), compressed(*model, sharingMemory(mOptions, 2));
     DivergenceResult d = compareModels(base, compressed, tokens, mBase.tokenizer->bos(), params, &evalFeedback);

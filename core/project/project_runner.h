@@ -44,8 +44,11 @@ public:
     // base, or a calibrated step in a project without calibration text. Callers ask for every variant up front, so
     // a replay does not fail on its last variant after hours of the others. Throws as fullRecipe does.
     std::string buildProblem(const std::string& variant) const;
+    // Whether a build measures each step's reconstruction error on the calibration windows (lastReconstructionErrors):
+    // a pass over every block, most of the time of a step that does not calibrate.
+    enum class ErrorPass { Skip, Measure };
     // Builds the variant from the base; throws cwb::Error or Cancelled.
-    std::unique_ptr<Model> build(const std::string& variant, Feedback* feedback);
+    std::unique_ptr<Model> build(const std::string& variant, Feedback* feedback, ErrorPass errors = ErrorPass::Skip);
     // "base" or a variant name: the rows to store (device, threads, build and time filled in).
     std::vector<ResultRow> evaluate(const std::string& variant, Feedback* feedback);
     // Perplexity of another model (an export read back) on the project's evaluation, as evaluate() measures the
@@ -55,7 +58,8 @@ public:
     const Model* lastBuilt() const { return mLastBuilt.get(); }
     // Notes of the last build (calibration clipping, method notes).
     const std::vector<std::string>& notes() const { return mNotes; }
-    // Per-layer reconstruction error of the last build: for each layer, the last step that reported one.
+    // Per-layer reconstruction error of the last build (ErrorPass::Measure, or steps that calibrate): for each layer, the
+    // last step that reported one.
     const std::map<std::string, double>& lastReconstructionErrors() const { return mLastErrors; }
 
 private:

@@ -53,6 +53,7 @@ GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const Ge
     result.contextLimited = budget < params.tokens;
     std::vector<TokenId> stops = tokenizer.stopIds();
     stops.insert(stops.end(), params.stopIds.begin(), params.stopIds.end());
+    if (tokenizer.bos() >= 0) stops.push_back(tokenizer.bos());
     auto cache = model.makeCache(1, promptLength + budget);
     std::mt19937_64 rng(params.seed);
 
@@ -61,6 +62,18 @@ GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const Ge
     at::Tensor logits = model.forward(at::tensor(prompt, at::kLong).unsqueeze(0), cache.get());
     result.prefillSeconds = secondsSince(t0);
     auto t1 = std::chrono::steady_clock::now();
+    // The answer as text: decoded after the prompt, not alone (a SentencePiece word piece drops its leading space when
+    // it starts the text); the stop token is not part of it (some vocabularies type end-of-turn tokens as text).
+    const std::string promptText = tokenizer.decode(result.promptIds);
+    const auto answerText = [&](bool stopped) {
+        std::vector<TokenId> answer = result.generatedIds;
+        if (stopped) answer.pop_back();
+        std::vector<TokenId> whole = result.promptIds;
+        whole.insert(whole.end(), answer.begin(), answer.end());
+        const std::string after = tokenizer.decode(whole);
+        return after.compare(0, promptText.size(), promptText) == 0 ? after.substr(promptText.size()) : tokenizer.decode(answer);
+    };
+    auto lastText = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < budget; ++i) {
         if (feedback) {
             feedback->throwIfCancelled();
@@ -78,17 +91,15 @@ GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, const Ge
             break;
         }
         if (i + 1 == budget) break;
+        if (params.onText && secondsSince(lastText) >= params.textInterval) {
+            params.onText(answerText(false));
+            lastText = std::chrono::steady_clock::now();
+        }
         logits = model.forward(at::full({1, 1}, static_cast<int64_t>(next), at::kLong), cache.get());
     }
     if (!result.generatedIds.empty()) result.decodeSecondsPerToken = secondsSince(t1) / double(result.generatedIds.size());
-    // The stop token is not part of the answer (some vocabularies type end-of-turn tokens as text, which decode keeps).
-    std::vector<TokenId> answer = result.generatedIds;
-    if (result.stopped) answer.pop_back();
-    // Decoded after the prompt, not alone: a SentencePiece word piece drops its leading space when it starts the text.
-    std::vector<TokenId> whole = result.promptIds;
-    whole.insert(whole.end(), answer.begin(), answer.end());
-    const std::string before = tokenizer.decode(result.promptIds), after = tokenizer.decode(whole);
-    result.text = after.compare(0, before.size(), before) == 0 ? after.substr(before.size()) : tokenizer.decode(answer);
+    result.text = answerText(result.stopped);
+    if (params.onText) params.onText(result.text);
     if (feedback) feedback->setProgress(1.0);
     return result;
 }

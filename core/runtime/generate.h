@@ -1,6 +1,7 @@
 #pragma once
 // Text generation: prefill the prompt, then decode one token at a time through the KV cache.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,10 +18,16 @@ struct GenerateParams {
     double temperature = 0.0;    // 0: greedy
     int64_t topK = 0;            // 0: whole vocabulary
     uint64_t seed = 0;
-    bool stopAtEos = true;       // stop at EOS and the tokenizer's other stop ids (end of turn), and at stopIds
+    // Stop at EOS, the tokenizer's other stop ids (end of turn), stopIds, and BOS: a BOS generated starts another
+    // document (llama2.c's stories models end one so, and its run.c stops there).
+    bool stopAtEos = true;
     std::vector<TokenId> stopIds;   // more ids that end generation (a chat format's end of turn)
     bool addBos = true;          // put BOS before the prompt (chat prompts follow the tokenizer's own setting)
     bool parseSpecial = false;   // control tokens written in the prompt become their ids (chat prompts)
+    // Called with the text generated so far (as GenerateResult::text would be), at most every textInterval seconds
+    // and once at the end, from the thread that generates: for showing it as it comes.
+    std::function<void(const std::string& text)> onText;
+    double textInterval = 0.1;
 };
 
 struct GenerateResult {

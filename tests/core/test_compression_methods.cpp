@@ -58,6 +58,7 @@ class TestCompressionMethods : public QObject {
     Q_OBJECT
 private slots:
     void rtnStoresPackedIntegers();
+    void errorPassReportsProgressAndStopsAtCancel();
     void overridesTargetsAndIgnore();
     void outputHeadIsQuantizedOnRequest();
     void fp8HeadQuantizesItsInput();
@@ -883,6 +884,34 @@ void TestCompressionMethods::smoothQuantFoldMovesScalesIntoNorms() {
         QFAIL("fold on GPT-2 should have been refused");
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("Llama family only"), e.what());
+    }
+}
+
+// A step that does not calibrate (RTN), given windows, measures its reconstruction errors in a pass over the blocks:
+// that pass moves the progress and stops at a cancel. It had neither: the GUI's bar stood still for most of a build
+// and Cancel did nothing until it ended (GUI probe).
+void TestCompressionMethods::errorPassReportsProgressAndStopsAtCancel() {
+    Loaded tiny(tinyLlamaSpec());
+    const at::Tensor windows = at::randint(0, tiny.model->spec.vocab, {4, 32}, at::kLong);
+    const Recipe recipe = Recipe::fromJson({{"steps", json::array({{{"method", "quantize.rtn"}, {"params", {{"bits", 4}}}}})}}, "test");
+    std::vector<double> seen;
+    CallbackFeedback feedback;
+    feedback.progressCallback = [&](double f) { seen.push_back(f); };
+    const CompressionResult done = compressModel(*tiny.model, recipe, windows, &feedback);
+    QCOMPARE(done.steps.at(0).reconstructionError.size(), tiny.model->linearLayers().size());
+    // The rounding takes the first fifth of the step, the error pass the rest (block by block).
+    const auto roundingDone = std::find_if(seen.begin(), seen.end(), [](double f) { return std::abs(f - 0.2) < 1e-12; });
+    QVERIFY2(roundingDone != seen.end(), "the rounding's progress does not end at a fifth of the step");
+    QVERIFY2(std::any_of(roundingDone, seen.end(), [](double f) { return f > 0.2 && f < 1.0; }),
+             "the error pass reported no progress of its own");
+    CallbackFeedback cancelling;
+    cancelling.progressCallback = [&](double f) {
+        if (f > 0.2) cancelling.cancel();   // past the rounding, inside the error pass
+    };
+    try {
+        compressModel(*tiny.model, recipe, windows, &cancelling);
+        QFAIL("the error pass went on past a cancel");
+    } catch (const Cancelled&) {
     }
 }
 

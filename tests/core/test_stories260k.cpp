@@ -3,6 +3,7 @@
 // round-trips WikiText.
 #include <QtTest/QtTest>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/eval/perplexity.h"
@@ -20,6 +21,7 @@ private slots:
     void greedyFromBosMatchesReadme_data();
     void greedyFromBosMatchesReadme();
     void continuationKeepsItsSpace();
+    void generationEndsAtAGeneratedBos();
     void f16OnTheCpuRunsOrSaysWhy();
     void perplexityOnTinyStories();
     void llama2VocabularyRoundTripsWikiText();
@@ -84,6 +86,32 @@ void TestStories260k::continuationKeepsItsSpace() {
                                               ": generate: the model's output is not finite"),
                  e.what());
     }
+}
+
+// A BOS generated starts another story (llama2.c's run.c stops there); the GUI's panes went on into it (GUI probe).
+// The text comes as it is generated, each piece the start of the next, the last one the result's.
+void TestStories260k::generationEndsAtAGeneratedBos() {
+    CWB_REQUIRE_FIXTURE(path, "models/stories260K.gguf");
+    auto model = loadModel(path.toStdString());
+    Transformer rt(*model);
+    GenerateParams p;
+    p.prompt = "Once upon a time";
+    p.tokens = 480;
+    p.stopAtEos = false;
+    const GenerateResult whole = generate(rt, *model->tokenizer, p);
+    const auto bos = std::find(whole.generatedIds.begin(), whole.generatedIds.end(), model->tokenizer->bos());
+    QVERIFY2(bos != whole.generatedIds.end(), "no story ends within 480 greedy tokens: nothing to check");
+    p.stopAtEos = true;
+    p.textInterval = 0;
+    std::vector<std::string> pieces;
+    p.onText = [&](const std::string& text) { pieces.push_back(text); };
+    const GenerateResult story = generate(rt, *model->tokenizer, p);
+    QVERIFY(story.stopped);
+    QCOMPARE(story.generatedIds, std::vector<TokenId>(whole.generatedIds.begin(), bos + 1));
+    QCOMPARE(pieces.size(), story.generatedIds.size());
+    for (size_t i = 1; i < pieces.size(); ++i) QVERIFY2(pieces[i].compare(0, pieces[i - 1].size(), pieces[i - 1]) == 0, pieces[i].c_str());
+    QCOMPARE(pieces.back(), story.text);
+    QVERIFY(!story.text.empty());
 }
 
 // f16 on the CPU: LibTorch 2.x computes it; 1.13 has no f16 matrix multiply there, and the runtime says so (naming

@@ -5,6 +5,7 @@
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
+#include "app/commands/settings_commands.h"
 #include "app/commands/step_commands.h"
 #include "app/commands/variant_commands.h"
 #include "app/gui/compare_view.h"
@@ -25,13 +26,17 @@ using namespace cwb;
 
 namespace {
 
-QString directly(const ProjectDocument& doc, const std::string& variant, const QString& prompt, int tokens) {
+QString directly(const ProjectDocument& doc, const std::string& variant, const QString& prompt, int tokens,
+                 double temperature = 0, int topK = 0, int seed = 0) {
     std::unique_ptr<Model> built;
     if (variant != Project::kBaseName) built = ProjectRunner(doc.project(), *doc.model()).build(variant, nullptr);
     Transformer runtime(built ? *built : *doc.model());
     GenerateParams params;
     params.prompt = prompt.toStdString();
     params.tokens = tokens;
+    params.temperature = temperature;
+    params.topK = topK;
+    params.seed = uint64_t(seed);
     return prompt + QString::fromStdString(generate(runtime, *doc.model()->tokenizer, params).text);
 }
 
@@ -41,6 +46,7 @@ class TestCompareView : public QObject {
     Q_OBJECT
 private slots:
     void generatesTwoVariantsSideBySide();
+    void generationKeepsBuiltVariantsAndSamples();
     void chatSendsThePromptInTheChatFormat();
     void measuresAndChartsLatency();
     void chartsReconstructionErrorPerLayer();
@@ -106,6 +112,70 @@ void TestCompareView::generatesTwoVariantsSideBySide() {
     QVERIFY(finished.wait(120000));
     QCOMPARE(finished.takeFirst().at(0).toBool(), false);
     QVERIFY(panel->rightText().isEmpty());
+}
+
+// Regression (GUI probe): each Generate built its variants again, 12 s for RTN of stories260K with a calibration text
+// (the build measured reconstruction errors that nothing here shows). A variant built is kept while its recipe and the
+// calibration stay; sampling and a named chat format reach the core as the CLI gives them.
+void TestCompareView::generationKeepsBuiltVariantsAndSamples() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    auto doc = ProjectDocument::openModel(model);
+    ProjectSettings settings = doc->project().settings();
+    settings.calibration = textFileReference(text.toStdString());
+    settings.calibrationSamples = 8;
+    settings.calibrationSeqLen = 64;
+    doc->undoStack()->push(changeSettings(doc.get(), settings));
+    Variant w2;
+    w2.name = "w2";
+    nlohmann::json step = defaultStep("quantize.rtn");
+    step["params"]["bits"] = 2;
+    w2.recipe["steps"].push_back(step);
+    doc->undoStack()->push(new AddVariant(doc.get(), w2));
+    {   // Errors are measured when a run asks for them, not for a build to generate, time or export with.
+        ProjectRunner runner(doc->project(), *doc->model());
+        runner.build("w2", nullptr);
+        QVERIFY(runner.lastReconstructionErrors().empty());
+        runner.build("w2", nullptr, ProjectRunner::ErrorPass::Measure);
+        QCOMPARE(runner.lastReconstructionErrors().size(), doc->model()->linearLayers().size());
+    }
+
+    CompareView view;
+    view.setDocument(doc.get());
+    GenerationPanel* panel = view.generationPanel();
+    QSignalSpy finished(panel, &GenerationPanel::generationFinished);
+    auto generated = [&] {
+        finished.clear();
+        return panel->generate() && finished.wait(120000) && finished.takeFirst().at(0).toBool();
+    };
+    panel->setPrompt("Once upon a time");
+    panel->setTokens(16);
+    QVERIFY(panel->setVariants("w2", "w2"));
+    QVERIFY(generated());
+    QCOMPARE(panel->lastBuildCount(), 1);   // once for both sides
+    QCOMPARE(panel->leftText(), panel->rightText());
+    QVERIFY(generated());
+    QCOMPARE(panel->lastBuildCount(), 0);   // kept
+
+    panel->setSampling(0.8, 20, 7);
+    QVERIFY(panel->setVariants("base", "w2"));
+    QVERIFY(generated());
+    QCOMPARE(panel->lastBuildCount(), 0);
+    QCOMPARE(panel->leftText(), directly(*doc, "base", "Once upon a time", 16, 0.8, 20, 7));
+    QCOMPARE(panel->rightText(), directly(*doc, "w2", "Once upon a time", 16, 0.8, 20, 7));
+
+    doc->undoStack()->push(changeStepParameter(doc.get(), "w2", 0, "bits", 3));   // another recipe: built again
+    QVERIFY(generated());
+    QCOMPARE(panel->lastBuildCount(), 1);
+    QCOMPARE(panel->rightText(), directly(*doc, "w2", "Once upon a time", 16, 0.8, 20, 7));
+
+    // No chat template in stories260K: a format named in the panel serves instead.
+    panel->setChat(true);
+    QVERIFY(!panel->generate());
+    QVERIFY2(panel->lastError().contains("Name a chat format"), qPrintable(panel->lastError()));
+    QVERIFY(!panel->setChatFormat("no-such-format"));
+    QVERIFY(panel->setChatFormat("llama2"));
+    QVERIFY(generated());
 }
 
 void TestCompareView::chatSendsThePromptInTheChatFormat() {

@@ -75,6 +75,7 @@ private slots:
     void locatingAMovedModelThroughItsDialogs();
     void savingAppliesTypedLayerPatterns();
     void runLogIsTheDocumentsOwn();
+    void runTimeGoesOnWithoutProgress();
     void windowShortcutsWorkFromTextFields();
     void undoInAFieldReachesTheProject();
     void resultsOfAnEditedRecipeAreMarkedStale();
@@ -969,6 +970,25 @@ void TestGuiFlow::runLogIsTheDocumentsOwn() {
     auto* bar = window.runView()->findChild<QProgressBar*>();
     QVERIFY(bar);
     QCOMPARE(bar->value(), 0);
+}
+
+// Regression (GUI probe): the Run tab's "elapsed" and estimate stood still while a step reported no progress, and
+// said "about 0:00 left" of a long step just begun.
+void TestGuiFlow::runTimeGoesOnWithoutProgress() {
+    QVERIFY(!RunView::progressText(0.486, 0.4).contains("left"));
+    QVERIFY2(RunView::progressText(0.5, 10).contains("elapsed 0:10 · about 0:10 left"), qPrintable(RunView::progressText(0.5, 10)));
+    QVERIFY(!RunView::progressText(0.01, 60).contains("left"));
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    useSmallEvaluation(window);
+    auto* tick = window.runView()->findChild<QTimer*>("progressTick");
+    QVERIFY(tick);
+    QSignalSpy finished(window.runView(), &RunView::finished);
+    QVERIFY(window.runView()->run({QString::fromLatin1(Project::kBaseName)}));
+    QVERIFY(tick->isActive());   // the status is redrawn each second, progress or not
+    QVERIFY(finished.wait(120000));
+    QVERIFY(!tick->isActive());
 }
 
 // Regression (GUI probe): Ctrl+D (Duplicate Variant) and Ctrl+E (Export) did nothing while a text field had the focus:
