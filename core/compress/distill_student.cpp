@@ -3,6 +3,7 @@
 #include <c10/core/GradMode.h>   // NoGradGuard: ATen/ATen.h does not bring it in LibTorch 2.x
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -164,6 +165,19 @@ std::string StudentTensors::weightsChecksum() const {
     }
     for (const auto& [name, t] : mFrozen) add(name, t);
     return formatHash(hash);
+}
+
+std::string checkpointPathProblem(const std::string& path) {
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (!std::filesystem::exists(status)) return "";
+    if (std::filesystem::is_directory(status)) return path + " is a folder";
+    char magic[sizeof kMagic] = {};
+    std::ifstream in(path, std::ios::binary);
+    in.read(magic, sizeof magic);
+    if (!in || std::memcmp(magic, kMagic, sizeof kMagic) != 0)
+        return path + " exists and is not a cwb distillation checkpoint (it is not overwritten; name another file)";
+    return "";
 }
 
 void StudentTensors::save(const std::string& path) const {

@@ -33,6 +33,10 @@ struct TrainedTensor {
     at::Tensor logScales, scaleM, scaleV;
 };
 
+// Why a checkpoint cannot be written to `path` ("" when it can): a folder is there, or a file that is not a cwb
+// distillation checkpoint (the model being trained, its text or a project named by mistake were overwritten).
+std::string checkpointPathProblem(const std::string& path);
+
 class StudentTensors {
 public:
     // Collects every tensor of the student: block tensors (and, with embeddings, the rest) become trainable, the

@@ -4,6 +4,8 @@
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
+#include <fstream>
+
 #include <cmath>
 
 #include "core/compress/compressed_layers.h"
@@ -589,6 +591,23 @@ void TestDistillation::methodCutsAShallowerStudent() {
     // Regression (user probe): a checkpoint in a folder that is not there failed after the whole training.
     QCOMPARE(recipeParamsProblem(recipe(R"({"steps":[{"method":"distill.kd","params":{"source":"teacher","checkpoint":"/nonexistent/kd/ck.pt"}}]})")),
              std::string("step 1: distill.kd: the folder of its checkpoint /nonexistent/kd/ck.pt is not there"));
+    {   // Regression (user probe): a checkpoint named like the model, its text or the project overwrote it at the end
+        // of training; one naming a folder failed only then.
+        QTemporaryDir files;
+        const std::string model = (files.path() + "/model.gguf").toStdString();
+        std::ofstream(model) << "GGUF not a checkpoint";
+        const auto checkpointAt = [](const std::string& path) {
+            return recipe(nlohmann::json({{"steps", {{{"method", "distill.kd"}, {"params", {{"source", "teacher"}, {"checkpoint", path}}}}}}}).dump());
+        };
+        QCOMPARE(recipeParamsProblem(checkpointAt(model)),
+                 "step 1: distill.kd: checkpoint: " + model + " exists and is not a cwb distillation checkpoint (it is not overwritten; name another file)");
+        QVERIFY_THROWS_EXCEPTION(Error, compressModel(*l.model, checkpointAt(model), windows()));
+        std::ifstream kept(model);
+        QCOMPARE(std::string(std::istreambuf_iterator<char>(kept), {}), std::string("GGUF not a checkpoint"));
+        QCOMPARE(recipeParamsProblem(checkpointAt(files.path().toStdString())),
+                 "step 1: distill.kd: checkpoint: " + files.path().toStdString() + " is a folder");
+        QCOMPARE(recipeParamsProblem(checkpointAt(files.path().toStdString() + "/new.ckpt")), std::string());
+    }
     QVERIFY2(overfitNote(many).find("30 steps of 8 sequences pass over the 22 training windows 10.9 times") == 0 &&
                  overfitNote(many).find("more calibration windows (--samples) or fewer steps") != std::string::npos,
              overfitNote(many).c_str());

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <unistd.h>
 
+#include "core/compress/distill_student.h"
 #include "core/compress/distill_trainer.h"
 #include "core/compress/method.h"
 #include "core/compress/sequential.h"
@@ -175,6 +176,8 @@ public:
                 return "distill.kd: the folder of its checkpoint " + checkpoint + " is not there";
             if (::access(where.c_str(), W_OK | X_OK) != 0)
                 return "distill.kd: its checkpoint " + checkpoint + " cannot be written (" + where + " is not writable)";
+            const std::string taken = checkpointPathProblem(checkpoint);
+            if (!taken.empty()) return "distill.kd: checkpoint: " + taken;
         }
         if (p["resume_other_start"].get<bool>() && !p["resume"].get<bool>())
             return "distill.kd: resume_other_start applies to a resumed run; set \"resume\": true as well";
