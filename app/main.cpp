@@ -89,6 +89,10 @@ int main(int argc, char** argv) {
         return args.empty() ? 2 : 0;
     }
     if (args[0] == "--version") {
+        if (args.size() > 1) {
+            std::fprintf(stderr, "cwb: --version takes no arguments, got '%s'\n", args[1].c_str());
+            return 2;
+        }
         std::printf("cwb %s (LibTorch %s)\n", cwb::versionString(), cwb::torchVersionString());
         return 0;
     }

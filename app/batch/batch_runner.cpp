@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -383,6 +384,22 @@ int BatchRunner::run() {
         report["threads"] = at::get_num_threads();
         report["variants"] = variants;
         report["variants_planned"] = names;
+        {   // Exports of an earlier replay into the same --out that this one did not write (stopped before them, failed, or
+            // not among --variants): they sat beside the new report as if it had made them (user probe).
+            std::set<std::string> written;
+            for (const auto& v : variants)
+                if (v.contains("exports"))
+                    for (const auto& e : v["exports"])
+                        if (!e.contains("error")) written.insert(e.value("path", ""));
+            std::error_code ec;
+            std::vector<std::string> earlier;
+            for (const auto& entry : std::filesystem::directory_iterator(mOutputDir + "/exports", ec)) {
+                const std::string path = mOutputDir + "/exports/" + entry.path().filename().string();
+                if (!written.count(path)) earlier.push_back(path);
+            }
+            std::sort(earlier.begin(), earlier.end());
+            for (const auto& path : earlier) warnings.push_back(path + " is from an earlier run: this replay did not write it");
+        }
         report["warnings"] = warnings;
         if (!failure.empty()) report["error"] = failure;
         const int code = anyCompared && allWithin && !missing && !exportFailed && !stopped ? Reproduced : Differs;

@@ -60,6 +60,17 @@ int64_t Arguments::integer(const std::string& name, int64_t fallback) const {
     return v;
 }
 
+uint64_t Arguments::unsignedInteger(const std::string& name, uint64_t fallback) const {
+    if (!mValues.count(name)) return fallback;
+    const std::string text = value(name);
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+        throw Error("option --" + name + " expects a whole number from 0 to 18446744073709551615, got '" + text + "'");
+    errno = 0;
+    const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+    if (errno == ERANGE) throw Error("option --" + name + " is out of range (at most 18446744073709551615), got '" + text + "'");
+    return v;
+}
+
 double Arguments::number(const std::string& name, double fallback) const {
     if (!mValues.count(name)) return fallback;
     const std::string text = value(name);

@@ -1,6 +1,7 @@
 #pragma once
 // A small command-line parser: --name value, --name=value and --flag; refuses unknown options by name so a
 // typo never silently falls back to a default.
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -19,6 +20,8 @@ public:
     std::string value(const std::string& name, const std::string& fallback = "") const;   // the last occurrence
     std::vector<std::string> values(const std::string& name) const;                        // every occurrence, in order
     int64_t integer(const std::string& name, int64_t fallback) const;
+    // A whole number from 0 to 2^64 - 1 (seeds): "-1" is refused, not wrapped to 2^64 - 1 (user probe).
+    uint64_t unsignedInteger(const std::string& name, uint64_t fallback) const;
     double number(const std::string& name, double fallback) const;
     const std::vector<std::string>& positional() const { return mPositional; }
     // The single positional argument, or an error naming what is expected.

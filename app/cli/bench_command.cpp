@@ -120,7 +120,7 @@ int runBench(const std::vector<std::string>& args) {
     p.genTokens = a.integer("gen-tokens", 64);
     p.prefillRepeats = a.integer("repeats", 3);
     p.prefillWarmupSeconds = a.number("prefill-warmup", p.prefillWarmupSeconds);
-    p.seed = static_cast<uint64_t>(a.integer("seed", 0));
+    p.seed = a.unsignedInteger("seed", 0);
     const bool json = a.flag("json");
 
     // Base and variant: a model file with --recipe, or --synthetic shapes with random INT levels.
@@ -136,6 +136,12 @@ int runBench(const std::vector<std::string>& args) {
     for (const char* option : {"layers", "format", "bits", "group-size"})
         if (a.has(option) && synthetic.empty())
             throw Error(std::string("--") + option + " applies to --synthetic shapes only (for a model, --recipe FILE makes the variant)");
+    // --synthetic makes its variant from --format and --bits: a recipe or project variant given too was ignored (the
+    // user took the figures for the recipe's, user probe).
+    for (const char* option : {"recipe", "variant", "model", "tokenizer"})
+        if (a.has(option) && !synthetic.empty())
+            throw Error(std::string("--") + option + " does not apply to --synthetic shapes (their variant is made by --format, "
+                        "--bits and --group-size; for a recipe, bench a model file)");
     for (const char* option : {"calib", "samples", "seq-len"})
         if (a.has(option) && !a.has("recipe"))
             throw Error(std::string("--") + option + " calibrates the variant --recipe FILE makes; without --recipe there is none");

@@ -132,7 +132,7 @@ int runBudget(const std::vector<std::string>& args) {
         out["notes"] = notes;
         if (a.has("target-bytes")) out["target_bytes"] = targetBytes;   // of the planned layers, as linear_bytes
         // What the costs were measured on, as `importance --json` records it.
-        out["measured_with"] = importanceMeasurement(a.value("text"), textHash, windows, static_cast<uint64_t>(a.integer("seed", 0)),
+        out["measured_with"] = importanceMeasurement(a.value("text"), textHash, windows, a.unsignedInteger("seed", 0),
                                                      options.compute);
         std::cout << jsonText(out)
                   << "\n";

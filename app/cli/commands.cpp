@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 #include <ATen/Context.h>
@@ -39,7 +40,7 @@ const std::vector<Command>& commands() {
          "apply a recipe step by step; each stage compared with the base (size, PPL, KL, top-1, reconstruction error)", runCompress},
         {"importance", "cwb importance MODEL --calib FILE|--text FILE [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--step STEP.json] [--samples N] [--seq-len T] [--seed S] [--threads N] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--tokenizer FILE] [--json] [--quiet]",
          "per-head, per-layer or per-channel importance measured on token windows of a text (layer kinds: KL or ΔPPL when only that layer gets --step)", runImportance},
-        {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|gptq|awq] [--params JSON] [--fused] [--head] [--samples N] [--seq-len T] [--seed S] [--threads N] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--out R.json] [--tokenizer FILE] [--json] [--quiet]",
+        {"budget", "cwb budget MODEL --text FILE --target-bits B|--target-bytes N [--bits 3,4,8] [--group-size G] [--method quantize.rtn|quantize.gptq|quantize.awq] [--params JSON] [--fused] [--head] [--samples N] [--seq-len T] [--seed S] [--threads N] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--out R.json] [--tokenizer FILE] [--json] [--quiet]",
          "choose per-layer bit widths for a bits-per-weight target from measured sensitivity; writes a recipe", runBudget},
         {"export",
          "cwb export MODEL|PROJECT [--variant V] [--recipe R.json [--calib F] [--samples N] [--seq-len T] [--seed S] [--device auto|cpu|cuda[:N]] [--calib-dtype f32|bf16|f16]] --format hf|gptq|awq|compressed-tensors|gguf [--type T] [--requantize T] [--pack-head] [--shard-size BYTES] [--scratch DIR|auto|off] [--model PATH] [--threads N] [--tokenizer FILE] --out PATH [--json] [--quiet]",
@@ -109,7 +110,7 @@ at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, c
     spec.textPath = textPath;
     spec.samples = args.integer("samples", samples);
     spec.seqLen = args.integer("seq-len", 256);
-    spec.seed = static_cast<uint64_t>(args.integer("seed", 0));
+    spec.seed = args.unsignedInteger("seed", 0);
     std::string note;   // windows clipped to the context or the text, overlapping: said, as compress says it
     at::Tensor windows = drawCalibration(model.tokenizer->encode(readTextFile(textPath), true), model.tokenizer->bos(), spec,
                                          model.spec.context, &note);
@@ -233,6 +234,11 @@ int threadCount(int64_t threads) {
 
 void applyThreads(int64_t threads) {
     const int count = threadCount(threads);
+    // More threads than the machine runs at once wait on each other: --threads 1000 on 2 cores ran 60x slower (user probe).
+    const unsigned cores = std::thread::hardware_concurrency();
+    if (cores > 0 && count > int(cores))
+        std::fprintf(stderr, "warning: --threads %d is more than this machine's %u hardware threads; they wait on each other "
+                             "(0, the default, takes what the machine has)\n", count, cores);
     if (count > 0) at::set_num_threads(count);
 }
 

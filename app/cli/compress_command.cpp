@@ -36,6 +36,7 @@ void reportToStderr(CallbackFeedback& f, bool quiet, const char* what) {
 
 int runMethods(const std::vector<std::string>& args) {
     Arguments a(args, {}, {"json"});
+    if (!a.positional().empty()) throw Error("methods takes no arguments, got '" + a.positional().front() + "'");
     nlohmann::json out = nlohmann::json::array();
     for (const auto* m : MethodRegistry::instance().methods()) {
         if (a.flag("json")) {
@@ -96,6 +97,8 @@ int runCompress(const std::vector<std::string>& args) {
         std::fprintf(stderr, "warning: %s has no enabled step: the output is the base model\n", a.value("recipe").c_str());
     if (!a.has("eval") && (a.has("ctx") || a.has("chunks")))
         std::fprintf(stderr, "warning: --ctx and --chunks set the evaluation of --eval FILE; without it they do nothing\n");
+    if (!a.has("calib") && (a.has("samples") || a.has("seq-len") || a.has("seed")))
+        std::fprintf(stderr, "warning: --samples, --seq-len and --seed draw the windows of --calib FILE; without it they do nothing\n");
     LoadOptions options;
     options.tokenizerPath = a.value("tokenizer");
     auto base = loadModel(path, options);
@@ -104,7 +107,7 @@ int runCompress(const std::vector<std::string>& args) {
     calib.textPath = a.value("calib");
     calib.samples = a.integer("samples", 128);
     calib.seqLen = a.integer("seq-len", 512);
-    calib.seed = static_cast<uint64_t>(a.integer("seed", 0));
+    calib.seed = a.unsignedInteger("seed", 0);
     calib.device = a.value("device", "auto");
     calib.forwardType = a.value("calib-dtype", "f32");
     resolveCalibrationCompute(calib);   // a bad --device or --calib-dtype fails before the model is evaluated

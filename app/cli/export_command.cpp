@@ -194,7 +194,7 @@ int runExport(const std::vector<std::string>& args) {
             calib.textPath = a.value("calib");
             calib.samples = a.integer("samples", 128);
             calib.seqLen = a.integer("seq-len", 512);
-            calib.seed = static_cast<uint64_t>(a.integer("seed", 0));
+            calib.seed = a.unsignedInteger("seed", 0);
             calib.device = a.value("device", "auto");
             calib.forwardType = a.value("calib-dtype", "f32");
             const Recipe recipe = Recipe::load(a.value("recipe"));

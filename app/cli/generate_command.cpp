@@ -63,7 +63,7 @@ int runGenerate(const std::vector<std::string>& args) {
     p.tokens = tokens;
     p.temperature = temperature;
     p.topK = topK;
-    p.seed = static_cast<uint64_t>(a.integer("seed", 0));
+    p.seed = a.unsignedInteger("seed", 0);
     p.stopAtEos = !a.flag("no-stop");
     Transformer runtime(*model, runtimeOptions(a));
     GenerateResult r = generate(runtime, *model->tokenizer, p);
@@ -88,11 +88,11 @@ int runGenerate(const std::vector<std::string>& args) {
         }
         std::cout << jsonText(j) << "\n";
     } else if (a.has("chat")) {
-        std::cout << r.text << "\n";   // the answer only; the rendered prompt is in --json
+        std::cout << r.text << std::endl;   // the answer only (the rendered prompt is in --json); flushed before stderr's line
         std::cerr << "chat format " << chatFormatName(chat.format) << "; " << r.generatedIds.size() << " tokens, "
                   << r.decodeSecondsPerToken * 1000 << " ms/token" << (r.stopped ? "" : " (stopped at the token budget)") << "\n";
     } else {
-        std::cout << p.prompt << r.text << "\n";
+        std::cout << p.prompt << r.text << std::endl;   // flushed: stderr's line comes after it on a terminal (user probe)
         std::cerr << r.generatedIds.size() << " tokens, " << r.decodeSecondsPerToken * 1000 << " ms/token\n";
     }
     return 0;

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <numeric>
 
@@ -44,6 +45,9 @@ int runImportance(const std::vector<std::string>& args) {
         const std::string text = a.value("step");
         const size_t first = text.find_first_not_of(" \t\r\n");
         const bool inline_ = first != std::string::npos && (text[first] == '{' || text[first] == '[');
+        std::error_code ec;
+        if (!inline_ && !std::filesystem::is_regular_file(text, ec))   // it said "cannot open the text file" (user probe)
+            throw Error(text, "no such step file (--step takes a recipe step as JSON, or a file holding one)");
         try {
             step = nlohmann::json::parse(inline_ ? text : readTextFile(text));
         } catch (const nlohmann::json::exception& e) {
@@ -75,7 +79,7 @@ int runImportance(const std::vector<std::string>& args) {
     }
     if (a.flag("json")) {
         const nlohmann::json measured = importanceMeasurement(calibText, textHash, windows,
-                                                              static_cast<uint64_t>(a.integer("seed", 0)), compute, map.kind, step);
+                                                              a.unsignedInteger("seed", 0), compute, map.kind, step);
         std::cout << jsonText({{"kind", map.kind}, {"computed_on", describeCompute(compute)}, {"measured_with", measured},
                                {"rows", map.rowLabels}, {"columns", map.columnLabels}, {"values", map.values},
                                {"notes", calibrationNote.empty() ? std::vector<std::string>{} : std::vector<std::string>{calibrationNote}}})

@@ -168,10 +168,7 @@ std::string settingsProblem(const ProjectSettings& s, int64_t context) {
 }
 
 uint64_t seedOption(const Arguments& a, uint64_t fallback) {
-    if (!a.has("seed")) return fallback;
-    const int64_t seed = a.integer("seed", 0);
-    if (seed < 0) throw Error("--seed must be 0 or more, got " + std::to_string(seed));
-    return static_cast<uint64_t>(seed);
+    return a.unsignedInteger("seed", fallback);
 }
 
 // The model's hash as a project records it. Hashing reads every byte (seconds per GB): progress on stderr every 10%
@@ -319,6 +316,7 @@ int addVariant(const std::vector<std::string>& args) {
     Arguments a(args, {"recipe", "name", "from"}, {});
     Project project = Project::open(a.requirePositional("PROJECT"));
     if (!a.has("recipe")) throw Error("project add-variant needs --recipe FILE");
+    if (a.has("name") && a.value("name").empty()) throw Error("--name is empty (leave it out to name the variant after its recipe file)");
     addRecipeVariant(project, a.value("recipe"), a.value("name"), a.value("from"));
     project.save();
     return 0;
@@ -370,10 +368,13 @@ int runProject(const std::vector<std::string>& args) {
     const LoadOptions load = projectLoadOptions(project, a);
     std::vector<std::string> names = {"base"};
     std::stringstream list(a.value("variants"));
-    for (std::string n; std::getline(list, n, ',');)
-        if (!n.empty()) names.push_back(n);
+    bool listed = false;   // "--variants base" measures the base alone (it was refused as no variant named 'base')
+    for (std::string n; std::getline(list, n, ',');) {
+        listed = listed || !n.empty();
+        if (!n.empty() && n != Project::kBaseName && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    }
     for (size_t i = 1; i < names.size(); ++i) project.variant(names[i]);   // an unknown name fails before any work
-    if (names.size() == 1)
+    if (!listed)
         for (const auto& v : project.variants()) names.push_back(v.name);
     auto base = loadModel(modelPath, load);
     const std::string tokenizerHash = warnOfTokenizerChange(project, load, *base);
@@ -525,6 +526,14 @@ int importance(const std::vector<std::string>& args) {
 int setSettings(const std::vector<std::string>& args) {
     Arguments a(args, {"calib", "eval", "samples", "seq-len", "seed", "ctx", "chunks", "model", "tokenizer"}, {"no-calib"});
     Project project = Project::open(a.requirePositional("PROJECT"));
+    // --model and --tokenizer say how to read the model that the settings are checked against; alone they set nothing
+    // (the tokenizer was taken as a setting and "settings unchanged" followed, user probe).
+    bool setsSomething = a.flag("no-calib");
+    for (const char* option : {"calib", "eval", "samples", "seq-len", "seed", "ctx", "chunks"}) setsSomething = setsSomething || a.has(option);
+    if (!setsSomething)
+        throw Error(std::string("project set needs a setting to change (--calib, --eval, --samples, --seq-len, --seed, --ctx, --chunks)") +
+                    (a.has("tokenizer") ? "; --tokenizer here only reads the model; to give the project a tokenizer: cwb project "
+                                          "set-tokenizer PROJECT --tokenizer FILE" : ""));
     const ProjectSettings before = project.settings();
     ProjectSettings s = before;
     if (a.has("calib") && a.flag("no-calib")) throw Error("give --calib FILE or --no-calib, not both");
@@ -542,9 +551,9 @@ int setSettings(const std::vector<std::string>& args) {
     const ModelReference& recorded = project.model();
     if (a.has("model") && absolute(a.value("model")) != recorded.path && recorded.bytes > 0 &&
         std::filesystem::is_regular_file(a.value("model")) && fileBytes(a.value("model")) != recorded.bytes)
-        std::fprintf(stderr, "warning: %s is not the model the project recorded (%s: %llu bytes, recorded %llu); the settings "
-                             "are checked against its context, and the project still points at %s\n",
-                     a.value("model").c_str(), recorded.path.c_str(), static_cast<unsigned long long>(fileBytes(a.value("model"))),
+        std::fprintf(stderr, "warning: %s is not the model the project recorded (it has %llu bytes; the recorded %s had %llu); "
+                             "the settings are checked against its context, and the project still points at %s\n",
+                     a.value("model").c_str(), static_cast<unsigned long long>(fileBytes(a.value("model"))), recorded.path.c_str(),
                      static_cast<unsigned long long>(recorded.bytes), recorded.path.c_str());
     try {
         context = loadModel(a.value("model", project.model().path), projectLoadOptions(project, a))->spec.context;
@@ -653,7 +662,9 @@ int addExport(const std::vector<std::string>& args) {
 int setTokenizer(const std::vector<std::string>& args) {
     Arguments a(args, {"tokenizer", "model"}, {"own"});
     Project project = Project::open(a.requirePositional("PROJECT"));
-    if (a.has("tokenizer") == a.flag("own"))
+    if (a.has("tokenizer") && a.flag("own"))
+        throw Error("project set-tokenizer takes --tokenizer FILE or --own, not both");
+    if (!a.has("tokenizer") && !a.flag("own"))
         throw Error("project set-tokenizer needs --tokenizer FILE (a tokenizer.json, its folder or a llama2.c .bin) or --own");
     ModelReference ref = project.model();
     ref.tokenizer = a.flag("own") ? std::string() : absolute(a.value("tokenizer"));

@@ -60,15 +60,16 @@ std::string perplexityWarning(const PerplexityResult& result, int64_t vocab) {
     const double uniform = std::log(double(vocab));
     // 1e-6 nats of slack: a model whose logits are all equal scores ln(vocab) up to rounding.
     if (!(result.meanNll > uniform + 1e-6)) return "";
-    char text[320];
+    char text[400];
     if (!std::isfinite(result.perplexity))
         std::snprintf(text, sizeof text, "the perplexity overflows (mean NLL %.6g nats per token, where a uniform guess over the "
                       "%lld-token vocabulary scores %.4g): the model's weights are probably broken", result.meanNll,
                       static_cast<long long>(vocab), uniform);
     else
+        // Broken weights, or a text unlike any the model read (random bytes were taken for broken weights, user probe).
         std::snprintf(text, sizeof text, "perplexity %.6g is above the vocabulary size %lld (what a uniform guess scores): the model "
-                      "predicts this text worse than chance; its weights are probably broken", result.perplexity,
-                      static_cast<long long>(vocab));
+                      "predicts this text worse than chance; its weights are probably broken, or the text is nothing like what "
+                      "it was trained on (binary data, another tokenizer's text)", result.perplexity, static_cast<long long>(vocab));
     return text;
 }
 

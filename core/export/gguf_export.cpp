@@ -318,6 +318,10 @@ public:
         }
         const std::string warning = requantizedWarning(report, requantized, compressedNames.size());
         if (!warning.empty()) report.warnings.push_back(warning);
+        if (requantize && requantized.empty())   // asked for and silently unused (user probe)
+            report.notes.push_back("--requantize " + options.requantizeType + ": no layer needed it (" +
+                                   (compressedNames.empty() ? std::string("no layer is compressed")
+                                                            : "every compressed layer is written level for level in its own type") + ")");
         return report;
     }
 

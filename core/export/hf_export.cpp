@@ -335,6 +335,9 @@ protected:
         }
         if (model.compressed(names::kHead) && !quantized.count(std::string(names::kHead) + ".weight"))
             noteDenseHead(model, dense, headPackRefusal(model, options), report);
+        if (options.packHead && !model.compressed(names::kHead))   // asked for and silently not done (user probe)
+            report.notes.push_back("--pack-head: the output head is not compressed (quantize it with \"head\": \"also\" in the "
+                                   "recipe's step), so it is written dense");
         return entries;
     }
 

@@ -1,13 +1,17 @@
 #include "core/runtime/latency.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include <ATen/Context.h>
+#include <c10/core/DeviceGuard.h>
 
 #include "core/compress/compressed_layers.h"
 #include "core/compress/prune_math.h"
@@ -49,6 +53,30 @@ LatencyResult measureLatency(const Model& model, const RuntimeOptions& options, 
                     " tokens exceed the model's context of " +
                     std::to_string(model.spec.context) + model.spec.contextLimitNote());
     const bool cuda = options.device.is_cuda();
+    {   // Refused before anything is allocated: the KV cache of the batch and the prefill's logits and activations
+        // (a batch of 100000 on stories260K had taken 12 GB of a 23 GB machine when it was stopped, user probe).
+        const ArchSpec& s = model.spec;
+        double kvPerToken = 0;
+        for (int64_t l = 0; l < s.layers; ++l) kvPerToken += 2.0 * double(s.kvHeadsAt(l)) * double(s.headDim);
+        const double cached = double(p.batch) * double(p.promptTokens + p.genTokens + 1) * kvPerToken * double(c10::elementSize(options.dtype));
+        // Per prompt token in fp32: its logits, a few hidden- and MLP-wide activations alive at once, its attention scores.
+        const double perToken = double(s.vocab) + 8.0 * double(s.hidden + s.ffn) + double(s.heads) * double(p.promptTokens);
+        const double prefill = double(p.batch) * double(p.promptTokens) * perToken * 4.0;
+        double room = 0;
+        if (cuda) {
+            const c10::DeviceGuard onDevice(options.device);
+            room = double(deviceMemoryFreeBytes());
+        } else {
+            room = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE)) / 2;
+        }
+        if (room > 0 && cached + prefill > room) {
+            char text[200];
+            std::snprintf(text, sizeof text, "about %.1f GiB beyond the weights, more than %s (%.1f GiB)", (cached + prefill) / double(1 << 30),
+                          cuda ? "the GPU has free" : "half of this machine's memory", room / double(1 << 30));
+            throw Error("bench: a batch of " + std::to_string(p.batch) + " sequences of " + std::to_string(p.promptTokens) + " + " +
+                        std::to_string(p.genTokens) + " tokens takes " + text + ": use a smaller --batch or fewer tokens");
+        }
+    }
     LatencyResult r;
     std::mt19937_64 rng(p.seed);
     std::uniform_int_distribution<int64_t> pick(0, model.spec.vocab - 1);

@@ -560,6 +560,16 @@ void TestBatch::batchWritesExports() {
     QVERIFY(!mdText.contains("> Warning: "));
     QVERIFY2(mdText.contains(QString::asprintf("Read back: PPL %.4f against the variant's %.4f", readPpl, variantPpl)), qPrintable(mdText));
     for (const auto& w : json["warnings"]) QVERIFY2(w.get<std::string>().find("reads back") == std::string::npos, w.get<std::string>().c_str());
+    {   // Regression (user probe): a later replay into the same folder that wrote no export (stopped, or another
+        // --variants) left the earlier export beside its report unmentioned.
+        Result again = run({"--batch", copy, "--out", out, "--threads", "1", "--variants", "base", "--quiet"});
+        QVERIFY2(again.exitCode == 0 || again.exitCode == 1, qPrintable(again.err));
+        const QJsonObject second = readReport(out);
+        QStringList warned;
+        for (const auto& w : second["warnings"].toArray()) warned << w.toString();
+        QVERIFY2(warned.contains(gguf + " is from an earlier run: this replay did not write it"), qPrintable(warned.join('\n')));
+        QVERIFY(QFile::exists(gguf));   // a file it did not write is not removed
+    }
     {   // Regression (user probe): an unfolded AWQ variant's GGUF scored worse than the variant, and --batch said
         // "reproduced". Its read-back is now measured and warned of; --no-export-check skips it.
         const QString awq = mDir.filePath("awq-g32.json");
@@ -749,7 +759,8 @@ void TestBatch::checksBeforeReplayAndSettings() {
     for (const QStringList& bad : {QStringList{"--samples", "0"}, QStringList{"--seq-len", "-3"}, QStringList{"--samples", "1000000000000"},
                                     QStringList{"--seed", "-1"}}) {
         Result r = run(QStringList{"project", "create", mDir.filePath("bad.cwbproj"), "--model", mModel} + bad);
-        QVERIFY2(r.exitCode == 2 && r.err.contains(bad[0] + " must be"), qPrintable(bad.join(' ') + " -> " + r.err));
+        const QString says = bad[0] == "--seed" ? "--seed expects a whole number from 0" : bad[0] + " must be";
+        QVERIFY2(r.exitCode == 2 && r.err.contains(says), qPrintable(bad.join(' ') + " -> " + r.err));
         QVERIFY(!QFile::exists(mDir.filePath("bad.cwbproj")));
     }
     const QString project = mDir.filePath("nocalib.cwbproj");

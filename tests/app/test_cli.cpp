@@ -5,6 +5,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QTemporaryDir>
+#include <QThread>
 #include <QtTest/QtTest>
 
 #include "tests/support/test_paths.h"
@@ -46,6 +47,7 @@ private slots:
     void budgetWithGptq();
     void importanceTakesCalib();
     void compressWarnsOfABrokenVariant();
+    void userProbeRefusalsAndNotes();
 };
 
 void TestCli::versionAndHelp() {
@@ -982,6 +984,59 @@ void TestCli::compressWarnsOfABrokenVariant() {
     QVERIFY2(warnings.size() == 1 && warnings[0].toString().contains("is above the vocabulary size 512"), qPrintable(json.out.right(600)));
     Result table = run({"compress", model, "--recipe", recipe, "--eval", text, "--ctx", "128", "--chunks", "4", "--quiet"});
     QVERIFY2(table.exitCode == 0 && table.out.contains("    warning: perplexity ") && table.out.count("warning:") == 1, qPrintable(table.out));
+}
+
+// Regressions of a user probe of the command line: options that were silently wrapped, ignored or misread are refused
+// or noted, and messages name what was wrong.
+void TestCli::userProbeRefusalsAndNotes() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    CWB_REQUIRE_FIXTURE(tok512, "models/tok512.bin");
+    QTemporaryDir dir;
+    const auto refused = [](const Result& r, const QString& says) {
+        return r.exitCode == 2 && r.err.contains(says) ? QString() : QString("rc %1: %2").arg(r.exitCode).arg(r.err);
+    };
+    // A negative seed was wrapped to 2^64 - 1, which could not be typed back.
+    QString why = refused(run({"generate", model, "--temperature", "1", "--seed", "-1", "--tokens", "2"}), "--seed expects a whole number from 0");
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    QCOMPARE(run({"generate", model, "--temperature", "1", "--seed", "18446744073709551615", "--tokens", "2"}).exitCode, 0);
+    // --synthetic made its own variant and ignored a recipe (even a missing one).
+    why = refused(run({"bench", "--synthetic", "llama-7b", "--recipe", "/nonexistent.json", "--layers", "1"}), "--recipe does not apply to --synthetic");
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    // A batch past the machine's memory is refused before anything is allocated (it grew to 12 GB).
+    why = refused(run({"bench", model, "--batch", "100000000", "--prompt-tokens", "16", "--gen-tokens", "8"}), "use a smaller --batch");
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    // Stray arguments, a step file that is not there, n >= m before any step runs.
+    QCOMPARE(run({"methods", "--json", "extra"}).exitCode, 2);
+    QCOMPARE(run({"--version", "extra"}).exitCode, 2);
+    why = refused(run({"importance", model, "--calib", text, "--kind", "layer", "--step", dir.filePath("nope.json")}), "no such step file");
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    const QString nm = writeRecipe(dir, "nm.json", R"({"steps":[{"method":"prune.nm","params":{"n":4,"m":4}}]})");
+    why = refused(run({"compress", model, "--recipe", nm}), "prune.nm: n = 4 must be less than m = 4");
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    // More threads than the machine has: warned.
+    const QString tooMany = QString::number(QThread::idealThreadCount() + 1);
+    Result threads = run({"eval", model, "--text", text, "--ctx", "64", "--chunks", "1", "--threads", tooMany});
+    QVERIFY2(threads.exitCode == 0 && threads.err.contains("--threads " + tooMany + " is more than this machine's"), qPrintable(threads.err));
+    // Export options asked for and not used are noted.
+    const QString rtn = writeRecipe(dir, "rtn.json", R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}}]})");
+    Result packed = run({"export", model, "--recipe", rtn, "--format", "gptq", "--pack-head", "--out", dir.filePath("g"), "--json"});
+    QVERIFY2(packed.exitCode == 0 && packed.out.contains("--pack-head: the output head is not compressed"), qPrintable(packed.out.left(800)));
+    Result requantized = run({"export", model, "--format", "gguf", "--requantize", "q4_0", "--out", dir.filePath("r.gguf"), "--json"});
+    QVERIFY2(requantized.exitCode == 0 && requantized.out.contains("--requantize q4_0: no layer needed it"), qPrintable(requantized.out.left(800)));
+
+    // Projects: an empty --name, set with no setting, set-tokenizer with both choices, --variants base.
+    const QString project = dir.filePath("p.cwbproj");
+    QCOMPARE(run({"project", "create", project, "--model", model, "--eval", text, "--ctx", "64", "--chunks", "1"}).exitCode, 0);
+    why = refused(run({"project", "add-variant", project, "--recipe", rtn, "--name", ""}), "--name is empty");
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    why = refused(run({"project", "set", project, "--tokenizer", tok512}), "cwb project set-tokenizer PROJECT --tokenizer FILE");
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    why = refused(run({"project", "set-tokenizer", project, "--own", "--tokenizer", tok512}), "--tokenizer FILE or --own, not both");
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    QCOMPARE(run({"project", "add-variant", project, "--recipe", rtn}).exitCode, 0);
+    Result baseOnly = run({"project", "run", project, "--variants", "base", "--threads", "1"});
+    QVERIFY2(baseOnly.exitCode == 0 && baseOnly.out.contains("base") && !baseOnly.out.contains("rtn "), qPrintable(baseOnly.out + baseOnly.err));
 }
 
 QTEST_APPLESS_MAIN(TestCli)

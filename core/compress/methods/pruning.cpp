@@ -123,6 +123,10 @@ public:
                 choiceParam("score", {"magnitude", "wanda", "sparsegpt"}, "magnitude", "how the kept weights are chosen")};
     }
     bool needsCalibration(const nlohmann::json& p) const override { return p["score"] != "magnitude"; }
+    std::string paramsProblem(const nlohmann::json& p) const override {   // before any step runs, not when this one does
+        const int n = p["n"].get<int>(), m = p["m"].get<int>();
+        return n >= m ? "prune.nm: n = " + std::to_string(n) + " must be less than m = " + std::to_string(m) : "";
+    }
     void apply(StepContext& ctx) const override {
         const int n = ctx.params["n"].get<int>(), m = ctx.params["m"].get<int>();
         if (n >= m) throw Error("prune.nm: n = " + std::to_string(n) + " must be less than m = " + std::to_string(m));
