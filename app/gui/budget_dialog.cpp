@@ -271,6 +271,7 @@ bool BudgetDialog::solve(bool interactive) {
     mCancel->setEnabled(true);
     mSolve->setEnabled(false);
     mSummary->setText(tr("Measuring every layer at %1 bits…").arg(mBits->text()));
+    emit solveStarted(mJob->title());
     mJob->start();
     return true;
 }

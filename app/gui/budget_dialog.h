@@ -60,6 +60,7 @@ public:
 
 signals:
     void solved();
+    void solveStarted(const QString& title);   // for the status bar (it said "idle" while the dialog measured, GUI probe)
     void solveFinished(bool succeeded);
 
 private:

@@ -114,6 +114,8 @@ void CompareView::setDocument(ProjectDocument* document) {
     mDocument = document;
     mGeneration->setDocument(document);
     mMeasureStatus->clear();   // the previous project's latency note (GUI probe)
+    mLatencyStored = false;
+    mLatencyAside.clear();
     if (document) {
         connect(document, &ProjectDocument::resultsChanged, this, &CompareView::refresh);
         connect(document, &ProjectDocument::variantsChanged, this, &CompareView::refresh);
@@ -141,6 +143,18 @@ void CompareView::refresh() {
     const Project& project = mDocument->project();
     std::vector<std::string> names{Project::kBaseName};
     for (const auto& v : project.variants()) names.push_back(v.name);
+    if (mLatencyStored) {   // which latencies are stored now: a re-run drops a variant's (it still said "2 variants", GUI probe)
+        std::map<std::string, QStringList> byDevice;
+        for (const auto& name : names)
+            for (const auto& r : project.results(name))
+                if (isLatencyMetric(r.metric)) {
+                    byDevice[r.device] << QString::fromStdString(name);
+                    break;
+                }
+        QStringList parts;
+        for (const auto& [device, which] : byDevice) parts << tr("on %1 for %2").arg(QString::fromStdString(device), which.join(tr(", ")));
+        mMeasureStatus->setText(parts.isEmpty() ? QString() : tr("Latency measured %1.").arg(parts.join(tr("; "))) + mLatencyAside);
+    }
 
     const MetricSpec* spec = &kMetrics[0];
     for (const auto& m : kMetrics)
@@ -279,9 +293,9 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
         mMeasure->setEnabled(true);
         const bool ok = !cancelled && error.isEmpty() && document;
         mMeasureStatus->setStyleSheet(ok || cancelled ? QString() : QStringLiteral("color: #b00020"));
-        mMeasureStatus->setText(ok ? tr("Latency measured on %1 (%2 variants).").arg(QString::fromStdString(device)).arg(measured->size())
-                                   : cancelled ? tr("Latency measurement cancelled; nothing was stored.")
-                                               : tr("Latency not measured: %1").arg(error));
+        mLatencyStored = false;
+        mLatencyAside.clear();
+        mMeasureStatus->setText(cancelled ? tr("Latency measurement cancelled; nothing was stored.") : tr("Latency not measured: %1").arg(error));
         if (ok) {
             QStringList notStored;
             for (const auto& [name, latency] : *measured) {
@@ -312,9 +326,10 @@ bool CompareView::measureLatency(int promptTokens, int genTokens) {
                 document->setResults(key, rows, basis);
             }
             if (!notStored.isEmpty())
-                mMeasureStatus->setText(mMeasureStatus->text() +
-                                        tr(" Not stored for %1: its results are of an earlier recipe or model; run it, then "
-                                           "measure again.").arg(notStored.join(tr(", "))));
+                mLatencyAside = tr(" Not stored for %1: its results are of an earlier recipe or model; run it, then "
+                                   "measure again.").arg(notStored.join(tr(", ")));
+            mLatencyStored = true;
+            refresh();
         }
         emit latencyMeasured(ok, cancelled ? tr("Cancelled; nothing was stored.") : error);
     });

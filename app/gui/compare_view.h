@@ -63,6 +63,8 @@ private:
     QPushButton* mCancelMeasure;
     QProgressBar* mProgress;
     class QLabel* mMeasureStatus;   // the outcome of the last measurement (an error names the variant and why)
+    bool mLatencyStored = false;    // mMeasureStatus says what latency is stored: redrawn as results change
+    QString mLatencyAside;          // what the last measurement could not store, kept after that line
     std::unique_ptr<BackgroundJob> mJob;
     GenerationPanel* mGeneration;
 };

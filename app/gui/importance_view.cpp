@@ -206,7 +206,7 @@ bool ImportanceView::compute() {
         } else if (!error.isEmpty()) {
             mStatus->setText(tr("Failed: %1").arg(error));
             QMessageBox::critical(this, tr("Importance failed"),
-                                  tr("Measuring %1 failed:\n%2\n\nCheck the project's texts and the model, then try again.")
+                                  tr("Measuring %1 failed:\n%2")   // the error says what to change (generic advice contradicted it, GUI probe)
                                       .arg(QString::fromStdString(kindId), error));
         } else {
             mDocument->setImportance(*result);

@@ -17,10 +17,11 @@
 namespace cwb {
 
 LayerPickBar::LayerPickBar(QWidget* parent)
-    : QWidget(parent), mLabel(new QLabel(this)), mStep(new QComboBox(this)),
+    : QWidget(parent), mLabel(new QLabel(this)), mStepLabel(new QLabel(this)), mStep(new QComboBox(this)),
       mTargets(new QPushButton(tr("Use as Targets"), this)), mBits(new QSpinBox(this)),
       mOverride(new QPushButton(tr("Override Bits"), this)), mClear(new QPushButton(tr("Clear"), this)) {
-    mStep->setToolTip(tr("The step of the current variant that the picked layers edit"));
+    mStep->setToolTip(tr("The step of the current variant (chosen in the Pipeline tab) that the picked layers edit"));
+    mStep->setSizeAdjustPolicy(QComboBox::AdjustToContents);   // "1. quanti" was all it showed
     mTargets->setToolTip(tr("Set the step's targets regex to exactly the picked layers (undoable)"));
     mBits->setRange(2, 8);
     mBits->setValue(8);
@@ -30,7 +31,7 @@ LayerPickBar::LayerPickBar(QWidget* parent)
     auto* row = new QHBoxLayout(this);
     row->setContentsMargins(0, 0, 0, 0);
     row->addWidget(mLabel, 1);
-    row->addWidget(new QLabel(tr("Step:"), this));
+    row->addWidget(mStepLabel);
     row->addWidget(mStep);
     row->addWidget(mTargets);
     row->addWidget(mBits);
@@ -78,8 +79,12 @@ int LayerPickBar::stepIndex() const { return mStep->currentIndex(); }
 void LayerPickBar::setStepIndex(int index) { mStep->setCurrentIndex(index); }
 void LayerPickBar::setOverrideBits(int bits) { mBits->setValue(bits); }
 
+QString LayerPickBar::stepCaption() const { return mStepLabel->text(); }
+
 void LayerPickBar::refreshSteps() {
     const int previous = mStep->currentIndex();
+    const QString variant = mDocument ? mDocument->currentVariant() : QString();
+    mStepLabel->setText(variant.isEmpty() ? tr("Step:") : tr("Step of %1:").arg(variant));
     mStep->clear();
     if (mDocument) {
         int n = 0;
@@ -115,6 +120,9 @@ bool LayerPickBar::useAsTargets(bool interactive) {
     const std::string pattern = layersPattern(mPicked, mDocument->model()->linearLayers());
     mDocument->undoStack()->push(setStepTargets(mDocument, mDocument->currentVariant(), stepIndex(), pattern));
     mLastError.clear();
+    emit stepEdited(tr("%1, step %2: targets set to the %3 picked %4 (Ctrl+Z undoes)")
+                        .arg(mDocument->currentVariant()).arg(stepIndex() + 1).arg(mPicked.size())
+                        .arg(mPicked.size() == 1 ? tr("layer") : tr("layers")));
     return true;
 }
 
@@ -134,6 +142,9 @@ bool LayerPickBar::addOverride(const nlohmann::json& params, bool interactive) {
     const std::string pattern = layersPattern(mPicked, mDocument->model()->linearLayers());
     mDocument->undoStack()->push(addStepOverride(mDocument, mDocument->currentVariant(), stepIndex(), pattern, params));
     mLastError.clear();
+    emit stepEdited(tr("%1, step %2: override %3 added for the %4 picked %5 (Ctrl+Z undoes)")
+                        .arg(mDocument->currentVariant()).arg(stepIndex() + 1).arg(QString::fromStdString(params.dump()))
+                        .arg(mPicked.size()).arg(mPicked.size() == 1 ? tr("layer") : tr("layers")));
     return true;
 }
 

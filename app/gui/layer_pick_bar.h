@@ -40,6 +40,12 @@ public:
     bool addBitsOverride(bool interactive = true);
     bool addOverride(const nlohmann::json& params, bool interactive = true);
     QString lastError() const { return mLastError; }
+    QString stepCaption() const;   // "Step of variant-a:": which variant the picks edit
+
+signals:
+    // A step was edited: what changed and in which variant, for the status bar (the edit once went silently into the
+    // variant shown in the Pipeline tab, which the user had not looked at, GUI probe).
+    void stepEdited(const QString& message);
 
 private:
     void refreshSteps();
@@ -49,6 +55,7 @@ private:
     ProjectDocument* mDocument = nullptr;
     std::vector<std::string> mPicked;
     QLabel* mLabel;
+    QLabel* mStepLabel;
     QComboBox* mStep;
     QPushButton* mTargets;
     QSpinBox* mBits;

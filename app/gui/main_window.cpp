@@ -31,6 +31,7 @@
 #include "app/gui/compare_view.h"
 #include "app/gui/compute_device.h"
 #include "app/gui/importance_view.h"
+#include "app/gui/layer_pick_bar.h"
 #include "app/gui/model_tree_view.h"
 #include "app/gui/pipeline_editor.h"
 #include "app/gui/project_document.h"
@@ -69,6 +70,7 @@ MainWindow::MainWindow(QWidget* parent)
     connect(mImportance, &ImportanceView::jobStarted, this, [this](const QString& title) { mStatus->setJob("importance", title); });
     connect(mRun, &RunView::jobStarted, this, [this](const QString& title) { mStatus->setJob("run", title); });
     connect(mImportance, &ImportanceView::jobFinished, this, [this] { mStatus->setJob("importance", {}); });
+    connect(mImportance->pickBar(), &LayerPickBar::stepEdited, this, [this](const QString& message) { statusBar()->showMessage(message, 8000); });
     // Latency and generation run on workers too: the status bar said "idle" while they ran (GUI probe).
     connect(mCompare, &CompareView::latencyStarted, this, [this](const QString& title) { mStatus->setJob("latency", title); });
     connect(mCompare, &CompareView::latencyMeasured, this, [this] { mStatus->setJob("latency", {}); });
@@ -157,7 +159,11 @@ void MainWindow::createActions() {
     mDocumentActions << project->addAction(tr("&Budget Solver…"), QKeySequence(Qt::Key_F7), this, [this] {
         if (!mDocument) return;
         BudgetDialog dialog(mDocument.get(), this);
-        if (dialog.exec() == QDialog::Accepted) showTab(PipelineTab);
+        connect(&dialog, &BudgetDialog::solveStarted, this, [this](const QString& title) { mStatus->setJob("budget", title); });
+        connect(&dialog, &BudgetDialog::solveFinished, this, [this] { mStatus->setJob("budget", {}); });
+        const int answer = dialog.exec();
+        mStatus->setJob("budget", {});   // closed while measuring: the dialog's job stopped with it
+        if (answer == QDialog::Accepted) showTab(PipelineTab);
     });
     mDocumentActions << project->addAction(tr("Compute &Importance"), QKeySequence(Qt::Key_F6), this, [this] {
         showTab(ImportanceTab);

@@ -79,9 +79,9 @@ PipelineEditor::PipelineEditor(QWidget* parent)
     variantRow->addWidget(new QLabel(tr("Variant:"), this));
     variantRow->addWidget(mVariants, 1);
     auto* newButton = button(tr("New"), tr("Add an empty variant derived from the base model"), this);
-    auto* duplicateButton = button(tr("Duplicate"), tr("Copy this variant's steps into a new variant (branch)"), this);
+    auto* duplicateButton = mDuplicateVariant = button(tr("Duplicate"), tr("Copy this variant's steps into a new variant (branch)"), this);
     mRemoveVariant = button(tr("Remove"), tr("Remove this variant and its results"), this);
-    auto* renameButton = button(tr("Rename…"), tr("Give this variant another name (F2)"), this);
+    auto* renameButton = mRenameVariant = button(tr("Rename…"), tr("Give this variant another name (F2)"), this);
     variantRow->addWidget(newButton);
     variantRow->addWidget(duplicateButton);
     variantRow->addWidget(renameButton);
@@ -98,6 +98,7 @@ PipelineEditor::PipelineEditor(QWidget* parent)
     mSteps->setDragDropMode(QAbstractItemView::InternalMove);
     mSteps->setToolTip(tr("Steps run top to bottom. Uncheck to disable; drag or Alt+Up/Down to reorder; Delete removes."));
     connect(mSteps, &QListWidget::currentRowChanged, this, &PipelineEditor::showSelectedStep);
+    connect(mSteps, &QListWidget::currentRowChanged, this, &PipelineEditor::updateButtons);
     connect(mSteps, &QListWidget::itemChanged, this, [this](QListWidgetItem* item) {
         if (mRefreshing || !mDocument) return;
         const int row = mSteps->row(item);
@@ -119,9 +120,9 @@ PipelineEditor::PipelineEditor(QWidget* parent)
     addShortcut(QKeySequence(Qt::ALT | Qt::Key_Down), [this] { moveSelectedStep(+1); });
 
     auto* stepButtons = new QHBoxLayout;
-    auto* up = button(tr("Up"), tr("Move the step up (Alt+Up)"), this);
-    auto* down = button(tr("Down"), tr("Move the step down (Alt+Down)"), this);
-    auto* remove = button(tr("Remove"), tr("Remove the step (Delete)"), this);
+    auto* up = mStepUp = button(tr("Up"), tr("Move the step up (Alt+Up)"), this);
+    auto* down = mStepDown = button(tr("Down"), tr("Move the step down (Alt+Down)"), this);
+    auto* remove = mRemoveStep = button(tr("Remove"), tr("Remove the step (Delete)"), this);
     connect(up, &QPushButton::clicked, this, [this] { moveSelectedStep(-1); });
     connect(down, &QPushButton::clicked, this, [this] { moveSelectedStep(+1); });
     connect(remove, &QPushButton::clicked, this, &PipelineEditor::removeSelectedStep);
@@ -229,8 +230,17 @@ void PipelineEditor::refreshVariants() {
     if (mDocument)
         for (const auto& v : mDocument->project().variants()) mVariants->addItem(QString::fromStdString(v.name));
     if (mDocument) mVariants->setCurrentText(mDocument->currentVariant());
-    mRemoveVariant->setEnabled(mVariants->count() > 0);
     mRefreshing = false;
+    updateButtons();
+}
+
+void PipelineEditor::updateButtons() {
+    const bool variant = mVariants->count() > 0;
+    for (QPushButton* b : {mRemoveVariant, mDuplicateVariant, mRenameVariant}) b->setEnabled(variant);
+    const int row = selectedStep();
+    mStepUp->setEnabled(row > 0);
+    mStepDown->setEnabled(row >= 0 && row + 1 < mSteps->count());
+    mRemoveStep->setEnabled(row >= 0);
 }
 
 void PipelineEditor::refreshSteps() {
@@ -251,6 +261,7 @@ void PipelineEditor::refreshSteps() {
     mRefreshing = false;
     if (mSteps->count() > 0) mSteps->setCurrentRow(std::clamp(keep, 0, mSteps->count() - 1));
     showSelectedStep();
+    updateButtons();
 }
 
 void PipelineEditor::showSelectedStep() {

@@ -61,6 +61,12 @@ private:
     QLabel* mStepTitle;
     class QScrollArea* mScroll = nullptr;
     QPushButton* mRemoveVariant;
+    QPushButton* mDuplicateVariant;
+    QPushButton* mRenameVariant;
+    QPushButton* mStepUp;
+    QPushButton* mStepDown;
+    QPushButton* mRemoveStep;
+    void updateButtons();   // enabled only where they would do something (they were clickable and did nothing)
     bool mRefreshing = false;
     QString mLastError;
 };

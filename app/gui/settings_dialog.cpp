@@ -69,6 +69,26 @@ SettingsDialog::SettingsDialog(const ProjectSettings& s, int64_t modelContext, Q
         layout->addWidget(mTextsChanged);
     }
     layout->addWidget(buttons);
+    for (QSpinBox* box : {mSamples, mSeqLen, mCtx, mChunks}) {
+        box->setCorrectionMode(QAbstractSpinBox::CorrectToNearestValue);
+        // The box's own line edit: QSpinBox::textChanged comes only with a new value, not with "0" typed below the range.
+        if (auto* line = box->findChild<QLineEdit*>()) connect(line, &QLineEdit::textChanged, this, &SettingsDialog::fieldEdited);
+    }
+    for (QLineEdit* line : {mCalibration, mEvaluation, mSeed}) connect(line, &QLineEdit::textEdited, this, &SettingsDialog::fieldEdited);
+}
+
+void SettingsDialog::fieldEdited() {
+    QStringList outOfRange;
+    for (QSpinBox* box : {mSamples, mSeqLen, mCtx})
+        if (!box->hasAcceptableInput()) {
+            const auto* label = qobject_cast<QLabel*>(mForm->labelForField(box));
+            outOfRange << tr("%1 takes %2 to %3; leaving the field sets the nearest")
+                              .arg(label ? label->text() : box->toolTip())
+                              .arg(box->minimum())
+                              .arg(box->maximum());
+        }
+    mProblem->setText(outOfRange.join('\n'));
+    mProblem->setVisible(!outOfRange.isEmpty());
 }
 
 QLineEdit* SettingsDialog::fileRow(const QString& path, const QString& what) {

@@ -30,6 +30,9 @@ public:
     static FileReference reference(const QString& path);
 
 private:
+    // While a field is edited: a problem shown for the last OK goes (it stayed after the path was fixed), and a number
+    // out of its range is named (0 windows showed 0, and OK quietly kept 128, GUI probe).
+    void fieldEdited();
     QLineEdit* fileRow(const QString& path, const QString& what);
     ProjectSettings mOriginal;
     QLineEdit* mCalibration;

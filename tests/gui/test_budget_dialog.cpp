@@ -77,7 +77,9 @@ void TestBudgetDialog::measuresWithTheChosenQuantizer() {
     dialog.setWindowSize(2, 32);
     dialog.setMethod("quantize.gptq");
     QSignalSpy finished(&dialog, &BudgetDialog::solveFinished);
+    QSignalSpy started(&dialog, &BudgetDialog::solveStarted);   // the window's status bar shows it (it said "idle")
     QVERIFY(dialog.solve(false));
+    QCOMPARE(started.size(), 1);
     QVERIFY(finished.wait(120000));
     QCOMPARE(finished.takeFirst().at(0).toBool(), true);
     QVERIFY(dialog.plan());

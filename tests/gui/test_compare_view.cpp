@@ -296,6 +296,12 @@ void TestCompareView::measuresAndChartsLatency() {
              qPrintable(view.measurementStatus()));
     QCOMPARE(value("w4", "decode_ms_p50"), before);
     doc->undoStack()->undo();
+    // Regression (GUI probe): results stored without w4's latency (a re-run of another recipe) left the note saying
+    // it had been measured. The note follows what is stored.
+    QVERIFY2(view.measurementStatus().startsWith("Latency measured on cpu for base, w4."), qPrintable(view.measurementStatus()));
+    doc->setResults("w4", {ppl});
+    QVERIFY2(view.measurementStatus() == "Latency measured on cpu for base. Not stored for w4: its results are of an earlier "
+                                         "recipe or model; run it, then measure again.", qPrintable(view.measurementStatus()));
 
     // Regression: a failed measurement said nothing (the signal was connected to nothing). Now the view says which
     // variant failed and why: GPTQ needs calibration text, which a fresh project has none of.

@@ -657,6 +657,24 @@ void TestGuiFlow::settingsDialogKeepsEditsAndLargeSeeds() {
     dialog.accept();
     QCOMPARE(dialog.result(), int(QDialog::Rejected));
     QVERIFY2(dialog.problem().contains("empty.txt: the text is empty"), qPrintable(dialog.problem()));
+    // Regression (GUI probe): the refusal stayed up while the path was being fixed, and 0 windows typed showed 0 while OK
+    // quietly kept the old count.
+    QLineEdit* calibration = nullptr;
+    for (QLineEdit* line : dialog.findChildren<QLineEdit*>())
+        if (line->text() == empty) calibration = line;
+    QVERIFY(calibration);
+    QTest::keyClick(calibration, Qt::Key_Backspace);
+    QVERIFY(dialog.problem().isEmpty());
+    QSpinBox* windows = nullptr;
+    for (QSpinBox* box : dialog.findChildren<QSpinBox*>())
+        if (box->toolTip() == "calibration windows") windows = box;
+    QVERIFY(windows);
+    windows->findChild<QLineEdit*>()->selectAll();
+    QTest::keyClicks(windows, "0");
+    QVERIFY2(dialog.problem().startsWith("Windows takes 1 to "), qPrintable(dialog.problem() + "|" + windows->text()));
+    QTest::keyClick(windows, Qt::Key_Return);
+    QCOMPARE(windows->value(), 1);   // the nearest allowed, not the old 500000
+    windows->setValue(500000);
     dialog.setCalibrationPath({});
     dialog.setSeedText("18446744073709551615");
     dialog.accept();

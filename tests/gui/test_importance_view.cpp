@@ -144,8 +144,13 @@ void TestImportanceView::pickedLayersBecomeStepTargets() {
 
     bar->setStepIndex(0);
     const int before = mDoc->undoStack()->count();
+    // Regression (GUI probe): the bar named no variant, and the edit went silently into the one the Pipeline tab had.
+    QCOMPARE(bar->stepCaption(), "Step of " + variant + ":");
+    QSignalSpy said(bar, &LayerPickBar::stepEdited);
     QVERIFY(bar->useAsTargets(false));
     QCOMPARE(mDoc->undoStack()->count(), before + 1);
+    QCOMPARE(said.size(), 1);
+    QVERIFY2(said[0][0].toString().startsWith(variant + ", step 1: targets set to the 2 picked layers"), qPrintable(said[0][0].toString()));
     const json step = mDoc->steps(variant)[0];
     QVERIFY(step.contains("targets"));
     // The regex selects exactly the picked linear and every linear of the group, through the core's own reader.

@@ -4,6 +4,7 @@
 #include <QListWidget>
 #include <QSpinBox>
 #include <QTemporaryDir>
+#include <QPushButton>
 #include <QtTest/QtTest>
 
 #include "app/commands/settings_commands.h"
@@ -39,6 +40,7 @@ private slots:
     void dirtyFollowsTheStack();
     void renameVariantUndoRedo();
     void renameRefusesTakenAndReservedNames();
+    void buttonsAreOnlyWhereTheyAct();
 
 private:
     QString methods(const QString& variant) const;
@@ -449,6 +451,30 @@ void TestPipelineCommands::renameRefusesTakenAndReservedNames() {
     QCOMPARE(mDoc->currentVariant(), second);
     // The core refuses a taken name too (the command cannot be fooled into a duplicate).
     QVERIFY_THROWS_EXCEPTION(cwb::Error, mDoc->renameVariant(second, first));
+}
+
+// Regression (GUI probe): with no variant, Duplicate and Rename were enabled and did nothing; Up, Down and Remove were
+// enabled over an empty step list.
+void TestPipelineCommands::buttonsAreOnlyWhereTheyAct() {
+    const auto buttonNamed = [&](const QString& text, const QString& tip) -> QPushButton* {   // the Layers box has an Up too
+        for (QPushButton* b : mEditor->findChildren<QPushButton*>())
+            if (b->text() == text && b->toolTip().startsWith(tip)) return b;
+        return nullptr;
+    };
+    QPushButton *duplicate = buttonNamed("Duplicate", "Copy this variant"), *rename = buttonNamed("Rename…", "Give this variant"),
+                *up = buttonNamed("Up", "Move the step up"), *down = buttonNamed("Down", "Move the step down");
+    QVERIFY(duplicate && rename && up && down);
+    QVERIFY(mDoc->project().variants().empty());
+    QVERIFY(!duplicate->isEnabled() && !rename->isEnabled() && !up->isEnabled() && !down->isEnabled());
+    QVERIFY(!buttonNamed("Remove", "Remove this variant")->isEnabled() && !buttonNamed("Remove", "Remove the step")->isEnabled());
+    QVERIFY(mEditor->addStep("quantize.rtn"));
+    QVERIFY(duplicate->isEnabled() && rename->isEnabled());
+    QVERIFY(!up->isEnabled() && !down->isEnabled());   // one step: nowhere to move it
+    QVERIFY(mEditor->addStep("prune.magnitude"));
+    mEditor->selectStep(1);
+    QVERIFY(up->isEnabled() && !down->isEnabled());
+    mEditor->selectStep(0);
+    QVERIFY(!up->isEnabled() && down->isEnabled());
 }
 
 QTEST_MAIN(TestPipelineCommands)
