@@ -61,7 +61,10 @@ struct LossCurve::Private {
     void redraw(bool now = false)
     {
         placeLegend(graphs.size() > 1);
-        if (!graphs.empty()) {
+        if (graphs.empty()) {   // no data: no axes of data gone (another model's 35 layers and 1e-5..0.1 stayed, GUI probe)
+            plot->xAxis->setRange(0, 1);
+            plot->yAxis->setRange(plot->yAxis->scaleType() == QCPAxis::stLogarithmic ? QCPRange(0.1, 1) : QCPRange(0, 1));
+        } else {
             plot->rescaleAxes(true);
             // A flat or single-point curve gives an empty range; widen it a little.
             for (QCPAxis* axis : {plot->xAxis, plot->yAxis}) {
@@ -157,6 +160,8 @@ int LossCurve::pointCount(const QString& series) const
     const QCPGraph* graph = m->find(series);
     return graph ? graph->dataCount() : 0;
 }
+
+std::pair<double, double> LossCurve::stepRange() const { return {m->plot->xAxis->range().lower, m->plot->xAxis->range().upper}; }
 
 QStringList LossCurve::seriesNames() const
 {

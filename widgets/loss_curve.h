@@ -8,6 +8,7 @@
 #include <QWidget>
 
 #include <memory>
+#include <utility>
 
 namespace cwb {
 
@@ -32,6 +33,7 @@ public:
     int seriesCount() const;
     int pointCount(const QString& series) const;  // 0 for an unknown series
     QStringList seriesNames() const;              // in order of creation
+    std::pair<double, double> stepRange() const;  // the x axis as drawn
     // Redraws now instead of waiting for the 50 ms timer (tests, final update after training).
     void flush();
 

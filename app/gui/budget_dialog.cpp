@@ -49,7 +49,8 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
     // Bits per weight and size are one budget: editing either updates the other.
     mTargetMiB->setDecimals(6);   // small models are a fraction of a MiB per bit
     mTargetMiB->setSuffix(tr(" MiB"));
-    mTargetMiB->setToolTip(tr("The same budget as the size of the planned layers (levels, scales and zeros)"));
+    mTargetMiB->setToolTip(tr("The same budget as the size of the planned linear layers of the blocks (levels, scales and zeros); "
+                              "embeddings, the output head and norms are not counted, so the whole model is larger"));
     mHead = new QCheckBox(tr("The output head too"), this);
     mHead->setToolTip(tr("Plans lm_head as one more layer, measured alone as the others (a tied head gets its own "
                          "quantized copy); the size target then counts it"));
@@ -97,7 +98,8 @@ BudgetDialog::BudgetDialog(ProjectDocument* document, QWidget* parent)
 
     auto* form = new QFormLayout;
     form->addRow(tr("Target bits per weight:"), mTarget);
-    form->addRow(tr("or target size:"), mTargetMiB);
+    // Says what is counted: the plan's MiB beside a whole model's size in Compare read as a wrong figure (GUI probe).
+    form->addRow(tr("or size of the blocks' linear layers:"), mTargetMiB);
     form->addRow(tr("Candidate bits:"), mBits);
     form->addRow(tr("Quantizer:"), mMethod);
     form->addRow(tr("Group size:"), mGroupSize);

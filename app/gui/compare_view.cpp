@@ -182,7 +182,7 @@ void CompareView::refresh() {
             if (isPerLayerMetric(r.metric)) {
                 const std::string layer = layerOfMetric(r.metric);
                 const int x = layerIndex.emplace(layer, int(layerIndex.size())).first->second;
-                mLayerErrors->addPoint(QString::fromStdString(name), x, r.value);
+                mLayerErrors->addPoint(label(name), x, r.value);   // marked stale as the bars are (GUI probe)
                 continue;
             }
             if (std::find(metrics.begin(), metrics.end(), r.metric) == metrics.end()) metrics.push_back(r.metric);

@@ -75,6 +75,8 @@ PipelineEditor::PipelineEditor(QWidget* parent)
     : QWidget(parent), mVariants(new QComboBox(this)), mSteps(new QListWidget(this)), mPalette(new QListWidget(this)),
       mForm(new ParamForm(this)), mLayers(new StepLayersEditor(this)), mStepTitle(new QLabel(this)) {
     mVariants->setObjectName(QStringLiteral("variantChooser"));
+    mVariants->setSizeAdjustPolicy(QComboBox::AdjustToContents);   // "budget-5…" was all it showed
+    mVariants->setMinimumContentsLength(12);
     auto* variantRow = new QHBoxLayout;
     variantRow->addWidget(new QLabel(tr("Variant:"), this));
     variantRow->addWidget(mVariants, 1);

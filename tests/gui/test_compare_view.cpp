@@ -362,6 +362,13 @@ void TestCompareView::chartsReconstructionErrorPerLayer() {
     // Results that change (a rerun without calibration) redraw the chart.
     doc->setResults("w8", {});
     QCOMPARE(chart->seriesNames(), QStringList({"w4"}));
+    // Regression (GUI probe): the chart was not marked stale when the bars were, and kept the axes of data gone.
+    doc->undoStack()->push(changeStepParameter(doc.get(), "w4", 0, "bits", 3));
+    QCOMPARE(chart->seriesNames(), QStringList({"w4 (stale)"}));
+    QVERIFY(chart->stepRange().second >= double(layers.size() - 1));
+    doc->setResults("w4", {});
+    chart->flush();
+    QCOMPARE(chart->stepRange(), std::make_pair(0.0, 1.0));
 }
 
 QTEST_MAIN(TestCompareView)
