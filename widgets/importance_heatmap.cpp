@@ -54,6 +54,7 @@ struct ImportanceHeatmap::Private {
     QCPColorMap* map = nullptr;
     QCPColorScale* scale = nullptr;
     QCPItemRect* selection = nullptr;
+    std::vector<QCPItemRect*> marks;
     QCPTextElement* title = nullptr;
     QSharedPointer<QCPAxisTickerText> xTicker;
     QSharedPointer<QCPAxisTickerText> yTicker;
@@ -111,6 +112,9 @@ struct ImportanceHeatmap::Private {
         return text;
     }
 
+    // Red, which the viridis scale never shows, so a mark stands out on dark and light cells alike.
+    static QPen markPen(const QPalette&) { return QPen(QColor(230, 40, 40), 2, Qt::DashLine); }
+
     void updateSelectionItem()
     {
         const bool visible = validCell(selectedRow, selectedColumn);
@@ -129,6 +133,8 @@ struct ImportanceHeatmap::Private {
         plot->yAxis->grid()->setVisible(false);
         selection->setPen(QPen(palette.color(QPalette::Highlight), 3));
         selection->setBrush(Qt::NoBrush);
+        for (QCPItemRect* mark : marks)
+            mark->setPen(markPen(palette));
         layoutDirty = true;
     }
 
@@ -327,6 +333,25 @@ void ImportanceHeatmap::selectCell(int row, int column)
     m->updateSelectionItem();
     m->plot->replot(QCustomPlot::rpQueuedReplot);
 }
+
+void ImportanceHeatmap::setMarkedCells(const QVector<QRect>& cells)
+{
+    for (QCPItemRect* mark : m->marks)
+        m->plot->removeItem(mark);
+    m->marks.clear();
+    for (const QRect& cell : cells) {
+        auto* mark = new QCPItemRect(m->plot);
+        mark->setClipToAxisRect(true);
+        mark->setPen(Private::markPen(palette()));
+        mark->setBrush(Qt::NoBrush);
+        mark->topLeft->setCoords(cell.left() - 0.5, cell.top() - 0.5);
+        mark->bottomRight->setCoords(cell.right() + 0.5, cell.bottom() + 0.5);
+        m->marks.push_back(mark);
+    }
+    m->plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+int ImportanceHeatmap::markedCount() const { return int(m->marks.size()); }
 
 int ImportanceHeatmap::selectedRow() const { return m->selectedRow; }
 

@@ -6,6 +6,8 @@
 
 #include <QPoint>
 #include <QString>
+#include <QRect>
+#include <QVector>
 #include <QWidget>
 
 #include <memory>
@@ -48,6 +50,10 @@ public:
     void selectCell(int row, int column);
     int selectedRow() const;     // -1 when nothing is selected
     int selectedColumn() const;  // -1 when nothing is selected
+    // Outlines groups of cells, each a rectangle of whole cells (x: column, y: row), thinner than the selection: the
+    // layers picked on the map (they had no mark on it). An empty list removes them; setScores keeps them.
+    void setMarkedCells(const QVector<QRect>& cells);
+    int markedCount() const;
 
 signals:
     // A left click (press and release on the same cell), with the keyboard modifiers of the release.

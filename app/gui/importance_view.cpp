@@ -107,6 +107,7 @@ ImportanceView::ImportanceView(QWidget* parent)
     connect(mHeatmap, &QWidget::customContextMenuRequested, this, &ImportanceView::showContextMenu);
 
     connect(mKind, &QComboBox::currentTextChanged, this, &ImportanceView::showStored);
+    connect(mPick, &LayerPickBar::pickedChanged, this, &ImportanceView::markPicked);
     connect(mCompute, &QPushButton::clicked, this, &ImportanceView::compute);
     connect(mCancel, &QPushButton::clicked, this, &ImportanceView::cancel);
     connect(mHeatmap, &ImportanceHeatmap::cellClicked, this, [this](int r, int c, Qt::KeyboardModifiers modifiers) {
@@ -156,10 +157,12 @@ void ImportanceView::showStored() {
     showChannelHistogram(mChannelBlock->currentIndex());
     if (!map) {
         mHeatmap->clear();
+        mHeatmap->setMarkedCells({});
         mStatus->setText(mDocument ? tr("Not measured yet: press Compute (F6).") : tr("Open a model or project."));
         return;
     }
     mHeatmap->setScores(heatmapData(*map));
+    markPicked();
     const std::string measured = describeImportanceMeasurement(map->measuredWith);
     mStatus->setText(tr("%1: %2 × %3%4. Hover a cell for its value; click it to select the layer in the model tree.")
                          .arg(kind()).arg(map->rowLabels.size()).arg(map->columnLabels.size())
@@ -247,6 +250,26 @@ QString ImportanceView::layerForCell(int row, int column) const {
         if (layer.find(group) != std::string::npos) return QString::fromStdString(layer.substr(0, layer.rfind('.')));
     }
     return {};
+}
+
+void ImportanceView::markPicked() {
+    QVector<QRect> marks;
+    const std::vector<std::string>& picked = mPick->picked();
+    const auto isPicked = [&](const QString& layer) {
+        return !layer.isEmpty() && std::find(picked.begin(), picked.end(), layer.toStdString()) != picked.end();
+    };
+    if (!picked.empty() && mDocument && mDocument->model()) {
+        const bool perLayer = kind().startsWith("linears.");
+        for (int row = 0; row < mHeatmap->rowCount(); ++row) {
+            if (!perLayer) {   // every cell of a head or channel row stands for the row's group: one mark for the row
+                if (isPicked(layerForCell(row, 0))) marks << QRect(0, row, mHeatmap->columnCount(), 1);
+                continue;
+            }
+            for (int column = 0; column < mHeatmap->columnCount(); ++column)
+                if (isPicked(layerForCell(row, column))) marks << QRect(column, row, 1, 1);
+        }
+    }
+    mHeatmap->setMarkedCells(marks);
 }
 
 void ImportanceView::pickCell(int row, int column, Qt::KeyboardModifiers modifiers) {

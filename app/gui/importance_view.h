@@ -47,6 +47,8 @@ public:
     void pickCell(int row, int column, Qt::KeyboardModifiers modifiers = Qt::NoModifier);
     // The layer (or sublayer group) a cell stands for; "" when none.
     QString layerForCell(int row, int column) const;
+    // Outlines the picked layers' cells on the map (picks had no mark there, GUI probe).
+    void markPicked();
 
 signals:
     void layerClicked(const QString& layer);   // a linear layer or a block's sublayer group ("model.layers.2.mlp")

@@ -105,6 +105,7 @@ void LayerPickBar::refreshLabel() {
     mTargets->setEnabled(usable);
     mOverride->setEnabled(usable);
     mClear->setEnabled(!mPicked.empty());
+    emit pickedChanged();
 }
 
 bool LayerPickBar::refuse(const QString& why, bool interactive) {

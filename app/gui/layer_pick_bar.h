@@ -46,6 +46,7 @@ signals:
     // A step was edited: what changed and in which variant, for the status bar (the edit once went silently into the
     // variant shown in the Pipeline tab, which the user had not looked at, GUI probe).
     void stepEdited(const QString& message);
+    void pickedChanged();   // for the map's marks
 
 private:
     void refreshSteps();

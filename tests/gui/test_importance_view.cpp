@@ -110,6 +110,7 @@ void TestImportanceView::clicksPickLayers() {
     const std::string col0 = map->columnLabels[0], col1 = map->columnLabels[1];
     click(0, 0, Qt::NoModifier);
     QCOMPARE(bar->picked().size(), size_t(1));
+    QCOMPARE(mView->heatmap()->markedCount(), 1);   // picked cells are outlined on the map (they had no mark, GUI probe)
     QVERIFY(bar->picked()[0].find(".0.") != std::string::npos);
     QVERIFY(bar->picked()[0].size() > col0.size() && bar->picked()[0].compare(bar->picked()[0].size() - col0.size(), col0.size(), col0) == 0);
     click(1, 1, Qt::ControlModifier);
@@ -118,8 +119,12 @@ void TestImportanceView::clicksPickLayers() {
     QCOMPARE(bar->picked().size(), size_t(1));
     click(1, 1, Qt::ShiftModifier);     // the whole of block 1
     QCOMPARE(bar->picked().size(), size_t(1 + map->columnLabels.size()));
+    QCOMPARE(mView->heatmap()->markedCount(), int(1 + map->columnLabels.size()));
     click(1, 0, Qt::NoModifier);        // a plain click starts over
     QCOMPARE(bar->picked().size(), size_t(1));
+    QCOMPARE(mView->heatmap()->markedCount(), 1);
+    bar->setPicked({});
+    QCOMPARE(mView->heatmap()->markedCount(), 0);
     QVERIFY(bar->picked()[0].find(".1.") != std::string::npos);
 }
 
