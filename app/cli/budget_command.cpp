@@ -45,8 +45,8 @@ int runBudget(const std::vector<std::string>& args) {
     options.includeHead = a.flag("head");
     if (a.has("params")) {
         try {
-            options.params = nlohmann::json::parse(a.value("params"));
-        } catch (const nlohmann::json::exception& e) {
+            options.params = parseWrittenJson(a.value("params"));
+        } catch (const std::exception& e) {
             throw Error(std::string("--params must be a JSON object: ") + e.what());
         }
         if (!options.params.is_object()) throw Error("--params must be a JSON object, e.g. '{\"act_order\":true}'");

@@ -49,8 +49,8 @@ int runImportance(const std::vector<std::string>& args) {
         if (!inline_ && !std::filesystem::is_regular_file(text, ec))   // it said "cannot open the text file" (user probe)
             throw Error(text, "no such step file (--step takes a recipe step as JSON, or a file holding one)");
         try {
-            step = nlohmann::json::parse(inline_ ? text : readTextFile(text));
-        } catch (const nlohmann::json::exception& e) {
+            step = parseWrittenJson(inline_ ? text : readTextFile(text));
+        } catch (const std::exception& e) {
             throw Error(inline_ ? "--step" : text, std::string("--step is not valid JSON: ") + e.what());
         }
         if (step.is_object() && (step.contains("targets") || step.contains("ignore")))

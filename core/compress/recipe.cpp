@@ -8,6 +8,7 @@
 #include "core/compress/method.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
+#include "core/util/json_text.h"
 
 namespace cwb {
 
@@ -244,7 +245,7 @@ Recipe Recipe::load(const std::string& path) {
     if (!in) throw Error(path, "cannot open recipe");
     nlohmann::json j;
     try {
-        j = nlohmann::json::parse(in);
+        j = parseWrittenJson(std::string(std::istreambuf_iterator<char>(in), {}));
     } catch (const std::exception& e) {
         throw Error(path, std::string("recipe is not valid JSON: ") + e.what());
     }

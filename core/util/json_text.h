@@ -3,11 +3,33 @@
 // legacy encoding) shows as U+FFFD instead of failing the whole output, as nlohmann's strict dump would.
 #include <cmath>
 #include <cstdio>
+#include <set>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace cwb {
+
+// Parses JSON a person wrote (recipes, steps, parameters), refusing a key given twice in one object: nlohmann keeps
+// the last, so a recipe with "steps" twice ran the second silently (user probe). Throws nlohmann::json::exception for
+// bad JSON and std::invalid_argument naming the repeated key.
+inline nlohmann::json parseWrittenJson(const std::string& text) {
+    std::vector<std::set<std::string>> keys;   // of each object being read, innermost last
+    std::string repeated;
+    const nlohmann::json::parser_callback_t check = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (event == nlohmann::json::parse_event_t::object_start) keys.emplace_back();
+        else if (event == nlohmann::json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+        else if (event == nlohmann::json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
+                 repeated.empty())
+            repeated = parsed.get<std::string>();
+        return true;
+    };
+    nlohmann::json j = nlohmann::json::parse(text, check);
+    if (!repeated.empty()) throw std::invalid_argument("the key \"" + repeated + "\" is given twice in one object");
+    return j;
+}
 
 inline std::string jsonText(const nlohmann::json& j, int indent = 2) {
     return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);

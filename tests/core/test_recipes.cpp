@@ -4,6 +4,8 @@
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
+#include <fstream>
+
 #include "core/compress/method.h"
 #include "core/compress/params.h"
 #include "core/compress/recipe.h"
@@ -129,6 +131,21 @@ void TestRecipes::roundTripThroughFile() {
     QCOMPARE(back.steps[1].overrides.at(0).params["bits"].get<int>(), 8);
     QCOMPARE(back.steps[0].ignore, std::vector<std::string>{"down_proj"});
     QCOMPARE(back.toJson()["steps"][1]["version"].get<int>(), MethodRegistry::instance().find("quantize.gptq")->version());   // recorded when saved
+
+    // Regression (user probe): a key written twice ("steps", a parameter) silently took the last; the file is refused,
+    // naming the key. The same key in two different objects is fine.
+    for (const char* text : {R"({"steps":[],"steps":[{"method":"prune.magnitude"}]})",
+                             R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"bits":8}}]})"}) {
+        std::ofstream(path) << text;
+        try {
+            Recipe::load(path);
+            QFAIL(text);
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(path)) && QString(e.what()).contains("is given twice in one object"), e.what());
+        }
+    }
+    std::ofstream(path) << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4}},{"method":"quantize.rtn","params":{"bits":8}}]})";
+    QCOMPARE(Recipe::load(path).steps.size(), size_t(2));
 }
 
 void TestRecipes::everyMethodDeclaresValidDefaults() {
