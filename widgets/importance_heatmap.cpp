@@ -5,11 +5,13 @@
 #include <qcustomplot.h>
 
 #include <QEvent>
+#include <QKeyEvent>
 #include <QLocale>
 #include <QMouseEvent>
 #include <QToolTip>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -205,7 +207,9 @@ ImportanceHeatmap::ImportanceHeatmap(QWidget* parent) : QWidget(parent), m(std::
 {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
+    setFocusPolicy(Qt::StrongFocus);   // Tab reaches the map; a click on the plot focuses it too
     m->plot = new QCustomPlot(this);
+    m->plot->setFocusPolicy(Qt::NoFocus);
     m->plot->setMouseTracking(true);
     m->plot->installEventFilter(this);
     layout->addWidget(m->plot);
@@ -332,6 +336,43 @@ void ImportanceHeatmap::selectCell(int row, int column)
     m->selectedColumn = column;
     m->updateSelectionItem();
     m->plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void ImportanceHeatmap::keyPressEvent(QKeyEvent* event)
+{
+    const int rows = rowCount();
+    const int columns = columnCount();
+    if (rows == 0 || columns == 0)
+        return QWidget::keyPressEvent(event);
+    const bool none = !m->validCell(m->selectedRow, m->selectedColumn);
+    int r = none ? 0 : m->selectedRow;
+    int c = none ? 0 : m->selectedColumn;
+    switch (event->key()) {
+    case Qt::Key_Space:
+    case Qt::Key_Return:
+    case Qt::Key_Enter:
+        if (none)
+            break;   // the first key outlines a cell; the next picks it
+        emit cellClicked(r, c, event->modifiers());
+        return;
+    case Qt::Key_Left: c -= none ? 0 : 1; break;
+    case Qt::Key_Right: c += none ? 0 : 1; break;
+    case Qt::Key_Up: r -= none ? 0 : 1; break;
+    case Qt::Key_Down: r += none ? 0 : 1; break;
+    case Qt::Key_Home: c = 0; break;
+    case Qt::Key_End: c = columns - 1; break;
+    case Qt::Key_PageUp: c -= 10; break;
+    case Qt::Key_PageDown: c += 10; break;
+    default:
+        return QWidget::keyPressEvent(event);
+    }
+    r = std::clamp(r, 0, rows - 1);
+    c = std::clamp(c, 0, columns - 1);
+    selectCell(r, c);
+    emit cellHovered(r, c);
+    const QPoint center = cellCenter(r, c);
+    if (isVisible() && center.x() >= 0)
+        QToolTip::showText(mapToGlobal(center), m->toolTip(r, c), this);
 }
 
 void ImportanceHeatmap::setMarkedCells(const QVector<QRect>& cells)

@@ -64,6 +64,9 @@ signals:
     void scoresRejected(const QString& reason);
 
 protected:
+    // Keyboard use: the arrows (Home/End, Page Up/Down by 10 columns) move the outlined cell and show its value;
+    // Space or Enter acts as a click on it, with the same modifiers (the map could be used with the mouse only).
+    void keyPressEvent(QKeyEvent* event) override;
     void changeEvent(QEvent* event) override;
     bool eventFilter(QObject* watched, QEvent* event) override;
 

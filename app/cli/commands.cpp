@@ -31,7 +31,8 @@ const std::vector<Command>& commands() {
     static const std::vector<Command> list = {
         {"info", "cwb info MODEL [--tokenizer FILE] [--json]", "architecture, parameter count and every tensor of a model", runInfo},
         {"generate", "cwb generate MODEL [--prompt TEXT [--special] | --chat TEXT [--system TEXT] [--chat-format F]] [--tokens N] [--temperature T] [--top-k K] [--seed S] [--threads N] [--device D] [--dtype T] [--no-stop] [--tokenizer FILE] [--json]",
-         "generate text (greedy unless --temperature is set)", runGenerate},
+         "generate text (greedy unless --temperature is set); it ends at end of text or turn, or at a generated BOS (a new "
+         "document), unless --no-stop", runGenerate},
         {"tokenize", "cwb tokenize MODEL --text TEXT|--file FILE [--no-bos] [--special] [--tokenizer FILE] [--json]",
          "the ids and pieces the model's own tokenizer gives a text (a file: its token count)", runTokenize},
         {"eval", "cwb eval MODEL --text FILE [--ctx N] [--chunks K] [--threads N] [--device cpu|cuda[:N]] [--dtype f32|f16|bf16] [--tokenizer FILE] [--json] [--quiet]",

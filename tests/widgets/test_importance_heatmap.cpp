@@ -42,6 +42,7 @@ private slots:
     void outsideGivesNaN();
     void toolTipHasValueAndLabels();
     void clickEmitsCell();
+    void keyboardMovesAndPicks();
     void missingValueCell();
     void selectCell();
     void refusesMismatchedSize_data();
@@ -150,6 +151,38 @@ void TestImportanceHeatmap::toolTipHasValueAndLabels()
     QHelpEvent help(QEvent::ToolTip, local, target->mapToGlobal(local));
     QApplication::sendEvent(target, &help);
     QTRY_COMPARE(QToolTip::text(), heatmap.toolTipAt(center));
+}
+
+// Regression (GUI probe): the map could be used with the mouse only (Tab skipped it).
+void TestImportanceHeatmap::keyboardMovesAndPicks()
+{
+    ImportanceHeatmap heatmap;
+    QVERIFY(heatmap.setScores(sampleMap()));   // 3 rows x 4 columns
+    QCOMPARE(heatmap.focusPolicy(), Qt::StrongFocus);
+    QSignalSpy clicked(&heatmap, &ImportanceHeatmap::cellClicked);
+    QTest::keyClick(&heatmap, Qt::Key_Space);   // nothing outlined yet: the first key outlines the first cell
+    QCOMPARE(clicked.count(), 0);
+    QCOMPARE(heatmap.selectedRow(), 0);
+    QCOMPARE(heatmap.selectedColumn(), 0);
+    QTest::keyClick(&heatmap, Qt::Key_Right);
+    QTest::keyClick(&heatmap, Qt::Key_Down);
+    QTest::keyClick(&heatmap, Qt::Key_Down);
+    QTest::keyClick(&heatmap, Qt::Key_Down);   // stops at the last row
+    QCOMPARE(heatmap.selectedRow(), 2);
+    QCOMPARE(heatmap.selectedColumn(), 1);
+    QTest::keyClick(&heatmap, Qt::Key_End);
+    QCOMPARE(heatmap.selectedColumn(), 3);
+    QTest::keyClick(&heatmap, Qt::Key_Space, Qt::ControlModifier);
+    QCOMPARE(clicked.count(), 1);
+    QCOMPARE(clicked[0][0].toInt(), 2);
+    QCOMPARE(clicked[0][1].toInt(), 3);
+    QCOMPARE(clicked[0][2].value<Qt::KeyboardModifiers>(), Qt::KeyboardModifiers(Qt::ControlModifier));
+    QTest::keyClick(&heatmap, Qt::Key_Home);
+    QTest::keyClick(&heatmap, Qt::Key_Up);
+    QTest::keyClick(&heatmap, Qt::Key_Return);
+    QCOMPARE(clicked.count(), 2);
+    QCOMPARE(clicked[1][0].toInt(), 1);
+    QCOMPARE(clicked[1][1].toInt(), 0);
 }
 
 void TestImportanceHeatmap::clickEmitsCell()
