@@ -5,6 +5,7 @@
 #include <qcustomplot.h>
 
 #include <QEvent>
+#include <QFontMetricsF>
 #include <QKeyEvent>
 #include <QLocale>
 #include <QMouseEvent>
@@ -44,11 +45,6 @@ QCPColorGradient viridis()
     return gradient;
 }
 
-QVector<QString> toVector(const QStringList& list)
-{
-    return QVector<QString>(list.begin(), list.end());
-}
-
 }  // namespace
 
 struct ImportanceHeatmap::Private {
@@ -77,12 +73,114 @@ struct ImportanceHeatmap::Private {
         return row >= 0 && column >= 0 && row < rows() && column < columns();
     }
 
+    // Tick labels as drawn. Where every label would overlap its neighbours only every step-th is shown (a channel map
+    // has hundreds of columns, a 70B model 80 blocks; the tooltip and the keyboard still name each cell); column labels
+    // are turned 45° only where that shows more of them; a turned last label gets the room it runs into on the right
+    // (it ran under the colour scale, GUI probe).
+    struct LabelLayout {
+        int columnStep = 1;
+        int rowStep = 1;
+        bool rotated = false;
+        int rightMargin = 0;
+        bool operator==(const LabelLayout& other) const
+        {
+            return columnStep == other.columnStep && rowStep == other.rowStep && rotated == other.rotated
+                && rightMargin == other.rightMargin;
+        }
+        bool operator!=(const LabelLayout& other) const { return !(*this == other); }
+    };
+    LabelLayout labels;
+    QMargins baseMargins;
+    int refits = 0;   // label re-fits since the last resize or data change; bounded in case they oscillate
+
+    // The smallest step of 1, 2, 5, 10, 20, 50... at which labels `labelPixels` apart fit cells `cellPixels` wide.
+    static int labelStep(int count, double cellPixels, double labelPixels)
+    {
+        if (count <= 1 || !(cellPixels > 0))
+            return 1;
+        for (int base = 1; base < count; base *= 10)
+            for (int multiple : {1, 2, 5})
+                if (multiple * base * cellPixels >= labelPixels)
+                    return multiple * base;
+        return count;
+    }
+
+    // The label layout that fits the axis rect of the last replot.
+    LabelLayout fitLabels() const
+    {
+        LabelLayout fit;
+        const QRect area = plot->axisRect()->rect();
+        const int c = columns();
+        const int r = rows();
+        if (c == 0 || r == 0 || area.width() <= 0 || area.height() <= 0)
+            return fit;
+        const QFontMetricsF xMetrics(plot->xAxis->tickLabelFont());
+        const QFontMetricsF yMetrics(plot->yAxis->tickLabelFont());
+        double widest = 0;
+        for (const QString& label : data.columnLabels)
+            widest = std::max(widest, xMetrics.horizontalAdvance(label));
+        const double cellWidth = double(area.width()) / c;
+        const double line = xMetrics.height();
+        const double diagonal = std::sqrt(0.5);
+        const int flat = labelStep(c, cellWidth, widest + line / 2);
+        const int turned = labelStep(c, cellWidth, line / diagonal + 2);   // 45°: neighbours a line apart
+        fit.rotated = turned < flat;
+        fit.columnStep = fit.rotated ? turned : flat;
+        fit.rowStep = labelStep(r, double(area.height()) / r, yMetrics.height() + 1);
+        if (fit.rotated) {
+            // QCustomPlot turns a bottom label about its top left corner, shifted right by half its height's sine.
+            const int last = (c - 1) / fit.columnStep * fit.columnStep;
+            const double reach = xMetrics.horizontalAdvance(data.columnLabels.at(last)) * diagonal + line * diagonal / 2;
+            const double room = (c - last - 0.5) * cellWidth;
+            fit.rightMargin = std::max(0, int(std::ceil(reach - room)) + 4);
+        }
+        return fit;
+    }
+
+    void applyLabels(const LabelLayout& fit)
+    {
+        labels = fit;
+        QVector<double> xTicks;
+        QVector<QString> xLabels;
+        for (int i = 0; i < columns(); i += fit.columnStep) {
+            xTicks << i;
+            xLabels << data.columnLabels.at(i);
+        }
+        QVector<double> yTicks;
+        QVector<QString> yLabels;
+        for (int i = 0; i < rows(); i += fit.rowStep) {
+            yTicks << i;
+            yLabels << data.rowLabels.at(i);
+        }
+        xTicker->setTicks(xTicks, xLabels);
+        yTicker->setTicks(yTicks, yLabels);
+        plot->xAxis->setTickLabelRotation(fit.rotated ? 45 : 0);
+        QMargins margins = baseMargins;
+        margins.setRight(std::max(margins.right(), fit.rightMargin));
+        plot->axisRect()->setMinimumMargins(margins);
+        layoutDirty = true;
+    }
+
+    // After each replot: the labels follow the axis rect it laid out.
+    void refitLabels()
+    {
+        if (refits >= 4)
+            return;
+        const LabelLayout fit = fitLabels();
+        if (fit == labels)
+            return;
+        ++refits;
+        applyLabels(fit);
+        plot->replot(QCustomPlot::rpQueuedReplot);
+    }
+
     void ensureLayout() const
     {
-        if (layoutDirty || plot->viewport() != plot->rect()) {
+        // A replot may re-fit the labels, which moves the grid: lay out again until it stands.
+        for (int pass = 0; pass < 6 && (layoutDirty || plot->viewport() != plot->rect()); ++pass) {
+            layoutDirty = false;
             plot->setViewport(plot->rect());
             plot->replot(QCustomPlot::rpImmediateRefresh);
-            layoutDirty = false;
         }
     }
 
@@ -184,19 +282,11 @@ struct ImportanceHeatmap::Private {
             scale->setVisible(false);
         }
 
-        QVector<double> xTicks;
-        QVector<double> yTicks;
-        for (int i = 0; i < c; ++i)
-            xTicks << i;
-        for (int i = 0; i < r; ++i)
-            yTicks << i;
-        xTicker->setTicks(xTicks, toVector(data.columnLabels));
-        yTicker->setTicks(yTicks, toVector(data.rowLabels));
         // With a 1-cell map the QCP range would be empty; the axes always span whole cells.
         plot->xAxis->setRange(-0.5, std::max(c, 1) - 0.5);
         plot->yAxis->setRange(-0.5, std::max(r, 1) - 0.5);
-        // Long tensor names: rotate column labels when there are many columns.
-        plot->xAxis->setTickLabelRotation(c > 6 ? 45 : 0);
+        refits = 0;
+        applyLabels(fitLabels());
         updateSelectionItem();
         layoutDirty = true;
         plot->replot(QCustomPlot::rpQueuedReplot);
@@ -244,6 +334,9 @@ ImportanceHeatmap::ImportanceHeatmap(QWidget* parent) : QWidget(parent), m(std::
     plot->axisRect()->setMarginGroup(QCP::msTop | QCP::msBottom, margins);
     m->scale->setMarginGroup(QCP::msTop | QCP::msBottom, margins);
 
+    m->baseMargins = plot->axisRect()->minimumMargins();
+    connect(plot, &QCustomPlot::afterReplot, this, [this] { m->refitLabels(); });
+
     m->selection = new QCPItemRect(plot);
     m->selection->setClipToAxisRect(true);
     m->selection->setVisible(false);
@@ -283,6 +376,39 @@ int ImportanceHeatmap::rowCount() const { return m->rows(); }
 bool ImportanceHeatmap::colorScaleShown() const { return m->scale->visible(); }
 
 int ImportanceHeatmap::columnCount() const { return m->columns(); }
+
+QStringList ImportanceHeatmap::shownColumnLabels() const
+{
+    m->ensureLayout();
+    QStringList shown;
+    for (int i = 0; i < m->columns(); i += m->labels.columnStep)
+        shown << m->data.columnLabels.at(i);
+    return shown;
+}
+
+QStringList ImportanceHeatmap::shownRowLabels() const
+{
+    m->ensureLayout();
+    QStringList shown;
+    for (int i = 0; i < m->rows(); i += m->labels.rowStep)
+        shown << m->data.rowLabels.at(i);
+    return shown;
+}
+
+bool ImportanceHeatmap::columnLabelsTurned() const
+{
+    m->ensureLayout();
+    return m->labels.rotated;
+}
+
+QRect ImportanceHeatmap::colorScaleRect() const
+{
+    if (!m->scale->visible())
+        return {};
+    m->ensureLayout();
+    const QRect bar = m->scale->axis()->axisRect()->rect();
+    return QRect(m->plot->mapTo(this, bar.topLeft()), bar.size());
+}
 
 double ImportanceHeatmap::value(int row, int column) const
 {
@@ -416,6 +542,7 @@ bool ImportanceHeatmap::eventFilter(QObject* watched, QEvent* event)
     switch (event->type()) {
     case QEvent::Resize:
         m->layoutDirty = true;
+        m->refits = 0;
         break;
     case QEvent::MouseButtonPress: {
         auto* mouse = static_cast<QMouseEvent*>(event);

@@ -46,6 +46,14 @@ public:
     // "no value" for NaN.
     static QString formatValue(double value);
 
+    // The tick labels as drawn at the current size: every step-th where all would overlap (every cell's labels are in
+    // its tooltip), column labels turned 45° where that shows more of them.
+    QStringList shownColumnLabels() const;
+    QStringList shownRowLabels() const;
+    bool columnLabelsTurned() const;
+    // Widget coordinates of the colour scale's bar (the labels must stay left of it); empty when it is hidden.
+    QRect colorScaleRect() const;
+
     // Outlines a cell (a rectangle item); an invalid cell (e.g. -1, -1) removes the outline.
     void selectCell(int row, int column);
     int selectedRow() const;     // -1 when nothing is selected

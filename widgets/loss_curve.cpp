@@ -5,9 +5,12 @@
 #include <qcustomplot.h>
 
 #include <QEvent>
+#include <QFontMetricsF>
+#include <QResizeEvent>
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -15,14 +18,68 @@ namespace cwb {
 
 namespace {
 constexpr int kReplotIntervalMs = 50;
+
+// Ticks for a log axis, evenly spread on screen: the densest of 1-2-5 per decade, 1-3, every decade, every 2nd, 5th,
+// 10th... decade that stays within the tick count (set from the axis' height: the log ticker put seven labels into a
+// 100-pixel chart, and within a decade evenly spaced values bunched at its top; GUI probe). Below two such ticks in
+// range (values within a factor of about 2) the scale is nearly linear and evenly spaced values are used.
+class LogSpreadTicker : public QCPAxisTicker {
+public:
+    // The powers of ten among the ticks: whether labels are decades (tests).
+    bool decadesOnly = false;
+
+protected:
+    int getSubTickCount(double) override { return 0; }
+
+    QVector<double> createTickVector(double tickStep, const QCPRange& range) override
+    {
+        decadesOnly = false;
+        if (range.lower <= 0 || range.upper <= range.lower)
+            return QCPAxisTicker::createTickVector(tickStep, range);
+        // Decades from the lowest in range, so that a stride up to the span still gives two ticks.
+        const int first = int(std::ceil(std::log10(range.lower) - 1e-9));
+        const int last = int(std::floor(std::log10(range.upper) + 1e-9));
+        const auto collect = [&](std::initializer_list<double> mantissas, int decadeStride) {
+            QVector<double> ticks;
+            for (int e = first - 1; e <= last; ++e) {
+                for (double m : mantissas) {
+                    const double v = m * std::pow(10.0, e);
+                    const bool onStride = m == 1 ? (e - first) % decadeStride == 0 : decadeStride == 1;
+                    if (onStride && v >= range.lower && v <= range.upper)
+                        ticks << v;
+                }
+            }
+            return ticks;
+        };
+        const int most = std::max(2, tickCount());
+        QVector<double> denser;   // the last level with two ticks or more: better than a lone label
+        for (auto mantissas : {std::initializer_list<double>{1, 2, 5}, std::initializer_list<double>{1, 3}}) {
+            const QVector<double> ticks = collect(mantissas, 1);
+            if (ticks.size() < 2)
+                return denser.isEmpty() ? QCPAxisTicker::createTickVector(tickStep, range)   // within ~2x: near linear
+                                        : denser;
+            if (ticks.size() <= most)
+                return ticks;
+            denser = ticks;
+        }
+        for (int stride = 1;; stride *= 10)
+            for (int multiple : {1, 2, 5}) {
+                const QVector<double> ticks = collect({1}, stride * multiple);
+                if (ticks.size() < 2)
+                    return denser;
+                decadesOnly = true;
+                if (ticks.size() <= most)
+                    return ticks;
+                denser = ticks;
+            }
+    }
+};
 }
 
 struct LossCurve::Private {
     QCustomPlot* plot = nullptr;
     QTimer* replotTimer = nullptr;
-    // Log axis: decades labelled where the values span several; evenly spaced labels within one decade, where the
-    // log ticker put its labels on top of each other and left half the axis bare (GUI probe).
-    QSharedPointer<QCPAxisTickerLog> decadeTicker = QSharedPointer<QCPAxisTickerLog>::create();
+    QSharedPointer<LogSpreadTicker> logTicker = QSharedPointer<LogSpreadTicker>::create();
     QSharedPointer<QCPAxisTicker> evenTicker = QSharedPointer<QCPAxisTicker>::create();
     std::vector<std::pair<QString, QCPGraph*>> graphs;  // creation order = colour order
 
@@ -75,15 +132,21 @@ struct LossCurve::Private {
                 }
             }
             plot->yAxis->scaleRange(1.05, plot->yAxis->range().center());
-            if (plot->yAxis->scaleType() == QCPAxis::stLogarithmic) {
-                const QCPRange range = plot->yAxis->range();
-                const bool withinADecade = range.lower > 0 && range.upper / range.lower < 10.0;
-                const QSharedPointer<QCPAxisTicker> wanted = withinADecade ? evenTicker : decadeTicker.staticCast<QCPAxisTicker>();
-                if (plot->yAxis->ticker() != wanted)
-                    plot->yAxis->setTicker(wanted);
-            }
         }
+        fitTickCount(plot->height());
         plot->replot(now ? QCustomPlot::rpImmediateRefresh : QCustomPlot::rpQueuedReplot);
+    }
+
+    // Value labels about two lines apart on an axis of the height the plot will have (`plotHeight`; its margins
+    // as last laid out).
+    void fitTickCount(int plotHeight)
+    {
+        const QRect area = plot->axisRect()->rect();
+        const int margins = area.height() > 0 && plot->height() > area.height() ? plot->height() - area.height() : 80;
+        const double line = QFontMetricsF(plot->yAxis->tickLabelFont()).height();
+        const int count = std::clamp(int((plotHeight - margins) / (1.8 * line)), 2, 6);
+        logTicker->setTickCount(count);
+        evenTicker->setTickCount(count);
     }
 };
 
@@ -145,13 +208,23 @@ void LossCurve::setAxisLabels(const QString& stepLabel, const QString& valueLabe
 void LossCurve::setLogScale(bool logarithmic)
 {
     m->plot->yAxis->setScaleType(logarithmic ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-    m->plot->yAxis->setTicker(logarithmic ? m->decadeTicker.staticCast<QCPAxisTicker>() : m->evenTicker);
+    m->plot->yAxis->setTicker(logarithmic ? m->logTicker.staticCast<QCPAxisTicker>() : m->evenTicker);
     m->redraw();
 }
 
 int LossCurve::seriesCount() const { return int(m->graphs.size()); }
 
-bool LossCurve::labelsDecades() const { return !m->plot->yAxis->ticker().dynamicCast<QCPAxisTickerLog>().isNull(); }
+bool LossCurve::labelsDecades() const
+{
+    return m->plot->yAxis->ticker() == m->logTicker.staticCast<QCPAxisTicker>() && m->logTicker->decadesOnly;
+}
+
+QVector<double> LossCurve::valueTicks() const { return m->plot->yAxis->tickVector(); }
+
+int LossCurve::valuePixel(double value) const
+{
+    return int(std::lround(m->plot->mapTo(this, QPointF(0, m->plot->yAxis->coordToPixel(value))).y()));
+}
 
 bool LossCurve::legendOutsidePlot() const { return m->plot->legend->layout() == m->plot->plotLayout(); }
 
@@ -175,6 +248,12 @@ void LossCurve::flush()
 {
     m->replotTimer->stop();
     m->redraw(true);   // a queued replot would leave the picture as it was until the event loop ran
+}
+
+void LossCurve::resizeEvent(QResizeEvent* event)
+{
+    m->fitTickCount(event->size().height());
+    QWidget::resizeEvent(event);
 }
 
 void LossCurve::changeEvent(QEvent* event)

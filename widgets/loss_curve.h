@@ -5,6 +5,7 @@
 
 #include <QString>
 #include <QStringList>
+#include <QVector>
 #include <QWidget>
 
 #include <memory>
@@ -25,9 +26,12 @@ public:
     void clear();
     void setAxisLabels(const QString& stepLabel, const QString& valueLabel);
     void setLogScale(bool logarithmic);  // value axis; points <= 0 are then not drawn
-    // For tests: whether the log value axis labels powers of ten (values over more than a decade) rather than evenly
-    // spaced values (within one), and whether the legend sits outside the plotted area.
+    // For tests: whether the log value axis labels only powers of ten (values over several decades, or too little room
+    // for 1-2-5 steps), the value ticks as last drawn and where a value is drawn (y in this widget), and whether the
+    // legend sits outside the plotted area.
     bool labelsDecades() const;
+    QVector<double> valueTicks() const;
+    int valuePixel(double value) const;
     bool legendOutsidePlot() const;
 
     int seriesCount() const;
@@ -39,6 +43,7 @@ public:
 
 protected:
     void changeEvent(QEvent* event) override;
+    void resizeEvent(QResizeEvent* event) override;
 
 private:
     struct Private;

@@ -48,6 +48,7 @@ private slots:
     void refusesMismatchedSize_data();
     void refusesMismatchedSize();
     void emptyAndSingleCell();
+    void labelsFitTheirSpace();
     void followsPalette();
 };
 
@@ -333,6 +334,81 @@ void TestImportanceHeatmap::emptyAndSingleCell()
     QCOMPARE(heatmap.columnCount(), 0);
     QVERIFY(!heatmap.colorScaleShown());   // regression (GUI probe): the last map's range stayed on show
     QVERIFY(std::isnan(heatmap.valueAt(QPoint(200, 150))));
+}
+
+// Tick labels: all of them where they fit, flat where they fit flat; every step-th where they would overlap (a
+// channel map's hundreds of columns were one black smear, GUI probe); a turned last label stays left of the colour
+// scale (it ran under it).
+void TestImportanceHeatmap::labelsFitTheirSpace()
+{
+    auto grid = [](int rows, const QStringList& columns) {
+        HeatmapData data;
+        data.unit = QStringLiteral("nats");
+        for (int r = 0; r < rows; ++r)
+            data.rowLabels << QStringLiteral("block %1").arg(r);
+        data.columnLabels = columns;
+        for (int i = 0; i < rows * int(columns.size()); ++i)
+            data.values.push_back(0.01 * (i % 17));
+        return data;
+    };
+    const QStringList layers = {QStringLiteral("q_proj"), QStringLiteral("k_proj"), QStringLiteral("v_proj"),
+                                QStringLiteral("o_proj"), QStringLiteral("gate_proj"), QStringLiteral("up_proj"),
+                                QStringLiteral("down_proj")};
+    ImportanceHeatmap heatmap;
+    QVERIFY(heatmap.setScores(grid(8, layers)));
+    heatmap.resize(700, 450);
+    heatmap.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&heatmap));
+    QCOMPARE(heatmap.shownColumnLabels(), layers);
+    QVERIFY(!heatmap.columnLabelsTurned());
+    QCOMPARE(heatmap.shownRowLabels().size(), 8);
+
+    // Narrow: turned, all shown, the last one's far end left of the colour scale.
+    const QStringList longNames = {QStringLiteral("self_attn.q_proj"), QStringLiteral("self_attn.k_proj"),
+                                   QStringLiteral("self_attn.v_proj"), QStringLiteral("self_attn.o_proj"),
+                                   QStringLiteral("mlp.gate_proj"), QStringLiteral("mlp.up_proj"),
+                                   QStringLiteral("mlp.down_proj.weight")};
+    QVERIFY(heatmap.setScores(grid(8, longNames)));
+    heatmap.resize(420, 300);
+    QTRY_VERIFY(heatmap.columnLabelsTurned());
+    QCOMPARE(heatmap.shownColumnLabels(), longNames);
+    const QFontMetrics metrics(heatmap.font());
+    const int lastTick = heatmap.cellCenter(0, 6).x();
+    const int reach = int(std::ceil(metrics.horizontalAdvance(longNames.last()) * std::sqrt(0.5)));
+    QVERIFY(!heatmap.colorScaleRect().isEmpty());
+    QVERIFY2(lastTick + reach <= heatmap.colorScaleRect().left(),
+             qPrintable(QStringLiteral("last label ends at %1, the colour scale starts at %2")
+                            .arg(lastTick + reach).arg(heatmap.colorScaleRect().left())));
+
+    // 300 channels in 700 px: every step-th label, flat numbers a label's width apart, every cell still reachable.
+    QStringList channels;
+    for (int i = 0; i < 300; ++i)
+        channels << QString::number(i);
+    QVERIFY(heatmap.setScores(grid(8, channels)));
+    heatmap.resize(700, 450);
+    QTRY_COMPARE(heatmap.width(), 700);
+    const QStringList shown = heatmap.shownColumnLabels();
+    QVERIFY2(shown.size() > 5 && shown.size() < 100, qPrintable(QString::number(shown.size())));
+    const int step = shown.at(1).toInt();
+    QCOMPARE(shown.first(), QStringLiteral("0"));
+    const int pitch = heatmap.cellCenter(0, step).x() - heatmap.cellCenter(0, 0).x();
+    if (heatmap.columnLabelsTurned())
+        QVERIFY(pitch * std::sqrt(0.5) >= metrics.height());
+    else
+        QVERIFY2(pitch >= metrics.horizontalAdvance(QStringLiteral("299")),
+                 qPrintable(QStringLiteral("labels %1 px apart").arg(pitch)));
+    int row = -1;
+    int column = -1;
+    heatmap.valueAt(heatmap.cellCenter(3, 299), &row, &column);
+    QCOMPARE(row, 3);
+    QCOMPARE(column, 299);
+
+    // 80 blocks: thinned rows in a short widget, all of them again once it is tall enough.
+    QVERIFY(heatmap.setScores(grid(80, layers)));
+    QVERIFY(heatmap.shownRowLabels().size() < 80);
+    QCOMPARE(heatmap.shownRowLabels().first(), QStringLiteral("block 0"));
+    heatmap.resize(700, 2400);
+    QTRY_COMPARE(heatmap.shownRowLabels().size(), 80);
 }
 
 void TestImportanceHeatmap::followsPalette()

@@ -5,6 +5,7 @@
 #include <QApplication>
 #include <QtTest/QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -118,12 +119,24 @@ void TestLossCurve::manyPointsStayCheap()
 // Regression (GUI probe): errors within one decade on the log axis got overlapping labels and half an axis bare; the
 // legend covered the curves. Within a decade the labels are evenly spaced, across decades at powers of ten, and the
 // legend sits below the plot.
+// Log value axis: labels spread evenly on screen and a readable distance apart, from a decade or less to many decades,
+// in a tall chart and a short one (seven labels were drawn into 100 pixels, and within a decade evenly spaced values
+// bunched at the top; GUI probe).
 void TestLossCurve::logAxisLabelsFitTheRange()
 {
     LossCurve curve;
     curve.resize(600, 400);
     curve.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&curve));
     curve.setLogScale(true);
+    const double line = QFontMetricsF(curve.font()).height();
+    const auto pixelGaps = [&curve] {
+        QVector<int> gaps;
+        const QVector<double> ticks = curve.valueTicks();
+        for (int i = 1; i < ticks.size(); ++i)
+            gaps << std::abs(curve.valuePixel(ticks[i]) - curve.valuePixel(ticks[i - 1]));
+        return gaps;
+    };
     for (int i = 0; i < 8; ++i) {
         curve.addPoint("a", i, 0.012 + 0.001 * i);
         curve.addPoint("b", i, 0.013 + 0.001 * i);
@@ -131,9 +144,34 @@ void TestLossCurve::logAxisLabelsFitTheRange()
     curve.flush();
     QVERIFY(!curve.labelsDecades());
     QVERIFY(curve.legendOutsidePlot());
-    curve.addPoint("a", 9, 5.0);   // now more than a decade
+    QVERIFY2(curve.valueTicks().size() >= 3, qPrintable(QString::number(curve.valueTicks().size())));
+
+    // One decade: 1-2-5 steps, nearly evenly spaced on screen.
+    curve.clear();
+    for (int i = 0; i <= 10; ++i)
+        curve.addPoint("a", i, 0.01 * std::pow(10.0, i / 10.0));
+    curve.flush();
+    QVERIFY(!curve.labelsDecades());
+    const QVector<int> gaps = pixelGaps();
+    QVERIFY(gaps.size() >= 2);
+    const auto [narrowest, widest] = std::minmax_element(gaps.begin(), gaps.end());
+    QVERIFY2(*widest < 2 * *narrowest, qPrintable(QStringLiteral("gaps %1 to %2 px").arg(*narrowest).arg(*widest)));
+
+    // Five decades: powers of ten; in a short chart fewer of them, still more than a line and a half apart.
+    curve.clear();
+    for (int i = 0; i < 30; ++i)
+        curve.addPoint("a", i, 1e-4 * std::pow(1e4, i / 29.0));
     curve.flush();
     QVERIFY(curve.labelsDecades());
+    const int tallTicks = int(curve.valueTicks().size());
+    curve.resize(600, 170);
+    QTRY_COMPARE(curve.height(), 170);
+    curve.flush();
+    QVERIFY(curve.labelsDecades());
+    QVERIFY(curve.valueTicks().size() >= 2);
+    QVERIFY(curve.valueTicks().size() < tallTicks);
+    for (int gap : pixelGaps())
+        QVERIFY2(gap >= 1.5 * line, qPrintable(QStringLiteral("labels %1 px apart, a line is %2").arg(gap).arg(line)));
 }
 
 QTEST_MAIN(TestLossCurve)
