@@ -238,6 +238,10 @@ void MainWindow::setDocument(std::unique_ptr<ProjectDocument> document) {
     // Jobs stopped with their views end without their finished signals (the job is destroyed with them): their
     // status-bar entries go here, or "▶ Measure latency" stayed on show under the next project (review).
     for (const char* key : {"importance", "run", "latency", "generation"}) mStatus->setJob(key, {});
+    // The export and the batch replay work on copies, but the question before opening said they stop: an export went on
+    // and wrote the old project's variant under the new one (GUI probe). They end with their own messages.
+    if (mExportJob) mExportJob->cancel();
+    mBatch->cancel();
     mDocument = std::move(document);
     ProjectDocument* doc = mDocument.get();
     for (QAction* a : mDocumentActions) a->setEnabled(doc);

@@ -3,6 +3,7 @@
 #include <c10/core/GradMode.h>   // NoGradGuard: ATen/ATen.h does not bring it in LibTorch 2.x
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -170,6 +171,9 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
     if (resuming) {
         result.startStep = tensors.step();
         result.notes.push_back("resumed from " + c.checkpointPath + " at step " + std::to_string(tensors.step()));
+    } else if (c.resume && !c.checkpointPath.empty()) {   // said: a run that restarts unasked looks like a resumed one
+        result.notes.push_back("resume: no checkpoint at " + std::filesystem::absolute(c.checkpointPath).string() +
+                               " yet; training starts at step 0");
     }
     RuntimeOptions studentOptions;
     studentOptions.device = c.device;
@@ -285,11 +289,21 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
         if (feedback) feedback->setProgress(double(step + 1) / double(c.steps));
     }
     stop(true);
+    if (!c.checkpointPath.empty()) result.notes.push_back("checkpoint written to " + std::filesystem::absolute(c.checkpointPath).string());
     result.stepsDone = tensors.step();
     result.evalPerplexityAfter = lastEval;
     result.tokensPerSecond = trainSeconds > 0 ? double(tokensSeen) / trainSeconds : 0;
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     return result;
+}
+
+std::string perplexityRiseWarning(double before, double after) {
+    if (!std::isfinite(before) || !std::isfinite(after) || !(after > before * 1.001)) return "";
+    char warning[400];
+    std::snprintf(warning, sizeof warning, "warning: distillation made the held-out perplexity worse (%.4f -> %.4f); the step "
+                  "keeps the trained weights. A lower lr, fewer steps or more training text usually help; disable the step "
+                  "to compare without it", before, after);
+    return warning;
 }
 
 } // namespace cwb

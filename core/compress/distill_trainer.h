@@ -89,4 +89,8 @@ at::Tensor sampleSequences(Transformer& model, TokenId bos, int64_t count, int64
 // Mean next-token cross-entropy of the model over windows [N, T], as a perplexity.
 double windowPerplexity(Transformer& model, const at::Tensor& windows, int64_t batchSize = 8);
 
+// The warning for a distillation whose held-out perplexity rose from `before` to `after` by more than 0.1%; "" when it
+// did not (or either is unknown). A rise went by unremarked in the summary line (GUI probe: 8.42 -> 10.06).
+std::string perplexityRiseWarning(double before, double after);
+
 } // namespace cwb

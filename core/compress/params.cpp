@@ -99,25 +99,32 @@ nlohmann::json describeParams(const std::vector<ParamSpec>& specs) {
             if (!p.excluded.empty()) j["excluded"] = p.excluded;
         }
         if (p.type == ParamType::Choice) j["choices"] = p.choices;
+        if (p.filePath) j["file"] = true;
         out.push_back(j);
     }
     return out;
 }
 
 ParamSpec intParam(std::string name, int64_t minimum, int64_t maximum, int64_t def, std::string help) {
-    return {std::move(name), ParamType::Int, double(minimum), double(maximum), def, {}, std::move(help)};
+    return {std::move(name), ParamType::Int, double(minimum), double(maximum), def, {}, std::move(help), {}, false};
 }
 ParamSpec floatParam(std::string name, double minimum, double maximum, double def, std::string help) {
-    return {std::move(name), ParamType::Float, minimum, maximum, def, {}, std::move(help)};
+    return {std::move(name), ParamType::Float, minimum, maximum, def, {}, std::move(help), {}, false};
 }
 ParamSpec boolParam(std::string name, bool def, std::string help) {
-    return {std::move(name), ParamType::Bool, 0, 1, def, {}, std::move(help)};
+    return {std::move(name), ParamType::Bool, 0, 1, def, {}, std::move(help), {}, false};
 }
 ParamSpec choiceParam(std::string name, std::vector<std::string> choices, std::string def, std::string help) {
-    return {std::move(name), ParamType::Choice, 0, 0, def, std::move(choices), std::move(help)};
+    return {std::move(name), ParamType::Choice, 0, 0, def, std::move(choices), std::move(help), {}, false};
 }
 ParamSpec textParam(std::string name, std::string def, std::string help) {
-    return {std::move(name), ParamType::Text, 0, 0, def, {}, std::move(help)};
+    return {std::move(name), ParamType::Text, 0, 0, def, {}, std::move(help), {}, false};
+}
+
+ParamSpec pathParam(std::string name, std::string help) {
+    ParamSpec spec = textParam(std::move(name), "", std::move(help));
+    spec.filePath = true;
+    return spec;
 }
 
 ParamSpec excluding(ParamSpec spec, std::vector<int64_t> values) {

@@ -19,6 +19,7 @@ struct ParamSpec {
     std::vector<std::string> choices;   // Choice
     std::string help;
     std::vector<int64_t> excluded;      // Int: values inside the range that are refused (GPTQ's group_size 0)
+    bool filePath = false;              // Text: a file; a relative one is relative to the recipe or project file (withPathsFrom)
 };
 
 const char* paramTypeName(ParamType type);
@@ -35,6 +36,8 @@ ParamSpec floatParam(std::string name, double minimum, double maximum, double de
 ParamSpec boolParam(std::string name, bool def, std::string help);
 ParamSpec choiceParam(std::string name, std::vector<std::string> choices, std::string def, std::string help);
 ParamSpec textParam(std::string name, std::string def, std::string help);
+// A Text parameter naming a file (ParamSpec::filePath).
+ParamSpec pathParam(std::string name, std::string help);
 // An Int parameter that refuses some values inside its range.
 ParamSpec excluding(ParamSpec spec, std::vector<int64_t> values);
 // " [-1, 65536] except 0": the range of an Int or Float parameter as `cwb methods` and the GUI print it.

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -249,7 +250,22 @@ Recipe Recipe::load(const std::string& path) {
     } catch (const std::exception& e) {
         throw Error(path, std::string("recipe is not valid JSON: ") + e.what());
     }
-    return fromJson(j, path);
+    return withPathsFrom(fromJson(j, path), std::filesystem::absolute(path).parent_path().string());
+}
+
+Recipe withPathsFrom(Recipe recipe, const std::string& folder) {
+    if (folder.empty()) return recipe;
+    for (RecipeStep& step : recipe.steps) {
+        const CompressionMethod* method = MethodRegistry::instance().find(step.method);
+        if (!method || !step.params.is_object()) continue;
+        for (const ParamSpec& spec : method->params()) {
+            if (!spec.filePath || !step.params.contains(spec.name) || !step.params[spec.name].is_string()) continue;
+            const std::string value = step.params[spec.name];
+            if (value.empty() || std::filesystem::path(value).is_absolute()) continue;
+            step.params[spec.name] = (std::filesystem::path(folder) / value).lexically_normal().string();
+        }
+    }
+    return recipe;
 }
 
 nlohmann::json Recipe::toJson() const {

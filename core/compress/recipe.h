@@ -43,4 +43,10 @@ struct Recipe {
     void validate(const std::string& source) const;
 };
 
+// The recipe with its steps' file parameters (ParamSpec::filePath) made absolute where they are relative, against
+// `folder`: the folder of the recipe or project file that holds them, so that a project copied with its files to
+// another machine, or run from another working folder, reads and writes the same ones (a relative checkpoint went to
+// the GUI's working folder, and resume then started over elsewhere: GUI probe). An empty `folder` leaves them.
+Recipe withPathsFrom(Recipe recipe, const std::string& folder);
+
 } // namespace cwb

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 
 #include "core/compress/pipeline.h"
 #include "core/eval/divergence.h"
@@ -77,9 +78,14 @@ Recipe ProjectRunner::fullRecipe(const std::string& variant) const {
     return full;
 }
 
+Recipe ProjectRunner::runnableRecipe(const std::string& variant) const {
+    const std::string& file = mProject.path();
+    return withPathsFrom(fullRecipe(variant), file.empty() ? "" : std::filesystem::absolute(file).parent_path().string());
+}
+
 std::string ProjectRunner::buildProblem(const std::string& variant) const {
     if (variant == Project::kBaseName) return "";
-    const Recipe recipe = fullRecipe(variant);
+    const Recipe recipe = runnableRecipe(variant);
     const std::string layers = recipeLayersProblem(mBase, recipe);
     if (!layers.empty()) return layers;
     const std::string params = recipeParamsProblem(recipe);
@@ -126,7 +132,7 @@ const at::Tensor& ProjectRunner::calibrationWindows(Feedback* feedback) {
 std::unique_ptr<Model> ProjectRunner::build(const std::string& variant, Feedback* feedback, ErrorPass errors) {
     mNotes.clear();
     mLastErrors.clear();
-    Recipe recipe = fullRecipe(variant);
+    Recipe recipe = runnableRecipe(variant);
     // Windows given at all also measure each step's reconstruction error, in a pass over every block: a variant built
     // to generate text, time or export with was paying it (12 s for RTN of stories260K against 0.5 s, GUI probe).
     const bool windows = errors == ErrorPass::Measure || recipeNeedsCalibration(recipe);

@@ -40,6 +40,9 @@ public:
     ~ProjectRunner();
 
     Recipe fullRecipe(const std::string& variant) const;
+    // fullRecipe with relative file parameters (distill.kd's data and checkpoint) made absolute against the project
+    // file's folder (withPathsFrom; the working folder for a project not saved yet): what build() runs.
+    Recipe runnableRecipe(const std::string& variant) const;
     // Why building `variant` would fail before it starts ("" when it would not): a pattern naming no layer of the
     // base, or a calibrated step in a project without calibration text. Callers ask for every variant up front, so
     // a replay does not fail on its last variant after hours of the others. Throws as fullRecipe does.

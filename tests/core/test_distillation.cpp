@@ -395,6 +395,24 @@ void TestDistillation::masksArePreservedAndEventsReported() {
     QCOMPARE(events.back().at("step"), 6.0);
     QVERIFY(std::isfinite(events[2].at("eval_ppl")) && events[2].at("eval_ppl") > 1);
     QVERIFY(std::abs(events.back().at("loss") - (0.7 * events.back().at("ce") + 0.3 * events.back().at("kd"))) < 1e-4);
+
+    // A distillation that makes the held-out perplexity worse says so (the summary line's rise went unremarked: GUI
+    // probe); one that improves it, or keeps it within 0.1%, does not.
+    QCOMPARE(perplexityRiseWarning(8.4194, 10.0621).rfind("warning: distillation made the held-out perplexity worse (8.4194 -> 10.0621)", 0),
+             size_t(0));
+    QCOMPARE(perplexityRiseWarning(10.0, 9.5), std::string());
+    QCOMPARE(perplexityRiseWarning(10.0, 10.005), std::string());
+    QCOMPARE(perplexityRiseWarning(std::nan(""), 10.0), std::string());
+    // The method adds it after its summary line exactly when that line shows a rise.
+    double before = 0, after = 0;
+    bool warned = false;
+    for (const auto& note : trained.steps.back().notes) {
+        const auto at = note.find("held-out PPL ");
+        if (at != std::string::npos) QCOMPARE(std::sscanf(note.c_str() + at, "held-out PPL %lf -> %lf", &before, &after), 2);
+        warned = warned || note.rfind("warning: distillation made", 0) == 0;
+    }
+    QVERIFY(before > 0 && after > 0);
+    QCOMPARE(warned, !perplexityRiseWarning(before, after).empty());
 }
 
 void TestDistillation::qatStudentStaysOnItsGrid() {
@@ -623,6 +641,22 @@ void TestDistillation::resumeEqualsUninterruptedRun() {
 
     std::unique_ptr<Model> straight = pruned->clone();
     distillModel(*l.model, *straight, someData(), c);
+
+    // Asked to resume before any checkpoint exists: said, with the file's absolute path (a restart from step 0 looked
+    // like a resumed run: GUI probe), and where the checkpoint went.
+    {
+        DistillConfig early = c;
+        early.resume = true;
+        early.checkpointPath = (dir.path() + "/first.ckpt").toStdString();
+        std::unique_ptr<Model> student = pruned->clone();
+        const DistillResult first = distillModel(*l.model, *student, someData(), early);
+        QCOMPARE(first.startStep, int64_t(0));
+        std::string notes;
+        for (const auto& note : first.notes) notes += note + "\n";
+        QVERIFY2(notes.find("resume: no checkpoint at " + early.checkpointPath + " yet; training starts at step 0") != std::string::npos,
+                 notes.c_str());
+        QVERIFY2(notes.find("checkpoint written to " + early.checkpointPath) != std::string::npos, notes.c_str());
+    }
 
     c.checkpointPath = checkpoint;
     std::unique_ptr<Model> stopped = pruned->clone();

@@ -122,6 +122,7 @@ private slots:
     void tokenizerHashCoversTheFilesRead();
     void lineage_data();
     void lineage();
+    void relativeStepFilesFollowTheProject();
     void refusals_data();
     void refusals();
     void newNamesAreChecked();
@@ -358,6 +359,21 @@ void TestProject::lineage() {
     for (const auto& n : p.lineage(variant.toStdString())) got << QString::fromStdString(n);
     QCOMPARE(got, expected);
     QVERIFY(errorOf([&] { p.lineage("nope"); }).contains("no variant named 'nope'"));
+}
+
+// A step's relative file (distill.kd's checkpoint) is the project folder's when the variant is built, wherever the
+// GUI or `cwb project run` was started (it went to the working folder: GUI probe); the stored recipe keeps it relative.
+void TestProject::relativeStepFilesFollowTheProject() {
+    const QString path = file("relative.cwbproj");
+    Project p = Project::create(path.toStdString(), sampleModel(), sampleSettings());
+    p.addVariant({"kd", "", {{"steps", json::array({{{"method", "distill.kd"}, {"params", {{"checkpoint", "ck/kd.ckpt"}}}}})}}, "", json::array()});
+    const Model base;
+    const ProjectRunner runner(p, base);
+    const std::string folder = QFileInfo(path).absolutePath().toStdString();
+    QCOMPARE(runner.runnableRecipe("kd").steps.at(0).params["checkpoint"].get<std::string>(), folder + "/ck/kd.ckpt");
+    QCOMPARE(runner.fullRecipe("kd").steps.at(0).params["checkpoint"].get<std::string>(), std::string("ck/kd.ckpt"));
+    // Its folder is not there: the problem names the project's folder, not the working one.
+    QVERIFY2(runner.buildProblem("kd").find(folder + "/ck/kd.ckpt") != std::string::npos, runner.buildProblem("kd").c_str());
 }
 
 void TestProject::refusals_data() {

@@ -23,6 +23,7 @@ private slots:
     void badRecipesAreRefused();
     void usualPatternsAreAllowed();
     void roundTripThroughFile();
+    void relativeFilesFollowTheirRecipe();
     void everyMethodDeclaresValidDefaults();
     void exampleRecipesAreValid();
 };
@@ -146,6 +147,36 @@ void TestRecipes::roundTripThroughFile() {
     }
     std::ofstream(path) << R"({"steps":[{"method":"quantize.rtn","params":{"bits":4}},{"method":"quantize.rtn","params":{"bits":8}}]})";
     QCOMPARE(Recipe::load(path).steps.size(), size_t(2));
+}
+
+// distill.kd's data and checkpoint, given relative, are relative to the file holding the recipe, not to the working
+// folder (a GUI started elsewhere wrote its checkpoint there, and a resume then started over: GUI probe). Other text
+// parameters, absolute paths and empty ones stay as written.
+void TestRecipes::relativeFilesFollowTheirRecipe() {
+    QTemporaryDir dir;
+    QVERIFY(QDir(dir.path()).mkpath("recipes"));
+    const std::string folder = QDir(dir.filePath("recipes")).absolutePath().toStdString();
+    const std::string path = folder + "/kd.json";
+    std::ofstream(path) << R"({"steps":[{"method":"distill.kd","params":{"data":"../texts/train.txt","checkpoint":"kd.ckpt",
+        "layer_map":"0:0"}},{"method":"distill.kd","params":{"data":"/abs/train.txt","checkpoint":""}}]})";
+    const Recipe loaded = Recipe::load(path);
+    const std::string parent = QDir(QString::fromStdString(folder + "/..")).absolutePath().toStdString();
+    QCOMPARE(loaded.steps[0].params["data"].get<std::string>(), parent + "/texts/train.txt");
+    QCOMPARE(loaded.steps[0].params["checkpoint"].get<std::string>(), folder + "/kd.ckpt");
+    QCOMPARE(loaded.steps[0].params["layer_map"].get<std::string>(), std::string("0:0"));
+    QCOMPARE(loaded.steps[1].params["data"].get<std::string>(), std::string("/abs/train.txt"));
+    QCOMPARE(loaded.steps[1].params["checkpoint"].get<std::string>(), std::string());
+
+    // As a project stores it: relative until run, then against the project's folder; no folder leaves it.
+    const Recipe stored = Recipe::fromJson(json::parse(R"({"steps":[{"method":"distill.kd","params":{"checkpoint":"kd.ckpt"}}]})"), "inline");
+    QCOMPARE(stored.steps[0].params["checkpoint"].get<std::string>(), std::string("kd.ckpt"));
+    QCOMPARE(withPathsFrom(stored, "/projects/p").steps[0].params["checkpoint"].get<std::string>(), std::string("/projects/p/kd.ckpt"));
+    QCOMPARE(withPathsFrom(stored, "").steps[0].params["checkpoint"].get<std::string>(), std::string("kd.ckpt"));
+    const json described = describeParams(MethodRegistry::instance().find("distill.kd")->params());
+    bool fileMarked = false;
+    for (const auto& p : described)
+        if (p["name"] == "checkpoint") fileMarked = p.value("file", false);
+    QVERIFY(fileMarked);
 }
 
 void TestRecipes::everyMethodDeclaresValidDefaults() {

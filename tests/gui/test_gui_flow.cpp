@@ -527,6 +527,19 @@ void TestGuiFlow::exportVariantFromTheWindow() {
     QCOMPARE(kept.first().at(0).toBool(), false);
     QVERIFY2(kept.first().at(1).toString().contains("an export does not write (notes.txt)"), qPrintable(kept.first().at(1).toString()));
     QCOMPARE(QDir(mDir.filePath("mine")).entryList(QDir::Files), QStringList{"notes.txt"});
+
+    // Opening another model or project stops an export, as the question before it says: one went on and wrote the
+    // old project's variant under the new one (GUI probe).
+    QVERIFY(window.pipelineEditor()->addStep("distill.kd"));
+    ProjectDocument* doc = window.document();
+    doc->undoStack()->push(changeStepParameter(doc, variant, 1, "steps", 100000));
+    QSignalSpy stopped(&window, &MainWindow::exportFinished);
+    QVERIFY(window.exportVariant({variant, "hf", "", mDir.filePath("stopped-export")}, false));
+    QVERIFY(window.openPath(model, false));
+    QVERIFY(stopped.wait(120000));
+    QCOMPARE(stopped.first().at(0).toBool(), false);
+    QVERIFY2(stopped.first().at(1).toString().contains("cancelled"), qPrintable(stopped.first().at(1).toString()));
+    QVERIFY(!QFileInfo::exists(mDir.filePath("stopped-export")));
 }
 
 // A distillation step reports its losses per step; the Run tab draws them while the run goes on.

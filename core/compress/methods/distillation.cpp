@@ -128,7 +128,7 @@ public:
                             "which blocks a shallower student keeps: the most influential (1 − cos(in, out)) or evenly spaced"),
                 textParam("layer_map", "", "student:teacher pairs for the hidden/attention terms, e.g. '0:0,1:2'; empty: the kept blocks, else uniform"),
                 choiceParam("source", {"text", "teacher"}, "text", "text: windows of `data`; teacher: sequences sampled from the teacher (data-free)"),
-                textParam("data", "", "training text file; empty: the calibration text"),
+                pathParam("data", "training text file (relative: to the project's or recipe's folder); empty: the calibration text"),
                 intParam("generated", 1, 1 << 20, 256, "sequences the teacher generates (source teacher)"),
                 floatParam("temperature", 0.1, 100.0, 4.0, "T: softmax temperature of the KD term"),
                 floatParam("alpha", 0.0, 1.0, 0.7, "weight of the cross-entropy on the labels; 1 − alpha weights T²·KL"),
@@ -149,7 +149,8 @@ public:
                 boolParam("train_embeddings", false, "also train embeddings, final norm and output head"),
                 boolParam("train_scales", false,
                           "quantized layers (int, FP8, W8A8) also train their scales (LSQ, as log-scales); zero points stay"),
-                textParam("checkpoint", "", "checkpoint file (written at the end, when stopped, and every checkpoint_every steps)"),
+                pathParam("checkpoint", "checkpoint file, relative: to the project's or recipe's folder (written at the end, when "
+                                        "stopped, and every checkpoint_every steps)"),
                 intParam("checkpoint_every", 0, 1 << 24, 0, "steps between checkpoints; 0: only at the end or when stopped"),
                 boolParam("resume", false, "continue from the checkpoint file when it exists"),
                 boolParam("resume_other_start", false,
@@ -276,6 +277,8 @@ public:
                       (long long)r.stepsDone, config.device.is_cuda() ? "CUDA" : "CPU", r.evalPerplexityBefore, r.evalPerplexityAfter,
                       r.tokensPerSecond);
         ctx.note(line);
+        const std::string rise = perplexityRiseWarning(r.evalPerplexityBefore, r.evalPerplexityAfter);
+        if (!rise.empty()) ctx.note(rise);
     }
 };
 
