@@ -346,16 +346,6 @@ Type fittingType(Type wanted, int64_t rowLength, Type floatType) {
     return best;
 }
 
-Type zeroKeepingType(Type type, double zeroFraction) {
-    if (zeroFraction < 0.01) return type;
-    switch (type) {
-    case Type::Q4_1: case Type::Q4_K: return Type::Q4_0;
-    case Type::Q5_1: case Type::Q5_K: return Type::Q5_0;
-    case Type::Q2_K: return Type::Q3_K;
-    default: return type;
-    }
-}
-
 void quantize(Type type, const float* src, void* dst, int64_t n) {
     const int64_t nb = blockCount(type, n);
     switch (type) {

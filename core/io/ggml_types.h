@@ -83,10 +83,6 @@ bool isWritable(Type type);
 // `wanted` where rows of rowLength fill its blocks; else the narrowest writable quantized type no narrower than it
 // whose blocks fit (q4_K rows of 4032 → q4_0), else floatType.
 Type fittingType(Type wanted, int64_t rowLength, Type floatType);
-// The type of the same width whose level 0 is 0, for a tensor with 1% or more exact zeros (pruned) whose type has
-// offsets that would turn them into small values (q4_1 → q4_0, q5_1 → q5_0, q4_K → q4_0, q5_K → q5_0, q2_K → q3_K);
-// `type` itself otherwise.
-Type zeroKeepingType(Type type, double zeroFraction);
 
 // Quantize n fp32 elements (n a multiple of the block size) into dst, which must hold rowBytes(type, n).
 // F32/F16/BF16 convert; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 follow ggml's *_ref quantizers (round to

@@ -143,8 +143,6 @@ void Model::replaceTensor(const std::string& name, const at::Tensor& value) {
         const TensorRecord& old = it->second;
         const bool oldQuantized = old.type != ggml::Type::F32 && old.type != ggml::Type::F16 && old.type != ggml::Type::BF16;
         r.quantizedSource = oldQuantized && !old.packedOnly ? std::optional<ggml::Type>(old.type) : old.quantizedSource;
-        if (r.quantizedSource && owned->numel() > 0)
-            r.zeroFraction = (*owned == 0).sum().item<double>() / double(owned->numel());
     }
     if (it == mTensors.end()) {
         mOrder.push_back(name);
@@ -272,7 +270,7 @@ int64_t Model::parameterCount() const {
 
 ggml::Type TensorRecord::storedType() const {
     if (!quantizedSource || shape.size() < 2 || shape.back() <= 0 || !ggml::isWritable(*quantizedSource)) return type;
-    return ggml::fittingType(ggml::zeroKeepingType(*quantizedSource, zeroFraction), shape.back(), ggml::Type::F16);
+    return ggml::fittingType(*quantizedSource, shape.back(), ggml::Type::F16);
 }
 
 size_t TensorRecord::storedBytes() const {

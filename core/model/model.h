@@ -38,9 +38,6 @@ struct TensorRecord {
     // The quantized GGUF type (q4_K, ...) the tensor was read in, once a method replaced it with floats: a GGUF export
     // writes it in that type again unless --type says otherwise. Unset while the record holds the type itself.
     std::optional<ggml::Type> quantizedSource;
-    // With quantizedSource: the share of the replacement's weights that are exactly zero (pruning), which decides
-    // the type it goes back to (ggml::zeroKeepingType).
-    double zeroFraction = 0;
     // Keeps `data` alive when the model owns it (replaceTensor): shared by the records of clones, released with the
     // last record, so replacing a tensor twice does not hold both copies.
     std::shared_ptr<const void> owner;
@@ -48,7 +45,7 @@ struct TensorRecord {
     int64_t elementCount() const;
     // What the tensor is counted as (sizes, bits per weight): its own type and bytes, except a tensor of a quantized
     // GGUF source that a step replaced, held as floats while the variant is worked on but counted in the type a GGUF
-    // export writes it in by default (the type it was read in, its zero-keeping form when pruned, a type whose blocks
+    // export writes it in by default (the type it was read in, or a type whose blocks
     // fit its rows when they do not).
     ggml::Type storedType() const;
     size_t storedBytes() const;

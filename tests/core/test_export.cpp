@@ -48,9 +48,10 @@ std::unique_ptr<Model> syntheticModel(const QString& dir, const QString& kind) {
     ArchSpec spec = kind == "gpt2" ? tinyGpt2Spec() : packableLlamaSpec();
     if (kind == "hf-wide") spec.ffn = 160;
     if (kind == "hf-odd") spec.ffn = 172;   // stories260K's MLP: not a multiple of 8, 16 or 32
+    if (kind == "hf-256") spec.ffn = 256;   // down_proj's rows fit the K types' blocks of 256
     const WeightMap w = randomWeights(spec, 7);
     std::string path = (dir + "/src-" + kind).toStdString();
-    if (kind == "hf" || kind == "hf-wide" || kind == "hf-odd" || kind == "gpt2") {
+    if (kind == "hf" || kind == "hf-wide" || kind == "hf-odd" || kind == "hf-256" || kind == "gpt2") {
         std::filesystem::create_directories(path);
         writeHfFolder(path, spec, w, ggml::Type::F32);
     }
@@ -115,6 +116,7 @@ private slots:
     void ggufMapsQuantizedLayers_data();
     void ggufMapsQuantizedLayers();
     void ggufFallbackFollowsTheTypeAskedFor();
+    void ggufRequantizeToAHoldingType();
     void ggufRequantizeTypeIsChosen();
     void ggufRequantizedLayersAreWarnedOf();
     void ggufSourceTypesAreKept();
@@ -453,6 +455,14 @@ void TestExport::ggufMapsQuantizedLayers_data() {
     // Regression: asymmetric int4 (AWQ's default) went to q4_0, which has no offset, and lost its zero points.
     QTest::newRow("int4 g32 asym -> q4_1") << rtn(R"({"bits":4,"group_size":32,"scheme":"asym"})") << "q4_1" << 1;
     QTest::newRow("int5 g128 asym -> q5_1") << rtn(R"({"bits":5,"group_size":128,"scheme":"asym"})") << "q5_1" << 1;
+    // Widths without a block type of their own go out in a larger one that holds their levels (they were re-quantized:
+    // int3 g32 of stories260K read back at PPL 19.87 against 16.69; export probe), where the K type nearest them does not
+    // fit the rows (64 and 128 here).
+    QTest::newRow("int3 g32 sym -> q4_0 exactly") << rtn(R"({"bits":3,"group_size":32})") << "q4_0" << 0;
+    QTest::newRow("int3 g64 asym -> q4_0 exactly") << rtn(R"({"bits":3,"group_size":64,"scheme":"asym"})") << "q4_0" << 0;
+    QTest::newRow("int2 g32 sym -> q4_0 exactly") << rtn(R"({"bits":2,"group_size":32})") << "q4_0" << 0;
+    QTest::newRow("int6 g32 sym -> q8_0 exactly") << rtn(R"({"bits":6,"group_size":32})") << "q8_0" << 0;
+    QTest::newRow("int7 g128 asym -> q8_0 exactly") << rtn(R"({"bits":7,"group_size":128,"scheme":"asym"})") << "q8_0" << 0;
     QTest::newRow("int4 g16 sym -> re-quantized") << rtn(R"({"bits":4,"group_size":16})") << "q4_0" << 2;
     QTest::newRow("int8 g32 asym -> re-quantized") << rtn(R"({"bits":8,"group_size":32,"scheme":"asym"})") << "q8_0" << 2;
     // Act-order groups hold no one grid per 32-block: re-quantized to the nearest type's fallback (q4_0; q4_1 measured
@@ -511,6 +521,37 @@ void TestExport::ggufMapsQuantizedLayers() {
         if (kind == 0) QVERIFY2(at::equal(read, held), qPrintable(QString::fromStdString(layer)));
         else QVERIFY2(maxRelativeError(read, held) < 1e-3, qPrintable(QString::fromStdString(layer)));
     }
+}
+
+// An int3 layer whose rows fit q3_K is re-quantized to it (its nearest type, the size asked for), and the warning says
+// that --requantize q4_0 writes it level for level; with it every layer reads back as the variant computed.
+void TestExport::ggufRequantizeToAHoldingType() {
+    QTemporaryDir dir;
+    auto base = syntheticModel(dir.path(), "hf-256");
+    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":3,"group_size":32}}]})");
+    ExportOptions options;
+    options.tensorType = "f32";
+    const ExportReport nearest = exportModel(*variant, "gguf", (dir.path() + "/nearest.gguf").toStdString(), options);
+    for (const auto& t : nearest.tensors) {
+        if (t.name.find("ffn_down.") != std::string::npos) {
+            QCOMPARE(QString::fromStdString(t.type), QString("q3_K"));
+            QVERIFY(t.addedError > 1e-5);
+        } else if (t.name.find("ffn_up.") != std::string::npos) {
+            QCOMPARE(QString::fromStdString(t.type), QString("q4_0"));
+            QCOMPARE(t.addedError, 0.0);
+        }
+    }
+    QCOMPARE(nearest.warnings.size(), size_t(1));
+    QVERIFY2(nearest.warnings[0].find("2 of them are written level for level with --requantize q4_0") != std::string::npos,
+             nearest.warnings[0].c_str());
+
+    options.requantizeType = "q4_0";
+    const std::string out = (dir.path() + "/held.gguf").toStdString();
+    const ExportReport held = exportModel(*variant, "gguf", out, options);
+    QVERIFY(held.warnings.empty());
+    auto back = loadModel(out);
+    for (const char* layer : {"model.layers.0.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight", "model.layers.1.mlp.up_proj.weight"})
+        QVERIFY2(at::equal(back->floatTensor(layer), variant->floatTensor(layer)), layer);
 }
 
 // Rows that fit no block of 32 (inputs of 172, as stories260K's down_proj) are written as a float type: the f32 asked for with --type (it was
@@ -667,7 +708,9 @@ void TestExport::ggufSourceTypesAreKept() {
     QVERIFY2(maxRelativeError(read, held) < 0.2, qPrintable(QString::number(maxRelativeError(read, held))));
     const std::string down = "model.layers.0.mlp.down_proj.weight";   // untouched: the source's bytes
     QVERIFY(std::memcmp(prunedBack->tensor(down).data, source->tensor(down).data, source->tensor(down).bytes) == 0);
-    // From a source with offsets (q4_1) zeros would become small values: the symmetric type of the width is taken (review).
+    // From a source with offsets (q4_1) the pruned tensor goes back to q4_1 too: its zeros come back as the level nearest
+    // 0, and the weights keep their grid. The symmetric type once taken to keep zeros zero re-gridded every weight (PPL
+    // 12.45 against 11.83 on a pruned q4_1 stories260K; export probe): its error is larger here too.
     ExportOptions q41;
     q41.tensorType = "q4_1";
     const std::string offsetPath = (dir.path() + "/q41.gguf").toStdString();
@@ -676,24 +719,30 @@ void TestExport::ggufSourceTypesAreKept() {
     auto offsetPruned = compressed(*offsetSource, R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5},"targets":"layers\\.0\\.mlp\\.up_proj"}]})");
     const std::string offsetPrunedPath = (dir.path() + "/q41-pruned.gguf").toStdString();
     const ExportReport offsetReport = exportModel(*offsetPruned, "gguf", offsetPrunedPath, {});
-    QCOMPARE(int(offsetPruned->tensor(up).storedType()), int(ggml::Type::Q4_0));
-    QCOMPARE(offsetPruned->tensor(up).storedBytes() * 20, offsetSource->tensor(up).bytes * 18);   // q4_0 blocks of 18 bytes, q4_1 of 20
+    QCOMPARE(int(offsetPruned->tensor(up).storedType()), int(ggml::Type::Q4_1));
+    QCOMPARE(offsetPruned->tensor(up).storedBytes(), offsetSource->tensor(up).bytes);
     QCOMPARE(offsetReport.bytes, offsetPruned->storageBytes());
     std::string upNote;
     for (const auto& t : offsetReport.tensors)
         if (t.name == "blk.0.ffn_up.weight") upNote = t.type + ": " + t.note;
-    QVERIFY2(upNote.rfind("q4_0: changed by a step, 50.0% zeros; written as q4_0, which keeps zeros zero, in place of q4_1", 0) == 0,
-             upNote.c_str());
+    QCOMPARE(upNote, std::string("q4_1: changed by a step; written as q4_1, the type it was read in"));
     auto offsetBack = loadModel(offsetPrunedPath);
-    QVERIFY((offsetBack->floatTensor(up) == 0).sum().item<int64_t>() >= (offsetPruned->floatTensor(up) == 0).sum().item<int64_t>());
+    const at::Tensor offsetHeld = offsetPruned->floatTensor(up).contiguous();
+    const auto relative = [&](const at::Tensor& t) {
+        return (t - offsetHeld).pow(2).sum().item<double>() / offsetHeld.pow(2).sum().item<double>();
+    };
+    std::vector<uint8_t> q40(ggml::rowBytes(ggml::Type::Q4_0, offsetHeld.size(1)) * size_t(offsetHeld.size(0)));
+    ggml::quantize(ggml::Type::Q4_0, offsetHeld.data_ptr<float>(), q40.data(), offsetHeld.numel());
+    at::Tensor asQ40 = at::empty_like(offsetHeld);
+    ggml::dequantize(ggml::Type::Q4_0, q40.data(), asQ40.data_ptr<float>(), asQ40.numel());
+    QVERIFY2(relative(offsetBack->floatTensor(up)) < relative(asQ40),
+             qPrintable(QString("q4_1 %1, q4_0 %2").arg(relative(offsetBack->floatTensor(up))).arg(relative(asQ40))));
     QCOMPARE(int(offsetBack->tensor(down).type), int(ggml::Type::Q4_1));   // untouched: as read
     // Rows that no longer fill the source type's blocks (structured pruning) count, and are written, in the narrowest
     // type no narrower whose blocks fit, else f16.
     QCOMPARE(int(ggml::fittingType(ggml::Type::Q4_K, 4032, ggml::Type::F16)), int(ggml::Type::Q4_0));
     QCOMPARE(int(ggml::fittingType(ggml::Type::Q4_0, 48, ggml::Type::F16)), int(ggml::Type::F16));
     QCOMPARE(int(ggml::fittingType(ggml::Type::Q6_K, 4096, ggml::Type::F16)), int(ggml::Type::Q6_K));
-    QCOMPARE(int(ggml::zeroKeepingType(ggml::Type::Q2_K, 0.5)), int(ggml::Type::Q3_K));
-    QCOMPARE(int(ggml::zeroKeepingType(ggml::Type::Q4_K, 0.005)), int(ggml::Type::Q4_K));
     // --type still re-encodes everything in the type asked for.
     ExportOptions f16;
     f16.tensorType = "f16";
