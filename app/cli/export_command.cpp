@@ -149,7 +149,7 @@ int runExport(const std::vector<std::string>& args) {
     options.requantizeType = a.value("requantize");
     options.packHead = a.flag("pack-head");
     const std::string problem = exportOptionsProblem(a.value("format"), options);
-    if (!problem.empty()) throw Error("a " + a.value("format") + " export: " + problem);
+    if (!problem.empty()) throw Error("export as " + a.value("format") + ": " + problem);
     if (a.has("shard-size")) {
         const int64_t bytes = a.integer("shard-size", 0);
         if (bytes <= 0) throw Error("--shard-size must be a positive number of bytes");

@@ -633,7 +633,7 @@ int addExport(const std::vector<std::string>& args) {
     options.requantizeType = a.value("requantize");
     options.packHead = a.flag("pack-head");
     const std::string problem = exportOptionsProblem(format, options);   // now, not when --batch writes it
-    if (!problem.empty()) throw Error("a " + format + " export: " + problem);
+    if (!problem.empty()) throw Error("export as " + format + ": " + problem);
     // What the variant's recipe makes, judged now against the model's layers: a layout that cannot hold it would
     // otherwise fail only when --batch reaches the export, after building and measuring the variant.
     std::unique_ptr<Model> base;

@@ -169,7 +169,10 @@ void ExportDialog::validate() {
         // The core words it to follow the path, as the CLI prints it; alone it had no subject (GUI probe).
         why = mBase ? exportOverwritesSource(path.toStdString(), mBase->path) : std::string();
         if (!why.empty()) why = "This path " + why;
-        if (why.empty()) why = exportDestinationProblem(format, path.toStdString());
+        if (why.empty()) {
+            why = exportDestinationProblem(format, path.toStdString());
+            if (why.rfind("exists", 0) == 0 || why.rfind("is a ", 0) == 0) why = "This path " + why;   // no subject (GUI probe)
+        }
     }
     const QString problem = QString::fromStdString(why);
     const bool relative = !path.isEmpty() && QFileInfo(path).isRelative();

@@ -38,6 +38,8 @@ public:
     // A project whose model is not where it points asks to locate it (interactive) and, given one, opens with it.
     // `modelPath`: where the project's model is now (the project points there once saved); "" for its own path.
     bool openPath(const QString& path, bool interactive = true, const QString& modelPath = {});
+    // What to check after `path` failed to open: a project file that cannot be read is not sent to its model (GUI probe).
+    static QString openFailureAdvice(const QString& path);
     // Run ▸ Compute On: where later runs, latency measurements and generation compute; false (with a status
     // message) for CUDA where none is available.
     bool setComputeDevice(ComputeDevice device);

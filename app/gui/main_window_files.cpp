@@ -56,6 +56,20 @@ bool MainWindow::maybeSave() {
     return true;
 }
 
+QString MainWindow::openFailureAdvice(const QString& path) {
+    const QFileInfo info(path);
+    if (!(info.isFile() && info.suffix() == QLatin1String("cwbproj")))
+        return tr("cwb reads GGUF files, Hugging Face folders (config.json + safetensors) and llama2.c .bin checkpoints.");
+    try {
+        Project::open(info.absoluteFilePath().toStdString(), Project::Access::ReadOnly);
+    } catch (const std::exception&) {
+        return tr("The project file itself cannot be read: check that it is a project written by cwb and not damaged "
+                  "(an autosave beside it, %1.autosave, may hold the last state).").arg(info.fileName());
+    }
+    return tr("The project file reads; check that its model file is where it points (File ▸ Open Project offers to "
+              "locate it) and that the model itself loads.");
+}
+
 bool MainWindow::openPath(const QString& path, bool interactive, const QString& modelPath) {
     if (interactive && (!maybeStopJobs() || !maybeSave())) return false;
     const QFileInfo info(path);
@@ -118,9 +132,7 @@ bool MainWindow::openPath(const QString& path, bool interactive, const QString& 
         return false;
     }
     if (!doc) {
-        report(tr("Cannot open %1").arg(info.fileName()), error,
-                  isProject ? tr("Check that it is a project written by cwb and that its model file is where it points.")
-                            : tr("cwb reads GGUF files, Hugging Face folders (config.json + safetensors) and llama2.c .bin checkpoints."));
+        report(tr("Cannot open %1").arg(info.fileName()), error, openFailureAdvice(path));
         return false;
     }
     mRecent->add(path);

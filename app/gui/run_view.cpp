@@ -19,6 +19,7 @@
 #include "app/gui/project_document.h"
 #include "core/eval/perplexity.h"
 #include "core/model/model.h"
+#include "core/model/model_info.h"
 #include "core/project/project_runner.h"
 #include "core/util/error.h"
 #include "core/util/feedback.h"
@@ -195,6 +196,8 @@ bool RunView::run(QStringList variants) {
             int perLayer = 0;
             for (const auto& r : rows) {
                 if (isPerLayerMetric(r.metric)) ++perLayer;
+                else if (r.metric == "bytes")   // as the Compare tab gives it ("1.1712e+06" read badly: GUI probe)
+                    summary += QStringLiteral("  bytes %1").arg(QString::fromStdString(humanBytes(r.value)));
                 else summary += QStringLiteral("  %1 %2").arg(QString::fromStdString(r.metric)).arg(r.value, 0, 'g', 6);
             }
             if (perLayer > 0) summary += QStringLiteral("  (+%1 per-layer reconstruction errors: Compare tab)").arg(perLayer);

@@ -237,18 +237,26 @@ std::string destinationProblem(const std::string& path, bool folder) {
     }
     if (!fs::is_directory(status)) return "exists and is not a folder (an export in this format is a folder)";
     std::string foreign;
-    int count = 0;
+    int files = 0, folders = 0;
     for (const auto& entry : fs::directory_iterator(path, ec)) {
         const std::string name = entry.path().filename().string();
         std::error_code kind;
         if (entry.is_regular_file(kind) && exportWrites(name)) continue;
-        if (count++ < 3) foreign += (foreign.empty() ? "" : ", ") + name;
+        const bool isFolder = entry.is_directory(kind);
+        if (files + folders < 3) foreign += (foreign.empty() ? "" : ", ") + name + (isFolder ? "/" : "");
+        ++(isFolder ? folders : files);
     }
     if (ec) return "cannot list the folder: " + ec.message();
-    if (count > 0)
-        return "the folder holds " + std::to_string(count) + " file" + (count == 1 ? "" : "s") + " an export does not write (" +
-               foreign + (count > 3 ? ", ..." : "") + "); an export replaces the whole folder, so choose an empty or new " +
-               "folder, or one holding only an earlier export";
+    const int count = files + folders;
+    if (count > 0) {
+        // A subfolder was counted as a file (GUI probe).
+        const auto counted = [](int n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); };
+        const std::string held = folders == 0 ? counted(files, "file")
+                                 : files == 0 ? counted(folders, "folder")
+                                              : counted(files, "file") + " and " + counted(folders, "folder");
+        return "the folder holds " + held + " an export does not write (" + foreign + (count > 3 ? ", ..." : "") +
+               "); an export replaces the whole folder, so choose an empty or new folder, or one holding only an earlier export";
+    }
     return "";
 }
 

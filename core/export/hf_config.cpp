@@ -1,6 +1,9 @@
 #include "core/export/hf_config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -10,6 +13,17 @@
 #include "core/util/error.h"
 
 namespace cwb::exporting {
+
+double float32Decimal(double value) {
+    if (!std::isfinite(value) || double(float(value)) != value) return value;
+    char text[32];
+    for (int digits = 1; digits <= 9; ++digits) {
+        std::snprintf(text, sizeof text, "%.*g", digits, value);
+        const double shortest = std::strtod(text, nullptr);
+        if (float(shortest) == float(value)) return shortest;
+    }
+    return value;
+}
 
 nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
     const ArchSpec& s = model.spec;
@@ -22,7 +36,7 @@ nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
         c = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"},      {"n_embd", s.hidden},
              {"n_layer", s.layers},                  {"n_head", shape.heads},     {"n_inner", shape.ffn},
              {"n_positions", s.context},             {"n_ctx", s.context},        {"vocab_size", s.vocab},
-             {"layer_norm_epsilon", s.normEps},      {"activation_function", "gelu_new"},
+             {"layer_norm_epsilon", float32Decimal(s.normEps)},      {"activation_function", "gelu_new"},
              {"tie_word_embeddings", s.tiedEmbeddings}};
         if (shape.heads * s.headDim != s.hidden)
             throw Error("config.json cannot describe this GPT-2: its heads (" + std::to_string(shape.heads) + " × " +
@@ -40,7 +54,7 @@ nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
              {"head_dim", s.headDim},
              {"vocab_size", s.vocab},
              {"max_position_embeddings", s.context},
-             {"rms_norm_eps", s.normEps},
+             {"rms_norm_eps", float32Decimal(s.normEps)},
              {"rope_theta", s.ropeTheta},
              {"hidden_act", "silu"},
              {"tie_word_embeddings", s.tiedEmbeddings}};

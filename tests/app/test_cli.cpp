@@ -487,7 +487,7 @@ void TestCli::mistakesFailBeforeTheWork() {
                   "--recipe", recipe}).exitCode, 0);
     // Export types are checked when the export is added, not when --batch writes it.
     Result gguf = run({"project", "add-export", project, "--variant", "rtn-w4g32", "--format", "gguf", "--type", "q9_9"});
-    QVERIFY2(gguf.exitCode == 2 && gguf.err.contains("a gguf export: --type: unknown or unsupported tensor type 'q9_9'"), qPrintable(gguf.err));
+    QVERIFY2(gguf.exitCode == 2 && gguf.err.contains("export as gguf: --type: unknown or unsupported tensor type 'q9_9'"), qPrintable(gguf.err));
     Result hfType = run({"project", "add-export", project, "--variant", "rtn-w4g32", "--format", "hf", "--type", "q4_0"});
     QVERIFY2(hfType.exitCode == 2 && hfType.err.contains("(choose one of: f32, f16, bf16)"), qPrintable(hfType.err));
     QCOMPARE(run({"project", "add-export", project, "--variant", "rtn-w4g32", "--format", "gguf", "--type", "q8_0"}).exitCode, 0);

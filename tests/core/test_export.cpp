@@ -23,6 +23,7 @@
 #include "core/compress/recipe.h"
 #include "core/export/export_format.h"
 #include "core/export/export_support.h"
+#include "core/export/hf_config.h"
 #include "core/util/json_text.h"
 #include "core/export/quant_layouts.h"
 #include "core/io/gguf_file.h"
@@ -415,6 +416,11 @@ void TestExport::packedRoundTrip() {
     QCOMPARE(QString::fromStdString(config["quantization_config"]["quant_method"].get<std::string>()), format);
     // Regression (user probe): how the layers were made (damp, static groups) was claimed whatever the recipe set.
     for (const char* key : {"damp_percent", "static_groups", "true_sequential"}) QVERIFY2(!config["quantization_config"].contains(key), key);
+    // A GGUF's float32 epsilon as the decimal it was (it came out as 9.999999747378752e-06: export probe).
+    QCOMPARE(config["rms_norm_eps"].get<double>(), 1e-5);
+    QCOMPARE(exporting::float32Decimal(double(1e-5f)), 1e-5);
+    QCOMPARE(exporting::float32Decimal(0.1), 0.1);                   // not a float32 value: as it is
+    QCOMPARE(exporting::float32Decimal(double(0.3f)), 0.3);
     auto back = loadModel(out);
     back->tokenizer = base->tokenizer;
     for (const auto& layer : variant->linearLayers()) {
@@ -936,6 +942,19 @@ void TestExport::neverReplacesItsSource() {
         QCOMPARE(overNotes, std::string("exists and is not a GGUF file; an export would replace it: remove it or choose another name"));
         QCOMPARE(overEmpty, std::string());   // an empty file holds nothing to lose
         QCOMPARE(overGguf, std::string());    // an earlier export is replaced
+    }
+    {   // Files and folders named as what they are (a subfolder was called a file: GUI probe).
+        QTemporaryDir mixed;
+        QVERIFY(QDir(mixed.path()).mkpath("sub"));
+        QFile notes(mixed.filePath("notes.txt"));
+        QVERIFY(notes.open(QIODevice::WriteOnly));
+        notes.close();
+        const std::string problem = exportDestinationProblem("hf", mixed.path().toStdString());
+        QVERIFY2(problem.rfind("the folder holds 1 file and 1 folder an export does not write (", 0) == 0 &&
+                     problem.find("sub/") != std::string::npos && problem.find("notes.txt") != std::string::npos,
+                 problem.c_str());
+        QVERIFY(QFile::remove(mixed.filePath("notes.txt")));
+        QCOMPARE(exportDestinationProblem("hf", mixed.path().toStdString()).rfind("the folder holds 1 folder an export does not write (sub/)", 0), size_t(0));
     }
     auto hf = syntheticModel(dir.path(), "hf");
     const std::string folder = hf->path;

@@ -303,6 +303,15 @@ void TestGuiFlow::openingAMissingFileFailsCleanly() {
     QVERIFY(!window.document());
     QVERIFY2(window.lastOpenError().contains(QFileInfo(junk.fileName()).absoluteFilePath()), qPrintable(window.lastOpenError()));
     QVERIFY(!window.isLoading());
+    // A damaged project file is not sent to look for its model (GUI probe: the advice named the model file).
+    QFile damaged(mDir.filePath("damaged.cwbproj"));
+    QVERIFY(damaged.open(QIODevice::WriteOnly));
+    damaged.write("SQLite format 3\0 but not really");
+    damaged.close();
+    QVERIFY(!window.openPath(damaged.fileName(), false));
+    const QString advice = MainWindow::openFailureAdvice(damaged.fileName());
+    QVERIFY2(advice.contains("cannot be read") && !advice.contains("model"), qPrintable(advice));
+    QVERIFY2(MainWindow::openFailureAdvice(junk.fileName()).contains("GGUF files"), qPrintable(MainWindow::openFailureAdvice(junk.fileName())));
 }
 
 // Project ▸ Use Tokenizer File: the model gets the file's tokenizer, the project records its path and hash (and keeps
@@ -503,6 +512,12 @@ void TestGuiFlow::exportVariantFromTheWindow() {
     QVERIFY2(dialog.replaceQuestion().contains("exists"), qPrintable(dialog.replaceQuestion()));
     dialog.setRequest({variant, "gguf", "", model});   // over the model itself
     QVERIFY2(dialog.problem().startsWith("This path is where the model was read from"), qPrintable(dialog.problem()));
+    QFile text(mDir.filePath("not-a-model.txt"));
+    QVERIFY(text.open(QIODevice::WriteOnly));
+    text.write("notes");
+    text.close();
+    dialog.setRequest({variant, "gguf", "", text.fileName()});   // had no subject (GUI probe)
+    QVERIFY2(dialog.problem().startsWith("This path exists and is not a GGUF file"), qPrintable(dialog.problem()));
     QSignalSpy refused(&window, &MainWindow::exportFinished);
     QVERIFY(window.exportVariant({variant, "awq", "", mDir.filePath("gui-export-awq")}, false));
     QVERIFY(refused.wait(120000));
@@ -810,6 +825,8 @@ void TestGuiFlow::projectWithAMovedModelOpensWhereItIsNow() {
     MainWindow window;
     QVERIFY(!window.openPath(project, false));
     QVERIFY2(window.lastOpenError().contains("cannot load the project's model"), qPrintable(window.lastOpenError()));
+    QVERIFY2(MainWindow::openFailureAdvice(project).contains("check that its model file is where it points"),
+             qPrintable(MainWindow::openFailureAdvice(project)));
     QVERIFY(window.openPath(project, false, after));
     ProjectDocument* doc = window.document();
     QCOMPARE(QString::fromStdString(doc->project().model().path), QFileInfo(after).absoluteFilePath());
@@ -1310,6 +1327,9 @@ void TestGuiFlow::brokenVariantIsWarned() {
     QCOMPARE(log.count("warning:"), 1);   // the base's perplexity is sound
     // Regression (GUI probe): each variant's line listed every layer's reconstruction error; they are counted now.
     QVERIFY2(!log.contains("reconstruction_error/") && log.contains(" per-layer reconstruction errors: Compare tab)"), qPrintable(log));
+    // Sizes as the Compare tab gives them ("bytes 1.1712e+06" read badly: GUI probe).
+    QVERIFY2(log.contains(QRegularExpression(" bytes [0-9.]+ (KiB|MiB) ")) && !log.contains(QRegularExpression("bytes [0-9.]+e\\+")),
+             qPrintable(log));
     const QString warnings = window.compareView()->warnings();
     QVERIFY2(warnings.startsWith(variant + ": perplexity ") && !warnings.contains("\n"), qPrintable(warnings));
     QTableWidget* table = window.compareView()->table();
