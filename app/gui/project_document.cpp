@@ -252,8 +252,41 @@ nlohmann::json ProjectDocument::steps(const QString& variant) const {
     return mProject->variant(name).recipe.value("steps", nlohmann::json::array());
 }
 
+void ProjectDocument::recordEdits(Project& project) const {
+    std::map<std::string, const Variant*> was;
+    if (mLastSaved)
+        for (const auto& v : mLastSaved->variants()) was[v.name] = &v;
+    nlohmann::json added = nlohmann::json::array(), removed = nlohmann::json::array(), edited = nlohmann::json::array(),
+                   measured = nlohmann::json::array();
+    for (const auto& v : project.variants()) {
+        const auto it = was.find(v.name);
+        if (it == was.end()) added.push_back({{"name", v.name}, {"parent", v.parent}, {"recipe", v.recipe}});
+        else if (it->second->recipe != v.recipe || it->second->parent != v.parent)
+            edited.push_back({{"name", v.name}, {"recipe", v.recipe}});
+    }
+    for (const auto& [name, v] : was)
+        if (!project.hasVariant(name)) removed.push_back(name);
+    std::vector<std::string> names{Project::kBaseName};
+    for (const auto& v : project.variants()) names.push_back(v.name);
+    for (const auto& name : names)
+        if (!project.results(name).empty() && (!mLastSaved || mLastSaved->results(name) != project.results(name)))
+            measured.push_back(name);
+    nlohmann::json detail = nlohmann::json::object();
+    if (!added.empty()) detail["added"] = added;
+    if (!removed.empty()) detail["removed"] = removed;
+    if (!edited.empty()) detail["edited"] = edited;
+    if (!measured.empty()) detail["measured"] = measured;
+    if (mLastSaved && !(mLastSaved->settings() == project.settings())) detail["settings"] = true;
+    if (detail.empty()) return;
+    // A save refused (the file changed on disk) and tried again after the merge: one entry.
+    const auto& journal = project.journal();
+    if (!journal.empty() && journal.back().action == "gui-edits" && journal.back().detail == detail) return;
+    project.record("gui-edits", detail);
+}
+
 void ProjectDocument::save() {
     if (mUntitled) throw Error("an untitled project needs a file name: use Save As");
+    recordEdits(*mProject);
     mProject->save();
     Project::discardAutosave(mProject->path());   // this document's autosave: its changes are saved now
     afterSave();
@@ -300,6 +333,7 @@ void ProjectDocument::saveAs(const QString& path) {
     if (!mUntitled && target == mProject->path()) return save();
     // The whole state goes, history included (a copy made table by table lost the journal).
     Project copy = *mProject;
+    recordEdits(copy);
     copy.record("save-as", {{"from", mProject->path()}});
     // An autosave left at the target by a session on the file being replaced is not this document's: recovering it
     // (or merging with it) later would bring that project's edits into this one.

@@ -162,6 +162,10 @@ private:
     ProjectDocument(Project project, std::shared_ptr<const Model> model, bool untitled);
     void markUnsavedData();
     void afterSave();
+    // One history entry ("gui-edits") with what changed since the file was last read or saved: variants added, removed
+    // or with another recipe, results stored, settings; nothing when nothing changed. The history showed only what
+    // commands did (GUI probe). Edits undone before the save are not in it; the file's state is.
+    void recordEdits(Project& project) const;
 
     std::unique_ptr<Project> mProject;
     std::shared_ptr<const Model> mModel;

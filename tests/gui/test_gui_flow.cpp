@@ -195,6 +195,13 @@ void TestGuiFlow::openRunCompareSaveReopen() {
     for (const auto& e : reopened.document()->project().journal()) actions << QString::fromStdString(e.action);
     QVERIFY2(actions.contains("create") &&
                  actions.contains("save-as"), qPrintable(actions.join(", ")));
+    // What was done in the window is in it too (only commands' work was: GUI probe).
+    const auto& journal = reopened.document()->project().journal();
+    const auto edits = std::find_if(journal.begin(), journal.end(), [](const JournalEntry& e) { return e.action == "gui-edits"; });
+    QVERIFY(edits != journal.end());
+    QCOMPARE(edits->detail["added"][0]["name"].get<std::string>(), variant.toStdString());
+    QCOMPARE(edits->detail["added"][0]["recipe"]["steps"][0]["method"].get<std::string>(), std::string("quantize.rtn"));
+    QVERIFY2(edits->detail["measured"].dump().find("base") != std::string::npos, edits->detail.dump().c_str());
 
     // The saved project replays headless as `cwb --batch` with the same numbers the GUI stored.
     BatchReplay replay;
@@ -205,6 +212,17 @@ void TestGuiFlow::openRunCompareSaveReopen() {
     QVERIFY(replayed.wait(120000));
     QVERIFY2(replayed.first().at(0).toInt() == 0, qPrintable(output.join('\n')));
     QVERIFY(QFileInfo::exists(mDir.filePath("report/report.json")));
+
+    // A later save records what changed since, and a save with nothing changed adds nothing.
+    reopened.document()->undoStack()->push(changeStepParameter(reopened.document(), variant, 0, "bits", 8));
+    QVERIFY(reopened.save(MainWindow::ChangedFile::Refuse));
+    const auto& after = reopened.document()->project().journal();
+    QCOMPARE(after.back().action, std::string("gui-edits"));
+    QCOMPARE(after.back().detail["edited"][0]["name"].get<std::string>(), variant.toStdString());
+    QVERIFY(!after.back().detail.contains("added"));
+    const size_t entries = after.size();
+    QVERIFY(reopened.save(MainWindow::ChangedFile::Refuse));
+    QCOMPARE(reopened.document()->project().journal().size(), entries);
 }
 
 void TestGuiFlow::importanceHeatmapSelectsLayer() {
