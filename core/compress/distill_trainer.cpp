@@ -2,6 +2,7 @@
 
 #include <c10/core/GradMode.h>   // NoGradGuard: ATen/ATen.h does not bring it in LibTorch 2.x
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -187,7 +188,16 @@ DistillResult distillModel(const Model& teacher, Model& student, const DistillDa
         tensors.storeInto(student);
         if (writeCheckpoint && !c.checkpointPath.empty()) tensors.save(c.checkpointPath);
     };
-    if (data.eval.defined()) result.evalPerplexityBefore = evaluate();
+    if (data.eval.defined()) {
+        result.evalPerplexityBefore = evaluate();
+        // The per-step lines start at the first eval_every step: without this one a rise was easy to miss (GUI probe).
+        if (feedback) {
+            char line[96];
+            std::snprintf(line, sizeof line, "held-out PPL before training (step %lld): %.4f", (long long)tensors.step(),
+                          result.evalPerplexityBefore);
+            feedback->log(line);
+        }
+    }
 
     distill::AdamSettings adam;
     adam.weightDecay = c.weightDecay;

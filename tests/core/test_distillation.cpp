@@ -6,6 +6,8 @@
 
 #include <fstream>
 
+#include <algorithm>
+#include <cstdio>
 #include <cmath>
 
 #include "core/compress/compressed_layers.h"
@@ -376,6 +378,8 @@ void TestDistillation::masksArePreservedAndEventsReported() {
     feedback.metricsCallback = [&](const std::string& series, const std::map<std::string, double>& v) {
         if (series == "distill.kd") events.push_back(v);
     };
+    std::vector<std::string> lines;
+    feedback.logCallback = [&](const std::string& line) { lines.push_back(line); };
     const Recipe r1 = recipe(R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5}}]})");
     CompressionResult pruned = compressModel(*l.model, r1, windows());
     const Recipe r2 = recipe(R"({"steps":[{"method":"prune.magnitude","params":{"sparsity":0.5}},
@@ -413,6 +417,10 @@ void TestDistillation::masksArePreservedAndEventsReported() {
     }
     QVERIFY(before > 0 && after > 0);
     QCOMPARE(warned, !perplexityRiseWarning(before, after).empty());
+    // The log starts with the perplexity before training, the one the summary's rise is measured from.
+    char expected[96];
+    std::snprintf(expected, sizeof expected, "held-out PPL before training (step 0): %.4f", before);
+    QVERIFY2(std::find(lines.begin(), lines.end(), std::string(expected)) != lines.end(), expected);
 }
 
 void TestDistillation::qatStudentStaysOnItsGrid() {
