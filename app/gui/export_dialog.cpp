@@ -177,9 +177,15 @@ void ExportDialog::validate() {
     const QString problem = QString::fromStdString(why);
     const bool relative = !path.isEmpty() && QFileInfo(path).isRelative();
     mWhere->setText(relative ? tr("Writes to %1").arg(QFileInfo(path).absoluteFilePath()) : QString());
+    const bool shownBefore = mProblem->isVisibleTo(this) || mWhere->isVisibleTo(this);
     mWhere->setVisible(relative);
     mProblem->setText(problem);
     mProblem->setVisible(!problem.isEmpty());
+    // Back to its height once the lines go: it kept the grown height, and Export stayed a line lower (GUI probe).
+    if (shownBefore && !mProblem->isVisibleTo(this) && !mWhere->isVisibleTo(this)) {
+        layout()->activate();
+        resize(width(), sizeHint().height());
+    }
     mOk->setEnabled(!path.isEmpty() && problem.isEmpty());
 }
 

@@ -536,6 +536,18 @@ void TestGuiFlow::exportVariantFromTheWindow() {
     text.close();
     dialog.setRequest({variant, "gguf", "", text.fileName()});   // had no subject (GUI probe)
     QVERIFY2(dialog.problem().startsWith("This path exists and is not a GGUF file"), qPrintable(dialog.problem()));
+    {   // Its height comes back once the problem goes: it kept the grown height, Export a line lower (GUI probe).
+        ExportDialog shown(window.document()->project(), variant, window.document()->model());
+        shown.setRequest({variant, "gguf", "", mDir.filePath("fresh.gguf")});
+        shown.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&shown));
+        const int plain = shown.height();
+        shown.setRequest({variant, "gguf", "", text.fileName()});
+        QVERIFY(!shown.problem().isEmpty());
+        QTRY_VERIFY(shown.height() > plain);
+        shown.setRequest({variant, "gguf", "", mDir.filePath("fresh.gguf")});
+        QTRY_COMPARE(shown.height(), plain);
+    }
     QSignalSpy refused(&window, &MainWindow::exportFinished);
     QVERIFY(window.exportVariant({variant, "awq", "", mDir.filePath("gui-export-awq")}, false));
     QVERIFY(refused.wait(120000));
