@@ -377,22 +377,26 @@ bool ImportanceHeatmap::colorScaleShown() const { return m->scale->visible(); }
 
 int ImportanceHeatmap::columnCount() const { return m->columns(); }
 
+namespace {
+QStringList everyStep(const QStringList& labels, int step)
+{
+    QStringList shown;
+    for (int i = 0; i < labels.size(); i += step)
+        shown << labels.at(i);
+    return shown;
+}
+}  // namespace
+
 QStringList ImportanceHeatmap::shownColumnLabels() const
 {
     m->ensureLayout();
-    QStringList shown;
-    for (int i = 0; i < m->columns(); i += m->labels.columnStep)
-        shown << m->data.columnLabels.at(i);
-    return shown;
+    return everyStep(m->data.columnLabels, m->labels.columnStep);
 }
 
 QStringList ImportanceHeatmap::shownRowLabels() const
 {
     m->ensureLayout();
-    QStringList shown;
-    for (int i = 0; i < m->rows(); i += m->labels.rowStep)
-        shown << m->data.rowLabels.at(i);
-    return shown;
+    return everyStep(m->data.rowLabels, m->labels.rowStep);
 }
 
 bool ImportanceHeatmap::columnLabelsTurned() const
