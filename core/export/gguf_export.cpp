@@ -55,21 +55,22 @@ Type nearestType(const CompressedLinear& linear) {
 
 // Blocks of 32 inputs with one scale d (and offset m): Q4_0 x = d·(c − 8), Q4_1 x = d·c + m, Q5_0 x = d·(c − 16),
 // Q5_1 x = d·c + m, Q8_0 x = d·c. An integer layer whose groups hold whole blocks in input order, without input scales,
-// is one of them level for level where its levels fit: x = s·(q − z) is d = s with c = q − z + 8 (Q4_0), c = q − z + 16
+// is one of them level for level where its levels can only fit: x = s·(q − z) is d = s with c = q − z + 8 (Q4_0), c = q − z + 16
 // (Q5_0), c = q − z (Q8_0), or c = q with m = −s·z rounded to fp16 (Q4_1, Q5_1; the only change). So 2- and 3-bit
 // layers fit Q4_0, 6- and 7-bit ones Q8_0 (they were re-quantized: an int3 g32 RTN of stories260K read back at PPL
 // 19.87 against 16.69; export probe). The types that hold the layer, smallest first; none: re-quantized from its weights.
+// Ranges are bounded by the width and the zero points, so a symmetric 4-bit layer (z = 8) fits q4_0, an asymmetric one
+// q4_1, an asymmetric 8-bit one q8_0 only where every zero point is 128.
 std::vector<Type> exactBlockTypes(const CompressedLinear& linear) {
     const auto* intLinear = dynamic_cast<const IntLinear*>(&linear);
     if (!intLinear || intLinear->inputScale().defined()) return {};
     const auto& w = intLinear->quantized();
     if (w.cols % 32 || quant::groupWidth(w.cols, w.spec.groupSize) % 32) return {};
     if (!at::equal(w.groupIndex.to(at::kInt), quant::defaultGroupIndex(w.cols, w.spec.groupSize))) return {};
-    const at::Tensor levels = w.levels();
-    const int64_t width = quant::groupWidth(w.cols, w.spec.groupSize);
-    const at::Tensor offsets = levels - w.zeros.to(at::kInt).repeat_interleave(width, 1).narrow(1, 0, w.cols);
-    const int64_t low = offsets.min().item<int64_t>(), high = offsets.max().item<int64_t>();
-    const int64_t top = levels.max().item<int64_t>(), bottom = levels.min().item<int64_t>();
+    // Bounds from the width and the zero points alone (levels span 0 .. 2^bits − 1): no pass over the unpacked levels,
+    // which planning a 7B export would repeat for every layer before writing it.
+    const int64_t bottom = 0, top = (int64_t(1) << w.spec.bits) - 1;
+    const int64_t low = bottom - w.zeros.max().item<int64_t>(), high = top - w.zeros.min().item<int64_t>();
     std::vector<Type> types;
     if (low >= -8 && high <= 7) types.push_back(Type::Q4_0);
     if (bottom >= 0 && top <= 15) types.push_back(Type::Q4_1);
