@@ -260,6 +260,12 @@ std::string destinationProblem(const std::string& path, bool folder) {
     return "";
 }
 
+void removeKilledExportLeftovers(const std::string& path, const std::vector<std::string>& tags, std::vector<std::string>& notes) {
+    for (const std::string& tag : tags)
+        for (const std::string& removed : removeAbandonedSiblings(path, tag))
+            notes.push_back("removed " + removed + ", left by an earlier export to the same path that was killed");
+}
+
 void replacePath(const std::string& from, const std::string& to) {
     namespace fs = std::filesystem;
     std::error_code ec;

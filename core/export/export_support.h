@@ -80,4 +80,8 @@ std::string destinationProblem(const std::string& path, bool folder);
 // Renames `from` onto `to`; an existing folder at `to` is replaced. Throws cwb::Error.
 void replacePath(const std::string& from, const std::string& to);
 
+// Removes what an earlier export to `path` that was killed left beside it (staging files and folders named with one of
+// `tags`; abandonedSiblings says which) and adds a note naming each to `notes`.
+void removeKilledExportLeftovers(const std::string& path, const std::vector<std::string>& tags, std::vector<std::string>& notes);
+
 } // namespace cwb::exporting

@@ -321,6 +321,7 @@ public:
         writer.addUInt32("general.file_type", fileType(report));
         // Missing folders on the way, as the folder formats make them (exportDestinationProblem checked the rest).
         exporting::ParentFolders parents(path);
+        exporting::removeKilledExportLeftovers(path, {".tmp-"}, report.notes);
         writer.write(path, [&](size_t done, size_t total) {
             if (!feedback) return;
             feedback->setProgress(double(done) / double(total));

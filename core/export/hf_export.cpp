@@ -117,6 +117,7 @@ public:
 
         // A staging folder of its own (created new, never one of the user's that happens to have the name).
         exporting::ParentFolders parents(folder);
+        exporting::removeKilledExportLeftovers(folder, {".tmp-export-", ".old-"}, report.notes);
         const std::string staging = createSiblingFolder(folder, ".tmp-export-");
         exporting::TemporaryPath cleanup(staging);
         std::error_code ec;

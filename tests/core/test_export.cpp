@@ -9,6 +9,7 @@
 #include <csignal>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <QtTest/QtTest>
 
@@ -125,6 +126,7 @@ private slots:
     void refusals();
     void cancelLeavesNothing();
     void exportLeavesNeighboursAlone();
+    void killedExportsLeftoversAreRemoved();
     void fullDiskLeavesNothing();
     void neverReplacesItsSource();
     void shardedFolder();
@@ -861,6 +863,56 @@ void TestExport::exportLeavesNeighboursAlone() {
     const QString named = QString::fromStdString(exportDestinationProblem("hf", root + "/model.gguf"));
     QVERIFY2(named.contains("would be taken for a gguf file"), qPrintable(named));
     QVERIFY(exportDestinationProblem("gguf", root + "/model.gguf").empty());
+}
+
+// Regression (export probe): an export killed with SIGKILL left its staging folder or file beside the target, where
+// every later export left it too (gigabytes for a 7B). A later export to the same path removes what a process of this
+// host that no longer runs left, and says so; another host's (a shared file system) and a running process's stay.
+void TestExport::killedExportsLeftoversAreRemoved() {
+    QTemporaryDir dir;
+    auto model = syntheticModel(dir.path(), "hf");
+    const std::string root = dir.path().toStdString();
+    // The host part of the names as this build writes it, read off a name it makes.
+    const std::string probe = createSiblingFile(root + "/probe", ".tmp-");
+    const std::string owner = probe.substr((root + "/probe.tmp-").size());   // HOST.PID.XXXXXX
+    std::filesystem::remove(probe);
+    const std::string host = owner.substr(0, owner.find('.'));
+    QVERIFY2(owner == host + "." + std::to_string(::getpid()) + owner.substr(owner.size() - 7), owner.c_str());
+    const pid_t child = ::fork();   // a process id that ran and is gone
+    if (child == 0) ::_exit(0);
+    QVERIFY(child > 0);
+    ::waitpid(child, nullptr, 0);
+    const std::string dead = std::to_string(child), running = std::to_string(::getppid());
+    const auto folderWithFile = [](const std::string& folder) {
+        std::filesystem::create_directories(folder);
+        std::ofstream(folder + "/model.safetensors") << "partial";
+    };
+    const std::string killedStaging = root + "/out.tmp-export-" + host + "." + dead + ".a1B2c3";
+    const std::string killedAside = root + "/out.old-" + host + "." + dead + ".d4E5f6";
+    const std::string killedFile = root + "/out.gguf.tmp-" + host + "." + dead + ".g7H8i9";
+    const std::string otherHost = root + "/out.tmp-export-" + host + "x." + dead + ".a1B2c3";
+    const std::string stillRunning = root + "/out.tmp-export-" + host + "." + running + ".a1B2c3";
+    const std::string notOurs = root + "/out.tmp-export-" + host + "." + dead + "x.a1B2c3";
+    for (const auto& folder : {killedStaging, killedAside, otherHost, stillRunning, notOurs}) folderWithFile(folder);
+    std::ofstream(killedFile) << "partial";
+
+    const ExportReport hf = exportModel(*model, "hf", root + "/out", {});
+    QVERIFY(!fileExists(killedStaging));
+    QVERIFY(!fileExists(killedAside));
+    for (const auto& kept : {otherHost, stillRunning, notOurs}) QVERIFY2(fileExists(kept + "/model.safetensors"), kept.c_str());
+    const auto noted = [](const ExportReport& report, const std::string& path) {
+        for (const auto& n : report.notes)
+            if (n.find(path) != std::string::npos && n.find("killed") != std::string::npos) return true;
+        return false;
+    };
+    QVERIFY(noted(hf, killedStaging));
+    QVERIFY(noted(hf, killedAside));
+    QVERIFY(fileExists(killedFile));   // another target's: not this export's to remove
+    const ExportReport gguf = exportModel(*model, "gguf", root + "/out.gguf", {});
+    QVERIFY(!fileExists(killedFile));
+    QVERIFY(noted(gguf, killedFile));
+    QVERIFY(fileExists(root + "/out/model.safetensors"));
+    QVERIFY(fileExists(root + "/out.gguf"));
 }
 
 // Regression (user probe): `cwb compress --out` on a full disk exited 0 with a truncated report.json, and budget left
