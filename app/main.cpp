@@ -64,6 +64,16 @@ void installInterruptHandler() {
     sigaction(SIGTERM, &action, nullptr);
 }
 
+// An interrupt that came after the work's last check changed nothing, though the handler said it would stop: say so,
+// so that "stopping" is not taken for a half-done output (export probe).
+int finishedDespiteInterrupt(const char* command, int exitCode) {
+    std::fflush(stdout);   // a reader slow to take the report is part of the work: an interrupt then is heard here
+    if (cwb::interruptRequested() && exitCode != 128 + cwb::interruptSignal())   // not one the interrupt stopped
+        std::fprintf(stderr, "cwb %s: the interrupt came after the last step that stops; the work was finished and what it "
+                             "wrote is complete (exit %d)\n", command, exitCode);
+    return exitCode;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -126,7 +136,7 @@ int main(int argc, char** argv) {
             runner.setQuiet(a.flag("quiet"));
             runner.setJson(a.flag("json"));
             runner.setCheckExports(!a.flag("no-export-check"));
-            return runner.run();
+            return finishedDespiteInterrupt("--batch", runner.run());
         } catch (const std::exception& e) {
             std::fprintf(stderr, "cwb --batch: error: %s\n", cwb::errorText(e).c_str());
             return 2;
@@ -139,7 +149,7 @@ int main(int argc, char** argv) {
         static const std::set<std::string> polling = {"eval", "compress", "export", "importance", "budget", "project"};
         if (polling.count(c.name)) installInterruptHandler();
         try {
-            return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+            return finishedDespiteInterrupt(c.name, c.run(std::vector<std::string>(args.begin() + 1, args.end())));
         } catch (const cwb::Cancelled&) {
             std::fprintf(stderr, "cwb %s: cancelled\n", c.name);
             return cwb::interruptRequested() ? 128 + cwb::interruptSignal() : 130;

@@ -11,6 +11,9 @@
 #include "tests/support/test_paths.h"
 
 #include <csignal>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 class TestCli : public QObject {
     Q_OBJECT
@@ -38,6 +41,7 @@ private slots:
     void tokenizerGivenForAFolderWithout();
     void llama2cTokenizerBesideTheCheckpointIsHashed();
     void interruptStopsAndSaysSo();
+    void interruptAfterTheLastStepSaysTheWorkIsWhole();
     void errorsNameTheFile();
     void mistakesFailBeforeTheWork();
     void generatedTextKeepsItsSpace();
@@ -394,6 +398,53 @@ void TestCli::interruptStopsAndSaysSo() {
     QCOMPARE(r.exitCode, 130);
     QVERIFY2(r.err.contains("interrupted") && r.err.contains("cancelled"), qPrintable(r.err));
     QVERIFY(!r.out.contains("PPL ="));
+}
+
+// Regression (export probe): Ctrl-C after an export's last check printed "stopping at the next step" while the
+// export ran to the end and exited 0, so the whole file looked half-written. Made deterministic by a stdout pipe of
+// one page that is not read: the export is in place, then cwb blocks writing its JSON report, and the interrupt lands
+// there, after the last check. It still exits 0, and says the work was finished.
+void TestCli::interruptAfterTheLastStepSaysTheWorkIsWhole() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    QTemporaryDir dir;
+    const QByteArray out = dir.filePath("out.gguf").toUtf8(), errPath = dir.filePath("stderr.txt").toUtf8();
+    const QByteArray binary = cwb::test::cwbBinary().toUtf8(), modelPath = model.toUtf8();
+    int pipeEnds[2];
+    QVERIFY(::pipe(pipeEnds) == 0);
+    QVERIFY(::fcntl(pipeEnds[1], F_SETPIPE_SZ, 4096) >= 4096);
+    const pid_t child = ::fork();
+    if (child == 0) {
+        ::dup2(pipeEnds[1], STDOUT_FILENO);
+        const int err = ::open(errPath.constData(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        ::dup2(err, STDERR_FILENO);
+        ::close(pipeEnds[0]);
+        const char* argv[] = {binary.constData(), "export", modelPath.constData(), "--format", "gguf", "--out", out.constData(),
+                              "--json", "--threads", "1", nullptr};
+        ::execv(argv[0], const_cast<char* const*>(argv));
+        ::_exit(127);
+    }
+    QVERIFY(child > 0);
+    ::close(pipeEnds[1]);
+    QElapsedTimer waited;
+    waited.start();
+    while (!QFile::exists(QString::fromUtf8(out)) && waited.elapsed() < 60000) QThread::msleep(20);
+    QVERIFY2(QFile::exists(QString::fromUtf8(out)), "the export did not appear");
+    QThread::msleep(200);   // to the blocked write of the report
+    int status = 0;
+    QVERIFY2(::waitpid(child, &status, WNOHANG) == 0, "cwb ended before the interrupt: its report fit the pipe");
+    ::kill(child, SIGINT);
+    QByteArray report;
+    char buffer[4096];
+    for (ssize_t n; (n = ::read(pipeEnds[0], buffer, sizeof buffer)) > 0;) report.append(buffer, int(n));
+    ::close(pipeEnds[0]);
+    QCOMPARE(::waitpid(child, &status, 0), child);
+    QFile errFile(QString::fromUtf8(errPath));
+    QVERIFY(errFile.open(QIODevice::ReadOnly));
+    const QString err = QString::fromUtf8(errFile.readAll());
+    QVERIFY2(WIFEXITED(status) && WEXITSTATUS(status) == 0, qPrintable(err));
+    QVERIFY2(err.contains("interrupted") && err.contains("the work was finished and what it wrote is complete (exit 0)"),
+             qPrintable(err));
+    QVERIFY2(QJsonDocument::fromJson(report).object()["format"].toString() == "gguf", report.left(200).constData());
 }
 
 // What a user gets wrong fails at once with exit 2 and a sentence naming the path, before any model work, and
