@@ -243,6 +243,8 @@ bool RunView::run(QStringList variants) {
         mRunAll->setEnabled(!mBatchRunning);
         mCancel->setEnabled(mBatchRunning);
         const QString elapsed = duration(mClock.elapsed() / 1000.0);
+        // A stopped run's bar went back to empty: left part-filled it looked like a run still going (GUI probe).
+        if (cancelled || !error.isEmpty()) mProgress->setValue(0);
         if (cancelled) {
             mStatus->setText(tr("Cancelled after %1; variants that finished keep their results.").arg(elapsed));
         } else if (!error.isEmpty()) {

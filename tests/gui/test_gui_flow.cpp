@@ -746,6 +746,9 @@ void TestGuiFlow::escapeStopsOnlyTheVisibleTabsJob() {
     MainWindow window;
     QVERIFY(window.openPath(model, false));
     useSmallEvaluation(window);
+    ProjectSettings longer = window.document()->project().settings();
+    longer.evalChunks = 150;   // seconds of evaluation: the cancel below lands while it runs
+    window.document()->undoStack()->push(changeSettings(window.document(), longer));
     QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
     QSignalSpy finished(window.runView(), &RunView::finished);
     QVERIFY(window.runView()->runAll());
@@ -753,9 +756,13 @@ void TestGuiFlow::escapeStopsOnlyTheVisibleTabsJob() {
     QCOMPARE(window.cancelVisibleJob(), QString());
     QVERIFY(window.runView()->isRunning());
     window.showTab(MainWindow::RunTab);
+    // Cancelled once the bar has moved: it goes back to empty, not left part-filled as if the run went on (GUI probe).
+    auto* bar = window.runView()->findChild<QProgressBar*>();
+    QTRY_VERIFY_WITH_TIMEOUT(bar->value() > 0, 60000);
     QCOMPARE(window.cancelVisibleJob(), QString("run"));
     QVERIFY(finished.wait(120000));
     QCOMPARE(finished.first().at(0).toBool(), false);
+    QCOMPARE(bar->value(), 0);
 }
 
 // Runs, latency and generation computed on the CPU whatever the machine, while the status bar named the GPU. The
