@@ -24,6 +24,7 @@
 #include "core/export/export_format.h"
 #include "core/export/export_plan.h"
 #include "core/io/model_format.h"
+#include "core/model/model_info.h"
 #include "core/project/file_hash.h"
 #include "core/project/project.h"
 #include "core/project/project_runner.h"
@@ -229,6 +230,26 @@ int create(const std::vector<std::string>& args) {
     return 0;
 }
 
+// One line of a journal entry: an export's variant, format, path and size; otherwise its detail's JSON, shortened.
+std::string historySummary(const JournalEntry& entry) {
+    const nlohmann::json& d = entry.detail;
+    if (entry.action == "export" && d.is_object() && d.contains("path")) {
+        const size_t files = d.value("files", nlohmann::json::array()).size();
+        return d.value("variant", "?") + " as " + d.value("format", "?") + (d.contains("type") ? " " + d.value("type", "") : "") +
+               " to " + d.value("path", "") + " (" + std::to_string(files) + (files == 1 ? " file, " : " files, ") +
+               humanBytes(d.value("bytes", 0.0)) + " of tensors)";
+    }
+    if (d.is_null()) return "";
+    std::string text = d.dump();
+    constexpr size_t kLongest = 160;
+    if (text.size() > kLongest) {
+        size_t cut = kLongest;
+        while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;   // not inside a UTF-8 character
+        text = text.substr(0, cut) + "…";
+    }
+    return text;
+}
+
 int show(const std::vector<std::string>& args) {
     Arguments a(args, {}, {"json"});
     Project project = Project::open(a.requirePositional("PROJECT"), Project::Access::ReadOnly);
@@ -288,6 +309,13 @@ int show(const std::vector<std::string>& args) {
         std::printf("importance %-24s %zu x %zu, %s\n", m.kind.c_str(), m.rowLabels.size(), m.columnLabels.size(),
                     on.empty() ? "measured on what was not recorded" : ("measured on " + on).c_str());
     }
+    // The latest history entries, one line each (a GUI export or save was visible only in --json).
+    const auto& journal = project.journal();
+    constexpr size_t kShownHistory = 12;
+    if (journal.size() > kShownHistory)
+        std::printf("history    %zu earlier entries (project show --json lists every one)\n", journal.size() - kShownHistory);
+    for (size_t i = journal.size() > kShownHistory ? journal.size() - kShownHistory : 0; i < journal.size(); ++i)
+        std::printf("history    %s %-12s %s\n", journal[i].time.c_str(), journal[i].action.c_str(), historySummary(journal[i]).c_str());
     // Results are judged by what the project recorded, as --batch and the GUI judge them; a text edited in place since
     // is said here (user probe: nothing said so until `project run`).
     const TextsNow texts(project);

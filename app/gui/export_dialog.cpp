@@ -208,19 +208,20 @@ void ExportDialog::setRequest(const ExportRequest& r) {
 }
 
 std::unique_ptr<BackgroundJob> makeExportJob(const Project& snapshot, std::shared_ptr<const Model> base,
-                                             const ExportRequest& request, std::shared_ptr<QStringList> summary,
+                                             const ExportRequest& request, std::shared_ptr<ExportOutcome> outcome,
                                              QObject* parent) {
     const QString title = QObject::tr("Export %1 as %2").arg(request.variant, request.format);
-    return std::make_unique<BackgroundJob>(title, [snapshot, base, request, summary](Feedback& feedback) {
+    return std::make_unique<BackgroundJob>(title, [snapshot, base, request, outcome](Feedback& feedback) {
         // A destination the export cannot use fails now, not after the variant is built.
         std::string where = exportOverwritesSource(request.path.toStdString(), base->path);
         if (where.empty()) where = exportDestinationProblem(request.format.toStdString(), request.path.toStdString());
         if (!where.empty()) throw Error(request.path.toStdString(), where);
         std::unique_ptr<Model> variant;
+        Recipe recipe;
         if (request.variant != Project::kBaseName) {
             // So is a layout that cannot hold what the recipe makes.
-            const std::string why = exportRecipeProblem(*base, ProjectRunner(snapshot, *base).fullRecipe(request.variant.toStdString()),
-                                                        request.format.toStdString());
+            recipe = ProjectRunner(snapshot, *base).fullRecipe(request.variant.toStdString());
+            const std::string why = exportRecipeProblem(*base, recipe, request.format.toStdString());
             if (!why.empty()) throw Error(request.variant.toStdString() + " cannot be written as " + request.format.toStdString() + ": " + why);
         }
         SubFeedback building(&feedback, 0.0, 0.6), writing(&feedback, 0.6, 1.0);
@@ -236,9 +237,16 @@ std::unique_ptr<BackgroundJob> makeExportJob(const Project& snapshot, std::share
         options.requantizeType = request.requantize.toStdString();
         options.packHead = request.packHead;
         const ExportReport report = exportModel(*variant, request.format.toStdString(), request.path.toStdString(), options, &writing);
-        summary->append(QObject::tr("Wrote %1 (%2 tensor bytes).").arg(QString::fromStdString(report.path)).arg(report.bytes));
-        for (const auto& warning : report.warnings) summary->append(QObject::tr("Warning: %1").arg(QString::fromStdString(warning)));
-        for (const auto& note : report.notes) summary->append(QString::fromStdString(note));
+        outcome->lines.append(QObject::tr("Wrote %1 (%2 tensor bytes).").arg(QString::fromStdString(report.path)).arg(report.bytes));
+        for (const auto& warning : report.warnings) outcome->lines.append(QObject::tr("Warning: %1").arg(QString::fromStdString(warning)));
+        for (const auto& note : report.notes) outcome->lines.append(QString::fromStdString(note));
+        // The recipe as built, which later edits of the variant do not change.
+        outcome->journal = {{"variant", request.variant.toStdString()}, {"format", report.format}, {"path", report.path},
+                            {"files", report.files}, {"bytes", report.bytes}, {"warnings", report.warnings.size()}};
+        if (!options.tensorType.empty()) outcome->journal["type"] = options.tensorType;
+        if (!options.requantizeType.empty()) outcome->journal["requantize"] = options.requantizeType;
+        if (options.packHead) outcome->journal["pack_head"] = true;
+        if (request.variant != Project::kBaseName) outcome->journal["recipe"] = recipe.toJson();
     }, parent);
 }
 

@@ -6,6 +6,8 @@
 #include <map>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 class QCheckBox;
 class QComboBox;
 class QLineEdit;
@@ -64,10 +66,16 @@ private:
     std::map<QString, std::shared_ptr<const Recipe>> mRecipes;   // each variant's whole recipe (base → … → it)
 };
 
+// What a successful export job leaves for the GUI thread.
+struct ExportOutcome {
+    QStringList lines;          // the exporter's report
+    nlohmann::json journal;     // the project history's "export" entry: the request, the whole recipe, files and bytes
+};
+
 // Builds the variant from the project snapshot (or takes the base) and exports it on a worker thread. The job's
-// finished(cancelled, error) tells the outcome; `summary` holds the exporter's report lines after success.
+// finished(cancelled, error) tells the outcome; `outcome` is filled after success.
 std::unique_ptr<BackgroundJob> makeExportJob(const Project& snapshot, std::shared_ptr<const Model> base,
-                                             const ExportRequest& request, std::shared_ptr<QStringList> summary,
+                                             const ExportRequest& request, std::shared_ptr<ExportOutcome> outcome,
                                              QObject* parent = nullptr);
 
 } // namespace cwb

@@ -12,6 +12,7 @@
 #include <QLineEdit>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QPointer>
 #include <QPlainTextEdit>
 #include <QStatusBar>
 #include <QTabWidget>
@@ -390,16 +391,20 @@ bool MainWindow::exportVariant(const ExportRequest& request, bool interactive) {
         if (interactive) QMessageBox::information(this, tr("An export is in progress"), tr("Wait for it to finish first."));
         return false;
     }
-    auto summary = std::make_shared<QStringList>();
-    mExportJob = makeExportJob(mDocument->project(), mDocument->model(), request, summary);
+    auto outcome = std::make_shared<ExportOutcome>();
+    mExportJob = makeExportJob(mDocument->project(), mDocument->model(), request, outcome);
     const QString title = tr("Export %1 as %2").arg(request.variant, request.format);
     connect(mExportJob.get(), &BackgroundJob::progressChanged, this, [this, title](double f) {
         mStatus->setJob("export", tr("%1 (%2%)").arg(title).arg(int(f * 100)));
     });
     mStatus->setJob("export", title);
-    connect(mExportJob.get(), &BackgroundJob::finished, this, [this, summary, interactive, request](bool cancelled, const QString& error) {
+    QPointer<ProjectDocument> exported = mDocument.get();
+    connect(mExportJob.get(), &BackgroundJob::finished, this, [this, outcome, interactive, request, exported](bool cancelled, const QString& error) {
         mStatus->setJob("export", {});
         const bool ok = !cancelled && error.isEmpty();
+        // In the project's history, as the command line's runs are (a GUI export was recorded nowhere).
+        if (ok && exported) exported->recordExport(outcome->journal);
+        const QStringList* summary = &outcome->lines;
         const QString message = ok ? summary->join('\n') : cancelled ? tr("Export cancelled; nothing was written.") : error;
         if (cancelled) statusBar()->showMessage(message, 8000);
         if (interactive) {

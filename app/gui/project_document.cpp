@@ -375,6 +375,11 @@ void ProjectDocument::afterSave() {
     if (wasClean) emit dirtyChanged(isDirty());
 }
 
+void ProjectDocument::recordExport(const nlohmann::json& detail) {
+    mProject->record("export", detail);
+    markUnsavedData();
+}
+
 void ProjectDocument::markUnsavedData() {
     const bool before = isDirty();
     mUnsavedData = true;

@@ -98,6 +98,8 @@ public:
     bool mergeChangesOnDisk(QStringList* problems);
     // Marks the document as having unsaved changes that are not on the undo stack.
     void markChanged() { markUnsavedData(); }
+    // Adds an "export" entry (`detail`: what was written, from what) to the project's history; unsaved until a save.
+    void recordExport(const nlohmann::json& detail);
     void saveAs(const QString& path);
     void autosave() const;
 

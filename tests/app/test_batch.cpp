@@ -170,6 +170,10 @@ void TestBatch::lineageAndShow() {
     const QString text = run({"project", "show", copy}).out;
     QVERIFY2(text.contains(QRegularExpression("importance linears.sensitivity +5 x 7, measured on 4 windows of 64 tokens of "
                                               "tinystories_v2_valid_first100.txt \\(seed 0\\), cpu")), qPrintable(text));
+    // The latest history, one line each (it was shown only by --json).
+    QVERIFY2(text.contains(QRegularExpression("history +\\S+ add-variant +\\{\"name\":\"wanda-then-rtn\",\"parent\":\"wanda-50\"")),
+             qPrintable(text));
+    QVERIFY2(text.contains(QRegularExpression("history +\\S+ importance ")), qPrintable(text));
     {   // Regression: a map of a text changed since the project recorded it carried the recorded hash, without a word.
         const QString textCopy = mDir.filePath("calib-copy.txt");
         QFile::remove(textCopy);

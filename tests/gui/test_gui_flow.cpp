@@ -504,6 +504,20 @@ void TestGuiFlow::exportVariantFromTheWindow() {
     QVERIFY(done.first().at(1).toString().contains("gui-export.gguf"));
     auto exported = loadModel(mDir.filePath("gui-export.gguf").toStdString());
     QCOMPARE(exported->spec.layers, int64_t(5));
+    // In the project's history, with the recipe it was built from, unsaved until a save (GUI probe: a GUI export was
+    // recorded nowhere).
+    QVERIFY(window.document()->isDirty());
+    const auto& journal = window.document()->project().journal();
+    QCOMPARE(QString::fromStdString(journal.back().action), QString("export"));
+    const nlohmann::json entry = journal.back().detail;
+    QCOMPARE(QString::fromStdString(entry.value("variant", "")), variant);
+    QCOMPARE(QString::fromStdString(entry.value("format", "")), QString("gguf"));
+    QCOMPARE(QString::fromStdString(entry.value("type", "")), QString("q8_0"));
+    QCOMPARE(QString::fromStdString(entry.value("requantize", "")), QString("q5_0"));
+    QCOMPARE(QString::fromStdString(entry.value("path", "")), request.path);
+    QCOMPARE(entry.value("bytes", uint64_t(0)) > 0, true);
+    QCOMPARE(QString::fromStdString(entry["recipe"]["steps"][0].value("method", "")), QString("quantize.rtn"));
+    const size_t entries = journal.size();
 
     // RTN's default groups of 128 do not divide stories260K's 64 inputs, which the AWQ layout needs (and its MLP's 172
     // outputs are not whole words of 8). The dialog says so from the recipe and keeps Export disabled; the job
@@ -554,6 +568,17 @@ void TestGuiFlow::exportVariantFromTheWindow() {
     QCOMPARE(refused.first().at(0).toBool(), false);
     QVERIFY2(refused.first().at(1).toString().contains("not a multiple of"), qPrintable(refused.first().at(1).toString()));
     QVERIFY(!QFileInfo::exists(mDir.filePath("gui-export-awq")));
+    QCOMPARE(window.document()->project().journal().size(), entries);   // a failed export is not history
+    // Saved, `cwb project show` lists it among the latest history.
+    const QString saved = mDir.filePath("exported.cwbproj");
+    QVERIFY(window.saveAs(saved));
+    if (!cwb::test::cwbBinary().isEmpty()) {
+        const auto shown = cwb::test::runCwb({"project", "show", saved}, 60000);
+        QVERIFY2(shown.out.contains(QRegularExpression("history +\\S+ export +" + QRegularExpression::escape(variant) +
+                                                       " as gguf q8_0 to " + QRegularExpression::escape(request.path) +
+                                                       " \\(1 file, [0-9.]+ [KM]iB of tensors\\)")),
+                 qPrintable(shown.out));
+    }
 
     // A folder holding the user's own files: the dialog says why and keeps Export disabled; the job refuses it too,
     // before building anything, and the files stay.
@@ -747,7 +772,7 @@ void TestGuiFlow::escapeStopsOnlyTheVisibleTabsJob() {
     QVERIFY(window.openPath(model, false));
     useSmallEvaluation(window);
     ProjectSettings longer = window.document()->project().settings();
-    longer.evalChunks = 150;   // seconds of evaluation: the cancel below lands while it runs
+    longer.evalChunks = 600;   // most of the text: the cancel below lands while the evaluation runs
     window.document()->undoStack()->push(changeSettings(window.document(), longer));
     QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
     QSignalSpy finished(window.runView(), &RunView::finished);
