@@ -4,9 +4,10 @@
 namespace cwb {
 
 enum class CommandId : int {
+    // Each its own undo step: a Settings dialog's OK (two OKs were undone by one Ctrl+Z; GUI probe).
+    Unmerged = -1,
     StepParameter = 1,
     StepTargets,
-    Settings,
     Tokenizer,   // not merged (mergeWith is not overridden); the window checks it before undo and redo
 };
 

@@ -10,7 +10,7 @@ namespace cwb {
 QUndoCommand* changeSettings(ProjectDocument* document, const ProjectSettings& settings) {
     auto apply = [document](const ProjectSettings& s) { document->setSettings(s); };
     return new ChangeValue<ProjectSettings>(QCoreApplication::translate("SettingsCommands", "Change project settings"),
-                                            CommandId::Settings, QStringLiteral("settings"), document->project().settings(),
+                                            CommandId::Unmerged, QStringLiteral("settings"), document->project().settings(),
                                             settings, apply);
 }
 

@@ -3,6 +3,7 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QIcon>
+#include <QScreen>
 
 #include <cstdio>
 #include <filesystem>
@@ -62,6 +63,7 @@ int runGui(int argc, char** argv) {
     }
 
     MainWindow window;
+    if (!parser.isSet(screenshot)) window.restoreLayout(QGuiApplication::primaryScreen() ? QGuiApplication::primaryScreen()->availableGeometry() : QRect());
     if (parser.isSet(size)) {
         const QStringList wh = parser.value(size).split('x');
         if (wh.size() == 2) window.resize(wh[0].toInt(), wh[1].toInt());

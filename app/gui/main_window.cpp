@@ -1,5 +1,8 @@
 #include "app/gui/main_window.h"
 
+#include <algorithm>
+
+#include <QAbstractItemView>
 #include <QAbstractSpinBox>
 #include <QActionGroup>
 #include <QApplication>
@@ -14,6 +17,7 @@
 #include <QMessageBox>
 #include <QPointer>
 #include <QPlainTextEdit>
+#include <QSettings>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTextDocument>
@@ -59,11 +63,12 @@ MainWindow::MainWindow(QWidget* parent)
     mTabs->addTab(mRun, tr("Run"));
     mTabs->addTab(mCompare, tr("Compare"));
     setCentralWidget(mTabs);
-    auto* dock = new QDockWidget(tr("Model"), this);
+    auto* dock = mModelDock = new QDockWidget(tr("Model"), this);
     dock->setObjectName(QStringLiteral("modelDock"));
     dock->setWidget(mTree);
+    // A narrower window took the dock down to 70 px ("bloc", "Othe"), and it stayed so when the window grew (GUI probe).
+    mTree->setMinimumWidth(mTree->fontMetrics().horizontalAdvance(QLatin1Char('x')) * 24);
     addDockWidget(Qt::LeftDockWidgetArea, dock);
-    resizeDocks({dock}, {640}, Qt::Horizontal);
     createActions();
     menuBar()->findChild<QMenu*>(QStringLiteral("viewMenu"))->addAction(dock->toggleViewAction());
 
@@ -478,6 +483,17 @@ bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
     if (event->type() != QEvent::ShortcutOverride) return QMainWindow::eventFilter(watched, event);
     auto* widget = qobject_cast<QWidget*>(watched);
     auto* key = static_cast<QKeyEvent*>(event);
+    // F2 edits the current cell of a table that has the focus (an override's pattern or parameters), or is ignored in
+    // its editor, as in any table: the window's Rename Variant took it, and renamed the variant to what was typed for
+    // the cell (GUI probe).
+    if (widget && widget->window() == this && key->key() == Qt::Key_F2 && key->modifiers() == Qt::NoModifier)
+        for (QWidget* w = widget; w && w != this; w = w->parentWidget())
+            if (auto* view = qobject_cast<QAbstractItemView*>(w);
+                view && (view->editTriggers() & QAbstractItemView::EditKeyPressed) &&
+                (view->currentIndex().flags() & Qt::ItemIsEditable)) {
+                event->accept();   // the view's key press, not the shortcut
+                return true;
+            }
     if (!widget || widget->window() != this || !(key->modifiers() & Qt::ControlModifier)) return QMainWindow::eventFilter(watched, event);
     // Undo and redo go to the field while it has typing of its own to undo, then to the project (a field took Ctrl+Z
     // and did nothing, or undid its text alone while the project kept the value, GUI probe).
@@ -503,8 +519,45 @@ void MainWindow::closeEvent(QCloseEvent* event) {
         event->ignore();
         return;
     }
-    if (maybeStopJobs() && maybeSave()) event->accept();
-    else event->ignore();
+    if (!maybeStopJobs() || !maybeSave()) {
+        event->ignore();
+        return;
+    }
+    if (mRemembersLayout) {
+        QSettings settings;
+        settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+        settings.setValue(QStringLiteral("window/state"), saveState());
+    }
+    event->accept();
+}
+
+QSize MainWindow::firstSize(const QSize& available) {
+    // 1400 x 850 where it fits; on a smaller screen (1366 x 768, 1024 x 768, or scaled up) most of it: the buttons at the
+    // bottom and the status bar were off-screen (GUI probe).
+    const QSize preferred(1600, 950);
+    if (!available.isValid() || available.isEmpty()) return QSize(1400, 850);
+    return preferred.boundedTo(QSize(available.width() * 90 / 100, available.height() * 90 / 100));
+}
+
+void MainWindow::restoreLayout(const QRect& available) {
+    mRemembersLayout = true;
+    QSettings settings;
+    const bool placed = restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
+    if (!placed) resize(firstSize(available.size()));
+    mLayoutRestored = placed && restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
+}
+
+int MainWindow::modelDockWidth() const {
+    return std::max(mTree->minimumWidth(), width() * 30 / 100);
+}
+
+void MainWindow::showEvent(QShowEvent* event) {
+    QMainWindow::showEvent(event);
+    if (mShown) return;
+    mShown = true;
+    // Sized once the window has its size: resizeDocks before the first show did nothing, and the dock opened at 114 px.
+    if (!mLayoutRestored)
+        QTimer::singleShot(0, this, [this] { resizeDocks({mModelDock}, {modelDockWidth()}, Qt::Horizontal); });
 }
 
 bool MainWindow::setComputeDevice(ComputeDevice device) {

@@ -83,6 +83,14 @@ public:
     void cancelLoading();
     // Why the last openPath failed, starting with the absolute path of the file; empty after a success.
     QString lastOpenError() const { return mLastOpenError; }
+    // The window's size, place and dock layout as the user left them at the last close, else a first size that fits
+    // `available` (the screen less its panels). The app calls it; windows made without it (tests) keep the defaults
+    // and save nothing.
+    void restoreLayout(const QRect& available);
+    static QSize firstSize(const QSize& available);
+    // The Model dock's width on first show: 30% of the window (its names, shapes and types at 1600 px), at least the
+    // tree's minimum (it was 114 px, names cut to "post_att", GUI probe).
+    int modelDockWidth() const;
 
 signals:
     void exportFinished(bool succeeded, const QString& message);
@@ -91,6 +99,7 @@ signals:
 
 protected:
     void closeEvent(QCloseEvent* event) override;
+    void showEvent(QShowEvent* event) override;
     // The window's own shortcuts (Ctrl+E, Ctrl+D, ...) win over a focused text field's Emacs-style keys, which took them
     // (GUI probe: Ctrl+E and Ctrl+D did nothing from any spin box or line edit); editing keys (Undo, Copy, ...) stay
     // the field's.
@@ -118,6 +127,10 @@ private:
     QString locateMissingModel(const QString& projectPath, bool recovered);
 
     std::unique_ptr<ProjectDocument> mDocument;
+    class QDockWidget* mModelDock = nullptr;
+    bool mRemembersLayout = false;   // restoreLayout was called: the layout is saved on close
+    bool mLayoutRestored = false;    // a saved dock layout was applied: the first show keeps it
+    bool mShown = false;
     ModelTreeView* mTree;
     ImportanceView* mImportance;
     PipelineEditor* mPipeline;

@@ -84,11 +84,15 @@ PipelineEditor::PipelineEditor(QWidget* parent)
     auto* duplicateButton = mDuplicateVariant = button(tr("Duplicate"), tr("Copy this variant's steps into a new variant (branch)"), this);
     mRemoveVariant = button(tr("Remove"), tr("Remove this variant and its results"), this);
     auto* renameButton = mRenameVariant = button(tr("Rename…"), tr("Give this variant another name (F2)"), this);
-    variantRow->addWidget(newButton);
-    variantRow->addWidget(duplicateButton);
-    variantRow->addWidget(renameButton);
+    // The variant's buttons under its name: in one row they made the Steps pane 550 px at least, and with the other
+    // panes the window 1450 px, which pressed the Model dock to its minimum and ran off smaller screens (GUI probe).
+    auto* variantButtons = new QHBoxLayout;
+    variantButtons->addWidget(newButton);
+    variantButtons->addWidget(duplicateButton);
+    variantButtons->addWidget(renameButton);
     connect(renameButton, &QPushButton::clicked, this, [this] { renameVariant(); });
-    variantRow->addWidget(mRemoveVariant);
+    variantButtons->addWidget(mRemoveVariant);
+    variantButtons->addStretch();
     connect(newButton, &QPushButton::clicked, this, &PipelineEditor::newVariant);
     connect(duplicateButton, &QPushButton::clicked, this, &PipelineEditor::duplicateVariant);
     connect(mRemoveVariant, &QPushButton::clicked, this, &PipelineEditor::removeVariant);
@@ -156,6 +160,7 @@ PipelineEditor::PipelineEditor(QWidget* parent)
     auto* stepsBox = new QGroupBox(tr("Steps"), this);
     auto* stepsLayout = new QVBoxLayout(stepsBox);
     stepsLayout->addLayout(variantRow);
+    stepsLayout->addLayout(variantButtons);
     stepsLayout->addWidget(mSteps);
     stepsLayout->addLayout(stepButtons);
 

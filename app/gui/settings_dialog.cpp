@@ -1,5 +1,7 @@
 #include "app/gui/settings_dialog.h"
 
+#include <algorithm>
+
 #include <QDialogButtonBox>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -9,8 +11,6 @@
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPushButton>
-#include <QRegularExpression>
-#include <QRegularExpressionValidator>
 #include <QSpinBox>
 #include <QVBoxLayout>
 
@@ -19,9 +19,40 @@
 
 namespace cwb {
 
+namespace {
+
+// A number past the maximum stays as typed (not valid, so the dialog says the range) instead of losing its last digit:
+// 4096 typed where 2048 is the most became 409 without a word (GUI probe). Leaving the field sets the nearest.
+class RangeSpinBox : public QSpinBox {
+public:
+    using QSpinBox::QSpinBox;
+    QValidator::State validate(QString& text, int& pos) const override {
+        const QValidator::State state = QSpinBox::validate(text, pos);
+        bool number = false;
+        text.trimmed().toLongLong(&number);
+        return state == QValidator::Invalid && number ? QValidator::Intermediate : state;
+    }
+    void fixup(QString& input) const override {   // the nearest allowed value, not the minimum
+        bool number = false;
+        const qlonglong typed = input.trimmed().toLongLong(&number);
+        if (number) input = textFromValue(int(std::clamp<qlonglong>(typed, minimum(), maximum())));
+        else QSpinBox::fixup(input);
+    }
+};
+
+// The seed as a whole number 0 .. 2^64 - 1 ("" when it is one): letters typed were dropped without a word.
+QString seedProblem(const QString& text) {
+    bool ok = false;
+    text.trimmed().toULongLong(&ok);
+    return ok && !text.trimmed().startsWith('+') ? QString()
+                                                 : SettingsDialog::tr("Seed takes a whole number from 0 to 18446744073709551615");
+}
+
+} // namespace
+
 SettingsDialog::SettingsDialog(const ProjectSettings& s, int64_t modelContext, QWidget* parent)
-    : QDialog(parent), mOriginal(s), mSamples(new QSpinBox(this)), mSeqLen(new QSpinBox(this)), mSeed(new QLineEdit(this)),
-      mCtx(new QSpinBox(this)), mChunks(new QSpinBox(this)), mForm(new QFormLayout) {
+    : QDialog(parent), mOriginal(s), mSamples(new RangeSpinBox(this)), mSeqLen(new RangeSpinBox(this)), mSeed(new QLineEdit(this)),
+      mCtx(new RangeSpinBox(this)), mChunks(new RangeSpinBox(this)), mForm(new QFormLayout) {
     setWindowTitle(tr("Project Settings"));
     mCalibration = fileRow(QString::fromStdString(s.calibration.path), tr("Calibration text"));
     mCalibration->setToolTip(tr("Plain text the calibrated methods (GPTQ, AWQ, Wanda, …) draw token windows from"));
@@ -33,7 +64,6 @@ SettingsDialog::SettingsDialog(const ProjectSettings& s, int64_t modelContext, Q
     mSeqLen->setValue(int(std::min<int64_t>(s.calibrationSeqLen, modelContext)));
     mSeqLen->setToolTip(tr("tokens per calibration window (at most the model's context)"));
     mForm->addRow(tr("Tokens per window"), mSeqLen);
-    mSeed->setValidator(new QRegularExpressionValidator(QRegularExpression(QStringLiteral("[0-9]{1,20}")), mSeed));
     mSeed->setText(QString::number(static_cast<qulonglong>(s.calibrationSeed)));
     mSeed->setToolTip(tr("seeds the calibration windows' offsets (0 … 2^64 − 1)"));
     mForm->addRow(tr("Seed"), mSeed);
@@ -73,13 +103,14 @@ SettingsDialog::SettingsDialog(const ProjectSettings& s, int64_t modelContext, Q
         box->setCorrectionMode(QAbstractSpinBox::CorrectToNearestValue);
         // The box's own line edit: QSpinBox::textChanged comes only with a new value, not with "0" typed below the range.
         if (auto* line = box->findChild<QLineEdit*>()) connect(line, &QLineEdit::textChanged, this, &SettingsDialog::fieldEdited);
+        connect(box, &QSpinBox::editingFinished, this, &SettingsDialog::fieldEdited);   // set to the nearest: said no more
     }
     for (QLineEdit* line : {mCalibration, mEvaluation, mSeed}) connect(line, &QLineEdit::textEdited, this, &SettingsDialog::fieldEdited);
 }
 
 void SettingsDialog::fieldEdited() {
     QStringList outOfRange;
-    for (QSpinBox* box : {mSamples, mSeqLen, mCtx})
+    for (QSpinBox* box : {mSamples, mSeqLen, mCtx, mChunks})
         if (!box->hasAcceptableInput()) {
             const auto* label = qobject_cast<QLabel*>(mForm->labelForField(box));
             outOfRange << tr("%1 takes %2 to %3; leaving the field sets the nearest")
@@ -87,6 +118,7 @@ void SettingsDialog::fieldEdited() {
                               .arg(box->minimum())
                               .arg(box->maximum());
         }
+    if (const QString seed = seedProblem(mSeed->text()); !seed.isEmpty()) outOfRange << seed;
     mProblem->setText(outOfRange.join('\n'));
     mProblem->setVisible(!outOfRange.isEmpty());
 }

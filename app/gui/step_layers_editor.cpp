@@ -12,6 +12,7 @@
 #include <QRegularExpression>
 #include <QSignalBlocker>
 #include <QTableWidget>
+#include <QToolButton>
 #include <QTextDocument>
 #include <QVBoxLayout>
 
@@ -64,8 +65,8 @@ nlohmann::json stepLayerFields(const nlohmann::json& step) {
 
 StepLayersEditor::StepLayersEditor(QWidget* parent)
     : QWidget(parent), mTargets(new QLineEdit(this)), mIgnore(new QPlainTextEdit(this)), mOverrides(new QTableWidget(0, 2, this)),
-      mRemoveOverride(new QPushButton(tr("Remove"), this)), mUp(new QPushButton(tr("Up"), this)),
-      mDown(new QPushButton(tr("Down"), this)), mRevert(new QPushButton(tr("Revert"), this)), mStatus(new QLabel(this)) {
+      mRemoveOverride(new QPushButton(tr("Remove"), this)), mUp(new QToolButton(this)),
+      mDown(new QToolButton(this)), mRevert(new QPushButton(tr("Revert"), this)), mStatus(new QLabel(this)) {
     mTargets->setObjectName(QStringLiteral("stepTargets"));
     mTargets->setPlaceholderText(tr("every linear layer of the blocks"));
     mTargets->setToolTip(targetsHelp());
@@ -112,6 +113,8 @@ StepLayersEditor::StepLayersEditor(QWidget* parent)
     auto* add = new QPushButton(tr("Add"), this);
     add->setToolTip(tr("Add an override row; it takes effect once it has a pattern and parameters"));
     mRemoveOverride->setToolTip(tr("Remove the selected override"));
+    mUp->setArrowType(Qt::UpArrow);
+    mDown->setArrowType(Qt::DownArrow);
     mUp->setToolTip(tr("Move the selected override up: it is tried before the ones below it"));
     mDown->setToolTip(tr("Move the selected override down"));
     mRevert->setToolTip(tr("Put the fields back to the step as the project has it"));
@@ -119,8 +122,8 @@ StepLayersEditor::StepLayersEditor(QWidget* parent)
     mRevert->setFocusPolicy(Qt::NoFocus);
     connect(add, &QPushButton::clicked, this, &StepLayersEditor::addOverrideRow);
     connect(mRemoveOverride, &QPushButton::clicked, this, [this] { removeOverrideRow(mOverrides->currentRow()); });
-    connect(mUp, &QPushButton::clicked, this, [this] { moveOverrideRow(mOverrides->currentRow(), -1); });
-    connect(mDown, &QPushButton::clicked, this, [this] { moveOverrideRow(mOverrides->currentRow(), +1); });
+    connect(mUp, &QToolButton::clicked, this, [this] { moveOverrideRow(mOverrides->currentRow(), -1); });
+    connect(mDown, &QToolButton::clicked, this, [this] { moveOverrideRow(mOverrides->currentRow(), +1); });
     connect(mRevert, &QPushButton::clicked, this, &StepLayersEditor::revert);
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(add);
@@ -135,6 +138,7 @@ StepLayersEditor::StepLayersEditor(QWidget* parent)
     mStatus->setTextInteractionFlags(Qt::TextSelectableByMouse);
 
     auto* form = new QFormLayout;
+    form->setRowWrapPolicy(QFormLayout::WrapLongRows);   // labels above the fields where the pane is narrow
     form->addRow(tr("Targets:"), mTargets);
     form->addRow(tr("Ignore:"), mIgnore);
     auto* overrides = new QVBoxLayout;

@@ -15,6 +15,7 @@ class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
 class QPushButton;
+class QToolButton;
 class QTableWidget;
 
 namespace cwb {
@@ -86,8 +87,8 @@ private:
     QPlainTextEdit* mIgnore;
     QTableWidget* mOverrides;
     QPushButton* mRemoveOverride;
-    QPushButton* mUp;
-    QPushButton* mDown;
+    QToolButton* mUp;     // arrows: two more 80 px buttons made the pane too wide to share (GUI probe)
+    QToolButton* mDown;
     QPushButton* mRevert;
     QLabel* mStatus;
 };

@@ -1,6 +1,7 @@
 // The whole flow through the real main window: open stories260K → add an RTN step → run → the A/B chart has
 // two series (base and the variant) → save → reopen shows the same steps and chart. Waits on signals.
 #include <QAbstractButton>
+#include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFileDialog>
 #include <QKeyEvent>
@@ -10,6 +11,7 @@
 #include <QMessageBox>
 #include <QPointer>
 #include <QProgressBar>
+#include <QSettings>
 #include <QSpinBox>
 #include <QStatusBar>
 #include <QTableWidget>
@@ -67,6 +69,8 @@ private slots:
     void untitledWorkIsRecoveredAfterACrash();
     void settingsDialogKeepsEditsAndLargeSeeds();
     void escapeStopsOnlyTheVisibleTabsJob();
+    void f2EditsATableCellNotTheVariantName();
+    void windowAndModelDockFitAndAreKept();
     void computeDeviceIsAChoice();
     void statusShowsEveryRunningJob();
     void latencyAndGenerationShowInTheStatusBar();
@@ -763,6 +767,37 @@ void TestGuiFlow::settingsDialogKeepsEditsAndLargeSeeds() {
     dialog.accept();
     QCOMPARE(dialog.result(), int(QDialog::Accepted));
     QCOMPARE(dialog.settings().calibrationSeed, std::numeric_limits<uint64_t>::max());
+
+    // Regressions (GUI probe): 4096 typed where the model's context is 2048 became 409 (the last digit refused without a
+    // word), and letters typed in the seed were dropped. Both stay as typed and are said; Return sets the nearest.
+    SettingsDialog small(ProjectSettings{}, 2048);
+    QSpinBox* tokens = nullptr;
+    for (QSpinBox* box : small.findChildren<QSpinBox*>())
+        if (box->toolTip().startsWith("tokens per calibration window")) tokens = box;
+    QVERIFY(tokens);
+    tokens->findChild<QLineEdit*>()->selectAll();
+    QTest::keyClicks(tokens, "4096");
+    QCOMPARE(tokens->text(), QString("4096"));
+    QVERIFY2(small.problem().startsWith("Tokens per window takes ") && small.problem().contains(" to 2048"), qPrintable(small.problem()));
+    QTest::keyClick(tokens, Qt::Key_Return);
+    QCOMPARE(tokens->value(), 2048);
+    QVERIFY2(small.problem().isEmpty(), qPrintable(small.problem()));
+    QLineEdit* seed = nullptr;
+    for (QLineEdit* line : small.findChildren<QLineEdit*>())
+        if (line->toolTip().startsWith("seeds the calibration")) seed = line;
+    QVERIFY(seed);
+    seed->selectAll();
+    QTest::keyClicks(seed, "abc12x");
+    QCOMPARE(seed->text(), QString("abc12x"));
+    QVERIFY2(small.problem().contains("Seed takes a whole number from 0 to 18446744073709551615"), qPrintable(small.problem()));
+    small.accept();
+    QCOMPARE(small.result(), int(QDialog::Rejected));
+    seed->selectAll();
+    QTest::keyClicks(seed, "-5");
+    QVERIFY(small.problem().contains("Seed takes"));
+    seed->selectAll();
+    QTest::keyClicks(seed, "12");
+    QVERIFY(small.problem().isEmpty());
 }
 
 // Regression: Escape anywhere in the window stopped every job at once (a run of hours with a stray keystroke).
@@ -788,6 +823,95 @@ void TestGuiFlow::escapeStopsOnlyTheVisibleTabsJob() {
     QVERIFY(finished.wait(120000));
     QCOMPARE(finished.first().at(0).toBool(), false);
     QCOMPARE(bar->value(), 0);
+}
+
+// Regression (GUI probe): F2 in the Overrides table opened Project ▸ Rename Variant, and Enter renamed the variant to
+// what was meant for the cell. F2 edits the table's current cell; outside an editable cell it is still Rename.
+void TestGuiFlow::f2EditsATableCellNotTheVariantName() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    const QString variant = window.document()->currentVariant();
+    window.showTab(MainWindow::PipelineTab);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    auto* layers = window.pipelineEditor()->findChild<StepLayersEditor*>();
+    QVERIFY(layers);
+    layers->addOverrideRow();   // its pattern cell opens for typing
+    QTableWidget* table = layers->overridesTable();
+    QTRY_VERIFY(qobject_cast<QLineEdit*>(QApplication::focusWidget()));
+    QTest::keyClicks(QApplication::focusWidget(), "q_proj");
+    QTest::keyClick(QApplication::focusWidget(), Qt::Key_Return);
+    QTRY_COMPARE(table->item(0, 0)->text(), QString("q_proj"));   // the delegate commits queued
+    table->setCurrentCell(0, 1);
+    table->setFocus();
+    QTRY_VERIFY(table->hasFocus());
+    QStringList dialogs;   // a modal dialog would block keyClick: closed, and named
+    QTimer closer;
+    connect(&closer, &QTimer::timeout, [&] {
+        if (QWidget* modal = QApplication::activeModalWidget()) {
+            dialogs << modal->windowTitle();
+            modal->close();
+        }
+    });
+    closer.start(200);
+    QTest::keyClick(table, Qt::Key_F2);
+    QTRY_VERIFY(qobject_cast<QLineEdit*>(QApplication::focusWidget()) &&
+                table->isAncestorOf(QApplication::focusWidget()));   // the cell's editor
+    QCOMPARE(dialogs, QStringList());
+    QTest::keyClicks(QApplication::focusWidget(), "{\"bits\": 8}");
+    QTest::keyClick(QApplication::focusWidget(), Qt::Key_Return);
+    QTRY_COMPARE(table->item(0, 1)->text(), QString("{\"bits\": 8}"));
+    QCOMPARE(window.document()->currentVariant(), variant);
+    // Where no cell can be edited, F2 is Rename Variant as before.
+    window.pipelineEditor()->findChild<QListWidget*>()->setFocus();
+    QTest::keyClick(window.pipelineEditor()->findChild<QListWidget*>(), Qt::Key_F2);
+    QTRY_COMPARE(dialogs, QStringList{"Rename Variant"});
+    QCOMPARE(window.document()->currentVariant(), variant);
+}
+
+// Regressions (GUI probe): the window opened at 1400 x 850 on any screen (buttons and status bar off a 1366 x 768 one);
+// the Model dock opened at 114 px (resizeDocks before the first show did nothing) and shrank to 70 px in a narrower
+// window; the layout was not kept between launches.
+void TestGuiFlow::windowAndModelDockFitAndAreKept() {
+    QCOMPARE(MainWindow::firstSize(QSize(2560, 1400)), QSize(1600, 950));
+    QCOMPARE(MainWindow::firstSize(QSize(1920, 1040)), QSize(1600, 936));
+    QCOMPARE(MainWindow::firstSize(QSize(1366, 728)), QSize(1229, 655));
+    QCOMPARE(MainWindow::firstSize(QSize(1024, 740)), QSize(921, 666));
+    QCOMPARE(MainWindow::firstSize(QSize()), QSize(1400, 850));
+    QSettings().remove("window");
+    int keptWidth = 0;
+    {
+        MainWindow window;
+        window.restoreLayout(QRect(0, 0, 1920, 1040));   // nothing saved yet: the first size
+        QCOMPARE(window.size(), QSize(1600, 936));
+        // The panes' least widths leave the dock its share at 1600 px (the Pipeline tab's alone were 1276 px).
+        QVERIFY2(window.centralWidget()->minimumSizeHint().width() <= 1000,
+                 qPrintable(QString::number(window.centralWidget()->minimumSizeHint().width())));
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        auto* dock = window.findChild<QDockWidget*>("modelDock");
+        QTRY_VERIFY2(dock->width() >= 1600 * 30 / 100 - 10, qPrintable(QString::number(dock->width())));
+        window.resize(700, 600);
+        auto* tree = window.findChild<ModelTreeView*>();
+        QTRY_VERIFY(dock->width() >= tree->minimumWidth());
+        QVERIFY(tree->minimumWidth() >= 150);
+        window.resize(1400, 850);
+        window.resizeDocks({dock}, {333}, Qt::Horizontal);   // as a user's drag
+        QTRY_VERIFY(std::abs(dock->width() - 333) <= 10);
+        keptWidth = dock->width();
+        QVERIFY(window.close());   // no document: nothing to ask
+    }
+    MainWindow again;
+    again.restoreLayout(QRect(0, 0, 1920, 1040));
+    QCOMPARE(again.size(), QSize(1400, 850));   // as it was closed
+    again.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&again));
+    auto* dock = again.findChild<QDockWidget*>("modelDock");
+    QTest::qWait(50);   // past the first show's sizing, which a restored layout skips
+    QCOMPARE(dock->width(), keptWidth);
+    QSettings().remove("window");
 }
 
 // Runs, latency and generation computed on the CPU whatever the machine, while the status bar named the GPU. The

@@ -371,12 +371,15 @@ void TestPipelineCommands::settingsUndo() {
     s.evalCtx = 32;
     mDoc->undoStack()->push(changeSettings(mDoc.get(), s));
     s.evalChunks = 3;
-    mDoc->undoStack()->push(changeSettings(mDoc.get(), s));   // merges with the previous settings edit
-    QCOMPARE(mDoc->undoStack()->count(), 1);
+    // Each change (a Settings dialog's OK) is its own undo step: two were undone by one Ctrl+Z (GUI probe).
+    mDoc->undoStack()->push(changeSettings(mDoc.get(), s));
+    QCOMPARE(mDoc->undoStack()->count(), 2);
     QCOMPARE(mDoc->project().settings().evalChunks, int64_t(3));
     mDoc->undoStack()->undo();
-    QCOMPARE(mDoc->project().settings().evalCtx, original);
+    QCOMPARE(mDoc->project().settings().evalCtx, int64_t(32));
     QCOMPARE(mDoc->project().settings().evalChunks, int64_t(-1));
+    mDoc->undoStack()->undo();
+    QCOMPARE(mDoc->project().settings().evalCtx, original);
 }
 
 void TestPipelineCommands::dirtyFollowsTheStack() {
