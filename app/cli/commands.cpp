@@ -113,7 +113,7 @@ at::Tensor windowsFromText(const Arguments& args, const std::string& textPath, c
     spec.seqLen = args.integer("seq-len", 256);
     spec.seed = args.unsignedInteger("seed", 0);
     std::string note;   // windows clipped to the context or the text, overlapping: said, as compress says it
-    at::Tensor windows = drawCalibration(model.tokenizer->encode(readTextFile(textPath), true), model.tokenizer->bos(), spec,
+    at::Tensor windows = drawCalibration(model.tokenizer->encode(readTextFile(textPath), model.tokenizer->addBosByDefault()), model.tokenizer->textBos(), spec,
                                          model.spec.context, &note);
     if (!note.empty() && !args.flag("quiet") && !args.flag("json")) std::fprintf(stderr, "note: %s\n", note.c_str());
     if (noteOut) *noteOut = note;

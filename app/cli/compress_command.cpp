@@ -64,7 +64,7 @@ nlohmann::json stageMetrics(const Model& base, const Model& model, const std::ve
     nlohmann::json m = {{"bytes", model.storageBytes()}, {"parameters", model.parameterCount()}};
     if (!tokens) return m;
     Transformer baseRuntime(base, sharingMemory(RuntimeOptions{}, 2)), runtime(model, sharingMemory(RuntimeOptions{}, 2));
-    DivergenceResult d = compareModels(baseRuntime, runtime, *tokens, base.tokenizer->bos(), p, feedback);
+    DivergenceResult d = compareModels(baseRuntime, runtime, *tokens, base.tokenizer->textBos(), p, feedback);
     m["ppl"] = d.variant.perplexity;
     m["ppl_err"] = d.variant.error;
     m["kl"] = d.klMean;
@@ -128,7 +128,7 @@ int runCompress(const std::vector<std::string>& args) {
     PerplexityParams p;
     if (a.has("eval")) {
         requireTokenizer(*base, path);
-        evalTokens = base->tokenizer->encode(readTextFile(a.value("eval")), true);
+        evalTokens = base->tokenizer->encode(readTextFile(a.value("eval")), base->tokenizer->addBosByDefault());
         p.ctx = a.integer("ctx", std::min<int64_t>(512, base->spec.context));
         p.maxChunks = chunksOption(a);
         p.textPath = a.value("eval");

@@ -24,7 +24,7 @@ int runEval(const std::vector<std::string>& args) {
     auto model = loadModel(path, options);
     requireTokenizer(*model, path);
     const std::string textPath = a.value("text");
-    std::vector<TokenId> tokens = model->tokenizer->encode(readTextFile(textPath), /*addBos=*/true);
+    std::vector<TokenId> tokens = model->tokenizer->encode(readTextFile(textPath), model->tokenizer->addBosByDefault());
     PerplexityParams p;
     p.ctx = a.integer("ctx", std::min<int64_t>(512, model->spec.context));
     p.maxChunks = chunksOption(a);
@@ -34,7 +34,7 @@ int runEval(const std::vector<std::string>& args) {
     const bool quiet = a.flag("quiet") || a.flag("json");
     if (!quiet) showProgress(feedback, "eval");
     Transformer runtime(*model, runtimeOptions(a));
-    PerplexityResult r = evaluatePerplexity(runtime, tokens, model->tokenizer->bos(), p, &feedback);
+    PerplexityResult r = evaluatePerplexity(runtime, tokens, model->tokenizer->textBos(), p, &feedback);
     const std::string warning = perplexityWarning(r, model->spec.vocab);
     if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
     if (a.flag("json")) {

@@ -34,6 +34,7 @@ int runGenerate(const std::vector<std::string>& args) {
     requireTokenizer(*model, path);
     GenerateParams p;
     p.prompt = a.value("prompt");
+    p.addBos = model->tokenizer->addBosByDefault();   // BOS was put before every prompt, also Qwen2's and GPT-2's
     p.parseSpecial = a.flag("special");
     ChatPrompt chat;
     if (a.has("chat")) {

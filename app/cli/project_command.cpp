@@ -518,7 +518,7 @@ int importance(const std::vector<std::string>& args) {
     const std::string tokenizerHash = warnOfTokenizerChange(project, load, *model);
     CalibrationSpec spec{text, a.integer("samples", 16), a.integer("seq-len", std::min<int64_t>(256, s.calibrationSeqLen)),
                          s.calibrationSeed};
-    at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(text), true), model->tokenizer->bos(), spec,
+    at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(text), model->tokenizer->addBosByDefault()), model->tokenizer->textBos(), spec,
                                          model->spec.context);
     CallbackFeedback feedback;
     if (!a.flag("quiet")) {

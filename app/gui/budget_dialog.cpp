@@ -239,8 +239,8 @@ bool BudgetDialog::solve(bool interactive) {
     }
     auto plan = std::make_shared<BudgetPlan>();
     mJob = std::make_unique<BackgroundJob>(tr("Budget solver"), [model, spec, options, plan](Feedback& feedback) {
-        const at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), true),
-                                                   model->tokenizer->bos(), spec, model->spec.context);
+        const at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), model->tokenizer->addBosByDefault()),
+                                                   model->tokenizer->textBos(), spec, model->spec.context);
         *plan = solveBitBudget(*model, windows, options, &feedback);
     });
     connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });

@@ -207,6 +207,7 @@ bool GenerationPanel::generate() {
     const std::array<std::string, 2> names = {mLeft->currentText().toStdString(), mRight->currentText().toStdString()};
     GenerateParams params;
     params.prompt = mPrompt->text().toStdString();
+    params.addBos = model->tokenizer->addBosByDefault();   // as the model's own tokenizer starts a text
     params.tokens = mTokens->value();
     params.temperature = mTemperature->value();
     params.topK = mTopK->value();

@@ -193,8 +193,8 @@ bool ImportanceView::compute() {
     }
     auto result = std::make_shared<ImportanceMap>();
     mJob = std::make_unique<BackgroundJob>(tr("Importance %1").arg(kind()), [model, spec, kindId, result, textHash, compute](Feedback& feedback) {
-        const at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), true),
-                                                   model->tokenizer->bos(), spec, model->spec.context);
+        const at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), model->tokenizer->addBosByDefault()),
+                                                   model->tokenizer->textBos(), spec, model->spec.context);
         *result = computeImportance(*model, kindId, windows, &feedback, compute);
         result->measuredWith = importanceMeasurement(spec.textPath, textHash, windows, spec.seed, compute, result->kind);
     });

@@ -315,8 +315,8 @@ CompressionResult compressModel(const Model& base, const Recipe& recipe, const C
         if (calibration.textPath.empty())
             throw Error("the recipe has a step that needs calibration data; give a text file (--calib FILE)");
         if (!base.tokenizer) throw Error(base.path, "calibration needs the model's tokenizer, and it has none");
-        std::vector<TokenId> tokens = base.tokenizer->encode(readTextFile(calibration.textPath), true);
-        windows = drawCalibration(tokens, base.tokenizer->bos(), calibration, base.spec.context, &note);
+        std::vector<TokenId> tokens = base.tokenizer->encode(readTextFile(calibration.textPath), base.tokenizer->addBosByDefault());
+        windows = drawCalibration(tokens, base.tokenizer->textBos(), calibration, base.spec.context, &note);
         if (feedback && !note.empty()) feedback->log(note);
     }
     const CalibrationCompute compute = resolveCalibrationCompute(calibration);

@@ -103,7 +103,7 @@ const std::vector<TokenId>& ProjectRunner::evaluationTokens() {
         if (!mBase.tokenizer)
             throw Error(mBase.path, "has no tokenizer to evaluate with (give it one: --tokenizer FILE, or Project ▸ Use "
                                     "Tokenizer File in the GUI)");
-        mEvalTokens = mBase.tokenizer->encode(readTextFile(path), true);
+        mEvalTokens = mBase.tokenizer->encode(readTextFile(path), mBase.tokenizer->addBosByDefault());
     }
     return mEvalTokens;
 }
@@ -118,7 +118,7 @@ const at::Tensor& ProjectRunner::calibrationWindows(Feedback* feedback) {
                                     "FILE, or Project ▸ Use Tokenizer File in the GUI)");
         CalibrationSpec spec{s.calibration.path, s.calibrationSamples, s.calibrationSeqLen, s.calibrationSeed};
         std::string note;
-        mCalibration = drawCalibration(mBase.tokenizer->encode(readTextFile(spec.textPath), true), mBase.tokenizer->bos(),
+        mCalibration = drawCalibration(mBase.tokenizer->encode(readTextFile(spec.textPath), mBase.tokenizer->addBosByDefault()), mBase.tokenizer->textBos(),
                                        spec, mBase.spec.context, &note);
         if (!note.empty()) {
             mNotes.push_back(note);
@@ -153,7 +153,7 @@ PerplexityResult ProjectRunner::evaluateOther(const Model& model, Feedback* feed
     params.textPath = s.evaluation.path;
     const std::vector<TokenId>& tokens = evaluationTokens();   // names a missing tokenizer before bos() is asked
     Transformer runtime(model, mOptions);
-    return evaluatePerplexity(runtime, tokens, mBase.tokenizer->bos(), params, feedback);
+    return evaluatePerplexity(runtime, tokens, mBase.tokenizer->textBos(), params, feedback);
 }
 
 std::vector<ResultRow> ProjectRunner::evaluate(const std::string& variant, Feedback* feedback) {
@@ -172,7 +172,7 @@ std::vector<ResultRow> ProjectRunner::evaluate(const std::string& variant, Feedb
     const std::vector<TokenId>& tokens = evaluationTokens();
     if (variant == "base") {
         Transformer runtime(mBase, mOptions);
-        PerplexityResult r = evaluatePerplexity(runtime, tokens, mBase.tokenizer->bos(), params, feedback);
+        PerplexityResult r = evaluatePerplexity(runtime, tokens, mBase.tokenizer->textBos(), params, feedback);
         row("perplexity", r.perplexity, r.error, r.seconds);
         row("bytes", double(mBase.storageBytes()), 0, 0);
         row("bits_per_weight", linearBitsPerWeight(mBase, mBase), 0, 0);
@@ -184,7 +184,7 @@ std::vector<ResultRow> ProjectRunner::evaluate(const std::string& variant, Feedb
     std::unique_ptr<Model> model = build(variant, &buildFeedback, ErrorPass::Measure);
     const double buildSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     Transformer base(mBase, sharingMemory(mOptions, 2)), compressed(*model, sharingMemory(mOptions, 2));
-    DivergenceResult d = compareModels(base, compressed, tokens, mBase.tokenizer->bos(), params, &evalFeedback);
+    DivergenceResult d = compareModels(base, compressed, tokens, mBase.tokenizer->textBos(), params, &evalFeedback);
     row("perplexity", d.variant.perplexity, d.variant.error, d.variant.seconds);
     row("kl_mean", d.klMean, 0, 0);
     row("kl_p99", d.klP99, 0, 0);

@@ -22,7 +22,7 @@ struct GenerateParams {
     // document (llama2.c's stories models end one so, and its run.c stops there).
     bool stopAtEos = true;
     std::vector<TokenId> stopIds;   // more ids that end generation (a chat format's end of turn)
-    bool addBos = true;          // put BOS before the prompt (chat prompts follow the tokenizer's own setting)
+    bool addBos = true;          // put BOS before the prompt; the CLI and GUI pass the tokenizer's own setting
     bool parseSpecial = false;   // control tokens written in the prompt become their ids (chat prompts)
     // Called with the text generated so far (as GenerateResult::text would be), at most every textInterval seconds
     // and once at the end, from the thread that generates: for showing it as it comes.

@@ -33,6 +33,10 @@ public:
     // Whether the vocabulary's own settings ask for BOS at the start of a text (TokenizerData::addBos,
     // tokenizer_config.json's add_bos_token, llama2.c: always). Callers pass it as encode's addBos.
     bool addBosByDefault() const { return mAddBos; }
+    // The id a text's tokens start with: BOS where the vocabulary adds one, -1 where it adds none (Qwen2, GPT-2), as
+    // llama.cpp's perplexity takes it. Evaluation chunks and calibration windows start with it; they started with BOS
+    // (or id 0) for every model, so Qwen2 and GPT-2 perplexities differed from the reference (user probe).
+    TokenId textBos() const { return mAddBos ? mBos : -1; }
     // Ids that end generation: EOS and the vocabulary's other stop ids (TokenizerData::stopIds), without repeats.
     std::vector<TokenId> stopIds() const;
     // The vocabulary in GGUF's terms (tokenizer.ggml.*, types resolved), for exporters; nullptr when unknown.

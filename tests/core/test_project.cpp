@@ -15,12 +15,18 @@
 #include <cmath>
 #include <limits>
 
+#include "core/eval/perplexity.h"
+#include "core/io/model_format.h"
+#include "core/model/model.h"
 #include "core/project/file_hash.h"
 #include "core/project/project.h"
 #include "core/project/project_runner.h"
 #include "core/project/project_schema.h"
 #include "core/util/error.h"
+#include "core/runtime/transformer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "core/util/feedback.h"
+#include "tests/support/test_paths.h"
 
 using namespace cwb;
 using nlohmann::json;
@@ -123,6 +129,7 @@ private slots:
     void lineage_data();
     void lineage();
     void relativeStepFilesFollowTheProject();
+    void evaluationStartsTextsAsTheTokenizerDoes();
     void refusals_data();
     void refusals();
     void newNamesAreChecked();
@@ -374,6 +381,47 @@ void TestProject::relativeStepFilesFollowTheProject() {
     QCOMPARE(runner.fullRecipe("kd").steps.at(0).params["checkpoint"].get<std::string>(), std::string("ck/kd.ckpt"));
     // Its folder is not there: the problem names the project's folder, not the working one.
     QVERIFY2(runner.buildProblem("kd").find(folder + "/ck/kd.ckpt") != std::string::npos, runner.buildProblem("kd").c_str());
+}
+
+// Regression (user probe): evaluation chunks started with BOS (or id 0) for every model, so Qwen2's and GPT-2's
+// perplexities were not those of transformers or llama.cpp, whose tokenizers start a text without one. A chunk starts
+// as the model's tokenizer starts a text: with BOS where it adds one, with the text's own token where it adds none.
+void TestProject::evaluationStartsTextsAsTheTokenizerDoes() {
+    CWB_REQUIRE_FIXTURE(modelPath, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    const std::unique_ptr<Model> withBos = loadModel(modelPath.toStdString());
+    QVERIFY(withBos->tokenizer && withBos->tokenizer->addBosByDefault() && withBos->tokenizer->bos() >= 0);
+    std::unique_ptr<Model> withoutBos = withBos->clone();
+    TokenizerData data = *withBos->tokenizer->vocabulary();
+    data.addBos = false;   // as a Qwen2 or GPT-2 vocabulary says
+    withoutBos->tokenizer = makeTokenizer(data);
+    QCOMPARE(withoutBos->tokenizer->textBos(), TokenId(-1));
+    QCOMPARE(withBos->tokenizer->textBos(), withBos->tokenizer->bos());
+
+    ProjectSettings settings;
+    settings.evaluation = textFileReference(text.toStdString());
+    settings.evalCtx = 64;
+    settings.evalChunks = 3;
+    PerplexityParams params;
+    params.ctx = 64;
+    params.maxChunks = 3;
+    const std::string words = readTextFile(text.toStdString());
+    int made = 0;
+    const auto storedPerplexity = [&](const Model& model) {
+        const Project p = Project::create(file(QString("bos-%1.cwbproj").arg(++made)).toStdString(), sampleModel(), settings);
+        ProjectRunner runner(p, model);
+        for (const ResultRow& r : runner.evaluate(Project::kBaseName, nullptr))
+            if (r.metric == "perplexity") return r.value;
+        return -1.0;
+    };
+    const auto direct = [&](const Model& model, bool bos) {
+        Transformer runtime(model);
+        return evaluatePerplexity(runtime, model.tokenizer->encode(words, bos), bos ? model.tokenizer->bos() : -1, params).perplexity;
+    };
+    const double without = storedPerplexity(*withoutBos), with = storedPerplexity(*withBos);
+    QCOMPARE(without, direct(*withoutBos, false));
+    QCOMPARE(with, direct(*withBos, true));
+    QVERIFY2(std::abs(without - with) > 1e-6 * with, qPrintable(QString::number(without) + " " + QString::number(with)));
 }
 
 void TestProject::refusals_data() {

@@ -25,17 +25,19 @@ namespace {
 // Passes over the training windows past which a note warns of overfitting.
 constexpr double kManyPasses = 10.0;
 
-// Consecutive windows of `length` tokens (BOS first) covering the text.
+// Consecutive windows of `length` tokens covering the text, each starting with BOS where the vocabulary starts texts
+// with one (Tokenizer::textBos; id 0 was put first for Qwen2 and GPT-2, which have none).
 at::Tensor textWindows(const Model& model, const std::string& path, int64_t length) {
     if (!model.tokenizer) throw Error(model.path, "distill.kd needs the model's tokenizer to read " + path);
     std::vector<TokenId> tokens = model.tokenizer->encode(readTextFile(path), false);
-    const int64_t body = length - 1, count = static_cast<int64_t>(tokens.size()) / body;
+    const TokenId bos = model.tokenizer->textBos();
+    const int64_t lead = bos >= 0 ? 1 : 0, body = length - lead, count = static_cast<int64_t>(tokens.size()) / body;
     if (count < 2) throw Error(path, "the text holds " + std::to_string(tokens.size()) + " tokens, fewer than two windows of " + std::to_string(length));
     at::Tensor out = at::empty({count, length}, at::kLong);
     auto a = out.accessor<int64_t, 2>();
     for (int64_t w = 0; w < count; ++w) {
-        a[w][0] = std::max<TokenId>(model.tokenizer->bos(), 0);
-        for (int64_t i = 0; i < body; ++i) a[w][i + 1] = tokens[static_cast<size_t>(w * body + i)];
+        if (lead) a[w][0] = bos;
+        for (int64_t i = 0; i < body; ++i) a[w][i + lead] = tokens[static_cast<size_t>(w * body + i)];
     }
     return out;
 }
