@@ -412,7 +412,7 @@ private:
         const auto name = model.metadata.find("name");
         w.addString("general.name", name != model.metadata.end() && !name->second.empty() ? name->second : "cwb export");
         w.addUInt32("general.quantization_version", 2);
-        w.addUInt32(p + "context_length", uint32_t(s.context));
+        w.addUInt32(p + "context_length", uint32_t(s.slidingWindow > 0 && s.declaredContext > s.context ? s.declaredContext : s.context));
         w.addUInt32(p + "embedding_length", uint32_t(s.hidden));
         w.addUInt32(p + "block_count", uint32_t(s.layers));
         // llama.cpp reads these three as one value or as one value per layer (structured pruning).

@@ -53,7 +53,7 @@ nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
              {"num_key_value_heads", shape.kvHeads},
              {"head_dim", s.headDim},
              {"vocab_size", s.vocab},
-             {"max_position_embeddings", s.context},
+             {"max_position_embeddings", s.slidingWindow > 0 && s.declaredContext > s.context ? s.declaredContext : s.context},
              {"rms_norm_eps", float32Decimal(s.normEps)},
              {"rope_theta", s.ropeTheta},
              {"hidden_act", "silu"},
@@ -62,7 +62,14 @@ nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
             c["attention_bias"] = s.attentionBias;
             c["mlp_bias"] = false;
         }
-        if (type == "mistral") c["sliding_window"] = nullptr;
+        // The window as read: it was written as none, with the window for the context, and transformers then computed
+        // full attention past it, another model (user probe).
+        if (type == "mistral") c["sliding_window"] = s.slidingWindow > 0 ? nlohmann::json(s.slidingWindow) : nlohmann::json(nullptr);
+        if (type == "qwen2" && s.slidingWindow > 0) {
+            c["use_sliding_window"] = true;
+            c["sliding_window"] = s.slidingWindow;
+            c["max_window_layers"] = s.slidingFromLayer;
+        }
         if (s.ropeScaling.type == "linear") {
             c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.ropeScaling.factor}};
         } else if (s.ropeScaling.type == "llama3") {

@@ -175,7 +175,11 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
         const bool sliding = s.modelType == "mistral" || c.value("use_sliding_window", false);
         if (sliding && c.contains("sliding_window") && c["sliding_window"].is_number_integer()) {
             const int64_t window = c["sliding_window"].get<int64_t>();
-            if (window > 0 && window < s.context) s.context = s.slidingWindow = window;
+            if (window > 0 && window < s.context) {
+                s.declaredContext = s.context;
+                s.slidingFromLayer = s.modelType == "qwen2" ? c.value("max_window_layers", int64_t(0)) : 0;
+                s.context = s.slidingWindow = window;
+            }
         }
     } else if (s.modelType == "gpt2") {
         s.family = Family::Gpt2;

@@ -51,6 +51,8 @@ struct ArchSpec {
     int64_t vocab = 0;
     int64_t context = 2048;
     int64_t slidingWindow = 0;        // > 0: `context` was cut to this attention window (sliding windows are not computed)
+    int64_t declaredContext = 0;      // with slidingWindow: the context the config declared, which exports write again
+    int64_t slidingFromLayer = 0;     // with slidingWindow, Qwen2: the layers from this one slide (max_window_layers)
     double ropeTheta = 10000.0;
     RopeStyle ropeStyle = RopeStyle::Halves;
     RopeScaling ropeScaling;

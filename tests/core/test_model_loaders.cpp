@@ -473,6 +473,35 @@ void TestModelLoaders::configVariantsThatAreComputed() {
     });
     QCOMPARE(loadModel(mistral)->spec.context, int64_t(16));
     QCOMPARE(loadModel(mistral)->spec.slidingWindow, int64_t(16));   // said when a longer ctx is refused
+    // Exported, the window and the declared context are written again (user probe: "sliding_window": null with the
+    // window as max_position_embeddings, which transformers ran with full attention past 16 tokens); read back, the same.
+    const std::string exported = dir.filePath("mistral-export").toStdString();
+    exportModel(*loadModel(mistral), "hf", exported, {});
+    std::ifstream configFile(exported + "/config.json");
+    const nlohmann::json config = nlohmann::json::parse(configFile);
+    QCOMPARE(config.value("sliding_window", nlohmann::json()).dump(), std::string("16"));
+    QCOMPARE(config.value("max_position_embeddings", int64_t(0)), tinyLlamaSpec().context);
+    QCOMPARE(loadModel(exported)->spec.context, int64_t(16));
+    QCOMPARE(loadModel(exported)->spec.declaredContext, tinyLlamaSpec().context);
+    const std::string qwenWindowed = dir.filePath("qwen-window-on").toStdString();
+    QDir().mkpath(QString::fromStdString(qwenWindowed));
+    writeHfFolder(qwenWindowed, specByName("qwen2"), randomWeights(specByName("qwen2"), 3), ggml::Type::F32);
+    {
+        nlohmann::json c;
+        std::ifstream(qwenWindowed + "/config.json") >> c;
+        c["use_sliding_window"] = true;
+        c["sliding_window"] = 16;
+        c["max_window_layers"] = 1;
+        std::ofstream(qwenWindowed + "/config.json") << c.dump(2);
+    }
+    const std::string qwenExported = dir.filePath("qwen-export").toStdString();
+    exportModel(*loadModel(qwenWindowed), "hf", qwenExported, {});
+    std::ifstream qwenConfigFile(qwenExported + "/config.json");
+    const nlohmann::json qwenConfig = nlohmann::json::parse(qwenConfigFile);
+    QCOMPARE(qwenConfig.value("use_sliding_window", false), true);
+    QCOMPARE(qwenConfig.value("sliding_window", int64_t(0)), int64_t(16));
+    QCOMPARE(qwenConfig.value("max_window_layers", int64_t(-1)), int64_t(1));
+    QCOMPARE(qwenConfig.value("max_position_embeddings", int64_t(0)), tinyLlamaSpec().context);
     const std::string qwen = editedFolder(dir, "qwen-window-off", [](nlohmann::json& c) {
         c["sliding_window"] = 16;   // use_sliding_window absent: not used
     });
