@@ -503,6 +503,10 @@ private:
         w.addBool("tokenizer.ggml.add_bos_token", d.addBos);
         w.addBool("tokenizer.ggml.add_eos_token", d.addEos);
         if (d.model == "llama") w.addBool("tokenizer.ggml.add_space_prefix", d.addSpacePrefix);
+        if (d.model == "gpt2" && d.byteLevelPrefixSpace)
+            report.warnings.push_back("the tokenizer puts a space before each text (ByteLevel add_prefix_space); GGUF has no place "
+                                      "for that in a byte-level vocabulary, so llama.cpp and cwb read the file without it and "
+                                      "give other ids for a text that does not start with a space");
         if (int64_t(d.tokens.size()) != model.spec.vocab)
             report.notes.push_back("the vocabulary has " + std::to_string(d.tokens.size()) + " tokens, the embedding " +
                                    std::to_string(model.spec.vocab) + " rows");

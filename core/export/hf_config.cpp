@@ -90,7 +90,11 @@ nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
     }
     c["torch_dtype"] = dtypeName;
     if (tok && tok->bos() >= 0) c["bos_token_id"] = tok->bos();
-    if (tok && tok->eos() >= 0) c["eos_token_id"] = tok->eos();
+    // Every stop id, as generation_config.json has them (a list was cut to its first id, user probe).
+    if (tok && tok->eos() >= 0) {
+        const std::vector<TokenId> stops = tok->stopIds();
+        c["eos_token_id"] = stops.size() > 1 ? nlohmann::json(stops) : nlohmann::json(tok->eos());
+    }
     return c;
 }
 

@@ -794,7 +794,7 @@ std::string hashGgufTokenizer(const std::string& path) {
     for (const auto& m : d->merges) text(m);
     for (TokenId id : {d->bos, d->eos, d->unk, d->pad, d->sep, d->cls, d->mask}) number(id);
     for (TokenId id : d->stopIds) number(id);
-    number(int64_t(d->addBos) | int64_t(d->addEos) << 1 | int64_t(d->addSpacePrefix) << 2);
+    number(int64_t(d->addBos) | int64_t(d->addEos) << 1 | int64_t(d->addSpacePrefix) << 2 | int64_t(d->byteLevelPrefixSpace) << 3);
     text(d->chatTemplate);
     return formatHash(h);
 }

@@ -42,6 +42,7 @@ ByteBpeTokenizer::ByteBpeTokenizer(const TokenizerData& data)
     mEos = data.eos;
     mAddBos = data.addBos;
     mIgnoreMerges = mPre == PreTokenizerKind::Llama3;
+    mAddSpacePrefix = data.byteLevelPrefixSpace;
     mTypes.reserve(mTokens.size());
     for (int32_t t : data.types) mTypes.push_back(static_cast<TokenType>(t));
     for (size_t i = 0; i < mTokens.size(); ++i) {
@@ -94,7 +95,8 @@ std::vector<TokenId> ByteBpeTokenizer::encode(const std::string& text, bool addB
             out.push_back(fragment.id);
             continue;
         }
-        for (const std::string& word : preTokenize(fragment.text, mPre)) encodeWord(word, out);
+        const bool prefix = mAddSpacePrefix && !fragment.text.empty() && fragment.text[0] != ' ';
+        for (const std::string& word : preTokenize(prefix ? " " + fragment.text : fragment.text, mPre)) encodeWord(word, out);
     }
     return out;
 }

@@ -36,6 +36,7 @@ private:
     PairRanks mRanks;
     PreTokenizerKind mPre = PreTokenizerKind::Gpt2;
     bool mIgnoreMerges = false; // Llama 3: a word that is a whole token is taken as is
+    bool mAddSpacePrefix = false;   // ByteLevel add_prefix_space: " " before each text that does not start with one
     TokenId mUnk = -1;
     SpecialTokenMatcher mSpecial;
 };

@@ -327,7 +327,13 @@ TokenizerData readTokenizerJson(const std::string& path, const json& root, SpmOp
     if (byteLevel) {
         data.model = "gpt2";
         data.pre = preTokenizerName(root);
+        // ByteLevel's add_prefix_space puts a space before each text between special tokens (it was ignored, and
+        // every id of such a tokenizer differed, user probe).
         data.addSpacePrefix = false;
+        if (root.contains("pre_tokenizer"))
+            forEachComponent(root["pre_tokenizer"], [&](const json& n) {
+                if (n.value("type", std::string()) == "ByteLevel" && n.value("add_prefix_space", false)) data.byteLevelPrefixSpace = true;
+            });
     } else {
         data.model = "llama";
         data.addSpacePrefix = spmAddsSpacePrefix(root, options);

@@ -239,7 +239,7 @@ HfTokenizerFiles hfTokenizerFiles(const TokenizerData& data, int64_t maxLength) 
                            {"pattern", {{"Regex", preTokenizerRegex(kind)}}},
                            {"behavior", "Isolated"},
                            {"invert", false}},
-                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                          {{"type", "ByteLevel"}, {"add_prefix_space", d.byteLevelPrefixSpace}, {"trim_offsets", true},
                            {"use_regex", false}}})}};
         const json byteLevel = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false},
                                 {"use_regex", true}};

@@ -75,6 +75,8 @@ struct TokenizerData {
     bool addEos = false;             // the vocabulary asks for EOS after a text (GGUF add_eos_token, tokenizer_config's
                                      // add_eos_token): carried for engines; cwb never appends EOS itself
     bool addSpacePrefix = true;      // SentencePiece "add_dummy_prefix"
+    bool byteLevelPrefixSpace = false;   // byte-level: tokenizer.json's ByteLevel add_prefix_space, a space before each
+                                         // text between special tokens that does not start with one (GGUF has no key)
     std::string chatTemplate;        // Jinja chat template (GGUF tokenizer.chat_template), carried over for engines
 };
 

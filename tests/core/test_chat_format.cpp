@@ -303,6 +303,8 @@ void TestChatFormat::stopIdsTravelThroughGgufAndHf() {
     exportModel(*model, "hf", hf, {});
     const auto generation = nlohmann::json::parse(std::ifstream(hf + "/generation_config.json"));
     QCOMPARE(generation["eos_token_id"], nlohmann::json({2, 13, 400}));
+    const auto config = nlohmann::json::parse(std::ifstream(hf + "/config.json"));
+    QCOMPARE(config["eos_token_id"], nlohmann::json({2, 13, 400}));   // the list, not its first id (user probe)
     QCOMPARE(loadModel(hf)->tokenizer->stopIds(), (std::vector<TokenId>{2, 13, 400}));
 
     // generation_config.json entries that are not ids in the vocabulary are passed over; a file that is not JSON

@@ -191,6 +191,7 @@ private slots:
 
     void hfByteLevel_data();
     void hfByteLevel();
+    void hfByteLevelPrefixSpace();
     void hfSentencePiece_data();
     void hfSentencePiece();
     void hfSentencePiecePrefixSchemes_data();
@@ -494,6 +495,26 @@ void TestTokenizers::hfByteLevel() {
     QByteArray plain = text;
     plain.replace("<|endoftext|>", "");
     QCOMPARE(QByteArray::fromStdString(tok->decode(tok->encode(text.toStdString(), false))), plain);
+}
+
+// Regression (user probe): ByteLevel's add_prefix_space was ignored, and every id of such a tokenizer differed. A space
+// goes before each text between special tokens that does not start with one. Expected ids from the Hugging Face
+// `tokenizers` 0.23.3 Python package on the same JSON. Written back as tokenizer.json, it is kept.
+void TestTokenizers::hfByteLevelPrefixSpace() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("tokenizer.json");
+    QByteArray json(kByteLevelJson);
+    writeFile(path, json.replace("PRE_TOKENIZER", R"({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true})"));
+    const auto tok = loadHfTokenizer(path.toStdString());
+    const std::pair<const char*, const char*> cases[] = {{"hello world", "8 21 25 4 1"},
+                                                         {" hello world", "8 21 25 4 1"},
+                                                         {"hello<|endoftext|>world", "8 21 24 25 4 1"},
+                                                         {"\nhello", "8 17 21"}};
+    for (const auto& [text, ids] : cases) QCOMPARE(idsText(tok->encode(text, false)), QString(ids));
+    QVERIFY(tok->vocabulary()->byteLevelPrefixSpace);
+    QTemporaryDir again;
+    const auto written = throughHfFiles(*tok->vocabulary(), again.path());
+    for (const auto& [text, ids] : cases) QCOMPARE(idsText(written->encode(text, false)), QString(ids));
 }
 
 void TestTokenizers::hfSentencePiece_data() {
