@@ -455,7 +455,9 @@ QString ImportanceHeatmap::formatValue(double value)
 {
     if (std::isnan(value))
         return QStringLiteral("no value");
-    return QString::number(value, 'g', QLocale::FloatingPointShortest);
+    // Four significant digits: the shortest exact form gave 17 ("-0.03562109846999162", GUI probe); exact values are in
+    // the project and `cwb project show --json`.
+    return QString::number(value, 'g', 4);
 }
 
 void ImportanceHeatmap::selectCell(int row, int column)

@@ -40,10 +40,9 @@ public:
     // Centre of a cell in this widget's coordinates; (-1, -1) for an invalid cell.
     QPoint cellCenter(int row, int column) const;
     // Tooltip shown when hovering `widgetPos`: "<row label> · <column label>\n<value> <unit>"
-    // with the value in the shortest form that round-trips (formatValue); empty outside the grid.
+    // with the value to four significant digits (formatValue); empty outside the grid.
     QString toolTipAt(const QPoint& widgetPos) const;
-    // The value formatting used in tooltips: shortest exact form ('g', FloatingPointShortest),
-    // "no value" for NaN.
+    // The value formatting used in tooltips: four significant digits, "no value" for NaN.
     static QString formatValue(double value);
 
     // The tick labels as drawn at the current size: every step-th where all would overlap (every cell's labels are in

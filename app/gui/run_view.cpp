@@ -188,8 +188,8 @@ bool RunView::run(QStringList variants) {
         for (int i = 0; i < n; ++i) {
             feedback.log(QStringLiteral("%1: building and evaluating").arg(variants[i]).toStdString());
             VariantFeedback part(&feedback, double(i) / n, double(i + 1) / n, variants[i].toStdString());
+            // The steps' notes are in the log already, as they came (they were written again here: every one twice).
             std::vector<ResultRow> rows = runner.evaluate(variants[i].toStdString(), &part);
-            for (const auto& note : runner.notes()) feedback.log("  " + note);
             // One line of whole-model figures; the per-layer errors (one per linear layer) are counted, not listed: they
             // flooded the log (GUI probe) and the Compare tab charts them.
             QString summary;
@@ -247,6 +247,7 @@ bool RunView::run(QStringList variants) {
         if (cancelled || !error.isEmpty()) mProgress->setValue(0);
         if (cancelled) {
             mStatus->setText(tr("Cancelled after %1; variants that finished keep their results.").arg(elapsed));
+            appendLog(tr("cancelled after %1").arg(elapsed));   // the log ended mid-step, as if it still ran (GUI probe)
         } else if (!error.isEmpty()) {
             mStatus->setText(tr("Failed after %1: %2").arg(elapsed, error));
             appendLog(tr("error: %1").arg(error));

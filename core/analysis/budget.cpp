@@ -1,6 +1,7 @@
 #include "core/analysis/budget.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -17,6 +18,13 @@
 
 namespace cwb {
 
+// Bits per weight as people write them: "4.5", "4.667" ("4.500000" read badly, GUI probe).
+static std::string bitsText(double bits) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.4g", bits);
+    return text;
+}
+
 std::vector<size_t> chooseBits(const std::vector<BudgetLayer>& layers, double target) {
     std::vector<size_t> choice(layers.size());
     double parameters = 0, bits = 0;
@@ -29,8 +37,8 @@ std::vector<size_t> chooseBits(const std::vector<BudgetLayer>& layers, double ta
     }
     if (parameters == 0) return choice;
     if (bits / parameters > target + 1e-12)
-        throw Error("budget: the target of " + std::to_string(target) + " bits per weight is below the smallest plan (" +
-                    std::to_string(bits / parameters) + ")");
+        throw Error("budget: the target of " + bitsText(target) + " bits per weight is below the smallest plan (" +
+                    bitsText(bits / parameters) + ")");
     for (;;) {
         double bestRatio = 0;
         size_t bestLayer = layers.size(), bestOption = 0;
@@ -164,8 +172,8 @@ void checkBudgetOptions(const BudgetOptions& options) {
     if (narrowest < 2 || narrowest > 8) throw Error("budget: bit widths must be 2..8, got " + std::to_string(narrowest));
     const double floorBits = 32.0 / double(quant::levelsPerWord(narrowest)) + (options.groupSize > 0 ? 16.0 / double(options.groupSize) : 0.0);
     if (!(options.targetBitsPerWeight >= floorBits))
-        throw Error("budget: the target of " + std::to_string(options.targetBitsPerWeight) + " bits per weight is below what " +
-                    std::to_string(narrowest) + "-bit layers store (at least " + std::to_string(floorBits) +
+        throw Error("budget: the target of " + bitsText(options.targetBitsPerWeight) + " bits per weight is below what " +
+                    std::to_string(narrowest) + "-bit layers store (at least " + bitsText(floorBits) +
                     ": levels packed into 32-bit words and an fp16 scale per group of " + std::to_string(options.groupSize) +
                     "); raise the target or add a narrower width");
     if (options.params.is_object() && options.params.value("fold", false))

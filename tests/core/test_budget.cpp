@@ -77,7 +77,8 @@ void TestBudget::impossibleTargetIsRefused() {
         chooseBits(layers, 3.0);
         QFAIL("accepted a target below the smallest plan");
     } catch (const Error& e) {
-        QVERIFY(QString(e.what()).contains("below the smallest plan"));
+        // The numbers as people write them ("3.000000 ... (3.500000)" read badly, GUI probe).
+        QVERIFY2(QString(e.what()).contains("the target of 3 bits per weight is below the smallest plan (3.5)"), e.what());
     }
 }
 

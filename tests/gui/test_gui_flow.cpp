@@ -70,6 +70,7 @@ private slots:
     void settingsDialogKeepsEditsAndLargeSeeds();
     void escapeStopsOnlyTheVisibleTabsJob();
     void f2EditsATableCellNotTheVariantName();
+    void stepNotesAreLoggedOnce();
     void windowAndModelDockFitAndAreKept();
     void computeDeviceIsAChoice();
     void statusShowsEveryRunningJob();
@@ -823,6 +824,22 @@ void TestGuiFlow::escapeStopsOnlyTheVisibleTabsJob() {
     QVERIFY(finished.wait(120000));
     QCOMPARE(finished.first().at(0).toBool(), false);
     QCOMPARE(bar->value(), 0);
+    QVERIFY2(window.runView()->logText().contains("cancelled after "), qPrintable(window.runView()->logText().right(300)));
+}
+
+// Regression (GUI probe): each step's note was in the Run tab's log twice, as it came and again after the variant.
+void TestGuiFlow::stepNotesAreLoggedOnce() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    useSmallEvaluation(window);
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    QVERIFY(window.pipelineEditor()->addStep("prune.magnitude"));   // after quantizing: a note says the quantization is gone
+    QSignalSpy finished(window.runView(), &RunView::finished);
+    QVERIFY(window.runView()->run({window.document()->currentVariant()}));
+    QVERIFY(finished.wait(120000));
+    const QString log = window.runView()->logText();
+    QCOMPARE(log.count("their quantization is gone"), 1);
 }
 
 // Regression (GUI probe): F2 in the Overrides table opened Project ▸ Rename Variant, and Enter renamed the variant to
