@@ -146,7 +146,11 @@ void GenerationPanel::refreshVariants() {
             if (mDocument) {
                 combo->addItem(QString::fromLatin1(Project::kBaseName));
                 for (const auto& v : mDocument->project().variants()) combo->addItem(QString::fromStdString(v.name));
-                if (combo->findText(previous) >= 0) combo->setCurrentText(previous);
+                const bool baseOnBothSides = combo == mRight && previous == QLatin1String(Project::kBaseName) &&
+                                             mLeft->currentText() == QLatin1String(Project::kBaseName);
+                // B was base only while there was nothing else: the first variant added goes there (the first
+                // generation compared base with base, GUI probe).
+                if (combo->findText(previous) >= 0 && !(baseOnBothSides && combo->count() > 1)) combo->setCurrentText(previous);
                 else if (combo == mRight && combo->count() > 1) combo->setCurrentIndex(combo->count() - 1);
             }
         }
@@ -154,6 +158,8 @@ void GenerationPanel::refreshVariants() {
     }
 }
 
+QString GenerationPanel::leftVariant() const { return mLeft->currentText(); }
+QString GenerationPanel::rightVariant() const { return mRight->currentText(); }
 void GenerationPanel::setPrompt(const QString& prompt) { mPrompt->setText(prompt); }
 void GenerationPanel::setTokens(int tokens) { mTokens->setValue(tokens); }
 void GenerationPanel::setChat(bool on) { mChat->setChecked(on); }

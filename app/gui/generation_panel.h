@@ -42,6 +42,8 @@ public:
     void setSampling(double temperature, int topK, int seed);
     // "base" or a variant name; false when it is not in the list.
     bool setVariants(const QString& left, const QString& right);
+    QString leftVariant() const;
+    QString rightVariant() const;
     // Starts generating; false (reason in lastError()) when it cannot start.
     bool generate();
     void cancel();

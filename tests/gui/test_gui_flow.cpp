@@ -840,6 +840,11 @@ void TestGuiFlow::stepNotesAreLoggedOnce() {
     QVERIFY(finished.wait(120000));
     const QString log = window.runView()->logText();
     QCOMPARE(log.count("their quantization is gone"), 1);
+    // The A/B generation compares base with the variant, not base with base (GUI probe: the first variant added left
+    // B on base).
+    GenerationPanel* panel = window.compareView()->generationPanel();
+    QCOMPARE(panel->leftVariant(), QString("base"));
+    QCOMPARE(panel->rightVariant(), window.document()->currentVariant());
 }
 
 // Regression (GUI probe): F2 in the Overrides table opened Project ▸ Rename Variant, and Enter renamed the variant to
