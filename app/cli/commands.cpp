@@ -96,7 +96,13 @@ LoadOptions projectLoadOptions(const Project& project, const Arguments& args) {
 }
 
 void requireTokenizer(const Model& model, const std::string& path) {
-    if (model.tokenizer) return;
+    if (model.tokenizer) {
+        static bool said = false;   // once: a command that loads the model twice (a base and a variant) says it once
+        if (!said)
+            for (const auto& w : model.tokenizer->warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+        said = true;
+        return;
+    }
     const auto note = model.metadata.find("tokenizer_note");
     const std::string why = note != model.metadata.end() && note->second.rfind("no tokenizer: ", 0) == 0
                                 ? " (" + note->second.substr(std::string("no tokenizer: ").size()) + ")"

@@ -59,7 +59,8 @@ nlohmann::json modelInfoJson(const Model& model) {
                           {"vocab", model.tokenizer->vocabSize()},
                           {"bos", model.tokenizer->bos()},
                           {"eos", model.tokenizer->eos()},
-                          {"chat_template", nullptr}};
+                          {"chat_template", nullptr},
+                          {"warnings", model.tokenizer->warnings()}};
         const std::string chat = chatTemplateOf(model);
         if (!chat.empty()) j["tokenizer"]["chat_template"] = chat;
     } else
@@ -115,6 +116,7 @@ std::string modelInfoText(const Model& model) {
         out << "tokenizer  " << model.tokenizer->kind() << ", " << model.tokenizer->vocabSize() << " tokens, bos "
             << model.tokenizer->bos() << ", eos " << model.tokenizer->eos()
             << (chat.empty() ? std::string() : ", chat template (" + std::to_string(chat.size()) + " bytes)") << "\n";
+        for (const auto& w : model.tokenizer->warnings()) out << "warning    " << w << "\n";
     }
     else
         out << "tokenizer  none found\n";

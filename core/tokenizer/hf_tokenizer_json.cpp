@@ -88,6 +88,45 @@ std::string preTokenizerName(const json& root) {
     return "gpt2";
 }
 
+// What the file asks for that the tokenizer built from it does not do, one sentence each: a normalizer other than the
+// SentencePiece-style Prepend/Replace (Qwen2's NFC), a Split pattern that is none of the pre-tokenizers cwb has (GPT-2's
+// is used). Both were ignored without a word, and ids differed from the tokenizers library's (user probe).
+std::vector<std::string> unsupportedParts(const json& root, const TokenizerData& data) {
+    std::vector<std::string> found;
+    if (root.contains("normalizer")) {
+        std::vector<std::string> names;
+        forEachComponent(root["normalizer"], [&](const json& n) {
+            const std::string type = n.value("type", std::string());
+            if (type != "Sequence" && type != "Prepend" && type != "Replace") names.push_back(type);
+        });
+        if (!names.empty()) {
+            std::string list;
+            for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+            found.push_back("its normalizer (" + list + ") is not applied: a text not already in that form (decomposed "
+                            "accents, compatibility characters, other case) gets other ids than from the model's own "
+                            "tokenizer; plain NFC text, most text, is not affected");
+        }
+    }
+    if (data.model == "gpt2") {
+        std::string pattern;
+        if (root.contains("pre_tokenizer"))
+            forEachComponent(root["pre_tokenizer"], [&](const json& n) {
+                const auto p = n.find("pattern");
+                if (pattern.empty() && n.value("type", std::string()) == "Split" && p != n.end() && p->is_object() &&
+                    p->contains("Regex") && (*p)["Regex"].is_string())
+                    pattern = (*p)["Regex"].get<std::string>();
+            });
+        bool known = false;
+        for (PreTokenizerKind kind : {PreTokenizerKind::Gpt2, PreTokenizerKind::Llama3, PreTokenizerKind::Qwen2})
+            known = known || pattern == preTokenizerRegex(kind);
+        if (!pattern.empty() && !known)
+            found.push_back("its pre-tokenizer pattern " + pattern + " is not one cwb has (GPT-2's, Llama 3's, Qwen2's); text is "
+                            "split as " + (data.pre == "gpt2" ? std::string("GPT-2's") : data.pre == "qwen2" ? "Qwen2's" : "Llama 3's") +
+                            " pattern splits it, so ids may differ from the model's own tokenizer");
+    }
+    return found;
+}
+
 // SentencePiece-style files add the dummy "▁" either with a Prepend normalizer (always) or a Metaspace
 // pre-tokenizer (only when the text does not start with a space: *metaspace is set).
 bool spmAddsSpacePrefix(const json& root, SpmOptions& options) {
@@ -373,6 +412,7 @@ std::unique_ptr<Tokenizer> loadHfTokenizer(const std::string& tokenizerJsonPath)
         SpmOptions options;
         const TokenizerData data = readTokenizerJson(tokenizerJsonPath, root, options);
         std::unique_ptr<Tokenizer> tokenizer = makeTokenizer(data);
+        for (std::string& w : unsupportedParts(root, data)) tokenizer->addWarning(tokenizerJsonPath + ": " + w);
         if (auto* spm = dynamic_cast<SpmBpeTokenizer*>(tokenizer.get())) {
             spm->setPrefixOnlyWithoutSpace(options.prefixOnlyWithoutSpace);
             spm->setPrefixFirstOnly(options.prefixFirstOnly);

@@ -42,8 +42,13 @@ public:
     // The vocabulary in GGUF's terms (tokenizer.ggml.*, types resolved), for exporters; nullptr when unknown.
     std::shared_ptr<const TokenizerData> vocabulary() const { return mVocabulary; }
     void setVocabulary(std::shared_ptr<const TokenizerData> data) { mVocabulary = std::move(data); }
+    // What the files ask for that this tokenizer does not do (a normalizer, a pre-tokenizer pattern it does not have):
+    // its ids may differ from the model's own tokenizer's for some texts. Said by the commands that tokenize.
+    const std::vector<std::string>& warnings() const { return mWarnings; }
+    void addWarning(std::string warning) { mWarnings.push_back(std::move(warning)); }
 
 protected:
+    std::vector<std::string> mWarnings;
     std::shared_ptr<const TokenizerData> mVocabulary;
     TokenId mBos = -1;
     TokenId mEos = -1;

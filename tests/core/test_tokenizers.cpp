@@ -192,6 +192,7 @@ private slots:
     void hfByteLevel_data();
     void hfByteLevel();
     void hfByteLevelPrefixSpace();
+    void hfPartsNotDoneAreSaid();
     void hfSentencePiece_data();
     void hfSentencePiece();
     void hfSentencePiecePrefixSchemes_data();
@@ -515,6 +516,35 @@ void TestTokenizers::hfByteLevelPrefixSpace() {
     QTemporaryDir again;
     const auto written = throughHfFiles(*tok->vocabulary(), again.path());
     for (const auto& [text, ids] : cases) QCOMPARE(idsText(written->encode(text, false)), QString(ids));
+}
+
+// Regression (user probe): a normalizer (Qwen2's NFC) and a Split pattern cwb does not have were ignored without a word,
+// and ids differed from the tokenizers library's for some texts. The tokenizer says so (commands print it); the files
+// it reads in full say nothing.
+void TestTokenizers::hfPartsNotDoneAreSaid() {
+    QTemporaryDir dir;
+    const auto load = [&](const QString& name, const QByteArray& json) {
+        writeFile(dir.filePath(name), json);
+        return loadHfTokenizer(dir.filePath(name).toStdString());
+    };
+    QCOMPARE(load("gpt2.json", byteLevelJson("gpt2"))->warnings().size(), size_t(0));
+    QCOMPARE(load("llama3.json", byteLevelJson("llama3"))->warnings().size(), size_t(0));
+    QCOMPARE(load("spm.json", kSpmJson)->warnings().size(), size_t(0));   // Prepend and Replace are done
+    QByteArray nfc = byteLevelJson("gpt2");
+    nfc.replace(R"("normalizer": null)", R"("normalizer": {"type": "NFC"})");
+    const auto withNfc = load("nfc.json", nfc);
+    QCOMPARE(withNfc->warnings().size(), size_t(1));
+    QVERIFY2(QString::fromStdString(withNfc->warnings()[0]).contains("nfc.json: its normalizer (NFC) is not applied"),
+             withNfc->warnings()[0].c_str());
+    QByteArray custom(kByteLevelJson);
+    custom.replace("PRE_TOKENIZER", R"({"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "\\p{L}+|\\p{N}{1,2}|[^\\p{L}\\p{N}]+"}, "behavior": "Isolated", "invert": false},
+        {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]})");
+    const auto withPattern = load("custom.json", custom);
+    QCOMPARE(withPattern->warnings().size(), size_t(1));
+    QVERIFY2(QString::fromStdString(withPattern->warnings()[0]).contains("is not one cwb has") &&
+                 QString::fromStdString(withPattern->warnings()[0]).contains("\\p{N}{1,2}"),
+             withPattern->warnings()[0].c_str());
 }
 
 void TestTokenizers::hfSentencePiece_data() {
