@@ -67,7 +67,14 @@ struct AbChart::Private {
         for (size_t i = 0; i < bars.size(); ++i) {
             const QColor fill = i == 0 && firstIsBaseline ? baseline : plot::seriesColor(int(i) - (firstIsBaseline ? 1 : 0));
             bars[i]->setPen(QPen(fill.darker(130)));
-            bars[i]->setBrush(fill);
+            // Stale results looked like fresh ones beside them (GUI probe): hatched, on a pale fill.
+            if (i < series.size() && series[i].stale) {
+                QColor pale = fill;
+                pale.setAlpha(70);
+                bars[i]->setBrush(QBrush(pale, Qt::BDiagPattern));
+            } else {
+                bars[i]->setBrush(fill);
+            }
         }
         for (QCPErrorBars* errors : errorBars)
             errors->setPen(QPen(text, 1.5));
@@ -192,6 +199,12 @@ double AbChart::barError(int index) const
 QString AbChart::variantName(int index) const
 {
     return index >= 0 && index < int(m->series.size()) ? m->series[size_t(index)].variant : QString();
+}
+
+bool AbChart::isDrawnStale(int index) const
+{
+    return index >= 0 && index < int(m->bars.size()) && index < int(m->series.size()) && m->series[size_t(index)].stale &&
+           m->bars[size_t(index)]->brush().style() == Qt::BDiagPattern;
 }
 
 bool AbChart::hasErrorBars() const { return !m->errorBars.empty(); }

@@ -14,6 +14,7 @@ struct AbSeries {
     QString variant;
     double value = 0.0;
     double error = 0.0;  // symmetric error (e.g. standard error); NaN or 0 = none
+    bool stale = false;  // measured from what has changed since: drawn hatched and pale, not as a current result
 };
 
 class AbChart : public QWidget {
@@ -36,6 +37,7 @@ public:
     double barValue(int index) const;    // value plotted for bar `index`; NaN when out of range
     double barError(int index) const;    // error bar half-length; 0 when none or out of range
     QString variantName(int index) const;
+    bool isDrawnStale(int index) const;  // the bar is hatched (AbSeries::stale)
     bool hasErrorBars() const;
 
     // Renders the chart offscreen at width × height pixels (the widget need not be shown).

@@ -191,7 +191,8 @@ void CompareView::refresh() {
                 const bool broken = !brokenPerplexity(r).empty();
                 // Sizes in MiB: the bars read "1.171e+06" bytes beside a table in MiB (GUI probe).
                 const double scale = r.metric == "bytes" ? 1.0 / (1024.0 * 1024.0) : 1.0;
-                series.push_back({label(name) + (broken ? tr(" ⚠ worse than chance") : QString()), r.value * scale, r.error * scale});
+                series.push_back({label(name) + (broken ? tr(" ⚠ worse than chance") : QString()), r.value * scale, r.error * scale,
+                                  stale.count(name) > 0});
                 if (name == Project::kBaseName) baseBarLabel = series.back().variant;
             }
         }

@@ -1363,6 +1363,8 @@ void TestGuiFlow::resultsOfAnEditedRecipeAreMarkedStale() {
     doc->undoStack()->push(changeStepParameter(doc, variant, 0, "bits", 3));
     QVERIFY(!doc->resultsCurrent(variant));
     QCOMPARE(chart->variantName(1), variant + " (stale)");
+    QVERIFY(chart->isDrawnStale(1));    // hatched: it was drawn as the fresh bars are (GUI probe)
+    QVERIFY(!chart->isDrawnStale(0));
     QVERIFY2(window.compareView()->table()->toolTip().contains(variant + " (stale): its recipe or one it derives from changed"),
              qPrintable(window.compareView()->table()->toolTip()));
     QVERIFY(doc->resultsCurrent("base"));

@@ -107,6 +107,12 @@ void TestAbChart::replacesPreviousMetric()
     QCOMPARE(chart.seriesCount(), 2);
     QCOMPARE(chart.barValue(1), 7.25);
     QVERIFY(!chart.hasErrorBars());
+    QVERIFY(!chart.isDrawnStale(0) && !chart.isDrawnStale(1));
+    latency[1].stale = true;   // measured from what changed since: hatched
+    chart.setMetric(QStringLiteral("latency"), QStringLiteral("ms/token"), latency);
+    QVERIFY(!chart.isDrawnStale(0));
+    QVERIFY(chart.isDrawnStale(1));
+    QVERIFY(!chart.isDrawnStale(2));
 
     // Errors on some bars only.
     latency[1].error = 0.5;
