@@ -532,8 +532,8 @@ void MainWindow::closeEvent(QCloseEvent* event) {
 }
 
 QSize MainWindow::firstSize(const QSize& available) {
-    // 1400 x 850 where it fits; on a smaller screen (1366 x 768, 1024 x 768, or scaled up) most of it: the buttons at the
-    // bottom and the status bar were off-screen (GUI probe).
+    // 1600 x 950 where it fits; on a smaller screen (1366 x 768, 1024 x 768, or scaled up) 90% of it: the buttons at the
+    // bottom and the status bar were off-screen at a fixed 1400 x 850 (GUI probe). No screen known: 1400 x 850.
     const QSize preferred(1600, 950);
     if (!available.isValid() || available.isEmpty()) return QSize(1400, 850);
     return preferred.boundedTo(QSize(available.width() * 90 / 100, available.height() * 90 / 100));
