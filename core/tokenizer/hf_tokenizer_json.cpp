@@ -62,8 +62,8 @@ bool hasComponent(const json& root, const char* section, const char* type) {
     return found;
 }
 
-// Maps the pre-tokenizer's Split regex to one of the hand-written pre-tokenizers.
-std::string preTokenizerName(const json& root) {
+// The regex of the pre-tokenizer's first Split ("" when there is none).
+std::string splitPattern(const json& root) {
     std::string pattern;
     const auto it = root.find("pre_tokenizer");
     if (it != root.end()) {
@@ -75,6 +75,12 @@ std::string preTokenizerName(const json& root) {
             }
         });
     }
+    return pattern;
+}
+
+// Maps the pre-tokenizer's Split regex to one of the hand-written pre-tokenizers.
+std::string preTokenizerName(const json& root) {
+    const std::string pattern = splitPattern(root);
     if (pattern.empty() || pattern == preTokenizerRegex(PreTokenizerKind::Gpt2)) return "gpt2";
     if (pattern == preTokenizerRegex(PreTokenizerKind::Llama3)) return "llama-bpe";
     if (pattern == preTokenizerRegex(PreTokenizerKind::Qwen2)) return "qwen2";
@@ -108,14 +114,7 @@ std::vector<std::string> unsupportedParts(const json& root, const TokenizerData&
         }
     }
     if (data.model == "gpt2") {
-        std::string pattern;
-        if (root.contains("pre_tokenizer"))
-            forEachComponent(root["pre_tokenizer"], [&](const json& n) {
-                const auto p = n.find("pattern");
-                if (pattern.empty() && n.value("type", std::string()) == "Split" && p != n.end() && p->is_object() &&
-                    p->contains("Regex") && (*p)["Regex"].is_string())
-                    pattern = (*p)["Regex"].get<std::string>();
-            });
+        const std::string pattern = splitPattern(root);
         bool known = false;
         for (PreTokenizerKind kind : {PreTokenizerKind::Gpt2, PreTokenizerKind::Llama3, PreTokenizerKind::Qwen2})
             known = known || pattern == preTokenizerRegex(kind);
