@@ -25,6 +25,12 @@ double float32Decimal(double value) {
     return value;
 }
 
+namespace {
+nlohmann::json declaredBos(const ArchSpec& s) {
+    return s.configBosTokenId >= 0 ? nlohmann::json(s.configBosTokenId) : nlohmann::json(nullptr);
+}
+} // namespace
+
 nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
     const ArchSpec& s = model.spec;
     const std::string why = nonUniformLayers(s);
@@ -89,7 +95,8 @@ nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
         }
     }
     c["torch_dtype"] = dtypeName;
-    if (tok && tok->bos() >= 0) c["bos_token_id"] = tok->bos();
+    if (s.configDeclaresBos) c["bos_token_id"] = declaredBos(s);
+    else if (tok && tok->bos() >= 0) c["bos_token_id"] = tok->bos();
     // Every stop id, as generation_config.json has them (a list was cut to its first id, user probe).
     if (tok && tok->eos() >= 0) {
         const std::vector<TokenId> stops = tok->stopIds();
@@ -100,8 +107,9 @@ nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
 
 nlohmann::json hfGenerationConfig(const Model& model) {
     nlohmann::json g = nlohmann::json::object();
+    if (model.spec.configDeclaresBos) g["bos_token_id"] = declaredBos(model.spec);
     if (const Tokenizer* tok = model.tokenizer.get()) {
-        if (tok->bos() >= 0) g["bos_token_id"] = tok->bos();
+        if (!model.spec.configDeclaresBos && tok->bos() >= 0) g["bos_token_id"] = tok->bos();
         // transformers stops at any id of a list (Llama 3.1 Instruct: end of text, end of message, end of turn).
         const std::vector<TokenId> stops = tok->stopIds();
         if (stops.size() == 1) g["eos_token_id"] = stops.front();

@@ -207,6 +207,10 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
     } else {
         throw Error(file, "model_type '" + s.modelType + "' is not supported (supported: llama, mistral, qwen2, gpt2)");
     }
+    if (c.contains("bos_token_id") && (c["bos_token_id"].is_null() || c["bos_token_id"].is_number_integer())) {
+        s.configDeclaresBos = true;
+        s.configBosTokenId = c["bos_token_id"].is_null() ? -1 : c["bos_token_id"].get<int64_t>();
+    }
     return s;
 }
 

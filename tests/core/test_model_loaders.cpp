@@ -73,6 +73,7 @@ private slots:
     void tokenizerFileGivenAtLoad();
     void configsOfOtherModelsAreRefused();
     void configVariantsThatAreComputed();
+    void declaredBosIdIsExportedAsRead();
     void llamaCppScalingIsNotDroppedOnExport();
     void yarnScalingAsTransformersComputesIt();
 };
@@ -506,6 +507,33 @@ void TestModelLoaders::configVariantsThatAreComputed() {
         c["sliding_window"] = 16;   // use_sliding_window absent: not used
     });
     QCOMPARE(loadModel(qwen)->spec.context, tinyLlamaSpec().context);
+}
+
+// Regression: the HF export wrote the tokenizer's BOS as bos_token_id, so a Qwen2 config's null came back as 0 (user
+// probe). config.json's value, null included, is written again; where the source declared none, the tokenizer's.
+void TestModelLoaders::declaredBosIdIsExportedAsRead() {
+    QTemporaryDir dir;
+    const std::pair<const char*, nlohmann::json> cases[] = {
+        {"null", nlohmann::json(nullptr)}, {"seven", nlohmann::json(7)}, {"undeclared", nlohmann::json()}};
+    for (const auto& [name, declared] : cases) {
+        const bool undeclared = std::string(name) == "undeclared";
+        const std::string source = editedFolder(dir, name, [&, undeclared = undeclared, declared = declared](nlohmann::json& c) {
+            if (undeclared) c.erase("bos_token_id");
+            else c["bos_token_id"] = declared;
+        });
+        auto model = loadModel(source);
+        model->tokenizer = tinyVocabulary(model->spec.vocab);   // its BOS is 1
+        const std::string exported = dir.filePath(QString(name) + "-export").toStdString();
+        exportModel(*model, "hf", exported, {});
+        for (const char* file : {"/config.json", "/generation_config.json"}) {
+            std::ifstream in(exported + file);
+            const nlohmann::json written = nlohmann::json::parse(in);
+            QVERIFY2(written.contains("bos_token_id"), file);
+            const nlohmann::json expected = undeclared ? nlohmann::json(1) : declared;
+            QVERIFY2(written["bos_token_id"] == expected, (std::string(name) + file + ": " + written["bos_token_id"].dump()).c_str());
+        }
+        QCOMPARE(loadModel(exported)->spec.configBosTokenId, undeclared ? int64_t(1) : declared.is_null() ? int64_t(-1) : int64_t(7));
+    }
 }
 
 // Regression: a llama.cpp file keeps Llama 3 scaling as rope_freqs.weight only; its HF export dropped the divisors
