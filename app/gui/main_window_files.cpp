@@ -34,11 +34,12 @@ namespace cwb {
 bool MainWindow::maybeSave() {
     if (!mDocument) return true;
     // Typed in the Layers box but not applied: applied now, or (when it cannot be) said before it is lost.
-    if (!mPipeline->commitPendingEdits()) {
+    mPipeline->commitPendingEdits();
+    // The selected step's, and those kept with other steps.
+    if (const QStringList unapplied = mPipeline->unappliedEdits(); !unapplied.isEmpty()) {
         const auto answer = QMessageBox::warning(
             this, tr("Edits not applied"),
-            tr("The Layers box of the selected step has edits that cannot be applied:\n%1\n\nGo on without them?")
-                .arg(mPipeline->layersEditor()->problem()),
+            tr("The Layers box has edits that cannot be applied:\n%1\n\nGo on without them?").arg(unapplied.join('\n')),
             QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Cancel);
         if (answer != QMessageBox::Discard) {
             showTab(PipelineTab);
@@ -266,8 +267,9 @@ void MainWindow::openDialog(bool project) {
 
 bool MainWindow::save(ChangedFile whenChanged) {
     if (!mDocument) return false;
-    if (!mPipeline->commitPendingEdits())
-        statusBar()->showMessage(tr("Saved without the Layers box's edits, which cannot be applied: %1").arg(mPipeline->layersEditor()->problem()), 10000);
+    mPipeline->commitPendingEdits();
+    if (const QStringList unapplied = mPipeline->unappliedEdits(); !unapplied.isEmpty())
+        statusBar()->showMessage(tr("Saved without the Layers box's edits, which cannot be applied: %1").arg(unapplied.join("; ")), 10000);
     if (mDocument->isUntitled()) return saveAs();
     try {
         mDocument->save();

@@ -176,6 +176,7 @@ PipelineEditor::PipelineEditor(QWidget* parent)
     auto* layersLayout = new QVBoxLayout(layersBox);
     layersLayout->addWidget(mLayers);
     formLayout->addWidget(layersBox);
+    connect(mLayers, &StepLayersEditor::keptEditsChanged, this, &PipelineEditor::relabelSteps);
     connect(mLayers, &StepLayersEditor::stepEdited, this, [this](const QString& variant, int index, const nlohmann::json& step) {
         if (!mDocument || !mDocument->project().hasVariant(variant.toStdString()) || index < 0 ||
             size_t(index) >= mDocument->steps(variant).size())
@@ -223,6 +224,7 @@ void PipelineEditor::setDocument(ProjectDocument* document) {
     }
     refreshVariants();
     refreshSteps();
+    mLayers->forgetKeptEdits();   // another project's
 }
 
 bool PipelineEditor::requireVariant() {
@@ -268,6 +270,8 @@ void PipelineEditor::refreshSteps() {
     mRefreshing = false;
     if (mSteps->count() > 0) mSteps->setCurrentRow(std::clamp(keep, 0, mSteps->count() - 1));
     showSelectedStep();
+    if (mDocument) mLayers->dropStaleEdits([this](const QString& variant) { return mDocument->steps(variant); });
+    relabelSteps();
     updateButtons();
 }
 
@@ -312,6 +316,26 @@ void PipelineEditor::showSelectedStep() {
 bool PipelineEditor::commitPendingEdits() {
     if (mLayers->isEnabled()) mLayers->commit();
     return !mLayers->hasPendingEdits();
+}
+
+QStringList PipelineEditor::unappliedEdits() {
+    QStringList lines;
+    if (!mDocument) return lines;
+    mLayers->dropStaleEdits([this](const QString& variant) { return mDocument->steps(variant); });
+    if (mLayers->hasPendingEdits())
+        lines << tr("variant '%1', step %2: %3").arg(mDocument->currentVariant()).arg(selectedStep() + 1).arg(mLayers->problem());
+    for (const auto& kept : mLayers->keptEdits())
+        lines << tr("variant '%1', step %2: %3").arg(kept.owner).arg(kept.index + 1).arg(kept.problem);
+    return lines;
+}
+
+void PipelineEditor::relabelSteps() {
+    if (!mDocument) return;
+    const nlohmann::json steps = mDocument->steps(mDocument->currentVariant());
+    for (int i = 0; i < mSteps->count() && size_t(i) < steps.size(); ++i) {
+        const bool kept = mLayers->keepsEditsFor(mDocument->currentVariant(), i);
+        mSteps->item(i)->setText(stepLabel(steps[size_t(i)], i) + (kept ? tr("  —  Layers edits not applied") : QString()));
+    }
 }
 
 int PipelineEditor::stepCount() const { return mSteps->count(); }

@@ -37,6 +37,9 @@ public:
     // Applies what is typed in the Layers box but not yet applied (a target without Enter), as saving, closing and
     // running need; false when some of it cannot be applied (the box says why).
     bool commitPendingEdits();
+    // After commitPendingEdits: every Layers edit that cannot be applied, the selected step's and those kept with
+    // other steps, one line each ("variant 'a', step 2: ..."); kept edits whose step changed since are dropped.
+    QStringList unappliedEdits();
 
     int stepCount() const;
     int selectedStep() const;
@@ -48,6 +51,7 @@ public:
 private:
     void refreshVariants();
     void refreshSteps();
+    void relabelSteps();   // marks the steps that keep Layers edits not applied
     void showSelectedStep();
     void stepsReordered(int from, int to);
     bool requireVariant();

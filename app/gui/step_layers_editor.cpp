@@ -16,6 +16,7 @@
 #include <QTextDocument>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <regex>
 
 #include "core/compress/method.h"
@@ -171,6 +172,7 @@ bool StepLayersEditor::eventFilter(QObject* watched, QEvent* event) {
 }
 
 void StepLayersEditor::clear() {
+    keepEdits();
     mOwner.clear();
     mSteps = nlohmann::json::array();
     mIndex = -1;
@@ -195,6 +197,7 @@ void StepLayersEditor::setStep(const QString& owner, const nlohmann::json& steps
     const nlohmann::json fields = stepLayerFields(steps[size_t(index)]);
     // The same step of the same variant, with nothing around it moved or removed: edits not yet applied belong to it.
     const bool sameStep = owner == mOwner && index == mIndex && sameStepOf(mSteps, steps, index);
+    if (!sameStep) keepEdits();
     mOwner = owner;
     mSteps = steps;
     mIndex = index;
@@ -203,6 +206,7 @@ void StepLayersEditor::setStep(const QString& owner, const nlohmann::json& steps
     const std::vector<std::string> names = mModel ? mModel->linearLayers() : std::vector<std::string>();
     mTargets->setToolTip(names.empty() ? targetsHelp() : targetsHelp(QString::fromStdString(names.front())));
     QString unused;
+    bool restored = false;
     if (sameStep && mPending && fields == mShown) {
         // The project's layer fields did not move (a parameter changed): the edits not yet applied stay.
     } else if (sameStep && fields == fieldsFromWidgets(&unused) && unused.isEmpty()) {
@@ -211,10 +215,89 @@ void StepLayersEditor::setStep(const QString& owner, const nlohmann::json& steps
     } else {
         mShown = fields;
         mPending = false;
-        load(fields);
+        restored = !sameStep && restoreKeptEdits(fields);
+        if (!restored) load(fields);
     }
     validate();
+    if (restored) mPending = !mProblem.isEmpty();
     showState();
+}
+
+// Whether kept edits still belong to step d.index of `steps`: the same number of steps, the same method there. Other
+// steps may have changed meanwhile (a parameter of the next step, edited before coming back).
+bool StepLayersEditor::draftFits(const Draft& d, const nlohmann::json& steps) {
+    return steps.is_array() && steps.size() == d.steps.size() && d.index >= 0 && size_t(d.index) < steps.size() &&
+           steps[size_t(d.index)].value("method", "") == d.steps[size_t(d.index)].value("method", "");
+}
+
+void StepLayersEditor::keepEdits() {
+    if (mIndex < 0) return;
+    QString problem, incomplete;
+    // The fields as the project has them (a stored pattern that does not compile, focused and left) are not edits.
+    if (fieldsFromWidgets(&problem, &incomplete) == mShown && problem.isEmpty() && incomplete.isEmpty()) return;
+    Draft draft{mOwner, mIndex, mSteps, mShown, mTargets->text(), mIgnore->toPlainText(), mProblem.isEmpty() ? mNote : mProblem, {}, {}};
+    for (int row = 0; row < mOverrides->rowCount(); ++row) {
+        const QTableWidgetItem* pattern = mOverrides->item(row, 0);
+        const QTableWidgetItem* params = mOverrides->item(row, 1);
+        draft.rows.emplace_back(pattern ? pattern->text() : QString(), params ? params->text() : QString());
+        draft.newRows.push_back(pattern && pattern->data(kNewRowRole).toBool());
+    }
+    mDrafts.erase(std::remove_if(mDrafts.begin(), mDrafts.end(),
+                                 [&](const Draft& d) { return d.owner == mOwner && d.index == mIndex; }),
+                  mDrafts.end());
+    mDrafts.push_back(std::move(draft));
+    mPending = false;
+    emit keptEditsChanged();
+}
+
+bool StepLayersEditor::restoreKeptEdits(const nlohmann::json& fields) {
+    const auto found = std::find_if(mDrafts.begin(), mDrafts.end(), [&](const Draft& d) {
+        return d.owner == mOwner && d.index == mIndex && d.shown == fields && draftFits(d, mSteps);
+    });
+    if (found == mDrafts.end()) return false;
+    mLoading = true;
+    mTargets->setText(found->targets);
+    mIgnore->setPlainText(found->ignore);
+    mOverrides->setRowCount(0);
+    for (size_t i = 0; i < found->rows.size(); ++i) {
+        const int row = mOverrides->rowCount();
+        mOverrides->insertRow(row);
+        auto* pattern = new QTableWidgetItem(found->rows[i].first);
+        if (found->newRows[i]) pattern->setData(kNewRowRole, true);
+        mOverrides->setItem(row, 0, pattern);
+        mOverrides->setItem(row, 1, new QTableWidgetItem(found->rows[i].second));
+    }
+    mLoading = false;
+    mDrafts.erase(found);
+    emit keptEditsChanged();
+    return true;
+}
+
+std::vector<StepLayersEditor::KeptEdits> StepLayersEditor::keptEdits() const {
+    std::vector<KeptEdits> kept;
+    for (const Draft& d : mDrafts) kept.push_back({d.owner, d.index, d.problem});
+    return kept;
+}
+
+bool StepLayersEditor::keepsEditsFor(const QString& owner, int index) const {
+    return std::any_of(mDrafts.begin(), mDrafts.end(), [&](const Draft& d) { return d.owner == owner && d.index == index; });
+}
+
+void StepLayersEditor::dropStaleEdits(const std::function<nlohmann::json(const QString&)>& stepsOf) {
+    const size_t before = mDrafts.size();
+    mDrafts.erase(std::remove_if(mDrafts.begin(), mDrafts.end(),
+                                 [&](const Draft& d) {
+                                     const nlohmann::json steps = stepsOf(d.owner);
+                                     return !draftFits(d, steps) || stepLayerFields(steps[size_t(d.index)]) != d.shown;
+                                 }),
+                  mDrafts.end());
+    if (mDrafts.size() != before) emit keptEditsChanged();
+}
+
+void StepLayersEditor::forgetKeptEdits() {
+    if (mDrafts.empty()) return;
+    mDrafts.clear();
+    emit keptEditsChanged();
 }
 
 void StepLayersEditor::load(const nlohmann::json& fields) {

@@ -7,7 +7,10 @@
 // layer (the run would stop there).
 #include <QWidget>
 
+#include <functional>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -50,6 +53,19 @@ public:
     QString summary() const;   // the counts line as shown
     bool hasPendingEdits() const { return mPending; }
 
+    // Edits of a step that were not applied (an invalid pattern, an override row not filled in) are kept with their
+    // step when another step is shown, and come back when it is shown again as it was (they were lost, GUI probe).
+    struct KeptEdits {
+        QString owner;
+        int index = -1;
+        QString problem;   // why they were not applied
+    };
+    std::vector<KeptEdits> keptEdits() const;
+    bool keepsEditsFor(const QString& owner, int index) const;
+    // Drops kept edits whose step is no longer as it was (`stepsOf` gives a variant's steps now): they would not apply.
+    void dropStaleEdits(const std::function<nlohmann::json(const QString&)>& stepsOf);
+    void forgetKeptEdits();
+
     QLineEdit* targetsEdit() const { return mTargets; }
     QPlainTextEdit* ignoreEdit() const { return mIgnore; }
     QTableWidget* overridesTable() const { return mOverrides; }
@@ -60,6 +76,7 @@ public:
 signals:
     // `owner` as given to setStep: the pipeline editor writes only into the variant the edit was made in.
     void stepEdited(const QString& owner, int index, const nlohmann::json& step);
+    void keptEditsChanged();
 
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
@@ -72,6 +89,19 @@ private:
     void validate();
     void showState();
     void updateRevert();
+    // A step's fields as typed, kept while another step is shown.
+    struct Draft {
+        QString owner;
+        int index = -1;
+        nlohmann::json steps;   // the variant's steps then
+        nlohmann::json shown;   // the step's layer fields then
+        QString targets, ignore, problem;
+        std::vector<std::pair<QString, QString>> rows;
+        std::vector<bool> newRows;
+    };
+    static bool draftFits(const Draft& d, const nlohmann::json& steps);
+    void keepEdits();
+    bool restoreKeptEdits(const nlohmann::json& fields);
     void forgetTyping();   // clears the text fields' own undo history   // Revert is on while the fields differ from the project's step
 
     QString mOwner;
@@ -82,6 +112,7 @@ private:
     bool mPending = false;
     bool mLoading = false;
     QString mProblem, mWarning, mNote, mSummary, mLayerList;
+    std::vector<Draft> mDrafts;
 
     QLineEdit* mTargets;
     QPlainTextEdit* mIgnore;

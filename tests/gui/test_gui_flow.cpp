@@ -79,6 +79,7 @@ private slots:
     void projectWithAMovedModelOpensWhereItIsNow();
     void locatingAMovedModelThroughItsDialogs();
     void savingAppliesTypedLayerPatterns();
+    void closingNamesEditsKeptWithOtherSteps();
     void runLogIsTheDocumentsOwn();
     void runTimeGoesOnWithoutProgress();
     void windowShortcutsWorkFromTextFields();
@@ -1208,6 +1209,40 @@ void TestGuiFlow::savingAppliesTypedLayerPatterns() {
     MainWindow reopened;
     QVERIFY(reopened.openPath(path, false));
     QCOMPARE(reopened.document()->steps(variant)[0].value("targets", ""), std::string("mlp"));
+}
+
+// Regression (GUI probe): Layers edits that could not be applied were lost, unasked, once another step was selected;
+// closing now names them (kept with their step) and Cancel keeps the window and them.
+void TestGuiFlow::closingNamesEditsKeptWithOtherSteps() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    PipelineEditor* pipeline = window.pipelineEditor();
+    QVERIFY(pipeline->addStep("quantize.rtn"));
+    QVERIFY(pipeline->addStep("prune.magnitude"));
+    pipeline->selectStep(0);
+    pipeline->layersEditor()->targetsEdit()->setText("x(");
+    QVERIFY(!pipeline->layersEditor()->commit());
+    pipeline->selectStep(1);
+    QStringList texts;
+    bool discard = false;
+    QTimer answerer;
+    connect(&answerer, &QTimer::timeout, [&] {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        if (!box) return;
+        texts << box->windowTitle() + ": " + box->text();
+        box->button(discard ? QMessageBox::Discard : QMessageBox::Cancel)->click();
+    });
+    answerer.start(50);
+    QVERIFY(!window.close());
+    QCOMPARE(texts.size(), 1);
+    QVERIFY2(texts.front().startsWith("Edits not applied") && texts.front().contains("step 1: invalid regular expression"),
+             qPrintable(texts.front()));
+    pipeline->selectStep(0);
+    QCOMPARE(pipeline->layersEditor()->targetsEdit()->text(), QString("x("));   // still there
+    discard = true;
+    QVERIFY(window.close());
+    QCOMPARE(texts.size(), 3);   // then the unsaved project's question
 }
 
 // Regression (GUI probe): the Run tab kept the last document's log and full bar under the next project opened.

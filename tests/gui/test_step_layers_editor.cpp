@@ -52,6 +52,7 @@ private slots:
     void revertDoesNotApplyWhatItReverts();
     void ignoreAppliesWhenFocusLeaves();
     void pendingEditsStayWithTheirStep();
+    void editsNotAppliedAreKeptWithTheirStep();
     void pendingEditsAreAppliedBeforeSaving();
     void tabGoesPaneByPane();
     void escapeRevertsEditsNotApplied();
@@ -454,6 +455,63 @@ void TestStepLayersEditor::pendingEditsStayWithTheirStep() {
     QVERIFY(mEditor->addStep("prune.magnitude"));
     mEditor->selectStep(0);
     QCOMPARE(layers()->targetsEdit()->text(), QString());
+}
+
+// Regression (GUI probe): edits that could not be applied were lost when another step was selected. They are kept with
+// their step, marked in the list, come back with it, and are listed before saving or closing.
+void TestStepLayersEditor::editsNotAppliedAreKeptWithTheirStep() {
+    QVERIFY(mEditor->addStep("prune.magnitude"));
+    mEditor->selectStep(0);
+    layers()->targetsEdit()->setText("x(");
+    layers()->ignoreEdit()->setPlainText("lm_head");
+    layers()->addOverrideRow();
+    layers()->overridesTable()->item(0, 0)->setText("mlp");   // no parameters yet: incomplete
+    QVERIFY(!layers()->commit());
+    mEditor->selectStep(1);
+    QCOMPARE(layers()->targetsEdit()->text(), QString());
+    QVERIFY(!layers()->hasPendingEdits());
+    QVERIFY(layers()->keepsEditsFor(mDoc->currentVariant(), 0));
+    QVERIFY2(mEditor->stepList()->item(0)->text().contains("not applied"), qPrintable(mEditor->stepList()->item(0)->text()));
+    QVERIFY(!mEditor->stepList()->item(1)->text().contains("not applied"));
+    // Another step's parameter changed meanwhile: the kept edits still belong to step 1.
+    mDoc->undoStack()->push(new ReplaceStep("p", mDoc.get(), mDoc->currentVariant(), 1,
+                                            json{{"method", "prune.magnitude"}, {"params", {{"sparsity", 0.25}}}}));
+    QCOMPARE(mEditor->unappliedEdits().size(), qsizetype(1));
+    QVERIFY2(mEditor->unappliedEdits().front().contains("step 1:"), qPrintable(mEditor->unappliedEdits().front()));
+    mEditor->selectStep(0);
+    QCOMPARE(layers()->targetsEdit()->text(), QString("x("));
+    QCOMPARE(layers()->ignoreEdit()->toPlainText(), QString("lm_head"));
+    QCOMPARE(layers()->overridesTable()->rowCount(), 1);
+    QCOMPARE(layers()->overridesTable()->item(0, 0)->text(), QString("mlp"));
+    QVERIFY(layers()->hasPendingEdits());
+    QVERIFY(!layers()->problem().isEmpty());
+    QVERIFY(!layers()->keepsEditsFor(mDoc->currentVariant(), 0));
+    QVERIFY(!mEditor->stepList()->item(0)->text().contains("not applied"));
+    QVERIFY(!step(0).contains("targets"));   // never applied
+    // Fixed and applied once back: what was kept is what is applied.
+    layers()->overridesTable()->item(0, 1)->setText("{\"bits\": 8}");
+    layers()->targetsEdit()->setText("layers");
+    QVERIFY(layers()->commit());
+    QCOMPARE(step(0)["targets"].get<std::string>(), std::string("layers"));
+    QCOMPARE(step(0)["ignore"], json({"lm_head"}));
+    QCOMPARE(step(0)["overrides"].size(), size_t(1));
+    QVERIFY(mEditor->unappliedEdits().isEmpty());
+    // Kept edits whose step was changed from elsewhere (its layers set by undo or the budget) no longer apply.
+    layers()->targetsEdit()->setText("y(");
+    QVERIFY(!layers()->commit());
+    mEditor->selectStep(1);
+    QVERIFY(layers()->keepsEditsFor(mDoc->currentVariant(), 0));
+    mDoc->undoStack()->undo();   // the layers of step 1 back to none
+    QVERIFY(!layers()->keepsEditsFor(mDoc->currentVariant(), 0));
+    QVERIFY(!mEditor->stepList()->item(0)->text().contains("not applied"));
+    QVERIFY(mEditor->unappliedEdits().isEmpty());
+    // Another project: nothing of this one is kept.
+    layers()->targetsEdit()->setText("z(");
+    QVERIFY(!layers()->commit());
+    auto other = ProjectDocument::openModel(mModelPath);
+    mEditor->setDocument(other.get());
+    QVERIFY(layers()->keptEdits().empty());
+    mEditor->setDocument(mDoc.get());
 }
 
 void TestStepLayersEditor::pendingEditsAreAppliedBeforeSaving() {
