@@ -507,8 +507,10 @@ int importance(const std::vector<std::string>& args) {
     CalibrationCompute compute = importanceCompute(a.value("device", "auto"), a.value("dtype"), kind);
     Project project = Project::open(a.requirePositional("PROJECT"));
     const ProjectSettings& s = project.settings();
-    const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
+    const std::string text = measurementText(s).path;
     if (text.empty()) throw Error(project.path(), "has neither calibration nor evaluation text to measure importance on");
+    if (const std::string warning = evaluationStandInWarning(s); !warning.empty())
+        std::fprintf(stderr, "warning: importance %s\n", warning.c_str());
     const LoadOptions load = projectLoadOptions(project, a);
     const std::string modelPath = a.value("model", project.model().path);
     auto model = loadModel(modelPath, load);
@@ -526,7 +528,7 @@ int importance(const std::vector<std::string>& args) {
         showProgress(feedback, "importance");
     }
     // The text as read now, not the hash the project recorded: it may have changed since.
-    const std::string recordedTextHash = !s.calibration.path.empty() ? s.calibration.hash : s.evaluation.hash;
+    const std::string recordedTextHash = measurementText(s).hash;
     const std::string textHash = hashFile(text);
     if (!recordedTextHash.empty() && textHash != recordedTextHash)
         std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): the map is of its "

@@ -227,7 +227,7 @@ bool BudgetDialog::solve(bool interactive) {
         return refuse(QString::fromUtf8(e.what()));
     }
     const ProjectSettings& s = mDocument->project().settings();
-    const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
+    const std::string text = measurementText(s).path;
     std::shared_ptr<const Model> model = mDocument->model();
     if (text.empty()) return refuse(tr("The project has no calibration or evaluation text to measure on. Choose one in Project ▸ Settings."));
     if (!model->tokenizer) return refuse(tr("The model has no tokenizer, so no text can be turned into tokens. Give it one with Project ▸ Use Tokenizer File."));
@@ -294,10 +294,12 @@ void BudgetDialog::showPlan() {
         mTable->setItem(row, 3, new QTableWidgetItem(QString::number(cost, 'g', 4)));
         ++row;
     }
+    const std::string standIn = evaluationStandInWarning(mDocument->project().settings());
     mSummary->setText(tr("Plan: %1 bits per weight (target %2); summed single-layer KL %3.")
                           .arg(mPlan->bitsPerWeight, 0, 'f', 3)
                           .arg(mPlanTarget, 0, 'f', 3)
-                          .arg(mPlan->predictedCost, 0, 'g', 4));
+                          .arg(mPlan->predictedCost, 0, 'g', 4) +
+                      (standIn.empty() ? QString() : tr("\nWarning: the layers' KL was %1.").arg(QString::fromStdString(standIn))));
     mApply->setEnabled(true);
 }
 

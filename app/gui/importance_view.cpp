@@ -164,15 +164,24 @@ void ImportanceView::showStored() {
     mHeatmap->setScores(heatmapData(*map));
     markPicked();
     const std::string measured = describeImportanceMeasurement(map->measuredWith);
-    mStatus->setText(tr("%1: %2 × %3%4. Hover a cell for its value; click it to select the layer in the model tree.")
+    QString status = tr("%1: %2 × %3%4. Hover a cell for its value; click it to select the layer in the model tree.")
                          .arg(kind()).arg(map->rowLabels.size()).arg(map->columnLabels.size())
-                         .arg(measured.empty() ? QString() : tr(", measured on %1").arg(QString::fromStdString(measured))));
+                         .arg(measured.empty() ? QString() : tr(", measured on %1").arg(QString::fromStdString(measured)));
+    // Measured on the text perplexity is measured on: nothing said so but the file name (GUI probe).
+    const ProjectSettings& s = mDocument->project().settings();
+    const std::string text = map->measuredWith.is_object() ? map->measuredWith.value("text", std::string()) : std::string();
+    const bool onEvaluation = !text.empty() && text == s.evaluation.path && text != s.calibration.path;
+    if (onEvaluation)
+        status += tr("\nMeasured on the evaluation text: layers picked from this map are fitted to the text perplexity is "
+                     "measured on. Set a calibration text in Project ▸ Settings to keep the two apart.");
+    mStatus->setStyleSheet(onEvaluation ? QStringLiteral("color: #8a5300") : QString());
+    mStatus->setText(status);
 }
 
 bool ImportanceView::compute() {
     if (!mDocument || isComputing()) return false;
     const ProjectSettings& s = mDocument->project().settings();
-    const std::string text = !s.calibration.path.empty() ? s.calibration.path : s.evaluation.path;
+    const std::string text = measurementText(s).path;
     std::shared_ptr<const Model> model = mDocument->model();
     if (text.empty() || !model->tokenizer) {
         QMessageBox::warning(this, tr("Cannot measure importance"),
@@ -183,7 +192,7 @@ bool ImportanceView::compute() {
     }
     const std::string kindId = kind().toStdString();
     const CalibrationSpec spec{text, mSamples->value(), mTokens->value(), s.calibrationSeed};
-    const std::string textHash = !s.calibration.path.empty() ? s.calibration.hash : s.evaluation.hash;
+    const std::string textHash = measurementText(s).hash;
     CalibrationCompute compute;
     try {   // Run ▸ Compute On picks the device; maps are measured in f32 on either
         compute = importanceCompute(guiComputeDevice() == ComputeDevice::Cuda ? "cuda" : "cpu", "", kindId);

@@ -558,6 +558,16 @@ void checkStoredSettings(const ProjectSettings& s, const std::string& projectPat
     }
 }
 
+const FileReference& measurementText(const ProjectSettings& s) {
+    return s.calibration.path.empty() ? s.evaluation : s.calibration;
+}
+
+std::string evaluationStandInWarning(const ProjectSettings& s) {
+    if (!s.calibration.path.empty() || s.evaluation.path.empty()) return "";
+    return "measured on the evaluation text " + s.evaluation.path + " (the project has no calibration text): layers "
+           "chosen from it are fitted to the text perplexity is measured on; set a calibration text to keep the two apart";
+}
+
 TextHashes textHashesOnDisk(const ProjectSettings& settings) {
     const auto now = [](const FileReference& ref) {
         std::error_code ec;

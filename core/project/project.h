@@ -89,6 +89,12 @@ constexpr int64_t kLeastEvalCtx = 4;
 // evaluation or a calibration whose error names neither.
 void checkStoredSettings(const ProjectSettings& s, const std::string& projectPath);
 
+// The text importance maps and the budget solver measure on: the calibration text, else the evaluation text.
+const FileReference& measurementText(const ProjectSettings& s);
+// Where the evaluation text stands in for calibration: a warning (layers chosen from what is measured on it are fitted
+// to the text perplexity is measured on); else "".
+std::string evaluationStandInWarning(const ProjectSettings& s);
+
 // The calibration and evaluation texts' hashes as the files are now. Results are stamped with what they were measured
 // on, and a text edited in place keeps the hash the project recorded. A text not there, unreadable, or with no
 // recorded hash keeps the recorded one.

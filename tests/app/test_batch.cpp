@@ -182,6 +182,7 @@ void TestBatch::lineageAndShow() {
         QCOMPARE(run({"project", "set", copy, "--calib", textCopy}).exitCode, 0);
         const Result before = run({"project", "importance", copy, "--kind", "channel", "--samples", "2", "--seq-len", "32", "--quiet"});
         QVERIFY2(before.exitCode == 0 && !before.err.contains("changed since"), qPrintable(before.err));
+        QVERIFY2(!before.err.contains("evaluation text"), qPrintable(before.err));
         const auto hashOfMap = [&] {
             for (const auto& m : QJsonDocument::fromJson(run({"project", "show", copy, "--json"}).out.toUtf8()).object()["importance"].toArray())
                 if (m.toObject()["kind"].toString() == "channels.wanda") return m.toObject()["measured_with"].toObject()["text_hash"].toString();
@@ -195,6 +196,12 @@ void TestBatch::lineageAndShow() {
         const Result after = run({"project", "importance", copy, "--kind", "channel", "--samples", "2", "--seq-len", "32", "--quiet"});
         QVERIFY2(after.exitCode == 0 && after.err.contains("changed since the project recorded it"), qPrintable(after.err));
         QVERIFY(!recorded.isEmpty() && hashOfMap() != recorded);
+        // Regression (GUI probe): with no calibration text the map is measured on the evaluation text, unsaid.
+        QCOMPARE(run({"project", "set", copy, "--no-calib"}).exitCode, 0);
+        const Result onEvaluation = run({"project", "importance", copy, "--kind", "channel", "--samples", "2", "--seq-len", "32", "--quiet"});
+        QVERIFY2(onEvaluation.exitCode == 0 && onEvaluation.err.contains("warning: importance measured on the evaluation text"),
+                 qPrintable(onEvaluation.err));
+        QCOMPARE(run({"project", "set", copy, "--calib", textCopy}).exitCode, 0);
     }
     // The derived variant's recipe is its parent's steps followed by its own.
     Result batch = run({"--batch", copy, "--out", mDir.filePath("l"), "--threads", "1", "--variants", "wanda-then-rtn", "--quiet"});

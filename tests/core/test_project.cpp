@@ -133,6 +133,7 @@ private slots:
     void refusals_data();
     void refusals();
     void newNamesAreChecked();
+    void measurementTextFallsBackToEvaluationWithAWarning();
     void storedSettingsOutOfBoundsAreNamed();
     void aRunKeepsLatencyOfTheSameRecipeAndModel();
     void removeVariant();
@@ -466,6 +467,19 @@ void TestProject::refusals() {
 // takes it back (undo of a removal, Save As copies), so addVariant itself accepts it.
 // Settings stored by other means than cwb (a file edited in place) are named with the project, the column and the option
 // that replaces them; the GUI's samples box once stopped at 100000 where the CLI stores up to 1000000.
+void TestProject::measurementTextFallsBackToEvaluationWithAWarning() {
+    ProjectSettings s;
+    QVERIFY(measurementText(s).path.empty());
+    QVERIFY(evaluationStandInWarning(s).empty());   // no text at all: refused elsewhere, not warned
+    s.evaluation = {"/texts/eval.txt", "e-hash"};
+    QCOMPARE(measurementText(s).hash, std::string("e-hash"));
+    QVERIFY2(evaluationStandInWarning(s).find("/texts/eval.txt") != std::string::npos, evaluationStandInWarning(s).c_str());
+    s.calibration = {"/texts/calib.txt", "c-hash"};
+    QCOMPARE(measurementText(s).path, std::string("/texts/calib.txt"));
+    QCOMPARE(measurementText(s).hash, std::string("c-hash"));
+    QVERIFY(evaluationStandInWarning(s).empty());
+}
+
 void TestProject::storedSettingsOutOfBoundsAreNamed() {
     const std::string path = "/p/x.cwbproj";
     ProjectSettings fine;

@@ -253,6 +253,7 @@ void TestGuiFlow::importanceHeatmapSelectsLayer() {
     QCOMPARE(map->measuredWith["windows"].get<int64_t>(), int64_t(2));
     QCOMPARE(map->measuredWith["tokens"].get<int64_t>(), int64_t(32));
     QVERIFY2(view->statusText().contains("measured on 2 windows of 32 tokens of "), qPrintable(view->statusText()));
+    QVERIFY2(!view->statusText().contains("evaluation text"), qPrintable(view->statusText()));
 
     // A click on block 1's first column selects that linear layer in the tree.
     heatmap->resize(600, 400);
@@ -266,6 +267,15 @@ void TestGuiFlow::importanceHeatmapSelectsLayer() {
     const QString selected = window.modelTree()->selectedLayer();
     QVERIFY2(selected.startsWith("model.layers.1.") && selected.endsWith("." + QString::fromStdString(map->columnLabels[0])),
              qPrintable(selected));
+
+    // Regression (GUI probe): with no calibration text the map is measured on the evaluation text; only the file name
+    // said so.
+    ProjectSettings s = window.document()->project().settings();
+    s.calibration = {};
+    window.document()->undoStack()->push(changeSettings(window.document(), s));
+    QVERIFY(view->compute());
+    QVERIFY(computed.wait(120000));
+    QVERIFY2(view->statusText().contains("Measured on the evaluation text"), qPrintable(view->statusText()));
 }
 
 // A GPTQ checkpoint opened in the window: the tree shows its linear layers as stored (kind and packed bytes),
