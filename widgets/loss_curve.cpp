@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
 #include <vector>
 
 namespace cwb {
@@ -82,6 +84,52 @@ struct LossCurve::Private {
     QSharedPointer<LogSpreadTicker> logTicker = QSharedPointer<LogSpreadTicker>::create();
     QSharedPointer<QCPAxisTicker> evenTicker = QSharedPointer<QCPAxisTicker>::create();
     std::vector<std::pair<QString, QCPGraph*>> graphs;  // creation order = colour order
+    // On a log axis, values <= 0 have no place: each series' are kept here, drawn as hollow markers on a floor below
+    // the smallest positive value (exact zeros, a layer reconstructed exactly, fell off the chart: GUI probe).
+    std::map<QCPGraph*, std::pair<QCPGraph*, QVector<double>>> floorPoints;   // graph -> (markers, their steps)
+    QString valueLabel = QObject::tr("loss");
+    bool logarithmic = false;
+
+    bool hasFloorPoints() const
+    {
+        for (const auto& [graph, points] : floorPoints)
+            if (!points.second.isEmpty())
+                return true;
+        return false;
+    }
+
+    // Markers at a tenth of the smallest positive value drawn (1 when there is none).
+    void placeFloorPoints()
+    {
+        double smallest = std::numeric_limits<double>::infinity();
+        for (const auto& entry : graphs)
+            for (auto it = entry.second->data()->constBegin(); it != entry.second->data()->constEnd(); ++it)
+                if (it->value > 0)
+                    smallest = std::min(smallest, it->value);
+        const double floor = std::isfinite(smallest) ? smallest / 10 : 1.0;
+        for (auto& [graph, points] : floorPoints) {
+            QVector<double> values(points.second.size(), floor);
+            points.first->setData(points.second, values);
+        }
+        plot->yAxis->setLabel(hasFloorPoints() ? QObject::tr("%1 (○: 0, drawn below the smallest)").arg(valueLabel) : valueLabel);
+    }
+
+    static QCPScatterStyle floorMarker(int colourIndex)
+    {
+        return QCPScatterStyle(QCPScatterStyle::ssCircle, QPen(plot::seriesColor(colourIndex), 1.8), Qt::NoBrush, 8);
+    }
+
+    QCPGraph* floorGraph(QCPGraph* graph, int colourIndex)
+    {
+        auto& entry = floorPoints[graph];
+        if (!entry.first) {
+            entry.first = plot->addGraph();
+            entry.first->setLineStyle(QCPGraph::lsNone);
+            entry.first->setScatterStyle(floorMarker(colourIndex));
+            entry.first->removeFromLegend();
+        }
+        return entry.first;
+    }
 
     QCPGraph* find(const QString& name) const
     {
@@ -94,8 +142,11 @@ struct LossCurve::Private {
     void applyPalette(const QPalette& palette)
     {
         plot::applyPalette(plot, palette);
-        for (size_t i = 0; i < graphs.size(); ++i)
+        for (size_t i = 0; i < graphs.size(); ++i) {
             graphs[i].second->setPen(QPen(plot::seriesColor(int(i)), 1.8));
+            if (const auto found = floorPoints.find(graphs[i].second); found != floorPoints.end())
+                found->second.first->setScatterStyle(floorMarker(int(i)));
+        }
     }
 
     // The legend sits below the plot, in rows, for two series or more (inside the plot it covered the curves: GUI
@@ -122,6 +173,7 @@ struct LossCurve::Private {
             plot->xAxis->setRange(0, 1);
             plot->yAxis->setRange(plot->yAxis->scaleType() == QCPAxis::stLogarithmic ? QCPRange(0.1, 1) : QCPRange(0, 1));
         } else {
+            placeFloorPoints();
             plot->rescaleAxes(true);
             // A flat or single-point curve gives an empty range; widen it a little.
             for (QCPAxis* axis : {plot->xAxis, plot->yAxis}) {
@@ -132,6 +184,8 @@ struct LossCurve::Private {
                 }
             }
             plot->yAxis->scaleRange(1.05, plot->yAxis->range().center());
+            if (hasFloorPoints())   // markers at the first or last step would be cut in half by the axis
+                plot->xAxis->scaleRange(1.06, plot->xAxis->range().center());
         }
         fitTickCount(plot->height());
         plot->replot(now ? QCustomPlot::rpImmediateRefresh : QCustomPlot::rpQueuedReplot);
@@ -185,7 +239,13 @@ void LossCurve::addPoint(const QString& series, double step, double value)
         graph->setPen(QPen(plot::seriesColor(int(m->graphs.size())), 1.8));
         m->graphs.emplace_back(series, graph);
     }
-    graph->addData(step, value);  // appending in key order is O(1)
+    if (m->logarithmic && value <= 0) {
+        const int colour = int(std::find_if(m->graphs.begin(), m->graphs.end(), [&](const auto& e) { return e.second == graph; }) - m->graphs.begin());
+        m->floorGraph(graph, colour);
+        m->floorPoints[graph].second.push_back(step);
+    } else {
+        graph->addData(step, value);  // appending in key order is O(1)
+    }
     if (!m->replotTimer->isActive())
         m->replotTimer->start();
 }
@@ -195,18 +255,50 @@ void LossCurve::clear()
     m->replotTimer->stop();
     m->plot->clearGraphs();
     m->graphs.clear();
+    m->floorPoints.clear();
+    m->plot->yAxis->setLabel(m->valueLabel);
     m->redraw();
 }
 
 void LossCurve::setAxisLabels(const QString& stepLabel, const QString& valueLabel)
 {
     m->plot->xAxis->setLabel(stepLabel);
+    m->valueLabel = valueLabel;
     m->plot->yAxis->setLabel(valueLabel);
-    m->plot->replot(QCustomPlot::rpQueuedReplot);
+    m->redraw();
 }
 
 void LossCurve::setLogScale(bool logarithmic)
 {
+    // Points already added move between the curve and the floor markers.
+    if (logarithmic != m->logarithmic) {
+        for (size_t i = 0; i < m->graphs.size(); ++i) {
+            QCPGraph* graph = m->graphs[i].second;
+            if (logarithmic) {
+                QVector<double> steps;
+                for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it)
+                    if (it->value <= 0)
+                        steps.push_back(it->key);
+                if (!steps.isEmpty()) {
+                    m->floorGraph(graph, int(i));
+                    m->floorPoints[graph].second = steps;
+                    QVector<double> keys, values;
+                    for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it)
+                        if (it->value > 0) {
+                            keys.push_back(it->key);
+                            values.push_back(it->value);
+                        }
+                    graph->setData(keys, values, true);
+                }
+            } else if (const auto found = m->floorPoints.find(graph); found != m->floorPoints.end()) {
+                for (double step : found->second.second)
+                    graph->addData(step, 0.0);
+                m->plot->removeGraph(found->second.first);
+                m->floorPoints.erase(found);
+            }
+        }
+        m->logarithmic = logarithmic;
+    }
     m->plot->yAxis->setScaleType(logarithmic ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
     m->plot->yAxis->setTicker(logarithmic ? m->logTicker.staticCast<QCPAxisTicker>() : m->evenTicker);
     m->redraw();
@@ -230,11 +322,16 @@ bool LossCurve::legendOutsidePlot() const { return m->plot->legend->layout() == 
 
 int LossCurve::pointCount(const QString& series) const
 {
-    const QCPGraph* graph = m->find(series);
-    return graph ? graph->dataCount() : 0;
+    QCPGraph* graph = m->find(series);
+    if (!graph)
+        return 0;
+    const auto found = m->floorPoints.find(graph);
+    return graph->dataCount() + (found == m->floorPoints.end() ? 0 : int(found->second.second.size()));
 }
 
 std::pair<double, double> LossCurve::stepRange() const { return {m->plot->xAxis->range().lower, m->plot->xAxis->range().upper}; }
+std::pair<double, double> LossCurve::valueRange() const { return {m->plot->yAxis->range().lower, m->plot->yAxis->range().upper}; }
+QString LossCurve::valueAxisLabel() const { return m->plot->yAxis->label(); }
 
 QStringList LossCurve::seriesNames() const
 {

@@ -25,7 +25,9 @@ public:
     void addPoint(const QString& series, double step, double value);
     void clear();
     void setAxisLabels(const QString& stepLabel, const QString& valueLabel);
-    void setLogScale(bool logarithmic);  // value axis; points <= 0 are then not drawn
+    // Value axis. On a log axis, points <= 0 are drawn as hollow markers a decade below the smallest positive value,
+    // and the axis label says so.
+    void setLogScale(bool logarithmic);
     // For tests: whether the log value axis labels only powers of ten (values over several decades, or too little room
     // for 1-2-5 steps), the value ticks as last drawn and where a value is drawn (y in this widget), and whether the
     // legend sits outside the plotted area.
@@ -38,6 +40,8 @@ public:
     int pointCount(const QString& series) const;  // 0 for an unknown series
     QStringList seriesNames() const;              // in order of creation
     std::pair<double, double> stepRange() const;  // the x axis as drawn
+    std::pair<double, double> valueRange() const; // the y axis as drawn
+    QString valueAxisLabel() const;
     // Redraws now instead of waiting for the 50 ms timer (tests, final update after training).
     void flush();
 

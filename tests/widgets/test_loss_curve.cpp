@@ -20,6 +20,7 @@ private slots:
     void clearRemovesEverything();
     void manyPointsStayCheap();
     void logAxisLabelsFitTheRange();
+    void zerosOnALogAxisAreDrawnOnAFloor();
 };
 
 namespace {
@@ -172,6 +173,47 @@ void TestLossCurve::logAxisLabelsFitTheRange()
     QVERIFY(curve.valueTicks().size() < tallTicks);
     for (int gap : pixelGaps())
         QVERIFY2(gap >= 1.5 * line, qPrintable(QStringLiteral("labels %1 px apart, a line is %2").arg(gap).arg(line)));
+}
+
+// Regression (GUI probe): a layer reconstructed exactly (error 0) fell off the Compare tab's log axis, unseen.
+void TestLossCurve::zerosOnALogAxisAreDrawnOnAFloor()
+{
+    LossCurve curve;
+    curve.resize(600, 400);
+    curve.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&curve));
+    curve.setAxisLabels("layer", "error");
+    curve.setLogScale(true);
+    curve.addPoint("a", 0, 1e-3);
+    curve.addPoint("a", 1, 0.0);
+    curve.addPoint("a", 2, 1e-2);
+    curve.addPoint("b", 0, 0.0);   // b's only other point is a single positive one: no line, only its marker is drawn
+    curve.addPoint("b", 1, 5e-3);
+    curve.flush();
+    QCOMPARE(curve.pointCount("a"), 3);
+    QCOMPARE(curve.pointCount("b"), 2);
+    QVERIFY2(curve.valueAxisLabel().startsWith("error") && curve.valueAxisLabel().contains(QStringLiteral("○: 0")),
+             qPrintable(curve.valueAxisLabel()));
+    const auto [lower, upper] = curve.valueRange();
+    QVERIFY2(lower > 0 && lower < 1e-4 && upper > 1e-2, qPrintable(QStringLiteral("%1 .. %2").arg(lower).arg(upper)));
+    const QImage image = curve.grab().toImage();
+    const int floorY = curve.valuePixel(1e-4) * image.height() / curve.height();
+    const QImage band = image.copy(0, std::max(0, floorY - 6), image.width(), 13);
+    QVERIFY2(pixelsNear(band, cwb::plot::seriesColor(1)) > 4, "b's zero is drawn on the floor");
+
+    // Back to a linear axis, the zeros are points of their curves again; and floors again on a log one.
+    curve.setLogScale(false);
+    curve.flush();
+    QCOMPARE(curve.valueAxisLabel(), QString("error"));
+    QCOMPARE(curve.pointCount("a"), 3);
+    QVERIFY(curve.valueRange().first <= 0);
+    curve.setLogScale(true);
+    curve.flush();
+    QCOMPARE(curve.pointCount("a"), 3);
+    QVERIFY(curve.valueAxisLabel().contains(QStringLiteral("○")));
+    QVERIFY(curve.valueRange().first > 0);
+    curve.clear();
+    QCOMPARE(curve.valueAxisLabel(), QString("error"));
 }
 
 QTEST_MAIN(TestLossCurve)
