@@ -1,6 +1,8 @@
 #include "app/gui/recent_files.h"
 
+#include <QDir>
 #include <QFileInfo>
+#include <QFontMetrics>
 #include <QSettings>
 
 namespace cwb {
@@ -24,11 +26,26 @@ void RecentFilesMenu::add(const QString& path) {
     rebuild();
 }
 
+QString recentFileLabel(const QString& path, const QFontMetrics& metrics, int folderWidth) {
+    const QFileInfo info(path);
+    QString folder = QDir::toNativeSeparators(info.absolutePath());
+    const QString home = QDir::toNativeSeparators(QDir::homePath());
+    if (home.size() > 1 && (folder == home || folder.startsWith(home + QDir::separator()))) folder = "~" + folder.mid(home.size());
+    QString label = info.fileName() + QStringLiteral("  —  ") + metrics.elidedText(folder, Qt::ElideLeft, folderWidth);
+    if (!info.exists()) label += QObject::tr("  (not found)");
+    return label;
+}
+
 void RecentFilesMenu::rebuild() {
     clear();
+    setToolTipsVisible(true);
     const QStringList list = files();
+    // The name alone could not tell model.gguf from model.gguf, nor two Hugging Face snapshot folders (GUI probe).
+    const int folderWidth = fontMetrics().averageCharWidth() * 48;
     for (int i = 0; i < list.size(); ++i) {
-        QAction* action = addAction(QStringLiteral("&%1 %2").arg((i + 1) % 10).arg(QFileInfo(list[i]).fileName()));
+        QString label = recentFileLabel(list[i], fontMetrics(), folderWidth);
+        label.replace('&', QStringLiteral("&&"));
+        QAction* action = addAction(QStringLiteral("&%1 %2").arg((i + 1) % 10).arg(label));
         action->setToolTip(list[i]);
         action->setStatusTip(list[i]);
         const QString path = list[i];

@@ -3,7 +3,13 @@
 #include <QMenu>
 #include <QStringList>
 
+class QFontMetrics;
+
 namespace cwb {
+
+// A menu entry's text: the file's name, then its folder (home as ~; a long one keeps its end, the folders nearest the file, within `folderWidth` pixels), and
+// "(not found)" for a file no longer there.
+QString recentFileLabel(const QString& path, const QFontMetrics& metrics, int folderWidth);
 
 class RecentFilesMenu : public QMenu {
     Q_OBJECT
