@@ -120,6 +120,8 @@ private:
     bool refuseTokenizerStep(const class QUndoCommand* next);
     bool stepHistory(bool back);   // undo or redo; a step that throws clears the history, with a message
     void openDialog(bool project);
+    // openPath once stopping jobs and saving were asked about (or, not interactive, not asked).
+    bool openPathAsked(const QString& path, bool interactive, const QString& modelPath = {});
     std::unique_ptr<ProjectDocument> loadInBackground(const QString& path, bool isProject, bool recover, QString* error,
                                                       bool* cancelled = nullptr, const QString& modelPath = {});
     // Where the project's model is now, asked of the user when the path it records holds nothing ("" to give up).

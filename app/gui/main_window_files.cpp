@@ -73,6 +73,10 @@ QString MainWindow::openFailureAdvice(const QString& path) {
 
 bool MainWindow::openPath(const QString& path, bool interactive, const QString& modelPath) {
     if (interactive && (!maybeStopJobs() || !maybeSave())) return false;
+    return openPathAsked(path, interactive, modelPath);
+}
+
+bool MainWindow::openPathAsked(const QString& path, bool interactive, const QString& modelPath) {
     const QFileInfo info(path);
     auto report = [this, interactive](const QString& what, const QString& detail, const QString& todo) {
         if (interactive) showError(what, detail, todo);
@@ -256,13 +260,15 @@ void MainWindow::cancelLoading() {
 }
 
 void MainWindow::openDialog(bool project) {
+    // Asked before the file is picked: the answer does not depend on which file (it came after the pick, GUI probe).
+    if (!mLoading && (!maybeStopJobs() || !maybeSave())) return;
     const QString path = project ? QFileDialog::getOpenFileName(this, tr("Open Project"), {}, tr("Compression Workbench projects (*.cwbproj)"))
                                  : QFileDialog::getOpenFileName(this, tr("Open Model"), {},
                                                                 tr("Models (*.gguf *.bin *.safetensors config.json);;All files (*)"));
     if (path.isEmpty()) return;
     // A Hugging Face model is its folder.
     const QFileInfo info(path);
-    openPath(!project && (info.suffix() == "safetensors" || info.fileName() == "config.json") ? info.absolutePath() : path);
+    openPathAsked(!project && (info.suffix() == "safetensors" || info.fileName() == "config.json") ? info.absolutePath() : path, true);
 }
 
 bool MainWindow::save(ChangedFile whenChanged) {

@@ -80,6 +80,7 @@ private slots:
     void locatingAMovedModelThroughItsDialogs();
     void savingAppliesTypedLayerPatterns();
     void closingNamesEditsKeptWithOtherSteps();
+    void openAsksAboutUnsavedChangesBeforeTheFileDialog();
     void runLogIsTheDocumentsOwn();
     void runTimeGoesOnWithoutProgress();
     void windowShortcutsWorkFromTextFields();
@@ -1253,6 +1254,40 @@ void TestGuiFlow::closingNamesEditsKeptWithOtherSteps() {
     discard = true;
     QVERIFY(window.close());
     QCOMPARE(texts.size(), 3);   // then the unsaved project's question
+}
+
+// Regression (GUI probe): Open asked about unsaved changes after the file was picked; it asks first, and Cancel shows
+// no file dialog.
+void TestGuiFlow::openAsksAboutUnsavedChangesBeforeTheFileDialog() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    QVERIFY(window.document()->isDirty());
+    QAction* open = nullptr;
+    for (QAction* action : window.findChildren<QAction*>())
+        if (action->text() == "Open &Model…") open = action;
+    QVERIFY(open);
+    QStringList seen;
+    QMessageBox::StandardButton answer = QMessageBox::Cancel;
+    QTimer answerer;
+    connect(&answerer, &QTimer::timeout, [&] {
+        QWidget* modal = QApplication::activeModalWidget();
+        if (auto* box = qobject_cast<QMessageBox*>(modal)) {
+            seen << "box: " + box->windowTitle();
+            box->button(answer)->click();
+        } else if (auto* files = qobject_cast<QFileDialog*>(modal)) {
+            seen << "files";
+            files->reject();
+        }
+    });
+    answerer.start(50);
+    open->trigger();
+    QCOMPARE(seen, QStringList{"box: Unsaved changes"});
+    seen.clear();
+    answer = QMessageBox::Discard;
+    open->trigger();
+    QCOMPARE(seen, (QStringList{"box: Unsaved changes", "files"}));   // asked once, before the dialog
 }
 
 // Regression (GUI probe): the Run tab kept the last document's log and full bar under the next project opened.
