@@ -1,7 +1,5 @@
 #include "app/gui/settings_dialog.h"
 
-#include <algorithm>
-
 #include <QDialogButtonBox>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -13,6 +11,8 @@
 #include <QPushButton>
 #include <QSpinBox>
 #include <QVBoxLayout>
+
+#include <algorithm>
 
 #include "core/project/file_hash.h"
 #include "core/util/error.h"
@@ -126,6 +126,9 @@ void SettingsDialog::fieldEdited() {
 QLineEdit* SettingsDialog::fileRow(const QString& path, const QString& what) {
     auto* line = new QLineEdit(path, this);
     line->setPlaceholderText(tr("(none)"));
+    // Room for a path: the dialog opened at its narrowest, which showed some 20 characters of one (GUI probe).
+    const QFontMetrics metrics = line->fontMetrics();
+    line->setMinimumWidth(std::clamp(metrics.horizontalAdvance(path) + 16, metrics.averageCharWidth() * 44, metrics.averageCharWidth() * 72));
     auto* browse = new QPushButton(tr("Browse…"), this);
     connect(browse, &QPushButton::clicked, this, [this, line, what] {
         const QString chosen = QFileDialog::getOpenFileName(this, what, QFileInfo(line->text()).absolutePath(),

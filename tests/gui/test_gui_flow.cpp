@@ -784,6 +784,14 @@ void TestGuiFlow::settingsDialogKeepsEditsAndLargeSeeds() {
     // Regressions (GUI probe): 4096 typed where the model's context is 2048 became 409 (the last digit refused without a
     // word), and letters typed in the seed were dropped. Both stay as typed and are said; Return sets the nearest.
     SettingsDialog small(ProjectSettings{}, 2048);
+    // Regression (GUI probe): the dialog opened at its narrowest, showing some 20 characters of a path.
+    int pathFields = 0;
+    for (QLineEdit* line : small.findChildren<QLineEdit*>())
+        if (line->placeholderText() == "(none)") {
+            ++pathFields;
+            QVERIFY2(line->minimumWidth() >= 40 * line->fontMetrics().averageCharWidth(), qPrintable(QString::number(line->minimumWidth())));
+        }
+    QCOMPARE(pathFields, 2);   // calibration and evaluation
     QSpinBox* tokens = nullptr;
     for (QSpinBox* box : small.findChildren<QSpinBox*>())
         if (box->toolTip().startsWith("tokens per calibration window")) tokens = box;
