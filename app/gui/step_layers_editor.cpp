@@ -17,6 +17,7 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <map>
 #include <regex>
 
 #include "core/compress/method.h"
@@ -483,7 +484,43 @@ void StepLayersEditor::describeLayers(const RecipeStep& edited) {
                             .arg(selector.empty() ? tr("layers") : tr("blocks"))
                             .arg(i > 0 ? tr(" (or an override above it takes them first)") : QString());
     }
+    if (renamer < 0 && edited.enabled) {
+        const QString lost = quantizationLostBy(edited, taken);
+        if (!lost.isEmpty()) warnings << lost;
+    }
     mWarning = warnings.join('\n');
+}
+
+// Unstructured pruning of a layer an earlier step (or the checkpoint) quantized writes dense weights over it: the
+// quantization is gone. The run notes it; here it is said before a run (GUI probe).
+QString StepLayersEditor::quantizationLostBy(const RecipeStep& edited, const std::vector<std::string>& taken) const {
+    const CompressionMethod* method = MethodRegistry::instance().find(edited.method);
+    if (!method || edited.method.rfind("prune.", 0) != 0 || !method->blockSelector(mModel->spec.family).empty() ||
+        !method->readsLayerPatterns())
+        return {};
+    std::map<std::string, QString> quantizedBy;   // layer -> what quantized it first
+    for (const auto& entry : mModel->compressedLayers()) quantizedBy.emplace(entry.first, tr("in the checkpoint read"));
+    for (int i = 0; i < mIndex; ++i) {
+        const nlohmann::json& step = mSteps[size_t(i)];
+        if (!step.value("enabled", true) || step.value("method", "").rfind("quantize.", 0) != 0) continue;
+        try {
+            const Recipe earlier = Recipe::fromJson({{"steps", nlohmann::json::array({step})}}, "");
+            for (const auto& layer : targetLayers(*mModel, earlier.steps.front())) quantizedBy.emplace(layer, tr("by step %1").arg(i + 1));
+        } catch (const std::exception&) {   // that step's own box says what is wrong with it
+        }
+    }
+    QStringList sources;
+    size_t count = 0;
+    for (const auto& layer : taken)
+        if (const auto found = quantizedBy.find(layer); found != quantizedBy.end()) {
+            ++count;
+            if (!sources.contains(found->second)) sources << found->second;
+        }
+    if (count == 0) return {};
+    return tr("%1 of the layers this step takes are quantized before it (%2): pruning writes dense weights over them, so "
+              "their quantization is lost and they count at full size. Put this step before the quantization to keep both.")
+        .arg(count)
+        .arg(sources.join(tr(", ")));
 }
 
 QString StepLayersEditor::summary() const { return mSummary; }

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -86,6 +87,7 @@ private:
     // The layer fields the widgets say; `problem`: why they make no step, `incomplete`: an added row not filled in.
     nlohmann::json fieldsFromWidgets(QString* problem, QString* incomplete = nullptr) const;
     void describeLayers(const RecipeStep& step);
+    QString quantizationLostBy(const RecipeStep& edited, const std::vector<std::string>& taken) const;
     void validate();
     void showState();
     void updateRevert();

@@ -53,6 +53,7 @@ private slots:
     void ignoreAppliesWhenFocusLeaves();
     void pendingEditsStayWithTheirStep();
     void editsNotAppliedAreKeptWithTheirStep();
+    void pruningQuantizedLayersWarns();
     void pendingEditsAreAppliedBeforeSaving();
     void tabGoesPaneByPane();
     void escapeRevertsEditsNotApplied();
@@ -512,6 +513,28 @@ void TestStepLayersEditor::editsNotAppliedAreKeptWithTheirStep() {
     mEditor->setDocument(other.get());
     QVERIFY(layers()->keptEdits().empty());
     mEditor->setDocument(mDoc.get());
+}
+
+// Regression (GUI probe): pruning after quantizing the same layers (their quantization lost) was said only by a run.
+void TestStepLayersEditor::pruningQuantizedLayersWarns() {
+    QVERIFY(mEditor->addStep("prune.magnitude"));   // after step 1's RTN over every layer
+    mEditor->selectStep(1);
+    QVERIFY2(layers()->warning().contains("14 of the layers this step takes are quantized before it (by step 1)"),
+             qPrintable(layers()->warning()));
+    layers()->targetsEdit()->setText("mlp");
+    QVERIFY(layers()->commit());
+    QVERIFY2(layers()->warning().contains("6 of the layers"), qPrintable(layers()->warning()));
+    // Apart, nothing is lost.
+    mDoc->undoStack()->push(new ReplaceStep("t", mDoc.get(), mDoc->currentVariant(), 0,
+                                            json{{"method", "quantize.rtn"}, {"targets", "self_attn"}}));
+    mEditor->selectStep(1);
+    QVERIFY2(!layers()->warning().contains("quantiz"), qPrintable(layers()->warning()));
+    // Pruning first, then quantizing: nothing is lost either.
+    QVERIFY(mEditor->moveSelectedStep(-1));
+    for (int i : {0, 1}) {
+        mEditor->selectStep(i);
+        QVERIFY2(!layers()->warning().contains("quantiz"), qPrintable(layers()->warning()));
+    }
 }
 
 void TestStepLayersEditor::pendingEditsAreAppliedBeforeSaving() {
