@@ -19,6 +19,7 @@
 #include <QPlainTextEdit>
 #include <QSettings>
 #include <QStatusBar>
+#include <QStackedWidget>
 #include <QTabWidget>
 #include <QTextDocument>
 #include <QTextEdit>
@@ -41,6 +42,7 @@
 #include "app/gui/pipeline_editor.h"
 #include "app/gui/project_document.h"
 #include "app/gui/recent_files.h"
+#include "app/gui/welcome_page.h"
 #include "app/gui/run_view.h"
 #include "app/gui/settings_dialog.h"
 #include "app/gui/status_panel.h"
@@ -54,7 +56,7 @@ MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), mTree(new ModelTreeView(this)), mImportance(new ImportanceView(this)),
       mPipeline(new PipelineEditor(this)), mRun(new RunView(this)), mCompare(new CompareView(this)),
       mTabs(new QTabWidget(this)), mStatus(new StatusPanel(statusBar())), mRecent(new RecentFilesMenu(this)),
-      mAutosave(new QTimer(this)), mBatch(new BatchReplay(this)) {
+      mAutosave(new QTimer(this)), mBatch(new BatchReplay(this)), mCentral(new QStackedWidget(this)), mWelcome(new WelcomePage(this)) {
     setAcceptDrops(true);
     qApp->installEventFilter(this);   // see eventFilter: the window's shortcuts over text fields' own keys
     // No mnemonics on the tabs: Alt+P and Alt+R also open the Project and Run menus (View ▸ Alt+1…4 switch tabs).
@@ -62,7 +64,13 @@ MainWindow::MainWindow(QWidget* parent)
     mTabs->addTab(mPipeline, tr("Pipeline"));
     mTabs->addTab(mRun, tr("Run"));
     mTabs->addTab(mCompare, tr("Compare"));
-    setCentralWidget(mTabs);
+    mCentral->addWidget(mWelcome);
+    mCentral->addWidget(mTabs);
+    setCentralWidget(mCentral);
+    connect(mWelcome, &WelcomePage::openModelRequested, this, [this] { openDialog(false); });
+    connect(mWelcome, &WelcomePage::openProjectRequested, this, [this] { openDialog(true); });
+    connect(mWelcome, &WelcomePage::recentChosen, this, [this](const QString& path) { openPath(path); });
+    connect(mRecent, &RecentFilesMenu::changed, this, [this] { mWelcome->setRecentFiles(mRecent->files()); });
     auto* dock = mModelDock = new QDockWidget(tr("Model"), this);
     dock->setObjectName(QStringLiteral("modelDock"));
     dock->setWidget(mTree);
@@ -289,6 +297,8 @@ void MainWindow::setDocument(std::unique_ptr<ProjectDocument> document) {
         mRun->setDocument(doc);
         mCompare->setDocument(doc);
     }
+    mCentral->setCurrentWidget(doc ? static_cast<QWidget*>(mTabs) : mWelcome);
+    if (!doc) mWelcome->setRecentFiles(mRecent->files());
     updateTitle();
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 
 class QAction;
+class QStackedWidget;
 class QTabWidget;
 class QTimer;
 
@@ -21,6 +22,7 @@ class ProjectDocument;
 class RecentFilesMenu;
 class RunView;
 class StatusPanel;
+class WelcomePage;
 
 enum class ComputeDevice;
 
@@ -74,6 +76,7 @@ public:
     ModelTreeView* modelTree() const { return mTree; }
     ImportanceView* importanceView() const { return mImportance; }
     PipelineEditor* pipelineEditor() const { return mPipeline; }
+    WelcomePage* welcomePage() const { return mWelcome; }
     RunView* runView() const { return mRun; }
     CompareView* compareView() const { return mCompare; }
     StatusPanel* statusPanel() const { return mStatus; }
@@ -145,6 +148,8 @@ private:
     QAction* mRedo = nullptr;
     QTimer* mAutosave;
     BatchReplay* mBatch;
+    QStackedWidget* mCentral;   // the welcome page with nothing open, else the tabs
+    WelcomePage* mWelcome;
     QList<QAction*> mDocumentActions;
     std::unique_ptr<class BackgroundJob> mExportJob;
     bool mLoading = false;

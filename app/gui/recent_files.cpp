@@ -24,6 +24,7 @@ void RecentFilesMenu::add(const QString& path) {
     while (list.size() > kMaximum) list.removeLast();
     QSettings().setValue(kKey, list);
     rebuild();
+    emit changed();
 }
 
 QString recentFileLabel(const QString& path, const QFontMetrics& metrics, int folderWidth) {
@@ -57,6 +58,7 @@ void RecentFilesMenu::rebuild() {
         connect(addAction(tr("Clear list")), &QAction::triggered, this, [this] {
             QSettings().remove(kKey);
             rebuild();
+            emit changed();
         });
     }
 }

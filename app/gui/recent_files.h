@@ -20,6 +20,7 @@ public:
 
 signals:
     void fileChosen(const QString& path);
+    void changed();   // a file added, or the list cleared
 
 private:
     void rebuild();

@@ -11,6 +11,7 @@
 #include <QMessageBox>
 #include <QPointer>
 #include <QProgressBar>
+#include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
 #include <QStatusBar>
@@ -37,6 +38,7 @@
 #include "app/gui/settings_dialog.h"
 #include "app/gui/status_panel.h"
 #include "app/gui/step_layers_editor.h"
+#include "app/gui/welcome_page.h"
 #include "core/io/model_format.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
@@ -81,6 +83,7 @@ private slots:
     void savingAppliesTypedLayerPatterns();
     void closingNamesEditsKeptWithOtherSteps();
     void openAsksAboutUnsavedChangesBeforeTheFileDialog();
+    void emptyWindowOffersWhatToOpen();
     void runLogIsTheDocumentsOwn();
     void runTimeGoesOnWithoutProgress();
     void windowShortcutsWorkFromTextFields();
@@ -1296,6 +1299,45 @@ void TestGuiFlow::openAsksAboutUnsavedChangesBeforeTheFileDialog() {
     answer = QMessageBox::Discard;
     open->trigger();
     QCOMPARE(seen, (QStringList{"box: Unsaved changes", "files"}));   // asked once, before the dialog
+}
+
+// Regression (GUI probe): the empty window showed four disabled tabs; it shows what can be opened, with buttons, and
+// the recently opened files, which open on activation.
+void TestGuiFlow::emptyWindowOffersWhatToOpen() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    const auto tabs = [](MainWindow& w) { return w.findChild<QTabWidget*>(); };
+    {
+        MainWindow window;
+        QVERIFY(window.welcomePage()->isVisibleTo(&window));
+        QVERIFY(!tabs(window)->isVisibleTo(&window));
+        QVERIFY(window.openPath(model, false));
+        QVERIFY(!window.welcomePage()->isVisibleTo(&window));
+        QVERIFY(tabs(window)->isVisibleTo(&window));
+    }
+    MainWindow window;
+    QListWidget* recent = window.welcomePage()->recentList();
+    QListWidgetItem* item = nullptr;
+    for (int i = 0; i < recent->count(); ++i)
+        if (recent->item(i)->data(Qt::UserRole).toString() == QFileInfo(model).absoluteFilePath()) item = recent->item(i);
+    QVERIFY2(item, "the model just opened is listed");
+    QVERIFY2(item->text().startsWith(QFileInfo(model).fileName() + "  —  "), qPrintable(item->text()));
+    QStringList dialogs;
+    QTimer closer;
+    connect(&closer, &QTimer::timeout, [&] {
+        if (auto* files = qobject_cast<QFileDialog*>(QApplication::activeModalWidget())) {
+            dialogs << files->windowTitle();
+            files->reject();
+        }
+    });
+    closer.start(50);
+    auto* openProject = window.welcomePage()->findChild<QPushButton*>("welcomeOpenProject");
+    QVERIFY(openProject);
+    openProject->click();
+    QCOMPARE(dialogs, QStringList{"Open Project"});
+    emit recent->itemActivated(item);
+    QTRY_VERIFY(window.document());
+    QCOMPARE(QFileInfo(QString::fromStdString(window.document()->model()->path)).absoluteFilePath(), QFileInfo(model).absoluteFilePath());
+    QVERIFY(tabs(window)->isVisibleTo(&window));
 }
 
 // Regression (GUI probe): the Run tab kept the last document's log and full bar under the next project opened.
