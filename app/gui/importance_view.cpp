@@ -142,6 +142,8 @@ void ImportanceView::setWindowSize(int samples, int tokens) {
     mTokens->setValue(tokens);
 }
 
+std::pair<int, int> ImportanceView::windowSize() const { return {mSamples->value(), mTokens->value()}; }
+
 void ImportanceView::showStored() {
     const ImportanceMap* map = mDocument ? mDocument->project().importance(kind().toStdString()) : nullptr;
     const bool channels = map && kind().startsWith("channels.");
@@ -163,6 +165,13 @@ void ImportanceView::showStored() {
     }
     mHeatmap->setScores(heatmapData(*map));
     markPicked();
+    // The boxes say what the map shown was measured with: after reopening they showed the defaults beside a map of
+    // other windows, and Compute measured another (GUI probe).
+    if (map->measuredWith.is_object() && map->measuredWith.contains("windows") && map->measuredWith.contains("tokens")) {
+        const int64_t windows = map->measuredWith.value("windows", int64_t(0)), tokens = map->measuredWith.value("tokens", int64_t(0));
+        if (windows >= mSamples->minimum() && windows <= mSamples->maximum() && tokens >= mTokens->minimum() && tokens <= mTokens->maximum())
+            setWindowSize(int(windows), int(tokens));
+    }
     const std::string measured = describeImportanceMeasurement(map->measuredWith);
     QString status = tr("%1: %2 × %3%4. Hover a cell for its value; click it to select the layer in the model tree.")
                          .arg(kind()).arg(map->rowLabels.size()).arg(map->columnLabels.size())

@@ -8,6 +8,7 @@
 #include <QWidget>
 
 #include <memory>
+#include <utility>
 
 class QComboBox;
 class QLabel;
@@ -37,7 +38,9 @@ public:
     bool compute();
     void cancel();
     bool isComputing() const;
+    // The Windows × tokens boxes; showing a stored map sets them to what it was measured with.
     void setWindowSize(int samples, int tokens);
+    std::pair<int, int> windowSize() const;
     ImportanceHeatmap* heatmap() const { return mHeatmap; }
     LayerPickBar* pickBar() const { return mPick; }
     // channels.* kinds: the distribution of one block's channel scores (hidden for other kinds).

@@ -58,6 +58,7 @@ private slots:
     void pickedLayersGetABitsOverride();
     void headCellsPickTheAttentionGroup();
     void channelKindsShowAHistogram();
+    void windowBoxesShowTheStoredMapsWindows();
 
 private:
     void click(int row, int column, Qt::KeyboardModifiers modifiers);
@@ -280,6 +281,21 @@ void TestImportanceView::channelKindsShowAHistogram() {
     // Other kinds hide it.
     mView->setKind("linears.sensitivity");
     QVERIFY(!histogram->isVisible());
+}
+
+// Regression (GUI probe): reopened, the boxes showed the defaults (8 × 128) beside a map measured on other windows.
+void TestImportanceView::windowBoxesShowTheStoredMapsWindows() {
+    ImportanceMap measured = sensitivityMap(*mDoc->model());
+    measured.kind = "channels.wanda";
+    measured.measuredWith = {{"text", "t.txt"}, {"windows", 16}, {"tokens", 48}};
+    mDoc->setImportance(measured);
+    ImportanceView reopened;
+    reopened.setDocument(mDoc.get());
+    QCOMPARE(reopened.windowSize(), std::make_pair(8, 128));   // the shown kind has no measurement recorded
+    reopened.setKind("channels.wanda");
+    QCOMPARE(reopened.windowSize(), std::make_pair(16, 48));
+    reopened.setWindowSize(4, 32);   // the user's choice stands until another map is shown
+    QCOMPARE(reopened.windowSize(), std::make_pair(4, 32));
 }
 
 QTEST_MAIN(TestImportanceView)
