@@ -58,7 +58,7 @@ const std::vector<Command>& commands() {
          "  cwb project set P [--calib F|--no-calib] [--eval F] [--samples N] [--seq-len T] [--seed S] [--ctx N] [--chunks K] [--model PATH] [--tokenizer FILE]\n"
          "  cwb project set-tokenizer P --tokenizer FILE|--own [--model PATH]\n"
          "  cwb project run P [--variants a,b|--all] [--threads N] [--model PATH] [--tokenizer FILE] [--scratch DIR|auto|off] [--quiet]\n"
-         "  cwb project importance P [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--model PATH] [--tokenizer FILE] [--quiet]",
+         "  cwb project importance P [--kind head|layer|layer-ppl|channel|head-grad|channel-grad] [--step JSON|FILE] [--samples N] [--seq-len T] [--device auto|cpu|cuda[:N]] [--dtype f32|f16|bf16] [--model PATH] [--tokenizer FILE] [--quiet]",
          "create and inspect project files; `run` evaluates the variants and stores their results", runProjectCommand},
     };
     return list;

@@ -83,5 +83,8 @@ void showProgress(CallbackFeedback& feedback, const std::string& label);
 int threadCount(int64_t threads);
 // Applies --threads N (0 or absent: LibTorch's default).
 void applyThreads(int64_t threads);
+// --step for a per-layer sensitivity kind: a recipe step as JSON, or a file holding one; checked (checkSensitivityStep).
+// Null when --step is not given; throws cwb::Error for another kind or a bad step.
+nlohmann::json sensitivityStepOption(const Arguments& args, const std::string& kind);
 
 } // namespace cwb::cli

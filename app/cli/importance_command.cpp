@@ -25,6 +25,29 @@ constexpr size_t kWidestTable = 64;   // columns printed as a table; wider maps 
 constexpr size_t kLowestShown = 8;
 } // namespace
 
+nlohmann::json sensitivityStepOption(const Arguments& a, const std::string& kind) {
+    if (!a.has("step")) return nullptr;
+    // --step '{"method": ..., "params": {...}}' or a file holding it: per-layer sensitivity to that step.
+    const bool layerKind = kind == "layer" || kind == "linears.sensitivity" || kind == "layer-ppl" || kind == "linears.delta_ppl";
+    if (!layerKind) throw Error("--step applies to --kind layer or layer-ppl");
+    const std::string text = a.value("step");
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    const bool inline_ = first != std::string::npos && (text[first] == '{' || text[first] == '[');
+    std::error_code ec;
+    if (!inline_ && !std::filesystem::is_regular_file(text, ec))   // it said "cannot open the text file" (user probe)
+        throw Error(text, "no such step file (--step takes a recipe step as JSON, or a file holding one)");
+    nlohmann::json step;
+    try {
+        step = parseWrittenJson(inline_ ? text : readTextFile(text));
+    } catch (const std::exception& e) {
+        throw Error(inline_ ? "--step" : text, std::string("--step is not valid JSON: ") + e.what());
+    }
+    if (step.is_object() && (step.contains("targets") || step.contains("ignore")))
+        throw Error("--step: \"targets\" and \"ignore\" do not apply (every linear layer is measured, one at a time)");
+    checkSensitivityStep(step);   // a bad method or parameter fails now, not after the model is read
+    return step;
+}
+
 int runImportance(const std::vector<std::string>& args) {
     Arguments a(args, {"kind", "text", "calib", "samples", "seq-len", "seed", "threads", "step", "tokenizer", "device", "dtype"},
                 {"json", "quiet"});
@@ -37,26 +60,7 @@ int runImportance(const std::vector<std::string>& args) {
     const std::string kind = a.value("kind", "heads.ablation");
     checkImportanceKind(kind);   // before the model is read
     CalibrationCompute compute = importanceCompute(a.value("device", "auto"), a.value("dtype"), kind);
-    nlohmann::json step;
-    if (a.has("step")) {
-        // --step '{"method": ..., "params": {...}}' or a file holding it: per-layer sensitivity to that step.
-        const bool layerKind = kind == "layer" || kind == "linears.sensitivity" || kind == "layer-ppl" || kind == "linears.delta_ppl";
-        if (!layerKind) throw Error("--step applies to --kind layer or layer-ppl");
-        const std::string text = a.value("step");
-        const size_t first = text.find_first_not_of(" \t\r\n");
-        const bool inline_ = first != std::string::npos && (text[first] == '{' || text[first] == '[');
-        std::error_code ec;
-        if (!inline_ && !std::filesystem::is_regular_file(text, ec))   // it said "cannot open the text file" (user probe)
-            throw Error(text, "no such step file (--step takes a recipe step as JSON, or a file holding one)");
-        try {
-            step = parseWrittenJson(inline_ ? text : readTextFile(text));
-        } catch (const std::exception& e) {
-            throw Error(inline_ ? "--step" : text, std::string("--step is not valid JSON: ") + e.what());
-        }
-        if (step.is_object() && (step.contains("targets") || step.contains("ignore")))
-            throw Error("--step: \"targets\" and \"ignore\" do not apply (every linear layer is measured, one at a time)");
-        checkSensitivityStep(step);   // a bad method or parameter fails now, not after the model is read
-    }
+    const nlohmann::json step = sensitivityStepOption(a, kind);
     LoadOptions load;
     load.tokenizerPath = a.value("tokenizer");
     auto model = loadModel(path, load);

@@ -501,9 +501,10 @@ int runProject(const std::vector<std::string>& args) {
 }
 
 int importance(const std::vector<std::string>& args) {
-    Arguments a(args, {"kind", "samples", "seq-len", "model", "tokenizer", "device", "dtype"}, {"quiet"});
+    Arguments a(args, {"kind", "samples", "seq-len", "model", "tokenizer", "device", "dtype", "step"}, {"quiet"});
     const std::string kind = a.value("kind", "heads.ablation");
     checkImportanceKind(kind);
+    const nlohmann::json step = sensitivityStepOption(a, kind);
     CalibrationCompute compute = importanceCompute(a.value("device", "auto"), a.value("dtype"), kind);
     Project project = Project::open(a.requirePositional("PROJECT"));
     const ProjectSettings& s = project.settings();
@@ -533,8 +534,14 @@ int importance(const std::vector<std::string>& args) {
     if (!recordedTextHash.empty() && textHash != recordedTextHash)
         std::fprintf(stderr, "warning: %s changed since the project recorded it (hash %s, recorded %s): the map is of its "
                              "present content\n", text.c_str(), textHash.c_str(), recordedTextHash.c_str());
-    ImportanceMap map = computeImportance(*model, kind, windows, &feedback, compute);
-    map.measuredWith = importanceMeasurement(text, textHash, windows, spec.seed, compute, map.kind);
+    ImportanceMap map;
+    if (step.is_null()) {
+        map = computeImportance(*model, kind, windows, &feedback, compute);
+    } else {
+        LayerSensitivity sensitivity = computeLayerSensitivity(*model, step, windows, &feedback, compute);
+        map = kind == "layer" || kind == "linears.sensitivity" ? sensitivity.kl : sensitivity.deltaPerplexity;
+    }
+    map.measuredWith = importanceMeasurement(text, textHash, windows, spec.seed, compute, map.kind, step);
     if (modelHash != project.model().hash) map.measuredWith["model"] = {{"path", modelPath}, {"hash", modelHash}};
     nlohmann::json entry = {{"kind", map.kind}, {"samples", windows.size(0)}, {"seq_len", windows.size(1)}};
     if (!tokenizerHash.empty()) entry["tokenizer_hash"] = tokenizerHash;

@@ -51,13 +51,14 @@ HeatmapData heatmapData(const ImportanceMap& map) {
 
 ImportanceView::ImportanceView(QWidget* parent)
     : QWidget(parent), mKind(new QComboBox(this)), mSamples(new QSpinBox(this)), mTokens(new QSpinBox(this)),
+      mProbeLabel(new QLabel(tr("Each layer:"), this)), mProbe(new QComboBox(this)),
       mCompute(new QPushButton(tr("Compute"), this)), mCancel(new QPushButton(tr("Cancel"), this)),
       mProgress(new QProgressBar(this)), mStatus(new QLabel(this)), mHeatmap(new ImportanceHeatmap(this)),
       mPick(new LayerPickBar(this)), mChannelPanel(new QWidget(this)), mChannelBlock(new QComboBox(mChannelPanel)),
       mHistogram(new ScoreHistogram(mChannelPanel)) {
     for (const auto& k : importanceKinds()) mKind->addItem(QString::fromStdString(k));
     mKind->setToolTip(tr("heads.ablation: loss increase when one attention head is removed\n"
-                         "linears.sensitivity: KL to the model when only that layer is rounded to int4\n"
+                         "linears.sensitivity: KL to the model when only that layer is compressed (Each layer: RTN int4 or a step's method)\n"
                          "channels.wanda: Wanda score summed per MLP channel"));
     mSamples->setRange(1, 4096);
     mSamples->setValue(8);
@@ -66,6 +67,10 @@ ImportanceView::ImportanceView(QWidget* parent)
     mTokens->setValue(128);
     mTokens->setToolTip(tr("tokens per window"));
     mCompute->setToolTip(tr("Measure the chosen metric on a worker thread (F6)"));
+    mProbe->setToolTip(tr("What each layer is compressed with, one at a time, for its sensitivity: RTN int4 g32, or the "
+                          "method and parameters of a step of the current variant"));
+    mProbe->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    mProbe->setMinimumContentsLength(16);
     mCancel->setEnabled(false);
     mProgress->setRange(0, 1000);
     mProgress->setVisible(false);
@@ -81,6 +86,8 @@ ImportanceView::ImportanceView(QWidget* parent)
     row->addWidget(mSamples);
     row->addWidget(new QLabel(tr("× tokens:"), this));
     row->addWidget(mTokens);
+    row->addWidget(mProbeLabel);
+    row->addWidget(mProbe, 1);
     row->addWidget(mCompute);
     row->addWidget(mProgress, 1);
     row->addWidget(mCancel);
@@ -107,6 +114,7 @@ ImportanceView::ImportanceView(QWidget* parent)
     connect(mHeatmap, &QWidget::customContextMenuRequested, this, &ImportanceView::showContextMenu);
 
     connect(mKind, &QComboBox::currentTextChanged, this, &ImportanceView::showStored);
+    connect(mKind, &QComboBox::currentTextChanged, this, &ImportanceView::refreshProbes);
     connect(mPick, &LayerPickBar::pickedChanged, this, &ImportanceView::markPicked);
     connect(mCompute, &QPushButton::clicked, this, &ImportanceView::compute);
     connect(mCancel, &QPushButton::clicked, this, &ImportanceView::cancel);
@@ -128,9 +136,59 @@ void ImportanceView::setDocument(ProjectDocument* document) {
     setEnabled(document != nullptr);
     // Windows longer than the model's context were clipped to it without a word (GUI probe).
     if (document) mTokens->setMaximum(int(std::clamp<int64_t>(document->model()->spec.context, 2, 1 << 20)));
-    if (document) connect(document, &ProjectDocument::importanceChanged, this, &ImportanceView::showStored);
+    if (document) {
+        connect(document, &ProjectDocument::importanceChanged, this, &ImportanceView::showStored);
+        connect(document, &ProjectDocument::stepsChanged, this, &ImportanceView::refreshProbes);
+        connect(document, &ProjectDocument::currentVariantChanged, this, &ImportanceView::refreshProbes);
+    }
     mPick->setDocument(document);
+    refreshProbes();
     showStored();
+}
+
+namespace {
+bool isLayerSensitivityKind(const QString& kind) { return kind == "linears.sensitivity" || kind == "linears.delta_ppl"; }
+} // namespace
+
+void ImportanceView::refreshProbes() {
+    const bool shown = isLayerSensitivityKind(kind());
+    mProbe->setVisible(shown);
+    mProbeLabel->setVisible(shown);
+    const QString kept = mProbe->currentData().toString();
+    const QSignalBlocker block(mProbe);
+    mProbe->clear();
+    const nlohmann::json fallback = defaultSensitivityStep();
+    mProbe->addItem(tr("RTN int4 g32 (default)"), QString::fromStdString(fallback.dump()));
+    mProbe->setItemData(0, QString::fromStdString(fallback.dump()), Qt::ToolTipRole);
+    const nlohmann::json steps = mDocument ? mDocument->steps(mDocument->currentVariant()) : nlohmann::json::array();
+    for (size_t i = 0; i < steps.size(); ++i) {
+        std::vector<std::string> leftOut;
+        const nlohmann::json probe = sensitivityProbe(steps[i], &leftOut);
+        if (probe.is_null()) continue;
+        const QString data = QString::fromStdString(probe.dump());
+        if (mProbe->findData(data) >= 0) continue;
+        mProbe->addItem(tr("step %1: %2 %3").arg(i + 1).arg(QString::fromStdString(probe["method"].get<std::string>()),
+                                                          QString::fromStdString(probe["params"].dump())),
+                        data);
+        QString tip = data;
+        if (!leftOut.empty()) {
+            QStringList fields;
+            for (const auto& f : leftOut) fields << QString::fromStdString(f);
+            tip += tr("\n(without the step's %1: each layer is measured alone)").arg(fields.join(tr(", ")));
+        }
+        mProbe->setItemData(mProbe->count() - 1, tip, Qt::ToolTipRole);
+    }
+    const int again = mProbe->findData(kept);
+    mProbe->setCurrentIndex(again >= 0 ? again : 0);
+}
+
+nlohmann::json ImportanceView::probeStep() const { return nlohmann::json::parse(mProbe->currentData().toString().toStdString()); }
+
+bool ImportanceView::chooseProbe(const nlohmann::json& step) {
+    const int index = mProbe->findData(QString::fromStdString(step.dump()));
+    if (index < 0) return false;
+    mProbe->setCurrentIndex(index);
+    return true;
 }
 
 QString ImportanceView::kind() const { return mKind->currentText(); }
@@ -172,6 +230,7 @@ void ImportanceView::showStored() {
         if (windows >= mSamples->minimum() && windows <= mSamples->maximum() && tokens >= mTokens->minimum() && tokens <= mTokens->maximum())
             setWindowSize(int(windows), int(tokens));
     }
+    if (map->measuredWith.is_object() && map->measuredWith.contains("step")) chooseProbe(map->measuredWith["step"]);
     const std::string measured = describeImportanceMeasurement(map->measuredWith);
     QString status = tr("%1: %2 × %3%4. Hover a cell for its value; click it to select the layer in the model tree.")
                          .arg(kind()).arg(map->rowLabels.size()).arg(map->columnLabels.size())
@@ -209,12 +268,18 @@ bool ImportanceView::compute() {
         QMessageBox::warning(this, tr("Cannot measure importance"), QString::fromUtf8(e.what()));
         return false;
     }
+    const nlohmann::json probe = isLayerSensitivityKind(kind()) ? probeStep() : nlohmann::json();
     auto result = std::make_shared<ImportanceMap>();
-    mJob = std::make_unique<BackgroundJob>(tr("Importance %1").arg(kind()), [model, spec, kindId, result, textHash, compute](Feedback& feedback) {
+    mJob = std::make_unique<BackgroundJob>(tr("Importance %1").arg(kind()), [model, spec, kindId, result, textHash, compute, probe](Feedback& feedback) {
         const at::Tensor windows = drawCalibration(model->tokenizer->encode(readTextFile(spec.textPath), model->tokenizer->addBosByDefault()),
                                                    model->tokenizer->textBos(), spec, model->spec.context);
-        *result = computeImportance(*model, kindId, windows, &feedback, compute);
-        result->measuredWith = importanceMeasurement(spec.textPath, textHash, windows, spec.seed, compute, result->kind);
+        if (probe.is_null()) {
+            *result = computeImportance(*model, kindId, windows, &feedback, compute);
+        } else {
+            LayerSensitivity sensitivity = computeLayerSensitivity(*model, probe, windows, &feedback, compute);
+            *result = kindId == "linears.sensitivity" ? sensitivity.kl : sensitivity.deltaPerplexity;
+        }
+        result->measuredWith = importanceMeasurement(spec.textPath, textHash, windows, spec.seed, compute, result->kind, probe);
     });
     connect(mJob.get(), &BackgroundJob::progressChanged, this, [this](double f) { mProgress->setValue(int(std::lround(f * 1000))); });
     connect(mJob.get(), &BackgroundJob::finished, this, [this, result, kindId](bool cancelled, const QString& error) {

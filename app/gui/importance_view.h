@@ -10,6 +10,8 @@
 #include <memory>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 class QComboBox;
 class QLabel;
 class QProgressBar;
@@ -41,6 +43,12 @@ public:
     // The Windows × tokens boxes; showing a stored map sets them to what it was measured with.
     void setWindowSize(int samples, int tokens);
     std::pair<int, int> windowSize() const;
+    // Per-layer sensitivity kinds: the step each layer is compressed with in turn, RTN int4 g32 (the default) or one of
+    // the current variant's steps (its method and parameters; a step's "head" and layer fields do not apply). It
+    // offered the default only, whatever the variant's method (GUI probe).
+    QComboBox* probeChooser() const { return mProbe; }
+    nlohmann::json probeStep() const;
+    bool chooseProbe(const nlohmann::json& step);   // false when no entry has that step
     ImportanceHeatmap* heatmap() const { return mHeatmap; }
     LayerPickBar* pickBar() const { return mPick; }
     // channels.* kinds: the distribution of one block's channel scores (hidden for other kinds).
@@ -61,12 +69,15 @@ signals:
 
 private:
     void showStored();
+    void refreshProbes();
     void showContextMenu(const QPoint& pos);
 
     ProjectDocument* mDocument = nullptr;
     QComboBox* mKind;
     QSpinBox* mSamples;
     QSpinBox* mTokens;
+    QLabel* mProbeLabel;
+    QComboBox* mProbe;
     QPushButton* mCompute;
     QPushButton* mCancel;
     QProgressBar* mProgress;

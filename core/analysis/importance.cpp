@@ -216,6 +216,26 @@ nlohmann::json defaultSensitivityStep() {
     return {{"method", "quantize.rtn"}, {"params", {{"bits", 4}, {"group_size", 32}}}};
 }
 
+nlohmann::json sensitivityProbe(const nlohmann::json& recipeStep, std::vector<std::string>* leftOut) {
+    if (!recipeStep.is_object() || !recipeStep.value("enabled", true) || !recipeStep.contains("method")) return nullptr;
+    nlohmann::json probe = {{"method", recipeStep["method"]},
+                            {"params", recipeStep.value("params", nlohmann::json::object())}};
+    std::vector<std::string> left;
+    for (const char* field : {"targets", "ignore", "overrides"})
+        if (recipeStep.contains(field) && !recipeStep[field].empty()) left.push_back(field);
+    if (probe["params"].is_object() && probe["params"].contains("head")) {
+        if (probe["params"]["head"] != "none") left.push_back("head");
+        probe["params"].erase("head");
+    }
+    try {
+        checkSensitivityStep(probe);
+    } catch (const Error&) {
+        return nullptr;
+    }
+    if (leftOut) *leftOut = left;
+    return probe;
+}
+
 LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::json& step, const at::Tensor& windows,
                                          Feedback* feedback, const CalibrationCompute& compute) {
     checkWindows(windows);

@@ -74,6 +74,10 @@ LayerSensitivity computeLayerSensitivity(const Model& model, const nlohmann::jso
 void checkSensitivityStep(const nlohmann::json& step);
 // RTN int4, group 32, symmetric: the step behind "linears.sensitivity" and "linears.delta_ppl".
 nlohmann::json defaultSensitivityStep();
+// A recipe step as a sensitivity step: its method and parameters, without what does not apply to one layer at a time
+// (targets, ignore, overrides, "head"), named in `leftOut` when given. Null where the step cannot be one (a
+// structured method, a disabled step, bad parameters).
+nlohmann::json sensitivityProbe(const nlohmann::json& recipeStep, std::vector<std::string>* leftOut = nullptr);
 
 // Mean next-token negative log-likelihood of the windows (every position but the last predicts the next).
 double meanLoss(const Model& model, const at::Tensor& windows, const CalibrationCompute& compute = {});

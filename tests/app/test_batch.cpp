@@ -202,6 +202,17 @@ void TestBatch::lineageAndShow() {
         QVERIFY2(onEvaluation.exitCode == 0 && onEvaluation.err.contains("warning: importance measured on the evaluation text"),
                  qPrintable(onEvaluation.err));
         QCOMPARE(run({"project", "set", copy, "--calib", textCopy}).exitCode, 0);
+        // --step as `cwb importance` takes it: each layer compressed with that step, recorded with the map.
+        const Result stepped = run({"project", "importance", copy, "--kind", "layer", "--step",
+                                    R"({"method": "prune.magnitude", "params": {"sparsity": 0.5}})", "--samples", "2", "--seq-len", "32", "--quiet"});
+        QVERIFY2(stepped.exitCode == 0, qPrintable(stepped.err));
+        QString probe;
+        for (const auto& m : QJsonDocument::fromJson(run({"project", "show", copy, "--json"}).out.toUtf8()).object()["importance"].toArray())
+            if (m.toObject()["kind"].toString() == "linears.sensitivity")
+                probe = m.toObject()["measured_with"].toObject()["step"].toObject()["method"].toString();
+        QCOMPARE(probe, QString("prune.magnitude"));
+        const Result wrongKind = run({"project", "importance", copy, "--kind", "channel", "--step", R"({"method": "quantize.rtn"})"});
+        QVERIFY2(wrongKind.exitCode != 0 && wrongKind.err.contains("--step applies to --kind layer or layer-ppl"), qPrintable(wrongKind.err));
     }
     // The derived variant's recipe is its parent's steps followed by its own.
     Result batch = run({"--batch", copy, "--out", mDir.filePath("l"), "--threads", "1", "--variants", "wanda-then-rtn", "--quiet"});

@@ -53,6 +53,7 @@ private slots:
     void computeSettingsAreCheckedAndRecorded();
     void batchesAndChunksDoNotChangeTheMaps();
     void nonFiniteLogitsAreRefused();
+    void recipeStepsAsSensitivityProbes();
 };
 
 void TestImportance::silentHeadHasZeroAblationImportance() {
@@ -481,6 +482,20 @@ void TestImportance::nonFiniteLogitsAreRefused() {
             QVERIFY2(QString(e.what()).contains("underflow in f16"), e.what());
         }
     }
+}
+
+void TestImportance::recipeStepsAsSensitivityProbes() {
+    std::vector<std::string> leftOut;
+    const nlohmann::json probe = sensitivityProbe({{"method", "quantize.gptq"}, {"targets", "mlp"}, {"ignore", {"down"}},
+                                                   {"params", {{"bits", 3}, {"head", "also"}}}}, &leftOut);
+    QCOMPARE(probe, nlohmann::json({{"method", "quantize.gptq"}, {"params", {{"bits", 3}}}}));
+    QCOMPARE(leftOut, (std::vector<std::string>{"targets", "ignore", "head"}));
+    QVERIFY(sensitivityProbe({{"method", "prune.wanda"}}, &leftOut).is_object());
+    QVERIFY(leftOut.empty());
+    QVERIFY(sensitivityProbe({{"method", "prune.heads"}}).is_null());                          // not one layer at a time
+    QVERIFY(sensitivityProbe({{"method", "quantize.rtn"}, {"enabled", false}}).is_null());
+    QVERIFY(sensitivityProbe({{"method", "quantize.rtn"}, {"params", {{"bits", 99}}}}).is_null());   // bad parameters
+    QVERIFY(sensitivityProbe({{"method", "no.such"}}).is_null());
 }
 
 QTEST_APPLESS_MAIN(TestImportance)

@@ -272,6 +272,16 @@ void TestGuiFlow::importanceHeatmapSelectsLayer() {
     QVERIFY2(selected.startsWith("model.layers.1.") && selected.endsWith("." + QString::fromStdString(map->columnLabels[0])),
              qPrintable(selected));
 
+    // Each layer compressed with a step of the variant, not RTN int4: recorded with the map and said.
+    QVERIFY(window.pipelineEditor()->addStep("prune.magnitude"));
+    view->setKind("linears.sensitivity");
+    QVERIFY(view->chooseProbe({{"method", "prune.magnitude"}, {"params", window.document()->steps(window.document()->currentVariant())[0]["params"]}}));
+    QVERIFY(view->compute());
+    QVERIFY(computed.wait(120000));
+    const ImportanceMap* pruned = window.document()->project().importance("linears.sensitivity");
+    QCOMPARE(pruned->measuredWith["step"]["method"].get<std::string>(), std::string("prune.magnitude"));
+    QVERIFY2(view->statusText().contains("each layer prune.magnitude"), qPrintable(view->statusText()));
+
     // Regression (GUI probe): with no calibration text the map is measured on the evaluation text; only the file name
     // said so.
     ProjectSettings s = window.document()->project().settings();

@@ -1,6 +1,7 @@
 // ImportanceView. Heatmap pick → pipeline: clicking cells of the importance map picks layers (Ctrl toggles, Shift
 // adds the row), and the picked layers become a step's `targets` or a per-layer bits override, each one undo step.
 // Per-channel kinds show a histogram of one block's channel scores.
+#include <QComboBox>
 #include <QListWidget>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
@@ -14,6 +15,7 @@
 #include "app/gui/layer_pick_bar.h"
 #include "app/gui/pipeline_editor.h"
 #include "app/gui/project_document.h"
+#include "core/analysis/importance.h"
 #include "core/compress/pipeline.h"
 #include "core/model/model.h"
 #include "tests/support/synthetic_models.h"
@@ -59,6 +61,7 @@ private slots:
     void headCellsPickTheAttentionGroup();
     void channelKindsShowAHistogram();
     void windowBoxesShowTheStoredMapsWindows();
+    void sensitivityProbesOfferTheVariantsSteps();
 
 private:
     void click(int row, int column, Qt::KeyboardModifiers modifiers);
@@ -296,6 +299,37 @@ void TestImportanceView::windowBoxesShowTheStoredMapsWindows() {
     QCOMPARE(reopened.windowSize(), std::make_pair(16, 48));
     reopened.setWindowSize(4, 32);   // the user's choice stands until another map is shown
     QCOMPARE(reopened.windowSize(), std::make_pair(4, 32));
+}
+
+// Regression (GUI probe): per-layer sensitivity always rounded each layer to RTN int4 g32, whatever method the variant
+// uses; the view offers the variant's steps (method and parameters; what applies to one layer at a time).
+void TestImportanceView::sensitivityProbesOfferTheVariantsSteps() {
+    QComboBox* probes = mView->probeChooser();
+    QVERIFY(probes->isVisibleTo(mView.get()));   // linears.sensitivity
+    QCOMPARE(mView->probeStep(), defaultSensitivityStep());
+    QStringList texts;
+    for (int i = 0; i < probes->count(); ++i) texts << probes->itemText(i);
+    QCOMPARE(texts.size(), 3);
+    QVERIFY2(texts[1].startsWith("step 1: quantize.rtn") && texts[2].startsWith("step 2: prune.magnitude"), qPrintable(texts.join(" | ")));
+    // A step's head and layer fields are left out; a disabled step is not offered.
+    mDoc->undoStack()->push(new ReplaceStep("t", mDoc.get(), mDoc->currentVariant(), 0,
+                                            json{{"method", "quantize.rtn"}, {"targets", "mlp"}, {"params", {{"bits", 3}, {"head", "only"}}}}));
+    mDoc->undoStack()->push(new ReplaceStep("t", mDoc.get(), mDoc->currentVariant(), 1,
+                                            json{{"method", "prune.magnitude"}, {"enabled", false}}));
+    QCOMPARE(probes->count(), 2);
+    QVERIFY(mView->chooseProbe(json{{"method", "quantize.rtn"}, {"params", {{"bits", 3}}}}));
+    QVERIFY2(probes->itemData(1, Qt::ToolTipRole).toString().contains("without the step's targets, head"),
+             qPrintable(probes->itemData(1, Qt::ToolTipRole).toString()));
+    mView->setKind("heads.ablation");
+    QVERIFY(!probes->isVisibleTo(mView.get()));
+    // A stored map's probe is chosen when it is shown.
+    ImportanceMap measured = sensitivityMap(*mDoc->model());
+    measured.kind = "linears.delta_ppl";
+    measured.measuredWith = {{"windows", 2}, {"tokens", 16}, {"step", defaultSensitivityStep()}};
+    mDoc->setImportance(measured);
+    mView->setKind("linears.delta_ppl");
+    QVERIFY(probes->isVisibleTo(mView.get()));
+    QCOMPARE(mView->probeStep(), defaultSensitivityStep());
 }
 
 QTEST_MAIN(TestImportanceView)
