@@ -236,7 +236,9 @@ void StepLayersEditor::keepEdits() {
     QString problem, incomplete;
     // The fields as the project has them (a stored pattern that does not compile, focused and left) are not edits.
     if (fieldsFromWidgets(&problem, &incomplete) == mShown && problem.isEmpty() && incomplete.isEmpty()) return;
-    Draft draft{mOwner, mIndex, mSteps, mShown, mTargets->text(), mIgnore->toPlainText(), mProblem.isEmpty() ? mNote : mProblem, {}, {}};
+    validate();   // why, as of the fields now (typing without Enter did not check them)
+    const QString why = !mProblem.isEmpty() ? mProblem : !mNote.isEmpty() ? mNote : tr("typed, not applied (Enter applies it)");
+    Draft draft{mOwner, mIndex, mSteps, mShown, mTargets->text(), mIgnore->toPlainText(), why, {}, {}};
     for (int row = 0; row < mOverrides->rowCount(); ++row) {
         const QTableWidgetItem* pattern = mOverrides->item(row, 0);
         const QTableWidgetItem* params = mOverrides->item(row, 1);
