@@ -95,6 +95,7 @@ MainWindow::MainWindow(QWidget* parent)
         mStatus->setJob("run", {});
         statusBar()->showMessage(ok ? tr("Run finished") : tr("Run stopped"), 5000);
     });
+    mRun->setBeforeRun([this] { return confirmUnappliedEdits(tr("Run without them?"), tr("Run Without Them")); });
     connect(mBatch, &BatchReplay::line, mRun, &RunView::appendLog);
     connect(mRun, &RunView::batchCancelRequested, mBatch, &BatchReplay::cancel);
     connect(mBatch, &BatchReplay::finished, this, [this](int code) {

@@ -114,6 +114,9 @@ private:
     void createActions();
     void setDocument(std::unique_ptr<ProjectDocument> document);
     bool maybeSave();
+    // Asks `question` when the Layers box holds edits that cannot be applied (the selected step's or kept with other
+    // steps); true when there are none or `goOn` was chosen.
+    bool confirmUnappliedEdits(const QString& question, const QString& goOn);
     // Closing the window or opening another project stops the jobs of this one: asks first (true: go on).
     bool maybeStopJobs();
     bool confirmStoppingRun();   // true at once for runs under a minute

@@ -31,21 +31,27 @@
 #include "core/util/error.h"
 namespace cwb {
 
+bool MainWindow::confirmUnappliedEdits(const QString& question, const QString& goOn) {
+    if (!mDocument) return true;
+    mPipeline->commitPendingEdits();   // typed but not applied: applied now where it can be
+    // The selected step's, and those kept with other steps: saving and running went on without them, unasked (GUI probe).
+    const QStringList unapplied = mPipeline->unappliedEdits();
+    if (unapplied.isEmpty()) return true;
+    QMessageBox box(QMessageBox::Warning, tr("Edits not applied"),
+                    tr("The Layers box has edits that cannot be applied:\n%1\n\n%2").arg(unapplied.join('\n'), question),
+                    QMessageBox::Cancel, this);
+    QPushButton* go = box.addButton(goOn, QMessageBox::AcceptRole);
+    box.setDefaultButton(QMessageBox::Cancel);
+    box.exec();
+    if (box.clickedButton() == go) return true;
+    showTab(PipelineTab);
+    return false;
+}
+
 bool MainWindow::maybeSave() {
     if (!mDocument) return true;
     // Typed in the Layers box but not applied: applied now, or (when it cannot be) said before it is lost.
-    mPipeline->commitPendingEdits();
-    // The selected step's, and those kept with other steps.
-    if (const QStringList unapplied = mPipeline->unappliedEdits(); !unapplied.isEmpty()) {
-        const auto answer = QMessageBox::warning(
-            this, tr("Edits not applied"),
-            tr("The Layers box has edits that cannot be applied:\n%1\n\nGo on without them?").arg(unapplied.join('\n')),
-            QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Cancel);
-        if (answer != QMessageBox::Discard) {
-            showTab(PipelineTab);
-            return false;
-        }
-    }
+    if (!confirmUnappliedEdits(tr("Go on without them?"), tr("Discard Them"))) return false;
     if (!mDocument->isDirty()) return true;
     const auto answer = QMessageBox::warning(this, tr("Unsaved changes"),
                                              tr("%1 has unsaved changes. Save them?").arg(mDocument->displayName()),
@@ -273,9 +279,7 @@ void MainWindow::openDialog(bool project) {
 
 bool MainWindow::save(ChangedFile whenChanged) {
     if (!mDocument) return false;
-    mPipeline->commitPendingEdits();
-    if (const QStringList unapplied = mPipeline->unappliedEdits(); !unapplied.isEmpty())
-        statusBar()->showMessage(tr("Saved without the Layers box's edits, which cannot be applied: %1").arg(unapplied.join("; ")), 10000);
+    if (!confirmUnappliedEdits(tr("Save without them?"), tr("Save Without Them"))) return false;
     if (mDocument->isUntitled()) return saveAs();
     try {
         mDocument->save();

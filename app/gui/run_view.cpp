@@ -148,6 +148,7 @@ bool RunView::run(QStringList variants) {
                                  tr("Wait for it to finish or cancel it (Esc) first."));
         return false;
     }
+    if (mBeforeRun && !mBeforeRun()) return false;
     if (mDocument->project().settings().evaluation.path.empty()) {
         QMessageBox::warning(this, tr("Cannot run"),
                              tr("The project has no evaluation text, so there is nothing to measure perplexity on.\n\n"

@@ -8,6 +8,7 @@
 #include <QVariantMap>
 #include <QWidget>
 
+#include <functional>
 #include <memory>
 
 class QLabel;
@@ -32,6 +33,8 @@ public:
     // "base" and variant names; the base is added first when it has no results yet. False (with a message box)
     // when nothing can run: no project, a job already running, or no evaluation text.
     bool run(QStringList variants);
+    // Asked before each run starts; false stops it (the main window asks about Layers edits not applied).
+    void setBeforeRun(std::function<bool()> check) { mBeforeRun = std::move(check); }
     bool runCurrent();
     bool runAll();
     void cancel();
@@ -58,6 +61,7 @@ signals:
     void batchCancelRequested();
 
 private:
+    std::function<bool()> mBeforeRun;
     void updateProgress(double fraction);
 public:
     // "Running: 48.6 % · elapsed 0:12 · about 0:13 left": no estimate before a few seconds or a little progress,

@@ -1249,6 +1249,7 @@ void TestGuiFlow::closingNamesEditsKeptWithOtherSteps() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     MainWindow window;
     QVERIFY(window.openPath(model, false));
+    useSmallEvaluation(window);
     PipelineEditor* pipeline = window.pipelineEditor();
     QVERIFY(pipeline->addStep("quantize.rtn"));
     QVERIFY(pipeline->addStep("prune.magnitude"));
@@ -1257,13 +1258,16 @@ void TestGuiFlow::closingNamesEditsKeptWithOtherSteps() {
     QVERIFY(!pipeline->layersEditor()->commit());
     pipeline->selectStep(1);
     QStringList texts;
-    bool discard = false;
+    bool goOn = false;
     QTimer answerer;
     connect(&answerer, &QTimer::timeout, [&] {
         auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
         if (!box) return;
         texts << box->windowTitle() + ": " + box->text();
-        box->button(discard ? QMessageBox::Discard : QMessageBox::Cancel)->click();
+        QAbstractButton* accept = box->button(QMessageBox::Discard);   // the unsaved project's question
+        for (QAbstractButton* b : box->buttons())
+            if (!accept && box->buttonRole(b) == QMessageBox::AcceptRole) accept = b;   // "Discard Them" and the like
+        (goOn ? accept : box->button(QMessageBox::Cancel))->click();
     });
     answerer.start(50);
     QVERIFY(!window.close());
@@ -1272,9 +1276,18 @@ void TestGuiFlow::closingNamesEditsKeptWithOtherSteps() {
              qPrintable(texts.front()));
     pipeline->selectStep(0);
     QCOMPARE(pipeline->layersEditor()->targetsEdit()->text(), QString("x("));   // still there
-    discard = true;
+    // Saving and running asked nothing and went on without them (GUI probe): asked now, and Cancel stops them.
+    QVERIFY(!window.save(MainWindow::ChangedFile::Refuse));
+    QCOMPARE(texts.size(), 2);
+    QVERIFY2(texts.back().endsWith("Save without them?"), qPrintable(texts.back()));
+    QVERIFY(window.document()->isDirty());
+    QVERIFY(!window.runView()->runCurrent());
+    QCOMPARE(texts.size(), 3);
+    QVERIFY2(texts.back().endsWith("Run without them?"), qPrintable(texts.back()));
+    QVERIFY(!window.runView()->isRunning());
+    goOn = true;
     QVERIFY(window.close());
-    QCOMPARE(texts.size(), 3);   // then the unsaved project's question
+    QCOMPARE(texts.size(), 5);   // then the unsaved project's question
 }
 
 // Regression (GUI probe): Open asked about unsaved changes after the file was picked; it asks first, and Cancel shows
