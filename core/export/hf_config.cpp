@@ -26,8 +26,20 @@ double float32Decimal(double value) {
 }
 
 namespace {
-nlohmann::json declaredBos(const ArchSpec& s) {
-    return s.configBosTokenId >= 0 ? nlohmann::json(s.configBosTokenId) : nlohmann::json(nullptr);
+// bos/eos/pad_token_id: a Hugging Face source's as its config.json declared them (transformers reads them from there
+// when no generation_config.json says otherwise), else the tokenizer's, every stop id as generation_config.json has them.
+nlohmann::json specialTokenIds(const Model& model) {
+    if (!model.spec.configTokenIds.empty()) return nlohmann::json::parse(model.spec.configTokenIds);
+    nlohmann::json ids = nlohmann::json::object();
+    const Tokenizer* tok = model.tokenizer.get();
+    if (!tok) return ids;
+    if (tok->bos() >= 0) ids["bos_token_id"] = tok->bos();
+    // A list was cut to its first id (user probe).
+    const std::vector<TokenId> stops = tok->stopIds();
+    if (stops.size() == 1) ids["eos_token_id"] = stops.front();
+    else if (stops.size() > 1) ids["eos_token_id"] = stops;
+    if (tok->vocabulary() && tok->vocabulary()->pad >= 0) ids["pad_token_id"] = tok->vocabulary()->pad;
+    return ids;
 }
 } // namespace
 
@@ -37,7 +49,6 @@ nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
     if (!why.empty()) throw Error("config.json cannot describe this model: " + why);
     const LayerShape shape = uniformLayerShape(s);
     nlohmann::json c;
-    const Tokenizer* tok = model.tokenizer.get();
     if (s.family == Family::Gpt2) {
         c = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"},      {"n_embd", s.hidden},
              {"n_layer", s.layers},                  {"n_head", shape.heads},     {"n_inner", shape.ffn},
@@ -95,28 +106,12 @@ nlohmann::json hfConfig(const Model& model, const std::string& dtypeName) {
         }
     }
     c["torch_dtype"] = dtypeName;
-    if (s.configDeclaresBos) c["bos_token_id"] = declaredBos(s);
-    else if (tok && tok->bos() >= 0) c["bos_token_id"] = tok->bos();
-    // Every stop id, as generation_config.json has them (a list was cut to its first id, user probe).
-    if (tok && tok->eos() >= 0) {
-        const std::vector<TokenId> stops = tok->stopIds();
-        c["eos_token_id"] = stops.size() > 1 ? nlohmann::json(stops) : nlohmann::json(tok->eos());
-    }
+    const nlohmann::json ids = specialTokenIds(model);   // items() of a temporary would dangle
+    for (const auto& [key, id] : ids.items()) c[key] = id;
     return c;
 }
 
-nlohmann::json hfGenerationConfig(const Model& model) {
-    nlohmann::json g = nlohmann::json::object();
-    if (model.spec.configDeclaresBos) g["bos_token_id"] = declaredBos(model.spec);
-    if (const Tokenizer* tok = model.tokenizer.get()) {
-        if (!model.spec.configDeclaresBos && tok->bos() >= 0) g["bos_token_id"] = tok->bos();
-        // transformers stops at any id of a list (Llama 3.1 Instruct: end of text, end of message, end of turn).
-        const std::vector<TokenId> stops = tok->stopIds();
-        if (stops.size() == 1) g["eos_token_id"] = stops.front();
-        else if (stops.size() > 1) g["eos_token_id"] = stops;
-    }
-    return g;
-}
+nlohmann::json hfGenerationConfig(const Model& model) { return specialTokenIds(model); }
 
 namespace {
 

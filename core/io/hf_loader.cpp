@@ -207,10 +207,14 @@ ArchSpec readConfigFields(const nlohmann::json& c, const std::string& file) {
     } else {
         throw Error(file, "model_type '" + s.modelType + "' is not supported (supported: llama, mistral, qwen2, gpt2)");
     }
-    if (c.contains("bos_token_id") && (c["bos_token_id"].is_null() || c["bos_token_id"].is_number_integer())) {
-        s.configDeclaresBos = true;
-        s.configBosTokenId = c["bos_token_id"].is_null() ? -1 : c["bos_token_id"].get<int64_t>();
+    nlohmann::json tokenIds = nlohmann::json::object();
+    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+        if (!c.contains(key)) continue;
+        const nlohmann::json& v = c[key];
+        const bool ids = v.is_array() && std::all_of(v.begin(), v.end(), [](const nlohmann::json& e) { return e.is_number_integer(); });
+        if (v.is_null() || v.is_number_integer() || ids) tokenIds[key] = v;   // anything else is no id to carry over
     }
+    s.configTokenIds = tokenIds.dump();
     return s;
 }
 

@@ -59,11 +59,10 @@ struct ArchSpec {
     double normEps = 1e-5;
     bool tiedEmbeddings = false;
     bool attentionBias = false;       // Qwen2 has q/k/v biases
-    // config.json's bos_token_id as the source wrote it, which HF exports write again: it can differ from the
-    // tokenizer's BOS (Qwen2: null in config.json, <|endoftext|> found in the vocabulary). Not declared: exports
-    // write the tokenizer's BOS.
-    bool configDeclaresBos = false;
-    int64_t configBosTokenId = -1;    // with configDeclaresBos: the id, or -1 for null
+    // Hugging Face sources: config.json's bos/eos/pad_token_id as written (null and lists included; a key the source
+    // lacks is absent), as JSON text, which HF exports write again: they can differ from the tokenizer's (Qwen2: a null
+    // BOS, <|endoftext|> found in the vocabulary). "" for other sources: exports write the tokenizer's.
+    std::string configTokenIds;
 
     std::vector<LayerShape> layerShapes;   // empty: every layer has heads / kvHeads / ffn
 

@@ -73,7 +73,7 @@ private slots:
     void tokenizerFileGivenAtLoad();
     void configsOfOtherModelsAreRefused();
     void configVariantsThatAreComputed();
-    void declaredBosIdIsExportedAsRead();
+    void declaredTokenIdsAreExportedAsRead();
     void llamaCppScalingIsNotDroppedOnExport();
     void yarnScalingAsTransformersComputesIt();
 };
@@ -509,31 +509,53 @@ void TestModelLoaders::configVariantsThatAreComputed() {
     QCOMPARE(loadModel(qwen)->spec.context, tinyLlamaSpec().context);
 }
 
-// Regression: the HF export wrote the tokenizer's BOS as bos_token_id, so a Qwen2 config's null came back as 0 (user
-// probe). config.json's value, null included, is written again; where the source declared none, the tokenizer's.
-void TestModelLoaders::declaredBosIdIsExportedAsRead() {
+// Regression: the HF export wrote the tokenizer's BOS and EOS as bos/eos_token_id and dropped pad_token_id, so a Qwen2
+// config's null BOS came back as 0, an absent one was added, and an EOS the config declared differently changed (user
+// probes). config.json's ids are written as the source declared them, null and absence included; a source of another
+// format gets the tokenizer's.
+void TestModelLoaders::declaredTokenIdsAreExportedAsRead() {
     QTemporaryDir dir;
-    const std::pair<const char*, nlohmann::json> cases[] = {
-        {"null", nlohmann::json(nullptr)}, {"seven", nlohmann::json(7)}, {"undeclared", nlohmann::json()}};
-    for (const auto& [name, declared] : cases) {
-        const bool undeclared = std::string(name) == "undeclared";
-        const std::string source = editedFolder(dir, name, [&, undeclared = undeclared, declared = declared](nlohmann::json& c) {
-            if (undeclared) c.erase("bos_token_id");
-            else c["bos_token_id"] = declared;
+    const nlohmann::json cases[] = {
+        {{"bos_token_id", nullptr}, {"eos_token_id", 2}, {"pad_token_id", 0}},
+        {{"bos_token_id", 7}, {"eos_token_id", {2, 5}}},
+        {{"eos_token_id", nullptr}},
+        nlohmann::json::object(),   // none declared
+    };
+    int n = 0;
+    for (const nlohmann::json& declared : cases) {
+        const std::string name = "ids" + std::to_string(n++);
+        const std::string source = editedFolder(dir, name, [&](nlohmann::json& c) {
+            for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) c.erase(key);
+            c.update(declared);
         });
         auto model = loadModel(source);
-        model->tokenizer = tinyVocabulary(model->spec.vocab);   // its BOS is 1
-        const std::string exported = dir.filePath(QString(name) + "-export").toStdString();
+        model->tokenizer = tinyVocabulary(model->spec.vocab);   // BOS 1, EOS 2: not what the config says
+        const std::string exported = dir.filePath(QString::fromStdString(name) + "-export").toStdString();
         exportModel(*model, "hf", exported, {});
         for (const char* file : {"/config.json", "/generation_config.json"}) {
             std::ifstream in(exported + file);
             const nlohmann::json written = nlohmann::json::parse(in);
-            QVERIFY2(written.contains("bos_token_id"), file);
-            const nlohmann::json expected = undeclared ? nlohmann::json(1) : declared;
-            QVERIFY2(written["bos_token_id"] == expected, (std::string(name) + file + ": " + written["bos_token_id"].dump()).c_str());
+            for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+                const std::string what = name + file + " " + key + ": " + written.value(key, nlohmann::json("(absent)")).dump();
+                QVERIFY2(written.contains(key) == declared.contains(key), what.c_str());
+                if (declared.contains(key)) QVERIFY2(written[key] == declared[key], what.c_str());
+            }
         }
-        QCOMPARE(loadModel(exported)->spec.configBosTokenId, undeclared ? int64_t(1) : declared.is_null() ? int64_t(-1) : int64_t(7));
+        QCOMPARE(loadModel(exported)->spec.configTokenIds, declared.dump());   // and so again on the next export
     }
+    // A GGUF source: the tokenizer's ids.
+    const ArchSpec spec = tinyLlamaSpec();
+    const std::string gguf = dir.filePath("ids.gguf").toStdString();
+    writeGguf(gguf, spec, randomWeights(spec, 4), ggml::Type::F32);
+    auto fromGguf = loadModel(gguf);
+    fromGguf->tokenizer = tinyVocabulary(spec.vocab);
+    QVERIFY(fromGguf->spec.configTokenIds.empty());
+    const std::string ggufExport = dir.filePath("ids-gguf-export").toStdString();
+    exportModel(*fromGguf, "hf", ggufExport, {});
+    std::ifstream in(ggufExport + "/config.json");
+    const nlohmann::json written = nlohmann::json::parse(in);
+    QCOMPARE(written.value("bos_token_id", -1), 1);
+    QCOMPARE(written.value("eos_token_id", -1), 2);
 }
 
 // Regression: a llama.cpp file keeps Llama 3 scaling as rope_freqs.weight only; its HF export dropped the divisors
