@@ -137,7 +137,7 @@ int runExport(const std::vector<std::string>& args) {
     applyThreads(a.integer("threads", 0));
     const std::string input = a.requirePositional("MODEL or PROJECT");
     if (!a.has("format")) throw Error("export needs --format hf|gptq|awq|compressed-tensors|gguf");
-    if (!a.has("out")) throw Error("export needs --out PATH (a folder for hf/gptq/awq, a .gguf file for gguf)");
+    if (!a.has("out")) throw Error("export needs --out PATH (a folder for hf/gptq/awq/compressed-tensors, a .gguf file for gguf)");
     // Before the variant is built: a destination it cannot go to fails now, not after the calibration.
     const std::string where = exportDestinationProblem(a.value("format"), a.value("out"));
     if (!where.empty()) throw Error(a.value("out"), where);

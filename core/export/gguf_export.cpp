@@ -309,6 +309,14 @@ public:
             });
         }
         if (const std::string note = exporting::roundedFloatsNote(roundedFloats, dense); !note.empty()) report.notes.push_back(note);
+        // llama.cpp's llama architecture has no sliding window: it attends to the whole context (as its converter
+        // leaves Mistral v0.1's window out). Said, since the file then reads as a model of full attention (user probe).
+        if (model.spec.slidingWindow > 0)
+            report.notes.push_back("the sliding window of " + std::to_string(model.spec.slidingWindow) +
+                                   " tokens is not written (GGUF's llama architecture has no key for it): engines, cwb "
+                                   "included, read the file as full attention over context_length " +
+                                   std::to_string(std::max(model.spec.declaredContext, model.spec.context)) +
+                                   ", which equals the model within the window only");
         if (model.spec.family == Family::Llama && model.spec.ropeScaling.type == "llama3" && !model.has("rope_freqs.weight")) {
             // llama.cpp applies Llama 3 scaling as per-frequency divisors in rope_freqs.weight.
             const int64_t half = model.spec.headDim / 2;

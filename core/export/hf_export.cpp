@@ -4,6 +4,7 @@
 // else written from the vocabulary), and shards with an index above ExportOptions::shardBytes. The folder is written beside the target and renamed into place.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "core/compress/compressed_layers.h"
@@ -210,6 +211,19 @@ protected:
     }
 };
 
+// "1 layer", "14 layers".
+std::string layerCount(const std::vector<std::string>& layers) {
+    return std::to_string(layers.size()) + (layers.size() == 1 ? " layer" : " layers");
+}
+
+// The first three names, and how many more.
+std::string someOf(const std::vector<std::string>& layers) {
+    std::string text;
+    for (size_t i = 0; i < layers.size() && i < 3; ++i) text += (i ? ", " : "") + layers[i];
+    if (layers.size() > 3) text += " and " + std::to_string(layers.size() - 3) + " more";
+    return text;
+}
+
 class HfExport : public HfFolderExport {
 public:
     std::string id() const override { return "hf"; }
@@ -218,11 +232,18 @@ public:
 protected:
     std::vector<Entry> plan(const Model& model, ggml::Type dense, const ExportOptions& options, ExportReport& report) const override {
         std::vector<Entry> entries = denseEntries(model, dense, report, {});
+        // One line per kind of layer, not one per layer (a 7B model gave 224 lines, user probe).
+        std::map<std::string, std::vector<std::string>> byKind;
+        std::vector<std::string> activations;
         for (const auto& [layer, linear] : model.compressedLayers()) {
-            report.notes.push_back(layer + " (" + linear->describe() + ") is written dequantized");
-            if (linear->kind() != "int")
-                report.notes.push_back(layer + ": its activation quantization is not part of a dense checkpoint");
+            byKind[linear->describe()].push_back(layer);
+            if (linear->kind() != "int") activations.push_back(layer);
         }
+        for (const auto& [kind, layers] : byKind)
+            report.notes.push_back(layerCount(layers) + " (" + kind + ") written dequantized: " + someOf(layers));
+        if (!activations.empty())
+            report.notes.push_back("the activation quantization of " + layerCount(activations) +
+                                   " is not part of a dense checkpoint: " + someOf(activations));
         return entries;
     }
 };

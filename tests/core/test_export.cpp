@@ -139,6 +139,7 @@ private slots:
     void bf16SourceKeepsItsRange();
     void roundedF32TensorsAreNoted();
     void compressedHeadIsExported();
+    void denseExportNotesOneLinePerKindOfLayer();
     void awqHeadIsExported();
 };
 
@@ -1077,6 +1078,25 @@ void TestExport::hfExportWritesTokenizerFiles_data() {
     QTest::newRow("stories260K.gguf") << "models/stories260K.gguf";
     QTest::newRow("stories260K.bin (llama2.c)") << "models/stories260K.bin";
     QTest::newRow("synthetic Hugging Face folder without tokenizer files") << "synthetic-hf";
+}
+
+// Regression (user probe): a dense export of a quantized variant noted each layer on its own line (224 for a 7B model).
+void TestExport::denseExportNotesOneLinePerKindOfLayer() {
+    QTemporaryDir dir;
+    auto base = syntheticModel(dir.path(), "hf");
+    auto variant = compressed(*base, R"({"steps":[{"method":"quantize.rtn","params":{"bits":4,"group_size":32}},
+                                                  {"method":"quantize.rtn","targets":"mlp","params":{"bits":8,"group_size":32}}]})");
+    const ExportReport report = exportModel(*variant, "hf", (dir.path() + "/hf").toStdString(), {});
+    std::vector<std::string> dequantized;
+    for (const auto& n : report.notes)
+        if (n.find("written dequantized") != std::string::npos) dequantized.push_back(n);
+    QCOMPARE(dequantized.size(), size_t(2));   // int4 and int8
+    const size_t total = variant->compressedLayers().size();
+    size_t counted = 0;
+    for (const auto& n : dequantized) counted += size_t(std::stoll(n));
+    QCOMPARE(counted, total);
+    QVERIFY2(dequantized[0].find(" more") != std::string::npos || dequantized[1].find(" more") != std::string::npos,
+             dequantized[0].c_str());
 }
 
 void TestExport::hfExportWritesTokenizerFiles() {

@@ -484,6 +484,13 @@ void TestModelLoaders::configVariantsThatAreComputed() {
     QCOMPARE(config.value("max_position_embeddings", int64_t(0)), tinyLlamaSpec().context);
     QCOMPARE(loadModel(exported)->spec.context, int64_t(16));
     QCOMPARE(loadModel(exported)->spec.declaredContext, tinyLlamaSpec().context);
+    // GGUF has no key for the window: said (user probe: the file then read as full attention, without a word).
+    auto windowed = loadModel(mistral);
+    windowed->tokenizer = tinyVocabulary(windowed->spec.vocab);   // GGUF needs a vocabulary
+    const ExportReport gguf = exportModel(*windowed, "gguf", dir.filePath("mistral.gguf").toStdString(), {});
+    QVERIFY(std::any_of(gguf.notes.begin(), gguf.notes.end(), [](const std::string& n) {
+        return n.find("the sliding window of 16 tokens is not written") == 0;
+    }));
     const std::string qwenWindowed = dir.filePath("qwen-window-on").toStdString();
     QDir().mkpath(QString::fromStdString(qwenWindowed));
     writeHfFolder(qwenWindowed, specByName("qwen2"), randomWeights(specByName("qwen2"), 3), ggml::Type::F32);
