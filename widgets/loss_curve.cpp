@@ -111,7 +111,11 @@ struct LossCurve::Private {
             QVector<double> values(points.second.size(), floor);
             points.first->setData(points.second, values);
         }
-        plot->yAxis->setLabel(hasFloorPoints() ? QObject::tr("%1 (○: 0, drawn below the smallest)").arg(valueLabel) : valueLabel);
+        // With no positive value the markers' height means nothing: said (they read as 1.0 everywhere, GUI probe).
+        const QString floorNote = !hasFloorPoints()          ? QString()
+                                  : std::isfinite(smallest) ? QObject::tr(" (○: 0, drawn below the smallest)")
+                                                            : QObject::tr(" (○: 0; every value is 0)");
+        plot->yAxis->setLabel(valueLabel + floorNote);
     }
 
     static QCPScatterStyle floorMarker(int colourIndex)

@@ -138,6 +138,7 @@ void ImportanceView::setDocument(ProjectDocument* document) {
     if (document) mTokens->setMaximum(int(std::clamp<int64_t>(document->model()->spec.context, 2, 1 << 20)));
     if (document) {
         connect(document, &ProjectDocument::importanceChanged, this, &ImportanceView::showStored);
+        connect(document, &ProjectDocument::settingsChanged, this, &ImportanceView::showStored);   // its text warning
         connect(document, &ProjectDocument::stepsChanged, this, &ImportanceView::refreshProbes);
         connect(document, &ProjectDocument::currentVariantChanged, this, &ImportanceView::refreshProbes);
     }
@@ -238,10 +239,14 @@ void ImportanceView::showStored() {
     // Measured on the text perplexity is measured on: nothing said so but the file name (GUI probe).
     const ProjectSettings& s = mDocument->project().settings();
     const std::string text = map->measuredWith.is_object() ? map->measuredWith.value("text", std::string()) : std::string();
-    const bool onEvaluation = !text.empty() && text == s.evaluation.path && text != s.calibration.path;
+    const std::string textHash = map->measuredWith.is_object() ? map->measuredWith.value("text_hash", std::string()) : std::string();
+    const bool onEvaluation = !text.empty() && (text == s.evaluation.path || (!textHash.empty() && textHash == s.evaluation.hash));
     if (onEvaluation)
         status += tr("\nMeasured on the evaluation text: layers picked from this map are fitted to the text perplexity is "
-                     "measured on. Set a calibration text in Project ▸ Settings to keep the two apart.");
+                     "measured on. %1")
+                      .arg(evaluationStandInWarning(s).empty()
+                               ? tr("The project has a calibration text of its own now: Compute again to measure on it.")
+                               : tr("Set a calibration text of its own in Project ▸ Settings to keep the two apart."));
     mStatus->setStyleSheet(onEvaluation ? QStringLiteral("color: #8a5300") : QString());
     mStatus->setText(status);
 }

@@ -333,8 +333,9 @@ void PipelineEditor::relabelSteps() {
     if (!mDocument) return;
     const nlohmann::json steps = mDocument->steps(mDocument->currentVariant());
     for (int i = 0; i < mSteps->count() && size_t(i) < steps.size(); ++i) {
+        // First, where a long step summary cannot push it out of sight (GUI probe).
         const bool kept = mLayers->keepsEditsFor(mDocument->currentVariant(), i);
-        mSteps->item(i)->setText(stepLabel(steps[size_t(i)], i) + (kept ? tr("  —  Layers edits not applied") : QString()));
+        mSteps->item(i)->setText((kept ? tr("⚠ Layers edits not applied · ") : QString()) + stepLabel(steps[size_t(i)], i));
     }
 }
 

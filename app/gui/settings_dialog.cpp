@@ -128,7 +128,7 @@ QLineEdit* SettingsDialog::fileRow(const QString& path, const QString& what) {
     line->setPlaceholderText(tr("(none)"));
     // Room for a path: the dialog opened at its narrowest, which showed some 20 characters of one (GUI probe).
     const QFontMetrics metrics = line->fontMetrics();
-    line->setMinimumWidth(std::clamp(metrics.horizontalAdvance(path) + 16, metrics.averageCharWidth() * 44, metrics.averageCharWidth() * 72));
+    line->setMinimumWidth(std::clamp(metrics.horizontalAdvance(path) + 16, metrics.averageCharWidth() * 60, metrics.averageCharWidth() * 80));
     auto* browse = new QPushButton(tr("Browse…"), this);
     connect(browse, &QPushButton::clicked, this, [this, line, what] {
         const QString chosen = QFileDialog::getOpenFileName(this, what, QFileInfo(line->text()).absolutePath(),

@@ -550,8 +550,8 @@ void StepLayersEditor::showState() {
 }
 
 void StepLayersEditor::updateRevert() {
-    QString problem;
-    mRevert->setEnabled(mIndex >= 0 && (mPending || fieldsFromWidgets(&problem) != mShown));
+    QString problem, incomplete;   // an added override row not filled in is an edit too (Revert stayed off, GUI probe)
+    mRevert->setEnabled(mIndex >= 0 && (mPending || fieldsFromWidgets(&problem, &incomplete) != mShown || !incomplete.isEmpty()));
 }
 
 bool StepLayersEditor::commit() {

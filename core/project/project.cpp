@@ -563,9 +563,15 @@ const FileReference& measurementText(const ProjectSettings& s) {
 }
 
 std::string evaluationStandInWarning(const ProjectSettings& s) {
-    if (!s.calibration.path.empty() || s.evaluation.path.empty()) return "";
-    return "measured on the evaluation text " + s.evaluation.path + " (the project has no calibration text): layers "
-           "chosen from it are fitted to the text perplexity is measured on; set a calibration text to keep the two apart";
+    if (s.evaluation.path.empty()) return "";
+    const std::string fitted = ": layers chosen from it are fitted to the text perplexity is measured on; set a calibration "
+                               "text of its own to keep the two apart";
+    if (s.calibration.path.empty())
+        return "measured on the evaluation text " + s.evaluation.path + " (the project has no calibration text)" + fitted;
+    // The same file, or the same content under another name (GUI probe: only a missing calibration text was warned).
+    if (s.calibration.path == s.evaluation.path || (!s.calibration.hash.empty() && s.calibration.hash == s.evaluation.hash))
+        return "measured on the evaluation text " + s.evaluation.path + " (the calibration text is the same text)" + fitted;
+    return "";
 }
 
 TextHashes textHashesOnDisk(const ProjectSettings& settings) {

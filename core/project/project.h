@@ -91,8 +91,8 @@ void checkStoredSettings(const ProjectSettings& s, const std::string& projectPat
 
 // The text importance maps and the budget solver measure on: the calibration text, else the evaluation text.
 const FileReference& measurementText(const ProjectSettings& s);
-// Where the evaluation text stands in for calibration: a warning (layers chosen from what is measured on it are fitted
-// to the text perplexity is measured on); else "".
+// Where importance and the budget measure on the evaluation text (no calibration text, or the same text): a warning
+// (layers chosen from what is measured on it are fitted to the text perplexity is measured on); else "".
 std::string evaluationStandInWarning(const ProjectSettings& s);
 
 // The calibration and evaluation texts' hashes as the files are now. Results are stamped with what they were measured

@@ -478,6 +478,11 @@ void TestProject::measurementTextFallsBackToEvaluationWithAWarning() {
     QCOMPARE(measurementText(s).path, std::string("/texts/calib.txt"));
     QCOMPARE(measurementText(s).hash, std::string("c-hash"));
     QVERIFY(evaluationStandInWarning(s).empty());
+    // The same text as calibration, by path or by content (GUI probe: only a missing one was warned).
+    s.calibration = s.evaluation;
+    QVERIFY2(evaluationStandInWarning(s).find("the calibration text is the same text") != std::string::npos, evaluationStandInWarning(s).c_str());
+    s.calibration = {"/elsewhere/copy.txt", "e-hash"};
+    QVERIFY(!evaluationStandInWarning(s).empty());
 }
 
 void TestProject::storedSettingsOutOfBoundsAreNamed() {

@@ -257,7 +257,17 @@ void TestGuiFlow::importanceHeatmapSelectsLayer() {
     QCOMPARE(map->measuredWith["windows"].get<int64_t>(), int64_t(2));
     QCOMPARE(map->measuredWith["tokens"].get<int64_t>(), int64_t(32));
     QVERIFY2(view->statusText().contains("measured on 2 windows of 32 tokens of "), qPrintable(view->statusText()));
-    QVERIFY2(!view->statusText().contains("evaluation text"), qPrintable(view->statusText()));
+    // useSmallEvaluation calibrates on the evaluation text itself: warned (GUI probe: only a missing text was).
+    QVERIFY2(view->statusText().contains("Measured on the evaluation text"), qPrintable(view->statusText()));
+    {   // A calibration text of its own: the advice follows the settings (it still said to set one, GUI probe).
+        CWB_REQUIRE_FIXTURE(wiki, "text/wiki.test.raw");
+        ProjectSettings own = window.document()->project().settings();
+        own.calibration = SettingsDialog::reference(wiki);
+        window.document()->undoStack()->push(changeSettings(window.document(), own));
+        QVERIFY2(view->statusText().contains("Compute again to measure on it"), qPrintable(view->statusText()));
+        window.document()->undoStack()->undo();
+        QVERIFY2(view->statusText().contains("Set a calibration text of its own"), qPrintable(view->statusText()));
+    }
 
     // A click on block 1's first column selects that linear layer in the tree.
     heatmap->resize(600, 400);

@@ -306,6 +306,11 @@ void TestStepLayersEditor::newRowIsIncompleteNotWrong() {
     QCOMPARE(stack->count(), before);
     QVERIFY(layers()->problem().isEmpty());
     QVERIFY2(layers()->note().contains("not complete"), qPrintable(layers()->note()));
+    QPushButton* revert = nullptr;
+    for (QPushButton* b : layers()->findChildren<QPushButton*>())
+        if (b->text() == "Revert") revert = b;
+    QVERIFY(revert);
+    QVERIFY2(revert->isEnabled(), "an incomplete row is an edit Revert takes back (GUI probe)");
     auto* status = layers()->findChild<QLabel*>("stepLayersStatus");
     QVERIFY(!status->text().startsWith("Not applied"));
     layers()->overridesTable()->item(0, 1)->setText(R"({"bits": 8})");
@@ -472,7 +477,7 @@ void TestStepLayersEditor::editsNotAppliedAreKeptWithTheirStep() {
     QCOMPARE(layers()->targetsEdit()->text(), QString());
     QVERIFY(!layers()->hasPendingEdits());
     QVERIFY(layers()->keepsEditsFor(mDoc->currentVariant(), 0));
-    QVERIFY2(mEditor->stepList()->item(0)->text().contains("not applied"), qPrintable(mEditor->stepList()->item(0)->text()));
+    QVERIFY2(mEditor->stepList()->item(0)->text().startsWith("⚠ Layers edits not applied"), qPrintable(mEditor->stepList()->item(0)->text()));
     QVERIFY(!mEditor->stepList()->item(1)->text().contains("not applied"));
     // Another step's parameter changed meanwhile: the kept edits still belong to step 1.
     mDoc->undoStack()->push(new ReplaceStep("p", mDoc.get(), mDoc->currentVariant(), 1,

@@ -214,6 +214,11 @@ void TestLossCurve::zerosOnALogAxisAreDrawnOnAFloor()
     QVERIFY(curve.valueRange().first > 0);
     curve.clear();
     QCOMPARE(curve.valueAxisLabel(), QString("error"));
+    // Every value 0: the markers' height means nothing, and the label says so (they read as 1.0, GUI probe).
+    curve.addPoint("a", 0, 0.0);
+    curve.addPoint("a", 1, 0.0);
+    curve.flush();
+    QVERIFY2(curve.valueAxisLabel().contains("every value is 0"), qPrintable(curve.valueAxisLabel()));
 }
 
 QTEST_MAIN(TestLossCurve)
