@@ -69,7 +69,7 @@ MainWindow::MainWindow(QWidget* parent)
     setCentralWidget(mCentral);
     connect(mWelcome, &WelcomePage::openModelRequested, this, [this] { openDialog(false); });
     connect(mWelcome, &WelcomePage::openProjectRequested, this, [this] { openDialog(true); });
-    connect(mWelcome, &WelcomePage::recentChosen, this, [this](const QString& path) { openPath(path); });
+    connect(mWelcome, &WelcomePage::recentChosen, this, &MainWindow::openRecent);
     connect(mRecent, &RecentFilesMenu::changed, this, [this] { mWelcome->setRecentFiles(mRecent->files()); });
     auto* dock = mModelDock = new QDockWidget(tr("Model"), this);
     dock->setObjectName(QStringLiteral("modelDock"));
@@ -104,7 +104,7 @@ MainWindow::MainWindow(QWidget* parent)
         mRun->appendLog(tr("batch replay: %1").arg(BatchReplay::describeExit(code)));
         statusBar()->showMessage(tr("Batch replay: %1").arg(BatchReplay::describeExit(code)), 10000);
     });
-    connect(mRecent, &RecentFilesMenu::fileChosen, this, [this](const QString& path) { openPath(path); });
+    connect(mRecent, &RecentFilesMenu::fileChosen, this, &MainWindow::openRecent);
     connect(mAutosave, &QTimer::timeout, this, [this] {
         if (!mDocument) return;
         try {
@@ -138,6 +138,8 @@ void MainWindow::createActions() {
                                    ? QList<QKeySequence>{QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_S)}
                                    : QKeySequence::keyBindings(QKeySequence::SaveAs));
     mDocumentActions << saveAsAction;
+    // Back to the welcome page (there was no way to close a project but opening another or quitting, GUI probe).
+    mDocumentActions << file->addAction(tr("&Close"), QKeySequence(Qt::CTRL | Qt::Key_W), this, [this] { closeDocument(); });
     file->addSeparator();
     mDocumentActions << file->addAction(tr("&Export Variant…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this] {
         if (!mDocument) return;

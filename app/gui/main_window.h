@@ -40,6 +40,10 @@ public:
     // A project whose model is not where it points asks to locate it (interactive) and, given one, opens with it.
     // `modelPath`: where the project's model is now (the project points there once saved); "" for its own path.
     bool openPath(const QString& path, bool interactive = true, const QString& modelPath = {});
+    // A recent file: one no longer there is offered for removal from the list instead.
+    bool openRecent(const QString& path);
+    // File ▸ Close: asks about running jobs and unsaved changes, then shows the welcome page.
+    bool closeDocument();
     // What to check after `path` failed to open: a project file that cannot be read is not sent to its model (GUI probe).
     static QString openFailureAdvice(const QString& path);
     // Run ▸ Compute On: where later runs, latency measurements and generation compute; false (with a status

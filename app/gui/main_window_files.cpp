@@ -265,6 +265,25 @@ void MainWindow::cancelLoading() {
     if (mLoadJob) mLoadJob->cancel();
 }
 
+bool MainWindow::openRecent(const QString& path) {
+    if (!QFileInfo::exists(path)) {
+        // A file moved or deleted since: said before any question about the open project, and it can leave the list
+        // (it stayed, with an error each time, GUI probe).
+        const auto answer = QMessageBox::question(this, tr("Not found"),
+                                                  tr("%1 no longer exists.\n\nRemove it from the recent files?").arg(path),
+                                                  QMessageBox::Yes | QMessageBox::No, QMessageBox::Yes);
+        if (answer == QMessageBox::Yes) mRecent->remove(path);
+        return false;
+    }
+    return openPath(path);
+}
+
+bool MainWindow::closeDocument() {
+    if (!mDocument || mLoading || !maybeStopJobs() || !maybeSave()) return false;
+    setDocument(nullptr);
+    return true;
+}
+
 void MainWindow::openDialog(bool project) {
     // Asked before the file is picked: the answer does not depend on which file (it came after the pick, GUI probe).
     if (!mLoading && (!maybeStopJobs() || !maybeSave())) return;

@@ -37,6 +37,14 @@ QString recentFileLabel(const QString& path, const QFontMetrics& metrics, int fo
     return label;
 }
 
+void RecentFilesMenu::remove(const QString& path) {
+    QStringList list = files();
+    if (list.removeAll(path) == 0) return;
+    QSettings().setValue(kKey, list);
+    rebuild();
+    emit changed();
+}
+
 void RecentFilesMenu::rebuild() {
     clear();
     setToolTipsVisible(true);

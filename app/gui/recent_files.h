@@ -16,6 +16,7 @@ class RecentFilesMenu : public QMenu {
 public:
     explicit RecentFilesMenu(QWidget* parent = nullptr);
     void add(const QString& path);
+    void remove(const QString& path);
     QStringList files() const;
 
 signals:

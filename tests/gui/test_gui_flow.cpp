@@ -1371,6 +1371,38 @@ void TestGuiFlow::emptyWindowOffersWhatToOpen() {
     QTRY_VERIFY(window.document());
     QCOMPARE(QFileInfo(QString::fromStdString(window.document()->model()->path)).absoluteFilePath(), QFileInfo(model).absoluteFilePath());
     QVERIFY(tabs(window)->isVisibleTo(&window));
+    // File ▸ Close goes back to the welcome page (there was no way back but quitting, GUI probe).
+    QAction* close = nullptr;
+    for (QAction* action : window.findChildren<QAction*>())
+        if (action->text() == "&Close") close = action;
+    QVERIFY(close && close->isEnabled());
+    close->trigger();
+    QVERIFY(!window.document());
+    QVERIFY(window.welcomePage()->isVisibleTo(&window));
+    QVERIFY(!close->isEnabled());
+
+    // A recent file no longer there: offered for removal from the list, not an error each time (GUI probe).
+    const QString gone = mDir.filePath("moved-away.gguf");
+    QSettings().setValue("recentFiles", QStringList{gone, QFileInfo(model).absoluteFilePath()});
+    MainWindow again;
+    QListWidget* list = again.welcomePage()->recentList();
+    QCOMPARE(list->count(), 2);
+    QVERIFY2(list->item(0)->text().endsWith("(not found)"), qPrintable(list->item(0)->text()));
+    QStringList asked;
+    QTimer answerer;
+    connect(&answerer, &QTimer::timeout, [&] {
+        if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget())) {
+            asked << box->text();
+            box->button(QMessageBox::Yes)->click();
+        }
+    });
+    answerer.start(50);
+    emit list->itemActivated(list->item(0));
+    QCOMPARE(asked.size(), 1);
+    QVERIFY2(asked.front().contains("no longer exists") && asked.front().contains(gone), qPrintable(asked.front()));
+    QVERIFY(!again.document());
+    QCOMPARE(list->count(), 1);
+    QCOMPARE(QSettings().value("recentFiles").toStringList(), QStringList{QFileInfo(model).absoluteFilePath()});
 }
 
 // Regression (GUI probe): the Run tab kept the last document's log and full bar under the next project opened.
