@@ -35,7 +35,7 @@ void printHelp() {
                 "      exports); exit 0 reproduced, 1 differs beyond tolerance or incomplete (a variant without stored\n"
                 "      results, or a failed export: said on stderr), 2 error\n");
 #ifdef CWB_WITH_GUI
-    std::printf("  cwb [MODEL | PROJECT.cwbproj]\n      open the desktop GUI (no arguments: an empty window)\n");
+    std::printf("  cwb [MODEL | PROJECT.cwbproj] [--threads N]\n      open the desktop GUI (no arguments: an empty window)\n");
 #endif
     std::printf("  cwb --version\n\nModels: GGUF files, Hugging Face folders (config.json + safetensors), llama2.c .bin "
                 "checkpoints.\nExit codes: 0 success, 2 error (the message says what and where), 130 interrupted (Ctrl-C).\n");

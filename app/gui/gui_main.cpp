@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <ATen/Parallel.h>
+
 #include "app/gui/main_window.h"
 #include "app/gui/screenshot_driver.h"
 #include "core/version.h"
@@ -19,7 +21,7 @@ namespace cwb {
 
 bool isGuiInvocation(const std::vector<std::string>& args) {
     if (args.empty()) return true;
-    if (args[0] == "--screenshot") return true;
+    if (args[0] == "--screenshot" || args[0] == "--threads") return true;
     std::error_code ec;
     return std::filesystem::exists(args[0], ec);
 }
@@ -56,10 +58,23 @@ int runGui(int argc, char** argv) {
         o->setFlags(QCommandLineOption::HiddenFromHelp);
         parser.addOption(*o);
     }
+    // As the commands take it (the GUI refused it, GUI probe): 0, the default, takes what the machine has.
+    QCommandLineOption threads(QStringLiteral("threads"), QStringLiteral("CPU threads for runs and measurements (0: all)"),
+                               QStringLiteral("N"));
+    parser.addOption(threads);
     parser.addHelpOption();
     if (!parser.parse(QApplication::arguments())) {
         std::fprintf(stderr, "cwb: %s\n", qPrintable(parser.errorText()));
         return 2;
+    }
+    if (parser.isSet(threads)) {
+        bool number = false;
+        const int count = parser.value(threads).toInt(&number);
+        if (!number || count < 0 || count > 4096) {
+            std::fprintf(stderr, "cwb: --threads must be 0..4096, got '%s'\n", qPrintable(parser.value(threads)));
+            return 2;
+        }
+        if (count > 0) at::set_num_threads(count);
     }
 
     MainWindow window;

@@ -72,7 +72,7 @@ void TestCli::versionAndHelp() {
     QStringList usage;
     for (const QString& line : h.out.split('\n'))
         if (line.startsWith("  cwb ")) usage << line.trimmed();
-    const QString guiLine = "cwb [MODEL | PROJECT.cwbproj]";   // in the help of builds with the GUI only
+    const QString guiLine = "cwb [MODEL | PROJECT.cwbproj] [--threads N]";   // in the help of builds with the GUI only
     if (!usage.contains(guiLine)) documented.removeAll(guiLine);
     QCOMPARE(documented, usage);
     // Regression (GUI probe): a mistyped model path was called an unknown command.
@@ -83,6 +83,10 @@ void TestCli::versionAndHelp() {
     QVERIFY2(relative.exitCode == 2 && relative.err.contains("missing-model.gguf: no such file or folder"), qPrintable(relative.err));
     Result word = run({"evaluate"});
     QVERIFY2(word.exitCode == 2 && word.err.contains("unknown command 'evaluate'"), qPrintable(word.err));
+    if (usage.contains(guiLine)) {   // the GUI takes --threads as the commands do (it was refused, GUI probe)
+        Result threads = run({"--threads", "many"});
+        QVERIFY2(threads.exitCode == 2 && threads.err.contains("--threads must be 0..4096, got 'many'"), qPrintable(threads.err));
+    }
 }
 
 void TestCli::infoJson() {
