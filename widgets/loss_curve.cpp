@@ -113,8 +113,8 @@ struct LossCurve::Private {
         }
         // With no positive value the markers' height means nothing: said (they read as 1.0 everywhere, GUI probe).
         const QString floorNote = !hasFloorPoints()          ? QString()
-                                  : std::isfinite(smallest) ? QObject::tr(" (○: 0, drawn below the smallest)")
-                                                            : QObject::tr(" (○: 0; every value is 0)");
+                                  : std::isfinite(smallest) ? QObject::tr(" (○ = 0)")   // short: charts are small
+                                                            : QObject::tr(" (○ = 0: all are)");
         plot->yAxis->setLabel(valueLabel + floorNote);
     }
 

@@ -26,7 +26,7 @@ public:
     void clear();
     void setAxisLabels(const QString& stepLabel, const QString& valueLabel);
     // Value axis. On a log axis, points <= 0 are drawn as hollow markers a decade below the smallest positive value,
-    // and the axis label says so.
+    // and the axis label says "○ = 0".
     void setLogScale(bool logarithmic);
     // For tests: whether the log value axis labels only powers of ten (values over several decades, or too little room
     // for 1-2-5 steps), the value ticks as last drawn and where a value is drawn (y in this widget), and whether the

@@ -80,7 +80,8 @@ CompareView::CompareView(QWidget* parent)
     mLayerErrors->setAxisLabels(tr("linear layer (block order)"), tr("reconstruction error"));
     mLayerErrors->setLogScale(true);
     mLayerErrors->setToolTip(tr("Per-layer reconstruction error on the calibration windows, from the last step that changed "
-                                "each layer (stored when a variant runs with calibration text)"));
+                                "each layer (stored when a variant runs with calibration text). ○ marks an error of exactly "
+                                "0, drawn a decade below the smallest."));
     auto* charts = new QSplitter(Qt::Horizontal, this);
     charts->addWidget(mChart);
     charts->addWidget(mLayerErrors);
@@ -99,6 +100,9 @@ CompareView::CompareView(QWidget* parent)
     splitter->setStretchFactor(0, 3);
     splitter->setStretchFactor(1, 1);
     splitter->setStretchFactor(2, 2);
+    // The panes' share at first (they started from their size hints: the generation boxes took most of a 768-px
+    // screen and left the charts some 60 px, GUI probe).
+    splitter->setSizes({500, 220, 280});
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(row);
     layout->addWidget(splitter, 1);

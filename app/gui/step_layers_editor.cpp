@@ -73,7 +73,14 @@ StepLayersEditor::StepLayersEditor(QWidget* parent)
     mTargets->setPlaceholderText(tr("every linear layer of the blocks"));
     mTargets->setToolTip(targetsHelp());
     connect(mTargets, &QLineEdit::editingFinished, this, [this] { commit(); });
-    connect(mTargets, &QLineEdit::textEdited, this, &StepLayersEditor::updateRevert);
+    connect(mTargets, &QLineEdit::textEdited, this, [this] {
+        // A red "not applied" goes as soon as the typing fixes it (it stayed until Enter, GUI probe).
+        if (!mProblem.isEmpty()) {
+            validate();
+            showState();
+        }
+        updateRevert();
+    });
 
     mIgnore->setObjectName(QStringLiteral("stepIgnore"));
     mIgnore->setPlaceholderText(tr("one regular expression per line"));

@@ -137,6 +137,13 @@ void TestStepLayersEditor::invalidPatternIsKeptButNotApplied() {
     QCOMPARE(layers()->targetsEdit()->text(), QString("layers\\.(1"));
     auto* status = layers()->findChild<QLabel*>("stepLayersStatus");
     QVERIFY(status->text().startsWith("Not applied: "));
+    // Typing that fixes it clears the red at once, before it is applied (it stayed until Enter, GUI probe).
+    layers()->targetsEdit()->selectAll();
+    QTest::keyClicks(layers()->targetsEdit(), "mlp");
+    QVERIFY2(!status->text().startsWith("Not applied: "), qPrintable(status->text()));
+    QVERIFY(!step().contains("targets"));   // still not applied
+    layers()->targetsEdit()->setText("layers\\.(1");
+    QVERIFY(!layers()->commit());
 
     // A pattern std::regex would take exponential time on is refused as a recipe refuses it.
     layers()->targetsEdit()->setText("(a+)+b");
