@@ -75,10 +75,25 @@ RunView::RunView(QWidget* parent)
 
 RunView::~RunView() = default;
 
+void RunView::nameCurrentVariant() {
+    const QString variant = mDocument ? mDocument->currentVariant() : QString();
+    mRunCurrent->setText(variant.isEmpty() ? tr("Run variant") : tr("Run '%1'").arg(variant));
+}
+
+QString RunView::runCurrentText() const { return mRunCurrent->text(); }
+
 void RunView::setDocument(ProjectDocument* document) {
     mJob.reset();   // cancels and waits: the job reads the old document's model
     mTick->stop();
+    for (const auto& c : mVariantNaming) disconnect(c);   // safe where the old document is gone
+    mVariantNaming.clear();
     mDocument = document;
+    // The button names the variant it runs (it said "Run variant" only, GUI probe).
+    if (document) {
+        mVariantNaming << connect(document, &ProjectDocument::currentVariantChanged, this, &RunView::nameCurrentVariant);
+        mVariantNaming << connect(document, &ProjectDocument::variantsChanged, this, &RunView::nameCurrentVariant);   // renamed
+    }
+    nameCurrentVariant();
     mRunCurrent->setEnabled(document && !mBatchRunning);   // a batch replay goes on across documents
     mRunAll->setEnabled(document && !mBatchRunning);
     mCancel->setEnabled(mBatchRunning);

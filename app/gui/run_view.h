@@ -46,6 +46,7 @@ public:
     double elapsedSeconds() const;   // of the run in progress (0 when none)
     LossCurve* lossCurve() const { return mLossCurve; }
     QString logText() const;   // the log as shown (each variant's results, notes and warnings)
+    QString runCurrentText() const;   // the Run button's text, naming the current variant
 
 public slots:
     void appendLog(const QString& line);
@@ -62,6 +63,8 @@ signals:
 
 private:
     std::function<bool()> mBeforeRun;
+    void nameCurrentVariant();
+    QList<QMetaObject::Connection> mVariantNaming;
     void updateProgress(double fraction);
 public:
     // "Running: 48.6 % · elapsed 0:12 · about 0:13 left": no estimate before a few seconds or a little progress,

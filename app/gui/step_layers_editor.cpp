@@ -144,6 +144,8 @@ StepLayersEditor::StepLayersEditor(QWidget* parent)
 
     mStatus->setObjectName(QStringLiteral("stepLayersStatus"));
     mStatus->setWordWrap(true);
+    // Two lines kept for it: growing from one to two moved the overrides table under the pointer (GUI probe).
+    mStatus->setMinimumHeight(mStatus->fontMetrics().lineSpacing() * 2);
     mStatus->setTextInteractionFlags(Qt::TextSelectableByMouse);
 
     auto* form = new QFormLayout;

@@ -159,6 +159,8 @@ void TestGuiFlow::openRunCompareSaveReopen() {
     // The tree shows what the variant does to each layer.
     QCOMPARE(q->text(ModelTreeView::StateColumn), QString("rtn bits=4"));
 
+    // The Run tab's button names the variant it runs (GUI probe).
+    QCOMPARE(window.runView()->runCurrentText(), QString("Run '%1'").arg(variant));
     QSignalSpy finished(window.runView(), &RunView::finished);
     QVERIFY(window.runView()->runCurrent());   // adds the base, which has no results yet
     QVERIFY(window.runView()->isRunning());
