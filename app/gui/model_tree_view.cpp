@@ -1,6 +1,7 @@
 #include "app/gui/model_tree_view.h"
 
 #include <QHeaderView>
+#include <QPainter>
 
 #include <map>
 #include <regex>
@@ -59,11 +60,30 @@ ModelTreeView::ModelTreeView(QWidget* parent) : QTreeWidget(parent) {
         const QString layer = selectedLayer();
         if (!layer.isEmpty()) emit layerSelected(layer);
     });
+    header()->setVisible(false);   // until a model is set
 }
 
 void ModelTreeView::setModel(const Model* model) {
     mModel = model;
+    // Column headers over an empty tree beside the welcome page read as a broken view (GUI probe).
+    header()->setVisible(mModel != nullptr);
     rebuild();
+    viewport()->update();
+}
+
+QString ModelTreeView::placeholderText() const {
+    return mModel ? QString() : tr("No model open.\n\nThe modules of an opened model or project are listed here.");
+}
+
+void ModelTreeView::paintEvent(QPaintEvent* event) {
+    QTreeWidget::paintEvent(event);
+    const QString text = placeholderText();
+    if (text.isEmpty()) return;
+    QPainter painter(viewport());
+    painter.setPen(palette().color(QPalette::Disabled, QPalette::Text));
+    const int margin = fontMetrics().height();
+    painter.drawText(viewport()->rect().adjusted(margin, margin, -margin, -margin),
+                     Qt::AlignHCenter | Qt::AlignTop | Qt::TextWordWrap, text);
 }
 
 void ModelTreeView::setSteps(const nlohmann::json& steps) {

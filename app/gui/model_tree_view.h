@@ -25,9 +25,14 @@ public:
     bool selectLayer(const QString& layer);
     QString selectedLayer() const;
     QTreeWidgetItem* itemForLayer(const QString& layer) const;
+    // What the empty view says in place of the column headers while no model is open ("" with a model).
+    QString placeholderText() const;
 
 signals:
     void layerSelected(const QString& layer);
+
+protected:
+    void paintEvent(QPaintEvent* event) override;
 
 private:
     void rebuild();

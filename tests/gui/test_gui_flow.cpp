@@ -4,6 +4,8 @@
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFileDialog>
+#include <QHeaderView>
+#include <QImage>
 #include <QKeyEvent>
 #include <QLayout>
 #include <QLineEdit>
@@ -1341,13 +1343,30 @@ void TestGuiFlow::openAsksAboutUnsavedChangesBeforeTheFileDialog() {
 void TestGuiFlow::emptyWindowOffersWhatToOpen() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     const auto tabs = [](MainWindow& w) { return w.findChild<QTabWidget*>(); };
+    // The Model dock beside it says no model is open, without column headers over an empty tree (GUI probe).
+    const auto treeDrawsSomething = [](ModelTreeView* tree) {
+        tree->resize(360, 300);
+        QImage image(tree->viewport()->size(), QImage::Format_ARGB32);
+        image.fill(Qt::white);
+        tree->viewport()->render(&image);
+        const QRgb background = image.pixel(0, 0);
+        for (int y = 0; y < image.height(); ++y)
+            for (int x = 0; x < image.width(); ++x)
+                if (image.pixel(x, y) != background) return true;
+        return false;
+    };
     {
         MainWindow window;
         QVERIFY(window.welcomePage()->isVisibleTo(&window));
         QVERIFY(!tabs(window)->isVisibleTo(&window));
+        QVERIFY(!window.modelTree()->header()->isVisibleTo(&window));
+        QVERIFY(window.modelTree()->placeholderText().startsWith("No model open"));
+        QVERIFY2(treeDrawsSomething(window.modelTree()), "the empty tree draws its placeholder");
         QVERIFY(window.openPath(model, false));
         QVERIFY(!window.welcomePage()->isVisibleTo(&window));
         QVERIFY(tabs(window)->isVisibleTo(&window));
+        QVERIFY(window.modelTree()->header()->isVisibleTo(&window));
+        QVERIFY(window.modelTree()->placeholderText().isEmpty());
     }
     MainWindow window;
     QListWidget* recent = window.welcomePage()->recentList();
@@ -1382,6 +1401,8 @@ void TestGuiFlow::emptyWindowOffersWhatToOpen() {
     QVERIFY(!window.document());
     QVERIFY(window.welcomePage()->isVisibleTo(&window));
     QVERIFY(!close->isEnabled());
+    QVERIFY(!window.modelTree()->header()->isVisibleTo(&window));
+    QVERIFY(!window.modelTree()->placeholderText().isEmpty());
 
     // A recent file no longer there: offered for removal from the list, not an error each time (GUI probe).
     const QString gone = mDir.filePath("moved-away.gguf");
