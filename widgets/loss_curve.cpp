@@ -8,6 +8,7 @@
 #include <QFontMetricsF>
 #include <QResizeEvent>
 #include <QTimer>
+#include <QToolTip>
 #include <QVBoxLayout>
 
 #include <algorithm>
@@ -88,7 +89,38 @@ struct LossCurve::Private {
     // the smallest positive value (exact zeros, a layer reconstructed exactly, fell off the chart: GUI probe).
     std::map<QCPGraph*, std::pair<QCPGraph*, QVector<double>>> floorPoints;   // graph -> (markers, their steps)
     QString valueLabel = QObject::tr("loss");
+    QStringList stepNames;   // hover text of integer steps (setStepNames)
     bool logarithmic = false;
+
+    // Each point as drawn: series name, step, value (0 for a floor marker) and its pixel in the plot widget.
+    struct DrawnPoint {
+        QString series;
+        double step;
+        double value;
+        QPointF pixel;
+    };
+    std::vector<DrawnPoint> drawnPoints() const
+    {
+        std::vector<DrawnPoint> points;
+        for (const auto& [name, graph] : graphs) {
+            for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it)
+                points.push_back({name, it->key, it->value, {plot->xAxis->coordToPixel(it->key), plot->yAxis->coordToPixel(it->value)}});
+            if (const auto found = floorPoints.find(graph); found != floorPoints.end()) {
+                const QCPGraph* markers = found->second.first;
+                for (auto it = markers->data()->constBegin(); it != markers->data()->constEnd(); ++it)
+                    points.push_back({name, it->key, 0.0, {plot->xAxis->coordToPixel(it->key), plot->yAxis->coordToPixel(it->value)}});
+            }
+        }
+        return points;
+    }
+
+    QString stepText(double step) const
+    {
+        const double index = std::round(step);
+        if (index == step && index >= 0 && index < stepNames.size())
+            return stepNames[int(index)];
+        return QStringLiteral("%1 %2").arg(plot->xAxis->label()).arg(step, 0, 'g', 6);
+    }
 
     bool hasFloorPoints() const
     {
@@ -223,6 +255,16 @@ LossCurve::LossCurve(QWidget* parent) : QWidget(parent), m(std::make_unique<Priv
     m->plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
     m->plot->legend->setWrap(4);
 
+    m->plot->setMouseTracking(true);   // moves without a button pressed reach mouseMove
+    // Hovering a point says what it is: which layer a dot of a per-layer chart is, and its value.
+    connect(m->plot, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) {
+        const QString text = pointTextAt(m->plot->mapTo(this, event->pos()));
+        if (text.isEmpty())
+            QToolTip::hideText();
+        else
+            QToolTip::showText(event->globalPosition().toPoint(), text, m->plot);
+    });
+
     m->replotTimer = new QTimer(this);
     m->replotTimer->setSingleShot(true);
     m->replotTimer->setInterval(kReplotIntervalMs);
@@ -257,6 +299,7 @@ void LossCurve::addPoint(const QString& series, double step, double value)
 void LossCurve::clear()
 {
     m->replotTimer->stop();
+    m->stepNames.clear();
     m->plot->clearGraphs();
     m->graphs.clear();
     m->floorPoints.clear();
@@ -306,6 +349,41 @@ void LossCurve::setLogScale(bool logarithmic)
     m->plot->yAxis->setScaleType(logarithmic ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
     m->plot->yAxis->setTicker(logarithmic ? m->logTicker.staticCast<QCPAxisTicker>() : m->evenTicker);
     m->redraw();
+}
+
+void LossCurve::setStepNames(const QStringList& names) { m->stepNames = names; }
+
+QString LossCurve::pointTextAt(const QPoint& pos) const
+{
+    const QPointF inPlot = m->plot->mapFrom(this, pos);
+    if (!m->plot->axisRect()->rect().contains(inPlot.toPoint()))
+        return {};
+    constexpr double kNearPixels = 8;
+    const Private::DrawnPoint* nearest = nullptr;
+    double nearestDistance = kNearPixels;
+    const auto points = m->drawnPoints();
+    for (const auto& point : points) {
+        const double distance = std::hypot(point.pixel.x() - inPlot.x(), point.pixel.y() - inPlot.y());
+        if (distance <= nearestDistance) {
+            nearest = &point;
+            nearestDistance = distance;
+        }
+    }
+    if (!nearest)
+        return {};
+    QString text = m->stepText(nearest->step) + QLatin1Char('\n') + m->valueLabel + QStringLiteral(": ")
+                   + QString::number(nearest->value, 'g', 4);
+    if (!nearest->series.isEmpty())
+        text.prepend(nearest->series + QLatin1Char('\n'));
+    return text;
+}
+
+QPoint LossCurve::pointPixel(const QString& series, double step) const
+{
+    for (const auto& point : m->drawnPoints())
+        if (point.series == series && point.step == step)
+            return m->plot->mapTo(this, point.pixel.toPoint());
+    return {-1, -1};
 }
 
 int LossCurve::seriesCount() const { return int(m->graphs.size()); }

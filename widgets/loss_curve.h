@@ -28,6 +28,14 @@ public:
     // Value axis. On a log axis, points <= 0 are drawn as hollow markers a decade below the smallest positive value,
     // and the axis label says "○ = 0".
     void setLogScale(bool logarithmic);
+    // Names of integer steps (step i is names[i]), said in the hover tooltip instead of "step i": the layer of a
+    // per-layer chart. Cleared by clear().
+    void setStepNames(const QStringList& names);
+    // The hover tooltip's text for a pointer at `pos` (this widget's coordinates): the series, step and value of the
+    // nearest point drawn within a few pixels, or "" when none is that near.
+    QString pointTextAt(const QPoint& pos) const;
+    // Where the point (`series`, `step`) is drawn, in this widget's coordinates (tests); (-1, -1) when absent.
+    QPoint pointPixel(const QString& series, double step) const;
     // For tests: whether the log value axis labels only powers of ten (values over several decades, or too little room
     // for 1-2-5 steps), the value ticks as last drawn and where a value is drawn (y in this widget), and whether the
     // legend sits outside the plotted area.

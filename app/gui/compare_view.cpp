@@ -81,7 +81,7 @@ CompareView::CompareView(QWidget* parent)
     mLayerErrors->setLogScale(true);
     mLayerErrors->setToolTip(tr("Per-layer reconstruction error on the calibration windows, from the last step that changed "
                                 "each layer (stored when a variant runs with calibration text). ○ marks an error of exactly "
-                                "0, drawn a decade below the smallest."));
+                                "0, drawn a decade below the smallest. Hover a point for its layer and value."));
     auto* charts = new QSplitter(Qt::Horizontal, this);
     charts->addWidget(mChart);
     charts->addWidget(mLayerErrors);
@@ -201,6 +201,13 @@ void CompareView::refresh() {
             }
         }
     }
+    // Hovering a dot names its layer (x was only its place in block order).
+    QStringList layerNames;
+    for (const auto& [layer, index] : layerIndex) {
+        if (index >= layerNames.size()) layerNames.resize(index + 1);
+        layerNames[index] = QString::fromStdString(layer);
+    }
+    mLayerErrors->setStepNames(layerNames);
     // The first bar is the baseline only when it is the base's (a variant measured before the base must not be
     // labelled so; KL and top-1 have no base bar at all).
     if (!series.empty())

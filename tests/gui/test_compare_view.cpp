@@ -356,6 +356,12 @@ void TestCompareView::chartsReconstructionErrorPerLayer() {
     QCOMPARE(chart->seriesNames(), QStringList({"w4", "w8"}));
     QCOMPARE(chart->pointCount("w4"), int(layers.size()));
     QCOMPARE(chart->pointCount("w8"), 3);
+    // Hovering a dot names its layer (GUI probe: x was only a place in block order).
+    chart->resize(500, 300);
+    chart->flush();
+    const QPoint third = chart->pointPixel("w8", 2);
+    QVERIFY(third.x() >= 0);
+    QCOMPARE(chart->pointTextAt(third), QString::fromStdString("w8\n" + layers[2] + "\nreconstruction error: 3e-05"));
     // Per-layer rows stay out of the table: its columns are the scalar metrics only.
     QCOMPARE(view.table()->columnCount(), 1);
     QCOMPARE(view.table()->horizontalHeaderItem(0)->text(), QStringLiteral("perplexity"));

@@ -3,6 +3,7 @@
 #include "widgets/plot_palette.h"
 
 #include <QApplication>
+#include <QToolTip>
 #include <QtTest/QtTest>
 
 #include <algorithm>
@@ -21,6 +22,7 @@ private slots:
     void manyPointsStayCheap();
     void logAxisLabelsFitTheRange();
     void zerosOnALogAxisAreDrawnOnAFloor();
+    void hoverSaysWhichPointItIs();
 };
 
 namespace {
@@ -219,6 +221,49 @@ void TestLossCurve::zerosOnALogAxisAreDrawnOnAFloor()
     curve.addPoint("a", 1, 0.0);
     curve.flush();
     QVERIFY2(curve.valueAxisLabel().endsWith("(○ = 0: all are)"), qPrintable(curve.valueAxisLabel()));
+}
+
+// Regression (GUI probe): the Compare tab's per-layer error chart drew a dot per layer with nothing to tell which
+// layer a dot was; hovering one names its layer (or its step) and value, a zero marker included.
+void TestLossCurve::hoverSaysWhichPointItIs()
+{
+    LossCurve curve;
+    curve.resize(600, 400);
+    curve.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&curve));
+    curve.setAxisLabels("layer", "error");
+    curve.setLogScale(true);
+    curve.setStepNames({"blk.0.attn_q", "blk.0.attn_k", "blk.0.attn_v"});
+    curve.addPoint("int4", 0, 1e-3);
+    curve.addPoint("int4", 1, 0.0);
+    curve.addPoint("int4", 2, 2e-2);
+    curve.addPoint("int4", 5, 4e-3);   // no name given for step 5
+    curve.addPoint("int8", 0, 2e-4);
+    curve.flush();
+
+    const QPoint q = curve.pointPixel("int4", 0);
+    QVERIFY(q.x() >= 0);
+    QCOMPARE(curve.pointTextAt(q), QString("int4\nblk.0.attn_q\nerror: 0.001"));
+    QCOMPARE(curve.pointTextAt(q + QPoint(3, -2)), QString("int4\nblk.0.attn_q\nerror: 0.001"));   // near enough
+    QCOMPARE(curve.pointTextAt(curve.pointPixel("int4", 1)), QString("int4\nblk.0.attn_k\nerror: 0"));   // a floor marker
+    QCOMPARE(curve.pointTextAt(curve.pointPixel("int4", 5)), QString("int4\nlayer 5\nerror: 0.004"));
+    QCOMPARE(curve.pointTextAt(curve.pointPixel("int8", 0)), QString("int8\nblk.0.attn_q\nerror: 0.0002"));
+    // Away from every point, and outside the plotted area: nothing.
+    const QPoint v = curve.pointPixel("int4", 2);
+    QCOMPARE(curve.pointTextAt(QPoint((q.x() + v.x()) / 2 + 20, 5)), QString());
+    QCOMPARE(curve.pointTextAt(QPoint(2, curve.height() - 2)), QString());
+
+    // A real pointer move shows it as a tooltip.
+    QWidget* plot = curve.childAt(q);
+    QVERIFY(plot);
+    QTest::mouseMove(plot, plot->mapFrom(&curve, q));
+    QTRY_VERIFY(QToolTip::isVisible());
+    QCOMPARE(QToolTip::text(), QString("int4\nblk.0.attn_q\nerror: 0.001"));
+
+    curve.clear();   // names go with the data
+    curve.addPoint("x", 1, 0.5);
+    curve.flush();
+    QCOMPARE(curve.pointTextAt(curve.pointPixel("x", 1)), QString("x\nlayer 1\nerror: 0.5"));
 }
 
 QTEST_MAIN(TestLossCurve)
