@@ -79,9 +79,10 @@ CompareView::CompareView(QWidget* parent)
     mTable->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     mLayerErrors->setAxisLabels(tr("linear layer (block order)"), tr("reconstruction error"));
     mLayerErrors->setLogScale(true);
-    mLayerErrors->setToolTip(tr("Per-layer reconstruction error on the calibration windows, from the last step that changed "
-                                "each layer (stored when a variant runs with calibration text). ○ marks an error of exactly "
-                                "0, drawn a decade below the smallest. Hover a point for its layer and value."));
+    mLayerErrors->setToolTip(tr("Per-layer reconstruction error ‖W₀X − ŴX‖² / ‖W₀X‖² of the variant's weights Ŵ against the "
+                                "base's W₀, X the layer's inputs in the variant on the calibration windows, whatever number "
+                                "of steps changed the layer (stored when a variant runs with calibration text). ○ marks an "
+                                "error of exactly 0, drawn a decade below the smallest. Hover a point for its layer and value."));
     auto* charts = new QSplitter(Qt::Horizontal, this);
     charts->addWidget(mChart);
     charts->addWidget(mLayerErrors);

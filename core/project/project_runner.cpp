@@ -136,11 +136,28 @@ std::unique_ptr<Model> ProjectRunner::build(const std::string& variant, Feedback
     // Windows given at all also measure each step's reconstruction error, in a pass over every block: a variant built
     // to generate text, time or export with was paying it (12 s for RTN of stories260K against 0.5 s, GUI probe).
     const bool windows = errors == ErrorPass::Measure || recipeNeedsCalibration(recipe);
-    CompressionResult result = compressModel(mBase, recipe, windows ? calibrationWindows(feedback) : at::Tensor(), feedback);
+    // With several steps, a step's error is against the weights and inputs as the steps before it left them: a
+    // quantize-then-prune variant's prune error said nothing of its quantization, and could not be set beside a
+    // one-step variant's. One more pass measures each layer against the base's weights in the finished variant.
+    size_t enabledSteps = 0;
+    for (const auto& step : recipe.steps) enabledSteps += step.enabled ? 1 : 0;
+    const bool againstBase = errors == ErrorPass::Measure && enabledSteps > 1;
+    SubFeedback steps(feedback, 0.0, againstBase ? 0.85 : 1.0), finalPass(feedback, 0.85, 1.0);
+    const at::Tensor calibration = windows ? calibrationWindows(feedback) : at::Tensor();
+    CompressionResult result = compressModel(mBase, recipe, calibration, feedback ? &steps : nullptr);
     for (const auto& step : result.steps) {
         for (const auto& n : step.notes) mNotes.push_back(step.method + ": " + n);
         for (const auto& [layer, error] : step.reconstructionError) mLastErrors[layer] = error;
     }
+    if (againstBase && calibration.defined() && !mLastErrors.empty()) {
+        std::vector<std::string> layers;
+        for (const auto& entry : mLastErrors) layers.push_back(entry.first);
+        if (feedback) feedback->log("reconstruction errors of the finished variant against the base's weights");
+        // Layers whose shape a step changed have no error against the base: their last step's stays.
+        for (const auto& [layer, error] : reconstructionErrors(mBase, *result.model, layers, calibration, feedback ? &finalPass : nullptr))
+            mLastErrors[layer] = error;
+    }
+    if (feedback) feedback->setProgress(1.0);
     return std::move(result.model);
 }
 

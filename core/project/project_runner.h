@@ -61,8 +61,9 @@ public:
     const Model* lastBuilt() const { return mLastBuilt.get(); }
     // Notes of the last build (calibration clipping, method notes).
     const std::vector<std::string>& notes() const { return mNotes; }
-    // Per-layer reconstruction error of the last build (ErrorPass::Measure, or steps that calibrate): for each layer, the
-    // last step that reported one.
+    // Per-layer reconstruction error of the last build (ErrorPass::Measure, or steps that calibrate): ‖W₀X − ŴX‖² / ‖W₀X‖²
+    // with W₀ the base's weight, Ŵ the variant's and X the layer's inputs in the finished variant, for every layer a step
+    // changed. (A layer whose shape changed keeps the error of the last step that reported one.)
     const std::map<std::string, double>& lastReconstructionErrors() const { return mLastErrors; }
 
 private:

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/eval/perplexity.h"
@@ -130,6 +131,7 @@ private slots:
     void lineage();
     void relativeStepFilesFollowTheProject();
     void evaluationStartsTextsAsTheTokenizerDoes();
+    void layerErrorsOfSeveralStepsAreAgainstTheBase();
     void refusals_data();
     void refusals();
     void newNamesAreChecked();
@@ -423,6 +425,46 @@ void TestProject::evaluationStartsTextsAsTheTokenizerDoes() {
     QCOMPARE(without, direct(*withoutBos, false));
     QCOMPARE(with, direct(*withBos, true));
     QVERIFY2(std::abs(without - with) > 1e-6 * with, qPrintable(QString::number(without) + " " + QString::number(with)));
+}
+
+// Regression (GUI probe): a layer's stored reconstruction error was the last step's, against the weights the steps
+// before it left: prune 50% then int8 showed the int8 step's ~1e-4, as if the layer were barely changed, and the
+// Compare tab set it beside one-step variants. With several steps it is the finished variant's against the base.
+void TestProject::layerErrorsOfSeveralStepsAreAgainstTheBase() {
+    CWB_REQUIRE_FIXTURE(modelPath, "models/stories260K.gguf");
+    CWB_REQUIRE_FIXTURE(text, "text/tinystories_v2_valid_first100.txt");
+    const std::unique_ptr<Model> base = loadModel(modelPath.toStdString());
+    ProjectSettings settings;
+    settings.calibration = textFileReference(text.toStdString());
+    settings.calibrationSamples = 4;
+    settings.calibrationSeqLen = 64;
+    settings.evaluation = settings.calibration;
+    settings.evalCtx = 64;
+    settings.evalChunks = 2;
+    Project p = Project::create(file("errors-against-base.cwbproj").toStdString(), sampleModel(), settings);
+    const json prune = {{"method", "prune.magnitude"}, {"params", {{"sparsity", 0.5}}}};
+    const json int8 = {{"method", "quantize.rtn"}, {"params", {{"bits", 8}}}};
+    p.addVariant({"prune", "", {{"steps", json::array({prune})}}, "", json::array()});
+    p.addVariant({"int8", "", {{"steps", json::array({int8})}}, "", json::array()});
+    p.addVariant({"prune-int8", "", {{"steps", json::array({prune, int8})}}, "", json::array()});
+    ProjectRunner runner(p, *base);
+    const auto errors = [&](const std::string& variant) {
+        std::map<std::string, double> byLayer;
+        for (const ResultRow& r : runner.evaluate(variant, nullptr))
+            if (r.metric.rfind(kReconstructionErrorPrefix, 0) == 0) byLayer[r.metric.substr(std::strlen(kReconstructionErrorPrefix))] = r.value;
+        return byLayer;
+    };
+    const auto pruned = errors("prune"), quantized = errors("int8"), both = errors("prune-int8");
+    QCOMPARE(both.size(), base->linearLayers().size());
+    QCOMPARE(pruned.size(), both.size());
+    for (const auto& [layer, error] : both) {
+        const QString where = QString::fromStdString(layer) + QString(": prune %1, int8 %2, prune+int8 %3")
+                                  .arg(pruned.at(layer)).arg(quantized.at(layer)).arg(error);
+        // Half the weights gone dominates: the two steps' error is the pruning's, give or take the int8 rounding,
+        // and far above the int8 step's alone.
+        QVERIFY2(std::abs(error - pruned.at(layer)) < 0.1 * pruned.at(layer), qPrintable(where));
+        QVERIFY2(error > 20 * quantized.at(layer), qPrintable(where));
+    }
 }
 
 void TestProject::refusals_data() {
