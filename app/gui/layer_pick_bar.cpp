@@ -22,12 +22,16 @@ LayerPickBar::LayerPickBar(QWidget* parent)
       mOverride(new QPushButton(tr("Override Bits"), this)), mClear(new QPushButton(tr("Clear"), this)) {
     mStep->setToolTip(tr("The step of the current variant (chosen in the Pipeline tab) that the picked layers edit"));
     mStep->setSizeAdjustPolicy(QComboBox::AdjustToContents);   // "1. quanti" was all it showed
+    // Kept at its contents' width: the picked-layers text beside it wraps instead (at 1366 px the combo still shrank
+    // to "1. prune.magnitu", GUI probe).
+    mStep->setSizePolicy(QSizePolicy::Fixed, QSizePolicy::Fixed);
     mTargets->setToolTip(tr("Set the step's targets regex to exactly the picked layers (undoable)"));
     mBits->setRange(2, 8);
     mBits->setValue(8);
     mBits->setToolTip(tr("Bit width of the override"));
     mOverride->setToolTip(tr("Add a per-layer override of the step's bits for the picked layers (undoable)"));
     mLabel->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    mLabel->setWordWrap(true);
     auto* row = new QHBoxLayout(this);
     row->setContentsMargins(0, 0, 0, 0);
     row->addWidget(mLabel, 1);

@@ -1,6 +1,7 @@
 // The whole flow through the real main window: open stories260K → add an RTN step → run → the A/B chart has
 // two series (base and the variant) → save → reopen shows the same steps and chart. Waits on signals.
 #include <QAbstractButton>
+#include <QComboBox>
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFileDialog>
@@ -31,6 +32,7 @@
 #include "app/gui/compare_view.h"
 #include "app/gui/compute_device.h"
 #include "app/gui/importance_view.h"
+#include "app/gui/layer_pick_bar.h"
 #include "app/gui/main_window.h"
 #include "app/gui/model_tree_view.h"
 #include "app/gui/param_form.h"
@@ -86,6 +88,7 @@ private slots:
     void closingNamesEditsKeptWithOtherSteps();
     void openAsksAboutUnsavedChangesBeforeTheFileDialog();
     void emptyWindowOffersWhatToOpen();
+    void importanceStepChooserKeepsItsWidth();
     void runLogIsTheDocumentsOwn();
     void runTimeGoesOnWithoutProgress();
     void windowShortcutsWorkFromTextFields();
@@ -1340,6 +1343,29 @@ void TestGuiFlow::openAsksAboutUnsavedChangesBeforeTheFileDialog() {
 
 // Regression (GUI probe): the empty window showed four disabled tabs; it shows what can be opened, with buttons, and
 // the recently opened files, which open on activation.
+// Regression (GUI probe): in a 1366 px window the Importance tab's "Step of variant" chooser shrank to
+// "1. prune.magnitu" beside the picked layers' text; it keeps its width, and the text wraps.
+void TestGuiFlow::importanceStepChooserKeepsItsWidth() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    Variant v;
+    v.name = "r0";
+    v.recipe["steps"].push_back({{"method", "prune.magnitude"}, {"params", {{"sparsity", 0.5}}}});
+    window.document()->undoStack()->push(new AddVariant(window.document(), v));
+    window.document()->setCurrentVariant("r0");
+    window.resize(1366, 740);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    window.findChild<QTabWidget*>()->setCurrentWidget(window.importanceView());
+    QApplication::processEvents();
+    auto* chooser = window.importanceView()->pickBar()->findChild<QComboBox*>();
+    QVERIFY(chooser);
+    QCOMPARE(chooser->currentText(), QString("1. prune.magnitude"));
+    QVERIFY2(chooser->width() >= chooser->sizeHint().width(),
+             qPrintable(QString("chooser %1 px, its text needs %2").arg(chooser->width()).arg(chooser->sizeHint().width())));
+}
+
 void TestGuiFlow::emptyWindowOffersWhatToOpen() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     const auto tabs = [](MainWindow& w) { return w.findChild<QTabWidget*>(); };
