@@ -65,7 +65,8 @@ struct AbChart::Private {
         const QColor text = palette.color(QPalette::WindowText);
         const QColor baseline = palette.color(QPalette::Mid);
         for (size_t i = 0; i < bars.size(); ++i) {
-            const QColor fill = i == 0 && firstIsBaseline ? baseline : plot::seriesColor(int(i) - (firstIsBaseline ? 1 : 0));
+            const int colour = i < series.size() && series[i].colour >= 0 ? series[i].colour : int(i) - (firstIsBaseline ? 1 : 0);
+            const QColor fill = i == 0 && firstIsBaseline ? baseline : plot::seriesColor(colour);
             bars[i]->setPen(QPen(fill.darker(130)));
             // Stale results looked like fresh ones beside them (GUI probe): hatched, on a pale fill.
             if (i < series.size() && series[i].stale) {
@@ -208,6 +209,13 @@ bool AbChart::isDrawnStale(int index) const
 }
 
 bool AbChart::hasErrorBars() const { return !m->errorBars.empty(); }
+
+QColor AbChart::barColor(int index) const
+{
+    if (index < 0 || index >= int(m->bars.size()))
+        return {};
+    return m->bars[size_t(index)]->pen().color();
+}
 
 bool AbChart::savePng(const QString& path, int width, int height)
 {

@@ -2,6 +2,7 @@
 // AbChart: one metric at a time, one bar per variant (the baseline first, in its own colour), with
 // optional error bars and value labels. QCustomPlot stays behind the pimpl (STYLE.md §10).
 
+#include <QColor>
 #include <QString>
 #include <QWidget>
 
@@ -15,6 +16,7 @@ struct AbSeries {
     double value = 0.0;
     double error = 0.0;  // symmetric error (e.g. standard error); NaN or 0 = none
     bool stale = false;  // measured from what has changed since: drawn hatched and pale, not as a current result
+    int colour = -1;     // plot::seriesColor index, to match the variant's colour in other charts; -1: by position
 };
 
 class AbChart : public QWidget {
@@ -38,6 +40,7 @@ public:
     double barError(int index) const;    // error bar half-length; 0 when none or out of range
     QString variantName(int index) const;
     bool isDrawnStale(int index) const;  // the bar is hatched (AbSeries::stale)
+    QColor barColor(int index) const;    // the bar's outline as drawn (its fill darkened; tests); invalid out of range
     bool hasErrorBars() const;
 
     // Renders the chart offscreen at width × height pixels (the widget need not be shown).

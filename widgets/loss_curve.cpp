@@ -5,6 +5,7 @@
 #include <qcustomplot.h>
 
 #include <QEvent>
+#include <QHelpEvent>
 #include <QFontMetricsF>
 #include <QResizeEvent>
 #include <QTimer>
@@ -90,6 +91,7 @@ struct LossCurve::Private {
     std::map<QCPGraph*, std::pair<QCPGraph*, QVector<double>>> floorPoints;   // graph -> (markers, their steps)
     QString valueLabel = QObject::tr("loss");
     QStringList stepNames;   // hover text of integer steps (setStepNames)
+    std::map<QString, std::pair<int, bool>> styles;   // series -> (colour index, dashed), from setSeriesStyle
     bool logarithmic = false;
 
     // Each point as drawn: series name, step, value (0 for a floor marker) and its pixel in the plot widget.
@@ -167,6 +169,20 @@ struct LossCurve::Private {
         return entry.first;
     }
 
+    int colourOf(const QString& series, int position) const
+    {
+        const auto found = styles.find(series);
+        return found == styles.end() ? position : found->second.first;
+    }
+
+    QPen pen(const QString& series, int position) const
+    {
+        QPen line(plot::seriesColor(colourOf(series, position)), 1.8);
+        if (const auto found = styles.find(series); found != styles.end() && found->second.second)
+            line.setStyle(Qt::DashLine);
+        return line;
+    }
+
     QCPGraph* find(const QString& name) const
     {
         for (const auto& [graphName, graph] : graphs)
@@ -179,9 +195,9 @@ struct LossCurve::Private {
     {
         plot::applyPalette(plot, palette);
         for (size_t i = 0; i < graphs.size(); ++i) {
-            graphs[i].second->setPen(QPen(plot::seriesColor(int(i)), 1.8));
+            graphs[i].second->setPen(pen(graphs[i].first, int(i)));
             if (const auto found = floorPoints.find(graphs[i].second); found != floorPoints.end())
-                found->second.first->setScatterStyle(floorMarker(int(i)));
+                found->second.first->setScatterStyle(floorMarker(colourOf(graphs[i].first, int(i))));
         }
     }
 
@@ -255,15 +271,9 @@ LossCurve::LossCurve(QWidget* parent) : QWidget(parent), m(std::make_unique<Priv
     m->plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
     m->plot->legend->setWrap(4);
 
-    m->plot->setMouseTracking(true);   // moves without a button pressed reach mouseMove
-    // Hovering a point says what it is: which layer a dot of a per-layer chart is, and its value.
-    connect(m->plot, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) {
-        const QString text = pointTextAt(m->plot->mapTo(this, event->pos()));
-        if (text.isEmpty())
-            QToolTip::hideText();
-        else
-            QToolTip::showText(event->globalPosition().toPoint(), text, m->plot);
-    });
+    // Hovering a point says what it is (a tooltip event of the plot, so that the widget's own tooltip does not replace
+    // it a moment later, GUI probe).
+    m->plot->installEventFilter(this);
 
     m->replotTimer = new QTimer(this);
     m->replotTimer->setSingleShot(true);
@@ -282,12 +292,12 @@ void LossCurve::addPoint(const QString& series, double step, double value)
     if (!graph) {
         graph = m->plot->addGraph();
         graph->setName(series);
-        graph->setPen(QPen(plot::seriesColor(int(m->graphs.size())), 1.8));
+        graph->setPen(m->pen(series, int(m->graphs.size())));
         m->graphs.emplace_back(series, graph);
     }
     if (m->logarithmic && value <= 0) {
-        const int colour = int(std::find_if(m->graphs.begin(), m->graphs.end(), [&](const auto& e) { return e.second == graph; }) - m->graphs.begin());
-        m->floorGraph(graph, colour);
+        const int position = int(std::find_if(m->graphs.begin(), m->graphs.end(), [&](const auto& e) { return e.second == graph; }) - m->graphs.begin());
+        m->floorGraph(graph, m->colourOf(series, position));
         m->floorPoints[graph].second.push_back(step);
     } else {
         graph->addData(step, value);  // appending in key order is O(1)
@@ -300,6 +310,7 @@ void LossCurve::clear()
 {
     m->replotTimer->stop();
     m->stepNames.clear();
+    m->styles.clear();
     m->plot->clearGraphs();
     m->graphs.clear();
     m->floorPoints.clear();
@@ -327,7 +338,7 @@ void LossCurve::setLogScale(bool logarithmic)
                     if (it->value <= 0)
                         steps.push_back(it->key);
                 if (!steps.isEmpty()) {
-                    m->floorGraph(graph, int(i));
+                    m->floorGraph(graph, m->colourOf(m->graphs[i].first, int(i)));
                     m->floorPoints[graph].second = steps;
                     QVector<double> keys, values;
                     for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it)
@@ -359,9 +370,9 @@ QString LossCurve::pointTextAt(const QPoint& pos) const
     if (!m->plot->axisRect()->rect().contains(inPlot.toPoint()))
         return {};
     constexpr double kNearPixels = 8;
+    const auto points = m->drawnPoints();
     const Private::DrawnPoint* nearest = nullptr;
     double nearestDistance = kNearPixels;
-    const auto points = m->drawnPoints();
     for (const auto& point : points) {
         const double distance = std::hypot(point.pixel.x() - inPlot.x(), point.pixel.y() - inPlot.y());
         if (distance <= nearestDistance) {
@@ -371,11 +382,48 @@ QString LossCurve::pointTextAt(const QPoint& pos) const
     }
     if (!nearest)
         return {};
-    QString text = m->stepText(nearest->step) + QLatin1Char('\n') + m->valueLabel + QStringLiteral(": ")
-                   + QString::number(nearest->value, 'g', 4);
-    if (!nearest->series.isEmpty())
-        text.prepend(nearest->series + QLatin1Char('\n'));
-    return text;
+    // Every series at that step, in the order of the legend: a line drawn under another is named too.
+    QStringList lines{m->stepText(nearest->step)};
+    for (const auto& [name, graph] : m->graphs)
+        for (const auto& point : points)
+            if (point.series == name && point.step == nearest->step)
+                lines << (name.isEmpty() ? m->valueLabel : name) + QStringLiteral(": ") + QString::number(point.value, 'g', 6);
+    return lines.join(QLatin1Char('\n'));
+}
+
+void LossCurve::setSeriesStyle(const QString& series, int colourIndex, bool dashed)
+{
+    m->styles[series] = {colourIndex, dashed};
+    m->applyPalette(palette());
+    if (!m->replotTimer->isActive())
+        m->replotTimer->start();
+}
+
+QColor LossCurve::seriesColor(const QString& series) const
+{
+    const QCPGraph* graph = m->find(series);
+    return graph ? graph->pen().color() : QColor();
+}
+
+bool LossCurve::isDashed(const QString& series) const
+{
+    const QCPGraph* graph = m->find(series);
+    return graph && graph->pen().style() == Qt::DashLine;
+}
+
+bool LossCurve::eventFilter(QObject* watched, QEvent* event)
+{
+    if (watched == m->plot && event->type() == QEvent::ToolTip) {
+        auto* help = static_cast<QHelpEvent*>(event);
+        const QString text = pointTextAt(m->plot->mapTo(this, help->pos()));
+        if (!text.isEmpty()) {
+            // Shown while the pointer stays within a few pixels of where it was asked.
+            QToolTip::showText(help->globalPos(), text, m->plot, QRect(help->pos() - QPoint(4, 4), QSize(9, 9)));
+            return true;
+        }
+        // Not on a point: the widget's own tooltip, as a tooltip event of the plot would have shown.
+    }
+    return QWidget::eventFilter(watched, event);
 }
 
 QPoint LossCurve::pointPixel(const QString& series, double step) const

@@ -3,6 +3,7 @@
 // Cheap to feed at a high rate: points are appended at once, the plot rescales and redraws at most
 // every 50 ms. QCustomPlot stays behind the pimpl (STYLE.md §10).
 
+#include <QColor>
 #include <QString>
 #include <QStringList>
 #include <QVector>
@@ -31,9 +32,16 @@ public:
     // Names of integer steps (step i is names[i]), said in the hover tooltip instead of "step i": the layer of a
     // per-layer chart. Cleared by clear().
     void setStepNames(const QStringList& names);
-    // The hover tooltip's text for a pointer at `pos` (this widget's coordinates): the series, step and value of the
-    // nearest point drawn within a few pixels, or "" when none is that near.
+    // The hover tooltip's text for a pointer at `pos` (this widget's coordinates): the step of the nearest point drawn
+    // within a few pixels, then the value of every series at that step (lines that lie on one another are all
+    // named), or "" when no point is that near. Elsewhere the widget's own toolTip() shows.
     QString pointTextAt(const QPoint& pos) const;
+    // Draws `series` in plot::seriesColor(index) instead of the next colour in creation order (one colour per variant
+    // across charts), and, when `dashed`, with a dashed line (stale results).
+    void setSeriesStyle(const QString& series, int colourIndex, bool dashed = false);
+    // The series' line as drawn (tests): its colour, and whether it is dashed. Invalid colour for an unknown series.
+    QColor seriesColor(const QString& series) const;
+    bool isDashed(const QString& series) const;
     // Where the point (`series`, `step`) is drawn, in this widget's coordinates (tests); (-1, -1) when absent.
     QPoint pointPixel(const QString& series, double step) const;
     // For tests: whether the log value axis labels only powers of ten (values over several decades, or too little room
@@ -54,6 +62,7 @@ public:
     void flush();
 
 protected:
+    bool eventFilter(QObject* watched, QEvent* event) override;
     void changeEvent(QEvent* event) override;
     void resizeEvent(QResizeEvent* event) override;
 

@@ -178,6 +178,10 @@ void CompareView::refresh() {
         if (!why.isEmpty()) stale[name] = why;
     }
     auto label = [&](const std::string& name) { return QString::fromStdString(name) + (stale.count(name) ? tr(" (stale)") : QString()); };
+    // One colour per variant in both charts (a variant without a bar or a line shifted the others', GUI probe).
+    std::map<std::string, int> colourOf;
+    for (const auto& v : project.variants()) colourOf.emplace(v.name, int(colourOf.size()));
+    const auto colour = [&](const std::string& name) { return colourOf.count(name) ? colourOf.at(name) : -1; };
     QString baseBarLabel;   // the base's bar, when it has one
     // A perplexity above the vocabulary size is worse than a uniform guess: broken weights, not a figure to compare.
     const int64_t vocab = mDocument->model() ? mDocument->model()->spec.vocab : 0;
@@ -187,7 +191,8 @@ void CompareView::refresh() {
             if (isPerLayerMetric(r.metric)) {
                 const std::string layer = layerOfMetric(r.metric);
                 const int x = layerIndex.emplace(layer, int(layerIndex.size())).first->second;
-                mLayerErrors->addPoint(label(name), x, r.value);   // marked stale as the bars are (GUI probe)
+                mLayerErrors->addPoint(label(name), x, r.value);   // marked stale as the bars are (GUI probe), and dashed
+                if (mLayerErrors->pointCount(label(name)) == 1) mLayerErrors->setSeriesStyle(label(name), colour(name), stale.count(name) > 0);
                 continue;
             }
             if (std::find(metrics.begin(), metrics.end(), r.metric) == metrics.end()) metrics.push_back(r.metric);
@@ -197,7 +202,7 @@ void CompareView::refresh() {
                 // Sizes in MiB: the bars read "1.171e+06" bytes beside a table in MiB (GUI probe).
                 const double scale = r.metric == "bytes" ? 1.0 / (1024.0 * 1024.0) : 1.0;
                 series.push_back({label(name) + (broken ? tr(" ⚠ worse than chance") : QString()), r.value * scale, r.error * scale,
-                                  stale.count(name) > 0});
+                                  stale.count(name) > 0, colour(name)});
                 if (name == Project::kBaseName) baseBarLabel = series.back().variant;
             }
         }

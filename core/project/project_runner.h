@@ -63,7 +63,7 @@ public:
     const std::vector<std::string>& notes() const { return mNotes; }
     // Per-layer reconstruction error of the last build (ErrorPass::Measure, or steps that calibrate): ‖W₀X − ŴX‖² / ‖W₀X‖²
     // with W₀ the base's weight, Ŵ the variant's and X the layer's inputs in the finished variant, for every layer a step
-    // changed. (A layer whose shape changed keeps the error of the last step that reported one.)
+    // changed. A variant of several steps leaves out layers with no such error (shape changed, blocks dropped).
     const std::map<std::string, double>& lastReconstructionErrors() const { return mLastErrors; }
 
 private:

@@ -465,6 +465,26 @@ void TestProject::layerErrorsOfSeveralStepsAreAgainstTheBase() {
         QVERIFY2(std::abs(error - pruned.at(layer)) < 0.1 * pruned.at(layer), qPrintable(where));
         QVERIFY2(error > 20 * quantized.at(layer), qPrintable(where));
     }
+
+    // Layers with no error against the base are left out, and said (GUI probe: an int8 rounding after half the MLP
+    // channels went was drawn as the layer's error; after a dropped block, block 3's under block 2's name).
+    p.addVariant({"channels-int8", "", {{"steps", json::array({{{"method", "prune.channels"}, {"params", {{"ratio", 0.5}}}}, int8})}}, "", json::array()});
+    p.addVariant({"drop-int8", "", {{"steps", json::array({{{"method", "prune.layers"}, {"params", {{"count", 1}}}}, int8})}}, "", json::array()});
+    const auto channels = errors("channels-int8");
+    const auto saidLeftOut = [&](const char* why) {
+        for (const std::string& note : runner.notes())
+            if (note.find("no reconstruction error against the base") != std::string::npos && note.find(why) != std::string::npos) return true;
+        return false;
+    };
+    QVERIFY(saidLeftOut("changed their shape"));
+    QVERIFY(!channels.empty());
+    for (const auto& [layer, error] : channels) {
+        QVERIFY2(layer.find(".mlp.") == std::string::npos, layer.c_str());   // their shapes changed
+        QVERIFY2(std::abs(error - quantized.at(layer)) < 0.5 * quantized.at(layer), qPrintable(QString::fromStdString(layer) +
+                 QString(": %1 against int8 alone %2").arg(error).arg(quantized.at(layer))));
+    }
+    QVERIFY(errors("drop-int8").empty());
+    QVERIFY(saidLeftOut("blocks were dropped"));
 }
 
 void TestProject::refusals_data() {

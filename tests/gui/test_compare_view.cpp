@@ -326,7 +326,7 @@ void TestCompareView::measuresAndChartsLatency() {
 void TestCompareView::chartsReconstructionErrorPerLayer() {
     CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
     auto doc = ProjectDocument::openModel(model);
-    for (const char* name : {"w4", "w8"}) {
+    for (const char* name : {"dense", "w4", "w8"}) {
         Variant v;
         v.name = name;
         v.recipe["steps"].push_back(defaultStep("quantize.rtn"));
@@ -350,18 +350,27 @@ void TestCompareView::chartsReconstructionErrorPerLayer() {
     };
     doc->setResults("w4", rowsOf(layers.size(), 1e-3));
     doc->setResults("w8", rowsOf(3, 1e-5));
+    doc->setResults("dense", rowsOf(0, 0));   // a perplexity, no layer errors: a bar and no line
     CompareView view;
     view.setDocument(doc.get());
     LossCurve* chart = view.layerErrorChart();
     QCOMPARE(chart->seriesNames(), QStringList({"w4", "w8"}));
     QCOMPARE(chart->pointCount("w4"), int(layers.size()));
     QCOMPARE(chart->pointCount("w8"), 3);
+    // One colour per variant in both charts: dense has a bar and no line, and the lines took the colours of the bars
+    // before them (GUI probe).
+    AbChart* bars = view.chart();
+    for (int i = 0; i < bars->seriesCount(); ++i)
+        if (chart->seriesNames().contains(bars->variantName(i)))
+            QCOMPARE(bars->barColor(i), chart->seriesColor(bars->variantName(i)).darker(130));
+    QCOMPARE(bars->variantName(bars->seriesCount() - 1), QString("w8"));
+    QVERIFY(!chart->isDashed("w4"));
     // Hovering a dot names its layer (GUI probe: x was only a place in block order).
     chart->resize(500, 300);
     chart->flush();
     const QPoint third = chart->pointPixel("w8", 2);
     QVERIFY(third.x() >= 0);
-    QCOMPARE(chart->pointTextAt(third), QString::fromStdString("w8\n" + layers[2] + "\nreconstruction error: 3e-05"));
+    QCOMPARE(chart->pointTextAt(third), QString::fromStdString(layers[2] + "\nw4: 0.003\nw8: 3e-05"));
     // Per-layer rows stay out of the table: its columns are the scalar metrics only.
     QCOMPARE(view.table()->columnCount(), 1);
     QCOMPARE(view.table()->horizontalHeaderItem(0)->text(), QStringLiteral("perplexity"));
@@ -371,6 +380,7 @@ void TestCompareView::chartsReconstructionErrorPerLayer() {
     // Regression (GUI probe): the chart was not marked stale when the bars were, and kept the axes of data gone.
     doc->undoStack()->push(changeStepParameter(doc.get(), "w4", 0, "bits", 3));
     QCOMPARE(chart->seriesNames(), QStringList({"w4 (stale)"}));
+    QVERIFY2(chart->isDashed("w4 (stale)"), "a stale line is dashed, as its bar is hatched");
     QVERIFY(chart->stepRange().second >= double(layers.size() - 1));
     doc->setResults("w4", {});
     chart->flush();

@@ -224,11 +224,14 @@ void TestLossCurve::zerosOnALogAxisAreDrawnOnAFloor()
 }
 
 // Regression (GUI probe): the Compare tab's per-layer error chart drew a dot per layer with nothing to tell which
-// layer a dot was; hovering one names its layer (or its step) and value, a zero marker included.
+// layer a dot was; hovering one names its layer (or its step) and the value of every series there, a zero marker
+// included, and a line hidden under another. The hover text is the plot's tooltip: the widget's own tooltip (what the
+// chart measures) replaced it a moment later when it was shown on mouse moves (GUI probe).
 void TestLossCurve::hoverSaysWhichPointItIs()
 {
     LossCurve curve;
     curve.resize(600, 400);
+    curve.setToolTip("what the chart measures");
     curve.show();
     QVERIFY(QTest::qWaitForWindowExposed(&curve));
     curve.setAxisLabels("layer", "error");
@@ -239,31 +242,51 @@ void TestLossCurve::hoverSaysWhichPointItIs()
     curve.addPoint("int4", 2, 2e-2);
     curve.addPoint("int4", 5, 4e-3);   // no name given for step 5
     curve.addPoint("int8", 0, 2e-4);
+    curve.addPoint("int8", 2, 2.00001e-2);   // drawn on top of int4's
     curve.flush();
 
     const QPoint q = curve.pointPixel("int4", 0);
     QVERIFY(q.x() >= 0);
-    QCOMPARE(curve.pointTextAt(q), QString("int4\nblk.0.attn_q\nerror: 0.001"));
-    QCOMPARE(curve.pointTextAt(q + QPoint(3, -2)), QString("int4\nblk.0.attn_q\nerror: 0.001"));   // near enough
-    QCOMPARE(curve.pointTextAt(curve.pointPixel("int4", 1)), QString("int4\nblk.0.attn_k\nerror: 0"));   // a floor marker
-    QCOMPARE(curve.pointTextAt(curve.pointPixel("int4", 5)), QString("int4\nlayer 5\nerror: 0.004"));
-    QCOMPARE(curve.pointTextAt(curve.pointPixel("int8", 0)), QString("int8\nblk.0.attn_q\nerror: 0.0002"));
+    const QString atQ = "blk.0.attn_q\nint4: 0.001\nint8: 0.0002";
+    QCOMPARE(curve.pointTextAt(q), atQ);
+    QCOMPARE(curve.pointTextAt(q + QPoint(3, -2)), atQ);   // near enough
+    QCOMPARE(curve.pointTextAt(curve.pointPixel("int8", 0)), atQ);
+    QCOMPARE(curve.pointTextAt(curve.pointPixel("int4", 1)), QString("blk.0.attn_k\nint4: 0"));   // a floor marker
+    QCOMPARE(curve.pointTextAt(curve.pointPixel("int4", 5)), QString("layer 5\nint4: 0.004"));
+    QCOMPARE(curve.pointTextAt(curve.pointPixel("int8", 2)), QString("blk.0.attn_v\nint4: 0.02\nint8: 0.0200001"));
     // Away from every point, and outside the plotted area: nothing.
     const QPoint v = curve.pointPixel("int4", 2);
     QCOMPARE(curve.pointTextAt(QPoint((q.x() + v.x()) / 2 + 20, 5)), QString());
     QCOMPARE(curve.pointTextAt(QPoint(2, curve.height() - 2)), QString());
 
-    // A real pointer move shows it as a tooltip.
+    // The plot's tooltip event shows the point's text, and it stays (no other tooltip replaces it); off the points,
+    // the widget's own tooltip.
     QWidget* plot = curve.childAt(q);
     QVERIFY(plot);
-    QTest::mouseMove(plot, plot->mapFrom(&curve, q));
+    const auto askTooltip = [&](const QPoint& at) {
+        QHelpEvent help(QEvent::ToolTip, plot->mapFrom(&curve, at), plot->mapToGlobal(plot->mapFrom(&curve, at)));
+        QApplication::sendEvent(plot, &help);
+        QApplication::processEvents();
+    };
+    askTooltip(q);
     QTRY_VERIFY(QToolTip::isVisible());
-    QCOMPARE(QToolTip::text(), QString("int4\nblk.0.attn_q\nerror: 0.001"));
+    QCOMPARE(QToolTip::text(), atQ);
+    QTest::qWait(1000);
+    QCOMPARE(QToolTip::text(), atQ);
+    QToolTip::hideText();
+    askTooltip(QPoint((q.x() + v.x()) / 2 + 20, 5));
+    QTRY_COMPARE(QToolTip::text(), QString("what the chart measures"));
+    QToolTip::hideText();
 
-    curve.clear();   // names go with the data
+    // A series' colour can be set (one colour per variant across charts), and a stale one dashed.
+    curve.setSeriesStyle("int8", 4, true);
+    curve.flush();
+    QVERIFY2(pixelsNear(curve.grab().toImage(), cwb::plot::seriesColor(4)) > 10, "int8 is drawn in colour 4");
+
+    curve.clear();   // names and styles go with the data
     curve.addPoint("x", 1, 0.5);
     curve.flush();
-    QCOMPARE(curve.pointTextAt(curve.pointPixel("x", 1)), QString("x\nlayer 1\nerror: 0.5"));
+    QCOMPARE(curve.pointTextAt(curve.pointPixel("x", 1)), QString("layer 1\nx: 0.5"));
 }
 
 QTEST_MAIN(TestLossCurve)
