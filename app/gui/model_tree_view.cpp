@@ -2,6 +2,7 @@
 
 #include <QHeaderView>
 #include <QPainter>
+#include <QScrollBar>
 
 #include <map>
 #include <regex>
@@ -61,13 +62,17 @@ ModelTreeView::ModelTreeView(QWidget* parent) : QTreeWidget(parent) {
         if (!layer.isEmpty()) emit layerSelected(layer);
     });
     header()->setVisible(false);   // until a model is set
+    setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
 }
 
 void ModelTreeView::setModel(const Model* model) {
     mModel = model;
     // Column headers over an empty tree beside the welcome page read as a broken view (GUI probe).
     header()->setVisible(mModel != nullptr);
+    // Empty, the columns' width still gave a scrollbar, and where it was left the next model opened scrolled sideways.
+    setHorizontalScrollBarPolicy(mModel ? Qt::ScrollBarAsNeeded : Qt::ScrollBarAlwaysOff);
     rebuild();
+    horizontalScrollBar()->setValue(0);
     viewport()->update();
 }
 

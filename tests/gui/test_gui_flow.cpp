@@ -15,6 +15,7 @@
 #include <QPointer>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSettings>
 #include <QSpinBox>
 #include <QStatusBar>
@@ -1388,7 +1389,19 @@ void TestGuiFlow::emptyWindowOffersWhatToOpen() {
         QVERIFY(!window.modelTree()->header()->isVisibleTo(&window));
         QVERIFY(window.modelTree()->placeholderText().startsWith("No model open"));
         QVERIFY2(treeDrawsSomething(window.modelTree()), "the empty tree draws its placeholder");
+        QCOMPARE(window.modelTree()->horizontalScrollBarPolicy(), Qt::ScrollBarAlwaysOff);   // no scrollbar to move
         QVERIFY(window.openPath(model, false));
+        QCOMPARE(window.modelTree()->horizontalScrollBarPolicy(), Qt::ScrollBarAsNeeded);
+        // A model shown anew starts at the tree's left edge (it opened scrolled sideways, "lock 0", GUI probe).
+        ModelTreeView* tree = window.modelTree();
+        tree->show();
+        tree->resize(120, 200);
+        QApplication::processEvents();
+        QVERIFY(tree->horizontalScrollBar()->maximum() > 0);
+        tree->horizontalScrollBar()->setValue(tree->horizontalScrollBar()->maximum());
+        QVERIFY(tree->horizontalScrollBar()->value() > 0);
+        tree->setModel(window.document()->model().get());
+        QCOMPARE(tree->horizontalScrollBar()->value(), 0);
         QVERIFY(!window.welcomePage()->isVisibleTo(&window));
         QVERIFY(tabs(window)->isVisibleTo(&window));
         QVERIFY(window.modelTree()->header()->isVisibleTo(&window));
