@@ -213,8 +213,8 @@ void MainWindow::createActions() {
     connect(onCuda, &QAction::triggered, this, [this] { setComputeDevice(ComputeDevice::Cuda); });
     // Escape stops the work of the tab in view (one keystroke used to stop every job at once, hours of a run with it);
     // Shift+Escape stops them all.
-    run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, [this] { cancelVisibleJob(); });
-    run->addAction(tr("Cancel All &Jobs"), QKeySequence(Qt::SHIFT | Qt::Key_Escape), this, [this] {
+    QAction* cancel = run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, [this] { cancelVisibleJob(); });
+    QAction* cancelAll = run->addAction(tr("Cancel All &Jobs"), QKeySequence(Qt::SHIFT | Qt::Key_Escape), this, [this] {
         if (mLoading) cancelLoading();
         if (mRun->isRunning() && !confirmStoppingRun()) return;
         mRun->cancel();
@@ -223,6 +223,17 @@ void MainWindow::createActions() {
         mCompare->cancelMeasurement();
         mCompare->generationPanel()->cancel();
         if (mExportJob) mExportJob->cancel();
+    });
+    // The menu shows whether there is anything to cancel (both read as available with nothing running, GUI probe); the
+    // shortcuts stay on while it is closed, since jobs start and end without the menu knowing.
+    connect(run, &QMenu::aboutToShow, this, [this, cancel, cancelAll] {
+        const bool busy = mLoading || !runningJobs().isEmpty();
+        cancel->setEnabled(busy);
+        cancelAll->setEnabled(busy);
+    });
+    connect(run, &QMenu::aboutToHide, this, [cancel, cancelAll] {
+        cancel->setEnabled(true);
+        cancelAll->setEnabled(true);
     });
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
@@ -638,7 +649,7 @@ bool MainWindow::confirmStoppingRun() {
                                  QMessageBox::Yes | QMessageBox::No, QMessageBox::No) == QMessageBox::Yes;
 }
 
-bool MainWindow::maybeStopJobs() {
+QStringList MainWindow::runningJobs() const {
     QStringList running;
     if (mRun->isRunning()) running << tr("a run");
     if (mImportance->isComputing()) running << tr("an importance computation");
@@ -646,6 +657,11 @@ bool MainWindow::maybeStopJobs() {
     if (mCompare->generationPanel()->isGenerating()) running << tr("a text generation");
     if (mExportJob && mExportJob->isRunning()) running << tr("an export");
     if (mBatch->isRunning()) running << tr("a batch replay");
+    return running;
+}
+
+bool MainWindow::maybeStopJobs() {
+    const QStringList running = runningJobs();
     if (running.isEmpty()) return true;
     QString what = running.join(tr(", "));
     what[0] = what[0].toUpper();

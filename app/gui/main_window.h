@@ -123,6 +123,7 @@ private:
     bool confirmUnappliedEdits(const QString& question, const QString& goOn);
     // Closing the window or opening another project stops the jobs of this one: asks first (true: go on).
     bool maybeStopJobs();
+    QStringList runningJobs() const;   // "a run", "an export"...: the jobs in progress
     bool confirmStoppingRun();   // true at once for runs under a minute
     void updateTitle();
     void showError(const QString& what, const QString& detail, const QString& todo);

@@ -11,6 +11,8 @@
 #include <QLayout>
 #include <QLineEdit>
 #include <QListWidget>
+#include <QMenu>
+#include <QMenuBar>
 #include <QMessageBox>
 #include <QPointer>
 #include <QProgressBar>
@@ -90,6 +92,7 @@ private slots:
     void openAsksAboutUnsavedChangesBeforeTheFileDialog();
     void emptyWindowOffersWhatToOpen();
     void importanceStepChooserKeepsItsWidth();
+    void runMenuSaysWhetherAnythingCanBeCancelled();
     void runLogIsTheDocumentsOwn();
     void runTimeGoesOnWithoutProgress();
     void windowShortcutsWorkFromTextFields();
@@ -1365,6 +1368,43 @@ void TestGuiFlow::importanceStepChooserKeepsItsWidth() {
     QCOMPARE(chooser->currentText(), QString("1. prune.magnitude"));
     QVERIFY2(chooser->width() >= chooser->sizeHint().width(),
              qPrintable(QString("chooser %1 px, its text needs %2").arg(chooser->width()).arg(chooser->sizeHint().width())));
+}
+
+// Regression (GUI probe): Run ▸ Cancel and Cancel All Jobs read as available with nothing running. The menu shows
+// them disabled then; closed, they stay on so that Esc reaches a job started later.
+void TestGuiFlow::runMenuSaysWhetherAnythingCanBeCancelled() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    useSmallEvaluation(window);
+    QMenu* run = nullptr;
+    for (QAction* a : window.menuBar()->actions())
+        if (a->text() == "&Run") run = a->menu();
+    QVERIFY(run);
+    QAction *cancel = nullptr, *cancelAll = nullptr;
+    for (QAction* a : run->actions()) {
+        if (a->text() == "&Cancel") cancel = a;
+        if (a->text() == "Cancel All &Jobs") cancelAll = a;
+    }
+    QVERIFY(cancel && cancelAll);
+    emit run->aboutToShow();
+    QVERIFY(!cancel->isEnabled() && !cancelAll->isEnabled());
+    emit run->aboutToHide();
+    QVERIFY(cancel->isEnabled() && cancelAll->isEnabled());
+
+    ImportanceView* view = window.importanceView();
+    view->setKind("linears.sensitivity");
+    view->setWindowSize(4, 64);
+    QSignalSpy finished(view, &ImportanceView::jobFinished);
+    QVERIFY(view->compute());
+    emit run->aboutToShow();
+    QVERIFY(cancel->isEnabled() && cancelAll->isEnabled());
+    emit run->aboutToHide();
+    cancelAll->trigger();
+    QVERIFY(finished.count() > 0 || finished.wait(120000));
+    emit run->aboutToShow();
+    QVERIFY(!cancel->isEnabled());
+    emit run->aboutToHide();
 }
 
 void TestGuiFlow::emptyWindowOffersWhatToOpen() {
