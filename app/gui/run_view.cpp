@@ -47,7 +47,7 @@ RunView::RunView(QWidget* parent)
         if (isRunning()) updateProgress(mJob->progress());
     });
     mRunCurrent->setToolTip(tr("Build and evaluate the current variant (F5)"));
-    mRunAll->setToolTip(tr("Evaluate the base model and every variant (Shift+F5)"));
+    mRunAll->setToolTip(tr("Evaluate the base model and every variant whose results are out of date or missing (Shift+F5); when all are current, asks before measuring them again"));
     mCancel->setToolTip(tr("Stop the run; variants already evaluated keep their results (Esc)"));
     mCancel->setEnabled(false);
     mProgress->setRange(0, 1000);
@@ -121,11 +121,32 @@ bool RunView::runCurrent() {
     return run({mDocument->currentVariant()});
 }
 
-bool RunView::runAll() {
+bool RunView::runAll(bool everything) {
     if (!mDocument) return false;
     QStringList names{QString::fromLatin1(Project::kBaseName)};
     for (const auto& v : mDocument->project().variants()) names << QString::fromStdString(v.name);
-    return run(names);
+    if (everything) return run(names);
+    // Results measured from what a run would measure now are kept, as `cwb project run` keeps them: after one edit,
+    // Run all measured every variant again (GUI probe). Run 'variant' measures one again whatever it holds.
+    QStringList current, toRun;
+    for (const QString& name : names) {
+        const auto& rows = mDocument->project().results(name.toStdString());
+        const bool evaluated = std::any_of(rows.begin(), rows.end(), [](const ResultRow& r) { return r.metric == "perplexity"; });
+        (evaluated && mDocument->resultsCurrent(name) ? current : toRun) << name;
+    }
+    if (toRun.isEmpty()) {
+        const auto answer = QMessageBox::question(this, tr("Results are up to date"),
+                                                  tr("Every variant's results were measured from its recipe, the model and "
+                                                     "the settings as they are now. Measure them all again?"),
+                                                  QMessageBox::Yes | QMessageBox::No, QMessageBox::No);
+        if (answer != QMessageBox::Yes) return false;
+        toRun = names;
+        current.clear();
+    }
+    if (!run(toRun)) return false;
+    if (!current.isEmpty())
+        mLog->appendPlainText(tr("Up to date, not measured again: %1 (Run '…' measures the current variant again)").arg(current.join(", ")));
+    return true;
 }
 
 namespace {

@@ -36,7 +36,8 @@ public:
     // Asked before each run starts; false stops it (the main window asks about Layers edits not applied).
     void setBeforeRun(std::function<bool()> check) { mBeforeRun = std::move(check); }
     bool runCurrent();
-    bool runAll();
+    // The base and the variants whose results are out of date or missing (asks when none is); `everything`: all of them.
+    bool runAll(bool everything = false);
     void cancel();
     bool isRunning() const;
     // A batch replay of the saved project (a separate process the main window runs) shown here: a busy bar, the run

@@ -42,7 +42,7 @@ void ScreenshotDriver::next() {
             if (ok) next();
             else fail("the run failed");
         });
-        if (!mWindow->runView()->runAll()) fail("cannot run the project");
+        if (!mWindow->runView()->runAll(true)) fail("cannot run the project");   // no question to answer here
         if (mPlan.grabAfterLossPoints > 0) {
             // A training step in progress: poll the live loss curve and grab while the run goes on.
             mWindow->showTab(MainWindow::RunTab);

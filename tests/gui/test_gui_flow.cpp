@@ -93,6 +93,7 @@ private slots:
     void emptyWindowOffersWhatToOpen();
     void importanceStepChooserKeepsItsWidth();
     void runMenuSaysWhetherAnythingCanBeCancelled();
+    void runAllKeepsCurrentResults();
     void runLogIsTheDocumentsOwn();
     void runTimeGoesOnWithoutProgress();
     void windowShortcutsWorkFromTextFields();
@@ -1405,6 +1406,46 @@ void TestGuiFlow::runMenuSaysWhetherAnythingCanBeCancelled() {
     emit run->aboutToShow();
     QVERIFY(!cancel->isEnabled());
     emit run->aboutToHide();
+}
+
+// Regression (GUI probe): Run all measured every variant again, current results too (the CLI keeps them). It runs
+// those out of date or missing, says which it kept, and asks before measuring everything again when all are current.
+void TestGuiFlow::runAllKeepsCurrentResults() {
+    CWB_REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+    MainWindow window;
+    QVERIFY(window.openPath(model, false));
+    useSmallEvaluation(window);
+    QVERIFY(window.pipelineEditor()->addStep("quantize.rtn"));
+    const QString variant = window.document()->currentVariant();
+    RunView* run = window.runView();
+    QSignalSpy finished(run, &RunView::finished);
+    QVERIFY(run->runAll());
+    QVERIFY(finished.wait(120000));
+    QVERIFY(finished.last().at(0).toBool());
+    QVERIFY(window.document()->resultsCurrent("base") && window.document()->resultsCurrent(variant));
+
+    QStringList asked;
+    QTimer answerer;
+    connect(&answerer, &QTimer::timeout, [&] {
+        if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget())) {
+            asked << box->windowTitle();
+            box->button(QMessageBox::No)->click();
+        }
+    });
+    answerer.start(50);
+    QVERIFY(!run->runAll());   // all current: asked, and No measures nothing
+    QCOMPARE(asked, QStringList{"Results are up to date"});
+    QVERIFY(!run->isRunning());
+
+    window.document()->undoStack()->push(changeStepParameter(window.document(), variant, 0, "bits", 8));
+    QVERIFY(!window.document()->resultsCurrent(variant));
+    const int runsBefore = finished.count();
+    QVERIFY(run->runAll());
+    QCOMPARE(asked.size(), 1);   // not asked: one is out of date
+    QVERIFY(finished.count() > runsBefore || finished.wait(120000));
+    QVERIFY2(run->logText().contains("Up to date, not measured again: base"), qPrintable(run->logText().right(400)));
+    QVERIFY2(!run->logText().contains("base: building and evaluating"), qPrintable(run->logText().right(400)));
+    QVERIFY(window.document()->resultsCurrent(variant));
 }
 
 void TestGuiFlow::emptyWindowOffersWhatToOpen() {
