@@ -724,6 +724,12 @@ json Project::measurementBasis(const std::string& variant, const std::string& mo
         basis["calibration"]["samples"] = mSettings.calibrationSamples;
         basis["calibration"]["seq_len"] = mSettings.calibrationSeqLen;
         basis["calibration"]["seed"] = mSettings.calibrationSeed;
+        // Since session 59 a variant of several steps stores per-layer errors against the base's weights (before, the
+        // last step's against the weights the steps before it left): such results stored before are out of date.
+        size_t enabled = 0;
+        for (const auto& steps : basis["steps"])
+            for (const auto& step : steps) enabled += step.value("enabled", true) ? 1 : 0;
+        if (enabled > 1 && !mSettings.calibration.path.empty()) basis["layer_errors"] = "against the base";
     }
     return basis;
 }
@@ -741,6 +747,7 @@ std::vector<std::string> Project::basisDifferences(const json& stored, const jso
         {"tokenizer", "they were measured with another tokenizer"},
         {"evaluation", "the evaluation text or windows changed"},
         {"calibration", "the calibration text or windows changed"},
+        {"layer_errors", "its per-layer errors were measured against the step before, not the base (cwb before session 59)"},
     };
     std::vector<std::string> reasons;
     for (const auto& [part, reason] : kParts) {

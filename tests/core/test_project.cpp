@@ -485,6 +485,20 @@ void TestProject::layerErrorsOfSeveralStepsAreAgainstTheBase() {
     }
     QVERIFY(errors("drop-int8").empty());
     QVERIFY(saidLeftOut("blocks were dropped"));
+
+    // Results of a variant of several steps stored before (a basis without the key) are out of date, and say why;
+    // a one-step variant's are not (its errors were against the base already).
+    json old = p.measurementBasis("prune-int8");
+    QVERIFY(old.contains("layer_errors"));
+    old.erase("layer_errors");
+    p.setResults("prune-int8", runner.evaluate("prune-int8", nullptr), old);
+    const std::vector<std::string> why = p.resultsOutdatedBy("prune-int8");
+    QCOMPARE(why.size(), size_t(1));
+    QVERIFY2(why[0].find("against the step before, not the base") != std::string::npos, why[0].c_str());
+    QVERIFY(!p.measurementBasis("prune").contains("layer_errors"));
+    QVERIFY(!p.measurementBasis(Project::kBaseName).contains("layer_errors"));
+    p.setResults("prune-int8", runner.evaluate("prune-int8", nullptr), p.measurementBasis("prune-int8"));
+    QVERIFY(p.resultsOutdatedBy("prune-int8").empty());
 }
 
 void TestProject::refusals_data() {
