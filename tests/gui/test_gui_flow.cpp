@@ -113,6 +113,29 @@ private:
     QTemporaryDir mDir;
 };
 
+namespace {
+
+// Answers each message box as it opens with `button`, and keeps what each said (its text, or its title).
+class MessageBoxAnswerer {
+public:
+    enum Keep { Text, Title };
+    MessageBoxAnswerer(QMessageBox::StandardButton button, Keep keep) {
+        QObject::connect(&mPoll, &QTimer::timeout, [this, button, keep] {
+            if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget())) {
+                seen << (keep == Text ? box->text() : box->windowTitle());
+                box->button(button)->click();
+            }
+        });
+        mPoll.start(50);
+    }
+    QStringList seen;
+
+private:
+    QTimer mPoll;
+};
+
+} // namespace
+
 void TestGuiFlow::initTestCase() {
     QVERIFY(mDir.isValid());
     QCoreApplication::setOrganizationName("cwb-tests");   // recent files go to a test-only settings file
@@ -1424,15 +1447,8 @@ void TestGuiFlow::runAllKeepsCurrentResults() {
     QVERIFY(finished.last().at(0).toBool());
     QVERIFY(window.document()->resultsCurrent("base") && window.document()->resultsCurrent(variant));
 
-    QStringList asked;
-    QTimer answerer;
-    connect(&answerer, &QTimer::timeout, [&] {
-        if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget())) {
-            asked << box->windowTitle();
-            box->button(QMessageBox::No)->click();
-        }
-    });
-    answerer.start(50);
+    MessageBoxAnswerer no(QMessageBox::No, MessageBoxAnswerer::Title);
+    const QStringList& asked = no.seen;
     QVERIFY(!run->runAll());   // all current: asked, and No measures nothing
     QCOMPARE(asked, QStringList{"Results are up to date"});
     QVERIFY(!run->isRunning());
@@ -1531,15 +1547,8 @@ void TestGuiFlow::emptyWindowOffersWhatToOpen() {
     QListWidget* list = again.welcomePage()->recentList();
     QCOMPARE(list->count(), 2);
     QVERIFY2(list->item(0)->text().endsWith("(not found)"), qPrintable(list->item(0)->text()));
-    QStringList asked;
-    QTimer answerer;
-    connect(&answerer, &QTimer::timeout, [&] {
-        if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget())) {
-            asked << box->text();
-            box->button(QMessageBox::Yes)->click();
-        }
-    });
-    answerer.start(50);
+    MessageBoxAnswerer yes(QMessageBox::Yes, MessageBoxAnswerer::Text);
+    const QStringList& asked = yes.seen;
     emit list->itemActivated(list->item(0));
     QCOMPARE(asked.size(), 1);
     QVERIFY2(asked.front().contains("no longer exists") && asked.front().contains(gone), qPrintable(asked.front()));
